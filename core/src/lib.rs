@@ -1,1 +1,18 @@
-//! placeholder
+//! The shared vocabulary of embedfleet: papers, corpus formats, batch and shard files, and the
+//! run state (`run.db`) that every step reads to resume.
+//!
+//! Both sides of the pipeline use this crate — the orchestrator that plans and submits, and the
+//! jobs that embed and upload — so it stays free of models, schedulers and network clients.
+
+pub mod atomic;
+pub mod batchfile;
+pub mod corpus;
+pub mod exit;
+pub mod fingerprint;
+pub mod paper;
+pub mod quarantine;
+pub mod rundb;
+pub mod settings;
+
+pub use paper::{BatchId, Paper};
+pub use quarantine::{QuarantineEntry, QuarantineReason};

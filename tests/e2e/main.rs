@@ -1,1 +1,6 @@
+//! End-to-end tests of the `embedfleet` binary: one test binary, a module per area (as
+//! ripgrep's `tests/tests.rs`). Each test gets its own temporary directory.
 
+mod util;
+
+mod plan;

@@ -1,0 +1,84 @@
+//! Files that are either absent or complete: written to a temporary name in the same
+//! directory, fsynced, renamed, and the directory fsynced. A reader that sees the final name
+//! sees the whole file, whatever moment a writer was killed at.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The suffix of files being written. Anything with it is garbage from a killed writer.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// The temporary name `path` is written under.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(TMP_SUFFIX);
+    path.with_file_name(name)
+}
+
+/// Makes a file written at `tmp_path(path)` durable under `path`.
+pub fn commit(path: &Path) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    File::open(&tmp)?.sync_all()?;
+    fs::rename(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Writes `bytes` to `path` atomically.
+pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    fs::write(tmp_path(path), bytes)?;
+    commit(path)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    // Directory fsync makes the rename itself durable; some filesystems refuse it, which is fine.
+    match File::open(dir).and_then(|d| d.sync_all()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(()),
+        Err(e) if e.raw_os_error() == Some(22) => Ok(()), // EINVAL: no fsync on this fs
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes leftovers of killed writers in `dir` (not recursive). Returns how many went.
+pub fn remove_leftovers(dir: &Path) -> io::Result<usize> {
+    let mut removed = 0;
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
+            fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_replaces_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        write(&path, b"one").unwrap();
+        write(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert!(!tmp_path(&path).exists());
+    }
+
+    #[test]
+    fn leftovers_are_removed_and_finished_files_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("x.parquet.tmp"), b"half").unwrap();
+        fs::write(dir.path().join("y.parquet"), b"whole").unwrap();
+        assert_eq!(remove_leftovers(dir.path()).unwrap(), 1);
+        assert!(dir.path().join("y.parquet").exists());
+        assert!(!dir.path().join("x.parquet.tmp").exists());
+    }
+}

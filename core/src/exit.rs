@@ -1,0 +1,13 @@
+//! Process exit codes, documented in README.md ("Exit codes"). Stable: scripts depend on them.
+
+/// Everything asked for was done.
+pub const SUCCESS: i32 = 0;
+/// The command failed; the message says why and what to do.
+pub const FAILURE: i32 = 1;
+/// The command line was wrong (clap's own code).
+pub const USAGE: i32 = 2;
+/// The command finished, but some input could not be used whole (a corrupt corpus file, a failed
+/// batch): the run is usable and `embedfleet status` lists what is missing.
+pub const PARTIAL: i32 = 3;
+/// The run directory refused the command (changed corpus, different settings).
+pub const REFUSED: i32 = 4;

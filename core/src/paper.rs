@@ -1,0 +1,53 @@
+//! One paper of the corpus, as the planner keeps it and the embed job reads it back.
+
+use serde::{Deserialize, Serialize};
+
+/// A paper: its id, its full text and the corpus metadata kept for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Paper {
+    /// The corpus id, as a string (integer ids are written in decimal).
+    pub id: String,
+    pub text: String,
+    pub source: Option<String>,
+    pub created: Option<String>,
+    pub added: Option<String>,
+    pub version: Option<String>,
+    /// Other fields kept by `--keep-field`, as one JSON object (`None` when there are none).
+    pub extra: Option<String>,
+}
+
+impl Paper {
+    /// Length in Unicode scalar values, the unit of every character budget.
+    pub fn n_chars(&self) -> u64 {
+        count_chars(&self.text)
+    }
+}
+
+/// Counts the `char`s of a string without decoding it: every byte that is not a UTF-8
+/// continuation byte starts a char. Vectorises, unlike `str::chars().count()` on older compilers.
+pub fn count_chars(s: &str) -> u64 {
+    s.as_bytes().iter().filter(|&&b| (b as i8) >= -0x40).count() as u64
+}
+
+/// The id of one planned batch: one per-node job's input. Stable once planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BatchId(pub i64);
+
+impl std::fmt::Display for BatchId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_chars_counts_scalar_values() {
+        for s in ["", "abc", "héllo", "日本語", "𝔘nicode ✓", "a\u{0301}"] {
+            assert_eq!(count_chars(s), s.chars().count() as u64, "{s:?}");
+        }
+    }
+}

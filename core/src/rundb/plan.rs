@@ -1,0 +1,229 @@
+//! What the planner records: corpus files, batches, the papers in them and the quarantine.
+
+use super::{sqlite_err, Result, RunDb};
+use crate::fingerprint::Fingerprint;
+use crate::quarantine::{QuarantineEntry, QuarantineReason};
+use rusqlite::params;
+
+/// A corpus file as run.db knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorpusFileRow {
+    pub id: i64,
+    pub path: String,
+    pub fingerprint: Fingerprint,
+    pub planned: bool,
+}
+
+/// One paper of a batch file, for the `papers` table.
+#[derive(Debug, Clone)]
+pub struct PlannedPaper {
+    pub id: String,
+    pub line: u64,
+    pub n_chars: u64,
+}
+
+/// A batch file that has been written and made durable.
+#[derive(Debug, Clone)]
+pub struct BatchRecord {
+    pub file_id: i64,
+    pub seq: u64,
+    /// Relative to the run directory.
+    pub path: String,
+    pub n_chars: u64,
+    /// In row order.
+    pub papers: Vec<PlannedPaper>,
+}
+
+impl RunDb {
+    pub fn corpus_files(&self) -> Result<Vec<CorpusFileRow>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, path, size, mtime_ns, edges, state FROM corpus_files ORDER BY id")
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(CorpusFileRow {
+                    id: r.get(0)?,
+                    path: r.get(1)?,
+                    fingerprint: Fingerprint { size: r.get(2)?, mtime_ns: r.get(3)?, edges: r.get(4)? },
+                    planned: r.get::<_, String>(5)? == "planned",
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sqlite_err(&self.dir));
+        rows
+    }
+
+    /// Records the corpus of a new plan, in corpus order.
+    pub fn add_corpus_files(&mut self, files: &[(String, Fingerprint)]) -> Result<()> {
+        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
+        for (path, fp) in files {
+            tx.execute(
+                "INSERT INTO corpus_files (path, size, mtime_ns, edges) VALUES (?1, ?2, ?3, ?4)",
+                params![path, fp.size, fp.mtime_ns, fp.edges],
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        }
+        tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// Forgets everything a killed plan recorded for a file that did not finish, returning the
+    /// batch files (relative paths) to delete.
+    pub fn reset_file(&mut self, file_id: i64) -> Result<Vec<String>> {
+        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
+        let paths = {
+            let mut stmt = tx.prepare("SELECT path FROM batches WHERE file_id = ?1").map_err(sqlite_err(&self.dir))?;
+            let paths = stmt.query_map([file_id], |r| r.get(0)).and_then(|r| r.collect::<rusqlite::Result<Vec<String>>>());
+            paths.map_err(sqlite_err(&self.dir))?
+        };
+        tx.execute_batch(&format!(
+            "DELETE FROM papers WHERE batch_id IN (SELECT id FROM batches WHERE file_id = {file_id});
+             DELETE FROM batches WHERE file_id = {file_id};
+             DELETE FROM quarantine WHERE file_id = {file_id};
+             UPDATE corpus_files SET state = 'pending' WHERE id = {file_id};"
+        ))
+        .map_err(sqlite_err(&self.dir))?;
+        tx.commit().map_err(sqlite_err(&self.dir))?;
+        Ok(paths)
+    }
+
+    /// Records a durable batch file and its papers in one transaction.
+    pub fn record_batch(&mut self, batch: &BatchRecord) -> Result<i64> {
+        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
+        tx.execute(
+            "INSERT INTO batches (file_id, seq, path, n_rows, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![batch.file_id, batch.seq, batch.path, batch.papers.len(), batch.n_chars],
+        )
+        .map_err(sqlite_err(&self.dir))?;
+        let batch_id = tx.last_insert_rowid();
+        {
+            let mut insert = tx
+                .prepare_cached("INSERT INTO papers (id, batch_id, row, line, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)")
+                .map_err(sqlite_err(&self.dir))?;
+            for (row, p) in batch.papers.iter().enumerate() {
+                insert.execute(params![p.id, batch_id, row, p.line, p.n_chars]).map_err(sqlite_err(&self.dir))?;
+            }
+        }
+        tx.commit().map_err(sqlite_err(&self.dir))?;
+        Ok(batch_id)
+    }
+
+    pub fn record_quarantine(&mut self, file_id: i64, entries: &[QuarantineEntry]) -> Result<()> {
+        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO quarantine (file_id, line, reason, detail, paper_id, first_occurrence)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(sqlite_err(&self.dir))?;
+            for q in entries {
+                insert
+                    .execute(params![file_id, q.line, q.reason.as_str(), q.detail, q.id, q.first_occurrence])
+                    .map_err(sqlite_err(&self.dir))?;
+            }
+        }
+        tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// Marks a file planned, with what reading it came to.
+    pub fn finish_file(&self, file_id: i64, papers: u64, quarantined: u64, filtered: u64, corrupt: Option<&str>) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE corpus_files SET state = 'planned', papers = ?2, quarantined = ?3, filtered = ?4, corrupt = ?5
+                 WHERE id = ?1",
+                params![file_id, papers, quarantined, filtered, corrupt],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Finds papers whose id was seen earlier in corpus order (file order, then line), marks
+    /// every later occurrence as excluded from its batch and quarantines it. Returns how many.
+    pub fn resolve_duplicates(&mut self) -> Result<u64> {
+        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
+        tx.execute_batch("CREATE INDEX IF NOT EXISTS papers_by_id ON papers (id)").map_err(sqlite_err(&self.dir))?;
+        let occurrences: Vec<(i64, String, i64, i64, String)> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT p.rowid, p.id, b.file_id, p.line, f.path FROM papers p
+                     JOIN batches b ON b.id = p.batch_id JOIN corpus_files f ON f.id = b.file_id
+                     WHERE p.id IN (SELECT id FROM papers GROUP BY id HAVING count(*) > 1)
+                     ORDER BY p.id, b.file_id, p.line",
+                )
+                .map_err(sqlite_err(&self.dir))?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)));
+            rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))?
+        };
+        let mut first: Option<(String, String)> = None; // (paper id, "file:line")
+        let mut count = 0;
+        for (rowid, id, file_id, line, path) in occurrences {
+            let here = format!("{path}:{line}");
+            match &first {
+                Some((first_id, kept)) if *first_id == id => {
+                    tx.execute(
+                        "UPDATE papers SET duplicate_of = ?2 WHERE rowid = ?1 AND duplicate_of IS NULL",
+                        params![rowid, kept],
+                    )
+                    .map_err(sqlite_err(&self.dir))?;
+                    tx.execute(
+                        "UPDATE batches SET n_excluded = n_excluded + 1
+                         WHERE id = (SELECT batch_id FROM papers WHERE rowid = ?1)",
+                        [rowid],
+                    )
+                    .map_err(sqlite_err(&self.dir))?;
+                    tx.execute(
+                        "INSERT INTO quarantine (file_id, line, reason, detail, paper_id, first_occurrence)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![
+                            file_id,
+                            line,
+                            QuarantineReason::DuplicateId.as_str(),
+                            format!("id {id:?} was seen first at {kept}"),
+                            id,
+                            kept
+                        ],
+                    )
+                    .map_err(sqlite_err(&self.dir))?;
+                    count += 1;
+                }
+                _ => first = Some((id, here)),
+            }
+        }
+        tx.commit().map_err(sqlite_err(&self.dir))?;
+        Ok(count)
+    }
+
+    /// Rows of a batch file that are not to be embedded (later duplicates), sorted.
+    pub fn excluded_rows(&self, batch_id: i64) -> Result<Vec<u64>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT row FROM papers WHERE batch_id = ?1 AND duplicate_of IS NOT NULL ORDER BY row")
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([batch_id], |r| r.get(0)).and_then(|r| r.collect::<rusqlite::Result<Vec<u64>>>());
+        rows.map_err(sqlite_err(&self.dir))
+    }
+
+    /// Every quarantine entry, in corpus order.
+    pub fn quarantine_entries(&self) -> Result<Vec<QuarantineEntry>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT f.path, q.line, q.reason, q.detail, q.paper_id, q.first_occurrence
+                 FROM quarantine q JOIN corpus_files f ON f.id = q.file_id ORDER BY q.file_id, q.line, q.rowid",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([], |r| {
+            let reason: String = r.get(2)?;
+            Ok(QuarantineEntry {
+                file: r.get(0)?,
+                line: r.get(1)?,
+                reason: QuarantineReason::parse(&reason).unwrap_or(QuarantineReason::InvalidJson),
+                detail: r.get(3)?,
+                id: r.get(4)?,
+                first_occurrence: r.get(5)?,
+            })
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))
+    }
+}

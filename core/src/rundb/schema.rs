@@ -1,0 +1,88 @@
+//! The run.db schema, as an ordered list of migrations. `PRAGMA user_version` holds how many
+//! have been applied; a run directory made by any earlier embedfleet is brought up to date when
+//! opened. Never edit a migration that has shipped: add the next one.
+
+pub(super) const MIGRATIONS: &[&str] = &[V1];
+
+const V1: &str = r#"
+CREATE TABLE settings (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL            -- JSON
+);
+CREATE TABLE corpus_files (
+    id          INTEGER PRIMARY KEY,   -- corpus order: files are numbered as discovered
+    path        TEXT NOT NULL UNIQUE,
+    size        INTEGER NOT NULL,
+    mtime_ns    INTEGER NOT NULL,
+    edges       TEXT NOT NULL,         -- hash of the first and last MiB
+    state       TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'planned')),
+    papers      INTEGER,
+    quarantined INTEGER,
+    filtered    INTEGER,
+    corrupt     TEXT                   -- where and why reading stopped, if it did
+);
+CREATE TABLE batches (
+    id         INTEGER PRIMARY KEY,
+    file_id    INTEGER NOT NULL REFERENCES corpus_files(id),
+    seq        INTEGER NOT NULL,
+    path       TEXT NOT NULL,           -- relative to the run directory
+    n_rows     INTEGER NOT NULL,        -- rows in the batch file
+    n_excluded INTEGER NOT NULL DEFAULT 0, -- rows that are later duplicates, not to embed
+    n_chars    INTEGER NOT NULL,
+    state      TEXT NOT NULL DEFAULT 'planned'
+               CHECK (state IN ('planned', 'running', 'done', 'failed')),
+    UNIQUE (file_id, seq)
+);
+CREATE TABLE papers (
+    id           TEXT NOT NULL,
+    batch_id     INTEGER NOT NULL,
+    row          INTEGER NOT NULL,
+    line         INTEGER NOT NULL,
+    n_chars      INTEGER NOT NULL,
+    duplicate_of TEXT                   -- 'file:line' of the occurrence kept, for skipped rows
+);
+CREATE TABLE quarantine (
+    file_id          INTEGER NOT NULL,
+    line             INTEGER NOT NULL,
+    reason           TEXT NOT NULL,
+    detail           TEXT NOT NULL,
+    paper_id         TEXT,
+    first_occurrence TEXT
+);
+CREATE INDEX quarantine_by_file ON quarantine (file_id);
+CREATE TABLE queues (
+    name TEXT PRIMARY KEY,
+    cap  INTEGER NOT NULL CHECK (cap >= 0)
+);
+CREATE TABLE jobs (
+    id           INTEGER PRIMARY KEY,
+    batch_id     INTEGER NOT NULL REFERENCES batches(id),
+    attempt      INTEGER NOT NULL,
+    backend      TEXT NOT NULL,
+    queue        TEXT,
+    scheduler_id TEXT,
+    state        TEXT NOT NULL,
+    exit_reason  TEXT,
+    submitted_at TEXT,
+    started_at   TEXT,
+    finished_at  TEXT
+);
+CREATE INDEX jobs_by_batch ON jobs (batch_id);
+CREATE TABLE shards (
+    id         INTEGER PRIMARY KEY,
+    batch_id   INTEGER NOT NULL REFERENCES batches(id),
+    part       INTEGER NOT NULL,
+    path       TEXT NOT NULL,
+    rows       INTEGER NOT NULL,
+    sha256     TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (batch_id, part)
+);
+CREATE TABLE uploads (
+    shard_id    INTEGER NOT NULL REFERENCES shards(id),
+    collection  TEXT NOT NULL,
+    rows_acked  INTEGER NOT NULL,
+    failed_rows INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (shard_id, collection)
+);
+"#;

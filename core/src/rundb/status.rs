@@ -1,0 +1,95 @@
+//! The numbers `embedfleet status` shows. Serialised as the stable `status --json` format
+//! (README, "status --json"): fields are only ever added, and `format_version` goes up when one
+//! that matters is.
+
+use super::{Result, RunDb};
+use rusqlite::OptionalExtension;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const STATUS_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStatus {
+    pub format_version: u32,
+    pub run_dir: String,
+    pub schema_version: i64,
+    /// `true` once every corpus file is planned and duplicates are resolved.
+    pub plan_complete: bool,
+    pub corpus_files: u64,
+    pub corpus_files_planned: u64,
+    /// Files that broke off mid-way, with where and why.
+    pub corrupt_files: BTreeMap<String, String>,
+    /// Papers to embed (batch rows less later duplicates).
+    pub papers_planned: u64,
+    pub chars_planned: u64,
+    pub papers_filtered: u64,
+    pub papers_quarantined: u64,
+    pub quarantined_by_reason: BTreeMap<String, u64>,
+    pub batches: u64,
+    pub batches_by_state: BTreeMap<String, u64>,
+    /// queue -> state -> jobs (latest attempt of each batch).
+    pub jobs_by_queue: BTreeMap<String, BTreeMap<String, u64>>,
+    pub shards: u64,
+    pub rows_in_shards: u64,
+    pub points_uploaded: u64,
+    pub points_failed: u64,
+}
+
+impl RunDb {
+    pub fn status(&self) -> Result<RunStatus> {
+        let c = &self.conn;
+        let e = |e| self.err(e);
+        let scalar = |sql: &str| -> Result<u64> { c.query_row(sql, [], |r| r.get::<_, Option<u64>>(0)).map(|v| v.unwrap_or(0)).map_err(e) };
+        let grouped = |sql: &str| -> Result<BTreeMap<String, u64>> {
+            let mut stmt = c.prepare(sql).map_err(e)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
+            rows.and_then(|r| r.collect()).map_err(e)
+        };
+        let mut jobs_by_queue: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        {
+            let mut stmt = c
+                .prepare(
+                    "SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
+                     WHERE attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id)
+                     GROUP BY 1, 2",
+                )
+                .map_err(e)?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, u64>(2)?)));
+            for row in rows.map_err(e)? {
+                let (queue, state, n) = row.map_err(e)?;
+                jobs_by_queue.entry(queue).or_default().insert(state, n);
+            }
+        }
+        let corrupt_files: BTreeMap<String, String> = {
+            let mut stmt = c.prepare("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL").map_err(e)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
+            rows.and_then(|r| r.collect()).map_err(e)?
+        };
+        let plan_state: Option<String> = c
+            .query_row("SELECT value FROM settings WHERE key = 'plan_state'", [], |r| r.get(0))
+            .optional()
+            .map_err(e)?;
+        Ok(RunStatus {
+            format_version: STATUS_FORMAT_VERSION,
+            run_dir: self.dir.display().to_string(),
+            schema_version: self.schema_version()?,
+            plan_complete: plan_state.as_deref() == Some("\"complete\""),
+            corpus_files: scalar("SELECT count(*) FROM corpus_files")?,
+            corpus_files_planned: scalar("SELECT count(*) FROM corpus_files WHERE state = 'planned'")?,
+            corrupt_files,
+            papers_planned: scalar("SELECT sum(n_rows - n_excluded) FROM batches")?,
+            chars_planned: scalar("SELECT sum(n_chars) FROM batches")?,
+            papers_filtered: scalar("SELECT sum(filtered) FROM corpus_files")?,
+            papers_quarantined: scalar("SELECT count(*) FROM quarantine")?,
+            quarantined_by_reason: grouped("SELECT reason, count(*) FROM quarantine GROUP BY reason")?,
+            batches: scalar("SELECT count(*) FROM batches")?,
+            batches_by_state: grouped("SELECT state, count(*) FROM batches GROUP BY state")?,
+            jobs_by_queue,
+            shards: scalar("SELECT count(*) FROM shards")?,
+            rows_in_shards: scalar("SELECT sum(rows) FROM shards")?,
+            points_uploaded: scalar("SELECT sum(rows_acked) FROM uploads")?,
+            points_failed: scalar("SELECT sum(failed_rows) FROM uploads")?,
+        })
+    }
+}

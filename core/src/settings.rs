@@ -1,0 +1,68 @@
+//! The plan's settings, stored in run.db (`settings` key `plan`) so that every later step — the
+//! embed job sizing its mini-batches above all — uses the rules the run was planned with.
+
+use serde::{Deserialize, Serialize};
+
+/// How one job's papers are cut into per-device mini-batches (one forward pass each).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum MiniBatchRule {
+    /// The study's heuristic: papers in corpus order, a mini-batch closes before it would exceed
+    /// `max_chars` characters or `max_papers` papers.
+    Chars { max_chars: u64, max_papers: u32 },
+    /// The default: papers sorted by token count, a mini-batch closes before its tokens would
+    /// exceed `max_tokens` (packed: padding-free), so similar lengths share a forward pass.
+    TokenBudget { max_tokens: u64 },
+}
+
+impl Default for MiniBatchRule {
+    fn default() -> Self {
+        MiniBatchRule::TokenBudget { max_tokens: 32_768 }
+    }
+}
+
+impl MiniBatchRule {
+    /// The study's rule: ≤150,000 characters and ≤8 papers.
+    pub const STUDY: MiniBatchRule = MiniBatchRule::Chars { max_chars: 150_000, max_papers: 8 };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSettings {
+    /// Papers per per-node job.
+    pub papers_per_job: u64,
+    /// Characters per per-node job, when set.
+    pub max_job_chars: Option<u64>,
+    pub sources: Vec<String>,
+    pub keep_fields: Vec<String>,
+    pub minibatch: MiniBatchRule,
+}
+
+impl Default for PlanSettings {
+    fn default() -> Self {
+        Self {
+            papers_per_job: 4000,
+            max_job_chars: None,
+            sources: Vec::new(),
+            keep_fields: Vec::new(),
+            minibatch: MiniBatchRule::default(),
+        }
+    }
+}
+
+impl PlanSettings {
+    /// Names the settings that differ from `other`, as `name: other -> self`.
+    pub fn differences(&self, other: &PlanSettings) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cmp = |name: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{name}: {b} -> {a}"));
+            }
+        };
+        cmp("papers per job", self.papers_per_job.to_string(), other.papers_per_job.to_string());
+        cmp("max job chars", format!("{:?}", self.max_job_chars), format!("{:?}", other.max_job_chars));
+        cmp("sources", format!("{:?}", self.sources), format!("{:?}", other.sources));
+        cmp("kept fields", format!("{:?}", self.keep_fields), format!("{:?}", other.keep_fields));
+        cmp("mini-batch rule", format!("{:?}", self.minibatch), format!("{:?}", other.minibatch));
+        out
+    }
+}

@@ -1,0 +1,233 @@
+//! `embedfleet plan`: one streaming pass over the corpus that cuts it into per-node jobs and
+//! writes each job's papers as its own batch file.
+//!
+//! Files are planned in parallel, one worker thread per file, so a job never spans two corpus
+//! files: the price is one part-filled job per file, the gain is that files plan independently
+//! and a killed plan redoes only the files it had not finished. Batch files are durable before
+//! run.db records them; run.db records a file as planned only after all its batches. Duplicate
+//! ids are resolved once every file is planned, in corpus order (file order, then line), by
+//! marking later occurrences as excluded rows in run.db — so memory stays bounded by one batch
+//! per worker whatever the corpus size.
+
+mod worker;
+
+use embedfleet_core::corpus::{self, CorpusError, ReadOptions};
+use embedfleet_core::fingerprint::Fingerprint;
+use embedfleet_core::rundb::{RunDb, RunDbError};
+use embedfleet_core::settings::PlanSettings;
+use embedfleet_core::{atomic, quarantine::QuarantineEntry};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use worker::batch_file_name;
+
+/// The directory of batch files inside a run directory.
+pub const BATCH_DIR: &str = "batches";
+/// The quarantine list inside a run directory, rewritten whole at the end of each plan.
+pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
+
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    pub corpus: Vec<PathBuf>,
+    pub run_dir: PathBuf,
+    pub settings: PlanSettings,
+    /// Worker threads (files planned at once).
+    pub threads: usize,
+    pub progress: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Corpus(#[from] CorpusError),
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    #[error("failed to fingerprint {path}: {source}")]
+    Fingerprint { path: PathBuf, source: std::io::Error },
+    #[error(
+        "the corpus changed since {run_dir} was planned:\n{}\nplan the new corpus into a new run directory, or restore the files",
+        .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
+    )]
+    CorpusChanged { run_dir: PathBuf, changes: Vec<String> },
+    #[error(
+        "{run_dir} was planned with other settings:\n{}\nuse the same settings, or plan into a new run directory",
+        .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
+    )]
+    SettingsChanged { run_dir: PathBuf, changes: Vec<String> },
+    #[error("failed to write in {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Worker(String),
+}
+
+impl PlanError {
+    /// Whether the run directory refused the plan (as opposed to a failure while planning).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, PlanError::CorpusChanged { .. } | PlanError::SettingsChanged { .. })
+    }
+}
+
+/// What a plan came to.
+#[derive(Debug, Clone, Default)]
+pub struct PlanReport {
+    /// The run directory was already completely planned: nothing was done.
+    pub already_planned: bool,
+    pub files: usize,
+    pub files_planned_now: usize,
+    pub papers: u64,
+    pub batches: u64,
+    pub quarantined: u64,
+    pub duplicates: u64,
+    /// Corpus files that broke off, with where.
+    pub corrupt: Vec<(String, String)>,
+    pub elapsed: Duration,
+}
+
+pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
+    let started = Instant::now();
+    let files = fingerprinted_corpus(&options.corpus)?;
+    let mut db = RunDb::create(&options.run_dir)?;
+    check_settings(&db, options)?;
+    let known = db.corpus_files()?;
+    if known.is_empty() {
+        db.add_corpus_files(&files)?;
+    } else {
+        check_corpus(&options.run_dir, &known, &files)?;
+    }
+    let mut report = PlanReport { files: files.len(), ..PlanReport::default() };
+    if db.setting::<String>("plan_state")?.as_deref() == Some("complete") {
+        report.already_planned = true;
+        fill_totals(&db, &mut report)?;
+        report.elapsed = started.elapsed();
+        return Ok(report);
+    }
+    let batch_dir = options.run_dir.join(BATCH_DIR);
+    std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io { path: batch_dir.clone(), source })?;
+    atomic::remove_leftovers(&batch_dir).map_err(|source| PlanError::Io { path: batch_dir.clone(), source })?;
+    let pending: Vec<worker::FileTask> = db
+        .corpus_files()?
+        .into_iter()
+        .filter(|f| !f.planned)
+        .map(|f| worker::FileTask { id: f.id, path: PathBuf::from(&f.path), size: f.fingerprint.size })
+        .collect();
+    for task in &pending {
+        // A killed plan may have recorded some batches of this file: start it over.
+        for path in db.reset_file(task.id)? {
+            remove_if_exists(&options.run_dir.join(path))?;
+        }
+        worker::remove_file_batches(&batch_dir, task.id).map_err(|source| PlanError::Io { path: batch_dir.clone(), source })?;
+    }
+    report.files_planned_now = pending.len();
+    let bytes_read = Arc::new(AtomicU64::new(0));
+    let read_options = ReadOptions {
+        keep_fields: options.settings.keep_fields.clone(),
+        sources: options.settings.sources.clone(),
+        bytes_read: Some(bytes_read.clone()),
+    };
+    worker::run(&mut db, &pending, &read_options, options, bytes_read)?;
+    report.duplicates = db.resolve_duplicates()?;
+    write_quarantine(&db, &options.run_dir)?;
+    db.set_setting("plan_state", &"complete")?;
+    fill_totals(&db, &mut report)?;
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+fn fingerprinted_corpus(inputs: &[PathBuf]) -> Result<Vec<(String, Fingerprint)>, PlanError> {
+    let mut files = corpus::discover(inputs)?;
+    for f in &mut files {
+        // Absolute paths, so a plan resumed from another working directory finds the same files.
+        if let Ok(abs) = std::fs::canonicalize(&*f) {
+            *f = abs;
+        }
+    }
+    files.dedup();
+    files
+        .into_iter()
+        .map(|path| {
+            let fp = Fingerprint::of(&path).map_err(|source| PlanError::Fingerprint { path: path.clone(), source })?;
+            Ok((path.display().to_string(), fp))
+        })
+        .collect()
+}
+
+fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<(), PlanError> {
+    match db.setting::<PlanSettings>("plan")? {
+        None => Ok(db.set_setting("plan", &options.settings)?),
+        Some(stored) => {
+            let changes = options.settings.differences(&stored);
+            if changes.is_empty() {
+                Ok(())
+            } else {
+                Err(PlanError::SettingsChanged { run_dir: options.run_dir.clone(), changes })
+            }
+        }
+    }
+}
+
+fn check_corpus(
+    run_dir: &Path,
+    known: &[embedfleet_core::rundb::CorpusFileRow],
+    files: &[(String, Fingerprint)],
+) -> Result<(), PlanError> {
+    let mut changes = Vec::new();
+    for row in known {
+        match files.iter().find(|(p, _)| *p == row.path) {
+            None => changes.push(format!("{}: removed", row.path)),
+            Some((_, fp)) => {
+                if let Some(why) = fp.difference(&row.fingerprint) {
+                    changes.push(format!("{}: {why}", row.path));
+                }
+            }
+        }
+    }
+    for (path, _) in files {
+        if !known.iter().any(|row| row.path == *path) {
+            changes.push(format!("{path}: added"));
+        }
+    }
+    if changes.is_empty() {
+        Ok(())
+    } else {
+        Err(PlanError::CorpusChanged { run_dir: run_dir.into(), changes })
+    }
+}
+
+fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PlanError::Io { path: path.into(), source: e }),
+        _ => Ok(()),
+    }
+}
+
+fn write_quarantine(db: &RunDb, run_dir: &Path) -> Result<(), PlanError> {
+    let path = run_dir.join(QUARANTINE_FILE);
+    let mut out = Vec::new();
+    for entry in db.quarantine_entries()? {
+        serde_json::to_writer(&mut out, &entry).expect("quarantine entries serialise. This is a bug.");
+        out.push(b'\n');
+    }
+    atomic::write(&path, &out).map_err(|source| PlanError::Io { path, source })
+}
+
+fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {
+    let status = db.status()?;
+    report.papers = status.papers_planned;
+    report.batches = status.batches;
+    report.quarantined = status.papers_quarantined;
+    report.corrupt = status.corrupt_files.into_iter().collect();
+    Ok(())
+}
+
+/// Reads `quarantine.jsonl` back (for tests and `status`).
+pub fn read_quarantine(run_dir: &Path) -> std::io::Result<Vec<QuarantineEntry>> {
+    let text = std::fs::read_to_string(run_dir.join(QUARANTINE_FILE))?;
+    text.lines()
+        .map(|l| serde_json::from_str(l).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

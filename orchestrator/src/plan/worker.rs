@@ -1,0 +1,197 @@
+//! The planning workers: each takes the next unplanned corpus file, reads it, writes its batch
+//! files and sends what it wrote to the one thread that owns run.db (this module's `run`).
+
+use super::{PlanError, PlanOptions, BATCH_DIR};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use embedfleet_core::batchfile::BatchWriter;
+use embedfleet_core::corpus::{self, ReadError, ReadOptions, Record};
+use embedfleet_core::paper::count_chars;
+use embedfleet_core::quarantine::QuarantineEntry;
+use embedfleet_core::rundb::{BatchRecord, PlannedPaper, RunDb};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Quarantine entries are sent to the run.db thread in groups of this many.
+const QUARANTINE_CHUNK: usize = 512;
+
+pub(super) struct FileTask {
+    pub id: i64,
+    pub path: PathBuf,
+    pub size: u64,
+}
+
+enum Message {
+    Batch(BatchRecord),
+    Quarantine(i64, Vec<QuarantineEntry>),
+    FileDone { id: i64, summary: corpus::FileSummary },
+    Failed(String),
+}
+
+/// The batch file of a corpus file's `seq`-th job, relative to the run directory.
+pub fn batch_file_name(file_id: i64, seq: u64) -> String {
+    format!("{BATCH_DIR}/f{file_id:06}-{seq:05}.parquet")
+}
+
+/// Removes the batch files of one corpus file (finished or not): they are planned again.
+pub(super) fn remove_file_batches(batch_dir: &Path, file_id: i64) -> std::io::Result<()> {
+    let prefix = format!("f{file_id:06}-");
+    for entry in std::fs::read_dir(batch_dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn run(
+    db: &mut RunDb,
+    tasks: &[FileTask],
+    read_options: &ReadOptions,
+    options: &PlanOptions,
+    bytes_read: Arc<AtomicU64>,
+) -> Result<(), PlanError> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    // Biggest files first, so the last file to finish is a small one.
+    let mut order: Vec<&FileTask> = tasks.iter().collect();
+    order.sort_by_key(|t| std::cmp::Reverse(t.size));
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = crossbeam_channel::bounded(64);
+    let progress = progress_bar(options.progress, tasks.iter().map(|t| t.size).sum());
+    std::thread::scope(|scope| {
+        for _ in 0..options.threads.clamp(1, tasks.len()) {
+            let tx = tx.clone();
+            let (order, next) = (&order, &next);
+            scope.spawn(move || {
+                while let Some(task) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if let Err(message) = plan_file(task, read_options, options, &tx) {
+                        let _ = tx.send(Message::Failed(message));
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        record(db, &rx, &progress, &bytes_read)
+    })?;
+    progress.finish_and_clear();
+    Ok(())
+}
+
+/// Owns run.db while the workers run: records what they send, updates the progress bar.
+fn record(db: &mut RunDb, rx: &Receiver<Message>, progress: &ProgressBar, bytes: &AtomicU64) -> Result<(), PlanError> {
+    let mut failures = Vec::new();
+    loop {
+        progress.set_position(bytes.load(Ordering::Relaxed));
+        let message = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(message) => message,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match message {
+            Message::Batch(batch) => {
+                db.record_batch(&batch)?;
+            }
+            Message::Quarantine(file_id, entries) => db.record_quarantine(file_id, &entries)?,
+            Message::FileDone { id, summary } => {
+                if let Some(corrupt) = &summary.corrupt {
+                    progress.println(format!("warning: corpus file {id} broke off: {corrupt}"));
+                }
+                db.finish_file(id, summary.papers, summary.quarantined, summary.filtered, summary.corrupt.as_deref())?;
+            }
+            Message::Failed(message) => failures.push(message),
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(PlanError::Worker(failures.join("\n")))
+    }
+}
+
+fn progress_bar(enabled: bool, total: u64) -> ProgressBar {
+    if !enabled {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("planning {bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}")
+            .expect("the template is valid. This is a bug."),
+    );
+    bar
+}
+
+/// One job being filled.
+struct OpenBatch {
+    seq: u64,
+    writer: BatchWriter,
+    papers: Vec<PlannedPaper>,
+}
+
+fn plan_file(task: &FileTask, read_options: &ReadOptions, options: &PlanOptions, tx: &Sender<Message>) -> Result<(), String> {
+    let settings = &options.settings;
+    let mut open: Option<OpenBatch> = None;
+    let mut next_seq = 0u64;
+    let mut quarantine = Vec::new();
+    let close = |batch: OpenBatch| -> Result<(), String> {
+        let chars = batch.writer.chars();
+        batch.writer.finish().map_err(|e| e.to_string())?;
+        let record = BatchRecord {
+            file_id: task.id,
+            seq: batch.seq,
+            path: batch_file_name(task.id, batch.seq),
+            n_chars: chars,
+            papers: batch.papers,
+        };
+        tx.send(Message::Batch(record)).map_err(|_| "the run.db thread stopped".to_string())
+    };
+    let summary = corpus::read_file(&task.path, read_options, |record| -> Result<(), String> {
+        match record {
+            Record::Paper { line, paper } => {
+                let n_chars = count_chars(&paper.text);
+                if let Some(batch) = &open {
+                    let full = batch.papers.len() as u64 >= settings.papers_per_job
+                        || settings.max_job_chars.is_some_and(|max| batch.writer.chars() + n_chars > max);
+                    if full {
+                        close(open.take().expect("checked above"))?;
+                    }
+                }
+                let batch = match &mut open {
+                    Some(batch) => batch,
+                    None => {
+                        let path = options.run_dir.join(batch_file_name(task.id, next_seq));
+                        let writer = BatchWriter::create(&path).map_err(|e| e.to_string())?;
+                        next_seq += 1;
+                        open.insert(OpenBatch { seq: next_seq - 1, writer, papers: Vec::new() })
+                    }
+                };
+                batch.writer.push(line, &paper, n_chars).map_err(|e| e.to_string())?;
+                batch.papers.push(PlannedPaper { id: paper.id, line, n_chars });
+            }
+            Record::Quarantined(entry) => {
+                quarantine.push(entry);
+                if quarantine.len() >= QUARANTINE_CHUNK {
+                    let chunk = std::mem::take(&mut quarantine);
+                    tx.send(Message::Quarantine(task.id, chunk)).map_err(|_| "the run.db thread stopped".to_string())?;
+                }
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| match e {
+        ReadError::Corpus(e) => e.to_string(),
+        ReadError::Visit(e) => e,
+    })?;
+    if let Some(batch) = open.take() {
+        close(batch)?;
+    }
+    if !quarantine.is_empty() {
+        tx.send(Message::Quarantine(task.id, quarantine)).map_err(|_| "the run.db thread stopped".to_string())?;
+    }
+    tx.send(Message::FileDone { id: task.id, summary }).map_err(|_| "the run.db thread stopped".to_string())
+}

@@ -1,0 +1,139 @@
+//! The command line, as typed. `commands` turns these into the library crates' option structs;
+//! clap types go no further than this crate.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Turn a corpus of full-text papers into published embeddings on HPC clusters.
+///
+/// A run lives in one run directory: `plan` cuts the corpus into per-node jobs, `status` shows
+/// where the run stands. Every step can be killed and run again; it continues where it stopped.
+#[derive(Debug, Parser)]
+#[command(name = "embedfleet", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// More log output on stderr (-v info, -vv debug); EMBEDFLEET_LOG=<filter> overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The whole pipeline on this machine: plan (if not planned), then status.
+    Run(RunArgs),
+    /// Stream the corpus and cut it into per-node jobs, each with its own batch file.
+    Plan(PlanArgs),
+    /// Show where a run stands: papers planned and quarantined, batches, jobs, shards, uploads.
+    Status(StatusArgs),
+    /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
+    SampleCorpus(SampleCorpusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CorpusArgs {
+    /// Corpus files or directories (searched recursively): .jsonl, .jsonl.gz, .json.gz,
+    /// .jsonl.zst, .parquet. Records need `id` and `text`.
+    #[arg(long, required = true, num_args = 1.., value_name = "PATH")]
+    pub corpus: Vec<PathBuf>,
+    /// The run directory (created if needed); holds run.db, batches/, quarantine.jsonl.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    #[command(flatten)]
+    pub plan: PlanSettingsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanSettingsArgs {
+    /// Papers per per-node job.
+    #[arg(long, default_value_t = 4000, value_name = "N")]
+    pub papers_per_job: u64,
+    /// Characters per per-node job (a paper longer than this gets a job of its own).
+    #[arg(long, value_name = "CHARS")]
+    pub max_job_chars: Option<u64>,
+    /// Only records whose `source` is this, or starts with this and '/' (repeatable):
+    /// `--source s2orc` selects `s2orc/train`.
+    #[arg(long = "source", value_name = "SOURCE")]
+    pub sources: Vec<String>,
+    /// Keep this record field besides id, text, source, created, added, version (repeatable).
+    #[arg(long = "keep-field", value_name = "FIELD")]
+    pub keep_fields: Vec<String>,
+    /// How a job's papers are cut into per-device mini-batches: `tokens` sorts papers by length
+    /// and fills a token budget (no padding waste); `chars` is the study's rule, in corpus order.
+    #[arg(long, value_enum, default_value_t = Batching::Tokens)]
+    pub batching: Batching,
+    /// Token budget of one mini-batch (`--batching tokens`).
+    #[arg(long, default_value_t = 32_768, value_name = "TOKENS")]
+    pub batch_tokens: u64,
+    /// Characters of one mini-batch (`--batching chars`).
+    #[arg(long, default_value_t = 150_000, value_name = "CHARS")]
+    pub batch_chars: u64,
+    /// Papers of one mini-batch (`--batching chars`).
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub batch_max: u32,
+    /// Corpus files planned at once (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Batching {
+    Tokens,
+    Chars,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub corpus: CorpusArgs,
+    #[command(flatten)]
+    pub plan: PlanSettingsArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// Print the stable JSON form (README, "status --json").
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SampleCorpusArgs {
+    /// How many papers.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub papers: u64,
+    /// The output file (`.jsonl.gz` or `.jsonl`); with `--files` > 1, a directory of
+    /// `part-NNNN.jsonl.gz`.
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+    /// Seed of the generator: the same seed gives the same corpus, byte for byte.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Mean length of an ordinary paper, in characters (log-normal; one paper in 500 is
+    /// 160,000-220,000 characters, longer than a 32,768-token context).
+    #[arg(long, default_value_t = 20_000, value_name = "CHARS")]
+    pub mean_chars: u64,
+    /// Spread the papers over this many files.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub files: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
