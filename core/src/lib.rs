@@ -13,6 +13,7 @@ pub mod paper;
 pub mod quarantine;
 pub mod rundb;
 pub mod settings;
+pub mod shardfile;
 
 pub use paper::{BatchId, Paper};
 pub use quarantine::{QuarantineEntry, QuarantineReason};

@@ -21,10 +21,12 @@ pub enum QuarantineReason {
     /// The file ended or broke off mid-record (truncated gzip member, corrupt zstd frame):
     /// the records before this point are kept.
     CorruptFile,
+    /// The embed job could not embed the paper (the detail says why).
+    EmbedFailed,
 }
 
 impl QuarantineReason {
-    pub const ALL: [QuarantineReason; 7] = [
+    pub const ALL: [QuarantineReason; 8] = [
         Self::InvalidJson,
         Self::NonUtf8,
         Self::MissingId,
@@ -32,6 +34,7 @@ impl QuarantineReason {
         Self::EmptyText,
         Self::DuplicateId,
         Self::CorruptFile,
+        Self::EmbedFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,6 +46,7 @@ impl QuarantineReason {
             Self::EmptyText => "empty_text",
             Self::DuplicateId => "duplicate_id",
             Self::CorruptFile => "corrupt_file",
+            Self::EmbedFailed => "embed_failed",
         }
     }
 
@@ -65,4 +69,19 @@ pub struct QuarantineEntry {
     /// For duplicates: `file:line` of the occurrence that was kept.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub first_occurrence: Option<String>,
+}
+
+/// The quarantine list inside a run directory, rewritten whole from run.db (the source of
+/// truth) by every step that adds to it.
+pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
+
+/// Rewrites `quarantine.jsonl` of the run directory from run.db, atomically.
+pub fn write_jsonl(db: &crate::rundb::RunDb) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    let entries = db.quarantine_entries().map_err(std::io::Error::other)?;
+    for entry in entries {
+        serde_json::to_writer(&mut out, &entry).map_err(std::io::Error::other)?;
+        out.push(b'\n');
+    }
+    crate::atomic::write(&db.dir().join(QUARANTINE_FILE), &out)
 }

@@ -4,3 +4,4 @@
 mod util;
 
 mod plan;
+mod readme;

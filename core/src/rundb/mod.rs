@@ -3,10 +3,12 @@
 //! Every step records what it finished here, in small transactions, after the files it wrote
 //! are durable; on a re-run it reads what is done and does only the rest.
 
+mod jobs;
 mod plan;
 mod schema;
 mod status;
 
+pub use jobs::{BatchRow, BatchTimings, ShardRow};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use status::{RunStatus, STATUS_FORMAT_VERSION};
 

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -85,4 +85,31 @@ CREATE TABLE uploads (
     failed_rows INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (shard_id, collection)
 );
+"#;
+
+/// v2: one row per embed-job run of a batch, with the study's timing breakdown.
+const V2: &str = r#"
+CREATE TABLE batch_runs (
+    id                  INTEGER PRIMARY KEY,
+    batch_id            INTEGER NOT NULL REFERENCES batches(id),
+    started_at          TEXT NOT NULL,
+    finished_at         TEXT,
+    devices             TEXT NOT NULL,
+    state               TEXT NOT NULL CHECK (state IN ('running', 'done', 'failed')),
+    error               TEXT,
+    model_load_s        REAL,
+    io_s                REAL,
+    tokenize_s          REAL,
+    inference_s         REAL,
+    total_s             REAL,
+    papers              INTEGER,
+    tokens              INTEGER,
+    padding_tokens      INTEGER,
+    fallback_split      INTEGER,
+    fallback_sequential INTEGER,
+    fallback_chunked    INTEGER,
+    long_chunked        INTEGER,
+    peak_memory_bytes   INTEGER
+);
+CREATE INDEX batch_runs_by_batch ON batch_runs (batch_id);
 "#;

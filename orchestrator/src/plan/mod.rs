@@ -25,8 +25,7 @@ pub use worker::batch_file_name;
 
 /// The directory of batch files inside a run directory.
 pub const BATCH_DIR: &str = "batches";
-/// The quarantine list inside a run directory, rewritten whole at the end of each plan.
-pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
+pub use embedfleet_core::quarantine::QUARANTINE_FILE;
 
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
@@ -203,13 +202,7 @@ fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
 }
 
 fn write_quarantine(db: &RunDb, run_dir: &Path) -> Result<(), PlanError> {
-    let path = run_dir.join(QUARANTINE_FILE);
-    let mut out = Vec::new();
-    for entry in db.quarantine_entries()? {
-        serde_json::to_writer(&mut out, &entry).expect("quarantine entries serialise. This is a bug.");
-        out.push(b'\n');
-    }
-    atomic::write(&path, &out).map_err(|source| PlanError::Io { path, source })
+    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| PlanError::Io { path: run_dir.join(QUARANTINE_FILE), source })
 }
 
 fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {

@@ -1,0 +1,240 @@
+//! Shard files: the embed job's output, one parquet file per sub-shard of a batch.
+//!
+//! Schema (DESIGN.md): `id: utf8`, `embedding: fixed_size_list<float32 | float16>[dim]`,
+//! `n_chars: int32`, `n_tokens: int32`, `n_chunks: int16`, then the corpus metadata kept
+//! (`source`, `created`, `added`, `version`, `extra`). The file's key-value metadata says which
+//! model made the vectors and how (see [`ShardMeta`]). Written through [`crate::atomic`].
+
+use crate::atomic;
+use crate::paper::Paper;
+use arrow_array::builder::{FixedSizeListBuilder, Float16Builder, Float32Builder, Int16Builder, Int32Builder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Rows per write (and row group size).
+const ROWS_PER_GROUP: usize = 512;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum VectorDtype {
+    #[default]
+    F32,
+    F16,
+}
+
+/// How the vectors of a shard were made; stored as parquet key-value metadata (`embedfleet.*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardMeta {
+    pub model: String,
+    /// A hash of the weights, so shards from different weights are never mixed unnoticed.
+    pub model_revision: String,
+    /// The dtype the model ran in (`f32`, `bf16`).
+    pub compute_dtype: String,
+    pub pooling: String,
+    pub normalized: bool,
+    pub dim: usize,
+    pub embedfleet_version: String,
+    /// Timings of the batch so far, JSON (free-form, for the report).
+    pub timings: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("failed to write shard {path}: {source}")]
+pub struct ShardFileError {
+    pub path: PathBuf,
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+/// One embedded paper.
+pub struct ShardRow<'a> {
+    pub paper: &'a Paper,
+    pub vector: &'a [f32],
+    pub n_chars: u32,
+    pub n_tokens: u32,
+    pub n_chunks: u16,
+}
+
+/// What a finished shard holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardInfo {
+    pub rows: u64,
+    pub sha256: String,
+}
+
+pub fn schema(dim: usize, dtype: VectorDtype) -> SchemaRef {
+    let item = match dtype {
+        VectorDtype::F32 => DataType::Float32,
+        VectorDtype::F16 => DataType::Float16,
+    };
+    let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
+    Arc::new(Schema::new(vec![
+        text("id", false),
+        Field::new("embedding", DataType::FixedSizeList(Arc::new(Field::new("item", item, false)), dim as i32), false),
+        Field::new("n_chars", DataType::Int32, false),
+        Field::new("n_tokens", DataType::Int32, false),
+        Field::new("n_chunks", DataType::Int16, false),
+        text("source", true),
+        text("created", true),
+        text("added", true),
+        text("version", true),
+        text("extra", true),
+    ]))
+}
+
+enum Vectors {
+    F32(FixedSizeListBuilder<Float32Builder>),
+    F16(FixedSizeListBuilder<Float16Builder>),
+}
+
+pub struct ShardWriter {
+    path: PathBuf,
+    dim: usize,
+    schema: SchemaRef,
+    writer: ArrowWriter<File>,
+    id: StringBuilder,
+    vectors: Vectors,
+    n_chars: Int32Builder,
+    n_tokens: Int32Builder,
+    n_chunks: Int16Builder,
+    meta: [StringBuilder; 5],
+    pending: usize,
+    rows: u64,
+}
+
+impl ShardWriter {
+    pub fn create(path: &Path, dtype: VectorDtype, meta: &ShardMeta) -> Result<Self, ShardFileError> {
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError { path: path.into(), source: e };
+        let schema = schema(meta.dim, dtype);
+        let kv = |k: &str, v: String| KeyValue::new(format!("embedfleet.{k}"), v);
+        let mut kvs = vec![
+            kv("model", meta.model.clone()),
+            kv("model_revision", meta.model_revision.clone()),
+            kv("compute_dtype", meta.compute_dtype.clone()),
+            kv("pooling", meta.pooling.clone()),
+            kv("normalized", meta.normalized.to_string()),
+            kv("dim", meta.dim.to_string()),
+            kv("version", meta.embedfleet_version.clone()),
+        ];
+        if let Some(t) = &meta.timings {
+            kvs.push(kv("timings", t.clone()));
+        }
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("level 3 is valid. This is a bug.")))
+            .set_max_row_group_size(ROWS_PER_GROUP)
+            .set_key_value_metadata(Some(kvs))
+            .build();
+        let file = File::create(atomic::tmp_path(path)).map_err(|e| err(e.into()))?;
+        let writer = ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(|e| err(e.into()))?;
+        let dim32 = meta.dim as i32;
+        let vectors = match dtype {
+            VectorDtype::F32 => Vectors::F32(FixedSizeListBuilder::new(Float32Builder::new(), dim32)
+                .with_field(Arc::new(Field::new("item", DataType::Float32, false)))),
+            VectorDtype::F16 => Vectors::F16(FixedSizeListBuilder::new(Float16Builder::new(), dim32)
+                .with_field(Arc::new(Field::new("item", DataType::Float16, false)))),
+        };
+        Ok(Self {
+            path: path.into(),
+            dim: meta.dim,
+            schema,
+            writer,
+            id: StringBuilder::new(),
+            vectors,
+            n_chars: Int32Builder::new(),
+            n_tokens: Int32Builder::new(),
+            n_chunks: Int16Builder::new(),
+            meta: Default::default(),
+            pending: 0,
+            rows: 0,
+        })
+    }
+
+    pub fn push(&mut self, row: &ShardRow) -> Result<(), ShardFileError> {
+        if row.vector.len() != self.dim {
+            let msg = format!("vector of {} has {} dimensions, the shard {}", row.paper.id, row.vector.len(), self.dim);
+            return Err(ShardFileError { path: self.path.clone(), source: msg.into() });
+        }
+        self.id.append_value(&row.paper.id);
+        match &mut self.vectors {
+            Vectors::F32(b) => {
+                b.values().append_slice(row.vector);
+                b.append(true);
+            }
+            Vectors::F16(b) => {
+                for &x in row.vector {
+                    b.values().append_value(half::f16::from_f32(x));
+                }
+                b.append(true);
+            }
+        }
+        self.n_chars.append_value(row.n_chars.min(i32::MAX as u32) as i32);
+        self.n_tokens.append_value(row.n_tokens.min(i32::MAX as u32) as i32);
+        self.n_chunks.append_value(row.n_chunks.min(i16::MAX as u16) as i16);
+        let p = row.paper;
+        for (b, v) in self.meta.iter_mut().zip([&p.source, &p.created, &p.added, &p.version, &p.extra]) {
+            b.append_option(v.as_deref());
+        }
+        self.pending += 1;
+        self.rows += 1;
+        if self.pending == ROWS_PER_GROUP {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), ShardFileError> {
+        if self.pending == 0 {
+            return Ok(());
+        }
+        let vectors: ArrayRef = match &mut self.vectors {
+            Vectors::F32(b) => Arc::new(b.finish()),
+            Vectors::F16(b) => Arc::new(b.finish()),
+        };
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(self.id.finish()),
+            vectors,
+            Arc::new(self.n_chars.finish()),
+            Arc::new(self.n_tokens.finish()),
+            Arc::new(self.n_chunks.finish()),
+        ];
+        columns.extend(self.meta.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        self.pending = 0;
+        let batch = RecordBatch::try_new(self.schema.clone(), columns).expect("columns match the schema. This is a bug.");
+        self.writer.write(&batch).map_err(|e| ShardFileError { path: self.path.clone(), source: e.into() })
+    }
+
+    /// Closes the file, makes it visible under its final name and returns its checksum.
+    pub fn finish(mut self) -> Result<ShardInfo, ShardFileError> {
+        self.flush()?;
+        let path = self.path.clone();
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError { path: path.clone(), source: e };
+        self.writer.close().map_err(|e| err(e.into()))?;
+        let sha256 = sha256_of(&atomic::tmp_path(&path)).map_err(|e| err(e.into()))?;
+        atomic::commit(&path).map_err(|e| err(e.into()))?;
+        Ok(ShardInfo { rows: self.rows, sha256 })
+    }
+}
+
+/// The hex SHA-256 of a file.
+pub fn sha256_of(path: &Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,216 @@
+//! `embedfleet embed-job`: one batch (one per-node job) from its batch file to parquet shards.
+//!
+//! The batch's papers (less the rows run.db marks as later duplicates) are cut into parts of
+//! `shard_papers`; each part becomes one shard file, written atomically and then recorded in
+//! run.db. A job killed at any moment loses at most the part it was on: a re-run skips every
+//! part whose shard is recorded and on disk, and writes the same rows for the rest.
+
+use super::pipeline::{self, Encoding};
+use super::{load_models, LoadedModels};
+use embedfleet_core::batchfile;
+use embedfleet_core::rundb::{BatchTimings, RunDb, RunDbError, ShardRow};
+use embedfleet_core::shardfile::{ShardFileError, ShardRow as Row, ShardWriter, VectorDtype};
+use embedfleet_core::{atomic, Paper};
+use embedfleet_models::{DeviceSpec, ModelError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The directory of shard files inside a run directory.
+pub const SHARD_DIR: &str = "shards";
+
+#[derive(Debug, Clone)]
+pub struct EmbedJobOptions {
+    pub run_dir: PathBuf,
+    pub batch: i64,
+    pub model_dir: PathBuf,
+    pub devices: Vec<DeviceSpec>,
+    pub output_dim: Option<usize>,
+    pub vector_dtype: VectorDtype,
+    /// Longest sequence fed to the model, EOS included; longer papers are chunked. `None`: the
+    /// model's context (`max_position_embeddings`).
+    pub max_tokens: Option<usize>,
+    /// Papers per shard file.
+    pub shard_papers: usize,
+    /// Test hook: a memory cap (bytes) on the model's own estimate, to exercise the
+    /// out-of-memory fallback without a GPU.
+    pub memory_limit: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedJobError {
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    #[error("batch {0} is not in this run: `embedfleet status` lists the batches")]
+    NoSuchBatch(i64),
+    #[error("the run is not completely planned: run `embedfleet plan` again first")]
+    NotPlanned,
+    #[error(transparent)]
+    Batch(#[from] batchfile::BatchFileError),
+    #[error(transparent)]
+    Shard(#[from] ShardFileError),
+    #[error("failed to load the model: {0}")]
+    Model(#[from] ModelError),
+    #[error("failed to prepare {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// What a job run came to.
+#[derive(Debug, Clone, Default)]
+pub struct JobReport {
+    pub parts_written: u32,
+    pub parts_skipped: u32,
+    pub papers_embedded: u64,
+    pub papers_failed: u64,
+    pub timings: BatchTimings,
+}
+
+/// The shard file of part `part` of batch `batch`, relative to the run directory.
+pub fn shard_file_name(batch: i64, part: u32) -> String {
+    format!("{SHARD_DIR}/b{batch:06}-{part:04}.parquet")
+}
+
+pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
+    let started = Instant::now();
+    let db = RunDb::open(&options.run_dir)?;
+    let settings = db.plan_settings()?.ok_or(EmbedJobError::NotPlanned)?;
+    if db.setting::<String>("plan_state")?.as_deref() != Some("complete") {
+        return Err(EmbedJobError::NotPlanned);
+    }
+    let batch = db.batch(options.batch)?.ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
+    let mut timings = BatchTimings::default();
+
+    let io_started = Instant::now();
+    let papers = read_papers(&options.run_dir.join(&batch.path), &db.excluded_rows(batch.id)?)?;
+    let parts: Vec<Vec<Paper>> = papers.chunks(options.shard_papers.max(1)).map(<[Paper]>::to_vec).collect();
+    drop(papers);
+    let todo = parts_to_do(&db, options, parts.len() as u32)?;
+    timings.io_s += io_started.elapsed().as_secs_f64();
+    let mut report = JobReport { parts_skipped: parts.len() as u32 - todo.len() as u32, ..JobReport::default() };
+    if todo.is_empty() {
+        db.set_batch_state(batch.id, "done")?;
+        report.timings = timings;
+        return Ok(report);
+    }
+
+    db.set_batch_state(batch.id, "running")?;
+    let devices = options.devices.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>().join(",");
+    let run_id = db.start_batch_run(batch.id, &devices)?;
+    let result = embed_parts(&db, options, &settings.minibatch, parts, &todo, &mut timings, &mut report);
+    timings.total_s = started.elapsed().as_secs_f64();
+    let error = result.as_ref().err().map(ToString::to_string);
+    db.finish_batch_run(run_id, &timings, error.as_deref())?;
+    result?;
+    db.set_batch_state(batch.id, "done")?;
+    report.timings = timings;
+    Ok(report)
+}
+
+fn read_papers(path: &Path, excluded: &[u64]) -> Result<Vec<Paper>, EmbedJobError> {
+    let mut papers = Vec::new();
+    let mut row = 0u64;
+    let mut skip = excluded.iter().peekable();
+    batchfile::read(path, |r| {
+        if skip.peek() == Some(&&row) {
+            skip.next();
+        } else {
+            papers.push(r.paper);
+        }
+        row += 1;
+    })?;
+    Ok(papers)
+}
+
+/// The parts whose shard is missing on disk or in run.db; removes this batch's leftovers.
+fn parts_to_do(db: &RunDb, options: &EmbedJobOptions, parts: u32) -> Result<Vec<u32>, EmbedJobError> {
+    let dir = options.run_dir.join(SHARD_DIR);
+    std::fs::create_dir_all(&dir).map_err(|source| EmbedJobError::Io { path: dir.clone(), source })?;
+    let prefix = format!("b{:06}-", options.batch);
+    for entry in std::fs::read_dir(&dir).map_err(|source| EmbedJobError::Io { path: dir.clone(), source })? {
+        let entry = entry.map_err(|source| EmbedJobError::Io { path: dir.clone(), source })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && name.ends_with(atomic::TMP_SUFFIX) {
+            std::fs::remove_file(entry.path()).map_err(|source| EmbedJobError::Io { path: entry.path(), source })?;
+        }
+    }
+    let recorded = db.shards_of(options.batch)?;
+    Ok((0..parts)
+        .filter(|&part| {
+            !recorded.iter().any(|s| s.part == part && options.run_dir.join(&s.path).is_file())
+        })
+        .collect())
+}
+
+fn embed_parts(
+    db: &RunDb,
+    options: &EmbedJobOptions,
+    rule: &embedfleet_core::settings::MiniBatchRule,
+    mut parts: Vec<Vec<Paper>>,
+    todo: &[u32],
+    timings: &mut BatchTimings,
+    report: &mut JobReport,
+) -> Result<(), EmbedJobError> {
+    let LoadedModels { models, tokenizer, meta, load_time } =
+        load_models(&options.model_dir, &options.devices, options.output_dim, options.memory_limit)?;
+    timings.model_load_s = load_time.as_secs_f64();
+    let max_len = options.max_tokens.unwrap_or(usize::MAX).min(models[0].max_position_embeddings());
+    let encoding = Encoding {
+        tokenizer: &tokenizer,
+        max_len,
+        rule: rule.clone(),
+        query_instruction: None,
+        tokenize_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+    };
+    let work: Vec<(u32, Vec<Paper>)> = todo.iter().map(|&p| (p, std::mem::take(&mut parts[p as usize]))).collect();
+    let order: Vec<u32> = work.iter().map(|(p, _)| *p).collect();
+    let mut next = order.iter();
+    let mut inference = Duration::ZERO;
+    let mut tokenize = Duration::ZERO;
+    pipeline::embed_parts(&models, work.into_iter().map(|(_, papers)| papers), &encoding, |papers, outcome| {
+        let part = *next.next().expect("one outcome per part. This is a bug.");
+        inference += outcome.inference;
+        tokenize += outcome.tokenize;
+        timings.tokens += outcome.tokens;
+        timings.padding_tokens += outcome.padding_tokens;
+        timings.fallback_split += outcome.fallbacks.split;
+        timings.fallback_sequential += outcome.fallbacks.sequential;
+        timings.fallback_chunked += outcome.fallbacks.chunked;
+        timings.long_chunked += outcome.long_chunked;
+        let write_started = Instant::now();
+        let path = shard_file_name(options.batch, part);
+        let mut writer = ShardWriter::create(&options.run_dir.join(&path), options.vector_dtype, &meta)?;
+        let mut failed = Vec::new();
+        for (paper, result) in papers.iter().zip(&outcome.results) {
+            match result {
+                Ok(e) => writer.push(&Row {
+                    paper,
+                    vector: &e.vector,
+                    n_chars: embedfleet_core::paper::count_chars(&paper.text) as u32,
+                    n_tokens: e.n_tokens,
+                    n_chunks: e.n_chunks,
+                })?,
+                Err(why) => failed.push((paper.id.clone(), why.clone())),
+            }
+        }
+        let info = writer.finish()?;
+        record_failures(db, options.batch, &failed)?;
+        db.record_shard(&ShardRow { batch_id: options.batch, part, path, rows: info.rows, sha256: info.sha256 })?;
+        timings.io_s += write_started.elapsed().as_secs_f64();
+        timings.papers += info.rows;
+        report.parts_written += 1;
+        report.papers_embedded += info.rows;
+        report.papers_failed += failed.len() as u64;
+        Ok::<(), EmbedJobError>(())
+    })?;
+    timings.inference_s = inference.as_secs_f64();
+    timings.tokenize_s = tokenize.as_secs_f64();
+    Ok(())
+}
+
+/// Papers that could not be embedded go to the quarantine, with the reason.
+fn record_failures(db: &RunDb, batch: i64, failed: &[(String, String)]) -> Result<(), EmbedJobError> {
+    if failed.is_empty() {
+        return Ok(());
+    }
+    db.record_embed_failures(batch, failed)?;
+    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| EmbedJobError::Io { path: db.dir().into(), source })
+}
