@@ -1,0 +1,119 @@
+//! Device strings: `cpu`, `cuda` (GPU 0), `cuda:N`, and lists `cuda:0,1` for several workers.
+
+use std::fmt;
+use std::str::FromStr;
+
+use candle_core::Device;
+
+use crate::error::{ModelError, ModelResult};
+
+/// One compute device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl DeviceSpec {
+    /// Opens the device; CUDA without the `cuda` feature is an error that says so.
+    pub fn open(&self) -> ModelResult<Device> {
+        match self {
+            DeviceSpec::Cpu => Ok(Device::Cpu),
+            DeviceSpec::Cuda(n) => {
+                if !cfg!(feature = "cuda") {
+                    return Err(ModelError::InvalidDevice {
+                        spec: self.to_string(),
+                        reason: "this build has no CUDA support; rebuild with `--features cuda`".into(),
+                    });
+                }
+                Device::new_cuda(*n).map_err(|e| ModelError::InvalidDevice {
+                    spec: self.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cpu => write!(f, "cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl FromStr for DeviceSpec {
+    type Err = ModelError;
+
+    /// Parses `cpu`, `cuda` or `cuda:N`.
+    fn from_str(s: &str) -> ModelResult<DeviceSpec> {
+        match parse_devices(s)?.as_slice() {
+            [one] => Ok(*one),
+            _ => Err(invalid(s, "expected one device; use `cuda:N`")),
+        }
+    }
+}
+
+fn invalid(spec: &str, reason: &str) -> ModelError {
+    ModelError::InvalidDevice {
+        spec: spec.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Parses `cpu`, `cuda`, `cuda:N` or `cuda:N,M,...` into one spec per device.
+pub fn parse_devices(spec: &str) -> ModelResult<Vec<DeviceSpec>> {
+    let s = spec.trim().to_ascii_lowercase();
+    match s.as_str() {
+        "cpu" => return Ok(vec![DeviceSpec::Cpu]),
+        "cuda" | "gpu" => return Ok(vec![DeviceSpec::Cuda(0)]),
+        _ => {}
+    }
+    let Some(list) = s.strip_prefix("cuda:") else {
+        return Err(invalid(spec, "expected `cpu`, `cuda`, `cuda:N` or `cuda:N,M`"));
+    };
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        let n: usize = part
+            .trim()
+            .parse()
+            .map_err(|_| invalid(spec, "GPU ordinals are non-negative integers, as in `cuda:0,1`"))?;
+        let d = DeviceSpec::Cuda(n);
+        if out.contains(&d) {
+            return Err(invalid(spec, "a GPU is listed twice"));
+        }
+        out.push(d);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_device_strings() {
+        assert_eq!("cpu".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu);
+        assert_eq!("CUDA".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
+        assert_eq!("cuda:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(3));
+        assert_eq!(
+            parse_devices("cuda:0, 1").unwrap(),
+            vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]
+        );
+        for bad in ["tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0,0"] {
+            assert!(parse_devices(bad).is_err(), "{bad}");
+        }
+        assert!("cuda:0,1".parse::<DeviceSpec>().is_err());
+        assert_eq!(DeviceSpec::Cuda(2).to_string(), "cuda:2");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_feature_is_a_clear_error() {
+        let err = DeviceSpec::Cuda(0).open().unwrap_err().to_string();
+        assert!(err.contains("--features cuda"), "{err}");
+    }
+}

@@ -1,0 +1,199 @@
+//! [`Qwen3Embedder`]: a loaded model directory behind the [`Embedder`] trait.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use candle_core::{DType, Device};
+
+use crate::attention::SeqSpan;
+use crate::config::Config;
+use crate::device::DeviceSpec;
+use crate::error::{ModelError, ModelResult};
+use crate::memory::{estimate_memory, MemoryEstimate};
+use crate::qwen3::Qwen3Model;
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use crate::{Embedder, TokenBatch};
+
+/// Default attention tile (query and key tokens per tile).
+pub const DEFAULT_ATTENTION_TILE: usize = 512;
+
+/// How to load a model directory. `Default` is CPU, f32, full dimension, no memory cap.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub device: DeviceSpec,
+    /// Compute dtype; `None` picks f32 on CPU and bf16 on CUDA.
+    pub dtype: Option<DType>,
+    /// Matryoshka output dimension: keep the first `dim` components, then renormalise.
+    pub output_dim: Option<usize>,
+    /// Query/key tokens per attention tile; bounds the attention workspace.
+    pub attention_tile: usize,
+    /// When set, `embed` fails with `OutOfMemory` if a batch's estimate exceeds it (bytes).
+    pub memory_limit: Option<u64>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            device: DeviceSpec::Cpu,
+            dtype: None,
+            output_dim: None,
+            attention_tile: DEFAULT_ATTENTION_TILE,
+            memory_limit: None,
+        }
+    }
+}
+
+/// A Qwen3-Embedding model loaded from a Hugging Face directory.
+pub struct Qwen3Embedder {
+    model: Qwen3Model,
+    dir: PathBuf,
+    output_dim: usize,
+    tile: usize,
+    dtype: DType,
+    /// `u64::MAX` means no cap; atomic so the cap can change through `&self`.
+    memory_limit: AtomicU64,
+}
+
+impl std::fmt::Debug for Qwen3Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qwen3Embedder")
+            .field("dir", &self.dir)
+            .field("dtype", &self.dtype)
+            .field("output_dim", &self.output_dim)
+            .finish()
+    }
+}
+
+impl Qwen3Embedder {
+    /// Loads `config.json` and the weights of `dir` (memory-mapped) onto the chosen device.
+    pub fn load(dir: &Path, opts: &LoadOptions) -> ModelResult<Qwen3Embedder> {
+        let cfg = Config::from_file(&dir.join("config.json"))?;
+        let device = opts.device.open()?;
+        let dtype = opts.dtype.unwrap_or(match device {
+            Device::Cpu => DType::F32,
+            _ => DType::BF16,
+        });
+        if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+            return Err(ModelError::InvalidDevice {
+                spec: opts.device.to_string(),
+                reason: format!("dtype {dtype:?} is not supported; use f32, bf16 or f16"),
+            });
+        }
+        let weights = Weights::open(dir, dtype, &device)?;
+        let model = Qwen3Model::new(&cfg, &weights)?;
+        Self::from_model(model, dir, opts)
+    }
+
+    /// Wraps an already built model (benchmarks build one from random tensors).
+    pub fn from_model(model: Qwen3Model, dir: &Path, opts: &LoadOptions) -> ModelResult<Qwen3Embedder> {
+        let hidden = model.config().hidden_size;
+        let output_dim = opts.output_dim.unwrap_or(hidden);
+        if output_dim == 0 || output_dim > hidden {
+            return Err(ModelError::InvalidDim { dim: output_dim, hidden });
+        }
+        let dtype = model.dtype();
+        Ok(Qwen3Embedder {
+            model,
+            dir: dir.to_path_buf(),
+            output_dim,
+            tile: opts.attention_tile.max(1),
+            dtype,
+            memory_limit: AtomicU64::new(opts.memory_limit.unwrap_or(u64::MAX)),
+        })
+    }
+
+    /// Loads `tokenizer.json` from the same directory.
+    pub fn tokenizer(&self) -> ModelResult<Tokenizer> {
+        Tokenizer::from_file(&self.dir.join("tokenizer.json"))
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Config {
+        self.model.config()
+    }
+
+    /// Compute dtype of weights and activations.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Memory estimate of embedding sequences of these lengths in one call.
+    pub fn memory_estimate(&self, seq_lens: &[usize]) -> MemoryEstimate {
+        estimate_memory(self.config(), self.dtype.size_in_bytes() as u64, seq_lens, self.tile)
+    }
+
+    fn check_memory(&self, spans: &[SeqSpan]) -> ModelResult<()> {
+        let limit = self.memory_limit.load(Ordering::Relaxed);
+        if limit == u64::MAX {
+            return Ok(());
+        }
+        let lens: Vec<usize> = spans.iter().map(|s| s.len).collect();
+        let needed = self.memory_estimate(&lens).total();
+        if needed > limit {
+            return Err(ModelError::OutOfMemory {
+                needed: Some(needed),
+                limit: Some(limit),
+                detail: format!(
+                    "{} sequences, {} tokens need about {needed} bytes, over the {limit}-byte cap",
+                    lens.len(),
+                    lens.iter().sum::<usize>()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs the model on a validated batch; rows are L2-normalised f32 of `output_dim`.
+    fn forward(&self, batch: &TokenBatch, spans: Vec<SeqSpan>) -> ModelResult<Vec<Vec<f32>>> {
+        let prepared = self.model.prepare(&batch.ids, spans.clone(), self.tile)?;
+        let hidden = self.model.layers(&prepared)?;
+        drop(prepared);
+        let pooled = self.model.pool(&hidden, &spans)?;
+        let rows = pooled.to_vec2::<f32>()?;
+        Ok(rows.into_iter().map(|r| matryoshka(&r, self.output_dim)).collect())
+    }
+}
+
+impl Embedder for Qwen3Embedder {
+    fn embed(&self, batch: &TokenBatch) -> ModelResult<Vec<Vec<f32>>> {
+        let spans = batch.spans(self.config().vocab_size, self.max_position_embeddings())?;
+        if spans.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_memory(&spans)?;
+        self.forward(batch, spans)
+    }
+
+    fn max_position_embeddings(&self) -> usize {
+        self.config().max_position_embeddings
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.config().hidden_size
+    }
+
+    fn output_dim(&self) -> usize {
+        self.output_dim
+    }
+
+    fn estimate_memory(&self, seq_lens: &[usize]) -> u64 {
+        self.memory_estimate(seq_lens).total()
+    }
+
+    fn set_memory_limit(&self, limit: Option<u64>) {
+        self.memory_limit
+            .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
+/// Keeps the first `dim` components of `v` and L2-normalises them (accumulated in f64).
+/// A zero vector stays zero.
+pub fn matryoshka(v: &[f32], dim: usize) -> Vec<f32> {
+    let v = &v[..dim.min(v.len())];
+    let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    if norm == 0.0 {
+        return v.to_vec();
+    }
+    v.iter().map(|&x| (x as f64 / norm) as f32).collect()
+}

@@ -1,0 +1,42 @@
+//! Shared helpers: a tiny model written once per test binary into a temp dir.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use embedfleet_models::{write_tiny_model, LoadOptions, Qwen3Embedder};
+
+/// The seed the committed golden vectors were made with.
+pub const GOLDEN_SEED: u64 = 0;
+
+/// Directory holding the tiny model for `GOLDEN_SEED` (written once, kept for the process).
+pub fn tiny_dir() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("create temp dir");
+        write_tiny_model(dir.path(), GOLDEN_SEED).expect("write tiny model");
+        dir
+    })
+    .path()
+}
+
+pub fn load(opts: &LoadOptions) -> Qwen3Embedder {
+    Qwen3Embedder::load(tiny_dir(), opts).expect("load tiny model")
+}
+
+pub fn golden_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/tiny_seed0.json")
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
