@@ -20,7 +20,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// The whole pipeline on this machine: plan (if not planned), then status.
+    /// The whole pipeline on this machine: plan (if not planned), embed every batch as local
+    /// jobs, then show the status. Run it again after a kill: it continues.
     Run(RunArgs),
     /// Stream the corpus and cut it into per-node jobs, each with its own batch file.
     Plan(PlanArgs),
@@ -28,6 +29,95 @@ pub enum Command {
     Status(StatusArgs),
     /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
     SampleCorpus(SampleCorpusArgs),
+    /// Embed one planned batch on this node: parquet shards in <run-dir>/shards, timings in run.db.
+    EmbedJob(EmbedJobArgs),
+    /// Embed files of records (or text lines) straight to one parquet file.
+    Embed(EmbedArgs),
+    /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
+    MakeTinyModel(MakeTinyModelArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// A Qwen3-Embedding model directory (config.json, model.safetensors or shards,
+    /// tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B.
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: PathBuf,
+    /// Output dimension (Matryoshka): the first N components, renormalised.
+    #[arg(long, value_name = "N")]
+    pub dim: Option<usize>,
+    /// Element type of the stored vectors.
+    #[arg(long, value_enum, default_value_t = VectorDtypeArg::F32)]
+    pub vector_dtype: VectorDtypeArg,
+    /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
+    /// combined (default: the model's context).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VectorDtypeArg {
+    F32,
+    F16,
+}
+
+#[derive(Debug, Args)]
+pub struct EmbedJobArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// The batch to embed (`status` lists them; batch ids start at 1).
+    #[arg(long, value_name = "ID")]
+    pub batch: i64,
+    /// Devices, one worker each: `cuda:0,1,2,3`, `cuda`, `cpu`, or `cpu:N` (N CPU workers).
+    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    pub devices: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Papers per shard file: a killed job loses at most one shard of work.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    pub shard_papers: usize,
+    /// Fail mini-batches whose estimated memory exceeds this many bytes, as an out-of-memory
+    /// on a GPU would (exercises the fallback without a GPU).
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub memory_limit: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Input files: any corpus format, or plain text lines with --lines.
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
+    pub input: Vec<PathBuf>,
+    /// The parquet file to write (shard schema).
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Devices: `cpu`, `cpu:N`, `cuda`, `cuda:0,1`.
+    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    pub device: String,
+    /// Inputs are plain text, one text per line (id = file:line).
+    #[arg(long)]
+    pub lines: bool,
+    /// Embed as queries: `Instruct: {instruction}\nQuery:{text}`.
+    #[arg(long)]
+    pub query: bool,
+    /// The query instruction (with --query).
+    #[arg(long, value_name = "TEXT")]
+    pub instruction: Option<String>,
+    /// Token budget of one forward pass.
+    #[arg(long, default_value_t = 16_384, value_name = "TOKENS")]
+    pub batch_tokens: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct MakeTinyModelArgs {
+    /// The directory to write config.json, model.safetensors and tokenizer.json to.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +184,22 @@ pub struct RunArgs {
     pub corpus: CorpusArgs,
     #[command(flatten)]
     pub plan: PlanSettingsArgs,
+    /// The model directory; without it a tiny random Qwen3 is written to <run-dir>/tiny-model
+    /// and used, so the pipeline runs with no download (its vectors mean nothing).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Embed jobs at once (local child processes).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub local_jobs: usize,
+    /// Devices of each job: `cpu`, `cpu:N`, `cuda:0,1,2,3`.
+    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    pub devices: String,
+    /// Output dimension (Matryoshka).
+    #[arg(long, value_name = "N")]
+    pub dim: Option<usize>,
+    /// Papers per shard file.
+    #[arg(long, default_value_t = 500, value_name = "N")]
+    pub shard_papers: usize,
 }
 
 #[derive(Debug, Args)]

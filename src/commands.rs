@@ -1,11 +1,18 @@
 //! One function per subcommand: convert the typed flags into library options, call the
 //! library, print the outcome.
 
-use crate::cli::{Batching, Cli, Command, PlanSettingsArgs, SampleCorpusArgs, StatusArgs};
+use crate::cli::{
+    RunArgs, Batching, Cli, Command, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, PlanSettingsArgs, SampleCorpusArgs, StatusArgs,
+    VectorDtypeArg,
+};
+use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_jobs::embed::job::{self, EmbedJobOptions};
+use embedfleet_jobs::embed_files::{self, EmbedFilesOptions};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
+use embedfleet_orchestrator::local_run::{self, LocalRunOptions};
 use embedfleet_orchestrator::plan::{self, PlanError, PlanOptions, PlanReport};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::io::IsTerminal;
@@ -17,13 +24,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             let report = plan_run(args.corpus.corpus, args.corpus.run_dir.clone(), &args.plan)?;
             Ok(report_code(&report))
         }
-        Command::Run(args) => {
-            let report = plan_run(args.corpus.corpus, args.corpus.run_dir.clone(), &args.plan)?;
-            print!("{}", embedfleet_orchestrator::status::render(&RunDb::open(&args.corpus.run_dir)?.status()?));
-            Ok(report_code(&report))
-        }
+        Command::Run(args) => run_all(&args),
         Command::Status(args) => status(&args),
         Command::SampleCorpus(args) => sample_corpus(&args),
+        Command::EmbedJob(args) => embed_job(&args),
+        Command::Embed(args) => embed(&args),
+        Command::MakeTinyModel(args) => make_tiny_model(&args),
     }
 }
 
@@ -101,4 +107,125 @@ fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {
     let files = sample::write(&args.out, &options).with_context(|| format!("failed to write {}", args.out.display()))?;
     eprintln!("wrote {} papers to {} file(s) under {}", args.papers, files.len(), args.out.display());
     Ok(exit::SUCCESS)
+}
+
+fn vector_dtype(arg: VectorDtypeArg) -> VectorDtype {
+    match arg {
+        VectorDtypeArg::F32 => VectorDtype::F32,
+        VectorDtypeArg::F16 => VectorDtype::F16,
+    }
+}
+
+fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
+    let options = EmbedJobOptions {
+        run_dir: args.run_dir.clone(),
+        batch: args.batch,
+        model_dir: args.model.model_dir.clone(),
+        devices: embedfleet_jobs::embed::parse_devices(&args.devices)?,
+        output_dim: args.model.dim,
+        vector_dtype: vector_dtype(args.model.vector_dtype),
+        max_tokens: args.model.max_tokens,
+        shard_papers: args.shard_papers,
+        memory_limit: args.memory_limit,
+    };
+    let report = job::run(&options)?;
+    let t = &report.timings;
+    eprintln!(
+        "batch {}: {} papers embedded in {} new shards ({} already done), {} failed; model load {:.1} s, I/O {:.1} s, \
+         tokenize {:.1} s, inference {:.1} s; fallbacks: {} split, {} sequential, {} chunked; {} long papers chunked",
+        args.batch,
+        report.papers_embedded,
+        report.parts_written,
+        report.parts_skipped,
+        report.papers_failed,
+        t.model_load_s,
+        t.io_s,
+        t.tokenize_s,
+        t.inference_s,
+        t.fallback_split,
+        t.fallback_sequential,
+        t.fallback_chunked,
+        t.long_chunked
+    );
+    Ok(if report.papers_failed > 0 { exit::PARTIAL } else { exit::SUCCESS })
+}
+
+fn embed(args: &EmbedArgs) -> Result<i32> {
+    let instruction = args.query.then(|| args.instruction.clone().unwrap_or_else(|| embed_files::DEFAULT_INSTRUCTION.into()));
+    let options = EmbedFilesOptions {
+        model_dir: args.model.model_dir.clone(),
+        inputs: args.input.clone(),
+        output: args.output.clone(),
+        devices: embedfleet_jobs::embed::parse_devices(&args.device)?,
+        output_dim: args.model.dim,
+        vector_dtype: vector_dtype(args.model.vector_dtype),
+        lines: args.lines,
+        query_instruction: instruction,
+        max_tokens: args.model.max_tokens,
+        batch_tokens: args.batch_tokens,
+    };
+    let report = embed_files::run(&options)?;
+    for why in &report.skipped {
+        eprintln!("skipped {why}");
+    }
+    eprintln!("embedded {} texts into {}", report.embedded, args.output.display());
+    Ok(if report.skipped.is_empty() { exit::SUCCESS } else { exit::PARTIAL })
+}
+
+fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
+    let files = embedfleet_models::write_tiny_model(&args.out, args.seed)?;
+    eprintln!("wrote a tiny random Qwen3 ({} files) to {}", files.len(), args.out.display());
+    Ok(exit::SUCCESS)
+}
+
+fn run_all(args: &RunArgs) -> Result<i32> {
+    let run_dir = &args.corpus.run_dir;
+    let plan_report = plan_run(args.corpus.corpus.clone(), run_dir.clone(), &args.plan)?;
+    let model_dir = match &args.model_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = run_dir.join("tiny-model");
+            if !dir.join("model.safetensors").is_file() {
+                embedfleet_models::write_tiny_model(&dir, 0)?;
+                eprintln!("no --model-dir: using a tiny random Qwen3 written to {}", dir.display());
+            }
+            dir
+        }
+    };
+    let mut job_args = vec![
+        "--model-dir".to_string(),
+        model_dir.display().to_string(),
+        "--devices".into(),
+        args.devices.clone(),
+        "--shard-papers".into(),
+        args.shard_papers.to_string(),
+    ];
+    if let Some(dim) = args.dim {
+        job_args.extend(["--dim".to_string(), dim.to_string()]);
+    }
+    let options = LocalRunOptions {
+        run_dir: run_dir.clone(),
+        exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
+        jobs: args.local_jobs,
+        job_args,
+        progress: std::io::stderr().is_terminal(),
+        max_attempts: 2,
+    };
+    let report = local_run::run(&options)?;
+    for (batch, why) in &report.failed {
+        eprintln!("batch {batch} failed: {why}");
+    }
+    let status = RunDb::open(run_dir)?.status()?;
+    print!("{}", embedfleet_orchestrator::status::render(&status));
+    eprintln!(
+        "embedded {} papers into {} shards in {:.1} s ({} batches run now)",
+        status.rows_in_shards,
+        status.shards,
+        report.elapsed.as_secs_f64(),
+        report.batches_done
+    );
+    if !report.failed.is_empty() {
+        return Ok(exit::PARTIAL);
+    }
+    Ok(report_code(&plan_report))
 }

@@ -21,7 +21,10 @@ pub fn commit(path: &Path) -> io::Result<()> {
     let tmp = tmp_path(path);
     File::open(&tmp)?.sync_all()?;
     fs::rename(&tmp, path)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => sync_dir(dir),
+        _ => sync_dir(Path::new(".")),
+    }
 }
 
 /// Writes `bytes` to `path` atomically.

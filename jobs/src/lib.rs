@@ -1,1 +1,8 @@
-//! placeholder
+//! The work done inside one job: embedding a batch (`embed-job`), embedding files (`embed`),
+//! and — later — uploading shards and reporting on a run.
+//!
+//! Like TEI's core, this crate drives the model through `embedfleet_models::Embedder` and knows
+//! nothing of schedulers; the orchestrator starts jobs as processes of the `embedfleet` binary.
+
+pub mod embed;
+pub mod embed_files;

@@ -3,5 +3,7 @@
 
 mod util;
 
+mod embed;
 mod plan;
 mod readme;
+mod run;

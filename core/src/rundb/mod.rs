@@ -161,6 +161,22 @@ mod tests {
     }
 
     #[test]
+    fn migrates_a_version_1_run_directory_keeping_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute_batch(schema::MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute("INSERT INTO settings (key, value) VALUES ('plan_state', '\"complete\"')", []).unwrap();
+        }
+        let db = RunDb::open(dir.path()).unwrap();
+        assert_eq!(db.schema_version().unwrap(), schema::MIGRATIONS.len() as i64);
+        assert_eq!(db.setting::<String>("plan_state").unwrap().as_deref(), Some("complete"));
+        let runs: i64 = db.conn().query_row("SELECT count(*) FROM batch_runs", [], |r| r.get(0)).unwrap();
+        assert_eq!(runs, 0, "the v2 table exists");
+    }
+
+    #[test]
     fn refuses_a_newer_schema_and_a_missing_run() {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(RunDb::open(dir.path()), Err(RunDbError::NotARun(_))));

@@ -11,6 +11,19 @@ use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, Qwen3Embe
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// Parses a device list: what `embedfleet_models::parse_devices` takes (`cpu`, `cuda`,
+/// `cuda:0,1`), plus `cpu:N` for N CPU workers — the multi-device path without a GPU.
+pub fn parse_devices(spec: &str) -> Result<Vec<DeviceSpec>, ModelError> {
+    if let Some(n) = spec.trim().strip_prefix("cpu:") {
+        let n: usize = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| ModelError::InvalidDevice {
+            spec: spec.into(),
+            reason: "`cpu:N` takes a positive number of workers".into(),
+        })?;
+        return Ok(vec![DeviceSpec::Cpu; n]);
+    }
+    embedfleet_models::parse_devices(spec)
+}
+
 /// Models loaded once per device, and the tokenizer they share.
 pub struct LoadedModels {
     pub models: Vec<Box<dyn Embedder>>,

@@ -1,0 +1,184 @@
+//! `run` end to end, and the embed job killed, capped and chunked.
+
+use crate::util::TestDir;
+use arrow_array::{Array, FixedSizeListArray, Float32Array, Int16Array, StringArray};
+use embedfleet_core::rundb::RunDb;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// id -> (vector, n_chunks) of every shard recorded in run.db; panics on a duplicate id.
+fn shard_rows(run_dir: &Path) -> BTreeMap<String, (Vec<f32>, i16)> {
+    let db = RunDb::open(run_dir).unwrap();
+    let mut rows = BTreeMap::new();
+    for shard in db.all_shards().unwrap() {
+        let file = std::fs::File::open(run_dir.join(&shard.path)).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+        let mut n = 0;
+        for batch in reader {
+            let batch = batch.unwrap();
+            let ids = batch.column_by_name("id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
+            let emb = batch.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
+            let chunks = batch.column_by_name("n_chunks").unwrap().as_any().downcast_ref::<Int16Array>().unwrap().clone();
+            for i in 0..batch.num_rows() {
+                let v = emb.value(i);
+                let v = v.as_any().downcast_ref::<Float32Array>().unwrap().values().to_vec();
+                let old = rows.insert(ids.value(i).to_owned(), (v, chunks.value(i)));
+                assert!(old.is_none(), "duplicate id {}", ids.value(i));
+                n += 1;
+            }
+        }
+        assert_eq!(n, shard.rows, "{} rows as recorded", shard.path);
+    }
+    rows
+}
+
+/// The ids planned for embedding (batch rows less duplicates), from the batch files.
+fn planned_ids(run_dir: &Path) -> Vec<String> {
+    let db = RunDb::open(run_dir).unwrap();
+    let mut stmt = db.conn().prepare("SELECT id FROM papers WHERE duplicate_of IS NULL ORDER BY id").unwrap();
+    let ids = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    ids
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>()
+}
+
+#[test]
+fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
+    let t = TestDir::new();
+    t.sample("corpus.jsonl.gz", 240, 1);
+    let args = [
+        "run", "--corpus", "corpus.jsonl.gz", "--run-dir", "run", "--papers-per-job", "80", "--local-jobs", "2",
+        "--devices", "cpu:2", "--shard-papers", "30",
+    ];
+    t.run(&args, 0);
+    let status = t.status("run");
+    assert_eq!(status["papers_planned"], 240);
+    assert_eq!(status["rows_in_shards"], 240);
+    assert_eq!(status["batches_by_state"]["done"], 3);
+    let rows = shard_rows(&t.join("run"));
+    let mut ids: Vec<String> = rows.keys().cloned().collect();
+    ids.sort();
+    assert_eq!(ids, planned_ids(&t.join("run")));
+    for (id, (v, _)) in &rows {
+        let norm = cosine(v, v).sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{id}: norm {norm}");
+    }
+    // Running again does nothing new.
+    t.run(&args, 0);
+    assert_eq!(t.status("run")["shards"], status["shards"]);
+    pyarrow_check(&t.join("run/shards"), 240);
+}
+
+/// Reads the shards with pyarrow, as a user would. Required in CI (EMBEDFLEET_REQUIRE_PYARROW=1).
+fn pyarrow_check(dir: &Path, rows: usize) {
+    let script = r#"
+import sys, glob, pyarrow.parquet as pq, pyarrow as pa, numpy as np
+t = pa.concat_tables([pq.read_table(f) for f in sorted(glob.glob(sys.argv[1] + "/*.parquet"))])
+assert t.num_rows == int(sys.argv[2]), t.num_rows
+assert t.schema.field("id").type == pa.string()
+assert pa.types.is_fixed_size_list(t.schema.field("embedding").type)
+assert t.schema.field("n_chunks").type == pa.int16()
+v = np.stack(t.column("embedding").to_numpy(zero_copy_only=False))
+assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
+assert len(set(t.column("id").to_pylist())) == t.num_rows
+print("pyarrow ok", t.num_rows)
+"#;
+    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(dir).arg(rows.to_string()).output();
+    match out {
+        Ok(out) if out.status.success() => {}
+        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("No module named") && std::env::var_os("EMBEDFLEET_REQUIRE_PYARROW").is_none() => {
+            eprintln!("skipping the pyarrow check: pyarrow is not installed (.ci/run installs it)");
+        }
+        Ok(out) => panic!("pyarrow check failed:\n{}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) if std::env::var_os("EMBEDFLEET_REQUIRE_PYARROW").is_none() => eprintln!("skipping the pyarrow check: {e}"),
+        Err(e) => panic!("python3: {e}"),
+    }
+}
+
+fn plan_and_model(t: &TestDir, papers: u64, per_job: &str) {
+    t.sample("c.jsonl.gz", papers, 1);
+    t.run(&["plan", "--corpus", "c.jsonl.gz", "--run-dir", "run", "--papers-per-job", per_job], 0);
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+}
+
+#[test]
+fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
+    let t = TestDir::new();
+    plan_and_model(&t, 200, "200");
+    let job = ["embed-job", "--run-dir", "run", "--batch", "1", "--model-dir", "model", "--shard-papers", "20", "--devices", "cpu:2"];
+    for delay_ms in [20u64, 150, 400, 800, 1500] {
+        let mut child = t.cmd(&job).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    t.run(&job, 0);
+    let rows = shard_rows(&t.join("run"));
+    let mut ids: Vec<String> = rows.keys().cloned().collect();
+    ids.sort();
+    assert_eq!(ids, planned_ids(&t.join("run")));
+    let leftovers: Vec<_> = std::fs::read_dir(t.join("run/shards"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.ends_with(".parquet"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let status = t.status("run");
+    assert_eq!(status["shards"], 10);
+    assert_eq!(status["rows_in_shards"], 200);
+    assert_eq!(status["batches_by_state"]["done"], 1);
+}
+
+#[test]
+fn out_of_memory_fallback_gives_the_same_vectors() {
+    let t = TestDir::new();
+    plan_and_model(&t, 60, "60");
+    let base = ["embed-job", "--run-dir", "run", "--batch", "1", "--model-dir", "model", "--shard-papers", "60"];
+    t.run(&base, 0);
+    let free = shard_rows(&t.join("run"));
+    std::fs::remove_dir_all(t.join("run/shards")).unwrap();
+    RunDb::open(&t.join("run")).unwrap().conn().execute("DELETE FROM shards", []).unwrap();
+    // A cap that the longest paper alone just fits under: every mini-batch holding it with
+    // others must split, and no paper needs chunking.
+    let cap = cap_for_longest_paper(&t);
+    t.run(&[&base[..], &["--memory-limit", &cap.to_string()]].concat(), 0);
+    let capped = shard_rows(&t.join("run"));
+    assert_eq!(free.len(), capped.len());
+    for (id, (v, _)) in &free {
+        let c = cosine(v, &capped[id].0);
+        assert!(c >= 0.99999, "{id}: cosine {c}");
+    }
+    let runs = RunDb::open(&t.join("run")).unwrap().finished_runs().unwrap();
+    let last = &runs.last().unwrap().1;
+    assert!(last.fallback_split > 0, "{last:?}");
+    assert_eq!(runs[0].1.fallback_split, 0);
+}
+
+fn cap_for_longest_paper(t: &TestDir) -> u64 {
+    use embedfleet_models::{Embedder, LoadOptions, Qwen3Embedder};
+    let model = Qwen3Embedder::load(&t.join("model"), &LoadOptions::default()).unwrap();
+    let tokenizer = model.tokenizer().unwrap();
+    let db = RunDb::open(&t.join("run")).unwrap();
+    let batch = db.batch(1).unwrap().unwrap();
+    let mut longest = 0;
+    embedfleet_core::batchfile::read(&t.join("run").join(batch.path), |row| {
+        longest = longest.max(tokenizer.encode_document(&row.paper.text).unwrap().len());
+    })
+    .unwrap();
+    model.estimate_memory(&[longest])
+}
+
+#[test]
+fn papers_longer_than_max_tokens_are_chunked_not_cut() {
+    let t = TestDir::new();
+    plan_and_model(&t, 30, "30");
+    t.run(&["embed-job", "--run-dir", "run", "--batch", "1", "--model-dir", "model", "--max-tokens", "64"], 0);
+    let rows = shard_rows(&t.join("run"));
+    assert_eq!(rows.len(), 30);
+    assert!(rows.values().all(|(_, n)| *n > 1), "every sample paper is longer than 64 tokens");
+    let runs = RunDb::open(&t.join("run")).unwrap().finished_runs().unwrap();
+    assert_eq!(runs[0].1.long_chunked, 30);
+}
