@@ -11,12 +11,17 @@ use embedfleet_orchestrator::scheduler::{
 };
 
 fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/scheduler").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scheduler")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 fn failed(code: Option<i32>, reason: &str) -> JobState {
-    JobState::Failed { exit_code: code, reason: reason.to_string() }
+    JobState::Failed {
+        exit_code: code,
+        reason: reason.to_string(),
+    }
 }
 
 // ---------------------------------------------------------------- Slurm
@@ -26,14 +31,26 @@ fn squeue_captured_from_slurm_22_05() {
     let rows = parse_squeue(&fixture("squeue.txt")).unwrap();
     let got: Vec<(&str, JobState, &str, &str)> = rows
         .iter()
-        .map(|r| (r.id.as_str(), r.job_state(), r.partition.as_str(), r.name.as_str()))
+        .map(|r| {
+            (
+                r.id.as_str(),
+                r.job_state(),
+                r.partition.as_str(),
+                r.name.as_str(),
+            )
+        })
         .collect();
     assert_eq!(
         got,
         vec![
             ("15", JobState::Cancelled, "debug", "embed-b000010"),
             ("13", JobState::Running, "debug", "embed-b000008"),
-            ("14", failed(None, "FAILED: NonZeroExitCode"), "gpu", "embed-b000009"),
+            (
+                "14",
+                failed(None, "FAILED: NonZeroExitCode"),
+                "gpu",
+                "embed-b000009"
+            ),
             ("12", JobState::Pending, "gpu", "embed-b000007"),
         ]
     );
@@ -48,7 +65,10 @@ fn squeue_rejects_other_formats() {
 #[test]
 fn sacct_captured_from_slurm_22_05() {
     let rows = parse_sacct(&fixture("sacct.txt")).unwrap();
-    let got: Vec<(&str, JobState)> = rows.iter().map(|r| (r.id.as_str(), r.job_state())).collect();
+    let got: Vec<(&str, JobState)> = rows
+        .iter()
+        .map(|r| (r.id.as_str(), r.job_state()))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -66,7 +86,11 @@ fn sacct_other_final_states() {
     // Lines in sacct's -P format for states the test cluster cannot produce on demand.
     let text = "20|TIMEOUT|0:15|None\n21|OUT_OF_MEMORY|0:125|None\n22|NODE_FAIL|0:0|None\n\
                 23|PREEMPTED|0:15|None\n24|FAILED|0:9|None\n25|BOOT_FAIL|0:0|None\n26|DEADLINE|0:0|None\n";
-    let states: Vec<JobState> = parse_sacct(text).unwrap().iter().map(|r| r.job_state()).collect();
+    let states: Vec<JobState> = parse_sacct(text)
+        .unwrap()
+        .iter()
+        .map(|r| r.job_state())
+        .collect();
     assert_eq!(
         states,
         vec![
@@ -104,10 +128,16 @@ fn scontrol_values_with_spaces_stay_whole() {
 
 #[test]
 fn slurm_state_names() {
-    assert_eq!(slurm_state("CANCELLED by 1000", None, ""), JobState::Cancelled);
+    assert_eq!(
+        slurm_state("CANCELLED by 1000", None, ""),
+        JobState::Cancelled
+    );
     assert_eq!(slurm_state("COMPLETING", None, ""), JobState::Running);
     assert_eq!(slurm_state("REQUEUED", None, ""), JobState::Pending);
-    assert!(matches!(slurm_state("WEIRD", None, ""), JobState::Failed { .. }));
+    assert!(matches!(
+        slurm_state("WEIRD", None, ""),
+        JobState::Failed { .. }
+    ));
 }
 
 // ---------------------------------------------------------------- PBS
@@ -118,10 +148,15 @@ fn pbspro_json_as_on_polaris() {
     assert_eq!(jobs.len(), 10);
     let by_id = |n: u32| {
         let id = format!("{n}.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov");
-        jobs.iter().find(|j| j.id == id).unwrap_or_else(|| panic!("no job {id}"))
+        jobs.iter()
+            .find(|j| j.id == id)
+            .unwrap_or_else(|| panic!("no job {id}"))
     };
     let state = |n: u32| pbs_state(by_id(n), false, None);
-    assert_eq!(by_id(2871001).get("Resource_List.select"), Some("1:system=polaris"));
+    assert_eq!(
+        by_id(2871001).get("Resource_List.select"),
+        Some("1:system=polaris")
+    );
     assert_eq!(by_id(2871001).get("Job_Name"), Some("embed-b000001"));
     assert_eq!(by_id(2871001).get("queue"), Some("small"));
     assert_eq!(state(2871001), JobState::Running);
@@ -140,7 +175,10 @@ fn pbspro_json_as_on_polaris() {
 
 #[test]
 fn pbspro_json_without_jobs_and_invalid_json() {
-    assert_eq!(parse_qstat_json(r#"{"timestamp":1,"pbs_version":"2022.1.3"}"#).unwrap(), vec![]);
+    assert_eq!(
+        parse_qstat_json(r#"{"timestamp":1,"pbs_version":"2022.1.3"}"#).unwrap(),
+        vec![]
+    );
     assert!(parse_qstat_json("{\"Jobs\":{\"1.s\":{\"comment\":\"bad \\q\"}}}").is_err());
 }
 
@@ -166,11 +204,17 @@ fn pbspro_text_with_continuation_lines() {
     );
     // A continuation line that itself contains " = " stays part of Variable_List.
     let vars = jobs[0].get("Variable_List").unwrap();
-    assert!(vars.ends_with("PBS_O_QUEUE = prod,PBS_O_WORKDIR=/lus/eagle/projects/EmbedProj/run"), "{vars}");
+    assert!(
+        vars.ends_with("PBS_O_QUEUE = prod,PBS_O_WORKDIR=/lus/eagle/projects/EmbedProj/run"),
+        "{vars}"
+    );
     assert_eq!(jobs[0].get("run_count"), Some("1"));
     assert_eq!(jobs[0].exit_status(), Some(0));
     let states: Vec<JobState> = jobs.iter().map(|j| pbs_state(j, false, None)).collect();
-    assert_eq!(states, vec![JobState::Completed, JobState::Timeout, JobState::Pending]);
+    assert_eq!(
+        states,
+        vec![JobState::Completed, JobState::Timeout, JobState::Pending]
+    );
 }
 
 #[test]
@@ -184,9 +228,18 @@ fn torque_text_from_slurm_wlm_torque() {
     assert_eq!(pbs_state(&jobs[1], false, None), JobState::Pending);
     // `C` without an exit status: the marker decides; without one it is a failure, never a
     // silent success.
-    assert_eq!(pbs_state(&jobs[2], false, Some(JobState::Completed)), JobState::Completed);
+    assert_eq!(
+        pbs_state(&jobs[2], false, Some(JobState::Completed)),
+        JobState::Completed
+    );
     assert_eq!(pbs_state(&jobs[2], true, None), JobState::Cancelled);
-    assert!(matches!(pbs_state(&jobs[2], false, None), JobState::Failed { exit_code: None, .. }));
+    assert!(matches!(
+        pbs_state(&jobs[2], false, None),
+        JobState::Failed {
+            exit_code: None,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -245,7 +298,10 @@ fn pbs_builtin_template_polaris_style() {
         account: Some("EmbedProj".into()),
         walltime: Some("01:00:00".into()),
         select_extra: Some("system=polaris".into()),
-        extra_directives: vec!["#PBS -l filesystems=home:eagle".into(), "#PBS -l place=scatter".into()],
+        extra_directives: vec![
+            "#PBS -l filesystems=home:eagle".into(),
+            "#PBS -l place=scatter".into(),
+        ],
         ..ScriptConfig::default()
     };
     let s = render_job_script(Backend::Pbs, &cfg, &job(vec![42])).unwrap();
@@ -269,11 +325,17 @@ fn multi_node_jobs_launch_one_embed_job_per_node() {
     let cfg = ScriptConfig::default();
     let s = render_job_script(Backend::Slurm, &cfg, &job(vec![7, 8, 9])).unwrap();
     assert!(s.contains("#SBATCH --nodes=3\n"), "{s}");
-    assert!(s.contains("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 bash -c "), "{s}");
+    assert!(
+        s.contains("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 bash -c "),
+        "{s}"
+    );
     assert!(s.contains("${b[${SLURM_PROCID:-0}]}"), "{s}");
     assert!(s.contains(" _ 7 8 9\n"), "{s}");
     let p = render_job_script(Backend::Pbs, &cfg, &job(vec![7, 8])).unwrap();
-    assert!(p.contains("#PBS -l select=2\n") && p.contains("mpiexec -n 2 --ppn 1 bash -c "), "{p}");
+    assert!(
+        p.contains("#PBS -l select=2\n") && p.contains("mpiexec -n 2 --ppn 1 bash -c "),
+        "{p}"
+    );
 }
 
 #[test]
@@ -283,9 +345,17 @@ fn multi_node_line_picks_the_batch_of_its_rank() {
     let srun = dir.path().join("srun");
     std::fs::write(&srun, "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nfor r in 0 1 2; do SLURM_PROCID=$r \"$@\"; done\n").unwrap();
     let fake = dir.path().join("fake-embedfleet");
-    std::fs::write(&fake, "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n").unwrap();
+    std::fs::write(
+        &fake,
+        "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n",
+    )
+    .unwrap();
     for p in [&srun, &fake] {
-        std::process::Command::new("chmod").arg("+x").arg(p).status().unwrap();
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(p)
+            .status()
+            .unwrap();
     }
     let cfg = ScriptConfig {
         embedfleet: Some(fake.display().to_string()),
@@ -296,7 +366,11 @@ fn multi_node_line_picks_the_batch_of_its_rank() {
     j.run_dir = dir.path().to_path_buf();
     j.marker = Some(dir.path().join("marker"));
     let script = render_job_script(Backend::Slurm, &cfg, &j).unwrap();
-    let status = std::process::Command::new("bash").arg("-c").arg(&script).status().unwrap();
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .status()
+        .unwrap();
     assert!(status.success());
     let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
     let run_dir = dir.path().display();
@@ -304,7 +378,10 @@ fn multi_node_line_picks_the_batch_of_its_rank() {
         calls,
         format!("embed-job --run-dir {run_dir} --batch 7\nembed-job --run-dir {run_dir} --batch 8\nembed-job --run-dir {run_dir} --batch 9\n")
     );
-    assert_eq!(std::fs::read_to_string(dir.path().join("marker")).unwrap(), "0\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("marker")).unwrap(),
+        "0\n"
+    );
 }
 
 #[test]
@@ -320,7 +397,10 @@ fn user_template_with_unknown_placeholder_is_a_clear_error() {
     assert_eq!((name.as_str(), *line), ("qos", 3));
     assert!(known.iter().any(|k| k == "queue") && known.iter().any(|k| k == "batch"));
     let msg = err.to_string();
-    assert!(msg.contains("{qos}") && msg.contains("queue") && msg.contains("run_dir"), "{msg}");
+    assert!(
+        msg.contains("{qos}") && msg.contains("queue") && msg.contains("run_dir"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -335,7 +415,10 @@ fn user_template_overrides_builtin() {
 
 #[test]
 fn values_that_would_break_the_script_are_rejected() {
-    let cfg = ScriptConfig { account: Some("a\n#SBATCH --x".into()), ..ScriptConfig::default() };
+    let cfg = ScriptConfig {
+        account: Some("a\n#SBATCH --x".into()),
+        ..ScriptConfig::default()
+    };
     assert!(matches!(
         render_job_script(Backend::Slurm, &cfg, &job(vec![1])),
         Err(TemplateError::BadValue { .. })
@@ -348,7 +431,12 @@ fn values_that_would_break_the_script_are_rejected() {
 
 #[test]
 fn builtin_templates_only_use_known_placeholders() {
-    let vars = embedfleet_orchestrator::scheduler::script_vars(Backend::Pbs, &ScriptConfig::default(), &job(vec![1])).unwrap();
+    let vars = embedfleet_orchestrator::scheduler::script_vars(
+        Backend::Pbs,
+        &ScriptConfig::default(),
+        &job(vec![1]),
+    )
+    .unwrap();
     for t in [
         embedfleet_orchestrator::scheduler::SLURM_TEMPLATE,
         embedfleet_orchestrator::scheduler::PBS_TEMPLATE,
@@ -391,14 +479,23 @@ OMP_NUM_THREADS = "8"
     assert_eq!(cfg.backend, Backend::Pbs);
     assert_eq!(cfg.command.timeout_secs, 30.0);
     assert_eq!(cfg.command.retries, 5);
-    assert_eq!(cfg.command.backoff_max_secs, 30.0, "unset fields keep defaults");
+    assert_eq!(
+        cfg.command.backoff_max_secs, 30.0,
+        "unset fields keep defaults"
+    );
     assert_eq!(cfg.pbs.flavor, PbsFlavor::Torque);
     assert_eq!(cfg.pbs.qsub.path, Some("/opt/pbs/bin/qsub".into()));
-    assert_eq!(cfg.pbs.qsub.extra_args, vec!["-l", "filesystems=home:eagle"]);
+    assert_eq!(
+        cfg.pbs.qsub.extra_args,
+        vec!["-l", "filesystems=home:eagle"]
+    );
     assert_eq!(cfg.slurm.use_sacct, SacctMode::Never);
     assert_eq!(cfg.script.nodes, 1);
     assert_eq!(cfg.script.env["OMP_NUM_THREADS"], "8");
-    assert_eq!(cfg.script.template.as_deref(), Some("#!/bin/bash\n{command}\n"));
+    assert_eq!(
+        cfg.script.template.as_deref(),
+        Some("#!/bin/bash\n{command}\n")
+    );
     assert_eq!(cfg.build().backend(), Backend::Pbs);
     let empty: SchedulerConfig = toml::from_str("").unwrap();
     assert_eq!(empty, SchedulerConfig::default());

@@ -4,7 +4,7 @@
 //! Without a reachable Slurm these tests print why and pass, unless
 //! `EMBEDFLEET_REQUIRE_SLURM=1` (CI) makes them fail.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,10 @@ fn slurm_up(test: &str) -> bool {
         return true;
     }
     let why = match ping {
-        Ok(o) => format!("`scontrol ping` said: {}", String::from_utf8_lossy(&o.stdout).trim()),
+        Ok(o) => format!(
+            "`scontrol ping` said: {}",
+            String::from_utf8_lossy(&o.stdout).trim()
+        ),
         Err(e) => format!("cannot run scontrol: {e}"),
     };
     if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
@@ -33,7 +36,12 @@ fn slurm_up(test: &str) -> bool {
 }
 
 fn policy() -> CommandConfig {
-    CommandConfig { timeout_secs: 30.0, retries: 2, backoff_initial_secs: 0.2, backoff_max_secs: 1.0 }
+    CommandConfig {
+        timeout_secs: 30.0,
+        retries: 2,
+        backoff_initial_secs: 0.2,
+        backoff_max_secs: 1.0,
+    }
 }
 
 fn slurm() -> SlurmScheduler {
@@ -41,7 +49,13 @@ fn slurm() -> SlurmScheduler {
 }
 
 fn torque() -> PbsScheduler {
-    PbsScheduler::new(PbsConfig { flavor: PbsFlavor::Torque, ..PbsConfig::default() }, policy())
+    PbsScheduler::new(
+        PbsConfig {
+            flavor: PbsFlavor::Torque,
+            ..PbsConfig::default()
+        },
+        policy(),
+    )
 }
 
 /// A run directory with a fake `embedfleet` whose `embed-job` sleeps, records its batch, and
@@ -53,7 +67,10 @@ struct Run {
 impl Run {
     fn new() -> Self {
         // Under /tmp: slurmd runs the job as root on this host, so any local path works.
-        let dir = tempfile::Builder::new().prefix("embedfleet-sched-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("embedfleet-sched-")
+            .tempdir()
+            .unwrap();
         let fake = dir.path().join("embedfleet");
         std::fs::write(
             &fake,
@@ -92,7 +109,9 @@ impl Run {
         let text = render_job_script(backend, &cfg, &sj).unwrap();
         let script = self.path().join(format!("{name}.sh"));
         std::fs::write(&script, text).unwrap();
-        JobSubmission::new(name, queue, JobScript::Path(script)).workdir(self.path()).marker(marker)
+        JobSubmission::new(name, queue, JobScript::Path(script))
+            .workdir(self.path())
+            .marker(marker)
     }
 
     fn set(&self, what: &str, batch: u64, value: &str) {
@@ -100,21 +119,31 @@ impl Run {
     }
 }
 
-/// Polls until terminal; returns every distinct state seen, in order. The bound only turns a
-/// broken backend into a failure instead of a hang.
-fn follow(s: &dyn Scheduler, h: &JobHandle) -> Vec<JobState> {
+/// Polls all `handles` together until each is terminal; returns, per job, every distinct
+/// state seen, in order. The bound only turns a broken backend into a failure, not a hang.
+fn follow_all(s: &dyn Scheduler, handles: &[JobHandle]) -> Vec<Vec<JobState>> {
     let give_up = Instant::now() + Duration::from_secs(120);
-    let mut seen: Vec<JobState> = Vec::new();
+    let mut seen: Vec<Vec<JobState>> = vec![Vec::new(); handles.len()];
     loop {
-        let st = s.poll(std::slice::from_ref(h)).unwrap()[&h.id].clone();
-        if seen.last() != Some(&st) {
-            seen.push(st.clone());
+        let states = s.poll(handles).unwrap();
+        for (h, seen) in handles.iter().zip(seen.iter_mut()) {
+            let st = states[&h.id].clone();
+            if seen.last() != Some(&st) {
+                seen.push(st);
+            }
         }
-        if st.is_terminal() || Instant::now() > give_up {
+        let done = seen
+            .iter()
+            .all(|v| v.last().is_some_and(JobState::is_terminal));
+        if done || Instant::now() > give_up {
             return seen;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+fn follow(s: &dyn Scheduler, h: &JobHandle) -> Vec<JobState> {
+    follow_all(s, std::slice::from_ref(h)).remove(0)
 }
 
 fn wait_running(s: &dyn Scheduler, h: &JobHandle) {
@@ -144,19 +173,48 @@ fn slurm_job_runs_and_completes_in_each_partition() {
         .collect();
     let listed = s.list_jobs().unwrap();
     for (j, h) in &jobs {
-        let mine = listed.iter().find(|l| l.id == h.id).unwrap_or_else(|| panic!("{} not in {listed:?}", h.id));
-        assert_eq!((mine.name.as_str(), mine.queue.as_str()), (j.name.as_str(), j.queue.as_str()));
+        let mine = listed
+            .iter()
+            .find(|l| l.id == h.id)
+            .unwrap_or_else(|| panic!("{} not in {listed:?}", h.id));
+        assert_eq!(
+            (mine.name.as_str(), mine.queue.as_str()),
+            (j.name.as_str(), j.queue.as_str())
+        );
         assert!(mine.state.is_active());
     }
-    for (j, h) in &jobs {
-        let seen = follow(&s, h);
+    let handles: Vec<JobHandle> = jobs.iter().map(|(_, h)| h.clone()).collect();
+    for ((j, _), seen) in jobs.iter().zip(follow_all(&s, &handles)) {
         assert!(seen.contains(&JobState::Running), "{}: {seen:?}", j.queue);
-        assert_eq!(seen.last(), Some(&JobState::Completed), "{}: {seen:?}", j.queue);
-        assert!(seen[..seen.len() - 1].iter().all(JobState::is_active), "{seen:?}");
+        assert_eq!(
+            seen.last(),
+            Some(&JobState::Completed),
+            "{}: {seen:?}",
+            j.queue
+        );
+        assert!(
+            seen[..seen.len() - 1].iter().all(JobState::is_active),
+            "{seen:?}"
+        );
     }
-    assert_eq!(std::fs::read_to_string(run.path().join("done-1")).unwrap(), "0\n");
-    assert!(std::fs::read_to_string(run.path().join("did-2")).unwrap().starts_with("batch 2 on "));
-    let part = Command::new("squeue").args(["-h", "--states=all", "-o", "%P", "-j", jobs[1].1.id.as_str()]).output().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(run.path().join("done-1")).unwrap(),
+        "0\n"
+    );
+    assert!(std::fs::read_to_string(run.path().join("did-2"))
+        .unwrap()
+        .starts_with("batch 2 on "));
+    let part = Command::new("squeue")
+        .args([
+            "-h",
+            "--states=all",
+            "-o",
+            "%P",
+            "-j",
+            jobs[1].1.id.as_str(),
+        ])
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&part.stdout).trim(), "gpu");
 }
 
@@ -171,12 +229,27 @@ fn slurm_failed_job_reports_its_exit_code_with_and_without_sacct() {
     let s = slurm();
     let j = run.job(Backend::Slurm, "gpu", 3);
     let h = j.handle(s.submit(&j).unwrap());
-    let expected = JobState::Failed { exit_code: Some(3), reason: "exit code 3".into() };
+    let expected = JobState::Failed {
+        exit_code: Some(3),
+        reason: "exit code 3".into(),
+    };
     assert_eq!(follow(&s, &h).last(), Some(&expected));
     // Without sacct the exit code comes from scontrol while Slurm remembers the job.
-    let no_sacct = SlurmScheduler::new(SlurmConfig { use_sacct: SacctMode::Never, ..SlurmConfig::default() }, policy());
-    assert_eq!(no_sacct.poll(std::slice::from_ref(&h)).unwrap()[&h.id], expected);
-    assert_eq!(std::fs::read_to_string(run.path().join("done-3")).unwrap(), "3\n");
+    let no_sacct = SlurmScheduler::new(
+        SlurmConfig {
+            use_sacct: SacctMode::Never,
+            ..SlurmConfig::default()
+        },
+        policy(),
+    );
+    assert_eq!(
+        no_sacct.poll(std::slice::from_ref(&h)).unwrap()[&h.id],
+        expected
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.path().join("done-3")).unwrap(),
+        "3\n"
+    );
 }
 
 #[test]
@@ -196,11 +269,17 @@ fn slurm_cancel_and_scancel_behind_our_back_are_cancelled() {
         wait_running(&s, h);
     }
     s.cancel(&handles[0].id).unwrap();
-    let out = Command::new("scancel").arg(handles[1].id.as_str()).output().unwrap();
+    let out = Command::new("scancel")
+        .arg(handles[1].id.as_str())
+        .output()
+        .unwrap();
     assert!(out.status.success());
     for h in &handles {
         assert_eq!(follow(&s, h).last(), Some(&JobState::Cancelled));
-        assert!(!run.path().join(format!("done-{}", if h == &handles[0] { 4 } else { 5 })).exists());
+        assert!(!run
+            .path()
+            .join(format!("done-{}", if h == &handles[0] { 4 } else { 5 }))
+            .exists());
     }
     // Cancelling a job that already ended is fine.
     s.cancel(&handles[0].id).unwrap();
@@ -213,16 +292,26 @@ fn slurm_unknown_partition_and_forgotten_jobs() {
     }
     let run = Run::new();
     let s = slurm();
-    let err = s.submit(&run.job(Backend::Slurm, "nosuchqueue", 6)).unwrap_err();
+    let err = s
+        .submit(&run.job(Backend::Slurm, "nosuchqueue", 6))
+        .unwrap_err();
     assert!(matches!(err, SchedulerError::InvalidJob { .. }), "{err}");
     assert!(err.to_string().contains("nosuchqueue"), "{err}");
     // An id no Slurm component knows: Unknown without a marker, the marker's state with one.
     let marker = run.path().join("old-marker");
     std::fs::write(&marker, "0\n").unwrap();
-    let ghost = JobHandle::new(embedfleet_orchestrator::scheduler::SchedulerJobId::new("99999999"));
-    assert_eq!(s.poll(std::slice::from_ref(&ghost)).unwrap()[&ghost.id], JobState::Unknown);
+    let ghost = JobHandle::new(embedfleet_orchestrator::scheduler::SchedulerJobId::new(
+        "99999999",
+    ));
+    assert_eq!(
+        s.poll(std::slice::from_ref(&ghost)).unwrap()[&ghost.id],
+        JobState::Unknown
+    );
     let ghost = ghost.with_marker(&marker);
-    assert_eq!(s.poll(std::slice::from_ref(&ghost)).unwrap()[&ghost.id], JobState::Completed);
+    assert_eq!(
+        s.poll(std::slice::from_ref(&ghost)).unwrap()[&ghost.id],
+        JobState::Completed
+    );
 }
 
 #[test]
@@ -246,21 +335,37 @@ fn pbs_through_slurm_wlm_torque() {
     let ok = run.job(Backend::Pbs, "gpu", 7);
     let bad = run.job(Backend::Pbs, "debug", 8);
     let long = run.job(Backend::Pbs, "gpu", 9);
-    let hs: Vec<JobHandle> = [&ok, &bad, &long].iter().map(|j| j.handle(p.submit(j).unwrap())).collect();
+    let hs: Vec<JobHandle> = [&ok, &bad, &long]
+        .iter()
+        .map(|j| j.handle(p.submit(j).unwrap()))
+        .collect();
     let listed = p.list_jobs().unwrap();
-    assert!(listed.iter().any(|l| l.id == hs[0].id && l.name == ok.name && l.queue == "gpu"), "{listed:?}");
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.id == hs[0].id && l.name == ok.name && l.queue == "gpu"),
+        "{listed:?}"
+    );
     let seen = follow(&p, &hs[0]);
     assert!(seen.contains(&JobState::Running), "{seen:?}");
     assert_eq!(seen.last(), Some(&JobState::Completed));
     assert_eq!(
         follow(&p, &hs[1]).last(),
-        Some(&JobState::Failed { exit_code: Some(5), reason: "exit code 5".into() })
+        Some(&JobState::Failed {
+            exit_code: Some(5),
+            reason: "exit code 5".into()
+        })
     );
     wait_running(&p, &hs[2]);
     p.cancel(&hs[2].id).unwrap();
     assert_eq!(follow(&p, &hs[2]).last(), Some(&JobState::Cancelled));
     // The PBS directives reached Slurm: job name and queue.
-    let out = Command::new("squeue").args(["-h", "--states=all", "-o", "%j|%P", "-j", hs[0].id.as_str()]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("{}|gpu", ok.name));
-    let _ = PathBuf::new();
+    let out = Command::new("squeue")
+        .args(["-h", "--states=all", "-o", "%j|%P", "-j", hs[0].id.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{}|gpu", ok.name)
+    );
 }

@@ -125,28 +125,29 @@ impl CommandRunner {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (err, permanent) = match run_once(&path, &all_args, &call, self.policy.timeout(), &line)? {
-                Outcome::Done(out) if (call.accept)(&out) => return Ok(out),
-                Outcome::Done(out) => {
-                    let permanent = (call.permanent)(&out);
-                    let err = SchedulerError::CommandFailed {
-                        command: line.clone(),
-                        status: describe_status(out.status),
-                        attempts: attempt,
-                        stderr_tail: tail(&out.stderr, 2000),
-                    };
-                    (err, permanent)
-                }
-                Outcome::TimedOut { stderr } => {
-                    let err = SchedulerError::CommandTimedOut {
-                        command: line.clone(),
-                        timeout: self.policy.timeout(),
-                        attempts: attempt,
-                        stderr_tail: tail(&stderr, 2000),
-                    };
-                    (err, call.retry == RetryOn::FailureNotTimeout)
-                }
-            };
+            let (err, permanent) =
+                match run_once(&path, &all_args, &call, self.policy.timeout(), &line)? {
+                    Outcome::Done(out) if (call.accept)(&out) => return Ok(out),
+                    Outcome::Done(out) => {
+                        let permanent = (call.permanent)(&out);
+                        let err = SchedulerError::CommandFailed {
+                            command: line.clone(),
+                            status: describe_status(out.status),
+                            attempts: attempt,
+                            stderr_tail: tail(&out.stderr, 2000),
+                        };
+                        (err, permanent)
+                    }
+                    Outcome::TimedOut { stderr } => {
+                        let err = SchedulerError::CommandTimedOut {
+                            command: line.clone(),
+                            timeout: self.policy.timeout(),
+                            attempts: attempt,
+                            stderr_tail: tail(&stderr, 2000),
+                        };
+                        (err, call.retry == RetryOn::FailureNotTimeout)
+                    }
+                };
             if attempt >= attempts || permanent {
                 return Err(err);
             }
@@ -222,7 +223,7 @@ enum Outcome {
 
 /// One attempt: spawn in a new process group, drain both pipes, wait with a deadline.
 fn run_once(
-    path: &PathBuf,
+    path: &Path,
     args: &[OsString],
     call: &Call<'_>,
     timeout: Duration,
@@ -278,7 +279,11 @@ fn run_once(
 }
 
 /// Polls the child until it exits or the deadline passes (`None`).
-fn wait_until(child: &mut Child, deadline: Instant, line: &str) -> SchedulerResult<Option<ExitStatus>> {
+fn wait_until(
+    child: &mut Child,
+    deadline: Instant,
+    line: &str,
+) -> SchedulerResult<Option<ExitStatus>> {
     let mut nap = Duration::from_millis(1);
     loop {
         match child.try_wait() {
@@ -331,7 +336,10 @@ impl Drain {
                     if n == 0 {
                         break;
                     }
-                    shared.lock().expect("pipe buffer lock poisoned. This is a bug.").extend_from_slice(&chunk[..n]);
+                    shared
+                        .lock()
+                        .expect("pipe buffer lock poisoned. This is a bug.")
+                        .extend_from_slice(&chunk[..n]);
                 }
                 let _ = tx.send(());
             });
@@ -345,7 +353,10 @@ impl Drain {
     /// open forever), then returns what was read.
     fn finish(self) -> String {
         let _ = self.done.recv_timeout(Duration::from_secs(2));
-        let bytes = self.buf.lock().expect("pipe buffer lock poisoned. This is a bug.");
+        let bytes = self
+            .buf
+            .lock()
+            .expect("pipe buffer lock poisoned. This is a bug.");
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }
@@ -360,7 +371,7 @@ pub(crate) fn describe_status(status: ExitStatus) -> String {
 }
 
 /// The command line as a user could paste it into a shell.
-fn command_line(path: &PathBuf, args: &[OsString]) -> String {
+fn command_line(path: &Path, args: &[OsString]) -> String {
     let mut parts = vec![shell_quote(&path.to_string_lossy())];
     parts.extend(args.iter().map(|a| shell_quote(&a.to_string_lossy())));
     parts.join(" ")
@@ -413,10 +424,9 @@ mod tests {
 
     #[test]
     fn captures_stdout_and_stderr_of_large_outputs() {
-        let (p, a) = sh("head -c 300000 /dev/zero | tr '\\0' x; head -c 200000 /dev/zero | tr '\\0' y >&2");
-        let out = quick()
-            .run(&p, "sh", Call::new(a))
-            .unwrap();
+        let (p, a) =
+            sh("head -c 300000 /dev/zero | tr '\\0' x; head -c 200000 /dev/zero | tr '\\0' y >&2");
+        let out = quick().run(&p, "sh", Call::new(a)).unwrap();
         assert_eq!(out.stdout.len(), 300000);
         assert_eq!(out.stderr.len(), 200000);
     }
@@ -424,9 +434,7 @@ mod tests {
     #[test]
     fn feeds_stdin() {
         let (p, a) = sh("cat");
-        let out = quick()
-            .run(&p, "sh", Call::new(a).stdin(b"hello"))
-            .unwrap();
+        let out = quick().run(&p, "sh", Call::new(a).stdin(b"hello")).unwrap();
         assert_eq!(out.stdout, "hello");
     }
 
@@ -434,14 +442,21 @@ mod tests {
     fn failure_is_retried_then_reported_with_stderr() {
         let dir = tempfile::tempdir().unwrap();
         let count = dir.path().join("count");
-        let script = format!("echo x >> {}; echo 'boom happened' >&2; exit 4", count.display());
+        let script = format!(
+            "echo x >> {}; echo 'boom happened' >&2; exit 4",
+            count.display()
+        );
         let (p, a) = sh(&script);
-        let err = quick()
-            .run(&p, "sh", Call::new(a))
-            .unwrap_err();
+        let err = quick().run(&p, "sh", Call::new(a)).unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, SchedulerError::CommandFailed { attempts: 3, .. }), "{msg}");
-        assert!(msg.contains("boom happened") && msg.contains("exit status 4"), "{msg}");
+        assert!(
+            matches!(err, SchedulerError::CommandFailed { attempts: 3, .. }),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("boom happened") && msg.contains("exit status 4"),
+            "{msg}"
+        );
         assert!(msg.contains("/bin/sh -c"), "{msg}");
         assert_eq!(std::fs::read_to_string(count).unwrap().lines().count(), 3);
     }
@@ -450,7 +465,11 @@ mod tests {
     fn accept_can_take_a_nonzero_status() {
         let (p, a) = sh("echo known; exit 153");
         let out = quick()
-            .run(&p, "sh", Call::new(a).accept(&|o| o.status.code() == Some(153)))
+            .run(
+                &p,
+                "sh",
+                Call::new(a).accept(&|o| o.status.code() == Some(153)),
+            )
             .unwrap();
         assert_eq!(out.stdout.trim(), "known");
     }
@@ -464,7 +483,10 @@ mod tests {
         let err = quick()
             .run(&p, "sbatch", Call::new(Vec::<OsString>::new()))
             .unwrap_err();
-        assert!(matches!(err, SchedulerError::CommandNotFound { .. }), "{err}");
+        assert!(
+            matches!(err, SchedulerError::CommandNotFound { .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("/nonexistent/sbatch"));
     }
 

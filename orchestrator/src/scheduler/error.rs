@@ -54,7 +54,10 @@ pub enum SchedulerError {
     },
 
     /// Every attempt exited with a status the caller does not accept.
-    #[error("`{command}` failed with {status} ({attempts} attempt(s)){}", stderr_suffix(stderr_tail))]
+    #[error(
+        "`{command}` failed with {status} ({attempts} attempt(s)){}",
+        stderr_suffix(stderr_tail)
+    )]
     CommandFailed {
         /// The command line.
         command: String,
@@ -67,7 +70,9 @@ pub enum SchedulerError {
     },
 
     /// The command succeeded but its output is not in a format this backend understands.
-    #[error("could not understand the output of `{command}`: {reason}; output was: {output_tail:?}")]
+    #[error(
+        "could not understand the output of `{command}`: {reason}; output was: {output_tail:?}"
+    )]
     UnexpectedOutput {
         /// The command line.
         command: String,

@@ -71,7 +71,9 @@ impl LocalScheduler {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SchedulerJobId, LocalJob>> {
-        self.jobs.lock().expect("local job table lock poisoned. This is a bug.")
+        self.jobs
+            .lock()
+            .expect("local job table lock poisoned. This is a bug.")
     }
 }
 
@@ -136,7 +138,9 @@ fn terminate(jobs: Jobs, id: SchedulerJobId, mut child: Child, grace: Duration) 
     }
     killpg(pid, libc::SIGKILL);
     let status = child.wait();
-    let mut table = jobs.lock().expect("local job table lock poisoned. This is a bug.");
+    let mut table = jobs
+        .lock()
+        .expect("local job table lock poisoned. This is a bug.");
     if let Some(job) = table.get_mut(&id) {
         job.exit = status.ok();
         if job.exit.is_none() {
@@ -163,20 +167,34 @@ impl Scheduler for LocalScheduler {
         let (out, err) = match &job.log {
             Some(path) => {
                 let open = || OpenOptions::new().create(true).append(true).open(path);
-                let io = |source| SchedulerError::Io { action: "open log file", path: path.clone(), source };
+                let io = |source| SchedulerError::Io {
+                    action: "open log file",
+                    path: path.clone(),
+                    source,
+                };
                 let f = open().map_err(io)?;
                 let f2 = f.try_clone().map_err(io)?;
                 (Stdio::from(f), Stdio::from(f2))
             }
             None => (Stdio::null(), Stdio::null()),
         };
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0);
-        cmd.env("EMBEDFLEET_JOB_NAME", &job.name).env("EMBEDFLEET_QUEUE", &job.queue);
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        cmd.env("EMBEDFLEET_JOB_NAME", &job.name)
+            .env("EMBEDFLEET_QUEUE", &job.queue);
         let child = cmd.spawn().map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => SchedulerError::CommandNotFound {
-                program: format!("{} (or the job's working directory)", self.config.shell.display()),
+                program: format!(
+                    "{} (or the job's working directory)",
+                    self.config.shell.display()
+                ),
             },
-            _ => SchedulerError::CommandSpawn { command: self.config.shell.display().to_string(), source },
+            _ => SchedulerError::CommandSpawn {
+                command: self.config.shell.display().to_string(),
+                source,
+            },
         })?;
         let id = SchedulerJobId::new(child.id().to_string());
         let entry = LocalJob {
@@ -222,7 +240,10 @@ impl Scheduler for LocalScheduler {
         let Some(job) = table.get_mut(id) else {
             // Not our child: signal it only if it still leads its own group.
             if foreign_state(id) == JobState::Running {
-                let pid: i32 = id.as_str().parse().expect("foreign_state parsed it. This is a bug.");
+                let pid: i32 = id
+                    .as_str()
+                    .parse()
+                    .expect("foreign_state parsed it. This is a bug.");
                 killpg(pid, libc::SIGTERM);
                 return Ok(());
             }
@@ -238,7 +259,10 @@ impl Scheduler for LocalScheduler {
         }
         job.cancelled = true;
         let jobs = Arc::clone(&self.jobs);
-        let (id, grace) = (id.clone(), Duration::from_secs_f64(self.config.grace_secs.max(0.0)));
+        let (id, grace) = (
+            id.clone(),
+            Duration::from_secs_f64(self.config.grace_secs.max(0.0)),
+        );
         thread::spawn(move || terminate(jobs, id, child, grace));
         Ok(())
     }
@@ -251,7 +275,12 @@ impl Scheduler for LocalScheduler {
             .into_iter()
             .filter_map(|(id, state)| {
                 let job = table.get(&id)?;
-                Some(QueuedJob { name: job.name.clone(), queue: job.queue.clone(), id, state })
+                Some(QueuedJob {
+                    name: job.name.clone(),
+                    queue: job.queue.clone(),
+                    id,
+                    state,
+                })
             })
             .collect())
     }

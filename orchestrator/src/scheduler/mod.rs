@@ -43,9 +43,7 @@ pub use script::{
     SLURM_TEMPLATE,
 };
 pub use slurm::{SacctMode, SlurmConfig, SlurmScheduler};
-pub use slurm_parse::{
-    parse_sacct, parse_scontrol, parse_squeue, slurm_state, SlurmRecord,
-};
+pub use slurm_parse::{parse_sacct, parse_scontrol, parse_squeue, slurm_state, SlurmRecord};
 pub use state::{JobHandle, JobState, QueuedJob, SchedulerJobId};
 pub use template::TemplateError;
 
@@ -86,7 +84,9 @@ impl std::str::FromStr for Backend {
             "local" => Ok(Self::Local),
             "slurm" => Ok(Self::Slurm),
             "pbs" => Ok(Self::Pbs),
-            other => Err(format!("unknown backend `{other}`; use local, slurm or pbs")),
+            other => Err(format!(
+                "unknown backend `{other}`; use local, slurm or pbs"
+            )),
         }
     }
 }
@@ -158,7 +158,9 @@ impl JobSubmission {
 
     fn validate(&self) -> SchedulerResult<()> {
         let word = |s: &str| {
-            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
         };
         let reason = if !word(&self.name) {
             "the name must be letters, digits and `-_.@`"
@@ -218,7 +220,10 @@ impl SchedulerConfig {
     pub fn build(&self) -> Box<dyn Scheduler> {
         match self.backend {
             Backend::Local => Box::new(LocalScheduler::new(self.local.clone())),
-            Backend::Slurm => Box::new(SlurmScheduler::new(self.slurm.clone(), self.command.clone())),
+            Backend::Slurm => Box::new(SlurmScheduler::new(
+                self.slurm.clone(),
+                self.command.clone(),
+            )),
             Backend::Pbs => Box::new(PbsScheduler::new(self.pbs.clone(), self.command.clone())),
         }
     }
@@ -234,7 +239,11 @@ pub fn marker_state(marker: &Path) -> Option<JobState> {
         Ok(code) => JobState::from_exit_code(code),
         Err(_) => JobState::Failed {
             exit_code: None,
-            reason: format!("completion marker {} holds {:?}", marker.display(), text.trim()),
+            reason: format!(
+                "completion marker {} holds {:?}",
+                marker.display(),
+                text.trim()
+            ),
         },
     })
 }

@@ -10,7 +10,9 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn};
+use super::command::{
+    tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn,
+};
 use super::pbs_parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
 use super::slurm::{permanent_submit_error, unknown_queue};
 use super::{
@@ -62,9 +64,16 @@ fn qstat_answered(o: &CommandOutput) -> bool {
         return true;
     }
     let benign = |l: &str| {
-        l.contains("Unknown Job Id") || l.contains("Job has finished") || l.contains("Invalid job id")
+        l.contains("Unknown Job Id")
+            || l.contains("Job has finished")
+            || l.contains("Invalid job id")
     };
-    o.status.code() == Some(153) || (!o.stderr.trim().is_empty() && o.stderr.lines().filter(|l| !l.trim().is_empty()).all(benign))
+    o.status.code() == Some(153)
+        || (!o.stderr.trim().is_empty()
+            && o.stderr
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .all(benign))
 }
 
 impl PbsScheduler {
@@ -84,19 +93,34 @@ impl PbsScheduler {
         }
         base.push("-f");
         if self.config.flavor == PbsFlavor::Pro {
-            let args: Vec<&str> = base.iter().copied().chain(["-F", "json"]).chain(ids.iter().copied()).collect();
-            let out = self.runner.run(&self.config.qstat, "qstat", Call::new(args).accept(&qstat_answered))?;
+            let args: Vec<&str> = base
+                .iter()
+                .copied()
+                .chain(["-F", "json"])
+                .chain(ids.iter().copied())
+                .collect();
+            let out = self.runner.run(
+                &self.config.qstat,
+                "qstat",
+                Call::new(args).accept(&qstat_answered),
+            )?;
             if out.stdout.trim().is_empty() {
                 return Ok(Vec::new());
             }
             match parse_qstat_json(&out.stdout) {
                 Ok(jobs) => return Ok(jobs),
                 // Some PBS Pro versions print invalid JSON (unescaped values); read the text.
-                Err(reason) => tracing::warn!(%reason, "qstat JSON unreadable; using text qstat -f"),
+                Err(reason) => {
+                    tracing::warn!(%reason, "qstat JSON unreadable; using text qstat -f")
+                }
             }
         }
         let args: Vec<&str> = base.iter().copied().chain(ids.iter().copied()).collect();
-        let out = self.runner.run(&self.config.qstat, "qstat", Call::new(args).accept(&qstat_answered))?;
+        let out = self.runner.run(
+            &self.config.qstat,
+            "qstat",
+            Call::new(args).accept(&qstat_answered),
+        )?;
         parse_qstat_text(&out.stdout).map_err(|reason| SchedulerError::UnexpectedOutput {
             command: "qstat -f".to_string(),
             reason,
@@ -105,7 +129,10 @@ impl PbsScheduler {
     }
 
     fn was_cancelled(&self, id: &SchedulerJobId) -> bool {
-        self.cancelled.lock().expect("cancel set lock poisoned. This is a bug.").contains(id)
+        self.cancelled
+            .lock()
+            .expect("cancel set lock poisoned. This is a bug.")
+            .contains(id)
     }
 
     fn script_path(&self, job: &JobSubmission) -> SchedulerResult<PathBuf> {
@@ -134,12 +161,19 @@ impl Scheduler for PbsScheduler {
     fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
         job.validate()?;
         let script = self.script_path(job)?;
-        let mut args: Vec<OsString> = vec!["-N".into(), job.name.clone().into(), "-q".into(), job.queue.clone().into()];
+        let mut args: Vec<OsString> = vec![
+            "-N".into(),
+            job.name.clone().into(),
+            "-q".into(),
+            job.queue.clone().into(),
+        ];
         if let Some(log) = &job.log {
             args.extend(["-o".into(), log.into(), "-j".into(), "oe".into()]);
         }
         args.push(script.into());
-        let mut call = Call::new(args).retry(RetryOn::FailureNotTimeout).permanent(&permanent_submit_error);
+        let mut call = Call::new(args)
+            .retry(RetryOn::FailureNotTimeout)
+            .permanent(&permanent_submit_error);
         if let Some(dir) = &job.workdir {
             // PBS_O_WORKDIR is where qsub ran.
             call = call.cwd(dir);
@@ -147,7 +181,10 @@ impl Scheduler for PbsScheduler {
         let out = match self.runner.run(&self.config.qsub, "qsub", call) {
             Ok(out) => out,
             Err(e @ SchedulerError::CommandTimedOut { .. }) => {
-                return Err(SchedulerError::SubmitUncertain { name: job.name.clone(), source: Box::new(e) })
+                return Err(SchedulerError::SubmitUncertain {
+                    name: job.name.clone(),
+                    source: Box::new(e),
+                })
             }
             Err(e) => return Err(unknown_queue(e, job)),
         };
@@ -165,8 +202,11 @@ impl Scheduler for PbsScheduler {
         let mut states = HashMap::with_capacity(jobs.len());
         for chunk in jobs.chunks(CHUNK) {
             let ids: Vec<&str> = chunk.iter().map(|j| j.id.as_str()).collect();
-            let found: HashMap<String, PbsJob> =
-                self.qstat(&ids, true)?.into_iter().map(|j| (j.id.clone(), j)).collect();
+            let found: HashMap<String, PbsJob> = self
+                .qstat(&ids, true)?
+                .into_iter()
+                .map(|j| (j.id.clone(), j))
+                .collect();
             for handle in chunk {
                 let state = match lookup(&found, handle.id.as_str()) {
                     Some(job) => {
@@ -182,8 +222,14 @@ impl Scheduler for PbsScheduler {
     }
 
     fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
-        self.cancelled.lock().expect("cancel set lock poisoned. This is a bug.").insert(id.clone());
-        match self.runner.run(&self.config.qdel, "qdel", Call::new([id.as_str()])) {
+        self.cancelled
+            .lock()
+            .expect("cancel set lock poisoned. This is a bug.")
+            .insert(id.clone());
+        match self
+            .runner
+            .run(&self.config.qdel, "qdel", Call::new([id.as_str()]))
+        {
             Ok(_) => Ok(()),
             Err(err @ SchedulerError::CommandFailed { .. }) => {
                 // qdel of a finished job fails; that job needs no cancelling.
@@ -198,7 +244,9 @@ impl Scheduler for PbsScheduler {
     }
 
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
-        let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .ok();
         let jobs = self.qstat(&[], false)?;
         Ok(jobs
             .iter()
@@ -222,7 +270,10 @@ fn lookup<'a>(found: &'a HashMap<String, PbsJob>, id: &str) -> Option<&'a PbsJob
     found.get(id).or_else(|| {
         found
             .iter()
-            .find(|(k, _)| k.starts_with(id) && k[id.len()..].starts_with('.') || id.starts_with(k.as_str()) && id[k.len()..].starts_with('.'))
+            .find(|(k, _)| {
+                k.starts_with(id) && k[id.len()..].starts_with('.')
+                    || id.starts_with(k.as_str()) && id[k.len()..].starts_with('.')
+            })
             .map(|(_, v)| v)
     })
 }

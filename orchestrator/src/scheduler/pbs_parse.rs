@@ -116,7 +116,10 @@ pub fn parse_qstat_text(text: &str) -> Result<Vec<PbsJob>, String> {
             }
             _ => match &last_key {
                 Some(k) => {
-                    let v = job.attrs.get_mut(k).expect("last key was inserted. This is a bug.");
+                    let v = job
+                        .attrs
+                        .get_mut(k)
+                        .expect("last key was inserted. This is a bug.");
                     v.push_str(line.trim_start_matches('\t'));
                 }
                 None => return Err(format!("continuation line without an attribute: {line:?}")),
@@ -170,9 +173,11 @@ fn finished(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState
         },
         Some(code) => JobState::from_exit_code(code),
         // No exit status (Slurm's Torque wrapper never prints one): the marker knows.
+        // A cancelled job's script may still record the signal's 143 in its marker.
         None => match marker {
+            Some(JobState::Completed) => JobState::Completed,
+            _ if cancelled || deleted => JobState::Cancelled,
             Some(m) => m,
-            None if cancelled || deleted => JobState::Cancelled,
             None => JobState::Failed {
                 exit_code: None,
                 reason: "the job finished but qstat shows no exit status and the job left no \

@@ -164,21 +164,58 @@ pub fn script_vars(
     let mut put = |k: &str, val: String| v.insert(k.to_string(), val);
     put("job_name", job.job_name.clone());
     put("queue", job.queue.clone());
-    put("account", one_line("account", config.account.clone().unwrap_or_default())?);
-    put("walltime", one_line("walltime", config.walltime.clone().unwrap_or_default())?);
+    put(
+        "account",
+        one_line("account", config.account.clone().unwrap_or_default())?,
+    );
+    put(
+        "walltime",
+        one_line("walltime", config.walltime.clone().unwrap_or_default())?,
+    );
     put("nodes", nodes.to_string());
-    put("gpus_per_node", config.gpus_per_node.map(|g| g.to_string()).unwrap_or_default());
+    put(
+        "gpus_per_node",
+        config
+            .gpus_per_node
+            .map(|g| g.to_string())
+            .unwrap_or_default(),
+    );
     put("select", pbs_select(nodes, config));
     put("output", one_line("output", path(&job.output))?);
-    put("error", one_line("error", job.error.as_ref().map(path).unwrap_or_default())?);
-    put("join", if job.error.is_none() { "oe".into() } else { String::new() });
+    put(
+        "error",
+        one_line("error", job.error.as_ref().map(path).unwrap_or_default())?,
+    );
+    put(
+        "join",
+        if job.error.is_none() {
+            "oe".into()
+        } else {
+            String::new()
+        },
+    );
     put("run_dir", path(&job.run_dir));
     put("batch", job.batches[0].to_string());
-    put("batches", job.batches.iter().map(u64::to_string).collect::<Vec<_>>().join(" "));
+    put(
+        "batches",
+        job.batches
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
     put("marker", job.marker.as_ref().map(path).unwrap_or_default());
     put("embedfleet", embedfleet(config));
     put("extra_directives", config.extra_directives.join("\n"));
-    put("module_lines", config.modules.iter().map(|m| format!("module load {m}")).collect::<Vec<_>>().join("\n"));
+    put(
+        "module_lines",
+        config
+            .modules
+            .iter()
+            .map(|m| format!("module load {m}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
     put("env_lines", env_lines(&config.env)?);
     put("setup_lines", config.setup.join("\n"));
     put("command", command(backend, config, job));
@@ -205,10 +242,17 @@ fn pbs_select(nodes: usize, config: &ScriptConfig) -> String {
 fn env_lines(env: &BTreeMap<String, String>) -> Result<String, TemplateError> {
     let mut lines = Vec::new();
     for (k, val) in env {
-        let ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        let ok = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
-            return Err(bad("env", k, "environment variable names are letters, digits and `_`"));
+            return Err(bad(
+                "env",
+                k,
+                "environment variable names are letters, digits and `_`",
+            ));
         }
         lines.push(format!("export {k}={}", shell_quote(val)));
     }
@@ -221,23 +265,38 @@ fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
     let bin = embedfleet(config);
     let run_dir = shell_quote(&job.run_dir.display().to_string());
     if job.batches.len() == 1 {
-        return format!("{bin} embed-job --run-dir {run_dir} --batch {}", job.batches[0]);
+        return format!(
+            "{bin} embed-job --run-dir {run_dir} --batch {}",
+            job.batches[0]
+        );
     }
     let n = job.batches.len();
     let (launcher, rank) = match backend {
-        Backend::Slurm => (format!("srun --nodes={n} --ntasks={n} --ntasks-per-node=1"), "${SLURM_PROCID:-0}"),
-        Backend::Pbs => (format!("mpiexec -n {n} --ppn 1"), "${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-0}}}"),
+        Backend::Slurm => (
+            format!("srun --nodes={n} --ntasks={n} --ntasks-per-node=1"),
+            "${SLURM_PROCID:-0}",
+        ),
+        Backend::Pbs => (
+            format!("mpiexec -n {n} --ppn 1"),
+            "${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-0}}}",
+        ),
         Backend::Local => (String::new(), "0"),
     };
     let launcher = config.launcher.clone().unwrap_or(launcher);
-    let batches = job.batches.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+    let batches = job
+        .batches
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
     if launcher.is_empty() {
         // No launcher: run the batches one after another on this machine.
         return format!(
             "for b in {batches}; do {bin} embed-job --run-dir {run_dir} --batch \"$b\" || exit $?; done"
         );
     }
-    let inner = format!("b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[{rank}]}}\"");
+    let inner =
+        format!("b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[{rank}]}}\"");
     format!("{launcher} bash -c {} _ {batches}", shell_quote(&inner))
 }
 
@@ -262,7 +321,9 @@ fn bad(name: &str, value: &str, reason: &str) -> TemplateError {
 
 fn check_word(name: &str, value: &str) -> Result<(), TemplateError> {
     let ok = !value.is_empty()
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
     if ok {
         Ok(())
     } else {

@@ -9,8 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn};
-use super::slurm_parse::{parse_sacct, parse_scontrol, parse_squeue, SlurmRecord, SACCT_FIELDS, SQUEUE_FORMAT};
+use super::command::{
+    tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn,
+};
+use super::slurm_parse::{
+    parse_sacct, parse_scontrol, parse_squeue, SlurmRecord, SACCT_FIELDS, SQUEUE_FORMAT,
+};
 use super::{
     marker_or, Backend, JobHandle, JobScript, JobState, JobSubmission, QueuedJob, Scheduler,
     SchedulerError, SchedulerJobId, SchedulerResult,
@@ -83,7 +87,11 @@ impl SlurmScheduler {
             o.status.success()
                 || (o.status.code() == Some(1) && o.stderr.contains("Invalid job id specified"))
         };
-        let out = self.runner.run(&self.config.squeue, "squeue", Call::new(args).accept(&accept))?;
+        let out = self.runner.run(
+            &self.config.squeue,
+            "squeue",
+            Call::new(args).accept(&accept),
+        )?;
         parse_squeue(&out.stdout).map_err(|reason| unexpected("squeue", reason, &out.stdout))
     }
 
@@ -108,7 +116,9 @@ impl SlurmScheduler {
                     None
                 }
             },
-            Err(SchedulerError::CommandFailed { stderr_tail, .. }) if accounting_disabled(&stderr_tail) => {
+            Err(SchedulerError::CommandFailed { stderr_tail, .. })
+                if accounting_disabled(&stderr_tail) =>
+            {
                 tracing::info!("Slurm accounting is disabled; final job states come from squeue, scontrol and completion markers");
                 self.sacct_off.store(true, Ordering::Relaxed);
                 None
@@ -123,14 +133,27 @@ impl SlurmScheduler {
     /// `scontrol show job -o ID` for the exit code of a failed job Slurm still remembers.
     fn scontrol(&self, id: &str) -> Option<SlurmRecord> {
         let call = Call::new(["show", "job", "-o", id]);
-        let out = self.runner.run(&self.config.scontrol, "scontrol", call).ok()?;
-        parse_scontrol(&out.stdout).ok()?.into_iter().find(|r| r.id == id)
+        let out = self
+            .runner
+            .run(&self.config.scontrol, "scontrol", call)
+            .ok()?;
+        parse_scontrol(&out.stdout)
+            .ok()?
+            .into_iter()
+            .find(|r| r.id == id)
     }
 
-    fn poll_chunk(&self, jobs: &[JobHandle], states: &mut HashMap<SchedulerJobId, JobState>) -> SchedulerResult<()> {
+    fn poll_chunk(
+        &self,
+        jobs: &[JobHandle],
+        states: &mut HashMap<SchedulerJobId, JobState>,
+    ) -> SchedulerResult<()> {
         let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-        let mut known: HashMap<String, SlurmRecord> =
-            self.squeue(&ids)?.into_iter().map(|r| (r.id.clone(), r)).collect();
+        let mut known: HashMap<String, SlurmRecord> = self
+            .squeue(&ids)?
+            .into_iter()
+            .map(|r| (r.id.clone(), r))
+            .collect();
         // Finished or forgotten jobs: sacct has the exit code and outlives squeue's memory.
         let need: Vec<&str> = ids
             .iter()
@@ -139,17 +162,15 @@ impl SlurmScheduler {
             .collect();
         for row in self.sacct(&need).unwrap_or_default() {
             if need.contains(&row.id.as_str()) {
-                let merged = match known.remove(&row.id) {
-                    Some(prev) => SlurmRecord { exit: row.exit, ..prev },
-                    None => row,
-                };
-                known.insert(merged.id.clone(), merged);
+                merge_sacct(&mut known, row);
             }
         }
         for job in jobs {
             let state = match known.get(job.id.as_str()) {
                 Some(r) if r.exit.is_none() && matches!(r.job_state(), JobState::Failed { .. }) => {
-                    self.scontrol(&r.id).unwrap_or_else(|| r.clone()).job_state()
+                    self.scontrol(&r.id)
+                        .unwrap_or_else(|| r.clone())
+                        .job_state()
                 }
                 Some(r) => r.job_state(),
                 None => marker_or(job, JobState::Unknown),
@@ -158,6 +179,24 @@ impl SlurmScheduler {
         }
         Ok(())
     }
+}
+
+/// Takes a `sacct` row over what `squeue` said, unless `sacct` lags behind: slurmdbd may not
+/// have recorded the end of a job that slurmctld already reports as ended.
+fn merge_sacct(known: &mut HashMap<String, SlurmRecord>, mut row: SlurmRecord) {
+    let row_final = row.job_state().is_terminal();
+    if known.contains_key(&row.id) && !row_final {
+        return;
+    }
+    // A FAILED row whose exit code is still 0:0 has no real exit code yet.
+    if matches!(row.job_state(), JobState::Failed { .. }) && row.exit == Some((0, 0)) {
+        row.exit = None;
+    }
+    if let Some(prev) = known.get(&row.id) {
+        row.partition.clone_from(&prev.partition);
+        row.name.clone_from(&prev.name);
+    }
+    known.insert(row.id.clone(), row);
 }
 
 fn accounting_disabled(stderr: &str) -> bool {
@@ -177,20 +216,22 @@ fn unexpected(cmd: &str, reason: String, output: &str) -> SchedulerError {
 pub(crate) fn unknown_queue(err: SchedulerError, job: &JobSubmission) -> SchedulerError {
     let is_unknown = |s: &str| {
         let s = s.to_lowercase();
-        s.contains("invalid partition") || s.contains("unknown queue") || s.contains("no such queue")
+        s.contains("invalid partition")
+            || s.contains("unknown queue")
+            || s.contains("no such queue")
     };
     match err {
-        SchedulerError::CommandFailed { ref stderr_tail, .. } if is_unknown(stderr_tail) => {
-            SchedulerError::InvalidJob {
-                name: job.name.clone(),
-                reason: format!(
-                    "queue `{}` does not exist on this scheduler (list queues with `sinfo -s` or \
+        SchedulerError::CommandFailed {
+            ref stderr_tail, ..
+        } if is_unknown(stderr_tail) => SchedulerError::InvalidJob {
+            name: job.name.clone(),
+            reason: format!(
+                "queue `{}` does not exist on this scheduler (list queues with `sinfo -s` or \
                      `qstat -Q`); scheduler said: {}",
-                    job.queue,
-                    stderr_tail.trim()
-                ),
-            }
-        }
+                job.queue,
+                stderr_tail.trim()
+            ),
+        },
         other => other,
     }
 }
@@ -198,9 +239,16 @@ pub(crate) fn unknown_queue(err: SchedulerError, job: &JobSubmission) -> Schedul
 /// Submission failures that repeating cannot fix.
 pub(crate) fn permanent_submit_error(o: &CommandOutput) -> bool {
     let s = o.stderr.to_lowercase();
-    ["invalid partition", "unknown queue", "invalid account", "invalid qos", "unable to open file", "no such file"]
-        .iter()
-        .any(|p| s.contains(p))
+    [
+        "invalid partition",
+        "unknown queue",
+        "invalid account",
+        "invalid qos",
+        "unable to open file",
+        "no such file",
+    ]
+    .iter()
+    .any(|p| s.contains(p))
 }
 
 impl Scheduler for SlurmScheduler {
@@ -232,18 +280,27 @@ impl Scheduler for SlurmScheduler {
                 Call::new(args).stdin(text)
             }
         };
-        call = call.retry(RetryOn::FailureNotTimeout).permanent(&permanent_submit_error);
+        call = call
+            .retry(RetryOn::FailureNotTimeout)
+            .permanent(&permanent_submit_error);
         let out = match self.runner.run(&self.config.sbatch, "sbatch", call) {
             Ok(out) => out,
             Err(e @ SchedulerError::CommandTimedOut { .. }) => {
-                return Err(SchedulerError::SubmitUncertain { name: job.name.clone(), source: Box::new(e) })
+                return Err(SchedulerError::SubmitUncertain {
+                    name: job.name.clone(),
+                    source: Box::new(e),
+                })
             }
             Err(e) => return Err(unknown_queue(e, job)),
         };
         // `--parsable` prints `ID` or `ID;CLUSTER`.
         let id = out.stdout.trim().split(';').next().unwrap_or("").trim();
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {
-            return Err(unexpected("sbatch --parsable", "expected a job id".into(), &out.stdout));
+            return Err(unexpected(
+                "sbatch --parsable",
+                "expected a job id".into(),
+                &out.stdout,
+            ));
         }
         Ok(SchedulerJobId::new(id))
     }
@@ -258,16 +315,22 @@ impl Scheduler for SlurmScheduler {
 
     fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
         // scancel of a job that already ended exits 0 (or says so); both are fine.
-        let ended = |o: &CommandOutput| o.status.success() || o.stderr.contains("already completed");
+        let ended =
+            |o: &CommandOutput| o.status.success() || o.stderr.contains("already completed");
         self.runner
-            .run(&self.config.scancel, "scancel", Call::new([id.as_str()]).accept(&ended))
+            .run(
+                &self.config.scancel,
+                "scancel",
+                Call::new([id.as_str()]).accept(&ended),
+            )
             .map(|_| ())
     }
 
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
         let call = Call::new(["-h", "--me", "-o", SQUEUE_FORMAT]);
         let out = self.runner.run(&self.config.squeue, "squeue", call)?;
-        let rows = parse_squeue(&out.stdout).map_err(|r| unexpected("squeue --me", r, &out.stdout))?;
+        let rows =
+            parse_squeue(&out.stdout).map_err(|r| unexpected("squeue --me", r, &out.stdout))?;
         Ok(rows
             .into_iter()
             .map(|r| QueuedJob {

@@ -42,7 +42,9 @@ pub fn parse_squeue(text: &str) -> Result<Vec<SlurmRecord>, String> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.splitn(5, '|').collect();
         if f.len() < 5 || f[0].trim().is_empty() {
-            return Err(format!("expected 5 `|`-separated fields, got line {line:?}"));
+            return Err(format!(
+                "expected 5 `|`-separated fields, got line {line:?}"
+            ));
         }
         out.push(SlurmRecord {
             id: f[0].trim().to_string(),
@@ -62,7 +64,9 @@ pub fn parse_sacct(text: &str) -> Result<Vec<SlurmRecord>, String> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.splitn(4, '|').collect();
         if f.len() < 3 || f[0].trim().is_empty() {
-            return Err(format!("expected `JobID|State|ExitCode|Reason`, got line {line:?}"));
+            return Err(format!(
+                "expected `JobID|State|ExitCode|Reason`, got line {line:?}"
+            ));
         }
         out.push(SlurmRecord {
             id: f[0].trim().to_string(),
@@ -119,7 +123,8 @@ pub fn parse_scontrol(text: &str) -> Result<Vec<SlurmRecord>, String> {
 fn is_key(k: &str) -> bool {
     !k.is_empty()
         && k.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || "/:_".contains(c))
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/:_".contains(c))
 }
 
 /// `3:0` → (3, 0); `0:15` → (0, 15).
@@ -131,7 +136,11 @@ fn parse_exit_code(s: &str) -> Option<(i32, i32)> {
 /// Maps a Slurm state name (as `squeue %T`, `sacct State` or `scontrol JobState` print it)
 /// and the exit code, when known, onto [`JobState`].
 pub fn slurm_state(state: &str, exit: Option<(i32, i32)>, reason: &str) -> JobState {
-    let word = state.split_whitespace().next().unwrap_or("").trim_end_matches('+');
+    let word = state
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('+');
     match word {
         "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED"
         | "RESV_DEL_HOLD" | "SUSPENDED" | "STOPPED" => {

@@ -63,11 +63,13 @@ pub fn render(template: &str, vars: &BTreeMap<String, String>) -> Result<String,
                     rendered.push_str(t);
                 }
                 Piece::Var(name) => {
-                    let value = vars.get(*name).ok_or_else(|| TemplateError::UnknownPlaceholder {
-                        name: name.to_string(),
-                        line: idx + 1,
-                        known: vars.keys().cloned().collect(),
-                    })?;
+                    let value =
+                        vars.get(*name)
+                            .ok_or_else(|| TemplateError::UnknownPlaceholder {
+                                name: name.to_string(),
+                                line: idx + 1,
+                                known: vars.keys().cloned().collect(),
+                            })?;
                     any_empty |= value.is_empty();
                     rendered.push_str(value);
                 }
@@ -144,19 +146,29 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn substitutes_and_keeps_shell_syntax() {
         let t = "#!/bin/bash\necho {a} ${HOME} {1..3} { true; } {{a}} x}y\n";
         let out = render(t, &vars(&[("a", "A")])).unwrap();
-        assert_eq!(out, "#!/bin/bash\necho A ${HOME} {1..3} { true; } {a} x}y\n");
+        assert_eq!(
+            out,
+            "#!/bin/bash\necho A ${HOME} {1..3} { true; } {a} x}y\n"
+        );
     }
 
     #[test]
     fn unknown_placeholder_names_it_and_lists_known() {
-        let err = render("ok {a}\n#SBATCH --qos={qos}\n", &vars(&[("a", "1"), ("b", "2")])).unwrap_err();
+        let err = render(
+            "ok {a}\n#SBATCH --qos={qos}\n",
+            &vars(&[("a", "1"), ("b", "2")]),
+        )
+        .unwrap_err();
         assert_eq!(
             err,
             TemplateError::UnknownPlaceholder {
@@ -166,7 +178,10 @@ mod tests {
             }
         );
         let msg = err.to_string();
-        assert!(msg.contains("`{qos}`") && msg.contains("a, b") && msg.contains("line 2"), "{msg}");
+        assert!(
+            msg.contains("`{qos}`") && msg.contains("a, b") && msg.contains("line 2"),
+            "{msg}"
+        );
     }
 
     #[test]
