@@ -14,6 +14,12 @@ use embedfleet_orchestrator::scheduler::{
     ScriptJob, SlurmConfig, SlurmScheduler,
 };
 
+/// Prints a skip note past libtest's output capture, so a skipped test is visible in the log.
+fn skip_note(msg: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
 /// True when a Slurm controller answers; otherwise explains, and panics if Slurm is required.
 fn slurm_up(test: &str) -> bool {
     let ping = Command::new("scontrol").arg("ping").output();
@@ -31,7 +37,7 @@ fn slurm_up(test: &str) -> bool {
     if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
         panic!("{test}: no Slurm reachable ({why}) but EMBEDFLEET_REQUIRE_SLURM=1; start one with .ci/slurm/start-local-slurm.sh");
     }
-    eprintln!("skipping {test}: no Slurm reachable ({why}); start one with .ci/slurm/start-local-slurm.sh (as root)");
+    skip_note(format_args!("skipping {test}: no Slurm reachable ({why}); start one with .ci/slurm/start-local-slurm.sh (as root)"));
     false
 }
 
@@ -322,7 +328,9 @@ fn pbs_through_slurm_wlm_torque() {
         if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
             panic!("qsub missing but EMBEDFLEET_REQUIRE_SLURM=1; install slurm-wlm-torque");
         }
-        eprintln!("skipping pbs_through_slurm_wlm_torque: no qsub (install slurm-wlm-torque)");
+        skip_note(format_args!(
+            "skipping pbs_through_slurm_wlm_torque: no qsub (install slurm-wlm-torque)"
+        ));
         return;
     }
     let run = Run::new();

@@ -74,7 +74,9 @@ pub struct ScriptConfig {
     pub account: Option<String>,
     /// Walltime limit, `HH:MM:SS`.
     pub walltime: Option<String>,
-    /// Nodes per job; each node runs one `embed-job` over its own batch.
+    /// Nodes per job, for the submit loop: it gives each job this many batches
+    /// ([`ScriptJob::batches`]); the script requests one node per batch and runs one
+    /// `embed-job` per node.
     pub nodes: u32,
     /// GPUs per node to request (Slurm `--gpus-per-node`, PBS `ngpus=` in the select).
     pub gpus_per_node: Option<u32>,
