@@ -267,13 +267,15 @@ impl Scheduler for PbsScheduler {
 /// Finds a job by id; PBS may print the id with a longer server suffix than was asked for
 /// (`1234.pbs01` asked, `1234.pbs01.example.org` printed).
 fn lookup<'a>(found: &'a HashMap<String, PbsJob>, id: &str) -> Option<&'a PbsJob> {
+    // `long` is `short` plus a further `.domain` part.
+    let extends = |long: &str, short: &str| {
+        long.strip_prefix(short)
+            .is_some_and(|rest| rest.starts_with('.'))
+    };
     found.get(id).or_else(|| {
         found
             .iter()
-            .find(|(k, _)| {
-                k.starts_with(id) && k[id.len()..].starts_with('.')
-                    || id.starts_with(k.as_str()) && id[k.len()..].starts_with('.')
-            })
+            .find(|(k, _)| extends(k, id) || extends(id, k))
             .map(|(_, v)| v)
     })
 }
