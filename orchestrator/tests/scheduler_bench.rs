@@ -10,7 +10,11 @@ use embedfleet_orchestrator::scheduler::{
 };
 
 fn report(what: &str, n: usize, secs: f64) {
-    println!("{what}: {n} in {secs:.3} s = {:.1}/s, {:.2} ms each", n as f64 / secs, secs * 1e3 / n as f64);
+    println!(
+        "{what}: {n} in {secs:.3} s = {:.1}/s, {:.2} ms each",
+        n as f64 / secs,
+        secs * 1e3 / n as f64
+    );
 }
 
 #[test]
@@ -30,7 +34,11 @@ fn bench_local_submit_and_poll() {
     for _ in 0..rounds {
         assert_eq!(s.poll(&handles).unwrap().len(), n);
     }
-    report(&format!("local poll of {n} jobs"), rounds, t.elapsed().as_secs_f64());
+    report(
+        &format!("local poll of {n} jobs"),
+        rounds,
+        t.elapsed().as_secs_f64(),
+    );
 }
 
 #[test]
@@ -41,25 +49,39 @@ fn bench_slurm_submit_and_poll() {
     let t = Instant::now();
     let mut handles = Vec::new();
     for i in 0..n {
-        let job = JobSubmission::new(format!("efbench-{i}"), if i % 2 == 0 { "debug" } else { "gpu" }, JobScript::Text("#!/bin/bash\ntrue\n".into()))
-            .workdir(std::env::temp_dir())
-            .log("/dev/null");
+        let job = JobSubmission::new(
+            format!("efbench-{i}"),
+            if i % 2 == 0 { "debug" } else { "gpu" },
+            JobScript::Text("#!/bin/bash\ntrue\n".into()),
+        )
+        .workdir(std::env::temp_dir())
+        .log("/dev/null");
         handles.push(JobHandle::new(s.submit(&job).unwrap()));
     }
     report("sbatch submit", n, t.elapsed().as_secs_f64());
     // Pad to a full corpus' 2,079 jobs with ids Slurm never had (finished and forgotten).
     for i in 0..(2079 - n) {
-        handles.push(JobHandle::new(SchedulerJobId::new((90_000_000 + i).to_string())));
+        handles.push(JobHandle::new(SchedulerJobId::new(
+            (90_000_000 + i).to_string(),
+        )));
     }
     let rounds = 5;
     let t = Instant::now();
     for _ in 0..rounds {
         assert_eq!(s.poll(&handles).unwrap().len(), handles.len());
     }
-    report(&format!("slurm poll of {} jobs (squeue + sacct)", handles.len()), rounds, t.elapsed().as_secs_f64());
+    report(
+        &format!("slurm poll of {} jobs (squeue + sacct)", handles.len()),
+        rounds,
+        t.elapsed().as_secs_f64(),
+    );
     let t = Instant::now();
     for _ in 0..rounds {
         s.poll(&handles[..n]).unwrap();
     }
-    report(&format!("slurm poll of {n} known jobs"), rounds, t.elapsed().as_secs_f64());
+    report(
+        &format!("slurm poll of {n} known jobs"),
+        rounds,
+        t.elapsed().as_secs_f64(),
+    );
 }

@@ -134,6 +134,7 @@ fn slurm_state_names() {
     );
     assert_eq!(slurm_state("COMPLETING", None, ""), JobState::Running);
     assert_eq!(slurm_state("REQUEUED", None, ""), JobState::Pending);
+    assert_eq!(slurm_state("SUSPENDED", None, ""), JobState::Running);
     assert!(matches!(
         slurm_state("WEIRD", None, ""),
         JobState::Failed { .. }

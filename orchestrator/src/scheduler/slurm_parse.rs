@@ -143,13 +143,9 @@ pub fn slurm_state(state: &str, exit: Option<(i32, i32)>, reason: &str) -> JobSt
         .trim_end_matches('+');
     match word {
         "PENDING" | "CONFIGURING" | "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED"
-        | "RESV_DEL_HOLD" | "SUSPENDED" | "STOPPED" => {
-            if matches!(word, "SUSPENDED" | "STOPPED") {
-                JobState::Running
-            } else {
-                JobState::Pending
-            }
-        }
+        | "RESV_DEL_HOLD" => JobState::Pending,
+        // A suspended job holds its allocation and resumes by itself.
+        "SUSPENDED" | "STOPPED" => JobState::Running,
         "RUNNING" | "COMPLETING" | "SIGNALING" | "STAGE_OUT" | "RESIZING" => JobState::Running,
         "COMPLETED" => JobState::Completed,
         "CANCELLED" | "REVOKED" => JobState::Cancelled,
