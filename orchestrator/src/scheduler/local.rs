@@ -1,0 +1,287 @@
+/*!
+The local backend: each job is a child process (`bash SCRIPT`) in its own process group.
+
+States come from the child's wait status. Cancelling sends SIGTERM to the group, waits a grace
+period, then sends SIGKILL, on a helper thread so `cancel` returns at once. Jobs started by an
+earlier process (a restarted submit loop) are not our children: their state comes from their
+completion marker, or "running" while their process group leader is alive.
+*/
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    marker_or, Backend, JobHandle, JobScript, JobState, JobSubmission, QueuedJob, Scheduler,
+    SchedulerError, SchedulerJobId, SchedulerResult,
+};
+
+/// The `[scheduler.local]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LocalConfig {
+    /// Shell that runs job scripts.
+    pub shell: PathBuf,
+    /// Seconds between SIGTERM and SIGKILL when a job is cancelled.
+    pub grace_secs: f64,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            shell: PathBuf::from("/bin/bash"),
+            grace_secs: 10.0,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LocalJob {
+    name: String,
+    queue: String,
+    /// `None` while a cancel thread owns the child.
+    child: Option<Child>,
+    exit: Option<ExitStatus>,
+    cancelled: bool,
+}
+
+type Jobs = Arc<Mutex<HashMap<SchedulerJobId, LocalJob>>>;
+
+/// Runs jobs as local child processes.
+#[derive(Debug, Default)]
+pub struct LocalScheduler {
+    config: LocalConfig,
+    jobs: Jobs,
+}
+
+impl LocalScheduler {
+    /// A local backend.
+    pub fn new(config: LocalConfig) -> Self {
+        Self {
+            config,
+            jobs: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SchedulerJobId, LocalJob>> {
+        self.jobs
+            .lock()
+            .expect("local job table lock poisoned. This is a bug.")
+    }
+}
+
+/// The state of a job that has exited.
+fn exit_state(status: ExitStatus, cancelled: bool) -> JobState {
+    match (status.code(), status.signal()) {
+        (Some(0), _) => JobState::Completed,
+        _ if cancelled => JobState::Cancelled,
+        (Some(code), _) => JobState::from_exit_code(code),
+        (None, sig) => JobState::Failed {
+            exit_code: None,
+            reason: format!("killed by signal {}", sig.unwrap_or(0)),
+        },
+    }
+}
+
+/// State of a process this process did not start: alive and leading its group means running.
+fn foreign_state(id: &SchedulerJobId) -> JobState {
+    let Ok(pid) = id.as_str().parse::<i32>() else {
+        return JobState::Unknown;
+    };
+    // SAFETY: getpgid only reads the process table.
+    if pid > 0 && unsafe { libc::getpgid(pid) } == pid {
+        JobState::Running
+    } else {
+        JobState::Unknown
+    }
+}
+
+/// Has `pid` (our unreaped child) exited? Leaves it unreaped, so its pid (and process group
+/// id) cannot be reused while we still signal the group.
+fn has_exited(pid: i32) -> bool {
+    // SAFETY: siginfo_t is plain data; waitid with WNOWAIT only inspects our own child.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc == 0 && info.si_pid() != 0
+    }
+}
+
+fn killpg(pgid: i32, sig: i32) {
+    // SAFETY: killpg only sends a signal; callers pass the group of a child that is not yet
+    // reaped (or verified alive), so the group id has not been reused.
+    unsafe {
+        libc::killpg(pgid, sig);
+    }
+}
+
+/// SIGTERM the group, wait up to `grace` for the leader, SIGKILL the group (stragglers too),
+/// reap, and record the exit.
+fn terminate(jobs: Jobs, id: SchedulerJobId, mut child: Child, grace: Duration) {
+    let pid = child.id() as i32;
+    killpg(pid, libc::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while !has_exited(pid) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    killpg(pid, libc::SIGKILL);
+    let status = child.wait();
+    let mut table = jobs
+        .lock()
+        .expect("local job table lock poisoned. This is a bug.");
+    if let Some(job) = table.get_mut(&id) {
+        job.exit = status.ok();
+        if job.exit.is_none() {
+            tracing::warn!(%id, "could not reap cancelled local job");
+        }
+    }
+}
+
+impl Scheduler for LocalScheduler {
+    fn backend(&self) -> Backend {
+        Backend::Local
+    }
+
+    fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
+        job.validate()?;
+        let mut cmd = Command::new(&self.config.shell);
+        match &job.script {
+            JobScript::Path(p) => cmd.arg(p),
+            JobScript::Text(t) => cmd.arg("-c").arg(t),
+        };
+        if let Some(dir) = &job.workdir {
+            cmd.current_dir(dir);
+        }
+        let (out, err) = match &job.log {
+            Some(path) => {
+                let open = || OpenOptions::new().create(true).append(true).open(path);
+                let io = |source| SchedulerError::Io {
+                    action: "open log file",
+                    path: path.clone(),
+                    source,
+                };
+                let f = open().map_err(io)?;
+                let f2 = f.try_clone().map_err(io)?;
+                (Stdio::from(f), Stdio::from(f2))
+            }
+            None => (Stdio::null(), Stdio::null()),
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        cmd.env("EMBEDFLEET_JOB_NAME", &job.name)
+            .env("EMBEDFLEET_QUEUE", &job.queue);
+        let child = cmd.spawn().map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => SchedulerError::CommandNotFound {
+                program: format!(
+                    "{} (or the job's working directory)",
+                    self.config.shell.display()
+                ),
+            },
+            _ => SchedulerError::CommandSpawn {
+                command: self.config.shell.display().to_string(),
+                source,
+            },
+        })?;
+        let id = SchedulerJobId::new(child.id().to_string());
+        let entry = LocalJob {
+            name: job.name.clone(),
+            queue: job.queue.clone(),
+            child: Some(child),
+            exit: None,
+            cancelled: false,
+        };
+        self.lock().insert(id.clone(), entry);
+        Ok(id)
+    }
+
+    fn poll(&self, jobs: &[JobHandle]) -> SchedulerResult<HashMap<SchedulerJobId, JobState>> {
+        let mut table = self.lock();
+        let mut states = HashMap::with_capacity(jobs.len());
+        for handle in jobs {
+            let state = match table.get_mut(&handle.id) {
+                None => marker_or(handle, foreign_state(&handle.id)),
+                Some(job) => {
+                    if job.exit.is_none() {
+                        if let Some(child) = job.child.as_mut() {
+                            job.exit = child.try_wait().map_err(|source| SchedulerError::Io {
+                                action: "wait for local job",
+                                path: PathBuf::from(format!("/proc/{}", handle.id)),
+                                source,
+                            })?;
+                        }
+                    }
+                    match job.exit {
+                        Some(status) => exit_state(status, job.cancelled),
+                        None => JobState::Running,
+                    }
+                }
+            };
+            states.insert(handle.id.clone(), state);
+        }
+        Ok(states)
+    }
+
+    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
+        let mut table = self.lock();
+        let Some(job) = table.get_mut(id) else {
+            // Not our child: signal it only if it still leads its own group.
+            if foreign_state(id) == JobState::Running {
+                let pid: i32 = id
+                    .as_str()
+                    .parse()
+                    .expect("foreign_state parsed it. This is a bug.");
+                killpg(pid, libc::SIGTERM);
+                return Ok(());
+            }
+            return Err(SchedulerError::UnknownJob { id: id.to_string() });
+        };
+        if job.exit.is_some() || job.child.is_none() {
+            return Ok(()); // already ended, or a cancel is under way
+        }
+        let mut child = job.child.take().expect("checked above. This is a bug.");
+        if let Ok(Some(status)) = child.try_wait() {
+            job.exit = Some(status);
+            return Ok(());
+        }
+        job.cancelled = true;
+        let jobs = Arc::clone(&self.jobs);
+        let (id, grace) = (
+            id.clone(),
+            Duration::from_secs_f64(self.config.grace_secs.max(0.0)),
+        );
+        thread::spawn(move || terminate(jobs, id, child, grace));
+        Ok(())
+    }
+
+    fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
+        let ids: Vec<JobHandle> = self.lock().keys().cloned().map(JobHandle::new).collect();
+        let states = self.poll(&ids)?;
+        let table = self.lock();
+        Ok(states
+            .into_iter()
+            .filter_map(|(id, state)| {
+                let job = table.get(&id)?;
+                Some(QueuedJob {
+                    name: job.name.clone(),
+                    queue: job.queue.clone(),
+                    id,
+                    state,
+                })
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,281 @@
+/*!
+The PBS backend: `qsub`, `qstat`, `qdel`, for PBS Pro (Polaris) and Torque (including the
+`slurm-wlm-torque` wrappers over Slurm).
+*/
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::{
+    tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn,
+};
+use super::pbs_parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
+use super::slurm::{permanent_submit_error, unknown_queue};
+use super::{
+    marker_or, marker_state, write_script_file, Backend, JobHandle, JobScript, JobState,
+    JobSubmission, QueuedJob, Scheduler, SchedulerError, SchedulerJobId, SchedulerResult,
+};
+
+/// Job ids per `qstat` call.
+const CHUNK: usize = 200;
+
+/// Which `qstat` dialect to speak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PbsFlavor {
+    /// PBS Pro / OpenPBS: `qstat -x -f -F json`, falling back to text `qstat -x -f`.
+    #[default]
+    Pro,
+    /// Torque or `slurm-wlm-torque`: text `qstat -f` (no `-x`, no JSON).
+    Torque,
+}
+
+/// The `[scheduler.pbs]` table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PbsConfig {
+    /// `qsub` path and extra arguments (e.g. `["-l", "filesystems=home:eagle"]`).
+    pub qsub: ProgramConfig,
+    /// `qstat`.
+    pub qstat: ProgramConfig,
+    /// `qdel`.
+    pub qdel: ProgramConfig,
+    /// Output dialect of `qstat`.
+    pub flavor: PbsFlavor,
+}
+
+/// PBS through its command-line tools.
+#[derive(Debug)]
+pub struct PbsScheduler {
+    config: PbsConfig,
+    runner: CommandRunner,
+    /// Jobs this process asked to delete: Torque's `C` state does not say why a job ended.
+    cancelled: Mutex<HashSet<SchedulerJobId>>,
+}
+
+/// `qstat` exits non-zero when any asked-for job is unknown (153 = PBSE_UNKJOBID) or finished
+/// without `-x`; the other jobs are still printed, so such output is an answer.
+fn qstat_answered(o: &CommandOutput) -> bool {
+    if o.status.success() {
+        return true;
+    }
+    let benign = |l: &str| {
+        l.contains("Unknown Job Id")
+            || l.contains("Job has finished")
+            || l.contains("Invalid job id")
+    };
+    o.status.code() == Some(153)
+        || (!o.stderr.trim().is_empty()
+            && o.stderr
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .all(benign))
+}
+
+impl PbsScheduler {
+    /// A PBS backend with these command paths and this command policy.
+    pub fn new(config: PbsConfig, command: CommandConfig) -> Self {
+        Self {
+            config,
+            runner: CommandRunner::new(command),
+            cancelled: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn qstat(&self, ids: &[&str], history: bool) -> SchedulerResult<Vec<PbsJob>> {
+        let mut base: Vec<&str> = Vec::new();
+        if history && self.config.flavor == PbsFlavor::Pro {
+            base.push("-x");
+        }
+        base.push("-f");
+        if self.config.flavor == PbsFlavor::Pro {
+            let args: Vec<&str> = base
+                .iter()
+                .copied()
+                .chain(["-F", "json"])
+                .chain(ids.iter().copied())
+                .collect();
+            let out = self.runner.run(
+                &self.config.qstat,
+                "qstat",
+                Call::new(args).accept(&qstat_answered),
+            )?;
+            if out.stdout.trim().is_empty() {
+                return Ok(Vec::new());
+            }
+            match parse_qstat_json(&out.stdout) {
+                Ok(jobs) => return Ok(jobs),
+                // Some PBS Pro versions print invalid JSON (unescaped values); read the text.
+                Err(reason) => {
+                    tracing::warn!(%reason, "qstat JSON unreadable; using text qstat -f")
+                }
+            }
+        }
+        let args: Vec<&str> = base.iter().copied().chain(ids.iter().copied()).collect();
+        let out = self.runner.run(
+            &self.config.qstat,
+            "qstat",
+            Call::new(args).accept(&qstat_answered),
+        )?;
+        parse_qstat_text(&out.stdout).map_err(|reason| SchedulerError::UnexpectedOutput {
+            command: "qstat -f".to_string(),
+            reason,
+            output_tail: tail(&out.stdout, 1000),
+        })
+    }
+
+    fn was_cancelled(&self, id: &SchedulerJobId) -> bool {
+        self.cancelled
+            .lock()
+            .expect("cancel set lock poisoned. This is a bug.")
+            .contains(id)
+    }
+
+    fn script_path(&self, job: &JobSubmission) -> SchedulerResult<PathBuf> {
+        match &job.script {
+            JobScript::Path(p) => Ok(p.clone()),
+            JobScript::Text(t) => {
+                let dir = job.workdir.clone().unwrap_or_else(std::env::temp_dir);
+                write_script_file(&dir, &job.name, t)
+            }
+        }
+    }
+}
+
+/// PBS Pro prints `1234.server`; Torque may print the id alone. Either is the id.
+fn parse_qsub_id(stdout: &str) -> Option<&str> {
+    let id = stdout.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let digits = id.split('.').next()?.split('[').next()?;
+    (!digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())).then_some(id)
+}
+
+impl Scheduler for PbsScheduler {
+    fn backend(&self) -> Backend {
+        Backend::Pbs
+    }
+
+    fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
+        job.validate()?;
+        let script = self.script_path(job)?;
+        let mut args: Vec<OsString> = vec![
+            "-N".into(),
+            job.name.clone().into(),
+            "-q".into(),
+            job.queue.clone().into(),
+        ];
+        if let Some(log) = &job.log {
+            args.extend(["-o".into(), log.into(), "-j".into(), "oe".into()]);
+        }
+        args.push(script.into());
+        let mut call = Call::new(args)
+            .retry(RetryOn::FailureNotTimeout)
+            .permanent(&permanent_submit_error);
+        if let Some(dir) = &job.workdir {
+            // PBS_O_WORKDIR is where qsub ran.
+            call = call.cwd(dir);
+        }
+        let out = match self.runner.run(&self.config.qsub, "qsub", call) {
+            Ok(out) => out,
+            Err(e @ SchedulerError::CommandTimedOut { .. }) => {
+                return Err(SchedulerError::SubmitUncertain {
+                    name: job.name.clone(),
+                    source: Box::new(e),
+                })
+            }
+            Err(e) => return Err(unknown_queue(e, job)),
+        };
+        match parse_qsub_id(&out.stdout) {
+            Some(id) => Ok(SchedulerJobId::new(id)),
+            None => Err(SchedulerError::UnexpectedOutput {
+                command: "qsub".to_string(),
+                reason: "expected a job id such as `1234.server`".to_string(),
+                output_tail: tail(&out.stdout, 1000),
+            }),
+        }
+    }
+
+    fn poll(&self, jobs: &[JobHandle]) -> SchedulerResult<HashMap<SchedulerJobId, JobState>> {
+        let mut states = HashMap::with_capacity(jobs.len());
+        for chunk in jobs.chunks(CHUNK) {
+            let ids: Vec<&str> = chunk.iter().map(|j| j.id.as_str()).collect();
+            let found: HashMap<String, PbsJob> = self
+                .qstat(&ids, true)?
+                .into_iter()
+                .map(|j| (j.id.clone(), j))
+                .collect();
+            for handle in chunk {
+                let state = match lookup(&found, handle.id.as_str()) {
+                    Some(job) => {
+                        let marker = handle.marker.as_deref().and_then(marker_state);
+                        pbs_state(job, self.was_cancelled(&handle.id), marker)
+                    }
+                    None => marker_or(handle, JobState::Unknown),
+                };
+                states.insert(handle.id.clone(), state);
+            }
+        }
+        Ok(states)
+    }
+
+    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
+        self.cancelled
+            .lock()
+            .expect("cancel set lock poisoned. This is a bug.")
+            .insert(id.clone());
+        match self
+            .runner
+            .run(&self.config.qdel, "qdel", Call::new([id.as_str()]))
+        {
+            Ok(_) => Ok(()),
+            Err(err @ SchedulerError::CommandFailed { .. }) => {
+                // qdel of a finished job fails; that job needs no cancelling.
+                let handle = JobHandle::new(id.clone());
+                match self.poll(std::slice::from_ref(&handle))?.get(id) {
+                    Some(s) if s.is_terminal() => Ok(()),
+                    _ => Err(err),
+                }
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .ok();
+        let jobs = self.qstat(&[], false)?;
+        Ok(jobs
+            .iter()
+            .filter(|j| match (&user, j.get("Job_Owner")) {
+                (Some(u), Some(owner)) => owner.split('@').next() == Some(u.as_str()),
+                _ => true,
+            })
+            .map(|j| QueuedJob {
+                id: SchedulerJobId::new(j.id.clone()),
+                name: j.get("Job_Name").unwrap_or("").to_string(),
+                queue: j.get("queue").unwrap_or("").to_string(),
+                state: pbs_state(j, false, None),
+            })
+            .collect())
+    }
+}
+
+/// Finds a job by id; PBS may print the id with a longer server suffix than was asked for
+/// (`1234.pbs01` asked, `1234.pbs01.example.org` printed).
+fn lookup<'a>(found: &'a HashMap<String, PbsJob>, id: &str) -> Option<&'a PbsJob> {
+    // `long` is `short` plus a further `.domain` part.
+    let extends = |long: &str, short: &str| {
+        long.strip_prefix(short)
+            .is_some_and(|rest| rest.starts_with('.'))
+    };
+    found.get(id).or_else(|| {
+        found
+            .iter()
+            .find(|(k, _)| extends(k, id) || extends(id, k))
+            .map(|(_, v)| v)
+    })
+}

@@ -1,0 +1,189 @@
+/*!
+Parsers for `qstat` output and the mapping of PBS states onto [`JobState`].
+
+Formats:
+- PBS Pro `qstat -f -F json` (and `-x` for finished jobs), as on Polaris: `{"Jobs": {ID: {...}}}`
+  with nested `Resource_List`/`resources_used` objects and numeric `Exit_status`.
+- The text `qstat -f` of PBS Pro (`Job Id: ID`, attributes indented four spaces, long values
+  continued on lines starting with a tab) and of Torque and Slurm's `slurm-wlm-torque`
+  (attributes indented by a tab, lowercase `exit_status` when present).
+*/
+
+use std::collections::BTreeMap;
+
+use super::state::JobState;
+
+/// One job's attributes as `qstat -f` printed them; nested JSON objects are flattened to
+/// `Resource_List.walltime` like the text format.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PbsJob {
+    /// Job id (`1234.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov`, `11`).
+    pub id: String,
+    /// Attributes by name.
+    pub attrs: BTreeMap<String, String>,
+}
+
+impl PbsJob {
+    /// An attribute, matched without regard to case (`Exit_status` vs `exit_status`).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The job's exit status, when PBS recorded one.
+    pub fn exit_status(&self) -> Option<i32> {
+        self.get("Exit_status")?.trim().parse().ok()
+    }
+}
+
+/// Parses `qstat -f -F json` output.
+pub fn parse_qstat_json(text: &str) -> Result<Vec<PbsJob>, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let Some(jobs) = value.get("Jobs") else {
+        // qstat prints no "Jobs" key when none of the asked-for jobs exists.
+        return match value.is_object() {
+            true => Ok(Vec::new()),
+            false => Err("expected a JSON object".to_string()),
+        };
+    };
+    let jobs = jobs.as_object().ok_or("`Jobs` is not an object")?;
+    Ok(jobs
+        .iter()
+        .map(|(id, v)| {
+            let mut attrs = BTreeMap::new();
+            flatten("", v, &mut attrs);
+            PbsJob {
+                id: id.clone(),
+                attrs,
+            }
+        })
+        .collect())
+}
+
+fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        serde_json::Value::String(s) => {
+            out.insert(prefix.to_string(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+/// Parses text `qstat -f` output (PBS Pro, Torque, `slurm-wlm-torque`).
+pub fn parse_qstat_text(text: &str) -> Result<Vec<PbsJob>, String> {
+    let mut jobs: Vec<PbsJob> = Vec::new();
+    let mut indent: Option<String> = None;
+    let mut last_key: Option<String> = None;
+    for line in text.lines() {
+        if let Some(id) = line.strip_prefix("Job Id:") {
+            jobs.push(PbsJob {
+                id: id.trim().to_string(),
+                attrs: BTreeMap::new(),
+            });
+            indent = None;
+            last_key = None;
+            continue;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some(job) = jobs.last_mut() else {
+            return Err(format!("attribute before any `Job Id:` line: {line:?}"));
+        };
+        let lead = &line[..line.len() - line.trim_start().len()];
+        let ind = indent.get_or_insert_with(|| lead.to_string());
+        match line.trim_start().split_once(" = ") {
+            // An attribute line has the job's attribute indentation; PBS Pro continues long
+            // values on lines starting with a tab, which may contain " = " themselves.
+            Some((k, v)) if lead == ind.as_str() => {
+                job.attrs.insert(k.trim().to_string(), v.to_string());
+                last_key = Some(k.trim().to_string());
+            }
+            _ => match &last_key {
+                Some(k) => {
+                    let v = job
+                        .attrs
+                        .get_mut(k)
+                        .expect("last key was inserted. This is a bug.");
+                    v.push_str(line.trim_start_matches('\t'));
+                }
+                None => return Err(format!("continuation line without an attribute: {line:?}")),
+            },
+        }
+    }
+    Ok(jobs)
+}
+
+/// PBS Pro `JOB_EXEC_*` exit statuses that are not the script's own.
+fn exec_code_state(code: i32) -> JobState {
+    match code {
+        -29 => JobState::Timeout,
+        -26 | -27 => JobState::OutOfMemory,
+        // Mother superior or sister node failed; JOB_EXEC_RETRY: failed before it could run.
+        -20 | -14 | -3 => JobState::NodeFail,
+        _ => JobState::Failed {
+            exit_code: Some(code),
+            reason: format!("PBS could not run the job (JOB_EXEC code {code})"),
+        },
+    }
+}
+
+/// Maps a `qstat -f` job onto [`JobState`]. `cancelled` says whether this process asked PBS to
+/// delete the job; `marker` is the state from the job's completion marker, if it left one.
+pub fn pbs_state(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState {
+    let state = job.get("job_state").unwrap_or("").trim();
+    match state {
+        "Q" | "H" | "W" | "T" | "M" | "U" => JobState::Pending,
+        "R" | "E" | "B" | "S" => JobState::Running,
+        "F" | "X" | "C" => finished(job, cancelled, marker),
+        other => JobState::Failed {
+            exit_code: None,
+            reason: format!("unrecognised PBS job_state {other:?}"),
+        },
+    }
+}
+
+fn finished(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState {
+    let comment = job.get("comment").unwrap_or("").to_lowercase();
+    let walltime = comment.contains("walltime") && comment.contains("exceeded");
+    let deleted = comment.contains("qdel") || comment.contains("deleted");
+    match job.exit_status() {
+        Some(0) => JobState::Completed,
+        Some(code) if code < 0 => exec_code_state(code),
+        _ if walltime => JobState::Timeout,
+        Some(_) if cancelled || deleted => JobState::Cancelled,
+        Some(code) if code > 256 => JobState::Failed {
+            exit_code: None,
+            reason: format!("killed by signal {}", code - 256),
+        },
+        Some(code) => JobState::from_exit_code(code),
+        // No exit status (Slurm's Torque wrapper never prints one): the marker knows.
+        // A cancelled job's script may still record the signal's 143 in its marker.
+        None => match marker {
+            Some(JobState::Completed) => JobState::Completed,
+            _ if cancelled || deleted => JobState::Cancelled,
+            Some(m) => m,
+            None => JobState::Failed {
+                exit_code: None,
+                reason: "the job finished but qstat shows no exit status and the job left no \
+                         completion marker"
+                    .to_string(),
+            },
+        },
+    }
+}

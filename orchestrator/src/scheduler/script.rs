@@ -1,0 +1,342 @@
+/*!
+Job scripts: a built-in template per backend, user overrides from the run config, and the
+values that fill them.
+
+The built-in templates put the scheduler directives first, then `module load` lines, exported
+environment, setup lines, the `embedfleet embed-job` command (one per node through `srun` or
+`mpiexec` when a job has several nodes), and finally the lines that write the job's exit code
+to its completion marker, atomically (temporary name, then rename).
+*/
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::command::shell_quote;
+use super::template::{render, TemplateError};
+use super::Backend;
+
+/// Built-in Slurm template.
+pub const SLURM_TEMPLATE: &str = "#!/bin/bash
+#SBATCH --job-name={job_name}
+#SBATCH --partition={queue}
+#SBATCH --account={account}
+#SBATCH --time={walltime}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --output={output}
+#SBATCH --error={error}
+{extra_directives}
+{module_lines}
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// Built-in PBS template (PBS Pro as on Polaris; Torque reads the same directives).
+pub const PBS_TEMPLATE: &str = "#!/bin/bash
+#PBS -N {job_name}
+#PBS -q {queue}
+#PBS -A {account}
+#PBS -l walltime={walltime}
+#PBS -l select={select}
+#PBS -o {output}
+#PBS -e {error}
+#PBS -j {join}
+{extra_directives}
+cd \"${PBS_O_WORKDIR:-.}\"
+{module_lines}
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// Built-in local template: no directives.
+pub const LOCAL_TEMPLATE: &str = "#!/bin/bash
+# embedfleet local job {job_name} (queue {queue})
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// How job scripts are written; the `[scheduler.script]` table of the run config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScriptConfig {
+    /// Replaces the backend's built-in template (see [`SLURM_TEMPLATE`], [`PBS_TEMPLATE`]).
+    pub template: Option<String>,
+    /// Account (Slurm) or project (PBS `-A`).
+    pub account: Option<String>,
+    /// Walltime limit, `HH:MM:SS`.
+    pub walltime: Option<String>,
+    /// Nodes per job, for the submit loop: it gives each job this many batches
+    /// ([`ScriptJob::batches`]); the script requests one node per batch and runs one
+    /// `embed-job` per node.
+    pub nodes: u32,
+    /// GPUs per node to request (Slurm `--gpus-per-node`, PBS `ngpus=` in the select).
+    pub gpus_per_node: Option<u32>,
+    /// Extra PBS select resources, e.g. `system=polaris` gives `select=1:system=polaris`.
+    pub select_extra: Option<String>,
+    /// Raw directive lines added after the built-in ones, e.g. `#PBS -l filesystems=home:eagle`.
+    pub extra_directives: Vec<String>,
+    /// Modules to load (`module load NAME` each).
+    pub modules: Vec<String>,
+    /// Environment variables to export in the job.
+    pub env: BTreeMap<String, String>,
+    /// Shell lines run before the command (e.g. `source /path/venv/bin/activate`).
+    pub setup: Vec<String>,
+    /// The embedfleet binary to run inside the job (default `embedfleet`).
+    pub embedfleet: Option<String>,
+    /// Launcher for multi-node jobs; default `srun` (Slurm) or `mpiexec` (PBS).
+    pub launcher: Option<String>,
+}
+
+impl Default for ScriptConfig {
+    fn default() -> Self {
+        Self {
+            template: None,
+            account: None,
+            walltime: None,
+            nodes: 1,
+            gpus_per_node: None,
+            select_extra: None,
+            extra_directives: Vec::new(),
+            modules: Vec::new(),
+            env: BTreeMap::new(),
+            setup: Vec::new(),
+            embedfleet: None,
+            launcher: None,
+        }
+    }
+}
+
+/// One job to write a script for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScriptJob {
+    /// Job name (letters, digits, `-_.`).
+    pub job_name: String,
+    /// Queue or partition.
+    pub queue: String,
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Batches, one per node; the script requests `batches.len()` nodes.
+    pub batches: Vec<u64>,
+    /// File for the job's stdout (and stderr unless `error` is set).
+    pub output: PathBuf,
+    /// File for the job's stderr.
+    pub error: Option<PathBuf>,
+    /// Completion marker the script writes its exit code to.
+    pub marker: Option<PathBuf>,
+}
+
+/// Renders the job script for `job` on `backend` with the user's `config`.
+pub fn render_job_script(
+    backend: Backend,
+    config: &ScriptConfig,
+    job: &ScriptJob,
+) -> Result<String, TemplateError> {
+    let builtin = match backend {
+        Backend::Slurm => SLURM_TEMPLATE,
+        Backend::Pbs => PBS_TEMPLATE,
+        Backend::Local => LOCAL_TEMPLATE,
+    };
+    let template = config.template.as_deref().unwrap_or(builtin);
+    render(template, &script_vars(backend, config, job)?)
+}
+
+/// The values every template can use, by placeholder name.
+pub fn script_vars(
+    backend: Backend,
+    config: &ScriptConfig,
+    job: &ScriptJob,
+) -> Result<BTreeMap<String, String>, TemplateError> {
+    check_word("job_name", &job.job_name)?;
+    check_word("queue", &job.queue)?;
+    if job.batches.is_empty() {
+        return Err(bad("batch", "", "a job needs at least one batch"));
+    }
+    let nodes = job.batches.len();
+    let path = |p: &PathBuf| p.display().to_string();
+    let mut v = BTreeMap::new();
+    let mut put = |k: &str, val: String| v.insert(k.to_string(), val);
+    put("job_name", job.job_name.clone());
+    put("queue", job.queue.clone());
+    put(
+        "account",
+        one_line("account", config.account.clone().unwrap_or_default())?,
+    );
+    put(
+        "walltime",
+        one_line("walltime", config.walltime.clone().unwrap_or_default())?,
+    );
+    put("nodes", nodes.to_string());
+    put(
+        "gpus_per_node",
+        config
+            .gpus_per_node
+            .map(|g| g.to_string())
+            .unwrap_or_default(),
+    );
+    put("select", pbs_select(nodes, config));
+    put("output", one_line("output", path(&job.output))?);
+    put(
+        "error",
+        one_line("error", job.error.as_ref().map(path).unwrap_or_default())?,
+    );
+    put(
+        "join",
+        if job.error.is_none() {
+            "oe".into()
+        } else {
+            String::new()
+        },
+    );
+    put("run_dir", path(&job.run_dir));
+    put("batch", job.batches[0].to_string());
+    put(
+        "batches",
+        job.batches
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    put("marker", job.marker.as_ref().map(path).unwrap_or_default());
+    put("embedfleet", embedfleet(config));
+    put("extra_directives", config.extra_directives.join("\n"));
+    put(
+        "module_lines",
+        config
+            .modules
+            .iter()
+            .map(|m| format!("module load {m}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    put("env_lines", env_lines(&config.env)?);
+    put("setup_lines", config.setup.join("\n"));
+    put("command", command(backend, config, job));
+    put("finish", finish(job));
+    Ok(v)
+}
+
+fn embedfleet(config: &ScriptConfig) -> String {
+    shell_quote(config.embedfleet.as_deref().unwrap_or("embedfleet"))
+}
+
+fn pbs_select(nodes: usize, config: &ScriptConfig) -> String {
+    let mut s = nodes.to_string();
+    if let Some(g) = config.gpus_per_node {
+        s.push_str(&format!(":ngpus={g}"));
+    }
+    if let Some(extra) = config.select_extra.as_deref().filter(|e| !e.is_empty()) {
+        s.push(':');
+        s.push_str(extra);
+    }
+    s
+}
+
+fn env_lines(env: &BTreeMap<String, String>) -> Result<String, TemplateError> {
+    let mut lines = Vec::new();
+    for (k, val) in env {
+        let ok = k
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(bad(
+                "env",
+                k,
+                "environment variable names are letters, digits and `_`",
+            ));
+        }
+        lines.push(format!("export {k}={}", shell_quote(val)));
+    }
+    Ok(lines.join("\n"))
+}
+
+/// The embed-job line, or for N nodes a launcher line running one embed-job per node, each
+/// picking its batch by its rank.
+fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
+    let bin = embedfleet(config);
+    let run_dir = shell_quote(&job.run_dir.display().to_string());
+    if job.batches.len() == 1 {
+        return format!(
+            "{bin} embed-job --run-dir {run_dir} --batch {}",
+            job.batches[0]
+        );
+    }
+    let n = job.batches.len();
+    let (launcher, rank) = match backend {
+        Backend::Slurm => (
+            format!("srun --nodes={n} --ntasks={n} --ntasks-per-node=1"),
+            "${SLURM_PROCID:-0}",
+        ),
+        Backend::Pbs => (
+            format!("mpiexec -n {n} --ppn 1"),
+            "${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-0}}}",
+        ),
+        Backend::Local => (String::new(), "0"),
+    };
+    let launcher = config.launcher.clone().unwrap_or(launcher);
+    let batches = job
+        .batches
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
+    if launcher.is_empty() {
+        // No launcher: run the batches one after another on this machine.
+        return format!(
+            "for b in {batches}; do {bin} embed-job --run-dir {run_dir} --batch \"$b\" || exit $?; done"
+        );
+    }
+    let inner =
+        format!("b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[{rank}]}}\"");
+    format!("{launcher} bash -c {} _ {batches}", shell_quote(&inner))
+}
+
+/// Lines that record the exit code in the marker (temporary file, then rename).
+fn finish(job: &ScriptJob) -> String {
+    match &job.marker {
+        None => "exit $?".to_string(),
+        Some(m) => {
+            let m = shell_quote(&m.display().to_string());
+            format!("rc=$?\nprintf '%s\\n' \"$rc\" > {m}.tmp && mv -f {m}.tmp {m}\nexit $rc")
+        }
+    }
+}
+
+fn bad(name: &str, value: &str, reason: &str) -> TemplateError {
+    TemplateError::BadValue {
+        name: name.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn check_word(name: &str, value: &str) -> Result<(), TemplateError> {
+    let ok = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(name, value, "use letters, digits and `-_.@` only"))
+    }
+}
+
+fn one_line(name: &str, value: String) -> Result<String, TemplateError> {
+    if value.contains(['\n', '\r']) {
+        Err(bad(name, &value, "it must not contain a line break"))
+    } else {
+        Ok(value)
+    }
+}

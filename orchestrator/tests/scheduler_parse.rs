@@ -1,0 +1,505 @@
+//! Parsers of scheduler output (on captured samples), state mapping, job script templates and
+//! the TOML config. No scheduler needed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use embedfleet_orchestrator::scheduler::{
+    parse_qstat_json, parse_qstat_text, parse_sacct, parse_scontrol, parse_squeue, pbs_state,
+    render_job_script, slurm_state, template, Backend, JobState, PbsFlavor, SacctMode,
+    SchedulerConfig, ScriptConfig, ScriptJob, TemplateError,
+};
+
+fn fixture(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scheduler")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn failed(code: Option<i32>, reason: &str) -> JobState {
+    JobState::Failed {
+        exit_code: code,
+        reason: reason.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------- Slurm
+
+#[test]
+fn squeue_captured_from_slurm_22_05() {
+    let rows = parse_squeue(&fixture("squeue.txt")).unwrap();
+    let got: Vec<(&str, JobState, &str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.id.as_str(),
+                r.job_state(),
+                r.partition.as_str(),
+                r.name.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("15", JobState::Cancelled, "debug", "embed-b000010"),
+            ("13", JobState::Running, "debug", "embed-b000008"),
+            (
+                "14",
+                failed(None, "FAILED: NonZeroExitCode"),
+                "gpu",
+                "embed-b000009"
+            ),
+            ("12", JobState::Pending, "gpu", "embed-b000007"),
+        ]
+    );
+}
+
+#[test]
+fn squeue_rejects_other_formats() {
+    assert!(parse_squeue("JOBID PARTITION NAME\n12 debug x\n").is_err());
+    assert_eq!(parse_squeue("\n").unwrap(), vec![]);
+}
+
+#[test]
+fn sacct_captured_from_slurm_22_05() {
+    let rows = parse_sacct(&fixture("sacct.txt")).unwrap();
+    let got: Vec<(&str, JobState)> = rows
+        .iter()
+        .map(|r| (r.id.as_str(), r.job_state()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("1", JobState::Completed),
+            ("12", JobState::Pending),
+            ("13", JobState::Running),
+            ("14", failed(Some(3), "exit code 3")),
+            ("15", JobState::Cancelled),
+        ]
+    );
+}
+
+#[test]
+fn sacct_other_final_states() {
+    // Lines in sacct's -P format for states the test cluster cannot produce on demand.
+    let text = "20|TIMEOUT|0:15|None\n21|OUT_OF_MEMORY|0:125|None\n22|NODE_FAIL|0:0|None\n\
+                23|PREEMPTED|0:15|None\n24|FAILED|0:9|None\n25|BOOT_FAIL|0:0|None\n26|DEADLINE|0:0|None\n";
+    let states: Vec<JobState> = parse_sacct(text)
+        .unwrap()
+        .iter()
+        .map(|r| r.job_state())
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            JobState::Timeout,
+            JobState::OutOfMemory,
+            JobState::NodeFail,
+            JobState::Preempted,
+            failed(None, "killed by signal 9"),
+            JobState::NodeFail,
+            JobState::Timeout,
+        ]
+    );
+}
+
+#[test]
+fn scontrol_captured_from_slurm_22_05() {
+    let rows = parse_scontrol(&fixture("scontrol.txt")).unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].id, "14");
+    assert_eq!(rows[0].name, "embed-b000009");
+    assert_eq!(rows[0].partition, "gpu");
+    assert_eq!(rows[0].exit, Some((3, 0)));
+    assert_eq!(rows[0].job_state(), failed(Some(3), "exit code 3"));
+    assert_eq!(rows[1].id, "13");
+    assert_eq!(rows[1].job_state(), JobState::Running);
+}
+
+#[test]
+fn scontrol_values_with_spaces_stay_whole() {
+    let rows = parse_scontrol("JobId=7 JobName=a b c JobState=COMPLETED ExitCode=0:0\n").unwrap();
+    assert_eq!(rows[0].name, "a b c");
+    assert_eq!(rows[0].job_state(), JobState::Completed);
+    assert!(parse_scontrol("no pairs here\n").is_err());
+}
+
+#[test]
+fn slurm_state_names() {
+    assert_eq!(
+        slurm_state("CANCELLED by 1000", None, ""),
+        JobState::Cancelled
+    );
+    assert_eq!(slurm_state("COMPLETING", None, ""), JobState::Running);
+    assert_eq!(slurm_state("REQUEUED", None, ""), JobState::Pending);
+    assert_eq!(slurm_state("SUSPENDED", None, ""), JobState::Running);
+    assert!(matches!(
+        slurm_state("WEIRD", None, ""),
+        JobState::Failed { .. }
+    ));
+}
+
+// ---------------------------------------------------------------- PBS
+
+#[test]
+fn pbspro_json_as_on_polaris() {
+    let jobs = parse_qstat_json(&fixture("pbspro_qstat_xf.json")).unwrap();
+    assert_eq!(jobs.len(), 10);
+    let by_id = |n: u32| {
+        let id = format!("{n}.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov");
+        jobs.iter()
+            .find(|j| j.id == id)
+            .unwrap_or_else(|| panic!("no job {id}"))
+    };
+    let state = |n: u32| pbs_state(by_id(n), false, None);
+    assert_eq!(
+        by_id(2871001).get("Resource_List.select"),
+        Some("1:system=polaris")
+    );
+    assert_eq!(by_id(2871001).get("Job_Name"), Some("embed-b000001"));
+    assert_eq!(by_id(2871001).get("queue"), Some("small"));
+    assert_eq!(state(2871001), JobState::Running);
+    assert_eq!(state(2871002), JobState::Pending);
+    assert_eq!(state(2871003), JobState::Completed);
+    assert_eq!(state(2871004), JobState::Timeout);
+    assert_eq!(state(2871005), failed(Some(2), "exit code 2"));
+    assert_eq!(state(2871006), JobState::Cancelled);
+    assert_eq!(state(2871007), JobState::NodeFail);
+    assert_eq!(state(2871008), failed(None, "killed by signal 9"));
+    assert_eq!(state(2871009), JobState::Pending);
+    assert_eq!(state(2871010), JobState::Timeout);
+    // A job this process deleted is Cancelled whatever signal ended it.
+    assert_eq!(pbs_state(by_id(2871008), true, None), JobState::Cancelled);
+}
+
+#[test]
+fn pbspro_json_without_jobs_and_invalid_json() {
+    assert_eq!(
+        parse_qstat_json(r#"{"timestamp":1,"pbs_version":"2022.1.3"}"#).unwrap(),
+        vec![]
+    );
+    assert!(parse_qstat_json("{\"Jobs\":{\"1.s\":{\"comment\":\"bad \\q\"}}}").is_err());
+}
+
+#[test]
+fn pbspro_text_with_continuation_lines() {
+    let jobs = parse_qstat_text(&fixture("pbspro_qstat_xf.txt")).unwrap();
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec![
+            "2871003.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov",
+            "2871004.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov",
+            "2871002.polaris-pbs-01.hsn.cm.polaris.alcf.anl.gov"
+        ]
+    );
+    assert_eq!(
+        jobs[0].get("comment"),
+        Some("Job run at Sun Nov 29 at 22:10 on (x3102c0s7b0n0:ncpus=64:ngpus=4) and finished")
+    );
+    assert_eq!(
+        jobs[0].get("Error_Path"),
+        Some("polaris-login-02.hsn.cm.polaris.alcf.anl.gov:/lus/eagle/projects/EmbedProj/run/logs/embed-b000003.err")
+    );
+    // A continuation line that itself contains " = " stays part of Variable_List.
+    let vars = jobs[0].get("Variable_List").unwrap();
+    assert!(
+        vars.ends_with("PBS_O_QUEUE = prod,PBS_O_WORKDIR=/lus/eagle/projects/EmbedProj/run"),
+        "{vars}"
+    );
+    assert_eq!(jobs[0].get("run_count"), Some("1"));
+    assert_eq!(jobs[0].exit_status(), Some(0));
+    let states: Vec<JobState> = jobs.iter().map(|j| pbs_state(j, false, None)).collect();
+    assert_eq!(
+        states,
+        vec![JobState::Completed, JobState::Timeout, JobState::Pending]
+    );
+}
+
+#[test]
+fn torque_text_from_slurm_wlm_torque() {
+    let jobs = parse_qstat_text(&fixture("torque_qstat_f.txt")).unwrap();
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, vec!["16", "17", "9"]);
+    assert_eq!(jobs[0].get("Job_Name"), Some("pbs-run"));
+    assert_eq!(jobs[0].get("queue"), Some("gpu"));
+    assert_eq!(pbs_state(&jobs[0], false, None), JobState::Running);
+    assert_eq!(pbs_state(&jobs[1], false, None), JobState::Pending);
+    // `C` without an exit status: the marker decides; without one it is a failure, never a
+    // silent success.
+    assert_eq!(
+        pbs_state(&jobs[2], false, Some(JobState::Completed)),
+        JobState::Completed
+    );
+    assert_eq!(pbs_state(&jobs[2], true, None), JobState::Cancelled);
+    assert!(matches!(
+        pbs_state(&jobs[2], false, None),
+        JobState::Failed {
+            exit_code: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn qstat_text_rejects_garbage() {
+    assert!(parse_qstat_text("    job_state = R\n").is_err());
+    assert_eq!(parse_qstat_text("").unwrap(), vec![]);
+}
+
+// ---------------------------------------------------------------- templates
+
+fn job(batches: Vec<u64>) -> ScriptJob {
+    ScriptJob {
+        job_name: "embed-b000042".into(),
+        queue: "debug".into(),
+        run_dir: "/runs/my run".into(),
+        batches,
+        output: "/runs/my run/logs/b42.log".into(),
+        error: None,
+        marker: Some("/runs/my run/done/b42".into()),
+    }
+}
+
+#[test]
+fn slurm_builtin_template() {
+    let cfg = ScriptConfig {
+        account: Some("proj1".into()),
+        walltime: Some("01:00:00".into()),
+        gpus_per_node: Some(4),
+        modules: vec!["cuda/12.4".into()],
+        env: BTreeMap::from([("HF_HOME".to_string(), "/data/hf cache".to_string())]),
+        ..ScriptConfig::default()
+    };
+    let s = render_job_script(Backend::Slurm, &cfg, &job(vec![42])).unwrap();
+    let expected = "#!/bin/bash
+#SBATCH --job-name=embed-b000042
+#SBATCH --partition=debug
+#SBATCH --account=proj1
+#SBATCH --time=01:00:00
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=4
+#SBATCH --output=/runs/my run/logs/b42.log
+module load cuda/12.4
+export HF_HOME='/data/hf cache'
+embedfleet embed-job --run-dir '/runs/my run' --batch 42
+rc=$?
+printf '%s\\n' \"$rc\" > '/runs/my run/done/b42'.tmp && mv -f '/runs/my run/done/b42'.tmp '/runs/my run/done/b42'
+exit $rc
+";
+    assert_eq!(s, expected);
+}
+
+#[test]
+fn pbs_builtin_template_polaris_style() {
+    let cfg = ScriptConfig {
+        account: Some("EmbedProj".into()),
+        walltime: Some("01:00:00".into()),
+        select_extra: Some("system=polaris".into()),
+        extra_directives: vec![
+            "#PBS -l filesystems=home:eagle".into(),
+            "#PBS -l place=scatter".into(),
+        ],
+        ..ScriptConfig::default()
+    };
+    let s = render_job_script(Backend::Pbs, &cfg, &job(vec![42])).unwrap();
+    for line in [
+        "#PBS -N embed-b000042\n",
+        "#PBS -q debug\n",
+        "#PBS -A EmbedProj\n",
+        "#PBS -l walltime=01:00:00\n",
+        "#PBS -l select=1:system=polaris\n",
+        "#PBS -j oe\n",
+        "#PBS -l filesystems=home:eagle\n#PBS -l place=scatter\n",
+        "cd \"${PBS_O_WORKDIR:-.}\"\n",
+    ] {
+        assert!(s.contains(line), "missing {line:?} in:\n{s}");
+    }
+    assert!(!s.contains("#PBS -e"), "{s}");
+}
+
+#[test]
+fn multi_node_jobs_launch_one_embed_job_per_node() {
+    let cfg = ScriptConfig::default();
+    let s = render_job_script(Backend::Slurm, &cfg, &job(vec![7, 8, 9])).unwrap();
+    assert!(s.contains("#SBATCH --nodes=3\n"), "{s}");
+    assert!(
+        s.contains("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 bash -c "),
+        "{s}"
+    );
+    assert!(s.contains("${b[${SLURM_PROCID:-0}]}"), "{s}");
+    assert!(s.contains(" _ 7 8 9\n"), "{s}");
+    let p = render_job_script(Backend::Pbs, &cfg, &job(vec![7, 8])).unwrap();
+    assert!(
+        p.contains("#PBS -l select=2\n") && p.contains("mpiexec -n 2 --ppn 1 bash -c "),
+        "{p}"
+    );
+}
+
+#[test]
+fn multi_node_line_picks_the_batch_of_its_rank() {
+    // Run the generated launcher line with a fake `srun` that starts one task per rank.
+    let dir = tempfile::tempdir().unwrap();
+    let srun = dir.path().join("srun");
+    std::fs::write(&srun, "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nfor r in 0 1 2; do SLURM_PROCID=$r \"$@\"; done\n").unwrap();
+    let fake = dir.path().join("fake-embedfleet");
+    std::fs::write(
+        &fake,
+        "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n",
+    )
+    .unwrap();
+    for p in [&srun, &fake] {
+        std::process::Command::new("chmod")
+            .arg("+x")
+            .arg(p)
+            .status()
+            .unwrap();
+    }
+    let cfg = ScriptConfig {
+        embedfleet: Some(fake.display().to_string()),
+        launcher: Some(format!("{} --nodes=3", srun.display())),
+        ..ScriptConfig::default()
+    };
+    let mut j = job(vec![7, 8, 9]);
+    j.run_dir = dir.path().to_path_buf();
+    j.marker = Some(dir.path().join("marker"));
+    let script = render_job_script(Backend::Slurm, &cfg, &j).unwrap();
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+    let run_dir = dir.path().display();
+    assert_eq!(
+        calls,
+        format!("embed-job --run-dir {run_dir} --batch 7\nembed-job --run-dir {run_dir} --batch 8\nembed-job --run-dir {run_dir} --batch 9\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("marker")).unwrap(),
+        "0\n"
+    );
+}
+
+#[test]
+fn user_template_with_unknown_placeholder_is_a_clear_error() {
+    let cfg = ScriptConfig {
+        template: Some("#!/bin/bash\n#SBATCH -p {queue}\n#SBATCH --qos={qos}\n{command}\n".into()),
+        ..ScriptConfig::default()
+    };
+    let err = render_job_script(Backend::Slurm, &cfg, &job(vec![1])).unwrap_err();
+    let TemplateError::UnknownPlaceholder { name, line, known } = &err else {
+        panic!("wrong error {err:?}");
+    };
+    assert_eq!((name.as_str(), *line), ("qos", 3));
+    assert!(known.iter().any(|k| k == "queue") && known.iter().any(|k| k == "batch"));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("{qos}") && msg.contains("queue") && msg.contains("run_dir"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn user_template_overrides_builtin() {
+    let cfg = ScriptConfig {
+        template: Some("#!/bin/sh\n# {job_name} on {queue}\nexec {embedfleet} embed-job --run-dir {run_dir} --batch {batch}\n".into()),
+        ..ScriptConfig::default()
+    };
+    let s = render_job_script(Backend::Pbs, &cfg, &job(vec![5])).unwrap();
+    assert_eq!(s, "#!/bin/sh\n# embed-b000042 on debug\nexec embedfleet embed-job --run-dir /runs/my run --batch 5\n");
+}
+
+#[test]
+fn values_that_would_break_the_script_are_rejected() {
+    let cfg = ScriptConfig {
+        account: Some("a\n#SBATCH --x".into()),
+        ..ScriptConfig::default()
+    };
+    assert!(matches!(
+        render_job_script(Backend::Slurm, &cfg, &job(vec![1])),
+        Err(TemplateError::BadValue { .. })
+    ));
+    let mut j = job(vec![1]);
+    j.queue = "debug prod".into();
+    assert!(render_job_script(Backend::Slurm, &ScriptConfig::default(), &j).is_err());
+    assert!(render_job_script(Backend::Slurm, &ScriptConfig::default(), &job(vec![])).is_err());
+}
+
+#[test]
+fn builtin_templates_only_use_known_placeholders() {
+    let vars = embedfleet_orchestrator::scheduler::script_vars(
+        Backend::Pbs,
+        &ScriptConfig::default(),
+        &job(vec![1]),
+    )
+    .unwrap();
+    for t in [
+        embedfleet_orchestrator::scheduler::SLURM_TEMPLATE,
+        embedfleet_orchestrator::scheduler::PBS_TEMPLATE,
+        embedfleet_orchestrator::scheduler::LOCAL_TEMPLATE,
+    ] {
+        for name in template::placeholders(t) {
+            assert!(vars.contains_key(&name), "{name}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- config
+
+#[test]
+fn config_from_toml() {
+    let text = r#"
+backend = "pbs"
+[command]
+timeout_secs = 30
+retries = 5
+[pbs]
+flavor = "torque"
+[pbs.qsub]
+path = "/opt/pbs/bin/qsub"
+extra_args = ["-l", "filesystems=home:eagle"]
+[slurm]
+use_sacct = "never"
+[script]
+account = "EmbedProj"
+walltime = "01:00:00"
+modules = ["conda"]
+template = """
+#!/bin/bash
+{command}
+"""
+[script.env]
+OMP_NUM_THREADS = "8"
+"#;
+    let cfg: SchedulerConfig = toml::from_str(text).unwrap();
+    assert_eq!(cfg.backend, Backend::Pbs);
+    assert_eq!(cfg.command.timeout_secs, 30.0);
+    assert_eq!(cfg.command.retries, 5);
+    assert_eq!(
+        cfg.command.backoff_max_secs, 30.0,
+        "unset fields keep defaults"
+    );
+    assert_eq!(cfg.pbs.flavor, PbsFlavor::Torque);
+    assert_eq!(cfg.pbs.qsub.path, Some("/opt/pbs/bin/qsub".into()));
+    assert_eq!(
+        cfg.pbs.qsub.extra_args,
+        vec!["-l", "filesystems=home:eagle"]
+    );
+    assert_eq!(cfg.slurm.use_sacct, SacctMode::Never);
+    assert_eq!(cfg.script.nodes, 1);
+    assert_eq!(cfg.script.env["OMP_NUM_THREADS"], "8");
+    assert_eq!(
+        cfg.script.template.as_deref(),
+        Some("#!/bin/bash\n{command}\n")
+    );
+    assert_eq!(cfg.build().backend(), Backend::Pbs);
+    let empty: SchedulerConfig = toml::from_str("").unwrap();
+    assert_eq!(empty, SchedulerConfig::default());
+    assert_eq!(empty.backend, Backend::Local);
+    assert!(toml::from_str::<SchedulerConfig>("backend = \"lsf\"").is_err());
+}
