@@ -23,11 +23,17 @@ fn model(name: &str) -> Qwen3Embedder {
     let (cfg, tensors) = match name {
         "tiny" => {
             let cfg = tiny_config();
-            let t: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("tiny weights").into_iter().collect();
+            let t: HashMap<String, Tensor> = random_weights(&cfg, 0)
+                .expect("tiny weights")
+                .into_iter()
+                .collect();
             (cfg, t)
         }
         _ => {
-            let cfg = Config { vocab_size: 4096, ..Config::qwen3_0_6b() };
+            let cfg = Config {
+                vocab_size: 4096,
+                ..Config::qwen3_0_6b()
+            };
             (cfg.clone(), randn_weights(&cfg))
         }
     };
@@ -38,11 +44,23 @@ fn model(name: &str) -> Qwen3Embedder {
 
 /// Random weights with the tiny model's names and shapes, scaled by 1/sqrt(fan_in).
 fn randn_weights(cfg: &Config) -> HashMap<String, Tensor> {
-    let small = Config { hidden_size: 4, intermediate_size: 4, head_dim: Some(2), vocab_size: 4, ..cfg.clone() };
-    let names: Vec<String> = random_weights(&Config { num_hidden_layers: cfg.num_hidden_layers, ..small }, 0)
-        .expect("names")
-        .into_keys()
-        .collect();
+    let small = Config {
+        hidden_size: 4,
+        intermediate_size: 4,
+        head_dim: Some(2),
+        vocab_size: 4,
+        ..cfg.clone()
+    };
+    let names: Vec<String> = random_weights(
+        &Config {
+            num_hidden_layers: cfg.num_hidden_layers,
+            ..small
+        },
+        0,
+    )
+    .expect("names")
+    .into_keys()
+    .collect();
     let (h, hd, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
     names
@@ -58,7 +76,11 @@ fn randn_weights(cfg: &Config) -> HashMap<String, Tensor> {
                 "q_norm" | "k_norm" => vec![hd],
                 _ => vec![h],
             };
-            let std = if shape.len() == 2 { 1.0 / (shape[1] as f64).sqrt() } else { 0.1 };
+            let std = if shape.len() == 2 {
+                1.0 / (shape[1] as f64).sqrt()
+            } else {
+                0.1
+            };
             let mean = if shape.len() == 1 { 1.0 } else { 0.0 };
             let t = Tensor::randn(mean as f32, std as f32, shape, &Device::Cpu).expect("randn");
             (name, t)

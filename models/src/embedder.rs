@@ -86,11 +86,18 @@ impl Qwen3Embedder {
     }
 
     /// Wraps an already built model (benchmarks build one from random tensors).
-    pub fn from_model(model: Qwen3Model, dir: &Path, opts: &LoadOptions) -> ModelResult<Qwen3Embedder> {
+    pub fn from_model(
+        model: Qwen3Model,
+        dir: &Path,
+        opts: &LoadOptions,
+    ) -> ModelResult<Qwen3Embedder> {
         let hidden = model.config().hidden_size;
         let output_dim = opts.output_dim.unwrap_or(hidden);
         if output_dim == 0 || output_dim > hidden {
-            return Err(ModelError::InvalidDim { dim: output_dim, hidden });
+            return Err(ModelError::InvalidDim {
+                dim: output_dim,
+                hidden,
+            });
         }
         let dtype = model.dtype();
         Ok(Qwen3Embedder {
@@ -120,7 +127,12 @@ impl Qwen3Embedder {
 
     /// Memory estimate of embedding sequences of these lengths in one call.
     pub fn memory_estimate(&self, seq_lens: &[usize]) -> MemoryEstimate {
-        estimate_memory(self.config(), self.dtype.size_in_bytes() as u64, seq_lens, self.tile)
+        estimate_memory(
+            self.config(),
+            self.dtype.size_in_bytes() as u64,
+            seq_lens,
+            self.tile,
+        )
     }
 
     fn check_memory(&self, spans: &[SeqSpan]) -> ModelResult<()> {
@@ -151,7 +163,10 @@ impl Qwen3Embedder {
         drop(prepared);
         let pooled = self.model.pool(&hidden, &spans)?;
         let rows = pooled.to_vec2::<f32>()?;
-        Ok(rows.into_iter().map(|r| matryoshka(&r, self.output_dim)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|r| matryoshka(&r, self.output_dim))
+            .collect())
     }
 }
 
