@@ -22,7 +22,8 @@ use embedfleet_models::{tiny_config, Config, Embedder, LoadOptions, Qwen3Embedde
 fn model(name: &str) -> Qwen3Embedder {
     let (cfg, tensors) = match name {
         "tiny" => {
-            let cfg = tiny_config();
+            // Positions are computed per batch, so a longer context needs no other weights.
+            let cfg = Config { max_position_embeddings: 32_768, ..tiny_config() };
             let t: HashMap<String, Tensor> = random_weights(&cfg, 0)
                 .expect("tiny weights")
                 .into_iter()
@@ -90,7 +91,8 @@ fn randn_weights(cfg: &Config) -> HashMap<String, Tensor> {
 
 fn measure(m: &Qwen3Embedder, len: usize, tokens: usize) -> (f64, usize) {
     let per_batch = (tokens / len).max(1);
-    let seq: Vec<u32> = (0..len as u32).map(|i| (i * 7919) % 4000).collect();
+    let vocab = m.config().vocab_size as u32;
+    let seq: Vec<u32> = (0..len as u32).map(|i| (i * 7919) % vocab).collect();
     let batch = TokenBatch::from_sequences(&vec![seq; per_batch]);
     m.embed(&batch).expect("warm-up");
     let start = Instant::now();

@@ -82,6 +82,7 @@ impl Qwen3Embedder {
         }
         let weights = Weights::open(dir, dtype, &device)?;
         let model = Qwen3Model::new(&cfg, &weights)?;
+        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, "loaded Qwen3 model");
         Self::from_model(model, dir, opts)
     }
 
@@ -176,6 +177,8 @@ impl Embedder for Qwen3Embedder {
         if spans.is_empty() {
             return Ok(Vec::new());
         }
+        let _span =
+            tracing::debug_span!("embed", seqs = spans.len(), tokens = batch.ids.len()).entered();
         self.check_memory(&spans)?;
         self.forward(batch, spans)
     }
