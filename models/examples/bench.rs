@@ -23,7 +23,10 @@ fn model(name: &str) -> Qwen3Embedder {
     let (cfg, tensors) = match name {
         "tiny" => {
             // Positions are computed per batch, so a longer context needs no other weights.
-            let cfg = Config { max_position_embeddings: 32_768, ..tiny_config() };
+            let cfg = Config {
+                max_position_embeddings: 32_768,
+                ..tiny_config()
+            };
             let t: HashMap<String, Tensor> = random_weights(&cfg, 0)
                 .expect("tiny weights")
                 .into_iter()
