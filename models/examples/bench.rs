@@ -22,12 +22,22 @@ use embedfleet_models::{tiny_config, Config, Embedder, LoadOptions, Qwen3Embedde
 fn model(name: &str) -> Qwen3Embedder {
     let (cfg, tensors) = match name {
         "tiny" => {
-            let cfg = tiny_config();
-            let t: HashMap<String, Tensor> = random_weights(&cfg, 0).expect("tiny weights").into_iter().collect();
+            // Positions are computed per batch, so a longer context needs no other weights.
+            let cfg = Config {
+                max_position_embeddings: 32_768,
+                ..tiny_config()
+            };
+            let t: HashMap<String, Tensor> = random_weights(&cfg, 0)
+                .expect("tiny weights")
+                .into_iter()
+                .collect();
             (cfg, t)
         }
         _ => {
-            let cfg = Config { vocab_size: 4096, ..Config::qwen3_0_6b() };
+            let cfg = Config {
+                vocab_size: 4096,
+                ..Config::qwen3_0_6b()
+            };
             (cfg.clone(), randn_weights(&cfg))
         }
     };
@@ -38,11 +48,23 @@ fn model(name: &str) -> Qwen3Embedder {
 
 /// Random weights with the tiny model's names and shapes, scaled by 1/sqrt(fan_in).
 fn randn_weights(cfg: &Config) -> HashMap<String, Tensor> {
-    let small = Config { hidden_size: 4, intermediate_size: 4, head_dim: Some(2), vocab_size: 4, ..cfg.clone() };
-    let names: Vec<String> = random_weights(&Config { num_hidden_layers: cfg.num_hidden_layers, ..small }, 0)
-        .expect("names")
-        .into_keys()
-        .collect();
+    let small = Config {
+        hidden_size: 4,
+        intermediate_size: 4,
+        head_dim: Some(2),
+        vocab_size: 4,
+        ..cfg.clone()
+    };
+    let names: Vec<String> = random_weights(
+        &Config {
+            num_hidden_layers: cfg.num_hidden_layers,
+            ..small
+        },
+        0,
+    )
+    .expect("names")
+    .into_keys()
+    .collect();
     let (h, hd, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
     names
@@ -58,7 +80,11 @@ fn randn_weights(cfg: &Config) -> HashMap<String, Tensor> {
                 "q_norm" | "k_norm" => vec![hd],
                 _ => vec![h],
             };
-            let std = if shape.len() == 2 { 1.0 / (shape[1] as f64).sqrt() } else { 0.1 };
+            let std = if shape.len() == 2 {
+                1.0 / (shape[1] as f64).sqrt()
+            } else {
+                0.1
+            };
             let mean = if shape.len() == 1 { 1.0 } else { 0.0 };
             let t = Tensor::randn(mean as f32, std as f32, shape, &Device::Cpu).expect("randn");
             (name, t)
@@ -68,7 +94,8 @@ fn randn_weights(cfg: &Config) -> HashMap<String, Tensor> {
 
 fn measure(m: &Qwen3Embedder, len: usize, tokens: usize) -> (f64, usize) {
     let per_batch = (tokens / len).max(1);
-    let seq: Vec<u32> = (0..len as u32).map(|i| (i * 7919) % 4000).collect();
+    let vocab = m.config().vocab_size as u32;
+    let seq: Vec<u32> = (0..len as u32).map(|i| (i * 7919) % vocab).collect();
     let batch = TokenBatch::from_sequences(&vec![seq; per_batch]);
     m.embed(&batch).expect("warm-up");
     let start = Instant::now();

@@ -38,7 +38,13 @@ impl AttnContext {
         let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
         let t = tile.min(longest).max(1);
         let mask: Vec<f32> = (0..t * t)
-            .map(|i| if i % t > i / t { f32::NEG_INFINITY } else { 0.0 })
+            .map(|i| {
+                if i % t > i / t {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let mask = Tensor::from_vec(mask, (t, t), device)?;
         Ok(AttnContext { spans, tile, mask })
@@ -55,14 +61,18 @@ pub fn packed_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -
     let g = n_heads / n_kv;
     let mut outs = Vec::with_capacity(ctx.spans.len());
     for span in &ctx.spans {
-        let qs = q.narrow(1, span.start, span.len)?.reshape((n_kv, g, span.len, hd))?;
+        let qs = q
+            .narrow(1, span.start, span.len)?
+            .reshape((n_kv, g, span.len, hd))?;
         let ks = k.narrow(1, span.start, span.len)?.contiguous()?;
         let vs = v.narrow(1, span.start, span.len)?.contiguous()?;
         outs.push(sequence_attention(&qs, &ks, &vs, ctx)?);
     }
     // Each output is [n_kv, g, len, hd] = [n_heads, len, hd]; join along the token axis.
     let out = Tensor::cat(&outs, 2)?.reshape((n_heads, (), hd))?;
-    out.transpose(0, 1)?.contiguous()?.reshape(((), n_heads * hd))
+    out.transpose(0, 1)?
+        .contiguous()?
+        .reshape(((), n_heads * hd))
 }
 
 /// Causal attention of one sequence, query tile by query tile.
@@ -89,7 +99,13 @@ fn sequence_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -> 
 
 /// Scores of a `[n_kv, g*q_len, hd]` query tile against keys `[k_start, k_start + k_len)`,
 /// in f32, with the causal mask applied when the key tile is the diagonal one.
-fn tile_scores(qt: &Tensor, k: &Tensor, k_start: usize, k_len: usize, diag: Option<(usize, &AttnContext)>) -> Result<Tensor> {
+fn tile_scores(
+    qt: &Tensor,
+    k: &Tensor,
+    k_start: usize,
+    k_len: usize,
+    diag: Option<(usize, &AttnContext)>,
+) -> Result<Tensor> {
     let kt = k.narrow(1, k_start, k_len)?;
     let s = qt.matmul(&kt.t()?)?.to_dtype(DType::F32)?;
     match diag {
@@ -166,7 +182,13 @@ mod tests {
     fn reference(q: &Tensor, k: &Tensor, v: &Tensor, g: usize) -> Tensor {
         let (nh, len, _) = q.dims3().unwrap();
         let mask: Vec<f32> = (0..len * len)
-            .map(|i| if i % len > i / len { f32::NEG_INFINITY } else { 0.0 })
+            .map(|i| {
+                if i % len > i / len {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let mask = Tensor::from_vec(mask, (len, len), q.device()).unwrap();
         let heads: Vec<Tensor> = (0..nh)
@@ -174,12 +196,24 @@ mod tests {
                 let qh = q.get(h).unwrap();
                 let kh = k.get(h / g).unwrap();
                 let vh = v.get(h / g).unwrap();
-                let s = qh.matmul(&kh.t().unwrap()).unwrap().broadcast_add(&mask).unwrap();
-                candle_nn::ops::softmax_last_dim(&s).unwrap().matmul(&vh).unwrap()
+                let s = qh
+                    .matmul(&kh.t().unwrap())
+                    .unwrap()
+                    .broadcast_add(&mask)
+                    .unwrap();
+                candle_nn::ops::softmax_last_dim(&s)
+                    .unwrap()
+                    .matmul(&vh)
+                    .unwrap()
             })
             .collect();
         let out = Tensor::stack(&heads, 0).unwrap();
-        out.transpose(0, 1).unwrap().contiguous().unwrap().reshape((len, ())).unwrap()
+        out.transpose(0, 1)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .reshape((len, ()))
+            .unwrap()
     }
 
     #[test]
@@ -201,7 +235,12 @@ mod tests {
             let ctx = AttnContext::new(spans.clone(), tile, &dev).unwrap();
             let got = packed_attention(&q, &k, &v, &ctx).unwrap();
             for span in &spans {
-                let n = |t: &Tensor| t.narrow(1, span.start, span.len).unwrap().contiguous().unwrap();
+                let n = |t: &Tensor| {
+                    t.narrow(1, span.start, span.len)
+                        .unwrap()
+                        .contiguous()
+                        .unwrap()
+                };
                 let want = reference(&n(&q), &n(&k), &n(&v), nh / nkv);
                 let got = got.narrow(0, span.start, span.len).unwrap();
                 let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();

@@ -59,10 +59,11 @@ impl Config {
                 source,
             },
         })?;
-        let cfg: Config = serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let cfg: Config =
+            serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
+                path: path.to_path_buf(),
+                source,
+            })?;
         cfg.validate()
             .map_err(|reason| ModelError::UnsupportedConfig {
                 path: path.to_path_buf(),
@@ -102,14 +103,20 @@ impl Config {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be positive"));
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return Err(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.head_dim() % 2 != 0 {
-            return Err(format!("head_dim {} must be even for RoPE", self.head_dim()));
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(format!(
+                "head_dim {} must be even for RoPE",
+                self.head_dim()
+            ));
         }
         if self.hidden_act != "silu" {
             return Err(format!("hidden_act `{}` is not silu", self.hidden_act));

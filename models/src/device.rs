@@ -24,7 +24,8 @@ impl DeviceSpec {
                 if !cfg!(feature = "cuda") {
                     return Err(ModelError::InvalidDevice {
                         spec: self.to_string(),
-                        reason: "this build has no CUDA support; rebuild with `--features cuda`".into(),
+                        reason: "this build has no CUDA support; rebuild with `--features cuda`"
+                            .into(),
                     });
                 }
                 Device::new_cuda(*n).map_err(|e| ModelError::InvalidDevice {
@@ -73,14 +74,19 @@ pub fn parse_devices(spec: &str) -> ModelResult<Vec<DeviceSpec>> {
         _ => {}
     }
     let Some(list) = s.strip_prefix("cuda:") else {
-        return Err(invalid(spec, "expected `cpu`, `cuda`, `cuda:N` or `cuda:N,M`"));
+        return Err(invalid(
+            spec,
+            "expected `cpu`, `cuda`, `cuda:N` or `cuda:N,M`",
+        ));
     };
     let mut out = Vec::new();
     for part in list.split(',') {
-        let n: usize = part
-            .trim()
-            .parse()
-            .map_err(|_| invalid(spec, "GPU ordinals are non-negative integers, as in `cuda:0,1`"))?;
+        let n: usize = part.trim().parse().map_err(|_| {
+            invalid(
+                spec,
+                "GPU ordinals are non-negative integers, as in `cuda:0,1`",
+            )
+        })?;
         let d = DeviceSpec::Cuda(n);
         if out.contains(&d) {
             return Err(invalid(spec, "a GPU is listed twice"));

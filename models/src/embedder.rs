@@ -82,15 +82,23 @@ impl Qwen3Embedder {
         }
         let weights = Weights::open(dir, dtype, &device)?;
         let model = Qwen3Model::new(&cfg, &weights)?;
+        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, "loaded Qwen3 model");
         Self::from_model(model, dir, opts)
     }
 
     /// Wraps an already built model (benchmarks build one from random tensors).
-    pub fn from_model(model: Qwen3Model, dir: &Path, opts: &LoadOptions) -> ModelResult<Qwen3Embedder> {
+    pub fn from_model(
+        model: Qwen3Model,
+        dir: &Path,
+        opts: &LoadOptions,
+    ) -> ModelResult<Qwen3Embedder> {
         let hidden = model.config().hidden_size;
         let output_dim = opts.output_dim.unwrap_or(hidden);
         if output_dim == 0 || output_dim > hidden {
-            return Err(ModelError::InvalidDim { dim: output_dim, hidden });
+            return Err(ModelError::InvalidDim {
+                dim: output_dim,
+                hidden,
+            });
         }
         let dtype = model.dtype();
         Ok(Qwen3Embedder {
@@ -120,7 +128,12 @@ impl Qwen3Embedder {
 
     /// Memory estimate of embedding sequences of these lengths in one call.
     pub fn memory_estimate(&self, seq_lens: &[usize]) -> MemoryEstimate {
-        estimate_memory(self.config(), self.dtype.size_in_bytes() as u64, seq_lens, self.tile)
+        estimate_memory(
+            self.config(),
+            self.dtype.size_in_bytes() as u64,
+            seq_lens,
+            self.tile,
+        )
     }
 
     fn check_memory(&self, spans: &[SeqSpan]) -> ModelResult<()> {
@@ -151,7 +164,10 @@ impl Qwen3Embedder {
         drop(prepared);
         let pooled = self.model.pool(&hidden, &spans)?;
         let rows = pooled.to_vec2::<f32>()?;
-        Ok(rows.into_iter().map(|r| matryoshka(&r, self.output_dim)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|r| matryoshka(&r, self.output_dim))
+            .collect())
     }
 }
 
@@ -161,6 +177,8 @@ impl Embedder for Qwen3Embedder {
         if spans.is_empty() {
             return Ok(Vec::new());
         }
+        let _span =
+            tracing::debug_span!("embed", seqs = spans.len(), tokens = batch.ids.len()).entered();
         self.check_memory(&spans)?;
         self.forward(batch, spans)
     }

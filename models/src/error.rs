@@ -45,7 +45,7 @@ pub enum ModelError {
     Safetensors {
         path: PathBuf,
         #[source]
-        source: candle_core::Error,
+        source: Box<candle_core::Error>,
     },
 
     /// A weight the architecture needs is in none of the weight files.
@@ -67,7 +67,7 @@ pub enum ModelError {
         name: String,
         path: PathBuf,
         #[source]
-        source: candle_core::Error,
+        source: Box<candle_core::Error>,
     },
 
     /// `tokenizer.json` could not be loaded or used.
@@ -84,7 +84,11 @@ pub enum ModelError {
 
     /// A sequence is longer than the model's context; the caller must split it into chunks.
     #[error("sequence {index} has {len} tokens, more than the model's {max} positions; split it into chunks")]
-    SequenceTooLong { index: usize, len: usize, max: usize },
+    SequenceTooLong {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
 
     /// A Matryoshka output dimension outside `1..=hidden_size`.
     #[error("output dimension {dim} is not in 1..={hidden}")]
@@ -106,7 +110,7 @@ pub enum ModelError {
 
     /// Any other failure inside the tensor backend.
     #[error("model backend failed: {0}")]
-    Backend(candle_core::Error),
+    Backend(Box<candle_core::Error>),
 }
 
 impl From<candle_core::Error> for ModelError {
@@ -119,7 +123,7 @@ impl From<candle_core::Error> for ModelError {
                 detail: err.to_string(),
             };
         }
-        ModelError::Backend(err)
+        ModelError::Backend(Box::new(err))
     }
 }
 

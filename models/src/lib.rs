@@ -73,13 +73,21 @@ impl TokenBatch {
     fn spans(&self, vocab_size: usize, max_len: usize) -> ModelResult<Vec<SeqSpan>> {
         let bad = |m: String| Err(ModelError::InvalidBatch(m));
         if self.cu_seqlens.is_empty() {
-            return if self.ids.is_empty() { Ok(Vec::new()) } else { bad("cu_seqlens is empty".into()) };
+            return if self.ids.is_empty() {
+                Ok(Vec::new())
+            } else {
+                bad("cu_seqlens is empty".into())
+            };
         }
         if self.cu_seqlens[0] != 0 {
             return bad("cu_seqlens must start at 0".into());
         }
         if *self.cu_seqlens.last().unwrap_or(&0) as usize != self.ids.len() {
-            return bad(format!("cu_seqlens ends at {:?}, ids has {}", self.cu_seqlens.last(), self.ids.len()));
+            return bad(format!(
+                "cu_seqlens ends at {:?}, ids has {}",
+                self.cu_seqlens.last(),
+                self.ids.len()
+            ));
         }
         let mut spans = Vec::with_capacity(self.len());
         for (index, w) in self.cu_seqlens.windows(2).enumerate() {
@@ -88,12 +96,21 @@ impl TokenBatch {
             }
             let len = (w[1] - w[0]) as usize;
             if len > max_len {
-                return Err(ModelError::SequenceTooLong { index, len, max: max_len });
+                return Err(ModelError::SequenceTooLong {
+                    index,
+                    len,
+                    max: max_len,
+                });
             }
-            spans.push(SeqSpan { start: w[0] as usize, len });
+            spans.push(SeqSpan {
+                start: w[0] as usize,
+                len,
+            });
         }
         if let Some(id) = self.ids.iter().find(|&&id| id as usize >= vocab_size) {
-            return bad(format!("token id {id} is not below vocab_size {vocab_size}"));
+            return bad(format!(
+                "token id {id} is not below vocab_size {vocab_size}"
+            ));
         }
         Ok(spans)
     }

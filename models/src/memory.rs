@@ -29,7 +29,12 @@ impl MemoryEstimate {
 /// Estimates the peak memory of embedding sequences of lengths `seq_lens` at once.
 ///
 /// `dtype_bytes` is 4 for f32 (CPU) and 2 for bf16 (CUDA); `tile` is the attention tile.
-pub fn estimate_memory(cfg: &Config, dtype_bytes: u64, seq_lens: &[usize], tile: usize) -> MemoryEstimate {
+pub fn estimate_memory(
+    cfg: &Config,
+    dtype_bytes: u64,
+    seq_lens: &[usize],
+    tile: usize,
+) -> MemoryEstimate {
     let b = dtype_bytes;
     let t: u64 = seq_lens.iter().map(|&l| l as u64).sum();
     let longest = seq_lens.iter().copied().max().unwrap_or(0);

@@ -42,7 +42,10 @@ impl Module for RmsNorm {
 }
 
 fn linear(w: &Weights, name: &str, out_dim: usize, in_dim: usize) -> ModelResult<Linear> {
-    Ok(Linear::new(w.get(&format!("{name}.weight"), &[out_dim, in_dim])?, None))
+    Ok(Linear::new(
+        w.get(&format!("{name}.weight"), &[out_dim, in_dim])?,
+        None,
+    ))
 }
 
 /// Rotary tables for the tokens of one packed batch, `[T, head_dim / 2]` each.
@@ -60,7 +63,10 @@ impl Rotary {
             .map(|i| (1.0 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim() as f64)) as f32)
             .collect();
         let total: usize = spans.iter().map(|s| s.len).sum();
-        let (mut cos, mut sin) = (Vec::with_capacity(total * half), Vec::with_capacity(total * half));
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(total * half),
+            Vec::with_capacity(total * half),
+        );
         for span in spans {
             for pos in 0..span.len {
                 for f in &inv_freq {
@@ -112,7 +118,13 @@ impl Attention {
     }
 
     /// Projects `[T, H]` to `[heads, T, hd]`, with per-head norm and rotary when given.
-    fn heads(&self, x: &Tensor, proj: &Linear, heads: usize, norm: Option<&RmsNorm>) -> Result<Tensor> {
+    fn heads(
+        &self,
+        x: &Tensor,
+        proj: &Linear,
+        heads: usize,
+        norm: Option<&RmsNorm>,
+    ) -> Result<Tensor> {
         let t = x.dim(0)?;
         let y = proj.forward(x)?.reshape((t, heads, self.head_dim))?;
         let y = match norm {
@@ -168,17 +180,31 @@ impl Layer {
         let p = format!("layers.{i}");
         let eps = cfg.rms_norm_eps;
         Ok(Layer {
-            input_layernorm: RmsNorm::load(w, &format!("{p}.input_layernorm"), cfg.hidden_size, eps)?,
+            input_layernorm: RmsNorm::load(
+                w,
+                &format!("{p}.input_layernorm"),
+                cfg.hidden_size,
+                eps,
+            )?,
             self_attn: Attention::load(cfg, w, &format!("{p}.self_attn"))?,
-            post_attention_layernorm: RmsNorm::load(w, &format!("{p}.post_attention_layernorm"), cfg.hidden_size, eps)?,
+            post_attention_layernorm: RmsNorm::load(
+                w,
+                &format!("{p}.post_attention_layernorm"),
+                cfg.hidden_size,
+                eps,
+            )?,
             mlp: Mlp::load(cfg, w, &format!("{p}.mlp"))?,
         })
     }
 
     fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
-        let h = self.self_attn.forward(&self.input_layernorm.forward(x)?, rot, ctx)?;
+        let h = self
+            .self_attn
+            .forward(&self.input_layernorm.forward(x)?, rot, ctx)?;
         let x = (x + h)?;
-        let h = self.mlp.forward(&self.post_attention_layernorm.forward(&x)?)?;
+        let h = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?;
         x + h
     }
 }
@@ -238,7 +264,11 @@ impl Qwen3Model {
         let hidden = self.embed_tokens.index_select(&ids, 0)?;
         let rotary = Rotary::new(&self.cfg, &spans, self.dtype, &self.device)?;
         let ctx = AttnContext::new(spans, tile, &self.device)?;
-        Ok(Prepared { hidden, rotary, ctx })
+        Ok(Prepared {
+            hidden,
+            rotary,
+            ctx,
+        })
     }
 
     /// Runs every decoder layer; returns the un-normed hidden states `[T, H]`.

@@ -65,7 +65,13 @@ impl Default for TinyModelOptions {
 
 /// Writes the tiny model for `seed` into `dir` (created if needed). Returns the files written.
 pub fn write_tiny_model(dir: &Path, seed: u64) -> ModelResult<Vec<PathBuf>> {
-    write_tiny_model_with(dir, &TinyModelOptions { seed, ..Default::default() })
+    write_tiny_model_with(
+        dir,
+        &TinyModelOptions {
+            seed,
+            ..Default::default()
+        },
+    )
 }
 
 /// Writes the tiny model with loader variations.
@@ -100,10 +106,20 @@ pub fn random_weights(cfg: &Config, seed: u64) -> ModelResult<BTreeMap<String, T
     let mut rng = SplitMix64(seed ^ 0x9E37_79B9_7F4A_7C15);
     let (h, hd, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
     let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
-    let mut specs: Vec<(String, Vec<usize>, Init)> = vec![("embed_tokens.weight".into(), vec![cfg.vocab_size, h], Init::Normal(1.0))];
+    let mut specs: Vec<(String, Vec<usize>, Init)> = vec![(
+        "embed_tokens.weight".into(),
+        vec![cfg.vocab_size, h],
+        Init::Normal(1.0),
+    )];
     for l in 0..cfg.num_hidden_layers {
         let p = format!("layers.{l}");
-        let lin = |name: &str, o: usize, n: usize| (format!("{p}.{name}.weight"), vec![o, n], Init::Normal(1.0 / (n as f32).sqrt()));
+        let lin = |name: &str, o: usize, n: usize| {
+            (
+                format!("{p}.{name}.weight"),
+                vec![o, n],
+                Init::Normal(1.0 / (n as f32).sqrt()),
+            )
+        };
         let norm = |name: &str, n: usize| (format!("{p}.{name}.weight"), vec![n], Init::NearOne);
         specs.extend([
             norm("input_layernorm", h),
@@ -129,7 +145,8 @@ pub fn random_weights(cfg: &Config, seed: u64) -> ModelResult<BTreeMap<String, T
                 Init::NearOne => 1.0 + 0.1 * rng.normal(),
             })
             .collect();
-        let t = Tensor::from_vec(data, shape, &Device::Cpu).map_err(ModelError::Backend)?;
+        let t = Tensor::from_vec(data, shape, &Device::Cpu)
+            .map_err(|e| ModelError::Backend(Box::new(e)))?;
         out.insert(name, t);
     }
     Ok(out)
@@ -165,7 +182,11 @@ impl SplitMix64 {
 }
 
 /// Writes `tensors` as one file or as `shards` files plus the index transformers writes.
-fn write_safetensors(dir: &Path, tensors: BTreeMap<String, Tensor>, shards: usize) -> ModelResult<Vec<PathBuf>> {
+fn write_safetensors(
+    dir: &Path,
+    tensors: BTreeMap<String, Tensor>,
+    shards: usize,
+) -> ModelResult<Vec<PathBuf>> {
     let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
     let save = |path: &Path, part: Vec<(&String, &Tensor)>| {
         safetensors::serialize_to_file(part, Some(meta.clone()), path).map_err(|e| ModelError::Io {

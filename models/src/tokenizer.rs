@@ -38,14 +38,17 @@ impl Tokenizer {
                 hint: "the model directory needs the tokenizer.json shipped with the model",
             });
         }
-        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        inner.with_truncation(None).map_err(|e| ModelError::Tokenizer {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let mut inner =
+            tokenizers::Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        inner
+            .with_truncation(None)
+            .map_err(|e| ModelError::Tokenizer {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
         inner.with_padding(None);
         let eos_id = inner
             .token_to_id(EOS_TOKEN)
@@ -90,10 +93,12 @@ impl Tokenizer {
 
     /// Decodes ids back to text (special tokens kept), for diagnostics.
     pub fn decode(&self, ids: &[u32]) -> ModelResult<String> {
-        self.inner.decode(ids, false).map_err(|e| ModelError::Tokenizer {
-            path: self.path.clone(),
-            reason: format!("failed to decode: {e}"),
-        })
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| ModelError::Tokenizer {
+                path: self.path.clone(),
+                reason: format!("failed to decode: {e}"),
+            })
     }
 }
 

@@ -28,11 +28,32 @@ pub const QWEN_EOS_ID: u32 = 151_643;
 
 /// The special tokens of Qwen3's tokenizer.json, from id 151,643 on.
 pub const QWEN3_SPECIAL_TOKENS: [&str; 26] = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 ];
 
 /// GPT-2's reversible map from bytes to printable characters, used by byte-level BPE.
@@ -67,7 +88,11 @@ pub fn read_tiktoken(path: &Path) -> ModelResult<Vec<Vec<u8>>> {
         reason: format!("line {line}: {what}"),
     };
     let mut tokens = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let mut parts = line.split_whitespace();
         let (Some(tok), Some(rank)) = (parts.next(), parts.next()) else {
             return Err(bad(i + 1, "expected `base64-token rank`"));
@@ -112,15 +137,28 @@ fn decode_base64(s: &str) -> Option<Vec<u8>> {
 /// Merges derived from ranks (see the module doc), as token-string pairs.
 pub fn merges_from_ranks(tokens: &[Vec<u8>]) -> Vec<(String, String)> {
     let map = byte_to_char();
-    let rank: HashMap<&[u8], usize> = tokens.iter().enumerate().map(|(r, t)| (t.as_slice(), r)).collect();
+    let rank: HashMap<&[u8], usize> = tokens
+        .iter()
+        .enumerate()
+        .map(|(r, t)| (t.as_slice(), r))
+        .collect();
     let mut merges = Vec::new();
     for tok in tokens.iter().filter(|t| t.len() > 1) {
         let mut local: Vec<(usize, usize, usize)> = (1..tok.len())
-            .filter_map(|i| Some((rank.get(&tok[..i])?.to_owned(), rank.get(&tok[i..])?.to_owned(), i)))
+            .filter_map(|i| {
+                Some((
+                    rank.get(&tok[..i])?.to_owned(),
+                    rank.get(&tok[i..])?.to_owned(),
+                    i,
+                ))
+            })
             .collect();
         local.sort_unstable();
         for (_, _, i) in local {
-            merges.push((bytes_to_token(&tok[..i], &map), bytes_to_token(&tok[i..], &map)));
+            merges.push((
+                bytes_to_token(&tok[..i], &map),
+                bytes_to_token(&tok[i..], &map),
+            ));
         }
     }
     merges
@@ -129,7 +167,11 @@ pub fn merges_from_ranks(tokens: &[Vec<u8>]) -> Vec<(String, String)> {
 /// The real Qwen3 `tokenizer.json` from the 151,643 tiktoken ranks.
 pub fn qwen_tokenizer_json(tokens: &[Vec<u8>]) -> Value {
     let map = byte_to_char();
-    let vocab: Vec<(String, u32)> = tokens.iter().enumerate().map(|(r, t)| (bytes_to_token(t, &map), r as u32)).collect();
+    let vocab: Vec<(String, u32)> = tokens
+        .iter()
+        .enumerate()
+        .map(|(r, t)| (bytes_to_token(t, &map), r as u32))
+        .collect();
     let first = tokens.len() as u32;
     let specials: Vec<(String, u32)> = QWEN3_SPECIAL_TOKENS
         .iter()
@@ -146,7 +188,8 @@ pub fn write_qwen_tokenizer(tiktoken: &Path, out: &Path) -> ModelResult<()> {
 }
 
 pub(crate) fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
-    let text = serde_json::to_string(value).expect("a JSON value always serialises. This is a bug.");
+    let text =
+        serde_json::to_string(value).expect("a JSON value always serialises. This is a bug.");
     std::fs::write(path, text).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
@@ -154,7 +197,11 @@ pub(crate) fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
 }
 
 /// A byte-level BPE `tokenizer.json` in the layout of Qwen2/Qwen3's.
-pub fn tokenizer_json(vocab: &[(String, u32)], merges: &[(String, String)], specials: &[(String, u32)]) -> Value {
+pub fn tokenizer_json(
+    vocab: &[(String, u32)],
+    merges: &[(String, String)],
+    specials: &[(String, u32)],
+) -> Value {
     let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false});
     let added: Vec<Value> = specials
         .iter()
@@ -163,7 +210,8 @@ pub fn tokenizer_json(vocab: &[(String, u32)], merges: &[(String, String)], spec
                    "rstrip": false, "normalized": false, "special": true})
         })
         .collect();
-    let vocab: serde_json::Map<String, Value> = vocab.iter().map(|(t, id)| (t.clone(), json!(id))).collect();
+    let vocab: serde_json::Map<String, Value> =
+        vocab.iter().map(|(t, id)| (t.clone(), json!(id))).collect();
     let merges: Vec<String> = merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
     json!({
         "version": "1.0",
@@ -184,7 +232,8 @@ pub fn tokenizer_json(vocab: &[(String, u32)], merges: &[(String, String)], spec
 }
 
 /// Text the tiny tokenizer learns its merges from.
-const TINY_CORPUS: &str = "We embed the full text of scientific papers with a causal language model. \
+const TINY_CORPUS: &str =
+    "We embed the full text of scientific papers with a causal language model. \
 The embedding of a paper is the hidden state of its last token, normalised to unit length. \
 Attention over long papers is computed in tiles, so the memory needed does not grow with the \
 square of the length. The model reads the title, the abstract and the body of each paper; \
@@ -195,13 +244,21 @@ papers then compares the embeddings of a query and of the documents in the colle
 /// `<|endoftext|>`. Returns the JSON and the EOS id.
 pub fn tiny_tokenizer_json(n_merges: usize) -> (Value, u32) {
     let map = byte_to_char();
-    let mut vocab: Vec<(String, u32)> = (0..=255u8).map(|b| (map[b as usize].to_string(), b as u32)).collect();
+    let mut vocab: Vec<(String, u32)> = (0..=255u8)
+        .map(|b| (map[b as usize].to_string(), b as u32))
+        .collect();
     let mut known: HashMap<String, u32> = vocab.iter().cloned().collect();
     // Words with their leading space, as the regex pre-tokenizer would mostly cut them.
     let mut words: BTreeMap<Vec<String>, usize> = BTreeMap::new();
     for (i, w) in TINY_CORPUS.split(' ').enumerate() {
-        let w = if i == 0 { w.to_string() } else { format!(" {w}") };
-        *words.entry(w.bytes().map(|b| map[b as usize].to_string()).collect()).or_default() += 1;
+        let w = if i == 0 {
+            w.to_string()
+        } else {
+            format!(" {w}")
+        };
+        *words
+            .entry(w.bytes().map(|b| map[b as usize].to_string()).collect())
+            .or_default() += 1;
     }
     let mut merges = Vec::new();
     while merges.len() < n_merges {
@@ -212,10 +269,13 @@ pub fn tiny_tokenizer_json(n_merges: usize) -> (Value, u32) {
             }
         }
         // Most frequent pair; ties go to the smallest pair, so the result is deterministic.
-        let Some((best, _)) = pairs.into_iter().fold(None, |acc: Option<((String, String), usize)>, (p, n)| match acc {
-            Some((_, m)) if m >= n => acc,
-            _ => Some((p, n)),
-        }) else {
+        let Some((best, _)) = pairs.into_iter().fold(
+            None,
+            |acc: Option<((String, String), usize)>, (p, n)| match acc {
+                Some((_, m)) if m >= n => acc,
+                _ => Some((p, n)),
+            },
+        ) else {
             break;
         };
         let merged = format!("{}{}", best.0, best.1);
@@ -280,11 +340,17 @@ mod tests {
 
     #[test]
     fn merges_follow_ranks() {
-        let toks: Vec<Vec<u8>> = [&b"a"[..], b"b", b"c", b"ab", b"bc", b"abc"].iter().map(|t| t.to_vec()).collect();
+        let toks: Vec<Vec<u8>> = [&b"a"[..], b"b", b"c", b"ab", b"bc", b"abc"]
+            .iter()
+            .map(|t| t.to_vec())
+            .collect();
         let merges = merges_from_ranks(&toks);
         let m = |a: &str, b: &str| (a.to_string(), b.to_string());
         // "abc" splits as ab+c (ranks 3,2) and a+bc (0,4): sorted by the left rank.
-        assert_eq!(merges, vec![m("a", "b"), m("b", "c"), m("a", "bc"), m("ab", "c")]);
+        assert_eq!(
+            merges,
+            vec![m("a", "b"), m("b", "c"), m("a", "bc"), m("ab", "c")]
+        );
     }
 
     #[test]
@@ -297,6 +363,9 @@ mod tests {
         assert_eq!(tok.token_to_id("<|endoftext|>"), Some(eos));
         let enc = tok.encode("The embedding of papers", false).unwrap();
         assert!(enc.get_ids().len() < "The embedding of papers".len());
-        assert_eq!(tok.decode(enc.get_ids(), false).unwrap(), "The embedding of papers");
+        assert_eq!(
+            tok.decode(enc.get_ids(), false).unwrap(),
+            "The embedding of papers"
+        );
     }
 }

@@ -54,7 +54,7 @@ impl Weights {
             let st = unsafe { MmapedSafetensors::new(&path) }.map_err(|source| {
                 ModelError::Safetensors {
                     path: path.clone(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             for (name, _) in st.tensors() {
@@ -71,7 +71,12 @@ impl Weights {
     }
 
     /// Weights from tensors in memory (random models for benchmarks), under `label`.
-    pub fn from_tensors(tensors: HashMap<String, Tensor>, label: &str, dtype: DType, device: &Device) -> Weights {
+    pub fn from_tensors(
+        tensors: HashMap<String, Tensor>,
+        label: &str,
+        dtype: DType,
+        device: &Device,
+    ) -> Weights {
         let routing = tensors.keys().map(|k| (k.clone(), 0)).collect();
         Weights {
             files: vec![(PathBuf::from(label), Source::Memory(tensors))],
@@ -98,7 +103,7 @@ impl Weights {
         let load_err = |source| ModelError::TensorLoad {
             name: stored.to_string(),
             path: path.clone(),
-            source,
+            source: Box::new(source),
         };
         let actual = match st {
             Source::Mmap(st) => st.get(stored).map_err(load_err)?.shape().to_vec(),
@@ -116,7 +121,9 @@ impl Weights {
             Source::Mmap(st) => st.load(stored, &self.device),
             Source::Memory(map) => map[stored].to_device(&self.device),
         };
-        tensor.and_then(|t| t.to_dtype(self.dtype)).map_err(load_err)
+        tensor
+            .and_then(|t| t.to_dtype(self.dtype))
+            .map_err(load_err)
     }
 
     fn resolve<'a>(&'a self, name: &str) -> ModelResult<(&'a str, usize)> {
@@ -188,8 +195,13 @@ fn read_index(path: &Path) -> ModelResult<Vec<String>> {
     if shards.is_empty() {
         return Err(invalid("weight_map is empty".into()));
     }
-    if let Some(bad) = shards.iter().find(|s| s.contains("..") || s.starts_with('/')) {
-        return Err(invalid(format!("shard name `{bad}` leaves the model directory")));
+    if let Some(bad) = shards
+        .iter()
+        .find(|s| s.contains("..") || s.starts_with('/'))
+    {
+        return Err(invalid(format!(
+            "shard name `{bad}` leaves the model directory"
+        )));
     }
     Ok(shards)
 }

@@ -23,8 +23,18 @@ fn cases() -> Vec<Case> {
         .map(|c| Case {
             name: c["name"].as_str().unwrap().to_string(),
             text: c["text"].as_str().unwrap().to_string(),
-            ids: c["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect(),
-            embedding: c["embedding"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect(),
+            ids: c["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect(),
+            embedding: c["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect(),
         })
         .collect()
 }
@@ -34,20 +44,34 @@ fn tokenizer_matches_python_tokenizers() {
     let model = load(&LoadOptions::default());
     let tok = model.tokenizer().unwrap();
     for case in cases() {
-        assert_eq!(tok.encode_document(&case.text).unwrap(), case.ids, "{}", case.name);
+        assert_eq!(
+            tok.encode_document(&case.text).unwrap(),
+            case.ids,
+            "{}",
+            case.name
+        );
     }
 }
 
 #[test]
 fn golden_vectors_one_at_a_time_and_batched() {
     let cases = cases();
-    assert!(cases.iter().any(|c| c.ids.len() > 128), "golden set needs a text longer than a tile");
+    assert!(
+        cases.iter().any(|c| c.ids.len() > 128),
+        "golden set needs a text longer than a tile"
+    );
     // A small tile so the long text spans several query and key tiles; the default as well.
     for tile in [64, 512] {
-        let model = load(&LoadOptions { attention_tile: tile, ..Default::default() });
+        let model = load(&LoadOptions {
+            attention_tile: tile,
+            ..Default::default()
+        });
         let mut singles = Vec::new();
         for case in &cases {
-            let got = model.embed(&TokenBatch::from_sequences(&[&case.ids])).unwrap().remove(0);
+            let got = model
+                .embed(&TokenBatch::from_sequences(&[&case.ids]))
+                .unwrap()
+                .remove(0);
             let cos = cosine(&got, &case.embedding);
             assert!(cos >= 0.99999, "{} (tile {tile}): cosine {cos}", case.name);
             singles.push(got);
@@ -57,7 +81,11 @@ fn golden_vectors_one_at_a_time_and_batched() {
         assert_eq!(batched.len(), cases.len());
         for ((case, b), s) in cases.iter().zip(&batched).zip(&singles) {
             let diff = max_abs_diff(b, s);
-            assert!(diff < 1e-5, "{}: batched differs from single by {diff}", case.name);
+            assert!(
+                diff < 1e-5,
+                "{}: batched differs from single by {diff}",
+                case.name
+            );
         }
     }
 }

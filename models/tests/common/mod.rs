@@ -1,5 +1,7 @@
 //! Shared helpers: a tiny model written once per test binary into a temp dir.
 
+// Each test binary uses a different subset of these helpers, so `expect` would be
+// unfulfilled in some of them.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -38,5 +40,8 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
