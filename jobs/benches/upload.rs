@@ -23,18 +23,37 @@ fn batch(first: usize, n: usize, dim: usize) -> RecordBatch {
         })
         .collect();
     let item = Arc::new(Field::new("item", DataType::Float32, false));
-    let emb = FixedSizeListArray::try_new(item.clone(), dim as i32, Arc::new(Float32Array::from(values)), None)
-        .expect("list");
-    let ids = StringArray::from((first..first + n).map(|i| format!("W{i:010}")).collect::<Vec<_>>());
-    let created = StringArray::from(
-        (first..first + n).map(|i| format!("{}-05-02T00:00:00.000Z", 2000 + i % 25)).collect::<Vec<_>>(),
+    let emb = FixedSizeListArray::try_new(
+        item.clone(),
+        dim as i32,
+        Arc::new(Float32Array::from(values)),
+        None,
+    )
+    .expect("list");
+    let ids = StringArray::from(
+        (first..first + n)
+            .map(|i| format!("W{i:010}"))
+            .collect::<Vec<_>>(),
     );
-    let source = StringArray::from((first..first + n).map(|i| if i % 2 == 0 { "s2orc" } else { "arxiv" }).collect::<Vec<_>>());
+    let created = StringArray::from(
+        (first..first + n)
+            .map(|i| format!("{}-05-02T00:00:00.000Z", 2000 + i % 25))
+            .collect::<Vec<_>>(),
+    );
+    let source = StringArray::from(
+        (first..first + n)
+            .map(|i| if i % 2 == 0 { "s2orc" } else { "arxiv" })
+            .collect::<Vec<_>>(),
+    );
     let n_chars = Int32Array::from((0..n as i32).map(|i| 30_000 + i).collect::<Vec<_>>());
     let n_tokens = Int32Array::from((0..n as i32).map(|i| 8_000 + i).collect::<Vec<_>>());
     let schema = Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
-        Field::new("embedding", DataType::FixedSizeList(item, dim as i32), false),
+        Field::new(
+            "embedding",
+            DataType::FixedSizeList(item, dim as i32),
+            false,
+        ),
         Field::new("n_chars", DataType::Int32, false),
         Field::new("n_tokens", DataType::Int32, false),
         Field::new("source", DataType::Utf8, true),
@@ -42,13 +61,23 @@ fn batch(first: usize, n: usize, dim: usize) -> RecordBatch {
     ]);
     RecordBatch::try_new(
         Arc::new(schema),
-        vec![Arc::new(ids), Arc::new(emb), Arc::new(n_chars), Arc::new(n_tokens), Arc::new(source), Arc::new(created)],
+        vec![
+            Arc::new(ids),
+            Arc::new(emb),
+            Arc::new(n_chars),
+            Arc::new(n_tokens),
+            Arc::new(source),
+            Arc::new(created),
+        ],
     )
     .expect("batch")
 }
 
 fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn summary(mut samples: Vec<Duration>) -> String {
@@ -56,7 +85,12 @@ fn summary(mut samples: Vec<Duration>) -> String {
     let median = samples[samples.len() / 2];
     let p99 = samples[samples.len() * 99 / 100];
     let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
-    format!("median {:.1} µs, mean {:.1} µs, p99 {:.1} µs", us(median), us(mean), us(p99))
+    format!(
+        "median {:.1} µs, mean {:.1} µs, p99 {:.1} µs",
+        us(median),
+        us(mean),
+        us(p99)
+    )
 }
 
 fn us(d: Duration) -> f64 {
@@ -72,7 +106,9 @@ fn conversion() {
     for _ in 0..iters {
         let t = Instant::now();
         let points = PointsBatch::from_record_batch(&rb).expect("valid");
-        let request = UpsertPointsBuilder::new("papers", build_point_structs(&points)).wait(false).build();
+        let request = UpsertPointsBuilder::new("papers", build_point_structs(&points))
+            .wait(false)
+            .build();
         build.push(t.elapsed());
         let t = Instant::now();
         // What tonic does with the request: protobuf-encode it (and qdrant-client clones it first).
@@ -82,8 +118,15 @@ fn conversion() {
         std::hint::black_box(wire);
     }
     println!("conversion {n} x {dim}-d f32, {iters} iterations");
-    println!("  arrow -> UpsertPoints (ids, payload, vectors): {}", summary(build));
-    println!("  clone + protobuf encode ({:.2} MB):           {}", bytes as f64 / 1e6, summary(encode));
+    println!(
+        "  arrow -> UpsertPoints (ids, payload, vectors): {}",
+        summary(build)
+    );
+    println!(
+        "  clone + protobuf encode ({:.2} MB):           {}",
+        bytes as f64 / 1e6,
+        summary(encode)
+    );
 }
 
 /// Points/s upserted into the embedded engine, then the time to build the HNSW index.
@@ -96,7 +139,10 @@ fn edge_upsert() {
     let mut spec = CollectionSpec::new("bench", dim);
     spec.bulk_load = true;
     sink.ensure_collection(&spec).expect("create");
-    let batches: Vec<RecordBatch> = (0..total).step_by(size).map(|f| batch(f, size.min(total - f), dim)).collect();
+    let batches: Vec<RecordBatch> = (0..total)
+        .step_by(size)
+        .map(|f| batch(f, size.min(total - f), dim))
+        .collect();
     let start = Instant::now();
     for rb in &batches {
         let points = PointsBatch::from_record_batch(rb).expect("valid");
@@ -114,7 +160,11 @@ fn edge_upsert() {
         total as f64 / upserted.as_secs_f64(),
         (total * dim * 4) as f64 / 1e6 / upserted.as_secs_f64()
     );
-    println!("  + checkpoint (flush): {:.2} s = {:.0} points/s", durable.as_secs_f64(), total as f64 / durable.as_secs_f64());
+    println!(
+        "  + checkpoint (flush): {:.2} s = {:.0} points/s",
+        durable.as_secs_f64(),
+        total as f64 / durable.as_secs_f64()
+    );
     println!(
         "  finish (HNSW m=16 ef=100): {:.2} s, {} of {} vectors indexed",
         report.indexing.as_secs_f64(),

@@ -9,7 +9,9 @@ use arrow_schema::{DataType, Field, Schema};
 use embedfleet_jobs::upload::{
     build_point_structs, parse_year, point_id, PointsBatch, UploadError, PAPER_NAMESPACE,
 };
-use qdrant_client::qdrant::{point_id::PointIdOptions, value::Kind, vector, vectors::VectorsOptions};
+use qdrant_client::qdrant::{
+    point_id::PointIdOptions, value::Kind, vector, vectors::VectorsOptions,
+};
 use upload_common::*;
 
 #[test]
@@ -17,7 +19,10 @@ fn namespace_and_ids_are_the_documented_uuid5() {
     let ns = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, b"embedfleet:paper-id");
     assert_eq!(PAPER_NAMESPACE, ns);
     // Same value as Python's uuid.uuid5(uuid.uuid5(uuid.NAMESPACE_URL, "embedfleet:paper-id"), "W2963403868").
-    assert_eq!(point_id("W2963403868").to_string(), "6f5700bd-86d2-5d9a-9eb6-5a72506f644f");
+    assert_eq!(
+        point_id("W2963403868").to_string(),
+        "6f5700bd-86d2-5d9a-9eb6-5a72506f644f"
+    );
     assert_eq!(point_id("a"), point_id("a"));
     assert_ne!(point_id("a"), point_id("b"));
     assert_eq!(point_id("a").get_version_num(), 5);
@@ -84,7 +89,10 @@ fn grpc_points_carry_id_vector_and_payload() {
     assert_eq!(grpc.len(), 32);
     for (i, p) in grpc.iter().enumerate() {
         let id = p.id.as_ref().and_then(|id| id.point_id_options.clone());
-        assert_eq!(id, Some(PointIdOptions::Uuid(point_id(&paper_id(i)).to_string())));
+        assert_eq!(
+            id,
+            Some(PointIdOptions::Uuid(point_id(&paper_id(i)).to_string()))
+        );
         let data = match p.vectors.as_ref().and_then(|v| v.vectors_options.as_ref()) {
             Some(VectorsOptions::Vector(v)) => match &v.vector {
                 Some(vector::Vector::Dense(d)) => d.data.clone(),
@@ -96,7 +104,10 @@ fn grpc_points_carry_id_vector_and_payload() {
         let kind = |k: &str| p.payload.get(k).and_then(|v| v.kind.clone());
         assert_eq!(kind("paper_id"), Some(Kind::StringValue(paper_id(i))));
         assert_eq!(kind("year"), year_of(i).map(Kind::IntegerValue));
-        assert_eq!(kind("source"), Some(Kind::StringValue(source_of(i).to_owned())));
+        assert_eq!(
+            kind("source"),
+            Some(Kind::StringValue(source_of(i).to_owned()))
+        );
         assert_eq!(kind("n_chars"), Some(Kind::IntegerValue(1000 + i as i64)));
         assert_eq!(kind("n_tokens"), Some(Kind::IntegerValue(250 + i as i64)));
         assert_eq!(p.payload.len(), 4 + usize::from(year_of(i).is_some()));
@@ -113,10 +124,23 @@ fn without(batch: &RecordBatch, column: &str) -> RecordBatch {
 #[test]
 fn missing_or_mistyped_columns_are_typed_errors() {
     let batch = shard_batch(0, 3, 4);
-    let r = PointsBatch::from_record_batch(&without(&batch, "embedding"));
-    assert!(matches!(r, Err(UploadError::MissingColumn { column: "embedding" })), "{r:?}");
-    let r = PointsBatch::from_record_batch(&without(&batch, "id"));
-    assert!(matches!(r, Err(UploadError::MissingColumn { column: "id" })), "{r:?}");
+    let no_embedding = without(&batch, "embedding");
+    let r = PointsBatch::from_record_batch(&no_embedding);
+    assert!(
+        matches!(
+            r,
+            Err(UploadError::MissingColumn {
+                column: "embedding"
+            })
+        ),
+        "{r:?}"
+    );
+    let no_id = without(&batch, "id");
+    let r = PointsBatch::from_record_batch(&no_id);
+    assert!(
+        matches!(r, Err(UploadError::MissingColumn { column: "id" })),
+        "{r:?}"
+    );
     // Optional columns may be absent.
     let bare = without(&without(&batch, "source"), "created");
     let points = PointsBatch::from_record_batch(&bare).expect("optional columns");
@@ -130,11 +154,23 @@ fn missing_or_mistyped_columns_are_typed_errors() {
     ]);
     let bad = RecordBatch::try_new(
         Arc::new(schema),
-        vec![Arc::new(StringArray::from(vec!["a"])), Arc::new(StringArray::from(vec!["x"]))],
+        vec![
+            Arc::new(StringArray::from(vec!["a"])),
+            Arc::new(StringArray::from(vec!["x"])),
+        ],
     )
     .expect("batch");
     let r = PointsBatch::from_record_batch(&bad);
-    assert!(matches!(r, Err(UploadError::ColumnType { column: "embedding", .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(UploadError::ColumnType {
+                column: "embedding",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -148,10 +184,25 @@ fn null_paper_ids_are_refused_with_their_row() {
         .schema()
         .fields()
         .iter()
-        .map(|f| if f.name() == "id" { Field::new("id", DataType::Utf8, true) } else { f.as_ref().clone() })
+        .map(|f| {
+            if f.name() == "id" {
+                Field::new("id", DataType::Utf8, true)
+            } else {
+                f.as_ref().clone()
+            }
+        })
         .collect();
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("batch");
     assert!(batch.column(idx).is_null(1));
     let r = PointsBatch::from_record_batch(&batch);
-    assert!(matches!(r, Err(UploadError::NullValue { column: "id", row: 1 })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(UploadError::NullValue {
+                column: "id",
+                row: 1
+            })
+        ),
+        "{r:?}"
+    );
 }

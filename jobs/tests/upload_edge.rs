@@ -53,7 +53,8 @@ fn delete_collection_removes_it() {
 fn data_persists_after_reopen() {
     let (dir, sink) = edge();
     let dim = 20;
-    sink.ensure_collection(&CollectionSpec::new("papers", dim)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new("papers", dim))
+        .expect("create");
     let batch = shard_batch(0, 90, dim);
     upsert_in_slices(&sink, "papers", &batch, 32);
     drop(sink);
@@ -61,10 +62,13 @@ fn data_persists_after_reopen() {
     let sink = QdrantEdge::open(dir.path().join("edge")).expect("reopen");
     assert_eq!(sink.count("papers", None).expect("count"), 90);
     assert_eq!(
-        sink.ensure_collection(&CollectionSpec::new("papers", dim)).expect("ensure"),
+        sink.ensure_collection(&CollectionSpec::new("papers", dim))
+            .expect("ensure"),
         Ensured::Existing
     );
-    let hits = sink.search("papers", &vector_of(42, dim, 7), 1, None).expect("search");
+    let hits = sink
+        .search("papers", &vector_of(42, dim, 7), 1, None)
+        .expect("search");
     assert_eq!(hits[0].id, point_id(&paper_id(42)));
     // Re-sending after a reopen overwrites (point versions continue), it does not duplicate.
     upsert_in_slices(&sink, "papers", &batch, 45);
@@ -84,11 +88,14 @@ fn a_second_open_of_the_same_directory_is_refused() {
 fn f16_shards_upload_like_f32() {
     let (_dir, sink) = edge();
     let dim = 32;
-    sink.ensure_collection(&CollectionSpec::new("half", dim)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new("half", dim))
+        .expect("create");
     let batch = shard_batch_f16(0, 40, dim);
     upsert_in_slices(&sink, "half", &batch, 16);
     assert_eq!(sink.count("half", None).expect("count"), 40);
-    let hits = sink.search("half", &vector_of(9, dim, 7), 1, None).expect("search");
+    let hits = sink
+        .search("half", &vector_of(9, dim, 7), 1, None)
+        .expect("search");
     assert_eq!(hits[0].id, point_id(&paper_id(9)));
 }
 
@@ -97,7 +104,10 @@ fn bad_collection_names_are_refused() {
     let (_dir, sink) = edge();
     for name in ["", "..", "a/b", "x\\y"] {
         let r = sink.ensure_collection(&CollectionSpec::new(name, 8));
-        assert!(matches!(r, Err(UploadError::InvalidCollectionName { .. })), "{name:?}: {r:?}");
+        assert!(
+            matches!(r, Err(UploadError::InvalidCollectionName { .. })),
+            "{name:?}: {r:?}"
+        );
     }
 }
 
@@ -109,7 +119,8 @@ fn crash_child() {
         return;
     };
     let sink = QdrantEdge::open(dir).expect("open");
-    sink.ensure_collection(&CollectionSpec::new("papers", 16)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new("papers", 16))
+        .expect("create");
     upsert_in_slices(&sink, "papers", &shard_batch(0, 100, 16), 25);
     let more = shard_batch(100, 50, 16);
     let points = PointsBatch::from_record_batch(&more).expect("batch");
@@ -152,12 +163,14 @@ fn count_equals_parquet_rows() {
     writer.write(&shard_batch(300, 77, dim)).expect("write");
     writer.close().expect("close");
 
-    sink.ensure_collection(&CollectionSpec::new("papers", dim)).expect("create");
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).expect("open"))
-        .expect("parquet")
-        .with_batch_size(128)
-        .build()
-        .expect("reader");
+    sink.ensure_collection(&CollectionSpec::new("papers", dim))
+        .expect("create");
+    let reader =
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).expect("open"))
+            .expect("parquet")
+            .with_batch_size(128)
+            .build()
+            .expect("reader");
     let mut rows = 0u64;
     for rb in reader {
         let rb = rb.expect("batch");

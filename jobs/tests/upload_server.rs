@@ -64,7 +64,8 @@ fn server_delete_collection_removes_it() {
 
 #[test]
 fn unreachable_server_is_a_typed_error_after_retries() {
-    // A closed loopback port: connection refused → Unavailable → retried, then RetriesExhausted.
+    // A closed loopback port: connection refused (qdrant-client: Internal) → retried, then
+    // RetriesExhausted. Loopback only; nothing leaves the machine.
     let mut config = ServerConfig::new("http://127.0.0.1:9");
     config.retry.max_attempts = 2;
     config.retry.base_delay = Duration::from_millis(10);

@@ -30,9 +30,9 @@ use qdrant_edge::{
 
 use super::{
     check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
-    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, Sink,
-    UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID,
-    PAYLOAD_SOURCE, PAYLOAD_YEAR,
+    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, Sink, UploadError,
+    UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE,
+    PAYLOAD_YEAR,
 };
 
 /// One open collection. Updates, counts and searches share the lock; flush and optimize take it
@@ -49,16 +49,28 @@ pub struct QdrantEdge {
 
 impl std::fmt::Debug for QdrantEdge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QdrantEdge").field("root", &self.root).finish_non_exhaustive()
+        f.debug_struct("QdrantEdge")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
     }
 }
 
 fn edge_err(action: &'static str) -> impl FnOnce(OperationError) -> UploadError {
-    move |e| UploadError::Edge { action, message: e.to_string() }
+    move |e| UploadError::Edge {
+        action,
+        message: e.to_string(),
+    }
 }
 
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> UploadError + '_ {
-    move |source| UploadError::Io { action, path: path.to_owned(), source }
+fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> UploadError + 'a {
+    move |source| UploadError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 impl QdrantEdge {
@@ -66,7 +78,8 @@ impl QdrantEdge {
     pub fn open(root: impl Into<PathBuf>) -> UploadResult<Self> {
         let root = root.into();
         let collections = root.join("collections");
-        std::fs::create_dir_all(&collections).map_err(io_err("create the edge directory", &collections))?;
+        std::fs::create_dir_all(&collections)
+            .map_err(io_err("create the edge directory", &collections))?;
         let lock_path = root.join("embedfleet.lock");
         let lock = File::options()
             .create(true)
@@ -76,10 +89,16 @@ impl QdrantEdge {
             .map_err(io_err("open the lock file", &lock_path))?;
         match lock.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(UploadError::EdgeLocked { path: root }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(UploadError::EdgeLocked { path: root })
+            }
             Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &lock_path)(e)),
         }
-        Ok(Self { shards: Mutex::new(HashMap::new()), root, _lock: lock })
+        Ok(Self {
+            shards: Mutex::new(HashMap::new()),
+            root,
+            _lock: lock,
+        })
     }
 
     /// The edge directory.
@@ -114,7 +133,9 @@ impl QdrantEdge {
 
     fn existing(&self, name: &str) -> UploadResult<OpenShard> {
         self.shard(name)?
-            .ok_or_else(|| UploadError::NoSuchCollection { collection: name.to_owned() })
+            .ok_or_else(|| UploadError::NoSuchCollection {
+                collection: name.to_owned(),
+            })
     }
 
     fn create(&self, spec: &CollectionSpec) -> UploadResult<OpenShard> {
@@ -137,7 +158,8 @@ impl QdrantEdge {
         }
         let shard = EdgeShard::new(&dir, config).map_err(edge_err("create the collection"))?;
         let shard = Arc::new(RwLock::new(shard));
-        self.registry().insert(spec.name.clone(), Arc::clone(&shard));
+        self.registry()
+            .insert(spec.name.clone(), Arc::clone(&shard));
         Ok(shard)
     }
 }
@@ -190,6 +212,14 @@ fn write(shard: &OpenShard) -> std::sync::RwLockWriteGuard<'_, EdgeShard> {
     shard.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A payload key as the engine's path type; our keys are plain names, so this cannot fail.
+fn json_path(key: &str) -> UploadResult<JsonPath> {
+    key.parse().map_err(|_| UploadError::Edge {
+        action: "parse a payload key",
+        message: format!("`{key}` is not a valid payload key"),
+    })
+}
+
 fn create_payload_indexes(shard: &EdgeShard, spec: &CollectionSpec) -> UploadResult<()> {
     for (field, kind) in &spec.payload_indexes {
         let schema = match kind {
@@ -197,7 +227,7 @@ fn create_payload_indexes(shard: &EdgeShard, spec: &CollectionSpec) -> UploadRes
             PayloadIndexKind::Keyword => PayloadSchemaType::Keyword,
         };
         let op = FieldIndexOperations::CreateIndex(CreateIndex {
-            field_name: JsonPath::new(field),
+            field_name: json_path(field)?,
             field_schema: Some(PayloadFieldSchema::FieldType(schema)),
         });
         shard
@@ -260,8 +290,13 @@ impl Sink for QdrantEdge {
     fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
         let shard = self.existing(&spec.name)?;
         let shard = write(&shard);
-        let restored = CollectionSpec { bulk_load: false, ..spec.clone() };
-        shard.set_hnsw_config(hnsw_config(&restored)).map_err(edge_err("restore the HNSW settings"))?;
+        let restored = CollectionSpec {
+            bulk_load: false,
+            ..spec.clone()
+        };
+        shard
+            .set_hnsw_config(hnsw_config(&restored))
+            .map_err(edge_err("restore the HNSW settings"))?;
         shard
             .set_optimizers_config(optimizers(spec.indexing_threshold_kb))
             .map_err(edge_err("restore the indexing threshold"))?;
@@ -279,8 +314,13 @@ impl Sink for QdrantEdge {
 
     fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
         let shard = self.existing(collection)?;
-        let request = CountRequest { filter: filter.map(edge_filter), exact: true };
-        let n = read(&shard).count(request).map_err(edge_err("count points"))?;
+        let request = CountRequest {
+            filter: filter.map(edge_filter).transpose()?,
+            exact: true,
+        };
+        let n = read(&shard)
+            .count(request)
+            .map_err(edge_err("count points"))?;
         Ok(n as u64)
     }
 
@@ -305,7 +345,7 @@ impl Sink for QdrantEdge {
                 query: VectorInternal::Dense(vector.to_vec()),
                 using: None,
             }),
-            filter: filter.map(edge_filter),
+            filter: filter.map(edge_filter).transpose()?,
             params: None,
             limit: k,
             offset: 0,
@@ -381,7 +421,7 @@ fn edge_points(points: &PointsBatch<'_>) -> Vec<PointStructPersisted> {
         .collect()
 }
 
-fn edge_filter(f: &PayloadFilter) -> Filter {
+fn edge_filter(f: &PayloadFilter) -> UploadResult<Filter> {
     let mut must = Vec::new();
     if f.year_min.is_some() || f.year_max.is_some() {
         let range = Range {
@@ -390,13 +430,22 @@ fn edge_filter(f: &PayloadFilter) -> Filter {
             lt: None,
             gt: None,
         };
-        must.push(Condition::Field(FieldCondition::new_range(JsonPath::new(PAYLOAD_YEAR), range)));
+        must.push(Condition::Field(FieldCondition::new_range(
+            json_path(PAYLOAD_YEAR)?,
+            range,
+        )));
     }
     if let Some(source) = &f.source {
         let value = Match::new_value(ValueVariants::String(source.clone()));
-        must.push(Condition::Field(FieldCondition::new_match(JsonPath::new(PAYLOAD_SOURCE), value)));
+        must.push(Condition::Field(FieldCondition::new_match(
+            json_path(PAYLOAD_SOURCE)?,
+            value,
+        )));
     }
-    Filter { must: Some(must), ..Filter::default() }
+    Ok(Filter {
+        must: Some(must),
+        ..Filter::default()
+    })
 }
 
 fn hit_from_edge(point: ScoredPoint) -> Hit {

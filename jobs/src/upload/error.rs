@@ -30,7 +30,9 @@ pub enum UploadError {
     },
 
     /// A value that every point needs (paper id, embedding) is null.
-    #[error("shard row {row} has a null `{column}`; every point needs a paper id and an embedding")]
+    #[error(
+        "shard row {row} has a null `{column}`; every point needs a paper id and an embedding"
+    )]
     NullValue {
         /// The column name.
         column: &'static str,

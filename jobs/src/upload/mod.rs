@@ -72,7 +72,10 @@ pub struct HnswParams {
 
 impl Default for HnswParams {
     fn default() -> Self {
-        Self { m: 16, ef_construct: 100 }
+        Self {
+            m: 16,
+            ef_construct: 100,
+        }
     }
 }
 
@@ -181,17 +184,28 @@ pub struct PayloadFilter {
 impl PayloadFilter {
     /// Points of exactly this year.
     pub fn year(year: i64) -> Self {
-        Self { year_min: Some(year), year_max: Some(year), source: None }
+        Self {
+            year_min: Some(year),
+            year_max: Some(year),
+            source: None,
+        }
     }
 
     /// Points with `min <= year <= max`.
     pub fn years(min: i64, max: i64) -> Self {
-        Self { year_min: Some(min), year_max: Some(max), source: None }
+        Self {
+            year_min: Some(min),
+            year_max: Some(max),
+            source: None,
+        }
     }
 
     /// Points of this source.
     pub fn source(source: impl Into<String>) -> Self {
-        Self { source: Some(source.into()), ..Self::default() }
+        Self {
+            source: Some(source.into()),
+            ..Self::default()
+        }
     }
 }
 
@@ -261,16 +275,24 @@ fn check_collection_name(name: &str) -> UploadResult<()> {
         && name.len() <= 255
         && name != "."
         && name != ".."
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if ok {
         Ok(())
     } else {
-        Err(UploadError::InvalidCollectionName { name: name.to_owned() })
+        Err(UploadError::InvalidCollectionName {
+            name: name.to_owned(),
+        })
     }
 }
 
 /// Refuses an existing collection whose vector size or distance differs from the spec.
-fn check_compatible(spec: &CollectionSpec, size: usize, distance: Option<Distance>) -> UploadResult<()> {
+fn check_compatible(
+    spec: &CollectionSpec,
+    size: usize,
+    distance: Option<Distance>,
+) -> UploadResult<()> {
     if size == spec.vector_size && distance == Some(spec.distance) {
         return Ok(());
     }
@@ -282,4 +304,3 @@ fn check_compatible(spec: &CollectionSpec, size: usize, distance: Option<Distanc
         wanted_distance: spec.distance.to_string(),
     })
 }
-

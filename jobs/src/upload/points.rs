@@ -15,7 +15,9 @@
 
 use std::borrow::Cow;
 
-use arrow_array::{Array, FixedSizeListArray, Float16Array, Float32Array, Int32Array, RecordBatch, StringArray};
+use arrow_array::{
+    Array, FixedSizeListArray, Float16Array, Float32Array, Int32Array, RecordBatch, StringArray,
+};
 use arrow_schema::DataType;
 use half::slice::HalfFloatSliceExt as _;
 use uuid::Uuid;
@@ -55,7 +57,11 @@ pub fn parse_year(created: &str) -> Option<i64> {
     if !matches!(bytes.get(4), None | Some(b'-')) {
         return None;
     }
-    Some(digits.iter().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')))
+    Some(
+        digits
+            .iter()
+            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')),
+    )
 }
 
 /// One point, borrowed from a [`PointsBatch`].
@@ -168,11 +174,14 @@ fn downcast<'a, T: 'static>(
     name: &'static str,
     expected: &'static str,
 ) -> UploadResult<&'a T> {
-    array.as_any().downcast_ref::<T>().ok_or_else(|| UploadError::ColumnType {
-        column: name,
-        expected,
-        found: array.data_type().to_string(),
-    })
+    array
+        .as_any()
+        .downcast_ref::<T>()
+        .ok_or_else(|| UploadError::ColumnType {
+            column: name,
+            expected,
+            found: array.data_type().to_string(),
+        })
 }
 
 fn required<'a, T: 'static>(
@@ -210,7 +219,10 @@ fn vectors(batch: &RecordBatch) -> UploadResult<(Cow<'_, [f32]>, usize)> {
     const EXPECTED: &str = "fixed_size_list<float32 | float16>";
     let list: &FixedSizeListArray = required(batch, "embedding", EXPECTED)?;
     if let Some(row) = first_null(list) {
-        return Err(UploadError::NullValue { column: "embedding", row });
+        return Err(UploadError::NullValue {
+            column: "embedding",
+            row,
+        });
     }
     let dim = usize::try_from(list.value_length()).unwrap_or(0);
     // The child array may be longer than this (sliced) list: take only the rows in view.
@@ -221,7 +233,10 @@ fn vectors(batch: &RecordBatch) -> UploadResult<(Cow<'_, [f32]>, usize)> {
         let row = (0..list.len())
             .find(|&r| list.value(r).null_count() > 0)
             .unwrap_or(0);
-        return Err(UploadError::NullValue { column: "embedding", row });
+        return Err(UploadError::NullValue {
+            column: "embedding",
+            row,
+        });
     }
     let vectors = match values.data_type() {
         DataType::Float32 => {

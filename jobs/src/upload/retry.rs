@@ -47,44 +47,67 @@ impl RetryPolicy {
             .saturating_mul(1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX))
             .min(self.max_delay);
         let half = full / 2;
-        half + full.saturating_sub(half).mul_f64(rand::rng().random::<f64>())
+        half + full
+            .saturating_sub(half)
+            .mul_f64(rand::rng().random::<f64>())
     }
 }
 
-/// True for the gRPC codes that a later attempt may get past: `Unavailable` (server down,
-/// restarting, connection refused), `DeadlineExceeded` (timeout), `ResourceExhausted` (rate
-/// limit, with or without `retry-after`) and `Aborted` (conflict, e.g. during resharding).
+/// True for the gRPC codes that a later attempt may get past: `Unavailable` (server down or
+/// restarting), `DeadlineExceeded` (timeout), `ResourceExhausted` (rate limit, with or without
+/// `retry-after`), `Aborted` (conflict, e.g. during resharding) and `Internal`.
+///
+/// `Internal` is here because qdrant-client 1.20 reports a failed (re)connection — the server is
+/// down or restarting — as `Status::internal("Failed to connect ...")`, with no typed field to
+/// tell it from a server-side internal error. Retrying it keeps an upload going through a server
+/// restart; a persistent server-side `Internal` still surfaces, as `RetriesExhausted`.
 pub fn is_transient(code: Code) -> bool {
     matches!(
         code,
-        Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Aborted
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::ResourceExhausted
+            | Code::Aborted
+            | Code::Internal
     )
 }
 
 /// One failed attempt, classified.
 enum Failure {
-    Transient { code: Code, message: String, retry_after: Option<Duration> },
+    Transient {
+        code: Code,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     Permanent(UploadError),
 }
 
 fn classify(err: QdrantError, action: &'static str) -> Failure {
     match err {
-        QdrantError::ResourceExhaustedError { status, retry_after_seconds } => Failure::Transient {
+        QdrantError::ResourceExhaustedError {
+            status,
+            retry_after_seconds,
+        } => Failure::Transient {
             code: status.code(),
             message: status.message().to_owned(),
             retry_after: Some(Duration::from_secs(retry_after_seconds)),
         },
-        QdrantError::ResponseError { status } if is_transient(status.code()) => Failure::Transient {
-            code: status.code(),
-            message: status.message().to_owned(),
-            retry_after: None,
-        },
+        QdrantError::ResponseError { status } if is_transient(status.code()) => {
+            Failure::Transient {
+                code: status.code(),
+                message: status.message().to_owned(),
+                retry_after: None,
+            }
+        }
         QdrantError::ResponseError { status } => Failure::Permanent(UploadError::Server {
             action,
             code: status.code(),
             message: status.message().to_owned(),
         }),
-        other => Failure::Permanent(UploadError::Client { action, message: other.to_string() }),
+        other => Failure::Permanent(UploadError::Client {
+            action,
+            message: other.to_string(),
+        }),
     }
 }
 
@@ -109,15 +132,28 @@ where
         match classify(err, action) {
             Failure::Permanent(err) => return Err(err),
             Failure::Transient { code, message, .. } if done >= max_attempts => {
-                return Err(UploadError::RetriesExhausted { action, attempts: done, code, message });
+                return Err(UploadError::RetriesExhausted {
+                    action,
+                    attempts: done,
+                    code,
+                    message,
+                });
             }
-            Failure::Transient { code, retry_after, .. } => {
+            Failure::Transient {
+                code, retry_after, ..
+            } => {
                 let backoff = policy.backoff(done - 1);
                 let wait = match retry_after {
                     Some(asked) => asked.min(policy.max_retry_after).max(backoff),
                     None => backoff,
                 };
-                tracing::debug!(action, ?code, attempt = done, ?wait, "transient Qdrant error, retrying");
+                tracing::debug!(
+                    action,
+                    ?code,
+                    attempt = done,
+                    ?wait,
+                    "transient Qdrant error, retrying"
+                );
                 tokio::time::sleep(wait).await;
             }
         }
@@ -152,11 +188,22 @@ mod tests {
     }
 
     #[test]
-    fn transient_codes_are_the_documented_four() {
-        for code in [Code::Unavailable, Code::DeadlineExceeded, Code::ResourceExhausted, Code::Aborted] {
+    fn transient_codes_are_the_documented_five() {
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::ResourceExhausted,
+            Code::Aborted,
+            Code::Internal,
+        ] {
             assert!(is_transient(code), "{code:?}");
         }
-        for code in [Code::InvalidArgument, Code::NotFound, Code::Unauthenticated, Code::Internal] {
+        for code in [
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+        ] {
             assert!(!is_transient(code), "{code:?}");
         }
     }
@@ -185,7 +232,13 @@ mod tests {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Err(status(Code::InvalidArgument)) }
         }));
-        assert!(matches!(out, Err(UploadError::Server { code: Code::InvalidArgument, .. })));
+        assert!(matches!(
+            out,
+            Err(UploadError::Server {
+                code: Code::InvalidArgument,
+                ..
+            })
+        ));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
@@ -214,7 +267,8 @@ mod tests {
             async move {
                 if n == 0 {
                     let mut s = tonic::Status::new(Code::ResourceExhausted, "slow down");
-                    s.metadata_mut().insert("retry-after", "0".parse().expect("ascii"));
+                    s.metadata_mut()
+                        .insert("retry-after", "0".parse().expect("ascii"));
                     let err = QdrantError::from(s);
                     assert!(matches!(err, QdrantError::ResourceExhaustedError { .. }));
                     Err(err)
@@ -237,7 +291,11 @@ mod tests {
         for retry in 0..12 {
             let full = Duration::from_millis(100 * (1u64 << retry.min(20))).min(p.max_delay);
             let d = p.backoff(retry);
-            assert!(d >= full / 2 && d <= full, "retry {retry}: {d:?} not in [{:?}, {full:?}]", full / 2);
+            assert!(
+                d >= full / 2 && d <= full,
+                "retry {retry}: {d:?} not in [{:?}, {full:?}]",
+                full / 2
+            );
         }
     }
 }

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use qdrant_client::qdrant::{
-    self, point_id::PointIdOptions, value::Kind, vector, vectors::VectorsOptions,
-    vectors_config, CollectionStatus, Condition, CountPointsBuilder, CreateCollectionBuilder,
+    self, point_id::PointIdOptions, value::Kind, vector, vectors::VectorsOptions, vectors_config,
+    CollectionStatus, Condition, CountPointsBuilder, CreateCollectionBuilder,
     CreateFieldIndexCollectionBuilder, DenseVector, FieldType, Filter, HnswConfigDiffBuilder,
     OptimizersConfigDiffBuilder, PointId, QueryPointsBuilder, ScalarQuantizationBuilder,
     UpdateCollectionBuilder, UpsertPointsBuilder, VectorParamsBuilder,
@@ -21,9 +21,10 @@ use uuid::Uuid;
 
 use super::retry::{with_retry, RetryPolicy};
 use super::{
-    check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured, FinishReport, Hit,
-    HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, Sink, UploadError, UploadResult,
-    PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
+    check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
+    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, Sink, UploadError,
+    UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE,
+    PAYLOAD_YEAR,
 };
 
 /// Where the API key comes from. The key itself is never stored in the config.
@@ -106,7 +107,9 @@ pub struct QdrantServer {
 
 impl std::fmt::Debug for QdrantServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QdrantServer").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("QdrantServer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -133,9 +136,17 @@ impl QdrantServer {
                 // The check prints to stdout and costs a round trip; the first call reports errors.
                 .skip_compatibility_check()
                 .build()
-                .map_err(|e| UploadError::InvalidUrl { url: config.url.clone(), reason: e.to_string() })?
+                .map_err(|e| UploadError::InvalidUrl {
+                    url: config.url.clone(),
+                    reason: e.to_string(),
+                })?
         };
-        Ok(Self { client, runtime, config, sizes: Default::default() })
+        Ok(Self {
+            client,
+            runtime,
+            config,
+            sizes: Default::default(),
+        })
     }
 
     /// The configuration this sink was built with (the API key is not in it).
@@ -148,19 +159,28 @@ impl QdrantServer {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, QdrantError>>,
     {
-        self.runtime.block_on(with_retry(&self.config.retry, action, attempt))
+        self.runtime
+            .block_on(with_retry(&self.config.retry, action, attempt))
     }
 
     fn exists(&self, name: &str) -> UploadResult<bool> {
-        self.retry("check whether the collection exists", || self.client.collection_exists(name))
+        self.retry("check whether the collection exists", || {
+            self.client.collection_exists(name)
+        })
     }
 
     fn set_indexing(&self, name: &str, hnsw: HnswParams, threshold_kb: u64) -> UploadResult<()> {
         self.retry("update the collection's index settings", || {
             self.client.update_collection(
                 UpdateCollectionBuilder::new(name)
-                    .hnsw_config(HnswConfigDiffBuilder::default().m(hnsw.m).ef_construct(hnsw.ef_construct))
-                    .optimizers_config(OptimizersConfigDiffBuilder::default().indexing_threshold(threshold_kb)),
+                    .hnsw_config(
+                        HnswConfigDiffBuilder::default()
+                            .m(hnsw.m)
+                            .ef_construct(hnsw.ef_construct),
+                    )
+                    .optimizers_config(
+                        OptimizersConfigDiffBuilder::default().indexing_threshold(threshold_kb),
+                    ),
             )
         })?;
         Ok(())
@@ -177,8 +197,14 @@ impl QdrantServer {
                 VectorParamsBuilder::new(spec.vector_size as u64, grpc_distance(spec.distance))
                     .on_disk(spec.on_disk_vectors),
             )
-            .hnsw_config(HnswConfigDiffBuilder::default().m(hnsw.m).ef_construct(hnsw.ef_construct))
-            .optimizers_config(OptimizersConfigDiffBuilder::default().indexing_threshold(threshold));
+            .hnsw_config(
+                HnswConfigDiffBuilder::default()
+                    .m(hnsw.m)
+                    .ef_construct(hnsw.ef_construct),
+            )
+            .optimizers_config(
+                OptimizersConfigDiffBuilder::default().indexing_threshold(threshold),
+            );
         if spec.int8_quantization {
             request = request.quantization_config(
                 ScalarQuantizationBuilder::default()
@@ -194,7 +220,9 @@ impl QdrantServer {
             request = request.replication_factor(n);
         }
         let request = request.build();
-        self.retry("create the collection", || self.client.create_collection(request.clone()))?;
+        self.retry("create the collection", || {
+            self.client.create_collection(request.clone())
+        })?;
         Ok(())
     }
 
@@ -206,7 +234,8 @@ impl QdrantServer {
             };
             self.retry("create a payload index", || {
                 self.client.create_field_index(
-                    CreateFieldIndexCollectionBuilder::new(&spec.name, field, field_type).wait(true),
+                    CreateFieldIndexCollectionBuilder::new(&spec.name, field, field_type)
+                        .wait(true),
                 )
             })?;
         }
@@ -214,18 +243,28 @@ impl QdrantServer {
     }
 
     fn collection_size(&self, collection: &str) -> UploadResult<usize> {
-        if let Some(size) = self.sizes.lock().unwrap_or_else(|p| p.into_inner()).get(collection) {
+        if let Some(size) = self
+            .sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(collection)
+        {
             return Ok(*size);
         }
-        let info = self
-            .collection_info(collection)?
-            .ok_or_else(|| UploadError::NoSuchCollection { collection: collection.to_owned() })?;
+        let info =
+            self.collection_info(collection)?
+                .ok_or_else(|| UploadError::NoSuchCollection {
+                    collection: collection.to_owned(),
+                })?;
         self.remember(collection, info.vector_size);
         Ok(info.vector_size)
     }
 
     fn remember(&self, collection: &str, size: usize) {
-        self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(collection.to_owned(), size);
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(collection.to_owned(), size);
     }
 }
 
@@ -283,9 +322,11 @@ impl Sink for QdrantServer {
         // The optimizers may not have picked the change up yet: look again after a moment.
         std::thread::sleep(Duration::from_millis(500));
         loop {
-            let info = self
-                .collection_info(&spec.name)?
-                .ok_or_else(|| UploadError::NoSuchCollection { collection: spec.name.clone() })?;
+            let info =
+                self.collection_info(&spec.name)?
+                    .ok_or_else(|| UploadError::NoSuchCollection {
+                        collection: spec.name.clone(),
+                    })?;
             if info.green {
                 return Ok(FinishReport {
                     indexing: start.elapsed(),
@@ -339,18 +380,23 @@ impl Sink for QdrantServer {
         if !self.exists(collection)? {
             return Ok(None);
         }
-        let response =
-            self.retry("read the collection info", || self.client.collection_info(collection))?;
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
         Ok(response.result.map(info_from_grpc))
     }
 
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
-        self.sizes.lock().unwrap_or_else(|p| p.into_inner()).remove(collection);
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(collection);
         if !self.exists(collection)? {
             return Ok(false);
         }
-        let response =
-            self.retry("delete the collection", || self.client.delete_collection(collection))?;
+        let response = self.retry("delete the collection", || {
+            self.client.delete_collection(collection)
+        })?;
         Ok(response.result)
     }
 }
@@ -377,11 +423,15 @@ pub fn build_point_structs(points: &PointsBatch<'_>) -> Vec<qdrant::PointStruct>
             payload.insert(PAYLOAD_N_TOKENS.to_owned(), int_value(i64::from(n)));
         }
         out.push(qdrant::PointStruct {
-            id: Some(PointId { point_id_options: Some(PointIdOptions::Uuid(id)) }),
+            id: Some(PointId {
+                point_id_options: Some(PointIdOptions::Uuid(id)),
+            }),
             payload,
             vectors: Some(qdrant::Vectors {
                 vectors_options: Some(VectorsOptions::Vector(qdrant::Vector {
-                    vector: Some(vector::Vector::Dense(DenseVector { data: p.vector.to_vec() })),
+                    vector: Some(vector::Vector::Dense(DenseVector {
+                        data: p.vector.to_vec(),
+                    })),
                     ..Default::default()
                 })),
             }),
@@ -391,15 +441,22 @@ pub fn build_point_structs(points: &PointsBatch<'_>) -> Vec<qdrant::PointStruct>
 }
 
 fn string_value(s: &str) -> qdrant::Value {
-    qdrant::Value { kind: Some(Kind::StringValue(s.to_owned())) }
+    qdrant::Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    }
 }
 
 fn int_value(i: i64) -> qdrant::Value {
-    qdrant::Value { kind: Some(Kind::IntegerValue(i)) }
+    qdrant::Value {
+        kind: Some(Kind::IntegerValue(i)),
+    }
 }
 
 fn check_url(url: &str) -> UploadResult<()> {
-    let invalid = |reason: &str| UploadError::InvalidUrl { url: url.to_owned(), reason: reason.to_owned() };
+    let invalid = |reason: &str| UploadError::InvalidUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
@@ -409,7 +466,6 @@ fn check_url(url: &str) -> UploadResult<()> {
     }
     Ok(())
 }
-
 
 fn grpc_distance(d: Distance) -> qdrant::Distance {
     match d {
@@ -436,7 +492,10 @@ fn grpc_filter(f: &PayloadFilter) -> Filter {
 
 fn info_from_grpc(info: qdrant::CollectionInfo) -> CollectionInfo {
     let config = info.config.unwrap_or_default();
-    let params = config.params.and_then(|p| p.vectors_config).and_then(|v| v.config);
+    let params = config
+        .params
+        .and_then(|p| p.vectors_config)
+        .and_then(|v| v.config);
     let (vector_size, distance) = match params {
         Some(vectors_config::Config::Params(p)) => (
             p.size as usize,
@@ -455,8 +514,14 @@ fn info_from_grpc(info: qdrant::CollectionInfo) -> CollectionInfo {
         distance,
         points: info.points_count.unwrap_or(0),
         indexed_vectors: info.indexed_vectors_count.unwrap_or(0),
-        hnsw: HnswParams { m: hnsw.m.unwrap_or(0), ef_construct: hnsw.ef_construct.unwrap_or(0) },
-        indexing_threshold_kb: config.optimizer_config.and_then(|o| o.indexing_threshold).unwrap_or(0),
+        hnsw: HnswParams {
+            m: hnsw.m.unwrap_or(0),
+            ef_construct: hnsw.ef_construct.unwrap_or(0),
+        },
+        indexing_threshold_kb: config
+            .optimizer_config
+            .and_then(|o| o.indexing_threshold)
+            .unwrap_or(0),
         green: info.status == CollectionStatus::Green as i32 && queue_empty,
     }
 }

@@ -47,8 +47,16 @@ pub fn paper_id(i: usize) -> String {
 
 /// Rows `first..first + n` of a shard with `dim`-d f32 vectors.
 pub fn shard_batch(first: usize, n: usize, dim: usize) -> RecordBatch {
-    let values: Vec<f32> = (first..first + n).flat_map(|i| vector_of(i, dim, 7)).collect();
-    build(first, n, dim, Arc::new(Float32Array::from(values)), DataType::Float32)
+    let values: Vec<f32> = (first..first + n)
+        .flat_map(|i| vector_of(i, dim, 7))
+        .collect();
+    build(
+        first,
+        n,
+        dim,
+        Arc::new(Float32Array::from(values)),
+        DataType::Float32,
+    )
 }
 
 /// The same rows with f16 vectors.
@@ -57,7 +65,13 @@ pub fn shard_batch_f16(first: usize, n: usize, dim: usize) -> RecordBatch {
         .flat_map(|i| vector_of(i, dim, 7))
         .map(half::f16::from_f32)
         .collect();
-    build(first, n, dim, Arc::new(Float16Array::from(values)), DataType::Float16)
+    build(
+        first,
+        n,
+        dim,
+        Arc::new(Float16Array::from(values)),
+        DataType::Float16,
+    )
 }
 
 fn build(first: usize, n: usize, dim: usize, values: ArrayRef, dtype: DataType) -> RecordBatch {
@@ -85,7 +99,11 @@ fn build(first: usize, n: usize, dim: usize, values: ArrayRef, dtype: DataType) 
     let n_chunks = Int16Array::from(vec![1i16; n]);
     let schema = Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
-        Field::new("embedding", DataType::FixedSizeList(item, dim as i32), false),
+        Field::new(
+            "embedding",
+            DataType::FixedSizeList(item, dim as i32),
+            false,
+        ),
         Field::new("n_chars", DataType::Int32, false),
         Field::new("n_tokens", DataType::Int32, false),
         Field::new("n_chunks", DataType::Int16, false),
@@ -137,13 +155,23 @@ pub fn upsert_in_slices(sink: &dyn Sink, collection: &str, batch: &RecordBatch, 
 pub fn check_count_and_idempotence(sink: &dyn Sink, name: &str) {
     let dim = 24;
     let spec = CollectionSpec::new(name, dim);
-    assert_eq!(sink.ensure_collection(&spec).expect("create"), Ensured::Created);
+    assert_eq!(
+        sink.ensure_collection(&spec).expect("create"),
+        Ensured::Created
+    );
     let batch = shard_batch(0, 150, dim);
     upsert_in_slices(sink, name, &batch, 32);
     assert_eq!(sink.count(name, None).expect("count"), 150);
     upsert_in_slices(sink, name, &batch, 64);
-    assert_eq!(sink.count(name, None).expect("count"), 150, "re-upload must not duplicate");
-    assert_eq!(sink.ensure_collection(&spec).expect("again"), Ensured::Existing);
+    assert_eq!(
+        sink.count(name, None).expect("count"),
+        150,
+        "re-upload must not duplicate"
+    );
+    assert_eq!(
+        sink.ensure_collection(&spec).expect("again"),
+        Ensured::Existing
+    );
     let more = shard_batch(150, 10, dim);
     upsert_in_slices(sink, name, &more, 32);
     assert_eq!(sink.count(name, None).expect("count"), 160);
@@ -152,19 +180,31 @@ pub fn check_count_and_idempotence(sink: &dyn Sink, name: &str) {
 /// Year and source filters select exactly the matching rows.
 pub fn check_filters(sink: &dyn Sink, name: &str) {
     let dim = 16;
-    sink.ensure_collection(&CollectionSpec::new(name, dim)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new(name, dim))
+        .expect("create");
     let n = 140;
     upsert_in_slices(sink, name, &shard_batch(0, n, dim), 50);
     for year in 2018..=2022 {
-        let got = sink.count(name, Some(&PayloadFilter::year(year))).expect("count");
+        let got = sink
+            .count(name, Some(&PayloadFilter::year(year)))
+            .expect("count");
         assert_eq!(got, rows_in_years(0, n, year, year), "year {year}");
         assert!(got > 0);
     }
-    let got = sink.count(name, Some(&PayloadFilter::years(2019, 2020))).expect("count");
+    let got = sink
+        .count(name, Some(&PayloadFilter::years(2019, 2020)))
+        .expect("count");
     assert_eq!(got, rows_in_years(0, n, 2019, 2020));
     let arxiv = (0..n).filter(|&i| source_of(i) == "arxiv").count() as u64;
-    assert_eq!(sink.count(name, Some(&PayloadFilter::source("arxiv"))).expect("count"), arxiv);
-    let both = PayloadFilter { source: Some("arxiv".into()), ..PayloadFilter::year(2018) };
+    assert_eq!(
+        sink.count(name, Some(&PayloadFilter::source("arxiv")))
+            .expect("count"),
+        arxiv
+    );
+    let both = PayloadFilter {
+        source: Some("arxiv".into()),
+        ..PayloadFilter::year(2018)
+    };
     let expected = (0..n)
         .filter(|&i| source_of(i) == "arxiv" && year_of(i) == Some(2018))
         .count() as u64;
@@ -174,11 +214,14 @@ pub fn check_filters(sink: &dyn Sink, name: &str) {
 /// Each point is its own top hit, with its payload; a filter that excludes it hides it.
 pub fn check_search(sink: &dyn Sink, name: &str) {
     let dim = 32;
-    sink.ensure_collection(&CollectionSpec::new(name, dim)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new(name, dim))
+        .expect("create");
     let n = 120;
     upsert_in_slices(sink, name, &shard_batch(0, n, dim), 32);
     for i in [0, 1, 17, 64, 119] {
-        let hits = sink.search(name, &vector_of(i, dim, 7), 3, None).expect("search");
+        let hits = sink
+            .search(name, &vector_of(i, dim, 7), 3, None)
+            .expect("search");
         let top = &hits[0];
         assert_eq!(top.id, point_id(&paper_id(i)), "row {i}");
         assert_eq!(top.paper_id.as_deref(), Some(paper_id(i).as_str()));
@@ -186,13 +229,22 @@ pub fn check_search(sink: &dyn Sink, name: &str) {
         assert_eq!(top.source.as_deref(), Some(source_of(i)));
         assert_eq!(top.n_chars, Some(1000 + i as i64));
         assert_eq!(top.n_tokens, Some(250 + i as i64));
-        assert!(top.score > 0.99, "cosine of a point with itself: {}", top.score);
+        assert!(
+            top.score > 0.99,
+            "cosine of a point with itself: {}",
+            top.score
+        );
         assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
     }
     let i = 17;
     let other_year = year_of(i).map_or(2018, |y| if y == 2018 { 2019 } else { 2018 });
     let hits = sink
-        .search(name, &vector_of(i, dim, 7), 5, Some(&PayloadFilter::year(other_year)))
+        .search(
+            name,
+            &vector_of(i, dim, 7),
+            5,
+            Some(&PayloadFilter::year(other_year)),
+        )
         .expect("search");
     assert!(!hits.is_empty());
     assert!(hits.iter().all(|h| h.year == Some(other_year)));
@@ -202,20 +254,35 @@ pub fn check_search(sink: &dyn Sink, name: &str) {
 /// A batch of another vector size is refused before anything is written; so is a collection
 /// spec that does not match the existing collection.
 pub fn check_refusals(sink: &dyn Sink, name: &str) {
-    sink.ensure_collection(&CollectionSpec::new(name, 16)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new(name, 16))
+        .expect("create");
     let wrong = shard_batch(0, 10, 8);
     let points = PointsBatch::from_record_batch(&wrong).expect("valid batch");
     match sink.upsert(name, &points) {
-        Err(UploadError::VectorSizeMismatch { expected: 16, found: 8, .. }) => {}
+        Err(UploadError::VectorSizeMismatch {
+            expected: 16,
+            found: 8,
+            ..
+        }) => {}
         other => panic!("expected VectorSizeMismatch, got {other:?}"),
     }
     assert_eq!(sink.count(name, None).expect("count"), 0);
     match sink.ensure_collection(&CollectionSpec::new(name, 32)) {
-        Err(UploadError::CollectionMismatch { existing_size: 16, wanted_size: 32, .. }) => {}
+        Err(UploadError::CollectionMismatch {
+            existing_size: 16,
+            wanted_size: 32,
+            ..
+        }) => {}
         other => panic!("expected CollectionMismatch, got {other:?}"),
     }
-    let dot = CollectionSpec { distance: embedfleet_jobs::upload::Distance::Dot, ..CollectionSpec::new(name, 16) };
-    assert!(matches!(sink.ensure_collection(&dot), Err(UploadError::CollectionMismatch { .. })));
+    let dot = CollectionSpec {
+        distance: embedfleet_jobs::upload::Distance::Dot,
+        ..CollectionSpec::new(name, 16)
+    };
+    assert!(matches!(
+        sink.ensure_collection(&dot),
+        Err(UploadError::CollectionMismatch { .. })
+    ));
     match sink.count("no-such-collection", None) {
         Err(UploadError::NoSuchCollection { .. }) | Err(UploadError::Server { .. }) => {}
         other => panic!("expected an error for a missing collection, got {other:?}"),
@@ -244,13 +311,16 @@ pub fn check_bulk_load(sink: &dyn Sink, name: &str) {
     assert_eq!(after.indexing_threshold_kb, 10);
     assert!(after.green);
     assert!(after.indexed_vectors > 0, "an index was built: {after:?}");
-    let hits = sink.search(name, &vector_of(5, dim, 7), 1, None).expect("search");
+    let hits = sink
+        .search(name, &vector_of(5, dim, 7), 1, None)
+        .expect("search");
     assert_eq!(hits[0].id, point_id(&paper_id(5)));
 }
 
 /// Deleting works once and reports a missing collection afterwards.
 pub fn check_delete(sink: &dyn Sink, name: &str) {
-    sink.ensure_collection(&CollectionSpec::new(name, 8)).expect("create");
+    sink.ensure_collection(&CollectionSpec::new(name, 8))
+        .expect("create");
     assert!(sink.delete_collection(name).expect("delete"));
     assert!(sink.collection_info(name).expect("info").is_none());
     assert!(!sink.delete_collection(name).expect("delete again"));
