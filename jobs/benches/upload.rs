@@ -42,7 +42,13 @@ fn batch(first: usize, n: usize, dim: usize) -> RecordBatch {
     );
     let source = StringArray::from(
         (first..first + n)
-            .map(|i| if i % 2 == 0 { "s2orc" } else { "arxiv" })
+            .map(|i| {
+                if i.is_multiple_of(2) {
+                    "s2orc"
+                } else {
+                    "arxiv"
+                }
+            })
             .collect::<Vec<_>>(),
     );
     let n_chars = Int32Array::from((0..n as i32).map(|i| 30_000 + i).collect::<Vec<_>>());

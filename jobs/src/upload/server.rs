@@ -154,7 +154,7 @@ impl QdrantServer {
         &self.config
     }
 
-    fn retry<'s, T, F, Fut>(&'s self, action: &'static str, attempt: F) -> UploadResult<T>
+    fn retry<T, F, Fut>(&self, action: &'static str, attempt: F) -> UploadResult<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, QdrantError>>,

@@ -17,7 +17,7 @@ pub fn year_of(i: usize) -> Option<i64> {
 
 /// Source of row `i`.
 pub fn source_of(i: usize) -> &'static str {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         "arxiv"
     } else {
         "s2orc"
@@ -84,7 +84,7 @@ fn build(first: usize, n: usize, dim: usize, values: ArrayRef, dtype: DataType) 
         rows.clone()
             .map(|i| {
                 year_of(i).map(|y| {
-                    if i % 2 == 0 {
+                    if i.is_multiple_of(2) {
                         format!("{y}-05-02T00:00:00.000Z")
                     } else {
                         format!("{y}-11-30")
