@@ -1,8 +1,10 @@
 //! The work done inside one job: embedding a batch (`embed-job`), embedding files (`embed`),
-//! and — later — uploading shards and reporting on a run.
+//! and uploading shards into Qdrant (`upload`, behind the `upload` feature for now).
 //!
 //! Like TEI's core, this crate drives the model through `embedfleet_models::Embedder` and knows
 //! nothing of schedulers; the orchestrator starts jobs as processes of the `embedfleet` binary.
 
 pub mod embed;
 pub mod embed_files;
+#[cfg(feature = "upload")]
+pub mod upload;

@@ -1,0 +1,163 @@
+//! The one error type of the upload layer.
+//!
+//! Every variant says what went wrong and what to do about it. Transient server errors are
+//! retried inside the sinks; what reaches the caller is either permanent or retries exhausted.
+
+use std::path::PathBuf;
+
+/// Result of the upload layer.
+pub type UploadResult<T> = Result<T, UploadError>;
+
+/// Errors of the Qdrant sinks and of the Arrow → point conversion.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// A required column is missing from the shard's record batch.
+    #[error("shard has no column `{column}`; re-run the embed job that wrote it (expected columns: id, embedding, n_chars, n_tokens)")]
+    MissingColumn {
+        /// The column name.
+        column: &'static str,
+    },
+
+    /// A column has a type the uploader does not read.
+    #[error("shard column `{column}` has type {found}, expected {expected}")]
+    ColumnType {
+        /// The column name.
+        column: &'static str,
+        /// What the uploader reads.
+        expected: &'static str,
+        /// What the shard has.
+        found: String,
+    },
+
+    /// A value that every point needs (paper id, embedding) is null.
+    #[error(
+        "shard row {row} has a null `{column}`; every point needs a paper id and an embedding"
+    )]
+    NullValue {
+        /// The column name.
+        column: &'static str,
+        /// Row index inside the record batch.
+        row: usize,
+    },
+
+    /// The batch's vectors do not have the collection's size.
+    #[error("collection `{collection}` holds {expected}-d vectors but this batch has {found}-d vectors; upload into a new collection (or delete the old one) for another model or dimension")]
+    VectorSizeMismatch {
+        /// The collection name.
+        collection: String,
+        /// The collection's vector size.
+        expected: usize,
+        /// The batch's vector size.
+        found: usize,
+    },
+
+    /// An existing collection was created with another vector size or distance.
+    #[error("collection `{collection}` already exists with {existing_size}-d {existing_distance} vectors, but this run needs {wanted_size}-d {wanted_distance}; choose another collection name or delete the existing one")]
+    CollectionMismatch {
+        /// The collection name.
+        collection: String,
+        /// Vector size of the existing collection.
+        existing_size: usize,
+        /// Distance of the existing collection (e.g. "Cosine").
+        existing_distance: String,
+        /// Vector size the spec asks for.
+        wanted_size: usize,
+        /// Distance the spec asks for.
+        wanted_distance: String,
+    },
+
+    /// The collection does not exist (call `ensure_collection` first).
+    #[error("collection `{collection}` does not exist; create it with ensure_collection (or check the name)")]
+    NoSuchCollection {
+        /// The collection name.
+        collection: String,
+    },
+
+    /// A collection name that cannot be used (empty, path separators, ...).
+    #[error("invalid collection name `{name}`: use letters, digits, `-`, `_` and `.` only")]
+    InvalidCollectionName {
+        /// The name as given.
+        name: String,
+    },
+
+    /// The in-process engine failed.
+    #[error("qdrant-edge failed to {action}: {message}")]
+    Edge {
+        /// What the sink was doing ("upsert points", "open shard", ...).
+        action: &'static str,
+        /// The engine's message.
+        message: String,
+    },
+
+    /// Another process (or another `QdrantEdge` in this one) holds the edge directory.
+    #[error("edge directory {} is in use by another process; qdrant-edge allows one process per directory (wait for it, or use a Qdrant server for parallel uploads)", path.display())]
+    EdgeLocked {
+        /// The directory.
+        path: PathBuf,
+    },
+
+    /// A file-system operation on the edge directory or the API key file failed.
+    #[error("failed to {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The server URL cannot be used.
+    #[error("invalid Qdrant URL `{url}`: {reason} (expected http(s)://host:6334, the gRPC port)")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// The server answered with an error that retrying will not fix.
+    #[error("Qdrant server refused to {action}: {code:?}: {message}")]
+    Server {
+        /// What the sink was doing.
+        action: &'static str,
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The server's message.
+        message: String,
+    },
+
+    /// A transient error persisted through every retry.
+    #[error("Qdrant server kept failing to {action} after {attempts} attempts (last: {code:?}: {message}); check that the server is up and not overloaded, then re-run: finished batches are not sent again")]
+    RetriesExhausted {
+        /// What the sink was doing.
+        action: &'static str,
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last gRPC status code.
+        code: tonic::Code,
+        /// The last message.
+        message: String,
+    },
+
+    /// The client library failed before or after talking to the server (conversion, URI).
+    #[error("Qdrant client failed to {action}: {message}")]
+    Client {
+        /// What the sink was doing.
+        action: &'static str,
+        /// The library's message.
+        message: String,
+    },
+
+    /// The collection did not become green in time after indexing was restored.
+    #[error("collection `{collection}` was not green after {waited_s} s (status {status}); indexing goes on in the server, check it later with `embedfleet status`")]
+    NotGreen {
+        /// The collection name.
+        collection: String,
+        /// Seconds waited.
+        waited_s: u64,
+        /// Last status seen.
+        status: String,
+    },
+}
