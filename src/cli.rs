@@ -9,7 +9,12 @@ use std::path::PathBuf;
 /// A run lives in one run directory: `plan` cuts the corpus into per-node jobs, `status` shows
 /// where the run stands. Every step can be killed and run again; it continues where it stopped.
 #[derive(Debug, Parser)]
-#[command(name = "embedfleet", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "embedfleet",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -2,16 +2,16 @@
 //! library, print the outcome.
 
 use crate::cli::{
-    RunArgs, Batching, Cli, Command, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, PlanSettingsArgs, SampleCorpusArgs, StatusArgs,
-    VectorDtypeArg,
+    Batching, Cli, Command, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, PlanSettingsArgs, RunArgs,
+    SampleCorpusArgs, StatusArgs, VectorDtypeArg,
 };
-use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_jobs::embed::job::{self, EmbedJobOptions};
-use embedfleet_jobs::embed_files::{self, EmbedFilesOptions};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
+use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_jobs::embed::job::{self, EmbedJobOptions};
+use embedfleet_jobs::embed_files::{self, EmbedFilesOptions};
 use embedfleet_orchestrator::local_run::{self, LocalRunOptions};
 use embedfleet_orchestrator::plan::{self, PlanError, PlanOptions, PlanReport};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
@@ -51,8 +51,13 @@ fn report_code(report: &PlanReport) -> i32 {
 
 fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
     let minibatch = match args.batching {
-        Batching::Tokens => MiniBatchRule::TokenBudget { max_tokens: args.batch_tokens },
-        Batching::Chars => MiniBatchRule::Chars { max_chars: args.batch_chars, max_papers: args.batch_max },
+        Batching::Tokens => MiniBatchRule::TokenBudget {
+            max_tokens: args.batch_tokens,
+        },
+        Batching::Chars => MiniBatchRule::Chars {
+            max_chars: args.batch_chars,
+            max_papers: args.batch_max,
+        },
     };
     PlanSettings {
         papers_per_job: args.papers_per_job.max(1),
@@ -64,8 +69,16 @@ fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
 }
 
 fn plan_run(corpus: Vec<PathBuf>, run_dir: PathBuf, args: &PlanSettingsArgs) -> Result<PlanReport> {
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let options = PlanOptions { corpus, run_dir, settings: plan_settings(args), threads, progress: std::io::stderr().is_terminal() };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let options = PlanOptions {
+        corpus,
+        run_dir,
+        settings: plan_settings(args),
+        threads,
+        progress: std::io::stderr().is_terminal(),
+    };
     let report = plan::plan(&options)?;
     if report.already_planned {
         eprintln!(
@@ -95,7 +108,10 @@ fn plan_run(corpus: Vec<PathBuf>, run_dir: PathBuf, args: &PlanSettingsArgs) -> 
 fn status(args: &StatusArgs) -> Result<i32> {
     let status = RunDb::open(&args.run_dir)?.status()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status).context("failed to serialise the status")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).context("failed to serialise the status")?
+        );
     } else {
         print!("{}", embedfleet_orchestrator::status::render(&status));
     }
@@ -103,9 +119,20 @@ fn status(args: &StatusArgs) -> Result<i32> {
 }
 
 fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {
-    let options = SampleOptions { papers: args.papers, seed: args.seed, mean_chars: args.mean_chars, files: args.files };
-    let files = sample::write(&args.out, &options).with_context(|| format!("failed to write {}", args.out.display()))?;
-    eprintln!("wrote {} papers to {} file(s) under {}", args.papers, files.len(), args.out.display());
+    let options = SampleOptions {
+        papers: args.papers,
+        seed: args.seed,
+        mean_chars: args.mean_chars,
+        files: args.files,
+    };
+    let files = sample::write(&args.out, &options)
+        .with_context(|| format!("failed to write {}", args.out.display()))?;
+    eprintln!(
+        "wrote {} papers to {} file(s) under {}",
+        args.papers,
+        files.len(),
+        args.out.display()
+    );
     Ok(exit::SUCCESS)
 }
 
@@ -147,11 +174,19 @@ fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
         t.fallback_chunked,
         t.long_chunked
     );
-    Ok(if report.papers_failed > 0 { exit::PARTIAL } else { exit::SUCCESS })
+    Ok(if report.papers_failed > 0 {
+        exit::PARTIAL
+    } else {
+        exit::SUCCESS
+    })
 }
 
 fn embed(args: &EmbedArgs) -> Result<i32> {
-    let instruction = args.query.then(|| args.instruction.clone().unwrap_or_else(|| embed_files::DEFAULT_INSTRUCTION.into()));
+    let instruction = args.query.then(|| {
+        args.instruction
+            .clone()
+            .unwrap_or_else(|| embed_files::DEFAULT_INSTRUCTION.into())
+    });
     let options = EmbedFilesOptions {
         model_dir: args.model.model_dir.clone(),
         inputs: args.input.clone(),
@@ -168,13 +203,25 @@ fn embed(args: &EmbedArgs) -> Result<i32> {
     for why in &report.skipped {
         eprintln!("skipped {why}");
     }
-    eprintln!("embedded {} texts into {}", report.embedded, args.output.display());
-    Ok(if report.skipped.is_empty() { exit::SUCCESS } else { exit::PARTIAL })
+    eprintln!(
+        "embedded {} texts into {}",
+        report.embedded,
+        args.output.display()
+    );
+    Ok(if report.skipped.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::PARTIAL
+    })
 }
 
 fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
     let files = embedfleet_models::write_tiny_model(&args.out, args.seed)?;
-    eprintln!("wrote a tiny random Qwen3 ({} files) to {}", files.len(), args.out.display());
+    eprintln!(
+        "wrote a tiny random Qwen3 ({} files) to {}",
+        files.len(),
+        args.out.display()
+    );
     Ok(exit::SUCCESS)
 }
 
@@ -187,7 +234,10 @@ fn run_all(args: &RunArgs) -> Result<i32> {
             let dir = run_dir.join("tiny-model");
             if !dir.join("model.safetensors").is_file() {
                 embedfleet_models::write_tiny_model(&dir, 0)?;
-                eprintln!("no --model-dir: using a tiny random Qwen3 written to {}", dir.display());
+                eprintln!(
+                    "no --model-dir: using a tiny random Qwen3 written to {}",
+                    dir.display()
+                );
             }
             dir
         }

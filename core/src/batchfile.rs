@@ -23,9 +23,17 @@ pub const ROWS_PER_GROUP: usize = 256;
 #[derive(Debug, thiserror::Error)]
 pub enum BatchFileError {
     #[error("failed to write batch file {path}: {source}")]
-    Write { path: PathBuf, source: Box<dyn std::error::Error + Send + Sync> },
-    #[error("failed to read batch file {path}: {source} (re-plan the run if the file was damaged)")]
-    Read { path: PathBuf, source: Box<dyn std::error::Error + Send + Sync> },
+    Write {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error(
+        "failed to read batch file {path}: {source} (re-plan the run if the file was damaged)"
+    )]
+    Read {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// The schema of every batch file.
@@ -79,17 +87,29 @@ struct Pending {
 
 impl BatchWriter {
     pub fn create(path: &Path) -> Result<Self, BatchFileError> {
-        let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Write { path: path.into(), source };
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Write {
+            path: path.into(),
+            source,
+        };
         let file = File::create(atomic::tmp_path(path)).map_err(|e| err(e.into()))?;
         let props = WriterProperties::builder()
             // Level 1: the batch files are scratch space read once or twice; speed beats size.
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1 is valid. This is a bug.")))
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(1).expect("level 1 is valid. This is a bug."),
+            ))
             .set_dictionary_enabled(false)
             .set_statistics_enabled(EnabledStatistics::None)
             .set_max_row_group_size(ROWS_PER_GROUP)
             .build();
-        let writer = ArrowWriter::try_new(file, schema(), Some(props)).map_err(|e| err(e.into()))?;
-        Ok(Self { path: path.into(), writer, pending: Pending::default(), rows: 0, chars: 0 })
+        let writer =
+            ArrowWriter::try_new(file, schema(), Some(props)).map_err(|e| err(e.into()))?;
+        Ok(Self {
+            path: path.into(),
+            writer,
+            pending: Pending::default(),
+            rows: 0,
+            chars: 0,
+        })
     }
 
     /// Appends a paper whose text has `n_chars` characters ([`count_chars`]).
@@ -99,7 +119,13 @@ impl BatchWriter {
         p.text.append_value(&paper.text);
         p.n_chars.append_value(n_chars.min(i32::MAX as u64) as i32);
         p.line.append_value(line as i64);
-        let meta = [&paper.source, &paper.created, &paper.added, &paper.version, &paper.extra];
+        let meta = [
+            &paper.source,
+            &paper.created,
+            &paper.added,
+            &paper.version,
+            &paper.extra,
+        ];
         for (builder, value) in p.meta.iter_mut().zip(meta) {
             builder.append_option(value.as_deref());
         }
@@ -133,17 +159,24 @@ impl BatchWriter {
         ];
         columns.extend(p.meta.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         p.len = 0;
-        let batch = RecordBatch::try_new(schema(), columns).expect("columns match the schema. This is a bug.");
-        self.writer.write(&batch).map_err(|e| BatchFileError::Write { path: self.path.clone(), source: e.into() })
+        let batch = RecordBatch::try_new(schema(), columns)
+            .expect("columns match the schema. This is a bug.");
+        self.writer
+            .write(&batch)
+            .map_err(|e| BatchFileError::Write {
+                path: self.path.clone(),
+                source: e.into(),
+            })
     }
 
     /// Closes the file and makes it visible under its final name.
     pub fn finish(mut self) -> Result<(), BatchFileError> {
         self.flush()?;
-        let err = |source: Box<dyn std::error::Error + Send + Sync>, path: &Path| BatchFileError::Write {
-            path: path.into(),
-            source,
-        };
+        let err =
+            |source: Box<dyn std::error::Error + Send + Sync>, path: &Path| BatchFileError::Write {
+                path: path.into(),
+                source,
+            };
         self.writer.close().map_err(|e| err(e.into(), &self.path))?;
         atomic::commit(&self.path).map_err(|e| err(e.into(), &self.path))
     }
@@ -151,7 +184,10 @@ impl BatchWriter {
 
 /// Reads a batch file in row groups, handing each row to `visit` in order.
 pub fn read(path: &Path, mut visit: impl FnMut(BatchRow)) -> Result<(), BatchFileError> {
-    let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Read { path: path.into(), source };
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Read {
+        path: path.into(),
+        source,
+    };
     let file = File::open(path).map_err(|e| err(e.into()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .and_then(|b| b.with_batch_size(ROWS_PER_GROUP).build())
@@ -166,13 +202,21 @@ pub fn read(path: &Path, mut visit: impl FnMut(BatchRow)) -> Result<(), BatchFil
         };
         let (id, body) = (text("id")?, text("text")?);
         let meta = ["source", "created", "added", "version", "extra"].map(|n| text(n).ok());
-        let n_chars = batch.column_by_name("n_chars").and_then(|c| c.as_any().downcast_ref::<Int32Array>());
-        let line = batch.column_by_name("line").and_then(|c| c.as_any().downcast_ref::<Int64Array>());
+        let n_chars = batch
+            .column_by_name("n_chars")
+            .and_then(|c| c.as_any().downcast_ref::<Int32Array>());
+        let line = batch
+            .column_by_name("line")
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>());
         let (Some(n_chars), Some(line)) = (n_chars, line) else {
-            return Err(err("columns `n_chars` and `line` must be int32 and int64".into()));
+            return Err(err(
+                "columns `n_chars` and `line` must be int32 and int64".into()
+            ));
         };
         for i in 0..batch.num_rows() {
-            let opt = |c: Option<&StringArray>| c.filter(|c| c.is_valid(i)).map(|c| c.value(i).to_owned());
+            let opt = |c: Option<&StringArray>| {
+                c.filter(|c| c.is_valid(i)).map(|c| c.value(i).to_owned())
+            };
             visit(BatchRow {
                 paper: Paper {
                     id: id.value(i).to_owned(),

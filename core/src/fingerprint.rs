@@ -39,7 +39,11 @@ impl Fingerprint {
             file.read_exact(&mut buf)?;
             hasher.update(&buf);
         }
-        Ok(Self { size, mtime_ns, edges: format!("{:032x}", hasher.digest128()) })
+        Ok(Self {
+            size,
+            mtime_ns,
+            edges: format!("{:032x}", hasher.digest128()),
+        })
     }
 
     /// What differs from `other`, in words, or `None` when they are the same.

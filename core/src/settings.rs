@@ -23,7 +23,10 @@ impl Default for MiniBatchRule {
 
 impl MiniBatchRule {
     /// The study's rule: ≤150,000 characters and ≤8 papers.
-    pub const STUDY: MiniBatchRule = MiniBatchRule::Chars { max_chars: 150_000, max_papers: 8 };
+    pub const STUDY: MiniBatchRule = MiniBatchRule::Chars {
+        max_chars: 150_000,
+        max_papers: 8,
+    };
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,11 +61,31 @@ impl PlanSettings {
                 out.push(format!("{name}: {b} -> {a}"));
             }
         };
-        cmp("papers per job", self.papers_per_job.to_string(), other.papers_per_job.to_string());
-        cmp("max job chars", format!("{:?}", self.max_job_chars), format!("{:?}", other.max_job_chars));
-        cmp("sources", format!("{:?}", self.sources), format!("{:?}", other.sources));
-        cmp("kept fields", format!("{:?}", self.keep_fields), format!("{:?}", other.keep_fields));
-        cmp("mini-batch rule", format!("{:?}", self.minibatch), format!("{:?}", other.minibatch));
+        cmp(
+            "papers per job",
+            self.papers_per_job.to_string(),
+            other.papers_per_job.to_string(),
+        );
+        cmp(
+            "max job chars",
+            format!("{:?}", self.max_job_chars),
+            format!("{:?}", other.max_job_chars),
+        );
+        cmp(
+            "sources",
+            format!("{:?}", self.sources),
+            format!("{:?}", other.sources),
+        );
+        cmp(
+            "kept fields",
+            format!("{:?}", self.keep_fields),
+            format!("{:?}", other.keep_fields),
+        );
+        cmp(
+            "mini-batch rule",
+            format!("{:?}", self.minibatch),
+            format!("{:?}", other.minibatch),
+        );
         out
     }
 }

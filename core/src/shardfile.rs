@@ -7,7 +7,9 @@
 
 use crate::atomic;
 use crate::paper::Paper;
-use arrow_array::builder::{FixedSizeListBuilder, Float16Builder, Float32Builder, Int16Builder, Int32Builder, StringBuilder};
+use arrow_array::builder::{
+    FixedSizeListBuilder, Float16Builder, Float32Builder, Int16Builder, Int32Builder, StringBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
@@ -79,7 +81,11 @@ pub fn schema(dim: usize, dtype: VectorDtype) -> SchemaRef {
     let text = |name: &str, nullable| Field::new(name, DataType::Utf8, nullable);
     Arc::new(Schema::new(vec![
         text("id", false),
-        Field::new("embedding", DataType::FixedSizeList(Arc::new(Field::new("item", item, false)), dim as i32), false),
+        Field::new(
+            "embedding",
+            DataType::FixedSizeList(Arc::new(Field::new("item", item, false)), dim as i32),
+            false,
+        ),
         Field::new("n_chars", DataType::Int32, false),
         Field::new("n_tokens", DataType::Int32, false),
         Field::new("n_chunks", DataType::Int16, false),
@@ -112,8 +118,15 @@ pub struct ShardWriter {
 }
 
 impl ShardWriter {
-    pub fn create(path: &Path, dtype: VectorDtype, meta: &ShardMeta) -> Result<Self, ShardFileError> {
-        let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError { path: path.into(), source: e };
+    pub fn create(
+        path: &Path,
+        dtype: VectorDtype,
+        meta: &ShardMeta,
+    ) -> Result<Self, ShardFileError> {
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError {
+            path: path.into(),
+            source: e,
+        };
         let schema = schema(meta.dim, dtype);
         let kv = |k: &str, v: String| KeyValue::new(format!("embedfleet.{k}"), v);
         let mut kvs = vec![
@@ -129,18 +142,25 @@ impl ShardWriter {
             kvs.push(kv("timings", t.clone()));
         }
         let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("level 3 is valid. This is a bug.")))
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(3).expect("level 3 is valid. This is a bug."),
+            ))
             .set_max_row_group_size(ROWS_PER_GROUP)
             .set_key_value_metadata(Some(kvs))
             .build();
         let file = File::create(atomic::tmp_path(path)).map_err(|e| err(e.into()))?;
-        let writer = ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(|e| err(e.into()))?;
+        let writer =
+            ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(|e| err(e.into()))?;
         let dim32 = meta.dim as i32;
         let vectors = match dtype {
-            VectorDtype::F32 => Vectors::F32(FixedSizeListBuilder::new(Float32Builder::new(), dim32)
-                .with_field(Arc::new(Field::new("item", DataType::Float32, false)))),
-            VectorDtype::F16 => Vectors::F16(FixedSizeListBuilder::new(Float16Builder::new(), dim32)
-                .with_field(Arc::new(Field::new("item", DataType::Float16, false)))),
+            VectorDtype::F32 => Vectors::F32(
+                FixedSizeListBuilder::new(Float32Builder::new(), dim32)
+                    .with_field(Arc::new(Field::new("item", DataType::Float32, false))),
+            ),
+            VectorDtype::F16 => Vectors::F16(
+                FixedSizeListBuilder::new(Float16Builder::new(), dim32)
+                    .with_field(Arc::new(Field::new("item", DataType::Float16, false))),
+            ),
         };
         Ok(Self {
             path: path.into(),
@@ -160,8 +180,16 @@ impl ShardWriter {
 
     pub fn push(&mut self, row: &ShardRow) -> Result<(), ShardFileError> {
         if row.vector.len() != self.dim {
-            let msg = format!("vector of {} has {} dimensions, the shard {}", row.paper.id, row.vector.len(), self.dim);
-            return Err(ShardFileError { path: self.path.clone(), source: msg.into() });
+            let msg = format!(
+                "vector of {} has {} dimensions, the shard {}",
+                row.paper.id,
+                row.vector.len(),
+                self.dim
+            );
+            return Err(ShardFileError {
+                path: self.path.clone(),
+                source: msg.into(),
+            });
         }
         self.id.append_value(&row.paper.id);
         match &mut self.vectors {
@@ -176,11 +204,18 @@ impl ShardWriter {
                 b.append(true);
             }
         }
-        self.n_chars.append_value(row.n_chars.min(i32::MAX as u32) as i32);
-        self.n_tokens.append_value(row.n_tokens.min(i32::MAX as u32) as i32);
-        self.n_chunks.append_value(row.n_chunks.min(i16::MAX as u16) as i16);
+        self.n_chars
+            .append_value(row.n_chars.min(i32::MAX as u32) as i32);
+        self.n_tokens
+            .append_value(row.n_tokens.min(i32::MAX as u32) as i32);
+        self.n_chunks
+            .append_value(row.n_chunks.min(i16::MAX as u16) as i16);
         let p = row.paper;
-        for (b, v) in self.meta.iter_mut().zip([&p.source, &p.created, &p.added, &p.version, &p.extra]) {
+        for (b, v) in self
+            .meta
+            .iter_mut()
+            .zip([&p.source, &p.created, &p.added, &p.version, &p.extra])
+        {
             b.append_option(v.as_deref());
         }
         self.pending += 1;
@@ -206,21 +241,35 @@ impl ShardWriter {
             Arc::new(self.n_tokens.finish()),
             Arc::new(self.n_chunks.finish()),
         ];
-        columns.extend(self.meta.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        columns.extend(
+            self.meta
+                .iter_mut()
+                .map(|b| Arc::new(b.finish()) as ArrayRef),
+        );
         self.pending = 0;
-        let batch = RecordBatch::try_new(self.schema.clone(), columns).expect("columns match the schema. This is a bug.");
-        self.writer.write(&batch).map_err(|e| ShardFileError { path: self.path.clone(), source: e.into() })
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)
+            .expect("columns match the schema. This is a bug.");
+        self.writer.write(&batch).map_err(|e| ShardFileError {
+            path: self.path.clone(),
+            source: e.into(),
+        })
     }
 
     /// Closes the file, makes it visible under its final name and returns its checksum.
     pub fn finish(mut self) -> Result<ShardInfo, ShardFileError> {
         self.flush()?;
         let path = self.path.clone();
-        let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError { path: path.clone(), source: e };
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError {
+            path: path.clone(),
+            source: e,
+        };
         self.writer.close().map_err(|e| err(e.into()))?;
         let sha256 = sha256_of(&atomic::tmp_path(&path)).map_err(|e| err(e.into()))?;
         atomic::commit(&path).map_err(|e| err(e.into()))?;
-        Ok(ShardInfo { rows: self.rows, sha256 })
+        Ok(ShardInfo {
+            rows: self.rows,
+            sha256,
+        })
     }
 }
 
@@ -236,5 +285,9 @@ pub fn sha256_of(path: &Path) -> std::io::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }

@@ -29,7 +29,8 @@ pub struct EmbedFilesOptions {
 }
 
 /// The default query instruction of Qwen3-Embedding's model card.
-pub const DEFAULT_INSTRUCTION: &str = "Given a web search query, retrieve relevant passages that answer the query";
+pub const DEFAULT_INSTRUCTION: &str =
+    "Given a web search query, retrieve relevant passages that answer the query";
 
 #[derive(Debug, Default, Clone)]
 pub struct EmbedFilesReport {
@@ -43,7 +44,10 @@ pub enum EmbedFilesError {
     #[error(transparent)]
     Corpus(#[from] corpus::CorpusError),
     #[error("failed to read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to load the model: {0}")]
     Model(#[from] embedfleet_models::ModelError),
     #[error(transparent)]
@@ -53,19 +57,44 @@ pub enum EmbedFilesError {
 pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesError> {
     let mut report = EmbedFilesReport::default();
     let papers = read_inputs(options, &mut report.skipped)?;
-    let LoadedModels { models, tokenizer, meta, .. } = load_models(&options.model_dir, &options.devices, options.output_dim, None)?;
+    let LoadedModels {
+        models,
+        tokenizer,
+        meta,
+        ..
+    } = load_models(
+        &options.model_dir,
+        &options.devices,
+        options.output_dim,
+        None,
+    )?;
     let encoding = Encoding {
         tokenizer: &tokenizer,
-        max_len: options.max_tokens.unwrap_or(usize::MAX).min(models[0].max_position_embeddings()),
-        rule: MiniBatchRule::TokenBudget { max_tokens: options.batch_tokens },
+        max_len: options
+            .max_tokens
+            .unwrap_or(usize::MAX)
+            .min(models[0].max_position_embeddings()),
+        rule: MiniBatchRule::TokenBudget {
+            max_tokens: options.batch_tokens,
+        },
         query_instruction: options.query_instruction.clone(),
         tokenize_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
     };
-    if let Some(parent) = options.output.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| EmbedFilesError::Io { path: parent.into(), source })?;
+    if let Some(parent) = options
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|source| EmbedFilesError::Io {
+            path: parent.into(),
+            source,
+        })?;
     }
     let mut writer = ShardWriter::create(&options.output, options.vector_dtype, &meta)?;
-    let parts = papers.chunks(1024).map(<[Paper]>::to_vec).collect::<Vec<_>>();
+    let parts = papers
+        .chunks(1024)
+        .map(<[Paper]>::to_vec)
+        .collect::<Vec<_>>();
     pipeline::embed_parts(&models, parts.into_iter(), &encoding, |papers, outcome| {
         for (paper, result) in papers.iter().zip(outcome.results) {
             match result {
@@ -89,7 +118,10 @@ pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesEr
     Ok(report)
 }
 
-fn read_inputs(options: &EmbedFilesOptions, skipped: &mut Vec<String>) -> Result<Vec<Paper>, EmbedFilesError> {
+fn read_inputs(
+    options: &EmbedFilesOptions,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<Paper>, EmbedFilesError> {
     let mut papers = Vec::new();
     for input in &options.inputs {
         if options.lines {
@@ -100,7 +132,9 @@ fn read_inputs(options: &EmbedFilesOptions, skipped: &mut Vec<String>) -> Result
             let summary = corpus::read_file::<()>(&file, &ReadOptions::default(), |record| {
                 match record {
                     Record::Paper { paper, .. } => papers.push(paper),
-                    Record::Quarantined(q) => skipped.push(format!("{}:{}: {}", q.file, q.line, q.detail)),
+                    Record::Quarantined(q) => {
+                        skipped.push(format!("{}:{}: {}", q.file, q.line, q.detail))
+                    }
                 }
                 Ok(())
             });
@@ -114,13 +148,23 @@ fn read_inputs(options: &EmbedFilesOptions, skipped: &mut Vec<String>) -> Result
 }
 
 fn read_lines(path: &Path, papers: &mut Vec<Paper>) -> Result<(), EmbedFilesError> {
-    let io = |source| EmbedFilesError::Io { path: path.into(), source };
+    let io = |source| EmbedFilesError::Io {
+        path: path.into(),
+        source,
+    };
     let file = std::fs::File::open(path).map_err(io)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.map_err(io)?;
         if !line.trim().is_empty() {
-            papers.push(Paper { id: format!("{name}:{}", i + 1), text: line, ..Paper::default() });
+            papers.push(Paper {
+                id: format!("{name}:{}", i + 1),
+                text: line,
+                ..Paper::default()
+            });
         }
     }
     Ok(())

@@ -16,14 +16,28 @@ fn papers() -> Vec<Paper> {
         "Δt ≈ 5 µm — Schrödinger's naïve model.".to_string(),
         "Graph neural networks for crystal structures. ".repeat(9),
     ];
-    texts.iter().enumerate().map(|(i, t)| Paper { id: i.to_string(), text: t.clone(), ..Paper::default() }).collect()
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Paper {
+            id: i.to_string(),
+            text: t.clone(),
+            ..Paper::default()
+        })
+        .collect()
 }
 
 fn run(devices: usize, max_len: usize, rule: MiniBatchRule, limit: Option<u64>) -> Vec<Embedded> {
     let dir = tempfile::tempdir().unwrap();
     embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
     let loaded = load_models(dir.path(), &vec![DeviceSpec::Cpu; devices], None, limit).unwrap();
-    let enc = Encoding { tokenizer: &loaded.tokenizer, max_len, rule, query_instruction: None, tokenize_threads: 2 };
+    let enc = Encoding {
+        tokenizer: &loaded.tokenizer,
+        max_len,
+        rule,
+        query_instruction: None,
+        tokenize_threads: 2,
+    };
     let mut out = Vec::new();
     let parts = vec![papers()[..2].to_vec(), papers()[2..].to_vec()];
     embed_parts(&loaded.models, parts.into_iter(), &enc, |_, outcome| {
@@ -52,21 +66,36 @@ fn long_papers_are_the_length_weighted_mean_of_their_chunks() {
     let tokens = loaded.tokenizer.encode_raw(&paper.text).unwrap();
     let chunks = chunk::split(&tokens, loaded.tokenizer.eos_id(), 48);
     assert!(chunks.len() > 2);
-    let vectors: Vec<Vec<f32>> =
-        chunks.iter().map(|c| loaded.models[0].embed(&TokenBatch::from_sequences(&[c])).unwrap().remove(0)).collect();
+    let vectors: Vec<Vec<f32>> = chunks
+        .iter()
+        .map(|c| {
+            loaded.models[0]
+                .embed(&TokenBatch::from_sequences(&[c]))
+                .unwrap()
+                .remove(0)
+        })
+        .collect();
     let weights: Vec<usize> = chunks.iter().map(Vec::len).collect();
     let expected = chunk::combine(&vectors, &weights);
     let got = run(1, 48, MiniBatchRule::default(), None);
     assert_eq!(got[1].n_chunks as usize, chunks.len());
     assert_eq!(got[1].n_tokens as usize, weights.iter().sum::<usize>());
-    let cos: f32 = got[1].vector.iter().zip(&expected).map(|(a, b)| a * b).sum();
+    let cos: f32 = got[1]
+        .vector
+        .iter()
+        .zip(&expected)
+        .map(|(a, b)| a * b)
+        .sum();
     assert!(cos >= 0.99999, "cosine {cos}");
 }
 
 #[test]
 fn devices_and_batching_rules_do_not_change_the_vectors() {
     let one = run(1, 4096, MiniBatchRule::default(), None);
-    assert_close(&one, &run(3, 4096, MiniBatchRule::TokenBudget { max_tokens: 64 }, None));
+    assert_close(
+        &one,
+        &run(3, 4096, MiniBatchRule::TokenBudget { max_tokens: 64 }, None),
+    );
     assert_close(&one, &run(2, 4096, MiniBatchRule::STUDY, None));
 }
 
@@ -93,7 +122,10 @@ fn out_of_memory_halves_then_goes_sequential_then_chunks() {
     model.set_memory_limit(Some(cap));
     let mut stats = FallbackStats::default();
     let capped = embed_with_fallback(model.as_ref(), &refs, &mut stats).unwrap();
-    assert!(stats.split >= 2 && stats.sequential >= 1 && stats.chunked == 1, "{stats:?}");
+    assert!(
+        stats.split >= 2 && stats.sequential >= 1 && stats.chunked == 1,
+        "{stats:?}"
+    );
     for (i, (a, b)) in free.iter().zip(&capped).enumerate() {
         let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         if seqs[i].len() == longest {

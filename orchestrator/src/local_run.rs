@@ -39,7 +39,10 @@ pub enum LocalRunError {
     #[error(transparent)]
     RunDb(#[from] RunDbError),
     #[error("failed to start {exe}: {source}")]
-    Spawn { exe: PathBuf, source: std::io::Error },
+    Spawn {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 struct Running {
@@ -59,14 +62,23 @@ pub fn run(options: &LocalRunOptions) -> Result<LocalRunReport, LocalRunError> {
     }
     pending.sort_unstable();
     let mut queue: VecDeque<(i64, u32)> = pending.into_iter().map(|b| (b, 1)).collect();
-    let progress = bar(options.progress, status.papers_planned, status.rows_in_shards);
+    let progress = bar(
+        options.progress,
+        status.papers_planned,
+        status.rows_in_shards,
+    );
     let log_dir = options.run_dir.join("logs");
-    std::fs::create_dir_all(&log_dir).map_err(|source| LocalRunError::Spawn { exe: log_dir.clone(), source })?;
+    std::fs::create_dir_all(&log_dir).map_err(|source| LocalRunError::Spawn {
+        exe: log_dir.clone(),
+        source,
+    })?;
     let mut running: Vec<Running> = Vec::new();
     let mut report = LocalRunReport::default();
     while !queue.is_empty() || !running.is_empty() {
         while running.len() < options.jobs.max(1) {
-            let Some((batch, attempt)) = queue.pop_front() else { break };
+            let Some((batch, attempt)) = queue.pop_front() else {
+                break;
+            };
             running.push(spawn(options, &log_dir, batch, attempt)?);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -74,7 +86,9 @@ pub fn run(options: &LocalRunOptions) -> Result<LocalRunReport, LocalRunError> {
         for mut job in running.drain(..) {
             match job.child.try_wait() {
                 Ok(None) => still.push(job),
-                Ok(Some(exit)) if exit.success() || exit.code() == Some(embedfleet_core::exit::PARTIAL) => {
+                Ok(Some(exit))
+                    if exit.success() || exit.code() == Some(embedfleet_core::exit::PARTIAL) =>
+                {
                     report.batches_done += 1
                 }
                 Ok(Some(exit)) => {
@@ -83,12 +97,16 @@ pub fn run(options: &LocalRunOptions) -> Result<LocalRunReport, LocalRunError> {
                         progress.println(format!("batch {} failed ({why}); retrying", job.batch));
                         queue.push_back((job.batch, job.attempt + 1));
                     } else {
-                        report.failed.push((job.batch, format!("{why}: {}", log_tail(&job.log))));
+                        report
+                            .failed
+                            .push((job.batch, format!("{why}: {}", log_tail(&job.log))));
                         db.set_batch_state(job.batch, "failed")?;
                     }
                 }
                 Err(e) => {
-                    report.failed.push((job.batch, format!("lost the job process: {e}")));
+                    report
+                        .failed
+                        .push((job.batch, format!("lost the job process: {e}")));
                     db.set_batch_state(job.batch, "failed")?;
                 }
             }
@@ -103,9 +121,17 @@ pub fn run(options: &LocalRunOptions) -> Result<LocalRunReport, LocalRunError> {
     Ok(report)
 }
 
-fn spawn(options: &LocalRunOptions, log_dir: &Path, batch: i64, attempt: u32) -> Result<Running, LocalRunError> {
+fn spawn(
+    options: &LocalRunOptions,
+    log_dir: &Path,
+    batch: i64,
+    attempt: u32,
+) -> Result<Running, LocalRunError> {
     let log = log_dir.join(format!("batch-{batch:06}-attempt-{attempt}.log"));
-    let err = |source| LocalRunError::Spawn { exe: options.exe.clone(), source };
+    let err = |source| LocalRunError::Spawn {
+        exe: options.exe.clone(),
+        source,
+    };
     let log_file = std::fs::File::create(&log).map_err(err)?;
     let mut cmd = Command::new(&options.exe);
     cmd.arg("embed-job")
@@ -119,7 +145,12 @@ fn spawn(options: &LocalRunOptions, log_dir: &Path, batch: i64, attempt: u32) ->
         .stderr(log_file)
         .process_group(0);
     let child = cmd.spawn().map_err(err)?;
-    Ok(Running { batch, attempt, child, log })
+    Ok(Running {
+        batch,
+        attempt,
+        child,
+        log,
+    })
 }
 
 fn log_tail(path: &Path) -> String {

@@ -47,16 +47,72 @@ impl Rng {
 }
 
 const STEMS: &[&str] = &[
-    "protein", "neural", "quantum", "catalyst", "genome", "lattice", "climate", "enzyme", "signal", "cortex",
-    "polymer", "sensor", "entropy", "vector", "plasma", "isotope", "network", "receptor", "tensor", "cell",
-    "model", "spectral", "thermal", "kinetic", "optical", "binding", "sequence", "diffusion", "membrane",
-    "graph", "manifold", "soil", "carbon", "photon", "ligand", "antibody", "fluid", "crystal", "variance",
+    "protein",
+    "neural",
+    "quantum",
+    "catalyst",
+    "genome",
+    "lattice",
+    "climate",
+    "enzyme",
+    "signal",
+    "cortex",
+    "polymer",
+    "sensor",
+    "entropy",
+    "vector",
+    "plasma",
+    "isotope",
+    "network",
+    "receptor",
+    "tensor",
+    "cell",
+    "model",
+    "spectral",
+    "thermal",
+    "kinetic",
+    "optical",
+    "binding",
+    "sequence",
+    "diffusion",
+    "membrane",
+    "graph",
+    "manifold",
+    "soil",
+    "carbon",
+    "photon",
+    "ligand",
+    "antibody",
+    "fluid",
+    "crystal",
+    "variance",
 ];
-const SUFFIXES: &[&str] = &["", "s", "ation", "ic", "al", "ity", "ing", "ed", "ome", "ized"];
-const GLUE: &[&str] = &["the", "of", "and", "in", "we", "a", "for", "with", "to", "is", "by", "that", "on", "are"];
-const SECTIONS: &[&str] = &["Introduction", "Related Work", "Methods", "Results", "Discussion", "Conclusion"];
+const SUFFIXES: &[&str] = &[
+    "", "s", "ation", "ic", "al", "ity", "ing", "ed", "ome", "ized",
+];
+const GLUE: &[&str] = &[
+    "the", "of", "and", "in", "we", "a", "for", "with", "to", "is", "by", "that", "on", "are",
+];
+const SECTIONS: &[&str] = &[
+    "Introduction",
+    "Related Work",
+    "Methods",
+    "Results",
+    "Discussion",
+    "Conclusion",
+];
 const SOURCES: &[&str] = &["s2orc/train", "s2orc/train", "s2orc/train", "s2ag/train"];
-const UNICODE: &[&str] = &["α-helix", "β-sheet", "Δt", "µm", "≈", "Schrödinger", "Ångström", "naïve", "±"];
+const UNICODE: &[&str] = &[
+    "α-helix",
+    "β-sheet",
+    "Δt",
+    "µm",
+    "≈",
+    "Schrödinger",
+    "Ångström",
+    "naïve",
+    "±",
+];
 
 fn sentence(rng: &mut Rng, out: &mut String) {
     let words = 8 + rng.below(18);
@@ -127,7 +183,9 @@ pub fn write(out: &Path, options: &SampleOptions) -> io::Result<Vec<PathBuf>> {
         vec![out.to_path_buf()]
     } else {
         std::fs::create_dir_all(out)?;
-        (0..files).map(|i| out.join(format!("part-{i:04}.jsonl.gz"))).collect()
+        (0..files)
+            .map(|i| out.join(format!("part-{i:04}.jsonl.gz")))
+            .collect()
     };
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
@@ -137,11 +195,14 @@ pub fn write(out: &Path, options: &SampleOptions) -> io::Result<Vec<PathBuf>> {
             .iter()
             .enumerate()
             .map(|(f, path)| {
-                let range = (options.papers * f as u64 / files)..(options.papers * (f as u64 + 1) / files);
+                let range =
+                    (options.papers * f as u64 / files)..(options.papers * (f as u64 + 1) / files);
                 scope.spawn(move || write_file(path, range, options))
             })
             .collect();
-        handles.into_iter().try_for_each(|h| h.join().expect("a sample writer panicked. This is a bug."))
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("a sample writer panicked. This is a bug."))
     })?;
     Ok(targets)
 }
@@ -149,7 +210,10 @@ pub fn write(out: &Path, options: &SampleOptions) -> io::Result<Vec<PathBuf>> {
 fn write_file(path: &Path, range: std::ops::Range<u64>, options: &SampleOptions) -> io::Result<()> {
     let file = std::fs::File::create(embedfleet_core::atomic::tmp_path(path))?;
     let mut out: Box<dyn Write> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(GzEncoder::new(BufWriter::new(file), flate2::Compression::new(6)))
+        Box::new(GzEncoder::new(
+            BufWriter::new(file),
+            flate2::Compression::new(6),
+        ))
     } else {
         Box::new(BufWriter::new(file))
     };
@@ -172,9 +236,18 @@ mod tests {
         assert_ne!(a[0], paper_line(8, 0, 4000), "the seed changes the corpus");
         let lens: Vec<usize> = a
             .iter()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["text"].as_str().unwrap().chars().count())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["text"]
+                    .as_str()
+                    .unwrap()
+                    .chars()
+                    .count()
+            })
             .collect();
-        assert!(lens[LONG_EVERY as usize - 1] > 150_000, "one paper in {LONG_EVERY} is over the context");
+        assert!(
+            lens[LONG_EVERY as usize - 1] > 150_000,
+            "one paper in {LONG_EVERY} is over the context"
+        );
         let mean = lens.iter().sum::<usize>() as f64 / lens.len() as f64;
         assert!(mean > 3000.0 && mean < 6000.0, "mean {mean}");
     }

@@ -5,11 +5,30 @@ use std::fmt::Write;
 
 pub fn render(s: &RunStatus) -> String {
     let mut out = String::new();
-    let plan = if s.plan_complete { "complete" } else { "incomplete (run `embedfleet plan` again to finish it)" };
+    let plan = if s.plan_complete {
+        "complete"
+    } else {
+        "incomplete (run `embedfleet plan` again to finish it)"
+    };
     let _ = writeln!(out, "run        {}", s.run_dir);
-    let _ = writeln!(out, "plan       {plan}: {}/{} corpus files", s.corpus_files_planned, s.corpus_files);
-    let _ = writeln!(out, "papers     {} planned ({:.1} M chars), {} filtered out", s.papers_planned, s.chars_planned as f64 / 1e6, s.papers_filtered);
-    let _ = writeln!(out, "quarantine {}{}", s.papers_quarantined, by(&s.quarantined_by_reason));
+    let _ = writeln!(
+        out,
+        "plan       {plan}: {}/{} corpus files",
+        s.corpus_files_planned, s.corpus_files
+    );
+    let _ = writeln!(
+        out,
+        "papers     {} planned ({:.1} M chars), {} filtered out",
+        s.papers_planned,
+        s.chars_planned as f64 / 1e6,
+        s.papers_filtered
+    );
+    let _ = writeln!(
+        out,
+        "quarantine {}{}",
+        s.papers_quarantined,
+        by(&s.quarantined_by_reason)
+    );
     let _ = writeln!(out, "batches    {}{}", s.batches, by(&s.batches_by_state));
     for (queue, states) in &s.jobs_by_queue {
         let _ = writeln!(out, "jobs       {queue}:{}", by(states));
@@ -17,7 +36,11 @@ pub fn render(s: &RunStatus) -> String {
     let _ = writeln!(out, "shards     {} ({} rows)", s.shards, s.rows_in_shards);
     let _ = write!(out, "uploaded   {} points", s.points_uploaded);
     if s.points_failed > 0 {
-        let _ = write!(out, ", {} failed (run `embedfleet upload` again)", s.points_failed);
+        let _ = write!(
+            out,
+            ", {} failed (run `embedfleet upload` again)",
+            s.points_failed
+        );
     }
     out.push('\n');
     for (file, why) in &s.corrupt_files {

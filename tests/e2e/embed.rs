@@ -5,16 +5,42 @@ use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
 
 fn vectors(path: &std::path::Path) -> Vec<(String, Vec<f32>)> {
     let file = std::fs::File::open(path).unwrap();
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
-    let meta = builder.metadata().file_metadata().key_value_metadata().unwrap().clone();
-    assert!(meta.iter().any(|kv| kv.key == "embedfleet.pooling" && kv.value.as_deref() == Some("last_token")));
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let meta = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap()
+        .clone();
+    assert!(meta
+        .iter()
+        .any(|kv| kv.key == "embedfleet.pooling" && kv.value.as_deref() == Some("last_token")));
     let mut out = Vec::new();
     for batch in builder.build().unwrap() {
         let batch = batch.unwrap();
-        let ids = batch.column_by_name("id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
-        let emb = batch.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
+        let ids = batch
+            .column_by_name("id")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap()
+            .clone();
+        let emb = batch
+            .column_by_name("embedding")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<FixedSizeListArray>()
+            .unwrap()
+            .clone();
         for i in 0..batch.num_rows() {
-            let v = emb.value(i).as_any().downcast_ref::<Float32Array>().unwrap().values().to_vec();
+            let v = emb
+                .value(i)
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap()
+                .values()
+                .to_vec();
             out.push((ids.value(i).to_owned(), v));
         }
     }
@@ -28,29 +54,77 @@ fn embeds_lines_documents_and_queries_with_matryoshka_dims() {
     for f in ["config.json", "model.safetensors", "tokenizer.json"] {
         assert!(t.join("model").join(f).is_file(), "{f}");
     }
-    std::fs::write(t.join("texts.txt"), "protein folding\n\nquantum lattice models\nα-helix\n").unwrap();
-    let docs = ["embed", "--model-dir", "model", "--input", "texts.txt", "--lines", "--output", "docs.parquet"];
+    std::fs::write(
+        t.join("texts.txt"),
+        "protein folding\n\nquantum lattice models\nα-helix\n",
+    )
+    .unwrap();
+    let docs = [
+        "embed",
+        "--model-dir",
+        "model",
+        "--input",
+        "texts.txt",
+        "--lines",
+        "--output",
+        "docs.parquet",
+    ];
     t.run(&docs, 0);
     let docs = vectors(&t.join("docs.parquet"));
-    assert_eq!(docs.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["texts.txt:1", "texts.txt:3", "texts.txt:4"]);
+    assert_eq!(
+        docs.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["texts.txt:1", "texts.txt:3", "texts.txt:4"]
+    );
     for (_, v) in &docs {
         assert!((v.iter().map(|x| x * x).sum::<f32>().sqrt() - 1.0).abs() < 1e-4);
     }
 
-    let query = ["embed", "--model-dir", "model", "--input", "texts.txt", "--lines", "--query", "--output", "q.parquet"];
+    let query = [
+        "embed",
+        "--model-dir",
+        "model",
+        "--input",
+        "texts.txt",
+        "--lines",
+        "--query",
+        "--output",
+        "q.parquet",
+    ];
     t.run(&query, 0);
     let queries = vectors(&t.join("q.parquet"));
-    let cos: f32 = docs[0].1.iter().zip(&queries[0].1).map(|(a, b)| a * b).sum();
-    assert!(cos < 0.9999, "a query embeds with its instruction: cosine {cos}");
+    let cos: f32 = docs[0]
+        .1
+        .iter()
+        .zip(&queries[0].1)
+        .map(|(a, b)| a * b)
+        .sum();
+    assert!(
+        cos < 0.9999,
+        "a query embeds with its instruction: cosine {cos}"
+    );
 
-    let small = ["embed", "--model-dir", "model", "--input", "texts.txt", "--lines", "--dim", "16", "--output", "s.parquet"];
+    let small = [
+        "embed",
+        "--model-dir",
+        "model",
+        "--input",
+        "texts.txt",
+        "--lines",
+        "--dim",
+        "16",
+        "--output",
+        "s.parquet",
+    ];
     t.run(&small, 0);
     let small = vectors(&t.join("s.parquet"));
     assert_eq!(small[0].1.len(), 16);
     let full = &docs[0].1[..16];
     let norm = full.iter().map(|x| x * x).sum::<f32>().sqrt();
     for (a, b) in small[0].1.iter().zip(full) {
-        assert!((a - b / norm).abs() < 1e-5, "Matryoshka: the first 16 components, renormalised");
+        assert!(
+            (a - b / norm).abs() < 1e-5,
+            "Matryoshka: the first 16 components, renormalised"
+        );
     }
 }
 
@@ -60,7 +134,19 @@ fn a_broken_model_directory_is_a_clear_error() {
     t.run(&["make-tiny-model", "--out", "model"], 0);
     std::fs::remove_file(t.join("model/tokenizer.json")).unwrap();
     std::fs::write(t.join("x.txt"), "text\n").unwrap();
-    let out = t.run(&["embed", "--model-dir", "model", "--input", "x.txt", "--lines", "--output", "o.parquet"], 1);
+    let out = t.run(
+        &[
+            "embed",
+            "--model-dir",
+            "model",
+            "--input",
+            "x.txt",
+            "--lines",
+            "--output",
+            "o.parquet",
+        ],
+        1,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tokenizer.json"), "{stderr}");
     assert!(!t.join("o.parquet").exists());

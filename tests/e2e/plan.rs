@@ -7,9 +7,23 @@ use std::time::Duration;
 fn sample_corpus_plan_status() {
     let t = TestDir::new();
     t.sample("corpus.jsonl.gz", 1000, 1);
-    let out = t.run(&["plan", "--corpus", "corpus.jsonl.gz", "--run-dir", "run", "--papers-per-job", "300"], 0);
+    let out = t.run(
+        &[
+            "plan",
+            "--corpus",
+            "corpus.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            "300",
+        ],
+        0,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("planned 1000 papers into 4 batches"), "{stderr}");
+    assert!(
+        stderr.contains("planned 1000 papers into 4 batches"),
+        "{stderr}"
+    );
     let status = t.status("run");
     assert_eq!(status["format_version"], 1);
     assert_eq!(status["plan_complete"], true);
@@ -21,21 +35,56 @@ fn sample_corpus_plan_status() {
 
     let human = t.run(&["status", "--run-dir", "run"], 0);
     let human = String::from_utf8_lossy(&human.stdout);
-    assert!(human.contains("1000 planned") && human.contains("batches    4"), "{human}");
+    assert!(
+        human.contains("1000 planned") && human.contains("batches    4"),
+        "{human}"
+    );
 
-    let again = t.run(&["plan", "--corpus", "corpus.jsonl.gz", "--run-dir", "run", "--papers-per-job", "300"], 0);
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already planned: 1000 papers in 4 batches"));
+    let again = t.run(
+        &[
+            "plan",
+            "--corpus",
+            "corpus.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            "300",
+        ],
+        0,
+    );
+    assert!(String::from_utf8_lossy(&again.stderr)
+        .contains("already planned: 1000 papers in 4 batches"));
 }
 
 #[test]
 fn a_changed_corpus_is_refused_with_exit_code_4() {
     let t = TestDir::new();
     t.sample("corpus.jsonl.gz", 50, 1);
-    t.run(&["plan", "--corpus", "corpus.jsonl.gz", "--run-dir", "run"], 0);
-    t.run(&["sample-corpus", "--papers", "51", "--mean-chars", "1500", "--out", "corpus.jsonl.gz"], 0);
-    let out = t.run(&["plan", "--corpus", "corpus.jsonl.gz", "--run-dir", "run"], 4);
+    t.run(
+        &["plan", "--corpus", "corpus.jsonl.gz", "--run-dir", "run"],
+        0,
+    );
+    t.run(
+        &[
+            "sample-corpus",
+            "--papers",
+            "51",
+            "--mean-chars",
+            "1500",
+            "--out",
+            "corpus.jsonl.gz",
+        ],
+        0,
+    );
+    let out = t.run(
+        &["plan", "--corpus", "corpus.jsonl.gz", "--run-dir", "run"],
+        4,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("corpus changed") && stderr.contains("corpus.jsonl.gz: size"), "{stderr}");
+    assert!(
+        stderr.contains("corpus changed") && stderr.contains("corpus.jsonl.gz: size"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -47,7 +96,10 @@ fn a_corrupt_file_is_reported_and_the_rest_planned_with_exit_code_3() {
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let out = t.run(&["plan", "--corpus", "c", "--run-dir", "run"], 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("part-0001.jsonl.gz is corrupt") && stderr.contains("line"), "{stderr}");
+    assert!(
+        stderr.contains("part-0001.jsonl.gz is corrupt") && stderr.contains("line"),
+        "{stderr}"
+    );
     let status = t.status("run");
     let planned = status["papers_planned"].as_u64().unwrap();
     assert!(planned > 200 && planned < 400, "{planned}");
@@ -68,7 +120,11 @@ fn batch_ids(t: &TestDir, run: &str) -> Vec<Vec<String>> {
     names
         .iter()
         .map(|p| {
-            assert!(!p.to_string_lossy().ends_with(".tmp"), "leftover {}", p.display());
+            assert!(
+                !p.to_string_lossy().ends_with(".tmp"),
+                "leftover {}",
+                p.display()
+            );
             let mut ids = Vec::new();
             embedfleet_core::batchfile::read(p, |row| ids.push(row.paper.id)).unwrap();
             ids
@@ -80,7 +136,16 @@ fn batch_ids(t: &TestDir, run: &str) -> Vec<Vec<String>> {
 fn plan_killed_at_any_moment_finishes_on_the_next_run() {
     let t = TestDir::new();
     t.sample("c", 6000, 4);
-    let args = ["plan", "--corpus", "c", "--papers-per-job", "500", "--threads", "2", "--run-dir"];
+    let args = [
+        "plan",
+        "--corpus",
+        "c",
+        "--papers-per-job",
+        "500",
+        "--threads",
+        "2",
+        "--run-dir",
+    ];
     let clean = [&args[..], &["clean"]].concat();
     t.run(&clean, 0);
     let expected = batch_ids(&t, "clean");

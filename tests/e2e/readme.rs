@@ -23,7 +23,10 @@ fn help_reference(t: &TestDir) -> String {
     let mut out = format!("### `embedfleet --help`\n\n```text\n{}```\n", top);
     for command in commands {
         let help = t.run(&[&command, "--help"], 0);
-        out.push_str(&format!("\n### `embedfleet {command}`\n\n```text\n{}```\n", String::from_utf8(help.stdout).unwrap()));
+        out.push_str(&format!(
+            "\n### `embedfleet {command}`\n\n```text\n{}```\n",
+            String::from_utf8(help.stdout).unwrap()
+        ));
     }
     out
 }
@@ -33,8 +36,12 @@ fn command_reference_matches_help() {
     let t = TestDir::new();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let readme = std::fs::read_to_string(&path).unwrap();
-    let (head, rest) = readme.split_once(BEGIN).expect("README.md has the BEGIN HELP marker");
-    let (current, tail) = rest.split_once(END).expect("README.md has the END HELP marker");
+    let (head, rest) = readme
+        .split_once(BEGIN)
+        .expect("README.md has the BEGIN HELP marker");
+    let (current, tail) = rest
+        .split_once(END)
+        .expect("README.md has the END HELP marker");
     let expected = format!("\n{}", help_reference(&t));
     if std::env::var_os("EMBEDFLEET_BLESS").is_some() {
         std::fs::write(&path, format!("{head}{BEGIN}{expected}{END}{tail}")).unwrap();

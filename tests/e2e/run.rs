@@ -13,16 +13,42 @@ fn shard_rows(run_dir: &Path) -> BTreeMap<String, (Vec<f32>, i16)> {
     let mut rows = BTreeMap::new();
     for shard in db.all_shards().unwrap() {
         let file = std::fs::File::open(run_dir.join(&shard.path)).unwrap();
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
         let mut n = 0;
         for batch in reader {
             let batch = batch.unwrap();
-            let ids = batch.column_by_name("id").unwrap().as_any().downcast_ref::<StringArray>().unwrap().clone();
-            let emb = batch.column_by_name("embedding").unwrap().as_any().downcast_ref::<FixedSizeListArray>().unwrap().clone();
-            let chunks = batch.column_by_name("n_chunks").unwrap().as_any().downcast_ref::<Int16Array>().unwrap().clone();
+            let ids = batch
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .unwrap()
+                .clone();
+            let emb = batch
+                .column_by_name("embedding")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<FixedSizeListArray>()
+                .unwrap()
+                .clone();
+            let chunks = batch
+                .column_by_name("n_chunks")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int16Array>()
+                .unwrap()
+                .clone();
             for i in 0..batch.num_rows() {
                 let v = emb.value(i);
-                let v = v.as_any().downcast_ref::<Float32Array>().unwrap().values().to_vec();
+                let v = v
+                    .as_any()
+                    .downcast_ref::<Float32Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec();
                 let old = rows.insert(ids.value(i).to_owned(), (v, chunks.value(i)));
                 assert!(old.is_none(), "duplicate id {}", ids.value(i));
                 n += 1;
@@ -36,8 +62,15 @@ fn shard_rows(run_dir: &Path) -> BTreeMap<String, (Vec<f32>, i16)> {
 /// The ids planned for embedding (batch rows less duplicates), from the batch files.
 fn planned_ids(run_dir: &Path) -> Vec<String> {
     let db = RunDb::open(run_dir).unwrap();
-    let mut stmt = db.conn().prepare("SELECT id FROM papers WHERE duplicate_of IS NULL ORDER BY id").unwrap();
-    let ids = stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let mut stmt = db
+        .conn()
+        .prepare("SELECT id FROM papers WHERE duplicate_of IS NULL ORDER BY id")
+        .unwrap();
+    let ids = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     ids
 }
 
@@ -50,8 +83,19 @@ fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
     let t = TestDir::new();
     t.sample("corpus.jsonl.gz", 240, 1);
     let args = [
-        "run", "--corpus", "corpus.jsonl.gz", "--run-dir", "run", "--papers-per-job", "80", "--local-jobs", "2",
-        "--devices", "cpu:2", "--shard-papers", "30",
+        "run",
+        "--corpus",
+        "corpus.jsonl.gz",
+        "--run-dir",
+        "run",
+        "--papers-per-job",
+        "80",
+        "--local-jobs",
+        "2",
+        "--devices",
+        "cpu:2",
+        "--shard-papers",
+        "30",
     ];
     t.run(&args, 0);
     let status = t.status("run");
@@ -86,21 +130,45 @@ assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
 assert len(set(t.column("id").to_pylist())) == t.num_rows
 print("pyarrow ok", t.num_rows)
 "#;
-    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(dir).arg(rows.to_string()).output();
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(dir)
+        .arg(rows.to_string())
+        .output();
     match out {
         Ok(out) if out.status.success() => {}
-        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("No module named") && std::env::var_os("EMBEDFLEET_REQUIRE_PYARROW").is_none() => {
+        Ok(out)
+            if String::from_utf8_lossy(&out.stderr).contains("No module named")
+                && std::env::var_os("EMBEDFLEET_REQUIRE_PYARROW").is_none() =>
+        {
             eprintln!("skipping the pyarrow check: pyarrow is not installed (.ci/run installs it)");
         }
-        Ok(out) => panic!("pyarrow check failed:\n{}", String::from_utf8_lossy(&out.stderr)),
-        Err(e) if std::env::var_os("EMBEDFLEET_REQUIRE_PYARROW").is_none() => eprintln!("skipping the pyarrow check: {e}"),
+        Ok(out) => panic!(
+            "pyarrow check failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) if std::env::var_os("EMBEDFLEET_REQUIRE_PYARROW").is_none() => {
+            eprintln!("skipping the pyarrow check: {e}")
+        }
         Err(e) => panic!("python3: {e}"),
     }
 }
 
 fn plan_and_model(t: &TestDir, papers: u64, per_job: &str) {
     t.sample("c.jsonl.gz", papers, 1);
-    t.run(&["plan", "--corpus", "c.jsonl.gz", "--run-dir", "run", "--papers-per-job", per_job], 0);
+    t.run(
+        &[
+            "plan",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            per_job,
+        ],
+        0,
+    );
     t.run(&["make-tiny-model", "--out", "model"], 0);
 }
 
@@ -108,7 +176,19 @@ fn plan_and_model(t: &TestDir, papers: u64, per_job: &str) {
 fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
     let t = TestDir::new();
     plan_and_model(&t, 200, "200");
-    let job = ["embed-job", "--run-dir", "run", "--batch", "1", "--model-dir", "model", "--shard-papers", "20", "--devices", "cpu:2"];
+    let job = [
+        "embed-job",
+        "--run-dir",
+        "run",
+        "--batch",
+        "1",
+        "--model-dir",
+        "model",
+        "--shard-papers",
+        "20",
+        "--devices",
+        "cpu:2",
+    ];
     for delay_ms in [20u64, 150, 400, 800, 1500] {
         let mut child = t.cmd(&job).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -136,22 +216,42 @@ fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
 fn out_of_memory_fallback_gives_the_same_vectors() {
     let t = TestDir::new();
     plan_and_model(&t, 60, "60");
-    let base = ["embed-job", "--run-dir", "run", "--batch", "1", "--model-dir", "model", "--shard-papers", "60"];
+    let base = [
+        "embed-job",
+        "--run-dir",
+        "run",
+        "--batch",
+        "1",
+        "--model-dir",
+        "model",
+        "--shard-papers",
+        "60",
+    ];
     t.run(&base, 0);
     let free = shard_rows(&t.join("run"));
     std::fs::remove_dir_all(t.join("run/shards")).unwrap();
-    RunDb::open(&t.join("run")).unwrap().conn().execute("DELETE FROM shards", []).unwrap();
+    RunDb::open(&t.join("run"))
+        .unwrap()
+        .conn()
+        .execute("DELETE FROM shards", [])
+        .unwrap();
     // A cap that the longest paper alone just fits under: every mini-batch holding it with
     // others must split, and no paper needs chunking.
     let cap = cap_for_longest_paper(&t);
-    t.run(&[&base[..], &["--memory-limit", &cap.to_string()]].concat(), 0);
+    t.run(
+        &[&base[..], &["--memory-limit", &cap.to_string()]].concat(),
+        0,
+    );
     let capped = shard_rows(&t.join("run"));
     assert_eq!(free.len(), capped.len());
     for (id, (v, _)) in &free {
         let c = cosine(v, &capped[id].0);
         assert!(c >= 0.99999, "{id}: cosine {c}");
     }
-    let runs = RunDb::open(&t.join("run")).unwrap().finished_runs().unwrap();
+    let runs = RunDb::open(&t.join("run"))
+        .unwrap()
+        .finished_runs()
+        .unwrap();
     let last = &runs.last().unwrap().1;
     assert!(last.fallback_split > 0, "{last:?}");
     assert_eq!(runs[0].1.fallback_split, 0);
@@ -175,10 +275,29 @@ fn cap_for_longest_paper(t: &TestDir) -> u64 {
 fn papers_longer_than_max_tokens_are_chunked_not_cut() {
     let t = TestDir::new();
     plan_and_model(&t, 30, "30");
-    t.run(&["embed-job", "--run-dir", "run", "--batch", "1", "--model-dir", "model", "--max-tokens", "64"], 0);
+    t.run(
+        &[
+            "embed-job",
+            "--run-dir",
+            "run",
+            "--batch",
+            "1",
+            "--model-dir",
+            "model",
+            "--max-tokens",
+            "64",
+        ],
+        0,
+    );
     let rows = shard_rows(&t.join("run"));
     assert_eq!(rows.len(), 30);
-    assert!(rows.values().all(|(_, n)| *n > 1), "every sample paper is longer than 64 tokens");
-    let runs = RunDb::open(&t.join("run")).unwrap().finished_runs().unwrap();
+    assert!(
+        rows.values().all(|(_, n)| *n > 1),
+        "every sample paper is longer than 64 tokens"
+    );
+    let runs = RunDb::open(&t.join("run"))
+        .unwrap()
+        .finished_runs()
+        .unwrap();
     assert_eq!(runs[0].1.long_chunked, 30);
 }

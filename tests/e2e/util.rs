@@ -9,7 +9,9 @@ pub struct TestDir {
 
 impl TestDir {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("a temporary directory") }
+        Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -23,7 +25,9 @@ impl TestDir {
     /// `embedfleet ARGS...` run in this directory.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_embedfleet"));
-        cmd.current_dir(self.path()).args(args).env_remove("EMBEDFLEET_LOG");
+        cmd.current_dir(self.path())
+            .args(args)
+            .env_remove("EMBEDFLEET_LOG");
         cmd
     }
 
@@ -49,7 +53,20 @@ impl TestDir {
     /// A sample corpus of `papers` short papers over `files` files; returns its path.
     pub fn sample(&self, name: &str, papers: u64, files: u32) -> String {
         let (papers, files) = (papers.to_string(), files.to_string());
-        self.run(&["sample-corpus", "--papers", &papers, "--mean-chars", "1500", "--files", &files, "--out", name], 0);
+        self.run(
+            &[
+                "sample-corpus",
+                "--papers",
+                &papers,
+                "--mean-chars",
+                "1500",
+                "--files",
+                &files,
+                "--out",
+                name,
+            ],
+            0,
+        );
         name.to_string()
     }
 }

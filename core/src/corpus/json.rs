@@ -12,7 +12,11 @@ use std::fmt;
 pub(super) enum Parsed {
     Paper(Paper),
     Filtered,
-    Bad { reason: QuarantineReason, detail: String, id: Option<String> },
+    Bad {
+        reason: QuarantineReason,
+        detail: String,
+        id: Option<String>,
+    },
 }
 
 pub(super) fn parse_line(line: &[u8], options: &ReadOptions) -> Parsed {
@@ -27,12 +31,22 @@ pub(super) fn parse_line(line: &[u8], options: &ReadOptions) -> Parsed {
         }
     };
     let mut de = serde_json::Deserializer::from_str(text);
-    let fields = match (RecordSeed { keep: &options.keep_fields }).deserialize(&mut de).and_then(|f| {
+    let fields = match (RecordSeed {
+        keep: &options.keep_fields,
+    })
+    .deserialize(&mut de)
+    .and_then(|f| {
         de.end()?;
         Ok(f)
     }) {
         Ok(fields) => fields,
-        Err(err) => return Parsed::Bad { reason: QuarantineReason::InvalidJson, detail: err.to_string(), id: None },
+        Err(err) => {
+            return Parsed::Bad {
+                reason: QuarantineReason::InvalidJson,
+                detail: err.to_string(),
+                id: None,
+            }
+        }
     };
     fields.into_paper(options)
 }
@@ -59,17 +73,33 @@ impl Fields<'_> {
     fn into_paper(self, options: &ReadOptions) -> Parsed {
         let id = match self.id.unwrap_or(Field::Absent) {
             Field::Value(id) if !id.is_empty() => id,
-            Field::Value(_) => return bad(QuarantineReason::MissingId, "`id` is empty".into(), None),
+            Field::Value(_) => {
+                return bad(QuarantineReason::MissingId, "`id` is empty".into(), None)
+            }
             Field::Absent => return bad(QuarantineReason::MissingId, "no `id` field".into(), None),
             Field::WrongType(t) => {
-                return bad(QuarantineReason::MissingId, format!("`id` is {t}, not a string or integer"), None)
+                return bad(
+                    QuarantineReason::MissingId,
+                    format!("`id` is {t}, not a string or integer"),
+                    None,
+                )
             }
         };
         let text = match self.text.unwrap_or(Field::Absent) {
             Field::Value(text) => text,
-            Field::Absent => return bad(QuarantineReason::MissingText, "no `text` field".into(), Some(id)),
+            Field::Absent => {
+                return bad(
+                    QuarantineReason::MissingText,
+                    "no `text` field".into(),
+                    Some(id),
+                )
+            }
             Field::WrongType(t) => {
-                return bad(QuarantineReason::MissingText, format!("`text` is {t}, not a string"), Some(id))
+                return bad(
+                    QuarantineReason::MissingText,
+                    format!("`text` is {t}, not a string"),
+                    Some(id),
+                )
             }
         };
         if text.trim().is_empty() {
@@ -104,7 +134,9 @@ fn extra_object(extra: &[(String, Box<RawValue>)]) -> Option<String> {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&serde_json::to_string(key).expect("a string always serialises. This is a bug."));
+        out.push_str(
+            &serde_json::to_string(key).expect("a string always serialises. This is a bug."),
+        );
         out.push(':');
         out.push_str(value.get());
     }
@@ -229,6 +261,8 @@ impl<'de> de::Deserialize<'de> for Scalar {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let value = Box::<RawValue>::deserialize(d)?;
         let raw = value.get();
-        Ok(Scalar(serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_owned())))
+        Ok(Scalar(
+            serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_owned()),
+        ))
     }
 }

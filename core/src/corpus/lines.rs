@@ -33,14 +33,27 @@ pub(super) fn read<E>(
     visit: &mut dyn FnMut(Record) -> Result<(), E>,
     filtered: &mut u64,
 ) -> Result<Option<String>, ReadError<E>> {
-    let file = File::open(path).map_err(|source| CorpusError::Io { path: path.into(), source })?;
+    let file = File::open(path).map_err(|source| CorpusError::Io {
+        path: path.into(),
+        source,
+    })?;
     let position = Rc::new(Cell::new(0));
-    let raw = Tracked { inner: CountingReader::new(file, options.bytes_read.clone()), position: position.clone() };
+    let raw = Tracked {
+        inner: CountingReader::new(file, options.bytes_read.clone()),
+        position: position.clone(),
+    };
     let decoded: Box<dyn Read> = match format {
-        Format::JsonlGz => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(BUF, raw))),
-        Format::JsonlZst => Box::new(
-            zstd::stream::read::Decoder::new(raw).map_err(|source| CorpusError::Io { path: path.into(), source })?,
-        ),
+        Format::JsonlGz => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            BUF, raw,
+        ))),
+        Format::JsonlZst => {
+            Box::new(
+                zstd::stream::read::Decoder::new(raw).map_err(|source| CorpusError::Io {
+                    path: path.into(),
+                    source,
+                })?,
+            )
+        }
         _ => Box::new(raw),
     };
     let mut reader = BufReader::with_capacity(BUF, decoded);
@@ -77,7 +90,10 @@ pub(super) fn read<E>(
             continue; // blank lines (a trailing newline, say) are not records
         }
         let record = match parse_line(line, options) {
-            Parsed::Paper(paper) => Record::Paper { line: line_no, paper },
+            Parsed::Paper(paper) => Record::Paper {
+                line: line_no,
+                paper,
+            },
             Parsed::Filtered => {
                 *filtered += 1;
                 continue;

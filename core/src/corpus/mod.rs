@@ -30,7 +30,10 @@ impl Format {
     /// `.jsonl.zst`/`.json.zst`, `.parquet`.
     pub fn of(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-        let base = |suffix: &str| name.strip_suffix(suffix).map(|s| s.ends_with(".jsonl") || s.ends_with(".json"));
+        let base = |suffix: &str| {
+            name.strip_suffix(suffix)
+                .map(|s| s.ends_with(".jsonl") || s.ends_with(".json"))
+        };
         if name.ends_with(".parquet") {
             Some(Format::Parquet)
         } else if base(".gz") == Some(true) {
@@ -49,7 +52,9 @@ impl Format {
 pub enum CorpusError {
     #[error("corpus path {0} does not exist")]
     NotFound(PathBuf),
-    #[error("{0} is not a corpus file (expected .jsonl, .jsonl.gz, .json.gz, .jsonl.zst or .parquet)")]
+    #[error(
+        "{0} is not a corpus file (expected .jsonl, .jsonl.gz, .json.gz, .jsonl.zst or .parquet)"
+    )]
     UnknownFormat(PathBuf),
     #[error("no corpus files (.jsonl, .jsonl.gz, .json.gz, .jsonl.zst, .parquet) under {0}")]
     Empty(PathBuf),
@@ -80,7 +85,10 @@ pub fn discover(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, CorpusError> {
 }
 
 fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), CorpusError> {
-    let io_err = |source| CorpusError::Io { path: dir.to_path_buf(), source };
+    let io_err = |source| CorpusError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io_err)?
         .map(|e| e.map(|e| e.path()))
@@ -119,7 +127,9 @@ impl ReadOptions {
         }
         let Some(source) = source else { return false };
         self.sources.iter().any(|want| {
-            source == want || (source.starts_with(want.as_str()) && source.as_bytes().get(want.len()) == Some(&b'/'))
+            source == want
+                || (source.starts_with(want.as_str())
+                    && source.as_bytes().get(want.len()) == Some(&b'/'))
         })
     }
 }
@@ -154,7 +164,8 @@ pub fn read_file<E>(
     options: &ReadOptions,
     mut visit: impl FnMut(Record) -> Result<(), E>,
 ) -> Result<FileSummary, ReadError<E>> {
-    let format = Format::of(path).ok_or_else(|| ReadError::Corpus(CorpusError::UnknownFormat(path.into())))?;
+    let format = Format::of(path)
+        .ok_or_else(|| ReadError::Corpus(CorpusError::UnknownFormat(path.into())))?;
     let mut summary = FileSummary::default();
     let mut count = |record: Record| {
         match &record {
@@ -188,7 +199,11 @@ pub(crate) struct CountingReader<R> {
 
 impl<R> CountingReader<R> {
     pub(crate) fn new(inner: R, shared: Option<Arc<AtomicU64>>) -> Self {
-        Self { inner, count: 0, shared }
+        Self {
+            inner,
+            count: 0,
+            shared,
+        }
     }
 }
 

@@ -32,10 +32,16 @@ pub(super) fn read<E>(
         };
         (entry, detail)
     };
-    let file = File::open(path).map_err(|source| CorpusError::Io { path: path.into(), source })?;
+    let file = File::open(path).map_err(|source| CorpusError::Io {
+        path: path.into(),
+        source,
+    })?;
     if let Some(counter) = &options.bytes_read {
         // Parquet is read by row group, not as a stream: count the file once, up front.
-        counter.fetch_add(file.metadata().map(|m| m.len()).unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+        counter.fetch_add(
+            file.metadata().map(|m| m.len()).unwrap_or(0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
     let builder = match ParquetRecordBatchReaderBuilder::try_new(file) {
         Ok(builder) => builder,
@@ -85,7 +91,10 @@ pub(super) fn read<E>(
 }
 
 fn is_wanted(name: &str, options: &ReadOptions) -> bool {
-    name == "id" || name == "text" || METADATA.contains(&name) || options.keep_fields.iter().any(|k| k == name)
+    name == "id"
+        || name == "text"
+        || METADATA.contains(&name)
+        || options.keep_fields.iter().any(|k| k == name)
 }
 
 /// The record batch's columns as text, `None` where the column is absent or cannot be text.
@@ -107,7 +116,9 @@ impl Columns {
     fn of(batch: &RecordBatch, options: &ReadOptions) -> Self {
         let text_type = batch.column_by_name("text").map(|c| c.data_type().clone());
         let text = match &text_type {
-            Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => as_text(batch, "text"),
+            Some(DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) => {
+                as_text(batch, "text")
+            }
             _ => None,
         };
         let extra = options
@@ -128,7 +139,11 @@ impl Columns {
     }
 
     fn record(&self, i: usize, row: u64, file: &str, options: &ReadOptions) -> Option<Record> {
-        let get = |col: &Option<StringArray>| col.as_ref().filter(|c| c.is_valid(i)).map(|c| c.value(i).to_owned());
+        let get = |col: &Option<StringArray>| {
+            col.as_ref()
+                .filter(|c| c.is_valid(i))
+                .map(|c| c.value(i).to_owned())
+        };
         let quarantine = |reason, detail: String, id| {
             Some(Record::Quarantined(QuarantineEntry {
                 file: file.to_owned(),
@@ -150,14 +165,29 @@ impl Columns {
             return quarantine(QuarantineReason::MissingText, detail, Some(id));
         };
         if text.trim().is_empty() {
-            return quarantine(QuarantineReason::EmptyText, "`text` is empty or white space".into(), Some(id));
+            return quarantine(
+                QuarantineReason::EmptyText,
+                "`text` is empty or white space".into(),
+                Some(id),
+            );
         }
         let [source, created, added, version] = self.metadata.each_ref().map(get);
         if !options.source_selected(source.as_deref()) {
             return None;
         }
         let extra = self.extra_object(i);
-        Some(Record::Paper { line: row, paper: Paper { id, text, source, created, added, version, extra } })
+        Some(Record::Paper {
+            line: row,
+            paper: Paper {
+                id,
+                text,
+                source,
+                created,
+                added,
+                version,
+                extra,
+            },
+        })
     }
 
     fn extra_object(&self, i: usize) -> Option<String> {

@@ -4,7 +4,10 @@ use super::*;
 use crate::quarantine::QuarantineReason;
 use std::io::Write;
 
-fn read_all(path: &Path, options: &ReadOptions) -> (Vec<(u64, Paper)>, Vec<QuarantineEntry>, FileSummary) {
+fn read_all(
+    path: &Path,
+    options: &ReadOptions,
+) -> (Vec<(u64, Paper)>, Vec<QuarantineEntry>, FileSummary) {
     let (mut papers, mut bad) = (Vec::new(), Vec::new());
     let summary = read_file::<()>(path, options, |r| {
         match r {
@@ -35,7 +38,10 @@ fn check_good(papers: &[(u64, Paper)]) {
     assert_eq!(papers[0].0, 1);
     assert_eq!(papers[0].1.id, "a1");
     assert_eq!(papers[0].1.text, "First paper.\nWith a second line.");
-    assert_eq!(papers[0].1.created.as_deref(), Some("2019-05-02T00:00:00.000Z"));
+    assert_eq!(
+        papers[0].1.created.as_deref(),
+        Some("2019-05-02T00:00:00.000Z")
+    );
     assert_eq!(papers[0].1.version.as_deref(), Some("v3"));
     assert_eq!(papers[1].1.id, "17");
     assert_eq!(papers[1].1.text, "Integer id é");
@@ -78,22 +84,64 @@ fn reads_parquet_with_integer_or_string_ids() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.parquet");
     let batch = RecordBatch::try_from_iter([
-        ("id", Arc::new(Int64Array::from(vec![Some(5), None, Some(7), Some(8)])) as _),
-        ("text", Arc::new(StringArray::from(vec![Some("a text"), Some("x"), Some("  "), Some("more")])) as _),
-        ("source", Arc::new(StringArray::from(vec![Some("s2orc"), None, None, Some("s2ag")])) as _),
-        ("year", Arc::new(Int64Array::from(vec![2020, 2021, 2022, 2023])) as _),
+        (
+            "id",
+            Arc::new(Int64Array::from(vec![Some(5), None, Some(7), Some(8)])) as _,
+        ),
+        (
+            "text",
+            Arc::new(StringArray::from(vec![
+                Some("a text"),
+                Some("x"),
+                Some("  "),
+                Some("more"),
+            ])) as _,
+        ),
+        (
+            "source",
+            Arc::new(StringArray::from(vec![
+                Some("s2orc"),
+                None,
+                None,
+                Some("s2ag"),
+            ])) as _,
+        ),
+        (
+            "year",
+            Arc::new(Int64Array::from(vec![2020, 2021, 2022, 2023])) as _,
+        ),
     ])
     .unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), batch.schema(), None).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
-    let options = ReadOptions { keep_fields: vec!["year".into()], ..Default::default() };
+    let options = ReadOptions {
+        keep_fields: vec!["year".into()],
+        ..Default::default()
+    };
     let (papers, bad, _) = read_all(&path, &options);
-    assert_eq!(papers.iter().map(|(_, p)| p.id.as_str()).collect::<Vec<_>>(), ["5", "8"]);
+    assert_eq!(
+        papers
+            .iter()
+            .map(|(_, p)| p.id.as_str())
+            .collect::<Vec<_>>(),
+        ["5", "8"]
+    );
     assert_eq!(papers[0].1.extra.as_deref(), Some(r#"{"year":2020}"#));
     assert_eq!(papers[1].0, 3, "parquet lines are 0-based rows");
     let reasons: Vec<_> = bad.iter().map(|q| (q.line, q.reason)).collect();
-    assert_eq!(reasons, [(1, QuarantineReason::MissingId), (2, QuarantineReason::EmptyText)]);
+    assert_eq!(
+        reasons,
+        [
+            (1, QuarantineReason::MissingId),
+            (2, QuarantineReason::EmptyText)
+        ]
+    );
 }
 
 #[test]
@@ -101,7 +149,10 @@ fn keeps_allow_listed_fields_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.jsonl");
     std::fs::write(&path, GOOD).unwrap();
-    let options = ReadOptions { keep_fields: vec!["year".into(), "missing".into()], ..Default::default() };
+    let options = ReadOptions {
+        keep_fields: vec!["year".into(), "missing".into()],
+        ..Default::default()
+    };
     let (papers, _, _) = read_all(&path, &options);
     assert_eq!(papers[0].1.extra.as_deref(), Some(r#"{"year":2019}"#));
     assert_eq!(papers[1].1.extra, None);
@@ -112,14 +163,24 @@ fn source_filter_selects_by_source_and_prefix() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.jsonl");
     std::fs::write(&path, GOOD).unwrap();
-    let options = ReadOptions { sources: vec!["s2orc".into()], ..Default::default() };
+    let options = ReadOptions {
+        sources: vec!["s2orc".into()],
+        ..Default::default()
+    };
     let (papers, bad, summary) = read_all(&path, &options);
     assert_eq!(papers.len(), 1);
     assert_eq!(papers[0].1.id, "a1");
     assert!(bad.is_empty());
     assert_eq!(summary.filtered, 1);
-    let options = ReadOptions { sources: vec!["s2or".into()], ..Default::default() };
-    assert_eq!(read_all(&path, &options).0.len(), 0, "a prefix must end at '/'");
+    let options = ReadOptions {
+        sources: vec!["s2or".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        read_all(&path, &options).0.len(),
+        0,
+        "a prefix must end at '/'"
+    );
 }
 
 #[test]
@@ -146,7 +207,13 @@ fn quarantines_each_bad_record_and_keeps_going() {
     bytes.extend_from_slice(b"\n\n"); // trailing blank lines are not records
     std::fs::write(&path, bytes).unwrap();
     let (papers, bad, summary) = read_all(&path, &ReadOptions::default());
-    assert_eq!(papers.iter().map(|(l, p)| (*l, p.id.as_str())).collect::<Vec<_>>(), [(1, "ok1"), (10, "ok2")]);
+    assert_eq!(
+        papers
+            .iter()
+            .map(|(l, p)| (*l, p.id.as_str()))
+            .collect::<Vec<_>>(),
+        [(1, "ok1"), (10, "ok2")]
+    );
     use QuarantineReason::*;
     let got: Vec<_> = bad.iter().map(|q| (q.line, q.reason)).collect();
     assert_eq!(
@@ -162,7 +229,9 @@ fn quarantines_each_bad_record_and_keeps_going() {
             (9, NonUtf8)
         ]
     );
-    assert!(bad.iter().all(|q| q.file.ends_with("bad.jsonl") && !q.detail.is_empty()));
+    assert!(bad
+        .iter()
+        .all(|q| q.file.ends_with("bad.jsonl") && !q.detail.is_empty()));
     assert_eq!(bad[5].id.as_deref(), Some("t2"));
     assert!(bad[5].detail.contains("a number"), "{}", bad[5].detail);
     assert_eq!(summary.quarantined, 8);
@@ -173,19 +242,36 @@ fn quarantines_each_bad_record_and_keeps_going() {
 fn truncated_gzip_keeps_the_records_before_the_break() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cut.jsonl.gz");
-    let text: String = (0..2000).map(|i| format!("{{\"id\":\"{i}\",\"text\":\"paper number {i} {}\"}}\n", "w".repeat(i % 97))).collect();
+    let text: String = (0..2000)
+        .map(|i| {
+            format!(
+                "{{\"id\":\"{i}\",\"text\":\"paper number {i} {}\"}}\n",
+                "w".repeat(i % 97)
+            )
+        })
+        .collect();
     let full = gz(text.as_bytes());
     std::fs::write(&path, &full[..full.len() * 2 / 3]).unwrap();
     let (papers, bad, summary) = read_all(&path, &ReadOptions::default());
-    assert!(papers.len() > 100 && papers.len() < 2000, "{}", papers.len());
+    assert!(
+        papers.len() > 100 && papers.len() < 2000,
+        "{}",
+        papers.len()
+    );
     for (i, (line, paper)) in papers.iter().enumerate() {
-        assert_eq!((*line, paper.id.as_str()), (i as u64 + 1, i.to_string().as_str()));
+        assert_eq!(
+            (*line, paper.id.as_str()),
+            (i as u64 + 1, i.to_string().as_str())
+        );
     }
     assert_eq!(bad.len(), 1);
     assert_eq!(bad[0].reason, QuarantineReason::CorruptFile);
     assert_eq!(bad[0].line, papers.len() as u64 + 1);
     let corrupt = summary.corrupt.unwrap();
-    assert!(corrupt.contains(&format!("line {}", papers.len() + 1)) && corrupt.contains("byte"), "{corrupt}");
+    assert!(
+        corrupt.contains(&format!("line {}", papers.len() + 1)) && corrupt.contains("byte"),
+        "{corrupt}"
+    );
 }
 
 #[test]
@@ -213,14 +299,35 @@ fn discovers_directories_recursively_in_sorted_order() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     std::fs::create_dir_all(root.join("b/inner")).unwrap();
-    for name in ["b/inner/z.jsonl.gz", "b/a.parquet", "a.jsonl", "notes.txt", "c.json.gz"] {
+    for name in [
+        "b/inner/z.jsonl.gz",
+        "b/a.parquet",
+        "a.jsonl",
+        "notes.txt",
+        "c.json.gz",
+    ] {
         std::fs::write(root.join(name), b"").unwrap();
     }
     let files = discover(&[root.to_path_buf()]).unwrap();
-    let names: Vec<_> = files.iter().map(|p| p.strip_prefix(root).unwrap().to_str().unwrap().to_owned()).collect();
-    assert_eq!(names, ["a.jsonl", "b/a.parquet", "b/inner/z.jsonl.gz", "c.json.gz"]);
-    assert!(matches!(discover(&[root.join("notes.txt")]), Err(CorpusError::UnknownFormat(_))));
-    assert!(matches!(discover(&[root.join("nope")]), Err(CorpusError::NotFound(_))));
+    let names: Vec<_> = files
+        .iter()
+        .map(|p| p.strip_prefix(root).unwrap().to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["a.jsonl", "b/a.parquet", "b/inner/z.jsonl.gz", "c.json.gz"]
+    );
+    assert!(matches!(
+        discover(&[root.join("notes.txt")]),
+        Err(CorpusError::UnknownFormat(_))
+    ));
+    assert!(matches!(
+        discover(&[root.join("nope")]),
+        Err(CorpusError::NotFound(_))
+    ));
     std::fs::create_dir(root.join("empty")).unwrap();
-    assert!(matches!(discover(&[root.join("empty")]), Err(CorpusError::Empty(_))));
+    assert!(matches!(
+        discover(&[root.join("empty")]),
+        Err(CorpusError::Empty(_))
+    ));
 }

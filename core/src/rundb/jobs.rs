@@ -57,23 +57,41 @@ impl RunDb {
 
     pub fn batch(&self, id: i64) -> Result<Option<BatchRow>> {
         self.conn
-            .query_row("SELECT id, path, n_rows, n_excluded, state FROM batches WHERE id = ?1", [id], |r| {
-                Ok(BatchRow { id: r.get(0)?, path: r.get(1)?, n_rows: r.get(2)?, n_excluded: r.get(3)?, state: r.get(4)? })
-            })
+            .query_row(
+                "SELECT id, path, n_rows, n_excluded, state FROM batches WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(BatchRow {
+                        id: r.get(0)?,
+                        path: r.get(1)?,
+                        n_rows: r.get(2)?,
+                        n_excluded: r.get(3)?,
+                        state: r.get(4)?,
+                    })
+                },
+            )
             .optional()
             .map_err(sqlite_err(&self.dir))
     }
 
     /// Batches in a state, in id order.
     pub fn batch_ids(&self, state: &str) -> Result<Vec<i64>> {
-        let mut stmt = self.conn.prepare("SELECT id FROM batches WHERE state = ?1 ORDER BY id").map_err(sqlite_err(&self.dir))?;
-        let rows = stmt.query_map([state], |r| r.get(0)).and_then(|r| r.collect::<rusqlite::Result<Vec<i64>>>());
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM batches WHERE state = ?1 ORDER BY id")
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt
+            .query_map([state], |r| r.get(0))
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<i64>>>());
         rows.map_err(sqlite_err(&self.dir))
     }
 
     pub fn set_batch_state(&self, id: i64, state: &str) -> Result<()> {
         self.conn
-            .execute("UPDATE batches SET state = ?2 WHERE id = ?1", params![id, state])
+            .execute(
+                "UPDATE batches SET state = ?2 WHERE id = ?1",
+                params![id, state],
+            )
             .map(drop)
             .map_err(sqlite_err(&self.dir))
     }
@@ -84,21 +102,37 @@ impl RunDb {
             .prepare("SELECT batch_id, part, path, rows, sha256 FROM shards WHERE batch_id = ?1 ORDER BY part")
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([batch_id], |r| {
-            Ok(ShardRow { batch_id: r.get(0)?, part: r.get(1)?, path: r.get(2)?, rows: r.get(3)?, sha256: r.get(4)? })
+            Ok(ShardRow {
+                batch_id: r.get(0)?,
+                part: r.get(1)?,
+                path: r.get(2)?,
+                rows: r.get(3)?,
+                sha256: r.get(4)?,
+            })
         });
-        rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// Every shard of the run, in batch and part order.
     pub fn all_shards(&self) -> Result<Vec<ShardRow>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT batch_id, part, path, rows, sha256 FROM shards ORDER BY batch_id, part")
+            .prepare(
+                "SELECT batch_id, part, path, rows, sha256 FROM shards ORDER BY batch_id, part",
+            )
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| {
-            Ok(ShardRow { batch_id: r.get(0)?, part: r.get(1)?, path: r.get(2)?, rows: r.get(3)?, sha256: r.get(4)? })
+            Ok(ShardRow {
+                batch_id: r.get(0)?,
+                part: r.get(1)?,
+                path: r.get(2)?,
+                rows: r.get(3)?,
+                sha256: r.get(4)?,
+            })
         });
-        rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// Records a durable shard. Recording the same part again replaces it (a re-run that found
@@ -122,7 +156,10 @@ impl RunDb {
         let reason = crate::quarantine::QuarantineReason::EmbedFailed.as_str();
         for (id, why) in failed {
             self.conn
-                .execute("DELETE FROM quarantine WHERE reason = ?1 AND paper_id = ?2", params![reason, id])
+                .execute(
+                    "DELETE FROM quarantine WHERE reason = ?1 AND paper_id = ?2",
+                    params![reason, id],
+                )
                 .map_err(sqlite_err(&self.dir))?;
             self.conn
                 .execute(
@@ -148,7 +185,12 @@ impl RunDb {
         Ok(self.conn.last_insert_rowid())
     }
 
-    pub fn finish_batch_run(&self, run_id: i64, t: &BatchTimings, error: Option<&str>) -> Result<()> {
+    pub fn finish_batch_run(
+        &self,
+        run_id: i64,
+        t: &BatchTimings,
+        error: Option<&str>,
+    ) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE batch_runs SET finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), state = ?2, error = ?3,
@@ -209,6 +251,7 @@ impl RunDb {
                 },
             ))
         });
-        rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
     }
 }

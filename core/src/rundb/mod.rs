@@ -24,11 +24,22 @@ pub enum RunDbError {
     #[error("{0} is not a run directory (no run.db): run `embedfleet plan --run-dir {0}` first")]
     NotARun(PathBuf),
     #[error("run.db in {dir} has schema version {found}, newer than this embedfleet knows ({known}): use a newer embedfleet")]
-    TooNew { dir: PathBuf, found: i64, known: i64 },
+    TooNew {
+        dir: PathBuf,
+        found: i64,
+        known: i64,
+    },
     #[error("run.db in {dir}: {source}")]
-    Sqlite { dir: PathBuf, source: rusqlite::Error },
+    Sqlite {
+        dir: PathBuf,
+        source: rusqlite::Error,
+    },
     #[error("run.db in {dir}: setting `{key}` is not valid: {source}")]
-    Setting { dir: PathBuf, key: String, source: serde_json::Error },
+    Setting {
+        dir: PathBuf,
+        key: String,
+        source: serde_json::Error,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, RunDbError>;
@@ -36,7 +47,10 @@ pub type Result<T> = std::result::Result<T, RunDbError>;
 /// Wraps SQLite errors with the run directory they happened in. Borrows only the directory, so
 /// it can be used while a transaction holds the connection.
 pub(crate) fn sqlite_err(dir: &Path) -> impl Fn(rusqlite::Error) -> RunDbError + '_ {
-    move |source| RunDbError::Sqlite { dir: dir.to_path_buf(), source }
+    move |source| RunDbError::Sqlite {
+        dir: dir.to_path_buf(),
+        source,
+    }
 }
 
 pub struct RunDb {
@@ -64,8 +78,14 @@ impl RunDb {
     }
 
     fn open_path(dir: &Path) -> Result<Self> {
-        let conn = Connection::open(dir.join(DB_FILE)).map_err(|source| RunDbError::Sqlite { dir: dir.into(), source })?;
-        let mut db = RunDb { conn, dir: dir.into() };
+        let conn = Connection::open(dir.join(DB_FILE)).map_err(|source| RunDbError::Sqlite {
+            dir: dir.into(),
+            source,
+        })?;
+        let mut db = RunDb {
+            conn,
+            dir: dir.into(),
+        };
         db.configure().map_err(|e| db.err(e))?;
         db.migrate()?;
         Ok(db)
@@ -75,29 +95,44 @@ impl RunDb {
         // WAL lets `status` read while a job writes; the busy timeout rides out the short
         // write transactions of concurrent jobs on the same run directory.
         self.conn.busy_timeout(Duration::from_secs(60))?;
-        self.conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
-        self.conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+        self.conn
+            .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
+        self.conn
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
     }
 
     fn migrate(&mut self) -> Result<()> {
         let known = schema::MIGRATIONS.len() as i64;
-        let found: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| self.err(e))?;
+        let found: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
         if found > known {
-            return Err(RunDbError::TooNew { dir: self.dir.clone(), found, known });
+            return Err(RunDbError::TooNew {
+                dir: self.dir.clone(),
+                found,
+                known,
+            });
         }
         for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(found as usize) {
             let dir = self.dir.clone();
-            let err = |source| RunDbError::Sqlite { dir: dir.clone(), source };
+            let err = |source| RunDbError::Sqlite {
+                dir: dir.clone(),
+                source,
+            };
             let tx = self.conn.transaction().map_err(err)?;
             tx.execute_batch(sql).map_err(err)?;
-            tx.pragma_update(None, "user_version", i as i64 + 1).map_err(err)?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)
+                .map_err(err)?;
             tx.commit().map_err(err)?;
         }
         Ok(())
     }
 
     pub fn schema_version(&self) -> Result<i64> {
-        self.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| self.err(e))
+        self.conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| self.err(e))
     }
 
     pub fn dir(&self) -> &Path {
@@ -115,19 +150,28 @@ impl RunDb {
 
     /// Wraps a SQLite error with the run directory it happened in.
     pub fn err(&self, source: rusqlite::Error) -> RunDbError {
-        RunDbError::Sqlite { dir: self.dir.clone(), source }
+        RunDbError::Sqlite {
+            dir: self.dir.clone(),
+            source,
+        }
     }
 
     pub fn setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
         let value: Option<String> = self
             .conn
-            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0))
+            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
             .optional()
             .map_err(|e| self.err(e))?;
         value
             .map(|v| serde_json::from_str(&v))
             .transpose()
-            .map_err(|source| RunDbError::Setting { dir: self.dir.clone(), key: key.into(), source })
+            .map_err(|source| RunDbError::Setting {
+                dir: self.dir.clone(),
+                key: key.into(),
+                source,
+            })
     }
 
     pub fn set_setting<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
@@ -151,12 +195,18 @@ mod tests {
     fn migrates_a_new_database_to_the_current_version_once() {
         let dir = tempfile::tempdir().unwrap();
         let db = RunDb::create(dir.path()).unwrap();
-        assert_eq!(db.schema_version().unwrap(), schema::MIGRATIONS.len() as i64);
+        assert_eq!(
+            db.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
         db.set_setting("k", &vec![1, 2]).unwrap();
         drop(db);
         let db = RunDb::open(dir.path()).unwrap();
         assert_eq!(db.setting::<Vec<i32>>("k").unwrap(), Some(vec![1, 2]));
-        let mode: String = db.conn().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let mode: String = db
+            .conn()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(mode, "wal");
     }
 
@@ -167,19 +217,35 @@ mod tests {
             let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
             conn.execute_batch(schema::MIGRATIONS[0]).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
-            conn.execute("INSERT INTO settings (key, value) VALUES ('plan_state', '\"complete\"')", []).unwrap();
+            conn.execute(
+                "INSERT INTO settings (key, value) VALUES ('plan_state', '\"complete\"')",
+                [],
+            )
+            .unwrap();
         }
         let db = RunDb::open(dir.path()).unwrap();
-        assert_eq!(db.schema_version().unwrap(), schema::MIGRATIONS.len() as i64);
-        assert_eq!(db.setting::<String>("plan_state").unwrap().as_deref(), Some("complete"));
-        let runs: i64 = db.conn().query_row("SELECT count(*) FROM batch_runs", [], |r| r.get(0)).unwrap();
+        assert_eq!(
+            db.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
+        assert_eq!(
+            db.setting::<String>("plan_state").unwrap().as_deref(),
+            Some("complete")
+        );
+        let runs: i64 = db
+            .conn()
+            .query_row("SELECT count(*) FROM batch_runs", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(runs, 0, "the v2 table exists");
     }
 
     #[test]
     fn refuses_a_newer_schema_and_a_missing_run() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(matches!(RunDb::open(dir.path()), Err(RunDbError::NotARun(_))));
+        assert!(matches!(
+            RunDb::open(dir.path()),
+            Err(RunDbError::NotARun(_))
+        ));
         let db = RunDb::create(dir.path()).unwrap();
         db.conn().pragma_update(None, "user_version", 99).unwrap();
         drop(db);

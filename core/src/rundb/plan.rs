@@ -45,7 +45,11 @@ impl RunDb {
                 Ok(CorpusFileRow {
                     id: r.get(0)?,
                     path: r.get(1)?,
-                    fingerprint: Fingerprint { size: r.get(2)?, mtime_ns: r.get(3)?, edges: r.get(4)? },
+                    fingerprint: Fingerprint {
+                        size: r.get(2)?,
+                        mtime_ns: r.get(3)?,
+                        edges: r.get(4)?,
+                    },
                     planned: r.get::<_, String>(5)? == "planned",
                 })
             })
@@ -72,8 +76,12 @@ impl RunDb {
     pub fn reset_file(&mut self, file_id: i64) -> Result<Vec<String>> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
         let paths = {
-            let mut stmt = tx.prepare("SELECT path FROM batches WHERE file_id = ?1").map_err(sqlite_err(&self.dir))?;
-            let paths = stmt.query_map([file_id], |r| r.get(0)).and_then(|r| r.collect::<rusqlite::Result<Vec<String>>>());
+            let mut stmt = tx
+                .prepare("SELECT path FROM batches WHERE file_id = ?1")
+                .map_err(sqlite_err(&self.dir))?;
+            let paths = stmt
+                .query_map([file_id], |r| r.get(0))
+                .and_then(|r| r.collect::<rusqlite::Result<Vec<String>>>());
             paths.map_err(sqlite_err(&self.dir))?
         };
         tx.execute_batch(&format!(
@@ -92,7 +100,13 @@ impl RunDb {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
         tx.execute(
             "INSERT INTO batches (file_id, seq, path, n_rows, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![batch.file_id, batch.seq, batch.path, batch.papers.len(), batch.n_chars],
+            params![
+                batch.file_id,
+                batch.seq,
+                batch.path,
+                batch.papers.len(),
+                batch.n_chars
+            ],
         )
         .map_err(sqlite_err(&self.dir))?;
         let batch_id = tx.last_insert_rowid();
@@ -101,7 +115,9 @@ impl RunDb {
                 .prepare_cached("INSERT INTO papers (id, batch_id, row, line, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)")
                 .map_err(sqlite_err(&self.dir))?;
             for (row, p) in batch.papers.iter().enumerate() {
-                insert.execute(params![p.id, batch_id, row, p.line, p.n_chars]).map_err(sqlite_err(&self.dir))?;
+                insert
+                    .execute(params![p.id, batch_id, row, p.line, p.n_chars])
+                    .map_err(sqlite_err(&self.dir))?;
             }
         }
         tx.commit().map_err(sqlite_err(&self.dir))?;
@@ -119,7 +135,14 @@ impl RunDb {
                 .map_err(sqlite_err(&self.dir))?;
             for q in entries {
                 insert
-                    .execute(params![file_id, q.line, q.reason.as_str(), q.detail, q.id, q.first_occurrence])
+                    .execute(params![
+                        file_id,
+                        q.line,
+                        q.reason.as_str(),
+                        q.detail,
+                        q.id,
+                        q.first_occurrence
+                    ])
                     .map_err(sqlite_err(&self.dir))?;
             }
         }
@@ -127,7 +150,14 @@ impl RunDb {
     }
 
     /// Marks a file planned, with what reading it came to.
-    pub fn finish_file(&self, file_id: i64, papers: u64, quarantined: u64, filtered: u64, corrupt: Option<&str>) -> Result<()> {
+    pub fn finish_file(
+        &self,
+        file_id: i64,
+        papers: u64,
+        quarantined: u64,
+        filtered: u64,
+        corrupt: Option<&str>,
+    ) -> Result<()> {
         self.conn
             .execute(
                 "UPDATE corpus_files SET state = 'planned', papers = ?2, quarantined = ?3, filtered = ?4, corrupt = ?5
@@ -142,7 +172,8 @@ impl RunDb {
     /// every later occurrence as excluded from its batch and quarantines it. Returns how many.
     pub fn resolve_duplicates(&mut self) -> Result<u64> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
-        tx.execute_batch("CREATE INDEX IF NOT EXISTS papers_by_id ON papers (id)").map_err(sqlite_err(&self.dir))?;
+        tx.execute_batch("CREATE INDEX IF NOT EXISTS papers_by_id ON papers (id)")
+            .map_err(sqlite_err(&self.dir))?;
         let occurrences: Vec<(i64, String, i64, i64, String)> = {
             let mut stmt = tx
                 .prepare(
@@ -152,8 +183,11 @@ impl RunDb {
                      ORDER BY p.id, b.file_id, p.line",
                 )
                 .map_err(sqlite_err(&self.dir))?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)));
-            rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))?
+            let rows = stmt.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            });
+            rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+                .map_err(sqlite_err(&self.dir))?
         };
         let mut first: Option<(String, String)> = None; // (paper id, "file:line")
         let mut count = 0;
@@ -200,7 +234,9 @@ impl RunDb {
             .conn
             .prepare("SELECT row FROM papers WHERE batch_id = ?1 AND duplicate_of IS NOT NULL ORDER BY row")
             .map_err(sqlite_err(&self.dir))?;
-        let rows = stmt.query_map([batch_id], |r| r.get(0)).and_then(|r| r.collect::<rusqlite::Result<Vec<u64>>>());
+        let rows = stmt
+            .query_map([batch_id], |r| r.get(0))
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<u64>>>());
         rows.map_err(sqlite_err(&self.dir))
     }
 
@@ -224,6 +260,7 @@ impl RunDb {
                 first_occurrence: r.get(5)?,
             })
         });
-        rows.and_then(|r| r.collect::<rusqlite::Result<_>>()).map_err(sqlite_err(&self.dir))
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
     }
 }

@@ -40,7 +40,11 @@ impl RunDb {
     pub fn status(&self) -> Result<RunStatus> {
         let c = &self.conn;
         let e = |e| self.err(e);
-        let scalar = |sql: &str| -> Result<u64> { c.query_row(sql, [], |r| r.get::<_, Option<u64>>(0)).map(|v| v.unwrap_or(0)).map_err(e) };
+        let scalar = |sql: &str| -> Result<u64> {
+            c.query_row(sql, [], |r| r.get::<_, Option<u64>>(0))
+                .map(|v| v.unwrap_or(0))
+                .map_err(e)
+        };
         let grouped = |sql: &str| -> Result<BTreeMap<String, u64>> {
             let mut stmt = c.prepare(sql).map_err(e)?;
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
@@ -55,19 +59,31 @@ impl RunDb {
                      GROUP BY 1, 2",
                 )
                 .map_err(e)?;
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, u64>(2)?)));
+            let rows = stmt.query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, u64>(2)?,
+                ))
+            });
             for row in rows.map_err(e)? {
                 let (queue, state, n) = row.map_err(e)?;
                 jobs_by_queue.entry(queue).or_default().insert(state, n);
             }
         }
         let corrupt_files: BTreeMap<String, String> = {
-            let mut stmt = c.prepare("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL").map_err(e)?;
+            let mut stmt = c
+                .prepare("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL")
+                .map_err(e)?;
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)?
         };
         let plan_state: Option<String> = c
-            .query_row("SELECT value FROM settings WHERE key = 'plan_state'", [], |r| r.get(0))
+            .query_row(
+                "SELECT value FROM settings WHERE key = 'plan_state'",
+                [],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(e)?;
         Ok(RunStatus {
@@ -76,13 +92,17 @@ impl RunDb {
             schema_version: self.schema_version()?,
             plan_complete: plan_state.as_deref() == Some("\"complete\""),
             corpus_files: scalar("SELECT count(*) FROM corpus_files")?,
-            corpus_files_planned: scalar("SELECT count(*) FROM corpus_files WHERE state = 'planned'")?,
+            corpus_files_planned: scalar(
+                "SELECT count(*) FROM corpus_files WHERE state = 'planned'",
+            )?,
             corrupt_files,
             papers_planned: scalar("SELECT sum(n_rows - n_excluded) FROM batches")?,
             chars_planned: scalar("SELECT sum(n_chars) FROM batches")?,
             papers_filtered: scalar("SELECT sum(filtered) FROM corpus_files")?,
             papers_quarantined: scalar("SELECT count(*) FROM quarantine")?,
-            quarantined_by_reason: grouped("SELECT reason, count(*) FROM quarantine GROUP BY reason")?,
+            quarantined_by_reason: grouped(
+                "SELECT reason, count(*) FROM quarantine GROUP BY reason",
+            )?,
             batches: scalar("SELECT count(*) FROM batches")?,
             batches_by_state: grouped("SELECT state, count(*) FROM batches GROUP BY state")?,
             jobs_by_queue,

@@ -23,7 +23,11 @@ pub fn split(tokens: &[u32], eos: u32, max_len: usize) -> Vec<Vec<u32>> {
 /// The length-weighted mean of chunk vectors, L2-normalised. `weights` are the chunks' token
 /// counts.
 pub fn combine(vectors: &[Vec<f32>], weights: &[usize]) -> Vec<f32> {
-    assert_eq!(vectors.len(), weights.len(), "one weight per chunk. This is a bug.");
+    assert_eq!(
+        vectors.len(),
+        weights.len(),
+        "one weight per chunk. This is a bug."
+    );
     if vectors.len() == 1 {
         return vectors[0].clone();
     }
@@ -46,8 +50,19 @@ mod tests {
     fn split_keeps_every_token_and_ends_each_chunk_with_eos() {
         let tokens: Vec<u32> = (1..=10).collect();
         let chunks = split(&tokens, 0, 4);
-        assert_eq!(chunks, vec![vec![1, 2, 3, 0], vec![4, 5, 6, 0], vec![7, 8, 9, 0], vec![10, 0]]);
-        assert_eq!(split(&tokens, 0, 11), vec![[tokens.clone(), vec![0]].concat()]);
+        assert_eq!(
+            chunks,
+            vec![
+                vec![1, 2, 3, 0],
+                vec![4, 5, 6, 0],
+                vec![7, 8, 9, 0],
+                vec![10, 0]
+            ]
+        );
+        assert_eq!(
+            split(&tokens, 0, 11),
+            vec![[tokens.clone(), vec![0]].concat()]
+        );
     }
 
     #[test]

@@ -48,7 +48,12 @@ pub fn serve(model: &dyn Embedder, work: Receiver<Work>, done: Sender<Done>) {
         let mut stats = FallbackStats::default();
         let seqs: Vec<&[u32]> = item.seqs.iter().map(|s| s.as_slice()).collect();
         let vectors = embed_with_fallback(model, &seqs, &mut stats).map_err(|e| e.to_string());
-        let message = Done { tag: item.tag, vectors, stats, busy: started.elapsed() };
+        let message = Done {
+            tag: item.tag,
+            vectors,
+            stats,
+            busy: started.elapsed(),
+        };
         if done.send(message).is_err() {
             return; // the job gave up; nothing left to report to
         }
@@ -89,7 +94,12 @@ pub fn embed_with_fallback(
 
 /// One sequence that does not fit alone: embed its halves (each ending in the sequence's last
 /// token, the EOS) and combine them by length.
-fn embed_in_pieces(model: &dyn Embedder, seq: &[u32], err: ModelError, stats: &mut FallbackStats) -> Result<Vec<f32>, ModelError> {
+fn embed_in_pieces(
+    model: &dyn Embedder,
+    seq: &[u32],
+    err: ModelError,
+    stats: &mut FallbackStats,
+) -> Result<Vec<f32>, ModelError> {
     let (body, eos) = seq.split_at(seq.len() - 1);
     if body.len() < 2 * MIN_PIECE_TOKENS {
         return Err(err);

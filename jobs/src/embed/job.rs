@@ -51,7 +51,10 @@ pub enum EmbedJobError {
     #[error("failed to load the model: {0}")]
     Model(#[from] ModelError),
     #[error("failed to prepare {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What a job run came to.
@@ -76,16 +79,27 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
     if db.setting::<String>("plan_state")?.as_deref() != Some("complete") {
         return Err(EmbedJobError::NotPlanned);
     }
-    let batch = db.batch(options.batch)?.ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
+    let batch = db
+        .batch(options.batch)?
+        .ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
     let mut timings = BatchTimings::default();
 
     let io_started = Instant::now();
-    let papers = read_papers(&options.run_dir.join(&batch.path), &db.excluded_rows(batch.id)?)?;
-    let parts: Vec<Vec<Paper>> = papers.chunks(options.shard_papers.max(1)).map(<[Paper]>::to_vec).collect();
+    let papers = read_papers(
+        &options.run_dir.join(&batch.path),
+        &db.excluded_rows(batch.id)?,
+    )?;
+    let parts: Vec<Vec<Paper>> = papers
+        .chunks(options.shard_papers.max(1))
+        .map(<[Paper]>::to_vec)
+        .collect();
     drop(papers);
     let todo = parts_to_do(&db, options, parts.len() as u32)?;
     timings.io_s += io_started.elapsed().as_secs_f64();
-    let mut report = JobReport { parts_skipped: parts.len() as u32 - todo.len() as u32, ..JobReport::default() };
+    let mut report = JobReport {
+        parts_skipped: parts.len() as u32 - todo.len() as u32,
+        ..JobReport::default()
+    };
     if todo.is_empty() {
         db.set_batch_state(batch.id, "done")?;
         report.timings = timings;
@@ -93,9 +107,22 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
     }
 
     db.set_batch_state(batch.id, "running")?;
-    let devices = options.devices.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>().join(",");
+    let devices = options
+        .devices
+        .iter()
+        .map(|d| format!("{d:?}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let run_id = db.start_batch_run(batch.id, &devices)?;
-    let result = embed_parts(&db, options, &settings.minibatch, parts, &todo, &mut timings, &mut report);
+    let result = embed_parts(
+        &db,
+        options,
+        &settings.minibatch,
+        parts,
+        &todo,
+        &mut timings,
+        &mut report,
+    );
     timings.total_s = started.elapsed().as_secs_f64();
     let error = result.as_ref().err().map(ToString::to_string);
     db.finish_batch_run(run_id, &timings, error.as_deref())?;
@@ -121,21 +148,39 @@ fn read_papers(path: &Path, excluded: &[u64]) -> Result<Vec<Paper>, EmbedJobErro
 }
 
 /// The parts whose shard is missing on disk or in run.db; removes this batch's leftovers.
-fn parts_to_do(db: &RunDb, options: &EmbedJobOptions, parts: u32) -> Result<Vec<u32>, EmbedJobError> {
+fn parts_to_do(
+    db: &RunDb,
+    options: &EmbedJobOptions,
+    parts: u32,
+) -> Result<Vec<u32>, EmbedJobError> {
     let dir = options.run_dir.join(SHARD_DIR);
-    std::fs::create_dir_all(&dir).map_err(|source| EmbedJobError::Io { path: dir.clone(), source })?;
+    std::fs::create_dir_all(&dir).map_err(|source| EmbedJobError::Io {
+        path: dir.clone(),
+        source,
+    })?;
     let prefix = format!("b{:06}-", options.batch);
-    for entry in std::fs::read_dir(&dir).map_err(|source| EmbedJobError::Io { path: dir.clone(), source })? {
-        let entry = entry.map_err(|source| EmbedJobError::Io { path: dir.clone(), source })?;
+    for entry in std::fs::read_dir(&dir).map_err(|source| EmbedJobError::Io {
+        path: dir.clone(),
+        source,
+    })? {
+        let entry = entry.map_err(|source| EmbedJobError::Io {
+            path: dir.clone(),
+            source,
+        })?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with(&prefix) && name.ends_with(atomic::TMP_SUFFIX) {
-            std::fs::remove_file(entry.path()).map_err(|source| EmbedJobError::Io { path: entry.path(), source })?;
+            std::fs::remove_file(entry.path()).map_err(|source| EmbedJobError::Io {
+                path: entry.path(),
+                source,
+            })?;
         }
     }
     let recorded = db.shards_of(options.batch)?;
     Ok((0..parts)
         .filter(|&part| {
-            !recorded.iter().any(|s| s.part == part && options.run_dir.join(&s.path).is_file())
+            !recorded
+                .iter()
+                .any(|s| s.part == part && options.run_dir.join(&s.path).is_file())
         })
         .collect())
 }
@@ -149,10 +194,22 @@ fn embed_parts(
     timings: &mut BatchTimings,
     report: &mut JobReport,
 ) -> Result<(), EmbedJobError> {
-    let LoadedModels { models, tokenizer, meta, load_time } =
-        load_models(&options.model_dir, &options.devices, options.output_dim, options.memory_limit)?;
+    let LoadedModels {
+        models,
+        tokenizer,
+        meta,
+        load_time,
+    } = load_models(
+        &options.model_dir,
+        &options.devices,
+        options.output_dim,
+        options.memory_limit,
+    )?;
     timings.model_load_s = load_time.as_secs_f64();
-    let max_len = options.max_tokens.unwrap_or(usize::MAX).min(models[0].max_position_embeddings());
+    let max_len = options
+        .max_tokens
+        .unwrap_or(usize::MAX)
+        .min(models[0].max_position_embeddings());
     let encoding = Encoding {
         tokenizer: &tokenizer,
         max_len,
@@ -160,57 +217,79 @@ fn embed_parts(
         query_instruction: None,
         tokenize_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
     };
-    let work: Vec<(u32, Vec<Paper>)> = todo.iter().map(|&p| (p, std::mem::take(&mut parts[p as usize]))).collect();
+    let work: Vec<(u32, Vec<Paper>)> = todo
+        .iter()
+        .map(|&p| (p, std::mem::take(&mut parts[p as usize])))
+        .collect();
     let order: Vec<u32> = work.iter().map(|(p, _)| *p).collect();
     let mut next = order.iter();
     let mut inference = Duration::ZERO;
     let mut tokenize = Duration::ZERO;
-    pipeline::embed_parts(&models, work.into_iter().map(|(_, papers)| papers), &encoding, |papers, outcome| {
-        let part = *next.next().expect("one outcome per part. This is a bug.");
-        inference += outcome.inference;
-        tokenize += outcome.tokenize;
-        timings.tokens += outcome.tokens;
-        timings.padding_tokens += outcome.padding_tokens;
-        timings.fallback_split += outcome.fallbacks.split;
-        timings.fallback_sequential += outcome.fallbacks.sequential;
-        timings.fallback_chunked += outcome.fallbacks.chunked;
-        timings.long_chunked += outcome.long_chunked;
-        let write_started = Instant::now();
-        let path = shard_file_name(options.batch, part);
-        let mut writer = ShardWriter::create(&options.run_dir.join(&path), options.vector_dtype, &meta)?;
-        let mut failed = Vec::new();
-        for (paper, result) in papers.iter().zip(&outcome.results) {
-            match result {
-                Ok(e) => writer.push(&Row {
-                    paper,
-                    vector: &e.vector,
-                    n_chars: embedfleet_core::paper::count_chars(&paper.text) as u32,
-                    n_tokens: e.n_tokens,
-                    n_chunks: e.n_chunks,
-                })?,
-                Err(why) => failed.push((paper.id.clone(), why.clone())),
+    pipeline::embed_parts(
+        &models,
+        work.into_iter().map(|(_, papers)| papers),
+        &encoding,
+        |papers, outcome| {
+            let part = *next.next().expect("one outcome per part. This is a bug.");
+            inference += outcome.inference;
+            tokenize += outcome.tokenize;
+            timings.tokens += outcome.tokens;
+            timings.padding_tokens += outcome.padding_tokens;
+            timings.fallback_split += outcome.fallbacks.split;
+            timings.fallback_sequential += outcome.fallbacks.sequential;
+            timings.fallback_chunked += outcome.fallbacks.chunked;
+            timings.long_chunked += outcome.long_chunked;
+            let write_started = Instant::now();
+            let path = shard_file_name(options.batch, part);
+            let mut writer =
+                ShardWriter::create(&options.run_dir.join(&path), options.vector_dtype, &meta)?;
+            let mut failed = Vec::new();
+            for (paper, result) in papers.iter().zip(&outcome.results) {
+                match result {
+                    Ok(e) => writer.push(&Row {
+                        paper,
+                        vector: &e.vector,
+                        n_chars: embedfleet_core::paper::count_chars(&paper.text) as u32,
+                        n_tokens: e.n_tokens,
+                        n_chunks: e.n_chunks,
+                    })?,
+                    Err(why) => failed.push((paper.id.clone(), why.clone())),
+                }
             }
-        }
-        let info = writer.finish()?;
-        record_failures(db, options.batch, &failed)?;
-        db.record_shard(&ShardRow { batch_id: options.batch, part, path, rows: info.rows, sha256: info.sha256 })?;
-        timings.io_s += write_started.elapsed().as_secs_f64();
-        timings.papers += info.rows;
-        report.parts_written += 1;
-        report.papers_embedded += info.rows;
-        report.papers_failed += failed.len() as u64;
-        Ok::<(), EmbedJobError>(())
-    })?;
+            let info = writer.finish()?;
+            record_failures(db, options.batch, &failed)?;
+            db.record_shard(&ShardRow {
+                batch_id: options.batch,
+                part,
+                path,
+                rows: info.rows,
+                sha256: info.sha256,
+            })?;
+            timings.io_s += write_started.elapsed().as_secs_f64();
+            timings.papers += info.rows;
+            report.parts_written += 1;
+            report.papers_embedded += info.rows;
+            report.papers_failed += failed.len() as u64;
+            Ok::<(), EmbedJobError>(())
+        },
+    )?;
     timings.inference_s = inference.as_secs_f64();
     timings.tokenize_s = tokenize.as_secs_f64();
     Ok(())
 }
 
 /// Papers that could not be embedded go to the quarantine, with the reason.
-fn record_failures(db: &RunDb, batch: i64, failed: &[(String, String)]) -> Result<(), EmbedJobError> {
+fn record_failures(
+    db: &RunDb,
+    batch: i64,
+    failed: &[(String, String)],
+) -> Result<(), EmbedJobError> {
     if failed.is_empty() {
         return Ok(());
     }
     db.record_embed_failures(batch, failed)?;
-    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| EmbedJobError::Io { path: db.dir().into(), source })
+    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| EmbedJobError::Io {
+        path: db.dir().into(),
+        source,
+    })
 }

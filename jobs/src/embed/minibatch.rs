@@ -35,9 +35,10 @@ pub fn minibatches(items: &[Item], rule: &MiniBatchRule) -> Vec<Vec<usize>> {
         let item = items[i];
         let full = !current.is_empty()
             && match *rule {
-                MiniBatchRule::Chars { max_chars, max_papers } => {
-                    current.len() as u32 >= max_papers || chars + item.n_chars > max_chars
-                }
+                MiniBatchRule::Chars {
+                    max_chars,
+                    max_papers,
+                } => current.len() as u32 >= max_papers || chars + item.n_chars > max_chars,
                 MiniBatchRule::TokenBudget { max_tokens } => {
                     (current.len() as u64 + 1) * longest.max(item.n_tokens as u64) > max_tokens
                 }
@@ -75,21 +76,38 @@ mod tests {
     use super::*;
 
     fn items(tokens: &[usize]) -> Vec<Item> {
-        tokens.iter().enumerate().map(|(index, &n)| Item { index, n_tokens: n, n_chars: n as u64 * 4 }).collect()
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(index, &n)| Item {
+                index,
+                n_tokens: n,
+                n_chars: n as u64 * 4,
+            })
+            .collect()
     }
 
     #[test]
     fn chars_rule_keeps_corpus_order_and_both_limits() {
         let it = items(&[10, 10, 10, 100, 5, 5, 5, 5, 5]);
-        let rule = MiniBatchRule::Chars { max_chars: 200, max_papers: 3 };
-        assert_eq!(minibatches(&it, &rule), vec![vec![0, 1, 2], vec![3], vec![4, 5, 6], vec![7, 8]]);
+        let rule = MiniBatchRule::Chars {
+            max_chars: 200,
+            max_papers: 3,
+        };
+        assert_eq!(
+            minibatches(&it, &rule),
+            vec![vec![0, 1, 2], vec![3], vec![4, 5, 6], vec![7, 8]]
+        );
     }
 
     #[test]
     fn token_budget_sorts_longest_first_and_isolates_oversized_items() {
         let it = items(&[3, 50, 4, 20, 20, 2]);
         let rule = MiniBatchRule::TokenBudget { max_tokens: 40 };
-        assert_eq!(minibatches(&it, &rule), vec![vec![1], vec![3, 4], vec![2, 0, 5]]);
+        assert_eq!(
+            minibatches(&it, &rule),
+            vec![vec![1], vec![3, 4], vec![2, 0, 5]]
+        );
         let all: usize = minibatches(&it, &rule).iter().map(Vec::len).sum();
         assert_eq!(all, it.len(), "every item is in exactly one mini-batch");
     }
@@ -97,7 +115,13 @@ mod tests {
     #[test]
     fn sorting_by_length_cuts_padding() {
         let it = items(&[100, 2, 90, 3, 80, 4, 70, 5]);
-        let study = minibatches(&it, &MiniBatchRule::Chars { max_chars: 10_000, max_papers: 2 });
+        let study = minibatches(
+            &it,
+            &MiniBatchRule::Chars {
+                max_chars: 10_000,
+                max_papers: 2,
+            },
+        );
         let sorted = minibatches(&it, &MiniBatchRule::TokenBudget { max_tokens: 200 });
         let (real_a, pad_a) = padding(&it, &study);
         let (real_b, pad_b) = padding(&it, &sorted);

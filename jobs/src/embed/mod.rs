@@ -15,10 +15,14 @@ use std::time::{Duration, Instant};
 /// `cuda:0,1`), plus `cpu:N` for N CPU workers — the multi-device path without a GPU.
 pub fn parse_devices(spec: &str) -> Result<Vec<DeviceSpec>, ModelError> {
     if let Some(n) = spec.trim().strip_prefix("cpu:") {
-        let n: usize = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| ModelError::InvalidDevice {
-            spec: spec.into(),
-            reason: "`cpu:N` takes a positive number of workers".into(),
-        })?;
+        let n: usize =
+            n.parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| ModelError::InvalidDevice {
+                    spec: spec.into(),
+                    reason: "`cpu:N` takes a positive number of workers".into(),
+                })?;
         return Ok(vec![DeviceSpec::Cpu; n]);
     }
     embedfleet_models::parse_devices(spec)
@@ -45,14 +49,25 @@ pub fn load_models(
         let handles: Vec<_> = devices
             .iter()
             .map(|device| {
-                let options = LoadOptions { device: device.clone(), output_dim, memory_limit, ..LoadOptions::default() };
+                let options = LoadOptions {
+                    device: *device,
+                    output_dim,
+                    memory_limit,
+                    ..LoadOptions::default()
+                };
                 scope.spawn(move || Qwen3Embedder::load(model_dir, &options))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a model loader panicked. This is a bug.")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a model loader panicked. This is a bug."))
+            .collect()
     });
     let models = loaded.into_iter().collect::<Result<Vec<_>, _>>()?;
-    let first = models.first().ok_or_else(|| ModelError::InvalidDevice { spec: String::new(), reason: "no device given".into() })?;
+    let first = models.first().ok_or_else(|| ModelError::InvalidDevice {
+        spec: String::new(),
+        reason: "no device given".into(),
+    })?;
     let tokenizer = first.tokenizer()?;
     let meta = ShardMeta {
         model: model_name(model_dir),
@@ -64,13 +79,24 @@ pub fn load_models(
         embedfleet_version: env!("CARGO_PKG_VERSION").into(),
         timings: None,
     };
-    let models = models.into_iter().map(|m| Box::new(m) as Box<dyn Embedder>).collect();
-    Ok(LoadedModels { models, tokenizer, meta, load_time: started.elapsed() })
+    let models = models
+        .into_iter()
+        .map(|m| Box::new(m) as Box<dyn Embedder>)
+        .collect();
+    Ok(LoadedModels {
+        models,
+        tokenizer,
+        meta,
+        load_time: started.elapsed(),
+    })
 }
 
 fn model_name(dir: &Path) -> String {
     let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
+    canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string())
 }
 
 /// A short hash of config.json and the weight files' fingerprints (size and first and last

@@ -71,16 +71,30 @@ fn tokenize(papers: Vec<Paper>, enc: &Encoding) -> Tokenized {
                                 Some(instruction) => format_query(instruction, &p.text),
                                 None => p.text.clone(),
                             };
-                            let tokens = enc.tokenizer.encode_raw(&text).map_err(|e| e.to_string())?;
-                            Ok(chunk::split(&tokens, eos, enc.max_len).into_iter().map(Arc::new).collect())
+                            let tokens =
+                                enc.tokenizer.encode_raw(&text).map_err(|e| e.to_string())?;
+                            Ok(chunk::split(&tokens, eos, enc.max_len)
+                                .into_iter()
+                                .map(Arc::new)
+                                .collect())
                         })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("a tokenizer thread panicked. This is a bug.")).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .expect("a tokenizer thread panicked. This is a bug.")
+            })
+            .collect()
     });
-    Tokenized { papers, chunks, took: started.elapsed() }
+    Tokenized {
+        papers,
+        chunks,
+        took: started.elapsed(),
+    }
 }
 
 /// Embeds every part of `parts` on `models` (one thread each) and hands each part, with its
@@ -121,8 +135,16 @@ pub fn embed_parts<E>(
 }
 
 /// Sends one tokenized part's mini-batches to the devices and assembles the vectors.
-fn run_part(part: &Tokenized, enc: &Encoding, work: &crossbeam_channel::Sender<Work>, done: &crossbeam_channel::Receiver<Done>) -> PartOutcome {
-    let mut outcome = PartOutcome { tokenize: part.took, ..PartOutcome::default() };
+fn run_part(
+    part: &Tokenized,
+    enc: &Encoding,
+    work: &crossbeam_channel::Sender<Work>,
+    done: &crossbeam_channel::Receiver<Done>,
+) -> PartOutcome {
+    let mut outcome = PartOutcome {
+        tokenize: part.took,
+        ..PartOutcome::default()
+    };
     // Every chunk of every paper is one item; `owner[i]` is the paper of item i.
     let mut items = Vec::new();
     let mut seqs = Vec::new();
@@ -134,7 +156,11 @@ fn run_part(part: &Tokenized, enc: &Encoding, work: &crossbeam_channel::Sender<W
             }
             let chars = count_chars(&part.papers[p].text) / chunks.len() as u64;
             for c in chunks {
-                items.push(Item { index: items.len(), n_tokens: c.len(), n_chars: chars });
+                items.push(Item {
+                    index: items.len(),
+                    n_tokens: c.len(),
+                    n_chars: chars,
+                });
                 seqs.push(c.clone());
                 owner.push(p);
             }
@@ -147,16 +173,24 @@ fn run_part(part: &Tokenized, enc: &Encoding, work: &crossbeam_channel::Sender<W
     let started = Instant::now();
     for (tag, batch) in batches.iter().enumerate() {
         let seqs = batch.iter().map(|&i| seqs[i].clone()).collect();
-        work.send(Work { tag, seqs }).expect("device threads outlive the part. This is a bug.");
+        work.send(Work { tag, seqs })
+            .expect("device threads outlive the part. This is a bug.");
     }
     let mut vectors: Vec<Option<Result<Vec<f32>, String>>> = vec![None; items.len()];
     for _ in 0..batches.len() {
-        let d = done.recv().expect("device threads outlive the part. This is a bug.");
+        let d = done
+            .recv()
+            .expect("device threads outlive the part. This is a bug.");
         outcome.fallbacks.add(d.stats);
         let members = &batches[d.tag];
         match d.vectors {
-            Ok(vs) => members.iter().zip(vs).for_each(|(&i, v)| vectors[i] = Some(Ok(v))),
-            Err(e) => members.iter().for_each(|&i| vectors[i] = Some(Err(e.clone()))),
+            Ok(vs) => members
+                .iter()
+                .zip(vs)
+                .for_each(|(&i, v)| vectors[i] = Some(Ok(v))),
+            Err(e) => members
+                .iter()
+                .for_each(|&i| vectors[i] = Some(Err(e.clone()))),
         }
     }
     outcome.inference = started.elapsed();
@@ -164,13 +198,17 @@ fn run_part(part: &Tokenized, enc: &Encoding, work: &crossbeam_channel::Sender<W
     outcome
 }
 
+/// One paper's chunk vectors and their token counts as they come back, or the first error.
+#[derive(Clone, Default)]
+struct PaperChunks(Vec<Vec<f32>>, Vec<usize>, Option<String>);
+
 fn assemble(
     part: &Tokenized,
     owner: &[usize],
     seqs: &[Arc<Vec<u32>>],
     vectors: Vec<Option<Result<Vec<f32>, String>>>,
 ) -> Vec<Result<Embedded, String>> {
-    let mut per_paper: Vec<(Vec<Vec<f32>>, Vec<usize>, Option<String>)> = vec![(Vec::new(), Vec::new(), None); part.papers.len()];
+    let mut per_paper: Vec<PaperChunks> = vec![PaperChunks::default(); part.papers.len()];
     for ((&p, seq), v) in owner.iter().zip(seqs).zip(vectors) {
         match v.expect("every item gets a result. This is a bug.") {
             Ok(v) => {
@@ -183,8 +221,10 @@ fn assemble(
     per_paper
         .into_iter()
         .zip(&part.chunks)
-        .map(|((vs, weights, err), chunks)| {
-            let chunks = chunks.as_ref().map_err(|e| format!("tokenizer failed: {e}"))?;
+        .map(|(PaperChunks(vs, weights, err), chunks)| {
+            let chunks = chunks
+                .as_ref()
+                .map_err(|e| format!("tokenizer failed: {e}"))?;
             if let Some(e) = err {
                 return Err(format!("embedding failed: {e}"));
             }

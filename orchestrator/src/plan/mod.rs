@@ -44,19 +44,31 @@ pub enum PlanError {
     #[error(transparent)]
     RunDb(#[from] RunDbError),
     #[error("failed to fingerprint {path}: {source}")]
-    Fingerprint { path: PathBuf, source: std::io::Error },
+    Fingerprint {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(
         "the corpus changed since {run_dir} was planned:\n{}\nplan the new corpus into a new run directory, or restore the files",
         .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
     )]
-    CorpusChanged { run_dir: PathBuf, changes: Vec<String> },
+    CorpusChanged {
+        run_dir: PathBuf,
+        changes: Vec<String>,
+    },
     #[error(
         "{run_dir} was planned with other settings:\n{}\nuse the same settings, or plan into a new run directory",
         .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
     )]
-    SettingsChanged { run_dir: PathBuf, changes: Vec<String> },
+    SettingsChanged {
+        run_dir: PathBuf,
+        changes: Vec<String>,
+    },
     #[error("failed to write in {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Worker(String),
 }
@@ -64,7 +76,10 @@ pub enum PlanError {
 impl PlanError {
     /// Whether the run directory refused the plan (as opposed to a failure while planning).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, PlanError::CorpusChanged { .. } | PlanError::SettingsChanged { .. })
+        matches!(
+            self,
+            PlanError::CorpusChanged { .. } | PlanError::SettingsChanged { .. }
+        )
     }
 }
 
@@ -95,7 +110,10 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     } else {
         check_corpus(&options.run_dir, &known, &files)?;
     }
-    let mut report = PlanReport { files: files.len(), ..PlanReport::default() };
+    let mut report = PlanReport {
+        files: files.len(),
+        ..PlanReport::default()
+    };
     if db.setting::<String>("plan_state")?.as_deref() == Some("complete") {
         report.already_planned = true;
         fill_totals(&db, &mut report)?;
@@ -103,20 +121,33 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         return Ok(report);
     }
     let batch_dir = options.run_dir.join(BATCH_DIR);
-    std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io { path: batch_dir.clone(), source })?;
-    atomic::remove_leftovers(&batch_dir).map_err(|source| PlanError::Io { path: batch_dir.clone(), source })?;
+    std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io {
+        path: batch_dir.clone(),
+        source,
+    })?;
+    atomic::remove_leftovers(&batch_dir).map_err(|source| PlanError::Io {
+        path: batch_dir.clone(),
+        source,
+    })?;
     let pending: Vec<worker::FileTask> = db
         .corpus_files()?
         .into_iter()
         .filter(|f| !f.planned)
-        .map(|f| worker::FileTask { id: f.id, path: PathBuf::from(&f.path), size: f.fingerprint.size })
+        .map(|f| worker::FileTask {
+            id: f.id,
+            path: PathBuf::from(&f.path),
+            size: f.fingerprint.size,
+        })
         .collect();
     for task in &pending {
         // A killed plan may have recorded some batches of this file: start it over.
         for path in db.reset_file(task.id)? {
             remove_if_exists(&options.run_dir.join(path))?;
         }
-        worker::remove_file_batches(&batch_dir, task.id).map_err(|source| PlanError::Io { path: batch_dir.clone(), source })?;
+        worker::remove_file_batches(&batch_dir, task.id).map_err(|source| PlanError::Io {
+            path: batch_dir.clone(),
+            source,
+        })?;
     }
     report.files_planned_now = pending.len();
     let bytes_read = Arc::new(AtomicU64::new(0));
@@ -146,7 +177,10 @@ fn fingerprinted_corpus(inputs: &[PathBuf]) -> Result<Vec<(String, Fingerprint)>
     files
         .into_iter()
         .map(|path| {
-            let fp = Fingerprint::of(&path).map_err(|source| PlanError::Fingerprint { path: path.clone(), source })?;
+            let fp = Fingerprint::of(&path).map_err(|source| PlanError::Fingerprint {
+                path: path.clone(),
+                source,
+            })?;
             Ok((path.display().to_string(), fp))
         })
         .collect()
@@ -160,7 +194,10 @@ fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<(), PlanError> {
             if changes.is_empty() {
                 Ok(())
             } else {
-                Err(PlanError::SettingsChanged { run_dir: options.run_dir.clone(), changes })
+                Err(PlanError::SettingsChanged {
+                    run_dir: options.run_dir.clone(),
+                    changes,
+                })
             }
         }
     }
@@ -190,19 +227,28 @@ fn check_corpus(
     if changes.is_empty() {
         Ok(())
     } else {
-        Err(PlanError::CorpusChanged { run_dir: run_dir.into(), changes })
+        Err(PlanError::CorpusChanged {
+            run_dir: run_dir.into(),
+            changes,
+        })
     }
 }
 
 fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
     match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PlanError::Io { path: path.into(), source: e }),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PlanError::Io {
+            path: path.into(),
+            source: e,
+        }),
         _ => Ok(()),
     }
 }
 
 fn write_quarantine(db: &RunDb, run_dir: &Path) -> Result<(), PlanError> {
-    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| PlanError::Io { path: run_dir.join(QUARANTINE_FILE), source })
+    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| PlanError::Io {
+        path: run_dir.join(QUARANTINE_FILE),
+        source,
+    })
 }
 
 fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {
@@ -218,7 +264,10 @@ fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {
 pub fn read_quarantine(run_dir: &Path) -> std::io::Result<Vec<QuarantineEntry>> {
     let text = std::fs::read_to_string(run_dir.join(QUARANTINE_FILE))?;
     text.lines()
-        .map(|l| serde_json::from_str(l).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+        .map(|l| {
+            serde_json::from_str(l)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
         .collect()
 }
 

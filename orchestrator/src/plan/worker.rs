@@ -26,7 +26,10 @@ pub(super) struct FileTask {
 enum Message {
     Batch(BatchRecord),
     Quarantine(i64, Vec<QuarantineEntry>),
-    FileDone { id: i64, summary: corpus::FileSummary },
+    FileDone {
+        id: i64,
+        summary: corpus::FileSummary,
+    },
     Failed(String),
 }
 
@@ -84,7 +87,12 @@ pub(super) fn run(
 }
 
 /// Owns run.db while the workers run: records what they send, updates the progress bar.
-fn record(db: &mut RunDb, rx: &Receiver<Message>, progress: &ProgressBar, bytes: &AtomicU64) -> Result<(), PlanError> {
+fn record(
+    db: &mut RunDb,
+    rx: &Receiver<Message>,
+    progress: &ProgressBar,
+    bytes: &AtomicU64,
+) -> Result<(), PlanError> {
     let mut failures = Vec::new();
     loop {
         progress.set_position(bytes.load(Ordering::Relaxed));
@@ -102,7 +110,13 @@ fn record(db: &mut RunDb, rx: &Receiver<Message>, progress: &ProgressBar, bytes:
                 if let Some(corrupt) = &summary.corrupt {
                     progress.println(format!("warning: corpus file {id} broke off: {corrupt}"));
                 }
-                db.finish_file(id, summary.papers, summary.quarantined, summary.filtered, summary.corrupt.as_deref())?;
+                db.finish_file(
+                    id,
+                    summary.papers,
+                    summary.quarantined,
+                    summary.filtered,
+                    summary.corrupt.as_deref(),
+                )?;
             }
             Message::Failed(message) => failures.push(message),
         }
@@ -133,7 +147,12 @@ struct OpenBatch {
     papers: Vec<PlannedPaper>,
 }
 
-fn plan_file(task: &FileTask, read_options: &ReadOptions, options: &PlanOptions, tx: &Sender<Message>) -> Result<(), String> {
+fn plan_file(
+    task: &FileTask,
+    read_options: &ReadOptions,
+    options: &PlanOptions,
+    tx: &Sender<Message>,
+) -> Result<(), String> {
     let settings = &options.settings;
     let mut open: Option<OpenBatch> = None;
     let mut next_seq = 0u64;
@@ -148,7 +167,8 @@ fn plan_file(task: &FileTask, read_options: &ReadOptions, options: &PlanOptions,
             n_chars: chars,
             papers: batch.papers,
         };
-        tx.send(Message::Batch(record)).map_err(|_| "the run.db thread stopped".to_string())
+        tx.send(Message::Batch(record))
+            .map_err(|_| "the run.db thread stopped".to_string())
     };
     let summary = corpus::read_file(&task.path, read_options, |record| -> Result<(), String> {
         match record {
@@ -156,7 +176,9 @@ fn plan_file(task: &FileTask, read_options: &ReadOptions, options: &PlanOptions,
                 let n_chars = count_chars(&paper.text);
                 if let Some(batch) = &open {
                     let full = batch.papers.len() as u64 >= settings.papers_per_job
-                        || settings.max_job_chars.is_some_and(|max| batch.writer.chars() + n_chars > max);
+                        || settings
+                            .max_job_chars
+                            .is_some_and(|max| batch.writer.chars() + n_chars > max);
                     if full {
                         close(open.take().expect("checked above"))?;
                     }
@@ -167,17 +189,29 @@ fn plan_file(task: &FileTask, read_options: &ReadOptions, options: &PlanOptions,
                         let path = options.run_dir.join(batch_file_name(task.id, next_seq));
                         let writer = BatchWriter::create(&path).map_err(|e| e.to_string())?;
                         next_seq += 1;
-                        open.insert(OpenBatch { seq: next_seq - 1, writer, papers: Vec::new() })
+                        open.insert(OpenBatch {
+                            seq: next_seq - 1,
+                            writer,
+                            papers: Vec::new(),
+                        })
                     }
                 };
-                batch.writer.push(line, &paper, n_chars).map_err(|e| e.to_string())?;
-                batch.papers.push(PlannedPaper { id: paper.id, line, n_chars });
+                batch
+                    .writer
+                    .push(line, &paper, n_chars)
+                    .map_err(|e| e.to_string())?;
+                batch.papers.push(PlannedPaper {
+                    id: paper.id,
+                    line,
+                    n_chars,
+                });
             }
             Record::Quarantined(entry) => {
                 quarantine.push(entry);
                 if quarantine.len() >= QUARANTINE_CHUNK {
                     let chunk = std::mem::take(&mut quarantine);
-                    tx.send(Message::Quarantine(task.id, chunk)).map_err(|_| "the run.db thread stopped".to_string())?;
+                    tx.send(Message::Quarantine(task.id, chunk))
+                        .map_err(|_| "the run.db thread stopped".to_string())?;
                 }
             }
         }
@@ -191,7 +225,12 @@ fn plan_file(task: &FileTask, read_options: &ReadOptions, options: &PlanOptions,
         close(batch)?;
     }
     if !quarantine.is_empty() {
-        tx.send(Message::Quarantine(task.id, quarantine)).map_err(|_| "the run.db thread stopped".to_string())?;
+        tx.send(Message::Quarantine(task.id, quarantine))
+            .map_err(|_| "the run.db thread stopped".to_string())?;
     }
-    tx.send(Message::FileDone { id: task.id, summary }).map_err(|_| "the run.db thread stopped".to_string())
+    tx.send(Message::FileDone {
+        id: task.id,
+        summary,
+    })
+    .map_err(|_| "the run.db thread stopped".to_string())
 }
