@@ -1,50 +1,12 @@
 //! `make-tiny-model` and `embed`: the quickest way to try a model.
 
-use crate::util::TestDir;
-use arrow_array::{Array, FixedSizeListArray, Float32Array, StringArray};
+use crate::util::{read_shard, TestDir};
 
 fn vectors(path: &std::path::Path) -> Vec<(String, Vec<f32>)> {
-    let file = std::fs::File::open(path).unwrap();
-    let builder =
-        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
-    let meta = builder
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .unwrap()
-        .clone();
-    assert!(meta
-        .iter()
-        .any(|kv| kv.key == "embedfleet.pooling" && kv.value.as_deref() == Some("last_token")));
-    let mut out = Vec::new();
-    for batch in builder.build().unwrap() {
-        let batch = batch.unwrap();
-        let ids = batch
-            .column_by_name("id")
-            .unwrap()
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .unwrap()
-            .clone();
-        let emb = batch
-            .column_by_name("embedding")
-            .unwrap()
-            .as_any()
-            .downcast_ref::<FixedSizeListArray>()
-            .unwrap()
-            .clone();
-        for i in 0..batch.num_rows() {
-            let v = emb
-                .value(i)
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .unwrap()
-                .values()
-                .to_vec();
-            out.push((ids.value(i).to_owned(), v));
-        }
-    }
-    out
+    read_shard(path)
+        .into_iter()
+        .map(|r| (r.id, r.vector))
+        .collect()
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! `run` end to end, and the embed job killed, capped and chunked.
 
-use crate::util::TestDir;
-use arrow_array::{Array, FixedSizeListArray, Float32Array, Int16Array, StringArray};
+use crate::util::{read_shard, TestDir};
 use embedfleet_core::rundb::RunDb;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,49 +11,17 @@ fn shard_rows(run_dir: &Path) -> BTreeMap<String, (Vec<f32>, i16)> {
     let db = RunDb::open(run_dir).unwrap();
     let mut rows = BTreeMap::new();
     for shard in db.all_shards().unwrap() {
-        let file = std::fs::File::open(run_dir.join(&shard.path)).unwrap();
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut n = 0;
-        for batch in reader {
-            let batch = batch.unwrap();
-            let ids = batch
-                .column_by_name("id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .unwrap()
-                .clone();
-            let emb = batch
-                .column_by_name("embedding")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<FixedSizeListArray>()
-                .unwrap()
-                .clone();
-            let chunks = batch
-                .column_by_name("n_chunks")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int16Array>()
-                .unwrap()
-                .clone();
-            for i in 0..batch.num_rows() {
-                let v = emb.value(i);
-                let v = v
-                    .as_any()
-                    .downcast_ref::<Float32Array>()
-                    .unwrap()
-                    .values()
-                    .to_vec();
-                let old = rows.insert(ids.value(i).to_owned(), (v, chunks.value(i)));
-                assert!(old.is_none(), "duplicate id {}", ids.value(i));
-                n += 1;
-            }
+        let records = read_shard(&run_dir.join(&shard.path));
+        assert_eq!(
+            records.len() as u64,
+            shard.rows,
+            "{} rows as recorded",
+            shard.path
+        );
+        for r in records {
+            let old = rows.insert(r.id.clone(), (r.vector, r.n_chunks));
+            assert!(old.is_none(), "duplicate id {}", r.id);
         }
-        assert_eq!(n, shard.rows, "{} rows as recorded", shard.path);
     }
     rows
 }

@@ -70,3 +70,50 @@ impl TestDir {
         name.to_string()
     }
 }
+
+/// One row of a shard file.
+pub struct ShardRecord {
+    pub id: String,
+    pub vector: Vec<f32>,
+    pub n_chunks: i16,
+}
+
+/// Every row of a shard file (f32 vectors), checking the file says how it was pooled.
+pub fn read_shard(path: &Path) -> Vec<ShardRecord> {
+    use arrow_array::{Array, FixedSizeListArray, Float32Array, Int16Array, StringArray};
+    let file = std::fs::File::open(path).unwrap();
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let meta = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .unwrap()
+        .clone();
+    assert!(meta
+        .iter()
+        .any(|kv| kv.key == "embedfleet.pooling" && kv.value.as_deref() == Some("last_token")));
+    let mut out = Vec::new();
+    for batch in builder.build().unwrap() {
+        let batch = batch.unwrap();
+        let column = |name: &str| batch.column_by_name(name).unwrap().clone();
+        let (ids, emb, chunks) = (column("id"), column("embedding"), column("n_chunks"));
+        let ids = ids.as_any().downcast_ref::<StringArray>().unwrap();
+        let emb = emb.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
+        let chunks = chunks.as_any().downcast_ref::<Int16Array>().unwrap();
+        for i in 0..batch.num_rows() {
+            let v = emb.value(i);
+            out.push(ShardRecord {
+                id: ids.value(i).to_owned(),
+                vector: v
+                    .as_any()
+                    .downcast_ref::<Float32Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec(),
+                n_chunks: chunks.value(i),
+            });
+        }
+    }
+    out
+}

@@ -97,32 +97,18 @@ impl RunDb {
     }
 
     pub fn shards_of(&self, batch_id: i64) -> Result<Vec<ShardRow>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT batch_id, part, path, rows, sha256 FROM shards WHERE batch_id = ?1 ORDER BY part")
-            .map_err(sqlite_err(&self.dir))?;
-        let rows = stmt.query_map([batch_id], |r| {
-            Ok(ShardRow {
-                batch_id: r.get(0)?,
-                part: r.get(1)?,
-                path: r.get(2)?,
-                rows: r.get(3)?,
-                sha256: r.get(4)?,
-            })
-        });
-        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
-            .map_err(sqlite_err(&self.dir))
+        self.query_shards("WHERE batch_id = ?1 ORDER BY part", [batch_id])
     }
 
     /// Every shard of the run, in batch and part order.
     pub fn all_shards(&self) -> Result<Vec<ShardRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT batch_id, part, path, rows, sha256 FROM shards ORDER BY batch_id, part",
-            )
-            .map_err(sqlite_err(&self.dir))?;
-        let rows = stmt.query_map([], |r| {
+        self.query_shards("ORDER BY batch_id, part", [])
+    }
+
+    fn query_shards(&self, tail: &str, params: impl rusqlite::Params) -> Result<Vec<ShardRow>> {
+        let sql = format!("SELECT batch_id, part, path, rows, sha256 FROM shards {tail}");
+        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map(params, |r| {
             Ok(ShardRow {
                 batch_id: r.get(0)?,
                 part: r.get(1)?,
