@@ -139,11 +139,9 @@ fn plan_and_model(t: &TestDir, papers: u64, per_job: &str) {
     t.run(&["make-tiny-model", "--out", "model"], 0);
 }
 
-#[test]
-fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
-    let t = TestDir::new();
-    plan_and_model(&t, 200, "200");
-    let job = [
+/// `embed-job` of batch 1 of the run made by [`plan_and_model`], with `extra` arguments.
+fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let base = [
         "embed-job",
         "--run-dir",
         "run",
@@ -151,11 +149,15 @@ fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
         "1",
         "--model-dir",
         "model",
-        "--shard-papers",
-        "20",
-        "--devices",
-        "cpu:2",
     ];
+    [&base[..], extra].concat()
+}
+
+#[test]
+fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
+    let t = TestDir::new();
+    plan_and_model(&t, 200, "200");
+    let job = embed_job_args(&["--shard-papers", "20", "--devices", "cpu:2"]);
     for delay_ms in [20u64, 150, 400, 800, 1500] {
         let mut child = t.cmd(&job).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -183,17 +185,7 @@ fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
 fn out_of_memory_fallback_gives_the_same_vectors() {
     let t = TestDir::new();
     plan_and_model(&t, 60, "60");
-    let base = [
-        "embed-job",
-        "--run-dir",
-        "run",
-        "--batch",
-        "1",
-        "--model-dir",
-        "model",
-        "--shard-papers",
-        "60",
-    ];
+    let base = embed_job_args(&["--shard-papers", "60"]);
     t.run(&base, 0);
     let free = shard_rows(&t.join("run"));
     std::fs::remove_dir_all(t.join("run/shards")).unwrap();
@@ -242,20 +234,7 @@ fn cap_for_longest_paper(t: &TestDir) -> u64 {
 fn papers_longer_than_max_tokens_are_chunked_not_cut() {
     let t = TestDir::new();
     plan_and_model(&t, 30, "30");
-    t.run(
-        &[
-            "embed-job",
-            "--run-dir",
-            "run",
-            "--batch",
-            "1",
-            "--model-dir",
-            "model",
-            "--max-tokens",
-            "64",
-        ],
-        0,
-    );
+    t.run(&embed_job_args(&["--max-tokens", "64"]), 0);
     let rows = shard_rows(&t.join("run"));
     assert_eq!(rows.len(), 30);
     assert!(
