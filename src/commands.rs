@@ -1,6 +1,8 @@
 //! One function per subcommand: convert the typed flags into library options, call the
 //! library, print the outcome.
 
+mod submit;
+
 use crate::cli::{
     Batching, Cli, Command, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, PlanSettingsArgs, RunArgs,
     SampleCorpusArgs, StatusArgs, VectorDtypeArg,
@@ -12,11 +14,14 @@ use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
 use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_jobs::embed::job::{self, EmbedJobOptions};
 use embedfleet_jobs::embed_files::{self, EmbedFilesOptions};
-use embedfleet_orchestrator::local_run::{self, LocalRunOptions};
 use embedfleet_orchestrator::plan::{self, PlanError, PlanOptions, PlanReport};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
+use embedfleet_orchestrator::scheduler::SchedulerConfig;
+use embedfleet_orchestrator::submit::SubmitOptions;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
@@ -26,6 +31,10 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Run(args) => run_all(&args),
         Command::Status(args) => status(&args),
+        Command::Submit(args) => submit::submit(&args),
+        Command::Pause(args) => submit::pause(&args, true),
+        Command::Resume(args) => submit::pause(&args, false),
+        Command::Queues(args) => submit::queues(&args),
         Command::SampleCorpus(args) => sample_corpus(&args),
         Command::EmbedJob(args) => embed_job(&args),
         Command::Embed(args) => embed(&args),
@@ -253,29 +262,25 @@ fn run_all(args: &RunArgs) -> Result<i32> {
     if let Some(dim) = args.dim {
         job_args.extend(["--dim".to_string(), dim.to_string()]);
     }
-    let options = LocalRunOptions {
+    let options = SubmitOptions {
         run_dir: run_dir.clone(),
-        exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
-        jobs: args.local_jobs,
-        job_args,
-        progress: std::io::stderr().is_terminal(),
+        scheduler: SchedulerConfig::default(),
+        queues: Some(BTreeMap::from([(
+            "local".to_string(),
+            args.local_jobs.max(1) as u32,
+        )])),
         max_attempts: 2,
+        poll_interval: Duration::from_millis(500),
+        lost_after: Duration::from_secs(10),
+        watch: false,
+        embed_args: job_args,
+        exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
+        progress: std::io::stderr().is_terminal(),
     };
-    let report = local_run::run(&options)?;
-    for (batch, why) in &report.failed {
-        eprintln!("batch {batch} failed: {why}");
-    }
-    let status = RunDb::open(run_dir)?.status()?;
-    print!("{}", embedfleet_orchestrator::status::render(&status));
-    eprintln!(
-        "embedded {} papers into {} shards in {:.1} s ({} batches run now)",
-        status.rows_in_shards,
-        status.shards,
-        report.elapsed.as_secs_f64(),
-        report.batches_done
-    );
-    if !report.failed.is_empty() {
-        return Ok(exit::PARTIAL);
+    let report = embedfleet_orchestrator::submit::submit(&options)?;
+    let code = submit::summarise(&options, &report)?;
+    if code != exit::SUCCESS {
+        return Ok(code);
     }
     Ok(report_code(&plan_report))
 }

@@ -1,9 +1,10 @@
 //! The orchestrator: everything that happens outside a job — planning the corpus into per-node
-//! jobs, running them locally, and the scheduler backends (local, Slurm, PBS) the submit loop
-//! drives.
+//! jobs, the scheduler backends (local, Slurm, PBS), and the submit loop that keeps their
+//! queues filled.
 
-pub mod local_run;
+pub mod config;
 pub mod plan;
 pub mod sample;
 pub mod scheduler;
 pub mod status;
+pub mod submit;

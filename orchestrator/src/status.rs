@@ -30,8 +30,21 @@ pub fn render(s: &RunStatus) -> String {
         by(&s.quarantined_by_reason)
     );
     let _ = writeln!(out, "batches    {}{}", s.batches, by(&s.batches_by_state));
-    for (queue, states) in &s.jobs_by_queue {
-        let _ = writeln!(out, "jobs       {queue}:{}", by(states));
+    if s.paused {
+        let _ = writeln!(
+            out,
+            "submit     paused (`embedfleet resume` lets the loop submit again)"
+        );
+    }
+    let mut queues: std::collections::BTreeSet<&String> = s.jobs_by_queue.keys().collect();
+    queues.extend(s.queue_caps.keys());
+    for queue in queues {
+        let cap = match s.queue_caps.get(queue) {
+            Some(cap) => format!(" cap {cap}"),
+            None => String::new(),
+        };
+        let states = s.jobs_by_queue.get(queue).map(by).unwrap_or_default();
+        let _ = writeln!(out, "jobs       {queue}{cap}:{states}");
     }
     let _ = writeln!(out, "shards     {} ({} rows)", s.shards, s.rows_in_shards);
     let _ = write!(out, "uploaded   {} points", s.points_uploaded);
@@ -43,6 +56,15 @@ pub fn render(s: &RunStatus) -> String {
         );
     }
     out.push('\n');
+    if let (Some(rate), Some(eta)) = (s.papers_per_second, s.eta_seconds) {
+        if eta > 0.0 {
+            let _ = writeln!(
+                out,
+                "rate       {rate:.2} papers/s; {} to go at this rate",
+                duration(eta)
+            );
+        }
+    }
     for (file, why) in &s.corrupt_files {
         let _ = writeln!(out, "corrupt    {file}: {why}");
     }
@@ -55,4 +77,47 @@ fn by(counts: &std::collections::BTreeMap<String, u64>) -> String {
     }
     let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
     format!(" ({})", parts.join(", "))
+}
+
+/// `3h 05m`, `12m 30s`, `45s`.
+pub fn duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        s if s >= 3600 => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+        s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(45.2), "45s");
+        assert_eq!(duration(750.0), "12m 30s");
+        assert_eq!(duration(11_100.0), "3h 05m");
+    }
+
+    #[test]
+    fn queues_show_caps_states_pause_and_eta() {
+        let mut s = RunStatus {
+            paused: true,
+            papers_per_second: Some(2.0),
+            eta_seconds: Some(90.0),
+            ..RunStatus::default()
+        };
+        s.queue_caps.insert("debug".into(), 1);
+        s.queue_caps.insert("gpu".into(), 2);
+        s.jobs_by_queue
+            .entry("gpu".into())
+            .or_default()
+            .insert("running".into(), 2);
+        let text = render(&s);
+        assert!(text.contains("jobs       debug cap 1:\n"), "{text}");
+        assert!(text.contains("jobs       gpu cap 2: (running 2)"), "{text}");
+        assert!(text.contains("paused"), "{text}");
+        assert!(text.contains("2.00 papers/s; 1m 30s to go"), "{text}");
+    }
 }

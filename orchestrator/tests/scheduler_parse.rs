@@ -260,6 +260,7 @@ fn job(batches: Vec<u64>) -> ScriptJob {
         output: "/runs/my run/logs/b42.log".into(),
         error: None,
         marker: Some("/runs/my run/done/b42".into()),
+        embed_args: Vec::new(),
     }
 }
 

@@ -106,6 +106,7 @@ impl Run {
             output: self.path().join(format!("logs/{name}.log")),
             error: None,
             marker: Some(marker.clone()),
+            embed_args: Vec::new(),
         };
         let cfg = ScriptConfig {
             embedfleet: Some(self.path().join("embedfleet").display().to_string()),

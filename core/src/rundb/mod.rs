@@ -7,10 +7,12 @@ mod jobs;
 mod plan;
 mod schema;
 mod status;
+mod submit;
 
 pub use jobs::{BatchRow, BatchTimings, ShardRow};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use status::{RunStatus, STATUS_FORMAT_VERSION};
+pub use submit::{JobRow, NewJob, OPEN_JOB_STATES};
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};

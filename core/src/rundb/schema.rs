@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -112,4 +112,17 @@ CREATE TABLE batch_runs (
     peak_memory_bytes   INTEGER
 );
 CREATE INDEX batch_runs_by_batch ON batch_runs (batch_id);
+"#;
+
+/// v3: what the submit loop needs to find its jobs again after a restart: the job name it
+/// submitted under (also the key of a job spanning several batches), its script, log and
+/// completion marker, and when a job was last seen in a state.
+const V3: &str = r#"
+ALTER TABLE jobs ADD COLUMN name TEXT;
+ALTER TABLE jobs ADD COLUMN script TEXT;
+ALTER TABLE jobs ADD COLUMN log TEXT;
+ALTER TABLE jobs ADD COLUMN marker TEXT;
+ALTER TABLE jobs ADD COLUMN updated_at TEXT;
+CREATE INDEX jobs_by_state ON jobs (state);
+CREATE INDEX jobs_by_name ON jobs (name);
 "#;

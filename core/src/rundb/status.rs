@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 pub const STATUS_FORMAT_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStatus {
     pub format_version: u32,
     pub run_dir: String,
@@ -34,6 +34,21 @@ pub struct RunStatus {
     pub rows_in_shards: u64,
     pub points_uploaded: u64,
     pub points_failed: u64,
+    /// Queue -> cap on jobs queued + running (`submit --queue`, `queues set`).
+    #[serde(default)]
+    pub queue_caps: BTreeMap<String, u32>,
+    /// `embedfleet pause` is in force: the submit loop submits nothing new.
+    #[serde(default)]
+    pub paused: bool,
+    /// Papers embedded per second over the embed jobs' wall-clock span so far.
+    #[serde(default)]
+    pub papers_per_second: Option<f64>,
+    /// Seconds until every planned paper is embedded at that rate.
+    #[serde(default)]
+    pub eta_seconds: Option<f64>,
+    /// Tokens the finished embed runs fed the model.
+    #[serde(default)]
+    pub tokens_embedded: u64,
 }
 
 impl RunDb {
@@ -86,6 +101,11 @@ impl RunDb {
             )
             .optional()
             .map_err(e)?;
+        let rows_in_shards = scalar("SELECT sum(rows) FROM shards")?;
+        let papers_planned = scalar("SELECT sum(n_rows - n_excluded) FROM batches")?;
+        let papers_per_second = self.embed_rate()?;
+        let eta_seconds = papers_per_second
+            .map(|rate| papers_planned.saturating_sub(rows_in_shards) as f64 / rate);
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
@@ -96,7 +116,7 @@ impl RunDb {
                 "SELECT count(*) FROM corpus_files WHERE state = 'planned'",
             )?,
             corrupt_files,
-            papers_planned: scalar("SELECT sum(n_rows - n_excluded) FROM batches")?,
+            papers_planned,
             chars_planned: scalar("SELECT sum(n_chars) FROM batches")?,
             papers_filtered: scalar("SELECT sum(filtered) FROM corpus_files")?,
             papers_quarantined: scalar("SELECT count(*) FROM quarantine")?,
@@ -107,9 +127,32 @@ impl RunDb {
             batches_by_state: grouped("SELECT state, count(*) FROM batches GROUP BY state")?,
             jobs_by_queue,
             shards: scalar("SELECT count(*) FROM shards")?,
-            rows_in_shards: scalar("SELECT sum(rows) FROM shards")?,
+            rows_in_shards,
             points_uploaded: scalar("SELECT sum(rows_acked) FROM uploads")?,
             points_failed: scalar("SELECT sum(failed_rows) FROM uploads")?,
+            queue_caps: self.queue_caps()?,
+            paused: self.paused()?,
+            papers_per_second,
+            eta_seconds,
+            tokens_embedded: scalar("SELECT sum(tokens) FROM batch_runs WHERE state = 'done'")?,
+        })
+    }
+
+    /// Papers per second of the finished embed runs over the span from the first start to the
+    /// last finish: with N jobs at once this is the run's rate, not one job's.
+    fn embed_rate(&self) -> Result<Option<f64>> {
+        let (papers, span): (Option<f64>, Option<f64>) = self
+            .conn
+            .query_row(
+                "SELECT sum(papers), (julianday(max(finished_at)) - julianday(min(started_at))) * 86400.0
+                 FROM batch_runs WHERE state = 'done'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(match (papers, span) {
+            (Some(p), Some(s)) if p > 0.0 && s > 0.0 => Some(p / s),
+            _ => None,
         })
     }
 }

@@ -132,6 +132,8 @@ pub struct ScriptJob {
     pub error: Option<PathBuf>,
     /// Completion marker the script writes its exit code to.
     pub marker: Option<PathBuf>,
+    /// Arguments after `embed-job --run-dir DIR --batch N` (model directory, devices, ...).
+    pub embed_args: Vec<String>,
 }
 
 /// Renders the job script for `job` on `backend` with the user's `config`.
@@ -266,9 +268,14 @@ fn env_lines(env: &BTreeMap<String, String>) -> Result<String, TemplateError> {
 fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
     let bin = embedfleet(config);
     let run_dir = shell_quote(&job.run_dir.display().to_string());
+    let args: String = job
+        .embed_args
+        .iter()
+        .map(|a| format!(" {}", shell_quote(a)))
+        .collect();
     if job.batches.len() == 1 {
         return format!(
-            "{bin} embed-job --run-dir {run_dir} --batch {}",
+            "{bin} embed-job --run-dir {run_dir} --batch {}{args}",
             job.batches[0]
         );
     }
@@ -294,11 +301,12 @@ fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
     if launcher.is_empty() {
         // No launcher: run the batches one after another on this machine.
         return format!(
-            "for b in {batches}; do {bin} embed-job --run-dir {run_dir} --batch \"$b\" || exit $?; done"
+            "for b in {batches}; do {bin} embed-job --run-dir {run_dir} --batch \"$b\"{args} || exit $?; done"
         );
     }
-    let inner =
-        format!("b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[{rank}]}}\"");
+    let inner = format!(
+        "b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[{rank}]}}\"{args}"
+    );
     format!("{launcher} bash -c {} _ {batches}", shell_quote(&inner))
 }
 

@@ -1,0 +1,85 @@
+//! The run config file (TOML) that `submit --config` reads: how jobs reach the scheduler.
+//!
+//! ```toml
+//! [scheduler]
+//! backend = "pbs"                      # local (default), slurm, pbs
+//! [scheduler.pbs]
+//! flavor = "pro"
+//! [scheduler.script]
+//! account = "MyProject"
+//! walltime = "01:00:00"
+//! gpus_per_node = 4
+//! select_extra = "system=polaris"
+//! extra_directives = ["#PBS -l filesystems=home:eagle"]
+//! modules = ["cuda/12.4"]
+//! ```
+//!
+//! Every key is optional; `[scheduler.script] template` replaces the built-in job script
+//! (placeholders: README, "Job scripts").
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::SchedulerConfig;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    pub scheduler: SchedulerConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("failed to read the run config {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the run config {} is not valid: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+}
+
+impl RunConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::Backend;
+
+    #[test]
+    fn reads_the_documented_example_and_rejects_typos() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.toml");
+        std::fs::write(
+            &path,
+            "[scheduler]\nbackend = \"pbs\"\n[scheduler.script]\naccount = \"P\"\ngpus_per_node = 4\n",
+        )
+        .unwrap();
+        let cfg = RunConfig::load(&path).unwrap();
+        assert_eq!(cfg.scheduler.backend, Backend::Pbs);
+        assert_eq!(cfg.scheduler.script.account.as_deref(), Some("P"));
+        assert_eq!(cfg.scheduler.script.gpus_per_node, Some(4));
+        std::fs::write(&path, "[schedular]\nbackend = \"pbs\"\n").unwrap();
+        let err = RunConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("schedular"), "{err}");
+        let err = RunConfig::load(&dir.path().join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.toml"), "{err}");
+    }
+}

@@ -1,0 +1,568 @@
+/*!
+The submit loop: keeps every queue filled up to its cap with embed jobs until every batch is
+done or given up on.
+
+Each round it (1) settles jobs left `submitting` by a crash between recording a job and hearing
+back from the scheduler (looked up by name: adopted if queued, forgotten if not), (2) polls the
+open jobs and records their states, retrying a batch whose job ended without finishing it,
+(3) unless paused, submits pending batches to queues with room. Caps, the pause switch and the
+jobs live in run.db, so `pause`, `resume` and `queues set` from another shell reach a running
+loop within one poll, and a restarted loop adopts the jobs its predecessor left queued.
+
+Whether a batch is done is decided by run.db (the embed job marks it), never by the job's exit
+status alone: a job that ends with "partial" (some papers quarantined) finished its batch, and
+a job reported "completed" whose batch is not done is retried.
+*/
+
+mod console;
+mod round;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError};
+
+use crate::scheduler::{
+    render_job_script, JobHandle, JobScript, JobState, JobSubmission, QueuedJob, Scheduler,
+    SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob, TemplateError,
+};
+pub use console::Console;
+pub use round::{fill_queues, PlannedJob};
+
+/// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,
+/// refused: the run directory does not match), so they are not retried.
+const NOT_RETRIED_EXIT_CODES: [i32; 2] = [2, 4];
+
+/// What `embedfleet submit` was asked to do.
+#[derive(Debug, Clone)]
+pub struct SubmitOptions {
+    pub run_dir: PathBuf,
+    /// Backend, command settings, job script template.
+    pub scheduler: SchedulerConfig,
+    /// Queue caps to set before starting (replacing the stored ones); `None` keeps run.db's.
+    pub queues: Option<BTreeMap<String, u32>>,
+    /// Jobs per batch in this invocation before the batch is marked failed.
+    pub max_attempts: u32,
+    pub poll_interval: Duration,
+    /// How long a job may be unknown to the scheduler (and have left no completion marker)
+    /// before it counts as lost and its batch is retried.
+    pub lost_after: Duration,
+    /// Keep running after every batch is settled (new batches from a later `plan` are picked up).
+    pub watch: bool,
+    /// Arguments after `embed-job --run-dir DIR --batch N` in every job script.
+    pub embed_args: Vec<String>,
+    /// The embedfleet binary jobs run, when the run config does not name one.
+    pub exe: PathBuf,
+    /// Draw a progress bar (stderr is a terminal).
+    pub progress: bool,
+}
+
+/// How a submit loop ended.
+#[derive(Debug, Default, Clone)]
+pub struct SubmitReport {
+    pub submitted: u64,
+    /// Jobs found queued or running from an earlier loop.
+    pub adopted: u64,
+    /// Jobs that ended without finishing their batch and were submitted again.
+    pub retried: u64,
+    pub batches_done: u64,
+    /// (batch, why) for batches given up on.
+    pub failed: Vec<(i64, String)>,
+    pub elapsed: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    #[error("{0} is not planned completely: run `embedfleet plan` on it first")]
+    NotPlanned(PathBuf),
+    #[error(
+        "no queues to submit to: give them with `--queue NAME=CAP` (repeatable), or \
+         `embedfleet queues set --run-dir DIR NAME=CAP`"
+    )]
+    NoQueues,
+    #[error("every queue was refused by the scheduler ({0}); fix the queue names with `embedfleet queues set`")]
+    AllQueuesRefused(String),
+    #[error("the job script template does not work: {0}")]
+    Template(#[from] TemplateError),
+    #[error(transparent)]
+    Scheduler(#[from] SchedulerError),
+    #[error("failed to {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, SubmitError>;
+
+/// Runs the submit loop until every batch is done or failed (or forever with `watch`).
+pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
+    SubmitLoop::new(options)?.run()
+}
+
+/// The job scripts the next round would submit, without submitting or recording anything:
+/// (job name, script text).
+pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
+    let lp = SubmitLoop::new_read_only(options)?;
+    let caps = match &options.queues {
+        Some(q) => q.clone(),
+        None => lp.db.queue_caps()?,
+    };
+    if caps.is_empty() {
+        return Err(SubmitError::NoQueues);
+    }
+    let open = lp.db.open_jobs()?;
+    let pending = lp.db.batches_without_job()?;
+    let planned = fill_queues(
+        &caps,
+        &active_per_queue(&open),
+        &BTreeSet::new(),
+        &pending,
+        lp.nodes(),
+    );
+    planned
+        .iter()
+        .map(|job| {
+            let attempt = lp.next_attempt(&job.batches)?;
+            let (name, script) = lp.render(job, attempt)?;
+            Ok((name, script))
+        })
+        .collect()
+}
+
+struct SubmitLoop<'a> {
+    opts: &'a SubmitOptions,
+    db: RunDb,
+    scheduler: Box<dyn Scheduler>,
+    /// Part of every job name, from the run directory: tells this run's jobs from others'.
+    tag: String,
+    /// Jobs started for each batch by this invocation (adopted ones count).
+    attempts: HashMap<i64, u32>,
+    /// Jobs the scheduler did not know at the last poll, since when.
+    unknown_since: HashMap<String, Instant>,
+    /// Queues the scheduler refused this run (e.g. no such partition).
+    refused: BTreeMap<String, String>,
+    console: Console,
+    report: SubmitReport,
+}
+
+impl<'a> SubmitLoop<'a> {
+    fn new_read_only(opts: &'a SubmitOptions) -> Result<Self> {
+        let db = RunDb::open(&opts.run_dir)?;
+        if db.setting::<String>("plan_state")?.as_deref() != Some("complete") {
+            return Err(SubmitError::NotPlanned(opts.run_dir.clone()));
+        }
+        Ok(Self {
+            opts,
+            db,
+            scheduler: opts.scheduler.build(),
+            tag: run_tag(&opts.run_dir),
+            attempts: HashMap::new(),
+            unknown_since: HashMap::new(),
+            refused: BTreeMap::new(),
+            console: Console::new(false),
+            report: SubmitReport::default(),
+        })
+    }
+
+    fn new(opts: &'a SubmitOptions) -> Result<Self> {
+        let mut lp = Self::new_read_only(opts)?;
+        lp.console = Console::new(opts.progress);
+        if let Some(queues) = &opts.queues {
+            lp.db.set_queue_caps(queues, true)?;
+        }
+        if lp.db.queue_caps()?.is_empty() {
+            return Err(SubmitError::NoQueues);
+        }
+        for dir in ["jobs", "logs"] {
+            let path = opts.run_dir.join(dir);
+            std::fs::create_dir_all(&path).map_err(|source| SubmitError::Io {
+                action: "create",
+                path,
+                source,
+            })?;
+        }
+        let reset = lp.db.reset_failed_batches()?;
+        if reset > 0 {
+            lp.console.say(format!(
+                "{reset} batches that failed before are tried again"
+            ));
+        }
+        Ok(lp)
+    }
+
+    fn nodes(&self) -> usize {
+        self.opts.scheduler.script.nodes.max(1) as usize
+    }
+
+    fn run(mut self) -> Result<SubmitReport> {
+        let started = Instant::now();
+        let adopted: BTreeSet<String> = self
+            .db
+            .open_jobs()?
+            .into_iter()
+            .filter(|j| j.state != "submitting")
+            .map(|j| {
+                *self.attempts.entry(j.batch_id).or_default() += 1;
+                j.name
+            })
+            .collect();
+        self.report.adopted = adopted.len() as u64;
+        if !adopted.is_empty() {
+            self.console.say(format!(
+                "adopting {} jobs already submitted by an earlier `submit`",
+                adopted.len()
+            ));
+        }
+        loop {
+            self.settle_submitting()?;
+            self.poll()?;
+            let paused = self.db.paused()?;
+            if !paused {
+                self.submit_round()?;
+            }
+            let open = self.db.open_jobs()?;
+            let pending = self.db.batches_without_job()?;
+            self.console.update(&self.db, &open, paused);
+            if open.is_empty() && pending.is_empty() && !self.opts.watch {
+                break;
+            }
+            if open.is_empty() && !pending.is_empty() && !paused && self.all_refused()? {
+                return Err(SubmitError::AllQueuesRefused(self.refused_text()));
+            }
+            std::thread::sleep(self.opts.poll_interval);
+        }
+        self.console.finish();
+        self.report.elapsed = started.elapsed();
+        Ok(self.report)
+    }
+
+    /// Jobs recorded as `submitting` whose submission this process did not see through (a crash,
+    /// or a submit that timed out): adopted if the scheduler lists them, else forgotten so that
+    /// their batches are submitted again.
+    fn settle_submitting(&mut self) -> Result<()> {
+        let names: BTreeSet<String> = self
+            .db
+            .open_jobs()?
+            .into_iter()
+            .filter(|j| j.state == "submitting")
+            .map(|j| j.name)
+            .collect();
+        if names.is_empty() {
+            return Ok(());
+        }
+        let listed: Vec<QueuedJob> = match self.scheduler.list_jobs() {
+            Ok(listed) => listed,
+            Err(e) => {
+                self.console.say(format!(
+                    "cannot list the scheduler's jobs yet ({e}); will try again"
+                ));
+                return Ok(());
+            }
+        };
+        for name in names {
+            if let Some(found) = listed.iter().find(|j| j.name == name) {
+                self.db.set_job_submitted(&name, found.id.as_str())?;
+                self.console.say(format!(
+                    "job {name} was queued as {} before a crash: adopted",
+                    found.id
+                ));
+            } else {
+                self.db.delete_job(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<()> {
+        let open = self.db.open_jobs()?;
+        let jobs = by_name(&open);
+        let handles: Vec<JobHandle> = jobs.values().filter_map(|rows| handle(rows[0])).collect();
+        if handles.is_empty() {
+            return Ok(());
+        }
+        let states = match self.scheduler.poll(&handles) {
+            Ok(states) => states,
+            Err(e) => {
+                // A broken squeue is not a finished job: report it and ask again next round.
+                self.console.say(format!(
+                    "polling the scheduler failed ({e}); will try again"
+                ));
+                return Ok(());
+            }
+        };
+        for (name, rows) in jobs {
+            let Some(id) = rows[0].scheduler_id.as_deref() else {
+                continue;
+            };
+            let state = states
+                .get(&SchedulerJobId::new(id))
+                .cloned()
+                .unwrap_or(JobState::Unknown);
+            self.observe(&name, &rows, state)?;
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self, name: &str, rows: &[&JobRow], state: JobState) -> Result<()> {
+        if state == JobState::Unknown {
+            let since = *self
+                .unknown_since
+                .entry(name.to_string())
+                .or_insert_with(Instant::now);
+            if since.elapsed() < self.opts.lost_after {
+                return Ok(());
+            }
+            let lost = JobState::Failed {
+                exit_code: None,
+                reason: format!(
+                    "lost: the scheduler has not known the job for {:?} and it left no completion marker",
+                    self.opts.lost_after
+                ),
+            };
+            return self.ended(name, rows, &lost, "lost");
+        }
+        self.unknown_since.remove(name);
+        if state.is_terminal() {
+            return self.ended(name, rows, &state, state.name());
+        }
+        if rows[0].state != state.name() {
+            self.db.set_job_state(name, state.name(), None, false)?;
+        }
+        Ok(())
+    }
+
+    /// A job ended: each of its batches is done (run.db says so), retried, or given up on.
+    fn ended(&mut self, name: &str, rows: &[&JobRow], state: &JobState, label: &str) -> Result<()> {
+        let reason = match state {
+            JobState::Completed => None,
+            other => Some(other.to_string()),
+        };
+        self.db
+            .set_job_state(name, label, reason.as_deref(), true)?;
+        let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
+        for row in rows {
+            let batch = row.batch_id;
+            if self.db.batch_state(batch)?.as_deref() == Some("done") {
+                self.report.batches_done += 1;
+                continue;
+            }
+            let why = match &reason {
+                Some(r) => r.clone(),
+                None => "the job ended with exit code 0 but the batch is not done".to_string(),
+            };
+            let tries = self.attempts.get(&batch).copied().unwrap_or(0);
+            if retriable && tries < self.opts.max_attempts {
+                self.report.retried += 1;
+                self.console.say(format!(
+                    "batch {batch}: job {name} {why}; submitting it again ({tries}/{} attempts used)",
+                    self.opts.max_attempts
+                ));
+            } else {
+                let tail = row.log.as_deref().map(log_tail).unwrap_or_default();
+                let why = format!("{why} after {tries} attempt(s); log: {tail}");
+                self.console.say(format!("batch {batch} failed: {why}"));
+                self.db.set_batch_state(batch, "failed")?;
+                self.report.failed.push((batch, why));
+            }
+        }
+        Ok(())
+    }
+
+    fn submit_round(&mut self) -> Result<()> {
+        let caps = self.db.queue_caps()?;
+        let open = self.db.open_jobs()?;
+        let pending = self.db.batches_without_job()?;
+        let refused: BTreeSet<String> = self.refused.keys().cloned().collect();
+        let planned = fill_queues(
+            &caps,
+            &active_per_queue(&open),
+            &refused,
+            &pending,
+            self.nodes(),
+        );
+        for job in planned {
+            if self.refused.contains_key(&job.queue) {
+                continue;
+            }
+            if !self.submit_job(&job)? {
+                // The scheduler is not taking jobs now: try the rest next round.
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits one job; false if the scheduler failed in a way worth waiting out.
+    fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
+        let attempt = self.next_attempt(&job.batches)?;
+        let (name, text) = self.render(job, attempt)?;
+        let script = self.opts.run_dir.join("jobs").join(format!("{name}.sh"));
+        let log = self.opts.run_dir.join("logs").join(format!("{name}.log"));
+        let marker = marker_path(&self.opts.run_dir, &name);
+        std::fs::write(&script, text).map_err(|source| SubmitError::Io {
+            action: "write job script",
+            path: script.clone(),
+            source,
+        })?;
+        let _ = std::fs::remove_file(&marker);
+        let text = |p: &Path| p.display().to_string();
+        self.db.insert_job(&NewJob {
+            batches: &job.batches,
+            attempt,
+            backend: self.scheduler.backend().name(),
+            queue: &job.queue,
+            name: &name,
+            script: &text(&script),
+            log: &text(&log),
+            marker: &text(&marker),
+        })?;
+        let submission = JobSubmission::new(&name, &job.queue, JobScript::Path(script))
+            .workdir(&self.opts.run_dir)
+            .log(&log)
+            .marker(&marker);
+        match self.scheduler.submit(&submission) {
+            Ok(id) => {
+                self.db.set_job_submitted(&name, id.as_str())?;
+                for b in &job.batches {
+                    *self.attempts.entry(*b).or_default() += 1;
+                }
+                self.report.submitted += 1;
+                tracing::info!(job = %name, id = %id, queue = %job.queue, "submitted");
+                Ok(true)
+            }
+            Err(SchedulerError::SubmitUncertain { .. }) => {
+                // Maybe queued: `settle_submitting` looks it up by name next round.
+                self.console.say(format!(
+                    "submitting {name} timed out; looking for it in the queue next round"
+                ));
+                Ok(false)
+            }
+            Err(SchedulerError::InvalidJob { reason, .. }) => {
+                self.db.delete_job(&name)?;
+                self.console.say(format!(
+                    "queue {}: the scheduler refused it ({reason}); no more jobs go there in this \
+                     run (fix it with `embedfleet queues set`)",
+                    job.queue
+                ));
+                self.refused.insert(job.queue.clone(), reason);
+                Ok(true)
+            }
+            Err(e) if e.is_transient() => {
+                self.db.delete_job(&name)?;
+                self.console
+                    .say(format!("submitting {name} failed ({e}); will try again"));
+                Ok(false)
+            }
+            Err(e) => {
+                self.db.delete_job(&name)?;
+                Err(e.into())
+            }
+        }
+    }
+
+    fn next_attempt(&self, batches: &[i64]) -> Result<u32> {
+        let mut attempt = 0;
+        for b in batches {
+            attempt = attempt.max(self.db.last_attempt(*b)?);
+        }
+        Ok(attempt + 1)
+    }
+
+    /// The job's name and script text.
+    fn render(&self, job: &PlannedJob, attempt: u32) -> Result<(String, String)> {
+        let name = format!("ef{}-b{:06}-a{attempt}", self.tag, job.batches[0]);
+        let mut config = self.opts.scheduler.script.clone();
+        if config.embedfleet.is_none() {
+            config.embedfleet = Some(self.opts.exe.display().to_string());
+        }
+        let script_job = ScriptJob {
+            job_name: name.clone(),
+            queue: job.queue.clone(),
+            run_dir: absolute(&self.opts.run_dir),
+            batches: job.batches.iter().map(|b| *b as u64).collect(),
+            output: absolute(&self.opts.run_dir.join("logs").join(format!("{name}.log"))),
+            error: None,
+            marker: Some(absolute(&marker_path(&self.opts.run_dir, &name))),
+            embed_args: self.opts.embed_args.clone(),
+        };
+        let text = render_job_script(self.scheduler.backend(), &config, &script_job)?;
+        Ok((name, text))
+    }
+
+    fn all_refused(&self) -> Result<bool> {
+        let caps = self.db.queue_caps()?;
+        Ok(caps
+            .iter()
+            .filter(|(_, cap)| **cap > 0)
+            .all(|(q, _)| self.refused.contains_key(q)))
+    }
+
+    fn refused_text(&self) -> String {
+        let parts: Vec<String> = self
+            .refused
+            .iter()
+            .map(|(q, why)| format!("{q}: {why}"))
+            .collect();
+        parts.join("; ")
+    }
+}
+
+fn marker_path(run_dir: &Path, name: &str) -> PathBuf {
+    run_dir.join("jobs").join(format!("{name}.exit"))
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Four hex digits from the run directory's absolute path.
+fn run_tag(run_dir: &Path) -> String {
+    let path = absolute(run_dir);
+    let hash = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());
+    format!("{:04x}", hash & 0xffff)
+}
+
+/// Open job rows grouped by job name (a multi-node job has one row per batch).
+fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
+    let mut jobs: BTreeMap<String, Vec<&JobRow>> = BTreeMap::new();
+    for row in rows {
+        jobs.entry(row.name.clone()).or_default().push(row);
+    }
+    jobs
+}
+
+fn handle(row: &JobRow) -> Option<JobHandle> {
+    let id = row.scheduler_id.as_deref()?;
+    let mut h = JobHandle::new(SchedulerJobId::new(id));
+    if let Some(marker) = &row.marker {
+        h = h.with_marker(marker);
+    }
+    Some(h)
+}
+
+/// Jobs (not batches) each queue holds.
+fn active_per_queue(open: &[JobRow]) -> BTreeMap<String, u32> {
+    let mut names: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for row in open {
+        names
+            .entry(row.queue.clone())
+            .or_default()
+            .insert(&row.name);
+    }
+    names
+        .into_iter()
+        .map(|(q, n)| (q, n.len() as u32))
+        .collect()
+}
+
+/// The last lines of a job log, on one line.
+fn log_tail(path: &str) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
+}

@@ -1,0 +1,172 @@
+//! `submit`, `pause`, `resume`, `queues`: the scheduler-facing commands.
+
+use crate::cli::{BackendArg, QueuesArgs, QueuesCommand, RunDirArgs, SubmitArgs};
+use anyhow::{bail, Context, Result};
+use embedfleet_core::exit;
+use embedfleet_core::rundb::RunDb;
+use embedfleet_orchestrator::config::RunConfig;
+use embedfleet_orchestrator::scheduler::Backend;
+use embedfleet_orchestrator::status;
+use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+pub fn submit(args: &SubmitArgs) -> Result<i32> {
+    let mut config = match &args.config {
+        Some(path) => RunConfig::load(path)?,
+        None => RunConfig::default(),
+    };
+    if let Some(backend) = args.backend {
+        config.scheduler.backend = match backend {
+            BackendArg::Local => Backend::Local,
+            BackendArg::Slurm => Backend::Slurm,
+            BackendArg::Pbs => Backend::Pbs,
+        };
+    }
+    let backend = config.scheduler.backend;
+    let local = backend == Backend::Local;
+    let devices = args.devices.clone().unwrap_or_else(|| {
+        if local {
+            "cpu".to_string()
+        } else {
+            // A node's GPUs: as many as the script asks for, else the four of the product's nodes.
+            let gpus = config.scheduler.script.gpus_per_node.unwrap_or(4).max(1);
+            let list: Vec<String> = (0..gpus).map(|g| g.to_string()).collect();
+            format!("cuda:{}", list.join(","))
+        }
+    });
+    let mut embed_args = vec![
+        "--model-dir".to_string(),
+        std::path::absolute(&args.model.model_dir)?
+            .display()
+            .to_string(),
+        "--devices".into(),
+        devices,
+        "--shard-papers".into(),
+        args.shard_papers.to_string(),
+    ];
+    if let Some(dim) = args.model.dim {
+        embed_args.extend(["--dim".to_string(), dim.to_string()]);
+    }
+    if let Some(max) = args.model.max_tokens {
+        embed_args.extend(["--max-tokens".to_string(), max.to_string()]);
+    }
+    if args.model.vector_dtype != crate::cli::VectorDtypeArg::F32 {
+        embed_args.extend(["--vector-dtype".to_string(), "f16".to_string()]);
+    }
+    let mut queues =
+        (!args.queues.is_empty()).then(|| args.queues.iter().cloned().collect::<BTreeMap<_, _>>());
+    if queues.is_none() && local && RunDb::open(&args.run_dir)?.queue_caps()?.is_empty() {
+        eprintln!("no queues given: using one local queue `local` of 2 jobs at once");
+        queues = Some(BTreeMap::from([("local".to_string(), 2)]));
+    }
+    let secs = |v: Option<f64>, local_default: f64, default: f64| {
+        Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
+    };
+    let options = SubmitOptions {
+        run_dir: args.run_dir.clone(),
+        scheduler: config.scheduler,
+        queues,
+        max_attempts: args.max_attempts.max(1),
+        poll_interval: secs(args.poll_interval, 1.0, 30.0),
+        lost_after: secs(args.lost_after, 10.0, 300.0),
+        watch: args.watch,
+        embed_args,
+        exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
+        progress: std::io::stderr().is_terminal(),
+    };
+    if args.dry_run {
+        let scripts = submit::dry_run(&options)?;
+        if scripts.is_empty() {
+            eprintln!("nothing to submit: every batch is done or has a job, or no queue has room");
+        }
+        for (name, script) in scripts {
+            println!("# ---- job {name} ----\n{script}");
+        }
+        return Ok(exit::SUCCESS);
+    }
+    let report = submit::submit(&options)?;
+    Ok(summarise(&options, &report)?)
+}
+
+/// Prints how the loop ended and the run's status; the exit code says whether every batch
+/// was embedded.
+pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> {
+    let status = RunDb::open(&options.run_dir)?.status()?;
+    print!("{}", status::render(&status));
+    eprintln!(
+        "submitted {} jobs ({} retries, {} adopted) in {}; {} batches finished now",
+        report.submitted,
+        report.retried,
+        report.adopted,
+        status::duration(report.elapsed.as_secs_f64()),
+        report.batches_done
+    );
+    for (batch, why) in &report.failed {
+        eprintln!("batch {batch} failed: {why}");
+    }
+    Ok(if report.failed.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::PARTIAL
+    })
+}
+
+pub fn pause(args: &RunDirArgs, paused: bool) -> Result<i32> {
+    let db = RunDb::open(&args.run_dir)?;
+    db.set_paused(paused)?;
+    if paused {
+        eprintln!("paused: the submit loop submits nothing new (running jobs go on); `embedfleet resume` undoes it");
+    } else {
+        eprintln!("resumed: the submit loop submits again at its next poll");
+    }
+    Ok(exit::SUCCESS)
+}
+
+pub fn queues(args: &QueuesArgs) -> Result<i32> {
+    let run_dir = match (&args.command, &args.run_dir) {
+        (Some(QueuesCommand::Show(a)), _) => a.run_dir.clone(),
+        (Some(QueuesCommand::Set { run_dir, caps }), _) => {
+            let mut db = RunDb::open(run_dir)?;
+            db.set_queue_caps(&caps.iter().cloned().collect(), false)?;
+            run_dir.clone()
+        }
+        (Some(QueuesCommand::Remove { run_dir, names }), _) => {
+            let db = RunDb::open(run_dir)?;
+            let known = db.queue_caps()?;
+            if let Some(unknown) = names.iter().find(|n| !known.contains_key(*n)) {
+                bail!(
+                    "the run has no queue `{unknown}` (it has: {})",
+                    known.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+            db.remove_queues(names)?;
+            run_dir.clone()
+        }
+        (None, Some(dir)) => dir.clone(),
+        (None, None) => bail!("give the run directory: `embedfleet queues --run-dir DIR`"),
+    };
+    let status = RunDb::open(&run_dir)?.status()?;
+    if status.queue_caps.is_empty() {
+        println!("no queues (set them with `embedfleet queues set --run-dir DIR NAME=CAP`)");
+    }
+    for (queue, cap) in &status.queue_caps {
+        let jobs = status.jobs_by_queue.get(queue);
+        let active: u64 = jobs
+            .map(|s| {
+                s.iter()
+                    .filter(|(k, _)| {
+                        ["pending", "running", "submitting", "unknown"].contains(&k.as_str())
+                    })
+                    .map(|(_, v)| v)
+                    .sum()
+            })
+            .unwrap_or(0);
+        println!("{queue:<16} cap {cap:<4} active {active}");
+    }
+    if status.paused {
+        println!("(paused)");
+    }
+    Ok(exit::SUCCESS)
+}
