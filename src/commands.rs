@@ -253,7 +253,8 @@ fn run_all(args: &RunArgs) -> Result<i32> {
     };
     let mut job_args = vec![
         "--model-dir".to_string(),
-        model_dir.display().to_string(),
+        // Absolute: jobs start in the run directory.
+        std::path::absolute(&model_dir)?.display().to_string(),
         "--devices".into(),
         args.devices.clone(),
         "--shard-papers".into(),

@@ -103,8 +103,14 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
         status::duration(report.elapsed.as_secs_f64()),
         report.batches_done
     );
-    for (batch, why) in &report.failed {
-        eprintln!("batch {batch} failed: {why}");
+    if !report.failed.is_empty() {
+        let ids: Vec<String> = report.failed.iter().map(|(b, _)| b.to_string()).collect();
+        eprintln!(
+            "{} batches failed ({}); their logs are in {}/logs; `embedfleet submit` again retries them",
+            ids.len(),
+            ids.join(", "),
+            options.run_dir.display()
+        );
     }
     Ok(if report.failed.is_empty() {
         exit::SUCCESS

@@ -136,6 +136,8 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
 
 struct SubmitLoop<'a> {
     opts: &'a SubmitOptions,
+    /// The run directory, absolute: job scripts run elsewhere (a compute node, another cwd).
+    run_dir: PathBuf,
     db: RunDb,
     scheduler: Box<dyn Scheduler>,
     /// Part of every job name, from the run directory: tells this run's jobs from others'.
@@ -158,6 +160,7 @@ impl<'a> SubmitLoop<'a> {
         }
         Ok(Self {
             opts,
+            run_dir: absolute(&opts.run_dir),
             db,
             scheduler: opts.scheduler.build(),
             tag: run_tag(&opts.run_dir),
@@ -179,7 +182,7 @@ impl<'a> SubmitLoop<'a> {
             return Err(SubmitError::NoQueues);
         }
         for dir in ["jobs", "logs"] {
-            let path = opts.run_dir.join(dir);
+            let path = lp.run_dir.join(dir);
             std::fs::create_dir_all(&path).map_err(|source| SubmitError::Io {
                 action: "create",
                 path,
@@ -401,9 +404,9 @@ impl<'a> SubmitLoop<'a> {
     fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
         let attempt = self.next_attempt(&job.batches)?;
         let (name, text) = self.render(job, attempt)?;
-        let script = self.opts.run_dir.join("jobs").join(format!("{name}.sh"));
-        let log = self.opts.run_dir.join("logs").join(format!("{name}.log"));
-        let marker = marker_path(&self.opts.run_dir, &name);
+        let script = self.run_dir.join("jobs").join(format!("{name}.sh"));
+        let log = self.run_dir.join("logs").join(format!("{name}.log"));
+        let marker = marker_path(&self.run_dir, &name);
         std::fs::write(&script, text).map_err(|source| SubmitError::Io {
             action: "write job script",
             path: script.clone(),
@@ -422,7 +425,7 @@ impl<'a> SubmitLoop<'a> {
             marker: &text(&marker),
         })?;
         let submission = JobSubmission::new(&name, &job.queue, JobScript::Path(script))
-            .workdir(&self.opts.run_dir)
+            .workdir(&self.run_dir)
             .log(&log)
             .marker(&marker);
         match self.scheduler.submit(&submission) {
@@ -483,11 +486,11 @@ impl<'a> SubmitLoop<'a> {
         let script_job = ScriptJob {
             job_name: name.clone(),
             queue: job.queue.clone(),
-            run_dir: absolute(&self.opts.run_dir),
+            run_dir: self.run_dir.clone(),
             batches: job.batches.iter().map(|b| *b as u64).collect(),
-            output: absolute(&self.opts.run_dir.join("logs").join(format!("{name}.log"))),
+            output: self.run_dir.join("logs").join(format!("{name}.log")),
             error: None,
-            marker: Some(absolute(&marker_path(&self.opts.run_dir, &name))),
+            marker: Some(marker_path(&self.run_dir, &name)),
             embed_args: self.opts.embed_args.clone(),
         };
         let text = render_job_script(self.scheduler.backend(), &config, &script_job)?;

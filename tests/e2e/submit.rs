@@ -1,0 +1,429 @@
+//! The submit loop end to end: caps held (sampled from run.db, and from `squeue` on Slurm),
+//! pause, resume, re-cap, the loop killed and restarted (no double submission), a job killed
+//! behind its back (retried), and every batch embedded in the end. Against the local backend
+//! always; against the one-node Slurm of `.ci/slurm/start-local-slurm.sh` and its Torque
+//! wrappers when they run (required in CI by EMBEDFLEET_REQUIRE_SLURM=1).
+
+use crate::util::TestDir;
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BATCHES: u64 = 8;
+const PER_BATCH: u64 = 8;
+
+struct Scenario {
+    backend: &'static str,
+    /// Queues and caps at the start.
+    caps: Vec<(&'static str, u64)>,
+    /// The queue raised by one after the resume.
+    raise: &'static str,
+    lost_after: &'static str,
+    /// Run config text, if any.
+    config: Option<&'static str>,
+}
+
+fn slurm_up(test: &str) -> bool {
+    let ok = Command::new("squeue")
+        .arg("-h")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
+            panic!("{test}: no Slurm but EMBEDFLEET_REQUIRE_SLURM=1; run .ci/slurm/start-local-slurm.sh");
+        }
+        eprintln!("skipping {test}: no Slurm (start one with .ci/slurm/start-local-slurm.sh)");
+    }
+    ok
+}
+
+fn setup(t: &TestDir) {
+    t.sample("c.jsonl.gz", BATCHES * PER_BATCH, 1);
+    let per = PER_BATCH.to_string();
+    t.run(
+        &[
+            "plan",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            &per,
+        ],
+        0,
+    );
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+}
+
+fn spawn_submit(t: &TestDir, s: &Scenario, with_caps: bool) -> Child {
+    let mut args = vec![
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        s.backend,
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--shard-papers",
+        "4",
+        "--poll-interval",
+        "0.3",
+        "--lost-after",
+        s.lost_after,
+    ];
+    let caps: Vec<String> = s.caps.iter().map(|(q, c)| format!("{q}={c}")).collect();
+    if with_caps {
+        for c in &caps {
+            args.extend(["--queue", c]);
+        }
+    }
+    if let Some(config) = s.config {
+        std::fs::write(t.join("run.toml"), config).unwrap();
+        args.extend(["--config", "run.toml"]);
+    }
+    t.cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("submit starts")
+}
+
+fn db(t: &TestDir) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(t.join("run/run.db")).unwrap();
+    c.busy_timeout(Duration::from_secs(30)).unwrap();
+    c
+}
+
+/// Open jobs per queue, from run.db.
+fn active_in_db(t: &TestDir) -> BTreeMap<String, u64> {
+    let c = db(t);
+    let mut stmt = c
+        .prepare(
+            "SELECT queue, count(DISTINCT name) FROM jobs
+             WHERE state IN ('submitting', 'pending', 'running', 'unknown') GROUP BY queue",
+        )
+        .unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// This run's jobs per partition as `squeue` sees them.
+fn active_in_squeue(t: &TestDir) -> BTreeMap<String, u64> {
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%P|%j"])
+        .output()
+        .unwrap();
+    let mut by = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((part, name)) = line.trim().split_once('|') else {
+            continue;
+        };
+        if t.join(&format!("run/jobs/{name}.sh")).exists() {
+            *by.entry(part.to_string()).or_insert(0) += 1;
+        }
+    }
+    by
+}
+
+fn batches_done(t: &TestDir) -> u64 {
+    db(t)
+        .query_row(
+            "SELECT count(*) FROM batches WHERE state = 'done'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+fn jobs_submitted(t: &TestDir) -> u64 {
+    db(t)
+        .query_row("SELECT count(*) FROM jobs", [], |r| r.get(0))
+        .unwrap()
+}
+
+struct Sampler<'a> {
+    t: &'a TestDir,
+    caps: BTreeMap<String, u64>,
+    slurm: bool,
+    samples: u64,
+}
+
+impl Sampler<'_> {
+    /// Checks every queue holds no more than its cap, in run.db and in the scheduler.
+    fn check(&mut self) {
+        let mut seen = vec![active_in_db(self.t)];
+        if self.slurm {
+            seen.push(active_in_squeue(self.t));
+        }
+        for active in seen {
+            for (queue, n) in active {
+                let cap = self.caps.get(&queue).copied().unwrap_or(0);
+                assert!(n <= cap, "queue {queue} holds {n} jobs, cap {cap}");
+            }
+        }
+        self.samples += 1;
+    }
+
+    fn wait_until(&mut self, what: &str, timeout_s: u64, mut cond: impl FnMut(&TestDir) -> bool) {
+        let end = Instant::now() + Duration::from_secs(timeout_s);
+        while !cond(self.t) {
+            self.check();
+            assert!(Instant::now() < end, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn running_job(t: &TestDir) -> Option<(String, String)> {
+    db(t)
+        .query_row(
+            "SELECT name, scheduler_id FROM jobs WHERE state = 'running' ORDER BY id LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .ok()
+}
+
+fn kill_behind_its_back(backend: &str, id: &str) {
+    let status = match backend {
+        "slurm" => Command::new("scancel").arg(id).status().unwrap(),
+        "pbs" => Command::new("qdel").arg(id).status().unwrap(),
+        _ => {
+            let pid: i32 = id.parse().unwrap();
+            // SAFETY: signals the job's own process group, which the test found in run.db.
+            assert_eq!(unsafe { libc::kill(-pid, libc::SIGKILL) }, 0);
+            return;
+        }
+    };
+    assert!(status.success());
+}
+
+fn scenario(s: Scenario) {
+    let t = TestDir::new();
+    setup(&t);
+    let mut sampler = Sampler {
+        t: &t,
+        caps: s.caps.iter().map(|(q, c)| (q.to_string(), *c)).collect(),
+        slurm: s.backend != "local",
+        samples: 0,
+    };
+    let mut submit = spawn_submit(&t, &s, true);
+    sampler.wait_until("a batch is done", 180, |t| batches_done(t) >= 1);
+
+    // Pause: what runs finishes, nothing new starts.
+    t.run(&["pause", "--run-dir", "run"], 0);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = jobs_submitted(&t);
+    sampler.wait_until("paused jobs drain", 180, |t| {
+        active_in_db(t).values().sum::<u64>() == 0
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        jobs_submitted(&t),
+        before,
+        "nothing is submitted while paused"
+    );
+    assert!(
+        batches_done(&t) < BATCHES,
+        "pause came too late to test anything"
+    );
+    assert!(t.status("run")["paused"].as_bool().unwrap());
+
+    // Resume with a higher cap.
+    let raised = sampler.caps[s.raise] + 1;
+    let cap = format!("{}={raised}", s.raise);
+    t.run(&["queues", "set", "--run-dir", "run", &cap], 0);
+    sampler.caps.insert(s.raise.to_string(), raised);
+    t.run(&["resume", "--run-dir", "run"], 0);
+
+    // Kill the loop while jobs run, restart it (stored caps), and kill one job behind its back.
+    sampler.wait_until("a job runs", 120, |t| running_job(t).is_some());
+    submit.kill().unwrap();
+    submit.wait().unwrap();
+    let mut submit = spawn_submit(&t, &s, false);
+    let (name, id) = loop {
+        if let Some(job) = running_job(&t) {
+            break job;
+        }
+        sampler.check();
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    kill_behind_its_back(s.backend, &id);
+    let end = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = submit.try_wait().unwrap() {
+            break status;
+        }
+        sampler.check();
+        assert!(Instant::now() < end, "the submit loop did not finish");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(submit.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "submit failed: {stderr}");
+    assert!(
+        stderr.contains("adopting"),
+        "the restarted loop adopts: {stderr}"
+    );
+
+    let st = t.status("run");
+    assert_eq!(st["batches_by_state"]["done"], BATCHES, "{st}");
+    assert_eq!(st["rows_in_shards"], BATCHES * PER_BATCH, "{st}");
+    let c = db(&t);
+    let killed_state: String = c
+        .query_row("SELECT state FROM jobs WHERE name = ?1", [&name], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let per_batch: Vec<(i64, u64)> = {
+        let mut stmt = c
+            .prepare("SELECT batch_id, count(*) FROM jobs GROUP BY batch_id")
+            .unwrap();
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    let batch_of_killed: i64 = c
+        .query_row("SELECT batch_id FROM jobs WHERE name = ?1", [&name], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    for (batch, n) in per_batch {
+        // One job per batch; two for the one killed behind the loop's back (unless it had
+        // already finished its batch when the signal came).
+        let expected = if batch == batch_of_killed && killed_state != "completed" {
+            2
+        } else {
+            1
+        };
+        assert_eq!(
+            n, expected,
+            "batch {batch}: {n} jobs (killed job ended {killed_state})"
+        );
+    }
+    assert!(
+        sampler.samples > 10,
+        "the caps were sampled while the loop ran"
+    );
+}
+
+#[test]
+fn submit_local_caps_pause_resume_restart_and_retry() {
+    scenario(Scenario {
+        backend: "local",
+        caps: vec![("local", 2)],
+        raise: "local",
+        lost_after: "5",
+        config: None,
+    });
+}
+
+#[test]
+fn submit_slurm_caps_pause_resume_restart_and_scancel() {
+    if !slurm_up("submit_slurm_caps_pause_resume_restart_and_scancel") {
+        return;
+    }
+    scenario(Scenario {
+        backend: "slurm",
+        caps: vec![("debug", 1), ("gpu", 2)],
+        raise: "debug",
+        lost_after: "60",
+        config: None,
+    });
+}
+
+#[test]
+fn submit_pbs_through_torque_wrappers() {
+    if !slurm_up("submit_pbs_through_torque_wrappers") {
+        return;
+    }
+    scenario(Scenario {
+        backend: "pbs",
+        caps: vec![("debug", 1), ("gpu", 1)],
+        raise: "gpu",
+        lost_after: "60",
+        // slurm-wlm-torque's qstat speaks Torque (no `-x`, no JSON).
+        config: Some("[scheduler.pbs]\nflavor = \"torque\"\n"),
+    });
+}
+
+#[test]
+fn submit_refuses_bad_queues_templates_and_missing_commands() {
+    let t = TestDir::new();
+    setup(&t);
+    // A queue spec that is not NAME=CAP: a usage error naming it.
+    let out = t.run(&["queues", "set", "--run-dir", "run", "debug"], 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NAME=CAP"));
+    // A template with an unknown placeholder: a clear error, nothing recorded as submitted.
+    std::fs::write(
+        t.join("bad.toml"),
+        "[scheduler.script]\ntemplate = \"#!/bin/bash\\n{comand}\\n\"\n",
+    )
+    .unwrap();
+    let base = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "model",
+        "--queue",
+        "local=1",
+    ];
+    let out = t.run(&[&base[..], &["--config", "bad.toml"]].concat(), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("comand"), "{err}");
+    assert_eq!(jobs_submitted(&t), 0);
+    // A scheduler command that does not exist: says which and how to fix it.
+    std::fs::write(
+        t.join("nosbatch.toml"),
+        "[scheduler]\nbackend = \"slurm\"\n[scheduler.slurm.sbatch]\npath = \"/nonexistent/sbatch\"\n",
+    )
+    .unwrap();
+    let out = t.run(&[&base[..], &["--config", "nosbatch.toml"]].concat(), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/sbatch") && err.contains("not found"),
+        "{err}"
+    );
+    // Dry run: prints the script with the embed-job line; submits nothing.
+    let out = t.run(&[&base[..], &["--dry-run"]].concat(), 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("embed-job --run-dir") && text.contains("--batch 1"),
+        "{text}"
+    );
+    assert_eq!(jobs_submitted(&t), 0);
+}
+
+#[test]
+fn submit_to_an_unknown_slurm_partition_is_a_clear_error() {
+    if !slurm_up("submit_to_an_unknown_slurm_partition_is_a_clear_error") {
+        return;
+    }
+    let t = TestDir::new();
+    setup(&t);
+    let out = t.run(
+        &[
+            "submit",
+            "--run-dir",
+            "run",
+            "--backend",
+            "slurm",
+            "--model-dir",
+            "model",
+            "--queue",
+            "nosuchpartition=2",
+            "--poll-interval",
+            "0.2",
+        ],
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nosuchpartition") && err.contains("queues set"),
+        "{err}"
+    );
+    assert_eq!(jobs_submitted(&t), 0);
+}
