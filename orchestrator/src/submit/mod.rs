@@ -70,6 +70,13 @@ pub struct SubmitReport {
     /// (batch, why) for batches given up on.
     pub failed: Vec<(i64, String)>,
     pub elapsed: Duration,
+    /// Rounds (poll + submit) run, and the time they took without the sleeps between them.
+    pub rounds: u64,
+    pub busy: Duration,
+    /// Of `busy`: polling (with settling), submitting, redrawing the progress.
+    pub busy_poll: Duration,
+    pub busy_submit: Duration,
+    pub busy_progress: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,15 +229,23 @@ impl<'a> SubmitLoop<'a> {
             ));
         }
         loop {
+            let round = Instant::now();
             self.settle_submitting()?;
             self.poll()?;
+            let polled = Instant::now();
             let paused = self.db.paused()?;
             if !paused {
                 self.submit_round()?;
             }
+            let submitted = Instant::now();
             let open = self.db.open_jobs()?;
             let pending = self.db.batches_without_job()?;
             self.console.update(&self.db, &open, paused);
+            self.report.busy_poll += polled - round;
+            self.report.busy_submit += submitted - polled;
+            self.report.busy_progress += submitted.elapsed();
+            self.report.rounds += 1;
+            self.report.busy += round.elapsed();
             if open.is_empty() && pending.is_empty() && !self.opts.watch {
                 break;
             }
