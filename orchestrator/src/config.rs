@@ -62,6 +62,24 @@ mod tests {
     use crate::scheduler::Backend;
 
     #[test]
+    fn the_readme_example_is_a_valid_run_config() {
+        let readme = include_str!("../../README.md");
+        let start = readme
+            .find("```toml\n[scheduler]")
+            .expect("README has the run.toml example");
+        let body = &readme[start + "```toml\n".len()..];
+        let text = &body[..body.find("```").unwrap()];
+        let cfg: RunConfig = toml::from_str(text).unwrap();
+        assert_eq!(cfg.scheduler.backend, Backend::Pbs);
+        assert_eq!(cfg.scheduler.script.gpus_per_node, Some(4));
+        assert_eq!(
+            cfg.scheduler.pbs.qsub.extra_args,
+            vec!["-l", "filesystems=home:eagle"]
+        );
+        assert_eq!(cfg.scheduler.script.setup.len(), 1);
+    }
+
+    #[test]
     fn reads_the_documented_example_and_rejects_typos() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.toml");
@@ -77,6 +95,9 @@ mod tests {
         std::fs::write(&path, "[schedular]\nbackend = \"pbs\"\n").unwrap();
         let err = RunConfig::load(&path).unwrap_err().to_string();
         assert!(err.contains("schedular"), "{err}");
+        std::fs::write(&path, "[scheduler.script]\nacount = \"P\"\n").unwrap();
+        let err = RunConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("acount"), "{err}");
         let err = RunConfig::load(&dir.path().join("missing.toml"))
             .unwrap_err()
             .to_string();

@@ -23,7 +23,7 @@ use super::error::{SchedulerError, SchedulerResult};
 
 /// How long to wait for a scheduler command and how often to retry it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CommandConfig {
     /// Seconds one call may run before it is killed.
     pub timeout_secs: f64,
@@ -64,7 +64,7 @@ fn secs(s: f64) -> Duration {
 
 /// One scheduler program: where it is and which arguments go before every call's own.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProgramConfig {
     /// Path or name of the program; the backend's default name (`sbatch`) when unset.
     pub path: Option<PathBuf>,

@@ -25,7 +25,7 @@ use super::{
 
 /// The `[scheduler.local]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LocalConfig {
     /// Shell that runs job scripts.
     pub shell: PathBuf,

@@ -199,7 +199,7 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
 
 /// The `[scheduler]` table of a run config.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     /// `local` (default), `slurm` or `pbs`.
     pub backend: Backend,

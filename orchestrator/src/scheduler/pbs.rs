@@ -36,7 +36,7 @@ pub enum PbsFlavor {
 
 /// The `[scheduler.pbs]` table.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PbsConfig {
     /// `qsub` path and extra arguments (e.g. `["-l", "filesystems=home:eagle"]`).
     pub qsub: ProgramConfig,

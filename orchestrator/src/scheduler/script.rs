@@ -66,7 +66,7 @@ pub const LOCAL_TEMPLATE: &str = "#!/bin/bash
 
 /// How job scripts are written; the `[scheduler.script]` table of the run config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ScriptConfig {
     /// Replaces the backend's built-in template (see [`SLURM_TEMPLATE`], [`PBS_TEMPLATE`]).
     pub template: Option<String>,

@@ -36,7 +36,7 @@ pub enum SacctMode {
 
 /// The `[scheduler.slurm]` table.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SlurmConfig {
     /// `sbatch` path and extra arguments (e.g. `["--qos=normal"]`).
     pub sbatch: ProgramConfig,
