@@ -427,3 +427,50 @@ fn submit_to_an_unknown_slurm_partition_is_a_clear_error() {
     );
     assert_eq!(jobs_submitted(&t), 0);
 }
+
+#[test]
+fn submit_multi_node_jobs_take_one_batch_per_node() {
+    let t = TestDir::new();
+    t.sample("c.jsonl.gz", 16, 1);
+    t.run(
+        &[
+            "plan",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            "4",
+        ],
+        0,
+    );
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+    // Locally there is no launcher: a job of two "nodes" runs its two batches in turn.
+    std::fs::write(t.join("run.toml"), "[scheduler.script]\nnodes = 2\n").unwrap();
+    t.run(
+        &[
+            "submit",
+            "--run-dir",
+            "run",
+            "--model-dir",
+            "model",
+            "--config",
+            "run.toml",
+            "--queue",
+            "local=1",
+            "--poll-interval",
+            "0.2",
+        ],
+        0,
+    );
+    let st = t.status("run");
+    assert_eq!(st["batches_by_state"]["done"], 4, "{st}");
+    assert_eq!(st["rows_in_shards"], 16, "{st}");
+    let c = db(&t);
+    let (rows, names): (u64, u64) = c
+        .query_row("SELECT count(*), count(DISTINCT name) FROM jobs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((rows, names), (4, 2), "two jobs of two batches each");
+}
