@@ -262,7 +262,7 @@ pub struct SubmitArgs {
     /// counts as lost and is retried (default: 300, or 10 for local).
     #[arg(long, value_name = "SECS")]
     pub lost_after: Option<f64>,
-    /// Keep watching after every batch is settled (a daemon; new batches are picked up).
+    /// Run as a daemon: do not exit when every batch is settled; stop it with a signal.
     #[arg(long)]
     pub watch: bool,
     /// Print the job scripts the first round would submit; submit nothing.
