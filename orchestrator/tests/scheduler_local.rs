@@ -186,6 +186,10 @@ fn a_job_started_by_another_scheduler_instance_is_running_until_its_marker_appea
         second.poll(&[job.handle(id.clone())]).unwrap()[&id],
         JobState::Running
     );
+    // ... and finds it by name, as a restarted loop does for a job whose id it never recorded.
+    let listed = second.list_jobs().unwrap();
+    let found = listed.iter().find(|j| j.name == "adopted");
+    assert_eq!(found.map(|j| &j.id), Some(&id), "{listed:?}");
     assert_eq!(
         wait_terminal(&first, &job.handle(id.clone())),
         JobState::Completed

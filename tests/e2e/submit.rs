@@ -474,3 +474,95 @@ fn submit_multi_node_jobs_take_one_batch_per_node() {
         .unwrap();
     assert_eq!((rows, names), (4, 2), "two jobs of two batches each");
 }
+
+#[test]
+fn submit_settles_jobs_a_crash_left_unrecorded() {
+    let t = TestDir::new();
+    t.sample("c.jsonl.gz", 8, 1);
+    t.run(
+        &[
+            "plan",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            "4",
+        ],
+        0,
+    );
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+    // Batch 1 ran to its end but the loop died before recording the job's id; batch 2's job was
+    // recorded but never reached the scheduler.
+    t.run(
+        &[
+            "embed-job",
+            "--run-dir",
+            "run",
+            "--batch",
+            "1",
+            "--model-dir",
+            "model",
+        ],
+        0,
+    );
+    std::fs::create_dir_all(t.join("run/jobs")).unwrap();
+    let marker = t.join("run/jobs/crashed-b1.exit");
+    std::fs::write(&marker, "0\n").unwrap();
+    let c = db(&t);
+    for (batch, name, marker) in [
+        (1, "crashed-b1", marker.display().to_string()),
+        (
+            2,
+            "crashed-b2",
+            t.join("run/jobs/none.exit").display().to_string(),
+        ),
+    ] {
+        c.execute(
+            "INSERT INTO jobs (batch_id, attempt, backend, queue, name, marker, state)
+             VALUES (?1, 1, 'local', 'local', ?2, ?3, 'submitting')",
+            rusqlite::params![batch, name, marker],
+        )
+        .unwrap();
+    }
+    let out = t.run(
+        &[
+            "submit",
+            "--run-dir",
+            "run",
+            "--model-dir",
+            "model",
+            "--queue",
+            "local=2",
+            "--poll-interval",
+            "0.2",
+        ],
+        0,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("crashed-b1 ran to its end unrecorded"),
+        "{err}"
+    );
+    let jobs = |batch: i64| -> Vec<(String, String)> {
+        let mut stmt = c
+            .prepare("SELECT name, state FROM jobs WHERE batch_id = ?1 ORDER BY id")
+            .unwrap();
+        let rows = stmt
+            .query_map([batch], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    assert_eq!(
+        jobs(1),
+        vec![("crashed-b1".to_string(), "completed".to_string())]
+    );
+    let b2 = jobs(2);
+    assert_eq!(
+        b2.len(),
+        1,
+        "the unsubmitted record is replaced by one real job: {b2:?}"
+    );
+    assert_eq!(b2[0].1, "completed");
+    assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
+}

@@ -103,6 +103,49 @@ fn foreign_state(id: &SchedulerJobId) -> JobState {
     }
 }
 
+/// Jobs an earlier process started that still run: process group leaders whose environment
+/// has the `EMBEDFLEET_JOB_NAME` that [`LocalScheduler::submit`] sets. This is how a restarted
+/// submit loop finds a job whose pid its predecessor did not live to record.
+fn foreign_jobs() -> Vec<QueuedJob> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut jobs = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Unreadable (another user's process, or it just ended): not ours.
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let var = |key: &str| {
+            environ.split(|b| *b == 0).find_map(|kv| {
+                kv.strip_prefix(key.as_bytes())
+                    .and_then(|v| v.strip_prefix(b"="))
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            })
+        };
+        let Some(name) = var("EMBEDFLEET_JOB_NAME") else {
+            continue;
+        };
+        let id = SchedulerJobId::new(pid.to_string());
+        if foreign_state(&id) == JobState::Running {
+            jobs.push(QueuedJob {
+                id,
+                name,
+                queue: var("EMBEDFLEET_QUEUE").unwrap_or_default(),
+                state: JobState::Running,
+            });
+        }
+    }
+    jobs
+}
+
 /// Has `pid` (our unreaped child) exited? Leaves it unreaped, so its pid (and process group
 /// id) cannot be reused while we still signal the group.
 fn has_exited(pid: i32) -> bool {
@@ -271,7 +314,7 @@ impl Scheduler for LocalScheduler {
         let ids: Vec<JobHandle> = self.lock().keys().cloned().map(JobHandle::new).collect();
         let states = self.poll(&ids)?;
         let table = self.lock();
-        Ok(states
+        let mut jobs: Vec<QueuedJob> = states
             .into_iter()
             .filter_map(|(id, state)| {
                 let job = table.get(&id)?;
@@ -282,6 +325,12 @@ impl Scheduler for LocalScheduler {
                     state,
                 })
             })
-            .collect())
+            .collect();
+        jobs.extend(
+            foreign_jobs()
+                .into_iter()
+                .filter(|j| !table.contains_key(&j.id)),
+        );
+        Ok(jobs)
     }
 }

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError};
 
 use crate::scheduler::{
-    render_job_script, JobHandle, JobScript, JobState, JobSubmission, QueuedJob, Scheduler,
-    SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob, TemplateError,
+    marker_state, render_job_script, JobHandle, JobScript, JobState, JobSubmission, QueuedJob,
+    Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob, TemplateError,
 };
 pub use console::Console;
 pub use round::{fill_queues, PlannedJob};
@@ -282,8 +282,20 @@ impl<'a> SubmitLoop<'a> {
                 return Ok(());
             }
         };
+        let open = self.db.open_jobs()?;
         for name in names {
-            if let Some(found) = listed.iter().find(|j| j.name == name) {
+            let rows: Vec<&JobRow> = open.iter().filter(|j| j.name == name).collect();
+            let finished = rows
+                .first()
+                .and_then(|r| r.marker.as_deref())
+                .and_then(|m| marker_state(Path::new(m)));
+            if let Some(state) = finished {
+                // It ran and ended before anyone recorded its id: settle it as it ended.
+                self.console
+                    .say(format!("job {name} ran to its end unrecorded: {state}"));
+                let label = state.name();
+                self.ended(&name, &rows, &state, label)?;
+            } else if let Some(found) = listed.iter().find(|j| j.name == name) {
                 self.db.set_job_submitted(&name, found.id.as_str())?;
                 self.console.say(format!(
                     "job {name} was queued as {} before a crash: adopted",
