@@ -32,6 +32,9 @@ pub enum Command {
     Plan(PlanArgs),
     /// Show where a run stands: papers planned and quarantined, batches, jobs, shards, uploads.
     Status(StatusArgs),
+    /// The study's Table 2 for a run: mean ± std per batch of model load, I/O, tokenisation and
+    /// inference; throughput, padding, fallbacks; optional PNG plots.
+    Report(crate::commands::ReportArgs),
     /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
     SampleCorpus(SampleCorpusArgs),
     /// Embed one planned batch on this node: parquet shards in <run-dir>/shards, timings in run.db.

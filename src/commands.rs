@@ -18,6 +18,9 @@ use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+mod report;
+pub use report::ReportArgs;
+
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Plan(args) => {
@@ -26,6 +29,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Run(args) => run_all(&args),
         Command::Status(args) => status(&args),
+        Command::Report(args) => report::report(&args),
         Command::SampleCorpus(args) => sample_corpus(&args),
         Command::EmbedJob(args) => embed_job(&args),
         Command::Embed(args) => embed(&args),

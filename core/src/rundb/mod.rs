@@ -5,11 +5,13 @@
 
 mod jobs;
 mod plan;
+mod runs;
 mod schema;
 mod status;
 
 pub use jobs::{BatchRow, BatchTimings, ShardRow};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
+pub use runs::BatchRunRecord;
 pub use status::{RunStatus, STATUS_FORMAT_VERSION};
 
 use rusqlite::{Connection, OptionalExtension};
