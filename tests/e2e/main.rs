@@ -6,4 +6,5 @@ mod util;
 mod embed;
 mod plan;
 mod readme;
+mod report;
 mod run;
