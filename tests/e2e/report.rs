@@ -16,7 +16,13 @@ pub fn assert_report(t: &TestDir, run_dir: &str, batches: usize, papers: u64) {
         .collect();
     let expected: Vec<String> = (1..=batches).map(|b| b.to_string()).collect();
     assert_eq!(ids, expected, "{text}");
-    for row in ["model load s", "I/O s", "inference s", "inference share", "fallbacks"] {
+    for row in [
+        "model load s",
+        "I/O s",
+        "inference s",
+        "inference share",
+        "fallbacks",
+    ] {
         assert!(text.contains(row), "no `{row}` in\n{text}");
     }
     assert!(text.contains(&format!("over {batches} batches")), "{text}");
@@ -36,7 +42,10 @@ pub fn assert_report(t: &TestDir, run_dir: &str, batches: usize, papers: u64) {
     assert!(share > 0.0 && share <= 1.0, "{summary}");
     if cfg!(target_os = "linux") {
         // The embed job's peak RSS (VmHWM) on CPU.
-        assert!(summary["peak_memory_bytes"].as_u64().unwrap() > 0, "{summary}");
+        assert!(
+            summary["peak_memory_bytes"].as_u64().unwrap() > 0,
+            "{summary}"
+        );
     }
     for name in ["batch_timings.png", "throughput.png"] {
         let bytes = std::fs::read(t.join("plots").join(name)).unwrap();
@@ -52,6 +61,9 @@ fn report_of_a_run_with_nothing_embedded_says_so() {
     t.run(&["plan", "--corpus", "c.jsonl.gz", "--run-dir", "run"], 0);
     let out = t.run(&["report", "--run-dir", "run"], 1);
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("no batch of run has finished yet"), "{stderr}");
+    assert!(
+        stderr.contains("no batch of run has finished yet"),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
 }

@@ -37,7 +37,11 @@ fn scale(size: f64) -> i32 {
 }
 
 fn glyph(c: char) -> [u8; 8] {
-    let i = if c.is_ascii() { c as usize } else { '?' as usize };
+    let i = if c.is_ascii() {
+        c as usize
+    } else {
+        '?' as usize
+    };
     font8x8::legacy::BASIC_LEGACY[i]
 }
 

@@ -71,13 +71,25 @@ fn bytes(n: u64) -> String {
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
     let Some(s) = &report.summary else {
-        return format!("no batch of {} has finished yet\n", report.run_dir.display());
+        return format!(
+            "no batch of {} has finished yet\n",
+            report.run_dir.display()
+        );
     };
     let _ = writeln!(
         out,
         "{:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>8} {:>10}",
-        "batch", "papers", "load s", "I/O s", "tok s", "infer s", "total s", "tokens", "padding",
-        "papers/s", "tokens/s"
+        "batch",
+        "papers",
+        "load s",
+        "I/O s",
+        "tok s",
+        "infer s",
+        "total s",
+        "tokens",
+        "padding",
+        "papers/s",
+        "tokens/s"
     );
     for b in &report.batches {
         let _ = writeln!(

@@ -88,30 +88,45 @@ fn timings(area: &Area, lines: &[BatchLine]) -> PlotResult {
         .fold(0.0, f64::max)
         .max(1e-3)
         * 1.15;
+    let n = lines.len() as i32;
     let mut chart = ChartBuilder::on(area)
         .caption("time per batch (s)", ("sans-serif", 24))
         .margin(16)
         .x_label_area_size(40)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..lines.len() as f64, 0.0..top)?;
-    let label = |x: &f64| {
-        let i = x.floor() as usize;
-        lines.get(i).map_or(String::new(), |l| l.batch_id.to_string())
+        // A segmented `0..m` has m + 1 segments; one batch gets an empty one beside it (the
+        // range 0..0 would put the bar on the axis).
+        .build_cartesian_2d((0..(n - 1).max(1)).into_segmented(), 0.0..top)?;
+    // Segment i is batch lines[i]; its label sits under the middle of the bar.
+    let label = |x: &SegmentValue<i32>| match x {
+        SegmentValue::CenterOf(i) => lines
+            .get(*i as usize)
+            .map_or(String::new(), |l| l.batch_id.to_string()),
+        _ => String::new(),
     };
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .light_line_style(WHITE)
         .x_desc("batch")
         .y_desc("seconds")
-        .x_labels(lines.len().min(20))
+        .x_labels(lines.len().min(30))
         .x_label_formatter(&label)
         .draw()?;
     for (k, (name, color)) in PHASES.iter().enumerate() {
         let bars = lines.iter().enumerate().map(|(i, l)| {
             let p = phases(l);
             let base: f64 = p[..k].iter().sum();
-            let x = i as f64;
-            Rectangle::new([(x + 0.15, base), (x + 0.85, base + p[k])], color.filled())
+            let i = i as i32;
+            let mut bar = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), base),
+                    (SegmentValue::Exact(i + 1), base + p[k]),
+                ],
+                color.filled(),
+            );
+            bar.set_margin(0, 0, 8, 8);
+            bar
         });
         chart
             .draw_series(bars)?
@@ -149,16 +164,16 @@ fn throughput(area: &Area, lines: &[BatchLine]) -> PlotResult {
         .build_cartesian_2d(0.0..right, 0.0..top)?;
     chart
         .configure_mesh()
+        .light_line_style(RGBColor(235, 235, 235))
         .x_desc("batch finished at (s from run start)")
         .y_desc("tokens/s")
         .draw()?;
     let color = RGBColor(86, 119, 164);
-    chart.draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))?;
-    chart.draw_series(
-        points
-            .iter()
-            .map(|&p| Circle::new(p, 4, color.filled())),
-    )?;
+    chart.draw_series(LineSeries::new(
+        points.iter().copied(),
+        color.stroke_width(2),
+    ))?;
+    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
     Ok(())
 }
 
@@ -190,13 +205,16 @@ mod tests {
     #[test]
     fn plots_are_pngs_with_drawn_pixels() {
         let dir = tempfile::tempdir().unwrap();
-        let lines = vec![line(1, 3.0, 300.0), line(2, 5.0, 500.0), line(3, 4.0, 200.0)];
+        let lines = vec![
+            line(1, 3.0, 300.0),
+            line(2, 5.0, 500.0),
+            line(3, 4.0, 200.0),
+        ];
         let paths = write_all(&lines, dir.path()).unwrap();
         assert_eq!(paths.len(), 2);
         for path in paths {
-            let decoder = png::Decoder::new(std::io::BufReader::new(
-                std::fs::File::open(&path).unwrap(),
-            ));
+            let decoder =
+                png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
             let mut reader = decoder.read_info().unwrap();
             let mut buf = vec![0; reader.output_buffer_size().unwrap()];
             let info = reader.next_frame(&mut buf).unwrap();
@@ -206,9 +224,20 @@ mod tests {
                 .chunks(3)
                 .filter(|p| p[0] != p[1] || p[1] != p[2])
                 .count();
-            assert!(coloured > 100, "{}: {coloured} coloured pixels", path.display());
-            let dark = pixels.chunks(3).filter(|p| p.iter().all(|&c| c < 64)).count();
-            assert!(dark > 500, "{}: text and axes drawn ({dark} dark pixels)", path.display());
+            assert!(
+                coloured > 100,
+                "{}: {coloured} coloured pixels",
+                path.display()
+            );
+            let dark = pixels
+                .chunks(3)
+                .filter(|p| p.iter().all(|&c| c < 64))
+                .count();
+            assert!(
+                dark > 500,
+                "{}: text and axes drawn ({dark} dark pixels)",
+                path.display()
+            );
         }
     }
 

@@ -153,8 +153,14 @@ pub fn summarize(lines: &[BatchLine], runs: &[BatchRunRecord]) -> Option<Summary
     let sum_u = |f: fn(&BatchLine) -> u64| lines.iter().map(f).sum::<u64>();
     let (papers, tokens) = (sum_u(|l| l.papers), sum_u(|l| l.tokens));
     let job_s = sum_f(|l| l.total_s);
-    let start = lines.iter().map(|l| l.started_unix_s).fold(f64::MAX, f64::min);
-    let end = lines.iter().map(|l| l.finished_unix_s).fold(f64::MIN, f64::max);
+    let start = lines
+        .iter()
+        .map(|l| l.started_unix_s)
+        .fold(f64::MAX, f64::min);
+    let end = lines
+        .iter()
+        .map(|l| l.finished_unix_s)
+        .fold(f64::MIN, f64::max);
     let wall_s = (end - start).max(0.0);
     let mut fallbacks = Fallbacks::default();
     for r in runs {
@@ -282,7 +288,10 @@ mod tests {
         assert!(close(s.papers_per_s.mean, 8.0 / 3.0));
         assert!(close(s.papers_per_s.std, (4.0f64 / 3.0).sqrt()));
         // tokens/s per batch 400, 300, 66.67.
-        assert!(close(s.tokens_per_s.mean, (400.0 + 300.0 + 2000.0 / 30.0) / 3.0));
+        assert!(close(
+            s.tokens_per_s.mean,
+            (400.0 + 300.0 + 2000.0 / 30.0) / 3.0
+        ));
         assert_eq!((s.papers, s.tokens, s.padding_tokens), (140, 12_000, 1_000));
         assert!(close(s.padding_share, 1000.0 / 12000.0));
         // 140 papers in 60 job-seconds; the jobs ran from t=100 to t=140, 40 s of wall time.
@@ -310,7 +319,10 @@ mod tests {
         assert_eq!(summarize(&[], &[]), None);
         let zero = vec![run(1, 0.0, BatchTimings::default())];
         let s = summarize(&lines(&zero), &zero).unwrap();
-        assert_eq!((s.inference_share, s.padding_share, s.wall_papers_per_s), (0.0, 0.0, 0.0));
+        assert_eq!(
+            (s.inference_share, s.padding_share, s.wall_papers_per_s),
+            (0.0, 0.0, 0.0)
+        );
         assert_eq!(s.peak_memory_bytes, None);
     }
 }
