@@ -18,11 +18,11 @@ pub const THROUGHPUT_PNG: &str = "throughput.png";
 
 type Area<'a> = DrawingArea<GlyphBackend<'a>, Shift>;
 type PlotResult = Result<(), Box<dyn std::error::Error>>;
+type DrawFn = fn(&Area, &[BatchLine]) -> PlotResult;
 
 /// Writes [`TIMINGS_PNG`] and [`THROUGHPUT_PNG`] into `dir`; returns their paths.
 pub fn write_all(lines: &[BatchLine], dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
-    let plots: [(&str, fn(&Area, &[BatchLine]) -> PlotResult); 2] =
-        [(TIMINGS_PNG, timings), (THROUGHPUT_PNG, throughput)];
+    let plots: [(&str, DrawFn); 2] = [(TIMINGS_PNG, timings), (THROUGHPUT_PNG, throughput)];
     let mut written = Vec::new();
     for (name, draw) in plots {
         let path = dir.join(name);
