@@ -90,7 +90,10 @@ mod tests {
             )
             .unwrap();
         let runs = db.latest_batch_runs().unwrap();
-        let ids: Vec<(i64, u64)> = runs.iter().map(|r| (r.batch_id, r.timings.papers)).collect();
+        let ids: Vec<(i64, u64)> = runs
+            .iter()
+            .map(|r| (r.batch_id, r.timings.papers))
+            .collect();
         assert_eq!(ids, vec![(1, 9), (3, 3)]);
         assert!((runs[0].started_unix_s - 60.0).abs() < 1e-3, "{runs:?}");
         assert!((runs[0].finished_unix_s - 90.0).abs() < 1e-3, "{runs:?}");
