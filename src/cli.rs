@@ -43,6 +43,9 @@ pub enum Command {
     /// Show or change the queues the submit loop fills and their caps (jobs queued + running);
     /// a running loop picks changes up within one poll.
     Queues(QueuesArgs),
+    /// The study's Table 2 for a run: mean ± std per batch of model load, I/O, tokenisation and
+    /// inference; throughput, padding, fallbacks; optional PNG plots.
+    Report(crate::commands::ReportArgs),
     /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
     SampleCorpus(SampleCorpusArgs),
     /// Embed one planned batch on this node: parquet shards in <run-dir>/shards, timings in run.db.

@@ -23,6 +23,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod report;
+pub use report::ReportArgs;
+
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Plan(args) => {
@@ -35,6 +38,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Pause(args) => submit::pause(&args, true),
         Command::Resume(args) => submit::pause(&args, false),
         Command::Queues(args) => submit::queues(&args),
+        Command::Report(args) => report::report(&args),
         Command::SampleCorpus(args) => sample_corpus(&args),
         Command::EmbedJob(args) => embed_job(&args),
         Command::Embed(args) => embed(&args),

@@ -6,5 +6,6 @@
 
 pub mod embed;
 pub mod embed_files;
+pub mod report;
 #[cfg(feature = "upload")]
 pub mod upload;

@@ -6,5 +6,6 @@ mod util;
 mod embed;
 mod plan;
 mod readme;
+mod report;
 mod run;
 mod submit;

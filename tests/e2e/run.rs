@@ -81,6 +81,7 @@ fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
     t.run(&args, 0);
     assert_eq!(t.status("run")["shards"], status["shards"]);
     pyarrow_check(&t.join("run/shards"), 240);
+    crate::report::assert_report(&t, "run", 3, 240);
 }
 
 /// Reads the shards with pyarrow, as a user would. Required in CI (EMBEDFLEET_REQUIRE_PYARROW=1).

@@ -5,12 +5,14 @@
 
 mod jobs;
 mod plan;
+mod runs;
 mod schema;
 mod status;
 mod submit;
 
 pub use jobs::{BatchRow, BatchTimings, ShardRow};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
+pub use runs::BatchRunRecord;
 pub use status::{RunStatus, STATUS_FORMAT_VERSION};
 pub use submit::{JobRow, NewJob, OPEN_JOB_STATES};
 

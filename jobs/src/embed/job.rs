@@ -124,12 +124,29 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
         &mut report,
     );
     timings.total_s = started.elapsed().as_secs_f64();
+    timings.peak_memory_bytes = timings.peak_memory_bytes.or_else(process_peak_rss_bytes);
     let error = result.as_ref().err().map(ToString::to_string);
     db.finish_batch_run(run_id, &timings, error.as_deref())?;
     result?;
     db.set_batch_state(batch.id, "done")?;
     report.timings = timings;
     Ok(report)
+}
+
+/// The process's peak resident memory (`VmHWM` of /proc/self/status), the CPU figure of the
+/// peak memory; `None` where /proc is not there. A device's own peak, when a backend knows it,
+/// is set before this and wins.
+pub fn process_peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 fn read_papers(path: &Path, excluded: &[u64]) -> Result<Vec<Paper>, EmbedJobError> {
@@ -292,4 +309,18 @@ fn record_failures(
         path: db.dir().into(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn peak_rss_is_read_from_proc() {
+        let before = super::process_peak_rss_bytes().expect("VmHWM on Linux");
+        // Touch 64 MiB so the peak must reach at least that.
+        let big = vec![1u8; 64 << 20];
+        std::hint::black_box(&big);
+        let after = super::process_peak_rss_bytes().unwrap();
+        assert!(after >= before && after >= 64 << 20, "{before} -> {after}");
+    }
 }

@@ -1,0 +1,185 @@
+//! `embedfleet report`: the study's Table 2 for one run — where a batch's time goes (model
+//! load, I/O, tokenisation, inference), throughput, padding and fallbacks — from the timings
+//! the embed jobs recorded in run.db, plus PNG plots.
+//!
+//! Each batch counts once, by its latest successful run (`RunDb::latest_batch_runs`). A re-run
+//! that only finished the parts a killed job left counts those papers only, as it should: its
+//! time was spent on them.
+
+mod glyphs;
+pub mod plot;
+pub mod table;
+
+use embedfleet_core::rundb::{RunDb, RunDbError};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+pub use table::{BatchLine, Fallbacks, Stat, Summary};
+
+/// Goes up when a field of the JSON form changes meaning or goes away (fields are only added
+/// otherwise).
+pub const REPORT_FORMAT_VERSION: u32 = 1;
+
+/// The report of one run, in the form `report --json` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub format_version: u32,
+    pub run_dir: PathBuf,
+    /// The plan's mini-batch rule, as stored in run.db.
+    pub minibatch: Option<embedfleet_core::settings::MiniBatchRule>,
+    pub batches: Vec<BatchLine>,
+    /// `None` when no batch has finished.
+    pub summary: Option<Summary>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    #[error(
+        "no batch of {0} has finished yet: run `embedfleet run` (or `embedfleet embed-job`) first"
+    )]
+    NothingFinished(PathBuf),
+    #[error("failed to write the plot {path}: {reason}")]
+    Plot { path: PathBuf, reason: String },
+}
+
+/// Reads the run's timings and computes the report.
+pub fn load(run_dir: &Path) -> Result<Report, ReportError> {
+    let db = RunDb::open(run_dir)?;
+    let runs = db.latest_batch_runs()?;
+    let batches = table::lines(&runs);
+    let summary = table::summarize(&batches, &runs);
+    Ok(Report {
+        format_version: REPORT_FORMAT_VERSION,
+        run_dir: run_dir.to_path_buf(),
+        minibatch: db.plan_settings()?.map(|s| s.minibatch),
+        batches,
+        summary,
+    })
+}
+
+fn pm(s: &Stat) -> String {
+    format!("{:>9.2} ± {:<8.2}", s.mean, s.std)
+}
+
+fn bytes(n: u64) -> String {
+    format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
+}
+
+/// The human form: the per-batch lines, then Table 2 and the run's totals.
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let Some(s) = &report.summary else {
+        return format!(
+            "no batch of {} has finished yet\n",
+            report.run_dir.display()
+        );
+    };
+    let _ = writeln!(
+        out,
+        "{:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>8} {:>10}",
+        "batch",
+        "papers",
+        "load s",
+        "I/O s",
+        "tok s",
+        "infer s",
+        "total s",
+        "tokens",
+        "padding",
+        "papers/s",
+        "tokens/s"
+    );
+    for b in &report.batches {
+        let _ = writeln!(
+            out,
+            "{:>6} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>8.2} {:>9} {:>10} {:>8.1} {:>10.0}",
+            b.batch_id,
+            b.papers,
+            b.model_load_s,
+            b.io_s,
+            b.tokenize_s,
+            b.inference_s,
+            b.total_s,
+            b.tokens,
+            b.padding_tokens,
+            b.papers_per_s,
+            b.tokens_per_s
+        );
+    }
+    let rule = match &report.minibatch {
+        Some(embedfleet_core::settings::MiniBatchRule::Chars {
+            max_chars,
+            max_papers,
+        }) => format!("chars (≤ {max_chars} chars, ≤ {max_papers} papers, corpus order)"),
+        Some(embedfleet_core::settings::MiniBatchRule::TokenBudget { max_tokens }) => {
+            format!("token budget ({max_tokens} tokens, length-sorted)")
+        }
+        None => "unknown".into(),
+    };
+    let _ = writeln!(
+        out,
+        "\nper batch, mean ± std over {} batches (mini-batches: {rule})",
+        s.batches
+    );
+    for (name, stat) in [
+        ("model load s", &s.model_load_s),
+        ("I/O s", &s.io_s),
+        ("tokenisation s", &s.tokenize_s),
+        ("inference s", &s.inference_s),
+        ("total s", &s.total_s),
+        ("papers/s", &s.papers_per_s),
+        ("tokens/s", &s.tokens_per_s),
+    ] {
+        let _ = writeln!(out, "  {name:<16}{}", pm(stat));
+    }
+    let _ = writeln!(
+        out,
+        "  {:<16}{:>9.1} %",
+        "inference share",
+        100.0 * s.inference_share
+    );
+    let _ = writeln!(out, "\nrun");
+    let _ = writeln!(
+        out,
+        "  papers {}, tokens {}, padding {} ({:.1} % of real tokens, what a padded forward would compute)",
+        s.papers,
+        s.tokens,
+        s.padding_tokens,
+        100.0 * s.padding_share
+    );
+    let _ = writeln!(
+        out,
+        "  per job: {:.2} papers/s, {:.0} tokens/s; whole run: {:.1} s wall, {:.2} papers/s",
+        s.job_papers_per_s, s.job_tokens_per_s, s.wall_s, s.wall_papers_per_s
+    );
+    let f = &s.fallbacks;
+    let _ = writeln!(
+        out,
+        "  fallbacks: {} split, {} sequential, {} chunked; {} long papers chunked",
+        f.split, f.sequential, f.chunked, f.long_papers_chunked
+    );
+    let _ = writeln!(
+        out,
+        "  peak memory: {}",
+        s.peak_memory_bytes
+            .map_or_else(|| "not recorded".into(), bytes)
+    );
+    let _ = writeln!(
+        out,
+        "  {:.1} M papers at this rate: {:.0} job-hours (node-hours)",
+        s.full_corpus_papers as f64 / 1e6,
+        s.full_corpus_job_hours
+    );
+    out
+}
+
+/// Writes the plots of [`plot::write_all`] into `dir` (created if needed); returns their paths.
+pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    std::fs::create_dir_all(dir).map_err(|e| ReportError::Plot {
+        path: dir.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    plot::write_all(&report.batches, dir)
+}
