@@ -7,3 +7,4 @@ mod embed;
 mod plan;
 mod readme;
 mod run;
+mod upload;

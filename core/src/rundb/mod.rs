@@ -7,10 +7,12 @@ mod jobs;
 mod plan;
 mod schema;
 mod status;
+mod uploads;
 
 pub use jobs::{BatchRow, BatchTimings, ShardRow};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
-pub use status::{RunStatus, STATUS_FORMAT_VERSION};
+pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};
+pub use uploads::UploadShard;
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};

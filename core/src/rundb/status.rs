@@ -34,6 +34,20 @@ pub struct RunStatus {
     pub rows_in_shards: u64,
     pub points_uploaded: u64,
     pub points_failed: u64,
+    /// collection -> its upload progress (added in format 1; absent before any upload).
+    #[serde(default)]
+    pub uploads_by_collection: BTreeMap<String, CollectionUpload>,
+}
+
+/// Upload progress into one collection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectionUpload {
+    /// Rows acknowledged (durable in the collection).
+    pub acked: u64,
+    /// Rows of batches that failed after every retry; `embedfleet upload` again sends them.
+    pub failed: u64,
+    /// Rows of the run's shards not acknowledged yet (failed ones included).
+    pub missing: u64,
 }
 
 impl RunDb {
@@ -86,6 +100,28 @@ impl RunDb {
             )
             .optional()
             .map_err(e)?;
+        let rows_in_shards = scalar("SELECT sum(rows) FROM shards")?;
+        let uploads_by_collection = {
+            let mut stmt = c
+                .prepare(
+                    "SELECT collection, sum(rows_acked), sum(failed_rows) FROM uploads GROUP BY 1",
+                )
+                .map_err(e)?;
+            let rows = stmt.query_map([], |r| {
+                let (acked, failed): (u64, u64) = (r.get(1)?, r.get(2)?);
+                let missing = rows_in_shards.saturating_sub(acked);
+                Ok((
+                    r.get(0)?,
+                    CollectionUpload {
+                        acked,
+                        failed,
+                        missing,
+                    },
+                ))
+            });
+            rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+                .map_err(e)?
+        };
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
@@ -107,9 +143,10 @@ impl RunDb {
             batches_by_state: grouped("SELECT state, count(*) FROM batches GROUP BY state")?,
             jobs_by_queue,
             shards: scalar("SELECT count(*) FROM shards")?,
-            rows_in_shards: scalar("SELECT sum(rows) FROM shards")?,
+            rows_in_shards,
             points_uploaded: scalar("SELECT sum(rows_acked) FROM uploads")?,
             points_failed: scalar("SELECT sum(failed_rows) FROM uploads")?,
+            uploads_by_collection,
         })
     }
 }
