@@ -138,11 +138,16 @@ fn a_partly_acknowledged_run_sends_only_the_rest() {
             .unwrap();
     }
     sink.checkpoint("papers").unwrap();
-    db.record_upload(shards[0].shard_id, "papers", 64, 0).unwrap();
+    db.record_upload(shards[0].shard_id, "papers", 64, 0)
+        .unwrap();
     let before = sink.points.load(Ordering::SeqCst);
     let report = upload(&sink, &options(&run, "papers")).expect("upload");
     assert_eq!((report.already_acked, report.send.points), (64, 186));
-    assert_eq!(sink.points.load(Ordering::SeqCst) - before, 186, "sent once");
+    assert_eq!(
+        sink.points.load(Ordering::SeqCst) - before,
+        186,
+        "sent once"
+    );
     assert_eq!(sink.count("papers", None).unwrap(), 250);
 }
 
@@ -196,7 +201,14 @@ fn shards_of_mixed_sizes_and_a_collection_of_another_size_are_refused() {
     let sink = edge(dir.path());
     let err = upload(&sink, &options(&run, "papers")).expect_err("mixed sizes");
     assert!(
-        matches!(err, UploadRunError::MixedDims { found: 12, expected: 24, .. }),
+        matches!(
+            err,
+            UploadRunError::MixedDims {
+                found: 12,
+                expected: 24,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.is_refusal());
@@ -271,7 +283,10 @@ fn server_every_row_once_then_nothing_to_send() {
     check_upload_resume(&sink, &run, &name);
     let info = sink.collection_info(&name).unwrap().expect("exists");
     assert_eq!(info.hnsw.m, 16, "bulk load restored m");
-    assert!(info.indexing_threshold_kb > 0, "bulk load restored indexing");
+    assert!(
+        info.indexing_threshold_kb > 0,
+        "bulk load restored indexing"
+    );
     sink.delete_collection(&name).unwrap();
 }
 
@@ -279,7 +294,9 @@ fn server_every_row_once_then_nothing_to_send() {
 fn server_restarted_mid_upload_ends_with_the_exact_count() {
     let Some(sink) = server() else { return };
     let Ok(restart) = std::env::var("QDRANT_RESTART_CMD") else {
-        eprintln!("skipped: QDRANT_RESTART_CMD is not set (a shell command that restarts the server)");
+        eprintln!(
+            "skipped: QDRANT_RESTART_CMD is not set (a shell command that restarts the server)"
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -324,7 +341,11 @@ impl Counting {
             inner,
             calls: AtomicUsize::new(0),
             points: AtomicUsize::new(0),
-            fail_first: if fail_first == usize::MAX { 0 } else { fail_first },
+            fail_first: if fail_first == usize::MAX {
+                0
+            } else {
+                fail_first
+            },
             fail_from: AtomicUsize::new(usize::MAX),
         }
     }

@@ -6,8 +6,8 @@ use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_jobs::upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
 use embedfleet_jobs::upload::{
-    self, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions,
-    UploadReport, WorkerCommand,
+    self, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions, UploadReport,
+    WorkerCommand,
 };
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -284,12 +284,13 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let mut options = TuneOptions::new(&args.scratch);
     options.sample = args.sample.max(1);
-    options
-        .batch_sizes
-        .retain(|&b| b <= args.max_batch.max(1));
+    options.batch_sizes.retain(|&b| b <= args.max_batch.max(1));
     let report = tune::tune(sink.as_ref(), &db, &options)?;
     print!("{}", tune::markdown(&report));
-    let out = args.out.clone().unwrap_or_else(|| args.run_dir.join("tune"));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run_dir.join("tune"));
     let files = tune::write_outputs(&report, &out)?;
     let saved = TunedUpload {
         sink: kind.into(),

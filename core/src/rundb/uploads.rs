@@ -133,10 +133,12 @@ mod tests {
         let shards = db.upload_shards("papers").unwrap();
         assert_eq!(shards.len(), 2);
         assert!(shards.iter().all(|s| s.rows_acked == 0 && !s.is_done()));
-        db.record_upload(shards[0].shard_id, "papers", 4, 6).unwrap();
+        db.record_upload(shards[0].shard_id, "papers", 4, 6)
+            .unwrap();
         db.record_upload(shards[0].shard_id, "papers", 10, 0)
             .unwrap();
-        db.record_upload(shards[1].shard_id, "other", 20, 0).unwrap();
+        db.record_upload(shards[1].shard_id, "other", 20, 0)
+            .unwrap();
         let shards = db.upload_shards("papers").unwrap();
         assert!(shards[0].is_done());
         assert_eq!((shards[1].rows_acked, shards[1].failed_rows), (0, 0));

@@ -124,8 +124,7 @@ impl UploadRunError {
             self,
             UploadRunError::MixedDims { .. }
                 | UploadRunError::Sink(
-                    UploadError::CollectionMismatch { .. }
-                        | UploadError::VectorSizeMismatch { .. }
+                    UploadError::CollectionMismatch { .. } | UploadError::VectorSizeMismatch { .. }
                 )
         )
     }
@@ -286,7 +285,11 @@ pub fn send(
         .shards
         .iter()
         .filter(|s| !s.is_done())
-        .filter(|s| options.share.is_none_or(|(i, n)| s.shard_id as u64 % n == i))
+        .filter(|s| {
+            options
+                .share
+                .is_none_or(|(i, n)| s.shard_id as u64 % n == i)
+        })
         .cloned()
         .collect();
     let total: u64 = todo.iter().map(|s| s.rows - s.rows_acked).sum();
@@ -377,7 +380,14 @@ fn read_shards(
                 }
             };
             let len = batch.num_rows() as u64;
-            if jobs.send(Job { shard: i, start, batch }).is_err() {
+            if jobs
+                .send(Job {
+                    shard: i,
+                    start,
+                    batch,
+                })
+                .is_err()
+            {
                 return;
             }
             start += len;

@@ -10,7 +10,14 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use parquet::arrow::ProjectionMask;
 
 /// The columns a point is built from; a shard's other columns are not read.
-const COLUMNS: [&str; 6] = ["id", "embedding", "n_chars", "n_tokens", "source", "created"];
+const COLUMNS: [&str; 6] = [
+    "id",
+    "embedding",
+    "n_chars",
+    "n_tokens",
+    "source",
+    "created",
+];
 
 /// A shard that cannot be read.
 #[derive(Debug, thiserror::Error)]

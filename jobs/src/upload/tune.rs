@@ -134,7 +134,10 @@ pub enum TuneError {
 /// Runs both sweeps against `sink` with a sample of the run's shards; drops the scratch collection.
 pub fn tune(sink: &dyn Sink, db: &RunDb, options: &TuneOptions) -> Result<TuneReport, TuneError> {
     let sample = load_sample(db, options.sample)?;
-    let dim = sample.first().map(PointsBatch::from_record_batch).transpose()?;
+    let dim = sample
+        .first()
+        .map(PointsBatch::from_record_batch)
+        .transpose()?;
     let dim = dim.map(|p| p.dim()).ok_or(TuneError::NoShards)?;
     let result = sweeps(sink, &sample, dim, options);
     // Dropped whatever happened; a failure to drop is reported only if the sweeps succeeded.
@@ -350,7 +353,12 @@ mod tests {
     #[test]
     fn pick_takes_the_smallest_within_the_margin_of_the_fastest() {
         // 1000 pts: 64 -> 10,000/s, 128 -> 10,400/s, 256 -> 10,600/s (fastest), 512 -> 9,000/s.
-        let trials = [t(64, 0.1), t(128, 1.0 / 10.4), t(256, 1.0 / 10.6), t(512, 1.0 / 9.0)];
+        let trials = [
+            t(64, 0.1),
+            t(128, 1.0 / 10.4),
+            t(256, 1.0 / 10.6),
+            t(512, 1.0 / 9.0),
+        ];
         assert_eq!(pick(&trials, 0.05, |t| t.batch_size), Some(128));
         assert_eq!(pick(&trials, 0.0, |t| t.batch_size), Some(256));
         assert_eq!(pick(&[], 0.05, |t| t.batch_size), None);

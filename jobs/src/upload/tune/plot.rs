@@ -45,16 +45,37 @@ pub fn write_png(report: &TuneReport, path: &Path) -> Result<(), PlotError> {
     {
         let root = BitMapBackend::with_buffer(&mut buf, (WIDTH, HEIGHT)).into_drawing_area();
         let (left, right) = root.split_horizontally(WIDTH / 2);
-        let batch: Vec<&Trial> = report.trials.iter().filter(|t| t.sweep == "batch").collect();
+        let batch: Vec<&Trial> = report
+            .trials
+            .iter()
+            .filter(|t| t.sweep == "batch")
+            .collect();
         let flight: Vec<&Trial> = report
             .trials
             .iter()
             .filter(|t| t.sweep == "in_flight")
             .collect();
         let title = format!("points/s by batch size ({}-d, 1 in flight)", report.dim);
-        panel(&left, &batch, |t| t.batch_size, &title, "batch size", &mut labels)?;
-        let title = format!("points/s by requests in flight (batch {})", report.batch_size);
-        panel(&right, &flight, |t| t.in_flight, &title, "in flight", &mut labels)?;
+        panel(
+            &left,
+            &batch,
+            |t| t.batch_size,
+            &title,
+            "batch size",
+            &mut labels,
+        )?;
+        let title = format!(
+            "points/s by requests in flight (batch {})",
+            report.batch_size
+        );
+        panel(
+            &right,
+            &flight,
+            |t| t.in_flight,
+            &title,
+            "in flight",
+            &mut labels,
+        )?;
         root.present().map_err(plot_err("draw"))?;
     }
     for label in &labels {
@@ -80,12 +101,20 @@ fn panel(
         .y_label_area_size(70)
         .build_cartesian_2d(-0.3..x_max + 0.3, 0.0..y_max)
         .map_err(plot_err("draw"))?;
+    // No `configure_mesh`: its labels need a font (plotters panics without one). The axes and
+    // grid lines are drawn as paths; the labels come after, from `font8x8`.
+    let grey = RGBColor(220, 220, 220);
+    let grid = (1..=5).map(|step| {
+        let y = y_max / 1.15 * step as f64 / 5.0;
+        PathElement::new(vec![(-0.3, y), (x_max + 0.3, y)], grey)
+    });
+    chart.draw_series(grid).map_err(plot_err("draw"))?;
+    let axes = [
+        vec![(-0.3, 0.0), (x_max + 0.3, 0.0)],
+        vec![(-0.3, 0.0), (-0.3, y_max)],
+    ];
     chart
-        .configure_mesh()
-        .x_labels(trials.len().max(2))
-        .y_labels(6)
-        .light_line_style(WHITE)
-        .draw()
+        .draw_series(axes.into_iter().map(|p| PathElement::new(p, BLACK)))
         .map_err(plot_err("draw"))?;
     let points: Vec<(f64, f64)> = trials
         .iter()
@@ -93,7 +122,10 @@ fn panel(
         .map(|(i, t)| (i as f64, t.points_per_s()))
         .collect();
     chart
-        .draw_series(LineSeries::new(points.iter().copied(), BLUE.stroke_width(2)))
+        .draw_series(LineSeries::new(
+            points.iter().copied(),
+            BLUE.stroke_width(2),
+        ))
         .map_err(plot_err("draw"))?;
     chart
         .draw_series(points.iter().map(|&p| Circle::new(p, 4, BLUE.filled())))
@@ -117,7 +149,11 @@ fn panel(
     }
     let (w, h) = area.dim_in_pixel();
     labels.push(centred(ox + w as i32 / 2, oy + 8, title.to_owned()));
-    labels.push(centred(ox + w as i32 / 2, oy + h as i32 - 8 * SCALE - 4, x_name.into()));
+    labels.push(centred(
+        ox + w as i32 / 2,
+        oy + h as i32 - 8 * SCALE - 4,
+        x_name.into(),
+    ));
     Ok(())
 }
 
