@@ -13,7 +13,7 @@ use super::{Trial, TuneReport};
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 420;
-/// Pixels per font pixel.
+/// Pixels per font pixel of titles; tick labels use 1.
 const SCALE: i32 = 2;
 
 /// The plot could not be drawn or written.
@@ -36,6 +36,7 @@ struct Label {
     x: i32,
     y: i32,
     text: String,
+    scale: i32,
 }
 
 /// Draws the two sweeps of `report` and writes them as a PNG to `path`.
@@ -55,25 +56,17 @@ pub fn write_png(report: &TuneReport, path: &Path) -> Result<(), PlotError> {
             .iter()
             .filter(|t| t.sweep == "in_flight")
             .collect();
-        let title = format!("points/s by batch size ({}-d, 1 in flight)", report.dim);
-        panel(
-            &left,
-            &batch,
-            |t| t.batch_size,
-            &title,
-            "batch size",
-            &mut labels,
-        )?;
-        let title = format!(
-            "points/s by requests in flight (batch {})",
-            report.batch_size
-        );
+        let title = format!("points/s, {}-d", report.dim);
+        let x_name = "batch size (1 in flight)";
+        panel(&left, &batch, |t| t.batch_size, &title, x_name, &mut labels)?;
+        let x_name = format!("in flight (batch {})", report.batch_size);
+        let title = "points/s";
         panel(
             &right,
             &flight,
             |t| t.in_flight,
-            &title,
-            "in flight",
+            title,
+            &x_name,
             &mut labels,
         )?;
         root.present().map_err(plot_err("draw"))?;
@@ -134,35 +127,34 @@ fn panel(
     for (i, t) in trials.iter().enumerate() {
         let (x, y) = chart.backend_coord(&(i as f64, 0.0));
         let text = key(t).to_string();
-        labels.push(centred(x, y + 8, text));
+        labels.push(centred(x, y + 8, text, 1));
     }
     for step in 0..=5 {
         let value = y_max / 1.15 * step as f64 / 5.0;
         let (x, y) = chart.backend_coord(&(-0.3, value));
         let text = format!("{value:.0}");
-        let width = text.len() as i32 * 8 * SCALE;
+        let width = text.len() as i32 * 8;
         labels.push(Label {
             x: x - width - 6,
-            y: y - 4 * SCALE,
+            y: y - 4,
             text,
+            scale: 1,
         });
     }
     let (w, h) = area.dim_in_pixel();
-    labels.push(centred(ox + w as i32 / 2, oy + 8, title.to_owned()));
-    labels.push(centred(
-        ox + w as i32 / 2,
-        oy + h as i32 - 8 * SCALE - 4,
-        x_name.into(),
-    ));
+    labels.push(centred(ox + w as i32 / 2, oy + 8, title.to_owned(), SCALE));
+    let bottom = oy + h as i32 - 8 * SCALE - 4;
+    labels.push(centred(ox + w as i32 / 2, bottom, x_name.into(), SCALE));
     Ok(())
 }
 
-fn centred(x: i32, y: i32, text: String) -> Label {
-    let width = text.len() as i32 * 8 * SCALE;
+fn centred(x: i32, y: i32, text: String, scale: i32) -> Label {
+    let width = text.len() as i32 * 8 * scale;
     Label {
         x: x - width / 2,
         y,
         text,
+        scale,
     }
 }
 
@@ -177,10 +169,10 @@ fn draw_text(buf: &mut [u8], label: &Label) {
                 if bits & (1 << col) == 0 {
                     continue;
                 }
-                let x0 = label.x + (n as i32 * 8 + col) * SCALE;
-                let y0 = label.y + row as i32 * SCALE;
-                for dy in 0..SCALE {
-                    for dx in 0..SCALE {
+                let x0 = label.x + (n as i32 * 8 + col) * label.scale;
+                let y0 = label.y + row as i32 * label.scale;
+                for dy in 0..label.scale {
+                    for dx in 0..label.scale {
                         set_black(buf, x0 + dx, y0 + dy);
                     }
                 }
