@@ -26,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The whole pipeline on this machine: plan (if not planned), embed every batch as local
-    /// jobs, then show the status. Run it again after a kill: it continues.
+    /// jobs, upload into the embedded Qdrant (<run-dir>/qdrant), run one query, show the status. Run it again after a kill: it continues.
     Run(RunArgs),
     /// Stream the corpus and cut it into per-node jobs, each with its own batch file.
     Plan(PlanArgs),
@@ -54,6 +54,10 @@ pub enum Command {
     Embed(EmbedArgs),
     /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
     MakeTinyModel(MakeTinyModelArgs),
+    /// Upload the run's shards into Qdrant (a server, or the embedded engine), resumably.
+    Upload(crate::commands::upload::UploadArgs),
+    /// Find the upload's batch size and requests in flight with a sample; saved in run.db.
+    Tune(crate::commands::upload::TuneArgs),
 }
 
 #[derive(Debug, Args)]
@@ -219,6 +223,9 @@ pub struct RunArgs {
     /// Papers per shard file.
     #[arg(long, default_value_t = 500, value_name = "N")]
     pub shard_papers: usize,
+    /// The sample query run against the uploaded collection at the end.
+    #[arg(long, default_value = "protein folding", value_name = "TEXT")]
+    pub query: String,
 }
 
 #[derive(Debug, Args)]

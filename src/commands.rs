@@ -2,6 +2,7 @@
 //! library, print the outcome.
 
 mod submit;
+pub mod upload;
 
 use crate::cli::{
     Batching, Cli, Command, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, PlanSettingsArgs, RunArgs,
@@ -43,14 +44,23 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::EmbedJob(args) => embed_job(&args),
         Command::Embed(args) => embed(&args),
         Command::MakeTinyModel(args) => make_tiny_model(&args),
+        Command::Upload(args) => upload::upload_cmd(&args),
+        Command::Tune(args) => upload::tune_cmd(&args),
     }
 }
 
 /// The exit code of an error (README, "Exit codes").
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    match err.downcast_ref::<PlanError>() {
-        Some(e) if e.is_refusal() => exit::REFUSED,
-        _ => exit::FAILURE,
+    let refused = err
+        .downcast_ref::<PlanError>()
+        .is_some_and(PlanError::is_refusal)
+        || err
+            .downcast_ref::<embedfleet_jobs::upload::UploadRunError>()
+            .is_some_and(embedfleet_jobs::upload::UploadRunError::is_refusal);
+    if refused {
+        exit::REFUSED
+    } else {
+        exit::FAILURE
     }
 }
 
@@ -283,6 +293,7 @@ fn run_all(args: &RunArgs) -> Result<i32> {
         progress: std::io::stderr().is_terminal(),
     };
     let report = embedfleet_orchestrator::submit::submit(&options)?;
+    upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;
     let code = submit::summarise(&options, &report)?;
     if code != exit::SUCCESS {
         return Ok(code);

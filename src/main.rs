@@ -35,7 +35,9 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // qdrant-edge warns about its own uninitialised globals (feature flags, mmap check) on
+        // every open; nothing a user can act on.
+        0 => "warn,qdrant_edge=error",
         1 => "info",
         _ => "debug",
     };

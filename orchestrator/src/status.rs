@@ -47,13 +47,26 @@ pub fn render(s: &RunStatus) -> String {
         let _ = writeln!(out, "jobs       {queue}{cap}:{states}");
     }
     let _ = writeln!(out, "shards     {} ({} rows)", s.shards, s.rows_in_shards);
-    let _ = write!(out, "uploaded   {} points", s.points_uploaded);
-    if s.points_failed > 0 {
+    if s.uploads_by_collection.is_empty() {
+        let _ = writeln!(out, "uploaded   0 points");
+    }
+    for (collection, u) in &s.uploads_by_collection {
         let _ = write!(
             out,
-            ", {} failed (run `embedfleet upload` again)",
-            s.points_failed
+            "uploaded   {collection}: {} of {} points",
+            u.acked, s.rows_in_shards
         );
+        if u.failed > 0 {
+            let _ = write!(out, ", {} failed", u.failed);
+        }
+        if u.missing > 0 {
+            let _ = write!(
+                out,
+                ", {} missing (run `embedfleet upload` again)",
+                u.missing
+            );
+        }
+        out.push('\n');
     }
     out.push('\n');
     if let (Some(rate), Some(eta)) = (s.papers_per_second, s.eta_seconds) {

@@ -9,3 +9,4 @@ mod readme;
 mod report;
 mod run;
 mod submit;
+mod upload;

@@ -9,12 +9,14 @@ mod runs;
 mod schema;
 mod status;
 mod submit;
+mod uploads;
 
 pub use jobs::{BatchRow, BatchTimings, ShardRow};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use runs::BatchRunRecord;
-pub use status::{RunStatus, STATUS_FORMAT_VERSION};
+pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};
 pub use submit::{JobRow, NewJob, OPEN_JOB_STATES};
+pub use uploads::UploadShard;
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};

@@ -49,6 +49,20 @@ pub struct RunStatus {
     /// Tokens the finished embed runs fed the model.
     #[serde(default)]
     pub tokens_embedded: u64,
+    /// collection -> its upload progress (added in format 1; absent before any upload).
+    #[serde(default)]
+    pub uploads_by_collection: BTreeMap<String, CollectionUpload>,
+}
+
+/// Upload progress into one collection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectionUpload {
+    /// Rows acknowledged (durable in the collection).
+    pub acked: u64,
+    /// Rows of batches that failed after every retry; `embedfleet upload` again sends them.
+    pub failed: u64,
+    /// Rows of the run's shards not acknowledged yet (failed ones included).
+    pub missing: u64,
 }
 
 impl RunDb {
@@ -106,6 +120,27 @@ impl RunDb {
         let papers_per_second = self.embed_rate()?;
         let eta_seconds = papers_per_second
             .map(|rate| papers_planned.saturating_sub(rows_in_shards) as f64 / rate);
+        let uploads_by_collection = {
+            let mut stmt = c
+                .prepare(
+                    "SELECT collection, sum(rows_acked), sum(failed_rows) FROM uploads GROUP BY 1",
+                )
+                .map_err(e)?;
+            let rows = stmt.query_map([], |r| {
+                let (acked, failed): (u64, u64) = (r.get(1)?, r.get(2)?);
+                let missing = rows_in_shards.saturating_sub(acked);
+                Ok((
+                    r.get(0)?,
+                    CollectionUpload {
+                        acked,
+                        failed,
+                        missing,
+                    },
+                ))
+            });
+            rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+                .map_err(e)?
+        };
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
@@ -135,6 +170,7 @@ impl RunDb {
             papers_per_second,
             eta_seconds,
             tokens_embedded: scalar("SELECT sum(tokens) FROM batch_runs WHERE state = 'done'")?,
+            uploads_by_collection,
         })
     }
 

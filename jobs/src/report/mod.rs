@@ -6,7 +6,6 @@
 //! that only finished the parts a killed job left counts those papers only, as it should: its
 //! time was spent on them.
 
-mod glyphs;
 pub mod plot;
 pub mod table;
 

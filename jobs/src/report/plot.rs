@@ -1,12 +1,11 @@
 //! PNG plots of a run: where each batch's time went, and throughput over the run.
 //!
-//! Drawn with plotters into an RGB buffer (text from [`glyphs`](super::glyphs)) and encoded with
+//! Drawn with plotters into an RGB buffer (text from [`crate::plot::GlyphBackend`]) and encoded with
 //! `png`: no image crate, no system fonts.
 
-use super::glyphs::GlyphBackend;
 use super::table::BatchLine;
 use super::ReportError;
-use plotters::coord::Shift;
+use crate::plot::{render, write_png, Area, PlotResult};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -16,8 +15,6 @@ pub const SIZE: (u32, u32) = (960, 540);
 pub const TIMINGS_PNG: &str = "batch_timings.png";
 pub const THROUGHPUT_PNG: &str = "throughput.png";
 
-type Area<'a> = DrawingArea<GlyphBackend<'a>, Shift>;
-type PlotResult = Result<(), Box<dyn std::error::Error>>;
 type DrawFn = fn(&Area, &[BatchLine]) -> PlotResult;
 
 /// Writes [`TIMINGS_PNG`] and [`THROUGHPUT_PNG`] into `dir`; returns their paths.
@@ -30,34 +27,11 @@ pub fn write_all(lines: &[BatchLine], dir: &Path) -> Result<Vec<PathBuf>, Report
             path: path.clone(),
             reason,
         };
-        let pixels = render(|area| draw(area, lines)).map_err(|e| fail(e.to_string()))?;
-        write_png(&path, &pixels).map_err(|e| fail(e.to_string()))?;
+        let pixels = render(SIZE, |area| draw(area, lines)).map_err(|e| fail(e.to_string()))?;
+        write_png(&path, SIZE, &pixels).map_err(|e| fail(e.to_string()))?;
         written.push(path);
     }
     Ok(written)
-}
-
-/// Draws into a fresh white RGB buffer of [`SIZE`].
-fn render(draw: impl FnOnce(&Area) -> PlotResult) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-    let mut buf = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
-    {
-        let area = GlyphBackend::with_buffer(&mut buf, SIZE).into_drawing_area();
-        area.fill(&WHITE)?;
-        draw(&area)?;
-        area.present()?;
-    }
-    Ok(buf)
-}
-
-fn write_png(path: &Path, rgb: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
-    let file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    let mut encoder = png::Encoder::new(file, SIZE.0, SIZE.1);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header()?;
-    writer.write_image_data(rgb)?;
-    writer.finish()?;
-    Ok(())
 }
 
 /// The phases stacked in the timings plot, bottom up. Tokenisation runs on CPU threads ahead

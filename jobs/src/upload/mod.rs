@@ -9,18 +9,31 @@
 //! which copies nothing) → [`PointsBatch::from_record_batch`] (schema checked once, columns
 //! borrowed) → [`Sink::upsert`], which copies each vector once into the request.
 //!
+//! The uploader ([`upload`], [`upload_with_workers`]) drives a sink over a run's shards, resumably;
+//! [`tune`] finds its batch size and requests in flight; [`query`] embeds a query and searches.
+//!
 //! Durability: an upsert that returned `Ok` is acknowledged only after [`Sink::checkpoint`]
 //! returned `Ok` too; record progress (run.db) after the checkpoint. Point ids are deterministic
 //! ([`point_id`]), so re-sending a batch after a crash never duplicates points.
 
+mod driver;
 mod edge;
 mod error;
 mod points;
+mod progress;
+pub mod query;
 mod retry;
 mod server;
+pub mod shards;
+pub mod tune;
+mod workers;
 
 use std::time::Duration;
 
+pub use driver::{
+    prepare, send, upload, Prepared, SendReport, UploadOptions, UploadReport, UploadRunError,
+    TEST_DELAY_ENV,
+};
 pub use edge::QdrantEdge;
 pub use error::{UploadError, UploadResult};
 pub use points::{
@@ -29,6 +42,7 @@ pub use points::{
 };
 pub use retry::{is_transient, RetryPolicy};
 pub use server::{build_point_structs, ApiKey, QdrantServer, ServerConfig};
+pub use workers::{upload_with_workers, WorkerCommand};
 
 /// Vector distance of a collection.
 ///

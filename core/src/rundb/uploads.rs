@@ -1,0 +1,151 @@
+//! What the uploader records: per shard and collection, the rows Qdrant has acknowledged.
+//!
+//! `uploads.rows_acked` is a prefix: the first `rows_acked` rows of the shard are durable in the
+//! collection, so a re-run sends the shard from that row on. `failed_rows` counts the rows of
+//! batches that failed after every retry in the last attempt; a re-run sends them again.
+
+use super::{sqlite_err, Result, RunDb};
+use rusqlite::{params, OptionalExtension};
+
+/// A shard of the run with its upload progress into one collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadShard {
+    /// `shards.id`.
+    pub shard_id: i64,
+    /// Relative to the run directory.
+    pub path: String,
+    /// Rows in the shard file.
+    pub rows: u64,
+    /// The first `rows_acked` rows are durable in the collection.
+    pub rows_acked: u64,
+    /// Rows of batches that failed in the last attempt.
+    pub failed_rows: u64,
+}
+
+impl UploadShard {
+    /// True when every row is acknowledged.
+    pub fn is_done(&self) -> bool {
+        self.rows_acked >= self.rows
+    }
+}
+
+impl RunDb {
+    /// Every shard of the run, in batch and part order, with its progress into `collection`.
+    pub fn upload_shards(&self, collection: &str) -> Result<Vec<UploadShard>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT s.id, s.path, s.rows, coalesce(u.rows_acked, 0), coalesce(u.failed_rows, 0)
+                 FROM shards s LEFT JOIN uploads u ON u.shard_id = s.id AND u.collection = ?1
+                 ORDER BY s.batch_id, s.part",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([collection], |r| {
+            Ok(UploadShard {
+                shard_id: r.get(0)?,
+                path: r.get(1)?,
+                rows: r.get(2)?,
+                rows_acked: r.get(3)?,
+                failed_rows: r.get(4)?,
+            })
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Records a shard's progress into `collection` (replacing what was recorded). Call it only
+    /// after the sink's checkpoint made those rows durable.
+    pub fn record_upload(
+        &self,
+        shard_id: i64,
+        collection: &str,
+        rows_acked: u64,
+        failed_rows: u64,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO uploads (shard_id, collection, rows_acked, failed_rows)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (shard_id, collection) DO UPDATE
+                 SET rows_acked = excluded.rows_acked, failed_rows = excluded.failed_rows",
+                params![shard_id, collection, rows_acked, failed_rows],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The batch file (relative to the run directory) that holds the embedded copy of a paper.
+    pub fn batch_path_of_paper(&self, paper_id: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT b.path FROM papers p JOIN batches b ON b.id = p.batch_id
+                 WHERE p.id = ?1 AND p.duplicate_of IS NULL LIMIT 1",
+                [paper_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Rows acknowledged and rows failed into `collection`, over every shard.
+    pub fn upload_totals(&self, collection: &str) -> Result<(u64, u64)> {
+        self.conn
+            .query_row(
+                "SELECT coalesce(sum(rows_acked), 0), coalesce(sum(failed_rows), 0)
+                 FROM uploads WHERE collection = ?1",
+                [collection],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sqlite_err(&self.dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rundb::ShardRow;
+
+    fn run_with_shards(dir: &std::path::Path) -> RunDb {
+        let db = RunDb::create(dir).unwrap();
+        db.conn()
+            .execute_batch(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 1, 1, 'e');
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 0, 'b', 30, 1);",
+            )
+            .unwrap();
+        for part in 0..2 {
+            db.record_shard(&ShardRow {
+                batch_id: 1,
+                part,
+                path: format!("shards/p{part}.parquet"),
+                rows: 10 + u64::from(part) * 10,
+                sha256: "x".into(),
+            })
+            .unwrap();
+        }
+        db
+    }
+
+    #[test]
+    fn progress_is_per_collection_and_replaced_on_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = run_with_shards(dir.path());
+        let shards = db.upload_shards("papers").unwrap();
+        assert_eq!(shards.len(), 2);
+        assert!(shards.iter().all(|s| s.rows_acked == 0 && !s.is_done()));
+        db.record_upload(shards[0].shard_id, "papers", 4, 6)
+            .unwrap();
+        db.record_upload(shards[0].shard_id, "papers", 10, 0)
+            .unwrap();
+        db.record_upload(shards[1].shard_id, "other", 20, 0)
+            .unwrap();
+        let shards = db.upload_shards("papers").unwrap();
+        assert!(shards[0].is_done());
+        assert_eq!((shards[1].rows_acked, shards[1].failed_rows), (0, 0));
+        assert_eq!(db.upload_totals("papers").unwrap(), (10, 0));
+        assert_eq!(db.upload_totals("other").unwrap(), (20, 0));
+        let status = db.status().unwrap();
+        let papers = &status.uploads_by_collection["papers"];
+        assert_eq!((papers.acked, papers.failed, papers.missing), (10, 0, 20));
+    }
+}

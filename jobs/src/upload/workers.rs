@@ -1,0 +1,157 @@
+//! N upload worker processes against one Qdrant server.
+//!
+//! A server (or cluster) takes many clients, and the client side of an upload (reading parquet,
+//! building requests, protobuf encoding, the gRPC runtime) is CPU work: N processes, each with its
+//! own client and K requests in flight, keep the server busy where one process might not. The
+//! parent creates the collection, re-executes the binary N times with `--worker i/N` (each takes
+//! the shards with `shard_id % N == i`, so no two workers send the same shard), shows progress
+//! from run.db, and restores indexing once all have exited.
+//!
+//! The embedded engine (qdrant-edge) is different: one process owns its directory (an OS lock,
+//! see `edge.rs`), because the engine has no locking of its own and two processes writing one
+//! shard corrupt it. An edge upload is therefore one process with K sender threads ([`upload`]).
+//!
+//! [`upload`]: super::upload
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use embedfleet_core::rundb::RunDb;
+
+use super::driver::{prepare, SendReport, UploadOptions, UploadReport, UploadRunError};
+use super::progress::Progress;
+use super::{CollectionSpec, Sink};
+
+/// How to start one worker process.
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    /// The `embedfleet` binary.
+    pub exe: PathBuf,
+    /// `upload ...` arguments shared by every worker (`--worker i/N` is appended).
+    pub args: Vec<String>,
+    /// Number of worker processes.
+    pub workers: u64,
+    /// Exit code of a worker that finished with failed rows (not an error).
+    pub partial_code: i32,
+}
+
+/// The upload with [`WorkerCommand::workers`] processes: see the module docs.
+pub fn upload_with_workers(
+    sink: &dyn Sink,
+    options: &UploadOptions,
+    command: &WorkerCommand,
+) -> Result<UploadReport, UploadRunError> {
+    let db = RunDb::open(&options.run_dir)?;
+    let collection = options.spec.name.as_str();
+    let prepared = prepare(&db, collection)?;
+    let Some(dim) = prepared.dim else {
+        return Ok(UploadReport {
+            already_acked: 0,
+            ensured: None,
+            send: SendReport::default(),
+            finish: None,
+        });
+    };
+    // Nothing left to send: indexing is not deferred again (on a server that could rebuild the
+    // index), but `finish` still restores it, in case a killed upload left it deferred.
+    let spec = CollectionSpec {
+        vector_size: dim,
+        bulk_load: options.spec.bulk_load && prepared.pending() > 0,
+        ..options.spec.clone()
+    };
+    let ensured = sink.ensure_collection(&spec)?;
+    let before = prepared.acked();
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for i in 0..command.workers {
+        let child = Command::new(&command.exe)
+            .args(&command.args)
+            .arg("--worker")
+            .arg(format!("{i}/{}", command.workers))
+            .spawn()
+            .map_err(|e| UploadRunError::Worker {
+                index: i,
+                why: format!("could not start {}: {e}", command.exe.display()),
+            });
+        match child {
+            Ok(child) => children.push((i, child)),
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(e);
+            }
+        }
+    }
+    let failed_worker = watch(&db, collection, &prepared, dim, children, command, options)?;
+    let (acked, failed) = db.upload_totals(collection)?;
+    let send = SendReport {
+        points: acked.saturating_sub(before),
+        failed_points: failed,
+        vector_bytes: acked.saturating_sub(before) * dim as u64 * 4,
+        elapsed: started.elapsed(),
+        errors: Vec::new(),
+    };
+    if let Some(e) = failed_worker {
+        return Err(e);
+    }
+    let finish = sink.finish(&spec)?;
+    Ok(UploadReport {
+        already_acked: before,
+        ensured: Some(ensured),
+        send,
+        finish: Some(finish),
+    })
+}
+
+/// Waits for every worker, showing progress from run.db; returns the first worker that failed.
+fn watch(
+    db: &RunDb,
+    collection: &str,
+    prepared: &super::Prepared,
+    dim: usize,
+    mut children: Vec<(u64, Child)>,
+    command: &WorkerCommand,
+    options: &UploadOptions,
+) -> Result<Option<UploadRunError>, UploadRunError> {
+    let progress = Progress::new(options.progress, prepared.pending(), dim);
+    let before = prepared.acked();
+    let mut failed = None;
+    while !children.is_empty() {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut running = Vec::new();
+        for (i, mut child) in children {
+            match child.try_wait() {
+                Ok(None) => running.push((i, child)),
+                Ok(Some(status)) => {
+                    let ok = status.success() || status.code() == Some(command.partial_code);
+                    if !ok && failed.is_none() {
+                        failed = Some(UploadRunError::Worker {
+                            index: i,
+                            why: status.to_string(),
+                        });
+                    }
+                }
+                Err(e) => {
+                    if failed.is_none() {
+                        failed = Some(UploadRunError::Worker {
+                            index: i,
+                            why: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        children = running;
+        let (acked, _) = db.upload_totals(collection)?;
+        progress.set(acked.saturating_sub(before));
+    }
+    progress.finish();
+    Ok(failed)
+}
+
+fn kill_all(children: &mut [(u64, Child)]) {
+    for (_, child) in children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -1,0 +1,185 @@
+//! `upload` into the embedded engine, and the upload and query that end `run`.
+//!
+//! The server suite is `jobs/tests/upload_driver.rs` and `upload_server.rs` (it needs `QDRANT_URL`).
+
+use crate::util::TestDir;
+use embedfleet_core::rundb::RunDb;
+use embedfleet_jobs::upload::{parse_year, PayloadFilter, QdrantEdge, Sink};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// `run` of a small sample corpus into `run_dir`; returns its stdout and stderr.
+fn small_run(t: &TestDir, run_dir: &str, papers: u64, extra: &[&str]) -> (String, String) {
+    let corpus = format!("{run_dir}-corpus.jsonl.gz");
+    t.sample(&corpus, papers, 1);
+    let mut args = vec![
+        "run",
+        "--corpus",
+        &corpus,
+        "--run-dir",
+        run_dir,
+        "--papers-per-job",
+        "40",
+        "--local-jobs",
+        "2",
+        "--shard-papers",
+        "15",
+    ];
+    args.extend_from_slice(extra);
+    let out = t.run(&args, 0);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The year of every row of every shard recorded in run.db.
+fn shard_years(run_dir: &Path) -> Vec<Option<i64>> {
+    use arrow_array::{Array, StringArray};
+    let db = RunDb::open(run_dir).unwrap();
+    let mut years = Vec::new();
+    for shard in db.all_shards().unwrap() {
+        let file = std::fs::File::open(run_dir.join(&shard.path)).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let created = batch.column_by_name("created").unwrap();
+            let created = created.as_any().downcast_ref::<StringArray>().unwrap();
+            for i in 0..created.len() {
+                years.push(
+                    created
+                        .is_valid(i)
+                        .then(|| created.value(i))
+                        .and_then(parse_year),
+                );
+            }
+        }
+    }
+    years
+}
+
+fn edge_count(run_dir: &Path, collection: &str, filter: Option<&PayloadFilter>) -> u64 {
+    let sink = QdrantEdge::open(run_dir.join("qdrant")).unwrap();
+    sink.count(collection, filter).unwrap()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn run_ends_with_the_upload_and_a_query_and_upload_again_sends_nothing() {
+    let t = TestDir::new();
+    let (stdout, _) = small_run(&t, "run", 60, &["--query", "protein folding"]);
+    assert!(
+        stdout.contains("top 5 papers for \"protein folding\":"),
+        "{stdout}"
+    );
+    let ranked = stdout.lines().filter(|l| l.starts_with(" 1. ")).count();
+    assert_eq!(ranked, 1, "{stdout}");
+    let run = t.join("run");
+    let years = shard_years(&run);
+    assert_eq!(years.len(), 60);
+    let status = t.status("run");
+    assert_eq!(status["uploads_by_collection"]["papers"]["acked"], 60);
+    assert_eq!(status["uploads_by_collection"]["papers"]["missing"], 0);
+    assert_eq!(edge_count(&run, "papers", None), 60);
+    let year = years
+        .iter()
+        .flatten()
+        .copied()
+        .min()
+        .expect("papers have years");
+    let expected = years.iter().filter(|y| **y == Some(year)).count() as u64;
+    assert!(expected > 0 && expected < 60);
+    let filter = PayloadFilter::year(year);
+    assert_eq!(edge_count(&run, "papers", Some(&filter)), expected);
+
+    let out = t.run(&["upload", "--run-dir", "run", "--collection", "papers"], 0);
+    let err = stderr(&out);
+    assert!(err.contains(" 0 points sent"), "{err}");
+    assert!(err.contains("60 already acknowledged"), "{err}");
+    assert_eq!(edge_count(&run, "papers", None), 60);
+}
+
+#[test]
+fn upload_killed_mid_way_resumes_to_the_exact_count() {
+    let t = TestDir::new();
+    small_run(&t, "run", 60, &[]);
+    let run = t.join("run");
+    let args = [
+        "upload",
+        "--run-dir",
+        "run",
+        "--collection",
+        "killed",
+        "--batch-size",
+        "4",
+        "--in-flight",
+        "1",
+        "--checkpoint-every",
+        "1",
+    ];
+    let mut child = t
+        .cmd(&args)
+        .env(embedfleet_jobs::upload::TEST_DELAY_ENV, "40")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let db = RunDb::open(&run).unwrap();
+    let started = Instant::now();
+    let acked = loop {
+        let (acked, _) = db.upload_totals("killed").unwrap();
+        if acked > 0 {
+            break acked;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the upload ended before anything was acknowledged"
+        );
+        assert!(started.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let (at_kill, _) = db.upload_totals("killed").unwrap();
+    assert!(acked > 0 && at_kill < 60, "killed mid-way: {at_kill} of 60");
+
+    let out = t.run(&args, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{at_kill} already acknowledged")),
+        "{err}"
+    );
+    assert_eq!(edge_count(&run, "killed", None), 60);
+    assert_eq!(db.upload_totals("killed").unwrap(), (60, 0));
+}
+
+#[test]
+fn a_run_of_another_vector_size_is_refused_by_the_collection() {
+    let t = TestDir::new();
+    small_run(&t, "run", 20, &[]);
+    small_run(&t, "small", 20, &["--dim", "32"]);
+    let out = t.run(
+        &[
+            "upload",
+            "--run-dir",
+            "small",
+            "--edge",
+            "run/qdrant",
+            "--collection",
+            "papers",
+        ],
+        4,
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("already exists with 128-d Cosine vectors, but this run needs 32-d"),
+        "{err}"
+    );
+    assert_eq!(edge_count(&t.join("run"), "papers", None), 20);
+}
