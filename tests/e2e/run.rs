@@ -123,24 +123,7 @@ print("pyarrow ok", t.num_rows)
     }
 }
 
-fn plan_and_model(t: &TestDir, papers: u64, per_job: &str) {
-    t.sample("c.jsonl.gz", papers, 1);
-    t.run(
-        &[
-            "plan",
-            "--corpus",
-            "c.jsonl.gz",
-            "--run-dir",
-            "run",
-            "--papers-per-job",
-            per_job,
-        ],
-        0,
-    );
-    t.run(&["make-tiny-model", "--out", "model"], 0);
-}
-
-/// `embed-job` of batch 1 of the run made by [`plan_and_model`], with `extra` arguments.
+/// `embed-job` of batch 1 of the run made by [`TestDir::plan_with_model`], with `extra` arguments.
 fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let base = [
         "embed-job",
@@ -157,7 +140,7 @@ fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
 #[test]
 fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
     let t = TestDir::new();
-    plan_and_model(&t, 200, "200");
+    t.plan_with_model(200, 200);
     let job = embed_job_args(&["--shard-papers", "20", "--devices", "cpu:2"]);
     for delay_ms in [20u64, 150, 400, 800, 1500] {
         let mut child = t.cmd(&job).spawn().unwrap();
@@ -185,7 +168,7 @@ fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
 #[test]
 fn out_of_memory_fallback_gives_the_same_vectors() {
     let t = TestDir::new();
-    plan_and_model(&t, 60, "60");
+    t.plan_with_model(60, 60);
     let base = embed_job_args(&["--shard-papers", "60"]);
     t.run(&base, 0);
     let free = shard_rows(&t.join("run"));
@@ -234,7 +217,7 @@ fn cap_for_longest_paper(t: &TestDir) -> u64 {
 #[test]
 fn papers_longer_than_max_tokens_are_chunked_not_cut() {
     let t = TestDir::new();
-    plan_and_model(&t, 30, "30");
+    t.plan_with_model(30, 30);
     t.run(&embed_job_args(&["--max-tokens", "64"]), 0);
     let rows = shard_rows(&t.join("run"));
     assert_eq!(rows.len(), 30);

@@ -38,24 +38,6 @@ fn slurm_up(test: &str) -> bool {
     ok
 }
 
-fn setup(t: &TestDir) {
-    t.sample("c.jsonl.gz", BATCHES * PER_BATCH, 1);
-    let per = PER_BATCH.to_string();
-    t.run(
-        &[
-            "plan",
-            "--corpus",
-            "c.jsonl.gz",
-            "--run-dir",
-            "run",
-            "--papers-per-job",
-            &per,
-        ],
-        0,
-    );
-    t.run(&["make-tiny-model", "--out", "model"], 0);
-}
-
 fn spawn_submit(t: &TestDir, s: &Scenario, with_caps: bool) -> Child {
     let mut args = vec![
         "submit",
@@ -203,7 +185,7 @@ fn kill_behind_its_back(backend: &str, id: &str) {
 
 fn scenario(s: Scenario) {
     let t = TestDir::new();
-    setup(&t);
+    t.plan_with_model(BATCHES * PER_BATCH, PER_BATCH);
     let mut sampler = Sampler {
         t: &t,
         caps: s.caps.iter().map(|(q, c)| (q.to_string(), *c)).collect(),
@@ -352,7 +334,7 @@ fn submit_pbs_through_torque_wrappers() {
 #[test]
 fn submit_refuses_bad_queues_templates_and_missing_commands() {
     let t = TestDir::new();
-    setup(&t);
+    t.plan_with_model(BATCHES * PER_BATCH, PER_BATCH);
     // A queue spec that is not NAME=CAP: a usage error naming it.
     let out = t.run(&["queues", "set", "--run-dir", "run", "debug"], 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("NAME=CAP"));
@@ -403,7 +385,7 @@ fn submit_to_an_unknown_slurm_partition_is_a_clear_error() {
         return;
     }
     let t = TestDir::new();
-    setup(&t);
+    t.plan_with_model(BATCHES * PER_BATCH, PER_BATCH);
     let out = t.run(
         &[
             "submit",
@@ -431,20 +413,7 @@ fn submit_to_an_unknown_slurm_partition_is_a_clear_error() {
 #[test]
 fn submit_multi_node_jobs_take_one_batch_per_node() {
     let t = TestDir::new();
-    t.sample("c.jsonl.gz", 16, 1);
-    t.run(
-        &[
-            "plan",
-            "--corpus",
-            "c.jsonl.gz",
-            "--run-dir",
-            "run",
-            "--papers-per-job",
-            "4",
-        ],
-        0,
-    );
-    t.run(&["make-tiny-model", "--out", "model"], 0);
+    t.plan_with_model(16, 4);
     // Locally there is no launcher: a job of two "nodes" runs its two batches in turn.
     std::fs::write(t.join("run.toml"), "[scheduler.script]\nnodes = 2\n").unwrap();
     t.run(
@@ -478,20 +447,7 @@ fn submit_multi_node_jobs_take_one_batch_per_node() {
 #[test]
 fn submit_settles_jobs_a_crash_left_unrecorded() {
     let t = TestDir::new();
-    t.sample("c.jsonl.gz", 8, 1);
-    t.run(
-        &[
-            "plan",
-            "--corpus",
-            "c.jsonl.gz",
-            "--run-dir",
-            "run",
-            "--papers-per-job",
-            "4",
-        ],
-        0,
-    );
-    t.run(&["make-tiny-model", "--out", "model"], 0);
+    t.plan_with_model(8, 4);
     // Batch 1 ran to its end but the loop died before recording the job's id; batch 2's job was
     // recorded but never reached the scheduler.
     t.run(

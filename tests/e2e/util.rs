@@ -50,6 +50,23 @@ impl TestDir {
         serde_json::from_slice(&out.stdout).expect("status --json prints JSON")
     }
 
+    /// A sample corpus of `papers` papers (`c.jsonl.gz`) planned into `run` with `per_job`
+    /// papers per batch, and a tiny model in `model`.
+    pub fn plan_with_model(&self, papers: u64, per_job: u64) {
+        self.sample("c.jsonl.gz", papers, 1);
+        let per_job = per_job.to_string();
+        let plan = [
+            "plan",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+        ];
+        self.run(&[&plan[..], &[per_job.as_str()]].concat(), 0);
+        self.run(&["make-tiny-model", "--out", "model"], 0);
+    }
+
     /// A sample corpus of `papers` short papers over `files` files; returns its path.
     pub fn sample(&self, name: &str, papers: u64, files: u32) -> String {
         let (papers, files) = (papers.to_string(), files.to_string());
