@@ -220,17 +220,26 @@ pub struct UploadReport {
     pub finish: Option<FinishReport>,
 }
 
-/// The whole upload in this process: prepare, create or check the collection, send, finish.
-pub fn upload(sink: &dyn Sink, options: &UploadOptions) -> Result<UploadReport, UploadRunError> {
+/// A collection ready to receive a run's shards (see [`open_collection`]).
+pub(super) struct OpenCollection {
+    pub db: RunDb,
+    pub prepared: Prepared,
+    /// The spec with the shards' vector size, as created or checked.
+    pub spec: CollectionSpec,
+    pub dim: usize,
+    pub ensured: Ensured,
+}
+
+/// Reads what is left to send and creates or checks the collection; `None` when the run has no
+/// shards yet. Shared by the in-process upload and the parent of the worker processes.
+pub(super) fn open_collection(
+    sink: &dyn Sink,
+    options: &UploadOptions,
+) -> Result<Option<OpenCollection>, UploadRunError> {
     let db = RunDb::open(&options.run_dir)?;
     let prepared = prepare(&db, &options.spec.name)?;
     let Some(dim) = prepared.dim else {
-        return Ok(UploadReport {
-            already_acked: 0,
-            ensured: None,
-            send: SendReport::default(),
-            finish: None,
-        });
+        return Ok(None);
     };
     // Nothing left to send: indexing is not deferred again (on a server that could rebuild the
     // index), but `finish` still restores it, in case a killed upload left it deferred.
@@ -240,11 +249,37 @@ pub fn upload(sink: &dyn Sink, options: &UploadOptions) -> Result<UploadReport, 
         ..options.spec.clone()
     };
     let ensured = sink.ensure_collection(&spec)?;
-    let send = send(sink, &db, &prepared, options)?;
-    let finish = sink.finish(&spec)?;
+    Ok(Some(OpenCollection {
+        db,
+        prepared,
+        spec,
+        dim,
+        ensured,
+    }))
+}
+
+impl UploadReport {
+    /// The report of an upload of a run with no shards.
+    pub(super) fn nothing() -> Self {
+        Self {
+            already_acked: 0,
+            ensured: None,
+            send: SendReport::default(),
+            finish: None,
+        }
+    }
+}
+
+/// The whole upload in this process: prepare, create or check the collection, send, finish.
+pub fn upload(sink: &dyn Sink, options: &UploadOptions) -> Result<UploadReport, UploadRunError> {
+    let Some(open) = open_collection(sink, options)? else {
+        return Ok(UploadReport::nothing());
+    };
+    let send = send(sink, &open.db, &open.prepared, options)?;
+    let finish = sink.finish(&open.spec)?;
     Ok(UploadReport {
-        already_acked: prepared.acked(),
-        ensured: Some(ensured),
+        already_acked: open.prepared.acked(),
+        ensured: Some(open.ensured),
         send,
         finish: Some(finish),
     })

@@ -17,11 +17,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::RunDb;
-
-use super::driver::{prepare, SendReport, UploadOptions, UploadReport, UploadRunError};
+use super::driver::{
+    open_collection, OpenCollection, SendReport, UploadOptions, UploadReport, UploadRunError,
+};
 use super::progress::Progress;
-use super::{CollectionSpec, Sink};
+use super::Sink;
+use embedfleet_core::rundb::RunDb;
 
 /// How to start one worker process.
 #[derive(Debug, Clone)]
@@ -42,25 +43,17 @@ pub fn upload_with_workers(
     options: &UploadOptions,
     command: &WorkerCommand,
 ) -> Result<UploadReport, UploadRunError> {
-    let db = RunDb::open(&options.run_dir)?;
+    let Some(OpenCollection {
+        db,
+        prepared,
+        spec,
+        dim,
+        ensured,
+    }) = open_collection(sink, options)?
+    else {
+        return Ok(UploadReport::nothing());
+    };
     let collection = options.spec.name.as_str();
-    let prepared = prepare(&db, collection)?;
-    let Some(dim) = prepared.dim else {
-        return Ok(UploadReport {
-            already_acked: 0,
-            ensured: None,
-            send: SendReport::default(),
-            finish: None,
-        });
-    };
-    // Nothing left to send: indexing is not deferred again (on a server that could rebuild the
-    // index), but `finish` still restores it, in case a killed upload left it deferred.
-    let spec = CollectionSpec {
-        vector_size: dim,
-        bulk_load: options.spec.bulk_load && prepared.pending() > 0,
-        ..options.spec.clone()
-    };
-    let ensured = sink.ensure_collection(&spec)?;
     let before = prepared.acked();
     let started = Instant::now();
     let mut children = Vec::new();
