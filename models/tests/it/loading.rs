@@ -1,6 +1,6 @@
 //! Loading model directories: layouts that must work, and one error per malformed case.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! The embedded sink (qdrant-edge), always run.
 
-mod upload_common;
+use crate::upload_common;
 
 use embedfleet_jobs::upload::{
     point_id, CollectionSpec, Ensured, PointsBatch, QdrantEdge, Sink, UploadError,
@@ -134,7 +134,12 @@ fn checkpointed_points_survive_a_crash() {
     let dir = tempfile::tempdir().expect("temp dir");
     let edge_dir = dir.path().join("edge");
     let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["crash_child", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "upload_edge::crash_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("EMBEDFLEET_CRASH_DIR", &edge_dir)
         .status()
         .expect("run child");

@@ -1,8 +1,4 @@
-//! Shared helpers: a tiny model written once per test binary into a temp dir.
-
-// Each test binary uses a different subset of these helpers, so `expect` would be
-// unfulfilled in some of them.
-#![allow(dead_code)]
+//! Shared helpers: a tiny model written once per test run into a temp dir.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

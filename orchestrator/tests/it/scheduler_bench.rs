@@ -1,5 +1,5 @@
 //! Scheduler backend overhead, printed rather than asserted (speed is not a test result).
-//! Run: `cargo test -p embedfleet-orchestrator --release --test scheduler_bench -- --ignored --nocapture --test-threads=1`
+//! Run: `cargo test -p embedfleet-orchestrator --release --test it scheduler_bench -- --ignored --nocapture --test-threads=1`
 //! The Slurm one needs `.ci/slurm/start-local-slurm.sh`.
 
 use std::time::Instant;

@@ -1,6 +1,6 @@
 //! Arrow → points mapping, without any Qdrant.
 
-mod upload_common;
+use crate::upload_common;
 
 use std::sync::Arc;
 

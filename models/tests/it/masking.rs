@@ -1,6 +1,6 @@
 //! Packing, tiling and pooling: results must not depend on batch company or tile size.
 
-mod common;
+use crate::common;
 
 use common::{cosine, load, max_abs_diff};
 use embedfleet_models::{matryoshka, Embedder, LoadOptions, ModelError, TokenBatch};

@@ -2,7 +2,7 @@
 //! (e.g. `QDRANT_URL=http://127.0.0.1:6334`; `QDRANT_API_KEY` is used when set).
 //! Each test uses its own collection (`embedfleet-test-<name>-<pid>`) and deletes it.
 
-mod upload_common;
+use crate::upload_common;
 
 use std::time::Duration;
 

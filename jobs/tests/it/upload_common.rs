@@ -1,7 +1,5 @@
 //! Shard-like record batches for the upload tests (no files, no model).
 
-#![allow(dead_code)] // each test binary uses a different part
-
 use std::sync::Arc;
 
 use arrow_array::{

@@ -3,7 +3,7 @@
 //! server variants run when `QDRANT_URL` is set (and restart the server mid-upload when
 //! `QDRANT_RESTART_CMD` is set too).
 
-mod upload_common;
+use crate::upload_common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! The tiny model against transformers' `Qwen3Model` (vectors made by
 //! `tests/golden/make_golden.py`, committed so this test needs no Python).
 
-mod common;
+use crate::common;
 
 use common::{cosine, golden_path, load, max_abs_diff};
 use embedfleet_models::{Embedder, LoadOptions, TokenBatch};

@@ -1,0 +1,9 @@
+//! The model crate's integration tests, in one binary (one link of candle and tokenizers
+//! instead of four).
+
+mod common;
+
+mod golden;
+mod loading;
+mod masking;
+mod qwen_tokenizer;
