@@ -45,8 +45,9 @@ pub struct UploadArgs {
     /// Upserts in flight per worker (default: what `tune` saved, else 4).
     #[arg(long, value_name = "K")]
     pub in_flight: Option<usize>,
-    /// Worker processes, each with its own client (server only; default: the cores). The
-    /// embedded engine is one process: its upload uses K threads.
+    /// Worker processes, each with its own client (server only; default: one per peer holding
+    /// the collection's shards, or one per core on a single server). The embedded engine is one
+    /// process: its upload uses K threads.
     #[arg(long, value_name = "N")]
     pub workers: Option<u64>,
     /// Make the sent points durable and record them in run.db every N batches.
@@ -163,6 +164,7 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     let mut options = upload_options(args, tuned.as_ref());
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
+        exit_when_orphaned();
         let prepared = upload::prepare(&db, &args.collection)?;
         let report = upload::send(sink.as_ref(), &db, &prepared, &options)?;
         return Ok(if report.failed_points > 0 {
@@ -171,25 +173,21 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
             exit::SUCCESS
         });
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let workers = match kind {
-        "server" => args.workers.unwrap_or(cores).max(1),
-        _ => {
-            if args.workers.is_some_and(|n| n > 1) {
-                eprintln!("note: the embedded engine is one process; --workers is ignored, --in-flight sets its threads");
-            }
-            1
-        }
-    };
+    // A server gets worker processes (by default one per peer holding the collection, else one
+    // per core, decided once the collection exists); the embedded engine is one process.
+    let server = kind == "server";
+    if !server && args.workers.is_some_and(|n| n > 1) {
+        eprintln!("note: the embedded engine is one process; --workers is ignored, --in-flight sets its threads");
+    }
     eprintln!(
         "upload into `{}` ({kind}): batches of {}, {} in flight{}{}",
         args.collection,
         options.batch_size,
         options.in_flight,
-        if workers > 1 {
-            format!(", {workers} worker processes")
-        } else {
-            String::new()
+        match (server, args.workers) {
+            (false, _) | (true, Some(1)) => String::new(),
+            (true, Some(n)) => format!(", {n} worker processes"),
+            (true, None) => ", a worker process per peer (one peer: per core)".into(),
         },
         if tuned.is_some() && (args.batch_size.is_none() || args.in_flight.is_none()) {
             " (tuned)"
@@ -197,11 +195,11 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
             ""
         }
     );
-    let report = if workers > 1 {
+    let report = if server {
         let command = WorkerCommand {
             exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
             args: worker_args(args, &options),
-            workers,
+            workers: args.workers,
             partial_code: exit::PARTIAL,
         };
         upload::upload_with_workers(sink.as_ref(), &options, &command)?
@@ -214,6 +212,20 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     } else {
         exit::SUCCESS
     })
+}
+
+/// A worker process ends when its parent `embedfleet upload` is gone (killed, say), so that
+/// running the upload again never finds stray workers still sending. Ending mid-batch is safe:
+/// only checkpointed rows are recorded, and a re-sent batch overwrites the same point ids.
+fn exit_when_orphaned() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if std::os::unix::process::parent_id() != parent {
+            eprintln!("upload worker: the parent `embedfleet upload` is gone; stopping");
+            std::process::exit(exit::FAILURE);
+        }
+    });
 }
 
 /// The command line of a worker process: the parent's, with the resolved batch settings.

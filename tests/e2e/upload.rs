@@ -1,10 +1,13 @@
 //! `upload` into the embedded engine, and the upload and query that end `run`.
 //!
-//! The server suite is `jobs/tests/upload_driver.rs` and `upload_server.rs` (it needs `QDRANT_URL`).
+//! The `server_*` tests run `upload --qdrant` with worker processes when `QDRANT_URL` is set;
+//! the sink-level server suite is `jobs/tests/it/upload_driver.rs` and `upload_server.rs`.
 
 use crate::util::TestDir;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_jobs::upload::{parse_year, PayloadFilter, QdrantEdge, Sink};
+use embedfleet_jobs::upload::{
+    parse_year, PayloadFilter, QdrantEdge, QdrantServer, ServerConfig, Sink,
+};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -182,4 +185,141 @@ fn a_run_of_another_vector_size_is_refused_by_the_collection() {
         "{err}"
     );
     assert_eq!(edge_count(&t.join("run"), "papers", None), 20);
+}
+
+/// The server and a fresh collection name, or `None` (saying so) without `QDRANT_URL`.
+fn server(test: &str) -> Option<(String, QdrantServer, String)> {
+    let Ok(url) = std::env::var("QDRANT_URL") else {
+        eprintln!("skipped: QDRANT_URL is not set (set it to a Qdrant gRPC URL, e.g. http://127.0.0.1:6334)");
+        return None;
+    };
+    let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
+    let name = format!("embedfleet-e2e-{test}-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    Some((url, sink, name))
+}
+
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn server_upload_with_worker_processes_sends_every_row_once() {
+    let Some((url, sink, name)) = server("workers") else {
+        return;
+    };
+    let t = TestDir::new();
+    small_run(&t, "run", 60, &[]);
+    let args = |extra: &[&str]| {
+        let mut a: Vec<String> = [
+            "upload",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--collection",
+            &name,
+            "--batch-size",
+            "4",
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let out = t.run(&refs(&args(&["--workers", "3"])), 0);
+    let err = stderr(&out);
+    assert!(err.contains("3 worker processes"), "{err}");
+    assert_eq!(sink.count(&name, None).unwrap(), 60);
+    let years = shard_years(&t.join("run"));
+    let year = years
+        .iter()
+        .flatten()
+        .next()
+        .copied()
+        .expect("a dated paper");
+    let of_year = years.iter().filter(|y| **y == Some(year)).count() as u64;
+    assert_eq!(
+        sink.count(&name, Some(&PayloadFilter::year(year))).unwrap(),
+        of_year
+    );
+    let info = sink.collection_info(&name).unwrap().expect("collection");
+    assert!(
+        info.green && info.hnsw.m == 16,
+        "index restored and built: {info:?}"
+    );
+    assert_eq!(
+        sink.peers(&name).unwrap(),
+        Some(1),
+        "a single server is one peer"
+    );
+
+    // Without --workers: one per core on a single server; nothing is left to send.
+    let out = t.run(&refs(&args(&[])), 0);
+    let err = stderr(&out);
+    assert!(err.contains("60 already acknowledged"), "{err}");
+    assert_eq!(sink.count(&name, None).unwrap(), 60);
+    sink.delete_collection(&name).unwrap();
+}
+
+#[test]
+fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count() {
+    let Some((url, sink, name)) = server("killed") else {
+        return;
+    };
+    let t = TestDir::new();
+    small_run(&t, "run", 60, &[]);
+    let run = t.join("run");
+    let args = [
+        "upload",
+        "--run-dir",
+        "run",
+        "--qdrant",
+        &url,
+        "--collection",
+        &name,
+        "--batch-size",
+        "2",
+        "--in-flight",
+        "1",
+        "--checkpoint-every",
+        "1",
+        "--workers",
+        "2",
+    ];
+    let mut child = t
+        .cmd(&args)
+        .env(embedfleet_jobs::upload::TEST_DELAY_ENV, "100")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let db = RunDb::open(&run).unwrap();
+    let started = Instant::now();
+    while db.upload_totals(&name).unwrap().0 == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "ended before any ack");
+        assert!(started.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL of the parent only
+    child.wait().unwrap();
+    // Its workers notice and stop: the acknowledged count stops moving short of 60.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (at_kill, _) = db.upload_totals(&name).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        db.upload_totals(&name).unwrap().0,
+        at_kill,
+        "workers kept sending"
+    );
+    assert!(at_kill < 60, "killed mid-way: {at_kill} of 60");
+
+    let out = t.run(&args, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{at_kill} already acknowledged")),
+        "{err}"
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), 60);
+    assert_eq!(db.upload_totals(&name).unwrap(), (60, 0));
+    sink.delete_collection(&name).unwrap();
 }

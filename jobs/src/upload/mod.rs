@@ -281,6 +281,12 @@ pub trait Sink: Send + Sync {
 
     /// Deletes the collection; `Ok(false)` when it did not exist.
     fn delete_collection(&self, collection: &str) -> UploadResult<bool>;
+
+    /// The Qdrant peers holding shards of `collection` (an existing one), `None` where that
+    /// means nothing (the embedded engine). `upload` starts one worker process per peer.
+    fn peers(&self, _collection: &str) -> UploadResult<Option<usize>> {
+        Ok(None)
+    }
 }
 
 /// Refuses names that could escape the edge directory or that Qdrant rejects.

@@ -386,6 +386,19 @@ impl Sink for QdrantServer {
         Ok(response.result.map(info_from_grpc))
     }
 
+    fn peers(&self, collection: &str) -> UploadResult<Option<usize>> {
+        let info = self.retry("read the collection's cluster info", || {
+            self.client.collection_cluster_info(collection)
+        })?;
+        let mut peers: Vec<u64> = info.remote_shards.iter().map(|s| s.peer_id).collect();
+        if !info.local_shards.is_empty() {
+            peers.push(info.peer_id);
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        Ok(Some(peers.len().max(1)))
+    }
+
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
         self.sizes
             .lock()

@@ -31,13 +31,15 @@ pub struct WorkerCommand {
     pub exe: PathBuf,
     /// `upload ...` arguments shared by every worker (`--worker i/N` is appended).
     pub args: Vec<String>,
-    /// Number of worker processes.
-    pub workers: u64,
+    /// Number of worker processes; `None`: one per Qdrant peer holding the collection's shards
+    /// when there are several, else one per core.
+    pub workers: Option<u64>,
     /// Exit code of a worker that finished with failed rows (not an error).
     pub partial_code: i32,
 }
 
-/// The upload with [`WorkerCommand::workers`] processes: see the module docs.
+/// The upload with [`WorkerCommand::workers`] processes: see the module docs. With one worker
+/// the upload runs in this process.
 pub fn upload_with_workers(
     sink: &dyn Sink,
     options: &UploadOptions,
@@ -55,13 +57,28 @@ pub fn upload_with_workers(
     };
     let collection = options.spec.name.as_str();
     let before = prepared.acked();
+    let workers = match command.workers {
+        Some(n) => n.max(1),
+        None => default_workers(sink.peers(collection)?),
+    };
+    if workers == 1 {
+        let send = super::send(sink, &db, &prepared, options)?;
+        let finish = sink.finish(&spec)?;
+        return Ok(UploadReport {
+            already_acked: before,
+            ensured: Some(ensured),
+            send,
+            finish: Some(finish),
+        });
+    }
+    tracing::info!(workers, "starting upload worker processes");
     let started = Instant::now();
     let mut children = Vec::new();
-    for i in 0..command.workers {
+    for i in 0..workers {
         let child = Command::new(&command.exe)
             .args(&command.args)
             .arg("--worker")
-            .arg(format!("{i}/{}", command.workers))
+            .arg(format!("{i}/{workers}"))
             .spawn()
             .map_err(|e| UploadRunError::Worker {
                 index: i,
@@ -94,6 +111,15 @@ pub fn upload_with_workers(
         send,
         finish: Some(finish),
     })
+}
+
+/// One worker per peer of a cluster (each peer's gRPC front end is then kept busy), else one per
+/// core (a single server takes more than one client's worth of requests).
+fn default_workers(peers: Option<usize>) -> u64 {
+    match peers {
+        Some(n) if n > 1 => n as u64,
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+    }
 }
 
 /// Waits for every worker, showing progress from run.db; returns the first worker that failed.
@@ -146,5 +172,18 @@ fn kill_all(children: &mut [(u64, Child)]) {
     for (_, child) in children {
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_workers;
+
+    #[test]
+    fn one_worker_per_peer_of_a_cluster_else_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        assert_eq!(default_workers(Some(3)), 3);
+        assert_eq!(default_workers(Some(1)), cores);
+        assert_eq!(default_workers(None), cores);
     }
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A local Qdrant server for the server test suite and the server benchmarks, from a `qdrant`
+# binary you provide (no package registry ships one; build it from github.com/qdrant/qdrant or
+# take it from a release archive):
+#
+#   QDRANT_BIN=/path/to/qdrant .ci/qdrant/qdrant-server.sh start
+#   QDRANT_URL=http://127.0.0.1:6334 \
+#   QDRANT_RESTART_CMD="QDRANT_BIN=$QDRANT_BIN $PWD/.ci/qdrant/qdrant-server.sh restart" \
+#     cargo nextest run -p embedfleet-jobs -E 'test(/server/)'
+#   .ci/qdrant/qdrant-server.sh stop
+#
+# State and log under QDRANT_HOME (default /tmp/embedfleet-qdrant); ports QDRANT_GRPC_PORT
+# (6334) and QDRANT_HTTP_PORT (6333). `restart` keeps the storage: a restarted server has the
+# points it acknowledged.
+set -euo pipefail
+home=${QDRANT_HOME:-/tmp/embedfleet-qdrant}
+grpc=${QDRANT_GRPC_PORT:-6334}
+http=${QDRANT_HTTP_PORT:-6333}
+pidfile=$home/qdrant.pid
+
+start() {
+  local bin=${QDRANT_BIN:?set QDRANT_BIN to the qdrant binary}
+  mkdir -p "$home/storage" "$home/snapshots"
+  QDRANT__STORAGE__STORAGE_PATH=$home/storage \
+  QDRANT__STORAGE__SNAPSHOTS_PATH=$home/snapshots \
+  QDRANT__SERVICE__GRPC_PORT=$grpc \
+  QDRANT__SERVICE__HTTP_PORT=$http \
+  QDRANT__SERVICE__HOST=127.0.0.1 \
+  QDRANT__TELEMETRY_DISABLED=true \
+  QDRANT__LOG_LEVEL=WARN \
+    setsid "$bin" >>"$home/qdrant.log" 2>&1 < /dev/null &
+  echo $! > "$pidfile"
+  # Ready when the HTTP port answers (the gRPC port opens at the same time).
+  for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$http") 2>/dev/null; then
+      echo "qdrant up: grpc http://127.0.0.1:$grpc (pid $(cat "$pidfile"), log $home/qdrant.log)"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "qdrant did not open port $http within 30 s; see $home/qdrant.log" >&2
+  return 1
+}
+
+stop() {
+  [ -f "$pidfile" ] || return 0
+  local pid
+  pid=$(cat "$pidfile")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  restart) stop; start ;;
+  *) echo "usage: $0 start|stop|restart" >&2; exit 2 ;;
+esac
