@@ -88,6 +88,9 @@ fn first_words(
     words: usize,
 ) -> Result<HashMap<String, String>, QueryError> {
     let mut by_file: HashMap<String, Vec<&str>> = HashMap::new();
+    if !ids.is_empty() {
+        db.index_paper_ids()?;
+    }
     for id in ids {
         if let Some(path) = db.batch_path_of_paper(id)? {
             by_file.entry(path).or_default().push(id);
