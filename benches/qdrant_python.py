@@ -51,7 +51,8 @@ def main():
     n, dim = vectors.shape
 
     u = urlparse(url)
-    client = QdrantClient(host=u.hostname, grpc_port=u.port or 6334, prefer_grpc=True, timeout=120)
+    client = QdrantClient(host=u.hostname, grpc_port=u.port or 6334, prefer_grpc=True, timeout=120,
+                          check_compatibility=False)
     if client.collection_exists(COLLECTION):
         client.delete_collection(COLLECTION)
     client.create_collection(

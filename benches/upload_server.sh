@@ -9,7 +9,8 @@
 #   bash benches/upload_server.sh URL [POINTS] [DIM] [BATCH] [IN_FLIGHT] [PY_BATCH]
 #
 # Needs a running Qdrant (gRPC URL, e.g. http://127.0.0.1:6334), Python with qdrant-client,
-# pyarrow and numpy. Builds with the dev profile unless PROFILE=release.
+# pyarrow and numpy, and curl (QDRANT_HTTP, default http://127.0.0.1:6333, to drop the
+# collections). Builds with the dev profile unless PROFILE=release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 url=${1:?usage: upload_server.sh URL [POINTS] [DIM] [BATCH] [IN_FLIGHT] [PY_BATCH]}
@@ -23,8 +24,17 @@ cargo build --profile "$profile" --quiet -p embedfleet-jobs --example synthetic_
 out=${CARGO_TARGET_DIR:-target}/$([ "$profile" = dev ] && echo debug || echo "$profile")
 "$out/examples/synthetic_run" "$dir/run" "$points" "$dim" 2>/dev/null
 
-echo "== $points points of $dim-d, server $url, profile $profile"
-"$out/examples/server_bound" "$dir/run" "$url" "$batch" "$in_flight"
-"$out/embedfleet" upload --run-dir "$dir/run" --qdrant "$url" --collection embedfleet_bench \
-  --batch-size "$batch" --in-flight "$in_flight" --workers 1 2>&1 | tail -6
-python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 1
+echo "== $points points of $dim-d, server $url, profile $profile, ${ROUNDS:-3} rounds"
+for round in $(seq 1 "${ROUNDS:-3}"); do
+  echo "-- round $round"
+  "$out/examples/server_bound" "$dir/run" "$url" "$batch" "$in_flight"
+  for workers in 1 2; do
+    "$out/embedfleet" upload --run-dir "$dir/run" --qdrant "$url" --collection "bench_w${workers}_r$round" \
+      --batch-size "$batch" --in-flight "$in_flight" --workers "$workers" 2>&1 |
+      grep -E 'points sent|indexing took' | sed "s/^/embedfleet upload, $workers worker(s): /"
+    # Dropped over REST (embedfleet has no command for it): keeps the server's memory flat.
+    curl -s -o /dev/null -X DELETE "${QDRANT_HTTP:-http://127.0.0.1:6333}/collections/bench_w${workers}_r$round"
+  done
+  python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 1
+  python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 2
+done
