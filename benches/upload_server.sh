@@ -21,20 +21,23 @@ trap 'rm -rf "$dir"' EXIT
 
 cargo build --profile "$profile" --quiet --bin embedfleet -p embedfleet
 cargo build --profile "$profile" --quiet -p embedfleet-jobs --example synthetic_run --example server_bound
+# WORKERS (default "1 2") lists the --workers values tried. CLIENT_CPUS (e.g. 1) pins every client to those CPUs; start the server with QDRANT_CPUS set to
+# the others (.ci/qdrant/qdrant-server.sh) to model a client on its own machine.
+pin=${CLIENT_CPUS:+taskset -c $CLIENT_CPUS}
 out=${CARGO_TARGET_DIR:-target}/$([ "$profile" = dev ] && echo debug || echo "$profile")
 "$out/examples/synthetic_run" "$dir/run" "$points" "$dim" 2>/dev/null
 
-echo "== $points points of $dim-d, server $url, profile $profile, ${ROUNDS:-3} rounds"
+echo "== $points points of $dim-d, server $url, profile $profile, ${ROUNDS:-3} rounds${CLIENT_CPUS:+, clients on CPUs $CLIENT_CPUS}"
 for round in $(seq 1 "${ROUNDS:-3}"); do
   echo "-- round $round"
-  "$out/examples/server_bound" "$dir/run" "$url" "$batch" "$in_flight"
-  for workers in 1 2; do
-    "$out/embedfleet" upload --run-dir "$dir/run" --qdrant "$url" --collection "bench_w${workers}_r$round" \
+  $pin "$out/examples/server_bound" "$dir/run" "$url" "$batch" "$in_flight"
+  for workers in ${WORKERS:-1 2}; do
+    $pin "$out/embedfleet" upload --run-dir "$dir/run" --qdrant "$url" --collection "bench_w${workers}_r$round" \
       --batch-size "$batch" --in-flight "$in_flight" --workers "$workers" 2>&1 |
       grep -E 'points sent|indexing took' | sed "s/^/embedfleet upload, $workers worker(s): /"
     # Dropped over REST (embedfleet has no command for it): keeps the server's memory flat.
     curl -s -o /dev/null -X DELETE "${QDRANT_HTTP:-http://127.0.0.1:6333}/collections/bench_w${workers}_r$round"
   done
-  python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 1
-  python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 2
+  $pin python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 1
+  $pin python3 benches/qdrant_python.py "$dir/run" "$url" "$py_batch" 2
 done

@@ -10,7 +10,8 @@
 #   .ci/qdrant/qdrant-server.sh stop
 #
 # State and log under QDRANT_HOME (default /tmp/embedfleet-qdrant); ports QDRANT_GRPC_PORT
-# (6334) and QDRANT_HTTP_PORT (6333). `restart` keeps the storage: a restarted server has the
+# (6334) and QDRANT_HTTP_PORT (6333); QDRANT_CPUS (e.g. 0) pins the server to those CPUs, so
+# that a benchmark's client can have the others, as it would on its own machine. `restart` keeps the storage: a restarted server has the
 # points it acknowledged.
 set -euo pipefail
 home=${QDRANT_HOME:-/tmp/embedfleet-qdrant}
@@ -28,7 +29,7 @@ start() {
   QDRANT__SERVICE__HOST=127.0.0.1 \
   QDRANT__TELEMETRY_DISABLED=true \
   QDRANT__LOG_LEVEL=WARN \
-    setsid "$bin" >>"$home/qdrant.log" 2>&1 < /dev/null &
+    setsid ${QDRANT_CPUS:+taskset -c "$QDRANT_CPUS"} "$bin" >>"$home/qdrant.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
   # Ready when the HTTP port answers (the gRPC port opens at the same time).
   for _ in $(seq 1 300); do
