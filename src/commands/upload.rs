@@ -263,13 +263,18 @@ fn print_report(collection: &str, report: &UploadReport) {
     let s = &report.send;
     let secs = s.elapsed.as_secs_f64().max(1e-9);
     eprintln!(
-        "collection `{collection}` {}: {} points sent in {:.1} s ({:.0} points/s, {:.1} MB/s of vectors), {} already acknowledged, {} failed",
+        "collection `{collection}` {}: {} points sent in {:.1} s{} ({:.0} points/s, {:.1} MB/s of vectors), {} already acknowledged, {} failed",
         match ensured {
             upload::Ensured::Created => "created",
             upload::Ensured::Existing => "existed",
         },
         s.points,
         secs,
+        if report.workers > 1 {
+            format!(" by {} worker processes", report.workers)
+        } else {
+            String::new()
+        },
         s.points_per_s(),
         s.vector_bytes as f64 / 1e6 / secs,
         report.already_acked,

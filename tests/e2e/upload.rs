@@ -210,7 +210,7 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
     };
     let t = TestDir::new();
     small_run(&t, "run", 60, &[]);
-    let args = |extra: &[&str]| {
+    let args = |collection: &str, extra: &[&str]| {
         let mut a: Vec<String> = [
             "upload",
             "--run-dir",
@@ -218,7 +218,7 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
             "--qdrant",
             &url,
             "--collection",
-            &name,
+            collection,
             "--batch-size",
             "4",
         ]
@@ -227,9 +227,12 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
         a.extend(extra.iter().map(|s| s.to_string()));
         a
     };
-    let out = t.run(&refs(&args(&["--workers", "3"])), 0);
+    let out = t.run(&refs(&args(&name, &["--workers", "3"])), 0);
     let err = stderr(&out);
-    assert!(err.contains("3 worker processes"), "{err}");
+    assert!(
+        err.contains("60 points sent") && err.contains("by 3 worker processes"),
+        "{err}"
+    );
     assert_eq!(sink.count(&name, None).unwrap(), 60);
     let years = shard_years(&t.join("run"));
     let year = years
@@ -248,17 +251,31 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
         info.green && info.hnsw.m == 16,
         "index restored and built: {info:?}"
     );
-    assert_eq!(
-        sink.peers(&name).unwrap(),
-        Some(1),
-        "a single server is one peer"
-    );
-
-    // Without --workers: one per core on a single server; nothing is left to send.
-    let out = t.run(&refs(&args(&[])), 0);
+    // A second run has nothing left to send.
+    let out = t.run(&refs(&args(&name, &[])), 0);
     let err = stderr(&out);
     assert!(err.contains("60 already acknowledged"), "{err}");
     assert_eq!(sink.count(&name, None).unwrap(), 60);
+
+    // Without --workers: one per peer holding the collection (a cluster), else one per core.
+    let other = format!("{name}-default");
+    let _ = sink.delete_collection(&other);
+    let out = t.run(&refs(&args(&other, &[])), 0);
+    let err = stderr(&out);
+    let peers = sink
+        .peers(&other)
+        .unwrap()
+        .expect("a server knows its peers");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let expected = if peers > 1 { peers } else { cores };
+    if expected > 1 {
+        assert!(
+            err.contains(&format!("by {expected} worker processes")),
+            "{peers} peers, {cores} cores: {err}"
+        );
+    }
+    assert_eq!(sink.count(&other, None).unwrap(), 60);
+    sink.delete_collection(&other).unwrap();
     sink.delete_collection(&name).unwrap();
 }
 

@@ -218,6 +218,8 @@ pub struct UploadReport {
     pub send: SendReport,
     /// Indexing restored and green (`None`: nothing was sent and the collection was not touched).
     pub finish: Option<FinishReport>,
+    /// Processes that sent (1: this one).
+    pub workers: u64,
 }
 
 /// A collection ready to receive a run's shards (see [`open_collection`]).
@@ -266,6 +268,7 @@ impl UploadReport {
             ensured: None,
             send: SendReport::default(),
             finish: None,
+            workers: 1,
         }
     }
 }
@@ -282,6 +285,7 @@ pub fn upload(sink: &dyn Sink, options: &UploadOptions) -> Result<UploadReport, 
         ensured: Some(open.ensured),
         send,
         finish: Some(finish),
+        workers: 1,
     })
 }
 

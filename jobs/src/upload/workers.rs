@@ -69,6 +69,7 @@ pub fn upload_with_workers(
             ensured: Some(ensured),
             send,
             finish: Some(finish),
+            workers: 1,
         });
     }
     tracing::info!(workers, "starting upload worker processes");
@@ -110,6 +111,7 @@ pub fn upload_with_workers(
         ensured: Some(ensured),
         send,
         finish: Some(finish),
+        workers,
     })
 }
 
