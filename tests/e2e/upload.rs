@@ -74,6 +74,47 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Starts `upload args` with every upsert delayed by `delay_ms` (so that it can be killed
+/// mid-way) and returns once it has acknowledged rows into `collection`.
+fn start_slowed_upload(
+    t: &TestDir,
+    args: &[&str],
+    delay_ms: u64,
+    collection: &str,
+) -> (std::process::Child, RunDb) {
+    let mut child = t
+        .cmd(args)
+        .env(
+            embedfleet_jobs::upload::TEST_DELAY_ENV,
+            delay_ms.to_string(),
+        )
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let db = RunDb::open(&t.join("run")).unwrap();
+    let started = Instant::now();
+    while db.upload_totals(collection).unwrap().0 == 0 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the upload ended before anything was acknowledged"
+        );
+        assert!(started.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, db)
+}
+
+/// Runs `upload args` again after a kill: it starts from the `at_kill` rows acknowledged and
+/// ends with all 60, none failed.
+fn rerun_resumes_from(t: &TestDir, args: &[&str], db: &RunDb, collection: &str, at_kill: u64) {
+    let err = stderr(&t.run(args, 0));
+    assert!(
+        err.contains(&format!("{at_kill} already acknowledged")),
+        "{err}"
+    );
+    assert_eq!(db.upload_totals(collection).unwrap(), (60, 0));
+}
+
 #[test]
 fn run_ends_with_the_upload_and_a_query_and_upload_again_sends_nothing() {
     let t = TestDir::new();
@@ -127,39 +168,17 @@ fn upload_killed_mid_way_resumes_to_the_exact_count() {
         "--checkpoint-every",
         "1",
     ];
-    let mut child = t
-        .cmd(&args)
-        .env(embedfleet_jobs::upload::TEST_DELAY_ENV, "40")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let db = RunDb::open(&run).unwrap();
-    let started = Instant::now();
-    let acked = loop {
-        let (acked, _) = db.upload_totals("killed").unwrap();
-        if acked > 0 {
-            break acked;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the upload ended before anything was acknowledged"
-        );
-        assert!(started.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (mut child, db) = start_slowed_upload(&t, &args, 40, "killed");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let (at_kill, _) = db.upload_totals("killed").unwrap();
-    assert!(acked > 0 && at_kill < 60, "killed mid-way: {at_kill} of 60");
-
-    let out = t.run(&args, 0);
-    let err = stderr(&out);
     assert!(
-        err.contains(&format!("{at_kill} already acknowledged")),
-        "{err}"
+        at_kill > 0 && at_kill < 60,
+        "killed mid-way: {at_kill} of 60"
     );
+
+    rerun_resumes_from(&t, &args, &db, "killed", at_kill);
     assert_eq!(edge_count(&run, "killed", None), 60);
-    assert_eq!(db.upload_totals("killed").unwrap(), (60, 0));
 }
 
 #[test]
@@ -286,7 +305,6 @@ fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count
     };
     let t = TestDir::new();
     small_run(&t, "run", 60, &[]);
-    let run = t.join("run");
     let args = [
         "upload",
         "--run-dir",
@@ -304,19 +322,7 @@ fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count
         "--workers",
         "2",
     ];
-    let mut child = t
-        .cmd(&args)
-        .env(embedfleet_jobs::upload::TEST_DELAY_ENV, "100")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let db = RunDb::open(&run).unwrap();
-    let started = Instant::now();
-    while db.upload_totals(&name).unwrap().0 == 0 {
-        assert!(child.try_wait().unwrap().is_none(), "ended before any ack");
-        assert!(started.elapsed() < Duration::from_secs(120), "no progress");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut child, db) = start_slowed_upload(&t, &args, 100, &name);
     child.kill().unwrap(); // SIGKILL of the parent only
     child.wait().unwrap();
     // Its workers notice and stop: the acknowledged count stops moving short of 60.
@@ -328,15 +334,12 @@ fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count
         at_kill,
         "workers kept sending"
     );
-    assert!(at_kill < 60, "killed mid-way: {at_kill} of 60");
-
-    let out = t.run(&args, 0);
-    let err = stderr(&out);
     assert!(
-        err.contains(&format!("{at_kill} already acknowledged")),
-        "{err}"
+        at_kill > 0 && at_kill < 60,
+        "killed mid-way: {at_kill} of 60"
     );
+
+    rerun_resumes_from(&t, &args, &db, &name, at_kill);
     assert_eq!(sink.count(&name, None).unwrap(), 60);
-    assert_eq!(db.upload_totals(&name).unwrap(), (60, 0));
     sink.delete_collection(&name).unwrap();
 }
