@@ -323,3 +323,20 @@ pub fn check_delete(sink: &dyn Sink, name: &str) {
     assert!(sink.collection_info(name).expect("info").is_none());
     assert!(!sink.delete_collection(name).expect("delete again"));
 }
+
+/// The server of `QDRANT_URL` (its API key from `QDRANT_API_KEY`), or `None`, saying the test
+/// is skipped, when it is not set. `max_attempts` overrides the retries of transient errors.
+pub fn server_from_env(max_attempts: Option<u32>) -> Option<embedfleet_jobs::upload::QdrantServer> {
+    use embedfleet_jobs::upload::{ApiKey, QdrantServer, ServerConfig};
+    let Ok(url) = std::env::var("QDRANT_URL") else {
+        eprintln!("skipped: QDRANT_URL is not set (set it to a Qdrant gRPC URL, e.g. http://127.0.0.1:6334)");
+        return None;
+    };
+    let mut config = ServerConfig::new(url);
+    config.api_key = ApiKey::Env("QDRANT_API_KEY".into());
+    config.green_timeout = std::time::Duration::from_secs(300);
+    if let Some(n) = max_attempts {
+        config.retry.max_attempts = n;
+    }
+    Some(QdrantServer::connect(config).expect("client"))
+}

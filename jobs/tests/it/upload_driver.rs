@@ -14,9 +14,8 @@ use embedfleet_core::rundb::{RunDb, ShardRow};
 use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
 use embedfleet_jobs::upload::tune::{self, TuneOptions};
 use embedfleet_jobs::upload::{
-    upload, ApiKey, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit, PayloadFilter,
-    PointsBatch, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadError, UploadOptions,
-    UploadResult, UploadRunError,
+    upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit, PayloadFilter, PointsBatch,
+    QdrantEdge, QdrantServer, Sink, UploadError, UploadOptions, UploadResult, UploadRunError,
 };
 use upload_common::{paper_id, source_of, vector_of, year_of};
 
@@ -261,16 +260,8 @@ fn tune_sweeps_picks_saves_outputs_and_drops_the_scratch_collection() {
 
 /// The server variants: skipped (saying so) without `QDRANT_URL`.
 fn server() -> Option<QdrantServer> {
-    let Ok(url) = std::env::var("QDRANT_URL") else {
-        eprintln!("skipped: QDRANT_URL is not set (set it to a Qdrant gRPC URL, e.g. http://127.0.0.1:6334)");
-        return None;
-    };
-    let mut config = ServerConfig::new(url);
-    config.api_key = ApiKey::Env("QDRANT_API_KEY".into());
-    config.green_timeout = Duration::from_secs(300);
     // Long enough to ride out a restart.
-    config.retry.max_attempts = 12;
-    Some(QdrantServer::connect(config).expect("client"))
+    upload_common::server_from_env(Some(12))
 }
 
 #[test]

@@ -6,18 +6,11 @@ use crate::upload_common;
 
 use std::time::Duration;
 
-use embedfleet_jobs::upload::{ApiKey, QdrantServer, ServerConfig, Sink};
+use embedfleet_jobs::upload::{QdrantServer, ServerConfig, Sink};
 use upload_common::*;
 
 fn server() -> Option<QdrantServer> {
-    let Ok(url) = std::env::var("QDRANT_URL") else {
-        eprintln!("skipped: QDRANT_URL is not set (set it to a Qdrant gRPC URL, e.g. http://127.0.0.1:6334)");
-        return None;
-    };
-    let mut config = ServerConfig::new(url);
-    config.api_key = ApiKey::Env("QDRANT_API_KEY".into());
-    config.green_timeout = Duration::from_secs(300);
-    Some(QdrantServer::connect(config).expect("client"))
+    server_from_env(None)
 }
 
 /// Runs `check` on a fresh collection and deletes it afterwards, even on failure.
