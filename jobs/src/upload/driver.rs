@@ -278,6 +278,15 @@ pub fn upload(sink: &dyn Sink, options: &UploadOptions) -> Result<UploadReport, 
     let Some(open) = open_collection(sink, options)? else {
         return Ok(UploadReport::nothing());
     };
+    send_and_finish(sink, &open, options)
+}
+
+/// Sends the rest of an open collection's rows from this process, then restores indexing.
+pub(super) fn send_and_finish(
+    sink: &dyn Sink,
+    open: &OpenCollection,
+    options: &UploadOptions,
+) -> Result<UploadReport, UploadRunError> {
     let send = send(sink, &open.db, &open.prepared, options)?;
     let finish = sink.finish(&open.spec)?;
     Ok(UploadReport {

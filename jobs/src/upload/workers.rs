@@ -18,7 +18,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::driver::{
-    open_collection, OpenCollection, SendReport, UploadOptions, UploadReport, UploadRunError,
+    open_collection, send_and_finish, OpenCollection, SendReport, UploadOptions, UploadReport,
+    UploadRunError,
 };
 use super::progress::Progress;
 use super::Sink;
@@ -45,33 +46,25 @@ pub fn upload_with_workers(
     options: &UploadOptions,
     command: &WorkerCommand,
 ) -> Result<UploadReport, UploadRunError> {
-    let Some(OpenCollection {
-        db,
-        prepared,
-        spec,
-        dim,
-        ensured,
-    }) = open_collection(sink, options)?
-    else {
+    let Some(open) = open_collection(sink, options)? else {
         return Ok(UploadReport::nothing());
     };
     let collection = options.spec.name.as_str();
-    let before = prepared.acked();
     let workers = match command.workers {
         Some(n) => n.max(1),
         None => default_workers(sink.peers(collection)?),
     };
     if workers == 1 {
-        let send = super::send(sink, &db, &prepared, options)?;
-        let finish = sink.finish(&spec)?;
-        return Ok(UploadReport {
-            already_acked: before,
-            ensured: Some(ensured),
-            send,
-            finish: Some(finish),
-            workers: 1,
-        });
+        return send_and_finish(sink, &open, options);
     }
+    let OpenCollection {
+        db,
+        prepared,
+        spec,
+        dim,
+        ensured,
+    } = open;
+    let before = prepared.acked();
     tracing::info!(workers, "starting upload worker processes");
     let started = Instant::now();
     let mut children = Vec::new();
