@@ -6,7 +6,7 @@
 #   QDRANT_BIN=/path/to/qdrant .ci/qdrant/qdrant-server.sh start
 #   QDRANT_URL=http://127.0.0.1:6334 \
 #   QDRANT_RESTART_CMD="QDRANT_BIN=$QDRANT_BIN $PWD/.ci/qdrant/qdrant-server.sh restart" \
-#     cargo nextest run -p embedfleet-jobs -E 'test(/server/)'
+#     cargo nextest run --workspace --run-ignored only -E 'test(/server/)'
 #   .ci/qdrant/qdrant-server.sh stop
 #
 # State and log under QDRANT_HOME (default /tmp/embedfleet-qdrant); ports QDRANT_GRPC_PORT

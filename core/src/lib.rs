@@ -9,11 +9,16 @@ pub mod batchfile;
 pub mod corpus;
 pub mod exit;
 pub mod fingerprint;
+pub mod layout;
 pub mod paper;
+pub mod plot;
+pub mod process;
 pub mod quarantine;
 pub mod rundb;
 pub mod settings;
 pub mod shardfile;
+pub mod state;
 
+pub use layout::RunLayout;
 pub use paper::{BatchId, Paper};
 pub use quarantine::{QuarantineEntry, QuarantineReason};

@@ -34,6 +34,19 @@ pub fn count_chars(s: &str) -> u64 {
 #[serde(transparent)]
 pub struct BatchId(pub i64);
 
+/// Stored as the `batches.id` integer.
+impl rusqlite::ToSql for BatchId {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        self.0.to_sql()
+    }
+}
+
+impl rusqlite::types::FromSql for BatchId {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        i64::column_result(value).map(BatchId)
+    }
+}
+
 impl std::fmt::Display for BatchId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)

@@ -71,11 +71,8 @@ pub struct QuarantineEntry {
     pub first_occurrence: Option<String>,
 }
 
-/// The quarantine list inside a run directory, rewritten whole from run.db (the source of
-/// truth) by every step that adds to it.
-pub const QUARANTINE_FILE: &str = "quarantine.jsonl";
-
-/// Rewrites `quarantine.jsonl` of the run directory from run.db, atomically.
+/// Rewrites `quarantine.jsonl` of the run directory from run.db (the source of truth),
+/// atomically: every step that adds to the quarantine calls this.
 pub fn write_jsonl(db: &crate::rundb::RunDb) -> std::io::Result<()> {
     let mut out = Vec::new();
     let entries = db.quarantine_entries().map_err(std::io::Error::other)?;
@@ -83,5 +80,5 @@ pub fn write_jsonl(db: &crate::rundb::RunDb) -> std::io::Result<()> {
         serde_json::to_writer(&mut out, &entry).map_err(std::io::Error::other)?;
         out.push(b'\n');
     }
-    crate::atomic::write(&db.dir().join(QUARANTINE_FILE), &out)
+    crate::atomic::write(&db.layout().quarantine_file(), &out)
 }

@@ -3,6 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Papers per per-node job (the study's ≈4,000).
+pub const DEFAULT_PAPERS_PER_JOB: u64 = 4000;
+/// Token budget of one mini-batch under the default rule.
+pub const DEFAULT_BATCH_TOKENS: u64 = 32_768;
+/// The study's mini-batch rule: at most this many characters ...
+pub const STUDY_MAX_CHARS: u64 = 150_000;
+/// ... and at most this many papers.
+pub const STUDY_MAX_PAPERS: u32 = 8;
+
 /// How one job's papers are cut into per-device mini-batches (one forward pass each).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case")]
@@ -10,22 +19,26 @@ pub enum MiniBatchRule {
     /// The study's heuristic: papers in corpus order, a mini-batch closes before it would exceed
     /// `max_chars` characters or `max_papers` papers.
     Chars { max_chars: u64, max_papers: u32 },
-    /// The default: papers sorted by token count, a mini-batch closes before its tokens would
-    /// exceed `max_tokens` (packed: padding-free), so similar lengths share a forward pass.
+    /// The default: papers sorted by token count, a mini-batch closes before its papers ×
+    /// its longest paper's tokens would exceed `max_tokens` (what a padded forward would
+    /// compute; our packed forward computes only the real tokens), so similar lengths share a
+    /// forward pass.
     TokenBudget { max_tokens: u64 },
 }
 
 impl Default for MiniBatchRule {
     fn default() -> Self {
-        MiniBatchRule::TokenBudget { max_tokens: 32_768 }
+        MiniBatchRule::TokenBudget {
+            max_tokens: DEFAULT_BATCH_TOKENS,
+        }
     }
 }
 
 impl MiniBatchRule {
     /// The study's rule: ≤150,000 characters and ≤8 papers.
     pub const STUDY: MiniBatchRule = MiniBatchRule::Chars {
-        max_chars: 150_000,
-        max_papers: 8,
+        max_chars: STUDY_MAX_CHARS,
+        max_papers: STUDY_MAX_PAPERS,
     };
 }
 
@@ -43,7 +56,7 @@ pub struct PlanSettings {
 impl Default for PlanSettings {
     fn default() -> Self {
         Self {
-            papers_per_job: 4000,
+            papers_per_job: DEFAULT_PAPERS_PER_JOB,
             max_job_chars: None,
             sources: Vec::new(),
             keep_fields: Vec::new(),

@@ -17,7 +17,9 @@ use candle_core::{DType, Device, Tensor};
 use embedfleet_models::qwen3::Qwen3Model;
 use embedfleet_models::tiny::random_weights;
 use embedfleet_models::weights::Weights;
-use embedfleet_models::{tiny_config, Config, Embedder, LoadOptions, Qwen3Embedder, TokenBatch};
+use embedfleet_models::{
+    tiny_config, Config, Embedder, LoadOptions, PackedSequences, Qwen3Embedder,
+};
 
 fn model(name: &str) -> Qwen3Embedder {
     let (cfg, tensors) = match name {
@@ -96,7 +98,7 @@ fn measure(m: &Qwen3Embedder, len: usize, tokens: usize) -> (f64, usize) {
     let per_batch = (tokens / len).max(1);
     let vocab = m.config().vocab_size as u32;
     let seq: Vec<u32> = (0..len as u32).map(|i| (i * 7919) % vocab).collect();
-    let batch = TokenBatch::from_sequences(&vec![seq; per_batch]);
+    let batch = PackedSequences::from_sequences(&vec![seq; per_batch]);
     m.embed(&batch).expect("warm-up");
     let start = Instant::now();
     let mut done = 0;

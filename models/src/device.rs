@@ -1,4 +1,5 @@
-//! Device strings: `cpu`, `cuda` (GPU 0), `cuda:N`, and lists `cuda:0,1` for several workers.
+//! Device strings: `cpu`, `cpu:N` (N CPU workers), `cuda` (GPU 0), `cuda:N`, and lists
+//! `cuda:0,1` for several workers. The one parser of device lists in the workspace.
 
 use std::fmt;
 use std::str::FromStr;
@@ -73,10 +74,19 @@ pub fn parse_devices(spec: &str) -> ModelResult<Vec<DeviceSpec>> {
         "cuda" | "gpu" => return Ok(vec![DeviceSpec::Cuda(0)]),
         _ => {}
     }
+    if let Some(n) = s.strip_prefix("cpu:") {
+        // N CPU workers: the multi-device path without a GPU.
+        let n: usize = n
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| invalid(spec, "`cpu:N` takes a positive number of workers"))?;
+        return Ok(vec![DeviceSpec::Cpu; n]);
+    }
     let Some(list) = s.strip_prefix("cuda:") else {
         return Err(invalid(
             spec,
-            "expected `cpu`, `cuda`, `cuda:N` or `cuda:N,M`",
+            "expected `cpu`, `cpu:N`, `cuda`, `cuda:N` or `cuda:N,M`",
         ));
     };
     let mut out = Vec::new();
@@ -109,7 +119,10 @@ mod tests {
             parse_devices("cuda:0, 1").unwrap(),
             vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]
         );
-        for bad in ["tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0,0"] {
+        assert_eq!(parse_devices("cpu:3").unwrap(), vec![DeviceSpec::Cpu; 3]);
+        for bad in [
+            "tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0,0", "cpu:0", "cpu:x",
+        ] {
             assert!(parse_devices(bad).is_err(), "{bad}");
         }
         assert!("cuda:0,1".parse::<DeviceSpec>().is_err());

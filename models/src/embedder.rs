@@ -13,7 +13,7 @@ use crate::memory::{estimate_memory, MemoryEstimate};
 use crate::qwen3::Qwen3Model;
 use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
-use crate::{Embedder, TokenBatch};
+use crate::{Embedder, PackedSequences};
 
 /// Default attention tile (query and key tokens per tile).
 pub const DEFAULT_ATTENTION_TILE: usize = 512;
@@ -158,7 +158,7 @@ impl Qwen3Embedder {
     }
 
     /// Runs the model on a validated batch; rows are L2-normalised f32 of `output_dim`.
-    fn forward(&self, batch: &TokenBatch, spans: Vec<SeqSpan>) -> ModelResult<Vec<Vec<f32>>> {
+    fn forward(&self, batch: &PackedSequences, spans: Vec<SeqSpan>) -> ModelResult<Vec<Vec<f32>>> {
         let prepared = self.model.prepare(&batch.ids, spans.clone(), self.tile)?;
         let hidden = self.model.layers(&prepared)?;
         drop(prepared);
@@ -172,7 +172,7 @@ impl Qwen3Embedder {
 }
 
 impl Embedder for Qwen3Embedder {
-    fn embed(&self, batch: &TokenBatch) -> ModelResult<Vec<Vec<f32>>> {
+    fn embed(&self, batch: &PackedSequences) -> ModelResult<Vec<Vec<f32>>> {
         let spans = batch.spans(self.config().vocab_size, self.max_position_embeddings())?;
         if spans.is_empty() {
             return Ok(Vec::new());

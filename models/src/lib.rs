@@ -1,8 +1,9 @@
 //! Qwen3-Embedding in candle: loading, tokenizer, the embedding forward pass, memory
 //! estimates and test assets.
 //!
-//! The embed job talks to a model through the small [`Embedder`] trait and a packed
-//! [`TokenBatch`] (flat ids plus cumulative sequence lengths, as TEI's `Batch`). The only
+//! The embed job talks to a model through the small [`Embedder`] trait and
+//! [`PackedSequences`] (one mini-batch's flat ids plus cumulative sequence lengths, as TEI's
+//! `Batch`). The only
 //! implementation is [`Qwen3Embedder`]; [`write_tiny_model`] writes a small random model in
 //! the Hugging Face layout for tests.
 
@@ -29,18 +30,18 @@ pub use tokenizer::{format_query, Tokenizer, EOS_TOKEN};
 
 use attention::SeqSpan;
 
-/// A packed batch: the ids of all sequences end to end, and `cu_seqlens` with
+/// A mini-batch's sequences packed end to end (TEI's `Batch`): `ids`, and `cu_seqlens` with
 /// `cu_seqlens[0] == 0` and `cu_seqlens[i+1] - cu_seqlens[i]` the length of sequence `i`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TokenBatch {
+pub struct PackedSequences {
     pub ids: Vec<u32>,
     pub cu_seqlens: Vec<u32>,
 }
 
-impl TokenBatch {
+impl PackedSequences {
     /// Packs sequences end to end.
-    pub fn from_sequences<S: AsRef<[u32]>>(seqs: &[S]) -> TokenBatch {
-        let mut batch = TokenBatch {
+    pub fn from_sequences<S: AsRef<[u32]>>(seqs: &[S]) -> PackedSequences {
+        let mut batch = PackedSequences {
             ids: Vec::new(),
             cu_seqlens: vec![0],
         };
@@ -122,7 +123,7 @@ pub trait Embedder: Send + Sync {
     /// One L2-normalised f32 vector of [`Embedder::output_dim`] components per sequence, in
     /// batch order. A batch over the memory cap, or a device allocation failure, is
     /// [`ModelError::OutOfMemory`]: halve the batch and retry.
-    fn embed(&self, batch: &TokenBatch) -> ModelResult<Vec<Vec<f32>>>;
+    fn embed(&self, batch: &PackedSequences) -> ModelResult<Vec<Vec<f32>>>;
 
     /// Longest sequence the model accepts, in tokens (including the appended EOS).
     fn max_position_embeddings(&self) -> usize;

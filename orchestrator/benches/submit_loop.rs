@@ -38,7 +38,8 @@ fn main() {
         }
         tx.commit().unwrap();
     }
-    db.set_setting("plan_state", &"complete").unwrap();
+    db.set_plan_state(embedfleet_core::state::PlanState::Complete)
+        .unwrap();
     drop(db);
     let fake = dir.path().join("fake-embedfleet");
     // BENCH_JOB_SLEEP spreads the jobs' run.db writes out as real jobs' are (minutes apart).

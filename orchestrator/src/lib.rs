@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod plan;
+pub mod report;
 pub mod sample;
 pub mod scheduler;
 pub mod status;

@@ -1,9 +1,14 @@
-//! `submit`, `pause`, `resume`, `queues`: the scheduler-facing commands.
+//! `submit`, `pause`, `resume`, `queues`, `status`: the scheduler-facing commands.
 
-use crate::cli::{BackendArg, QueuesArgs, QueuesCommand, RunDirArgs, SubmitArgs};
+use crate::cli::{
+    BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
+    SubmitArgs,
+};
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
+use embedfleet_core::state::JobStatus;
+use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::status;
@@ -36,25 +41,16 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
             format!("cuda:{}", list.join(","))
         }
     });
-    let mut embed_args = vec![
-        "--model-dir".to_string(),
-        std::path::absolute(&args.model.model_dir)?
-            .display()
-            .to_string(),
-        "--devices".into(),
+    let job = EmbedJobSettings {
         devices,
-        "--shard-papers".into(),
-        args.shard_papers.to_string(),
-    ];
-    if let Some(dim) = args.model.dim {
-        embed_args.extend(["--dim".to_string(), dim.to_string()]);
-    }
-    if let Some(max) = args.model.max_tokens {
-        embed_args.extend(["--max-tokens".to_string(), max.to_string()]);
-    }
-    if args.model.vector_dtype != crate::cli::VectorDtypeArg::F32 {
-        embed_args.extend(["--vector-dtype".to_string(), "f16".to_string()]);
-    }
+        model: ModelArgs {
+            // Absolute: jobs start in the run directory.
+            model_dir: std::path::absolute(&args.model.model_dir)?,
+            ..args.model.clone()
+        },
+        shard_papers: args.shard_papers,
+        memory_limit: None,
+    };
     let mut queues =
         (!args.queues.is_empty()).then(|| args.queues.iter().cloned().collect::<BTreeMap<_, _>>());
     if queues.is_none() && local && RunDb::open(&args.run_dir)?.queue_caps()?.is_empty() {
@@ -72,7 +68,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         poll_interval: secs(args.poll_interval, 1.0, 30.0),
         lost_after: secs(args.lost_after, 10.0, 300.0),
         watch: args.watch,
-        embed_args,
+        embed_args: job.to_args(),
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
         progress: std::io::stderr().is_terminal(),
     };
@@ -106,10 +102,10 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
     if !report.failed.is_empty() {
         let ids: Vec<String> = report.failed.iter().map(|(b, _)| b.to_string()).collect();
         eprintln!(
-            "{} batches failed ({}); their logs are in {}/logs; `embedfleet submit` again retries them",
+            "{} batches failed ({}); their logs are in {}; `embedfleet submit` again retries them",
             ids.len(),
             ids.join(", "),
-            options.run_dir.display()
+            RunLayout::new(&options.run_dir).log_dir().display()
         );
     }
     Ok(if report.failed.is_empty() {
@@ -162,9 +158,7 @@ pub fn queues(args: &QueuesArgs) -> Result<i32> {
         let active: u64 = jobs
             .map(|s| {
                 s.iter()
-                    .filter(|(k, _)| {
-                        ["pending", "running", "submitting", "unknown"].contains(&k.as_str())
-                    })
+                    .filter(|(k, _)| JobStatus::parse(k).is_some_and(JobStatus::is_open))
                     .map(|(_, v)| v)
                     .sum()
             })
@@ -173,6 +167,19 @@ pub fn queues(args: &QueuesArgs) -> Result<i32> {
     }
     if status.paused {
         println!("(paused)");
+    }
+    Ok(exit::SUCCESS)
+}
+
+pub fn status(args: &StatusArgs) -> Result<i32> {
+    let status = RunDb::open(&args.run_dir)?.status()?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).context("failed to serialise the status")?
+        );
+    } else {
+        print!("{}", embedfleet_orchestrator::status::render(&status));
     }
     Ok(exit::SUCCESS)
 }

@@ -1,104 +1,17 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
+use crate::cli::{TargetArgs, TuneArgs, UploadArgs};
 use anyhow::{bail, Context, Result};
-use clap::Args;
-use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_jobs::upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
-use embedfleet_jobs::upload::{
-    self, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions, UploadReport,
-    WorkerCommand,
+use embedfleet_core::RunLayout;
+use embedfleet_core::{exit, process};
+use embedfleet_upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
+use embedfleet_upload::{
+    self as upload, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions,
+    UploadReport, WorkerCommand,
 };
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-
-/// Where the points go: a Qdrant server, or the embedded engine (the default).
-#[derive(Debug, Args)]
-pub struct TargetArgs {
-    /// A Qdrant server or cluster, its gRPC port: http://host:6334 (https for TLS).
-    #[arg(long, value_name = "URL", conflicts_with = "edge")]
-    pub qdrant: Option<String>,
-    /// The embedded Qdrant engine's directory (default: <run-dir>/qdrant).
-    #[arg(long, value_name = "DIR")]
-    pub edge: Option<PathBuf>,
-    /// Read the server's API key from this environment variable (never printed).
-    #[arg(long, value_name = "VAR", conflicts_with = "api_key_file")]
-    pub api_key_env: Option<String>,
-    /// Read the server's API key from the first line of this file (never printed).
-    #[arg(long, value_name = "PATH")]
-    pub api_key_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Args)]
-pub struct UploadArgs {
-    /// The run directory.
-    #[arg(long, value_name = "DIR")]
-    pub run_dir: PathBuf,
-    #[command(flatten)]
-    pub target: TargetArgs,
-    /// The collection (created if absent; an existing one must have the run's vector size).
-    #[arg(long, default_value = "papers", value_name = "NAME")]
-    pub collection: String,
-    /// Points per upsert (default: what `tune` saved, else 256).
-    #[arg(long, value_name = "B")]
-    pub batch_size: Option<usize>,
-    /// Upserts in flight per worker (default: what `tune` saved, else 4).
-    #[arg(long, value_name = "K")]
-    pub in_flight: Option<usize>,
-    /// Worker processes, each with its own client (server only; default: one per peer holding
-    /// the collection's shards, or one per core on a single server). The embedded engine is one
-    /// process: its upload uses K threads.
-    #[arg(long, value_name = "N")]
-    pub workers: Option<u64>,
-    /// Make the sent points durable and record them in run.db every N batches.
-    #[arg(long, default_value_t = 32, value_name = "N")]
-    pub checkpoint_every: usize,
-    /// HNSW edges per node, restored after the load.
-    #[arg(long, default_value_t = 16, value_name = "M")]
-    pub hnsw_m: u64,
-    /// HNSW build candidates, restored after the load.
-    #[arg(long, default_value_t = 100, value_name = "N")]
-    pub hnsw_ef_construct: u64,
-    /// Keep the vectors on disk (mmap) instead of RAM.
-    #[arg(long)]
-    pub on_disk_vectors: bool,
-    /// Add int8 scalar quantization.
-    #[arg(long)]
-    pub int8: bool,
-    /// Shards of a new collection (server).
-    #[arg(long, value_name = "N")]
-    pub shard_number: Option<u32>,
-    /// Copies of each shard of a new collection (server).
-    #[arg(long, value_name = "N")]
-    pub replication_factor: Option<u32>,
-    /// Build the HNSW index while loading instead of once at the end.
-    #[arg(long)]
-    pub no_bulk_load: bool,
-    /// Internal: this process is worker I of N of a multi-process upload.
-    #[arg(long, value_name = "I/N", hide = true)]
-    pub worker: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct TuneArgs {
-    /// The run directory (its shards are the sample; the result is saved in its run.db).
-    #[arg(long, value_name = "DIR")]
-    pub run_dir: PathBuf,
-    #[command(flatten)]
-    pub target: TargetArgs,
-    /// Points in the sample (capped at what the shards have).
-    #[arg(long, default_value_t = 20_000, value_name = "N")]
-    pub sample: usize,
-    /// The scratch collection, dropped afterwards.
-    #[arg(long, default_value = "embedfleet-tune-scratch", value_name = "NAME")]
-    pub scratch: String,
-    /// Largest batch size tried (powers of two from 1).
-    #[arg(long, default_value_t = 512, value_name = "B")]
-    pub max_batch: usize,
-    /// Where the table and the plot go (default: <run-dir>/tune).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-}
+use std::path::Path;
 
 /// The sink of `target`, and its kind (`edge` or `server`) for the tuned settings.
 fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'static str)> {
@@ -117,7 +30,7 @@ fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'st
     let dir = target
         .edge
         .clone()
-        .unwrap_or_else(|| run_dir.join("qdrant"));
+        .unwrap_or_else(|| RunLayout::new(run_dir).edge_dir());
     Ok((Box::new(QdrantEdge::open(dir)?), "edge"))
 }
 
@@ -144,12 +57,12 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
     options.batch_size = args
         .batch_size
         .or(tuned.map(|t| t.batch_size))
-        .unwrap_or(256)
+        .unwrap_or(upload::DEFAULT_UPSERT_BATCH)
         .max(1);
     options.in_flight = args
         .in_flight
         .or(tuned.map(|t| t.in_flight))
-        .unwrap_or(4)
+        .unwrap_or(upload::DEFAULT_IN_FLIGHT)
         .max(1);
     options.checkpoint_every = args.checkpoint_every.max(1);
     options.progress = args.worker.is_none() && std::io::stderr().is_terminal();
@@ -164,7 +77,9 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     let mut options = upload_options(args, tuned.as_ref());
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
-        exit_when_orphaned();
+        // A worker ends when its parent `embedfleet upload` is gone (killed, say), so running
+        // the upload again never finds stray workers still sending.
+        process::exit_when_parent_gone("upload worker", exit::FAILURE);
         let prepared = upload::prepare(&db, &args.collection)?;
         let report = upload::send(sink.as_ref(), &db, &prepared, &options)?;
         return Ok(if report.failed_points > 0 {
@@ -212,20 +127,6 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     } else {
         exit::SUCCESS
     })
-}
-
-/// A worker process ends when its parent `embedfleet upload` is gone (killed, say), so that
-/// running the upload again never finds stray workers still sending. Ending mid-batch is safe:
-/// only checkpointed rows are recorded, and a re-sent batch overwrites the same point ids.
-fn exit_when_orphaned() {
-    let parent = std::os::unix::process::parent_id();
-    std::thread::spawn(move || loop {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        if std::os::unix::process::parent_id() != parent {
-            eprintln!("upload worker: the parent `embedfleet upload` is gone; stopping");
-            std::process::exit(exit::FAILURE);
-        }
-    });
 }
 
 /// The command line of a worker process: the parent's, with the resolved batch settings.
@@ -307,7 +208,7 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| args.run_dir.join("tune"));
+        .unwrap_or_else(|| RunLayout::new(&args.run_dir).tune_dir());
     let files = tune::write_outputs(&report, &out)?;
     let saved = TunedUpload {
         sink: kind.into(),
@@ -337,7 +238,7 @@ pub fn upload_and_query(
     query_text: &str,
 ) -> Result<()> {
     const COLLECTION: &str = "papers";
-    let sink = QdrantEdge::open(run_dir.join("qdrant"))?;
+    let sink = QdrantEdge::open(RunLayout::new(run_dir).edge_dir())?;
     let mut options = UploadOptions::new(run_dir, COLLECTION);
     options.progress = std::io::stderr().is_terminal();
     let report = upload::upload(&sink, &options)?;
@@ -345,10 +246,10 @@ pub fn upload_and_query(
     if report.ensured.is_none() {
         return Ok(());
     }
-    let vector = query::embed_query(
+    let vector = embedfleet_embed::embed_query(
         model_dir,
         dim,
-        embedfleet_jobs::embed_files::DEFAULT_INSTRUCTION,
+        embedfleet_embed::DEFAULT_INSTRUCTION,
         query_text,
     )?;
     let db = RunDb::open(run_dir)?;

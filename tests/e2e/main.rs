@@ -3,6 +3,7 @@
 
 mod util;
 
+mod architecture;
 mod embed;
 mod plan;
 mod readme;

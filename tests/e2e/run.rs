@@ -205,7 +205,7 @@ fn cap_for_longest_paper(t: &TestDir) -> u64 {
     let model = Qwen3Embedder::load(&t.join("model"), &LoadOptions::default()).unwrap();
     let tokenizer = model.tokenizer().unwrap();
     let db = RunDb::open(&t.join("run")).unwrap();
-    let batch = db.batch(1).unwrap().unwrap();
+    let batch = db.batch(embedfleet_core::BatchId(1)).unwrap().unwrap();
     let mut longest = 0;
     embedfleet_core::batchfile::read(&t.join("run").join(batch.path), |row| {
         longest = longest.max(tokenizer.encode_document(&row.paper.text).unwrap().len());

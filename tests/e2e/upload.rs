@@ -5,9 +5,7 @@
 
 use crate::util::TestDir;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_jobs::upload::{
-    parse_year, PayloadFilter, QdrantEdge, QdrantServer, ServerConfig, Sink,
-};
+use embedfleet_upload::{parse_year, PayloadFilter, QdrantEdge, QdrantServer, ServerConfig, Sink};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -84,10 +82,7 @@ fn start_slowed_upload(
 ) -> (std::process::Child, RunDb) {
     let mut child = t
         .cmd(args)
-        .env(
-            embedfleet_jobs::upload::TEST_DELAY_ENV,
-            delay_ms.to_string(),
-        )
+        .env(embedfleet_upload::TEST_DELAY_ENV, delay_ms.to_string())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -206,16 +201,15 @@ fn a_run_of_another_vector_size_is_refused_by_the_collection() {
     assert_eq!(edge_count(&t.join("run"), "papers", None), 20);
 }
 
-/// The server and a fresh collection name, or `None` (saying so) without `QDRANT_URL`.
-fn server(test: &str) -> Option<(String, QdrantServer, String)> {
-    let Ok(url) = std::env::var("QDRANT_URL") else {
-        eprintln!("skipped: QDRANT_URL is not set (set it to a Qdrant gRPC URL, e.g. http://127.0.0.1:6334)");
-        return None;
-    };
+/// The server and a fresh collection name (the server tests are ignored unless run with
+/// `--run-ignored` and `QDRANT_URL`).
+fn server(test: &str) -> (String, QdrantServer, String) {
+    let url = std::env::var("QDRANT_URL")
+        .expect("the server tests need QDRANT_URL: a Qdrant gRPC URL, e.g. http://127.0.0.1:6334");
     let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
     let name = format!("embedfleet-e2e-{test}-{}", std::process::id());
     let _ = sink.delete_collection(&name);
-    Some((url, sink, name))
+    (url, sink, name)
 }
 
 fn refs(args: &[String]) -> Vec<&str> {
@@ -223,10 +217,9 @@ fn refs(args: &[String]) -> Vec<&str> {
 }
 
 #[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
 fn server_upload_with_worker_processes_sends_every_row_once() {
-    let Some((url, sink, name)) = server("workers") else {
-        return;
-    };
+    let (url, sink, name) = server("workers");
     let t = TestDir::new();
     small_run(&t, "run", 60, &[]);
     let args = |collection: &str, extra: &[&str]| {
@@ -299,10 +292,9 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
 }
 
 #[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
 fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count() {
-    let Some((url, sink, name)) = server("killed") else {
-        return;
-    };
+    let (url, sink, name) = server("killed");
     let t = TestDir::new();
     small_run(&t, "run", 60, &[]);
     let args = [

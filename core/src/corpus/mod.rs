@@ -98,7 +98,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), CorpusError> {
     for path in entries {
         if path.is_dir() {
             // A run directory inside the corpus tree holds batch files, not corpus files.
-            if !path.join(crate::rundb::DB_FILE).exists() {
+            if !crate::RunLayout::new(&path).db().exists() {
                 walk(&path, files)?;
             }
         } else if Format::of(&path).is_some() {

@@ -1,29 +1,34 @@
 //! `run.db`: the one source of truth of a run directory (SQLite, WAL mode).
 //!
 //! Every step records what it finished here, in small transactions, after the files it wrote
-//! are durable; on a re-run it reads what is done and does only the rest.
+//! are durable; on a re-run it reads what is done and does only the rest. A module per table
+//! (or per group of tables written together): `plan` (corpus_files, papers, quarantine, the
+//! plan's settings and state), `batches`, `shards`, `batch_runs`, `jobs`, `queues`,
+//! `uploads`; `status` reads them all.
 
+mod batch_runs;
+mod batches;
 mod jobs;
 mod plan;
-mod runs;
+mod queues;
 mod schema;
+mod shards;
 mod status;
-mod submit;
 mod uploads;
 
-pub use jobs::{BatchRow, BatchTimings, ShardRow};
+pub use batch_runs::{BatchRunRecord, BatchTimings};
+pub use batches::BatchRow;
+pub use jobs::{JobRow, NewJob};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
-pub use runs::BatchRunRecord;
+pub use shards::ShardRow;
 pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};
-pub use submit::{JobRow, NewJob, OPEN_JOB_STATES};
 pub use uploads::UploadShard;
 
+use crate::layout::RunLayout;
 use rusqlite::{Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-pub const DB_FILE: &str = "run.db";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunDbError {
@@ -59,6 +64,17 @@ pub(crate) fn sqlite_err(dir: &Path) -> impl Fn(rusqlite::Error) -> RunDbError +
     }
 }
 
+/// A state column read back: an unknown name (a newer embedfleet's) is an error, not a guess.
+pub(crate) fn stored_state<T>(text: String, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    parse(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            0,
+            rusqlite::types::Type::Text,
+            format!("unknown state `{text}`: use a newer embedfleet").into(),
+        )
+    })
+}
+
 pub struct RunDb {
     conn: Connection,
     dir: PathBuf,
@@ -77,17 +93,18 @@ impl RunDb {
 
     /// Opens an existing run directory.
     pub fn open(dir: &Path) -> Result<Self> {
-        if !dir.join(DB_FILE).is_file() {
+        if !RunLayout::new(dir).db().is_file() {
             return Err(RunDbError::NotARun(dir.into()));
         }
         Self::open_path(dir)
     }
 
     fn open_path(dir: &Path) -> Result<Self> {
-        let conn = Connection::open(dir.join(DB_FILE)).map_err(|source| RunDbError::Sqlite {
-            dir: dir.into(),
-            source,
-        })?;
+        let conn =
+            Connection::open(RunLayout::new(dir).db()).map_err(|source| RunDbError::Sqlite {
+                dir: dir.into(),
+                source,
+            })?;
         let mut db = RunDb {
             conn,
             dir: dir.into(),
@@ -145,6 +162,11 @@ impl RunDb {
         &self.dir
     }
 
+    /// The paths of this run directory.
+    pub fn layout(&self) -> RunLayout {
+        RunLayout::new(&self.dir)
+    }
+
     /// The connection, for steps whose queries live with them.
     pub fn conn(&self) -> &Connection {
         &self.conn
@@ -194,6 +216,32 @@ impl RunDb {
 }
 
 #[cfg(test)]
+pub(crate) mod test_support {
+    use super::RunDb;
+
+    /// A run with one corpus file and batches 1..=n, planned.
+    pub fn db_with_batches(n: i64) -> (tempfile::TempDir, RunDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::create(dir.path()).unwrap();
+        db.conn()
+            .execute(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 0, 0, '')",
+                [],
+            )
+            .unwrap();
+        for id in 1..=n {
+            db.conn()
+                .execute(
+                    "INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (?1, 1, ?1, 'b', 1, 1)",
+                    [id],
+                )
+                .unwrap();
+        }
+        (dir, db)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -220,7 +268,7 @@ mod tests {
     fn migrates_a_version_1_run_directory_keeping_its_data() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            let conn = Connection::open(RunLayout::new(dir.path()).db()).unwrap();
             conn.execute_batch(schema::MIGRATIONS[0]).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
             conn.execute(

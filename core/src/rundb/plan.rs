@@ -1,9 +1,18 @@
-//! What the planner records: corpus files, batches, the papers in them and the quarantine.
+//! What the planner records: the `corpus_files`, each batch with its `papers`, the
+//! `quarantine`, and the plan's settings and state; the embed job adds its failed papers to
+//! the quarantine.
 
 use super::{sqlite_err, Result, RunDb};
 use crate::fingerprint::Fingerprint;
 use crate::quarantine::{QuarantineEntry, QuarantineReason};
+use crate::settings::PlanSettings;
+use crate::state::PlanState;
+use crate::BatchId;
 use rusqlite::params;
+
+/// The settings key of the plan's settings, and of its state.
+const PLAN_SETTINGS_KEY: &str = "plan";
+pub(crate) const PLAN_STATE_KEY: &str = "plan_state";
 
 /// A corpus file as run.db knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +44,57 @@ pub struct BatchRecord {
 }
 
 impl RunDb {
+    pub fn plan_settings(&self) -> Result<Option<PlanSettings>> {
+        self.setting(PLAN_SETTINGS_KEY)
+    }
+
+    /// Stores the plan's settings (the first plan of a run directory; later ones compare).
+    pub fn set_plan_settings(&self, settings: &PlanSettings) -> Result<()> {
+        self.set_setting(PLAN_SETTINGS_KEY, settings)
+    }
+
+    /// Where planning stands; `None` before the first plan.
+    pub fn plan_state(&self) -> Result<Option<PlanState>> {
+        let text: Option<String> = self.setting(PLAN_STATE_KEY)?;
+        Ok(text.as_deref().and_then(PlanState::parse))
+    }
+
+    pub fn set_plan_state(&self, state: PlanState) -> Result<()> {
+        self.set_setting(PLAN_STATE_KEY, &state.as_str())
+    }
+
+    /// True once the whole corpus is planned (what an embed job and the submit loop wait for).
+    pub fn is_planned(&self) -> Result<bool> {
+        Ok(self.plan_state()? == Some(PlanState::Complete))
+    }
+
+    /// Quarantines papers of a batch that could not be embedded (replacing what an earlier run
+    /// of the batch recorded for them).
+    pub fn record_embed_failures(
+        &self,
+        batch_id: BatchId,
+        failed: &[(String, String)],
+    ) -> Result<()> {
+        let reason = crate::quarantine::QuarantineReason::EmbedFailed.as_str();
+        for (id, why) in failed {
+            self.conn
+                .execute(
+                    "DELETE FROM quarantine WHERE reason = ?1 AND paper_id = ?2",
+                    params![reason, id],
+                )
+                .map_err(sqlite_err(&self.dir))?;
+            self.conn
+                .execute(
+                    "INSERT INTO quarantine (file_id, line, reason, detail, paper_id)
+                     SELECT b.file_id, p.line, ?1, ?2, p.id FROM papers p JOIN batches b ON b.id = p.batch_id
+                     WHERE p.batch_id = ?3 AND p.id = ?4 AND p.duplicate_of IS NULL LIMIT 1",
+                    params![reason, why, batch_id, id],
+                )
+                .map_err(sqlite_err(&self.dir))?;
+        }
+        Ok(())
+    }
+
     pub fn corpus_files(&self) -> Result<Vec<CorpusFileRow>> {
         let mut stmt = self
             .conn
@@ -229,7 +289,7 @@ impl RunDb {
     }
 
     /// Rows of a batch file that are not to be embedded (later duplicates), sorted.
-    pub fn excluded_rows(&self, batch_id: i64) -> Result<Vec<u64>> {
+    pub fn excluded_rows(&self, batch_id: BatchId) -> Result<Vec<u64>> {
         let mut stmt = self
             .conn
             .prepare("SELECT row FROM papers WHERE batch_id = ?1 AND duplicate_of IS NOT NULL ORDER BY row")

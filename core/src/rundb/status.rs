@@ -3,7 +3,6 @@
 //! that matters is.
 
 use super::{Result, RunDb};
-use rusqlite::OptionalExtension;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -107,14 +106,6 @@ impl RunDb {
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)?
         };
-        let plan_state: Option<String> = c
-            .query_row(
-                "SELECT value FROM settings WHERE key = 'plan_state'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(e)?;
         let rows_in_shards = scalar("SELECT sum(rows) FROM shards")?;
         let papers_planned = scalar("SELECT sum(n_rows - n_excluded) FROM batches")?;
         let papers_per_second = self.embed_rate()?;
@@ -145,7 +136,7 @@ impl RunDb {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
             schema_version: self.schema_version()?,
-            plan_complete: plan_state.as_deref() == Some("\"complete\""),
+            plan_complete: self.is_planned()?,
             corpus_files: scalar("SELECT count(*) FROM corpus_files")?,
             corpus_files_planned: scalar(
                 "SELECT count(*) FROM corpus_files WHERE state = 'planned'",

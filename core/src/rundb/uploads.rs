@@ -125,7 +125,7 @@ mod tests {
             .unwrap();
         for part in 0..2 {
             db.record_shard(&ShardRow {
-                batch_id: 1,
+                batch_id: crate::BatchId(1),
                 part,
                 path: format!("shards/p{part}.parquet"),
                 rows: 10 + u64::from(part) * 10,

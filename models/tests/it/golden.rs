@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{cosine, golden_path, load, max_abs_diff};
-use embedfleet_models::{Embedder, LoadOptions, TokenBatch};
+use embedfleet_models::{Embedder, LoadOptions, PackedSequences};
 
 struct Case {
     name: String,
@@ -69,7 +69,7 @@ fn golden_vectors_one_at_a_time_and_batched() {
         let mut singles = Vec::new();
         for case in &cases {
             let got = model
-                .embed(&TokenBatch::from_sequences(&[&case.ids]))
+                .embed(&PackedSequences::from_sequences(&[&case.ids]))
                 .unwrap()
                 .remove(0);
             let cos = cosine(&got, &case.embedding);
@@ -77,7 +77,7 @@ fn golden_vectors_one_at_a_time_and_batched() {
             singles.push(got);
         }
         let all: Vec<&[u32]> = cases.iter().map(|c| c.ids.as_slice()).collect();
-        let batched = model.embed(&TokenBatch::from_sequences(&all)).unwrap();
+        let batched = model.embed(&PackedSequences::from_sequences(&all)).unwrap();
         assert_eq!(batched.len(), cases.len());
         for ((case, b), s) in cases.iter().zip(&batched).zip(&singles) {
             let diff = max_abs_diff(b, s);

@@ -7,8 +7,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use common::max_abs_diff;
 use embedfleet_models::{
-    write_tiny_model, write_tiny_model_with, Embedder, LoadOptions, ModelError, Qwen3Embedder,
-    TinyModelOptions, TokenBatch,
+    write_tiny_model, write_tiny_model_with, Embedder, LoadOptions, ModelError, PackedSequences,
+    Qwen3Embedder, TinyModelOptions,
 };
 
 fn fresh() -> tempfile::TempDir {
@@ -31,7 +31,7 @@ fn rewrite_weights(dir: &Path, edit: impl FnOnce(&mut std::collections::HashMap<
 fn embed_one(dir: &Path) -> Vec<f32> {
     let model = Qwen3Embedder::load(dir, &LoadOptions::default()).unwrap();
     model
-        .embed(&TokenBatch::from_sequences(&[[5u32, 80, 300, 7]]))
+        .embed(&PackedSequences::from_sequences(&[[5u32, 80, 300, 7]]))
         .unwrap()
         .remove(0)
 }

@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::{cosine, load, max_abs_diff};
-use embedfleet_models::{matryoshka, Embedder, LoadOptions, ModelError, TokenBatch};
+use embedfleet_models::{matryoshka, Embedder, LoadOptions, ModelError, PackedSequences};
 
 /// Deterministic pseudo-random ids below the tiny tokenizer's vocabulary.
 fn ids(len: usize, salt: u32) -> Vec<u32> {
@@ -26,10 +26,12 @@ fn packed_batch_equals_singles_including_one_token_and_multi_tile() {
         ids(200, 5),
         ids(5, 6),
     ];
-    let batched = model.embed(&TokenBatch::from_sequences(&seqs)).unwrap();
+    let batched = model
+        .embed(&PackedSequences::from_sequences(&seqs))
+        .unwrap();
     for (seq, b) in seqs.iter().zip(&batched) {
         let single = model
-            .embed(&TokenBatch::from_sequences(&[seq]))
+            .embed(&PackedSequences::from_sequences(&[seq]))
             .unwrap()
             .remove(0);
         let diff = max_abs_diff(b, &single);
@@ -49,7 +51,7 @@ fn tile_size_does_not_change_the_result() {
         ..Default::default()
     });
     let want = reference
-        .embed(&TokenBatch::from_sequences(&[&seq]))
+        .embed(&PackedSequences::from_sequences(&[&seq]))
         .unwrap()
         .remove(0);
     for tile in [7, 64, 299] {
@@ -58,7 +60,7 @@ fn tile_size_does_not_change_the_result() {
             ..Default::default()
         });
         let got = model
-            .embed(&TokenBatch::from_sequences(&[&seq]))
+            .embed(&PackedSequences::from_sequences(&[&seq]))
             .unwrap()
             .remove(0);
         assert!(max_abs_diff(&got, &want) < 1e-5, "tile {tile}");
@@ -66,7 +68,7 @@ fn tile_size_does_not_change_the_result() {
     // Tiles of a single token: every key tile is a full online-softmax step.
     let short = &seq[..24];
     let want = reference
-        .embed(&TokenBatch::from_sequences(&[short]))
+        .embed(&PackedSequences::from_sequences(&[short]))
         .unwrap()
         .remove(0);
     let model = load(&LoadOptions {
@@ -74,7 +76,7 @@ fn tile_size_does_not_change_the_result() {
         ..Default::default()
     });
     let got = model
-        .embed(&TokenBatch::from_sequences(&[short]))
+        .embed(&PackedSequences::from_sequences(&[short]))
         .unwrap()
         .remove(0);
     assert!(max_abs_diff(&got, &want) < 1e-5, "tile 1");
@@ -90,10 +92,10 @@ fn later_tokens_do_not_leak_into_earlier_ones() {
     });
     let long = ids(80, 11);
     let a = model
-        .embed(&TokenBatch::from_sequences(&[&long[..50], &long[..]]))
+        .embed(&PackedSequences::from_sequences(&[&long[..50], &long[..]]))
         .unwrap();
     let b = model
-        .embed(&TokenBatch::from_sequences(&[&long[..50]]))
+        .embed(&PackedSequences::from_sequences(&[&long[..50]]))
         .unwrap();
     assert!(max_abs_diff(&a[0], &b[0]) < 1e-5);
     assert!(cosine(&a[0], &a[1]) < 0.9999);
@@ -108,7 +110,7 @@ fn matryoshka_dim_truncates_then_renormalises() {
     });
     assert_eq!(small.output_dim(), 32);
     assert_eq!(small.hidden_size(), 128);
-    let batch = TokenBatch::from_sequences(&[ids(20, 1), ids(9, 2)]);
+    let batch = PackedSequences::from_sequences(&[ids(20, 1), ids(9, 2)]);
     let f = full.embed(&batch).unwrap();
     let s = small.embed(&batch).unwrap();
     for (f, s) in f.iter().zip(&s) {
@@ -137,8 +139,8 @@ fn matryoshka_dim_truncates_then_renormalises() {
 #[test]
 fn memory_cap_turns_a_big_batch_into_out_of_memory() {
     let model = load(&LoadOptions::default());
-    let small = TokenBatch::from_sequences(&[ids(10, 1)]);
-    let big = TokenBatch::from_sequences(&[ids(400, 1), ids(400, 2)]);
+    let small = PackedSequences::from_sequences(&[ids(10, 1)]);
+    let big = PackedSequences::from_sequences(&[ids(400, 1), ids(400, 2)]);
     let cap = model.estimate_memory(&[10]);
     assert!(model.estimate_memory(&[400, 400]) > cap);
     model.set_memory_limit(Some(cap));
@@ -160,19 +162,19 @@ fn malformed_batches_are_errors() {
     let model = load(&LoadOptions::default());
     let max = model.max_position_embeddings();
     let bad = [
-        TokenBatch {
+        PackedSequences {
             ids: vec![1, 2],
             cu_seqlens: vec![0, 3],
         },
-        TokenBatch {
+        PackedSequences {
             ids: vec![1, 2],
             cu_seqlens: vec![1, 2],
         },
-        TokenBatch {
+        PackedSequences {
             ids: vec![1, 2],
             cu_seqlens: vec![0, 0, 2],
         },
-        TokenBatch {
+        PackedSequences {
             ids: vec![1, 9999],
             cu_seqlens: vec![0, 2],
         },
@@ -183,10 +185,10 @@ fn malformed_batches_are_errors() {
             "{b:?}"
         );
     }
-    let too_long = TokenBatch::from_sequences(&[vec![1u32; max + 1]]);
+    let too_long = PackedSequences::from_sequences(&[vec![1u32; max + 1]]);
     assert!(matches!(
         model.embed(&too_long),
         Err(ModelError::SequenceTooLong { .. })
     ));
-    assert!(model.embed(&TokenBatch::default()).unwrap().is_empty());
+    assert!(model.embed(&PackedSequences::default()).unwrap().is_empty());
 }

@@ -15,17 +15,13 @@ use embedfleet_core::corpus::{self, CorpusError, ReadOptions};
 use embedfleet_core::fingerprint::Fingerprint;
 use embedfleet_core::rundb::{RunDb, RunDbError};
 use embedfleet_core::settings::PlanSettings;
+use embedfleet_core::state::PlanState;
+use embedfleet_core::RunLayout;
 use embedfleet_core::{atomic, quarantine::QuarantineEntry};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-pub use worker::batch_file_name;
-
-/// The directory of batch files inside a run directory.
-pub const BATCH_DIR: &str = "batches";
-pub use embedfleet_core::quarantine::QUARANTINE_FILE;
 
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
@@ -114,13 +110,14 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         files: files.len(),
         ..PlanReport::default()
     };
-    if db.setting::<String>("plan_state")?.as_deref() == Some("complete") {
+    if db.is_planned()? {
         report.already_planned = true;
         fill_totals(&db, &mut report)?;
         report.elapsed = started.elapsed();
         return Ok(report);
     }
-    let batch_dir = options.run_dir.join(BATCH_DIR);
+    db.set_plan_state(PlanState::InProgress)?;
+    let batch_dir = RunLayout::new(&options.run_dir).batch_dir();
     std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io {
         path: batch_dir.clone(),
         source,
@@ -159,7 +156,7 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     worker::run(&mut db, &pending, &read_options, options, bytes_read)?;
     report.duplicates = db.resolve_duplicates()?;
     write_quarantine(&db, &options.run_dir)?;
-    db.set_setting("plan_state", &"complete")?;
+    db.set_plan_state(PlanState::Complete)?;
     fill_totals(&db, &mut report)?;
     report.elapsed = started.elapsed();
     Ok(report)
@@ -187,8 +184,8 @@ fn fingerprinted_corpus(inputs: &[PathBuf]) -> Result<Vec<(String, Fingerprint)>
 }
 
 fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<(), PlanError> {
-    match db.setting::<PlanSettings>("plan")? {
-        None => Ok(db.set_setting("plan", &options.settings)?),
+    match db.plan_settings()? {
+        None => Ok(db.set_plan_settings(&options.settings)?),
         Some(stored) => {
             let changes = options.settings.differences(&stored);
             if changes.is_empty() {
@@ -246,7 +243,7 @@ fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
 
 fn write_quarantine(db: &RunDb, run_dir: &Path) -> Result<(), PlanError> {
     embedfleet_core::quarantine::write_jsonl(db).map_err(|source| PlanError::Io {
-        path: run_dir.join(QUARANTINE_FILE),
+        path: RunLayout::new(run_dir).quarantine_file(),
         source,
     })
 }
@@ -262,7 +259,7 @@ fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {
 
 /// Reads `quarantine.jsonl` back (for tests and `status`).
 pub fn read_quarantine(run_dir: &Path) -> std::io::Result<Vec<QuarantineEntry>> {
-    let text = std::fs::read_to_string(run_dir.join(QUARANTINE_FILE))?;
+    let text = std::fs::read_to_string(RunLayout::new(run_dir).quarantine_file())?;
     text.lines()
         .map(|l| {
             serde_json::from_str(l)

@@ -146,7 +146,7 @@ fn duplicates_keep_the_first_occurrence_in_corpus_order() {
         Some(format!("{a_path}:2").as_str())
     );
     let db = RunDb::open(&opts.run_dir).unwrap();
-    let batch_of_b: i64 = db
+    let batch_of_b: embedfleet_core::BatchId = db
         .conn()
         .query_row("SELECT id FROM batches WHERE file_id = 2", [], |r| r.get(0))
         .unwrap();

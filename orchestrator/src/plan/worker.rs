@@ -1,13 +1,14 @@
 //! The planning workers: each takes the next unplanned corpus file, reads it, writes its batch
 //! files and sends what it wrote to the one thread that owns run.db (this module's `run`).
 
-use super::{PlanError, PlanOptions, BATCH_DIR};
+use super::{PlanError, PlanOptions};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use embedfleet_core::batchfile::BatchWriter;
 use embedfleet_core::corpus::{self, ReadError, ReadOptions, Record};
 use embedfleet_core::paper::count_chars;
 use embedfleet_core::quarantine::QuarantineEntry;
 use embedfleet_core::rundb::{BatchRecord, PlannedPaper, RunDb};
+use embedfleet_core::RunLayout;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -31,11 +32,6 @@ enum Message {
         summary: corpus::FileSummary,
     },
     Failed(String),
-}
-
-/// The batch file of a corpus file's `seq`-th job, relative to the run directory.
-pub fn batch_file_name(file_id: i64, seq: u64) -> String {
-    format!("{BATCH_DIR}/f{file_id:06}-{seq:05}.parquet")
 }
 
 /// Removes the batch files of one corpus file (finished or not): they are planned again.
@@ -163,7 +159,7 @@ fn plan_file(
         let record = BatchRecord {
             file_id: task.id,
             seq: batch.seq,
-            path: batch_file_name(task.id, batch.seq),
+            path: RunLayout::batch_file_name(task.id, batch.seq),
             n_chars: chars,
             papers: batch.papers,
         };
@@ -186,7 +182,9 @@ fn plan_file(
                 let batch = match &mut open {
                     Some(batch) => batch,
                     None => {
-                        let path = options.run_dir.join(batch_file_name(task.id, next_seq));
+                        let path = options
+                            .run_dir
+                            .join(RunLayout::batch_file_name(task.id, next_seq));
                         let writer = BatchWriter::create(&path).map_err(|e| e.to_string())?;
                         next_seq += 1;
                         open.insert(OpenBatch {

@@ -10,13 +10,14 @@ caller says which exit statuses it accepts, since `qstat` exits 153 for a job it
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use embedfleet_core::process;
 use serde::{Deserialize, Serialize};
 
 use super::error::{SchedulerError, SchedulerResult};
@@ -241,9 +242,9 @@ fn run_once(
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Own process group: a timeout kills the command and anything it started.
-        .process_group(0);
+        .stderr(Stdio::piped());
+    // Own process group: a timeout kills the command and anything it started.
+    process::in_own_group(&mut cmd);
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         std::io::ErrorKind::NotFound => SchedulerError::CommandNotFound {
             program: path.display().to_string(),
@@ -270,7 +271,7 @@ fn run_once(
             stderr: err.finish(),
         })),
         None => {
-            kill_group(&mut child);
+            process::kill_group(&mut child);
             Ok(Outcome::TimedOut {
                 stderr: err.finish(),
             })
@@ -290,7 +291,7 @@ fn wait_until(
             Ok(Some(status)) => return Ok(Some(status)),
             Ok(None) => {}
             Err(source) => {
-                kill_group(child);
+                process::kill_group(child);
                 return Err(SchedulerError::CommandSpawn {
                     command: line.to_string(),
                     source,
@@ -304,17 +305,6 @@ fn wait_until(
         thread::sleep(nap.min(deadline - now));
         nap = (nap * 2).min(Duration::from_millis(20));
     }
-}
-
-fn kill_group(child: &mut Child) {
-    if let Ok(pid) = i32::try_from(child.id()) {
-        // SAFETY: killpg only sends a signal; `pid` is our unreaped child, which leads its own
-        // process group (process_group(0)), so the group id cannot have been reused.
-        unsafe {
-            libc::killpg(pid, libc::SIGKILL);
-        }
-    }
-    let _ = child.wait();
 }
 
 /// A pipe read to the end on its own thread into a shared buffer, so a timeout can still

@@ -9,13 +9,14 @@ completion marker, or "running" while their process group leader is alive.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use embedfleet_core::process;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -146,41 +147,10 @@ fn foreign_jobs() -> Vec<QueuedJob> {
     jobs
 }
 
-/// Has `pid` (our unreaped child) exited? Leaves it unreaped, so its pid (and process group
-/// id) cannot be reused while we still signal the group.
-fn has_exited(pid: i32) -> bool {
-    // SAFETY: siginfo_t is plain data; waitid with WNOWAIT only inspects our own child.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        rc == 0 && info.si_pid() != 0
-    }
-}
-
-fn killpg(pgid: i32, sig: i32) {
-    // SAFETY: killpg only sends a signal; callers pass the group of a child that is not yet
-    // reaped (or verified alive), so the group id has not been reused.
-    unsafe {
-        libc::killpg(pgid, sig);
-    }
-}
-
 /// SIGTERM the group, wait up to `grace` for the leader, SIGKILL the group (stragglers too),
 /// reap, and record the exit.
 fn terminate(jobs: Jobs, id: SchedulerJobId, mut child: Child, grace: Duration) {
-    let pid = child.id() as i32;
-    killpg(pid, libc::SIGTERM);
-    let deadline = Instant::now() + grace;
-    while !has_exited(pid) && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    killpg(pid, libc::SIGKILL);
-    let status = child.wait();
+    let status = process::terminate_group(&mut child, grace);
     let mut table = jobs
         .lock()
         .expect("local job table lock poisoned. This is a bug.");
@@ -221,10 +191,7 @@ impl Scheduler for LocalScheduler {
             }
             None => (Stdio::null(), Stdio::null()),
         };
-        cmd.stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0);
+        process::in_own_group(cmd.stdin(Stdio::null()).stdout(out).stderr(err));
         cmd.env("EMBEDFLEET_JOB_NAME", &job.name)
             .env("EMBEDFLEET_QUEUE", &job.queue);
         let child = cmd.spawn().map_err(|source| match source.kind() {
@@ -287,7 +254,7 @@ impl Scheduler for LocalScheduler {
                     .as_str()
                     .parse()
                     .expect("foreign_state parsed it. This is a bug.");
-                killpg(pid, libc::SIGTERM);
+                process::signal_group(pid, libc::SIGTERM);
                 return Ok(());
             }
             return Err(SchedulerError::UnknownJob { id: id.to_string() });

@@ -9,6 +9,7 @@ variants and never on scheduler text.
 use std::fmt;
 use std::path::PathBuf;
 
+use embedfleet_core::state::JobStatus;
 use serde::{Deserialize, Serialize};
 
 /// The id a scheduler gave a job (`sbatch --parsable` output, `qsub` output, a local pid).
@@ -107,20 +108,25 @@ impl JobState {
         matches!(self, Self::Pending | Self::Running)
     }
 
-    /// A stable lowercase name, suitable for storing in run.db.
-    pub fn name(&self) -> &'static str {
+    /// The state run.db records for a job in this state.
+    pub fn status(&self) -> JobStatus {
         match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Completed => "completed",
-            Self::Failed { .. } => "failed",
-            Self::Cancelled => "cancelled",
-            Self::Timeout => "timeout",
-            Self::NodeFail => "node_fail",
-            Self::OutOfMemory => "out_of_memory",
-            Self::Preempted => "preempted",
-            Self::Unknown => "unknown",
+            Self::Pending => JobStatus::Pending,
+            Self::Running => JobStatus::Running,
+            Self::Completed => JobStatus::Completed,
+            Self::Failed { .. } => JobStatus::Failed,
+            Self::Cancelled => JobStatus::Cancelled,
+            Self::Timeout => JobStatus::Timeout,
+            Self::NodeFail => JobStatus::NodeFail,
+            Self::OutOfMemory => JobStatus::OutOfMemory,
+            Self::Preempted => JobStatus::Preempted,
+            Self::Unknown => JobStatus::Unknown,
         }
+    }
+
+    /// A stable lowercase name, the one run.db stores.
+    pub fn name(&self) -> &'static str {
+        self.status().as_str()
     }
 
     /// The state a finished job's exit code implies.

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{JobRow, RunDb};
+use embedfleet_core::state::JobStatus;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub struct Console {
@@ -46,11 +47,14 @@ impl Console {
         let start = *self.tokens_at_start.get_or_insert(status.tokens_embedded);
         let secs = self.started.elapsed().as_secs_f64().max(1e-3);
         let tok_s = status.tokens_embedded.saturating_sub(start) as f64 / secs;
-        let count = |state: &str| open.iter().filter(|j| j.state == state).count();
+        // Every open job is running or queued (pending, being submitted, or not yet listed).
+        let running = open
+            .iter()
+            .filter(|j| j.state == JobStatus::Running)
+            .count();
         let mut msg = format!(
-            "{tok_s:.0} tok/s  jobs: {} running, {} queued",
-            count("running"),
-            count("pending") + count("submitting") + count("unknown")
+            "{tok_s:.0} tok/s  jobs: {running} running, {} queued",
+            open.len() - running
         );
         if paused {
             msg.push_str("  PAUSED");

@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError};
+use embedfleet_core::state::{BatchState, JobStatus};
+use embedfleet_core::{BatchId, RunLayout};
 
 use crate::scheduler::{
     marker_state, render_job_script, JobHandle, JobScript, JobState, JobSubmission, QueuedJob,
@@ -162,7 +164,7 @@ struct SubmitLoop<'a> {
 impl<'a> SubmitLoop<'a> {
     fn new_read_only(opts: &'a SubmitOptions) -> Result<Self> {
         let db = RunDb::open(&opts.run_dir)?;
-        if db.setting::<String>("plan_state")?.as_deref() != Some("complete") {
+        if !db.is_planned()? {
             return Err(SubmitError::NotPlanned(opts.run_dir.clone()));
         }
         Ok(Self {
@@ -188,8 +190,8 @@ impl<'a> SubmitLoop<'a> {
         if lp.db.queue_caps()?.is_empty() {
             return Err(SubmitError::NoQueues);
         }
-        for dir in ["jobs", "logs"] {
-            let path = lp.run_dir.join(dir);
+        let layout = RunLayout::new(&lp.run_dir);
+        for path in [layout.job_dir(), layout.log_dir()] {
             std::fs::create_dir_all(&path).map_err(|source| SubmitError::Io {
                 action: "create",
                 path,
@@ -215,7 +217,7 @@ impl<'a> SubmitLoop<'a> {
             .db
             .open_jobs()?
             .into_iter()
-            .filter(|j| j.state != "submitting")
+            .filter(|j| j.state != JobStatus::Submitting)
             .map(|j| {
                 *self.attempts.entry(j.batch_id).or_default() += 1;
                 j.name
@@ -267,7 +269,7 @@ impl<'a> SubmitLoop<'a> {
             .db
             .open_jobs()?
             .into_iter()
-            .filter(|j| j.state == "submitting")
+            .filter(|j| j.state == JobStatus::Submitting)
             .map(|j| j.name)
             .collect();
         if names.is_empty() {
@@ -293,8 +295,8 @@ impl<'a> SubmitLoop<'a> {
                 // It ran and ended before anyone recorded its id: settle it as it ended.
                 self.console
                     .say(format!("job {name} ran to its end unrecorded: {state}"));
-                let label = state.name();
-                self.ended(&name, &rows, &state, label)?;
+                let status = state.status();
+                self.ended(&name, &rows, &state, status)?;
             } else if let Some(found) = listed.iter().find(|j| j.name == name) {
                 self.db.set_job_submitted(&name, found.id.as_str())?;
                 self.console.say(format!(
@@ -354,30 +356,35 @@ impl<'a> SubmitLoop<'a> {
                     self.opts.lost_after
                 ),
             };
-            return self.ended(name, rows, &lost, "lost");
+            return self.ended(name, rows, &lost, JobStatus::Lost);
         }
         self.unknown_since.remove(name);
         if state.is_terminal() {
-            return self.ended(name, rows, &state, state.name());
+            return self.ended(name, rows, &state, state.status());
         }
-        if rows[0].state != state.name() {
-            self.db.set_job_state(name, state.name(), None, false)?;
+        if rows[0].state != state.status() {
+            self.db.set_job_state(name, state.status(), None)?;
         }
         Ok(())
     }
 
     /// A job ended: each of its batches is done (run.db says so), retried, or given up on.
-    fn ended(&mut self, name: &str, rows: &[&JobRow], state: &JobState, label: &str) -> Result<()> {
+    fn ended(
+        &mut self,
+        name: &str,
+        rows: &[&JobRow],
+        state: &JobState,
+        status: JobStatus,
+    ) -> Result<()> {
         let reason = match state {
             JobState::Completed => None,
             other => Some(other.to_string()),
         };
-        self.db
-            .set_job_state(name, label, reason.as_deref(), true)?;
+        self.db.set_job_state(name, status, reason.as_deref())?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
         for row in rows {
             let batch = row.batch_id;
-            if self.db.batch_state(batch)?.as_deref() == Some("done") {
+            if self.db.batch_state(BatchId(batch))? == Some(BatchState::Done) {
                 self.report.batches_done += 1;
                 continue;
             }
@@ -396,7 +403,8 @@ impl<'a> SubmitLoop<'a> {
                 let tail = row.log.as_deref().map(log_tail).unwrap_or_default();
                 let why = format!("{why} after {tries} attempt(s); log: {tail}");
                 self.console.say(format!("batch {batch} failed: {why}"));
-                self.db.set_batch_state(batch, "failed")?;
+                self.db
+                    .set_batch_state(BatchId(batch), BatchState::Failed)?;
                 self.report.failed.push((batch, why));
             }
         }
@@ -431,9 +439,10 @@ impl<'a> SubmitLoop<'a> {
     fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
         let attempt = self.next_attempt(&job.batches)?;
         let (name, text) = self.render(job, attempt)?;
-        let script = self.run_dir.join("jobs").join(format!("{name}.sh"));
-        let log = self.run_dir.join("logs").join(format!("{name}.log"));
-        let marker = marker_path(&self.run_dir, &name);
+        let layout = RunLayout::new(&self.run_dir);
+        let script = layout.job_script(&name);
+        let log = layout.job_log(&name);
+        let marker = layout.job_marker(&name);
         std::fs::write(&script, text).map_err(|source| SubmitError::Io {
             action: "write job script",
             path: script.clone(),
@@ -515,9 +524,9 @@ impl<'a> SubmitLoop<'a> {
             queue: job.queue.clone(),
             run_dir: self.run_dir.clone(),
             batches: job.batches.iter().map(|b| *b as u64).collect(),
-            output: self.run_dir.join("logs").join(format!("{name}.log")),
+            output: RunLayout::new(&self.run_dir).job_log(&name),
             error: None,
-            marker: Some(marker_path(&self.run_dir, &name)),
+            marker: Some(RunLayout::new(&self.run_dir).job_marker(&name)),
             embed_args: self.opts.embed_args.clone(),
         };
         let text = render_job_script(self.scheduler.backend(), &config, &script_job)?;
@@ -540,10 +549,6 @@ impl<'a> SubmitLoop<'a> {
             .collect();
         parts.join("; ")
     }
-}
-
-fn marker_path(run_dir: &Path, name: &str) -> PathBuf {
-    run_dir.join("jobs").join(format!("{name}.exit"))
 }
 
 fn absolute(path: &Path) -> PathBuf {

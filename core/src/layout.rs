@@ -1,0 +1,141 @@
+//! Every path of a run directory, in one place. The README's "On a shared filesystem" says
+//! which process writes which of them.
+//!
+//! ```text
+//! <run-dir>/run.db              the run state (SQLite)
+//! <run-dir>/batches/            one batch file per per-node job (f<file>-<seq>.parquet)
+//! <run-dir>/shards/             parquet shards of embeddings (b<batch>-<part>.parquet)
+//! <run-dir>/quarantine.jsonl    papers that were not embedded, with why
+//! <run-dir>/jobs/               job scripts and completion markers (<job>.sh, <job>.exit)
+//! <run-dir>/logs/               job logs (<job>.log)
+//! <run-dir>/qdrant/             the embedded Qdrant engine (the default upload target)
+//! <run-dir>/tune/               `tune`'s table and plot
+//! <run-dir>/tiny-model/         the tiny random model `run` writes without --model-dir
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// The paths of one run directory. Paths stored in run.db are relative to the run directory
+/// (the `*_name` functions), so a run directory can be moved whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunLayout {
+    root: PathBuf,
+}
+
+impl RunLayout {
+    pub const DB_FILE: &'static str = "run.db";
+    pub const BATCH_DIR: &'static str = "batches";
+    pub const SHARD_DIR: &'static str = "shards";
+    pub const QUARANTINE_FILE: &'static str = "quarantine.jsonl";
+    pub const JOB_DIR: &'static str = "jobs";
+    pub const LOG_DIR: &'static str = "logs";
+    pub const EDGE_DIR: &'static str = "qdrant";
+    pub const TUNE_DIR: &'static str = "tune";
+    pub const TINY_MODEL_DIR: &'static str = "tiny-model";
+
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The run directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A path stored relative to the run directory, made whole.
+    pub fn resolve(&self, relative: impl AsRef<Path>) -> PathBuf {
+        self.root.join(relative)
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.root.join(Self::DB_FILE)
+    }
+
+    pub fn batch_dir(&self) -> PathBuf {
+        self.root.join(Self::BATCH_DIR)
+    }
+
+    /// The batch file of the `seq`-th batch of corpus file `file_id`, relative.
+    pub fn batch_file_name(file_id: i64, seq: u64) -> String {
+        format!("{}/f{file_id:06}-{seq:05}.parquet", Self::BATCH_DIR)
+    }
+
+    pub fn shard_dir(&self) -> PathBuf {
+        self.root.join(Self::SHARD_DIR)
+    }
+
+    /// The parquet shard of part `part` of batch `batch`, relative.
+    pub fn shard_file_name(batch: i64, part: u32) -> String {
+        format!("{}/b{batch:06}-{part:04}.parquet", Self::SHARD_DIR)
+    }
+
+    /// The file-name prefix every parquet shard of `batch` starts with.
+    pub fn shard_file_prefix(batch: i64) -> String {
+        format!("b{batch:06}-")
+    }
+
+    pub fn quarantine_file(&self) -> PathBuf {
+        self.root.join(Self::QUARANTINE_FILE)
+    }
+
+    pub fn job_dir(&self) -> PathBuf {
+        self.root.join(Self::JOB_DIR)
+    }
+
+    pub fn job_script(&self, job: &str) -> PathBuf {
+        self.job_dir().join(format!("{job}.sh"))
+    }
+
+    /// The file a job script writes its exit code to when it ends.
+    pub fn job_marker(&self, job: &str) -> PathBuf {
+        self.job_dir().join(format!("{job}.exit"))
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.root.join(Self::LOG_DIR)
+    }
+
+    pub fn job_log(&self, job: &str) -> PathBuf {
+        self.log_dir().join(format!("{job}.log"))
+    }
+
+    /// The embedded Qdrant engine's directory when `--edge` is not given.
+    pub fn edge_dir(&self) -> PathBuf {
+        self.root.join(Self::EDGE_DIR)
+    }
+
+    pub fn tune_dir(&self) -> PathBuf {
+        self.root.join(Self::TUNE_DIR)
+    }
+
+    pub fn tiny_model_dir(&self) -> PathBuf {
+        self.root.join(Self::TINY_MODEL_DIR)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_relative_and_resolve_under_the_root() {
+        let layout = RunLayout::new("/runs/r1");
+        let shard = RunLayout::shard_file_name(12, 3);
+        assert_eq!(shard, "shards/b000012-0003.parquet");
+        assert!(shard.starts_with(&format!("shards/{}", RunLayout::shard_file_prefix(12))));
+        assert_eq!(
+            layout.resolve(&shard),
+            PathBuf::from("/runs/r1/shards/b000012-0003.parquet")
+        );
+        assert_eq!(
+            RunLayout::batch_file_name(2, 7),
+            "batches/f000002-00007.parquet"
+        );
+        assert_eq!(layout.db(), PathBuf::from("/runs/r1/run.db"));
+        assert_eq!(
+            layout.job_marker("j"),
+            PathBuf::from("/runs/r1/jobs/j.exit")
+        );
+        assert_eq!(layout.job_log("j"), PathBuf::from("/runs/r1/logs/j.log"));
+    }
+}

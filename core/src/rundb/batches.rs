@@ -1,0 +1,98 @@
+//! The `batches` table: one row per planned batch (one per-node job and its batch file), and
+//! the batch's state. The planner inserts the rows (`plan.rs`); the embed job and the submit
+//! loop move them between states.
+
+use super::{sqlite_err, stored_state, Result, RunDb};
+use crate::state::{BatchState, JobStatus};
+use crate::BatchId;
+use rusqlite::{params, OptionalExtension};
+
+/// A planned batch, as the embed job needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchRow {
+    pub id: BatchId,
+    /// Relative to the run directory.
+    pub path: String,
+    pub n_rows: u64,
+    pub n_excluded: u64,
+    pub state: BatchState,
+}
+
+impl RunDb {
+    pub fn batch(&self, id: BatchId) -> Result<Option<BatchRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, path, n_rows, n_excluded, state FROM batches WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(BatchRow {
+                        id: r.get(0)?,
+                        path: r.get(1)?,
+                        n_rows: r.get(2)?,
+                        n_excluded: r.get(3)?,
+                        state: stored_state(r.get::<_, String>(4)?, BatchState::parse)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Batches in a state, in id order.
+    pub fn batch_ids(&self, state: BatchState) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id FROM batches WHERE state = ?1 ORDER BY id")
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt
+            .query_map([state.as_str()], |r| r.get(0))
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<i64>>>());
+        rows.map_err(sqlite_err(&self.dir))
+    }
+
+    pub fn set_batch_state(&self, id: BatchId, state: BatchState) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE batches SET state = ?2 WHERE id = ?1",
+                params![id, state.as_str()],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Batches that need a job: not done, not given up on, and with no open job, in order.
+    pub fn batches_without_job(&self) -> Result<Vec<i64>> {
+        let sql = format!(
+            "SELECT id FROM batches b WHERE state IN {}
+               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state IN {})
+             ORDER BY id",
+            BatchState::open_sql(),
+            JobStatus::open_sql()
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([], |r| r.get(0));
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Marks batches `failed` back to `planned` (a new `submit` tries them again).
+    pub fn reset_failed_batches(&self) -> Result<u64> {
+        self.conn
+            .execute(
+                "UPDATE batches SET state = ?1 WHERE state = ?2",
+                [BatchState::Planned.as_str(), BatchState::Failed.as_str()],
+            )
+            .map(|n| n as u64)
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The batch's state; `None` for a batch the run does not have.
+    pub fn batch_state(&self, batch: BatchId) -> Result<Option<BatchState>> {
+        self.conn
+            .query_row("SELECT state FROM batches WHERE id = ?1", [batch], |r| {
+                stored_state(r.get::<_, String>(0)?, BatchState::parse)
+            })
+            .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+}

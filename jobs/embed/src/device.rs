@@ -1,0 +1,117 @@
+//! One worker thread per device, each owning its model copy, all fed from one shared queue of
+//! mini-batches so a slow device never leaves the others idle. Out-of-memory is handled here:
+//! a mini-batch is halved until it fits, down to one sequence; a sequence that still does not
+//! fit is embedded in halves and combined.
+
+use super::chunk;
+use crossbeam_channel::{Receiver, Sender};
+use embedfleet_models::{Embedder, ModelError, PackedSequences};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Shortest piece a sequence is cut to after repeated out-of-memory errors.
+const MIN_PIECE_TOKENS: usize = 16;
+
+/// A mini-batch of sequences to embed, tagged so results find their way back.
+pub struct Work {
+    pub tag: usize,
+    pub seqs: Vec<Arc<Vec<u32>>>,
+}
+
+pub struct Done {
+    pub tag: usize,
+    /// One vector per sequence, or why the mini-batch failed.
+    pub vectors: Result<Vec<Vec<f32>>, String>,
+    pub stats: FallbackStats,
+    pub busy: Duration,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackStats {
+    pub split: u64,
+    pub sequential: u64,
+    pub chunked: u64,
+}
+
+impl FallbackStats {
+    pub fn add(&mut self, other: FallbackStats) {
+        self.split += other.split;
+        self.sequential += other.sequential;
+        self.chunked += other.chunked;
+    }
+}
+
+/// Runs one device: takes work until the queue closes.
+pub fn serve(model: &dyn Embedder, work: Receiver<Work>, done: Sender<Done>) {
+    for item in work {
+        let started = Instant::now();
+        let mut stats = FallbackStats::default();
+        let seqs: Vec<&[u32]> = item.seqs.iter().map(|s| s.as_slice()).collect();
+        let vectors = embed_with_fallback(model, &seqs, &mut stats).map_err(|e| e.to_string());
+        let message = Done {
+            tag: item.tag,
+            vectors,
+            stats,
+            busy: started.elapsed(),
+        };
+        if done.send(message).is_err() {
+            return; // the job gave up; nothing left to report to
+        }
+    }
+}
+
+fn is_oom(err: &ModelError) -> bool {
+    matches!(err, ModelError::OutOfMemory { .. })
+}
+
+/// Embeds `seqs`, halving on out-of-memory. Results are in input order.
+pub fn embed_with_fallback(
+    model: &dyn Embedder,
+    seqs: &[&[u32]],
+    stats: &mut FallbackStats,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    match model.embed(&PackedSequences::from_sequences(seqs)) {
+        Err(err) if is_oom(&err) && seqs.len() > 1 => {
+            stats.split += 1;
+            let (left, right) = seqs.split_at(seqs.len() / 2);
+            let mut out = embed_with_fallback(model, left, stats)?;
+            out.extend(embed_with_fallback(model, right, stats)?);
+            if left.len() == 1 {
+                stats.sequential += 1;
+            }
+            if right.len() == 1 {
+                stats.sequential += 1;
+            }
+            Ok(out)
+        }
+        Err(err) if is_oom(&err) => {
+            stats.chunked += 1;
+            embed_in_pieces(model, seqs[0], err, stats).map(|v| vec![v])
+        }
+        other => other,
+    }
+}
+
+/// One sequence that does not fit alone: embed its halves (each ending in the sequence's last
+/// token, the EOS) and combine them by length.
+fn embed_in_pieces(
+    model: &dyn Embedder,
+    seq: &[u32],
+    err: ModelError,
+    stats: &mut FallbackStats,
+) -> Result<Vec<f32>, ModelError> {
+    let (body, eos) = seq.split_at(seq.len() - 1);
+    if body.len() < 2 * MIN_PIECE_TOKENS {
+        return Err(err);
+    }
+    let pieces = chunk::split(body, eos[0], body.len().div_ceil(2) + 1);
+    let mut vectors = Vec::with_capacity(pieces.len());
+    for piece in &pieces {
+        let mut inner = FallbackStats::default();
+        let v = embed_with_fallback(model, &[piece.as_slice()], &mut inner)?;
+        stats.split += inner.split;
+        vectors.extend(v);
+    }
+    let weights: Vec<usize> = pieces.iter().map(Vec::len).collect();
+    Ok(chunk::combine(&vectors, &weights))
+}

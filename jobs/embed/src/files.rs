@@ -1,0 +1,140 @@
+//! `embedfleet embed`: records of any corpus format (or plain text lines) straight to one
+//! parquet file with the shard schema — the quickest way to try a model.
+
+use crate::{write_rows, LoadedModels};
+use embedfleet_core::corpus::{self, ReadOptions, Record};
+use embedfleet_core::settings::MiniBatchRule;
+use embedfleet_core::shardfile::{ShardWriter, VectorDtype};
+use embedfleet_core::Paper;
+use embedfleet_models::DeviceSpec;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct EmbedFilesOptions {
+    pub model_dir: PathBuf,
+    pub inputs: Vec<PathBuf>,
+    pub output: PathBuf,
+    pub devices: Vec<DeviceSpec>,
+    pub output_dim: Option<usize>,
+    pub vector_dtype: VectorDtype,
+    /// Each input line is one text (id = `{file name}:{line}`), instead of corpus records.
+    pub lines: bool,
+    /// `Some(instruction)`: embed as queries with this instruction.
+    pub query_instruction: Option<String>,
+    pub max_tokens: Option<usize>,
+    pub batch_tokens: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct EmbedFilesReport {
+    pub embedded: u64,
+    /// Records that could not be read or embedded, with why.
+    pub skipped: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedFilesError {
+    #[error(transparent)]
+    Corpus(#[from] corpus::CorpusError),
+    #[error("failed to read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to load the model: {0}")]
+    Model(#[from] embedfleet_models::ModelError),
+    #[error(transparent)]
+    Shard(#[from] embedfleet_core::shardfile::ShardFileError),
+}
+
+pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesError> {
+    let mut report = EmbedFilesReport::default();
+    let papers = read_inputs(options, &mut report.skipped)?;
+    let loaded = LoadedModels::load(
+        &options.model_dir,
+        &options.devices,
+        options.output_dim,
+        None,
+    )?;
+    let rule = MiniBatchRule::TokenBudget {
+        max_tokens: options.batch_tokens,
+    };
+    let encoding = loaded.encoding(options.max_tokens, rule, options.query_instruction.clone());
+    if let Some(parent) = options
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|source| EmbedFilesError::Io {
+            path: parent.into(),
+            source,
+        })?;
+    }
+    let mut writer = ShardWriter::create(&options.output, options.vector_dtype, &loaded.meta)?;
+    let parts = papers
+        .chunks(1024)
+        .map(<[Paper]>::to_vec)
+        .collect::<Vec<_>>();
+    loaded.embed_parts(parts.into_iter(), &encoding, |papers, outcome| {
+        let failed = write_rows(&mut writer, &papers, &outcome.results)?;
+        report.embedded += (papers.len() - failed.len()) as u64;
+        let skipped = failed.into_iter().map(|(id, why)| format!("{id}: {why}"));
+        report.skipped.extend(skipped);
+        Ok::<(), EmbedFilesError>(())
+    })?;
+    writer.finish()?;
+    Ok(report)
+}
+
+fn read_inputs(
+    options: &EmbedFilesOptions,
+    skipped: &mut Vec<String>,
+) -> Result<Vec<Paper>, EmbedFilesError> {
+    let mut papers = Vec::new();
+    for input in &options.inputs {
+        if options.lines {
+            read_lines(input, &mut papers)?;
+            continue;
+        }
+        for file in corpus::discover(std::slice::from_ref(input))? {
+            let summary = corpus::read_file::<()>(&file, &ReadOptions::default(), |record| {
+                match record {
+                    Record::Paper { paper, .. } => papers.push(paper),
+                    Record::Quarantined(q) => {
+                        skipped.push(format!("{}:{}: {}", q.file, q.line, q.detail))
+                    }
+                }
+                Ok(())
+            });
+            summary.map_err(|e| match e {
+                corpus::ReadError::Corpus(e) => EmbedFilesError::Corpus(e),
+                corpus::ReadError::Visit(()) => unreachable!("the visitor never fails"),
+            })?;
+        }
+    }
+    Ok(papers)
+}
+
+fn read_lines(path: &Path, papers: &mut Vec<Paper>) -> Result<(), EmbedFilesError> {
+    let io = |source| EmbedFilesError::Io {
+        path: path.into(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io)?;
+        if !line.trim().is_empty() {
+            papers.push(Paper {
+                id: format!("{name}:{}", i + 1),
+                text: line,
+                ..Paper::default()
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! The embed stage: the per-node embed job (`embedfleet embed-job`: one planned batch to parquet
+//! shards) and the one-off `embedfleet embed` (any files to one parquet file).
+//!
+//! Like TEI's core, this crate drives the model through `embedfleet_models::Embedder` and knows
+//! nothing of schedulers or Qdrant: the orchestrator starts jobs as processes of the `embedfleet`
+//! binary, and the upload stage reads the shards this crate writes.
+
+pub mod chunk;
+pub mod device;
+pub mod files;
+pub mod job;
+pub mod minibatch;
+pub mod pipeline;
+
+use embedfleet_core::settings::MiniBatchRule;
+use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardRow, ShardWriter};
+use embedfleet_core::Paper;
+use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, Qwen3Embedder, Tokenizer};
+use pipeline::{Embedded, Encoding, PartOutcome};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub use embedfleet_models::parse_devices;
+
+/// The query instruction of Qwen3-Embedding's model card, used where none is given.
+pub const DEFAULT_INSTRUCTION: &str =
+    "Given a web search query, retrieve relevant passages that answer the query";
+
+/// A model directory loaded once per device, with the tokenizer they share: the one embedder
+/// setup of the embed job, `embed` and queries (load → context length → encode → embed → rows).
+pub struct LoadedModels {
+    pub models: Vec<Box<dyn Embedder>>,
+    pub tokenizer: Tokenizer,
+    pub meta: ShardMeta,
+    /// Wall time of loading all devices (in parallel).
+    pub load_time: Duration,
+}
+
+impl LoadedModels {
+    /// Loads the model directory on every device, in parallel. `memory_limit` caps the
+    /// model's own memory estimate per forward (a test hook for the out-of-memory fallback).
+    pub fn load(
+        model_dir: &Path,
+        devices: &[DeviceSpec],
+        output_dim: Option<usize>,
+        memory_limit: Option<u64>,
+    ) -> Result<Self, ModelError> {
+        let started = Instant::now();
+        let loaded: Vec<Result<Qwen3Embedder, ModelError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = devices
+                .iter()
+                .map(|device| {
+                    let options = LoadOptions {
+                        device: *device,
+                        output_dim,
+                        memory_limit,
+                        ..LoadOptions::default()
+                    };
+                    scope.spawn(move || Qwen3Embedder::load(model_dir, &options))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a model loader panicked. This is a bug."))
+                .collect()
+        });
+        let models = loaded.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let first = models.first().ok_or_else(|| ModelError::InvalidDevice {
+            spec: String::new(),
+            reason: "no device given".into(),
+        })?;
+        let tokenizer = first.tokenizer()?;
+        let meta = ShardMeta {
+            model: model_name(model_dir),
+            model_revision: model_revision(model_dir),
+            compute_dtype: format!("{:?}", first.dtype()).to_lowercase(),
+            pooling: "last_token".into(),
+            normalized: true,
+            dim: first.output_dim(),
+            embedfleet_version: env!("CARGO_PKG_VERSION").into(),
+            timings: None,
+        };
+        let models = models
+            .into_iter()
+            .map(|m| Box::new(m) as Box<dyn Embedder>)
+            .collect();
+        Ok(LoadedModels {
+            models,
+            tokenizer,
+            meta,
+            load_time: started.elapsed(),
+        })
+    }
+
+    /// How texts become token sequences for these models: sequences of at most `max_tokens`
+    /// (EOS included; `None`: the model's context, and never more), cut into mini-batches by
+    /// `rule`, as queries with `query_instruction` when it is given. Tokenisation uses every
+    /// core.
+    pub fn encoding(
+        &self,
+        max_tokens: Option<usize>,
+        rule: MiniBatchRule,
+        query_instruction: Option<String>,
+    ) -> Encoding<'_> {
+        Encoding {
+            tokenizer: &self.tokenizer,
+            max_len: max_tokens
+                .unwrap_or(usize::MAX)
+                .min(self.models[0].max_position_embeddings()),
+            rule,
+            query_instruction,
+            tokenize_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+
+    /// Embeds a stream of parts on every device (see [`pipeline::embed_parts`]).
+    pub fn embed_parts<E>(
+        &self,
+        parts: impl Iterator<Item = Vec<Paper>> + Send,
+        encoding: &Encoding,
+        on_part: impl FnMut(Vec<Paper>, PartOutcome) -> Result<(), E>,
+    ) -> Result<(), E> {
+        pipeline::embed_parts(&self.models, parts, encoding, on_part)
+    }
+
+    /// Query vectors of `texts` (`Instruct: {instruction}\nQuery:{text}`), in order, through
+    /// the same pipeline as papers: a long query is embedded in chunks, never cut.
+    pub fn embed_queries(
+        &self,
+        instruction: &str,
+        texts: &[String],
+        batch_tokens: u64,
+    ) -> Result<Vec<Vec<f32>>, QueryEmbedError> {
+        let rule = MiniBatchRule::TokenBudget {
+            max_tokens: batch_tokens,
+        };
+        let encoding = self.encoding(None, rule, Some(instruction.to_string()));
+        let papers: Vec<Paper> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| Paper {
+                id: i.to_string(),
+                text: text.clone(),
+                ..Paper::default()
+            })
+            .collect();
+        let mut vectors = Vec::with_capacity(texts.len());
+        self.embed_parts(std::iter::once(papers), &encoding, |_, outcome| {
+            for (index, result) in outcome.results.into_iter().enumerate() {
+                let embedded = result.map_err(|why| QueryEmbedError::Failed { index, why })?;
+                vectors.push(embedded.vector);
+            }
+            Ok::<(), QueryEmbedError>(())
+        })?;
+        Ok(vectors)
+    }
+}
+
+/// Why queries could not be embedded.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryEmbedError {
+    /// The model could not be loaded.
+    #[error("failed to load the model: {0}")]
+    Model(#[from] ModelError),
+    /// One query failed in the model (its tokenizer or its forward).
+    #[error("query {index} could not be embedded: {why}")]
+    Failed { index: usize, why: String },
+}
+
+/// The query vector of `text` with the model of `model_dir` on the CPU (the sample query of
+/// `embedfleet run`).
+pub fn embed_query(
+    model_dir: &Path,
+    output_dim: Option<usize>,
+    instruction: &str,
+    text: &str,
+) -> Result<Vec<f32>, QueryEmbedError> {
+    let loaded = LoadedModels::load(model_dir, &[DeviceSpec::Cpu], output_dim, None)?;
+    let mut vectors = loaded.embed_queries(instruction, &[text.to_string()], 32_768)?;
+    Ok(vectors.pop().expect("one vector per query. This is a bug."))
+}
+
+/// Writes one part's embedded papers as rows of `writer`; returns the papers that failed, with
+/// why (they go to the quarantine).
+pub fn write_rows(
+    writer: &mut ShardWriter,
+    papers: &[Paper],
+    results: &[Result<Embedded, String>],
+) -> Result<Vec<(String, String)>, ShardFileError> {
+    let mut failed = Vec::new();
+    for (paper, result) in papers.iter().zip(results) {
+        match result {
+            Ok(e) => writer.push(&ShardRow {
+                paper,
+                vector: &e.vector,
+                n_chars: paper.n_chars() as u32,
+                n_tokens: e.n_tokens,
+                n_chunks: e.n_chunks,
+            })?,
+            Err(why) => failed.push((paper.id.clone(), why.clone())),
+        }
+    }
+    Ok(failed)
+}
+
+fn model_name(dir: &Path) -> String {
+    let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string())
+}
+
+/// A short hash of config.json and the weight files' fingerprints (size and first and last
+/// MiB): different weights give a different revision without hashing gigabytes.
+pub fn model_revision(dir: &Path) -> String {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    if let Ok(config) = std::fs::read(dir.join("config.json")) {
+        hasher.update(&config);
+    }
+    let mut weights: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    weights.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|e| e == "safetensors"));
+    weights.sort();
+    for path in weights {
+        if let Ok(fp) = embedfleet_core::fingerprint::Fingerprint::of(&path) {
+            hasher.update(&fp.size.to_le_bytes());
+            hasher.update(fp.edges.as_bytes());
+        }
+    }
+    format!("{:016x}", hasher.digest())
+}

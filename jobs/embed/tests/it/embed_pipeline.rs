@@ -1,0 +1,170 @@
+//! The embedding pipeline on the tiny model: chunk combination, multi-device equality,
+//! out-of-memory fallback.
+
+use embedfleet_core::settings::MiniBatchRule;
+use embedfleet_core::Paper;
+use embedfleet_embed::chunk;
+use embedfleet_embed::device::{embed_with_fallback, FallbackStats};
+use embedfleet_embed::pipeline::{embed_parts, Embedded, Encoding};
+use embedfleet_embed::{LoadedModels, DEFAULT_INSTRUCTION};
+use embedfleet_models::{DeviceSpec, PackedSequences};
+
+fn papers() -> Vec<Paper> {
+    let texts = [
+        "A short abstract.".to_string(),
+        "Protein folding and kinetic models of enzyme binding. ".repeat(40),
+        "Δt ≈ 5 µm — Schrödinger's naïve model.".to_string(),
+        "Graph neural networks for crystal structures. ".repeat(9),
+    ];
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Paper {
+            id: i.to_string(),
+            text: t.clone(),
+            ..Paper::default()
+        })
+        .collect()
+}
+
+fn run(devices: usize, max_len: usize, rule: MiniBatchRule, limit: Option<u64>) -> Vec<Embedded> {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let loaded =
+        LoadedModels::load(dir.path(), &vec![DeviceSpec::Cpu; devices], None, limit).unwrap();
+    let enc = Encoding {
+        tokenizer: &loaded.tokenizer,
+        max_len,
+        rule,
+        query_instruction: None,
+        tokenize_threads: 2,
+    };
+    let mut out = Vec::new();
+    let parts = vec![papers()[..2].to_vec(), papers()[2..].to_vec()];
+    embed_parts(&loaded.models, parts.into_iter(), &enc, |_, outcome| {
+        out.extend(outcome.results.into_iter().map(Result::unwrap));
+        Ok::<(), ()>(())
+    })
+    .unwrap();
+    out
+}
+
+fn assert_close(a: &[Embedded], b: &[Embedded]) {
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(b) {
+        let cos: f32 = x.vector.iter().zip(&y.vector).map(|(p, q)| p * q).sum();
+        assert!(cos >= 0.99999, "cosine {cos}");
+        assert_eq!((x.n_tokens, x.n_chunks), (y.n_tokens, y.n_chunks));
+    }
+}
+
+#[test]
+fn long_papers_are_the_length_weighted_mean_of_their_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu], None, None).unwrap();
+    let paper = &papers()[1];
+    let tokens = loaded.tokenizer.encode_raw(&paper.text).unwrap();
+    let chunks = chunk::split(&tokens, loaded.tokenizer.eos_id(), 48);
+    assert!(chunks.len() > 2);
+    let vectors: Vec<Vec<f32>> = chunks
+        .iter()
+        .map(|c| {
+            loaded.models[0]
+                .embed(&PackedSequences::from_sequences(&[c]))
+                .unwrap()
+                .remove(0)
+        })
+        .collect();
+    let weights: Vec<usize> = chunks.iter().map(Vec::len).collect();
+    let expected = chunk::combine(&vectors, &weights);
+    let got = run(1, 48, MiniBatchRule::default(), None);
+    assert_eq!(got[1].n_chunks as usize, chunks.len());
+    assert_eq!(got[1].n_tokens as usize, weights.iter().sum::<usize>());
+    let cos: f32 = got[1]
+        .vector
+        .iter()
+        .zip(&expected)
+        .map(|(a, b)| a * b)
+        .sum();
+    assert!(cos >= 0.99999, "cosine {cos}");
+}
+
+#[test]
+fn devices_and_batching_rules_do_not_change_the_vectors() {
+    let one = run(1, 4096, MiniBatchRule::default(), None);
+    assert_close(
+        &one,
+        &run(3, 4096, MiniBatchRule::TokenBudget { max_tokens: 64 }, None),
+    );
+    assert_close(&one, &run(2, 4096, MiniBatchRule::STUDY, None));
+}
+
+#[test]
+fn out_of_memory_halves_then_goes_sequential_then_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu], None, None).unwrap();
+    let model = &loaded.models[0];
+    let seqs: Vec<Vec<u32>> = papers()
+        .iter()
+        .map(|p| {
+            let mut t = loaded.tokenizer.encode_raw(&p.text).unwrap();
+            t.push(loaded.tokenizer.eos_id());
+            t
+        })
+        .collect();
+    let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+    let free = embed_with_fallback(model.as_ref(), &refs, &mut FallbackStats::default()).unwrap();
+    // Cap below the longest paper alone: the batch splits down to single papers, and the
+    // longest is embedded in pieces.
+    let longest = seqs.iter().map(Vec::len).max().unwrap();
+    let cap = model.estimate_memory(&[longest]) - 1;
+    model.set_memory_limit(Some(cap));
+    let mut stats = FallbackStats::default();
+    let capped = embed_with_fallback(model.as_ref(), &refs, &mut stats).unwrap();
+    assert!(
+        stats.split >= 2 && stats.sequential >= 1 && stats.chunked == 1,
+        "{stats:?}"
+    );
+    for (i, (a, b)) in free.iter().zip(&capped).enumerate() {
+        let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        if seqs[i].len() == longest {
+            assert!(cos > 0.5, "a chunked paper stays close to its whole: {cos}");
+        } else {
+            assert!(cos >= 0.99999, "paper {i}: cosine {cos}");
+        }
+    }
+}
+
+#[test]
+fn queries_embed_through_the_pipeline_as_one_forward_of_the_query_would() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu; 2], None, None).unwrap();
+    let texts = vec!["protein folding".to_string(), "graph networks".to_string()];
+    let got = loaded
+        .embed_queries(DEFAULT_INSTRUCTION, &texts, 64)
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    for (text, vector) in texts.iter().zip(&got) {
+        let ids = loaded
+            .tokenizer
+            .encode_query(DEFAULT_INSTRUCTION, text)
+            .unwrap();
+        let expected = loaded.models[0]
+            .embed(&PackedSequences::from_sequences(&[ids]))
+            .unwrap()
+            .remove(0);
+        let cos: f32 = vector.iter().zip(&expected).map(|(a, b)| a * b).sum();
+        assert!(cos >= 0.99999, "{text}: cosine {cos}");
+    }
+    let single = embedfleet_embed::embed_query(dir.path(), None, DEFAULT_INSTRUCTION, &texts[1]);
+    let cos: f32 = single
+        .unwrap()
+        .iter()
+        .zip(&got[1])
+        .map(|(a, b)| a * b)
+        .sum();
+    assert!(cos >= 0.99999, "embed_query agrees: cosine {cos}");
+}

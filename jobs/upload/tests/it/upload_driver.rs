@@ -1,0 +1,383 @@
+//! The uploader over a run directory (run.db + parquet shards, no model): counts, resume,
+//! failures recorded and sent again, refusals, and `tune`. The embedded sink always runs; the
+//! server variants run when `QDRANT_URL` is set (and restart the server mid-upload when
+//! `QDRANT_RESTART_CMD` is set too).
+
+use crate::upload_common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use embedfleet_core::paper::Paper;
+use embedfleet_core::rundb::{RunDb, ShardRow};
+use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
+use embedfleet_upload::tune::{self, TuneOptions};
+use embedfleet_upload::{
+    upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit, PayloadFilter, PointsBatch,
+    QdrantEdge, QdrantServer, Sink, UploadError, UploadOptions, UploadResult, UploadRunError,
+};
+use upload_common::{paper_id, source_of, vector_of, year_of};
+
+/// Writes a run directory whose shards hold rows `first..first + n` with `dim`-d vectors each,
+/// recorded in run.db as parts of one batch.
+fn make_run(dir: &Path, shards: &[(usize, usize, usize)]) -> PathBuf {
+    let run = dir.join("run");
+    let db = RunDb::create(&run).expect("run.db");
+    db.conn()
+        .execute_batch(
+            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 1, 1, 'e');
+             INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 0, 'b', 1, 1);",
+        )
+        .expect("batch rows");
+    std::fs::create_dir_all(run.join("shards")).expect("shards dir");
+    for (part, &(first, n, dim)) in shards.iter().enumerate() {
+        let rel = format!("shards/part-{part}.parquet");
+        let meta = ShardMeta {
+            model: "test".into(),
+            model_revision: "0".into(),
+            compute_dtype: "f32".into(),
+            pooling: "last_token".into(),
+            normalized: true,
+            dim,
+            embedfleet_version: "0".into(),
+            timings: None,
+        };
+        let mut w = ShardWriter::create(&run.join(&rel), VectorDtype::F32, &meta).expect("writer");
+        for i in first..first + n {
+            let paper = Paper {
+                id: paper_id(i),
+                source: Some(source_of(i).into()),
+                created: year_of(i).map(|y| format!("{y}-05-01")),
+                ..Paper::default()
+            };
+            let vector = vector_of(i, dim, 7);
+            let row = Row {
+                paper: &paper,
+                vector: &vector,
+                n_chars: 100,
+                n_tokens: 20,
+                n_chunks: 1,
+            };
+            w.push(&row).expect("push");
+        }
+        let info = w.finish().expect("finish");
+        let shard = ShardRow {
+            batch_id: embedfleet_core::BatchId(1),
+            part: part as u32,
+            path: rel,
+            rows: info.rows,
+            sha256: info.sha256,
+        };
+        db.record_shard(&shard).expect("record shard");
+    }
+    run
+}
+
+fn options(run: &Path, collection: &str) -> UploadOptions {
+    let mut o = UploadOptions::new(run, collection);
+    o.batch_size = 16;
+    o.in_flight = 3;
+    o.checkpoint_every = 2;
+    o
+}
+
+fn edge(dir: &Path) -> QdrantEdge {
+    QdrantEdge::open(dir.join("edge")).expect("open edge")
+}
+
+/// Rows `0..n` with a year equal to `year`.
+fn rows_of_year(n: usize, year: i64) -> u64 {
+    (0..n).filter(|&i| year_of(i) == Some(year)).count() as u64
+}
+
+fn check_upload_resume(sink: &dyn Sink, run: &Path, collection: &str) {
+    let report = upload(sink, &options(run, collection)).expect("upload");
+    assert_eq!(report.ensured, Some(Ensured::Created));
+    assert_eq!((report.send.points, report.send.failed_points), (250, 0));
+    assert_eq!(sink.count(collection, None).expect("count"), 250);
+    let status = RunDb::open(run).unwrap().status().unwrap();
+    let u = &status.uploads_by_collection[collection];
+    assert_eq!((u.acked, u.failed, u.missing), (250, 0, 0));
+    // Filters on the payload index.
+    for year in [2018, 2020] {
+        let n = sink
+            .count(collection, Some(&PayloadFilter::year(year)))
+            .expect("filtered count");
+        assert_eq!(n, rows_of_year(250, year), "year {year}");
+    }
+    // Again: nothing to send, nothing duplicated.
+    let again = upload(sink, &options(run, collection)).expect("upload again");
+    assert_eq!(again.ensured, Some(Ensured::Existing));
+    assert_eq!((again.already_acked, again.send.points), (250, 0));
+    assert_eq!(sink.count(collection, None).expect("count"), 250);
+}
+
+#[test]
+fn every_row_once_then_nothing_to_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 100, 24), (100, 150, 24)]);
+    check_upload_resume(&edge(dir.path()), &run, "papers");
+}
+
+#[test]
+fn a_partly_acknowledged_run_sends_only_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 100, 24), (100, 150, 24)]);
+    let sink = Counting::new(edge(dir.path()), usize::MAX);
+    // As a killed upload leaves it: the first shard durable and recorded up to row 64.
+    let db = RunDb::open(&run).unwrap();
+    let shards = db.upload_shards("papers").unwrap();
+    let spec = CollectionSpec::new("papers", 24);
+    sink.ensure_collection(&spec).unwrap();
+    let first =
+        embedfleet_upload::shards::read_all(&run.join(&shards[0].path), 64, 64).expect("read");
+    for batch in &first {
+        sink.upsert("papers", &PointsBatch::from_record_batch(batch).unwrap())
+            .unwrap();
+    }
+    sink.checkpoint("papers").unwrap();
+    db.record_upload(shards[0].shard_id, "papers", 64, 0)
+        .unwrap();
+    let before = sink.points.load(Ordering::SeqCst);
+    let report = upload(&sink, &options(&run, "papers")).expect("upload");
+    assert_eq!((report.already_acked, report.send.points), (64, 186));
+    assert_eq!(
+        sink.points.load(Ordering::SeqCst) - before,
+        186,
+        "sent once"
+    );
+    assert_eq!(sink.count("papers", None).unwrap(), 250);
+}
+
+#[test]
+fn failed_batches_are_recorded_shown_missing_and_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 100, 24), (100, 150, 24)]);
+    {
+        // The first two upserts fail (after the sink's own retries, as it would report them).
+        let sink = Counting::new(edge(dir.path()), 2);
+        let report = upload(&sink, &options(&run, "papers")).expect("upload goes on");
+        assert_eq!(report.send.failed_points, 32);
+        assert_eq!(report.send.points, 250 - 32);
+        assert_eq!(report.send.errors.len(), 1, "{:?}", report.send.errors);
+        let status = RunDb::open(&run).unwrap().status().unwrap();
+        let u = &status.uploads_by_collection["papers"];
+        assert_eq!(u.failed, 32);
+        assert!(u.missing >= 32, "missing {}", u.missing);
+        assert_eq!(u.acked + u.missing, 250);
+    }
+    let sink = edge(dir.path());
+    let report = upload(&sink, &options(&run, "papers")).expect("second upload");
+    assert_eq!(report.send.failed_points, 0);
+    assert_eq!(sink.count("papers", None).unwrap(), 250);
+    let status = RunDb::open(&run).unwrap().status().unwrap();
+    let u = &status.uploads_by_collection["papers"];
+    assert_eq!((u.acked, u.failed, u.missing), (250, 0, 0));
+}
+
+#[test]
+fn a_sink_that_keeps_failing_stops_the_upload_with_progress_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 100, 24)]);
+    let sink = Counting::new(edge(dir.path()), usize::MAX);
+    sink.fail_from.store(3, Ordering::SeqCst);
+    let mut o = options(&run, "papers");
+    o.in_flight = 1;
+    o.max_consecutive_failures = 2;
+    match upload(&sink, &o) {
+        Err(e @ UploadRunError::TooManyFailures { .. }) => assert!(!e.is_refusal()),
+        other => panic!("expected TooManyFailures, got {other:?}"),
+    }
+    let db = RunDb::open(&run).unwrap();
+    assert_eq!(db.upload_totals("papers").unwrap().0, 48, "3 batches acked");
+}
+
+#[test]
+fn shards_of_mixed_sizes_and_a_collection_of_another_size_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 20, 24), (20, 20, 12)]);
+    let sink = edge(dir.path());
+    let err = upload(&sink, &options(&run, "papers")).expect_err("mixed sizes");
+    assert!(
+        matches!(
+            err,
+            UploadRunError::MixedDims {
+                found: 12,
+                expected: 24,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.is_refusal());
+
+    let other = tempfile::tempdir().unwrap();
+    let run = make_run(other.path(), &[(0, 20, 12)]);
+    sink.ensure_collection(&CollectionSpec::new("papers24", 24))
+        .unwrap();
+    let err = upload(&sink, &options(&run, "papers24")).expect_err("other size");
+    assert!(err.is_refusal(), "{err}");
+    assert!(err.to_string().contains("24-d"), "{err}");
+    assert_eq!(sink.count("papers24", None).unwrap(), 0);
+}
+
+#[test]
+fn tune_sweeps_picks_saves_outputs_and_drops_the_scratch_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 150, 16), (150, 150, 16)]);
+    let sink = edge(dir.path());
+    let db = RunDb::open(&run).unwrap();
+    let mut o = TuneOptions::new("scratch");
+    o.sample = 200;
+    o.batch_sizes = vec![1, 4, 16, 64];
+    o.in_flights = vec![1, 2, 4];
+    let report = tune::tune(&sink, &db, &o).expect("tune");
+    assert_eq!(report.trials.len(), 7);
+    assert!(report.trials.iter().all(|t| t.points == 200));
+    let best = |sweep| {
+        report
+            .trials
+            .iter()
+            .filter(|t| t.sweep == sweep)
+            .map(|t| t.points_per_s())
+            .fold(0.0, f64::max)
+    };
+    let chosen_b = report
+        .trials
+        .iter()
+        .find(|t| t.sweep == "batch" && t.batch_size == report.batch_size)
+        .expect("chosen batch was tried");
+    assert!(chosen_b.points_per_s() >= best("batch") * 0.95);
+    assert!(report.points_per_s >= best("in_flight") * 0.95);
+    assert!(sink.collection_info("scratch").unwrap().is_none());
+    let files = tune::write_outputs(&report, &dir.path().join("out")).expect("outputs");
+    let csv = std::fs::read_to_string(&files[0]).unwrap();
+    assert_eq!(csv.lines().count(), 8);
+    let png = std::fs::read(&files[2]).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+/// The server variants (ignored unless run with `--run-ignored` and `QDRANT_URL`).
+fn server() -> QdrantServer {
+    // Long enough to ride out a restart.
+    upload_common::server_from_env(Some(12))
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_every_row_once_then_nothing_to_send() {
+    let sink = server();
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 100, 24), (100, 150, 24)]);
+    let name = format!("embedfleet-test-driver-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    check_upload_resume(&sink, &run, &name);
+    let info = sink.collection_info(&name).unwrap().expect("exists");
+    assert_eq!(info.hnsw.m, 16, "bulk load restored m");
+    assert!(
+        info.indexing_threshold_kb > 0,
+        "bulk load restored indexing"
+    );
+    sink.delete_collection(&name).unwrap();
+}
+
+#[test]
+#[ignore = "needs a Qdrant server it can restart: set QDRANT_URL and QDRANT_RESTART_CMD (README, \"Tests\")"]
+fn server_restarted_mid_upload_ends_with_the_exact_count() {
+    let sink = server();
+    let restart = std::env::var("QDRANT_RESTART_CMD")
+        .expect("this test needs QDRANT_RESTART_CMD: a shell command that restarts the server");
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 2000, 24), (2000, 2000, 24)]);
+    let name = format!("embedfleet-test-restart-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    let mut o = options(&run, &name);
+    o.batch_size = 8;
+    o.in_flight = 1;
+    o.max_consecutive_failures = 1000;
+    let report = std::thread::scope(|s| {
+        let up = s.spawn(|| upload(&sink, &o));
+        std::thread::sleep(Duration::from_millis(500));
+        let status = std::process::Command::new("sh")
+            .args(["-c", &restart])
+            .status()
+            .expect("restart command runs");
+        assert!(status.success(), "QDRANT_RESTART_CMD failed: {status}");
+        up.join().unwrap()
+    });
+    // One upload, no manual step: the retries ride out the restart.
+    let report = report.expect("upload");
+    assert_eq!(report.send.failed_points, 0, "{report:?}");
+    assert_eq!(sink.count(&name, None).unwrap(), 4000);
+    sink.delete_collection(&name).unwrap();
+}
+
+/// A sink around the edge engine that counts points and fails chosen upserts: the first
+/// `fail_first` ones, and every one from number `fail_from` on.
+struct Counting {
+    inner: QdrantEdge,
+    calls: AtomicUsize,
+    points: AtomicUsize,
+    fail_first: usize,
+    fail_from: AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: QdrantEdge, fail_first: usize) -> Self {
+        Self {
+            inner,
+            calls: AtomicUsize::new(0),
+            points: AtomicUsize::new(0),
+            fail_first: if fail_first == usize::MAX {
+                0
+            } else {
+                fail_first
+            },
+            fail_from: AtomicUsize::new(usize::MAX),
+        }
+    }
+}
+
+impl Sink for Counting {
+    fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
+        self.inner.ensure_collection(spec)
+    }
+    fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.fail_first || n >= self.fail_from.load(Ordering::SeqCst) {
+            return Err(UploadError::RetriesExhausted {
+                action: "upsert points",
+                attempts: 8,
+                code: tonic::Code::Unavailable,
+                message: "test".into(),
+            });
+        }
+        self.points.fetch_add(points.len(), Ordering::SeqCst);
+        self.inner.upsert(collection, points)
+    }
+    fn checkpoint(&self, collection: &str) -> UploadResult<()> {
+        self.inner.checkpoint(collection)
+    }
+    fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
+        self.inner.finish(spec)
+    }
+    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
+        self.inner.count(collection, filter)
+    }
+    fn search(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        k: usize,
+        filter: Option<&PayloadFilter>,
+    ) -> UploadResult<Vec<Hit>> {
+        self.inner.search(collection, vector, k, filter)
+    }
+    fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
+        self.inner.collection_info(collection)
+    }
+    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
+        self.inner.delete_collection(collection)
+    }
+}

@@ -1,0 +1,77 @@
+//! The server sink against a real Qdrant: ignored (reported as skipped) unless run with
+//! `--run-ignored` and `QDRANT_URL` set (e.g. `QDRANT_URL=http://127.0.0.1:6334`;
+//! `QDRANT_API_KEY` is used when set).
+//! Each test uses its own collection (`embedfleet-test-<name>-<pid>`) and deletes it.
+
+use crate::upload_common;
+
+use std::time::Duration;
+
+use embedfleet_upload::{QdrantServer, ServerConfig, Sink};
+use upload_common::*;
+
+fn server() -> QdrantServer {
+    server_from_env(None)
+}
+
+/// Runs `check` on a fresh collection and deletes it afterwards, even on failure.
+fn with_collection(test: &str, check: impl FnOnce(&dyn Sink, &str)) {
+    let sink = server();
+    let name = format!("embedfleet-test-{test}-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&sink, &name)));
+    let _ = sink.delete_collection(&name);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_count_equals_rows_and_reupload_is_idempotent() {
+    with_collection("count", check_count_and_idempotence);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_payload_filters_select_matching_rows() {
+    with_collection("filters", check_filters);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_search_finds_each_point_first_with_payload() {
+    with_collection("search", check_search);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_refuses_wrong_vector_size_and_mismatched_collection() {
+    with_collection("refusals", check_refusals);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_bulk_load_settings_applied_and_restored() {
+    with_collection("bulk", check_bulk_load);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_delete_collection_removes_it() {
+    with_collection("delete", check_delete);
+}
+
+#[test]
+fn unreachable_server_is_a_typed_error_after_retries() {
+    // A closed loopback port: connection refused (qdrant-client: Internal) → retried, then
+    // RetriesExhausted. Loopback only; nothing leaves the machine.
+    let mut config = ServerConfig::new("http://127.0.0.1:9");
+    config.retry.max_attempts = 2;
+    config.retry.base_delay = Duration::from_millis(10);
+    let sink = QdrantServer::connect(config).expect("client");
+    match sink.count("x", None) {
+        Err(embedfleet_upload::UploadError::RetriesExhausted { attempts: 2, .. }) => {}
+        other => panic!("expected RetriesExhausted, got {other:?}"),
+    }
+}

@@ -1,0 +1,158 @@
+//! The embedding commands: `embed-job` (one planned batch), `embed` (any files), and
+//! `make-tiny-model`.
+
+use super::{ModelArgs, RunDirArgs};
+use clap::{Args, Parser};
+use embedfleet_core::settings::DEFAULT_BATCH_TOKENS;
+use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct EmbedJobArgs {
+    #[command(flatten)]
+    pub run: RunDirArgs,
+    /// The batch to embed (`status` lists them; batch ids start at 1).
+    #[arg(long, value_name = "ID")]
+    pub batch: i64,
+    #[command(flatten)]
+    pub settings: EmbedJobSettings,
+}
+
+/// How an embed job embeds: every `embed-job` flag but the run directory and the batch, which
+/// the submit loop adds to each job's command line. `run` and `submit` fill this one struct
+/// and [`EmbedJobSettings::to_args`] renders it, so a job parses exactly what was meant.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct EmbedJobSettings {
+    /// Devices, one worker each: `cuda:0,1,2,3`, `cuda`, `cpu`, or `cpu:N` (N CPU workers).
+    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    pub devices: String,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Papers per parquet shard: a killed job loses at most one shard of work.
+    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N")]
+    pub shard_papers: usize,
+    /// Fail mini-batches whose estimated memory exceeds this many bytes, as an out-of-memory
+    /// on a GPU would (exercises the fallback without a GPU).
+    #[arg(long, value_name = "BYTES", hide = true)]
+    pub memory_limit: Option<u64>,
+}
+
+impl EmbedJobSettings {
+    /// The flags that give these settings back when parsed: only what differs from a default,
+    /// so job scripts stay short.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--model-dir".to_string(),
+            self.model.model_dir.display().to_string(),
+            "--devices".into(),
+            self.devices.clone(),
+        ];
+        if self.shard_papers != DEFAULT_SHARD_PAPERS {
+            args.extend(["--shard-papers".into(), self.shard_papers.to_string()]);
+        }
+        if let Some(dim) = self.model.dim {
+            args.extend(["--dim".into(), dim.to_string()]);
+        }
+        if self.model.vector_dtype != super::VectorDtypeArg::F32 {
+            args.extend(["--vector-dtype".into(), "f16".into()]);
+        }
+        if let Some(max) = self.model.max_tokens {
+            args.extend(["--max-tokens".into(), max.to_string()]);
+        }
+        if let Some(limit) = self.memory_limit {
+            args.extend(["--memory-limit".into(), limit.to_string()]);
+        }
+        args
+    }
+}
+
+/// Parses an `embed-job` command line on its own (the round-trip test's other half).
+#[derive(Debug, Parser)]
+#[command(name = "embed-job")]
+pub struct EmbedJobCommandLine {
+    #[command(flatten)]
+    pub args: EmbedJobArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Input files: any corpus format, or plain text lines with --lines.
+    #[arg(long, required = true, num_args = 1.., value_name = "FILE")]
+    pub input: Vec<PathBuf>,
+    /// The parquet file to write (the parquet shard schema).
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Devices: `cpu`, `cpu:N`, `cuda`, `cuda:0,1`.
+    #[arg(long, alias = "device", default_value = "cpu", value_name = "DEVICES")]
+    pub devices: String,
+    /// Inputs are plain text, one text per line (id = file:line).
+    #[arg(long)]
+    pub lines: bool,
+    /// Embed as queries: `Instruct: {instruction}\nQuery:{text}`.
+    #[arg(long)]
+    pub query: bool,
+    /// The query instruction (with --query).
+    #[arg(long, value_name = "TEXT")]
+    pub instruction: Option<String>,
+    /// Token budget of one mini-batch (one forward pass).
+    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS, value_name = "TOKENS")]
+    pub batch_tokens: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct MakeTinyModelArgs {
+    /// The directory to write config.json, model.safetensors and tokenizer.json to.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::VectorDtypeArg;
+
+    fn round_trip(settings: &EmbedJobSettings) -> EmbedJobSettings {
+        let mut line = vec!["embed-job", "--run-dir", "/runs/r1", "--batch", "7"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        line.extend(settings.to_args());
+        let parsed = EmbedJobCommandLine::try_parse_from(&line).unwrap();
+        assert_eq!(parsed.args.batch, 7);
+        assert_eq!(parsed.args.run.run_dir, PathBuf::from("/runs/r1"));
+        parsed.args.settings
+    }
+
+    #[test]
+    fn embed_job_settings_survive_to_args_and_back() {
+        let defaults = EmbedJobSettings {
+            devices: "cpu".into(),
+            model: ModelArgs {
+                model_dir: "/models/Qwen3-Embedding-4B".into(),
+                dim: None,
+                vector_dtype: VectorDtypeArg::F32,
+                max_tokens: None,
+            },
+            shard_papers: DEFAULT_SHARD_PAPERS,
+            memory_limit: None,
+        };
+        assert_eq!(round_trip(&defaults), defaults);
+        let every_flag = EmbedJobSettings {
+            devices: "cuda:0,1,2,3".into(),
+            model: ModelArgs {
+                model_dir: "/models/with space".into(),
+                dim: Some(1024),
+                vector_dtype: VectorDtypeArg::F16,
+                max_tokens: Some(8192),
+            },
+            shard_papers: 250,
+            memory_limit: Some(1 << 30),
+        };
+        assert_eq!(round_trip(&every_flag), every_flag);
+    }
+}

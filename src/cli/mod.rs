@@ -1,0 +1,117 @@
+//! The command line, as typed: every clap type of the binary, a file per stage. `commands`
+//! turns these into the library crates' option structs; clap types go no further than this
+//! crate.
+
+mod embed;
+mod plan;
+mod report;
+mod submit;
+mod upload;
+
+pub use embed::{EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs};
+pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
+pub use report::ReportArgs;
+pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs};
+pub use upload::{TargetArgs, TuneArgs, UploadArgs};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Turn a corpus of full-text papers into published embeddings on HPC clusters.
+///
+/// A run lives in one run directory: `plan` cuts the corpus into per-node jobs, `status` shows
+/// where the run stands. Every step can be killed and run again; it continues where it stopped.
+#[derive(Debug, Parser)]
+#[command(
+    name = "embedfleet",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// More log output on stderr (-v info, -vv debug); EMBEDFLEET_LOG=<filter> overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The whole pipeline on this machine: plan (if not planned), embed every batch as local
+    /// jobs, upload into the embedded Qdrant (<run-dir>/qdrant), run one query, show the status. Run it again after a kill: it continues.
+    Run(RunArgs),
+    /// Stream the corpus and cut it into per-node jobs, each with its own batch file.
+    Plan(PlanArgs),
+    /// Show where a run stands: papers planned and quarantined, batches, jobs, parquet shards,
+    /// uploads.
+    Status(StatusArgs),
+    /// Submit the planned batches as scheduler jobs (Slurm, PBS or local), keeping each queue
+    /// filled up to its cap, retrying failed jobs, until every batch is done. Kill it and run it
+    /// again: it adopts the jobs already queued instead of submitting them twice.
+    Submit(SubmitArgs),
+    /// Stop the submit loop from submitting new jobs; jobs already queued or running go on.
+    Pause(RunDirArgs),
+    /// Let the submit loop submit again after `pause`.
+    Resume(RunDirArgs),
+    /// Show or change the queues the submit loop fills and their caps (jobs queued + running);
+    /// a running loop picks changes up within one poll.
+    Queues(QueuesArgs),
+    /// The study's Table 2 for a run: mean ± std per batch of model load, I/O, tokenisation and
+    /// inference; throughput, padding, fallbacks; optional PNG plots.
+    Report(ReportArgs),
+    /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
+    SampleCorpus(SampleCorpusArgs),
+    /// Embed one planned batch on this node: parquet shards in <run-dir>/shards, timings in run.db.
+    EmbedJob(EmbedJobArgs),
+    /// Embed files of records (or text lines) straight to one parquet file.
+    Embed(EmbedArgs),
+    /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
+    MakeTinyModel(MakeTinyModelArgs),
+    /// Upload the run's parquet shards into Qdrant (a server, or the embedded engine), resumably.
+    Upload(UploadArgs),
+    /// Find the upload's batch size and requests in flight with a sample; saved in run.db.
+    Tune(TuneArgs),
+}
+
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ModelArgs {
+    /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered pieces,
+    /// tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B.
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: PathBuf,
+    /// Output dimension (Matryoshka): the first N components, renormalised.
+    #[arg(long, value_name = "N")]
+    pub dim: Option<usize>,
+    /// Element type of the stored vectors.
+    #[arg(long, value_enum, default_value_t = VectorDtypeArg::F32)]
+    pub vector_dtype: VectorDtypeArg,
+    /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
+    /// combined (default: the model's context).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VectorDtypeArg {
+    F32,
+    F16,
+}
+
+#[derive(Debug, Args)]
+pub struct RunDirArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

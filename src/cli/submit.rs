@@ -1,0 +1,122 @@
+//! The scheduler-facing commands: `submit`, `pause`, `resume`, `queues`, `status`.
+
+use super::ModelArgs;
+use super::RunDirArgs;
+use clap::{Args, Subcommand, ValueEnum};
+use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The run directory (planned with `embedfleet plan`).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// The scheduler; overrides `[scheduler] backend` of --config (default: local).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    /// A queue (PBS) or partition (Slurm) and its cap on jobs queued + running, e.g.
+    /// `--queue debug=1 --queue prod=8` (repeatable). Replaces the queues stored in the run;
+    /// without it the stored ones are used (`embedfleet queues`).
+    #[arg(long = "queue", value_name = "NAME=CAP", value_parser = parse_queue_cap)]
+    pub queues: Vec<(String, u32)>,
+    /// The run config (TOML): scheduler command paths, account, walltime, GPUs, modules,
+    /// environment, a job script template (README, "On a cluster").
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N`
+    /// (default: cuda on slurm and pbs, cpu locally).
+    #[arg(long, value_name = "DEVICES")]
+    pub devices: Option<String>,
+    /// Papers per parquet shard.
+    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N")]
+    pub shard_papers: usize,
+    /// Jobs per batch before it is marked failed (walltime kills, node failures, cancelled
+    /// jobs are retried; exit codes 2 and 4 of embed-job are not).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_attempts: u32,
+    /// Seconds between polls of the scheduler (default: 30, or 1 for local).
+    #[arg(long, value_name = "SECS")]
+    pub poll_interval: Option<f64>,
+    /// Seconds a job may be unknown to the scheduler, with no completion marker, before it
+    /// counts as lost and is retried (default: 300, or 10 for local).
+    #[arg(long, value_name = "SECS")]
+    pub lost_after: Option<f64>,
+    /// Run as a daemon: do not exit when every batch is settled; stop it with a signal.
+    #[arg(long)]
+    pub watch: bool,
+    /// Print the job scripts the first round would submit; submit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Local,
+    Slurm,
+    Pbs,
+}
+
+#[derive(Debug, Args)]
+pub struct QueuesArgs {
+    #[command(subcommand)]
+    pub command: Option<QueuesCommand>,
+    /// The run directory (to show its queues).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueuesCommand {
+    /// Show the queues, their caps and jobs.
+    Show(RunDirArgs),
+    /// Add queues or change caps: `queues set --run-dir DIR debug=2 prod=0 preemptable=4`
+    /// (0 submits nothing more there; running jobs go on).
+    Set {
+        /// The run directory.
+        #[arg(long, value_name = "DIR")]
+        run_dir: PathBuf,
+        /// NAME=CAP pairs.
+        #[arg(required = true, value_name = "NAME=CAP", value_parser = parse_queue_cap)]
+        caps: Vec<(String, u32)>,
+    },
+    /// Remove queues (their running jobs go on and are still watched).
+    Remove {
+        /// The run directory.
+        #[arg(long, value_name = "DIR")]
+        run_dir: PathBuf,
+        /// Queue names.
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+    },
+}
+
+fn parse_queue_cap(s: &str) -> Result<(String, u32), String> {
+    let (name, cap) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not NAME=CAP, e.g. debug=1"))?;
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+    if !valid {
+        return Err(format!(
+            "queue name `{name}` must be letters, digits and `-_.@`"
+        ));
+    }
+    let cap = cap
+        .parse::<u32>()
+        .map_err(|_| format!("cap `{cap}` of queue {name} is not a whole number >= 0"))?;
+    Ok((name.to_string(), cap))
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// Print the stable JSON form (README, "status --json").
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,93 @@
+//! The upload stage: `upload` and `tune`.
+
+use clap::Args;
+use embedfleet_upload::DEFAULT_CHECKPOINT_EVERY;
+use std::path::PathBuf;
+
+/// Where the points go: a Qdrant server, or the embedded engine (the default).
+#[derive(Debug, Args)]
+pub struct TargetArgs {
+    /// A Qdrant server or cluster, its gRPC port: http://host:6334 (https for TLS).
+    #[arg(long, value_name = "URL", conflicts_with = "edge")]
+    pub qdrant: Option<String>,
+    /// The embedded Qdrant engine's directory (default: <run-dir>/qdrant).
+    #[arg(long, value_name = "DIR")]
+    pub edge: Option<PathBuf>,
+    /// Read the server's API key from this environment variable (never printed).
+    #[arg(long, value_name = "VAR", conflicts_with = "api_key_file")]
+    pub api_key_env: Option<String>,
+    /// Read the server's API key from the first line of this file (never printed).
+    #[arg(long, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct UploadArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The collection (created if absent; an existing one must have the run's vector size).
+    #[arg(long, default_value = "papers", value_name = "NAME")]
+    pub collection: String,
+    /// Points per upsert batch (default: what `tune` saved, else 256).
+    #[arg(long, value_name = "B")]
+    pub batch_size: Option<usize>,
+    /// Upsert batches in flight per worker (default: what `tune` saved, else 4).
+    #[arg(long, value_name = "K")]
+    pub in_flight: Option<usize>,
+    /// Worker processes, each with its own client (server only; default: one per peer holding
+    /// the collection's Qdrant shards, or one per core on a single server). The embedded
+    /// engine is one process: its upload uses K threads.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<u64>,
+    /// Make the sent points durable and record them in run.db every N upsert batches.
+    #[arg(long, default_value_t = DEFAULT_CHECKPOINT_EVERY, value_name = "N")]
+    pub checkpoint_every: usize,
+    /// HNSW edges per node, restored after the load.
+    #[arg(long, default_value_t = 16, value_name = "M")]
+    pub hnsw_m: u64,
+    /// HNSW build candidates, restored after the load.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub hnsw_ef_construct: u64,
+    /// Keep the vectors on disk (mmap) instead of RAM.
+    #[arg(long)]
+    pub on_disk_vectors: bool,
+    /// Add int8 scalar quantization.
+    #[arg(long)]
+    pub int8: bool,
+    /// Qdrant shards of a new collection (server).
+    #[arg(long, value_name = "N")]
+    pub shard_number: Option<u32>,
+    /// Copies of each Qdrant shard of a new collection (server).
+    #[arg(long, value_name = "N")]
+    pub replication_factor: Option<u32>,
+    /// Build the HNSW index while loading instead of once at the end.
+    #[arg(long)]
+    pub no_bulk_load: bool,
+    /// Internal: this process is worker I of N of a multi-process upload.
+    #[arg(long, value_name = "I/N", hide = true)]
+    pub worker: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    /// The run directory (its parquet shards are the sample; the result is saved in its run.db).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Points in the sample (capped at what the parquet shards have).
+    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    pub sample: usize,
+    /// The scratch collection, dropped afterwards.
+    #[arg(long, default_value = "embedfleet-tune-scratch", value_name = "NAME")]
+    pub scratch: String,
+    /// Largest upsert batch tried (powers of two from 1).
+    #[arg(long, default_value_t = 512, value_name = "B")]
+    pub max_batch: usize,
+    /// Where the table and the plot go (default: <run-dir>/tune).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}

@@ -1,0 +1,99 @@
+//! `embed-job`, `embed` and `make-tiny-model`.
+
+use crate::cli::{EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, VectorDtypeArg};
+use anyhow::Result;
+use embedfleet_core::exit;
+use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_core::BatchId;
+use embedfleet_embed::files::{self as embed_files, EmbedFilesOptions};
+use embedfleet_embed::job::{self, EmbedJobOptions};
+
+fn vector_dtype(arg: VectorDtypeArg) -> VectorDtype {
+    match arg {
+        VectorDtypeArg::F32 => VectorDtype::F32,
+        VectorDtypeArg::F16 => VectorDtype::F16,
+    }
+}
+
+pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
+    let settings = &args.settings;
+    let options = EmbedJobOptions {
+        run_dir: args.run.run_dir.clone(),
+        batch: BatchId(args.batch),
+        model_dir: settings.model.model_dir.clone(),
+        devices: embedfleet_embed::parse_devices(&settings.devices)?,
+        output_dim: settings.model.dim,
+        vector_dtype: vector_dtype(settings.model.vector_dtype),
+        max_tokens: settings.model.max_tokens,
+        shard_papers: settings.shard_papers,
+        memory_limit: settings.memory_limit,
+    };
+    let report = job::run(&options)?;
+    let t = &report.timings;
+    eprintln!(
+        "batch {}: {} papers embedded in {} new shards ({} already done), {} failed; model load {:.1} s, I/O {:.1} s, \
+         tokenize {:.1} s, inference {:.1} s; fallbacks: {} split, {} sequential, {} chunked; {} long papers chunked",
+        args.batch,
+        report.papers_embedded,
+        report.parts_written,
+        report.parts_skipped,
+        report.papers_failed,
+        t.model_load_s,
+        t.io_s,
+        t.tokenize_s,
+        t.inference_s,
+        t.fallback_split,
+        t.fallback_sequential,
+        t.fallback_chunked,
+        t.long_chunked
+    );
+    Ok(if report.papers_failed > 0 {
+        exit::PARTIAL
+    } else {
+        exit::SUCCESS
+    })
+}
+
+pub fn embed(args: &EmbedArgs) -> Result<i32> {
+    let instruction = args.query.then(|| {
+        args.instruction
+            .clone()
+            .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.into())
+    });
+    let options = EmbedFilesOptions {
+        model_dir: args.model.model_dir.clone(),
+        inputs: args.input.clone(),
+        output: args.output.clone(),
+        devices: embedfleet_embed::parse_devices(&args.devices)?,
+        output_dim: args.model.dim,
+        vector_dtype: vector_dtype(args.model.vector_dtype),
+        lines: args.lines,
+        query_instruction: instruction,
+        max_tokens: args.model.max_tokens,
+        batch_tokens: args.batch_tokens,
+    };
+    let report = embed_files::run(&options)?;
+    for why in &report.skipped {
+        eprintln!("skipped {why}");
+    }
+    eprintln!(
+        "embedded {} texts into {}",
+        report.embedded,
+        args.output.display()
+    );
+    Ok(if report.skipped.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::PARTIAL
+    })
+}
+
+pub fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
+    let files = embedfleet_models::write_tiny_model(&args.out, args.seed)?;
+    eprintln!(
+        "wrote a tiny random Qwen3 ({} files) to {}",
+        files.len(),
+        args.out.display()
+    );
+    Ok(exit::SUCCESS)
+}

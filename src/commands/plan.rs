@@ -1,0 +1,106 @@
+//! `plan` and `sample-corpus`.
+
+use crate::cli::{Batching, PlanArgs, PlanSettingsArgs, SampleCorpusArgs};
+use anyhow::{Context, Result};
+use embedfleet_core::exit;
+use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
+use embedfleet_core::RunLayout;
+use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport};
+use embedfleet_orchestrator::sample::{self, SampleOptions};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+pub fn plan(args: &PlanArgs) -> Result<i32> {
+    let report = plan_run(
+        args.corpus.corpus.clone(),
+        args.corpus.run_dir.clone(),
+        &args.plan,
+    )?;
+    Ok(report_code(&report))
+}
+
+pub fn report_code(report: &PlanReport) -> i32 {
+    if report.corrupt.is_empty() {
+        exit::SUCCESS
+    } else {
+        exit::PARTIAL
+    }
+}
+
+fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
+    let minibatch = match args.batching {
+        Batching::Tokens => MiniBatchRule::TokenBudget {
+            max_tokens: args.batch_tokens,
+        },
+        Batching::Chars => MiniBatchRule::Chars {
+            max_chars: args.batch_chars,
+            max_papers: args.batch_max,
+        },
+    };
+    PlanSettings {
+        papers_per_job: args.papers_per_job.max(1),
+        max_job_chars: args.max_job_chars,
+        sources: args.sources.clone(),
+        keep_fields: args.keep_fields.clone(),
+        minibatch,
+    }
+}
+
+pub fn plan_run(
+    corpus: Vec<PathBuf>,
+    run_dir: PathBuf,
+    args: &PlanSettingsArgs,
+) -> Result<PlanReport> {
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let options = PlanOptions {
+        corpus,
+        run_dir,
+        settings: plan_settings(args),
+        threads,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let report = plan::plan(&options)?;
+    if report.already_planned {
+        eprintln!(
+            "already planned: {} papers in {} batches ({} quarantined); nothing to do",
+            report.papers, report.batches, report.quarantined
+        );
+    } else {
+        let secs = report.elapsed.as_secs_f64().max(1e-9);
+        eprintln!(
+            "planned {} papers into {} batches from {} files in {:.1} s ({:.0} papers/s); {} quarantined ({} duplicates), see {}",
+            report.papers,
+            report.batches,
+            report.files,
+            secs,
+            report.papers as f64 / secs,
+            report.quarantined,
+            report.duplicates,
+            RunLayout::new(&options.run_dir).quarantine_file().display()
+        );
+    }
+    for (file, why) in &report.corrupt {
+        eprintln!("warning: {file} is corrupt: {why}; the records before it were planned");
+    }
+    Ok(report)
+}
+
+pub fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {
+    let options = SampleOptions {
+        papers: args.papers,
+        seed: args.seed,
+        mean_chars: args.mean_chars,
+        files: args.files,
+    };
+    let files = sample::write(&args.out, &options)
+        .with_context(|| format!("failed to write {}", args.out.display()))?;
+    eprintln!(
+        "wrote {} papers to {} file(s) under {}",
+        args.papers,
+        files.len(),
+        args.out.display()
+    );
+    Ok(exit::SUCCESS)
+}
