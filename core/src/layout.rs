@@ -11,6 +11,7 @@
 //! <run-dir>/qdrant/             the embedded Qdrant engine (the default upload target)
 //! <run-dir>/tune/               `tune`'s table and plot
 //! <run-dir>/tiny-model/         the tiny random model `run` writes without --model-dir
+//! <run-dir>/eval/               `eval`'s cached exact answers and its latest report
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -32,6 +33,7 @@ impl RunLayout {
     pub const EDGE_DIR: &'static str = "qdrant";
     pub const TUNE_DIR: &'static str = "tune";
     pub const TINY_MODEL_DIR: &'static str = "tiny-model";
+    pub const EVAL_DIR: &'static str = "eval";
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
@@ -110,6 +112,11 @@ impl RunLayout {
 
     pub fn tiny_model_dir(&self) -> PathBuf {
         self.root.join(Self::TINY_MODEL_DIR)
+    }
+
+    /// `eval`'s cached exact answers and its latest report.
+    pub fn eval_dir(&self) -> PathBuf {
+        self.root.join(Self::EVAL_DIR)
     }
 }
 

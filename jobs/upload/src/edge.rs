@@ -23,16 +23,16 @@ use qdrant_edge::{
     EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HnswIndexConfig, JsonPath,
     Match, OperationError, Payload, PayloadFieldSchema, PayloadSchemaType, PointId,
     PointInsertOperations, PointOperations, PointStructPersisted, QuantizationConfig, QueryEnum,
-    Range, ScalarQuantizationConfig, ScalarType, ScoredPoint, SearchRequest, UpdateOperation,
-    ValueVariants, VectorInternal, VectorStructPersisted, WithPayloadInterface,
+    Range, ScalarQuantizationConfig, ScalarType, ScoredPoint, SearchParams, SearchRequest,
+    UpdateOperation, ValueVariants, VectorInternal, VectorStructPersisted, WithPayloadInterface,
     DEFAULT_VECTOR_NAME,
 };
 
 use super::{
     check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
-    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, Sink, UploadError,
-    UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE,
-    PAYLOAD_YEAR,
+    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, SearchOptions,
+    Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID,
+    PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
 
 /// One open collection. Updates, counts and searches share the lock; flush and optimize take it
@@ -324,12 +324,11 @@ impl Sink for QdrantEdge {
         Ok(n as u64)
     }
 
-    fn search(
+    fn search_with(
         &self,
         collection: &str,
         vector: &[f32],
-        k: usize,
-        filter: Option<&PayloadFilter>,
+        options: &SearchOptions,
     ) -> UploadResult<Vec<Hit>> {
         let shard = self.existing(collection)?;
         let (expected, _) = shape(&read(&shard));
@@ -345,9 +344,13 @@ impl Sink for QdrantEdge {
                 query: VectorInternal::Dense(vector.to_vec()),
                 using: None,
             }),
-            filter: filter.map(edge_filter).transpose()?,
-            params: None,
-            limit: k,
+            filter: options.filter.as_ref().map(edge_filter).transpose()?,
+            params: Some(SearchParams {
+                hnsw_ef: options.hnsw_ef.map(|ef| ef as usize),
+                exact: options.exact,
+                ..SearchParams::default()
+            }),
+            limit: options.k,
             offset: 0,
             with_payload: Some(WithPayloadInterface::Bool(true)),
             with_vector: None,

@@ -224,6 +224,29 @@ impl PayloadFilter {
     }
 }
 
+/// How to search: how many results, among which points, how hard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SearchOptions {
+    /// Results per query.
+    pub k: usize,
+    /// Only points matching this filter.
+    pub filter: Option<PayloadFilter>,
+    /// HNSW beam width (`ef`); `None`: the collection's default.
+    pub hnsw_ef: Option<u64>,
+    /// Exact search (every vector compared), no index.
+    pub exact: bool,
+}
+
+impl SearchOptions {
+    /// The `k` nearest, with the collection's defaults.
+    pub fn new(k: usize) -> Self {
+        Self {
+            k,
+            ..Self::default()
+        }
+    }
+}
+
 /// A search result with its payload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
@@ -275,7 +298,36 @@ pub trait Sink: Send + Sync {
         vector: &[f32],
         k: usize,
         filter: Option<&PayloadFilter>,
+    ) -> UploadResult<Vec<Hit>> {
+        let options = SearchOptions {
+            filter: filter.cloned(),
+            ..SearchOptions::new(k)
+        };
+        self.search_with(collection, vector, &options)
+    }
+
+    /// The nearest points to `vector` as `options` say (k, filter, HNSW beam, exact), best
+    /// first, with their payload.
+    fn search_with(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        options: &SearchOptions,
     ) -> UploadResult<Vec<Hit>>;
+
+    /// One search per vector, in order, in as few requests as the engine allows (a server
+    /// takes them in one batch request; the embedded engine runs them one after another).
+    fn search_batch(
+        &self,
+        collection: &str,
+        vectors: &[Vec<f32>],
+        options: &SearchOptions,
+    ) -> UploadResult<Vec<Vec<Hit>>> {
+        vectors
+            .iter()
+            .map(|v| self.search_with(collection, v, options))
+            .collect()
+    }
 
     /// The collection's live settings, `None` when it does not exist.
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>>;

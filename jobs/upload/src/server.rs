@@ -13,8 +13,9 @@ use qdrant_client::qdrant::{
     self, point_id::PointIdOptions, value::Kind, vector, vectors::VectorsOptions, vectors_config,
     CollectionStatus, Condition, CountPointsBuilder, CreateCollectionBuilder,
     CreateFieldIndexCollectionBuilder, DenseVector, FieldType, Filter, HnswConfigDiffBuilder,
-    OptimizersConfigDiffBuilder, PointId, QueryPointsBuilder, ScalarQuantizationBuilder,
-    UpdateCollectionBuilder, UpsertPointsBuilder, VectorParamsBuilder,
+    OptimizersConfigDiffBuilder, PointId, QueryBatchPointsBuilder, QueryPoints, QueryPointsBuilder,
+    ScalarQuantizationBuilder, SearchParamsBuilder, UpdateCollectionBuilder, UpsertPointsBuilder,
+    VectorParamsBuilder,
 };
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
@@ -22,9 +23,9 @@ use uuid::Uuid;
 use super::retry::{with_retry, RetryPolicy};
 use super::{
     check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
-    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, Sink, UploadError,
-    UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE,
-    PAYLOAD_YEAR,
+    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, SearchOptions,
+    Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID,
+    PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
 
 /// Where the API key comes from. The key itself is never stored in the config.
@@ -356,24 +357,37 @@ impl Sink for QdrantServer {
         Ok(response.result.map_or(0, |r| r.count))
     }
 
-    fn search(
+    fn search_with(
         &self,
         collection: &str,
         vector: &[f32],
-        k: usize,
-        filter: Option<&PayloadFilter>,
+        options: &SearchOptions,
     ) -> UploadResult<Vec<Hit>> {
         let response = self.retry("search points", || {
-            let mut request = QueryPointsBuilder::new(collection)
-                .query(vector.to_vec())
-                .limit(k as u64)
-                .with_payload(true);
-            if let Some(f) = filter {
-                request = request.filter(grpc_filter(f));
-            }
-            self.client.query(request)
+            self.client.query(query_points(collection, vector, options))
         })?;
         Ok(response.result.into_iter().map(hit_from_grpc).collect())
+    }
+
+    fn search_batch(
+        &self,
+        collection: &str,
+        vectors: &[Vec<f32>],
+        options: &SearchOptions,
+    ) -> UploadResult<Vec<Vec<Hit>>> {
+        let response = self.retry("search points in a batch", || {
+            let queries: Vec<QueryPoints> = vectors
+                .iter()
+                .map(|v| query_points(collection, v, options).build())
+                .collect();
+            self.client
+                .query_batch(QueryBatchPointsBuilder::new(collection, queries))
+        })?;
+        Ok(response
+            .result
+            .into_iter()
+            .map(|r| r.result.into_iter().map(hit_from_grpc).collect())
+            .collect())
     }
 
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
@@ -485,6 +499,23 @@ fn grpc_distance(d: Distance) -> qdrant::Distance {
         Distance::Cosine => qdrant::Distance::Cosine,
         Distance::Dot => qdrant::Distance::Dot,
     }
+}
+
+/// The query of one search, as `options` say.
+fn query_points(collection: &str, vector: &[f32], options: &SearchOptions) -> QueryPointsBuilder {
+    let mut params = SearchParamsBuilder::default().exact(options.exact);
+    if let Some(ef) = options.hnsw_ef {
+        params = params.hnsw_ef(ef);
+    }
+    let mut request = QueryPointsBuilder::new(collection)
+        .query(vector.to_vec())
+        .limit(options.k as u64)
+        .with_payload(true)
+        .params(params);
+    if let Some(f) = &options.filter {
+        request = request.filter(grpc_filter(f));
+    }
+    request
 }
 
 fn grpc_filter(f: &PayloadFilter) -> Filter {

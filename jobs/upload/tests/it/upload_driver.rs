@@ -15,7 +15,8 @@ use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, Vector
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{
     upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit, PayloadFilter, PointsBatch,
-    QdrantEdge, QdrantServer, Sink, UploadError, UploadOptions, UploadResult, UploadRunError,
+    QdrantEdge, QdrantServer, SearchOptions, Sink, UploadError, UploadOptions, UploadResult,
+    UploadRunError,
 };
 use upload_common::{paper_id, source_of, vector_of, year_of};
 
@@ -365,14 +366,13 @@ impl Sink for Counting {
     fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
         self.inner.count(collection, filter)
     }
-    fn search(
+    fn search_with(
         &self,
         collection: &str,
         vector: &[f32],
-        k: usize,
-        filter: Option<&PayloadFilter>,
+        options: &SearchOptions,
     ) -> UploadResult<Vec<Hit>> {
-        self.inner.search(collection, vector, k, filter)
+        self.inner.search_with(collection, vector, options)
     }
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
         self.inner.collection_info(collection)

@@ -1,0 +1,1 @@
+//! The publish stage: a run's embeddings as a dataset folder (see `publish`).

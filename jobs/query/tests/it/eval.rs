@@ -1,0 +1,154 @@
+//! eval on the embedded engine: exact search gives recall 1.0; a deliberately weak HNSW
+//! (small graph, tiny ef) over a few thousand points gives less; a filter passing ~1 % of the
+//! points is evaluated against the same filter's exact answers.
+
+use embedfleet_core::rundb::{RunDb, ShardRow};
+use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
+use embedfleet_core::{BatchId, Paper};
+use embedfleet_query::{eval, sample_queries, EvalOptions};
+use embedfleet_upload::{upload, HnswParams, QdrantEdge, Sink, UploadOptions};
+use std::path::Path;
+
+/// A run directory with `points` random unit vectors of `dim` in shards of 1,000 rows; one
+/// paper in 100 has the year 2001, the others 2010..2019.
+fn synthetic_run(dir: &Path, points: usize, dim: usize) {
+    let db = RunDb::create(dir).unwrap();
+    db.conn()
+        .execute_batch(
+            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 's', 1, 1, 'e');
+             INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state)
+                 VALUES (1, 1, 0, 's', 1, 1, 'done');",
+        )
+        .unwrap();
+    std::fs::create_dir_all(dir.join("shards")).unwrap();
+    let meta = ShardMeta {
+        model: "synthetic".into(),
+        model_revision: "0".into(),
+        compute_dtype: "f32".into(),
+        pooling: "last_token".into(),
+        normalized: true,
+        dim,
+        embedfleet_version: "test".into(),
+        timings: None,
+    };
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut vector = vec![0f32; dim];
+    for (part, first) in (0..points).step_by(1000).enumerate() {
+        let rel = format!("shards/b000001-{part:04}.parquet");
+        let mut w = ShardWriter::create(&dir.join(&rel), VectorDtype::F32, &meta).unwrap();
+        for i in first..(first + 1000).min(points) {
+            for v in vector.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *v = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            }
+            let norm = vector.iter().map(|a| a * a).sum::<f32>().sqrt();
+            vector.iter_mut().for_each(|a| *a /= norm);
+            let year = if i % 100 == 7 { 2001 } else { 2010 + i % 10 };
+            let paper = Paper {
+                id: format!("W{i:08}"),
+                created: Some(format!("{year}-01-01")),
+                source: Some("s2orc".into()),
+                ..Paper::default()
+            };
+            let row = Row {
+                paper: &paper,
+                vector: &vector,
+                n_chars: 1,
+                n_tokens: 1,
+                n_chunks: 1,
+            };
+            w.push(&row).unwrap();
+        }
+        let info = w.finish().unwrap();
+        let shard = ShardRow {
+            batch_id: BatchId(1),
+            part: part as u32,
+            path: rel,
+            rows: info.rows,
+            sha256: info.sha256,
+        };
+        db.record_shard(&shard).unwrap();
+    }
+}
+
+#[test]
+fn recall_is_one_for_exact_search_less_for_a_weak_graph_and_filtered_on_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // 2,560-d (the 4B model's size): 41 MB of vectors, above the engine's full-scan threshold
+    // (10 MB), so searches go through the graph.
+    synthetic_run(&run, 4000, 2560);
+    let sink = QdrantEdge::open(run.join("qdrant")).unwrap();
+    let mut options = UploadOptions::new(&run, "papers");
+    // A small, cheap graph built for every segment: approximate enough to miss neighbours.
+    options.spec.hnsw = HnswParams {
+        m: 4,
+        ef_construct: 8,
+    };
+    options.spec.indexing_threshold_kb = 1;
+    upload(&sink, &options).unwrap();
+    let info = sink.collection_info("papers").unwrap().unwrap();
+    assert_eq!(info.points, 4000);
+    assert!(info.indexed_vectors > 0, "the graph was built: {info:?}");
+
+    let db = RunDb::open(&run).unwrap();
+    let queries = sample_queries(&db, 60, 3).unwrap();
+    assert_eq!(queries.len(), 60);
+    let eval_options = EvalOptions {
+        collection: "papers".into(),
+        k: 10,
+        efs: vec![10, 200],
+        filters: vec!["year=2001".into()],
+        batch_size: 1,
+        in_flight: 1,
+    };
+    let report = eval(&sink, &db, &queries, &eval_options).unwrap();
+    let row = |filter: &str, search: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.filter == filter && r.search == search)
+            .unwrap_or_else(|| panic!("no row {filter}/{search}: {report:?}"))
+            .clone()
+    };
+    eprintln!("{}", embedfleet_query::render(&report));
+    assert_eq!(row("none", "exact").recall, 1.0);
+    assert_eq!(row("none", "exact").short_share, 0.0);
+    let weak = row("none", "ef=10").recall;
+    assert!(
+        weak < 1.0,
+        "a weak graph at ef=10 misses neighbours: {weak}"
+    );
+    assert!(row("none", "ef=200").recall >= weak);
+    let selectivity = report.filter_selectivity.unwrap();
+    assert!((0.009..=0.011).contains(&selectivity), "{selectivity}");
+    let filtered = row("year=2001", "exact");
+    assert_eq!(
+        filtered.recall, 1.0,
+        "the exact search applies the same filter"
+    );
+    assert!(report
+        .rows
+        .iter()
+        .any(|r| r.filter == "year=2001" && r.search == "ef=10"));
+    // The exact answers are cached for the next eval of the same queries.
+    let cached = std::fs::read_dir(run.join("eval"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("exact-")
+        })
+        .count();
+    assert_eq!(cached, 2, "one for each filter");
+    assert!(run.join("eval/latest.json").is_file());
+    let again = eval(&sink, &db, &queries, &eval_options).unwrap();
+    assert_eq!(again.rows.len(), report.rows.len());
+    let png = run.join("recall.png");
+    embedfleet_query::write_recall_plot(&report, &png).unwrap();
+    assert_eq!(&std::fs::read(&png).unwrap()[..4], b"\x89PNG");
+}

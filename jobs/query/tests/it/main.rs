@@ -1,0 +1,3 @@
+//! The query crate's integration tests, in one binary.
+
+mod eval;
