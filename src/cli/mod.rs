@@ -4,12 +4,14 @@
 
 mod embed;
 mod plan;
+mod query;
 mod report;
 mod submit;
 mod upload;
 
 pub use embed::{EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs};
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
+pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs};
 pub use report::ReportArgs;
 pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs};
 pub use upload::{TargetArgs, TuneArgs, UploadArgs};
@@ -70,8 +72,18 @@ pub enum Command {
     MakeTinyModel(MakeTinyModelArgs),
     /// Upload the run's parquet shards into Qdrant (a server, or the embedded engine), resumably.
     Upload(UploadArgs),
-    /// Find the upload's batch size and requests in flight with a sample; saved in run.db.
+    /// Find the upload's batch size and requests in flight with a sample (or, with --queries,
+    /// the query workload's); saved in run.db.
     Tune(TuneArgs),
+    /// The query workload: each term of a file embedded as a query and searched in batches;
+    /// the top papers of each go to one parquet file. Resumable.
+    Query(QueryArgs),
+    /// Recall@k of the collection against exact search over the run's parquet shards, per
+    /// HNSW ef, filtered too; latency percentiles; a table, --json, and a PNG.
+    Eval(EvalArgs),
+    /// Write a dataset folder of the run's embeddings (and query results), ready to push to
+    /// the Hugging Face Hub or to archive: parquet, a dataset card, SHA256SUMS, manifest.json.
+    Publish(PublishArgs),
 }
 
 #[derive(Debug, Clone, PartialEq, Args)]

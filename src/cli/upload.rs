@@ -90,4 +90,11 @@ pub struct TuneArgs {
     /// Where the table and the plot go (default: <run-dir>/tune).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Tune the query workload (queries per search request, requests in flight) against
+    /// --collection instead of the upload.
+    #[arg(long)]
+    pub queries: bool,
+    /// The collection searched by --queries.
+    #[arg(long, default_value = "papers", value_name = "NAME")]
+    pub collection: String,
 }

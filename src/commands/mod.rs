@@ -3,6 +3,7 @@
 
 mod embed;
 mod plan;
+mod query;
 mod report;
 mod run;
 mod submit;
@@ -12,7 +13,53 @@ use crate::cli::{Cli, Command};
 use embedfleet_core::exit;
 use embedfleet_orchestrator::plan::PlanError;
 
+/// The run.db setting listing the command lines that changed the run (for `publish`'s card).
+pub const HISTORY_SETTING: &str = "history";
+
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    let run_dir = recorded_run_dir(&cli.command);
+    let code = dispatch(cli)?;
+    if let Some(dir) = run_dir {
+        if let Err(e) = record_command(&dir) {
+            tracing::warn!("could not record the command line in run.db: {e}");
+        }
+    }
+    Ok(code)
+}
+
+/// The run directory of a command worth remembering: those that make or change the run's
+/// outputs (not `status`, not an upload's worker processes).
+fn recorded_run_dir(command: &Command) -> Option<std::path::PathBuf> {
+    match command {
+        Command::Plan(a) => Some(a.corpus.run_dir.clone()),
+        Command::Run(a) => Some(a.corpus.run_dir.clone()),
+        Command::Submit(a) if !a.dry_run => Some(a.run_dir.clone()),
+        Command::Upload(a) if a.worker.is_none() => Some(a.run_dir.clone()),
+        Command::Tune(a) => Some(a.run_dir.clone()),
+        Command::Query(a) => Some(a.run_dir.clone()),
+        Command::Eval(a) => Some(a.run_dir.clone()),
+        _ => None,
+    }
+}
+
+/// Appends this process's command line to the run's history (once per distinct line in a row).
+fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
+    let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
+    // The program as users type it, not the path this binary happens to have here.
+    let line = std::iter::once("embedfleet".to_string())
+        .chain(std::env::args().skip(1))
+        .map(|a| embedfleet_orchestrator::scheduler::shell_quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut history: Vec<String> = db.setting(HISTORY_SETTING)?.unwrap_or_default();
+    if history.last() != Some(&line) {
+        history.push(line);
+        db.set_setting(HISTORY_SETTING, &history)?;
+    }
+    Ok(())
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Plan(args) => plan::plan(&args),
         Command::Run(args) => run::run_all(&args),
@@ -27,7 +74,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Embed(args) => embed::embed(&args),
         Command::MakeTinyModel(args) => embed::make_tiny_model(&args),
         Command::Upload(args) => upload::upload_cmd(&args),
+        Command::Tune(args) if args.queries => query::tune_queries(&args),
         Command::Tune(args) => upload::tune_cmd(&args),
+        Command::Query(args) => query::query(&args),
+        Command::Eval(args) => query::eval(&args),
+        Command::Publish(args) => query::publish(&args),
     }
 }
 
@@ -38,7 +89,13 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         .is_some_and(PlanError::is_refusal)
         || err
             .downcast_ref::<embedfleet_upload::UploadRunError>()
-            .is_some_and(embedfleet_upload::UploadRunError::is_refusal);
+            .is_some_and(embedfleet_upload::UploadRunError::is_refusal)
+        || err
+            .downcast_ref::<embedfleet_query::QueryError>()
+            .is_some_and(embedfleet_query::QueryError::is_refusal)
+        || err
+            .downcast_ref::<embedfleet_publish::PublishError>()
+            .is_some_and(embedfleet_publish::PublishError::is_refusal);
     if refused {
         exit::REFUSED
     } else {

@@ -14,7 +14,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 /// The sink of `target`, and its kind (`edge` or `server`) for the tuned settings.
-fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'static str)> {
+pub fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'static str)> {
     if let Some(url) = &target.qdrant {
         let api_key = match (&target.api_key_env, &target.api_key_file) {
             (Some(var), _) => ApiKey::Env(var.clone()),

@@ -31,6 +31,15 @@ fn forbidden_dependencies_are_absent() {
             &["embedfleet-embed", "embedfleet-models"],
         ),
         (
+            "jobs/publish/Cargo.toml",
+            &[
+                "embedfleet-upload",
+                "embedfleet-query",
+                "embedfleet-models",
+                "qdrant-edge",
+            ],
+        ),
+        (
             "orchestrator/Cargo.toml",
             &["embedfleet-embed", "embedfleet-upload", "embedfleet-models"],
         ),

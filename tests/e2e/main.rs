@@ -6,6 +6,8 @@ mod util;
 mod architecture;
 mod embed;
 mod plan;
+mod publish;
+mod query;
 mod readme;
 mod report;
 mod run;

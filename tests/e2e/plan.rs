@@ -162,3 +162,27 @@ fn plan_killed_at_any_moment_finishes_on_the_next_run() {
         assert_eq!(t.status(&run)["papers_planned"], 6000);
     }
 }
+
+#[test]
+fn plan_reads_parquet_of_every_codec_pyarrow_writes() {
+    let t = TestDir::new();
+    let dir = t.join("corpus");
+    std::fs::create_dir_all(&dir).unwrap();
+    // pyarrow's default (snappy) and every other codec the parquet format allows.
+    let code = format!(
+        "import pyarrow as pa, pyarrow.parquet as pq
+for codec in ['snappy', 'gzip', 'lz4', 'brotli', 'zstd', 'none']:
+    t = pa.table({{'id': [f'{{codec}}-{{i}}' for i in range(7)], 'text': [f'paper {{i}} about {{codec}}' for i in range(7)]}})
+    kw = {{}} if codec == 'snappy' else {{'compression': codec}}
+    pq.write_table(t, '{}/' + codec + '.parquet', **kw)
+print('ok')",
+        dir.display()
+    );
+    if crate::util::python(&code, "pyarrow", "EMBEDFLEET_REQUIRE_PYARROW").is_none() {
+        return;
+    }
+    t.run(&["plan", "--corpus", "corpus", "--run-dir", "run"], 0);
+    let status = t.status("run");
+    assert_eq!(status["papers_planned"], 42, "{status}");
+    assert_eq!(status["papers_quarantined"], 0, "{status}");
+}

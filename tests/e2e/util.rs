@@ -134,3 +134,30 @@ pub fn read_shard(path: &Path) -> Vec<ShardRecord> {
     }
     out
 }
+
+/// Runs a Python snippet; `None` when the module it needs is missing and not required.
+pub fn python(code: &str, module: &str, required_env: &str) -> Option<String> {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var_os(required_env).is_none(),
+            "{required_env} is set but python3 cannot import {module}"
+        );
+        eprintln!("skipping the {module} check: python3 has no {module} (pip install {module})");
+        return None;
+    }
+    let out = std::process::Command::new("python3")
+        .args(["-c", code])
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

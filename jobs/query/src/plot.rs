@@ -61,6 +61,7 @@ pub fn write_recall_plot(
         }
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE)
             .border_style(BLACK)
             .draw()?;

@@ -1,0 +1,136 @@
+//! The stages after the upload: `query` (the query workload), `eval` (recall against exact
+//! search) and `publish` (a dataset folder).
+
+use super::TargetArgs;
+use clap::Args;
+use embedfleet_query::workload::DEFAULT_PART_QUERIES;
+use std::path::PathBuf;
+
+/// The model that embeds query terms.
+#[derive(Debug, Args)]
+pub struct QueryModelArgs {
+    /// The model directory the run was embedded with (default: <run-dir>/tiny-model, which
+    /// `run` writes when it is given none).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Output dimension (Matryoshka), as the run's `--dim`.
+    #[arg(long, value_name = "N")]
+    pub dim: Option<usize>,
+    /// Devices that embed the queries: `cpu`, `cpu:N`, `cuda:0,1`.
+    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    pub devices: String,
+    /// The query instruction (default: the model's retrieval instruction, as `embed --query`).
+    #[arg(long, value_name = "TEXT")]
+    pub instruction: Option<String>,
+    /// The CSV column or JSON-lines field that holds the terms (default: the first column;
+    /// `term`).
+    #[arg(long, value_name = "NAME")]
+    pub field: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// The terms: a text file (one term per line), a CSV file (a column) or JSON lines (a field).
+    #[arg(long, value_name = "FILE")]
+    pub terms: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The collection.
+    #[arg(long, default_value = "papers", value_name = "NAME")]
+    pub collection: String,
+    /// Results per query.
+    #[arg(long, default_value_t = 10, value_name = "K")]
+    pub top_k: usize,
+    /// Only papers matching this (repeatable; all must hold): `year>=2015`, `year<2020`,
+    /// `year=2019`, `source=s2orc`.
+    #[arg(long = "filter", value_name = "EXPR")]
+    pub filters: Vec<String>,
+    #[command(flatten)]
+    pub model: QueryModelArgs,
+    /// Queries per search request (default: what `tune --queries` saved, else 16).
+    #[arg(long, value_name = "B")]
+    pub batch_size: Option<usize>,
+    /// Search requests in flight (default: what `tune --queries` saved, else 2).
+    #[arg(long, value_name = "K")]
+    pub in_flight: Option<usize>,
+    /// The parquet file of results: term, query_id, rank, paper_id, score, year, source.
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Terms per part (the unit written at once, and redone after a kill).
+    #[arg(long, default_value_t = DEFAULT_PART_QUERIES, value_name = "N", hide = true)]
+    pub part_queries: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The collection.
+    #[arg(long, default_value = "papers", value_name = "NAME")]
+    pub collection: String,
+    /// Query terms (a file as `query --terms` takes), embedded with the model.
+    #[arg(long, value_name = "FILE", conflicts_with = "sample")]
+    pub queries: Option<PathBuf>,
+    /// N papers' own vectors, slightly perturbed (seeded), as queries: no model, no terms
+    /// (the default, with 100).
+    #[arg(long, value_name = "N")]
+    pub sample: Option<usize>,
+    /// Seed of --sample.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also evaluate under this filter (repeatable; all must hold), e.g. `year=2019`; the
+    /// exact search applies the same filter.
+    #[arg(long = "filter", value_name = "EXPR")]
+    pub filters: Vec<String>,
+    /// The HNSW beam widths to evaluate.
+    #[arg(long, value_delimiter = ',', default_values_t = embedfleet_query::DEFAULT_EFS, value_name = "EF,...")]
+    pub ef: Vec<u64>,
+    /// Results per query (recall@k).
+    #[arg(long, default_value_t = 10, value_name = "K")]
+    pub top_k: usize,
+    /// Queries per search request (1: each latency is one query's).
+    #[arg(long, default_value_t = 1, value_name = "B")]
+    pub batch_size: usize,
+    /// Search requests in flight.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub in_flight: usize,
+    /// Print the stable JSON form instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the recall-against-latency PNG goes (default: <run-dir>/eval/recall.png).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: QueryModelArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// The dataset folder to write (built beside it, renamed into place when complete).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Size of each embedding parquet file, in MB.
+    #[arg(long, default_value_t = embedfleet_publish::DEFAULT_TARGET_SHARD_MB, value_name = "MB")]
+    pub target_shard_mb: u64,
+    /// Publish a run with missing or failed batches; the card says what is missing.
+    #[arg(long)]
+    pub allow_partial: bool,
+    /// Include each paper's text (from the batch files).
+    #[arg(long)]
+    pub with_text: bool,
+    /// The licence of the dataset card (peS2o's is ODC-By).
+    #[arg(long, default_value = embedfleet_publish::DEFAULT_LICENSE, value_name = "ID")]
+    pub license: String,
+    /// Query results to include (default: the outputs of the run's `query` commands).
+    #[arg(long = "query-results", value_name = "FILE")]
+    pub query_results: Vec<PathBuf>,
+}

@@ -1,0 +1,213 @@
+//! `query`, `eval`, `tune --queries` and `publish`: the stages after the upload.
+
+use super::upload::open_sink;
+use crate::cli::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs, TuneArgs};
+use anyhow::{Context, Result};
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::{exit, RunLayout};
+use embedfleet_query::tune::{self, QueryTuneOptions, TunedQueries, TUNED_QUERIES_SETTING};
+use embedfleet_query::{EvalOptions, QueryModel, QueryOptions};
+use embedfleet_upload::SearchOptions;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// The run.db setting listing the outputs of the run's `query` commands (for `publish`).
+const QUERY_OUTPUTS_SETTING: &str = "query.outputs";
+/// The study's best query settings: 16 queries a request, 2 requests in flight.
+const DEFAULT_QUERY_BATCH: usize = 16;
+const DEFAULT_QUERY_IN_FLIGHT: usize = 2;
+
+/// The query model of `args`: its directory (or the tiny model `run` wrote) on its devices.
+fn query_model(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModel> {
+    let model_dir = match &args.model_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            let tiny = RunLayout::new(run_dir).tiny_model_dir();
+            anyhow::ensure!(
+                tiny.is_dir(),
+                "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)"
+            );
+            tiny
+        }
+    };
+    let devices = embedfleet_embed::parse_devices(&args.devices)?;
+    Ok(QueryModel::new(model_dir, devices, args.dim))
+}
+
+fn instruction(args: &QueryModelArgs) -> String {
+    args.instruction
+        .clone()
+        .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.to_string())
+}
+
+pub fn query(args: &QueryArgs) -> Result<i32> {
+    let db = RunDb::open(&args.run_dir)?;
+    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+    let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
+    let tuned = tuned.filter(|t| t.sink == kind);
+    let terms = embedfleet_query::read_terms(&args.terms, args.model.field.as_deref())?;
+    let filter = embedfleet_query::parse_filters(&args.filters).map_err(anyhow::Error::msg)?;
+    let options = QueryOptions {
+        collection: args.collection.clone(),
+        terms,
+        instruction: instruction(&args.model),
+        search: SearchOptions {
+            filter,
+            ..SearchOptions::new(args.top_k.max(1))
+        },
+        batch_size: args
+            .batch_size
+            .or(tuned.as_ref().map(|t| t.batch_size))
+            .unwrap_or(DEFAULT_QUERY_BATCH)
+            .max(1),
+        in_flight: args
+            .in_flight
+            .or(tuned.as_ref().map(|t| t.in_flight))
+            .unwrap_or(DEFAULT_QUERY_IN_FLIGHT)
+            .max(1),
+        output: args.output.clone(),
+        part_queries: args.part_queries.max(1),
+        progress: std::io::stderr().is_terminal(),
+    };
+    let mut model = query_model(&args.run_dir, &args.model)?;
+    let report = embedfleet_query::run(sink.as_ref(), &mut model, &options)?;
+    record_output(&db, &args.output)?;
+    if report.already_done == report.queries {
+        eprintln!(
+            "{} already holds the results of all {} queries; nothing to do",
+            args.output.display(),
+            report.queries
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let l = report.latency;
+    eprintln!(
+        "{} queries ({} done before) into {}: {:.0} queries/s searching (batches of {}, {} in flight), embedding {:.1} s; per request p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
+        report.queries,
+        report.already_done,
+        args.output.display(),
+        report.queries_per_s(),
+        options.batch_size,
+        options.in_flight,
+        report.embed.as_secs_f64(),
+        l.p50_ms,
+        l.p95_ms,
+        l.p99_ms
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// Remembers a query output for `publish`.
+fn record_output(db: &RunDb, output: &Path) -> Result<()> {
+    let path = std::path::absolute(output)?;
+    let mut outputs: Vec<PathBuf> = db.setting(QUERY_OUTPUTS_SETTING)?.unwrap_or_default();
+    if !outputs.contains(&path) {
+        outputs.push(path);
+        db.set_setting(QUERY_OUTPUTS_SETTING, &outputs)?;
+    }
+    Ok(())
+}
+
+pub fn eval(args: &EvalArgs) -> Result<i32> {
+    let db = RunDb::open(&args.run_dir)?;
+    let (sink, _) = open_sink(&args.run_dir, &args.target)?;
+    let queries = match &args.queries {
+        Some(path) => {
+            let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
+            let mut model = query_model(&args.run_dir, &args.model)?;
+            model.embed(&instruction(&args.model), &terms)?
+        }
+        None => embedfleet_query::sample_queries(&db, args.sample.unwrap_or(100), args.seed)?,
+    };
+    let options = EvalOptions {
+        collection: args.collection.clone(),
+        k: args.top_k.max(1),
+        efs: args.ef.clone(),
+        filters: args.filters.clone(),
+        batch_size: args.batch_size.max(1),
+        in_flight: args.in_flight.max(1),
+    };
+    let report = embedfleet_query::eval(sink.as_ref(), &db, &queries, &options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", embedfleet_query::render(&report));
+    }
+    let plot = args
+        .plot
+        .clone()
+        .unwrap_or_else(|| embedfleet_query::eval::default_plot_path(&args.run_dir));
+    embedfleet_query::write_recall_plot(&report, &plot)
+        .map_err(|e| anyhow::anyhow!("failed to write {}: {e}", plot.display()))?;
+    eprintln!("wrote {}", plot.display());
+    Ok(exit::SUCCESS)
+}
+
+/// `tune --queries`: the query workload's batch size and requests in flight.
+pub fn tune_queries(args: &TuneArgs) -> Result<i32> {
+    let db = RunDb::open(&args.run_dir)?;
+    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+    let options = QueryTuneOptions::new(&args.collection);
+    let report = tune::tune_queries(sink.as_ref(), &db, &options)?;
+    print!("{}", tune::markdown(&report));
+    let saved = TunedQueries {
+        sink: kind.into(),
+        batch_size: report.batch_size,
+        in_flight: report.in_flight,
+        queries_per_s: report.queries_per_s,
+    };
+    db.set_setting(TUNED_QUERIES_SETTING, &saved)?;
+    eprintln!(
+        "chosen: {} queries a request, {} in flight ({:.0} queries/s into the {kind} sink); saved in run.db, `embedfleet query` uses it",
+        report.batch_size, report.in_flight, report.queries_per_s
+    );
+    Ok(exit::SUCCESS)
+}
+
+pub fn publish(args: &PublishArgs) -> Result<i32> {
+    let db = RunDb::open(&args.run_dir)?;
+    let mut options = embedfleet_publish::PublishOptions::new(&args.run_dir, &args.out);
+    options.target_shard_bytes = args.target_shard_mb.max(1) * 1_000_000;
+    options.allow_partial = args.allow_partial;
+    options.with_text = args.with_text;
+    options.license = args.license.clone();
+    options.progress = std::io::stderr().is_terminal();
+    options.query_results = if args.query_results.is_empty() {
+        let recorded: Vec<PathBuf> = db.setting(QUERY_OUTPUTS_SETTING)?.unwrap_or_default();
+        recorded.into_iter().filter(|p| p.is_file()).collect()
+    } else {
+        args.query_results.clone()
+    };
+    options.report_table = embedfleet_orchestrator::report::load(&args.run_dir)
+        .ok()
+        .filter(|r| r.summary.is_some())
+        .map(|r| embedfleet_orchestrator::report::render(&r));
+    let eval_md = RunLayout::new(&args.run_dir).eval_dir().join("latest.md");
+    options.eval_summary = std::fs::read_to_string(eval_md).ok();
+    options.instruction = Some(embedfleet_embed::DEFAULT_INSTRUCTION.to_string());
+    options.commands = db.setting(super::HISTORY_SETTING)?.unwrap_or_default();
+    let report = embedfleet_publish::publish(&options)
+        .with_context(|| format!("failed to publish into {}", args.out.display()))?;
+    eprintln!(
+        "published {} rows in {} files ({:.1} MB{}) into {}{}",
+        report.rows,
+        report.files,
+        report.bytes as f64 / 1e6,
+        if report.reused > 0 {
+            format!(", {} files reused from a killed run", report.reused)
+        } else {
+            String::new()
+        },
+        report.out.display(),
+        if report.partial {
+            "; PARTIAL: the card lists what is missing"
+        } else {
+            ""
+        }
+    );
+    Ok(if report.partial {
+        exit::PARTIAL
+    } else {
+        exit::SUCCESS
+    })
+}
