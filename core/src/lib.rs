@@ -18,6 +18,7 @@ pub mod rundb;
 pub mod settings;
 pub mod shardfile;
 pub mod state;
+pub mod synthetic;
 
 pub use layout::RunLayout;
 pub use paper::{BatchId, Paper};

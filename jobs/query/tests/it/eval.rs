@@ -2,75 +2,25 @@
 //! (small graph, tiny ef) over a few thousand points gives less; a filter passing ~1 % of the
 //! points is evaluated against the same filter's exact answers.
 
-use embedfleet_core::rundb::{RunDb, ShardRow};
-use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
-use embedfleet_core::{BatchId, Paper};
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::synthetic::SyntheticRun;
 use embedfleet_query::{eval, sample_queries, EvalOptions};
 use embedfleet_upload::{upload, HnswParams, QdrantEdge, Sink, UploadOptions};
 use std::path::Path;
 
-/// A run directory with `points` random unit vectors of `dim` in shards of 1,000 rows; one
-/// paper in 100 has the year 2001, the others 2010..2019.
+/// A run directory of `points` random unit vectors of `dim`; one paper in 100 has the year
+/// 2001, the others 2010..2019.
 fn synthetic_run(dir: &Path, points: usize, dim: usize) {
-    let db = RunDb::create(dir).unwrap();
-    db.conn()
-        .execute_batch(
-            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 's', 1, 1, 'e');
-             INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state)
-                 VALUES (1, 1, 0, 's', 1, 1, 'done');",
-        )
-        .unwrap();
-    std::fs::create_dir_all(dir.join("shards")).unwrap();
-    let meta = ShardMeta {
-        model: "synthetic".into(),
-        model_revision: "0".into(),
-        compute_dtype: "f32".into(),
-        pooling: "last_token".into(),
-        normalized: true,
-        dim,
-        embedfleet_version: "test".into(),
-        timings: None,
-    };
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut vector = vec![0f32; dim];
-    for (part, first) in (0..points).step_by(1000).enumerate() {
-        let rel = format!("shards/b000001-{part:04}.parquet");
-        let mut w = ShardWriter::create(&dir.join(&rel), VectorDtype::F32, &meta).unwrap();
-        for i in first..(first + 1000).min(points) {
-            for v in vector.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *v = (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
-            }
-            let norm = vector.iter().map(|a| a * a).sum::<f32>().sqrt();
-            vector.iter_mut().for_each(|a| *a /= norm);
-            let year = if i % 100 == 7 { 2001 } else { 2010 + i % 10 };
-            let paper = Paper {
-                id: format!("W{i:08}"),
-                created: Some(format!("{year}-01-01")),
-                source: Some("s2orc".into()),
-                ..Paper::default()
-            };
-            let row = Row {
-                paper: &paper,
-                vector: &vector,
-                n_chars: 1,
-                n_tokens: 1,
-                n_chunks: 1,
-            };
-            w.push(&row).unwrap();
-        }
-        let info = w.finish().unwrap();
-        let shard = ShardRow {
-            batch_id: BatchId(1),
-            part: part as u32,
-            path: rel,
-            rows: info.rows,
-            sha256: info.sha256,
+    let mut run = SyntheticRun::new(points, dim, 1000);
+    run.payload = |i| {
+        let year = if i % 100 == 7 {
+            2001
+        } else {
+            2010 + (i % 10) as i64
         };
-        db.record_shard(&shard).unwrap();
-    }
+        (year, "s2orc")
+    };
+    run.write(dir).unwrap();
 }
 
 #[test]
