@@ -1,46 +1,39 @@
-//! The dataset card (`README.md`, with the YAML header the Hugging Face Hub reads) and
-//! `manifest.json`: the facts a user of the embeddings needs, from run.db and the data files.
+//! The dataset card, `README.md`: the YAML header the Hugging Face Hub reads (licence, configs,
+//! size category, task), then what a user of the vectors needs to know — which model made
+//! them and how, how many papers and which are missing, how the run was made, its timings and
+//! recall. The card holds nothing that changes between two publishes of the same shards.
 
-use crate::data::{DataFile, Written};
-use crate::{MissingBatch, PublishError, PublishOptions};
-use embedfleet_core::rundb::RunDb;
-use serde_json::json;
-use std::collections::BTreeMap;
+use crate::error::MissingBatch;
+use crate::manifest::FileEntry;
+use crate::run::Source;
+use crate::PublishOptions;
+use embedfleet_core::rundb::RunStatus;
 use std::fmt::Write as _;
 
 /// Everything the card and the manifest say.
 pub struct Facts<'a> {
-    pub written: &'a Written,
-    pub queries: &'a [DataFile],
+    pub source: &'a Source,
+    pub data: &'a [FileEntry],
+    pub queries: &'a [FileEntry],
     pub missing: &'a [MissingBatch],
-    pub rows: u64,
-    pub papers_planned: u64,
-    pub papers_quarantined: u64,
-    pub quarantined_by_reason: BTreeMap<String, u64>,
+    pub status: RunStatus,
 }
 
-impl<'a> Facts<'a> {
-    pub fn gather(
-        db: &RunDb,
-        written: &'a Written,
-        queries: &'a [DataFile],
-        missing: &'a [MissingBatch],
-    ) -> Result<Self, PublishError> {
-        let status = db.status()?;
-        Ok(Facts {
-            written,
-            queries,
-            missing,
-            rows: written.files.iter().map(|f| f.rows).sum(),
-            papers_planned: status.papers_planned,
-            papers_quarantined: status.papers_quarantined,
-            quarantined_by_reason: status.quarantined_by_reason.into_iter().collect(),
-        })
+impl Facts<'_> {
+    /// Rows in the data files.
+    pub fn rows(&self) -> u64 {
+        self.data.iter().map(|f| f.rows).sum()
     }
 
-    fn meta(&self, key: &str) -> &str {
+    /// Papers of the missing batches not in any parquet shard.
+    pub fn papers_missing(&self) -> u64 {
+        self.missing.iter().map(|b| b.missing).sum()
+    }
+
+    /// A shard metadata value (`embedfleet.<key>`), `unknown` when the shards lack it.
+    pub fn meta(&self, key: &str) -> &str {
         let key = format!("embedfleet.{key}");
-        self.written
+        self.source
             .meta
             .iter()
             .find(|(k, _)| *k == key)
@@ -48,25 +41,44 @@ impl<'a> Facts<'a> {
     }
 }
 
-/// The Hub's size buckets.
+/// The Hub's size buckets (`size_categories`).
 pub fn size_category(rows: u64) -> &'static str {
-    match rows {
-        0..1_000 => "n<1K",
-        1_000..10_000 => "1K<n<10K",
-        10_000..100_000 => "10K<n<100K",
-        100_000..1_000_000 => "100K<n<1M",
-        1_000_000..10_000_000 => "1M<n<10M",
-        10_000_000..100_000_000 => "10M<n<100M",
-        100_000_000..1_000_000_000 => "100M<n<1B",
-        _ => "n>1T",
+    const BUCKETS: [(u64, &str); 10] = [
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+        (100_000_000, "10M<n<100M"),
+        (1_000_000_000, "100M<n<1B"),
+        (10_000_000_000, "1B<n<10B"),
+        (100_000_000_000, "10B<n<100B"),
+        (1_000_000_000_000, "100B<n<1T"),
+    ];
+    BUCKETS
+        .iter()
+        .find(|(below, _)| rows < *below)
+        .map_or("n>1T", |(_, name)| name)
+}
+
+/// A YAML scalar: plain when it is a simple id, else a double-quoted (JSON) string.
+fn yaml_scalar(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+    if plain {
+        text.to_string()
+    } else {
+        serde_json::to_string(text).expect("a string serialises. This is a bug.")
     }
 }
 
 fn yaml_header(facts: &Facts, options: &PublishOptions) -> String {
     let mut out = format!(
         "---\nlicense: {}\ntask_categories:\n- feature-extraction\ntags:\n- embeddings\n- embedfleet\nsize_categories:\n- {}\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/*.parquet\n",
-        options.license,
-        size_category(facts.rows)
+        yaml_scalar(&options.license),
+        size_category(facts.rows())
     );
     if !facts.queries.is_empty() {
         out.push_str(
@@ -77,105 +89,130 @@ fn yaml_header(facts: &Facts, options: &PublishOptions) -> String {
     out
 }
 
-/// The card: YAML header, then what the vectors are, how many, what is missing, how they were
-/// made, timings and recall.
+/// Markdown table cell text: `|` would end the cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// The card (see the module docs).
 pub fn render(facts: &Facts, options: &PublishOptions) -> String {
     let mut out = yaml_header(facts, options);
-    let w = facts.written;
+    let model = facts.meta("model");
     let _ = write!(
         out,
-        "\n# Embeddings of {model}\n\n{rows} papers embedded with `{model}` (revision `{revision}`), made by embedfleet {version}.\n\n| | |\n|---|---|\n| model | `{model}` |\n| model revision | `{revision}` |\n| pooling | {pooling} |\n| normalised (L2) | {normalized} |\n| dimension | {dim} |\n| stored as | {vtype} |\n| computed in | {compute} |\n| query instruction | {instruction} |\n\nColumns: `id` (the corpus id), `embedding`, `n_chars`, `n_tokens`, `n_chunks` (papers longer than the model's context are embedded in chunks and combined, never cut), `source`, `created`, `added`, `version`, `extra`{text}.\n",
-        model = facts.meta("model"),
-        revision = facts.meta("model_revision"),
-        version = facts.meta("version"),
-        rows = facts.rows,
-        pooling = facts.meta("pooling"),
-        normalized = facts.meta("normalized"),
-        dim = w.dim,
-        vtype = w.vector_type,
-        compute = facts.meta("compute_dtype"),
-        instruction = options
-            .instruction
-            .as_deref()
-            .map_or("none".to_string(), |i| format!("`Instruct: {i}\\nQuery:{{query}}`")),
-        text = if options.with_text { ", `text`" } else { "" },
+        "\n# Embeddings of {model}\n\n{} papers embedded with `{model}` by embedfleet {}{}.\n",
+        facts.rows(),
+        facts.meta("version"),
+        if facts.missing.is_empty() {
+            ""
+        } else {
+            " — **partial**: see Counts for the batches missing"
+        }
     );
+    vectors(&mut out, facts, options);
     counts(&mut out, facts);
+    columns(&mut out, options);
     if !facts.queries.is_empty() {
         let rows: u64 = facts.queries.iter().map(|q| q.rows).sum();
-        let _ = write!(out, "\n## Queries\n\nThe `queries` config: {rows} result rows (`term`, `query_id`, `rank`, `paper_id`, `score`, `year`, `source`) in {} file(s).\n", facts.queries.len());
+        let _ = write!(
+            out,
+            "\n## Queries\n\nThe `queries` config: {rows} rows of query results in {} file(s) under `queries/`, as `embedfleet query` wrote them.\n",
+            facts.queries.len()
+        );
     }
+    made(&mut out, options);
+    out.push_str("\n## Files\n\n`data/*.parquet` (`embedfleet.*` key-value metadata on each file says how the vectors were made), `manifest.json` (every file with its rows, bytes and SHA-256; the counts), `SHA256SUMS` (check the folder with `sha256sum -c SHA256SUMS`).\n\n```python\nfrom datasets import load_dataset\nds = load_dataset(\"parquet\", data_dir=\"data\", split=\"train\")  # or the Hub repository's name\n```\n");
+    out
+}
+
+fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
+    let instruction = options
+        .instruction
+        .as_deref()
+        .map_or_else(|| "none recorded".to_string(), |i| format!("`{}`", cell(i)));
+    let _ = write!(
+        out,
+        "\n## Vectors\n\n| | |\n|---|---|\n| model | `{}` |\n| model revision | `{}` |\n| pooling | {} |\n| L2-normalised | {} |\n| dimension | {} |\n| stored as | {} |\n| computed in | {} |\n| query instruction | {instruction} |\n| embedfleet version | {} |\n",
+        cell(facts.meta("model")),
+        cell(facts.meta("model_revision")),
+        cell(facts.meta("pooling")),
+        cell(facts.meta("normalized")),
+        facts.source.dim,
+        facts.source.vector_type(),
+        cell(facts.meta("compute_dtype")),
+        cell(facts.meta("version")),
+    );
+    out.push_str("\nPapers are embedded as they are, with no instruction; a query is embedded as `Instruct: <query instruction>\\nQuery:<query>` (Qwen3-Embedding's format). Papers longer than the model's context are embedded in chunks and combined (`n_chunks`), never cut.\n");
+}
+
+fn counts(out: &mut String, facts: &Facts) {
+    let s = &facts.status;
+    let _ = write!(
+        out,
+        "\n## Counts\n\n| | |\n|---|---|\n| papers planned | {} |\n| papers embedded (rows) | {} |\n| papers quarantined | {} |\n",
+        s.papers_planned,
+        facts.rows(),
+        s.papers_quarantined
+    );
+    for (reason, n) in &s.quarantined_by_reason {
+        let _ = writeln!(out, "| quarantined: {} | {n} |", cell(reason));
+    }
+    let _ = writeln!(out, "| batches | {} |", s.batches);
+    for (state, n) in &s.batches_by_state {
+        let _ = writeln!(out, "| batches {} | {n} |", cell(state));
+    }
+    let _ = writeln!(out, "| papers missing | {} |", facts.papers_missing());
+    if facts.missing.is_empty() {
+        out.push_str("\nEvery planned batch is embedded: each planned paper is a row or quarantined (the reasons above).\n");
+        return;
+    }
+    let planned: u64 = facts.missing.iter().map(|b| b.papers).sum();
+    let _ = write!(
+        out,
+        "\n**Partial.** {} batch(es) are not done or fall short; {} of their {planned} papers are missing from this dataset:\n\n",
+        facts.missing.len(),
+        facts.papers_missing()
+    );
+    for b in facts.missing {
+        let _ = writeln!(out, "- {b}");
+    }
+}
+
+fn columns(out: &mut String, options: &PublishOptions) {
+    let _ = write!(
+        out,
+        "\n## Columns\n\n| column | what |\n|---|---|\n| `id` | the paper's corpus id |\n| `embedding` | the vector |\n| `n_chars` | characters of the paper's text |\n| `n_tokens` | tokens the model read |\n| `n_chunks` | pieces the paper was embedded in (1 when it fit the context) |\n| `source`, `created`, `added`, `version` | the corpus record's fields |\n| `extra` | other kept fields, as a JSON object |\n{}",
+        if options.with_text {
+            "| `text` | the paper's full text, as embedded |\n"
+        } else {
+            ""
+        }
+    );
+}
+
+fn made(out: &mut String, options: &PublishOptions) {
     if !options.commands.is_empty() {
         out.push_str("\n## How it was made\n\n```sh\n");
         for c in &options.commands {
-            let _ = writeln!(out, "{c}");
+            let _ = writeln!(out, "{}", c.trim_end());
         }
         out.push_str("```\n");
     }
     if let Some(table) = &options.report_table {
-        let _ = write!(out, "\n## Timings\n\n```text\n{}\n```\n", table.trim_end());
+        let _ = write!(
+            out,
+            "\n## Timings\n\n```text\n{}\n```\n",
+            table.trim_end().replace("```", "'''")
+        );
     }
     if let Some(eval) = &options.eval_summary {
         let _ = write!(out, "\n## Recall\n\n{}\n", eval.trim_end());
     }
-    out.push_str("\n## Files\n\n`SHA256SUMS` lists every file (`sha256sum -c SHA256SUMS`); `manifest.json` lists them with their rows.\n");
-    out
-}
-
-fn counts(out: &mut String, facts: &Facts) {
-    let _ = write!(
-        out,
-        "\n## Counts\n\n| | |\n|---|---|\n| papers planned | {} |\n| papers embedded (rows) | {} |\n| papers quarantined | {} |\n",
-        facts.papers_planned, facts.rows, facts.papers_quarantined
-    );
-    for (reason, n) in &facts.quarantined_by_reason {
-        let _ = writeln!(out, "| quarantined: {reason} | {n} |");
-    }
-    if facts.missing.is_empty() {
-        out.push_str("\nEvery planned batch is embedded.\n");
-        return;
-    }
-    let papers: u64 = facts.missing.iter().map(|b| b.papers).sum();
-    let _ = write!(
-        out,
-        "\n**Partial:** {} batch(es) are missing, {papers} papers in all:\n\n",
-        facts.missing.len()
-    );
-    for b in facts.missing {
-        let _ = writeln!(out, "- batch {} ({}, {} papers)", b.id, b.state, b.papers);
-    }
-}
-
-/// `manifest.json`.
-pub fn manifest(facts: &Facts, options: &PublishOptions) -> String {
-    let model: BTreeMap<&str, &str> = facts
-        .written
-        .meta
-        .iter()
-        .map(|(k, v)| (k.trim_start_matches("embedfleet."), v.as_str()))
-        .collect();
-    let value = json!({
-        "format_version": 1,
-        "license": options.license,
-        "model": model,
-        "dim": facts.written.dim,
-        "vector_type": facts.written.vector_type,
-        "rows": facts.rows,
-        "papers_planned": facts.papers_planned,
-        "papers_quarantined": facts.papers_quarantined,
-        "quarantined_by_reason": facts.quarantined_by_reason,
-        "partial": !facts.missing.is_empty(),
-        "missing_batches": facts.missing,
-        "with_text": options.with_text,
-        "data_files": facts.written.files,
-        "query_files": facts.queries,
-    });
-    serde_json::to_string_pretty(&value).expect("the manifest serialises. This is a bug.")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::size_category;
+    use super::*;
 
     #[test]
     fn size_categories_follow_the_hub_buckets() {
@@ -183,5 +220,14 @@ mod tests {
         assert_eq!(size_category(999), "n<1K");
         assert_eq!(size_category(1_000), "1K<n<10K");
         assert_eq!(size_category(8_300_000), "1M<n<10M");
+        assert_eq!(size_category(100_000_000), "100M<n<1B");
+        assert_eq!(size_category(5_000_000_000_000), "n>1T");
+    }
+
+    #[test]
+    fn licences_that_are_not_plain_ids_are_quoted() {
+        assert_eq!(yaml_scalar("odc-by"), "odc-by");
+        assert_eq!(yaml_scalar("cc-by-4.0"), "cc-by-4.0");
+        assert_eq!(yaml_scalar("a: b"), "\"a: b\"");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! <out>/data/train-00000-of-0000N.parquet   the parquet shards' rows, re-chunked to a target size
-//! <out>/queries/*.parquet                   query results, when the run has them
+//! <out>/queries/*.parquet                   query results, when given
 //! <out>/README.md                           the dataset card (YAML header the Hub reads)
 //! <out>/manifest.json                       files, counts, model facts, what is missing
 //! <out>/SHA256SUMS                          `sha256sum -c SHA256SUMS` verifies the folder
@@ -11,17 +11,28 @@
 //!
 //! Atomic and resumable: the folder is built in `<out>.partial/` and renamed to `<out>` only
 //! when complete, so a folder that looks complete always is. How rows are split into data files
-//! depends only on the parquet shards' row counts, the vector size and the target, so a killed
-//! publish run again keeps the data files it finished (checked against their footers).
+//! depends only on the parquet shards (order, rows, checksums), the vector size, `with_text`
+//! and the target, so a killed publish run again keeps the data files it finished — each
+//! checked against its footer (rows, and a recipe naming the shard slices it was made of).
+//!
+//! Publishing over an `out` that an earlier publish of the same run made rebuilds the folder
+//! in `<out>.partial/` and then replaces `out` (the data files are written again: the shards
+//! may have changed since); over any other existing folder is refused.
 
 mod card;
 mod data;
+mod error;
+mod folder;
+mod manifest;
+mod plan;
+mod run;
 
-use embedfleet_core::rundb::{RunDb, RunDbError};
-use serde::Serialize;
-use std::path::{Path, PathBuf};
+use embedfleet_core::rundb::RunDb;
+use std::path::PathBuf;
 
-pub use data::DataFile;
+pub use error::{MissingBatch, PublishError};
+pub use folder::staging_dir;
+pub use manifest::{FileEntry, MANIFEST_FORMAT_VERSION};
 
 /// Size of each data file when not told otherwise, in MB.
 pub const DEFAULT_TARGET_SHARD_MB: u64 = 500;
@@ -41,18 +52,20 @@ pub struct PublishOptions {
     pub with_text: bool,
     /// The card's licence (a Hub licence id).
     pub license: String,
-    /// The report's timing table, as text.
+    /// The report's timing table, as preformatted text.
     pub report_table: Option<String>,
     /// The last eval's recall table, as markdown.
     pub eval_summary: Option<String>,
     /// The query instruction, for the card.
     pub instruction: Option<String>,
-    /// Query results to copy into `queries/`.
+    /// Query results to copy into `queries/`, as they are.
     pub query_results: Vec<PathBuf>,
     /// The command lines that made the run.
     pub commands: Vec<String>,
+    /// A line on stderr per data file written.
     pub progress: bool,
-    /// Test hook: fail after writing this many data files, as a kill would stop the run.
+    /// Test hook: fail with [`PublishError::Stopped`] before writing more than this many data
+    /// files, as a kill would stop the run.
     #[doc(hidden)]
     pub stop_after_files: Option<usize>,
 }
@@ -84,163 +97,61 @@ pub struct PublishReport {
     pub out: PathBuf,
     /// Data files.
     pub files: usize,
+    /// Rows in the data files.
     pub rows: u64,
     /// Bytes of the whole folder.
     pub bytes: u64,
     /// Data files kept from a killed earlier run.
     pub reused: usize,
+    /// Batches are missing (published with `allow_partial`).
     pub partial: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum PublishError {
-    #[error(transparent)]
-    RunDb(#[from] RunDbError),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Parquet { path: PathBuf, message: String },
-    #[error("the run is not complete: {} — finish it (`embedfleet submit` or `embedfleet run` again), or use --allow-partial to publish what is there", missing.join(", "))]
-    Partial { missing: Vec<String> },
-    #[error("{0} exists and is not a published folder (no manifest.json): choose another --out or remove it")]
-    OutExists(PathBuf),
-    #[error("the run has no parquet shards: embed it first")]
-    NoShards,
-    #[error("stopped after the data files asked for (a test hook)")]
-    Stopped,
-}
-
-impl PublishError {
-    /// Refusals (exit code 4): the run or the folder refused the command.
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            PublishError::Partial { .. } | PublishError::OutExists(_)
-        )
-    }
-}
-
-pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> PublishError + '_ {
-    move |source| PublishError::Io {
-        path: path.into(),
-        source,
-    }
-}
-
-/// A batch that is not done.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MissingBatch {
-    pub id: i64,
-    pub state: String,
-    pub papers: u64,
 }
 
 /// Builds the folder (see the crate docs).
 pub fn publish(options: &PublishOptions) -> Result<PublishReport, PublishError> {
     let db = RunDb::open(&options.run_dir)?;
-    let missing = missing_batches(&db)?;
+    let missing = run::missing_batches(&db)?;
     if !missing.is_empty() && !options.allow_partial {
-        let missing = missing
-            .iter()
-            .map(|b| format!("batch {} is {}", b.id, b.state))
-            .collect();
         return Err(PublishError::Partial { missing });
     }
-    if options.out.exists() && !options.out.join("manifest.json").is_file() {
-        return Err(PublishError::OutExists(options.out.clone()));
-    }
+    let source = run::Source::read(&db)?;
+    folder::check_out(&options.out, &source.plan_sha256)?;
+    let plan = plan::split(&source, options.with_text, options.target_shard_bytes);
+    let data_paths: Vec<String> = plan.files.iter().map(|f| f.path.clone()).collect();
+    let query_paths = folder::query_names(&options.query_results)?;
     let staging = staging_dir(&options.out);
-    let written = data::write_data(&db, options, &staging)?;
-    let queries = data::copy_queries(&options.query_results, &staging)?;
-    let facts = card::Facts::gather(&db, &written, &queries, &missing)?;
-    let card = card::render(&facts, options);
-    write_small(&staging.join("README.md"), card.as_bytes())?;
-    let manifest = card::manifest(&facts, options);
-    write_small(&staging.join("manifest.json"), manifest.as_bytes())?;
-    let bytes = write_sums(&staging)?;
-    replace(&staging, &options.out)?;
+    folder::prepare(&staging, &data_paths, &query_paths)?;
+
+    let reused = data::write_all(&db, &source, &plan, &staging, options)?;
+    let query_rows = folder::copy_queries(&options.query_results, &query_paths, &staging)?;
+    let data_rows: Vec<u64> = plan.files.iter().map(|f| f.rows).collect();
+    let data = manifest::entries(&staging, &data_paths, &data_rows)?;
+    let queries = manifest::entries(&staging, &query_paths, &query_rows)?;
+    let facts = card::Facts {
+        source: &source,
+        data: &data,
+        queries: &queries,
+        missing: &missing,
+        status: db.status()?,
+    };
+    write_small(&staging.join(folder::CARD), &card::render(&facts, options))?;
+    write_small(
+        &staging.join(folder::MANIFEST),
+        &manifest::render(&facts, options),
+    )?;
+    let known: Vec<FileEntry> = data.iter().chain(&queries).cloned().collect();
+    let bytes = folder::write_sums(&staging, &known)?;
+    folder::replace(&staging, &options.out)?;
     Ok(PublishReport {
         out: options.out.clone(),
-        files: written.files.len(),
-        rows: written.files.iter().map(|f| f.rows).sum(),
+        files: data.len(),
+        rows: facts.rows(),
         bytes,
-        reused: written.reused,
+        reused,
         partial: !missing.is_empty(),
     })
 }
 
-/// `<out>.partial`, beside `out`.
-pub fn staging_dir(out: &Path) -> PathBuf {
-    let mut name = out.file_name().unwrap_or_default().to_os_string();
-    name.push(".partial");
-    out.with_file_name(name)
-}
-
-fn missing_batches(db: &RunDb) -> Result<Vec<MissingBatch>, PublishError> {
-    let mut stmt = db
-        .conn()
-        .prepare(
-            "SELECT id, state, n_rows - n_excluded FROM batches WHERE state != 'done' ORDER BY id",
-        )
-        .map_err(|e| db.err(e))?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(MissingBatch {
-                id: r.get(0)?,
-                state: r.get(1)?,
-                papers: r.get(2)?,
-            })
-        })
-        .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>());
-    rows.map_err(|e| db.err(e).into())
-}
-
-fn write_small(path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
-    embedfleet_core::atomic::write(path, bytes).map_err(io(path))
-}
-
-/// Writes `SHA256SUMS` over every file of the folder (sorted, relative paths, `sha256sum`'s
-/// format); returns the folder's size.
-fn write_sums(dir: &Path) -> Result<u64, PublishError> {
-    let mut files = Vec::new();
-    list_files(dir, dir, &mut files)?;
-    files.sort();
-    let (mut sums, mut bytes) = (String::new(), 0u64);
-    for rel in files.iter().filter(|f| f.as_str() != "SHA256SUMS") {
-        let path = dir.join(rel);
-        let sha = embedfleet_core::shardfile::sha256_of(&path).map_err(io(&path))?;
-        bytes += std::fs::metadata(&path).map_err(io(&path))?.len();
-        sums.push_str(&format!("{sha}  {rel}\n"));
-    }
-    write_small(&dir.join("SHA256SUMS"), sums.as_bytes())?;
-    Ok(bytes + sums.len() as u64)
-}
-
-fn list_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), PublishError> {
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        if path.is_dir() {
-            list_files(root, &path, out)?;
-        } else if !path
-            .to_string_lossy()
-            .ends_with(embedfleet_core::atomic::TMP_SUFFIX)
-        {
-            let rel = path
-                .strip_prefix(root)
-                .expect("under the root. This is a bug.");
-            out.push(rel.to_string_lossy().into_owned());
-        }
-    }
-    Ok(())
-}
-
-/// Puts the finished staging folder in place of `out` (an earlier publish of it goes).
-fn replace(staging: &Path, out: &Path) -> Result<(), PublishError> {
-    if out.exists() {
-        std::fs::remove_dir_all(out).map_err(io(out))?;
-    }
-    std::fs::rename(staging, out).map_err(io(out))
+fn write_small(path: &std::path::Path, text: &str) -> Result<(), PublishError> {
+    embedfleet_core::atomic::write(path, text.as_bytes()).map_err(error::io(path))
 }

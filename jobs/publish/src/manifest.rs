@@ -1,0 +1,91 @@
+//! `manifest.json`: the folder described for programs — every file with its rows, bytes and
+//! checksum, the counts, the model, and what is missing. `format_version` goes up when a
+//! change matters; fields are only ever added.
+
+use crate::card::Facts;
+use crate::error::{io, PublishError};
+use crate::PublishOptions;
+use serde::Serialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+/// What `generator` starts with: how a later publish knows a folder is one of ours.
+pub const GENERATOR: &str = "embedfleet publish";
+
+/// One data or query file of the folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileEntry {
+    /// Relative to the folder, with `/`.
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// Sizes and checksums of the files at `rels` (relative to `dir`), with their rows.
+pub fn entries(dir: &Path, rels: &[String], rows: &[u64]) -> Result<Vec<FileEntry>, PublishError> {
+    rels.iter()
+        .zip(rows)
+        .map(|(rel, &rows)| {
+            let path = dir.join(rel);
+            Ok(FileEntry {
+                path: rel.clone(),
+                rows,
+                bytes: std::fs::metadata(&path).map_err(io(&path))?.len(),
+                sha256: embedfleet_core::shardfile::sha256_of(&path).map_err(io(&path))?,
+            })
+        })
+        .collect()
+}
+
+/// `manifest.json`'s text. Holds nothing that changes between two publishes of the same
+/// shards (no time, no paths of this machine), so a resumed publish makes the same bytes.
+pub fn render(facts: &Facts, options: &PublishOptions) -> String {
+    let model: BTreeMap<&str, &str> = facts
+        .source
+        .meta
+        .iter()
+        .map(|(k, v)| (k.trim_start_matches("embedfleet."), v.as_str()))
+        .collect();
+    let status = &facts.status;
+    let value = json!({
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "generator": format!("{GENERATOR} {}", env!("CARGO_PKG_VERSION")),
+        "plan_sha256": facts.source.plan_sha256,
+        "embedfleet_version": facts.meta("version"),
+        "license": options.license,
+        "model": model,
+        "vectors": {
+            "dim": facts.source.dim,
+            "dtype": facts.source.vector_type(),
+            "compute_dtype": facts.meta("compute_dtype"),
+            "pooling": facts.meta("pooling"),
+            "normalized": facts.meta("normalized"),
+        },
+        "query_instruction": options.instruction,
+        "with_text": options.with_text,
+        "rows": facts.rows(),
+        "counts": {
+            "papers_planned": status.papers_planned,
+            "papers_embedded": facts.rows(),
+            "rows_in_shards": status.rows_in_shards,
+            "papers_quarantined": status.papers_quarantined,
+            "quarantined_by_reason": status.quarantined_by_reason,
+            "papers_missing": facts.papers_missing(),
+            "batches": status.batches,
+            "batches_by_state": status.batches_by_state,
+            "shards": status.shards,
+        },
+        "partial": !facts.missing.is_empty(),
+        "missing_batches": facts.missing,
+        "files": facts.data.iter().chain(facts.queries).collect::<Vec<_>>(),
+        "data_files": facts.data.iter().map(|f| &f.path).collect::<Vec<_>>(),
+        "query_files": facts.queries.iter().map(|f| &f.path).collect::<Vec<_>>(),
+    });
+    let mut text =
+        serde_json::to_string_pretty(&value).expect("a JSON value serialises. This is a bug.");
+    text.push('\n');
+    text
+}

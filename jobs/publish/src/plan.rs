@@ -1,0 +1,177 @@
+//! How the shards' rows are split into data files. A pure function of the shards (their order,
+//! row counts and checksums), the vector size, `--with-text` and the target size — so a killed
+//! publish, run again, plans the same files and keeps the ones it finished.
+
+use crate::run::Source;
+use embedfleet_core::rundb::ShardRow;
+use sha2::{Digest, Sha256};
+
+/// Bytes a row carries besides its vector and text (id, counts, corpus metadata), roughly.
+const ROW_OVERHEAD_BYTES: u64 = 64;
+/// Bytes per parquet row group: small enough that a reader (the Hub's viewer, `datasets`)
+/// never holds much of a 500 MB file at once, and the writer neither.
+const ROW_GROUP_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Rows `from..from + rows` of one parquet shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    pub shard: ShardRow,
+    pub from: u64,
+    pub rows: u64,
+}
+
+/// One data file to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePlan {
+    /// Relative to the folder: `data/train-00000-of-0000N.parquet`.
+    pub path: String,
+    pub rows: u64,
+    pub slices: Vec<Slice>,
+    /// What the file is made of (its slices, with the shards' checksums, and whether it has
+    /// text), stored in its metadata: a file from a killed run is kept only when this matches.
+    pub recipe_sha256: String,
+}
+
+/// The data files, and the parquet row-group size to write them with.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub files: Vec<FilePlan>,
+    pub rows_per_group: usize,
+}
+
+/// Estimated bytes of one output row.
+pub fn bytes_per_row(source: &Source, with_text: bool) -> u64 {
+    let text = if with_text { source.text_bytes } else { 0 };
+    (source.dim * source.item_bytes) as u64 + ROW_OVERHEAD_BYTES + text
+}
+
+/// Splits the shards' rows, in order, into files of `max(1, target / bytes per row)` rows.
+pub fn split(source: &Source, with_text: bool, target_bytes: u64) -> Plan {
+    let per_row = bytes_per_row(source, with_text).max(1);
+    let rows_per_file = (target_bytes / per_row).max(1);
+    let total = source.rows();
+    let n_files = total.div_ceil(rows_per_file).max(1);
+    let files = (0..n_files)
+        .map(|i| {
+            let start = i * rows_per_file;
+            let rows = rows_per_file.min(total - start.min(total));
+            let slices = slices(&source.shards, start, rows);
+            FilePlan {
+                path: format!("data/train-{i:05}-of-{n_files:05}.parquet"),
+                rows,
+                recipe_sha256: recipe(&slices, with_text),
+                slices,
+            }
+        })
+        .collect();
+    let rows_per_group = (ROW_GROUP_BYTES / per_row).clamp(1, 1 << 20) as usize;
+    Plan {
+        files,
+        rows_per_group,
+    }
+}
+
+/// The pieces of shards that make rows `start..start + rows` of the run, in order.
+fn slices(shards: &[ShardRow], start: u64, rows: u64) -> Vec<Slice> {
+    let (mut out, mut offset) = (Vec::new(), 0u64);
+    let end = start + rows;
+    for shard in shards {
+        let (lo, hi) = (offset, offset + shard.rows);
+        if hi > start && lo < end {
+            let from = start.max(lo) - lo;
+            out.push(Slice {
+                shard: shard.clone(),
+                from,
+                rows: end.min(hi) - lo - from,
+            });
+        }
+        offset = hi;
+        if offset >= end {
+            break;
+        }
+    }
+    out
+}
+
+fn recipe(slices: &[Slice], with_text: bool) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(if with_text { b"text\n" } else { b"vecs\n" });
+    for s in slices {
+        let line = format!(
+            "{}\t{}\t{}\t{}\n",
+            s.shard.path, s.shard.sha256, s.from, s.rows
+        );
+        hasher.update(line.as_bytes());
+    }
+    format!("{:x}", hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use embedfleet_core::BatchId;
+
+    fn source(rows: &[u64]) -> Source {
+        let shards = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &rows)| ShardRow {
+                batch_id: BatchId(1),
+                part: i as u32,
+                path: format!("shards/b000001-{i:04}.parquet"),
+                rows,
+                sha256: format!("{i}"),
+            })
+            .collect();
+        Source {
+            shards,
+            schema: embedfleet_core::shardfile::schema(8, Default::default()),
+            meta: Vec::new(),
+            dim: 8,
+            item_bytes: 4,
+            text_bytes: 1000,
+            plan_sha256: String::new(),
+        }
+    }
+
+    #[test]
+    fn rows_are_cut_across_shards_in_order_and_every_row_is_in_one_file() {
+        let source = source(&[10, 3, 7]);
+        // 8 * 4 + 64 = 96 bytes a row: 6 rows a file.
+        let plan = split(&source, false, 6 * 96);
+        let rows: Vec<u64> = plan.files.iter().map(|f| f.rows).collect();
+        assert_eq!(rows, [6, 6, 6, 2]);
+        assert_eq!(plan.files[3].path, "data/train-00003-of-00004.parquet");
+        let second: Vec<(u32, u64, u64)> = plan.files[1]
+            .slices
+            .iter()
+            .map(|s| (s.shard.part, s.from, s.rows))
+            .collect();
+        assert_eq!(second, [(0, 6, 4), (1, 0, 2)]);
+        let third: Vec<(u32, u64, u64)> = plan.files[2]
+            .slices
+            .iter()
+            .map(|s| (s.shard.part, s.from, s.rows))
+            .collect();
+        assert_eq!(third, [(1, 2, 1), (2, 0, 5)]);
+    }
+
+    #[test]
+    fn text_makes_rows_bigger_and_the_recipe_differ() {
+        let source = source(&[100]);
+        let plain = split(&source, false, 10_000);
+        let text = split(&source, true, 10_000);
+        assert!(text.files.len() > plain.files.len());
+        assert_ne!(
+            plain.files[0].recipe_sha256,
+            split(&source, true, 10_000_000).files[0].recipe_sha256
+        );
+    }
+
+    #[test]
+    fn a_tiny_target_still_puts_one_row_in_a_file() {
+        let plan = split(&source(&[3]), false, 1);
+        assert_eq!(plan.files.len(), 3);
+        assert_eq!(plan.rows_per_group, (ROW_GROUP_BYTES / 96) as usize);
+    }
+}
