@@ -8,6 +8,9 @@ use candle_core::Device;
 
 use crate::error::{ModelError, ModelResult};
 
+/// True when this binary was built with the `cuda` feature (it can run on GPUs).
+pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
+
 /// One compute device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {

@@ -16,17 +16,19 @@ pub mod memory;
 pub mod qwen3;
 pub mod tiny;
 pub mod tokenizer;
+pub mod verify;
 pub mod vocab;
 pub mod weights;
 
 pub use candle_core::DType;
 pub use config::Config;
-pub use device::{parse_devices, DeviceSpec};
+pub use device::{parse_devices, DeviceSpec, CUDA_BUILD};
 pub use embedder::{matryoshka, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE};
 pub use error::{is_out_of_memory, ModelError, ModelResult};
 pub use memory::{estimate_memory, MemoryEstimate};
 pub use tiny::{tiny_config, write_tiny_model, write_tiny_model_with, TinyModelOptions};
 pub use tokenizer::{format_query, Tokenizer, EOS_TOKEN};
+pub use verify::{verify_model_dir, ModelSummary};
 
 use attention::SeqSpan;
 

@@ -126,6 +126,30 @@ impl Weights {
             .map_err(load_err)
     }
 
+    /// The stored shape of `name` (or `model.{name}`), read from the header: nothing is loaded.
+    pub fn shape_of(&self, name: &str) -> ModelResult<Vec<usize>> {
+        let (stored, index) = self.resolve(name)?;
+        let (path, st) = &self.files[index];
+        match st {
+            Source::Mmap(st) => {
+                st.get(stored)
+                    .map(|view| view.shape().to_vec())
+                    .map_err(|source| ModelError::TensorLoad {
+                        name: stored.to_string(),
+                        path: path.clone(),
+                        source: Box::new(source),
+                    })
+            }
+            Source::Memory(map) => Ok(map[stored].dims().to_vec()),
+        }
+    }
+
+    /// The weight files and how many tensors they hold.
+    pub fn files(&self) -> (Vec<PathBuf>, usize) {
+        let paths = self.files.iter().map(|(p, _)| p.clone()).collect();
+        (paths, self.routing.len())
+    }
+
     fn resolve<'a>(&'a self, name: &str) -> ModelResult<(&'a str, usize)> {
         let prefixed = format!("model.{name}");
         for candidate in [name, prefixed.as_str()] {

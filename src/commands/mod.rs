@@ -3,6 +3,7 @@
 
 mod embed;
 mod plan;
+mod preflight;
 mod query;
 mod report;
 mod run;
@@ -84,9 +85,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 
 /// The exit code of an error (README, "Exit codes").
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    let refused = err
-        .downcast_ref::<PlanError>()
-        .is_some_and(PlanError::is_refusal)
+    let refused = err.downcast_ref::<preflight::Refused>().is_some()
+        || err
+            .downcast_ref::<PlanError>()
+            .is_some_and(PlanError::is_refusal)
         || err
             .downcast_ref::<embedfleet_upload::UploadRunError>()
             .is_some_and(embedfleet_upload::UploadRunError::is_refusal)

@@ -1,5 +1,6 @@
 //! `submit`, `pause`, `resume`, `queues`, `status`: the scheduler-facing commands.
 
+use super::preflight;
 use crate::cli::{
     BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
     SubmitArgs,
@@ -51,6 +52,12 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         shard_papers: args.shard_papers,
         memory_limit: None,
     };
+    let setup = preflight::JobSetup {
+        binary: config.scheduler.script.embedfleet.as_deref(),
+        devices: &job.devices,
+        model_dir: &job.model.model_dir,
+    };
+    preflight::check_submit(&RunDb::open(&args.run_dir)?, &setup)?;
     let mut queues =
         (!args.queues.is_empty()).then(|| args.queues.iter().cloned().collect::<BTreeMap<_, _>>());
     if queues.is_none() && local && RunDb::open(&args.run_dir)?.queue_caps()?.is_empty() {

@@ -363,7 +363,8 @@ fn submit_refuses_bad_queues_templates_and_missing_commands() {
         "[scheduler]\nbackend = \"slurm\"\n[scheduler.slurm.sbatch]\npath = \"/nonexistent/sbatch\"\n",
     )
     .unwrap();
-    let out = t.run(&[&base[..], &["--config", "nosbatch.toml"]].concat(), 1);
+    let nosbatch = ["--config", "nosbatch.toml", "--devices", "cpu"];
+    let out = t.run(&[&base[..], &nosbatch].concat(), 1);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("/nonexistent/sbatch") && err.contains("not found"),
@@ -397,6 +398,8 @@ fn submit_to_an_unknown_slurm_partition_is_a_clear_error() {
             "model",
             "--queue",
             "nosuchpartition=2",
+            "--devices",
+            "cpu",
             "--poll-interval",
             "0.2",
         ],
@@ -521,4 +524,82 @@ fn submit_settles_jobs_a_crash_left_unrecorded() {
     );
     assert_eq!(b2[0].1, "completed");
     assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
+}
+
+#[test]
+fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
+    let t = TestDir::new();
+    t.plan_with_model(16, 8);
+    let slurm = slurm_up("submit_refuses_a_setup_every_job_would_fail_on_before_sending_any");
+    let queued = || {
+        let out = Command::new("squeue").args(["-h", "-o", "%i"]).output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+            .unwrap_or(0)
+    };
+    let before = if slurm { queued() } else { 0 };
+    // A CPU build with the cluster's default devices (cuda:0..3): refused, exit 4, no job.
+    let (backend, queue) = if slurm {
+        ("slurm", "debug=2")
+    } else {
+        ("local", "local=2")
+    };
+    let args = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        backend,
+        "--model-dir",
+        "model",
+        "--queue",
+        queue,
+    ];
+    let mut args = args.to_vec();
+    if !slurm {
+        args.extend(["--devices", "cuda:0,1"]);
+    }
+    let out = t.run(&args, 4);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("CPU build") && err.contains("[scheduler.script] embedfleet"),
+        "{err}"
+    );
+    assert_eq!(jobs_submitted(&t), 0);
+    if slurm {
+        assert_eq!(queued(), before, "nothing reached Slurm");
+    }
+    // A broken model directory: refused, naming the file.
+    std::fs::write(t.join("model/config.json"), "{ not json").unwrap();
+    let broken = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "model",
+        "--queue",
+        "local=1",
+        "--devices",
+        "cpu",
+    ];
+    let out = t.run(&broken, 4);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("config.json"), "{err}");
+    assert_eq!(jobs_submitted(&t), 0);
+    // Another model than the one the run recorded: refused, vectors would mix.
+    t.run(&["make-tiny-model", "--out", "other", "--seed", "1"], 0);
+    let other = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "other",
+        "--queue",
+        "local=1",
+        "--devices",
+        "cpu",
+    ];
+    let out = t.run(&other, 4);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("two models would mix"), "{err}");
+    assert_eq!(jobs_submitted(&t), 0);
 }

@@ -1,0 +1,139 @@
+//! What `submit` checks before it sends the first job: a setup that would make every job fail
+//! the same way (a CPU build asked for GPUs, a missing job binary, a broken model directory, a
+//! missing batch file, another model than the run's) is refused with exit code 4 and nothing
+//! reaches a queue.
+
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::state::BatchState;
+use embedfleet_models::{DeviceSpec, CUDA_BUILD};
+use std::path::{Path, PathBuf};
+
+/// The run.db setting holding the model the run's vectors come from.
+pub const MODEL_SETTING: &str = "model";
+
+/// A setup refused before any job: every problem, each saying what to do.
+#[derive(Debug)]
+pub struct Refused {
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nothing was submitted; fix these first (`embedfleet doctor` on a compute node checks a node):")?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The model a run was embedded with: its directory and fingerprint.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunModel {
+    pub dir: PathBuf,
+    pub fingerprint: String,
+}
+
+/// What the jobs of a submit will run.
+pub struct JobSetup<'a> {
+    /// `[scheduler.script] embedfleet`, or `None` for this very binary.
+    pub binary: Option<&'a str>,
+    pub devices: &'a str,
+    pub model_dir: &'a Path,
+}
+
+/// Checks `setup` against this build and the run; records the model's fingerprint the first
+/// time.
+pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
+    let mut problems = Vec::new();
+    match embedfleet_embed::parse_devices(setup.devices) {
+        Err(e) => problems.push(format!("--devices: {e}")),
+        Ok(devices) => {
+            let gpus = devices.iter().any(|d| matches!(d, DeviceSpec::Cuda(_)));
+            check_binary(setup.binary, gpus, setup.devices, &mut problems);
+        }
+    }
+    match embedfleet_models::verify_model_dir(setup.model_dir) {
+        Err(e) => problems.push(format!(
+            "the model directory {} is not usable: {e} (README, \"The model, offline\")",
+            setup.model_dir.display()
+        )),
+        Ok(_) => check_model(db, setup.model_dir, &mut problems),
+    }
+    check_batch_files(db, &mut problems);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Refused { problems })
+    }
+}
+
+fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut Vec<String>) {
+    match binary {
+        None if gpus && !CUDA_BUILD => problems.push(format!(
+            "this embedfleet is a CPU build and every job would run it with --devices {devices}: \
+             point `[scheduler.script] embedfleet` in the run config at a CUDA build, or use --devices cpu"
+        )),
+        None => {}
+        Some(path) if path.contains('/') => {
+            let ok = std::fs::metadata(path)
+                .map(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+                .unwrap_or(false);
+            if !ok {
+                problems.push(format!(
+                    "`[scheduler.script] embedfleet = \"{path}\"` is not an executable file here; the jobs would not start"
+                ));
+            }
+        }
+        // A bare name is looked up on the compute node's PATH, which may differ from ours.
+        Some(_) => {}
+    }
+}
+
+/// The model's fingerprint against the one the run's parquet shards were made with.
+fn check_model(db: &RunDb, dir: &Path, problems: &mut Vec<String>) {
+    let model = RunModel {
+        dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        fingerprint: embedfleet_embed::model_revision(dir),
+    };
+    let stored: Option<RunModel> = db.setting(MODEL_SETTING).ok().flatten();
+    match stored {
+        Some(s) if s.fingerprint != model.fingerprint => problems.push(format!(
+            "the run's parquet shards were made with {} (fingerprint {}), --model-dir {} is {}: \
+             vectors of two models would mix; use the run's model, or plan into a new run directory",
+            s.dir.display(),
+            s.fingerprint,
+            model.dir.display(),
+            model.fingerprint
+        )),
+        Some(_) => {}
+        None => {
+            if let Err(e) = db.set_setting(MODEL_SETTING, &model) {
+                problems.push(format!("could not record the model in run.db: {e}"));
+            }
+        }
+    }
+}
+
+fn check_batch_files(db: &RunDb, problems: &mut Vec<String>) {
+    let mut missing = Vec::new();
+    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
+        for id in db.batch_ids(state).unwrap_or_default() {
+            let Ok(Some(batch)) = db.batch(embedfleet_core::BatchId(id)) else {
+                continue;
+            };
+            if !db.dir().join(&batch.path).is_file() {
+                missing.push(batch.path);
+            }
+        }
+    }
+    if let Some(first) = missing.first() {
+        problems.push(format!(
+            "{} batch file(s) are missing from the run directory ({first}, ...): the jobs could not read them; \
+             was the run directory moved without batches/?",
+            missing.len()
+        ));
+    }
+}
