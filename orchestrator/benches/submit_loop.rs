@@ -65,6 +65,7 @@ fn main() {
         embed_args: Vec::new(),
         exe: fake,
         progress: false,
+        trial: None,
     };
     let t = Instant::now();
     let report = submit(&options).unwrap();

@@ -49,6 +49,11 @@ pub struct SubmitArgs {
     /// Print the job scripts the first round would submit; submit nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Run one trial job (the first batch that needs one) on this queue, wait for it and print
+    /// its time per batch — what to set `walltime` from (README, "On a cluster, step by
+    /// step"). The run's queues are left as they are.
+    #[arg(long, value_name = "QUEUE", conflicts_with_all = ["queues", "watch", "dry_run"])]
+    pub trial: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

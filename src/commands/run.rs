@@ -57,6 +57,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         embed_args: job.to_args(),
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
         progress: std::io::stderr().is_terminal(),
+        trial: None,
     };
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;

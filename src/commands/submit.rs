@@ -78,6 +78,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         embed_args: job.to_args(),
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
         progress: std::io::stderr().is_terminal(),
+        trial: args.trial.clone(),
     };
     if args.dry_run {
         let scripts = submit::dry_run(&options)?;
@@ -90,7 +91,40 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         return Ok(exit::SUCCESS);
     }
     let report = submit::submit(&options)?;
+    if args.trial.is_some() {
+        return trial_summary(&options, &report);
+    }
     summarise(&options, &report)
+}
+
+/// How the trial job went, and the walltime its batch time suggests.
+fn trial_summary(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> {
+    if let Some((batch, why)) = report.failed.first() {
+        eprintln!("trial: batch {batch} failed: {why}");
+        return Ok(exit::PARTIAL);
+    }
+    let runs = RunDb::open(&options.run_dir)?.latest_batch_runs()?;
+    let Some(run) = runs
+        .iter()
+        .max_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s))
+    else {
+        eprintln!("trial: no batch was left to run (every batch is done or has a job)");
+        return Ok(exit::SUCCESS);
+    };
+    let t = &run.timings;
+    // Half as much again for slower nodes and longer batches.
+    let walltime = status::duration(t.total_s * 1.5 + 60.0);
+    println!(
+        "trial: batch {} took {:.1} s on {} ({} papers, {:.0} papers/s; model load {:.1} s, inference {:.1} s);          set `walltime` to at least {walltime} per batch",
+        run.batch_id,
+        t.total_s,
+        run.devices,
+        t.papers,
+        t.papers as f64 / t.total_s.max(1e-9),
+        t.model_load_s,
+        t.inference_s
+    );
+    Ok(exit::SUCCESS)
 }
 
 /// Prints how the loop ended and the run's status; the exit code says whether every batch

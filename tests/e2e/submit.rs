@@ -531,12 +531,23 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     let t = TestDir::new();
     t.plan_with_model(16, 8);
     let slurm = slurm_up("submit_refuses_a_setup_every_job_would_fail_on_before_sending_any");
-    let queued = || {
-        let out = Command::new("squeue").args(["-h", "-o", "%i"]).output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
-            .unwrap_or(0)
+    // This run's jobs, queued or recently ended (other tests share the Slurm).
+    let tag = format!(
+        "ef{}",
+        embedfleet_orchestrator::submit::run_tag(&t.join("run"))
+    );
+    let ours = || {
+        let out = Command::new("squeue")
+            .args(["-h", "-t", "all", "-o", "%j"])
+            .output();
+        out.map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|name| name.starts_with(&tag))
+                .count()
+        })
+        .unwrap_or(0)
     };
-    let before = if slurm { queued() } else { 0 };
     // A CPU build with the cluster's default devices (cuda:0..3): refused, exit 4, no job.
     let (backend, queue) = if slurm {
         ("slurm", "debug=2")
@@ -566,7 +577,7 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     );
     assert_eq!(jobs_submitted(&t), 0);
     if slurm {
-        assert_eq!(queued(), before, "nothing reached Slurm");
+        assert_eq!(ours(), 0, "nothing reached Slurm");
     }
     // A broken model directory: refused, naming the file.
     std::fs::write(t.join("model/config.json"), "{ not json").unwrap();
@@ -602,4 +613,45 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("two models would mix"), "{err}");
     assert_eq!(jobs_submitted(&t), 0);
+}
+
+#[test]
+fn submit_trial_runs_one_job_and_prints_its_time_per_batch() {
+    let t = TestDir::new();
+    t.plan_with_model(16, 8);
+    let slurm = slurm_up("submit_trial_runs_one_job_and_prints_its_time_per_batch");
+    let (backend, queue) = if slurm {
+        ("slurm", "debug")
+    } else {
+        ("local", "local")
+    };
+    let args = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        backend,
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--trial",
+        queue,
+        "--poll-interval",
+        "0.3",
+    ];
+    let out = t.run(&args, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("trial: batch 1 took") && stdout.contains("walltime"),
+        "{stdout}"
+    );
+    let status = t.status("run");
+    assert_eq!(status["batches_by_state"]["done"], 1, "{status}");
+    assert_eq!(status["batches_by_state"]["planned"], 1, "{status}");
+    assert_eq!(jobs_submitted(&t), 1, "one trial job");
+    assert!(
+        status["queue_caps"].as_object().unwrap().is_empty(),
+        "a trial leaves the run's queues alone: {status}"
+    );
 }

@@ -58,6 +58,9 @@ pub struct SubmitOptions {
     pub exe: PathBuf,
     /// Draw a progress bar (stderr is a terminal).
     pub progress: bool,
+    /// A trial: one job of the first batch that needs one, on this queue (cap 1; the run's
+    /// stored queues are left as they are), then the loop ends.
+    pub trial: Option<String>,
 }
 
 /// How a submit loop ended.
@@ -157,6 +160,8 @@ struct SubmitLoop<'a> {
     unknown_since: HashMap<String, Instant>,
     /// Queues the scheduler refused this run (e.g. no such partition).
     refused: BTreeMap<String, String>,
+    /// The batch a trial runs (see [`SubmitOptions::trial`]).
+    trial_batch: Option<i64>,
     console: Console,
     report: SubmitReport,
 }
@@ -176,6 +181,7 @@ impl<'a> SubmitLoop<'a> {
             attempts: HashMap::new(),
             unknown_since: HashMap::new(),
             refused: BTreeMap::new(),
+            trial_batch: None,
             console: Console::new(false),
             report: SubmitReport::default(),
         })
@@ -184,10 +190,12 @@ impl<'a> SubmitLoop<'a> {
     fn new(opts: &'a SubmitOptions) -> Result<Self> {
         let mut lp = Self::new_read_only(opts)?;
         lp.console = Console::new(opts.progress);
-        if let Some(queues) = &opts.queues {
+        if opts.trial.is_some() {
+            lp.trial_batch = lp.db.batches_without_job()?.first().copied();
+        } else if let Some(queues) = &opts.queues {
             lp.db.set_queue_caps(queues, true)?;
         }
-        if lp.db.queue_caps()?.is_empty() {
+        if lp.caps()?.is_empty() {
             return Err(SubmitError::NoQueues);
         }
         let layout = RunLayout::new(&lp.run_dir);
@@ -241,8 +249,12 @@ impl<'a> SubmitLoop<'a> {
             }
             let submitted = Instant::now();
             let open = self.db.open_jobs()?;
-            let pending = self.db.batches_without_job()?;
+            let pending = self.in_scope(self.db.batches_without_job()?);
             self.console.update(&self.db, &open, paused);
+            let open: Vec<JobRow> = open
+                .into_iter()
+                .filter(|j| self.in_scope(vec![j.batch_id]).len() == 1)
+                .collect();
             self.report.busy_poll += polled - round;
             self.report.busy_submit += submitted - polled;
             self.report.busy_progress += submitted.elapsed();
@@ -412,9 +424,9 @@ impl<'a> SubmitLoop<'a> {
     }
 
     fn submit_round(&mut self) -> Result<()> {
-        let caps = self.db.queue_caps()?;
+        let caps = self.caps()?;
         let open = self.db.open_jobs()?;
-        let pending = self.db.batches_without_job()?;
+        let pending = self.in_scope(self.db.batches_without_job()?);
         let refused: BTreeSet<String> = self.refused.keys().cloned().collect();
         let planned = fill_queues(
             &caps,
@@ -533,8 +545,25 @@ impl<'a> SubmitLoop<'a> {
         Ok((name, text))
     }
 
+    /// The queues and caps this loop fills: the run's, or the trial's one queue of cap 1.
+    fn caps(&self) -> Result<BTreeMap<String, u32>> {
+        match &self.opts.trial {
+            Some(queue) => Ok(BTreeMap::from([(queue.clone(), 1)])),
+            None => Ok(self.db.queue_caps()?),
+        }
+    }
+
+    /// The batches this loop is about: all of them, or the trial's one.
+    fn in_scope(&self, batches: Vec<i64>) -> Vec<i64> {
+        match (&self.opts.trial, self.trial_batch) {
+            (None, _) => batches,
+            (Some(_), Some(trial)) => batches.into_iter().filter(|&b| b == trial).collect(),
+            (Some(_), None) => Vec::new(),
+        }
+    }
+
     fn all_refused(&self) -> Result<bool> {
-        let caps = self.db.queue_caps()?;
+        let caps = self.caps()?;
         Ok(caps
             .iter()
             .filter(|(_, cap)| **cap > 0)
@@ -555,8 +584,9 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Four hex digits from the run directory's absolute path.
-fn run_tag(run_dir: &Path) -> String {
+/// The tag in every job name of the run in `run_dir` (four hex digits from its absolute path):
+/// tells its jobs from other runs'.
+pub fn run_tag(run_dir: &Path) -> String {
     let path = absolute(run_dir);
     let hash = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());
     format!("{:04x}", hash & 0xffff)
