@@ -11,6 +11,10 @@ use crate::error::{ModelError, ModelResult};
 /// True when this binary was built with the `cuda` feature (it can run on GPUs).
 pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
 
+/// The compute capability the CUDA kernels were built for (`CUDA_COMPUTE_CAP` at build time;
+/// `.ci/cuda/build-cuda.sh` sets it), when known.
+pub const CUDA_COMPUTE_CAP: Option<&str> = option_env!("CUDA_COMPUTE_CAP");
+
 /// One compute device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {

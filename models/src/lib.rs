@@ -22,7 +22,7 @@ pub mod weights;
 
 pub use candle_core::DType;
 pub use config::Config;
-pub use device::{parse_devices, DeviceSpec, CUDA_BUILD};
+pub use device::{parse_devices, DeviceSpec, CUDA_BUILD, CUDA_COMPUTE_CAP};
 pub use embedder::{matryoshka, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE};
 pub use error::{is_out_of_memory, ModelError, ModelResult};
 pub use memory::{estimate_memory, MemoryEstimate};

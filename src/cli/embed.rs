@@ -102,6 +102,22 @@ pub struct EmbedArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The model directory the jobs will use (loaded, and one forward run on each device).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// The devices the jobs will use (default: `cuda` in a CUDA build, else `cpu`).
+    #[arg(long, value_name = "DEVICES")]
+    pub devices: Option<String>,
+    /// The run directory: is it writable from here, and on which filesystem.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Tokens of the test forward.
+    #[arg(long, default_value_t = 512, value_name = "N")]
+    pub tokens: usize,
+}
+
+#[derive(Debug, Args)]
 pub struct MakeTinyModelArgs {
     /// The directory to write config.json, model.safetensors and tokenizer.json to.
     #[arg(long, value_name = "DIR")]

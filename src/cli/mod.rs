@@ -9,7 +9,7 @@ mod report;
 mod submit;
 mod upload;
 
-pub use embed::{EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs};
+pub use embed::{DoctorArgs, EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs};
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs};
 pub use report::ReportArgs;
@@ -70,6 +70,10 @@ pub enum Command {
     Embed(EmbedArgs),
     /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
     MakeTinyModel(MakeTinyModelArgs),
+    /// Check this binary and this node as a job would use them: the build, the driver, the
+    /// devices, the model directory (one forward on each device), the run directory. Run it on
+    /// a compute node; ends with one line per problem.
+    Doctor(DoctorArgs),
     /// Upload the run's parquet shards into Qdrant (a server, or the embedded engine), resumably.
     Upload(UploadArgs),
     /// Find the upload's batch size and requests in flight with a sample (or, with --queries,

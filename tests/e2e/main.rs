@@ -4,6 +4,7 @@
 mod util;
 
 mod architecture;
+mod doctor;
 mod embed;
 mod plan;
 mod publish;

@@ -1,0 +1,59 @@
+//! `doctor` on this machine (a CPU build): the build, the devices, one forward, the run
+//! directory's filesystem; a broken model directory is one clear problem line and exit 1.
+
+use crate::util::TestDir;
+
+#[test]
+fn doctor_reports_the_build_devices_and_one_forward() {
+    let t = TestDir::new();
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+    std::fs::create_dir_all(t.join("run")).unwrap();
+    let args = [
+        "doctor",
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu:2",
+        "--run-dir",
+        "run",
+    ];
+    let out = t.run(&args, 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "CPU build",
+        "devices: cpu, cpu",
+        "fingerprint",
+        "forward: cpu: 512 tokens",
+        "run dir:",
+        "writable, filesystem",
+        "no problems found",
+    ] {
+        assert!(stdout.contains(needle), "doctor says {needle}:\n{stdout}");
+    }
+    assert_eq!(
+        stdout.matches("forward: cpu").count(),
+        2,
+        "one forward per device"
+    );
+}
+
+#[test]
+fn doctor_names_a_broken_model_directory_and_a_device_this_build_lacks() {
+    let t = TestDir::new();
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+    std::fs::remove_file(t.join("model/tokenizer.json")).unwrap();
+    let out = t.run(&["doctor", "--model-dir", "model"], 1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let problems: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("problem:"))
+        .collect();
+    assert_eq!(problems.len(), 1, "{stdout}");
+    assert!(problems[0].contains("tokenizer.json"), "{stdout}");
+    let out = t.run(&["doctor", "--devices", "cuda:0"], 1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("problem: cuda:0") && stdout.contains("--features cuda"),
+        "{stdout}"
+    );
+}
