@@ -11,7 +11,7 @@
 //! gpus_per_node = 4
 //! select_extra = "system=polaris"
 //! extra_directives = ["#PBS -l filesystems=home:eagle"]
-//! modules = ["cuda/12.4"]
+//! modules = ["cuda/13.0"]
 //! ```
 //!
 //! Every key is optional; `[scheduler.script] template` replaces the built-in job script
@@ -77,6 +77,22 @@ mod tests {
             vec!["-l", "filesystems=home:eagle"]
         );
         assert_eq!(cfg.scheduler.script.setup.len(), 1);
+    }
+
+    #[test]
+    fn the_ready_made_run_configs_parse() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let pbs = RunConfig::load(&root.join("examples/run-pbs-polaris.toml")).unwrap();
+        assert_eq!(pbs.scheduler.backend, Backend::Pbs);
+        assert_eq!(pbs.scheduler.script.gpus_per_node, Some(4));
+        assert!(pbs.scheduler.script.embedfleet.is_some());
+        let slurm = RunConfig::load(&root.join("examples/run-slurm-gpu.toml")).unwrap();
+        assert_eq!(slurm.scheduler.backend, Backend::Slurm);
+        assert_eq!(slurm.scheduler.script.gpus_per_node, Some(4));
+        assert_eq!(
+            slurm.scheduler.slurm.sbatch.extra_args,
+            vec!["--constraint=a100"]
+        );
     }
 
     #[test]

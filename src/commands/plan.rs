@@ -81,6 +81,9 @@ pub fn plan_run(
             RunLayout::new(&options.run_dir).quarantine_file().display()
         );
     }
+    if !report.already_planned {
+        eprintln!("{}", disk_estimate(&options.run_dir, report.papers));
+    }
     for (file, why) in &report.corrupt {
         eprintln!("warning: {file} is corrupt: {why}; the records before it were planned");
     }
@@ -103,4 +106,27 @@ pub fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {
         args.out.display()
     );
     Ok(exit::SUCCESS)
+}
+
+/// What the run will need on disk: the batch files as written, the parquet shards as they will
+/// be (README, "Sizing a run").
+fn disk_estimate(run_dir: &std::path::Path, papers: u64) -> String {
+    let batches: u64 = std::fs::read_dir(RunLayout::new(run_dir).batch_dir())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    // A parquet shard row: the vector, plus ~200 bytes of id, counts and metadata.
+    let shards = |dim: u64, bytes: u64| (papers * (dim * bytes + 200)) as f64 / 1e9;
+    format!(
+        "disk: the batch files take {:.2} GB; the parquet shards will take about {:.2} GB at 2,560-d f32 \
+         (Qwen3-Embedding-4B), {:.2} GB with --vector-dtype f16, {:.2} GB at 1,024-d f32",
+        batches as f64 / 1e9,
+        shards(2560, 4),
+        shards(2560, 2),
+        shards(1024, 4)
+    )
 }

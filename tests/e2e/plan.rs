@@ -24,6 +24,10 @@ fn sample_corpus_plan_status() {
         stderr.contains("planned 1000 papers into 4 batches"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("disk: the batch files take") && stderr.contains("2,560-d f32"),
+        "plan says the disk the run needs: {stderr}"
+    );
     let status = t.status("run");
     assert_eq!(status["format_version"], 1);
     assert_eq!(status["plan_complete"], true);

@@ -52,3 +52,42 @@ fn command_reference_matches_help() {
         "README.md's command reference is out of date: run EMBEDFLEET_BLESS=1 cargo nextest run -E 'test(command_reference)'"
     );
 }
+
+/// The README section titles that `text` points to as `README, "Title"` (help text wraps
+/// lines, so whitespace is collapsed first).
+fn cited_sections(text: &str) -> Vec<String> {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    flat.split("README, \"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(title, _)| title.to_string()))
+        .collect()
+}
+
+#[test]
+fn every_readme_section_that_help_names_exists() {
+    let t = TestDir::new();
+    let help = help_reference(&t);
+    let cited = cited_sections(&help);
+    assert!(
+        cited.len() >= 3,
+        "the help names README sections: {cited:?}"
+    );
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let headings: Vec<String> = readme
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| {
+            l.trim_start_matches('#')
+                .trim()
+                .trim_matches('`')
+                .to_string()
+        })
+        .collect();
+    for title in cited {
+        assert!(
+            headings.contains(&title),
+            "--help names README section \"{title}\", which README.md does not have"
+        );
+    }
+}

@@ -34,6 +34,9 @@ pub fn assert_report(t: &TestDir, run_dir: &str, batches: usize, papers: u64) {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["format_version"], 1);
     assert_eq!(json["batches"].as_array().unwrap().len(), batches);
+    // Every planned paper is embedded: nothing to go.
+    assert_eq!(json["papers_to_go"], 0, "{json}");
+    assert_eq!(json["node_hours_to_go"], 0.0, "{json}");
     let summary = &json["summary"];
     assert_eq!(summary["batches"], batches);
     assert_eq!(summary["papers"], papers);

@@ -29,6 +29,10 @@ pub struct Report {
     pub batches: Vec<BatchLine>,
     /// `None` when no batch has finished.
     pub summary: Option<Summary>,
+    /// Planned papers not in a parquet shard yet.
+    pub papers_to_go: u64,
+    /// Those papers at the per-job rate so far, in node-hours (one job per node).
+    pub node_hours_to_go: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +53,15 @@ pub fn load(run_dir: &Path) -> Result<Report, ReportError> {
     let runs = db.latest_batch_runs()?;
     let batches = table::lines(&runs);
     let summary = table::summarize(&batches, &runs);
+    let status = db.status()?;
+    let papers_to_go = status.papers_planned.saturating_sub(status.rows_in_shards);
+    let node_hours_to_go = summary
+        .as_ref()
+        .filter(|s| s.job_papers_per_s > 0.0)
+        .map(|s| papers_to_go as f64 / s.job_papers_per_s / 3600.0);
     Ok(Report {
+        papers_to_go,
+        node_hours_to_go,
         format_version: REPORT_FORMAT_VERSION,
         run_dir: run_dir.to_path_buf(),
         minibatch: db.plan_settings()?.map(|s| s.minibatch),
@@ -171,6 +183,13 @@ pub fn render(report: &Report) -> String {
         s.full_corpus_papers as f64 / 1e6,
         s.full_corpus_job_hours
     );
+    if let Some(hours) = report.node_hours_to_go {
+        let _ = writeln!(
+            out,
+            "  to go: {} papers, {hours:.1} node-hours at this rate",
+            report.papers_to_go
+        );
+    }
     out
 }
 
