@@ -120,13 +120,22 @@ fn disk_estimate(run_dir: &std::path::Path, papers: u64) -> String {
         })
         .unwrap_or(0);
     // A parquet shard row: the vector, plus ~200 bytes of id, counts and metadata.
-    let shards = |dim: u64, bytes: u64| (papers * (dim * bytes + 200)) as f64 / 1e9;
+    let shards = |dim: u64, bytes: u64| size(papers * (dim * bytes + 200));
     format!(
-        "disk: the batch files take {:.2} GB; the parquet shards will take about {:.2} GB at 2,560-d f32 \
-         (Qwen3-Embedding-4B), {:.2} GB with --vector-dtype f16, {:.2} GB at 1,024-d f32",
-        batches as f64 / 1e9,
+        "disk: the batch files take {}; the parquet shards will take about {} at 2,560-d f32 \
+         (Qwen3-Embedding-4B), {} with --vector-dtype f16, {} at 1,024-d f32",
+        size(batches),
         shards(2560, 4),
         shards(2560, 2),
         shards(1024, 4)
     )
+}
+
+/// Bytes in MB or GB, whichever reads better.
+fn size(bytes: u64) -> String {
+    if bytes >= 1_000_000_000 {
+        format!("{:.1} GB", bytes as f64 / 1e9)
+    } else {
+        format!("{:.1} MB", bytes as f64 / 1e6)
+    }
 }

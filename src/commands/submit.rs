@@ -112,10 +112,12 @@ fn trial_summary(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
         return Ok(exit::SUCCESS);
     };
     let t = &run.timings;
-    // Half as much again for slower nodes and longer batches.
-    let walltime = status::duration(t.total_s * 1.5 + 60.0);
+    // Half as much again for slower nodes and longer batches, and a minute to start.
+    let secs = (t.total_s * 1.5 + 60.0).ceil() as u64;
+    let walltime = format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60);
     println!(
-        "trial: batch {} took {:.1} s on {} ({} papers, {:.0} papers/s; model load {:.1} s, inference {:.1} s);          set `walltime` to at least {walltime} per batch",
+        "trial: batch {} took {:.1} s on {} ({} papers, {:.1} papers/s; model load {:.1} s, inference {:.1} s); \
+         per batch of a job, set `walltime = \"{walltime}\"` or more in the run config",
         run.batch_id,
         t.total_s,
         run.devices,

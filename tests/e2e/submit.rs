@@ -643,7 +643,7 @@ fn submit_trial_runs_one_job_and_prints_its_time_per_batch() {
     let out = t.run(&args, 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("trial: batch 1 took") && stdout.contains("walltime"),
+        stdout.contains("trial: batch 1 took") && stdout.contains("walltime = \""),
         "{stdout}"
     );
     let status = t.status("run");
