@@ -6,17 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 fn run_query_eval(t: &TestDir) {
-    t.sample("c.jsonl.gz", 60, 1);
-    let run = [
-        "run",
-        "--corpus",
-        "c.jsonl.gz",
-        "--run-dir",
-        "run",
-        "--papers-per-job",
-        "30",
-    ];
-    t.run(&run, 0);
+    t.run_sample(60, 30);
     std::fs::write(t.join("terms.txt"), "protein folding\nsoil microbiome\n").unwrap();
     let query = [
         "query",
@@ -98,17 +88,7 @@ fn queries_are_published(ds: &Path) {
 #[test]
 fn a_partial_run_is_refused_unless_allowed_and_then_says_what_is_missing() {
     let t = TestDir::new();
-    t.sample("c.jsonl.gz", 60, 1);
-    let run = [
-        "run",
-        "--corpus",
-        "c.jsonl.gz",
-        "--run-dir",
-        "run",
-        "--papers-per-job",
-        "30",
-    ];
-    t.run(&run, 0);
+    t.run_sample(60, 30);
     let db = rusqlite::Connection::open(t.join("run/run.db")).unwrap();
     db.execute("UPDATE batches SET state = 'failed' WHERE id = 2", [])
         .unwrap();

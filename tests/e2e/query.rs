@@ -23,17 +23,7 @@ type ResultRow = (String, i64, i32, String, f32);
 
 /// `run` on 60 papers into `run`, and a terms file of `n` terms.
 fn run_with_terms(t: &TestDir, n: usize) {
-    t.sample("c.jsonl.gz", 60, 1);
-    let args = [
-        "run",
-        "--corpus",
-        "c.jsonl.gz",
-        "--run-dir",
-        "run",
-        "--papers-per-job",
-        "30",
-    ];
-    t.run(&args, 0);
+    t.run_sample(60, 30);
     let terms: Vec<String> = (0..n)
         .map(|i| format!("{} {i}", TERMS[i % TERMS.len()]))
         .collect();

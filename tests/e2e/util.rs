@@ -67,6 +67,23 @@ impl TestDir {
         self.run(&["make-tiny-model", "--out", "model"], 0);
     }
 
+    /// `run` of a sample corpus of `papers` papers (`c.jsonl.gz`) into `run`, `per_job` papers
+    /// a batch, with the tiny model `run` writes: a run embedded, uploaded and queried.
+    pub fn run_sample(&self, papers: u64, per_job: u64) {
+        self.sample("c.jsonl.gz", papers, 1);
+        let per_job = per_job.to_string();
+        let args = [
+            "run",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            &per_job,
+        ];
+        self.run(&args, 0);
+    }
+
     /// A sample corpus of `papers` short papers over `files` files; returns its path.
     pub fn sample(&self, name: &str, papers: u64, files: u32) -> String {
         let (papers, files) = (papers.to_string(), files.to_string());
