@@ -15,7 +15,7 @@ pub struct SubmitArgs {
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
     /// A queue (PBS) or partition (Slurm) and its cap on jobs queued + running, e.g.
-    /// `--queue debug=1 --queue prod=8` (repeatable). Replaces the queues stored in the run;
+    /// `--queue debug=1 --queue preemptable=4` (repeatable). Replaces the queues stored in the run;
     /// without it the stored ones are used (`embedfleet queues`).
     #[arg(long = "queue", value_name = "NAME=CAP", value_parser = parse_queue_cap)]
     pub queues: Vec<(String, u32)>,
