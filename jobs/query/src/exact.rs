@@ -1,6 +1,7 @@
 //! Exact top-k by brute force over the run's parquet shards: the truth that recall is measured
 //! against. Shards are streamed in blocks of rows; each block's scores against every query are
-//! one f32 matrix product (candle's CPU GEMM, on all cores), and each query keeps its k best.
+//! one f32 matrix product (the machine's OpenBLAS when it has one, else candle's GEMM; all
+//! cores either way), and each query keeps its k best.
 
 use crate::filter::matches;
 use candle_core::{Device, Tensor};
@@ -65,11 +66,11 @@ impl TopK {
     }
 }
 
-/// Scores `block` (`n` rows of `dim`) against `queries` (`m` rows of `dim`) and offers every
-/// row that `accept`s to each query's [`TopK`], as row `first_row + i`. The scan over the
-/// scores is split across threads by query.
+/// Scores `block` (`n` rows of `dim`) against `queries` (`m` rows of `dim`, row after row)
+/// and offers every row that `accept`s to each query's [`TopK`], as row `first_row + i`. The
+/// scan over the scores is split across threads by query.
 pub fn top_k_block(
-    queries: &Tensor,
+    queries: &[f32],
     block: &[f32],
     dim: usize,
     first_row: usize,
@@ -80,8 +81,7 @@ pub fn top_k_block(
     if n == 0 {
         return Ok(());
     }
-    let x = Tensor::from_slice(block, (n, dim), &Device::Cpu)?;
-    let scores = queries.matmul(&x.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+    let scores = scores(queries, block, dim)?;
     let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
     let per = tops.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
@@ -103,6 +103,118 @@ pub fn top_k_block(
     Ok(())
 }
 
+/// `queries · blockᵀ`, row-major (`m × n`): the machine's OpenBLAS when it has one (see
+/// [`gemm_backend`]), else candle's GEMM.
+fn scores(queries: &[f32], block: &[f32], dim: usize) -> candle_core::Result<Vec<f32>> {
+    let (m, n) = (queries.len() / dim, block.len() / dim);
+    if let Some(sgemm) = blas::sgemm() {
+        let mut out = vec![0f32; m * n];
+        sgemm.q_xt(queries, block, m, n, dim, &mut out);
+        return Ok(out);
+    }
+    let q = Tensor::from_slice(queries, (m, dim), &Device::Cpu)?;
+    let x = Tensor::from_slice(block, (n, dim), &Device::Cpu)?;
+    q.matmul(&x.t()?)?.flatten_all()?.to_vec1::<f32>()
+}
+
+/// Which matrix product the exact search uses: `openblas` or `candle`.
+pub fn gemm_backend() -> &'static str {
+    if blas::sgemm().is_some() {
+        "openblas"
+    } else {
+        "candle"
+    }
+}
+
+/// The system's OpenBLAS, loaded at run time when the machine has it (`libopenblas.so.0`, e.g.
+/// Debian's libopenblas0-pthread): its AVX-512 kernels are about twice candle's GEMM (which
+/// has only AVX2 on stable Rust) on the CPUs of this project's machines. Nothing links
+/// against it, so a machine without it builds and runs the same binary, with candle's GEMM.
+/// `EMBEDFLEET_BLAS=off` forces candle's.
+mod blas {
+    use std::sync::OnceLock;
+
+    type CblasSgemm = unsafe extern "C" fn(
+        layout: i32,
+        trans_a: i32,
+        trans_b: i32,
+        m: i32,
+        n: i32,
+        k: i32,
+        alpha: f32,
+        a: *const f32,
+        lda: i32,
+        b: *const f32,
+        ldb: i32,
+        beta: f32,
+        c: *mut f32,
+        ldc: i32,
+    );
+
+    const ROW_MAJOR: i32 = 101;
+    const NO_TRANS: i32 = 111;
+    const TRANS: i32 = 112;
+
+    pub struct Sgemm(CblasSgemm);
+
+    impl Sgemm {
+        /// `out = q · xᵀ` for row-major `q` (`m × k`) and `x` (`n × k`).
+        pub fn q_xt(&self, q: &[f32], x: &[f32], m: usize, n: usize, k: usize, out: &mut [f32]) {
+            assert!(q.len() >= m * k && x.len() >= n * k && out.len() >= m * n);
+            let dims =
+                [m, n, k].map(|d| i32::try_from(d).expect("a block fits in i32. This is a bug."));
+            // SAFETY: the slices hold at least the m×k, n×k and m×n elements the call reads and
+            // writes (checked above), with the leading dimensions given; cblas_sgemm keeps no
+            // pointer after it returns.
+            unsafe {
+                (self.0)(
+                    ROW_MAJOR,
+                    NO_TRANS,
+                    TRANS,
+                    dims[0],
+                    dims[1],
+                    dims[2],
+                    1.0,
+                    q.as_ptr(),
+                    dims[2],
+                    x.as_ptr(),
+                    dims[2],
+                    0.0,
+                    out.as_mut_ptr(),
+                    dims[1],
+                );
+            }
+        }
+    }
+
+    /// The loaded `cblas_sgemm`, once per process.
+    pub fn sgemm() -> Option<&'static Sgemm> {
+        static SGEMM: OnceLock<Option<Sgemm>> = OnceLock::new();
+        SGEMM.get_or_init(load).as_ref()
+    }
+
+    fn load() -> Option<Sgemm> {
+        if std::env::var("EMBEDFLEET_BLAS").is_ok_and(|v| v == "off") {
+            return None;
+        }
+        // SAFETY: dlopen/dlsym with NUL-terminated names; the library stays loaded for the
+        // life of the process (never dlclosed), so the function pointer stays valid, and
+        // cblas_sgemm has the C signature declared above (the CBLAS standard's).
+        unsafe {
+            let lib = libc::dlopen(
+                c"libopenblas.so.0".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            );
+            if lib.is_null() {
+                return None;
+            }
+            let sym = libc::dlsym(lib, c"cblas_sgemm".as_ptr());
+            (!sym.is_null())
+                .then(|| Sgemm(std::mem::transmute::<*mut libc::c_void, CblasSgemm>(sym)))
+        }
+    }
+}
+
 /// The exact `k` nearest papers to each query (cosine: queries and shards are L2-normalised)
 /// among the run's parquet shards, only those matching `filter` when given.
 pub fn exact_top_k(
@@ -112,8 +224,7 @@ pub fn exact_top_k(
     filter: Option<&PayloadFilter>,
 ) -> Result<Vec<Vec<ExactHit>>, ExactError> {
     let dim = queries.first().map_or(0, Vec::len);
-    let flat: Vec<f32> = queries.iter().flat_map(|q| normalised(q)).collect();
-    let q = Tensor::from_slice(&flat, (queries.len(), dim.max(1)), &Device::Cpu)?;
+    let q: Vec<f32> = queries.iter().flat_map(|q| normalised(q)).collect();
     let mut tops = vec![TopK::new(k); queries.len()];
     // Paper ids of the rows some query kept, by global row; the rest are never materialised.
     let mut ids: std::collections::HashMap<usize, String> = Default::default();
@@ -191,13 +302,41 @@ mod tests {
         let block = [
             0.9f32, 0.1, 0.0, 0.1, 0.9, 0.0, 0.5, 0.5, 0.0, 1.0, 0.0, 0.0,
         ];
-        let flat: Vec<f32> = queries.iter().flatten().copied().collect();
-        let q = Tensor::from_slice(&flat, (2, dim), &Device::Cpu).unwrap();
+        let q: Vec<f32> = queries.iter().flatten().copied().collect();
         let mut tops = vec![TopK::new(2); 2];
         top_k_block(&q, &block, dim, 10, &|i| i != 3, &mut tops).unwrap();
         let rows = |t: &TopK| t.best().iter().map(|b| b.1).collect::<Vec<_>>();
         assert_eq!(rows(&tops[0]), [10, 12], "row 13 is filtered out");
         assert_eq!(rows(&tops[1]), [11, 12]);
         assert!((tops[0].best()[0].0 - 0.9).abs() < 1e-6);
+    }
+}
+
+#[cfg(test)]
+mod gemm_tests {
+    use super::*;
+
+    #[test]
+    fn both_matrix_products_give_the_same_scores() {
+        let dim = 37;
+        let q: Vec<f32> = (0..5 * dim).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+        let x: Vec<f32> = (0..9 * dim).map(|i| ((i * 3) % 13) as f32 - 6.0).collect();
+        let naive: Vec<f32> = (0..5)
+            .flat_map(|a| {
+                let (q, x) = (&q, &x);
+                (0..9).map(move |b| (0..dim).map(|d| q[a * dim + d] * x[b * dim + d]).sum())
+            })
+            .collect();
+        assert_eq!(scores(&q, &x, dim).unwrap(), naive, "{}", gemm_backend());
+        let tq = Tensor::from_slice(&q, (5, dim), &Device::Cpu).unwrap();
+        let tx = Tensor::from_slice(&x, (9, dim), &Device::Cpu).unwrap();
+        let candle: Vec<f32> = tq
+            .matmul(&tx.t().unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(candle, naive);
     }
 }
