@@ -19,6 +19,10 @@ pub struct TargetArgs {
     /// Read the server's API key from the first line of this file (never printed).
     #[arg(long, value_name = "PATH")]
     pub api_key_file: Option<PathBuf>,
+    /// Send the API key over plain http:// to another machine (it travels in clear text;
+    /// without this such a target is refused: use https://).
+    #[arg(long)]
+    pub allow_insecure: bool,
 }
 
 #[derive(Debug, Args)]

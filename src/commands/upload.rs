@@ -23,6 +23,7 @@ pub fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, 
         };
         let config = ServerConfig {
             api_key,
+            allow_insecure: target.allow_insecure,
             ..ServerConfig::new(url.clone())
         };
         return Ok((Box::new(QdrantServer::connect(config)?), "server"));
@@ -152,6 +153,9 @@ fn worker_args(args: &UploadArgs, options: &UploadOptions) -> Vec<String> {
     }
     if let Some(path) = &args.target.api_key_file {
         out.extend(["--api-key-file".into(), path.display().to_string()]);
+    }
+    if args.target.allow_insecure {
+        out.push("--allow-insecure".into());
     }
     out
 }

@@ -108,6 +108,12 @@ pub enum UploadError {
         source: std::io::Error,
     },
 
+    /// An API key would go over plain `http://` to another machine.
+    #[error("refusing to send the Qdrant API key over plain http to `{url}`: use https://, or --allow-insecure on a network you trust")]
+    InsecureApiKey {
+        /// The URL as given.
+        url: String,
+    },
     /// The server URL cannot be used.
     #[error("invalid Qdrant URL `{url}`: {reason} (expected http(s)://host:6334, the gRPC port)")]
     InvalidUrl {

@@ -78,6 +78,9 @@ pub struct ServerConfig {
     pub green_timeout: Duration,
     /// Tokio worker threads of the sink's runtime.
     pub runtime_threads: usize,
+    /// Send the API key over plain `http://` to a host that is not this machine (it travels in
+    /// clear text); refused otherwise.
+    pub allow_insecure: bool,
 }
 
 impl ServerConfig {
@@ -93,6 +96,7 @@ impl ServerConfig {
             wait: true,
             green_timeout: Duration::from_secs(24 * 3600),
             runtime_threads: 2,
+            allow_insecure: false,
         }
     }
 }
@@ -118,6 +122,12 @@ impl QdrantServer {
     /// Builds the client. Connects lazily: the first call reports an unreachable server.
     pub fn connect(config: ServerConfig) -> UploadResult<Self> {
         check_url(&config.url)?;
+        let api_key = config.api_key.resolve()?;
+        if api_key.is_some() && !config.allow_insecure && sends_in_clear(&config.url) {
+            return Err(UploadError::InsecureApiKey {
+                url: config.url.clone(),
+            });
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.runtime_threads.max(1))
             .thread_name("qdrant-grpc")
@@ -131,7 +141,7 @@ impl QdrantServer {
         let client = {
             let _guard = runtime.enter();
             Qdrant::from_url(&config.url)
-                .api_key(config.api_key.resolve()?)
+                .api_key(api_key)
                 .timeout(config.timeout)
                 .connect_timeout(config.connect_timeout)
                 // The check prints to stdout and costs a round trip; the first call reports errors.
@@ -479,6 +489,20 @@ fn int_value(i: i64) -> qdrant::Value {
     }
 }
 
+/// True when `url` is plain `http://` to another machine: an API key would cross the network
+/// in clear text. Loopback (`localhost`, `127.*`, `[::1]`) never leaves this machine.
+fn sends_in_clear(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    !(host == "localhost" || host == "::1" || host.starts_with("127."))
+}
+
 fn check_url(url: &str) -> UploadResult<()> {
     let invalid = |reason: &str| UploadError::InvalidUrl {
         url: url.to_owned(),
@@ -592,5 +616,42 @@ fn hit_from_grpc(point: qdrant::ScoredPoint) -> Hit {
         source: string(PAYLOAD_SOURCE),
         n_chars: int(PAYLOAD_N_CHARS),
         n_tokens: int(PAYLOAD_N_TOKENS),
+    }
+}
+
+#[cfg(test)]
+mod insecure_tests {
+    use super::*;
+
+    #[test]
+    fn an_api_key_goes_over_plain_http_only_to_this_machine_or_when_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "secret\n").unwrap();
+        let config = |url: &str| ServerConfig {
+            api_key: ApiKey::File(key.clone()),
+            ..ServerConfig::new(url)
+        };
+        let err = QdrantServer::connect(config("http://qdrant.example:6334")).unwrap_err();
+        assert!(matches!(err, UploadError::InsecureApiKey { .. }), "{err}");
+        assert!(err.to_string().contains("--allow-insecure"), "{err}");
+        let allowed = ServerConfig {
+            allow_insecure: true,
+            ..config("http://qdrant.example:6334")
+        };
+        assert!(QdrantServer::connect(allowed).is_ok());
+        for local in [
+            "http://127.0.0.1:6334",
+            "http://localhost:6334",
+            "http://[::1]:6334",
+        ] {
+            assert!(QdrantServer::connect(config(local)).is_ok(), "{local}");
+        }
+        let no_key = ServerConfig::new("http://qdrant.example:6334");
+        assert!(
+            QdrantServer::connect(no_key).is_ok(),
+            "no key, nothing to leak"
+        );
+        assert!(!sends_in_clear("https://qdrant.example:6334"));
     }
 }
