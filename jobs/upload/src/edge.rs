@@ -380,6 +380,7 @@ impl Sink for QdrantEdge {
             indexing_threshold_kb: config.optimizers.get_indexing_threshold_kb() as u64,
             // Nothing runs in the background: what is stored is all there is.
             green: true,
+            red: false,
         }))
     }
 

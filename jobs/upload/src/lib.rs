@@ -172,6 +172,8 @@ pub struct CollectionInfo {
     pub indexing_threshold_kb: u64,
     /// True when no optimization is pending ("green").
     pub green: bool,
+    /// True when an optimization failed ("red"): the collection will not turn green by itself.
+    pub red: bool,
 }
 
 /// What [`Sink::finish`] did.

@@ -345,6 +345,14 @@ impl Sink for QdrantServer {
                     indexed_vectors: info.indexed_vectors,
                 });
             }
+            if info.red {
+                // An optimizer failed: waiting (up to the green timeout) cannot help.
+                return Err(UploadError::NotGreen {
+                    collection: spec.name.clone(),
+                    waited_s: start.elapsed().as_secs(),
+                    status: "red: an optimization failed; the server's log says why (disk full, out of memory); fix it, then `embedfleet upload` again".to_owned(),
+                });
+            }
             if start.elapsed() > self.config.green_timeout {
                 return Err(UploadError::NotGreen {
                     collection: spec.name.clone(),
@@ -591,6 +599,7 @@ fn info_from_grpc(info: qdrant::CollectionInfo) -> CollectionInfo {
             .and_then(|o| o.indexing_threshold)
             .unwrap_or(0),
         green: info.status == CollectionStatus::Green as i32 && queue_empty,
+        red: info.status == CollectionStatus::Red as i32,
     }
 }
 
@@ -616,6 +625,26 @@ fn hit_from_grpc(point: qdrant::ScoredPoint) -> Hit {
         source: string(PAYLOAD_SOURCE),
         n_chars: int(PAYLOAD_N_CHARS),
         n_tokens: int(PAYLOAD_N_TOKENS),
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn a_red_collection_is_told_from_a_busy_one() {
+        let with = |status: CollectionStatus| {
+            info_from_grpc(qdrant::CollectionInfo {
+                status: status as i32,
+                ..Default::default()
+            })
+        };
+        let red = with(CollectionStatus::Red);
+        assert!(red.red && !red.green);
+        let yellow = with(CollectionStatus::Yellow);
+        assert!(!yellow.red && !yellow.green, "still optimizing: wait");
+        assert!(with(CollectionStatus::Green).green);
     }
 }
 
