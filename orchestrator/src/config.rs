@@ -41,6 +41,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: toml::de::Error,
     },
+    #[error("the run config {} is not valid: {}", path.display(), problems.join("; "))]
+    Values {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
 }
 
 impl RunConfig {
@@ -49,10 +54,51 @@ impl RunConfig {
             path: path.into(),
             source,
         })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let config: RunConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.into(),
             source,
-        })
+        })?;
+        let problems = config.problems();
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Values {
+                path: path.into(),
+                problems,
+            })
+        }
+    }
+
+    /// Values that parse but cannot work: a time that is not a finite number of seconds
+    /// (TOML allows `inf` and `nan`), a negative one, a zero timeout.
+    pub fn problems(&self) -> Vec<String> {
+        let c = &self.scheduler.command;
+        let times = [
+            ("[scheduler.command] timeout_secs", c.timeout_secs, false),
+            (
+                "[scheduler.command] backoff_initial_secs",
+                c.backoff_initial_secs,
+                true,
+            ),
+            (
+                "[scheduler.command] backoff_max_secs",
+                c.backoff_max_secs,
+                true,
+            ),
+            (
+                "[scheduler.local] grace_secs",
+                self.scheduler.local.grace_secs,
+                true,
+            ),
+        ];
+        times
+            .iter()
+            .filter(|(_, v, zero_ok)| !(v.is_finite() && (*v > 0.0 || (*zero_ok && *v == 0.0))))
+            .map(|(key, v, zero_ok)| {
+                let want = if *zero_ok { ">= 0" } else { "> 0" };
+                format!("{key} = {v}: it takes a number of seconds {want}")
+            })
+            .collect()
     }
 }
 
@@ -93,6 +139,40 @@ mod tests {
             slurm.scheduler.slurm.sbatch.extra_args,
             vec!["--constraint=a100"]
         );
+    }
+
+    #[test]
+    fn times_that_cannot_work_are_refused_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.toml");
+        for (text, key) in [
+            (
+                "[scheduler.command]\ntimeout_secs = inf\n",
+                "timeout_secs = inf",
+            ),
+            (
+                "[scheduler.command]\ntimeout_secs = 0.0\n",
+                "timeout_secs = 0",
+            ),
+            (
+                "[scheduler.command]\nbackoff_initial_secs = nan\n",
+                "backoff_initial_secs = NaN",
+            ),
+            (
+                "[scheduler.command]\nbackoff_max_secs = -1.0\n",
+                "backoff_max_secs = -1",
+            ),
+            (
+                "[scheduler.local]\ngrace_secs = -inf\n",
+                "grace_secs = -inf",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = RunConfig::load(&path).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
+        std::fs::write(&path, "[scheduler.local]\ngrace_secs = 0.0\n").unwrap();
+        assert!(RunConfig::load(&path).is_ok(), "no grace is a valid choice");
     }
 
     #[test]

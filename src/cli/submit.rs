@@ -37,11 +37,11 @@ pub struct SubmitArgs {
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_attempts: u32,
     /// Seconds between polls of the scheduler (default: 30, or 1 for local).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub poll_interval: Option<f64>,
     /// Seconds a job may be unknown to the scheduler, with no completion marker, before it
     /// counts as lost and is retried (default: 300, or 10 for local).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub lost_after: Option<f64>,
     /// Run as a daemon: do not exit when every batch is settled; stop it with a signal.
     #[arg(long)]
@@ -97,6 +97,16 @@ pub enum QueuesCommand {
     },
 }
 
+/// A finite number of seconds above zero (`inf`, `nan` and negatives would hang or panic).
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds above 0, e.g. 30 or 0.5"
+        )),
+    }
+}
+
 fn parse_queue_cap(s: &str) -> Result<(String, u32), String> {
     let (name, cap) = s
         .split_once('=')
@@ -124,4 +134,17 @@ pub struct StatusArgs {
     /// Print the stable JSON form (README, "status --json").
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::positive_secs;
+
+    #[test]
+    fn seconds_must_be_finite_and_positive() {
+        assert_eq!(positive_secs("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "inf", "NaN", "x", ""] {
+            assert!(positive_secs(bad).is_err(), "{bad}");
+        }
+    }
 }
