@@ -655,3 +655,44 @@ fn submit_trial_runs_one_job_and_prints_its_time_per_batch() {
         "a trial leaves the run's queues alone: {status}"
     );
 }
+
+#[test]
+fn job_scripts_keep_env_values_private_and_dry_run_masks_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TestDir::new();
+    t.plan_with_model(8, 8);
+    std::fs::write(
+        t.join("run.toml"),
+        "[scheduler.script]\nenv = { HF_TOKEN = \"s3cret-value\" }\n",
+    )
+    .unwrap();
+    let base = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--config",
+        "run.toml",
+        "--model-dir",
+        "model",
+        "--queue",
+        "local=1",
+    ];
+    let out = t.run(&[&base[..], &["--dry-run"]].concat(), 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("export HF_TOKEN='***'"), "{text}");
+    assert!(!text.contains("s3cret"), "the dry run prints no secret");
+    t.run(&base, 0);
+    let scripts: Vec<_> = std::fs::read_dir(t.join("run/jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    assert_eq!(scripts.len(), 1);
+    let mode = std::fs::metadata(&scripts[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "only its owner reads the script: {mode:o}");
+    let script = std::fs::read_to_string(&scripts[0]).unwrap();
+    assert!(
+        script.contains("s3cret-value"),
+        "the job itself gets the value"
+    );
+}

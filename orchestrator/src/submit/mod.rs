@@ -119,6 +119,12 @@ pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
 /// The job scripts the next round would submit, without submitting or recording anything:
 /// (job name, script text).
 pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
+    // The run config's `env` values may be secrets (tokens, keys): printed as ***.
+    let mut masked = options.clone();
+    for value in masked.scheduler.script.env.values_mut() {
+        *value = "***".into();
+    }
+    let options = &masked;
     let lp = SubmitLoop::new_read_only(options)?;
     let caps = match &options.queues {
         Some(q) => q.clone(),
@@ -455,7 +461,7 @@ impl<'a> SubmitLoop<'a> {
         let script = layout.job_script(&name);
         let log = layout.job_log(&name);
         let marker = layout.job_marker(&name);
-        std::fs::write(&script, text).map_err(|source| SubmitError::Io {
+        write_private(&script, &text).map_err(|source| SubmitError::Io {
             action: "write job script",
             path: script.clone(),
             source,
@@ -582,6 +588,22 @@ impl<'a> SubmitLoop<'a> {
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Writes a job script readable by its owner only: it holds the run config's `env` values,
+/// which may be secrets.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o700)
+        .open(path)?;
+    // An existing file keeps its mode at open: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o700))?;
+    file.write_all(text.as_bytes())
 }
 
 /// The tag in every job name of the run in `run_dir` (four hex digits from its absolute path):
