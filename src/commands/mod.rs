@@ -95,6 +95,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             .downcast_ref::<embedfleet_upload::UploadRunError>()
             .is_some_and(embedfleet_upload::UploadRunError::is_refusal)
         || err
+            .downcast_ref::<embedfleet_embed::job::EmbedJobError>()
+            .is_some_and(embedfleet_embed::job::EmbedJobError::is_refusal)
+        || err
             .downcast_ref::<embedfleet_query::QueryError>()
             .is_some_and(embedfleet_query::QueryError::is_refusal)
         || err

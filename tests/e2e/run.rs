@@ -231,3 +231,38 @@ fn papers_longer_than_max_tokens_are_chunked_not_cut() {
         .unwrap();
     assert_eq!(runs[0].1.long_chunked, 30);
 }
+
+#[test]
+fn embed_job_refusals_exit_4_so_the_submit_loop_does_not_retry_them() {
+    let t = TestDir::new();
+    t.plan_with_model(8, 8);
+    for (extra, says) in [
+        (&["--batch", "99"][..], "batch 99 is not in this run"),
+        (
+            &["--batch", "1", "--devices", "cuda:0"][..],
+            "--features cuda",
+        ),
+    ] {
+        let mut args = vec!["embed-job", "--run-dir", "run", "--model-dir", "model"];
+        args.extend_from_slice(extra);
+        let out = t.run(&args, 4);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    // A run that is not planned (a plan killed before it finished).
+    let db = rusqlite::Connection::open(t.join("run/run.db")).unwrap();
+    db.execute("DELETE FROM settings WHERE key = 'plan_state'", [])
+        .unwrap();
+    drop(db);
+    let args = [
+        "embed-job",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "model",
+        "--batch",
+        "1",
+    ];
+    let out = t.run(&args, 4);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not completely planned"));
+}

@@ -57,6 +57,30 @@ pub enum EmbedJobError {
     },
 }
 
+impl EmbedJobError {
+    /// Errors that fail the same way on every attempt (exit code 4: the submit loop does not
+    /// retry them): an unplanned run, a batch that is not there, a device this build cannot
+    /// open, a model directory that is not a usable Qwen3. A read error is not among them.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            EmbedJobError::NotPlanned | EmbedJobError::NoSuchBatch(_) => true,
+            EmbedJobError::Model(e) => matches!(
+                e,
+                ModelError::InvalidDevice { .. }
+                    | ModelError::MissingFile { .. }
+                    | ModelError::ConfigParse { .. }
+                    | ModelError::UnsupportedConfig { .. }
+                    | ModelError::InvalidIndex { .. }
+                    | ModelError::MissingTensor { .. }
+                    | ModelError::TensorShape { .. }
+                    | ModelError::MissingEos { .. }
+                    | ModelError::InvalidDim { .. }
+            ),
+            _ => false,
+        }
+    }
+}
+
 /// What a job run came to.
 #[derive(Debug, Clone, Default)]
 pub struct JobReport {
