@@ -60,6 +60,8 @@ pub enum CorpusError {
     Empty(PathBuf),
     #[error("failed to read {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("{path} leads back to {ancestor} (a symbolic link loop in the corpus tree): remove the link or name the corpus files another way")]
+    SymlinkLoop { path: PathBuf, ancestor: PathBuf },
 }
 
 /// Expands the given paths into corpus files: files as given (their format must be known),
@@ -71,7 +73,7 @@ pub fn discover(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, CorpusError> {
         let meta = std::fs::metadata(input).map_err(|_| CorpusError::NotFound(input.clone()))?;
         if meta.is_dir() {
             let before = files.len();
-            walk(input, &mut files)?;
+            walk(input, &mut files, &mut Vec::new())?;
             if files.len() == before {
                 return Err(CorpusError::Empty(input.clone()));
             }
@@ -84,11 +86,25 @@ pub fn discover(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, CorpusError> {
     Ok(files)
 }
 
-fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), CorpusError> {
+/// `ancestors` holds the canonical paths of the directories above `dir`: a directory that is
+/// its own ancestor (through a symbolic link) is a loop, reported rather than followed forever.
+fn walk(
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    ancestors: &mut Vec<PathBuf>,
+) -> Result<(), CorpusError> {
     let io_err = |source| CorpusError::Io {
         path: dir.to_path_buf(),
         source,
     };
+    let canonical = std::fs::canonicalize(dir).map_err(io_err)?;
+    if let Some(ancestor) = ancestors.iter().find(|a| **a == canonical) {
+        return Err(CorpusError::SymlinkLoop {
+            path: dir.to_path_buf(),
+            ancestor: ancestor.clone(),
+        });
+    }
+    ancestors.push(canonical);
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(io_err)?
         .map(|e| e.map(|e| e.path()))
@@ -99,12 +115,13 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), CorpusError> {
         if path.is_dir() {
             // A run directory inside the corpus tree holds batch files, not corpus files.
             if !crate::RunLayout::new(&path).db().exists() {
-                walk(&path, files)?;
+                walk(&path, files, ancestors)?;
             }
         } else if Format::of(&path).is_some() {
             files.push(path);
         }
     }
+    ancestors.pop();
     Ok(())
 }
 

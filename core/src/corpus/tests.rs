@@ -331,3 +331,29 @@ fn discovers_directories_recursively_in_sorted_order() {
         Err(CorpusError::Empty(_))
     ));
 }
+
+#[test]
+fn a_symlink_loop_in_the_corpus_tree_is_reported_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = dir.path().join("a/b");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::write(
+        dir.path().join("a/c.jsonl"),
+        "{\"id\": 1, \"text\": \"x\"}\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(dir.path().join("a"), inner.join("loop")).unwrap();
+    let err = discover(&[dir.path().to_path_buf()]).unwrap_err();
+    assert!(matches!(err, CorpusError::SymlinkLoop { .. }), "{err}");
+    assert!(err.to_string().contains("symbolic link loop"), "{err}");
+    // A link to a sibling directory is not a loop: its files are found once through it.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(other.path().join("x")).unwrap();
+    std::fs::write(
+        other.path().join("x/d.jsonl"),
+        "{\"id\": 2, \"text\": \"y\"}\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(other.path().join("x"), other.path().join("y")).unwrap();
+    assert_eq!(discover(&[other.path().to_path_buf()]).unwrap().len(), 2);
+}
