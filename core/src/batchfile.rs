@@ -1,7 +1,8 @@
 //! Batch files: the input of one per-node job, written by the planner and read by the embed job.
 //!
 //! Parquet with zstd, one row a paper, in corpus order. Written through [`crate::atomic`], so a
-//! batch file that exists is complete. Row groups hold [`ROWS_PER_GROUP`] papers, so neither the
+//! batch file that exists is complete. Row groups hold [`ROWS_PER_GROUP`] papers (fewer when
+//! their text passes [`MAX_GROUP_TEXT_BYTES`]), so neither the
 //! planner nor the job ever holds a whole batch of text in memory twice.
 
 use crate::atomic;
@@ -73,7 +74,13 @@ pub struct BatchWriter {
     pending: Pending,
     rows: u64,
     chars: u64,
+    /// Text bytes after which a row group ends early (see [`MAX_GROUP_TEXT_BYTES`]).
+    group_bytes: usize,
 }
+
+/// Text bytes of one row group at most (one paper may exceed it alone): arrow's string arrays
+/// have i32 offsets, so a row group read back as one array must stay well under 2 GiB.
+pub const MAX_GROUP_TEXT_BYTES: usize = 256 << 20;
 
 #[derive(Default)]
 struct Pending {
@@ -83,10 +90,17 @@ struct Pending {
     line: Int64Builder,
     meta: [StringBuilder; 5],
     len: usize,
+    /// Text bytes appended since the last flush.
+    bytes: usize,
 }
 
 impl BatchWriter {
     pub fn create(path: &Path) -> Result<Self, BatchFileError> {
+        Self::with_group_bytes(path, MAX_GROUP_TEXT_BYTES)
+    }
+
+    /// A writer whose row groups end after `group_bytes` of text (tests use small values).
+    pub fn with_group_bytes(path: &Path, group_bytes: usize) -> Result<Self, BatchFileError> {
         let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Write {
             path: path.into(),
             source,
@@ -109,6 +123,7 @@ impl BatchWriter {
             pending: Pending::default(),
             rows: 0,
             chars: 0,
+            group_bytes: group_bytes.max(1),
         })
     }
 
@@ -130,10 +145,18 @@ impl BatchWriter {
             builder.append_option(value.as_deref());
         }
         p.len += 1;
+        p.bytes += paper.text.len();
         self.rows += 1;
         self.chars += n_chars;
         if p.len == ROWS_PER_GROUP {
             self.flush()?;
+        } else if p.bytes >= self.group_bytes {
+            // Many long papers: end the row group early, before its text nears 2 GiB.
+            self.flush()?;
+            self.writer.flush().map_err(|e| BatchFileError::Write {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
         }
         Ok(())
     }
@@ -159,6 +182,7 @@ impl BatchWriter {
         ];
         columns.extend(p.meta.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
         p.len = 0;
+        p.bytes = 0;
         let batch = RecordBatch::try_new(schema(), columns)
             .expect("columns match the schema. This is a bug.");
         self.writer
@@ -268,5 +292,33 @@ mod tests {
             assert_eq!(row.line, i as u64 + 1);
         }
         assert!(!atomic::tmp_path(&path).exists());
+    }
+
+    #[test]
+    fn row_groups_end_early_when_their_text_is_large() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.parquet");
+        let mut w = BatchWriter::with_group_bytes(&path, 3000).unwrap();
+        for i in 0..10u64 {
+            let paper = Paper {
+                id: i.to_string(),
+                text: "x".repeat(1000),
+                ..Paper::default()
+            };
+            w.push(i, &paper, 1000).unwrap();
+        }
+        w.finish().unwrap();
+        let file = File::open(&path).unwrap();
+        let reader = parquet::file::reader::SerializedFileReader::new(file).unwrap();
+        use parquet::file::reader::FileReader;
+        let groups = reader.metadata().num_row_groups();
+        assert_eq!(
+            groups, 4,
+            "3 papers (3,000 bytes) a group, then the last one"
+        );
+        let mut ids = Vec::new();
+        read(&path, |r| ids.push(r.paper.id)).unwrap();
+        assert_eq!(ids.len(), 10, "every row read back, in order");
+        assert_eq!(ids[9], "9");
     }
 }
