@@ -23,10 +23,13 @@ pub enum QuarantineReason {
     CorruptFile,
     /// The embed job could not embed the paper (the detail says why).
     EmbedFailed,
+    /// A line longer than any paper can be (a file with no newlines, say): skipped without
+    /// holding it in memory; the detail gives its size.
+    LineTooLong,
 }
 
 impl QuarantineReason {
-    pub const ALL: [QuarantineReason; 8] = [
+    pub const ALL: [QuarantineReason; 9] = [
         Self::InvalidJson,
         Self::NonUtf8,
         Self::MissingId,
@@ -35,6 +38,7 @@ impl QuarantineReason {
         Self::DuplicateId,
         Self::CorruptFile,
         Self::EmbedFailed,
+        Self::LineTooLong,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,6 +51,7 @@ impl QuarantineReason {
             Self::DuplicateId => "duplicate_id",
             Self::CorruptFile => "corrupt_file",
             Self::EmbedFailed => "embed_failed",
+            Self::LineTooLong => "line_too_long",
         }
     }
 

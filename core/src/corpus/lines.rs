@@ -11,6 +11,10 @@ use std::rc::Rc;
 
 const BUF: usize = 1 << 20;
 
+/// The longest line read as a record: far above any paper (peS2o's longest are a few MB), far
+/// below what would exhaust memory. A longer line is skipped and quarantined.
+pub const MAX_LINE_BYTES: usize = 256 << 20;
+
 /// Keeps the count of compressed bytes consumed where the error message can see it, since the
 /// counting reader itself is owned by the decoder.
 struct Tracked<R> {
@@ -32,6 +36,18 @@ pub(super) fn read<E>(
     options: &ReadOptions,
     visit: &mut dyn FnMut(Record) -> Result<(), E>,
     filtered: &mut u64,
+) -> Result<Option<String>, ReadError<E>> {
+    read_limited(path, format, options, visit, filtered, MAX_LINE_BYTES)
+}
+
+/// [`read`] with lines bounded by `max_line` bytes (tests use small bounds).
+pub(super) fn read_limited<E>(
+    path: &Path,
+    format: Format,
+    options: &ReadOptions,
+    visit: &mut dyn FnMut(Record) -> Result<(), E>,
+    filtered: &mut u64,
+    max_line: usize,
 ) -> Result<Option<String>, ReadError<E>> {
     let file = File::open(path).map_err(|source| CorpusError::Io {
         path: path.into(),
@@ -64,9 +80,24 @@ pub(super) fn read<E>(
     loop {
         buf.clear();
         line_no += 1;
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => return Ok(None),
-            Ok(n) => decoded_bytes += n as u64,
+        match read_line_bounded(&mut reader, &mut buf, max_line) {
+            Ok((0, _)) => return Ok(None),
+            Ok((n, false)) => decoded_bytes += n,
+            Ok((n, true)) => {
+                decoded_bytes += n;
+                let entry = QuarantineEntry {
+                    file: file_name.clone(),
+                    line: line_no,
+                    reason: QuarantineReason::LineTooLong,
+                    detail: format!(
+                        "a line of {n} bytes, more than the {max_line} a record may have"
+                    ),
+                    id: None,
+                    first_occurrence: None,
+                };
+                visit(Record::Quarantined(entry)).map_err(ReadError::Visit)?;
+                continue;
+            }
             Err(err) => {
                 let detail = format!(
                     "reading stopped at line {line_no} (byte {} of the file, byte {} decompressed): {err}",
@@ -108,6 +139,43 @@ pub(super) fn read<E>(
             }),
         };
         visit(record).map_err(ReadError::Visit)?;
+    }
+}
+
+/// Reads one line into `buf` (newline included), keeping at most `max` bytes: the rest of a
+/// longer line is read and dropped. Returns the line's whole length and whether it was cut.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<(u64, bool)> {
+    let (mut total, mut cut) = (0u64, false);
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok((total, cut));
+        }
+        let (piece, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (&chunk[..=i], true),
+            None => (chunk, false),
+        };
+        let room = max.saturating_sub(buf.len());
+        if piece.len() > room {
+            cut = true;
+            buf.clear();
+        } else if !cut {
+            buf.extend_from_slice(piece);
+        }
+        let used = piece.len();
+        total += used as u64;
+        reader.consume(used);
+        if done {
+            return Ok((total, cut));
+        }
     }
 }
 

@@ -357,3 +357,53 @@ fn a_symlink_loop_in_the_corpus_tree_is_reported_not_followed() {
     std::os::unix::fs::symlink(other.path().join("x"), other.path().join("y")).unwrap();
     assert_eq!(discover(&[other.path().to_path_buf()]).unwrap().len(), 2);
 }
+
+#[test]
+fn a_line_too_long_for_any_paper_is_quarantined_without_being_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.jsonl.gz");
+    let huge = format!("{{\"id\":\"h\",\"text\":\"{}\"}}", "x".repeat(10_000));
+    let text = format!(
+        "{{\"id\":\"a\",\"text\":\"ok\"}}\n{huge}\n{{\"id\":\"b\",\"text\":\"ok too\"}}\n{huge}"
+    );
+    std::fs::write(&path, gz(text.as_bytes())).unwrap();
+    let (mut papers, mut bad, mut filtered) = (Vec::new(), Vec::new(), 0);
+    let mut visit = |r: Record| {
+        match r {
+            Record::Paper { line, paper } => papers.push((line, paper.id)),
+            Record::Quarantined(q) => bad.push(q),
+        }
+        Ok::<(), ()>(())
+    };
+    let options = ReadOptions::default();
+    let end = lines::read_limited(
+        &path,
+        Format::JsonlGz,
+        &options,
+        &mut visit,
+        &mut filtered,
+        1000,
+    )
+    .unwrap();
+    assert_eq!(end, None, "the file is read to its end");
+    assert_eq!(papers, [(1, "a".to_string()), (3, "b".to_string())]);
+    assert_eq!(
+        bad.len(),
+        2,
+        "the middle line and the last one (no newline)"
+    );
+    assert!(bad
+        .iter()
+        .all(|q| q.reason == QuarantineReason::LineTooLong));
+    assert_eq!((bad[0].line, bad[1].line), (2, 4));
+    assert!(
+        bad[0].detail.contains(&format!("{} bytes", huge.len() + 1)),
+        "{}",
+        bad[0].detail
+    );
+    assert!(
+        bad[1].detail.contains(&format!("{} bytes", huge.len())),
+        "{}",
+        bad[1].detail
+    );
+}
