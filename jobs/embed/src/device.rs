@@ -20,6 +20,9 @@ pub struct Work {
 
 pub struct Done {
     pub tag: usize,
+    /// The device's model panicked on this mini-batch (the message): the job must stop, not
+    /// wait for vectors that will never come.
+    pub panicked: Option<String>,
     /// One vector per sequence, or why the mini-batch failed.
     pub vectors: Result<Vec<Vec<f32>>, String>,
     pub stats: FallbackStats,
@@ -47,17 +50,37 @@ pub fn serve(model: &dyn Embedder, work: Receiver<Work>, done: Sender<Done>) {
         let started = Instant::now();
         let mut stats = FallbackStats::default();
         let seqs: Vec<&[u32]> = item.seqs.iter().map(|s| s.as_slice()).collect();
-        let vectors = embed_with_fallback(model, &seqs, &mut stats).map_err(|e| e.to_string());
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            embed_with_fallback(model, &seqs, &mut stats).map_err(|e| e.to_string())
+        }));
+        let (vectors, panicked) = match run {
+            Ok(vectors) => (vectors, None),
+            Err(payload) => {
+                let why = panic_message(payload.as_ref());
+                (Err(format!("the device worker panicked: {why}")), Some(why))
+            }
+        };
+        let stop = panicked.is_some();
         let message = Done {
             tag: item.tag,
+            panicked,
             vectors,
             stats,
             busy: started.elapsed(),
         };
-        if done.send(message).is_err() {
-            return; // the job gave up; nothing left to report to
+        if done.send(message).is_err() || stop {
+            return; // the job gave up, or this worker is broken
         }
     }
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 fn is_oom(err: &ModelError) -> bool {

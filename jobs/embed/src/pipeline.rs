@@ -181,6 +181,11 @@ fn run_part(
         let d = done
             .recv()
             .expect("device threads outlive the part. This is a bug.");
+        if let Some(why) = &d.panicked {
+            // Fail the job at once, with the message, rather than wait for the mini-batches
+            // that worker will never finish (a job would hang until its walltime).
+            panic!("a device worker panicked, so the job stops: {why}");
+        }
         outcome.fallbacks.add(d.stats);
         let members = &batches[d.tag];
         match d.vectors {

@@ -168,3 +168,68 @@ fn queries_embed_through_the_pipeline_as_one_forward_of_the_query_would() {
         .sum();
     assert!(cos >= 0.99999, "embed_query agrees: cosine {cos}");
 }
+
+/// A device whose model panics on every forward.
+struct PanickingModel;
+
+impl embedfleet_models::Embedder for PanickingModel {
+    fn embed(&self, _: &PackedSequences) -> embedfleet_models::ModelResult<Vec<Vec<f32>>> {
+        panic!("simulated kernel failure")
+    }
+    fn max_position_embeddings(&self) -> usize {
+        2048
+    }
+    fn hidden_size(&self) -> usize {
+        128
+    }
+    fn output_dim(&self) -> usize {
+        128
+    }
+    fn estimate_memory(&self, _: &[usize]) -> u64 {
+        0
+    }
+    fn set_memory_limit(&self, _: Option<u64>) {}
+}
+
+#[test]
+fn a_panicking_device_fails_the_run_at_once_with_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu], None, None).unwrap();
+    let LoadedModels {
+        models: working,
+        tokenizer,
+        ..
+    } = loaded;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // One broken device beside a working one: the working one keeps the queue open, so
+        // without the fix the run waits forever for the broken one's mini-batch.
+        let mut models: Vec<Box<dyn embedfleet_models::Embedder>> = vec![Box::new(PanickingModel)];
+        models.extend(working);
+        let enc = Encoding {
+            tokenizer: &tokenizer,
+            max_len: 2048,
+            rule: MiniBatchRule::TokenBudget { max_tokens: 64 },
+            query_instruction: None,
+            tokenize_threads: 1,
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            embed_parts(&models, std::iter::once(papers()), &enc, |_, _| {
+                Ok::<(), ()>(())
+            })
+        }));
+        let message = result
+            .err()
+            .map(|p| p.downcast_ref::<String>().cloned().unwrap_or_default());
+        let _ = tx.send(message);
+    });
+    let message = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the run ended instead of hanging");
+    let message = message.expect("the run failed");
+    assert!(
+        message.contains("device worker panicked") && message.contains("simulated kernel failure"),
+        "{message}"
+    );
+}
