@@ -249,3 +249,36 @@ fn source_filter_and_quarantine_are_counted() {
     let q = read_quarantine(&opts.run_dir).unwrap();
     assert_eq!(q.iter().map(|e| e.line).collect::<Vec<_>>(), [3, 4]);
 }
+
+#[test]
+fn a_run_db_error_while_recording_ends_the_plan_instead_of_hanging_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("c.jsonl");
+    let text: String = (0..400).map(|i| line(&format!("p{i}"), 10)).collect();
+    std::fs::write(&corpus, text).unwrap();
+    let settings = PlanSettings {
+        papers_per_job: 1,
+        ..PlanSettings::default()
+    };
+    let mut opts = options(dir.path(), vec![corpus], settings);
+    opts.threads = 1;
+    // run.db refuses the third batch: the recorder stops while the worker has 400 to send
+    // through a channel of 64.
+    let db = RunDb::create(&opts.run_dir).unwrap();
+    db.conn()
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON batches WHEN (SELECT count(*) FROM batches) >= 2
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+    drop(db);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(plan(&opts).map(|_| ()).map_err(|e| e.to_string()));
+    });
+    let result = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("plan ended instead of hanging");
+    let err = result.unwrap_err();
+    assert!(err.contains("injected failure"), "{err}");
+}

@@ -76,7 +76,11 @@ pub(super) fn run(
             });
         }
         drop(tx);
-        record(db, &rx, &progress, &bytes_read)
+        let recorded = record(db, &rx, &progress, &bytes_read);
+        // A failed record (a run.db error) must not leave the workers blocked on a full
+        // channel: without a receiver their sends fail and they stop.
+        drop(rx);
+        recorded
     })?;
     progress.finish_and_clear();
     Ok(())
