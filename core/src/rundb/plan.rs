@@ -229,7 +229,9 @@ impl RunDb {
     }
 
     /// Finds papers whose id was seen earlier in corpus order (file order, then line), marks
-    /// every later occurrence as excluded from its batch and quarantines it. Returns how many.
+    /// every later occurrence as excluded from its batch and quarantines it. Returns how many
+    /// duplicates the run has. Idempotent: a run killed after this and before the plan was
+    /// complete runs it again, and nothing is counted twice.
     pub fn resolve_duplicates(&mut self) -> Result<u64> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
         tx.execute_batch("CREATE INDEX IF NOT EXISTS papers_by_id ON papers (id)")
@@ -250,16 +252,21 @@ impl RunDb {
                 .map_err(sqlite_err(&self.dir))?
         };
         let mut first: Option<(String, String)> = None; // (paper id, "file:line")
-        let mut count = 0;
         for (rowid, id, file_id, line, path) in occurrences {
             let here = format!("{path}:{line}");
             match &first {
                 Some((first_id, kept)) if *first_id == id => {
-                    tx.execute(
-                        "UPDATE papers SET duplicate_of = ?2 WHERE rowid = ?1 AND duplicate_of IS NULL",
-                        params![rowid, kept],
-                    )
-                    .map_err(sqlite_err(&self.dir))?;
+                    let marked = tx
+                        .execute(
+                            "UPDATE papers SET duplicate_of = ?2 WHERE rowid = ?1 AND duplicate_of IS NULL",
+                            params![rowid, kept],
+                        )
+                        .map_err(sqlite_err(&self.dir))?;
+                    if marked == 0 {
+                        // Marked by an earlier run that was killed before the plan was
+                        // complete: its exclusion and quarantine row are there already.
+                        continue;
+                    }
                     tx.execute(
                         "UPDATE batches SET n_excluded = n_excluded + 1
                          WHERE id = (SELECT batch_id FROM papers WHERE rowid = ?1)",
@@ -279,11 +286,17 @@ impl RunDb {
                         ],
                     )
                     .map_err(sqlite_err(&self.dir))?;
-                    count += 1;
                 }
                 _ => first = Some((id, here)),
             }
         }
+        let count: u64 = tx
+            .query_row(
+                "SELECT count(*) FROM papers WHERE duplicate_of IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sqlite_err(&self.dir))?;
         tx.commit().map_err(sqlite_err(&self.dir))?;
         Ok(count)
     }

@@ -158,6 +158,31 @@ fn duplicates_keep_the_first_occurrence_in_corpus_order() {
             .get("duplicate_id"),
         Some(&2)
     );
+    // A plan killed after resolving the duplicates but before it was marked complete resolves
+    // them again on the next run: nothing may be counted twice.
+    drop(db);
+    let mut db = RunDb::open(&opts.run_dir).unwrap();
+    let excluded = |db: &RunDb| -> i64 {
+        db.conn()
+            .query_row("SELECT sum(n_excluded) FROM batches", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(excluded(&db), 2);
+    assert_eq!(
+        db.resolve_duplicates().unwrap(),
+        2,
+        "the run has two duplicates"
+    );
+    assert_eq!(excluded(&db), 2, "no exclusion counted twice");
+    assert_eq!(
+        db.status()
+            .unwrap()
+            .quarantined_by_reason
+            .get("duplicate_id"),
+        Some(&2),
+        "no quarantine row twice"
+    );
+    assert_eq!(db.excluded_rows(batch_of_b).unwrap(), [0]);
 }
 
 #[test]
