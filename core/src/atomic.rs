@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 /// The suffix of files being written. Anything with it is garbage from a killed writer.
 pub const TMP_SUFFIX: &str = ".tmp";
 
-/// The temporary name `path` is written under.
+/// The temporary name `path` is written under: `NAME.PID.tmp`, so two processes writing the
+/// same file at once (two jobs rewriting `quarantine.jsonl`, say) never write into one
+/// temporary file; the last rename wins, whole.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(TMP_SUFFIX);
+    name.push(format!(".{}{TMP_SUFFIX}", std::process::id()));
     path.with_file_name(name)
 }
 
@@ -83,5 +85,16 @@ mod tests {
         assert_eq!(remove_leftovers(dir.path()).unwrap(), 1);
         assert!(dir.path().join("y.parquet").exists());
         assert!(!dir.path().join("x.parquet.tmp").exists());
+    }
+
+    #[test]
+    fn each_process_writes_under_its_own_temporary_name() {
+        let tmp = tmp_path(Path::new("/run/quarantine.jsonl"));
+        let name = tmp.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name, format!("quarantine.jsonl.{}.tmp", std::process::id()));
+        assert!(
+            name.ends_with(TMP_SUFFIX),
+            "leftovers are still found by their suffix"
+        );
     }
 }
