@@ -526,6 +526,29 @@ fn submit_settles_jobs_a_crash_left_unrecorded() {
     assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
 }
 
+/// The real Slurm's `debug` partition when Slurm runs here, else the local backend's queue.
+fn backend_and_queue(slurm: bool) -> (&'static str, &'static str) {
+    if slurm {
+        ("slurm", "debug")
+    } else {
+        ("local", "local")
+    }
+}
+
+/// `submit` of the run `plan_with_model` made, through `backend`.
+fn submit_args(backend: &str) -> Vec<&str> {
+    let args = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        backend,
+        "--model-dir",
+        "model",
+    ];
+    args.to_vec()
+}
+
 #[test]
 fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     let t = TestDir::new();
@@ -549,23 +572,10 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
         .unwrap_or(0)
     };
     // A CPU build with the cluster's default devices (cuda:0..3): refused, exit 4, no job.
-    let (backend, queue) = if slurm {
-        ("slurm", "debug=2")
-    } else {
-        ("local", "local=2")
-    };
-    let args = [
-        "submit",
-        "--run-dir",
-        "run",
-        "--backend",
-        backend,
-        "--model-dir",
-        "model",
-        "--queue",
-        queue,
-    ];
-    let mut args = args.to_vec();
+    let (backend, queue) = backend_and_queue(slurm);
+    let queue = format!("{queue}=2");
+    let mut args = submit_args(backend);
+    args.extend(["--queue", queue.as_str()]);
     if !slurm {
         args.extend(["--devices", "cuda:0,1"]);
     }
@@ -620,26 +630,16 @@ fn submit_trial_runs_one_job_and_prints_its_time_per_batch() {
     let t = TestDir::new();
     t.plan_with_model(16, 8);
     let slurm = slurm_up("submit_trial_runs_one_job_and_prints_its_time_per_batch");
-    let (backend, queue) = if slurm {
-        ("slurm", "debug")
-    } else {
-        ("local", "local")
-    };
-    let args = [
-        "submit",
-        "--run-dir",
-        "run",
-        "--backend",
-        backend,
-        "--model-dir",
-        "model",
+    let (backend, queue) = backend_and_queue(slurm);
+    let mut args = submit_args(backend);
+    args.extend([
         "--devices",
         "cpu",
         "--trial",
         queue,
         "--poll-interval",
         "0.3",
-    ];
+    ]);
     let out = t.run(&args, 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
