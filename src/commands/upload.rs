@@ -81,7 +81,8 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
         // A worker ends when its parent `embedfleet upload` is gone (killed, say), so running
         // the upload again never finds stray workers still sending.
         process::exit_when_parent_gone("upload worker", exit::FAILURE);
-        let prepared = upload::prepare(&db, &args.collection)?;
+        let prepared =
+            upload::prepare(&db, &upload::progress_key(sink.as_ref(), &args.collection))?;
         let report = upload::send(sink.as_ref(), &db, &prepared, &options)?;
         return Ok(if report.failed_points > 0 {
             exit::PARTIAL
@@ -204,6 +205,14 @@ fn print_report(collection: &str, report: &UploadReport) {
 pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+    // The scratch collection is dropped before and after: never one this run uploaded into.
+    let (acked, _) = db.upload_totals(&upload::progress_key(sink.as_ref(), &args.scratch))?;
+    if acked > 0 {
+        bail!(
+            "`{}` holds this run's upload ({acked} points): tune drops its scratch collection, so give it another --scratch name",
+            args.scratch
+        );
+    }
     let mut options = TuneOptions::new(&args.scratch);
     options.sample = args.sample.max(1);
     options.batch_sizes.retain(|&b| b <= args.max_batch.max(1));

@@ -29,7 +29,7 @@ fn sample_corpus_plan_status() {
         "plan says the disk the run needs: {stderr}"
     );
     let status = t.status("run");
-    assert_eq!(status["format_version"], 1);
+    assert_eq!(status["format_version"], 2);
     assert_eq!(status["plan_complete"], true);
     assert_eq!(status["papers_planned"], 1000);
     assert_eq!(status["papers_quarantined"], 0);

@@ -73,12 +73,12 @@ fn stderr(out: &std::process::Output) -> String {
 }
 
 /// Starts `upload args` with every upsert delayed by `delay_ms` (so that it can be killed
-/// mid-way) and returns once it has acknowledged rows into `collection`.
+/// mid-way) and returns once run.db has acknowledged rows under progress `key`.
 fn start_slowed_upload(
     t: &TestDir,
     args: &[&str],
     delay_ms: u64,
-    collection: &str,
+    key: &str,
 ) -> (std::process::Child, RunDb) {
     let mut child = t
         .cmd(args)
@@ -88,7 +88,7 @@ fn start_slowed_upload(
         .unwrap();
     let db = RunDb::open(&t.join("run")).unwrap();
     let started = Instant::now();
-    while db.upload_totals(collection).unwrap().0 == 0 {
+    while db.upload_totals(key).unwrap().0 == 0 {
         assert!(
             child.try_wait().unwrap().is_none(),
             "the upload ended before anything was acknowledged"
@@ -99,15 +99,21 @@ fn start_slowed_upload(
     (child, db)
 }
 
+/// run.db's progress key of `collection` in the embedded engine of the run in `run_dir`.
+fn edge_key(run_dir: &Path, collection: &str) -> String {
+    let dir = std::fs::canonicalize(run_dir.join("qdrant")).unwrap();
+    format!("{collection}@edge:{}", dir.display())
+}
+
 /// Runs `upload args` again after a kill: it starts from the `at_kill` rows acknowledged and
 /// ends with all 60, none failed.
-fn rerun_resumes_from(t: &TestDir, args: &[&str], db: &RunDb, collection: &str, at_kill: u64) {
+fn rerun_resumes_from(t: &TestDir, args: &[&str], db: &RunDb, key: &str, at_kill: u64) {
     let err = stderr(&t.run(args, 0));
     assert!(
         err.contains(&format!("{at_kill} already acknowledged")),
         "{err}"
     );
-    assert_eq!(db.upload_totals(collection).unwrap(), (60, 0));
+    assert_eq!(db.upload_totals(key).unwrap(), (60, 0));
 }
 
 #[test]
@@ -124,8 +130,9 @@ fn run_ends_with_the_upload_and_a_query_and_upload_again_sends_nothing() {
     let years = shard_years(&run);
     assert_eq!(years.len(), 60);
     let status = t.status("run");
-    assert_eq!(status["uploads_by_collection"]["papers"]["acked"], 60);
-    assert_eq!(status["uploads_by_collection"]["papers"]["missing"], 0);
+    let key = edge_key(&run, "papers");
+    assert_eq!(status["uploads_by_collection"][&key]["acked"], 60);
+    assert_eq!(status["uploads_by_collection"][&key]["missing"], 0);
     assert_eq!(edge_count(&run, "papers", None), 60);
     let year = years
         .iter()
@@ -142,6 +149,19 @@ fn run_ends_with_the_upload_and_a_query_and_upload_again_sends_nothing() {
     let err = stderr(&out);
     assert!(err.contains(" 0 points sent"), "{err}");
     assert!(err.contains("60 already acknowledged"), "{err}");
+    assert_eq!(edge_count(&run, "papers", None), 60);
+    // tune never drops a collection the run uploaded into.
+    let tune = [
+        "tune",
+        "--run-dir",
+        "run",
+        "--scratch",
+        "papers",
+        "--sample",
+        "10",
+    ];
+    let err = stderr(&t.run(&tune, 1));
+    assert!(err.contains("holds this run's upload"), "{err}");
     assert_eq!(edge_count(&run, "papers", None), 60);
 }
 
@@ -163,16 +183,17 @@ fn upload_killed_mid_way_resumes_to_the_exact_count() {
         "--checkpoint-every",
         "1",
     ];
-    let (mut child, db) = start_slowed_upload(&t, &args, 40, "killed");
+    let key = edge_key(&t.join("run"), "killed");
+    let (mut child, db) = start_slowed_upload(&t, &args, 40, &key);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let (at_kill, _) = db.upload_totals("killed").unwrap();
+    let (at_kill, _) = db.upload_totals(&key).unwrap();
     assert!(
         at_kill > 0 && at_kill < 60,
         "killed mid-way: {at_kill} of 60"
     );
 
-    rerun_resumes_from(&t, &args, &db, "killed", at_kill);
+    rerun_resumes_from(&t, &args, &db, &key, at_kill);
     assert_eq!(edge_count(&run, "killed", None), 60);
 }
 
@@ -314,15 +335,16 @@ fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count
         "--workers",
         "2",
     ];
-    let (mut child, db) = start_slowed_upload(&t, &args, 100, &name);
+    let key = format!("{name}@server:{}", url.trim_end_matches('/'));
+    let (mut child, db) = start_slowed_upload(&t, &args, 100, &key);
     child.kill().unwrap(); // SIGKILL of the parent only
     child.wait().unwrap();
     // Its workers notice and stop: the acknowledged count stops moving short of 60.
     std::thread::sleep(Duration::from_millis(1500));
-    let (at_kill, _) = db.upload_totals(&name).unwrap();
+    let (at_kill, _) = db.upload_totals(&key).unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(
-        db.upload_totals(&name).unwrap().0,
+        db.upload_totals(&key).unwrap().0,
         at_kill,
         "workers kept sending"
     );
@@ -331,7 +353,57 @@ fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count
         "killed mid-way: {at_kill} of 60"
     );
 
-    rerun_resumes_from(&t, &args, &db, &name, at_kill);
+    rerun_resumes_from(&t, &args, &db, &key, at_kill);
     assert_eq!(sink.count(&name, None).unwrap(), 60);
     sink.delete_collection(&name).unwrap();
+}
+
+#[test]
+fn progress_belongs_to_its_target_a_second_target_and_a_deleted_one_get_every_point() {
+    let t = TestDir::new();
+    small_run(&t, "run", 60, &[]);
+    let run = t.join("run");
+    assert_eq!(edge_count(&run, "papers", None), 60);
+    // Another Qdrant (a second embedded directory): everything is sent there too.
+    let second = ["upload", "--run-dir", "run", "--edge", "second"];
+    let err = stderr(&t.run(&second, 0));
+    assert!(err.contains("60 points sent"), "{err}");
+    let sink = QdrantEdge::open(t.join("second")).unwrap();
+    assert_eq!(sink.count("papers", None).unwrap(), 60);
+    drop(sink);
+    assert_eq!(
+        edge_count(&run, "papers", None),
+        60,
+        "the first target untouched"
+    );
+    // The first target's directory deleted: the next upload sees the empty collection, says
+    // so, and sends everything again.
+    std::fs::remove_dir_all(run.join("qdrant")).unwrap();
+    let again = ["upload", "--run-dir", "run"];
+    let err = stderr(&t.run(&again, 0));
+    assert!(err.contains("60 points sent"), "{err}");
+    assert_eq!(edge_count(&run, "papers", None), 60);
+    // A collection dropped and recreated empty under the same name: the same.
+    let sink = QdrantEdge::open(run.join("qdrant")).unwrap();
+    assert!(sink.delete_collection("papers").unwrap());
+    drop(sink);
+    let err = stderr(&t.run(&again, 0));
+    assert!(
+        err.contains("dropped or replaced") && err.contains("60 points sent"),
+        "{err}"
+    );
+    assert_eq!(edge_count(&run, "papers", None), 60);
+    // tune never drops a collection the run uploaded into.
+    let tune = [
+        "tune",
+        "--run-dir",
+        "run",
+        "--scratch",
+        "papers",
+        "--sample",
+        "10",
+    ];
+    let err = stderr(&t.run(&tune, 1));
+    assert!(err.contains("holds this run's upload"), "{err}");
+    assert_eq!(edge_count(&run, "papers", None), 60);
 }

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -125,4 +125,12 @@ ALTER TABLE jobs ADD COLUMN marker TEXT;
 ALTER TABLE jobs ADD COLUMN updated_at TEXT;
 CREATE INDEX jobs_by_state ON jobs (state);
 CREATE INDEX jobs_by_name ON jobs (name);
+"#;
+
+/// v4: upload progress is keyed by collection *and target* (the `collection` column holds
+/// `name@target`) and remembers the shard's sha256: older rows, keyed by the name alone and
+/// without a sha256, no longer match anything, so their shards are sent again (same point ids:
+/// no duplicates).
+const V4: &str = r#"
+ALTER TABLE uploads ADD COLUMN shard_sha256 TEXT;
 "#;

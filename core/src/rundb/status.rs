@@ -6,7 +6,7 @@ use super::{Result, RunDb};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const STATUS_FORMAT_VERSION: u32 = 1;
+pub const STATUS_FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStatus {

@@ -1,4 +1,6 @@
-//! What the uploader records: per shard and collection, the rows Qdrant has acknowledged.
+//! What the uploader records: per shard and progress key (a collection *at a target*, see
+//! `embedfleet_upload::progress_key`), the rows Qdrant has acknowledged, and the shard's
+//! sha256 when they were: a shard rewritten since has no progress.
 //!
 //! `uploads.rows_acked` is a prefix: the first `rows_acked` rows of the shard are durable in the
 //! collection, so a re-run sends the shard from that row on. `failed_rows` counts the rows of
@@ -37,6 +39,7 @@ impl RunDb {
             .prepare(
                 "SELECT s.id, s.path, s.rows, coalesce(u.rows_acked, 0), coalesce(u.failed_rows, 0)
                  FROM shards s LEFT JOIN uploads u ON u.shard_id = s.id AND u.collection = ?1
+                     AND u.shard_sha256 = s.sha256
                  ORDER BY s.batch_id, s.part",
             )
             .map_err(sqlite_err(&self.dir))?;
@@ -64,10 +67,11 @@ impl RunDb {
     ) -> Result<()> {
         self.conn
             .execute(
-                "INSERT INTO uploads (shard_id, collection, rows_acked, failed_rows)
-                 VALUES (?1, ?2, ?3, ?4)
+                "INSERT INTO uploads (shard_id, collection, rows_acked, failed_rows, shard_sha256)
+                 VALUES (?1, ?2, ?3, ?4, (SELECT sha256 FROM shards WHERE id = ?1))
                  ON CONFLICT (shard_id, collection) DO UPDATE
-                 SET rows_acked = excluded.rows_acked, failed_rows = excluded.failed_rows",
+                 SET rows_acked = excluded.rows_acked, failed_rows = excluded.failed_rows,
+                     shard_sha256 = excluded.shard_sha256",
                 params![shard_id, collection, rows_acked, failed_rows],
             )
             .map(drop)
@@ -94,6 +98,15 @@ impl RunDb {
                 |r| r.get(0),
             )
             .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Forgets the progress recorded under `collection` (a collection found holding fewer points
+    /// than that progress says: dropped, recreated, restored from an older snapshot).
+    pub fn forget_uploads(&self, collection: &str) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM uploads WHERE collection = ?1", [collection])
+            .map(drop)
             .map_err(sqlite_err(&self.dir))
     }
 

@@ -162,9 +162,17 @@ impl Prepared {
     }
 }
 
-/// Reads the run's shards and checks they share one vector size.
-pub fn prepare(db: &RunDb, collection: &str) -> Result<Prepared, UploadRunError> {
-    let shards = db.upload_shards(collection)?;
+/// Where run.db keeps the upload progress into `collection` of `sink`: the collection *and* the
+/// target (`papers@edge:/runs/r1/qdrant`, `papers@server:http://q:6334`), so progress into one
+/// Qdrant never counts for another.
+pub fn progress_key(sink: &dyn Sink, collection: &str) -> String {
+    format!("{collection}@{}", sink.target())
+}
+
+/// Reads the run's shards, with their progress under `key` ([`progress_key`]), and checks they
+/// share one vector size.
+pub fn prepare(db: &RunDb, key: &str) -> Result<Prepared, UploadRunError> {
+    let shards = db.upload_shards(key)?;
     let mut dim: Option<(usize, PathBuf)> = None;
     for shard in &shards {
         let path = db.dir().join(&shard.path);
@@ -247,10 +255,30 @@ pub(super) fn open_collection(
     options: &UploadOptions,
 ) -> Result<Option<OpenCollection>, UploadRunError> {
     let db = RunDb::open(&options.run_dir)?;
-    let prepared = prepare(&db, &options.spec.name)?;
+    let key = progress_key(sink, &options.spec.name);
+    let mut prepared = prepare(&db, &key)?;
     let Some(dim) = prepared.dim else {
         return Ok(None);
     };
+    // Progress is only as good as the collection: dropped, recreated, its directory removed,
+    // restored from an older snapshot — fewer points than run.db says were acknowledged
+    // means the record is stale. Forget it and send everything again (same point ids).
+    let acked = prepared.acked();
+    if acked > 0 {
+        let holds = match sink.collection_info(&options.spec.name)? {
+            Some(_) => sink.count(&options.spec.name, None)?,
+            None => 0,
+        };
+        if holds < acked {
+            eprintln!(
+                "note: `{}` holds {holds} points but run.db recorded {acked} as sent there: \
+                 the collection was dropped or replaced; sending every point again",
+                options.spec.name
+            );
+            db.forget_uploads(&key)?;
+            prepared = prepare(&db, &key)?;
+        }
+    }
     // Nothing left to send: indexing is not deferred again (on a server that could rebuild the
     // index), but `finish` still restores it, in case a killed upload left it deferred.
     let spec = CollectionSpec {
@@ -627,8 +655,9 @@ impl Ledger {
             return Ok(());
         }
         sink.checkpoint(collection)?;
+        let key = progress_key(sink, collection);
         for s in self.shards.iter_mut().filter(|s| s.dirty) {
-            db.record_upload(s.shard_id, collection, s.prefix.min(s.rows), s.failed)?;
+            db.record_upload(s.shard_id, &key, s.prefix.min(s.rows), s.failed)?;
             s.dirty = false;
         }
         Ok(())

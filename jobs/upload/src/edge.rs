@@ -238,6 +238,12 @@ fn create_payload_indexes(shard: &EdgeShard, spec: &CollectionSpec) -> UploadRes
 }
 
 impl Sink for QdrantEdge {
+    fn target(&self) -> String {
+        // Canonical, so `--edge run/qdrant` and the default `<run-dir>/qdrant` are one target.
+        let dir = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());
+        format!("edge:{}", dir.display())
+    }
+
     fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
         check_collection_name(&spec.name)?;
         let (shard, ensured) = match self.shard(&spec.name)? {

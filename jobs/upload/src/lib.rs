@@ -32,8 +32,9 @@ mod workers;
 use std::time::Duration;
 
 pub use driver::{
-    prepare, send, upload, Prepared, SendReport, UploadOptions, UploadReport, UploadRunError,
-    DEFAULT_CHECKPOINT_EVERY, DEFAULT_IN_FLIGHT, DEFAULT_UPSERT_BATCH, TEST_DELAY_ENV,
+    prepare, progress_key, send, upload, Prepared, SendReport, UploadOptions, UploadReport,
+    UploadRunError, DEFAULT_CHECKPOINT_EVERY, DEFAULT_IN_FLIGHT, DEFAULT_UPSERT_BATCH,
+    TEST_DELAY_ENV,
 };
 pub use edge::QdrantEdge;
 pub use error::{UploadError, UploadResult};
@@ -336,6 +337,10 @@ pub trait Sink: Send + Sync {
 
     /// Deletes the collection; `Ok(false)` when it did not exist.
     fn delete_collection(&self, collection: &str) -> UploadResult<bool>;
+
+    /// Which Qdrant this is, for run.db's upload progress: `edge:<directory>` or
+    /// `server:<url>`.
+    fn target(&self) -> String;
 
     /// The Qdrant peers holding shards of `collection` (an existing one), `None` where that
     /// means nothing (the embedded engine). `upload` starts one worker process per peer.

@@ -280,6 +280,10 @@ impl QdrantServer {
 }
 
 impl Sink for QdrantServer {
+    fn target(&self) -> String {
+        format!("server:{}", self.config.url.trim_end_matches('/'))
+    }
+
     fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
         check_collection_name(&spec.name)?;
         let ensured = match self.collection_info(&spec.name)? {

@@ -54,6 +54,7 @@ pub fn upload_with_workers(
         return Ok(UploadReport::nothing());
     };
     let collection = options.spec.name.as_str();
+    let key = super::driver::progress_key(sink, collection);
     let workers = match command.workers {
         Some(n) => n.max(1),
         None => default_workers(sink.peers(collection)?),
@@ -92,8 +93,8 @@ pub fn upload_with_workers(
             }
         }
     }
-    let failed_worker = watch(&db, collection, &prepared, dim, children, command, options)?;
-    let (acked, failed) = db.upload_totals(collection)?;
+    let failed_worker = watch(&db, &key, &prepared, dim, children, command, options)?;
+    let (acked, failed) = db.upload_totals(&key)?;
     let send = SendReport {
         points: acked.saturating_sub(before),
         failed_points: failed,
@@ -126,7 +127,7 @@ fn default_workers(peers: Option<usize>) -> u64 {
 /// Waits for every worker, showing progress from run.db; returns the first worker that failed.
 fn watch(
     db: &RunDb,
-    collection: &str,
+    key: &str,
     prepared: &super::Prepared,
     dim: usize,
     mut children: Vec<(u64, Child)>,
@@ -162,7 +163,7 @@ fn watch(
             }
         }
         children = running;
-        match db.upload_totals(collection) {
+        match db.upload_totals(key) {
             Ok((acked, _)) => progress.set(acked.saturating_sub(before)),
             Err(e) => {
                 kill_all(&mut children);

@@ -14,9 +14,9 @@ use embedfleet_core::rundb::{RunDb, ShardRow};
 use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{
-    upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit, PayloadFilter, PointsBatch,
-    QdrantEdge, QdrantServer, SearchOptions, Sink, UploadError, UploadOptions, UploadResult,
-    UploadRunError,
+    progress_key, upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit,
+    PayloadFilter, PointsBatch, QdrantEdge, QdrantServer, SearchOptions, Sink, UploadError,
+    UploadOptions, UploadResult, UploadRunError,
 };
 use upload_common::{paper_id, source_of, vector_of, year_of};
 
@@ -98,7 +98,7 @@ fn check_upload_resume(sink: &dyn Sink, run: &Path, collection: &str) {
     assert_eq!((report.send.points, report.send.failed_points), (250, 0));
     assert_eq!(sink.count(collection, None).expect("count"), 250);
     let status = RunDb::open(run).unwrap().status().unwrap();
-    let u = &status.uploads_by_collection[collection];
+    let u = &status.uploads_by_collection[&progress_key(sink, collection)];
     assert_eq!((u.acked, u.failed, u.missing), (250, 0, 0));
     // Filters on the payload index.
     for year in [2018, 2020] {
@@ -128,7 +128,8 @@ fn a_partly_acknowledged_run_sends_only_the_rest() {
     let sink = Counting::new(edge(dir.path()), usize::MAX);
     // As a killed upload leaves it: the first shard durable and recorded up to row 64.
     let db = RunDb::open(&run).unwrap();
-    let shards = db.upload_shards("papers").unwrap();
+    let key = progress_key(&sink, "papers");
+    let shards = db.upload_shards(&key).unwrap();
     let spec = CollectionSpec::new("papers", 24);
     sink.ensure_collection(&spec).unwrap();
     let first =
@@ -138,8 +139,7 @@ fn a_partly_acknowledged_run_sends_only_the_rest() {
             .unwrap();
     }
     sink.checkpoint("papers").unwrap();
-    db.record_upload(shards[0].shard_id, "papers", 64, 0)
-        .unwrap();
+    db.record_upload(shards[0].shard_id, &key, 64, 0).unwrap();
     let before = sink.points.load(Ordering::SeqCst);
     let report = upload(&sink, &options(&run, "papers")).expect("upload");
     assert_eq!((report.already_acked, report.send.points), (64, 186));
@@ -163,7 +163,7 @@ fn failed_batches_are_recorded_shown_missing_and_sent_again() {
         assert_eq!(report.send.points, 250 - 32);
         assert_eq!(report.send.errors.len(), 1, "{:?}", report.send.errors);
         let status = RunDb::open(&run).unwrap().status().unwrap();
-        let u = &status.uploads_by_collection["papers"];
+        let u = &status.uploads_by_collection[&progress_key(&sink, "papers")];
         assert_eq!(u.failed, 32);
         assert!(u.missing >= 32, "missing {}", u.missing);
         assert_eq!(u.acked + u.missing, 250);
@@ -173,7 +173,7 @@ fn failed_batches_are_recorded_shown_missing_and_sent_again() {
     assert_eq!(report.send.failed_points, 0);
     assert_eq!(sink.count("papers", None).unwrap(), 250);
     let status = RunDb::open(&run).unwrap().status().unwrap();
-    let u = &status.uploads_by_collection["papers"];
+    let u = &status.uploads_by_collection[&progress_key(&sink, "papers")];
     assert_eq!((u.acked, u.failed, u.missing), (250, 0, 0));
 }
 
@@ -191,7 +191,8 @@ fn a_sink_that_keeps_failing_stops_the_upload_with_progress_kept() {
         other => panic!("expected TooManyFailures, got {other:?}"),
     }
     let db = RunDb::open(&run).unwrap();
-    assert_eq!(db.upload_totals("papers").unwrap().0, 48, "3 batches acked");
+    let key = progress_key(&sink, "papers");
+    assert_eq!(db.upload_totals(&key).unwrap().0, 48, "3 batches acked");
 }
 
 #[test]
@@ -376,6 +377,9 @@ impl Sink for Counting {
     }
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
         self.inner.collection_info(collection)
+    }
+    fn target(&self) -> String {
+        self.inner.target()
     }
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
         self.inner.delete_collection(collection)
