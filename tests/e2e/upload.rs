@@ -150,19 +150,6 @@ fn run_ends_with_the_upload_and_a_query_and_upload_again_sends_nothing() {
     assert!(err.contains(" 0 points sent"), "{err}");
     assert!(err.contains("60 already acknowledged"), "{err}");
     assert_eq!(edge_count(&run, "papers", None), 60);
-    // tune never drops a collection the run uploaded into.
-    let tune = [
-        "tune",
-        "--run-dir",
-        "run",
-        "--scratch",
-        "papers",
-        "--sample",
-        "10",
-    ];
-    let err = stderr(&t.run(&tune, 1));
-    assert!(err.contains("holds this run's upload"), "{err}");
-    assert_eq!(edge_count(&run, "papers", None), 60);
 }
 
 #[test]
