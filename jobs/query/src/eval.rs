@@ -3,12 +3,12 @@
 //! share of queries that got fewer results than exist and latency percentiles; unfiltered and,
 //! when a filter is given, filtered (the same filter applied to the exact search).
 
-use crate::exact::{exact_top_k, normalised, ExactError, ExactHit};
+use crate::exact::{exact_top_k, for_each_block, normalised, ExactError, ExactHit};
 use crate::filter::parse_filters;
 use crate::search::{search_batched, Percentiles};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, RunLayout};
-use embedfleet_upload::{PayloadFilter, PointsBatch, SearchOptions, Sink, UploadError};
+use embedfleet_upload::{PayloadFilter, SearchOptions, Sink, UploadError};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -262,30 +262,14 @@ pub fn sample_queries(db: &RunDb, n: usize, seed: u64) -> Result<Vec<Vec<f32>>, 
             .collect();
     wanted.sort_unstable();
     let mut picked = Vec::with_capacity(wanted.len());
-    let (mut first_row, mut next) = (0u64, wanted.iter().peekable());
-    for shard in &shards {
-        if next.peek().is_none() {
-            break;
+    let mut next = wanted.iter().map(|&r| r as usize).peekable();
+    for_each_block(db, |first_row, points| {
+        let end = first_row + points.len();
+        while let Some(row) = next.next_if(|&r| r < end) {
+            picked.push(points.point(row - first_row).vector.to_vec());
         }
-        let path = db.dir().join(&shard.path);
-        for batch in
-            embedfleet_upload::shards::read_from(&path, 0, 4096).map_err(ExactError::from)?
-        {
-            let batch = batch.map_err(|e| {
-                ExactError::Shard(embedfleet_upload::shards::ShardReadError {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })
-            })?;
-            let points = PointsBatch::from_record_batch(&batch)?;
-            let end = first_row + points.len() as u64;
-            while let Some(&&row) = next.peek().filter(|&&&r| r < end) {
-                picked.push(points.point((row - first_row) as usize).vector.to_vec());
-                next.next();
-            }
-            first_row = end;
-        }
-    }
+        Ok(next.peek().is_some())
+    })?;
     Ok(picked.iter().map(|v| perturb(v, &mut rng)).collect())
 }
 

@@ -228,37 +228,29 @@ pub fn exact_top_k(
     let mut tops = vec![TopK::new(k); queries.len()];
     // Paper ids of the rows some query kept, by global row; the rest are never materialised.
     let mut ids: std::collections::HashMap<usize, String> = Default::default();
-    let mut first_row = 0usize;
-    for shard in db.all_shards()? {
-        for batch in read_from(&db.dir().join(&shard.path), 0, BLOCK_ROWS)? {
-            let batch = batch.map_err(|e| embedfleet_upload::shards::ShardReadError {
-                path: db.dir().join(&shard.path),
-                message: e.to_string(),
-            })?;
-            let points = PointsBatch::from_record_batch(&batch)?;
-            if points.dim() != dim {
-                return Err(ExactError::Dim {
-                    expected: points.dim(),
-                    found: dim,
-                });
-            }
-            let accept = |i: usize| {
-                filter.is_none_or(|f| {
-                    let p = points.point(i);
-                    matches(f, p.year, p.source)
-                })
-            };
-            top_k_block(&q, points.vectors(), dim, first_row, &accept, &mut tops)?;
-            for top in &tops {
-                for &(_, row) in top.best() {
-                    if row >= first_row && !ids.contains_key(&row) {
-                        ids.insert(row, points.point(row - first_row).paper_id.to_string());
-                    }
+    for_each_block(db, |first_row, points| {
+        if points.dim() != dim {
+            return Err(ExactError::Dim {
+                expected: points.dim(),
+                found: dim,
+            });
+        }
+        let accept = |i: usize| {
+            filter.is_none_or(|f| {
+                let p = points.point(i);
+                matches(f, p.year, p.source)
+            })
+        };
+        top_k_block(&q, points.vectors(), dim, first_row, &accept, &mut tops)?;
+        for top in &tops {
+            for &(_, row) in top.best() {
+                if row >= first_row && !ids.contains_key(&row) {
+                    ids.insert(row, points.point(row - first_row).paper_id.to_string());
                 }
             }
-            first_row += points.len();
         }
-    }
+        Ok(true)
+    })?;
     Ok(tops
         .iter()
         .map(|t| {
@@ -271,6 +263,30 @@ pub fn exact_top_k(
                 .collect()
         })
         .collect())
+}
+
+/// Hands every block of [`BLOCK_ROWS`] rows of the run's parquet shards to `visit`, in run
+/// order, with the run-wide row number of its first row; `visit` returns `false` to stop.
+pub(crate) fn for_each_block(
+    db: &RunDb,
+    mut visit: impl FnMut(usize, &PointsBatch) -> Result<bool, ExactError>,
+) -> Result<(), ExactError> {
+    let mut first_row = 0usize;
+    for shard in db.all_shards()? {
+        let path = db.dir().join(&shard.path);
+        for batch in read_from(&path, 0, BLOCK_ROWS)? {
+            let batch = batch.map_err(|e| embedfleet_upload::shards::ShardReadError {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            let points = PointsBatch::from_record_batch(&batch)?;
+            if !visit(first_row, &points)? {
+                return Ok(());
+            }
+            first_row += points.len();
+        }
+    }
+    Ok(())
 }
 
 /// `v / |v|` (a zero vector stays zero).
