@@ -535,8 +535,8 @@ fn backend_and_queue(slurm: bool) -> (&'static str, &'static str) {
     }
 }
 
-/// `submit` of the run `plan_with_model` made, through `backend`.
-fn submit_args(backend: &str) -> Vec<&str> {
+/// `submit` of the run `plan_with_model` made, through `backend`, with the model in `model`.
+fn submit_args<'a>(backend: &'a str, model: &'a str) -> Vec<&'a str> {
     let args = [
         "submit",
         "--run-dir",
@@ -544,7 +544,7 @@ fn submit_args(backend: &str) -> Vec<&str> {
         "--backend",
         backend,
         "--model-dir",
-        "model",
+        model,
     ];
     args.to_vec()
 }
@@ -574,7 +574,7 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     // A CPU build with the cluster's default devices (cuda:0..3): refused, exit 4, no job.
     let (backend, queue) = backend_and_queue(slurm);
     let queue = format!("{queue}=2");
-    let mut args = submit_args(backend);
+    let mut args = submit_args(backend, "model");
     args.extend(["--queue", queue.as_str()]);
     if !slurm {
         args.extend(["--devices", "cuda:0,1"]);
@@ -591,34 +591,16 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     }
     // A broken model directory: refused, naming the file.
     std::fs::write(t.join("model/config.json"), "{ not json").unwrap();
-    let broken = [
-        "submit",
-        "--run-dir",
-        "run",
-        "--model-dir",
-        "model",
-        "--queue",
-        "local=1",
-        "--devices",
-        "cpu",
-    ];
+    let mut broken = submit_args("local", "model");
+    broken.extend(["--queue", "local=1", "--devices", "cpu"]);
     let out = t.run(&broken, 4);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.json"), "{err}");
     assert_eq!(jobs_submitted(&t), 0);
     // Another model than the one the run recorded: refused, vectors would mix.
     t.run(&["make-tiny-model", "--out", "other", "--seed", "1"], 0);
-    let other = [
-        "submit",
-        "--run-dir",
-        "run",
-        "--model-dir",
-        "other",
-        "--queue",
-        "local=1",
-        "--devices",
-        "cpu",
-    ];
+    let mut other = submit_args("local", "other");
+    other.extend(["--queue", "local=1", "--devices", "cpu"]);
     let out = t.run(&other, 4);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("two models would mix"), "{err}");
@@ -631,7 +613,7 @@ fn submit_trial_runs_one_job_and_prints_its_time_per_batch() {
     t.plan_with_model(16, 8);
     let slurm = slurm_up("submit_trial_runs_one_job_and_prints_its_time_per_batch");
     let (backend, queue) = backend_and_queue(slurm);
-    let mut args = submit_args(backend);
+    let mut args = submit_args(backend, "model");
     args.extend([
         "--devices",
         "cpu",

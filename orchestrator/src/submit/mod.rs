@@ -259,7 +259,7 @@ impl<'a> SubmitLoop<'a> {
             self.console.update(&self.db, &open, paused);
             let open: Vec<JobRow> = open
                 .into_iter()
-                .filter(|j| self.in_scope(vec![j.batch_id]).len() == 1)
+                .filter(|j| self.is_in_scope(j.batch_id))
                 .collect();
             self.report.busy_poll += polled - round;
             self.report.busy_submit += submitted - polled;
@@ -560,12 +560,13 @@ impl<'a> SubmitLoop<'a> {
     }
 
     /// The batches this loop is about: all of them, or the trial's one.
-    fn in_scope(&self, batches: Vec<i64>) -> Vec<i64> {
-        match (&self.opts.trial, self.trial_batch) {
-            (None, _) => batches,
-            (Some(_), Some(trial)) => batches.into_iter().filter(|&b| b == trial).collect(),
-            (Some(_), None) => Vec::new(),
-        }
+    fn in_scope(&self, mut batches: Vec<i64>) -> Vec<i64> {
+        batches.retain(|&b| self.is_in_scope(b));
+        batches
+    }
+
+    fn is_in_scope(&self, batch: i64) -> bool {
+        self.opts.trial.is_none() || self.trial_batch == Some(batch)
     }
 
     fn all_refused(&self) -> Result<bool> {
