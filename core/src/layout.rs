@@ -4,7 +4,10 @@
 //! ```text
 //! <run-dir>/run.db              the run state (SQLite)
 //! <run-dir>/batches/            one batch file per per-node job (f<file>-<seq>.parquet)
-//! <run-dir>/shards/             parquet shards of embeddings (b<batch>-<part>.parquet)
+//! <run-dir>/plan.json           what a job needs of the plan (written by the owner)
+//! <run-dir>/output-settings.json  the settings every attempt must share (model, dim, ...)
+//! <run-dir>/shards/             parquet shards of embeddings (b<batch>-<part>.<attempt>.parquet)
+//! <run-dir>/results/            one result manifest per embed-job attempt (b<batch>/<attempt>.json)
 //! <run-dir>/quarantine.jsonl    papers that were not embedded, with why
 //! <run-dir>/jobs/               job scripts and completion markers (<job>.sh, <job>.exit)
 //! <run-dir>/logs/               job logs (<job>.log)
@@ -27,6 +30,9 @@ impl RunLayout {
     pub const DB_FILE: &'static str = "run.db";
     pub const BATCH_DIR: &'static str = "batches";
     pub const SHARD_DIR: &'static str = "shards";
+    pub const RESULTS_DIR: &'static str = "results";
+    pub const PLAN_FILE: &'static str = "plan.json";
+    pub const OUTPUT_SETTINGS_FILE: &'static str = "output-settings.json";
     pub const QUARANTINE_FILE: &'static str = "quarantine.jsonl";
     pub const JOB_DIR: &'static str = "jobs";
     pub const LOG_DIR: &'static str = "logs";
@@ -66,14 +72,44 @@ impl RunLayout {
         self.root.join(Self::SHARD_DIR)
     }
 
-    /// The parquet shard of part `part` of batch `batch`, relative.
-    pub fn shard_file_name(batch: i64, part: u32) -> String {
-        format!("{}/b{batch:06}-{part:04}.parquet", Self::SHARD_DIR)
+    /// The parquet shard of part `part` of batch `batch` written by attempt `attempt`,
+    /// relative. The attempt's token in the name keeps two attempts of one batch (a lost job
+    /// and its replacement, say) from ever writing, or deleting, each other's files.
+    pub fn shard_file_name(batch: i64, part: u32, attempt: &str) -> String {
+        format!(
+            "{}/b{batch:06}-{part:04}.{attempt}.parquet",
+            Self::SHARD_DIR
+        )
     }
 
     /// The file-name prefix every parquet shard of `batch` starts with.
     pub fn shard_file_prefix(batch: i64) -> String {
         format!("b{batch:06}-")
+    }
+
+    /// What a job needs of the plan (see `handoff::PlanManifest`).
+    pub fn plan_file(&self) -> PathBuf {
+        self.root.join(Self::PLAN_FILE)
+    }
+
+    /// The output settings the run's first attempt fixed (see `handoff::OutputSettings`).
+    pub fn output_settings_file(&self) -> PathBuf {
+        self.root.join(Self::OUTPUT_SETTINGS_FILE)
+    }
+
+    pub fn results_dir(&self) -> PathBuf {
+        self.root.join(Self::RESULTS_DIR)
+    }
+
+    /// The result manifests of every attempt at `batch`.
+    pub fn batch_results_dir(&self, batch: i64) -> PathBuf {
+        self.results_dir().join(format!("b{batch:06}"))
+    }
+
+    /// The result manifest of attempt `attempt` at `batch`.
+    pub fn attempt_manifest(&self, batch: i64, attempt: &str) -> PathBuf {
+        self.batch_results_dir(batch)
+            .join(format!("{attempt}.json"))
     }
 
     pub fn quarantine_file(&self) -> PathBuf {
@@ -127,12 +163,12 @@ mod tests {
     #[test]
     fn names_are_relative_and_resolve_under_the_root() {
         let layout = RunLayout::new("/runs/r1");
-        let shard = RunLayout::shard_file_name(12, 3);
-        assert_eq!(shard, "shards/b000012-0003.parquet");
+        let shard = RunLayout::shard_file_name(12, 3, "t0a1b2c3d4e5");
+        assert_eq!(shard, "shards/b000012-0003.t0a1b2c3d4e5.parquet");
         assert!(shard.starts_with(&format!("shards/{}", RunLayout::shard_file_prefix(12))));
         assert_eq!(
             layout.resolve(&shard),
-            PathBuf::from("/runs/r1/shards/b000012-0003.parquet")
+            PathBuf::from("/runs/r1/shards/b000012-0003.t0a1b2c3d4e5.parquet")
         );
         assert_eq!(
             RunLayout::batch_file_name(2, 7),

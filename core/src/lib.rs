@@ -9,6 +9,7 @@ pub mod batchfile;
 pub mod corpus;
 pub mod exit;
 pub mod fingerprint;
+pub mod handoff;
 pub mod layout;
 pub mod paper;
 pub mod plot;

@@ -274,6 +274,13 @@ impl ShardWriter {
     }
 }
 
+/// The rows of a parquet file, from its footer.
+pub fn row_count(path: &Path) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(File::open(path)?)?;
+    Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
+}
+
 /// The hex SHA-256 of a file.
 pub fn sha256_of(path: &Path) -> std::io::Result<String> {
     let mut file = File::open(path)?;

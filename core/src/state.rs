@@ -124,6 +124,23 @@ stored_state! {
 }
 
 stored_state! {
+    /// What the owner made of one embed-job attempt's result manifest (`attempts.state`).
+    AttemptState {
+        /// The batch's shards are this attempt's.
+        Accepted = "accepted",
+        /// Complete, but another attempt of the batch was accepted first.
+        Discarded = "discarded",
+        /// Complete, but it did not verify (a shard missing or changed, rows that do not add
+        /// up, other settings than the run's).
+        Rejected = "rejected",
+        /// The attempt stopped with an error.
+        Failed = "failed",
+        /// It never finished and the batch was done by another attempt.
+        Abandoned = "abandoned",
+    }
+}
+
+stored_state! {
     /// A parquet shard's upload into one collection, from its acknowledged rows.
     UploadState {
         /// No row acknowledged.

@@ -31,7 +31,7 @@ impl SyntheticRun {
     }
 
     /// Writes the run into `dir`: run.db with one done batch and the parquet shards
-    /// `shards/b000001-PPPP.parquet` of seeded random unit vectors (ids `W0000000000`, ...).
+    /// `shards/b000001-PPPP.synthetic.parquet` of seeded random unit vectors (ids `W0000000000`, ...).
     pub fn write(&self, dir: &Path) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let db = RunDb::create(dir)?;
         db.conn().execute_batch(&format!(
@@ -55,7 +55,7 @@ impl SyntheticRun {
         let mut vector = vec![0f32; self.dim];
         let step = self.shard_rows.max(1);
         for (part, first) in (0..self.points).step_by(step).enumerate() {
-            let rel = crate::RunLayout::shard_file_name(1, part as u32);
+            let rel = crate::RunLayout::shard_file_name(1, part as u32, "synthetic");
             let mut w = ShardWriter::create(&dir.join(&rel), VectorDtype::F32, &meta)?;
             for i in first..(first + step).min(self.points) {
                 random_unit(&mut x, &mut vector);

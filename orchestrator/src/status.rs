@@ -47,6 +47,17 @@ pub fn render(s: &RunStatus) -> String {
         let _ = writeln!(out, "jobs       {queue}{cap}:{states}");
     }
     let _ = writeln!(out, "shards     {} ({} rows)", s.shards, s.rows_in_shards);
+    let others: u64 = s
+        .attempts_by_state
+        .iter()
+        .filter(|(state, _)| state.as_str() != "accepted")
+        .map(|(_, n)| n)
+        .sum();
+    if others > 0 {
+        // Only worth a line when some attempt was not the one taken.
+        let total: u64 = s.attempts_by_state.values().sum();
+        let _ = writeln!(out, "attempts   {total}{}", by(&s.attempts_by_state));
+    }
     if s.uploads_by_collection.is_empty() {
         let _ = writeln!(out, "uploaded   0 points");
     }

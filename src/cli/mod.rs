@@ -64,7 +64,9 @@ pub enum Command {
     Report(ReportArgs),
     /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
     SampleCorpus(SampleCorpusArgs),
-    /// Embed one planned batch on this node: parquet shards in <run-dir>/shards, timings in run.db.
+    /// Embed one planned batch on this node: parquet shards in <run-dir>/shards and a result
+    /// manifest in <run-dir>/results, which the run's owner (submit, status, ...) takes into
+    /// run.db; the job itself never opens run.db (README, "On a shared filesystem").
     EmbedJob(EmbedJobArgs),
     /// Embed files of records (or text lines) straight to one parquet file.
     Embed(EmbedArgs),

@@ -8,7 +8,7 @@ use embedfleet_core::BatchId;
 use embedfleet_embed::files::{self as embed_files, EmbedFilesOptions};
 use embedfleet_embed::job::{self, EmbedJobOptions};
 
-fn vector_dtype(arg: VectorDtypeArg) -> VectorDtype {
+pub(crate) fn vector_dtype(arg: VectorDtypeArg) -> VectorDtype {
     match arg {
         VectorDtypeArg::F32 => VectorDtype::F32,
         VectorDtypeArg::F16 => VectorDtype::F16,
@@ -29,11 +29,20 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
         memory_limit: settings.memory_limit,
     };
     let report = job::run(&options)?;
+    if let Some(attempt) = &report.already_done_by {
+        eprintln!(
+            "batch {}: attempt {attempt} did it first (its shards verified); this attempt stops",
+            args.batch
+        );
+        return Ok(exit::SUCCESS);
+    }
     let t = &report.timings;
     eprintln!(
-        "batch {}: {} papers embedded in {} new shards ({} already done), {} failed; model load {:.1} s, I/O {:.1} s, \
-         tokenize {:.1} s, inference {:.1} s; fallbacks: {} split, {} sequential, {} chunked; {} long papers chunked",
+        "batch {} (attempt {}): {} papers embedded in {} new shards ({} taken over from earlier attempts), {} failed; \
+         model load {:.1} s, I/O {:.1} s, tokenize {:.1} s, inference {:.1} s; fallbacks: {} split, {} sequential, \
+         {} chunked; {} long papers chunked",
         args.batch,
+        report.attempt,
         report.papers_embedded,
         report.parts_written,
         report.parts_skipped,

@@ -1,15 +1,13 @@
 //! What `submit` checks before it sends the first job: a setup that would make every job fail
 //! the same way (a CPU build asked for GPUs, a missing job binary, a broken model directory, a
-//! missing batch file, another model than the run's) is refused with exit code 4 and nothing
-//! reaches a queue.
+//! missing batch file, other output settings than the run's — another model, `--shard-papers`,
+//! `--dim`, ...) is refused with exit code 4 and nothing reaches a queue.
 
+use embedfleet_core::handoff::{OutputSettings, PinError};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::state::BatchState;
 use embedfleet_models::{DeviceSpec, CUDA_BUILD};
-use std::path::{Path, PathBuf};
-
-/// The run.db setting holding the model the run's vectors come from.
-pub const MODEL_SETTING: &str = "model";
+use std::path::Path;
 
 /// A setup refused before any job: every problem, each saying what to do.
 #[derive(Debug)]
@@ -29,23 +27,18 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// The model a run was embedded with: its directory and fingerprint.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RunModel {
-    pub dir: PathBuf,
-    pub fingerprint: String,
-}
-
 /// What the jobs of a submit will run.
 pub struct JobSetup<'a> {
     /// `[scheduler.script] embedfleet`, or `None` for this very binary.
     pub binary: Option<&'a str>,
     pub devices: &'a str,
     pub model_dir: &'a Path,
+    /// The settings the jobs would embed with.
+    pub output: OutputSettings,
 }
 
-/// Checks `setup` against this build and the run; records the model's fingerprint the first
-/// time.
+/// Checks `setup` against this build and the run; fixes the run's output settings the first
+/// time (`output-settings.json`).
 pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
     let mut problems = Vec::new();
     match embedfleet_embed::parse_devices(setup.devices) {
@@ -60,7 +53,7 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
             "the model directory {} is not usable: {e} (README, \"The model, offline\")",
             setup.model_dir.display()
         )),
-        Ok(_) => check_model(db, setup.model_dir, &mut problems),
+        Ok(_) => check_output(db, &setup.output, &mut problems),
     }
     check_batch_files(db, &mut problems);
     if problems.is_empty() {
@@ -92,28 +85,16 @@ fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut 
     }
 }
 
-/// The model's fingerprint against the one the run's parquet shards were made with.
-fn check_model(db: &RunDb, dir: &Path, problems: &mut Vec<String>) {
-    let model = RunModel {
-        dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
-        fingerprint: embedfleet_embed::model_revision(dir),
-    };
-    let stored: Option<RunModel> = db.setting(MODEL_SETTING).ok().flatten();
-    match stored {
-        Some(s) if s.fingerprint != model.fingerprint => problems.push(format!(
-            "the run's parquet shards were made with {} (fingerprint {}), --model-dir {} is {}: \
-             vectors of two models would mix; use the run's model, or plan into a new run directory",
-            s.dir.display(),
-            s.fingerprint,
-            model.dir.display(),
-            model.fingerprint
+/// The jobs' output settings against the ones the run's parquet shards were made with.
+fn check_output(db: &RunDb, output: &OutputSettings, problems: &mut Vec<String>) {
+    match output.pin(&db.layout()) {
+        Ok(()) => {}
+        Err(PinError::Differs { differences, .. }) => problems.push(format!(
+            "the run's parquet shards were made with other settings ({}): vectors made two ways \
+             would mix; use the run's, or plan into a new run directory",
+            differences.join("; ")
         )),
-        Some(_) => {}
-        None => {
-            if let Err(e) = db.set_setting(MODEL_SETTING, &model) {
-                problems.push(format!("could not record the model in run.db: {e}"));
-            }
-        }
+        Err(e) => problems.push(format!("could not fix the run's output settings: {e}")),
     }
 }
 

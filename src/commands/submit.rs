@@ -56,6 +56,13 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         binary: config.scheduler.script.embedfleet.as_deref(),
         devices: &job.devices,
         model_dir: &job.model.model_dir,
+        output: embedfleet_embed::job::output_settings(
+            &job.model.model_dir,
+            job.model.dim,
+            super::embed::vector_dtype(job.model.vector_dtype),
+            job.model.max_tokens,
+            job.shard_papers,
+        ),
     };
     preflight::check_submit(&RunDb::open(&args.run_dir)?, &setup)?;
     let mut queues =

@@ -12,5 +12,6 @@ mod query;
 mod readme;
 mod report;
 mod run;
+mod shared_fs;
 mod submit;
 mod upload;

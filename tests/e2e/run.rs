@@ -1,45 +1,9 @@
 //! `run` end to end, and the embed job killed, capped and chunked.
 
-use crate::util::{read_shard, TestDir};
+use crate::util::{embed_job_args, planned_ids, shard_rows, TestDir};
 use embedfleet_core::rundb::RunDb;
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
-
-/// id -> (vector, n_chunks) of every shard recorded in run.db; panics on a duplicate id.
-fn shard_rows(run_dir: &Path) -> BTreeMap<String, (Vec<f32>, i16)> {
-    let db = RunDb::open(run_dir).unwrap();
-    let mut rows = BTreeMap::new();
-    for shard in db.all_shards().unwrap() {
-        let records = read_shard(&run_dir.join(&shard.path));
-        assert_eq!(
-            records.len() as u64,
-            shard.rows,
-            "{} rows as recorded",
-            shard.path
-        );
-        for r in records {
-            let old = rows.insert(r.id.clone(), (r.vector, r.n_chunks));
-            assert!(old.is_none(), "duplicate id {}", r.id);
-        }
-    }
-    rows
-}
-
-/// The ids planned for embedding (batch rows less duplicates), from the batch files.
-fn planned_ids(run_dir: &Path) -> Vec<String> {
-    let db = RunDb::open(run_dir).unwrap();
-    let mut stmt = db
-        .conn()
-        .prepare("SELECT id FROM papers WHERE duplicate_of IS NULL ORDER BY id")
-        .unwrap();
-    let ids = stmt
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    ids
-}
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>()
@@ -123,20 +87,6 @@ print("pyarrow ok", t.num_rows)
     }
 }
 
-/// `embed-job` of batch 1 of the run made by [`TestDir::plan_with_model`], with `extra` arguments.
-fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let base = [
-        "embed-job",
-        "--run-dir",
-        "run",
-        "--batch",
-        "1",
-        "--model-dir",
-        "model",
-    ];
-    [&base[..], extra].concat()
-}
-
 #[test]
 fn embed_job_killed_at_any_moment_ends_with_exactly_the_planned_rows() {
     let t = TestDir::new();
@@ -172,32 +122,38 @@ fn out_of_memory_fallback_gives_the_same_vectors() {
     let base = embed_job_args(&["--shard-papers", "60"]);
     t.run(&base, 0);
     let free = shard_rows(&t.join("run"));
-    std::fs::remove_dir_all(t.join("run/shards")).unwrap();
-    RunDb::open(&t.join("run"))
-        .unwrap()
-        .conn()
-        .execute("DELETE FROM shards", [])
-        .unwrap();
-    // A cap that the longest paper alone just fits under: every mini-batch holding it with
-    // others must split, and no paper needs chunking.
-    let cap = cap_for_longest_paper(&t);
+    // The same papers planned again, embedded under a cap that the longest paper alone just
+    // fits under: every mini-batch holding it with others must split, and no paper needs
+    // chunking.
     t.run(
-        &[&base[..], &["--memory-limit", &cap.to_string()]].concat(),
+        &[
+            "plan",
+            "--corpus",
+            "c.jsonl.gz",
+            "--run-dir",
+            "capped",
+            "--papers-per-job",
+            "60",
+        ],
         0,
     );
-    let capped = shard_rows(&t.join("run"));
+    let cap = cap_for_longest_paper(&t).to_string();
+    let mut capped_job = [&base[..], &["--memory-limit", &cap]].concat();
+    capped_job[2] = "capped";
+    t.run(&capped_job, 0);
+    let capped = shard_rows(&t.join("capped"));
     assert_eq!(free.len(), capped.len());
     for (id, (v, _)) in &free {
         let c = cosine(v, &capped[id].0);
         assert!(c >= 0.99999, "{id}: cosine {c}");
     }
-    let runs = RunDb::open(&t.join("run"))
-        .unwrap()
-        .finished_runs()
-        .unwrap();
-    let last = &runs.last().unwrap().1;
-    assert!(last.fallback_split > 0, "{last:?}");
-    assert_eq!(runs[0].1.fallback_split, 0);
+    let runs = |dir: &str| RunDb::open(&t.join(dir)).unwrap().finished_runs().unwrap();
+    assert!(
+        runs("capped")[0].1.fallback_split > 0,
+        "{:?}",
+        runs("capped")
+    );
+    assert_eq!(runs("run")[0].1.fallback_split, 0);
 }
 
 fn cap_for_longest_paper(t: &TestDir) -> u64 {
@@ -249,11 +205,8 @@ fn embed_job_refusals_exit_4_so_the_submit_loop_does_not_retry_them() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{stderr}");
     }
-    // A run that is not planned (a plan killed before it finished).
-    let db = rusqlite::Connection::open(t.join("run/run.db")).unwrap();
-    db.execute("DELETE FROM settings WHERE key = 'plan_state'", [])
-        .unwrap();
-    drop(db);
+    // A run that is not planned (a plan killed before it finished: no plan.json yet).
+    std::fs::remove_file(t.join("run/plan.json")).unwrap();
     let args = [
         "embed-job",
         "--run-dir",

@@ -590,6 +590,7 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
         assert_eq!(ours(), 0, "nothing reached Slurm");
     }
     // A broken model directory: refused, naming the file.
+    let config = std::fs::read(t.join("model/config.json")).unwrap();
     std::fs::write(t.join("model/config.json"), "{ not json").unwrap();
     let mut broken = submit_args("local", "model");
     broken.extend(["--queue", "local=1", "--devices", "cpu"]);
@@ -597,13 +598,33 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.json"), "{err}");
     assert_eq!(jobs_submitted(&t), 0);
-    // Another model than the one the run recorded: refused, vectors would mix.
+    // Another model, or another shard size, than the run's first submit fixed: refused,
+    // naming what differs.
     t.run(&["make-tiny-model", "--out", "other", "--seed", "1"], 0);
     let mut other = submit_args("local", "other");
     other.extend(["--queue", "local=1", "--devices", "cpu"]);
     let out = t.run(&other, 4);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("two models would mix"), "{err}");
+    assert!(
+        err.contains("would mix") && err.contains("model: the run's"),
+        "{err}"
+    );
+    let mut shard_size = submit_args("local", "model");
+    std::fs::write(t.join("model/config.json"), &config).unwrap();
+    shard_size.extend([
+        "--queue",
+        "local=1",
+        "--devices",
+        "cpu",
+        "--shard-papers",
+        "7",
+    ]);
+    let out = t.run(&shard_size, 4);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--shard-papers: the run's 500, here 7"),
+        "{err}"
+    );
     assert_eq!(jobs_submitted(&t), 0);
 }
 

@@ -178,3 +178,52 @@ pub fn python(code: &str, module: &str, required_env: &str) -> Option<String> {
     );
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// id -> (vector, n_chunks) of every shard recorded in run.db; panics on a duplicate id.
+pub fn shard_rows(run_dir: &Path) -> std::collections::BTreeMap<String, (Vec<f32>, i16)> {
+    let db = embedfleet_core::rundb::RunDb::open(run_dir).unwrap();
+    let mut rows = std::collections::BTreeMap::new();
+    for shard in db.all_shards().unwrap() {
+        let records = read_shard(&run_dir.join(&shard.path));
+        assert_eq!(
+            records.len() as u64,
+            shard.rows,
+            "{} rows as recorded",
+            shard.path
+        );
+        for r in records {
+            let old = rows.insert(r.id.clone(), (r.vector, r.n_chunks));
+            assert!(old.is_none(), "duplicate id {}", r.id);
+        }
+    }
+    rows
+}
+
+/// The ids planned for embedding (batch rows less duplicates), from the batch files.
+pub fn planned_ids(run_dir: &Path) -> Vec<String> {
+    let db = embedfleet_core::rundb::RunDb::open(run_dir).unwrap();
+    let mut stmt = db
+        .conn()
+        .prepare("SELECT id FROM papers WHERE duplicate_of IS NULL ORDER BY id")
+        .unwrap();
+    let ids = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    ids
+}
+
+/// `embed-job` of batch 1 of the run made by [`TestDir::plan_with_model`], with `extra` arguments.
+pub fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let base = [
+        "embed-job",
+        "--run-dir",
+        "run",
+        "--batch",
+        "1",
+        "--model-dir",
+        "model",
+    ];
+    [&base[..], extra].concat()
+}

@@ -407,3 +407,173 @@ fn a_line_too_long_for_any_paper_is_quarantined_without_being_held() {
         bad[1].detail
     );
 }
+
+/// A seeded generator for the property test (splitmix64): the same lines on every run.
+struct Seeded(u64);
+
+impl Seeded {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// One corpus line as the property test makes it: a good record, or a good record broken in
+/// one of the ways real files break. `None` expected means the line must be quarantined.
+fn corrupted_line(
+    rng: &mut Seeded,
+    i: usize,
+    max_line: usize,
+) -> (Vec<u8>, Option<(String, String)>) {
+    let id = format!("p{i:05}");
+    let words = [
+        "graphene",
+        "β-decay",
+        "naïve",
+        "模型",
+        "\\u0000 escaped NUL",
+        "tab\\there",
+        "\\\"quoted\\\"",
+    ];
+    let mut text = String::new();
+    for _ in 0..1 + rng.below(12) {
+        text.push_str(words[rng.below(words.len())]);
+        text.push(' ');
+    }
+    let good = format!(
+        r#"{{"id":"{id}","text":"{text}","source":"s2orc/train","meta":{{"a":[1,{{"b":[2,3]}}],"c":null}}}}"#
+    );
+    let decoded = text
+        .replace("\\u0000", "\0")
+        .replace("\\t", "\t")
+        .replace("\\\"", "\"");
+    let mut line = good.clone().into_bytes();
+    let bad = match rng.below(9) {
+        0 | 1 => return (line, Some((id, decoded))),
+        // Truncated anywhere (a record cut by a crash or a partial copy).
+        2 => {
+            line.truncate(1 + rng.below(line.len() - 1));
+            line
+        }
+        // Bytes that are not UTF-8, anywhere in the line.
+        3 => {
+            let at = rng.below(line.len());
+            let junk = [0x80 | rng.below(0x40) as u8, 0xff, 0xc3];
+            line.splice(at..at, junk[..1 + rng.below(3)].iter().copied());
+            line
+        }
+        // Longer than any paper can be.
+        4 => format!(
+            r#"{{"id":"{id}","text":"{}"}}"#,
+            "y".repeat(max_line + rng.below(5_000))
+        )
+        .into_bytes(),
+        // JSON nested where a string must be, or nested past any parser's depth.
+        5 => match rng.below(3) {
+            0 => format!(r#"{{"id":"{id}","text":{{"nested":{{"text":"{text}"}}}}}}"#).into_bytes(),
+            1 => format!(r#"{{"id":[{{"id":"{id}"}}],"text":"{text}"}}"#).into_bytes(),
+            // Past any recursive parser's depth: where a string must be it is bad; in a field
+            // nobody reads it is still a good record (and must not overflow the stack).
+            _ => {
+                let depth = 200 + rng.below(1_800); // under MAX_LINE: depth, not length
+                let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+                if rng.below(2) == 0 {
+                    format!(r#"{{"id":"{id}","text":{deep}}}"#).into_bytes()
+                } else {
+                    let line = format!(r#"{{"id":"{id}","text":"{text}","deep":{deep}}}"#);
+                    return (line.into_bytes(), Some((id, decoded)));
+                }
+            }
+        },
+        // Raw NUL bytes (JSON allows them only escaped).
+        6 => {
+            let at = 1 + rng.below(line.len() - 1);
+            line.splice(at..at, std::iter::repeat_n(0u8, 1 + rng.below(4)));
+            line
+        }
+        // Fields missing, empty or of the wrong type.
+        7 => match rng.below(4) {
+            0 => format!(r#"{{"text":"{text}"}}"#).into_bytes(),
+            1 => format!(r#"{{"id":"{id}"}}"#).into_bytes(),
+            2 => format!(r#"{{"id":"{id}","text":"  \t "}}"#).into_bytes(),
+            _ => format!(r#"{{"id":"","text":"{text}"}}"#).into_bytes(),
+        },
+        // Random bytes (no white space: a newline would make two lines, and a blank line is
+        // no record).
+        _ => (0..1 + rng.below(300))
+            .map(|_| match rng.next() as u8 {
+                b if b.is_ascii_whitespace() || b == 0x0b => b'#',
+                b => b,
+            })
+            .collect(),
+    };
+    (bad, None)
+}
+
+#[test]
+fn ten_thousand_randomly_corrupted_lines_never_panic_and_every_bad_one_is_quarantined() {
+    const LINES: usize = 10_000;
+    const MAX_LINE: usize = 4_096;
+    let mut rng = Seeded(0x5eed_2026);
+    let mut bytes = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..LINES {
+        let (line, good) = corrupted_line(&mut rng, i, MAX_LINE);
+        assert!(!line.contains(&b'\n') && !line.iter().all(u8::is_ascii_whitespace));
+        bytes.extend_from_slice(&line);
+        bytes.push(b'\n');
+        expected.push(good);
+    }
+    let bad_lines = expected.iter().filter(|e| e.is_none()).count();
+    assert!(bad_lines > LINES / 2, "most lines are broken: {bad_lines}");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, format, content) in [
+        ("c.jsonl", Format::Jsonl, bytes.clone()),
+        ("c.jsonl.gz", Format::JsonlGz, gz(&bytes)),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let mut seen: Vec<Option<Result<(String, String), QuarantineEntry>>> = vec![None; LINES];
+        let mut visit = |r: Record| {
+            let (line, got) = match r {
+                Record::Paper { line, paper } => (line, Ok((paper.id, paper.text))),
+                Record::Quarantined(q) => (q.line, Err(q)),
+            };
+            let slot = &mut seen[line as usize - 1];
+            assert!(slot.is_none(), "line {line} reported twice");
+            *slot = Some(got);
+            Ok::<(), ()>(())
+        };
+        let end = lines::read_limited(
+            &path,
+            format,
+            &ReadOptions::default(),
+            &mut visit,
+            &mut 0,
+            MAX_LINE,
+        )
+        .unwrap();
+        assert_eq!(end, None, "{name}: read to its end");
+        for (i, (got, want)) in seen.iter().zip(&expected).enumerate() {
+            let line = i + 1;
+            match (got, want) {
+                (Some(Ok(paper)), Some(want)) => assert_eq!(paper, want, "{name} line {line}"),
+                (Some(Err(q)), None) => {
+                    assert!(!q.detail.is_empty(), "{name} line {line}: {q:?}");
+                    assert!(q.file.ends_with(name), "{name} line {line}: {q:?}");
+                }
+                (got, want) => panic!(
+                    "{name} line {line}: read {got:?}, expected {want:?}; the line: {:?}",
+                    String::from_utf8_lossy(bytes.split(|b| *b == b'\n').nth(i).unwrap())
+                ),
+            }
+        }
+    }
+}

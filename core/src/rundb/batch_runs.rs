@@ -56,6 +56,43 @@ impl RunDb {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Records an attempt's run of a batch as its result manifest tells it (the owner's side:
+    /// jobs no longer write run.db).
+    pub fn record_batch_run(
+        &self,
+        batch_id: BatchId,
+        started_unix_s: f64,
+        finished_unix_s: f64,
+        devices: &str,
+        t: &BatchTimings,
+        error: Option<&str>,
+    ) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO batch_runs (batch_id, started_at, finished_at, devices, state)
+                 VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch'),
+                         strftime('%Y-%m-%dT%H:%M:%fZ', ?3, 'unixepoch'), ?4, ?5)",
+                params![
+                    batch_id,
+                    started_unix_s,
+                    finished_unix_s,
+                    devices,
+                    BatchRunState::Running.as_str()
+                ],
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let id = self.conn.last_insert_rowid();
+        self.finish_batch_run(id, t, error)?;
+        // finish_batch_run stamps "now"; the manifest's own end time is the true one.
+        self.conn
+            .execute(
+                "UPDATE batch_runs SET finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch') WHERE id = ?1",
+                params![id, finished_unix_s],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
+    }
+
     pub fn finish_batch_run(
         &self,
         run_id: i64,

@@ -6,6 +6,7 @@
 //! plan's settings and state), `batches`, `shards`, `batch_runs`, `jobs`, `queues`,
 //! `uploads`; `status` reads them all.
 
+mod attempts;
 mod batch_runs;
 mod batches;
 mod jobs;
@@ -16,6 +17,7 @@ mod shards;
 mod status;
 mod uploads;
 
+pub use attempts::{IngestReport, TEST_KILL_ENV};
 pub use batch_runs::{BatchRunRecord, BatchTimings};
 pub use batches::BatchRow;
 pub use jobs::{JobRow, NewJob};
@@ -91,12 +93,18 @@ impl RunDb {
         Self::open_path(dir)
     }
 
-    /// Opens an existing run directory.
+    /// Opens an existing run directory, and ingests the result manifests embed jobs have
+    /// written since (see [`RunDb::ingest_results`]): every command that reads the run's state
+    /// sees every finished batch. Only the run's owner opens run.db; a job never does.
     pub fn open(dir: &Path) -> Result<Self> {
         if !RunLayout::new(dir).db().is_file() {
             return Err(RunDbError::NotARun(dir.into()));
         }
-        Self::open_path(dir)
+        let mut db = Self::open_path(dir)?;
+        for line in db.ingest_results()?.lines() {
+            tracing::info!("{line}");
+        }
+        Ok(db)
     }
 
     fn open_path(dir: &Path) -> Result<Self> {
@@ -115,8 +123,11 @@ impl RunDb {
     }
 
     fn configure(&self) -> rusqlite::Result<()> {
-        // WAL lets `status` read while a job writes; the busy timeout rides out the short
-        // write transactions of concurrent jobs on the same run directory.
+        // Only the run's owner opens run.db (jobs hand their results over as files, see
+        // `handoff`), and the owner's processes — the submit loop, `status`, `pause`, ... —
+        // run on one host, the login node: WAL's shared-memory index works between processes
+        // of one host, so it is safe here, and it lets `status` read while the loop writes.
+        // The busy timeout rides out the loop's short write transactions.
         self.conn.busy_timeout(Duration::from_secs(60))?;
         self.conn
             .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;

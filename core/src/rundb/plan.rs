@@ -297,6 +297,7 @@ impl RunDb {
                 |r| r.get(0),
             )
             .map_err(sqlite_err(&self.dir))?;
+        super::attempts::test_kill_point("resolve_duplicates");
         tx.commit().map_err(sqlite_err(&self.dir))?;
         Ok(count)
     }

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -133,4 +133,21 @@ CREATE INDEX jobs_by_name ON jobs (name);
 /// no duplicates).
 const V4: &str = r#"
 ALTER TABLE uploads ADD COLUMN shard_sha256 TEXT;
+"#;
+
+/// v5: one row per embed-job attempt the owner has ingested from its result manifest
+/// (`results/b<batch>/<attempt>.json`): the accepted one of each batch, and those discarded,
+/// rejected, failed or abandoned, with why. `cleaned` says the attempt's files are gone.
+const V5: &str = r#"
+CREATE TABLE attempts (
+    batch_id    INTEGER NOT NULL REFERENCES batches(id),
+    token       TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    job         TEXT,
+    host        TEXT,
+    reason      TEXT,
+    cleaned     INTEGER NOT NULL DEFAULT 0,
+    ingested_at TEXT NOT NULL,
+    PRIMARY KEY (batch_id, token)
+);
 "#;

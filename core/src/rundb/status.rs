@@ -51,6 +51,11 @@ pub struct RunStatus {
     /// collection -> its upload progress (added in format 1; absent before any upload).
     #[serde(default)]
     pub uploads_by_collection: BTreeMap<String, CollectionUpload>,
+    /// Embed-job attempts by what the owner made of their result manifests: `accepted`,
+    /// `discarded`, `rejected`, `failed`, `abandoned` (added in format 2's run.db v5; empty
+    /// before any result was taken in).
+    #[serde(default)]
+    pub attempts_by_state: BTreeMap<String, u64>,
 }
 
 /// Upload progress into one collection.
@@ -162,6 +167,7 @@ impl RunDb {
             eta_seconds,
             tokens_embedded: scalar("SELECT sum(tokens) FROM batch_runs WHERE state = 'done'")?,
             uploads_by_collection,
+            attempts_by_state: grouped("SELECT state, count(*) FROM attempts GROUP BY 1")?,
         })
     }
 

@@ -1,17 +1,24 @@
 //! `embedfleet embed-job`: one batch (one per-node job) from its batch file to parquet shards.
 //!
-//! The batch's papers (less the rows run.db marks as later duplicates) are cut into parts of
-//! `shard_papers`; each part becomes one shard file, written atomically and then recorded in
-//! run.db. A job killed at any moment loses at most the part it was on: a re-run skips every
-//! part whose shard is recorded and on disk, and writes the same rows for the rest.
+//! A job never opens run.db (on a cluster it runs on another host than the run's owner, over
+//! a shared filesystem where SQLite's locks do not hold): it reads `plan.json` and its batch
+//! file, and writes only files of its own — parquet shards and its result manifest, both named
+//! by its attempt token (see `embedfleet_core::handoff`). The batch's papers (less later
+//! duplicates) are cut into parts of `shard_papers`; each part becomes one shard, written
+//! atomically, after which the manifest is rewritten. A job killed at any moment loses at most
+//! the part it was on: the next attempt takes over every part an earlier attempt finished
+//! (its shard verified by sha256) and writes the rest. The owner ingests the manifest.
 
 use super::{write_rows, LoadedModels};
 use embedfleet_core::batchfile;
-use embedfleet_core::rundb::{BatchTimings, RunDb, RunDbError, ShardRow};
+use embedfleet_core::handoff::{
+    AttemptManifest, AttemptShard, HandoffError, OutputSettings, PinError, PlanManifest,
+};
+use embedfleet_core::rundb::BatchTimings;
 use embedfleet_core::shardfile::{ShardFileError, ShardWriter, VectorDtype};
-use embedfleet_core::state::BatchState;
-use embedfleet_core::{atomic, BatchId, Paper, RunLayout};
+use embedfleet_core::{BatchId, Paper, RunLayout};
 use embedfleet_models::{DeviceSpec, ModelError};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -36,20 +43,62 @@ pub struct EmbedJobOptions {
     pub memory_limit: Option<u64>,
 }
 
+impl EmbedJobOptions {
+    /// The settings that decide the batch's rows, which every attempt of the run must share.
+    pub fn output_settings(&self) -> OutputSettings {
+        output_settings(
+            &self.model_dir,
+            self.output_dim,
+            self.vector_dtype,
+            self.max_tokens,
+            self.shard_papers,
+        )
+    }
+}
+
+/// The output settings of documents embedded with these options (see [`OutputSettings`]).
+pub fn output_settings(
+    model_dir: &Path,
+    dim: Option<usize>,
+    vector_dtype: VectorDtype,
+    max_tokens: Option<usize>,
+    shard_papers: usize,
+) -> OutputSettings {
+    OutputSettings {
+        model: super::model_revision(model_dir),
+        model_dir: std::path::absolute(model_dir)
+            .unwrap_or_else(|_| model_dir.to_path_buf())
+            .display()
+            .to_string(),
+        dim,
+        vector_dtype,
+        max_tokens,
+        shard_papers: shard_papers.max(1),
+        pooling: "last_token".into(),
+        normalized: true,
+        instruction: None,
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedJobError {
-    #[error(transparent)]
-    RunDb(#[from] RunDbError),
     #[error("batch {0} is not in this run: `embedfleet status` lists the batches")]
     NoSuchBatch(BatchId),
-    #[error("the run is not completely planned: run `embedfleet plan` again first")]
+    #[error("the run is not completely planned (no plan.json): run `embedfleet plan` again first")]
     NotPlanned,
+    #[error(transparent)]
+    Pinned(#[from] PinError),
+    #[error(transparent)]
+    Handoff(#[from] HandoffError),
     #[error(transparent)]
     Batch(#[from] batchfile::BatchFileError),
     #[error(transparent)]
     Shard(#[from] ShardFileError),
     #[error("failed to load the model: {0}")]
     Model(#[from] ModelError),
+    /// Another attempt at the batch finished first (and verified): this one stops.
+    #[error("attempt {0} of the batch finished first")]
+    Superseded(String),
     #[error("failed to prepare {path}: {source}")]
     Io {
         path: PathBuf,
@@ -59,11 +108,14 @@ pub enum EmbedJobError {
 
 impl EmbedJobError {
     /// Errors that fail the same way on every attempt (exit code 4: the submit loop does not
-    /// retry them): an unplanned run, a batch that is not there, a device this build cannot
-    /// open, a model directory that is not a usable Qwen3. A read error is not among them.
+    /// retry them): an unplanned run, a batch that is not there, settings other than the
+    /// run's, a device this build cannot open, a model directory that is not a usable Qwen3.
+    /// A read error is not among them.
     pub fn is_refusal(&self) -> bool {
         match self {
-            EmbedJobError::NotPlanned | EmbedJobError::NoSuchBatch(_) => true,
+            EmbedJobError::NotPlanned
+            | EmbedJobError::NoSuchBatch(_)
+            | EmbedJobError::Pinned(PinError::Differs { .. }) => true,
             EmbedJobError::Model(e) => matches!(
                 e,
                 ModelError::InvalidDevice { .. }
@@ -84,8 +136,13 @@ impl EmbedJobError {
 /// What a job run came to.
 #[derive(Debug, Clone, Default)]
 pub struct JobReport {
+    /// This attempt's token (in its shard and manifest names).
+    pub attempt: String,
     pub parts_written: u32,
+    /// Parts taken over from earlier attempts.
     pub parts_skipped: u32,
+    /// Another attempt had done the whole batch already: this one made nothing.
+    pub already_done_by: Option<String>,
     pub papers_embedded: u64,
     pub papers_failed: u64,
     pub timings: BatchTimings,
@@ -93,61 +150,84 @@ pub struct JobReport {
 
 pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
     let started = Instant::now();
-    let db = RunDb::open(&options.run_dir)?;
-    let settings = db.plan_settings()?.ok_or(EmbedJobError::NotPlanned)?;
-    if !db.is_planned()? {
-        return Err(EmbedJobError::NotPlanned);
-    }
-    let batch = db
-        .batch(options.batch)?
+    let layout = RunLayout::new(&options.run_dir);
+    let plan = PlanManifest::read(&layout)?.ok_or(EmbedJobError::NotPlanned)?;
+    let batch = plan
+        .batches
+        .get(&options.batch.0)
         .ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
-    let mut timings = BatchTimings::default();
+    let settings = options.output_settings();
+    settings.pin(&layout)?;
+    let papers_to_embed = batch.n_rows - batch.excluded_rows.len() as u64;
+    let earlier = AttemptManifest::read_all(&layout, options.batch.0);
+    if let Some(done) = done_by_another(&layout, &earlier, papers_to_embed, &settings) {
+        return Ok(JobReport {
+            already_done_by: Some(done),
+            ..JobReport::default()
+        });
+    }
 
+    let mut timings = BatchTimings::default();
     let io_started = Instant::now();
-    let papers = read_papers(
-        &options.run_dir.join(&batch.path),
-        &db.excluded_rows(batch.id)?,
-    )?;
+    let papers = read_papers(&layout.resolve(&batch.path), &batch.excluded_rows)?;
     let parts: Vec<Vec<Paper>> = papers
         .chunks(options.shard_papers.max(1))
         .map(<[Paper]>::to_vec)
         .collect();
     drop(papers);
-    let todo = parts_to_do(&db, options, parts.len() as u32)?;
-    timings.io_s += io_started.elapsed().as_secs_f64();
-    let mut report = JobReport {
-        parts_skipped: parts.len() as u32 - todo.len() as u32,
-        ..JobReport::default()
-    };
-    if todo.is_empty() {
-        db.set_batch_state(batch.id, BatchState::Done)?;
-        report.timings = timings;
-        return Ok(report);
-    }
-
-    db.set_batch_state(batch.id, BatchState::Running)?;
     let devices = options
         .devices
         .iter()
         .map(|d| format!("{d:?}"))
         .collect::<Vec<_>>()
         .join(",");
-    let run_id = db.start_batch_run(batch.id, &devices)?;
-    let result = embed_parts(
-        &db,
-        options,
-        &settings.minibatch,
-        parts,
-        &todo,
-        &mut timings,
-        &mut report,
-    );
+    let mut manifest =
+        AttemptManifest::start(options.batch.0, devices, settings, parts.len() as u32);
+    let mut done = finished_parts(&layout, &manifest, &parts, earlier);
+    let todo: Vec<u32> = (0..parts.len() as u32)
+        .filter(|p| !done.contains_key(p))
+        .collect();
+    manifest.shards = done.values().cloned().collect();
+    manifest.write(&layout)?;
+    timings.io_s += io_started.elapsed().as_secs_f64();
+    let mut report = JobReport {
+        attempt: manifest.attempt.clone(),
+        parts_skipped: done.len() as u32,
+        ..JobReport::default()
+    };
+    let result = if todo.is_empty() {
+        Ok(())
+    } else {
+        embed_parts(
+            &layout,
+            options,
+            &plan.settings.minibatch,
+            parts,
+            &todo,
+            &mut manifest,
+            &mut done,
+            &mut timings,
+            &mut report,
+            papers_to_embed,
+        )
+    };
+    if let Err(EmbedJobError::Superseded(winner)) = &result {
+        // Not a failure: the batch is done. The manifest stays incomplete (the owner records
+        // this attempt as abandoned) and its shards are left for the owner to remove.
+        report.already_done_by = Some(winner.clone());
+        manifest.timings = timings.clone();
+        manifest.shards = done.into_values().collect();
+        manifest.write(&layout)?;
+        report.timings = timings;
+        return Ok(report);
+    }
     timings.total_s = started.elapsed().as_secs_f64();
     timings.peak_memory_bytes = timings.peak_memory_bytes.or_else(process_peak_rss_bytes);
+    manifest.timings = timings.clone();
+    manifest.shards = done.into_values().collect();
     let error = result.as_ref().err().map(ToString::to_string);
-    db.finish_batch_run(run_id, &timings, error.as_deref())?;
+    manifest.finish(&layout, error)?;
     result?;
-    db.set_batch_state(batch.id, BatchState::Done)?;
     report.timings = timings;
     Ok(report)
 }
@@ -183,52 +263,56 @@ fn read_papers(path: &Path, excluded: &[u64]) -> Result<Vec<Paper>, EmbedJobErro
     Ok(papers)
 }
 
-/// The parts whose shard is missing on disk or in run.db; removes this batch's leftovers.
-fn parts_to_do(
-    db: &RunDb,
-    options: &EmbedJobOptions,
-    parts: u32,
-) -> Result<Vec<u32>, EmbedJobError> {
-    let dir = RunLayout::new(&options.run_dir).shard_dir();
-    std::fs::create_dir_all(&dir).map_err(|source| EmbedJobError::Io {
-        path: dir.clone(),
-        source,
-    })?;
-    let prefix = RunLayout::shard_file_prefix(options.batch.0);
-    for entry in std::fs::read_dir(&dir).map_err(|source| EmbedJobError::Io {
-        path: dir.clone(),
-        source,
-    })? {
-        let entry = entry.map_err(|source| EmbedJobError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&prefix) && name.ends_with(atomic::TMP_SUFFIX) {
-            std::fs::remove_file(entry.path()).map_err(|source| EmbedJobError::Io {
-                path: entry.path(),
-                source,
-            })?;
-        }
-    }
-    let recorded = db.shards_of(options.batch)?;
-    Ok((0..parts)
-        .filter(|&part| {
-            !recorded
-                .iter()
-                .any(|s| s.part == part && options.run_dir.join(&s.path).is_file())
-        })
-        .collect())
+/// The attempt, among `manifests`, that completed the batch with these settings and verifies.
+fn done_by_another(
+    layout: &RunLayout,
+    manifests: &[(PathBuf, Result<AttemptManifest, HandoffError>)],
+    papers: u64,
+    settings: &OutputSettings,
+) -> Option<String> {
+    manifests.iter().find_map(|(_, m)| {
+        let m = m.as_ref().ok().filter(|m| m.complete)?;
+        m.verify(layout, papers, Some(settings)).ok()?;
+        Some(m.attempt.clone())
+    })
 }
 
+/// The parts earlier attempts finished with these settings, whose shard file is intact.
+fn finished_parts(
+    layout: &RunLayout,
+    manifest: &AttemptManifest,
+    parts: &[Vec<Paper>],
+    earlier: Vec<(PathBuf, Result<AttemptManifest, HandoffError>)>,
+) -> BTreeMap<u32, AttemptShard> {
+    let mut done = BTreeMap::new();
+    for (_, m) in earlier {
+        let Ok(m) = m else { continue };
+        if !m.settings.differences(&manifest.settings).is_empty() || m.parts != manifest.parts {
+            continue;
+        }
+        for shard in m.shards {
+            let size = parts.get(shard.part as usize).map_or(0, Vec::len) as u64;
+            let whole = shard.rows + shard.failed.len() as u64 == size;
+            if whole && !done.contains_key(&shard.part) && shard.verify(layout).is_ok() {
+                done.insert(shard.part, shard);
+            }
+        }
+    }
+    done
+}
+
+#[allow(clippy::too_many_arguments)]
 fn embed_parts(
-    db: &RunDb,
+    layout: &RunLayout,
     options: &EmbedJobOptions,
     rule: &embedfleet_core::settings::MiniBatchRule,
     mut parts: Vec<Vec<Paper>>,
     todo: &[u32],
+    manifest: &mut AttemptManifest,
+    done: &mut BTreeMap<u32, AttemptShard>,
     timings: &mut BatchTimings,
     report: &mut JobReport,
+    papers_to_embed: u64,
 ) -> Result<(), EmbedJobError> {
     let loaded = LoadedModels::load(
         &options.model_dir,
@@ -246,6 +330,11 @@ fn embed_parts(
     let mut next = order.iter();
     let mut inference = Duration::ZERO;
     let mut tokenize = Duration::ZERO;
+    let shard_dir = layout.shard_dir();
+    std::fs::create_dir_all(&shard_dir).map_err(|source| EmbedJobError::Io {
+        path: shard_dir,
+        source,
+    })?;
     loaded.embed_parts(
         work.into_iter().map(|(_, papers)| papers),
         &encoding,
@@ -260,49 +349,47 @@ fn embed_parts(
             timings.fallback_chunked += outcome.fallbacks.chunked;
             timings.long_chunked += outcome.long_chunked;
             let write_started = Instant::now();
-            let path = RunLayout::shard_file_name(options.batch.0, part);
-            let mut writer = ShardWriter::create(
-                &options.run_dir.join(&path),
-                options.vector_dtype,
-                &loaded.meta,
-            )?;
+            let file = RunLayout::shard_file_name(options.batch.0, part, &manifest.attempt);
+            let mut writer =
+                ShardWriter::create(&layout.resolve(&file), options.vector_dtype, &loaded.meta)?;
             let failed = write_rows(&mut writer, &papers, &outcome.results)?;
             let info = writer.finish()?;
-            record_failures(db, options.batch, &failed)?;
-            db.record_shard(&ShardRow {
-                batch_id: options.batch,
+            report.papers_failed += failed.len() as u64;
+            done.insert(
                 part,
-                path,
-                rows: info.rows,
-                sha256: info.sha256,
-            })?;
+                AttemptShard {
+                    part,
+                    file,
+                    rows: info.rows,
+                    sha256: info.sha256,
+                    failed,
+                },
+            );
+            // The manifest after every shard: a killed attempt's parts serve the next one.
+            manifest.shards = done.values().cloned().collect();
+            manifest.write(layout)?;
             timings.io_s += write_started.elapsed().as_secs_f64();
             timings.papers += info.rows;
             report.parts_written += 1;
             report.papers_embedded += info.rows;
-            report.papers_failed += failed.len() as u64;
+            // Two attempts at once (a lost job that still runs beside its replacement): the
+            // one that finishes first wins, and the other stops at its next shard instead of
+            // spending a node on rows nobody will take.
+            let others: Vec<_> = AttemptManifest::read_all(layout, options.batch.0)
+                .into_iter()
+                .filter(|(_, m)| m.as_ref().map_or(true, |m| m.attempt != manifest.attempt))
+                .collect();
+            if let Some(winner) =
+                done_by_another(layout, &others, papers_to_embed, &manifest.settings)
+            {
+                return Err(EmbedJobError::Superseded(winner));
+            }
             Ok::<(), EmbedJobError>(())
         },
     )?;
     timings.inference_s = inference.as_secs_f64();
     timings.tokenize_s = tokenize.as_secs_f64();
     Ok(())
-}
-
-/// Papers that could not be embedded go to the quarantine, with the reason.
-fn record_failures(
-    db: &RunDb,
-    batch: BatchId,
-    failed: &[(String, String)],
-) -> Result<(), EmbedJobError> {
-    if failed.is_empty() {
-        return Ok(());
-    }
-    db.record_embed_failures(batch, failed)?;
-    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| EmbedJobError::Io {
-        path: db.dir().into(),
-        source,
-    })
 }
 
 #[cfg(test)]

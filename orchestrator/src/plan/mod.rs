@@ -112,6 +112,8 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     };
     if db.is_planned()? {
         report.already_planned = true;
+        // A run planned by an older embedfleet has no plan.json yet.
+        write_plan_manifest(&db)?;
         fill_totals(&db, &mut report)?;
         report.elapsed = started.elapsed();
         return Ok(report);
@@ -157,9 +159,20 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     report.duplicates = db.resolve_duplicates()?;
     write_quarantine(&db, &options.run_dir)?;
     db.set_plan_state(PlanState::Complete)?;
+    write_plan_manifest(&db)?;
     fill_totals(&db, &mut report)?;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// `plan.json`: what the embed jobs read instead of run.db.
+fn write_plan_manifest(db: &RunDb) -> Result<(), PlanError> {
+    embedfleet_core::handoff::PlanManifest::write_for(db)
+        .map(drop)
+        .map_err(|e| PlanError::Io {
+            path: db.layout().plan_file(),
+            source: std::io::Error::other(e),
+        })
 }
 
 fn fingerprinted_corpus(inputs: &[PathBuf]) -> Result<Vec<(String, Fingerprint)>, PlanError> {

@@ -28,6 +28,7 @@ pub const SLURM_TEMPLATE: &str = "#!/bin/bash
 #SBATCH --gpus-per-node={gpus_per_node}
 #SBATCH --output={output}
 #SBATCH --error={error}
+#SBATCH --no-requeue
 {extra_directives}
 {module_lines}
 {env_lines}
@@ -46,6 +47,7 @@ pub const PBS_TEMPLATE: &str = "#!/bin/bash
 #PBS -o {output}
 #PBS -e {error}
 #PBS -j {join}
+#PBS -r n
 {extra_directives}
 cd \"${PBS_O_WORKDIR:-.}\"
 {module_lines}
@@ -280,16 +282,10 @@ fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
         );
     }
     let n = job.batches.len();
-    let (launcher, rank) = match backend {
-        Backend::Slurm => (
-            format!("srun --nodes={n} --ntasks={n} --ntasks-per-node=1"),
-            "${SLURM_PROCID:-0}",
-        ),
-        Backend::Pbs => (
-            format!("mpiexec -n {n} --ppn 1"),
-            "${PMI_RANK:-${PALS_RANKID:-${OMPI_COMM_WORLD_RANK:-0}}}",
-        ),
-        Backend::Local => (String::new(), "0"),
+    let launcher = match backend {
+        Backend::Slurm => format!("srun --nodes={n} --ntasks={n} --ntasks-per-node=1"),
+        Backend::Pbs => format!("mpiexec -n {n} --ppn 1"),
+        Backend::Local => String::new(),
     };
     let launcher = config.launcher.clone().unwrap_or(launcher);
     let batches = job
@@ -304,11 +300,26 @@ fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
             "for b in {batches}; do {bin} embed-job --run-dir {run_dir} --batch \"$b\"{args} || exit $?; done"
         );
     }
+    // Each task takes the batch of its rank, from whichever variable its launcher sets. None
+    // set is refused (exit 4, not retried) rather than guessed: every task would take the
+    // first batch. The job script's own SLURM_PROCID (0 in a batch step) is unset first, so a
+    // launcher that sets no rank of its own cannot inherit it.
     let inner = format!(
-        "b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[{rank}]}}\"{args}"
+        "r=${{{RANK_VARS}}}; \
+         if [[ ! $r =~ ^[0-9]+$ ]] || (( r >= $# )); then \
+         echo \"embedfleet: this task of a {n}-node job has no rank (none of SLURM_PROCID, PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK, PALS_RANKID is set, or it is not below {n}): set [scheduler.script] launcher to one that sets one\" >&2; exit 4; fi; \
+         b=(\"$@\"); exec {bin} embed-job --run-dir {run_dir} --batch \"${{b[$r]}}\"{args}"
     );
-    format!("{launcher} bash -c {} _ {batches}", shell_quote(&inner))
+    format!(
+        "unset SLURM_PROCID PMI_RANK PMIX_RANK OMPI_COMM_WORLD_RANK PALS_RANKID\n{launcher} bash -c {} _ {batches}",
+        shell_quote(&inner)
+    )
 }
+
+/// The variables a launcher gives each task its rank in, as one shell expansion that is empty
+/// when none is set.
+const RANK_VARS: &str =
+    "SLURM_PROCID:-${PMI_RANK:-${PMIX_RANK:-${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-}}}}";
 
 /// Lines that record the exit code in the marker (temporary file, then rename).
 fn finish(job: &ScriptJob) -> String {

@@ -212,6 +212,16 @@ impl<'a> SubmitLoop<'a> {
                 source,
             })?;
         }
+        if !layout.plan_file().is_file() {
+            // Planned by an older embedfleet: the jobs read plan.json, not run.db.
+            embedfleet_core::handoff::PlanManifest::write_for(&lp.db).map_err(|e| {
+                SubmitError::Io {
+                    action: "write",
+                    path: layout.plan_file(),
+                    source: std::io::Error::other(e),
+                }
+            })?;
+        }
         let reset = lp.db.reset_failed_batches()?;
         if reset > 0 {
             lp.console.say(format!(
@@ -246,6 +256,7 @@ impl<'a> SubmitLoop<'a> {
         }
         loop {
             let round = Instant::now();
+            self.ingest()?;
             self.settle_submitting()?;
             self.poll()?;
             let polled = Instant::now();
@@ -277,6 +288,20 @@ impl<'a> SubmitLoop<'a> {
         self.console.finish();
         self.report.elapsed = started.elapsed();
         Ok(self.report)
+    }
+
+    /// Takes in the result manifests jobs wrote since the last look, saying what became of
+    /// each attempt.
+    fn ingest(&mut self) -> Result<()> {
+        let report = self.db.ingest_results()?;
+        for (batch, attempt) in &report.accepted {
+            tracing::info!(batch, attempt, "result accepted");
+        }
+        for (batch, attempt, state, why) in &report.not_accepted {
+            self.console
+                .say(format!("batch {batch}: attempt {attempt} {state}: {why}"));
+        }
+        Ok(())
     }
 
     /// Jobs recorded as `submitting` whose submission this process did not see through (a crash,
@@ -367,6 +392,16 @@ impl<'a> SubmitLoop<'a> {
             if since.elapsed() < self.opts.lost_after {
                 return Ok(());
             }
+            // Lost to our polls is not gone: a job the scheduler still runs (a slow
+            // controller, a requeue) would race its replacement. Cancel it first.
+            if let Some(id) = rows[0].scheduler_id.as_deref() {
+                match self.scheduler.cancel(&SchedulerJobId::new(id)) {
+                    Ok(()) => {
+                        tracing::info!(job = %name, "cancelled the lost job before resubmitting")
+                    }
+                    Err(e) => tracing::info!(job = %name, "cancelling the lost job: {e}"),
+                }
+            }
             let lost = JobState::Failed {
                 exit_code: None,
                 reason: format!(
@@ -398,6 +433,8 @@ impl<'a> SubmitLoop<'a> {
             JobState::Completed => None,
             other => Some(other.to_string()),
         };
+        // The job wrote its result manifest before it ended: take it in before deciding.
+        self.ingest()?;
         self.db.set_job_state(name, status, reason.as_deref())?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
         for row in rows {

@@ -284,6 +284,7 @@ fn slurm_builtin_template() {
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=4
 #SBATCH --output=/runs/my run/logs/b42.log
+#SBATCH --no-requeue
 module load cuda/12.4
 export HF_HOME='/data/hf cache'
 embedfleet embed-job --run-dir '/runs/my run' --batch 42
@@ -331,7 +332,7 @@ fn multi_node_jobs_launch_one_embed_job_per_node() {
         s.contains("srun --nodes=3 --ntasks=3 --ntasks-per-node=1 bash -c "),
         "{s}"
     );
-    assert!(s.contains("${b[${SLURM_PROCID:-0}]}"), "{s}");
+    assert!(s.contains("${b[$r]}") && !s.contains(":-0}"), "{s}");
     assert!(s.contains(" _ 7 8 9\n"), "{s}");
     let p = render_job_script(Backend::Pbs, &cfg, &job(vec![7, 8])).unwrap();
     assert!(
@@ -340,19 +341,25 @@ fn multi_node_jobs_launch_one_embed_job_per_node() {
     );
 }
 
-#[test]
-fn multi_node_line_picks_the_batch_of_its_rank() {
-    // Run the generated launcher line with a fake `srun` that starts one task per rank.
+/// Runs the Slurm script of a 3-node job of batches 7, 8, 9 whose launcher is a fake that
+/// starts the task three times, once per `task` line (each line sets that task's rank, or
+/// not); the fake embedfleet records its arguments. Returns the script's exit code, the calls
+/// and the marker.
+fn run_multi_node(tasks: [&str; 3]) -> (i32, String, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let srun = dir.path().join("srun");
-    std::fs::write(&srun, "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\nfor r in 0 1 2; do SLURM_PROCID=$r \"$@\"; done\n").unwrap();
+    let launcher = dir.path().join("launch");
+    let mut fake_launcher = "#!/bin/bash\nwhile [[ $1 == --* ]]; do shift; done\n".to_string();
+    for t in tasks {
+        fake_launcher.push_str(&format!("( {t} \"$@\" ) || exit $?\n"));
+    }
+    std::fs::write(&launcher, fake_launcher).unwrap();
     let fake = dir.path().join("fake-embedfleet");
     std::fs::write(
         &fake,
         "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/calls\"\n",
     )
     .unwrap();
-    for p in [&srun, &fake] {
+    for p in [&launcher, &fake] {
         std::process::Command::new("chmod")
             .arg("+x")
             .arg(p)
@@ -361,29 +368,80 @@ fn multi_node_line_picks_the_batch_of_its_rank() {
     }
     let cfg = ScriptConfig {
         embedfleet: Some(fake.display().to_string()),
-        launcher: Some(format!("{} --nodes=3", srun.display())),
+        launcher: Some(format!("{} --nodes=3", launcher.display())),
         ..ScriptConfig::default()
     };
     let mut j = job(vec![7, 8, 9]);
     j.run_dir = dir.path().to_path_buf();
     j.marker = Some(dir.path().join("marker"));
     let script = render_job_script(Backend::Slurm, &cfg, &j).unwrap();
-    let status = std::process::Command::new("bash")
+    // The job step's own SLURM_PROCID is 0: no task may take it for its rank.
+    let out = std::process::Command::new("bash")
         .arg("-c")
         .arg(&script)
-        .status()
+        .env("SLURM_PROCID", "0")
+        .output()
         .unwrap();
-    assert!(status.success());
-    let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
-    let run_dir = dir.path().display();
-    assert_eq!(
-        calls,
-        format!("embed-job --run-dir {run_dir} --batch 7\nembed-job --run-dir {run_dir} --batch 8\nembed-job --run-dir {run_dir} --batch 9\n")
-    );
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("marker")).unwrap(),
-        "0\n"
-    );
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+    (
+        out.status.code().unwrap(),
+        read("calls").replace(&dir.path().display().to_string(), "RUN"),
+        read("marker"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn multi_node_line_picks_the_batch_of_its_rank() {
+    let expected = "embed-job --run-dir RUN --batch 7\nembed-job --run-dir RUN --batch 8\nembed-job --run-dir RUN --batch 9\n";
+    // srun's SLURM_PROCID, and the MPI launchers' own variables.
+    for tasks in [
+        ["SLURM_PROCID=0", "SLURM_PROCID=1", "SLURM_PROCID=2"],
+        ["PMI_RANK=0", "PMIX_RANK=1", "PALS_RANKID=2"],
+        [
+            "OMPI_COMM_WORLD_RANK=0",
+            "OMPI_COMM_WORLD_RANK=1",
+            "OMPI_COMM_WORLD_RANK=2",
+        ],
+    ] {
+        let (code, calls, marker, stderr) = run_multi_node(tasks);
+        assert_eq!(
+            (code, calls.as_str(), marker.as_str()),
+            (0, expected, "0\n"),
+            "{tasks:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_multi_node_task_without_a_rank_refuses_to_start_instead_of_taking_the_first_batch() {
+    // A launcher that sets no rank at all (the job step's SLURM_PROCID=0 is not taken for one),
+    // and one whose rank is past the job's batches.
+    for tasks in [
+        ["env", "env", "env"],
+        ["SLURM_PROCID=0", "SLURM_PROCID=1", "SLURM_PROCID=3"],
+    ] {
+        let (code, calls, marker, stderr) = run_multi_node(tasks);
+        assert_eq!(code, 4, "{tasks:?}: {stderr}");
+        assert_eq!(marker, "4\n");
+        assert!(!calls.contains("--batch 9"), "{calls}");
+        assert!(
+            stderr.contains("has no rank") && stderr.contains("launcher"),
+            "{stderr}"
+        );
+    }
+    let (_, calls, _, _) = run_multi_node(["env", "env", "env"]);
+    assert_eq!(calls, "", "no task ran an embed job");
+}
+
+#[test]
+fn job_scripts_ask_the_scheduler_not_to_requeue() {
+    // A requeued job would race the replacement the submit loop already sent.
+    let cfg = ScriptConfig::default();
+    let s = render_job_script(Backend::Slurm, &cfg, &job(vec![1])).unwrap();
+    assert!(s.contains("#SBATCH --no-requeue\n"), "{s}");
+    let p = render_job_script(Backend::Pbs, &cfg, &job(vec![1])).unwrap();
+    assert!(p.contains("#PBS -r n\n"), "{p}");
 }
 
 #[test]

@@ -1,0 +1,207 @@
+//! `output-settings.json`: the settings that decide a batch's rows, fixed for the whole run.
+//!
+//! A batch resumed with another `--shard-papers` would skip papers or duplicate them; one made
+//! with other weights, dimension or dtype would mix vectors that cannot be compared. So the
+//! first attempt (or `submit`, before any job) writes these settings, and every later attempt
+//! and every result the owner ingests must match them.
+
+use super::{read_json, HandoffError};
+use crate::shardfile::VectorDtype;
+use crate::RunLayout;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputSettings {
+    /// The model's fingerprint (config.json and the safetensors' sizes and headers).
+    pub model: String,
+    /// Where the model was when the settings were fixed (shown, not compared).
+    pub model_dir: String,
+    /// The vector dimension asked for (`None`: the model's own).
+    pub dim: Option<usize>,
+    pub vector_dtype: VectorDtype,
+    /// Longest sequence fed to the model (`None`: the model's context).
+    pub max_tokens: Option<usize>,
+    /// Papers per parquet shard.
+    pub shard_papers: usize,
+    pub pooling: String,
+    pub normalized: bool,
+    /// The instruction prefixed to every text (`None` for documents).
+    pub instruction: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error(
+        "this run's output settings were fixed by its first attempt ({path}) and these differ: {}; \
+         use the run's settings, or plan into a new run directory",
+        differences.join("; ")
+    )]
+    Differs {
+        path: String,
+        differences: Vec<String>,
+    },
+    #[error(transparent)]
+    File(#[from] HandoffError),
+}
+
+impl OutputSettings {
+    /// What differs between the run's settings (`self`) and `other`, one line each.
+    pub fn differences(&self, other: &OutputSettings) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cmp = |name: &str, run: String, here: String| {
+            if run != here {
+                out.push(format!("{name}: the run's {run}, here {here}"));
+            }
+        };
+        cmp(
+            "model",
+            format!("{} ({})", self.model, self.model_dir),
+            format!("{} ({})", other.model, other.model_dir),
+        );
+        let dim = |d: Option<usize>| d.map_or("the model's own".into(), |d| d.to_string());
+        cmp("--dim", dim(self.dim), dim(other.dim));
+        cmp(
+            "--vector-dtype",
+            format!("{:?}", self.vector_dtype).to_lowercase(),
+            format!("{:?}", other.vector_dtype).to_lowercase(),
+        );
+        let max = |m: Option<usize>| m.map_or("the model's context".into(), |m| m.to_string());
+        cmp("--max-tokens", max(self.max_tokens), max(other.max_tokens));
+        cmp(
+            "--shard-papers",
+            self.shard_papers.to_string(),
+            other.shard_papers.to_string(),
+        );
+        cmp("pooling", self.pooling.clone(), other.pooling.clone());
+        cmp(
+            "normalized",
+            self.normalized.to_string(),
+            other.normalized.to_string(),
+        );
+        let instr = |i: &Option<String>| i.clone().unwrap_or_else(|| "none".into());
+        cmp(
+            "instruction",
+            instr(&self.instruction),
+            instr(&other.instruction),
+        );
+        out
+    }
+
+    /// The run's settings, when fixed.
+    pub fn read(layout: &RunLayout) -> Result<Option<Self>, HandoffError> {
+        let path = layout.output_settings_file();
+        if !path.is_file() {
+            return Ok(None);
+        }
+        read_json(&path).map(Some)
+    }
+
+    /// Fixes these settings for the run if none are yet (the first writer wins, also across
+    /// hosts: the file appears by a hard link, which fails when it exists), else checks them
+    /// against the run's.
+    pub fn pin(&self, layout: &RunLayout) -> Result<(), PinError> {
+        let path = layout.output_settings_file();
+        if !path.exists() {
+            create_exclusive(&path, self)?;
+        }
+        let run = Self::read(layout)?.ok_or_else(|| HandoffError::Io {
+            action: "read",
+            path: path.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })?;
+        let differences = run.differences(self);
+        if differences.is_empty() {
+            Ok(())
+        } else {
+            Err(PinError::Differs {
+                path: path.display().to_string(),
+                differences,
+            })
+        }
+    }
+}
+
+/// Writes `value` to `path` unless something is there already (then leaves it alone).
+fn create_exclusive(path: &Path, value: &OutputSettings) -> Result<(), HandoffError> {
+    let io = |action, source| HandoffError::Io {
+        action,
+        path: path.into(),
+        source,
+    };
+    // Its own temporary name: threads of one process share `atomic::tmp_path`'s PID.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = crate::atomic::tmp_path(path).into_os_string();
+    tmp.push(format!(".{n}{}", crate::atomic::TMP_SUFFIX));
+    let tmp = std::path::PathBuf::from(tmp);
+    let bytes = serde_json::to_vec_pretty(value).expect("settings serialise. This is a bug.");
+    std::fs::write(&tmp, bytes).map_err(|e| io("write", e))?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io("sync", e))?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io("create", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(shard_papers: usize) -> OutputSettings {
+        OutputSettings {
+            model: "0123456789abcdef".into(),
+            model_dir: "/models/q".into(),
+            dim: None,
+            vector_dtype: VectorDtype::F32,
+            max_tokens: None,
+            shard_papers,
+            pooling: "last_token".into(),
+            normalized: true,
+            instruction: None,
+        }
+    }
+
+    #[test]
+    fn the_first_pin_wins_and_a_different_one_is_refused_naming_what_differs() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        settings(500).pin(&layout).unwrap();
+        settings(500).pin(&layout).unwrap();
+        let mut other = settings(1000);
+        other.model_dir = "/elsewhere".into(); // shown, not compared
+        let err = other.pin(&layout).unwrap_err().to_string();
+        assert!(
+            err.contains("--shard-papers: the run's 500, here 1000"),
+            "{err}"
+        );
+        assert!(!err.contains("--dim"), "{err}");
+        assert_eq!(OutputSettings::read(&layout).unwrap(), Some(settings(500)));
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file is left");
+    }
+
+    #[test]
+    fn racing_pins_leave_exactly_one_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        let results: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let layout = layout.clone();
+                    s.spawn(move || settings(100 + i % 2).pin(&layout).is_ok())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won = OutputSettings::read(&layout).unwrap().unwrap().shard_papers;
+        for (i, ok) in results.iter().enumerate() {
+            assert_eq!(*ok, 100 + i % 2 == won, "thread {i}");
+        }
+    }
+}
