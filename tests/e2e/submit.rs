@@ -699,3 +699,96 @@ fn job_scripts_keep_env_values_private_and_dry_run_masks_them() {
         "the job itself gets the value"
     );
 }
+
+#[test]
+fn a_lost_job_is_cancelled_through_the_scheduler_before_its_batch_is_sent_again() {
+    let test = "a_lost_job_is_cancelled_through_the_scheduler_before_its_batch_is_sent_again";
+    if !slurm_up(test) {
+        return;
+    }
+    let t = TestDir::new();
+    t.plan_with_model(8, 8);
+    // An squeue that stops seeing the first job (a slow controller, a job that fell out of
+    // squeue's memory) while Slurm still runs it; the first job sleeps before it embeds, the
+    // second does not.
+    let hidden = t.join("hidden-ids");
+    std::fs::write(&hidden, "").unwrap();
+    let squeue = t.join("blind-squeue");
+    std::fs::write(
+        &squeue,
+        format!(
+            "#!/bin/bash\nsqueue \"$@\" | grep -v -w -F -f {} || true\n",
+            hidden.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&squeue)
+        .status()
+        .unwrap();
+    let first = t.join("first-job-started");
+    std::fs::write(
+        t.join("run.toml"),
+        format!(
+            "[scheduler.slurm]\nsqueue = {{ path = \"{}\" }}\nuse_sacct = \"never\"\n\
+             [scheduler.script]\nsetup = [\"if mkdir {} 2>/dev/null; then sleep 300; fi\"]\n",
+            squeue.display(),
+            first.display()
+        ),
+    )
+    .unwrap();
+    let mut args = submit_args("slurm", "model");
+    args.extend([
+        "--config",
+        "run.toml",
+        "--devices",
+        "cpu",
+        "--queue",
+        "debug=1",
+        "--poll-interval",
+        "0.3",
+        "--lost-after",
+        "2",
+        "--max-attempts",
+        "2",
+    ]);
+    let mut submit = t
+        .cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Hide the first job from squeue once it runs.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let id: String = loop {
+        assert!(Instant::now() < deadline, "the first job never started");
+        let id = db(&t)
+            .query_row(
+                "SELECT scheduler_id FROM jobs WHERE scheduler_id IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .ok();
+        if let (Some(id), true) = (id, first.exists()) {
+            break id;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::fs::write(&hidden, format!("{id}\n")).unwrap();
+    let status = submit.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(submit.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    // The lost job was cancelled in Slurm, not left to race its replacement.
+    let state = Command::new("squeue")
+        .args(["-h", "-t", "all", "-j", &id, "-o", "%T"])
+        .output()
+        .unwrap();
+    let state = String::from_utf8_lossy(&state.stdout).trim().to_string();
+    assert_eq!(state, "CANCELLED", "job {id}");
+    assert_eq!(jobs_submitted(&t), 2);
+    let status = t.status("run");
+    assert_eq!(status["rows_in_shards"], 8);
+    assert_eq!(status["attempts_by_state"]["accepted"], 1, "{status}");
+}
