@@ -13,6 +13,10 @@
 //! the whole group.
 //!
 //! Softmax statistics and the accumulator are f32 whatever the model dtype (bf16 on CUDA).
+//!
+//! This blockwise path is the CPU kernel and the reference; on a GPU the model runs cuDNN's
+//! fused attention instead ([`AttentionKernel::Fused`], see `crate::fused`), after a start-up
+//! self-test against this one.
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
@@ -23,42 +27,142 @@ pub struct SeqSpan {
     pub len: usize,
 }
 
+/// Which implementation computes attention.
+#[derive(Clone)]
+pub enum AttentionKernel {
+    /// Tile by tile with an online softmax, in candle ops (below): the CPU path, and the
+    /// reference the fused kernel is checked against at start-up.
+    Blockwise,
+    /// cuDNN's fused attention over the whole packed batch, one call per layer.
+    #[cfg(feature = "cuda")]
+    Fused(std::sync::Arc<crate::fused::FusedAttention>),
+}
+
+impl std::fmt::Debug for AttentionKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl AttentionKernel {
+    /// `blockwise` or `cudnn-fused`, for logs and reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AttentionKernel::Blockwise => "blockwise",
+            #[cfg(feature = "cuda")]
+            AttentionKernel::Fused(_) => "cudnn-fused",
+        }
+    }
+
+    /// Causal attention of every sequence of the batch to itself. `q`: `[T, n_heads, hd]`;
+    /// `k`, `v`: `[T, n_kv, hd]`, token-major as the projections give them; `scale`
+    /// multiplies q·k (applied in f32, never to q in the model dtype). Returns
+    /// `[T, n_heads * hd]`.
+    pub fn attention(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &AttnContext,
+        scale: f64,
+    ) -> Result<Tensor> {
+        match self {
+            AttentionKernel::Blockwise => packed_attention(q, k, v, ctx, scale),
+            #[cfg(feature = "cuda")]
+            AttentionKernel::Fused(fused) => fused.forward(q, k, v, ctx, scale),
+        }
+    }
+}
+
 /// Per-forward attention context shared by all layers.
 pub struct AttnContext {
     pub spans: Vec<SeqSpan>,
     pub tile: usize,
+    /// The kernel every layer of this forward runs.
+    pub kernel: AttentionKernel,
     /// `[t, t]` additive causal mask (0 on and below the diagonal, -inf above), f32, where
-    /// `t = min(tile, longest sequence)`; diagonal tiles use its top-left corner.
-    pub mask: Tensor,
+    /// `t = min(tile, longest sequence)`; diagonal tiles use its top-left corner. Blockwise
+    /// only.
+    pub mask: Option<Tensor>,
+    /// The fused kernel's per-batch arguments (lengths and offsets on the device).
+    #[cfg(feature = "cuda")]
+    pub fused: Option<crate::fused::FusedBatch>,
 }
 
 impl AttnContext {
-    /// Builds the context for `spans` with query/key tiles of `tile` tokens.
-    pub fn new(spans: Vec<SeqSpan>, tile: usize, device: &Device) -> Result<AttnContext> {
-        let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
-        let t = tile.min(longest).max(1);
-        let mask: Vec<f32> = (0..t * t)
-            .map(|i| {
-                if i % t > i / t {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, t), device)?;
-        Ok(AttnContext { spans, tile, mask })
+    /// Builds the context for `spans`: for the blockwise kernel, query/key tiles of `tile`
+    /// tokens and their mask; for the fused one, its device arguments (uploaded once per
+    /// forward, shared by every layer).
+    pub fn new(
+        spans: Vec<SeqSpan>,
+        tile: usize,
+        kernel: AttentionKernel,
+        device: &Device,
+    ) -> Result<AttnContext> {
+        match &kernel {
+            AttentionKernel::Blockwise => {
+                let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
+                let t = tile.min(longest).max(1);
+                let mask: Vec<f32> = (0..t * t)
+                    .map(|i| {
+                        if i % t > i / t {
+                            f32::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let mask = Tensor::from_vec(mask, (t, t), device)?;
+                Ok(AttnContext {
+                    spans,
+                    tile,
+                    kernel,
+                    mask: Some(mask),
+                    #[cfg(feature = "cuda")]
+                    fused: None,
+                })
+            }
+            #[cfg(feature = "cuda")]
+            AttentionKernel::Fused(fused) => {
+                let batch = fused.batch(&spans, device)?;
+                Ok(AttnContext {
+                    spans,
+                    tile,
+                    kernel,
+                    mask: None,
+                    fused: Some(batch),
+                })
+            }
+        }
+    }
+
+    fn mask(&self) -> Result<&Tensor> {
+        self.mask
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("blockwise attention without its mask. This is a bug.".into()))
     }
 }
 
-/// Attention for a packed batch.
+/// Attention for a packed batch, tile by tile (see the module docs).
 ///
-/// `q`: `[n_heads, T, hd]`, already scaled by `1/sqrt(hd)`; `k`, `v`: `[n_kv, T, hd]`.
+/// `q`: `[T, n_heads, hd]`; `k`, `v`: `[T, n_kv, hd]`; `scale` multiplies the scores (in f32).
 /// Returns `[T, n_heads * hd]`.
-pub fn packed_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -> Result<Tensor> {
-    let (n_heads, _, hd) = q.dims3()?;
-    let n_kv = k.dim(0)?;
+pub fn packed_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    ctx: &AttnContext,
+    scale: f64,
+) -> Result<Tensor> {
+    let (total, n_heads, hd) = q.dims3()?;
+    let n_kv = k.dim(1)?;
     let g = n_heads / n_kv;
+    // Head-major for the per-head matrix products of this path.
+    let (q, k, v) = (
+        q.transpose(0, 1)?.contiguous()?,
+        k.transpose(0, 1)?.contiguous()?,
+        v.transpose(0, 1)?.contiguous()?,
+    );
     let mut outs = Vec::with_capacity(ctx.spans.len());
     for span in &ctx.spans {
         let qs = q
@@ -66,19 +170,25 @@ pub fn packed_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -
             .reshape((n_kv, g, span.len, hd))?;
         let ks = k.narrow(1, span.start, span.len)?.contiguous()?;
         let vs = v.narrow(1, span.start, span.len)?.contiguous()?;
-        outs.push(sequence_attention(&qs, &ks, &vs, ctx)?);
+        outs.push(sequence_attention(&qs, &ks, &vs, ctx, scale)?);
     }
     // Each output is [n_kv, g, len, hd] = [n_heads, len, hd]; join along the token axis.
-    let out = Tensor::cat(&outs, 2)?.reshape((n_heads, (), hd))?;
+    let out = Tensor::cat(&outs, 2)?.reshape((n_heads, total, hd))?;
     out.transpose(0, 1)?
         .contiguous()?
-        .reshape(((), n_heads * hd))
+        .reshape((total, n_heads * hd))
 }
 
 /// Causal attention of one sequence, query tile by query tile.
 ///
 /// `q`: `[n_kv, g, L, hd]`; `k`, `v`: `[n_kv, L, hd]`. Returns `[n_kv, g, L, hd]`.
-fn sequence_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -> Result<Tensor> {
+fn sequence_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    ctx: &AttnContext,
+    scale: f64,
+) -> Result<Tensor> {
     let (n_kv, g, len, hd) = q.dims4()?;
     let mut tiles = Vec::with_capacity(len.div_ceil(ctx.tile));
     let mut q_start = 0;
@@ -87,7 +197,7 @@ fn sequence_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -> 
         let qt = q
             .narrow(2, q_start, q_len)?
             .reshape((n_kv, g * q_len, hd))?;
-        let out = query_tile(&qt, k, v, q_start, q_len, g, ctx)?;
+        let out = query_tile(&qt, k, v, q_start, q_len, g, ctx, scale)?;
         tiles.push(out.reshape((n_kv, g, q_len, hd))?);
         q_start += q_len;
     }
@@ -97,23 +207,25 @@ fn sequence_attention(q: &Tensor, k: &Tensor, v: &Tensor, ctx: &AttnContext) -> 
     Tensor::cat(&tiles, 2)
 }
 
-/// Scores of a `[n_kv, g*q_len, hd]` query tile against keys `[k_start, k_start + k_len)`,
-/// in f32, with the causal mask applied when the key tile is the diagonal one.
+/// Scaled scores of a `[n_kv, g*q_len, hd]` query tile against keys
+/// `[k_start, k_start + k_len)`, in f32, with the causal mask applied when the key tile is the
+/// diagonal one.
 fn tile_scores(
     qt: &Tensor,
     k: &Tensor,
     k_start: usize,
     k_len: usize,
+    scale: f64,
     diag: Option<(usize, &AttnContext)>,
 ) -> Result<Tensor> {
     let kt = k.narrow(1, k_start, k_len)?;
-    let s = qt.matmul(&kt.t()?)?.to_dtype(DType::F32)?;
+    let s = (qt.matmul(&kt.t()?)?.to_dtype(DType::F32)? * scale)?;
     match diag {
         None => Ok(s),
         Some((g, ctx)) => {
             let (n_kv, rows, _) = s.dims3()?;
             let q_len = rows / g;
-            let mask = ctx.mask.narrow(0, 0, q_len)?.narrow(1, 0, k_len)?;
+            let mask = ctx.mask()?.narrow(0, 0, q_len)?.narrow(1, 0, k_len)?;
             s.reshape((n_kv, g, q_len, k_len))?
                 .broadcast_add(&mask)?
                 .reshape((n_kv, rows, k_len))
@@ -122,6 +234,7 @@ fn tile_scores(
 }
 
 /// One query tile against all key tiles up to and including the diagonal one.
+#[allow(clippy::too_many_arguments)]
 fn query_tile(
     qt: &Tensor,
     k: &Tensor,
@@ -130,11 +243,12 @@ fn query_tile(
     q_len: usize,
     g: usize,
     ctx: &AttnContext,
+    scale: f64,
 ) -> Result<Tensor> {
     let dtype = v.dtype();
     if q_start == 0 {
         // Only the diagonal tile: a plain masked softmax, no running statistics needed.
-        let s = tile_scores(qt, k, 0, q_len, Some((g, ctx)))?;
+        let s = tile_scores(qt, k, 0, q_len, scale, Some((g, ctx)))?;
         let p = candle_nn::ops::softmax_last_dim(&s)?.to_dtype(dtype)?;
         return p.matmul(&v.narrow(1, 0, q_len)?);
     }
@@ -147,7 +261,7 @@ fn query_tile(
     while k_start <= q_start {
         let diag = k_start == q_start;
         let k_len = if diag { q_len } else { ctx.tile };
-        let s = tile_scores(qt, k, k_start, k_len, diag.then_some((g, ctx)))?;
+        let s = tile_scores(qt, k, k_start, k_len, scale, diag.then_some((g, ctx)))?;
         let tile_max = s.max_keepdim(D::Minus1)?;
         let m_new = match &m {
             None => tile_max,
@@ -225,6 +339,10 @@ mod tests {
         let q = Tensor::randn(0f32, 1.0, (nh, total, hd), &dev).unwrap();
         let k = Tensor::randn(0f32, 1.0, (nkv, total, hd), &dev).unwrap();
         let v = Tensor::randn(0f32, 1.0, (nkv, total, hd), &dev).unwrap();
+        // The kernel takes token-major `[T, heads, hd]` and applies the scale itself.
+        let scale = 0.37;
+        let token_major = |t: &Tensor| t.transpose(0, 1).unwrap().contiguous().unwrap();
+        let (qt, kt, vt) = (token_major(&q), token_major(&k), token_major(&v));
         let mut spans = Vec::new();
         let mut start = 0;
         for len in lens {
@@ -232,8 +350,11 @@ mod tests {
             start += len;
         }
         for tile in [1, 4, 5, 64] {
-            let ctx = AttnContext::new(spans.clone(), tile, &dev).unwrap();
-            let got = packed_attention(&q, &k, &v, &ctx).unwrap();
+            let ctx =
+                AttnContext::new(spans.clone(), tile, AttentionKernel::Blockwise, &dev).unwrap();
+            let got = AttentionKernel::Blockwise
+                .attention(&qt, &kt, &vt, &ctx, scale)
+                .unwrap();
             for span in &spans {
                 let n = |t: &Tensor| {
                     t.narrow(1, span.start, span.len)
@@ -241,7 +362,7 @@ mod tests {
                         .contiguous()
                         .unwrap()
                 };
-                let want = reference(&n(&q), &n(&k), &n(&v), nh / nkv);
+                let want = reference(&(n(&q) * scale).unwrap(), &n(&k), &n(&v), nh / nkv);
                 let got = got.narrow(0, span.start, span.len).unwrap();
                 let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
                 let diff = diff.to_scalar::<f32>().unwrap();

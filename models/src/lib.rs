@@ -12,6 +12,8 @@ pub mod config;
 pub mod device;
 pub mod embedder;
 pub mod error;
+#[cfg(feature = "cuda")]
+pub mod fused;
 pub mod memory;
 pub mod qwen3;
 pub mod tiny;
@@ -23,6 +25,7 @@ pub mod weights;
 pub use candle_core::DType;
 pub use config::Config;
 pub use device::{parse_devices, DeviceSpec, CUDA_BUILD, CUDA_COMPUTE_CAP};
+pub use attention::AttentionKernel;
 pub use embedder::{matryoshka, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE};
 pub use error::{is_out_of_memory, ModelError, ModelResult};
 pub use memory::{estimate_memory, MemoryEstimate};

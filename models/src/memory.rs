@@ -43,9 +43,11 @@ pub fn estimate_memory(
     let q = cfg.num_attention_heads as u64 * hd;
     let kv = cfg.num_key_value_heads as u64 * hd;
     let i = cfg.intermediate_size as u64;
-    // Residual, normed input and layer output (3H); q projected, normed, rotated and the
-    // gathered attention output (4q); k and v projected, normed, rotated (6kv); the MLP's
-    // gate, activated gate, up and product (4I). Plus the rotary tables (hd per token).
+    // Residual, normed input and layer output (3H); q projected (in the one q/k/v product),
+    // normed, rotated and the attention output (4q); k and v projected, normed, rotated, v
+    // made contiguous, and the head-major copies of the blockwise path (6kv); the MLP's
+    // gate/up product (2I), activated gate and product (4I in all). Plus the gathered rotary
+    // rows (hd per token).
     let per_token = 3 * h + 4 * q + 6 * kv + 4 * i + hd;
     let activations = t * per_token * b;
     let tile = tile.min(longest).max(1) as u64;
@@ -57,8 +59,10 @@ pub fn estimate_memory(
     } else {
         (3 * heads * tile * tile + tile * tile + 3 * heads * tile * hd) * 4
     };
+    // The rotary table kept on the device: cos and sin, head_dim / 2 each, per position.
+    let rotary_table = cfg.max_position_embeddings as u64 * hd * b;
     MemoryEstimate {
-        weights: cfg.num_parameters() * b,
+        weights: cfg.num_parameters() * b + rotary_table,
         activations,
         attention,
     }

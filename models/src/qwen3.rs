@@ -8,13 +8,17 @@
 //!
 //! Batches are packed (see [`crate::attention`]): tokens of all sequences are one `[T, H]`
 //! matrix, so projections and MLPs run on real tokens only, and positions restart at 0 for
-//! each sequence. The forward pass is split into [`Qwen3Model::prepare`] (embedding lookup,
+//! each sequence. Fewer, larger kernels: q/k/v and gate/up are one matrix product each (weights
+//! concatenated at load), rotary rows are gathered from a table kept on the device and applied
+//! token-major (`rope_thd`), so a layer makes no transposed copy; RMSNorm and its f32
+//! accumulation are candle's fused kernel. (candle-nn offers no fused residual-add + RMSNorm,
+//! so that stays an add and a norm.) The forward pass is split into [`Qwen3Model::prepare`] (embedding lookup,
 //! rotary tables, attention context), [`Qwen3Model::layers`] and [`Qwen3Model::pool`].
 
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::Linear;
 
-use crate::attention::{packed_attention, AttnContext, SeqSpan};
+use crate::attention::{AttentionKernel, AttnContext, SeqSpan};
 use crate::config::Config;
 use crate::error::ModelResult;
 use crate::weights::Weights;
@@ -48,50 +52,81 @@ fn linear(w: &Weights, name: &str, out_dim: usize, in_dim: usize) -> ModelResult
     ))
 }
 
-/// Rotary tables for the tokens of one packed batch, `[T, head_dim / 2]` each.
+/// Several projections of the same input as one: their weights stacked along the output axis,
+/// so one matrix product (one kernel) computes them all. Each part is checked against its own
+/// name and shape first.
+fn merged_linear(w: &Weights, parts: &[(String, usize)], in_dim: usize) -> ModelResult<Linear> {
+    let weights = parts
+        .iter()
+        .map(|(name, out_dim)| w.get(&format!("{name}.weight"), &[*out_dim, in_dim]))
+        .collect::<ModelResult<Vec<_>>>()?;
+    Ok(Linear::new(Tensor::cat(&weights, 0)?, None))
+}
+
+/// Rotary tables for every position the model takes, `[max_positions, head_dim / 2]` each,
+/// kept on the model's device: a forward gathers its tokens' rows on the device (one small
+/// upload of positions) instead of computing and uploading tables every time.
+struct RotaryTable {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl RotaryTable {
+    /// Frequencies follow transformers' default rope init (`inv_freq = theta^(-2i/d)`, products
+    /// in f32).
+    fn new(cfg: &Config, dtype: DType, dev: &Device) -> Result<RotaryTable> {
+        let half = cfg.head_dim() / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| (1.0 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim() as f64)) as f32)
+            .collect();
+        let positions = cfg.max_position_embeddings.max(1);
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(positions * half),
+            Vec::with_capacity(positions * half),
+        );
+        for pos in 0..positions {
+            for f in &inv_freq {
+                let angle = pos as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let cos = Tensor::from_vec(cos, (positions, half), dev)?.to_dtype(dtype)?;
+        let sin = Tensor::from_vec(sin, (positions, half), dev)?.to_dtype(dtype)?;
+        Ok(RotaryTable { cos, sin })
+    }
+
+    /// The rows of the tokens of a packed batch: positions restart at 0 for every span.
+    fn gather(&self, spans: &[SeqSpan]) -> Result<Rotary> {
+        let positions: Vec<u32> = spans.iter().flat_map(|s| 0..s.len as u32).collect();
+        let positions = Tensor::new(positions.as_slice(), self.cos.device())?;
+        Ok(Rotary {
+            cos: self.cos.index_select(&positions, 0)?,
+            sin: self.sin.index_select(&positions, 0)?,
+        })
+    }
+}
+
+/// Rotary rows for the tokens of one packed batch, `[T, head_dim / 2]` each.
 pub struct Rotary {
     cos: Tensor,
     sin: Tensor,
 }
 
 impl Rotary {
-    /// Positions restart at 0 for every span. Frequencies follow transformers'
-    /// default rope init (`inv_freq = theta^(-2i/d)`, products in f32).
-    fn new(cfg: &Config, spans: &[SeqSpan], dtype: DType, dev: &Device) -> Result<Rotary> {
-        let half = cfg.head_dim() / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| (1.0 / cfg.rope_theta.powf(2.0 * i as f64 / cfg.head_dim() as f64)) as f32)
-            .collect();
-        let total: usize = spans.iter().map(|s| s.len).sum();
-        let (mut cos, mut sin) = (
-            Vec::with_capacity(total * half),
-            Vec::with_capacity(total * half),
-        );
-        for span in spans {
-            for pos in 0..span.len {
-                for f in &inv_freq {
-                    let angle = pos as f32 * f;
-                    cos.push(angle.cos());
-                    sin.push(angle.sin());
-                }
-            }
-        }
-        let cos = Tensor::from_vec(cos, (total, half), dev)?.to_dtype(dtype)?;
-        let sin = Tensor::from_vec(sin, (total, half), dev)?.to_dtype(dtype)?;
-        Ok(Rotary { cos, sin })
-    }
-
-    /// Applies the rotation to `[heads, T, hd]` (rotate-half convention, as transformers).
+    /// Rotates `[T, heads, hd]` in place of layout (rotate-half convention, as transformers),
+    /// token-major as the projections give it: no transposed copy.
     fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.unsqueeze(0)?.contiguous()?;
-        candle_nn::rotary_emb::rope(&x, &self.cos, &self.sin)?.squeeze(0)
+        let x = x.unsqueeze(0)?;
+        candle_nn::rotary_emb::rope_thd(&x, &self.cos, &self.sin)?.squeeze(0)
     }
 }
 
+/// The attention layer with q, k and v projected by one matrix product (their weights are
+/// concatenated at load), per-head RMSNorm on q and k, and rotary on the device, all in the
+/// token-major `[T, heads, hd]` layout the fused kernel takes.
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    qkv_proj: Linear,
     o_proj: Linear,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
@@ -105,9 +140,15 @@ impl Attention {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (nq, nkv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
         Ok(Attention {
-            q_proj: linear(w, &format!("{p}.q_proj"), nq, h)?,
-            k_proj: linear(w, &format!("{p}.k_proj"), nkv, h)?,
-            v_proj: linear(w, &format!("{p}.v_proj"), nkv, h)?,
+            qkv_proj: merged_linear(
+                w,
+                &[
+                    (format!("{p}.q_proj"), nq),
+                    (format!("{p}.k_proj"), nkv),
+                    (format!("{p}.v_proj"), nkv),
+                ],
+                h,
+            )?,
             o_proj: linear(w, &format!("{p}.o_proj"), h, nq)?,
             q_norm: RmsNorm::load(w, &format!("{p}.q_norm"), hd, cfg.rms_norm_eps)?,
             k_norm: RmsNorm::load(w, &format!("{p}.k_norm"), hd, cfg.rms_norm_eps)?,
@@ -117,36 +158,23 @@ impl Attention {
         })
     }
 
-    /// Projects `[T, H]` to `[heads, T, hd]`, with per-head norm and rotary when given.
-    fn heads(
-        &self,
-        x: &Tensor,
-        proj: &Linear,
-        heads: usize,
-        norm: Option<&RmsNorm>,
-    ) -> Result<Tensor> {
-        let t = x.dim(0)?;
-        let y = proj.forward(x)?.reshape((t, heads, self.head_dim))?;
-        let y = match norm {
-            Some(n) => n.forward(&y)?,
-            None => y,
-        };
-        y.transpose(0, 1)?.contiguous()
-    }
-
     fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
-        let q = rot.apply(&self.heads(x, &self.q_proj, self.n_heads, Some(&self.q_norm))?)?;
-        let k = rot.apply(&self.heads(x, &self.k_proj, self.n_kv, Some(&self.k_norm))?)?;
-        let v = self.heads(x, &self.v_proj, self.n_kv, None)?;
-        let q = (q * (1.0 / (self.head_dim as f64).sqrt()))?;
-        let out = packed_attention(&q, &k, &v, ctx)?;
+        let t = x.dim(0)?;
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
+        let qkv = self.qkv_proj.forward(x)?.reshape((t, nh + 2 * nkv, hd))?;
+        let q = rot.apply(&self.q_norm.forward(&qkv.narrow(1, 0, nh)?)?)?;
+        let k = rot.apply(&self.k_norm.forward(&qkv.narrow(1, nh, nkv)?)?)?;
+        let v = qkv.narrow(1, nh + nkv, nkv)?.contiguous()?;
+        // The softmax scale goes into the kernel: pre-scaling q in bf16 would round it.
+        let scale = 1.0 / (hd as f64).sqrt();
+        let out = ctx.kernel.attention(&q, &k, &v, ctx, scale)?;
         self.o_proj.forward(&out)
     }
 }
 
+/// The SwiGLU MLP with gate and up projected by one matrix product.
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    gate_up_proj: Linear,
     down_proj: Linear,
 }
 
@@ -154,8 +182,11 @@ impl Mlp {
     fn load(cfg: &Config, w: &Weights, p: &str) -> ModelResult<Mlp> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Mlp {
-            gate_proj: linear(w, &format!("{p}.gate_proj"), i, h)?,
-            up_proj: linear(w, &format!("{p}.up_proj"), i, h)?,
+            gate_up_proj: merged_linear(
+                w,
+                &[(format!("{p}.gate_proj"), i), (format!("{p}.up_proj"), i)],
+                h,
+            )?,
             down_proj: linear(w, &format!("{p}.down_proj"), h, i)?,
         })
     }
@@ -163,8 +194,8 @@ impl Mlp {
 
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
-        (gate * self.up_proj.forward(x)?)?.apply(&self.down_proj)
+        // silu(gate) * up over the two halves of one product.
+        candle_nn::ops::swiglu(&self.gate_up_proj.forward(x)?)?.apply(&self.down_proj)
     }
 }
 
@@ -222,6 +253,8 @@ pub struct Qwen3Model {
     embed_tokens: Tensor,
     layers: Vec<Layer>,
     norm: RmsNorm,
+    rotary: RotaryTable,
+    kernel: AttentionKernel,
     dtype: DType,
     device: Device,
 }
@@ -238,9 +271,22 @@ impl Qwen3Model {
             embed_tokens,
             layers,
             norm: RmsNorm::load(w, "norm", cfg.hidden_size, cfg.rms_norm_eps)?,
+            rotary: RotaryTable::new(cfg, w.dtype(), w.device())?,
+            kernel: AttentionKernel::Blockwise,
             dtype: w.dtype(),
             device: w.device().clone(),
         })
+    }
+
+    /// Runs attention with `kernel` from now on (the embedder picks the fused kernel on a GPU
+    /// after its self-test).
+    pub fn set_attention_kernel(&mut self, kernel: AttentionKernel) {
+        self.kernel = kernel;
+    }
+
+    /// The attention kernel in use.
+    pub fn attention_kernel(&self) -> &AttentionKernel {
+        &self.kernel
     }
 
     /// The model's configuration.
@@ -262,8 +308,8 @@ impl Qwen3Model {
     pub fn prepare(&self, ids: &[u32], spans: Vec<SeqSpan>, tile: usize) -> Result<Prepared> {
         let ids = Tensor::new(ids, &self.device)?;
         let hidden = self.embed_tokens.index_select(&ids, 0)?;
-        let rotary = Rotary::new(&self.cfg, &spans, self.dtype, &self.device)?;
-        let ctx = AttnContext::new(spans, tile, &self.device)?;
+        let rotary = self.rotary.gather(&spans)?;
+        let ctx = AttnContext::new(spans, tile, self.kernel.clone(), &self.device)?;
         Ok(Prepared {
             hidden,
             rotary,
