@@ -3,8 +3,9 @@
 // in cudnn_sdpa.h.
 //
 // Build (no libcudnn / libcudart at link time; link only libdl and libstdc++):
-//   g++ -std=c++17 -O2 -fPIC -c cudnn_sdpa.cpp -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
+//   g++ -std=c++17 -O2 -fPIC -c cudnn_sdpa.cpp -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 //       -isystem $CUDNN_FRONTEND_INCLUDE -isystem $CUDNN_INCLUDE -isystem $CUDA_INCLUDE
+//   (one command line; optionally -fvisibility=hidden: the ef_sdpa_* entry points stay exported)
 // (fetch-headers.sh next to this file downloads and prints those three directories.)
 //
 // Design notes (what was read in cudnn-frontend 1.32.0 and why the code is as it is):
@@ -93,9 +94,35 @@ void *cudnn_dlhandle = nullptr;
 
 #define EF_SDPA_API extern "C" __attribute__((visibility("default")))
 
+// Types held by struct ef_sdpa (a global type), so they live in a named namespace.
+namespace ef_sdpa_detail {
+
+namespace fe = cudnn_frontend;
+
+struct DeviceInfo {
+    int ordinal = -1;
+    int major   = 0;
+    int minor   = 0;
+    std::string name;
+};
+
+enum class Impl { Auto, Composite, Unified };
+
+// Everything that shapes the cuDNN graph. total_tokens is deliberately absent (see the notes at the top).
+using PlanKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t>;
+
+struct Plan {
+    std::shared_ptr<fe::graph::Graph> graph;
+    int64_t workspace = 0;
+    fe::AttentionImplementation_t impl = fe::AttentionImplementation_t::AUTO;
+};
+
+}  // namespace ef_sdpa_detail
+
 namespace {
 
 namespace fe = cudnn_frontend;
+using namespace ef_sdpa_detail;
 
 constexpr int64_t kMinCudnnVersion  = 90100;   // required by the ABI contract
 constexpr int64_t kMaxCudnnVersion  = 100000;  // compiled against cuDNN 9 headers
@@ -347,13 +374,6 @@ drv() {
     return libs().drv;  // only used after load_driver succeeded; never changes afterwards
 }
 
-struct DeviceInfo {
-    int ordinal = -1;
-    int major   = 0;
-    int minor   = 0;
-    std::string name;
-};
-
 bool
 query_current_device(DeviceInfo &info, std::string &msg) {
     const DriverApi &d = drv();
@@ -381,8 +401,6 @@ query_current_device(DeviceInfo &info, std::string &msg) {
     }
     return true;
 }
-
-enum class Impl { Auto, Composite, Unified };
 
 const char *
 impl_name(fe::AttentionImplementation_t i) {
@@ -414,9 +432,6 @@ struct Shape {
     }
 };
 
-// Everything that shapes the cuDNN graph. total_tokens is deliberately absent (see the notes at the top).
-using PlanKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t>;
-
 PlanKey
 plan_key(Shape const &sh) {
     uint32_t scale_bits = 0;
@@ -424,12 +439,6 @@ plan_key(Shape const &sh) {
     std::memcpy(&scale_bits, &sh.scale, sizeof(scale_bits));
     return PlanKey{sh.batch, sh.max_seq_len, sh.n_heads, sh.n_kv_heads, sh.head_dim, scale_bits};
 }
-
-struct Plan {
-    std::shared_ptr<fe::graph::Graph> graph;
-    int64_t workspace = 0;
-    fe::AttentionImplementation_t impl = fe::AttentionImplementation_t::AUTO;
-};
 
 // Argument checks shared by prepare and run. Returns an empty string when valid.
 std::string
@@ -479,11 +488,11 @@ struct ef_sdpa {
     std::mutex mu;  // serializes all use of `handle` and `cache`
     cudnnHandle_t handle = nullptr;
     int64_t cudnn_version = 0;
-    DeviceInfo device;
+    ef_sdpa_detail::DeviceInfo device;
     int32_t sm = 0;  // major*10 + minor
-    Impl impl_pref  = Impl::Auto;
+    ef_sdpa_detail::Impl impl_pref = ef_sdpa_detail::Impl::Auto;
     bool sync_check = false;
-    std::map<PlanKey, std::shared_ptr<Plan>> cache;
+    std::map<ef_sdpa_detail::PlanKey, std::shared_ptr<ef_sdpa_detail::Plan>> cache;
 
     std::string
     where() const {
@@ -913,26 +922,24 @@ ef_sdpa_run(ef_sdpa *s,
             return 1;
         }
 
-        // Surface sticky asynchronous faults without blocking; a capturing stream must not be queried.
-        auto const drv_stream = reinterpret_cast<CUstream>(stream);
-        if (s->sync_check) {
-            if (CUresult r = drv().stream_synchronize(drv_stream); r != CUDA_SUCCESS) {
-                write_err(err, err_len, "ef_sdpa_run: CUDA error after the SDPA kernel: " + drv().error(r));
-                return 1;
-            }
-        } else {
-            CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-            if (drv().stream_is_capturing(drv_stream, &capture) == CUDA_SUCCESS &&
-                capture == CU_STREAM_CAPTURE_STATUS_NONE) {
-                CUresult const r = drv().stream_query(drv_stream);
-                if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
-                    write_err(err,
-                              err_len,
-                              "ef_sdpa_run: CUDA error on the stream after launching the SDPA kernel (from this or an "
-                              "earlier launch): " +
-                                  drv().error(r));
+        // Surface sticky asynchronous faults (without blocking unless EF_SDPA_SYNC=1). A stream that is being
+        // captured into a CUDA graph must be neither queried nor synchronized (that would invalidate the capture).
+        auto const drv_stream         = static_cast<CUstream>(stream);
+        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (drv().stream_is_capturing(drv_stream, &capture) == CUDA_SUCCESS &&
+            capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+            if (s->sync_check) {
+                if (CUresult const r = drv().stream_synchronize(drv_stream); r != CUDA_SUCCESS) {
+                    write_err(err, err_len, "ef_sdpa_run: CUDA error after the SDPA kernel: " + drv().error(r));
                     return 1;
                 }
+            } else if (CUresult const r = drv().stream_query(drv_stream); r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+                write_err(err,
+                          err_len,
+                          "ef_sdpa_run: CUDA error on the stream after launching the SDPA kernel (from this or an "
+                          "earlier launch): " +
+                              drv().error(r));
+                return 1;
             }
         }
         return 0;

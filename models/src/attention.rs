@@ -137,9 +137,9 @@ impl AttnContext {
     }
 
     fn mask(&self) -> Result<&Tensor> {
-        self.mask
-            .as_ref()
-            .ok_or_else(|| candle_core::Error::Msg("blockwise attention without its mask. This is a bug.".into()))
+        self.mask.as_ref().ok_or_else(|| {
+            candle_core::Error::Msg("blockwise attention without its mask. This is a bug.".into())
+        })
     }
 }
 

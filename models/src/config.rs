@@ -170,6 +170,32 @@ impl Config {
             rope_scaling: None,
         }
     }
+
+    /// The Qwen3-Embedding-4B shape (the study's model; `bench-gpu` and the PyTorch peer).
+    pub fn qwen3_4b() -> Config {
+        Config {
+            hidden_size: 2560,
+            num_hidden_layers: 36,
+            num_attention_heads: 32,
+            intermediate_size: 9728,
+            vocab_size: 151_665,
+            max_position_embeddings: 40_960,
+            ..Config::qwen3_0_6b()
+        }
+    }
+
+    /// The Qwen3-Embedding-8B shape.
+    pub fn qwen3_8b() -> Config {
+        Config {
+            hidden_size: 4096,
+            num_hidden_layers: 36,
+            num_attention_heads: 32,
+            intermediate_size: 12_288,
+            vocab_size: 151_665,
+            max_position_embeddings: 40_960,
+            ..Config::qwen3_0_6b()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -81,8 +81,20 @@ impl Qwen3Embedder {
             });
         }
         let weights = Weights::open(dir, dtype, &device)?;
-        let model = Qwen3Model::new(&cfg, &weights)?;
-        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, "loaded Qwen3 model");
+        #[allow(unused_mut)]
+        let mut model = Qwen3Model::new(&cfg, &weights)?;
+        drop(weights);
+        #[cfg(feature = "cuda")]
+        if matches!(device, Device::Cuda(_)) {
+            use_fused_attention(&mut model, &device, opts)?;
+        }
+        tracing::info!(
+            dir = %dir.display(),
+            device = %opts.device,
+            ?dtype,
+            attention = model.attention_kernel().name(),
+            "loaded Qwen3 model"
+        );
         Self::from_model(model, dir, opts)
     }
 
@@ -124,6 +136,26 @@ impl Qwen3Embedder {
     /// Compute dtype of weights and activations.
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Free and total bytes of the model's device as the driver reports them now, when it is
+    /// a GPU.
+    pub fn device_memory(&self) -> Option<(u64, u64)> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = self.model.device() {
+            return d
+                .cuda_stream()
+                .context()
+                .mem_get_info()
+                .ok()
+                .map(|(free, total)| (free as u64, total as u64));
+        }
+        None
+    }
+
+    /// The attention kernel the model runs (`blockwise` or `cudnn-fused`).
+    pub fn attention_kernel(&self) -> &'static str {
+        self.model.attention_kernel().name()
     }
 
     /// Memory estimate of embedding sequences of these lengths in one call.
@@ -203,6 +235,70 @@ impl Embedder for Qwen3Embedder {
         self.memory_limit
             .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
+
+    fn token_budget(&self) -> Option<u64> {
+        let (free, _) = self.device_memory()?;
+        Some(crate::memory::token_budget(
+            self.config(),
+            self.dtype.size_in_bytes() as u64,
+            self.tile,
+            free,
+        ))
+    }
+}
+
+/// Largest difference the start-up self-test accepts between the fused and the blockwise
+/// attention outputs (bf16 values of magnitude about 1; a layout or mask error gives
+/// differences of that magnitude).
+#[cfg(feature = "cuda")]
+pub const FUSED_SELF_TEST_TOLERANCE: f32 = 0.05;
+
+/// On a GPU, attention runs in cuDNN's fused kernel once it agrees with the blockwise one on
+/// the device; it is refused, saying why, when it cannot run or disagrees.
+/// `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel.
+#[cfg(feature = "cuda")]
+fn use_fused_attention(
+    model: &mut Qwen3Model,
+    device: &Device,
+    opts: &LoadOptions,
+) -> ModelResult<()> {
+    use crate::attention::AttentionKernel;
+    use crate::fused::FusedAttention;
+    if std::env::var("EMBEDFLEET_ATTENTION").as_deref() == Ok("blockwise") {
+        tracing::warn!(device = %opts.device, "EMBEDFLEET_ATTENTION=blockwise: the fused kernel is off");
+        return Ok(());
+    }
+    let refuse = |reason: String| ModelError::AttentionKernel {
+        device: opts.device.to_string(),
+        reason,
+    };
+    if model.dtype() != DType::BF16 {
+        return Err(refuse(format!(
+            "it computes in bf16, this model in {:?}",
+            model.dtype()
+        )));
+    }
+    let cfg = model.config();
+    let fused = FusedAttention::new(
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim(),
+    )
+    .map_err(refuse)?;
+    let version = fused.cudnn_version();
+    let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
+    let tile = opts.attention_tile.max(1);
+    let diff = FusedAttention::self_test(&kernel, device, tile)
+        .map_err(|e| refuse(format!("its start-up self-test failed: {e}")))?;
+    if !(diff <= FUSED_SELF_TEST_TOLERANCE) {
+        return Err(refuse(format!(
+            "its start-up self-test differs from the blockwise kernel by {diff} \
+             (tolerance {FUSED_SELF_TEST_TOLERANCE})"
+        )));
+    }
+    tracing::info!(device = %opts.device, cudnn = version, self_test_max_diff = diff, "fused attention on");
+    model.set_attention_kernel(kernel);
+    Ok(())
 }
 
 /// Keeps the first `dim` components of `v` and L2-normalises them (accumulated in f64).

@@ -108,6 +108,14 @@ pub enum ModelError {
         detail: String,
     },
 
+    /// The fused attention kernel cannot run on this device (no cuDNN, a GPU it does not
+    /// support, or results that disagree with the reference at start-up).
+    #[error(
+        "the fused attention kernel cannot run on {device}: {reason}; \
+         EMBEDFLEET_ATTENTION=blockwise runs the slower blockwise kernel instead"
+    )]
+    AttentionKernel { device: String, reason: String },
+
     /// Any other failure inside the tensor backend.
     #[error("model backend failed: {0}")]
     Backend(Box<candle_core::Error>),
@@ -127,22 +135,43 @@ impl From<candle_core::Error> for ModelError {
     }
 }
 
-/// True when a candle error is a device allocation failure.
-///
-/// candle boxes CUDA driver errors in `Error::Cuda`; the driver's own code
-/// (`CUDA_ERROR_OUT_OF_MEMORY`) and cuBLAS' `CUBLAS_STATUS_ALLOC_FAILED` are the typed
-/// values inside, which we read through their `Debug` form because cudarc's types only exist
-/// with the `cuda` feature. Wrapping variants (`Context`, `WithBacktrace`, ...) are unwrapped.
+/// True when a candle error is a device allocation failure: the driver's
+/// `CUDA_ERROR_OUT_OF_MEMORY` or cuBLAS' `CUBLAS_STATUS_ALLOC_FAILED`, read from the typed
+/// error candle boxes in `Error::Cuda` (never from its text). Wrapping variants (`Context`,
+/// `WithBacktrace`, ...) are unwrapped. Without the `cuda` feature no backend error is one.
 pub fn is_out_of_memory(err: &candle_core::Error) -> bool {
     use candle_core::Error as E;
     match err {
-        E::Cuda(inner) => {
-            let text = format!("{inner:?}");
-            text.contains("OUT_OF_MEMORY") || text.contains("ALLOC_FAILED")
-        }
+        #[cfg(feature = "cuda")]
+        E::Cuda(inner) => cuda_out_of_memory(inner.as_ref()),
         E::WithBacktrace { inner, .. } => is_out_of_memory(inner),
         E::WithPath { inner, .. } => is_out_of_memory(inner),
         E::Context { inner, .. } => is_out_of_memory(inner),
         _ => false,
     }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_out_of_memory(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    use candle_core::cuda_backend::cudarc::cublas::sys::cublasStatus_t;
+    use candle_core::cuda_backend::cudarc::driver::sys::CUresult;
+    use candle_core::cuda_backend::CudaError;
+    match inner.downcast_ref::<CudaError>() {
+        Some(CudaError::Cuda(e)) => e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        Some(CudaError::Load { cuda, .. }) => cuda.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        Some(CudaError::Cublas(e)) => e.0 == cublasStatus_t::CUBLAS_STATUS_ALLOC_FAILED,
+        _ => false,
+    }
+}
+
+/// The typed out-of-memory error a kernel of our own reports (the fused attention's shim when
+/// cuDNN or its workspace cannot allocate), so that [`is_out_of_memory`] sees it as the
+/// driver's own.
+#[cfg(feature = "cuda")]
+pub fn cuda_out_of_memory_error() -> candle_core::Error {
+    use candle_core::cuda_backend::cudarc::driver::{sys::CUresult, DriverError};
+    use candle_core::cuda_backend::CudaError;
+    candle_core::Error::Cuda(Box::new(CudaError::Cuda(DriverError(
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    ))))
 }

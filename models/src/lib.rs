@@ -22,13 +22,13 @@ pub mod verify;
 pub mod vocab;
 pub mod weights;
 
+pub use attention::AttentionKernel;
 pub use candle_core::DType;
 pub use config::Config;
 pub use device::{parse_devices, DeviceSpec, CUDA_BUILD, CUDA_COMPUTE_CAP};
-pub use attention::AttentionKernel;
 pub use embedder::{matryoshka, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE};
 pub use error::{is_out_of_memory, ModelError, ModelResult};
-pub use memory::{estimate_memory, MemoryEstimate};
+pub use memory::{estimate_memory, max_tokens_per_forward, token_budget, MemoryEstimate};
 pub use tiny::{tiny_config, write_tiny_model, write_tiny_model_with, TinyModelOptions};
 pub use tokenizer::{format_query, Tokenizer, EOS_TOKEN};
 pub use verify::{verify_model_dir, ModelSummary};
@@ -149,4 +149,11 @@ pub trait Embedder: Send + Sync {
 
     /// Sets or clears the memory cap checked by `embed` before it runs a batch.
     fn set_memory_limit(&self, limit: Option<u64>);
+
+    /// The most tokens one mini-batch should hold on this device, planned from the memory the
+    /// device has free now (after loading); `None` where there is no such limit to plan by
+    /// (the CPU).
+    fn token_budget(&self) -> Option<u64> {
+        None
+    }
 }

@@ -84,3 +84,80 @@ mod tests {
         assert_eq!(estimate_memory(&cfg, 2, &[], 1024).activations, 0);
     }
 }
+
+/// Share of the device's free memory (after the weights are loaded) a mini-batch may plan to
+/// use: the rest is headroom for the allocator's fragmentation, cuBLAS workspaces and the
+/// fused kernel's.
+pub const FREE_MEMORY_SHARE: f64 = 0.85;
+
+/// The most tokens one forward may hold, whatever the memory: the largest tensor of a layer
+/// (the gate/up product, `T × 2I`, or q/k/v, `T × (heads + 2 kv heads) × head_dim`) must stay
+/// under candle's u32 element counts.
+pub fn max_tokens_per_forward(cfg: &Config) -> u64 {
+    let hd = cfg.head_dim() as u64;
+    let widest = (2 * cfg.intermediate_size as u64)
+        .max((cfg.num_attention_heads + 2 * cfg.num_key_value_heads) as u64 * hd)
+        .max(cfg.hidden_size as u64);
+    u32::MAX as u64 / widest
+}
+
+/// The token budget of a mini-batch on a device with `free` bytes left after loading: the
+/// most tokens whose activations and attention workspace (the estimate less the weights,
+/// which are already in place) fit in [`FREE_MEMORY_SHARE`] of it, capped by
+/// [`max_tokens_per_forward`]. At least one token.
+pub fn token_budget(cfg: &Config, dtype_bytes: u64, tile: usize, free: u64) -> u64 {
+    let usable = (free as f64 * FREE_MEMORY_SHARE) as u64;
+    let cap = max_tokens_per_forward(cfg);
+    // The estimate is monotone in T: search the largest T that fits.
+    let fits = |t: u64| {
+        let e = estimate_memory(cfg, dtype_bytes, &[t as usize], tile);
+        e.activations + e.attention <= usable
+    };
+    let (mut lo, mut hi) = (1u64, cap);
+    if !fits(lo) {
+        return 1;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_is_the_most_tokens_that_fit_in_the_free_memory() {
+        let cfg = Config::qwen3_4b();
+        let gib = 1u64 << 30;
+        // A 40 GB A100 after the 4B model's ~8 GB of bf16 weights, and an H200's 141 GB.
+        for free in [32 * gib, 133 * gib, 2 * gib] {
+            let t = token_budget(&cfg, 2, 512, free);
+            let usable = (free as f64 * FREE_MEMORY_SHARE) as u64;
+            let at = |t: u64| {
+                let e = estimate_memory(&cfg, 2, &[t as usize], 512);
+                e.activations + e.attention
+            };
+            assert!(at(t) <= usable, "{t} tokens fit in {free}");
+            assert!(
+                t == max_tokens_per_forward(&cfg) || at(t + 1) > usable,
+                "{t} is the most"
+            );
+        }
+        // More memory, more tokens, up to the element-count cap.
+        assert!(token_budget(&cfg, 2, 512, 32 * gib) > token_budget(&cfg, 2, 512, 2 * gib));
+        assert_eq!(
+            token_budget(&cfg, 2, 512, 1 << 50),
+            max_tokens_per_forward(&cfg)
+        );
+        // The gate/up product of the 4B shape is 2 × 9,728 wide: ~220k tokens at most.
+        assert_eq!(max_tokens_per_forward(&cfg), u32::MAX as u64 / (2 * 9728));
+        assert_eq!(token_budget(&cfg, 2, 512, 0), 1);
+    }
+}

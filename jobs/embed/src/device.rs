@@ -14,11 +14,14 @@ const MIN_PIECE_TOKENS: usize = 16;
 
 /// A mini-batch of sequences to embed, tagged so results find their way back.
 pub struct Work {
+    /// The part it belongs to (its sequence number in the stream).
+    pub part: u64,
     pub tag: usize,
     pub seqs: Vec<Arc<Vec<u32>>>,
 }
 
 pub struct Done {
+    pub part: u64,
     pub tag: usize,
     /// The device's model panicked on this mini-batch (the message): the job must stop, not
     /// wait for vectors that will never come.
@@ -62,6 +65,7 @@ pub fn serve(model: &dyn Embedder, work: Receiver<Work>, done: Sender<Done>) {
         };
         let stop = panicked.is_some();
         let message = Done {
+            part: item.part,
             tag: item.tag,
             panicked,
             vectors,

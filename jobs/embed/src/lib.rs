@@ -22,6 +22,25 @@ use std::time::{Duration, Instant};
 
 pub use embedfleet_models::parse_devices;
 
+/// The mini-batch rule with its token budget capped by `device_budget`, the tokens the
+/// tightest device's free memory holds in one forward: the plan's budget is what batching
+/// aims for, the device's what it can take. The study's rule is kept as it is (the
+/// out-of-memory fallback catches what does not fit).
+pub fn capped_rule(rule: MiniBatchRule, device_budget: Option<u64>) -> MiniBatchRule {
+    match (rule, device_budget) {
+        (MiniBatchRule::TokenBudget { max_tokens }, Some(device)) => MiniBatchRule::TokenBudget {
+            max_tokens: max_tokens.min(device.max(1)),
+        },
+        (rule, _) => rule,
+    }
+}
+
+/// Tokenizer threads on `cores` cores beside `gpu_workers` GPU worker threads: one core is
+/// left to each worker, which must keep its GPU fed, and at least one thread tokenizes.
+pub fn tokenize_threads(cores: usize, gpu_workers: usize) -> usize {
+    cores.saturating_sub(gpu_workers).max(1)
+}
+
 /// The query instruction of Qwen3-Embedding's model card, used where none is given.
 pub const DEFAULT_INSTRUCTION: &str =
     "Given a web search query, retrieve relevant passages that answer the query";
@@ -94,14 +113,25 @@ impl LoadedModels {
 
     /// How texts become token sequences for these models: sequences of at most `max_tokens`
     /// (EOS included; `None`: the model's context, and never more), cut into mini-batches by
-    /// `rule`, as queries with `query_instruction` when it is given. Tokenisation uses every
-    /// core.
+    /// `rule`, as queries with `query_instruction` when it is given. A token budget is capped
+    /// by what the devices' free memory holds (see [`capped_rule`]). Tokenisation leaves one
+    /// core to each GPU worker.
     pub fn encoding(
         &self,
         max_tokens: Option<usize>,
         rule: MiniBatchRule,
         query_instruction: Option<String>,
     ) -> Encoding<'_> {
+        let budgets: Vec<u64> = self
+            .models
+            .iter()
+            .filter_map(|m| m.token_budget())
+            .collect();
+        let rule = capped_rule(rule, budgets.iter().copied().min());
+        if let MiniBatchRule::TokenBudget { max_tokens } = &rule {
+            tracing::info!(max_tokens, ?budgets, "mini-batch token budget");
+        }
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Encoding {
             tokenizer: &self.tokenizer,
             max_len: max_tokens
@@ -109,7 +139,7 @@ impl LoadedModels {
                 .min(self.models[0].max_position_embeddings()),
             rule,
             query_instruction,
-            tokenize_threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            tokenize_threads: tokenize_threads(cores, budgets.len()),
         }
     }
 
@@ -230,4 +260,30 @@ pub fn model_revision(dir: &Path) -> String {
         }
     }
     format!("{:016x}", hasher.digest())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_caps_a_token_budget_and_leaves_the_study_rule_alone() {
+        let plan = MiniBatchRule::TokenBudget { max_tokens: 65_536 };
+        assert_eq!(
+            capped_rule(plan.clone(), Some(20_000)),
+            MiniBatchRule::TokenBudget { max_tokens: 20_000 }
+        );
+        assert_eq!(capped_rule(plan.clone(), Some(1 << 20)), plan);
+        assert_eq!(capped_rule(plan.clone(), None), plan);
+        let study = MiniBatchRule::STUDY;
+        assert_eq!(capped_rule(study.clone(), Some(10)), study);
+    }
+
+    #[test]
+    fn tokenizers_leave_a_core_to_each_gpu_worker() {
+        assert_eq!(tokenize_threads(16, 4), 12);
+        assert_eq!(tokenize_threads(16, 0), 16);
+        assert_eq!(tokenize_threads(4, 4), 1);
+        assert_eq!(tokenize_threads(2, 8), 1);
+    }
 }

@@ -233,3 +233,77 @@ fn a_panicking_device_fails_the_run_at_once_with_its_message() {
         "{message}"
     );
 }
+
+/// When each mini-batch started.
+type Starts = std::sync::Arc<std::sync::Mutex<Vec<std::time::Instant>>>;
+
+/// A device that takes 20 ms per mini-batch and records when each one started.
+struct SlowModel {
+    starts: Starts,
+}
+
+impl embedfleet_models::Embedder for SlowModel {
+    fn embed(&self, batch: &PackedSequences) -> embedfleet_models::ModelResult<Vec<Vec<f32>>> {
+        self.starts.lock().unwrap().push(std::time::Instant::now());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(vec![vec![1.0, 0.0]; batch.len()])
+    }
+    fn max_position_embeddings(&self) -> usize {
+        2048
+    }
+    fn hidden_size(&self) -> usize {
+        2
+    }
+    fn output_dim(&self) -> usize {
+        2
+    }
+    fn estimate_memory(&self, _: &[usize]) -> u64 {
+        0
+    }
+    fn set_memory_limit(&self, _: Option<u64>) {}
+}
+
+#[test]
+fn the_device_works_on_the_next_part_while_a_finished_part_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let tokenizer = embedfleet_models::Qwen3Embedder::load(dir.path(), &Default::default())
+        .unwrap()
+        .tokenizer()
+        .unwrap();
+    let starts = Starts::default();
+    let models: Vec<Box<dyn embedfleet_models::Embedder>> = vec![Box::new(SlowModel {
+        starts: starts.clone(),
+    })];
+    let enc = Encoding {
+        tokenizer: &tokenizer,
+        max_len: 2048,
+        // One paper a mini-batch: each part is several forwards.
+        rule: MiniBatchRule::Chars {
+            max_chars: 1,
+            max_papers: 1,
+        },
+        query_instruction: None,
+        tokenize_threads: 1,
+    };
+    let parts = vec![papers(), papers(), papers()];
+    let mut writes = Vec::new();
+    let mut handed = Vec::new();
+    embed_parts(&models, parts.into_iter(), &enc, |papers, outcome| {
+        handed.push((papers.len(), outcome.results.len()));
+        let start = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(200)); // writing the shard
+        writes.push((start, std::time::Instant::now()));
+        Ok::<(), ()>(())
+    })
+    .unwrap();
+    assert_eq!(handed, vec![(4, 4); 3], "every part, in order, whole");
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 12);
+    // While part 0 and part 1 were being written, the device was already working on the
+    // next part's mini-batches.
+    for (i, (from, to)) in writes.iter().take(2).enumerate() {
+        let busy = starts.iter().filter(|s| *s > from && *s < to).count();
+        assert!(busy > 0, "no forward ran while part {i} was written");
+    }
+}

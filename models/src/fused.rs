@@ -1,0 +1,424 @@
+//! cuDNN's fused attention on CUDA: one call per layer over the whole packed mini-batch.
+//!
+//! The kernel is cuDNN's scaled-dot-product attention (FlashAttention-class on Ampere and
+//! Hopper) for ragged, packed sequences, reached through a small C++ shim over the header-only
+//! cuDNN frontend (`models/cuda/cudnn_sdpa.cpp`, built by `build.rs` with the `cuda` feature).
+//! The shim loads libcudnn at run time, so one architecture-independent binary serves A100s and
+//! H200s, and a node without cuDNN gets a clear error at start-up, not a loader failure.
+//!
+//! Inputs stay in the token-major `[T, heads, head_dim]` layout of the projections; cuDNN
+//! reads each sequence at its ragged offset, causal within the sequence, grouped-query, with
+//! the softmax scale passed in. Plans are built per shape and cached by the shim; to keep the
+//! shapes few, a batch's sequence count is padded to a power of two with empty sequences and
+//! its longest length rounded up to a power of two (the plan's bound, not work done).
+//!
+//! [`FusedAttention::self_test`] compares the kernel with the blockwise path on the device at
+//! start-up; the embedder refuses to run when they disagree.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Mutex;
+
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage};
+use candle_core::{DType, Device, Layout, Result, Shape, Storage, Tensor};
+use half::bf16;
+
+use crate::attention::{AttentionKernel, AttnContext, SeqSpan};
+
+mod ffi {
+    use std::ffi::{c_char, c_void};
+
+    #[repr(C)]
+    pub struct EfSdpa {
+        _private: [u8; 0],
+    }
+
+    extern "C" {
+        pub fn ef_sdpa_create(err: *mut c_char, err_len: usize) -> *mut EfSdpa;
+        pub fn ef_sdpa_destroy(s: *mut EfSdpa);
+        pub fn ef_sdpa_cudnn_version(s: *const EfSdpa) -> i64;
+        pub fn ef_sdpa_prepare(
+            s: *mut EfSdpa,
+            batch: i32,
+            max_seq_len: i32,
+            total_tokens: i32,
+            n_heads: i32,
+            n_kv_heads: i32,
+            head_dim: i32,
+            scale: f32,
+            workspace_bytes: *mut i64,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+        pub fn ef_sdpa_run(
+            s: *mut EfSdpa,
+            stream: *mut c_void,
+            batch: i32,
+            max_seq_len: i32,
+            total_tokens: i32,
+            n_heads: i32,
+            n_kv_heads: i32,
+            head_dim: i32,
+            scale: f32,
+            q: *const c_void,
+            k: *const c_void,
+            v: *const c_void,
+            o: *mut c_void,
+            seq_len: *const i32,
+            q_offsets: *const i32,
+            kv_offsets: *const i32,
+            workspace: *mut c_void,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> i32;
+    }
+}
+
+/// Room for the shim's error messages.
+const ERR_LEN: usize = 1024;
+
+fn message(buf: &[c_char]) -> String {
+    // SAFETY: the shim writes a NUL-terminated string into the buffer (zeroed before the call,
+    // so it is terminated even when the shim writes nothing).
+    unsafe { CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The shim's handle (a cuDNN handle and its plan cache) and the device workspace.
+struct Handle {
+    raw: *mut ffi::EfSdpa,
+    workspace: Option<CudaSlice<u8>>,
+}
+
+// SAFETY: the handle is only used under the `Mutex` of its `FusedAttention`, from the one
+// worker thread that owns the device.
+unsafe impl Send for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from `ef_sdpa_create` and is destroyed once.
+        unsafe { ffi::ef_sdpa_destroy(self.raw) }
+    }
+}
+
+/// The fused kernel for one model on one device.
+pub struct FusedAttention {
+    handle: Mutex<Handle>,
+    n_heads: usize,
+    n_kv: usize,
+    head_dim: usize,
+    cudnn_version: i64,
+}
+
+impl std::fmt::Debug for FusedAttention {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FusedAttention(cuDNN {})", self.cudnn_version)
+    }
+}
+
+/// The fused kernel's arguments for one packed batch, on the device: every layer of a
+/// forward shares them.
+pub struct FusedBatch {
+    /// Sequences, padded to a power of two with empty ones.
+    batch: usize,
+    /// The longest sequence, rounded up to a power of two.
+    max_seq: usize,
+    total: usize,
+    seq_len: Tensor,
+    q_offsets: Tensor,
+    kv_offsets: Tensor,
+}
+
+impl FusedAttention {
+    /// Loads cuDNN and creates the kernel's handle on the current device. The error says what
+    /// is missing (libcudnn, a version too old).
+    pub fn new(n_heads: usize, n_kv: usize, head_dim: usize) -> std::result::Result<Self, String> {
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: the buffer is ERR_LEN long; a NULL return means failure, with a message.
+        let raw = unsafe { ffi::ef_sdpa_create(err.as_mut_ptr(), ERR_LEN) };
+        if raw.is_null() {
+            return Err(message(&err));
+        }
+        // SAFETY: `raw` is a live handle.
+        let cudnn_version = unsafe { ffi::ef_sdpa_cudnn_version(raw) };
+        Ok(FusedAttention {
+            handle: Mutex::new(Handle {
+                raw,
+                workspace: None,
+            }),
+            n_heads,
+            n_kv,
+            head_dim,
+            cudnn_version,
+        })
+    }
+
+    /// The cuDNN version loaded (e.g. 91300).
+    pub fn cudnn_version(&self) -> i64 {
+        self.cudnn_version
+    }
+
+    /// The device arguments of a batch of `spans`.
+    pub fn batch(&self, spans: &[SeqSpan], device: &Device) -> Result<FusedBatch> {
+        let batch = spans.len().max(1).next_power_of_two();
+        let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
+        let max_seq = longest.next_power_of_two();
+        let total: usize = spans.iter().map(|s| s.len).sum();
+        let mut seq_len: Vec<i32> = spans.iter().map(|s| s.len as i32).collect();
+        seq_len.resize(batch, 0);
+        let starts = spans
+            .iter()
+            .map(|s| s.start)
+            .chain(std::iter::repeat(total))
+            .take(batch + 1);
+        let (qw, kvw) = (self.n_heads * self.head_dim, self.n_kv * self.head_dim);
+        let (q_offsets, kv_offsets): (Vec<i32>, Vec<i32>) =
+            starts.map(|t| ((t * qw) as i32, (t * kvw) as i32)).unzip();
+        Ok(FusedBatch {
+            batch,
+            max_seq,
+            total,
+            seq_len: Tensor::new(seq_len.as_slice(), device)?,
+            q_offsets: Tensor::new(q_offsets.as_slice(), device)?,
+            kv_offsets: Tensor::new(kv_offsets.as_slice(), device)?,
+        })
+    }
+
+    /// See [`AttentionKernel::attention`].
+    pub fn forward(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &AttnContext,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let batch = ctx.fused.as_ref().ok_or_else(|| {
+            candle_core::Error::Msg("fused attention without its batch. This is a bug.".into())
+        })?;
+        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        let op = SdpaOp {
+            attention: self,
+            batch,
+            scale: scale as f32,
+        };
+        let out = q.apply_op3_no_bwd(&k, &v, &op)?;
+        out.reshape((batch.total, self.n_heads * self.head_dim))
+    }
+
+    /// Runs the kernel and the blockwise path on the same random problem on `device` (a few
+    /// sequences of mixed lengths, one of them a single token, across several tiles, and an
+    /// empty padded slot) and returns the largest difference, or why the kernel cannot run.
+    pub fn self_test(
+        kernel: &AttentionKernel,
+        device: &Device,
+        tile: usize,
+    ) -> std::result::Result<f32, String> {
+        let AttentionKernel::Fused(fused) = kernel else {
+            return Err("not the fused kernel".into());
+        };
+        let (nh, nkv, hd) = (fused.n_heads, fused.n_kv, fused.head_dim);
+        let lens = [1usize, 37, 3 * tile.min(256) + 5];
+        let mut spans = Vec::new();
+        let mut start = 0;
+        for len in lens {
+            spans.push(SeqSpan { start, len });
+            start += len;
+        }
+        let run = || -> Result<f32> {
+            let rand =
+                |heads| Tensor::randn(0f32, 1.0, (start, heads, hd), device)?.to_dtype(DType::BF16);
+            let (q, k, v) = (rand(nh)?, rand(nkv)?, rand(nkv)?);
+            let scale = 1.0 / (hd as f64).sqrt();
+            let fused_ctx = AttnContext::new(spans.clone(), tile, kernel.clone(), device)?;
+            let got = kernel.attention(&q, &k, &v, &fused_ctx, scale)?;
+            let block = AttentionKernel::Blockwise;
+            let block_ctx = AttnContext::new(spans.clone(), tile, block.clone(), device)?;
+            let want = block.attention(&q, &k, &v, &block_ctx, scale)?;
+            let diff = (got.to_dtype(DType::F32)? - want.to_dtype(DType::F32)?)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?;
+            Ok(diff)
+        };
+        run().map_err(|e| e.to_string())
+    }
+}
+
+/// The kernel as a candle op over q, k and v, so its output is an ordinary tensor.
+struct SdpaOp<'a> {
+    attention: &'a FusedAttention,
+    batch: &'a FusedBatch,
+    scale: f32,
+}
+
+/// A contiguous part of a device buffer.
+struct View<'a, T> {
+    slice: &'a CudaSlice<T>,
+    start: usize,
+    end: usize,
+}
+
+fn view<'a, T: candle_core::cuda_backend::CudaDType>(
+    storage: &'a CudaStorage,
+    layout: &Layout,
+) -> Result<View<'a, T>> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("fused attention takes contiguous tensors");
+    };
+    Ok(View {
+        slice: storage.as_cuda_slice::<T>()?,
+        start,
+        end,
+    })
+}
+
+/// The i32 device buffer of one of a batch's argument tensors.
+fn int_buffer(storage: &Storage) -> Result<&CudaSlice<i32>> {
+    match storage {
+        Storage::Cuda(c) => c.as_cuda_slice::<i32>(),
+        _ => candle_core::bail!("fused attention arguments must be on the device"),
+    }
+}
+
+impl candle_core::CustomOp3 for SdpaOp<'_> {
+    fn name(&self) -> &'static str {
+        "cudnn-fused-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> Result<(candle_core::CpuStorage, Shape)> {
+        candle_core::bail!("the fused attention kernel runs on CUDA only")
+    }
+
+    fn cuda_fwd(
+        &self,
+        q: &CudaStorage,
+        q_l: &Layout,
+        k: &CudaStorage,
+        k_l: &Layout,
+        v: &CudaStorage,
+        v_l: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        let a = self.attention;
+        let b = self.batch;
+        let dev: CudaDevice = q.device.clone();
+        let stream = dev.cuda_stream();
+        let (q, k, v) = (
+            view::<bf16>(q, q_l)?,
+            view::<bf16>(k, k_l)?,
+            view::<bf16>(v, v_l)?,
+        );
+        let out_len = b.total * a.n_heads * a.head_dim;
+        if q.end - q.start != out_len {
+            candle_core::bail!(
+                "fused attention: q holds {} values, the batch {out_len}",
+                q.end - q.start
+            );
+        }
+        // SAFETY: every element is written by the kernel (each token of each sequence).
+        let out = unsafe { dev.alloc::<bf16>(out_len)? };
+        let (seq_len, _) = b.seq_len.storage_and_layout();
+        let (q_off, _) = b.q_offsets.storage_and_layout();
+        let (kv_off, _) = b.kv_offsets.storage_and_layout();
+        let mut handle = a
+            .handle
+            .lock()
+            .expect("fused attention lock. This is a bug.");
+        let shape = (
+            b.batch as i32,
+            b.max_seq as i32,
+            b.total as i32,
+            a.n_heads as i32,
+            a.n_kv as i32,
+            a.head_dim as i32,
+        );
+        let mut err = [0 as c_char; ERR_LEN];
+        let mut workspace_bytes = 0i64;
+        // SAFETY: the handle is live and ours under the lock; the buffer is ERR_LEN long.
+        let rc = unsafe {
+            ffi::ef_sdpa_prepare(
+                handle.raw,
+                shape.0,
+                shape.1,
+                shape.2,
+                shape.3,
+                shape.4,
+                shape.5,
+                self.scale,
+                &mut workspace_bytes,
+                err.as_mut_ptr(),
+                ERR_LEN,
+            )
+        };
+        if rc != 0 {
+            candle_core::bail!("cuDNN fused attention: {}", message(&err));
+        }
+        let need = workspace_bytes.max(0) as usize;
+        if need > 0 && handle.workspace.as_ref().is_none_or(|w| w.len() < need) {
+            handle.workspace = None; // free the old one first
+                                     // SAFETY: workspace contents are the kernel's scratch.
+            handle.workspace = Some(unsafe { dev.alloc::<u8>(need)? });
+        }
+        let raw = handle.raw;
+        // The guards record the kernel's use of each buffer on the stream when they drop.
+        let (qp, g1) = q.slice.device_ptr(&stream);
+        let (kp, g2) = k.slice.device_ptr(&stream);
+        let (vp, g3) = v.slice.device_ptr(&stream);
+        let (op, g4) = out.device_ptr(&stream);
+        let (lp, g5) = int_buffer(&seq_len)?.device_ptr(&stream);
+        let (qo, g6) = int_buffer(&q_off)?.device_ptr(&stream);
+        let (ko, g7) = int_buffer(&kv_off)?.device_ptr(&stream);
+        let el = std::mem::size_of::<bf16>() as u64;
+        let wp = match &handle.workspace {
+            Some(w) if need > 0 => w.device_ptr(&stream).0 as *mut c_void,
+            _ => std::ptr::null_mut(),
+        };
+        // SAFETY: pointers are live device buffers of the sizes the shape implies, on `stream`;
+        // the offsets of the views are added in bytes.
+        let rc = unsafe {
+            ffi::ef_sdpa_run(
+                raw,
+                stream.cu_stream() as *mut c_void,
+                shape.0,
+                shape.1,
+                shape.2,
+                shape.3,
+                shape.4,
+                shape.5,
+                self.scale,
+                (qp + q.start as u64 * el) as *const c_void,
+                (kp + k.start as u64 * el) as *const c_void,
+                (vp + v.start as u64 * el) as *const c_void,
+                op as *mut c_void,
+                (lp + 4 * start_of(&b.seq_len)) as *const i32,
+                (qo + 4 * start_of(&b.q_offsets)) as *const i32,
+                (ko + 4 * start_of(&b.kv_offsets)) as *const i32,
+                wp,
+                err.as_mut_ptr(),
+                ERR_LEN,
+            )
+        };
+        if rc != 0 {
+            candle_core::bail!("cuDNN fused attention: {}", message(&err));
+        }
+        drop((g1, g2, g3, g4, g5, g6, g7));
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((b.total, a.n_heads, a.head_dim)),
+        ))
+    }
+}
+
+/// The element offset of a tensor's first value in its storage.
+fn start_of(t: &Tensor) -> u64 {
+    t.layout().start_offset() as u64
+}
