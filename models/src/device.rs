@@ -1,5 +1,5 @@
 //! Device strings: `cpu`, `cpu:N` (N CPU workers), `cuda` (GPU 0), `cuda:N`, and lists
-//! `cuda:0,1` for several workers. The one parser of device lists in the workspace.
+//! `cuda:0,1` for several workers (`cuda:0,0`: two workers on one GPU). The one parser of device lists in the workspace.
 
 use std::fmt;
 use std::str::FromStr;
@@ -104,11 +104,8 @@ pub fn parse_devices(spec: &str) -> ModelResult<Vec<DeviceSpec>> {
                 "GPU ordinals are non-negative integers, as in `cuda:0,1`",
             )
         })?;
-        let d = DeviceSpec::Cuda(n);
-        if out.contains(&d) {
-            return Err(invalid(spec, "a GPU is listed twice"));
-        }
-        out.push(d);
+        // A GPU listed twice gets two workers (a smoke test of several workers on one GPU).
+        out.push(DeviceSpec::Cuda(n));
     }
     Ok(out)
 }
@@ -127,9 +124,12 @@ mod tests {
             vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]
         );
         assert_eq!(parse_devices("cpu:3").unwrap(), vec![DeviceSpec::Cpu; 3]);
-        for bad in [
-            "tpu", "cuda:", "cuda:x", "cuda:-1", "cuda:0,0", "cpu:0", "cpu:x",
-        ] {
+        assert_eq!(
+            parse_devices("cuda:0,0").unwrap(),
+            vec![DeviceSpec::Cuda(0); 2],
+            "two workers on one GPU"
+        );
+        for bad in ["tpu", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "cpu:x"] {
             assert!(parse_devices(bad).is_err(), "{bad}");
         }
         assert!("cuda:0,1".parse::<DeviceSpec>().is_err());

@@ -141,21 +141,21 @@ impl Qwen3Embedder {
     /// Free and total bytes of the model's device as the driver reports them now, when it is
     /// a GPU.
     pub fn device_memory(&self) -> Option<(u64, u64)> {
-        #[cfg(feature = "cuda")]
-        if let Device::Cuda(d) = self.model.device() {
-            return d
-                .cuda_stream()
-                .context()
-                .mem_get_info()
-                .ok()
-                .map(|(free, total)| (free as u64, total as u64));
-        }
-        None
+        self.memory_probe().and_then(|probe| probe())
     }
 
-    /// The attention kernel the model runs (`blockwise` or `cudnn-fused`).
-    pub fn attention_kernel(&self) -> &'static str {
-        self.model.attention_kernel().name()
+    fn memory_probe(&self) -> Option<crate::MemoryProbe> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = self.model.device() {
+            let context = d.cuda_stream().context().clone();
+            return Some(Box::new(move || {
+                context
+                    .mem_get_info()
+                    .ok()
+                    .map(|(free, total)| (free as u64, total as u64))
+            }));
+        }
+        None
     }
 
     /// Memory estimate of embedding sequences of these lengths in one call.
@@ -234,6 +234,18 @@ impl Embedder for Qwen3Embedder {
     fn set_memory_limit(&self, limit: Option<u64>) {
         self.memory_limit
             .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        Qwen3Embedder::device_memory(self)
+    }
+
+    fn memory_probe(&self) -> Option<crate::MemoryProbe> {
+        Qwen3Embedder::memory_probe(self)
+    }
+
+    fn attention_kernel(&self) -> &'static str {
+        self.model.attention_kernel().name()
     }
 
     fn token_budget(&self) -> Option<u64> {

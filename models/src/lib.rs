@@ -156,4 +156,23 @@ pub trait Embedder: Send + Sync {
     fn token_budget(&self) -> Option<u64> {
         None
     }
+
+    /// Free and total bytes of the model's device now, when it is a GPU.
+    fn device_memory(&self) -> Option<(u64, u64)> {
+        None
+    }
+
+    /// A query of [`Embedder::device_memory`] that another thread can run while this model
+    /// computes (a benchmark's peak-memory sampler); `None` on the CPU.
+    fn memory_probe(&self) -> Option<MemoryProbe> {
+        None
+    }
+
+    /// The attention kernel it runs (`blockwise`, `cudnn-fused`).
+    fn attention_kernel(&self) -> &'static str {
+        "blockwise"
+    }
 }
+
+/// See [`Embedder::memory_probe`].
+pub type MemoryProbe = Box<dyn Fn() -> Option<(u64, u64)> + Send>;

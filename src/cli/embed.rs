@@ -1,5 +1,5 @@
-//! The embedding commands: `embed-job` (one planned batch), `embed` (any files), and
-//! `make-tiny-model`.
+//! The embedding commands: `embed-job` (one planned batch), `embed` (any files),
+//! `make-tiny-model`, `doctor` and `bench-gpu`.
 
 use super::{ModelArgs, RunDirArgs};
 use clap::{Args, Parser};
@@ -99,6 +99,63 @@ pub struct EmbedArgs {
     /// Token budget of one mini-batch (one forward pass).
     #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS, value_name = "TOKENS")]
     pub batch_tokens: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchGpuArgs {
+    /// A Qwen3-Embedding model directory, loaded as the embed job loads it (on a GPU: the fused
+    /// attention kernel after its self-test).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: PathBuf,
+    /// Devices, one worker each (`cuda:0`; `cuda:0,0` runs two workers on one GPU; `cpu`).
+    #[arg(long, default_value = "cuda:0", value_name = "DEVICES")]
+    pub devices: String,
+    /// Uniform shapes, BATCHxTOKENS each, timed on the first device (the peer's
+    /// `uniform_bB_tT`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64x512,16x2048,4x8192,1x32768",
+        value_name = "BxT,..."
+    )]
+    pub shapes: Vec<String>,
+    /// Timed forwards per uniform shape (after two warm-up forwards).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub forwards: usize,
+    /// The paper mix: a JSON list of token lengths (`gpu-check.sh` writes the peer's); without
+    /// it, --mix-papers lengths of the peer's distribution, seeded.
+    #[arg(long, value_name = "FILE")]
+    pub mix: Option<PathBuf>,
+    /// Papers of the generated mix.
+    #[arg(long, default_value_t = 240, value_name = "N")]
+    pub mix_papers: usize,
+    /// Padded tokens per mini-batch of the mix (the job's --batch-tokens), capped by the
+    /// device's free memory unless --no-memory-plan.
+    #[arg(long, default_value_t = 65_536, value_name = "TOKENS")]
+    pub batch_tokens: u64,
+    /// Do not cap mini-batches by the device's free memory (exercises the out-of-memory
+    /// fallback).
+    #[arg(long)]
+    pub no_memory_plan: bool,
+    /// Reference vectors (JSON: cases of name, ids with EOS, embedding): prints the cosine of
+    /// ours against each.
+    #[arg(long, value_name = "FILE")]
+    pub fidelity: Option<PathBuf>,
+    /// Writes the mix's vectors (JSON) for a later --compare-vectors.
+    #[arg(long, value_name = "FILE")]
+    pub save_vectors: Option<PathBuf>,
+    /// Compares the mix's vectors with a --save-vectors file: prints the lowest cosine.
+    #[arg(long, value_name = "FILE")]
+    pub compare_vectors: Option<PathBuf>,
+    /// Skip the uniform shapes.
+    #[arg(long)]
+    pub skip_uniform: bool,
+    /// Skip the paper mix.
+    #[arg(long)]
+    pub skip_mix: bool,
+    /// Seed of the random token ids and of the generated mix.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Args)]

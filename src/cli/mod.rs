@@ -9,7 +9,9 @@ mod report;
 mod submit;
 mod upload;
 
-pub use embed::{DoctorArgs, EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs};
+pub use embed::{
+    BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs,
+};
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs};
 pub use report::ReportArgs;
@@ -76,6 +78,11 @@ pub enum Command {
     /// devices, the model directory (one forward on each device), the run directory. Run it on
     /// a compute node; ends with one line per problem.
     Doctor(DoctorArgs),
+    /// Measure the forward pass on this node in the PyTorch peer's shapes and fields
+    /// (benches/torch_baseline.py): uniform batches, a paper-length mix batched the embed job's
+    /// way and the study's way, fidelity against reference vectors. JSON lines on stdout, a
+    /// table on stderr. `benches/gpu-check.sh` runs it beside the peer.
+    BenchGpu(BenchGpuArgs),
     /// Upload the run's parquet shards into Qdrant (a server, or the embedded engine), resumably.
     Upload(UploadArgs),
     /// Find the upload's batch size and requests in flight with a sample (or, with --queries,

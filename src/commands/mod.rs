@@ -1,6 +1,7 @@
 //! One function per subcommand: convert the typed flags into library options, call the
 //! library, print the outcome. A file per stage, as in `cli/`.
 
+mod bench;
 mod doctor;
 mod embed;
 mod plan;
@@ -76,6 +77,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Embed(args) => embed::embed(&args),
         Command::MakeTinyModel(args) => embed::make_tiny_model(&args),
         Command::Doctor(args) => doctor::doctor(&args),
+        Command::BenchGpu(args) => bench::bench_gpu(&args),
         Command::Upload(args) => upload::upload_cmd(&args),
         Command::Tune(args) if args.queries => query::tune_queries(&args),
         Command::Tune(args) => upload::tune_cmd(&args),

@@ -113,3 +113,85 @@ fn a_broken_model_directory_is_a_clear_error() {
     assert!(stderr.contains("tokenizer.json"), "{stderr}");
     assert!(!t.join("o.parquet").exists());
 }
+
+/// `bench-gpu`'s JSON lines on stdout.
+fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+#[test]
+fn bench_gpu_measures_in_the_peers_fields_and_checks_fidelity_on_any_device() {
+    let t = TestDir::new();
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+    // The tiny model's own golden file (transformers' vectors), as gpu-check.sh writes one
+    // for the 4B shape.
+    let golden =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/tiny_seed0.json");
+    std::fs::write(t.join("mix.json"), "[5, 300, 17, 2000, 64, 64, 900]").unwrap();
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench-gpu",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu:2",
+            "--shapes",
+            "2x64,1x200",
+            "--forwards",
+            "1",
+            "--mix",
+            "mix.json",
+            "--batch-tokens",
+            "2048",
+        ];
+        args.extend_from_slice(extra);
+        json_lines(&t.run(&args, 0))
+    };
+    let golden = golden.to_str().unwrap();
+    let lines = bench(&["--fidelity", golden, "--save-vectors", "v.json"]);
+    let fidelity: Vec<_> = lines.iter().filter(|l| l["event"] == "fidelity").collect();
+    assert_eq!(fidelity.len(), 8, "{lines:?}");
+    for f in fidelity {
+        assert!(f["cosine"].as_f64().unwrap() >= 0.99999, "{f}");
+    }
+    let runs: Vec<_> = lines.iter().filter(|l| l["event"] == "bench").collect();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "uniform_b2_t64",
+            "uniform_b1_t200",
+            "mix_packed_token_budget",
+            "mix_packed_study_batches"
+        ]
+    );
+    for r in &runs {
+        for field in ["secs", "real_tok_per_s", "tflops_useful", "estimate_gb"] {
+            assert!(r[field].as_f64().unwrap() > 0.0, "{field}: {r}");
+        }
+        assert!(
+            r["peak_mem_gb"].is_null(),
+            "no device memory on the CPU: {r}"
+        );
+        assert_eq!(r["attention"], "blockwise");
+    }
+    let mix = runs[2];
+    assert_eq!(mix["real_tokens"], 5 + 300 + 17 + 2000 + 64 + 64 + 900);
+    assert!(mix["padded_tokens"].as_u64() >= mix["real_tokens"].as_u64());
+    // The same mix again, mini-batches not planned by memory: the same vectors.
+    let again = bench(&[
+        "--skip-uniform",
+        "--no-memory-plan",
+        "--compare-vectors",
+        "v.json",
+    ]);
+    let compare = again.iter().find(|l| l["event"] == "compare").unwrap();
+    assert!(
+        compare["min_cosine"].as_f64().unwrap() >= 0.99999,
+        "{compare}"
+    );
+    assert_eq!(compare["papers"], 7);
+}

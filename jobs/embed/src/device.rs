@@ -32,7 +32,7 @@ pub struct Done {
     pub busy: Duration,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FallbackStats {
     pub split: u64,
     pub sequential: u64,

@@ -5,6 +5,7 @@
 //! nothing of schedulers or Qdrant: the orchestrator starts jobs as processes of the `embedfleet`
 //! binary, and the upload stage reads the shards this crate writes.
 
+pub mod bench;
 pub mod chunk;
 pub mod device;
 pub mod files;

@@ -1,0 +1,162 @@
+//! `bench-gpu`: measurements in the PyTorch peer's JSON fields, one line each on stdout, and a
+//! table of them on stderr.
+
+use crate::cli::BenchGpuArgs;
+use anyhow::{bail, Context, Result};
+use embedfleet_core::exit;
+use embedfleet_core::settings::MiniBatchRule;
+use embedfleet_embed::bench::{cosine, paper_mix, Bench, BenchRecord, FidelityCases};
+use serde::{Deserialize, Serialize};
+
+/// The mix's vectors as `--save-vectors` writes them.
+#[derive(Serialize, Deserialize)]
+struct SavedVectors {
+    lengths: Vec<usize>,
+    vectors: Vec<Vec<f32>>,
+}
+
+pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
+    let devices = embedfleet_embed::parse_devices(&args.devices)?;
+    let bench = Bench::load(&args.model_dir, &devices, !args.no_memory_plan, args.seed)?;
+    let mut table = Vec::new();
+    if let Some(path) = &args.fidelity {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read {}", path.display()))?;
+        let cases: FidelityCases = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not a fidelity file (cases of name, ids, embedding)",
+                path.display()
+            )
+        })?;
+        for record in bench.fidelity(&cases)? {
+            print_json(&record);
+            eprintln!(
+                "fidelity {:<24} {:>6} tokens  cosine {:.6}",
+                record.name, record.tokens, record.cosine
+            );
+        }
+    }
+    if !args.skip_uniform {
+        for shape in &args.shapes {
+            let (b, t) = parse_shape(shape)?;
+            let record = bench.uniform(b, t, args.forwards)?;
+            print_json(&record);
+            table.push(record);
+        }
+    }
+    if !args.skip_mix {
+        let lengths = match &args.mix {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("failed to read {}", path.display()))?;
+                serde_json::from_str::<Vec<usize>>(&text).with_context(|| {
+                    format!("{} is not a JSON list of token lengths", path.display())
+                })?
+            }
+            None => paper_mix(args.mix_papers, args.seed),
+        };
+        let budget = MiniBatchRule::TokenBudget {
+            max_tokens: args.batch_tokens,
+        };
+        let (record, vectors) = bench
+            .mix("mix_packed_token_budget", &lengths, budget)
+            .map_err(anyhow::Error::msg)?;
+        print_json(&record);
+        table.push(record);
+        let (record, _) = bench
+            .mix("mix_packed_study_batches", &lengths, MiniBatchRule::STUDY)
+            .map_err(anyhow::Error::msg)?;
+        print_json(&record);
+        table.push(record);
+        if let Some(path) = &args.save_vectors {
+            let saved = SavedVectors {
+                lengths: lengths.clone(),
+                vectors: vectors.clone(),
+            };
+            std::fs::write(path, serde_json::to_vec(&saved)?)
+                .with_context(|| format!("failed to write {}", path.display()))?;
+        }
+        if let Some(path) = &args.compare_vectors {
+            let saved: SavedVectors = serde_json::from_slice(
+                &std::fs::read(path)
+                    .with_context(|| format!("failed to read {}", path.display()))?,
+            )?;
+            if saved.lengths != lengths {
+                bail!("{} holds vectors of another mix", path.display());
+            }
+            let lowest = saved
+                .vectors
+                .iter()
+                .zip(&vectors)
+                .map(|(a, b)| cosine(a, b))
+                .fold(f64::INFINITY, f64::min);
+            println!(
+                "{}",
+                serde_json::json!({"event": "compare", "papers": lengths.len(), "min_cosine": lowest})
+            );
+            eprintln!(
+                "compare: lowest cosine against {} is {lowest:.6}",
+                path.display()
+            );
+        }
+    }
+    eprint!("{}", render(&table));
+    Ok(exit::SUCCESS)
+}
+
+/// One JSON line on stdout.
+fn print_json<T: Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string(value).expect("records serialise. This is a bug.")
+    );
+}
+
+fn parse_shape(shape: &str) -> Result<(usize, usize)> {
+    let parsed = shape
+        .split_once('x')
+        .and_then(|(b, t)| Some((b.trim().parse().ok()?, t.trim().parse().ok()?)))
+        .filter(|&(b, t): &(usize, usize)| b > 0 && t > 0);
+    parsed.with_context(|| format!("--shapes takes BATCHxTOKENS, as in 64x512; not `{shape}`"))
+}
+
+fn render(rows: &[BenchRecord]) -> String {
+    let mut out = format!(
+        "{:<26} {:>9} {:>11} {:>8} {:>9} {:>9} {:>6} {:>9}\n",
+        "run", "tokens", "tokens/s", "TFLOP/s", "peak GB", "est. GB", "mb", "fallbacks"
+    );
+    for r in rows {
+        let f = &r.fallbacks;
+        out.push_str(&format!(
+            "{:<26} {:>9} {:>11.0} {:>8.1} {:>9} {:>9.1} {:>6} {:>9}\n",
+            r.label,
+            r.real_tokens,
+            r.real_tok_per_s,
+            r.tflops_useful,
+            r.peak_mem_gb.map_or("-".into(), |g| format!("{g:.1}")),
+            r.estimate_gb,
+            r.mini_batches,
+            f.split + f.sequential + f.chunked
+        ));
+    }
+    if let Some(r) = rows.first() {
+        out.push_str(&format!(
+            "attention: {}; devices: {}\n",
+            r.attention, r.devices
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_as_batch_by_tokens() {
+        assert_eq!(parse_shape("64x512").unwrap(), (64, 512));
+        for bad in ["64", "0x5", "x", "ax2"] {
+            assert!(parse_shape(bad).is_err(), "{bad}");
+        }
+    }
+}
