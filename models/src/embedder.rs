@@ -169,6 +169,16 @@ impl Qwen3Embedder {
     }
 
     fn check_memory(&self, spans: &[SeqSpan]) -> ModelResult<()> {
+        // Over candle's u32 element counts a kernel would index wrongly: refuse it as an
+        // out-of-memory, so the caller halves the batch as it would for a real one.
+        let tokens: u64 = spans.iter().map(|s| s.len as u64).sum();
+        crate::memory::check_tokens_per_forward(self.config(), tokens).map_err(|detail| {
+            ModelError::OutOfMemory {
+                needed: None,
+                limit: None,
+                detail,
+            }
+        })?;
         let limit = self.memory_limit.load(Ordering::Relaxed);
         if limit == u64::MAX {
             return Ok(());

@@ -101,6 +101,19 @@ pub fn max_tokens_per_forward(cfg: &Config) -> u64 {
     u32::MAX as u64 / widest
 }
 
+/// `Err` (saying why) when one forward of `tokens` tokens would exceed
+/// [`max_tokens_per_forward`].
+pub fn check_tokens_per_forward(cfg: &Config, tokens: u64) -> Result<(), String> {
+    let most = max_tokens_per_forward(cfg);
+    if tokens > most {
+        return Err(format!(
+            "{tokens} tokens in one forward, more than the {most} whose largest tensor candle's \
+             u32 element counts can index"
+        ));
+    }
+    Ok(())
+}
+
 /// The token budget of a mini-batch on a device with `free` bytes left after loading: the
 /// most tokens whose activations and attention workspace (the estimate less the weights,
 /// which are already in place) fit in [`FREE_MEMORY_SHARE`] of it, capped by
@@ -159,5 +172,9 @@ mod budget_tests {
         // The gate/up product of the 4B shape is 2 × 9,728 wide: ~220k tokens at most.
         assert_eq!(max_tokens_per_forward(&cfg), u32::MAX as u64 / (2 * 9728));
         assert_eq!(token_budget(&cfg, 2, 512, 0), 1);
+        let most = max_tokens_per_forward(&cfg);
+        assert!(check_tokens_per_forward(&cfg, most).is_ok());
+        let err = check_tokens_per_forward(&cfg, most + 1).unwrap_err();
+        assert!(err.contains("u32"), "{err}");
     }
 }

@@ -153,6 +153,9 @@ pub struct BenchGpuArgs {
     /// Skip the paper mix.
     #[arg(long)]
     pub skip_mix: bool,
+    /// Skip the mix in the study's mini-batches (keep the job's token-budget batching only).
+    #[arg(long)]
+    pub skip_study: bool,
     /// Seed of the random token ids and of the generated mix.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -63,11 +63,13 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
             .map_err(anyhow::Error::msg)?;
         print_json(&record);
         table.push(record);
-        let (record, _) = bench
-            .mix("mix_packed_study_batches", &lengths, MiniBatchRule::STUDY)
-            .map_err(anyhow::Error::msg)?;
-        print_json(&record);
-        table.push(record);
+        if !args.skip_study {
+            let (record, _) = bench
+                .mix("mix_packed_study_batches", &lengths, MiniBatchRule::STUDY)
+                .map_err(anyhow::Error::msg)?;
+            print_json(&record);
+            table.push(record);
+        }
         if let Some(path) = &args.save_vectors {
             let saved = SavedVectors {
                 lengths: lengths.clone(),
