@@ -102,17 +102,7 @@ impl AttnContext {
         match &kernel {
             AttentionKernel::Blockwise => {
                 let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
-                let t = tile.min(longest).max(1);
-                let mask: Vec<f32> = (0..t * t)
-                    .map(|i| {
-                        if i % t > i / t {
-                            f32::NEG_INFINITY
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let mask = Tensor::from_vec(mask, (t, t), device)?;
+                let mask = causal_mask(tile.min(longest).max(1), device)?;
                 Ok(AttnContext {
                     spans,
                     tile,
@@ -141,6 +131,20 @@ impl AttnContext {
             candle_core::Error::Msg("blockwise attention without its mask. This is a bug.".into())
         })
     }
+}
+
+/// The `[t, t]` additive causal mask: 0 on and below the diagonal, -inf above, f32.
+fn causal_mask(t: usize, device: &Device) -> Result<Tensor> {
+    let mask: Vec<f32> = (0..t * t)
+        .map(|i| {
+            if i % t > i / t {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(mask, (t, t), device)
 }
 
 /// Attention for a packed batch, tile by tile (see the module docs).
@@ -295,16 +299,7 @@ mod tests {
     /// Naive reference: full softmax(q kᵀ + causal) v per head, for one sequence.
     fn reference(q: &Tensor, k: &Tensor, v: &Tensor, g: usize) -> Tensor {
         let (nh, len, _) = q.dims3().unwrap();
-        let mask: Vec<f32> = (0..len * len)
-            .map(|i| {
-                if i % len > i / len {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (len, len), q.device()).unwrap();
+        let mask = causal_mask(len, q.device()).unwrap();
         let heads: Vec<Tensor> = (0..nh)
             .map(|h| {
                 let qh = q.get(h).unwrap();

@@ -453,18 +453,7 @@ fn submit_settles_jobs_a_crash_left_unrecorded() {
     t.plan_with_model(8, 4);
     // Batch 1 ran to its end but the loop died before recording the job's id; batch 2's job was
     // recorded but never reached the scheduler.
-    t.run(
-        &[
-            "embed-job",
-            "--run-dir",
-            "run",
-            "--batch",
-            "1",
-            "--model-dir",
-            "model",
-        ],
-        0,
-    );
+    t.run(&crate::util::embed_job_args(&[]), 0);
     std::fs::create_dir_all(t.join("run/jobs")).unwrap();
     let marker = t.join("run/jobs/crashed-b1.exit");
     std::fs::write(&marker, "0\n").unwrap();

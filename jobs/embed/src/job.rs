@@ -127,6 +127,7 @@ impl EmbedJobError {
                     | ModelError::TensorShape { .. }
                     | ModelError::MissingEos { .. }
                     | ModelError::InvalidDim { .. }
+                    | ModelError::AttentionKernel { .. }
             ),
             _ => false,
         }
