@@ -1,31 +1,34 @@
 #!/usr/bin/env bash
-# Fault injection: ROUNDS runs of `embedfleet run` on one corpus, each SIGKILLed (the owner and
-# every job and upload worker of the run, as a node crash would) at a seeded random moment,
-# then one run to the end. Checks rows in shards = points in the collection = good papers,
-# no id twice, and every recorded shard's sha256; prints what each round was doing when killed.
-# With a second binary (the landed main), also times one unkilled run of each, alternating, for
-# the wall-time overhead of the result manifests.
+# Fault injection: ROUNDS trials of `embedfleet run` on one corpus, each in a fresh run
+# directory, SIGKILLed (the owner and every job of the run, as a node crash would) at a seeded
+# random moment of its run — or, every fifth trial, inside an ingest transaction
+# (EMBEDFLEET_TEST_KILL_AT=ingest) — then run again to the end. After each: rows in shards =
+# points in the collection = good papers, no id twice, every recorded shard's sha256 verified.
+# With a second binary (the landed main), also times unkilled runs of each, alternating, for the
+# wall-time overhead of the result manifests.
 #
 #   usage: benches/fault_injection.sh BIN [BASELINE_BIN]
-#   env:   ROUNDS=20 PAPERS=2000 SEED=2026 WORK=/tmp/embedfleet-faults TIMINGS=3
+#   env:   ROUNDS=20 PAPERS=2000 MEAN_CHARS=200 SEED=2026 WORK=/tmp/embedfleet-faults TIMINGS=3
 set -euo pipefail
 BIN=$(realpath "$1")
 BASE=${2:+$(realpath "$2")}
 ROUNDS=${ROUNDS:-20}
 PAPERS=${PAPERS:-2000}
+MEAN_CHARS=${MEAN_CHARS:-200}
 SEED=${SEED:-2026}
 TIMINGS=${TIMINGS:-3}
 WORK=${WORK:-/tmp/embedfleet-faults}
+# Nothing of an earlier invocation may still run on these directories.
+pkill -KILL -f -- "$WORK/" 2>/dev/null || true
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 
-"$BIN" sample-corpus --papers "$PAPERS" --mean-chars 1500 --out corpus.jsonl.gz >/dev/null
-run_args=(run --corpus corpus.jsonl.gz --papers-per-job 250 --local-jobs 2 --shard-papers 50)
+"$BIN" sample-corpus --papers "$PAPERS" --mean-chars "$MEAN_CHARS" --out corpus.jsonl.gz >/dev/null
+run_args=(run --corpus "$WORK/corpus.jsonl.gz" --papers-per-job 250 --local-jobs 2 --shard-papers 50)
 
-# Kills everything of run directory $1: the owner, its local jobs and upload workers (each in
-# its own process group, so by what they run on).
+# Kills everything of run directory $1 (absolute): the owner, its local jobs and their scripts.
 kill_run() {
-  local pattern="$1/jobs/|--run-dir (\S*/)?$1( |$)"
+  local pattern="$1(/| |$)"
   pkill -KILL -f -- "$pattern" || true
   while pgrep -f -- "$pattern" >/dev/null; do sleep 0.05; done
 }
@@ -38,67 +41,75 @@ timed_run() { # BIN DIR -> seconds of one unkilled run
   python3 -c "print(round($end - $start, 2))"
 }
 
-# What the run directory shows of the moment of the kill (read from files only: opening
-# run.db would ingest).
+# What the run directory shows of the moment of the kill (files only: opening run.db ingests).
 phase_of() {
-  local d=$1
+  local d=$1 total done_manifests
   if [ ! -f "$d/plan.json" ]; then echo plan; return; fi
-  local done_manifests total
   total=$(python3 -c "import json;print(len(json.load(open('$d/plan.json'))['batches']))")
   done_manifests=$(grep -l '"complete": true' "$d"/results/b*/*.json 2>/dev/null | wc -l || true)
-  if [ -d "$d/qdrant" ]; then echo upload; elif [ "$done_manifests" -ge "$total" ]; then echo "ingest/upload"; else echo "embed ($done_manifests/$total batches)"; fi
+  if [ -d "$d/qdrant" ]; then echo upload
+  elif [ "$done_manifests" -ge "$total" ]; then echo "ingest"
+  else echo "embed ($done_manifests/$total batches)"; fi
 }
 
-echo "== reference: one unkilled run"
-ref_s=$(timed_run "$BIN" ref)
-echo "unkilled run: $ref_s s"
-
-echo "== $ROUNDS killed rounds (seed $SEED)"
-delays=$(python3 -c "
-import random; r = random.Random($SEED)
-print(' '.join(f'{r.uniform(0.05, 1.0) * $ref_s:.2f}' for _ in range($ROUNDS)))")
-i=0
-for d in $delays; do
-  i=$((i + 1))
-  "$BIN" "${run_args[@]}" --run-dir killed >/dev/null 2>>killed.log &
-  sleep "$d"
-  phase=$(phase_of killed)
-  kill_run killed
-  wait || true
-  printf 'round %2d: killed after %6.2f s, in %s\n' "$i" "$d" "$phase"
-done
-
-echo "== final run"
-"$BIN" "${run_args[@]}" --run-dir killed >final.out 2>final.err || { cat final.err; exit 1; }
-points=$(grep -o 'the collection holds [0-9]* points' final.err | grep -o '[0-9]*' | tail -1)
-"$BIN" status --run-dir killed --json >status.json
-python3 - "$points" <<'EOF'
+# Checks run directory $1 after its final run ($2: that run's stderr).
+check() {
+  local d=$1 points
+  points=$(grep -o 'the collection holds [0-9]* points' "$2" | grep -o '[0-9]*' | tail -1 || true)
+  "$BIN" status --run-dir "$d" --json >"$d.status.json"
+  python3 - "$d" "${points:-0}" <<'EOF'
 import json, sqlite3, sys, hashlib, pyarrow.parquet as pq
-points = int(sys.argv[1])
-s = json.load(open("status.json"))
-failed = s["quarantined_by_reason"].get("embed_failed", 0)
-good = s["papers_planned"] - failed
-db = sqlite3.connect("killed/run.db")
+run, points = sys.argv[1], int(sys.argv[2])
+s = json.load(open(run + ".status.json"))
+good = s["papers_planned"] - s["quarantined_by_reason"].get("embed_failed", 0)
 ids, rows = [], 0
-for path, n, sha in db.execute("SELECT path, rows, sha256 FROM shards"):
-    f = "killed/" + path
+for path, n, sha in sqlite3.connect(run + "/run.db").execute("SELECT path, rows, sha256 FROM shards"):
+    f = run + "/" + path
     assert hashlib.sha256(open(f, "rb").read()).hexdigest() == sha, f
     t = pq.read_table(f, columns=["id"])
     assert t.num_rows == n, f
     ids += t.column("id").to_pylist()
     rows += n
 dups = len(ids) - len(set(ids))
-print(f"good papers {good}, rows in shards {rows}, points in the collection {points}, "
-      f"duplicate ids {dups}, attempts {s['attempts_by_state']}")
-assert rows == good == points == s["rows_in_shards"], "counts differ"
-assert dups == 0
-print("OK: rows in shards = points = good papers, no duplicates, every shard's sha256 verified")
+ok = rows == good == points == s["rows_in_shards"] and dups == 0
+print(f"good {good}, rows {rows}, points {points}, duplicates {dups}, attempts {s['attempts_by_state']}: {'OK' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
 EOF
+}
+
+echo "== reference: one unkilled run"
+ref_s=$(timed_run "$BIN" "$WORK/ref")
+echo "unkilled run: $ref_s s; $(check "$WORK/ref" "$WORK/ref.log")"
+
+echo "== $ROUNDS trials, each killed once then run to the end (seed $SEED)"
+delays=$(python3 -c "
+import random; r = random.Random($SEED)
+print(' '.join(f'{r.uniform(0.02, 0.98) * $ref_s:.2f}' for _ in range($ROUNDS)))")
+i=0 failed=0
+for d in $delays; do
+  i=$((i + 1))
+  dir="$WORK/t$i"
+  if [ $((i % 5)) -eq 0 ]; then
+    EMBEDFLEET_TEST_KILL_AT=ingest "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.killed.log" || true
+    how="inside an ingest transaction (kill hook)"
+    kill_run "$dir"
+  else
+    "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.killed.log" &
+    sleep "$d"
+    how="after $d s, in $(phase_of "$dir")"
+    kill_run "$dir"
+    wait || true
+  fi
+  "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.final.log" || { echo "trial $i: final run failed"; tail -5 "$dir.final.log"; }
+  verdict=$(check "$dir" "$dir.final.log") || failed=$((failed + 1))
+  printf 'trial %2d: killed %s; then %s\n' "$i" "$how" "$verdict"
+done
+echo "trials failed: $failed of $ROUNDS"
 
 if [ -n "$BASE" ]; then
   echo "== wall time of an unkilled run, this build vs the baseline, alternating ($TIMINGS each)"
   for k in $(seq "$TIMINGS"); do
-    a=$(timed_run "$BIN" "new$k"); b=$(timed_run "$BASE" "base$k")
+    a=$(timed_run "$BIN" "$WORK/new$k"); b=$(timed_run "$BASE" "$WORK/base$k")
     echo "pair $k: this build $a s, baseline $b s"
     echo "$a $b" >>pairs.txt
   done
@@ -108,3 +119,4 @@ p = [tuple(map(float, l.split())) for l in open('pairs.txt')]
 a, b = [x for x, _ in p], [y for _, y in p]
 print(f'median: this build {st.median(a):.2f} s, baseline {st.median(b):.2f} s, ratio {st.median(a)/st.median(b):.3f}')"
 fi
+[ "$failed" -eq 0 ]

@@ -15,6 +15,23 @@ pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
 /// `.ci/cuda/build-cuda.sh` sets it), when known.
 pub const CUDA_COMPUTE_CAP: Option<&str> = option_env!("CUDA_COMPUTE_CAP");
 
+/// The GPUs this build runs on, in words: candle's kernels are PTX for `CUDA_COMPUTE_CAP`
+/// (80: sm_80 and newer — A100, and H100/H200 through the driver's compiler; 90: sm_90a, Hopper
+/// only), attention is cuDNN's (sm_80 and newer, loaded at run time). `None` in a CPU build.
+pub fn supported_gpus() -> Option<String> {
+    if !CUDA_BUILD {
+        return None;
+    }
+    let gpus = match CUDA_COMPUTE_CAP {
+        Some("80") | None => "compute capability 8.0 and newer: A100, and H100/H200 (their driver compiles the sm_80 PTX)".to_string(),
+        Some("90") => "compute capability 9.0 only (sm_90a PTX): H100/H200, not A100".to_string(),
+        Some(cap) => format!("compute capability {cap} (PTX) and newer"),
+    };
+    Some(format!(
+        "{gpus}; attention in cuDNN 9's fused kernel, loaded at run time"
+    ))
+}
+
 /// One compute device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {

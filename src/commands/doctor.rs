@@ -61,8 +61,11 @@ fn build(problems: &mut Vec<String>) {
     }
     let cap = CUDA_COMPUTE_CAP.unwrap_or("unknown");
     println!(
-        "embedfleet {version}: CUDA build (kernels for compute capability {cap}; needs driver >= 580 and the CUDA 13 cuBLAS/cuRAND libraries)"
+        "embedfleet {version}: CUDA build (kernels for compute capability {cap}; needs driver >= 580, the CUDA 13 cuBLAS/cuRAND libraries and libcudnn 9)"
     );
+    if let Some(gpus) = embedfleet_models::supported_gpus() {
+        println!("runs on: {gpus}");
+    }
     match std::fs::read_to_string("/proc/driver/nvidia/version") {
         Ok(text) => println!("driver: {}", text.lines().next().unwrap_or("").trim()),
         Err(_) => problems.push(

@@ -28,6 +28,15 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
         shard_papers: settings.shard_papers,
         memory_limit: settings.memory_limit,
     };
+    if options
+        .devices
+        .iter()
+        .any(|d| matches!(d, embedfleet_models::DeviceSpec::Cuda(_)))
+    {
+        if let Some(gpus) = embedfleet_models::supported_gpus() {
+            eprintln!("embedfleet {}: built for {gpus}", env!("CARGO_PKG_VERSION"));
+        }
+    }
     let report = job::run(&options)?;
     if let Some(attempt) = &report.already_done_by {
         eprintln!(
