@@ -42,6 +42,13 @@ pub struct Config {
     pub rope_scaling: Option<serde_json::Value>,
 }
 
+/// Why a `config.json` text is not a config of ours.
+#[derive(Debug)]
+pub enum ConfigError {
+    Json(serde_json::Error),
+    Unsupported(String),
+}
+
 fn default_act() -> String {
     "silu".to_string()
 }
@@ -59,17 +66,46 @@ impl Config {
                 source,
             },
         })?;
-        let cfg: Config =
-            serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
+        let cfg = Config::from_json(&text).map_err(|e| match e {
+            ConfigError::Json(source) => ModelError::ConfigParse {
                 path: path.to_path_buf(),
                 source,
-            })?;
+            },
+            ConfigError::Unsupported(reason) => ModelError::UnsupportedConfig {
+                path: path.to_path_buf(),
+                reason,
+            },
+        })?;
         cfg.validate()
             .map_err(|reason| ModelError::UnsupportedConfig {
                 path: path.to_path_buf(),
                 reason,
             })?;
         Ok(cfg)
+    }
+
+    /// Parses a `config.json` text, as transformers 4 writes it (`rope_theta` at the top) or
+    /// as transformers 5 does (`rope_parameters: {rope_theta, rope_type}`).
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(ConfigError::Json)?;
+        if let Some(obj) = value.as_object_mut() {
+            if !obj.contains_key("rope_theta") {
+                if let Some(params) = obj.get("rope_parameters").and_then(|p| p.as_object()) {
+                    match params.get("rope_type").and_then(|t| t.as_str()) {
+                        None | Some("default") => {}
+                        Some(other) => {
+                            return Err(ConfigError::Unsupported(format!(
+                                "rope_parameters.rope_type `{other}` is not supported (only default RoPE)"
+                            )))
+                        }
+                    }
+                    if let Some(theta) = params.get("rope_theta").cloned() {
+                        obj.insert("rope_theta".into(), theta);
+                    }
+                }
+            }
+        }
+        serde_json::from_value(value).map_err(ConfigError::Json)
     }
 
     /// Per-head dimension: `head_dim`, or `hidden_size / num_attention_heads` when absent.
@@ -218,6 +254,25 @@ mod tests {
         assert_eq!(cfg, Config::qwen3_0_6b());
         // Qwen3-Embedding-0.6B has 595,776,512 parameters without the LM head.
         assert_eq!(cfg.num_parameters(), 595_776_512);
+    }
+
+    #[test]
+    fn transformers_5_rope_parameters_read_as_rope_theta() {
+        let v4 = serde_json::to_string(&Config::qwen3_0_6b()).unwrap();
+        let mut v5: serde_json::Value = serde_json::from_str(&v4).unwrap();
+        let obj = v5.as_object_mut().unwrap();
+        obj.remove("rope_theta");
+        obj.insert(
+            "rope_parameters".into(),
+            serde_json::json!({"rope_theta": 1000000.0, "rope_type": "default"}),
+        );
+        let text = v5.to_string();
+        assert_eq!(Config::from_json(&text).unwrap(), Config::qwen3_0_6b());
+        let yarn = text.replace("\"default\"", "\"yarn\"");
+        match Config::from_json(&yarn) {
+            Err(ConfigError::Unsupported(why)) => assert!(why.contains("yarn"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
