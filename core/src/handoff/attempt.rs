@@ -51,7 +51,9 @@ pub struct AttemptManifest {
     pub batch: i64,
     /// This attempt's token: in its file names, so attempts never touch each other's files.
     pub attempt: String,
-    /// The scheduler job it ran in, when it knows (`EMBEDFLEET_JOB`, `SLURM_JOB_ID`, `PBS_JOBID`).
+    /// The scheduler job it ran in, when it knows: its name and id, as `NAME (ID)`
+    /// (`EMBEDFLEET_JOB_NAME` of local jobs, `SLURM_JOB_NAME`/`SLURM_JOB_ID`,
+    /// `PBS_JOBNAME`/`PBS_JOBID`).
     pub job: Option<String>,
     pub host: String,
     pub devices: String,
@@ -204,9 +206,18 @@ pub fn new_attempt_token() -> String {
 }
 
 fn job_from_env() -> Option<String> {
-    ["EMBEDFLEET_JOB", "SLURM_JOB_ID", "PBS_JOBID"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    job_label(|k| std::env::var(k).ok())
+}
+
+/// `NAME (ID)`, `NAME` or `ID` of the scheduler job, from its environment (`var`).
+fn job_label(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let first = |keys: &[&str]| keys.iter().find_map(|k| var(k).filter(|v| !v.is_empty()));
+    let name = first(&["EMBEDFLEET_JOB_NAME", "SLURM_JOB_NAME", "PBS_JOBNAME"]);
+    let id = first(&["SLURM_JOB_ID", "PBS_JOBID"]);
+    match (name, id) {
+        (Some(name), Some(id)) => Some(format!("{name} ({id})")),
+        (name, id) => name.or(id),
+    }
 }
 
 /// This machine's name.
@@ -229,6 +240,34 @@ fn unix_now() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_is_named_by_whichever_scheduler_started_it() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            job_label(env(&[
+                ("SLURM_JOB_NAME", "efab-b000001-a1"),
+                ("SLURM_JOB_ID", "42")
+            ])),
+            Some("efab-b000001-a1 (42)".into())
+        );
+        assert_eq!(
+            job_label(env(&[("EMBEDFLEET_JOB_NAME", "efab-b000002-a1")])),
+            Some("efab-b000002-a1".into())
+        );
+        assert_eq!(
+            job_label(env(&[("PBS_JOBID", "7.pbs")])),
+            Some("7.pbs".into())
+        );
+        assert_eq!(job_label(env(&[])), None);
+    }
 
     #[test]
     fn tokens_differ_and_fit_a_file_name() {
