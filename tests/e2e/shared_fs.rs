@@ -240,3 +240,39 @@ fn a_plan_killed_inside_duplicate_resolution_counts_what_an_unkilled_plan_counts
     assert_eq!(lines("whole"), 60);
     assert_eq!(lines("killed"), 60);
 }
+
+#[test]
+fn a_failed_attempt_is_recorded_once_even_when_the_owner_is_killed_recording_it() {
+    let t = TestDir::new();
+    t.plan_with_model(10, 10);
+    // Weights that do not load: the attempt fails after writing its manifest.
+    std::fs::write(t.join("model/model.safetensors"), b"not safetensors").unwrap();
+    let out = t.cmd(&embed_job_args(&[])).output().unwrap();
+    assert!(!out.status.success());
+    let killed = t
+        .cmd(&["status", "--run-dir", "run", "--json"])
+        .env(TEST_KILL_ENV, "ingest")
+        .output()
+        .unwrap();
+    assert_eq!(
+        killed.status.signal(),
+        Some(libc::SIGKILL),
+        "killed recording it"
+    );
+    for _ in 0..2 {
+        let status = t.status("run");
+        assert_eq!(status["attempts_by_state"]["failed"], 1, "{status}");
+    }
+    let db = RunDb::open(&t.join("run")).unwrap();
+    let (runs, errors): (i64, i64) = db
+        .conn()
+        .query_row("SELECT count(*), count(error) FROM batch_runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(
+        (runs, errors),
+        (1, 1),
+        "the failed run, once, with its error"
+    );
+}

@@ -7,7 +7,7 @@
 //! batch that verifies (see `AttemptManifest::verify`) wins; later ones are discarded, and
 //! once no job of the batch is open the files of every other attempt are removed.
 
-use super::{sqlite_err, stored_state, Result, RunDb, ShardRow};
+use super::{sqlite_err, stored_state, Result, RunDb, RunDbError, ShardRow};
 use crate::handoff::{AttemptManifest, OutputSettings};
 use crate::state::{AttemptState, BatchState, JobStatus};
 use crate::{atomic, BatchId, RunLayout};
@@ -60,10 +60,8 @@ pub(crate) fn test_kill_point(point: &str) {
 impl RunDb {
     /// Ingests every new result manifest under `results/` (see the module docs).
     pub fn ingest_results(&mut self) -> Result<IngestReport> {
-        let mut report = IngestReport::default();
-        let layout = self.layout();
-        let Ok(entries) = std::fs::read_dir(layout.results_dir()) else {
-            return Ok(report);
+        let Ok(entries) = std::fs::read_dir(self.layout().results_dir()) else {
+            return Ok(IngestReport::default());
         };
         let mut batches: Vec<i64> = entries
             .filter_map(|e| e.ok())
@@ -73,13 +71,25 @@ impl RunDb {
             })
             .collect();
         batches.sort_unstable();
+        self.ingest_batches(&batches)
+    }
+
+    /// Ingests the new result manifests of `batches` only (the submit loop, when their job
+    /// ends: the other batches wait for the next round's [`RunDb::ingest_results`]).
+    pub fn ingest_batches(&mut self, batches: &[i64]) -> Result<IngestReport> {
+        let mut report = IngestReport::default();
+        let layout = self.layout();
         let settings = OutputSettings::read(&layout).ok().flatten();
         let mut accepted_any = false;
-        for batch in batches {
+        for &batch in batches {
             accepted_any |= self.ingest_batch(&layout, batch, settings.as_ref(), &mut report)?;
         }
         if accepted_any {
-            crate::quarantine::write_jsonl(self).map_err(|e| self.io_err(e))?;
+            crate::quarantine::write_jsonl(self).map_err(|source| RunDbError::Io {
+                action: "write",
+                path: layout.quarantine_file(),
+                source,
+            })?;
         }
         Ok(report)
     }
@@ -135,21 +145,14 @@ impl RunDb {
         for m in &manifests {
             let (job, host) = (m.job.as_deref(), Some(m.host.as_str()));
             if let Some(error) = &m.error {
-                self.record_batch_run(
-                    BatchId(batch),
-                    m.started_unix_s,
-                    m.finished_unix_s.unwrap_or(m.started_unix_s),
-                    &m.devices,
-                    &m.timings,
-                    Some(error),
-                )?;
-                self.record_attempt(batch, &m.attempt, AttemptState::Failed, job, host, error)?;
-                report.not_accepted.push((
-                    batch,
-                    m.attempt.clone(),
-                    AttemptState::Failed,
-                    error.clone(),
-                ));
+                if self.record_failed(m, error)? {
+                    report.not_accepted.push((
+                        batch,
+                        m.attempt.clone(),
+                        AttemptState::Failed,
+                        error.clone(),
+                    ));
+                }
                 continue;
             }
             if !m.complete {
@@ -187,19 +190,15 @@ impl RunDb {
 
     /// Records `m` as the batch's result, in one transaction; false when another of the owner's
     /// processes (`status` beside the submit loop, say) accepted an attempt of the batch first.
-    fn accept(&mut self, m: &AttemptManifest) -> Result<bool> {
+    fn accept(&self, m: &AttemptManifest) -> Result<bool> {
         let batch = BatchId(m.batch);
-        let dir = self.dir.clone();
-        self.conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(sqlite_err(&dir))?;
-        let result = (|| {
+        self.ingest_transaction(|| {
             if self.accepted_attempt(m.batch)?.is_some() {
                 return Ok(false);
             }
             self.conn
                 .execute("DELETE FROM shards WHERE batch_id = ?1", [batch])
-                .map_err(sqlite_err(&dir))?;
+                .map_err(sqlite_err(&self.dir))?;
             let mut failed = Vec::new();
             for s in &m.shards {
                 self.record_shard(&ShardRow {
@@ -212,14 +211,7 @@ impl RunDb {
                 failed.extend(s.failed.iter().cloned());
             }
             self.record_embed_failures(batch, &failed)?;
-            self.record_batch_run(
-                batch,
-                m.started_unix_s,
-                m.finished_unix_s.unwrap_or(m.started_unix_s),
-                &m.devices,
-                &m.timings,
-                None,
-            )?;
+            self.record_manifest_run(m, None)?;
             self.set_batch_state(batch, BatchState::Done)?;
             self.record_attempt(
                 m.batch,
@@ -229,15 +221,51 @@ impl RunDb {
                 Some(&m.host),
                 "",
             )?;
-            test_kill_point("ingest");
             Ok(true)
-        })();
-        match result {
-            Ok(accepted) => self
-                .conn
-                .execute_batch("COMMIT")
-                .map(|()| accepted)
-                .map_err(sqlite_err(&dir)),
+        })
+    }
+
+    /// Records a failed attempt and its run, in one transaction (a kill between the two would
+    /// count the run again on the next ingest); false when it was recorded already.
+    fn record_failed(&self, m: &AttemptManifest, error: &str) -> Result<bool> {
+        self.ingest_transaction(|| {
+            if self.attempts_of(m.batch)?.contains_key(&m.attempt) {
+                return Ok(false);
+            }
+            self.record_manifest_run(m, Some(error))?;
+            let (job, host) = (m.job.as_deref(), Some(m.host.as_str()));
+            self.record_attempt(m.batch, &m.attempt, AttemptState::Failed, job, host, error)?;
+            Ok(true)
+        })
+    }
+
+    /// The batch run an attempt's manifest tells of.
+    fn record_manifest_run(&self, m: &AttemptManifest, error: Option<&str>) -> Result<()> {
+        self.record_batch_run(
+            BatchId(m.batch),
+            m.started_unix_s,
+            m.finished_unix_s.unwrap_or(m.started_unix_s),
+            &m.devices,
+            &m.timings,
+            error,
+        )
+    }
+
+    /// Runs `write` (writes through RunDb's own methods) in one IMMEDIATE transaction:
+    /// committed when it returns `Ok`, rolled back otherwise. The `ingest` kill point of the
+    /// tests is just before the commit.
+    fn ingest_transaction<T>(&self, write: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(sqlite_err(&self.dir))?;
+        match write() {
+            Ok(value) => {
+                test_kill_point("ingest");
+                self.conn
+                    .execute_batch("COMMIT")
+                    .map(|()| value)
+                    .map_err(sqlite_err(&self.dir))
+            }
             Err(e) => {
                 let _ = self.conn.execute_batch("ROLLBACK");
                 Err(e)
@@ -263,7 +291,11 @@ impl RunDb {
             for entry in entries.filter_map(|e| e.ok()) {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if name.starts_with(&prefix) && !keep.contains(&name) {
-                    std::fs::remove_file(entry.path()).map_err(|e| self.io_err(e))?;
+                    std::fs::remove_file(entry.path()).map_err(|source| RunDbError::Io {
+                        action: "remove",
+                        path: entry.path(),
+                        source,
+                    })?;
                     removed += 1;
                 }
             }
@@ -365,13 +397,6 @@ impl RunDb {
             .query_row(&sql, [batch], |r| r.get(0))
             .map_err(sqlite_err(&self.dir))?;
         Ok(n > 0)
-    }
-
-    fn io_err(&self, e: std::io::Error) -> super::RunDbError {
-        super::RunDbError::Sqlite {
-            dir: self.dir.clone(),
-            source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-        }
     }
 }
 

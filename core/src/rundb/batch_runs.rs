@@ -44,20 +44,8 @@ pub struct BatchRunRecord {
 }
 
 impl RunDb {
-    /// Starts a run of a batch; returns its id for [`RunDb::finish_batch_run`].
-    pub fn start_batch_run(&self, batch_id: BatchId, devices: &str) -> Result<i64> {
-        self.conn
-            .execute(
-                "INSERT INTO batch_runs (batch_id, started_at, devices, state)
-                 VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?2, ?3)",
-                params![batch_id, devices, BatchRunState::Running.as_str()],
-            )
-            .map_err(sqlite_err(&self.dir))?;
-        Ok(self.conn.last_insert_rowid())
-    }
-
-    /// Records an attempt's run of a batch as its result manifest tells it (the owner's side:
-    /// jobs no longer write run.db).
+    /// Records an attempt's run of a batch as its result manifest tells it: when it started
+    /// and ended (unix seconds), where, its timings, and its error if it failed.
     pub fn record_batch_run(
         &self,
         batch_id: BatchId,
@@ -67,53 +55,25 @@ impl RunDb {
         t: &BatchTimings,
         error: Option<&str>,
     ) -> Result<()> {
+        let state = match error {
+            Some(_) => BatchRunState::Failed,
+            None => BatchRunState::Done,
+        };
         self.conn
             .execute(
-                "INSERT INTO batch_runs (batch_id, started_at, finished_at, devices, state)
+                "INSERT INTO batch_runs (batch_id, started_at, finished_at, devices, state, error,
+                     model_load_s, io_s, tokenize_s, inference_s, total_s, papers, tokens,
+                     padding_tokens, fallback_split, fallback_sequential, fallback_chunked,
+                     long_chunked, peak_memory_bytes)
                  VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch'),
-                         strftime('%Y-%m-%dT%H:%M:%fZ', ?3, 'unixepoch'), ?4, ?5)",
+                     strftime('%Y-%m-%dT%H:%M:%fZ', ?3, 'unixepoch'), ?4, ?5, ?6, ?7, ?8, ?9,
+                     ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
                 params![
                     batch_id,
                     started_unix_s,
                     finished_unix_s,
                     devices,
-                    BatchRunState::Running.as_str()
-                ],
-            )
-            .map_err(sqlite_err(&self.dir))?;
-        let id = self.conn.last_insert_rowid();
-        self.finish_batch_run(id, t, error)?;
-        // finish_batch_run stamps "now"; the manifest's own end time is the true one.
-        self.conn
-            .execute(
-                "UPDATE batch_runs SET finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch') WHERE id = ?1",
-                params![id, finished_unix_s],
-            )
-            .map(drop)
-            .map_err(sqlite_err(&self.dir))
-    }
-
-    pub fn finish_batch_run(
-        &self,
-        run_id: i64,
-        t: &BatchTimings,
-        error: Option<&str>,
-    ) -> Result<()> {
-        self.conn
-            .execute(
-                "UPDATE batch_runs SET finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), state = ?2, error = ?3,
-                     model_load_s = ?4, io_s = ?5, tokenize_s = ?6, inference_s = ?7, total_s = ?8, papers = ?9,
-                     tokens = ?10, padding_tokens = ?11, fallback_split = ?12, fallback_sequential = ?13,
-                     fallback_chunked = ?14, long_chunked = ?15, peak_memory_bytes = ?16
-                 WHERE id = ?1",
-                params![
-                    run_id,
-                    if error.is_some() {
-                        BatchRunState::Failed
-                    } else {
-                        BatchRunState::Done
-                    }
-                    .as_str(),
+                    state.as_str(),
                     error,
                     t.model_load_s,
                     t.io_s,

@@ -47,6 +47,13 @@ pub enum RunDbError {
         dir: PathBuf,
         source: rusqlite::Error,
     },
+    /// A file the run's owner keeps beside run.db (`quarantine.jsonl`, an attempt's leftovers).
+    #[error("failed to {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("run.db in {dir}: setting `{key}` is not valid: {source}")]
     Setting {
         dir: PathBuf,

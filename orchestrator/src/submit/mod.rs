@@ -256,7 +256,7 @@ impl<'a> SubmitLoop<'a> {
         }
         loop {
             let round = Instant::now();
-            self.ingest()?;
+            self.ingest(None)?;
             self.settle_submitting()?;
             self.poll()?;
             let polled = Instant::now();
@@ -290,10 +290,13 @@ impl<'a> SubmitLoop<'a> {
         Ok(self.report)
     }
 
-    /// Takes in the result manifests jobs wrote since the last look, saying what became of
-    /// each attempt.
-    fn ingest(&mut self) -> Result<()> {
-        let report = self.db.ingest_results()?;
+    /// Takes in the result manifests jobs wrote since the last look — of every batch, or of
+    /// `only` these — saying what became of each attempt.
+    fn ingest(&mut self, only: Option<&[i64]>) -> Result<()> {
+        let report = match only {
+            None => self.db.ingest_results()?,
+            Some(batches) => self.db.ingest_batches(batches)?,
+        };
         for (batch, attempt) in &report.accepted {
             tracing::info!(batch, attempt, "result accepted");
         }
@@ -433,8 +436,10 @@ impl<'a> SubmitLoop<'a> {
             JobState::Completed => None,
             other => Some(other.to_string()),
         };
-        // The job wrote its result manifest before it ended: take it in before deciding.
-        self.ingest()?;
+        // The job wrote its result manifest before it ended: take its batches' in before
+        // deciding (the other batches wait for the next round's ingest).
+        let batches: Vec<i64> = rows.iter().map(|r| r.batch_id).collect();
+        self.ingest(Some(&batches))?;
         self.db.set_job_state(name, status, reason.as_deref())?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
         for row in rows {
