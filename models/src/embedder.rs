@@ -138,12 +138,7 @@ impl Qwen3Embedder {
         self.dtype
     }
 
-    /// Free and total bytes of the model's device as the driver reports them now, when it is
-    /// a GPU.
-    pub fn device_memory(&self) -> Option<(u64, u64)> {
-        self.memory_probe().and_then(|probe| probe())
-    }
-
+    /// A query of the GPU's free and total bytes (see [`Embedder::memory_probe`]).
     fn memory_probe(&self) -> Option<crate::MemoryProbe> {
         #[cfg(feature = "cuda")]
         if let Device::Cuda(d) = self.model.device() {
@@ -244,10 +239,6 @@ impl Embedder for Qwen3Embedder {
     fn set_memory_limit(&self, limit: Option<u64>) {
         self.memory_limit
             .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    fn device_memory(&self) -> Option<(u64, u64)> {
-        Qwen3Embedder::device_memory(self)
     }
 
     fn memory_probe(&self) -> Option<crate::MemoryProbe> {

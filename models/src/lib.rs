@@ -159,7 +159,7 @@ pub trait Embedder: Send + Sync {
 
     /// Free and total bytes of the model's device now, when it is a GPU.
     fn device_memory(&self) -> Option<(u64, u64)> {
-        None
+        self.memory_probe().and_then(|probe| probe())
     }
 
     /// A query of [`Embedder::device_memory`] that another thread can run while this model

@@ -9,7 +9,7 @@
 
 use crate::device::{self, Done, FallbackStats, Work};
 use crate::minibatch::{self, Item};
-use crate::{capped_rule, LoadedModels};
+use crate::LoadedModels;
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_models::{Config, DeviceSpec, Embedder, ModelError, PackedSequences};
 use serde::{Deserialize, Serialize};
@@ -182,14 +182,8 @@ impl Bench {
         lengths: &[usize],
         rule: MiniBatchRule,
     ) -> Result<(BenchRecord, Vec<Vec<f32>>), String> {
-        let budgets: Vec<u64> = self
-            .loaded
-            .models
-            .iter()
-            .filter_map(|m| m.token_budget())
-            .collect();
         let rule = if self.memory_plan {
-            capped_rule(rule, budgets.iter().copied().min())
+            self.loaded.device_rule(rule).0
         } else {
             rule
         };
@@ -326,14 +320,11 @@ struct MemorySampler {
 impl MemorySampler {
     fn start(model: &dyn Embedder) -> MemorySampler {
         let stop = Arc::new(AtomicBool::new(false));
-        if model.device_memory().is_none() {
+        let Some(probe) = model.memory_probe() else {
             return MemorySampler { stop, handle: None };
-        }
-        // The sampler needs its own way to the device: the first reading's query.
-        let probe = model.memory_probe();
+        };
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
-            let probe = probe?;
             let mut lowest: Option<(u64, u64)> = None;
             while !flag.load(Ordering::Relaxed) {
                 if let Some((free, total)) = probe() {
@@ -376,12 +367,6 @@ pub fn paper_mix(papers: usize, seed: u64) -> Vec<usize> {
             (chars * 10 / 42).clamp(16, 32_768) as usize
         })
         .collect()
-}
-
-/// The study's batching of lengths (consecutive, ≤ 8 papers, ≤ 150,000 characters at 4.2 a
-/// token), as the peer builds it: the padded baseline's mini-batches.
-pub fn study_rule() -> MiniBatchRule {
-    MiniBatchRule::STUDY
 }
 
 #[cfg(test)]

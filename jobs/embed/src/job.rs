@@ -212,24 +212,21 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
             papers_to_embed,
         )
     };
-    if let Err(EmbedJobError::Superseded(winner)) = &result {
-        // Not a failure: the batch is done. The manifest stays incomplete (the owner records
-        // this attempt as abandoned) and its shards are left for the owner to remove.
-        report.already_done_by = Some(winner.clone());
-        manifest.timings = timings.clone();
-        manifest.shards = done.into_values().collect();
-        manifest.write(&layout)?;
-        report.timings = timings;
-        return Ok(report);
-    }
     timings.total_s = started.elapsed().as_secs_f64();
     timings.peak_memory_bytes = timings.peak_memory_bytes.or_else(process_peak_rss_bytes);
     manifest.timings = timings.clone();
     manifest.shards = done.into_values().collect();
+    report.timings = timings;
+    if let Err(EmbedJobError::Superseded(winner)) = result {
+        // Not a failure: the batch is done. The manifest stays incomplete (the owner records
+        // this attempt as abandoned) and its shards are left for the owner to remove.
+        report.already_done_by = Some(winner);
+        manifest.write(&layout)?;
+        return Ok(report);
+    }
     let error = result.as_ref().err().map(ToString::to_string);
     manifest.finish(&layout, error)?;
     result?;
-    report.timings = timings;
     Ok(report)
 }
 

@@ -123,6 +123,22 @@ impl LoadedModels {
         rule: MiniBatchRule,
         query_instruction: Option<String>,
     ) -> Encoding<'_> {
+        let (rule, gpu_workers) = self.device_rule(rule);
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Encoding {
+            tokenizer: &self.tokenizer,
+            max_len: max_tokens
+                .unwrap_or(usize::MAX)
+                .min(self.models[0].max_position_embeddings()),
+            rule,
+            query_instruction,
+            tokenize_threads: tokenize_threads(cores, gpu_workers),
+        }
+    }
+
+    /// `rule` with its token budget capped by the tightest device's free memory (see
+    /// [`capped_rule`]), and how many devices plan by memory (the GPU workers).
+    pub fn device_rule(&self, rule: MiniBatchRule) -> (MiniBatchRule, usize) {
         let budgets: Vec<u64> = self
             .models
             .iter()
@@ -132,16 +148,7 @@ impl LoadedModels {
         if let MiniBatchRule::TokenBudget { max_tokens } = &rule {
             tracing::info!(max_tokens, ?budgets, "mini-batch token budget");
         }
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Encoding {
-            tokenizer: &self.tokenizer,
-            max_len: max_tokens
-                .unwrap_or(usize::MAX)
-                .min(self.models[0].max_position_embeddings()),
-            rule,
-            query_instruction,
-            tokenize_threads: tokenize_threads(cores, budgets.len()),
-        }
+        (rule, budgets.len())
     }
 
     /// Embeds a stream of parts on every device (see [`pipeline::embed_parts`]).

@@ -5,7 +5,6 @@
 use crate::error::{io, PublishError};
 use crate::manifest::{FileEntry, GENERATOR};
 use embedfleet_core::atomic;
-use parquet::file::reader::{FileReader, SerializedFileReader};
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -143,7 +142,7 @@ pub fn copy_queries(
 ) -> Result<Vec<u64>, PublishError> {
     let mut rows = Vec::with_capacity(results.len());
     for (source, rel) in results.iter().zip(names) {
-        let n = footer_rows(source).ok_or_else(|| PublishError::Queries {
+        let n = embedfleet_core::shardfile::row_count(source).ok().ok_or_else(|| PublishError::Queries {
             path: source.clone(),
             message: "is not a readable parquet file of query results; run `embedfleet query` again or leave it out".into(),
         })?;
@@ -153,11 +152,6 @@ pub fn copy_queries(
         rows.push(n);
     }
     Ok(rows)
-}
-
-fn footer_rows(path: &Path) -> Option<u64> {
-    let reader = SerializedFileReader::new(File::open(path).ok()?).ok()?;
-    u64::try_from(reader.metadata().file_metadata().num_rows()).ok()
 }
 
 /// Writes `SHA256SUMS` as `sha256sum` prints it — `<hex>  <relative path>`, sorted — over
