@@ -12,6 +12,7 @@
 //! <run-dir>/jobs/               job scripts and completion markers (<job>.sh, <job>.exit)
 //! <run-dir>/logs/               job logs (<job>.log)
 //! <run-dir>/qdrant/             the embedded Qdrant engine (the default upload target)
+//! <run-dir>/snapshots/          built Qdrant shards (b<batch>-<sources>.snapshot + .json)
 //! <run-dir>/tune/               `tune`'s table and plot
 //! <run-dir>/tiny-model/         the tiny random model `run` writes without --model-dir
 //! <run-dir>/eval/               `eval`'s cached exact answers and its latest report
@@ -37,6 +38,7 @@ impl RunLayout {
     pub const JOB_DIR: &'static str = "jobs";
     pub const LOG_DIR: &'static str = "logs";
     pub const EDGE_DIR: &'static str = "qdrant";
+    pub const SNAPSHOT_DIR: &'static str = "snapshots";
     pub const TUNE_DIR: &'static str = "tune";
     pub const TINY_MODEL_DIR: &'static str = "tiny-model";
     pub const EVAL_DIR: &'static str = "eval";
@@ -140,6 +142,23 @@ impl RunLayout {
     /// The embedded Qdrant engine's directory when `--edge` is not given.
     pub fn edge_dir(&self) -> PathBuf {
         self.root.join(Self::EDGE_DIR)
+    }
+
+    /// Built Qdrant shards, packed as server shard snapshots (`build-shard`).
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.root.join(Self::SNAPSHOT_DIR)
+    }
+
+    /// The built shard of `batch` made from the shards whose digest is `sources`, relative:
+    /// the same inputs give the same name, whoever builds it.
+    pub fn snapshot_file_name(batch: i64, sources: &str) -> String {
+        format!("{}/b{batch:06}-{sources}.snapshot", Self::SNAPSHOT_DIR)
+    }
+
+    /// The manifest beside [`RunLayout::snapshot_file_name`]; written last, so a snapshot
+    /// without one is unfinished.
+    pub fn snapshot_manifest_name(batch: i64, sources: &str) -> String {
+        format!("{}/b{batch:06}-{sources}.json", Self::SNAPSHOT_DIR)
     }
 
     pub fn tune_dir(&self) -> PathBuf {

@@ -35,6 +35,10 @@ pub struct EmbedJobSettings {
     /// on a GPU would (exercises the fallback without a GPU).
     #[arg(long, value_name = "BYTES", hide = true)]
     pub memory_limit: Option<u64>,
+    /// After the batch, build its Qdrant shard (`build-shard`, with the run's pinned build
+    /// settings) on this node's cores, for `upload --mode snapshot`.
+    #[arg(long)]
+    pub build_shard: bool,
 }
 
 impl EmbedJobSettings {
@@ -61,6 +65,9 @@ impl EmbedJobSettings {
         }
         if let Some(limit) = self.memory_limit {
             args.extend(["--memory-limit".into(), limit.to_string()]);
+        }
+        if self.build_shard {
+            args.push("--build-shard".into());
         }
         args
     }
@@ -216,6 +223,7 @@ mod tests {
             },
             shard_papers: DEFAULT_SHARD_PAPERS,
             memory_limit: None,
+            build_shard: false,
         };
         assert_eq!(round_trip(&defaults), defaults);
         let every_flag = EmbedJobSettings {
@@ -228,6 +236,7 @@ mod tests {
             },
             shard_papers: 250,
             memory_limit: Some(1 << 30),
+            build_shard: true,
         };
         assert_eq!(round_trip(&every_flag), every_flag);
     }

@@ -16,7 +16,9 @@ pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs};
 pub use report::ReportArgs;
 pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs};
-pub use upload::{TargetArgs, TuneArgs, UploadArgs};
+pub use upload::{
+    BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
+};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -84,7 +86,15 @@ pub enum Command {
     /// table on stderr. `benches/gpu-check.sh` runs it beside the peer.
     BenchGpu(BenchGpuArgs),
     /// Upload the run's parquet shards into Qdrant (a server, or the embedded engine), resumably.
+    /// `--mode snapshot` recovers built shards instead of sending points (a cluster-mode server).
     Upload(UploadArgs),
+    /// Build a batch's Qdrant shard offline (HNSW and payload indexes on this machine's cores)
+    /// and pack it as a server shard snapshot under <run-dir>/snapshots, for
+    /// `upload --mode snapshot`. Resumable; `embed-job --build-shard` runs it after a batch.
+    BuildShard(BuildShardArgs),
+    /// Delete papers from a collection by paper id; in a snapshot-loaded collection each delete
+    /// goes to its batch's shard key.
+    Delete(DeleteArgs),
     /// Find the upload's batch size and requests in flight with a sample (or, with --queries,
     /// the query workload's); saved in run.db.
     Tune(TuneArgs),

@@ -32,6 +32,10 @@ pub struct SubmitArgs {
     /// Papers per parquet shard.
     #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N")]
     pub shard_papers: usize,
+    /// After each batch, its job builds the batch's Qdrant shard on the node's cores
+    /// (`embed-job --build-shard`), for `upload --mode snapshot`.
+    #[arg(long)]
+    pub build_shard: bool,
     /// Jobs per batch before it is marked failed (walltime kills, node failures, cancelled
     /// jobs are retried; exit codes 2 and 4 of embed-job are not).
     #[arg(long, default_value_t = 3, value_name = "N")]

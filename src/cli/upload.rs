@@ -25,6 +25,33 @@ pub struct TargetArgs {
     pub allow_insecure: bool,
 }
 
+/// The collection's settings: a new collection gets them, a built shard is made with them.
+#[derive(Debug, Clone, Args)]
+pub struct CollectionArgs {
+    /// HNSW edges per node, restored after the load.
+    #[arg(long, default_value_t = 16, value_name = "M")]
+    pub hnsw_m: u64,
+    /// HNSW build candidates, restored after the load.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub hnsw_ef_construct: u64,
+    /// Keep the vectors on disk (mmap) instead of RAM.
+    #[arg(long)]
+    pub on_disk_vectors: bool,
+    /// Add int8 scalar quantization.
+    #[arg(long)]
+    pub int8: bool,
+}
+
+/// How the points reach a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UploadMode {
+    /// Send the points (gRPC upserts); the server builds the index.
+    Upsert,
+    /// Recover each batch's built shard (`build-shard`) into its own shard key of a
+    /// custom-sharded collection: the index arrives built. Needs a server in cluster mode.
+    Snapshot,
+}
+
 #[derive(Debug, Args)]
 pub struct UploadArgs {
     /// The run directory.
@@ -49,18 +76,21 @@ pub struct UploadArgs {
     /// Make the sent points durable and record them in run.db every N upsert batches.
     #[arg(long, default_value_t = DEFAULT_CHECKPOINT_EVERY, value_name = "N")]
     pub checkpoint_every: usize,
-    /// HNSW edges per node, restored after the load.
-    #[arg(long, default_value_t = 16, value_name = "M")]
-    pub hnsw_m: u64,
-    /// HNSW build candidates, restored after the load.
-    #[arg(long, default_value_t = 100, value_name = "N")]
-    pub hnsw_ef_construct: u64,
-    /// Keep the vectors on disk (mmap) instead of RAM.
+    #[command(flatten)]
+    pub collection_settings: CollectionArgs,
+    /// `upsert` sends points; `snapshot` recovers built shards (a cluster-mode server only).
+    #[arg(long, value_enum, default_value_t = UploadMode::Upsert)]
+    pub mode: UploadMode,
+    /// The server's REST address, for `--mode snapshot` (default: --qdrant with port 6333).
+    #[arg(long, value_name = "URL", requires = "qdrant")]
+    pub qdrant_rest: Option<String>,
+    /// Snapshot recoveries at once, across the cluster's peers (`--mode snapshot`).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub recoveries: usize,
+    /// Refuse batches no node built a shard for, instead of building them here
+    /// (`--mode snapshot`).
     #[arg(long)]
-    pub on_disk_vectors: bool,
-    /// Add int8 scalar quantization.
-    #[arg(long)]
-    pub int8: bool,
+    pub no_build: bool,
     /// Qdrant shards of a new collection (server).
     #[arg(long, value_name = "N")]
     pub shard_number: Option<u32>,
@@ -73,6 +103,37 @@ pub struct UploadArgs {
     /// Internal: this process is worker I of N of a multi-process upload.
     #[arg(long, value_name = "I/N", hide = true)]
     pub worker: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BuildShardArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: std::path::PathBuf,
+    /// The batch whose shard to build (`status` lists them); repeat for several.
+    #[arg(long = "batch", value_name = "ID", required = true)]
+    pub batches: Vec<i64>,
+    /// Build from this attempt's shards (its result manifest) instead of the batch's first
+    /// finished attempt.
+    #[arg(long, value_name = "TOKEN")]
+    pub attempt: Option<String>,
+    #[command(flatten)]
+    pub collection_settings: CollectionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The run directory (it knows each paper's batch, hence its shard key).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The collection.
+    #[arg(long, default_value = "papers", value_name = "NAME")]
+    pub collection: String,
+    /// Paper ids (the corpus's `id`) to delete.
+    #[arg(value_name = "PAPER_ID", required = true)]
+    pub papers: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -65,6 +65,16 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
         t.fallback_chunked,
         t.long_chunked
     );
+    if settings.build_shard {
+        // The GPUs are done with this batch; the graph is built on the node's cores, in this
+        // job's allocation, so the owner's `upload --mode snapshot` finds it ready. A failed
+        // build fails nothing: the upload builds what it does not find.
+        if let Err(e) =
+            super::upload::build_after_embed(&args.run.run_dir, args.batch, &report.attempt)
+        {
+            eprintln!("batch {}: building its Qdrant shard failed ({e:#}); `upload --mode snapshot` builds it instead", args.batch);
+        }
+    }
     Ok(if report.papers_failed > 0 {
         exit::PARTIAL
     } else {

@@ -39,6 +39,7 @@ fn recorded_run_dir(command: &Command) -> Option<std::path::PathBuf> {
         Command::Submit(a) if !a.dry_run => Some(a.run_dir.clone()),
         Command::Upload(a) if a.worker.is_none() => Some(a.run_dir.clone()),
         Command::Tune(a) => Some(a.run_dir.clone()),
+        Command::Delete(a) => Some(a.run_dir.clone()),
         Command::Query(a) => Some(a.run_dir.clone()),
         Command::Eval(a) => Some(a.run_dir.clone()),
         _ => None,
@@ -79,6 +80,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Doctor(args) => doctor::doctor(&args),
         Command::BenchGpu(args) => bench::bench_gpu(&args),
         Command::Upload(args) => upload::upload_cmd(&args),
+        Command::BuildShard(args) => upload::build_shard_cmd(&args),
+        Command::Delete(args) => upload::delete_cmd(&args),
         Command::Tune(args) if args.queries => query::tune_queries(&args),
         Command::Tune(args) => upload::tune_cmd(&args),
         Command::Query(args) => query::query(&args),
@@ -96,6 +99,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         || err
             .downcast_ref::<embedfleet_upload::UploadRunError>()
             .is_some_and(embedfleet_upload::UploadRunError::is_refusal)
+        || err
+            .downcast_ref::<embedfleet_upload::snapshot::SnapshotError>()
+            .is_some_and(embedfleet_upload::snapshot::SnapshotError::is_refusal)
         || err
             .downcast_ref::<embedfleet_embed::job::EmbedJobError>()
             .is_some_and(embedfleet_embed::job::EmbedJobError::is_refusal)

@@ -42,6 +42,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         },
         shard_papers: args.shard_papers,
         memory_limit: None,
+        build_shard: false,
     };
     let options = SubmitOptions {
         run_dir: run_dir.clone(),

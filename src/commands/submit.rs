@@ -51,6 +51,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         },
         shard_papers: args.shard_papers,
         memory_limit: None,
+        build_shard: args.build_shard,
     };
     let setup = preflight::JobSetup {
         binary: config.scheduler.script.embedfleet.as_deref(),

@@ -1,10 +1,13 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
-use crate::cli::{TargetArgs, TuneArgs, UploadArgs};
+use crate::cli::{
+    BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
+};
 use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
+use embedfleet_upload::snapshot::{self, LoadOptions, RestClient, ShardSettings};
 use embedfleet_upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
 use embedfleet_upload::{
     self as upload, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions,
@@ -13,16 +16,19 @@ use embedfleet_upload::{
 use std::io::IsTerminal;
 use std::path::Path;
 
+fn api_key(target: &TargetArgs) -> ApiKey {
+    match (&target.api_key_env, &target.api_key_file) {
+        (Some(var), _) => ApiKey::Env(var.clone()),
+        (None, Some(path)) => ApiKey::File(path.clone()),
+        (None, None) => ApiKey::None,
+    }
+}
+
 /// The sink of `target`, and its kind (`edge` or `server`) for the tuned settings.
 pub fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'static str)> {
     if let Some(url) = &target.qdrant {
-        let api_key = match (&target.api_key_env, &target.api_key_file) {
-            (Some(var), _) => ApiKey::Env(var.clone()),
-            (None, Some(path)) => ApiKey::File(path.clone()),
-            (None, None) => ApiKey::None,
-        };
         let config = ServerConfig {
-            api_key,
+            api_key: api_key(target),
             allow_insecure: target.allow_insecure,
             ..ServerConfig::new(url.clone())
         };
@@ -47,11 +53,8 @@ fn parse_share(s: &str) -> Result<(u64, u64)> {
 
 fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptions {
     let mut options = UploadOptions::new(&args.run_dir, &args.collection);
+    apply_collection_args(&mut options.spec, &args.collection_settings);
     let spec = &mut options.spec;
-    spec.hnsw.m = args.hnsw_m;
-    spec.hnsw.ef_construct = args.hnsw_ef_construct;
-    spec.on_disk_vectors = args.on_disk_vectors;
-    spec.int8_quantization = args.int8;
     spec.shard_number = args.shard_number;
     spec.replication_factor = args.replication_factor;
     spec.bulk_load = !args.no_bulk_load;
@@ -70,7 +73,17 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
     options
 }
 
+fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {
+    spec.hnsw.m = args.hnsw_m;
+    spec.hnsw.ef_construct = args.hnsw_ef_construct;
+    spec.on_disk_vectors = args.on_disk_vectors;
+    spec.int8_quantization = args.int8;
+}
+
 pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
+    if args.mode == UploadMode::Snapshot {
+        return snapshot_load(args);
+    }
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let tuned: Option<TunedUpload> = db.setting(TUNED_SETTING)?;
@@ -129,6 +142,164 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     } else {
         exit::SUCCESS
     })
+}
+
+/// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
+fn snapshot_load(args: &UploadArgs) -> Result<i32> {
+    let Some(url) = &args.target.qdrant else {
+        return Err(snapshot::SnapshotError::NeedsCluster {
+            message: "`--mode snapshot` loads into a Qdrant server (--qdrant URL); the embedded engine is one shard per collection and takes upserts only".into(),
+        }
+        .into());
+    };
+    let server = QdrantServer::connect(ServerConfig {
+        api_key: api_key(&args.target),
+        allow_insecure: args.target.allow_insecure,
+        ..ServerConfig::new(url.clone())
+    })?;
+    let rest_url = args
+        .qdrant_rest
+        .clone()
+        .unwrap_or_else(|| RestClient::url_from_grpc(url));
+    let key = api_key(&args.target).resolve()?;
+    let rest = RestClient::new(&rest_url, key, std::time::Duration::from_secs(6 * 3600));
+    let mut options = LoadOptions::new(&args.run_dir, &args.collection);
+    apply_collection_args(&mut options.spec, &args.collection_settings);
+    options.spec.replication_factor = args.replication_factor;
+    options.in_flight = args.recoveries.max(1);
+    options.build_missing = !args.no_build;
+    options.progress = std::io::stderr().is_terminal();
+    eprintln!(
+        "snapshot load into `{}` ({url}, REST {rest_url}): {} recoveries at once",
+        args.collection, options.in_flight
+    );
+    let report = snapshot::load_snapshots(&server, &rest, &options)?;
+    if report.batches == 0 {
+        eprintln!("the run has no shards yet: nothing to load");
+        return Ok(exit::SUCCESS);
+    }
+    eprintln!(
+        "collection `{}` {}: {} batches, {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points (every shard key's count = its built shard's), {} exact searches found their own paper",
+        args.collection,
+        if report.created { "created" } else { "existed" },
+        report.batches,
+        report.recovered,
+        report.recover_s,
+        report.already,
+        if report.built_here > 0 {
+            format!(", {} built here", report.built_here)
+        } else {
+            String::new()
+        },
+        report.green_s,
+        report.points,
+        report.searches_checked,
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// `embedfleet build-shard`: each batch's shard built and packed under <run-dir>/snapshots.
+pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
+    let layout = RunLayout::new(&args.run_dir);
+    let mut spec = upload::CollectionSpec::new("shard", 0);
+    apply_collection_args(&mut spec, &args.collection_settings);
+    ShardSettings::of(&spec).pin(&layout)?;
+    for &batch in &args.batches {
+        let sources = match &args.attempt {
+            Some(attempt) => snapshot::sources_of_attempt(&layout, batch, attempt)?,
+            None => snapshot::sources_of_batch(&layout, batch)?,
+        };
+        let outcome = snapshot::build_shard(&layout, batch, &sources, &spec)?;
+        print_built(&outcome);
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `embed-job --build-shard`: the batch's shard, from this attempt's shards, with the run's
+/// pinned build settings (the defaults before any `build-shard`).
+pub fn build_after_embed(run_dir: &Path, batch: i64, attempt: &str) -> Result<()> {
+    let layout = RunLayout::new(run_dir);
+    let base = upload::CollectionSpec::new("shard", 0);
+    let spec = match ShardSettings::pinned(&layout)? {
+        Some(settings) => settings.apply(&base),
+        None => base,
+    };
+    let sources = snapshot::sources_of_attempt(&layout, batch, attempt)?;
+    let outcome = snapshot::build_shard(&layout, batch, &sources, &spec)?;
+    print_built(&outcome);
+    Ok(())
+}
+
+fn print_built(outcome: &snapshot::BuildOutcome) {
+    let m = &outcome.manifest;
+    if !outcome.built {
+        eprintln!(
+            "batch {}: built already ({}, {} points)",
+            m.batch, m.snapshot, m.points
+        );
+        return;
+    }
+    let t = &m.timings;
+    eprintln!(
+        "batch {}: {} points into {} ({:.1} MB, {} segments, Qdrant {} format) in {:.1} s: insert {:.1} s, index {:.1} s, pack {:.1} s; {:.1} CPU s",
+        m.batch,
+        m.points,
+        m.snapshot,
+        m.snapshot_bytes as f64 / 1e6,
+        m.segments,
+        m.engine_version,
+        t.total_s,
+        t.insert_s,
+        t.optimize_s,
+        t.pack_s,
+        t.cpu_s
+    );
+}
+
+/// `embedfleet delete`: papers out of a collection by id, each from its batch's shard key in a
+/// snapshot-loaded collection.
+pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
+    let db = RunDb::open(&args.run_dir)?;
+    let (sink, _) = open_sink(&args.run_dir, &args.target)?;
+    let keyed = sink.keyed(&args.collection)?;
+    if args.papers.len() > 8 {
+        db.index_paper_ids()?;
+    }
+    let mut by_key: std::collections::BTreeMap<Option<String>, Vec<upload::Uuid>> =
+        Default::default();
+    let mut unknown = Vec::new();
+    for paper in &args.papers {
+        let key = if keyed {
+            match db.batch_of_paper(paper)? {
+                Some(batch) => Some(snapshot::batch_shard_key(batch)),
+                None => {
+                    unknown.push(paper.as_str());
+                    continue;
+                }
+            }
+        } else {
+            None
+        };
+        by_key.entry(key).or_default().push(upload::point_id(paper));
+    }
+    if !unknown.is_empty() {
+        bail!(
+            "{} papers are not in this run, so their shard key is unknown: {}",
+            unknown.len(),
+            unknown.join(", ")
+        );
+    }
+    let before = sink.count(&args.collection, None)?;
+    for (key, ids) in &by_key {
+        sink.delete(&args.collection, ids, key.as_deref())?;
+    }
+    let after = sink.count(&args.collection, None)?;
+    eprintln!(
+        "deleted {} points from `{}` ({before} → {after} points)",
+        before - after.min(before),
+        args.collection
+    );
+    Ok(exit::SUCCESS)
 }
 
 /// The command line of a worker process: the parent's, with the resolved batch settings.

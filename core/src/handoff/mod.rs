@@ -19,7 +19,7 @@ mod attempt;
 mod output;
 mod plan;
 
-pub use attempt::{new_attempt_token, AttemptManifest, AttemptShard, MANIFEST_FORMAT};
+pub use attempt::{host_name, new_attempt_token, AttemptManifest, AttemptShard, MANIFEST_FORMAT};
 pub use output::{OutputSettings, PinError};
 pub use plan::{PlanManifest, PlannedBatch};
 

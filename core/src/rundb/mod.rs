@@ -14,6 +14,7 @@ mod plan;
 mod queues;
 mod schema;
 mod shards;
+mod snapshot_loads;
 mod status;
 mod uploads;
 
@@ -23,6 +24,7 @@ pub use batches::BatchRow;
 pub use jobs::{JobRow, NewJob};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use shards::ShardRow;
+pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
 pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};
 pub use uploads::UploadShard;
 

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -149,5 +149,23 @@ CREATE TABLE attempts (
     cleaned     INTEGER NOT NULL DEFAULT 0,
     ingested_at TEXT NOT NULL,
     PRIMARY KEY (batch_id, token)
+);
+"#;
+
+/// v6: a snapshot load's steps per batch (`upload --mode snapshot`): the collection at its
+/// target (`name@target`, as `uploads`), the batch's shard key and the server's shard id for
+/// it, the snapshot recovered (its sha256) and how far the batch got (`key`, `recovered`,
+/// `verified`), so a killed load resumes without recovering a finished shard again.
+const V6: &str = r#"
+CREATE TABLE snapshot_loads (
+    collection      TEXT NOT NULL,
+    batch_id        INTEGER NOT NULL REFERENCES batches(id),
+    shard_key       TEXT NOT NULL,
+    shard_id        INTEGER,
+    snapshot_sha256 TEXT,
+    points          INTEGER,
+    step            TEXT NOT NULL,
+    updated_at      TEXT NOT NULL,
+    PRIMARY KEY (collection, batch_id)
 );
 "#;

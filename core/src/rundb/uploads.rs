@@ -14,6 +14,8 @@ use rusqlite::{params, OptionalExtension};
 pub struct UploadShard {
     /// `shards.id`.
     pub shard_id: i64,
+    /// The batch the shard is part of.
+    pub batch_id: i64,
     /// Relative to the run directory.
     pub path: String,
     /// Rows in the shard file.
@@ -37,7 +39,7 @@ impl RunDb {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT s.id, s.path, s.rows, coalesce(u.rows_acked, 0), coalesce(u.failed_rows, 0)
+                "SELECT s.id, s.batch_id, s.path, s.rows, coalesce(u.rows_acked, 0), coalesce(u.failed_rows, 0)
                  FROM shards s LEFT JOIN uploads u ON u.shard_id = s.id AND u.collection = ?1
                      AND u.shard_sha256 = s.sha256
                  ORDER BY s.batch_id, s.part",
@@ -46,10 +48,11 @@ impl RunDb {
         let rows = stmt.query_map([collection], |r| {
             Ok(UploadShard {
                 shard_id: r.get(0)?,
-                path: r.get(1)?,
-                rows: r.get(2)?,
-                rows_acked: r.get(3)?,
-                failed_rows: r.get(4)?,
+                batch_id: r.get(1)?,
+                path: r.get(2)?,
+                rows: r.get(3)?,
+                rows_acked: r.get(4)?,
+                failed_rows: r.get(5)?,
             })
         });
         rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
@@ -94,6 +97,19 @@ impl RunDb {
             .query_row(
                 "SELECT b.path FROM papers p JOIN batches b ON b.id = p.batch_id
                  WHERE p.id = ?1 AND p.duplicate_of IS NULL LIMIT 1",
+                [paper_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The batch that holds the embedded copy of a paper (not a skipped duplicate).
+    /// Call [`RunDb::index_paper_ids`] first when looking up more than a few.
+    pub fn batch_of_paper(&self, paper_id: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT batch_id FROM papers WHERE id = ?1 AND duplicate_of IS NULL LIMIT 1",
                 [paper_id],
                 |r| r.get(0),
             )
@@ -203,5 +219,11 @@ mod tests {
             "a skipped duplicate"
         );
         assert_eq!(db.batch_path_of_paper("W3").unwrap(), None);
+        assert_eq!(db.batch_of_paper("W1").unwrap(), Some(1));
+        assert_eq!(
+            db.batch_of_paper("W2").unwrap(),
+            None,
+            "a skipped duplicate"
+        );
     }
 }

@@ -287,6 +287,20 @@ pub(super) fn open_collection(
         ..options.spec.clone()
     };
     let ensured = sink.ensure_collection(&spec)?;
+    // A collection loaded from built shards has a shard key per batch: every write names its
+    // batch's key, and a batch loaded no other way gets its key here, before any write.
+    if sink.keyed(&spec.name)? {
+        let mut batches: Vec<i64> = prepared
+            .shards
+            .iter()
+            .filter(|s| !s.is_done())
+            .map(|s| s.batch_id)
+            .collect();
+        batches.dedup();
+        for batch in batches {
+            sink.ensure_shard_key(&spec.name, &crate::snapshot::batch_shard_key(batch))?;
+        }
+    }
     Ok(Some(OpenCollection {
         db,
         prepared,
@@ -339,6 +353,8 @@ struct Job {
     shard: usize,
     start: u64,
     batch: RecordBatch,
+    /// The shard key of the shard's batch, in a custom-sharded collection.
+    key: Option<String>,
 }
 
 /// What came back from a sender or the reader.
@@ -383,13 +399,16 @@ pub fn send(
     let stop = AtomicBool::new(false);
     let started = Instant::now();
     let mut ledger = Ledger::new(&todo, prepared.dim.unwrap_or(0));
+    let keyed = !todo.is_empty() && sink.keyed(&options.spec.name)?;
     let result = std::thread::scope(|scope| {
         let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(in_flight);
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
         {
             let (todo, stop, done_tx) = (&todo, &stop, done_tx.clone());
             let dir = db.dir();
-            scope.spawn(move || read_shards(dir, todo, options.batch_size, job_tx, done_tx, stop));
+            scope.spawn(move || {
+                read_shards(dir, todo, options.batch_size, keyed, job_tx, done_tx, stop)
+            });
         }
         for _ in 0..in_flight {
             let (job_rx, done_tx, stop) = (job_rx.clone(), done_tx.clone(), &stop);
@@ -427,11 +446,13 @@ fn read_shards(
     dir: &Path,
     todo: &[UploadShard],
     batch_size: usize,
+    keyed: bool,
     jobs: Sender<Job>,
     done: Sender<Done>,
     stop: &AtomicBool,
 ) {
     for (i, shard) in todo.iter().enumerate() {
+        let key = keyed.then(|| crate::snapshot::batch_shard_key(shard.batch_id));
         let mut start = shard.rows_acked;
         let reader = match shards::read_from(&dir.join(&shard.path), start, batch_size) {
             Ok(reader) => reader,
@@ -469,6 +490,7 @@ fn read_shards(
                     shard: i,
                     start,
                     batch,
+                    key: key.clone(),
                 })
                 .is_err()
             {
@@ -496,7 +518,7 @@ fn send_jobs(
             std::thread::sleep(delay);
         }
         let result = PointsBatch::from_record_batch(&job.batch)
-            .and_then(|points| sink.upsert(collection, &points));
+            .and_then(|points| sink.upsert_keyed(collection, job.key.as_deref(), &points));
         let sent = Done::Sent {
             shard: job.shard,
             start: job.start,

@@ -390,6 +390,23 @@ impl Sink for QdrantEdge {
         }))
     }
 
+    fn delete(&self, collection: &str, ids: &[uuid::Uuid], key: Option<&str>) -> UploadResult<()> {
+        if key.is_some() {
+            return Err(UploadError::Unsupported {
+                what: format!("shard keys (`{collection}` on {})", self.target()),
+            });
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let shard = self.existing(collection)?;
+        let op = UpdateOperation::PointOperation(PointOperations::DeletePoints {
+            ids: ids.iter().map(|id| PointId::Uuid(*id)).collect(),
+        });
+        let result = read(&shard).update(op).map_err(edge_err("delete points"));
+        result
+    }
+
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
         check_collection_name(collection)?;
         // Dropping the last handle flushes the shard; then its files go.

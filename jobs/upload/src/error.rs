@@ -29,6 +29,13 @@ pub enum UploadError {
         found: String,
     },
 
+    /// The target cannot do this (shard keys on the embedded engine).
+    #[error("{what} are a Qdrant server's feature; the embedded engine has one shard per collection: upload into a server (--qdrant URL)")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
+
     /// A value that every point needs (paper id, embedding) is null.
     #[error(
         "shard row {row} has a null `{column}`; every point needs a paper id and an embedding"

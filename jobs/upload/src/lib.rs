@@ -26,6 +26,7 @@ pub mod query;
 mod retry;
 mod server;
 pub mod shards;
+pub mod snapshot;
 pub mod tune;
 mod workers;
 
@@ -43,7 +44,10 @@ pub use points::{
     PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
 pub use retry::{is_transient, RetryPolicy};
-pub use server::{build_point_structs, ApiKey, QdrantServer, ServerConfig};
+pub use server::{
+    build_point_structs, ApiKey, KeyedShard, QdrantServer, ServerCollection, ServerConfig,
+};
+pub use uuid::Uuid;
 pub use workers::{upload_with_workers, WorkerCommand};
 
 /// Vector distance of a collection.
@@ -120,6 +124,9 @@ pub struct CollectionSpec {
     pub shard_number: Option<u32>,
     /// Copies of each shard (server only; `None` = server default).
     pub replication_factor: Option<u32>,
+    /// Custom sharding, one shard per shard key (server only): a collection loaded from built
+    /// shards (`snapshot`), where every write names its batch's key.
+    pub custom_sharding: bool,
     /// Payload indexes, created before any data.
     pub payload_indexes: Vec<(String, PayloadIndexKind)>,
 }
@@ -139,6 +146,7 @@ impl CollectionSpec {
             bulk_load: false,
             shard_number: None,
             replication_factor: None,
+            custom_sharding: false,
             payload_indexes: vec![
                 (PAYLOAD_YEAR.to_owned(), PayloadIndexKind::Integer),
                 (PAYLOAD_SOURCE.to_owned(), PayloadIndexKind::Keyword),
@@ -341,6 +349,38 @@ pub trait Sink: Send + Sync {
     /// Which Qdrant this is, for run.db's upload progress: `edge:<directory>` or
     /// `server:<url>`.
     fn target(&self) -> String;
+
+    /// True when writes to `collection` must name a shard key (custom sharding: a collection
+    /// loaded from built shards).
+    fn keyed(&self, _collection: &str) -> UploadResult<bool> {
+        Ok(false)
+    }
+
+    /// Creates shard key `key` of a custom-sharded collection unless it exists.
+    fn ensure_shard_key(&self, collection: &str, key: &str) -> UploadResult<()> {
+        let _ = key;
+        Err(UploadError::Unsupported {
+            what: format!("shard keys (`{collection}` on {})", self.target()),
+        })
+    }
+
+    /// Upserts into shard key `key` (`None`: as [`Sink::upsert`]).
+    fn upsert_keyed(
+        &self,
+        collection: &str,
+        key: Option<&str>,
+        points: &PointsBatch<'_>,
+    ) -> UploadResult<()> {
+        match key {
+            None => self.upsert(collection, points),
+            Some(_) => Err(UploadError::Unsupported {
+                what: format!("shard keys (`{collection}` on {})", self.target()),
+            }),
+        }
+    }
+
+    /// Deletes the points `ids`, from shard key `key` when given.
+    fn delete(&self, collection: &str, ids: &[uuid::Uuid], key: Option<&str>) -> UploadResult<()>;
 
     /// The Qdrant peers holding shards of `collection` (an existing one), `None` where that
     /// means nothing (the embedded engine). `upload` starts one worker process per peer.

@@ -20,6 +20,10 @@ use qdrant_client::qdrant::{
 use qdrant_client::{Qdrant, QdrantError};
 use uuid::Uuid;
 
+mod sharded;
+
+pub use sharded::{KeyedShard, ServerCollection};
+
 use super::retry::{with_retry, RetryPolicy};
 use super::{
     check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
@@ -41,7 +45,8 @@ pub enum ApiKey {
 }
 
 impl ApiKey {
-    fn resolve(&self) -> UploadResult<Option<String>> {
+    /// The key, read from where it comes from (`None`: no key).
+    pub fn resolve(&self) -> UploadResult<Option<String>> {
         let key = match self {
             ApiKey::None => None,
             ApiKey::Env(var) => std::env::var(var).ok(),
@@ -224,7 +229,12 @@ impl QdrantServer {
                     .always_ram(true),
             );
         }
-        if let Some(n) = spec.shard_number {
+        if spec.custom_sharding {
+            // One shard per shard key (each key is one built shard); keys are made later.
+            request = request
+                .sharding_method(qdrant::ShardingMethod::Custom.into())
+                .shard_number(1);
+        } else if let Some(n) = spec.shard_number {
             request = request.shard_number(n);
         }
         if let Some(n) = spec.replication_factor {
@@ -420,6 +430,35 @@ impl Sink for QdrantServer {
             self.client.collection_info(collection)
         })?;
         Ok(response.result.map(info_from_grpc))
+    }
+
+    fn keyed(&self, collection: &str) -> UploadResult<bool> {
+        Ok(self
+            .server_collection(collection)?
+            .is_some_and(|c| c.custom_sharding))
+    }
+
+    fn ensure_shard_key(&self, collection: &str, key: &str) -> UploadResult<()> {
+        if self.keyed_shards(collection)?.iter().any(|s| s.key == key) {
+            return Ok(());
+        }
+        self.create_shard_key(collection, key, None, None)
+    }
+
+    fn upsert_keyed(
+        &self,
+        collection: &str,
+        key: Option<&str>,
+        points: &PointsBatch<'_>,
+    ) -> UploadResult<()> {
+        match key {
+            Some(key) => self.upsert_in_key(collection, key, points),
+            None => self.upsert(collection, points),
+        }
+    }
+
+    fn delete(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<()> {
+        self.delete_ids(collection, ids, key)
     }
 
     fn peers(&self, collection: &str) -> UploadResult<Option<usize>> {

@@ -384,4 +384,125 @@ impl Sink for Counting {
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
         self.inner.delete_collection(collection)
     }
+    fn delete(
+        &self,
+        collection: &str,
+        ids: &[embedfleet_upload::Uuid],
+        key: Option<&str>,
+    ) -> UploadResult<()> {
+        self.inner.delete(collection, ids, key)
+    }
+}
+
+/// A sink whose collection is custom-sharded: it records the shard key of every upsert (by the
+/// paper ids it carried) and every key it was asked to make.
+struct Keyed {
+    inner: QdrantEdge,
+    keys_made: std::sync::Mutex<Vec<String>>,
+    key_of_paper: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl Sink for Keyed {
+    fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
+        self.inner.ensure_collection(spec)
+    }
+    fn upsert(&self, _collection: &str, _points: &PointsBatch<'_>) -> UploadResult<()> {
+        panic!("a keyed collection got an upsert without a shard key");
+    }
+    fn keyed(&self, _collection: &str) -> UploadResult<bool> {
+        Ok(true)
+    }
+    fn ensure_shard_key(&self, _collection: &str, key: &str) -> UploadResult<()> {
+        self.keys_made.lock().unwrap().push(key.to_owned());
+        Ok(())
+    }
+    fn upsert_keyed(
+        &self,
+        collection: &str,
+        key: Option<&str>,
+        points: &PointsBatch<'_>,
+    ) -> UploadResult<()> {
+        let key = key.expect("a shard key").to_owned();
+        assert!(
+            self.keys_made.lock().unwrap().contains(&key),
+            "key {key} used before it was made"
+        );
+        let mut map = self.key_of_paper.lock().unwrap();
+        for p in points.iter() {
+            map.insert(p.paper_id.to_owned(), key.clone());
+        }
+        self.inner.upsert(collection, points)
+    }
+    fn checkpoint(&self, collection: &str) -> UploadResult<()> {
+        self.inner.checkpoint(collection)
+    }
+    fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
+        self.inner.finish(spec)
+    }
+    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
+        self.inner.count(collection, filter)
+    }
+    fn search_with(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        options: &SearchOptions,
+    ) -> UploadResult<Vec<Hit>> {
+        self.inner.search_with(collection, vector, options)
+    }
+    fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
+        self.inner.collection_info(collection)
+    }
+    fn target(&self) -> String {
+        self.inner.target()
+    }
+    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
+        self.inner.delete_collection(collection)
+    }
+    fn delete(
+        &self,
+        collection: &str,
+        ids: &[embedfleet_upload::Uuid],
+        _key: Option<&str>,
+    ) -> UploadResult<()> {
+        self.inner.delete(collection, ids, None)
+    }
+}
+
+#[test]
+fn into_a_keyed_collection_every_upsert_names_its_batchs_shard_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = make_run(dir.path(), &[(0, 30, 8), (30, 25, 8), (55, 20, 8)]);
+    // Three batches, a shard each: parts 0, 1, 2 become batches 1, 2, 3.
+    let db = RunDb::open(&run).unwrap();
+    db.conn()
+        .execute_batch(
+            "INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (2, 1, 1, 'b2', 1, 1);
+             INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (3, 1, 2, 'b3', 1, 1);
+             UPDATE shards SET batch_id = part + 1, part = 0;",
+        )
+        .unwrap();
+    drop(db);
+    let sink = Keyed {
+        inner: edge(dir.path()),
+        keys_made: Default::default(),
+        key_of_paper: Default::default(),
+    };
+    let report = upload(&sink, &options(&run, "keyed")).unwrap();
+    assert_eq!(report.send.points, 75);
+    let mut made = sink.keys_made.lock().unwrap().clone();
+    made.sort();
+    assert_eq!(made, ["b1", "b2", "b3"]);
+    let map = sink.key_of_paper.lock().unwrap();
+    assert_eq!(map.len(), 75);
+    for i in 0..75 {
+        let want = if i < 30 {
+            "b1"
+        } else if i < 55 {
+            "b2"
+        } else {
+            "b3"
+        };
+        assert_eq!(map[&paper_id(i)], want, "paper {i}");
+    }
 }

@@ -1,0 +1,221 @@
+//! What a custom-sharded (snapshot-loaded) collection needs of the server beyond the [`Sink`]
+//! calls: shard keys, where each lives, writes and counts routed by key, and the collection's
+//! settings in the form a built shard's manifest records them.
+
+use qdrant_client::qdrant::{
+    self, shard_key, CountPointsBuilder, CreateShardKeyBuilder, CreateShardKeyRequestBuilder,
+    DeletePointsBuilder, PointId, PointsIdsList, UpsertPointsBuilder,
+};
+use uuid::Uuid;
+
+use super::{build_point_structs, QdrantServer};
+use crate::snapshot::ShardSettings;
+use crate::{PointsBatch, UploadError, UploadResult};
+
+/// Where one shard key's shard is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedShard {
+    pub key: String,
+    pub shard_id: u32,
+    /// The peers holding a replica of it.
+    pub peers: Vec<u64>,
+    /// Points in the replica the server reported first (exact counts come from `count_in_key`).
+    pub points: u64,
+}
+
+/// A collection's settings as the server reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerCollection {
+    pub settings: ShardSettings,
+    /// The collection was created with custom sharding (one shard per key).
+    pub custom_sharding: bool,
+}
+
+fn key_name(key: Option<&qdrant::ShardKey>) -> Option<String> {
+    match key?.key.as_ref()? {
+        shard_key::Key::Keyword(k) => Some(k.clone()),
+        shard_key::Key::Number(n) => Some(n.to_string()),
+    }
+}
+
+impl QdrantServer {
+    /// The server's version (`1.18.3`).
+    pub fn server_version(&self) -> UploadResult<String> {
+        let reply = self.retry("check the server's version", || self.client.health_check())?;
+        Ok(reply.version)
+    }
+
+    /// The collection's settings and sharding, `None` when it does not exist.
+    pub fn server_collection(&self, collection: &str) -> UploadResult<Option<ServerCollection>> {
+        if !self.exists(collection)? {
+            return Ok(None);
+        }
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
+        let Some(info) = response.result else {
+            return Ok(None);
+        };
+        let basic = super::info_from_grpc(info.clone());
+        let config = info.config.unwrap_or_default();
+        let params = config.params.unwrap_or_default();
+        #[allow(deprecated)] // the field `create` sets (VectorParamsBuilder::on_disk)
+        let on_disk = match params.vectors_config.and_then(|v| v.config) {
+            Some(qdrant::vectors_config::Config::Params(p)) => p.on_disk.unwrap_or(false),
+            _ => false,
+        };
+        let int8 = matches!(
+            config.quantization_config.and_then(|q| q.quantization),
+            Some(qdrant::quantization_config::Quantization::Scalar(_))
+        );
+        let mut payload_indexes: Vec<(String, String)> = info
+            .payload_schema
+            .iter()
+            .map(|(field, schema)| {
+                let kind = match qdrant::PayloadSchemaType::try_from(schema.data_type) {
+                    Ok(qdrant::PayloadSchemaType::Integer) => "integer",
+                    Ok(qdrant::PayloadSchemaType::Keyword) => "keyword",
+                    _ => "other",
+                };
+                (field.clone(), kind.to_owned())
+            })
+            .collect();
+        payload_indexes.sort();
+        Ok(Some(ServerCollection {
+            settings: ShardSettings {
+                vector_size: basic.vector_size,
+                distance: basic
+                    .distance
+                    .map_or_else(|| "other".to_owned(), |d| d.to_string()),
+                hnsw_m: basic.hnsw.m,
+                hnsw_ef_construct: basic.hnsw.ef_construct,
+                indexing_threshold_kb: basic.indexing_threshold_kb,
+                on_disk_vectors: on_disk,
+                int8_quantization: int8,
+                payload_indexes,
+            },
+            custom_sharding: params.sharding_method == Some(qdrant::ShardingMethod::Custom as i32),
+        }))
+    }
+
+    /// Every shard key of the collection with its shard and the peers holding it.
+    pub fn keyed_shards(&self, collection: &str) -> UploadResult<Vec<KeyedShard>> {
+        let info = self.retry("read the collection's cluster info", || {
+            self.client.collection_cluster_info(collection)
+        })?;
+        let mut out: Vec<KeyedShard> = Vec::new();
+        let mut add = |key: Option<String>, shard_id: u32, peer: u64, points: u64| {
+            let Some(key) = key else { return };
+            match out.iter_mut().find(|s| s.shard_id == shard_id) {
+                Some(s) => s.peers.push(peer),
+                None => out.push(KeyedShard {
+                    key,
+                    shard_id,
+                    peers: vec![peer],
+                    points,
+                }),
+            }
+        };
+        for s in &info.local_shards {
+            add(
+                key_name(s.shard_key.as_ref()),
+                s.shard_id,
+                info.peer_id,
+                s.points_count,
+            );
+        }
+        for s in &info.remote_shards {
+            add(key_name(s.shard_key.as_ref()), s.shard_id, s.peer_id, 0);
+        }
+        out.sort_by_key(|s| s.shard_id);
+        Ok(out)
+    }
+
+    /// Creates shard key `key` with one shard, on `peer` when given (else where the server
+    /// chooses). Creating a key that exists is refused by the server: look first.
+    pub fn create_shard_key(
+        &self,
+        collection: &str,
+        key: &str,
+        peer: Option<u64>,
+        replication_factor: Option<u32>,
+    ) -> UploadResult<()> {
+        self.retry("create a shard key", || {
+            let mut request = CreateShardKeyBuilder::default()
+                .shard_key(key.to_owned())
+                .shards_number(1);
+            if let Some(peer) = peer {
+                request = request.placement(vec![peer]);
+            }
+            if let Some(n) = replication_factor {
+                request = request.replication_factor(n);
+            }
+            self.client
+                .create_shard_key(CreateShardKeyRequestBuilder::new(collection).request(request))
+        })?;
+        Ok(())
+    }
+
+    /// Exact number of points under shard key `key`.
+    pub fn count_in_key(&self, collection: &str, key: &str) -> UploadResult<u64> {
+        let response = self.retry("count points", || {
+            self.client.count(
+                CountPointsBuilder::new(collection)
+                    .exact(true)
+                    .shard_key_selector(key.to_owned()),
+            )
+        })?;
+        Ok(response.result.map_or(0, |r| r.count))
+    }
+
+    /// Upserts `points` into shard key `key` of a custom-sharded collection.
+    pub fn upsert_in_key(
+        &self,
+        collection: &str,
+        key: &str,
+        points: &PointsBatch<'_>,
+    ) -> UploadResult<()> {
+        if points.is_empty() {
+            return Ok(());
+        }
+        let expected = self.collection_size(collection)?;
+        if points.dim() != expected {
+            return Err(UploadError::VectorSizeMismatch {
+                collection: collection.to_owned(),
+                expected,
+                found: points.dim(),
+            });
+        }
+        self.retry("upsert points", || {
+            let request = UpsertPointsBuilder::new(collection, build_point_structs(points))
+                .shard_key_selector(key.to_owned())
+                .wait(self.config.wait);
+            self.client.upsert_points(request)
+        })?;
+        Ok(())
+    }
+
+    /// Deletes points by id, from shard key `key` when given (a custom-sharded collection
+    /// needs it: without it the delete goes to no shard).
+    pub fn delete_ids(
+        &self,
+        collection: &str,
+        ids: &[Uuid],
+        key: Option<&str>,
+    ) -> UploadResult<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<PointId> = ids.iter().map(|id| id.to_string().into()).collect();
+        self.retry("delete points", || {
+            let mut request = DeletePointsBuilder::new(collection)
+                .points(PointsIdsList { ids: ids.clone() })
+                .wait(true);
+            if let Some(key) = key {
+                request = request.shard_key_selector(key.to_owned());
+            }
+            self.client.delete_points(request)
+        })?;
+        Ok(())
+    }
+}

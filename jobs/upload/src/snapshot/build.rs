@@ -1,0 +1,354 @@
+//! Building one batch's Qdrant shard offline: its parquet shards into a qdrant-edge shard with
+//! the target collection's settings, optimised (HNSW and payload indexes built here, on this
+//! machine's cores), packed as a server shard snapshot ([`super::pack`]), with its manifest.
+//!
+//! Atomic and resumable like every output of a run: the edge shard is built in a scratch
+//! directory of this process (`snapshots/.build-<batch>-<digest>-<host>-<pid>`), the snapshot is
+//! renamed into place whole, the manifest is written last. A killed build leaves only scratch,
+//! which the next build of this host removes; a finished one is found by its manifest and not
+//! built again. Two builds of one batch at once (two attempts' nodes) each write whole files
+//! under the same names: the last rename wins and both are the same shard.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use embedfleet_core::handoff::AttemptManifest;
+use embedfleet_core::RunLayout;
+
+use super::manifest::{sources_digest, BuildTimings, BuiltShardManifest, SourceShard};
+use super::{pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
+use crate::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink};
+
+/// The collection name inside a build's scratch engine.
+const SCRATCH_COLLECTION: &str = "shard";
+/// Rows per insert while building (the engine's insert is in-process: big batches are cheap).
+const INSERT_BATCH: usize = 1024;
+/// qdrant-edge's version, recorded in each manifest.
+pub const EDGE_VERSION: &str = "0.7.2";
+/// The Qdrant version qdrant-edge [`EDGE_VERSION`] is cut from (its `QDRANT_VERSION_STRING`):
+/// the segment format of what it builds, so the server's minor version must be this one's.
+/// A test checks `EDGE_VERSION` against Cargo.lock, so an upgrade of the crate updates both.
+pub const EDGE_QDRANT_VERSION: &str = "1.18.2-dev";
+
+/// What a build did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildOutcome {
+    pub manifest: BuiltShardManifest,
+    /// False when a finished build of the same sources and settings was found and kept.
+    pub built: bool,
+}
+
+/// The shards of `batch` that attempt `attempt` made (its result manifest must be complete).
+pub fn sources_of_attempt(
+    layout: &RunLayout,
+    batch: i64,
+    attempt: &str,
+) -> Result<Vec<SourceShard>, SnapshotError> {
+    let manifest =
+        AttemptManifest::read(layout, batch, attempt).map_err(|e| SnapshotError::Sources {
+            batch,
+            message: e.to_string(),
+        })?;
+    if !manifest.complete {
+        return Err(SnapshotError::Sources {
+            batch,
+            message: format!("attempt {attempt} has not finished the batch"),
+        });
+    }
+    Ok(sources_of(&manifest))
+}
+
+/// The shards of `batch` from its result manifests, without run.db (on a node): the complete
+/// attempt that finished first, which is the one the run's owner accepts unless it could not
+/// verify it. A snapshot built from another attempt is found stale by `upload --mode snapshot`
+/// (its sources are not the accepted shards) and built again there.
+pub fn sources_of_batch(layout: &RunLayout, batch: i64) -> Result<Vec<SourceShard>, SnapshotError> {
+    let first = AttemptManifest::read_all(layout, batch)
+        .into_iter()
+        .filter_map(|(_, m)| m.ok())
+        .filter(|m| m.complete)
+        .min_by(|a, b| {
+            let t = |m: &AttemptManifest| m.finished_unix_s.unwrap_or(f64::MAX);
+            t(a).total_cmp(&t(b))
+        });
+    match first {
+        Some(m) => Ok(sources_of(&m)),
+        None => Err(SnapshotError::Sources {
+            batch,
+            message:
+                "no attempt has finished it yet (results/ has no complete manifest); embed it first"
+                    .into(),
+        }),
+    }
+}
+
+fn sources_of(manifest: &AttemptManifest) -> Vec<SourceShard> {
+    let mut shards = manifest.shards.clone();
+    shards.sort_by_key(|s| s.part);
+    shards
+        .into_iter()
+        .map(|s| SourceShard {
+            file: s.file,
+            rows: s.rows,
+            sha256: s.sha256,
+        })
+        .collect()
+}
+
+/// The finished build of `batch` from `sources`, if there is one with its snapshot in place.
+pub fn find_built(
+    layout: &RunLayout,
+    batch: i64,
+    sources: &[SourceShard],
+) -> Result<Option<BuiltShardManifest>, SnapshotError> {
+    let digest = sources_digest(sources);
+    Ok(BuiltShardManifest::read(layout, batch, &digest)?
+        .filter(|m| m.sources == sources && m.snapshot_present(layout)))
+}
+
+/// Builds `batch`'s shard from `sources` with `spec`'s settings (its `vector_size` is taken from
+/// the shards), unless a finished build with the same sources and settings is there. A finished
+/// build with other settings is refused: the run's shards are built one way.
+pub fn build_shard(
+    layout: &RunLayout,
+    batch: i64,
+    sources: &[SourceShard],
+    spec: &CollectionSpec,
+) -> Result<BuildOutcome, SnapshotError> {
+    if sources.is_empty() {
+        return Err(SnapshotError::Sources {
+            batch,
+            message: "the batch has no shards".into(),
+        });
+    }
+    let dim = shards::shard_dim(&layout.resolve(&sources[0].file)).map_err(|e| {
+        // A shard that no longer reads may have changed since it was recorded: say so.
+        match verify_source(layout, &sources[0]) {
+            Err(changed) => changed,
+            Ok(()) => e.into(),
+        }
+    })?;
+    let spec = CollectionSpec {
+        name: SCRATCH_COLLECTION.into(),
+        vector_size: dim,
+        ..spec.clone()
+    };
+    let settings = ShardSettings::of(&spec);
+    if let Some(found) = find_built(layout, batch, sources)? {
+        let diff = settings.differences(&found.settings);
+        if diff.is_empty() {
+            return Ok(BuildOutcome {
+                manifest: found,
+                built: false,
+            });
+        }
+        return Err(SnapshotError::SettingsDiffer {
+            what: format!("the built shard of batch {batch}"),
+            differences: diff,
+        });
+    }
+    for s in sources {
+        verify_source(layout, s)?;
+    }
+
+    let started = Instant::now();
+    let cpu_start = cpu_seconds();
+    let dir = layout.snapshot_dir();
+    std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+    remove_dead_scratch(&dir);
+    let digest = sources_digest(sources);
+    let scratch = dir.join(format!(
+        ".build-{batch:06}-{digest}-{}-{}",
+        embedfleet_core::handoff::host_name(),
+        std::process::id()
+    ));
+    if scratch.exists() {
+        std::fs::remove_dir_all(&scratch).map_err(io_err("remove", &scratch))?;
+    }
+    let result = build_in(layout, batch, sources, &spec, &scratch, started, cpu_start);
+    // Scratch goes whatever happened: a failed build leaves nothing half-made behind.
+    let _ = std::fs::remove_dir_all(&scratch);
+    let manifest = result?;
+    Ok(BuildOutcome {
+        manifest,
+        built: true,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_in(
+    layout: &RunLayout,
+    batch: i64,
+    sources: &[SourceShard],
+    spec: &CollectionSpec,
+    scratch: &Path,
+    started: Instant,
+    cpu_start: f64,
+) -> Result<BuiltShardManifest, SnapshotError> {
+    let digest = sources_digest(sources);
+    let (points, first_id, last_id, insert_s, optimize_s) = {
+        let engine = QdrantEdge::open(scratch.join("engine"))?;
+        // Bulk mode: no graph while inserting; `finish` builds it once, with the final settings.
+        let bulk = CollectionSpec {
+            bulk_load: true,
+            ..spec.clone()
+        };
+        engine.ensure_collection(&bulk)?;
+        let mut points = 0u64;
+        let (mut first_id, mut last_id) = (None, None);
+        for s in sources {
+            let path = layout.resolve(&s.file);
+            for record_batch in shards::read_from(&path, 0, INSERT_BATCH)? {
+                let record_batch = record_batch.map_err(|e| shards::ShardReadError {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                let batch_points = PointsBatch::from_record_batch(&record_batch)?;
+                if batch_points.is_empty() {
+                    continue;
+                }
+                if first_id.is_none() {
+                    first_id = Some(batch_points.point(0).id().to_string());
+                }
+                last_id = Some(batch_points.point(batch_points.len() - 1).id().to_string());
+                engine.upsert(SCRATCH_COLLECTION, &batch_points)?;
+                points += batch_points.len() as u64;
+            }
+        }
+        engine.checkpoint(SCRATCH_COLLECTION)?;
+        let insert_s = started.elapsed().as_secs_f64();
+        let finish = engine.finish(spec)?;
+        if finish.points != points {
+            return Err(SnapshotError::Layout {
+                path: scratch.to_owned(),
+                message: format!(
+                    "the built shard holds {} points but its shards have {points} rows: paper ids repeat inside the batch",
+                    finish.points
+                ),
+            });
+        }
+        (
+            points,
+            first_id,
+            last_id,
+            insert_s,
+            finish.indexing.as_secs_f64(),
+        )
+        // The engine flushes and closes here, before its files are packed.
+    };
+
+    let pack_start = Instant::now();
+    let snapshot = RunLayout::snapshot_file_name(batch, &digest);
+    let snapshot_path = layout.resolve(&snapshot);
+    let tmp = embedfleet_core::atomic::tmp_path(&snapshot_path);
+    let packed = pack::pack(
+        &scratch
+            .join("engine")
+            .join("collections")
+            .join(SCRATCH_COLLECTION),
+        &tmp,
+    )?;
+    embedfleet_core::atomic::commit(&snapshot_path).map_err(io_err("rename", &snapshot_path))?;
+    let pack_s = pack_start.elapsed().as_secs_f64();
+
+    let manifest = BuiltShardManifest {
+        format: BUILT_SHARD_FORMAT,
+        batch,
+        sources_digest: digest,
+        sources: sources.to_vec(),
+        points,
+        first_id,
+        last_id,
+        settings: ShardSettings::of(spec),
+        engine_version: EDGE_QDRANT_VERSION.into(),
+        segment_format: packed.engine_version,
+        edge_version: EDGE_VERSION.into(),
+        snapshot,
+        snapshot_sha256: packed.sha256,
+        snapshot_bytes: packed.bytes,
+        segments: packed.segments,
+        max_version: packed.max_version,
+        host: embedfleet_core::handoff::host_name(),
+        timings: BuildTimings {
+            insert_s,
+            optimize_s,
+            pack_s,
+            total_s: started.elapsed().as_secs_f64(),
+            cpu_s: cpu_seconds() - cpu_start,
+        },
+        built_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    };
+    manifest.write(layout)?;
+    Ok(manifest)
+}
+
+/// The shard's file still has the checksum it was recorded with.
+fn verify_source(layout: &RunLayout, s: &SourceShard) -> Result<(), SnapshotError> {
+    let path = layout.resolve(&s.file);
+    let sha256 = embedfleet_core::shardfile::sha256_of(&path).map_err(io_err("read", &path))?;
+    if sha256 != s.sha256 {
+        return Err(SnapshotError::Sources {
+            batch: -1,
+            message: format!(
+                "shard {} changed after it was written (sha256 {sha256}, recorded {})",
+                s.file, s.sha256
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Removes scratch directories of builds on this host whose process is gone (killed builds).
+fn remove_dead_scratch(dir: &Path) {
+    let host = embedfleet_core::handoff::host_name();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(".build-") else {
+            continue;
+        };
+        // .build-<batch>-<digest>-<host>-<pid>; hosts may hold `-`, the pid is last.
+        let Some((head, pid)) = rest.rsplit_once('-') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        if !head.ends_with(&format!("-{host}")) {
+            continue; // another host's: only it can tell whether its build still runs
+        }
+        if pid != std::process::id() as i32 && !process_alive(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// User + system CPU seconds of this process so far (all its threads).
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
+    let path: PathBuf = path.to_owned();
+    move |source| SnapshotError::Io {
+        action,
+        path,
+        source,
+    }
+}

@@ -1,0 +1,509 @@
+//! `upload --mode snapshot`: a run's built shards into a custom-sharded collection of a Qdrant
+//! cluster, one shard key per batch, each recovered from its snapshot; then counts and a sample
+//! of exact searches checked against the parquet shards.
+//!
+//! Steps, each recorded in run.db (`snapshot_loads`) so a killed load resumes without
+//! recovering a finished shard again:
+//!
+//! 1. refuse early what cannot work: a server not in cluster mode, of another minor version
+//!    than the built shards' segment format, or a collection with other settings;
+//! 2. find each batch's built shard (named by its accepted parquet shards' checksums), building
+//!    here those that no node built;
+//! 3. create the collection (custom sharding, payload indexes first) and each batch's shard key,
+//!    placed on the cluster's peers in turn;
+//! 4. recover the snapshots, `in_flight` at once, each on the peer holding its shard, with its
+//!    checksum;
+//! 5. wait until the collection is green; check every key's count and the total against the
+//!    manifests and sample exact searches against the parquet rows;
+//! 6. record the run's shards as uploaded into the collection, so `upload --mode upsert`
+//!    afterwards sends only what is new (into the batch's key).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
+use embedfleet_core::RunLayout;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::build::{build_shard, find_built};
+use super::manifest::{BuiltShardManifest, SourceShard};
+use super::rest::{Peer, RestClient};
+use super::{batch_shard_key, check_engine_version, ShardSettings, SnapshotError};
+use crate::{
+    point_id, progress_key, shards, CollectionSpec, Ensured, PointsBatch, QdrantServer,
+    SearchOptions, Sink,
+};
+
+/// What to load and how.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub run_dir: PathBuf,
+    /// The collection's name and settings (`vector_size` comes from the shards; sharding is
+    /// custom whatever it says).
+    pub spec: CollectionSpec,
+    /// Snapshot recoveries at once (across the cluster's peers).
+    pub in_flight: usize,
+    /// Build here the batches no node built (else they are refused, listed).
+    pub build_missing: bool,
+    /// Exact searches checked after the load (spread over the batches).
+    pub sample_searches: usize,
+    /// How long to wait for the collection to become green.
+    pub green_timeout: Duration,
+    pub progress: bool,
+}
+
+impl LoadOptions {
+    pub fn new(run_dir: impl Into<PathBuf>, collection: impl Into<String>) -> Self {
+        Self {
+            run_dir: run_dir.into(),
+            spec: CollectionSpec::new(collection, 0),
+            in_flight: 4,
+            build_missing: true,
+            sample_searches: 50,
+            green_timeout: Duration::from_secs(24 * 3600),
+            progress: false,
+        }
+    }
+}
+
+/// What a load did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadReport {
+    /// Batches of the run (each one shard key).
+    pub batches: usize,
+    /// Snapshots recovered by this load.
+    pub recovered: usize,
+    /// Batches a previous load had finished (resumed over).
+    pub already: usize,
+    /// Batches built here because no node had.
+    pub built_here: usize,
+    /// The collection was created by this load.
+    pub created: bool,
+    /// Points in the collection at the end (= the run's rows).
+    pub points: u64,
+    /// Seconds recovering, then until green.
+    pub recover_s: f64,
+    pub green_s: f64,
+    /// Exact searches that found their own point first.
+    pub searches_checked: usize,
+}
+
+/// One batch to load.
+struct Batch {
+    id: i64,
+    key: String,
+    manifest: BuiltShardManifest,
+}
+
+/// Loads the run's built shards into `options.spec.name` on `server` (see the module docs).
+/// `rest` is the REST address of the server `server` talks to.
+pub fn load_snapshots(
+    server: &QdrantServer,
+    rest: &RestClient,
+    options: &LoadOptions,
+) -> Result<LoadReport, SnapshotError> {
+    let db = RunDb::open(&options.run_dir)?;
+    let layout = RunLayout::new(&options.run_dir);
+    let name = options.spec.name.clone();
+    let key = progress_key(server, &name);
+    let by_batch = sources_by_batch(&db.all_shards()?);
+    let mut report = LoadReport {
+        batches: by_batch.len(),
+        ..LoadReport::default()
+    };
+    let Some((_, first)) = by_batch.first() else {
+        return Ok(report);
+    };
+
+    // 1. What cannot work is refused before anything is built or created.
+    let peers = rest.peers()?;
+    let version = server.server_version()?;
+    let dim = shards::shard_dim(&layout.resolve(&first[0].file))?;
+    let spec = CollectionSpec {
+        vector_size: dim,
+        custom_sharding: true,
+        bulk_load: false,
+        ..options.spec.clone()
+    };
+    let wanted = ShardSettings::of(&spec);
+    if let Some(existing) = server.server_collection(&name)? {
+        if !existing.custom_sharding {
+            return Err(SnapshotError::NeedsCluster {
+                message: format!(
+                    "collection `{name}` exists with hash sharding, and a built shard replaces a whole shard; load into a new collection (--collection)"
+                ),
+            });
+        }
+        let differences = wanted.differences(&existing.settings);
+        if !differences.is_empty() {
+            return Err(SnapshotError::SettingsDiffer {
+                what: format!("collection `{name}`"),
+                differences,
+            });
+        }
+    }
+
+    // 2. Each batch's built shard, of its accepted parquet shards.
+    let mut batches = Vec::with_capacity(by_batch.len());
+    let missing: Vec<i64> = by_batch
+        .iter()
+        .filter(|(b, s)| find_built(&layout, *b, s).ok().flatten().is_none())
+        .map(|(b, _)| *b)
+        .collect();
+    if !missing.is_empty() && !options.build_missing {
+        return Err(SnapshotError::Sources {
+            batch: missing[0],
+            message: format!(
+                "{} batches have no built shard of their accepted parquet shards ({}); run `embedfleet build-shard` for them, or load without --no-build",
+                missing.len(),
+                list(&missing)
+            ),
+        });
+    }
+    if !missing.is_empty() {
+        eprintln!(
+            "building {} shards here that no node built ({}); `embed-job --build-shard` builds them beside the GPUs",
+            missing.len(),
+            list(&missing)
+        );
+    }
+    for (batch, sources) in &by_batch {
+        let outcome = build_shard(&layout, *batch, sources, &spec)?;
+        if outcome.built {
+            report.built_here += 1;
+            eprintln!(
+                "  batch {batch}: {} points built in {:.1} s ({:.1} CPU s)",
+                outcome.manifest.points,
+                outcome.manifest.timings.total_s,
+                outcome.manifest.timings.cpu_s
+            );
+        }
+        let manifest = outcome.manifest;
+        check_engine_version(&manifest.engine_version, &version)?;
+        let differences = wanted.differences(&manifest.settings);
+        if !differences.is_empty() {
+            return Err(SnapshotError::SettingsDiffer {
+                what: format!("the built shard of batch {batch} ({})", manifest.snapshot),
+                differences,
+            });
+        }
+        batches.push(Batch {
+            id: *batch,
+            key: batch_shard_key(*batch),
+            manifest,
+        });
+    }
+
+    // 3. The collection and its shard keys.
+    let ensured = server.ensure_collection(&spec)?;
+    report.created = ensured == Ensured::Created;
+    if report.created {
+        // A collection made now holds nothing that an earlier load recorded.
+        db.forget_snapshot_loads(&key)?;
+    }
+    let mut recorded: HashMap<i64, SnapshotLoadRow> = db
+        .snapshot_loads(&key)?
+        .into_iter()
+        .map(|r| (r.batch_id, r))
+        .collect();
+    let existing_keys = server.keyed_shards(&name)?;
+    for (i, b) in batches.iter().enumerate() {
+        if !existing_keys.iter().any(|s| s.key == b.key) {
+            let peer = peers[i % peers.len()].id;
+            server.create_shard_key(&name, &b.key, Some(peer), spec.replication_factor)?;
+        }
+    }
+    let placed = server.keyed_shards(&name)?;
+    let shard_of = |key: &str| placed.iter().find(|s| s.key == key);
+
+    // 4. Recoveries, `in_flight` at once; this thread records each in run.db.
+    let mut todo = Vec::new();
+    for b in &batches {
+        let Some(shard) = shard_of(&b.key) else {
+            return Err(SnapshotError::Check {
+                what: format!("shard key {}", b.key),
+                message: "the server lists no shard for it".into(),
+            });
+        };
+        let done = recorded.get(&b.id).is_some_and(|r| {
+            r.step >= SnapshotStep::Recovered
+                && r.shard_id == Some(shard.shard_id)
+                && r.snapshot_sha256.as_deref() == Some(b.manifest.snapshot_sha256.as_str())
+        });
+        if done {
+            report.already += 1;
+            continue;
+        }
+        let row = SnapshotLoadRow {
+            batch_id: b.id,
+            shard_key: b.key.clone(),
+            shard_id: Some(shard.shard_id),
+            snapshot_sha256: None,
+            points: None,
+            step: SnapshotStep::Key,
+        };
+        db.record_snapshot_load(&key, &row)?;
+        recorded.insert(b.id, row);
+        let peer_url = peer_url(&peers, shard.peers.first().copied(), rest);
+        todo.push((b, shard.shard_id, peer_url));
+    }
+    let started = Instant::now();
+    let bar = progress_bar(options.progress, todo.len() as u64);
+    let results = recover_all(
+        rest,
+        &name,
+        &layout,
+        &todo,
+        options.in_flight.max(1),
+        |b, r| {
+            if r.is_ok() {
+                let row = SnapshotLoadRow {
+                    snapshot_sha256: Some(b.manifest.snapshot_sha256.clone()),
+                    points: Some(b.manifest.points),
+                    step: SnapshotStep::Recovered,
+                    ..recorded[&b.id].clone()
+                };
+                db.record_snapshot_load(&key, &row)?;
+                bar.inc(1);
+            }
+            Ok(())
+        },
+    )?;
+    bar.finish_and_clear();
+    report.recover_s = started.elapsed().as_secs_f64();
+    report.recovered = results;
+
+    // 5. Green, then counts and searches.
+    let green_start = Instant::now();
+    wait_green(server, &name, options.green_timeout)?;
+    report.green_s = green_start.elapsed().as_secs_f64();
+    let mut total = 0;
+    for b in &batches {
+        let n = server.count_in_key(&name, &b.key)?;
+        if n != b.manifest.points {
+            return Err(SnapshotError::Check {
+                what: format!("shard key {} (batch {})", b.key, b.id),
+                message: format!(
+                    "it holds {n} points, its built shard {}; run the load again (it recovers the batch again)",
+                    b.manifest.points
+                ),
+            });
+        }
+        total += n;
+    }
+    let holds = server.count(&name, None)?;
+    if holds != total {
+        return Err(SnapshotError::Check {
+            what: format!("collection `{name}`"),
+            message: format!("it holds {holds} points, its shard keys {total}"),
+        });
+    }
+    report.points = holds;
+    report.searches_checked =
+        check_searches(server, &name, &layout, &batches, options.sample_searches)?;
+
+    // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
+    for b in &batches {
+        let row = SnapshotLoadRow {
+            step: SnapshotStep::Verified,
+            snapshot_sha256: Some(b.manifest.snapshot_sha256.clone()),
+            points: Some(b.manifest.points),
+            ..recorded[&b.id].clone()
+        };
+        db.record_snapshot_load(&key, &row)?;
+    }
+    for s in db.upload_shards(&key)? {
+        db.record_upload(s.shard_id, &key, s.rows, 0)?;
+    }
+    Ok(report)
+}
+
+/// The accepted parquet shards of each batch, in batch and part order.
+fn sources_by_batch(shards: &[ShardRow]) -> Vec<(i64, Vec<SourceShard>)> {
+    let mut out: Vec<(i64, Vec<SourceShard>)> = Vec::new();
+    for s in shards {
+        let source = SourceShard {
+            file: s.path.clone(),
+            rows: s.rows,
+            sha256: s.sha256.clone(),
+        };
+        match out.last_mut() {
+            Some((b, list)) if *b == s.batch_id.0 => list.push(source),
+            _ => out.push((s.batch_id.0, vec![source])),
+        }
+    }
+    out
+}
+
+fn peer_url(peers: &[Peer], peer: Option<u64>, rest: &RestClient) -> String {
+    peer.and_then(|id| peers.iter().find(|p| p.id == id))
+        .map_or_else(|| rest.url().to_owned(), |p| p.rest_url.clone())
+}
+
+/// Recovers each of `todo` on its peer, `in_flight` at once; `on_done` runs on this thread for
+/// each result (run.db stays with this thread). Returns how many were recovered, or the first
+/// error once every recovery in flight has ended.
+fn recover_all(
+    rest: &RestClient,
+    collection: &str,
+    layout: &RunLayout,
+    todo: &[(&Batch, u32, String)],
+    in_flight: usize,
+    mut on_done: impl FnMut(&Batch, &Result<(), SnapshotError>) -> Result<(), SnapshotError>,
+) -> Result<usize, SnapshotError> {
+    let (job_tx, job_rx) = crossbeam_channel::unbounded::<usize>();
+    for i in 0..todo.len() {
+        let _ = job_tx.send(i);
+    }
+    drop(job_tx);
+    let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    std::thread::scope(|scope| {
+        for _ in 0..in_flight.min(todo.len()) {
+            let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
+            scope.spawn(move || {
+                for i in job_rx {
+                    let (b, shard_id, url) = &todo[i];
+                    let path = layout.resolve(&b.manifest.snapshot);
+                    let result = rest.for_peer(url).recover_shard(
+                        collection,
+                        *shard_id,
+                        &path,
+                        &b.manifest.snapshot_sha256,
+                    );
+                    let failed = result.is_err();
+                    if done_tx.send((i, result)).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut recovered = 0;
+        let mut first_error = None;
+        for (i, result) in done_rx {
+            let (b, _, _) = &todo[i];
+            on_done(b, &result)?;
+            match result {
+                Ok(()) => recovered += 1,
+                Err(e) => {
+                    first_error.get_or_insert(SnapshotError::Check {
+                        what: format!("recovering batch {} (shard key {})", b.id, b.key),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(recovered),
+        }
+    })
+}
+
+fn wait_green(server: &QdrantServer, name: &str, timeout: Duration) -> Result<(), SnapshotError> {
+    let start = Instant::now();
+    // Optimizers may start a moment after the last recovery: look twice before believing green.
+    let mut green_seen = 0;
+    loop {
+        let info = server
+            .collection_info(name)?
+            .ok_or_else(|| SnapshotError::Check {
+                what: format!("collection `{name}`"),
+                message: "it is gone".into(),
+            })?;
+        if info.red {
+            return Err(SnapshotError::Check {
+                what: format!("collection `{name}`"),
+                message: "it is red: an optimization failed; the server's log says why".into(),
+            });
+        }
+        green_seen = if info.green { green_seen + 1 } else { 0 };
+        if green_seen >= 2 {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            return Err(SnapshotError::Check {
+                what: format!("collection `{name}`"),
+                message: format!("it is not green after {} s", start.elapsed().as_secs()),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Exact searches for rows of the parquet shards (spread over the batches): each must find its
+/// own point first. Returns how many were checked.
+fn check_searches(
+    server: &QdrantServer,
+    name: &str,
+    layout: &RunLayout,
+    batches: &[Batch],
+    samples: usize,
+) -> Result<usize, SnapshotError> {
+    if samples == 0 {
+        return Ok(0);
+    }
+    let per_batch = samples.div_ceil(batches.len()).max(1);
+    let mut checked = 0;
+    for b in batches {
+        let source = &b.manifest.sources[0];
+        let path = layout.resolve(&source.file);
+        let Some(record_batch) = shards::read_from(&path, 0, per_batch)?.next() else {
+            continue;
+        };
+        let record_batch = record_batch.map_err(|e| shards::ShardReadError {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        let points = PointsBatch::from_record_batch(&record_batch)?;
+        for p in points.iter().take(samples - checked) {
+            let options = SearchOptions {
+                exact: true,
+                ..SearchOptions::new(1)
+            };
+            let hits = server.search_with(name, p.vector, &options)?;
+            let want = point_id(p.paper_id);
+            // Another point with the same vector (a duplicate text) may tie: its score is 1 too.
+            let ok = hits
+                .first()
+                .is_some_and(|h| h.id == want || (h.score - 1.0).abs() < 1e-4);
+            if !ok {
+                return Err(SnapshotError::Check {
+                    what: format!("an exact search for paper {} (batch {})", p.paper_id, b.id),
+                    message: format!(
+                        "it found {:?} first, not the paper itself",
+                        hits.first().map(|h| (h.id, h.score))
+                    ),
+                });
+            }
+            checked += 1;
+        }
+        if checked >= samples {
+            break;
+        }
+    }
+    Ok(checked)
+}
+
+fn progress_bar(show: bool, total: u64) -> ProgressBar {
+    if !show {
+        return ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "recovering shards {bar:30} {pos}/{len} {elapsed} (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+fn list(batches: &[i64]) -> String {
+    let mut s: Vec<String> = batches.iter().take(8).map(|b| b.to_string()).collect();
+    if batches.len() > 8 {
+        s.push(format!("… {} more", batches.len() - 8));
+    }
+    format!("batch {}", s.join(", "))
+}

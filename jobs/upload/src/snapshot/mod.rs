@@ -1,0 +1,152 @@
+//! Snapshot bulk load: each batch's Qdrant shard built offline where its embeddings are made,
+//! then recovered on the server ready to serve.
+//!
+//! The server's slow part of a load is not receiving points but building its HNSW graph, on the
+//! database's cores, after the last upsert. A built shard moves that work to the embed nodes'
+//! idle cores: [`build_shard`] inserts a batch's parquet shards into a qdrant-edge shard (the
+//! server's own engine, in-process) with the target collection's settings, optimises it, and
+//! packs it in the server's shard-snapshot layout ([`pack`]) with a manifest
+//! ([`BuiltShardManifest`]). [`load_snapshots`] creates a custom-sharded collection with one
+//! shard key per batch and recovers each batch's snapshot into its key's shard.
+//!
+//! Why custom sharding: a snapshot replaces one whole server shard. Under hash sharding an id's
+//! shard is the hash's, not the one its snapshot went to, so later updates and deletes by id
+//! would miss (duplicates, failed deletes). With a shard key per batch, every write of a paper
+//! names its batch's key ([`batch_shard_key`]), and counts stay exact.
+//!
+//! Pinned together: the segment format is the edge crate's Qdrant version; the server must be of
+//! the same minor version ([`check_engine_version`]). The server checks neither the vector size
+//! nor the index settings on recovery, so the manifest's [`ShardSettings`] are checked against
+//! the collection here.
+
+mod build;
+mod load;
+mod manifest;
+pub mod pack;
+mod rest;
+mod settings;
+
+pub use build::{
+    build_shard, cpu_seconds, find_built, sources_of_attempt, sources_of_batch, BuildOutcome,
+    EDGE_QDRANT_VERSION, EDGE_VERSION,
+};
+pub use load::{load_snapshots, LoadOptions, LoadReport};
+pub use manifest::{
+    sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
+};
+pub use rest::RestClient;
+pub use settings::ShardSettings;
+
+use std::path::PathBuf;
+
+/// The shard key of a batch in a snapshot-loaded collection: `b<batch>`.
+pub fn batch_shard_key(batch: i64) -> String {
+    format!("b{batch}")
+}
+
+/// Refuses a server whose version is not the segment format's minor version (`1.18.2-dev`
+/// built shards load on 1.18.x servers only).
+pub fn check_engine_version(engine: &str, server: &str) -> Result<(), SnapshotError> {
+    let minor = |v: &str| {
+        let mut parts = v.split(['.', '-']);
+        Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+    };
+    match (minor(engine), minor(server)) {
+        (Some(a), Some(b)) if a == b => Ok(()),
+        _ => Err(SnapshotError::VersionMismatch {
+            engine: engine.to_owned(),
+            server: server.to_owned(),
+        }),
+    }
+}
+
+/// Errors of building and loading shard snapshots.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("failed to {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", path.display())]
+    Layout { path: PathBuf, message: String },
+    #[error("batch {batch}: {message}")]
+    Sources { batch: i64, message: String },
+    #[error("{what} was made with other collection settings (asked vs made: {}); build it again with these settings (remove it from snapshots/) or load with `--mode upsert`", differences.join("; "))]
+    SettingsDiffer {
+        what: String,
+        differences: Vec<String>,
+    },
+    #[error("built shards are in Qdrant {engine}'s segment format but the server runs {server}; load them into a {engine_minor}.x server, or use `upload --mode upsert`", engine_minor = engine.rsplitn(2, '.').last().unwrap_or(engine))]
+    VersionMismatch { engine: String, server: String },
+    #[error("{message}; snapshot loading needs a Qdrant server started in cluster mode (QDRANT__CLUSTER__ENABLED=true, see .ci/qdrant/qdrant-server.sh), or use `upload --mode upsert`")]
+    NeedsCluster { message: String },
+    #[error("the server refused {what}: HTTP {status}: {body}")]
+    Http {
+        what: String,
+        status: u16,
+        body: String,
+    },
+    #[error("the server at {url} cannot be reached for {what}: {message}; check --qdrant-rest (the REST port, 6333 by default)")]
+    Unreachable {
+        url: String,
+        what: String,
+        message: String,
+    },
+    #[error("after loading, {what}: {message}")]
+    Check { what: String, message: String },
+    #[error(transparent)]
+    Upload(#[from] crate::UploadError),
+    #[error(transparent)]
+    Shard(#[from] crate::shards::ShardReadError),
+    #[error(transparent)]
+    RunDb(#[from] embedfleet_core::rundb::RunDbError),
+}
+
+impl SnapshotError {
+    /// True when the load or build was refused for what it was given (other settings, another
+    /// server version, no cluster mode): exit code "refused".
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            SnapshotError::SettingsDiffer { .. }
+                | SnapshotError::VersionMismatch { .. }
+                | SnapshotError::NeedsCluster { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_edge_version_is_the_one_built_with() {
+        let lock = include_str!("../../../../Cargo.lock");
+        let at = lock
+            .find("name = \"qdrant-edge\"")
+            .expect("qdrant-edge in Cargo.lock");
+        let version = lock[at..]
+            .lines()
+            .nth(1)
+            .and_then(|l| l.strip_prefix("version = \""))
+            .and_then(|l| l.strip_suffix('"'))
+            .expect("its version line");
+        assert_eq!(
+            version, EDGE_VERSION,
+            "qdrant-edge was upgraded: set EDGE_VERSION, and EDGE_QDRANT_VERSION to its QDRANT_VERSION_STRING"
+        );
+    }
+
+    #[test]
+    fn engine_and_server_must_share_a_minor_version() {
+        check_engine_version("1.18.2-dev", "1.18.3").unwrap();
+        check_engine_version("1.18.2-dev", "1.18.0").unwrap();
+        let err = check_engine_version("1.18.2-dev", "1.19.0").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("1.18.x") && text.contains("1.19.0"), "{text}");
+        assert!(check_engine_version("1.18.2-dev", "2.18.0").is_err());
+        assert!(check_engine_version("", "1.18.0").is_err());
+    }
+}

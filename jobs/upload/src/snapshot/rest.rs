@@ -1,0 +1,227 @@
+//! The few REST calls a snapshot load needs that the public gRPC API does not offer: the
+//! cluster's peers and the shard-snapshot upload (multipart, streamed from the file).
+
+use std::fs::File;
+use std::io::{Cursor, Read};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::SnapshotError;
+
+/// A peer of the cluster: its id and the REST address its shards are uploaded to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    pub rest_url: String,
+}
+
+/// A blocking REST client of one Qdrant server (its HTTP port, 6333 by default).
+#[derive(Clone)]
+pub struct RestClient {
+    url: String,
+    api_key: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for RestClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The API key is never printed.
+        f.debug_struct("RestClient")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RestClient {
+    /// A client of `url` (`http://host:6333`); `timeout` bounds each request (a big snapshot's
+    /// upload and recovery takes minutes).
+    pub fn new(url: &str, api_key: Option<String>, timeout: Duration) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self {
+            url: url.trim_end_matches('/').to_owned(),
+            api_key,
+            agent,
+        }
+    }
+
+    /// The same client for another peer of the cluster.
+    pub fn for_peer(&self, url: &str) -> Self {
+        Self {
+            url: url.trim_end_matches('/').to_owned(),
+            ..self.clone()
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The REST URL of a server from its gRPC one: the port 6334 → 6333, else the same.
+    pub fn url_from_grpc(grpc: &str) -> String {
+        let trimmed = grpc.trim_end_matches('/');
+        match trimmed.rsplit_once(':') {
+            Some((head, "6334")) => format!("{head}:6333"),
+            _ => trimmed.to_owned(),
+        }
+    }
+
+    fn get(&self, path: &str, what: &str) -> Result<Value, SnapshotError> {
+        let mut request = self.agent.get(format!("{}{path}", self.url));
+        if let Some(key) = &self.api_key {
+            request = request.header("api-key", key);
+        }
+        let response = request.call().map_err(|e| self.unreachable(what, e))?;
+        self.json(response, what)
+    }
+
+    fn json(
+        &self,
+        mut response: ureq::http::Response<ureq::Body>,
+        what: &str,
+    ) -> Result<Value, SnapshotError> {
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| self.unreachable(what, e))?;
+        if !(200..300).contains(&status) {
+            return Err(SnapshotError::Http {
+                what: what.to_owned(),
+                status,
+                body: body.chars().take(500).collect(),
+            });
+        }
+        serde_json::from_str(&body).map_err(|e| SnapshotError::Http {
+            what: what.to_owned(),
+            status,
+            body: format!(
+                "not JSON ({e}): {}",
+                body.chars().take(200).collect::<String>()
+            ),
+        })
+    }
+
+    fn unreachable(&self, what: &str, e: ureq::Error) -> SnapshotError {
+        SnapshotError::Unreachable {
+            url: self.url.clone(),
+            what: what.to_owned(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The cluster's peers, sorted by id, each with a REST URL: this server's own for itself,
+    /// and for the others their cluster address's host with this server's REST port.
+    /// Refused ([`SnapshotError::NeedsCluster`]) when the server is not in cluster mode.
+    pub fn peers(&self) -> Result<Vec<Peer>, SnapshotError> {
+        let cluster = self.get("/cluster", "the cluster status")?;
+        let result = &cluster["result"];
+        if result["status"].as_str() != Some("enabled") {
+            return Err(SnapshotError::NeedsCluster {
+                message: format!("the server at {} is not in cluster mode", self.url),
+            });
+        }
+        let own = result["peer_id"].as_u64();
+        let port = self.url.rsplit_once(':').map(|(_, p)| p.to_owned());
+        let mut peers: Vec<Peer> = result["peers"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(id, info)| {
+                let id: u64 = id.parse().ok()?;
+                let rest_url = if Some(id) == own {
+                    self.url.clone()
+                } else {
+                    let uri = info["uri"].as_str()?;
+                    let host = uri
+                        .split("://")
+                        .nth(1)?
+                        .trim_end_matches('/')
+                        .rsplit_once(':')
+                        .map_or(uri, |(h, _)| h);
+                    let scheme = self.url.split("://").next().unwrap_or("http");
+                    match &port {
+                        Some(p) => format!("{scheme}://{host}:{p}"),
+                        None => format!("{scheme}://{host}"),
+                    }
+                };
+                Some(Peer { id, rest_url })
+            })
+            .collect();
+        peers.sort_by_key(|p| p.id);
+        Ok(peers)
+    }
+
+    /// Uploads `snapshot` into shard `shard_id` of `collection` and waits until the server has
+    /// recovered it. The server checks `sha256` before it touches the shard.
+    pub fn recover_shard(
+        &self,
+        collection: &str,
+        shard_id: u32,
+        snapshot: &Path,
+        sha256: &str,
+    ) -> Result<(), SnapshotError> {
+        let what = format!("the snapshot of shard {shard_id} of `{collection}`");
+        let file = File::open(snapshot).map_err(|source| SnapshotError::Io {
+            action: "read",
+            path: snapshot.to_owned(),
+            source,
+        })?;
+        let boundary = format!("embedfleet-{sha256}");
+        let head = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"snapshot\"; filename=\"shard.snapshot\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        );
+        let tail = format!("\r\n--{boundary}--\r\n");
+        let body = Cursor::new(head.into_bytes())
+            .chain(file)
+            .chain(Cursor::new(tail.into_bytes()));
+        let url = format!(
+            "{}/collections/{collection}/shards/{shard_id}/snapshots/upload?priority=snapshot&wait=true&checksum={sha256}",
+            self.url
+        );
+        let mut request = self.agent.post(url).header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={boundary}"),
+        );
+        if let Some(key) = &self.api_key {
+            request = request.header("api-key", key);
+        }
+        let response = request
+            .send(ureq::SendBody::from_owned_reader(body))
+            .map_err(|e| self.unreachable(&what, e))?;
+        self.json(response, &what).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rest_url_of_the_default_grpc_port_is_the_default_http_port() {
+        assert_eq!(
+            RestClient::url_from_grpc("http://q1:6334/"),
+            "http://q1:6333"
+        );
+        assert_eq!(
+            RestClient::url_from_grpc("https://q.example:443"),
+            "https://q.example:443"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_server_names_the_url_and_the_port_to_check() {
+        let client = RestClient::new("http://127.0.0.1:9", None, Duration::from_secs(2));
+        let err = client.peers().unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("127.0.0.1:9") && text.contains("--qdrant-rest"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,260 @@
+//! The collection settings a built shard is made with. The server checks none of them when it
+//! recovers a shard snapshot (a wrong vector size gives broken search, other HNSW or
+//! quantization settings a silent full rebuild), so embedfleet checks them: the manifest
+//! records them and `upload --mode snapshot` refuses a snapshot whose settings differ from the
+//! collection's.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CollectionSpec, Distance, PayloadIndexKind};
+
+/// What of a [`CollectionSpec`] decides a built shard's files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardSettings {
+    pub vector_size: usize,
+    /// `Cosine` or `Dot`.
+    pub distance: String,
+    pub hnsw_m: u64,
+    pub hnsw_ef_construct: u64,
+    pub indexing_threshold_kb: u64,
+    pub on_disk_vectors: bool,
+    pub int8_quantization: bool,
+    /// `(field, "integer" | "keyword")`, in the spec's order.
+    pub payload_indexes: Vec<(String, String)>,
+}
+
+impl ShardSettings {
+    /// The settings of a collection made from `spec` (its final ones: bulk-load mode is a
+    /// loading state, not a setting).
+    pub fn of(spec: &CollectionSpec) -> Self {
+        Self {
+            vector_size: spec.vector_size,
+            distance: spec.distance.to_string(),
+            hnsw_m: spec.hnsw.m,
+            hnsw_ef_construct: spec.hnsw.ef_construct,
+            indexing_threshold_kb: spec.indexing_threshold_kb,
+            on_disk_vectors: spec.on_disk_vectors,
+            int8_quantization: spec.int8_quantization,
+            payload_indexes: spec
+                .payload_indexes
+                .iter()
+                .map(|(field, kind)| (field.clone(), kind_name(*kind).to_owned()))
+                .collect(),
+        }
+    }
+
+    /// The distance as the spec's type, `None` for one embedfleet does not create.
+    pub fn distance(&self) -> Option<Distance> {
+        match self.distance.as_str() {
+            "Cosine" => Some(Distance::Cosine),
+            "Dot" => Some(Distance::Dot),
+            _ => None,
+        }
+    }
+
+    /// Each setting that differs, as `name: ours vs theirs` (empty when none does).
+    pub fn differences(&self, theirs: &ShardSettings) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{name}: {a} vs {b}"));
+            }
+        };
+        check(
+            "vector size",
+            self.vector_size.to_string(),
+            theirs.vector_size.to_string(),
+        );
+        check("distance", self.distance.clone(), theirs.distance.clone());
+        check("hnsw m", self.hnsw_m.to_string(), theirs.hnsw_m.to_string());
+        check(
+            "hnsw ef_construct",
+            self.hnsw_ef_construct.to_string(),
+            theirs.hnsw_ef_construct.to_string(),
+        );
+        check(
+            "indexing threshold (KB)",
+            self.indexing_threshold_kb.to_string(),
+            theirs.indexing_threshold_kb.to_string(),
+        );
+        check(
+            "vectors on disk",
+            self.on_disk_vectors.to_string(),
+            theirs.on_disk_vectors.to_string(),
+        );
+        check(
+            "int8 quantization",
+            self.int8_quantization.to_string(),
+            theirs.int8_quantization.to_string(),
+        );
+        let indexes = |s: &ShardSettings| {
+            let mut v: Vec<String> = s
+                .payload_indexes
+                .iter()
+                .map(|(f, k)| format!("{f}:{k}"))
+                .collect();
+            v.sort();
+            v.join(",")
+        };
+        check("payload indexes", indexes(self), indexes(theirs));
+        out
+    }
+}
+
+impl ShardSettings {
+    /// `spec` with these settings (its name and vector size kept).
+    pub fn apply(&self, spec: &CollectionSpec) -> CollectionSpec {
+        CollectionSpec {
+            distance: self.distance().unwrap_or(spec.distance),
+            hnsw: crate::HnswParams {
+                m: self.hnsw_m,
+                ef_construct: self.hnsw_ef_construct,
+            },
+            indexing_threshold_kb: self.indexing_threshold_kb,
+            on_disk_vectors: self.on_disk_vectors,
+            int8_quantization: self.int8_quantization,
+            payload_indexes: self
+                .payload_indexes
+                .iter()
+                .filter_map(|(f, k)| {
+                    let kind = match k.as_str() {
+                        "integer" => PayloadIndexKind::Integer,
+                        "keyword" => PayloadIndexKind::Keyword,
+                        _ => return None,
+                    };
+                    Some((f.clone(), kind))
+                })
+                .collect(),
+            ..spec.clone()
+        }
+    }
+
+    /// The settings the run's shards are built with (`snapshots/settings.json`), written by
+    /// the first `build-shard`; `None` before any.
+    pub fn pinned(
+        layout: &embedfleet_core::RunLayout,
+    ) -> Result<Option<Self>, super::SnapshotError> {
+        let path = layout.snapshot_dir().join(PINNED_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| super::SnapshotError::Layout {
+                        path,
+                        message: e.to_string(),
+                    })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(super::SnapshotError::Io {
+                action: "read",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// Pins these settings for the run's later builds (`embed-job --build-shard` uses them),
+    /// unless some are pinned already: then they must be these.
+    pub fn pin(&self, layout: &embedfleet_core::RunLayout) -> Result<(), super::SnapshotError> {
+        let pinned = ShardSettings {
+            vector_size: 0,
+            ..self.clone()
+        };
+        if let Some(existing) = Self::pinned(layout)? {
+            let differences = pinned.differences(&existing);
+            if differences.is_empty() {
+                return Ok(());
+            }
+            return Err(super::SnapshotError::SettingsDiffer {
+                what: format!(
+                    "this run's shards (pinned in {}/{PINNED_FILE})",
+                    embedfleet_core::RunLayout::SNAPSHOT_DIR
+                ),
+                differences,
+            });
+        }
+        let dir = layout.snapshot_dir();
+        std::fs::create_dir_all(&dir).map_err(|source| super::SnapshotError::Io {
+            action: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let path = dir.join(PINNED_FILE);
+        let bytes = serde_json::to_vec_pretty(&pinned).expect("settings serialize");
+        embedfleet_core::atomic::write(&path, &bytes).map_err(|source| super::SnapshotError::Io {
+            action: "write",
+            path,
+            source,
+        })
+    }
+}
+
+/// Where the run's build settings are pinned, in the snapshot directory.
+const PINNED_FILE: &str = "settings.json";
+
+fn kind_name(kind: PayloadIndexKind) -> &'static str {
+    match kind {
+        PayloadIndexKind::Integer => "integer",
+        PayloadIndexKind::Keyword => "keyword",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_name_each_setting_that_differs_and_ignore_index_order() {
+        let spec = CollectionSpec::new("papers", 2560);
+        let ours = ShardSettings::of(&spec);
+        assert!(ours.differences(&ours.clone()).is_empty());
+        let mut reordered = ours.clone();
+        reordered.payload_indexes.reverse();
+        assert!(ours.differences(&reordered).is_empty());
+
+        let mut theirs = ours.clone();
+        theirs.vector_size = 1024;
+        theirs.hnsw_m = 32;
+        theirs.int8_quantization = true;
+        let diff = ours.differences(&theirs);
+        assert_eq!(
+            diff,
+            [
+                "vector size: 2560 vs 1024",
+                "hnsw m: 16 vs 32",
+                "int8 quantization: false vs true"
+            ]
+        );
+    }
+
+    #[test]
+    fn settings_apply_back_to_a_spec_and_pin_once() {
+        let mut spec = CollectionSpec::new("papers", 64);
+        spec.hnsw.m = 32;
+        spec.int8_quantization = true;
+        let settings = ShardSettings::of(&spec);
+        let back = settings.apply(&CollectionSpec::new("papers", 64));
+        assert_eq!(ShardSettings::of(&back), settings);
+
+        let dir = tempfile::tempdir().unwrap();
+        let layout = embedfleet_core::RunLayout::new(dir.path());
+        assert_eq!(ShardSettings::pinned(&layout).unwrap(), None);
+        settings.pin(&layout).unwrap();
+        settings.pin(&layout).unwrap();
+        let pinned = ShardSettings::pinned(&layout).unwrap().unwrap();
+        assert_eq!(pinned.hnsw_m, 32);
+        let other = ShardSettings::of(&CollectionSpec::new("papers", 64));
+        let err = other.pin(&layout).unwrap_err().to_string();
+        assert!(err.contains("hnsw m: 16 vs 32"), "{err}");
+    }
+
+    #[test]
+    fn bulk_load_is_not_a_setting() {
+        let spec = CollectionSpec::new("papers", 8);
+        let bulk = CollectionSpec {
+            bulk_load: true,
+            ..spec.clone()
+        };
+        assert_eq!(ShardSettings::of(&spec), ShardSettings::of(&bulk));
+    }
+}

@@ -1,0 +1,222 @@
+//! `build_shard` over parquet shards written the embed job's way: the snapshot it packs is a
+//! real Qdrant shard (unpacked and opened by the engine: every point, its payload, its HNSW
+//! graph), rebuilding is skipped, a killed build's scratch goes, a changed source or other
+//! settings are refused. The server's side of it is `tests/e2e/snapshot.rs`'s server suite.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::upload_common::{paper_id, rows_in_years, source_of, vector_of, year_of};
+use embedfleet_core::paper::Paper;
+use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
+use embedfleet_core::RunLayout;
+use embedfleet_upload::snapshot::{build_shard, SnapshotError, SourceShard};
+use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
+
+const DIM: usize = 32;
+
+/// Writes shards of rows `first..first + n` into `run/shards/`, as the embed job does.
+fn write_shards(run: &Path, parts: &[(usize, usize)]) -> Vec<SourceShard> {
+    std::fs::create_dir_all(run.join("shards")).unwrap();
+    let meta = ShardMeta {
+        model: "test".into(),
+        model_revision: "0".into(),
+        compute_dtype: "f32".into(),
+        pooling: "last_token".into(),
+        normalized: true,
+        dim: DIM,
+        embedfleet_version: "0".into(),
+        timings: None,
+    };
+    parts
+        .iter()
+        .enumerate()
+        .map(|(part, &(first, n))| {
+            let file = format!("shards/b000001-{part:04}.a1.parquet");
+            let mut w = ShardWriter::create(&run.join(&file), VectorDtype::F32, &meta).unwrap();
+            for i in first..first + n {
+                let paper = Paper {
+                    id: paper_id(i),
+                    source: Some(source_of(i).into()),
+                    created: year_of(i).map(|y| format!("{y}-05-01")),
+                    ..Paper::default()
+                };
+                let vector = vector_of(i, DIM, 7);
+                w.push(&Row {
+                    paper: &paper,
+                    vector: &vector,
+                    n_chars: 100,
+                    n_tokens: 20,
+                    n_chunks: 1,
+                })
+                .unwrap();
+            }
+            let info = w.finish().unwrap();
+            SourceShard {
+                file,
+                rows: info.rows,
+                sha256: info.sha256,
+            }
+        })
+        .collect()
+}
+
+/// A spec whose tiny test shards still get an HNSW graph (the threshold is in KB of vectors).
+fn indexed_spec() -> CollectionSpec {
+    CollectionSpec {
+        indexing_threshold_kb: 1,
+        ..CollectionSpec::new("papers", 0)
+    }
+}
+
+/// Unpacks a shard snapshot the way the server does (streamable segments: `files/` moved up)
+/// into an embedded engine's directory, as collection `name`.
+fn unpack_as_edge(snapshot: &Path, root: &Path, name: &str) -> PathBuf {
+    let shard = root.join("collections").join(name);
+    std::fs::create_dir_all(&shard).unwrap();
+    tar::Archive::new(File::open(snapshot).unwrap())
+        .unpack(&shard)
+        .unwrap();
+    for entry in std::fs::read_dir(shard.join("segments")).unwrap() {
+        let segment = entry.unwrap().path();
+        let files = segment.join("files");
+        for f in std::fs::read_dir(&files).unwrap() {
+            let f = f.unwrap();
+            std::fs::rename(f.path(), segment.join(f.file_name())).unwrap();
+        }
+        std::fs::remove_dir(&files).unwrap();
+    }
+    // The server keeps the collection's config apart; the engine infers it from the segments
+    // (and saves it, so the embedded sink opens the directory).
+    drop(qdrant_edge::EdgeShard::load(&shard, None).unwrap());
+    shard
+}
+
+#[test]
+fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let layout = RunLayout::new(&run);
+    let sources = write_shards(&run, &[(0, 300), (300, 200)]);
+
+    let outcome = build_shard(&layout, 1, &sources, &indexed_spec()).unwrap();
+    assert!(outcome.built);
+    let m = &outcome.manifest;
+    assert_eq!(m.points, 500);
+    assert_eq!(m.sources, sources);
+    assert_eq!(m.settings.vector_size, DIM);
+    assert_eq!(m.first_id, Some(point_id(&paper_id(0)).to_string()));
+    assert_eq!(m.last_id, Some(point_id(&paper_id(499)).to_string()));
+    assert_eq!(
+        m.engine_version,
+        embedfleet_upload::snapshot::EDGE_QDRANT_VERSION
+    );
+    assert!(!m.segment_format.is_empty());
+    let snapshot = layout.resolve(&m.snapshot);
+    assert_eq!(
+        embedfleet_core::shardfile::sha256_of(&snapshot).unwrap(),
+        m.snapshot_sha256
+    );
+    assert!(m.timings.optimize_s > 0.0 && m.timings.cpu_s > 0.0);
+    // Nothing of the build is left beside the snapshot and its manifest.
+    let mut left: Vec<String> = std::fs::read_dir(layout.snapshot_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left.len(), 2, "{left:?}");
+
+    // The same sources and settings again: found, not built.
+    let again = build_shard(&layout, 1, &sources, &indexed_spec()).unwrap();
+    assert!(!again.built);
+    assert_eq!(again.manifest, outcome.manifest);
+
+    // The snapshot, unpacked, is a shard the engine opens: every point, its payload, its graph.
+    let root = tmp.path().join("unpacked");
+    unpack_as_edge(&snapshot, &root, "papers");
+    let engine = QdrantEdge::open(&root).unwrap();
+    assert_eq!(engine.count("papers", None).unwrap(), 500);
+    let info = engine.collection_info("papers").unwrap().unwrap();
+    assert_eq!(info.vector_size, DIM);
+    assert_eq!(
+        info.indexed_vectors, 500,
+        "the HNSW graph was built offline"
+    );
+    assert_eq!(
+        engine
+            .count("papers", Some(&PayloadFilter::years(2019, 2020)))
+            .unwrap(),
+        rows_in_years(0, 500, 2019, 2020)
+    );
+    assert_eq!(
+        engine
+            .count("papers", Some(&PayloadFilter::source("arxiv")))
+            .unwrap(),
+        (0..500).filter(|&i| source_of(i) == "arxiv").count() as u64
+    );
+    for i in [0, 299, 300, 499] {
+        let v = vector_of(i, DIM, 7);
+        for exact in [true, false] {
+            let options = SearchOptions {
+                exact,
+                ..SearchOptions::new(1)
+            };
+            let hits = engine.search_with("papers", &v, &options).unwrap();
+            assert_eq!(hits[0].id, point_id(&paper_id(i)), "row {i}, exact {exact}");
+            assert_eq!(hits[0].paper_id.as_deref(), Some(paper_id(i).as_str()));
+        }
+    }
+}
+
+#[test]
+fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let layout = RunLayout::new(&run);
+    let sources = write_shards(&run, &[(0, 40)]);
+
+    // What a build killed on this host leaves: its scratch directory (its process is gone).
+    let host = embedfleet_core::handoff::host_name();
+    let dead = layout
+        .snapshot_dir()
+        .join(format!(".build-000001-0011223344556677-{host}-999999999"));
+    std::fs::create_dir_all(dead.join("engine")).unwrap();
+    // Another host's scratch: only that host can tell whether its build still runs.
+    let other = layout
+        .snapshot_dir()
+        .join(".build-000001-0011223344556677-elsewhere-1");
+    std::fs::create_dir_all(&other).unwrap();
+
+    let spec = CollectionSpec::new("papers", 0);
+    build_shard(&layout, 1, &sources, &spec).unwrap();
+    assert!(!dead.exists(), "the dead build's scratch is removed");
+    assert!(other.exists(), "another host's scratch is left alone");
+
+    // Other settings than the built shard's: refused, naming the difference.
+    let other_m = CollectionSpec {
+        hnsw: embedfleet_upload::HnswParams {
+            m: 32,
+            ef_construct: 100,
+        },
+        ..spec.clone()
+    };
+    let err = build_shard(&layout, 1, &sources, &other_m).unwrap_err();
+    assert!(
+        matches!(&err, SnapshotError::SettingsDiffer { differences, .. } if differences == &["hnsw m: 32 vs 16"]),
+        "{err}"
+    );
+
+    // A source changed since it was recorded: refused before anything is built.
+    let changed = write_shards(&tmp.path().join("run2"), &[(0, 40)]);
+    let layout2 = RunLayout::new(tmp.path().join("run2"));
+    let path = layout2.resolve(&changed[0].file);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.push(0);
+    std::fs::write(&path, bytes).unwrap();
+    let err = build_shard(&layout2, 1, &changed, &spec).unwrap_err();
+    assert!(
+        err.to_string().contains("changed after it was written"),
+        "{err}"
+    );
+    assert!(!layout2.snapshot_dir().join("b000001").exists());
+}
