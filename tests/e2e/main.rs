@@ -13,5 +13,6 @@ mod readme;
 mod report;
 mod run;
 mod shared_fs;
+mod snapshot;
 mod submit;
 mod upload;

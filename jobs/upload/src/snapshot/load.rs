@@ -35,6 +35,10 @@ use crate::{
     SearchOptions, Sink,
 };
 
+/// Test hook: milliseconds each recovery waits before it starts, so that a test can kill a
+/// load mid-way. Not for production use.
+pub const SNAPSHOT_TEST_DELAY_ENV: &str = "EMBEDFLEET_SNAPSHOT_TEST_DELAY_MS";
+
 /// What to load and how.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -358,11 +362,18 @@ fn recover_all(
     }
     drop(job_tx);
     let (done_tx, done_rx) = crossbeam_channel::unbounded();
+    let delay = std::env::var(SNAPSHOT_TEST_DELAY_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis);
     std::thread::scope(|scope| {
         for _ in 0..in_flight.min(todo.len()) {
             let (job_rx, done_tx) = (job_rx.clone(), done_tx.clone());
             scope.spawn(move || {
                 for i in job_rx {
+                    if let Some(delay) = delay {
+                        std::thread::sleep(delay);
+                    }
                     let (b, shard_id, url) = &todo[i];
                     let path = layout.resolve(&b.manifest.snapshot);
                     let result = rest.for_peer(url).recover_shard(

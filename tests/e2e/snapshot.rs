@@ -1,0 +1,490 @@
+//! `build-shard`, `embed-job --build-shard`, `upload --mode snapshot` and `delete`.
+//!
+//! The embedded-path tests always run. The `server_*` tests need a Qdrant server in cluster
+//! mode (`QDRANT_CLUSTER=1 .ci/qdrant/qdrant-server.sh start`) and run with `--run-ignored`,
+//! `QDRANT_URL` (gRPC) and `QDRANT_REST_URL` (default: the gRPC URL with port 6333).
+
+use crate::util::{embed_job_args, TestDir};
+use embedfleet_core::rundb::{RunDb, SnapshotStep};
+use embedfleet_core::RunLayout;
+use embedfleet_upload::snapshot::{BuiltShardManifest, SNAPSHOT_TEST_DELAY_ENV};
+use embedfleet_upload::{
+    point_id, PayloadFilter, PointsBatch, QdrantServer, SearchOptions, ServerConfig, Sink,
+};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// `run` of `papers` sample papers, `per_job` a batch, into `run_dir`.
+fn small_run(t: &TestDir, run_dir: &str, papers: u64, per_job: u64) {
+    let corpus = format!("{run_dir}-corpus.jsonl.gz");
+    t.sample(&corpus, papers, 1);
+    let per_job = per_job.to_string();
+    t.run(
+        &[
+            "run",
+            "--corpus",
+            &corpus,
+            "--run-dir",
+            run_dir,
+            "--papers-per-job",
+            &per_job,
+            "--local-jobs",
+            "2",
+            "--shard-papers",
+            "15",
+        ],
+        0,
+    );
+}
+
+/// Every built-shard manifest of a run.
+fn manifests(run: &Path) -> Vec<BuiltShardManifest> {
+    let mut out: Vec<BuiltShardManifest> = std::fs::read_dir(run.join("snapshots"))
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_name().is_some_and(|n| n != "settings.json")
+        })
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    out.sort_by_key(|m| m.batch);
+    out
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
+    let t = TestDir::new();
+    small_run(&t, "run", 60, 40);
+    let db = RunDb::open(&t.join("run")).unwrap();
+    let shards = db.all_shards().unwrap();
+    drop(db);
+    let out = t.run(
+        &[
+            "build-shard",
+            "--run-dir",
+            "run",
+            "--batch",
+            "1",
+            "--batch",
+            "2",
+        ],
+        0,
+    );
+    assert!(
+        stderr(&out).contains("points into snapshots/"),
+        "{}",
+        stderr(&out)
+    );
+    let built = manifests(&t.join("run"));
+    assert_eq!(built.len(), 2);
+    for m in &built {
+        let mine: Vec<_> = shards.iter().filter(|s| s.batch_id.0 == m.batch).collect();
+        assert_eq!(m.points, mine.iter().map(|s| s.rows).sum::<u64>());
+        let files: Vec<&str> = m.sources.iter().map(|s| s.file.as_str()).collect();
+        let recorded: Vec<&str> = mine.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(files, recorded, "built from the batch's accepted shards");
+        assert!(t.join("run").join(&m.snapshot).is_file());
+    }
+    // Again: nothing to build.
+    let out = t.run(&["build-shard", "--run-dir", "run", "--batch", "2"], 0);
+    assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
+    // The run's build settings are pinned: other ones are refused (exit 4), naming them.
+    let out = t.run(
+        &[
+            "build-shard",
+            "--run-dir",
+            "run",
+            "--batch",
+            "1",
+            "--hnsw-m",
+            "32",
+        ],
+        4,
+    );
+    assert!(
+        stderr(&out).contains("hnsw m: 32 vs 16"),
+        "{}",
+        stderr(&out)
+    );
+    // A batch nothing embedded yet is refused with what to do.
+    let out = t.run(&["build-shard", "--run-dir", "run", "--batch", "9"], 1);
+    assert!(stderr(&out).contains("embed it first"), "{}", stderr(&out));
+}
+
+#[test]
+fn embed_job_with_build_shard_leaves_the_batchs_shard_built() {
+    let t = TestDir::new();
+    t.plan_with_model(30, 30);
+    t.run(&embed_job_args(&["--build-shard"]), 0);
+    // The owner takes the attempt in (status opens run.db, which ingests results).
+    t.status("run");
+    let built = manifests(&t.join("run"));
+    assert_eq!(built.len(), 1);
+    let db = RunDb::open(&t.join("run")).unwrap();
+    let accepted: Vec<String> = db
+        .shards_of(embedfleet_core::BatchId(1))
+        .unwrap()
+        .into_iter()
+        .map(|s| s.sha256)
+        .collect();
+    let sources: Vec<String> = built[0].sources.iter().map(|s| s.sha256.clone()).collect();
+    assert_eq!(sources, accepted);
+    assert_eq!(built[0].points, 30);
+}
+
+#[test]
+fn snapshot_mode_needs_a_server_and_says_so() {
+    let t = TestDir::new();
+    small_run(&t, "run", 20, 20);
+    let out = t.run(&["upload", "--run-dir", "run", "--mode", "snapshot"], 4);
+    let err = stderr(&out);
+    assert!(
+        err.contains("--qdrant URL") && err.contains("cluster mode"),
+        "{err}"
+    );
+    // A server that is not there: the REST address to check is named.
+    let out = t.run(
+        &[
+            "upload",
+            "--run-dir",
+            "run",
+            "--mode",
+            "snapshot",
+            "--qdrant",
+            "http://127.0.0.1:9",
+            "--qdrant-rest",
+            "http://127.0.0.1:9",
+        ],
+        1,
+    );
+    assert!(stderr(&out).contains("--qdrant-rest"), "{}", stderr(&out));
+}
+
+#[test]
+fn delete_removes_papers_by_id_from_the_embedded_engine() {
+    let t = TestDir::new();
+    small_run(&t, "run", 30, 30);
+    let db = RunDb::open(&t.join("run")).unwrap();
+    let ids = crate::util::planned_ids(&t.join("run"));
+    drop(db);
+    let out = t.run(&["delete", "--run-dir", "run", &ids[0], &ids[1]], 0);
+    assert!(
+        stderr(&out).contains("deleted 2 points"),
+        "{}",
+        stderr(&out)
+    );
+    let out = t.run(&["delete", "--run-dir", "run", "no-such-paper"], 0);
+    assert!(
+        stderr(&out).contains("deleted 0 points"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+// ---- The server suite: a Qdrant server in cluster mode ----
+
+fn server(test: &str) -> (String, String, QdrantServer, String) {
+    let url = std::env::var("QDRANT_URL").expect(
+        "the server tests need QDRANT_URL: a cluster-mode Qdrant's gRPC URL, e.g. http://127.0.0.1:6334",
+    );
+    let rest = std::env::var("QDRANT_REST_URL")
+        .unwrap_or_else(|_| embedfleet_upload::snapshot::RestClient::url_from_grpc(&url));
+    let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
+    let name = format!("embedfleet-snap-{test}-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    (url, rest, sink, name)
+}
+
+fn upload(
+    t: &TestDir,
+    url: &str,
+    rest: &str,
+    collection: &str,
+    extra: &[&str],
+    code: i32,
+) -> String {
+    let mut args = vec![
+        "upload",
+        "--run-dir",
+        "run",
+        "--qdrant",
+        url,
+        "--qdrant-rest",
+        rest,
+        "--collection",
+        collection,
+    ];
+    args.extend_from_slice(extra);
+    stderr(&t.run(&args, code))
+}
+
+/// Vectors of the run's first rows (the queries of the comparisons).
+fn query_vectors(run: &Path, n: usize) -> Vec<Vec<f32>> {
+    let db = RunDb::open(run).unwrap();
+    let mut out = Vec::new();
+    for s in db.all_shards().unwrap() {
+        let reader = embedfleet_upload::shards::read_from(&run.join(&s.path), 0, 64).unwrap();
+        for b in reader {
+            let b = b.unwrap();
+            let points = PointsBatch::from_record_batch(&b).unwrap();
+            out.extend(points.iter().map(|p| p.vector.to_vec()));
+            if out.len() >= n {
+                out.truncate(n);
+                return out;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() {
+    let (url, rest, sink, name) = server("equal");
+    let upserted = format!("{name}-upsert");
+    let _ = sink.delete_collection(&upserted);
+    let t = TestDir::new();
+    small_run(&t, "run", 90, 30);
+    let run = t.join("run");
+    upload(&t, &url, &rest, &upserted, &[], 0);
+    let err = upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
+    assert!(err.contains("3 batches, 3 recovered now"), "{err}");
+    assert!(err.contains("built here"), "no node built them: {err}");
+
+    // Same points, same payload, same answers.
+    let rows: u64 = RunDb::open(&run)
+        .unwrap()
+        .all_shards()
+        .unwrap()
+        .iter()
+        .map(|s| s.rows)
+        .sum();
+    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    assert_eq!(sink.count(&upserted, None).unwrap(), rows);
+    for filter in [
+        PayloadFilter::years(2000, 2015),
+        PayloadFilter::source("s2orc/train"),
+        PayloadFilter::year(2010),
+    ] {
+        assert_eq!(
+            sink.count(&name, Some(&filter)).unwrap(),
+            sink.count(&upserted, Some(&filter)).unwrap(),
+            "{filter:?}"
+        );
+    }
+    let exact = SearchOptions {
+        exact: true,
+        ..SearchOptions::new(10)
+    };
+    for v in query_vectors(&run, 50) {
+        let a: Vec<_> = sink
+            .search_with(&name, &v, &exact)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        let b: Vec<_> = sink
+            .search_with(&upserted, &v, &exact)
+            .unwrap()
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(a, b);
+    }
+    // Green, nothing left to optimise: the shards arrived built.
+    let info = sink.collection_info(&name).unwrap().unwrap();
+    assert!(info.green, "{info:?}");
+    assert!(sink.keyed(&name).unwrap(), "custom sharding");
+
+    // A re-upsert of every point (into its batch's key) and deletes by id leave exact counts.
+    let db = RunDb::open(&run).unwrap();
+    for s in db.all_shards().unwrap() {
+        let key = embedfleet_upload::snapshot::batch_shard_key(s.batch_id.0);
+        for b in embedfleet_upload::shards::read_from(&run.join(&s.path), 0, 64).unwrap() {
+            let b = b.unwrap();
+            let points = PointsBatch::from_record_batch(&b).unwrap();
+            sink.upsert_in_key(&name, &key, &points).unwrap();
+        }
+    }
+    assert_eq!(
+        sink.count(&name, None).unwrap(),
+        rows,
+        "a re-upsert duplicates nothing"
+    );
+    let ids = crate::util::planned_ids(&run);
+    let out = t.run(
+        &[
+            "delete",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--collection",
+            &name,
+            &ids[0],
+            &ids[40],
+            &ids[80],
+        ],
+        0,
+    );
+    assert!(
+        stderr(&out).contains("deleted 3 points"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), rows - 3);
+    let hits = sink
+        .search_with(&name, &query_vectors(&run, 1)[0], &exact)
+        .unwrap();
+    assert!(hits.iter().all(|h| h.id != point_id(&ids[0])));
+
+    // Upsert mode into the snapshot-loaded collection: nothing is left to send.
+    let err = upload(&t, &url, &rest, &name, &[], 0);
+    assert!(err.contains("0 points sent"), "{err}");
+    sink.delete_collection(&name).unwrap();
+    sink.delete_collection(&upserted).unwrap();
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
+    let (url, rest, sink, name) = server("resume");
+    let t = TestDir::new();
+    small_run(&t, "run", 120, 20);
+    let run = t.join("run");
+    t.run(
+        &[
+            "build-shard",
+            "--run-dir",
+            "run",
+            "--batch",
+            "1",
+            "--batch",
+            "2",
+            "--batch",
+            "3",
+            "--batch",
+            "4",
+            "--batch",
+            "5",
+            "--batch",
+            "6",
+        ],
+        0,
+    );
+    let key = format!("{name}@server:{url}");
+    let mut child = t
+        .cmd(&[
+            "upload",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--qdrant-rest",
+            &rest,
+            "--collection",
+            &name,
+            "--mode",
+            "snapshot",
+            "--recoveries",
+            "1",
+        ])
+        .env(SNAPSHOT_TEST_DELAY_ENV, "700")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        let recovered = RunDb::open(&run)
+            .ok()
+            .and_then(|db| db.snapshot_loads(&key).ok())
+            .map_or(0, |rows| {
+                rows.iter()
+                    .filter(|r| r.step >= SnapshotStep::Recovered)
+                    .count()
+            });
+        if recovered >= 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no recovery recorded"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let err = upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
+    let rows: u64 = RunDb::open(&run)
+        .unwrap()
+        .all_shards()
+        .unwrap()
+        .iter()
+        .map(|s| s.rows)
+        .sum();
+    assert!(!err.contains(" 0 loaded before"), "{err}");
+    assert!(err.contains(&format!("{rows} points")), "{err}");
+    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    let db = RunDb::open(&run).unwrap();
+    assert!(db
+        .snapshot_loads(&key)
+        .unwrap()
+        .iter()
+        .all(|r| r.step == SnapshotStep::Verified));
+    sink.delete_collection(&name).unwrap();
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_mismatched_snapshot_or_collection_is_refused() {
+    let (url, rest, sink, name) = server("mismatch");
+    let t = TestDir::new();
+    small_run(&t, "run", 30, 30);
+    upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
+    // The collection has m = 16: a load asking for 32 is refused before anything changes.
+    let err = upload(
+        &t,
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot", "--hnsw-m", "32"],
+        4,
+    );
+    assert!(
+        err.contains("hnsw m: 32 vs 16") && err.contains("--mode upsert"),
+        "{err}"
+    );
+    // A hash-sharded collection cannot take built shards.
+    let hashed = format!("{name}-hash");
+    let _ = sink.delete_collection(&hashed);
+    upload(&t, &url, &rest, &hashed, &[], 0);
+    let err = upload(&t, &url, &rest, &hashed, &["--mode", "snapshot"], 4);
+    assert!(err.contains("hash sharding"), "{err}");
+    // A built shard made with other settings than the new collection's: refused too.
+    let layout = RunLayout::new(t.join("run"));
+    let other = format!("{name}-other");
+    let _ = sink.delete_collection(&other);
+    let err = upload(
+        &t,
+        &url,
+        &rest,
+        &other,
+        &["--mode", "snapshot", "--int8"],
+        4,
+    );
+    assert!(err.contains("int8 quantization: true vs false"), "{err}");
+    assert!(
+        sink.collection_info(&other).unwrap().is_none(),
+        "nothing was created"
+    );
+    assert!(layout.snapshot_dir().is_dir());
+    sink.delete_collection(&name).unwrap();
+    sink.delete_collection(&hashed).unwrap();
+}
