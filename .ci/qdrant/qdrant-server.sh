@@ -9,6 +9,10 @@
 #     cargo nextest run --workspace --run-ignored only -E 'test(/server/)'
 #   .ci/qdrant/qdrant-server.sh stop
 #
+# QDRANT_CLUSTER=1 starts it in cluster mode (one peer, p2p port QDRANT_P2P_PORT, 6335): what
+# `upload --mode snapshot` needs (custom sharding, shard snapshot recovery), and what the
+# snapshot tests of the server suite run against (QDRANT_REST_URL, default port 6333).
+#
 # State and log under QDRANT_HOME (default /tmp/embedfleet-qdrant); ports QDRANT_GRPC_PORT
 # (6334) and QDRANT_HTTP_PORT (6333); QDRANT_CPUS (e.g. 0) pins the server to those CPUs, so
 # that a benchmark's client can have the others, as it would on its own machine. `restart` keeps the storage: a restarted server has the
@@ -17,6 +21,7 @@ set -euo pipefail
 home=${QDRANT_HOME:-/tmp/embedfleet-qdrant}
 grpc=${QDRANT_GRPC_PORT:-6334}
 http=${QDRANT_HTTP_PORT:-6333}
+p2p=${QDRANT_P2P_PORT:-6335}
 pidfile=$home/qdrant.pid
 
 start() {
@@ -28,8 +33,14 @@ start() {
   QDRANT__SERVICE__HTTP_PORT=$http \
   QDRANT__SERVICE__HOST=127.0.0.1 \
   QDRANT__TELEMETRY_DISABLED=true \
+  local cluster=()
+  if [ "${QDRANT_CLUSTER:-0}" = 1 ]; then
+    export QDRANT__CLUSTER__ENABLED=true QDRANT__CLUSTER__P2P__PORT=$p2p
+    # The first (here: only) peer of the cluster names its own address.
+    cluster=(--uri "http://127.0.0.1:$p2p")
+  fi
   QDRANT__LOG_LEVEL=WARN \
-    setsid ${QDRANT_CPUS:+taskset -c "$QDRANT_CPUS"} "$bin" >>"$home/qdrant.log" 2>&1 < /dev/null &
+    setsid ${QDRANT_CPUS:+taskset -c "$QDRANT_CPUS"} "$bin" "${cluster[@]}" >>"$home/qdrant.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
   # Ready when the HTTP port answers (the gRPC port opens at the same time).
   for _ in $(seq 1 300); do
