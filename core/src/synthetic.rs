@@ -12,6 +12,8 @@ pub struct SyntheticRun {
     pub points: usize,
     pub dim: usize,
     pub shard_rows: usize,
+    /// Points per batch (each batch its own shards): all in one batch by default.
+    pub batch_points: usize,
     /// The year and source of paper `i`.
     pub payload: fn(usize) -> (i64, &'static str),
 }
@@ -23,6 +25,7 @@ impl SyntheticRun {
             points,
             dim,
             shard_rows,
+            batch_points: usize::MAX,
             payload: |i| {
                 let source = if i % 3 == 0 { "arxiv" } else { "s2orc" };
                 (2000 + (i % 25) as i64, source)
@@ -30,16 +33,23 @@ impl SyntheticRun {
         }
     }
 
-    /// Writes the run into `dir`: run.db with one done batch and the parquet shards
-    /// `shards/b000001-PPPP.synthetic.parquet` of seeded random unit vectors (ids `W0000000000`, ...).
+    /// Writes the run into `dir`: run.db with its done batches (`batch_points` points each, one
+    /// batch by default) and the parquet shards `shards/bBBBBBB-PPPP.synthetic.parquet` of seeded
+    /// random unit vectors (ids `W0000000000`, ...).
     pub fn write(&self, dir: &Path) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let db = RunDb::create(dir)?;
-        db.conn().execute_batch(&format!(
-            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'synthetic', 1, 1, 'e');
-             INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state)
-                 VALUES (1, 1, 0, 'synthetic', {}, 1, 'done');",
-            self.points
-        ))?;
+        db.conn().execute_batch(
+            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'synthetic', 1, 1, 'e');",
+        )?;
+        let per_batch = self.batch_points.clamp(1, self.points.max(1));
+        for (b, first) in (0..self.points.max(1)).step_by(per_batch).enumerate() {
+            let rows = per_batch.min(self.points - first.min(self.points));
+            db.conn().execute_batch(&format!(
+                "INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state)
+                     VALUES ({}, 1, {b}, 'synthetic', {rows}, 1, 'done');",
+                b + 1
+            ))?;
+        }
         std::fs::create_dir_all(db.layout().shard_dir())?;
         let meta = ShardMeta {
             model: "synthetic".into(),
@@ -53,11 +63,26 @@ impl SyntheticRun {
         };
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut vector = vec![0f32; self.dim];
-        let step = self.shard_rows.max(1);
-        for (part, first) in (0..self.points).step_by(step).enumerate() {
-            let rel = crate::RunLayout::shard_file_name(1, part as u32, "synthetic");
+        let step = self.shard_rows.max(1).min(per_batch);
+        let shards = (0..self.points).step_by(per_batch).flat_map(|batch_first| {
+            let batch_end = (batch_first + per_batch).min(self.points);
+            (batch_first..batch_end)
+                .step_by(step)
+                .enumerate()
+                .map(move |(part, first)| {
+                    (
+                        batch_first,
+                        part as u32,
+                        first,
+                        (first + step).min(batch_end),
+                    )
+                })
+        });
+        for (batch_first, part, first, end) in shards {
+            let batch = (batch_first / per_batch) as i64 + 1;
+            let rel = crate::RunLayout::shard_file_name(batch, part, "synthetic");
             let mut w = ShardWriter::create(&dir.join(&rel), VectorDtype::F32, &meta)?;
-            for i in first..(first + step).min(self.points) {
+            for i in first..end {
                 random_unit(&mut x, &mut vector);
                 let (year, source) = (self.payload)(i);
                 let paper = Paper {
@@ -76,15 +101,22 @@ impl SyntheticRun {
                 w.push(&row)?;
             }
             let info = w.finish()?;
-            record(&db, part as u32, rel, info.rows, info.sha256)?;
+            record(&db, batch, part, rel, info.rows, info.sha256)?;
         }
         Ok(())
     }
 }
 
-fn record(db: &RunDb, part: u32, path: String, rows: u64, sha256: String) -> Result<()> {
+fn record(
+    db: &RunDb,
+    batch: i64,
+    part: u32,
+    path: String,
+    rows: u64,
+    sha256: String,
+) -> Result<()> {
     db.record_shard(&ShardRow {
-        batch_id: BatchId(1),
+        batch_id: BatchId(batch),
         part,
         path,
         rows,
@@ -102,4 +134,30 @@ fn random_unit(x: &mut u64, v: &mut [f32]) {
     }
     let norm = v.iter().map(|a| a * a).sum::<f32>().sqrt();
     v.iter_mut().for_each(|a| *a /= norm);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_of_batch_points_each_cut_into_shards_of_shard_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = SyntheticRun {
+            batch_points: 1000,
+            ..SyntheticRun::new(2500, 4, 300)
+        };
+        run.write(dir.path()).unwrap();
+        let db = RunDb::open(dir.path()).unwrap();
+        let shards = db.all_shards().unwrap();
+        let per_batch = |b: i64| -> (usize, u64) {
+            let of: Vec<_> = shards.iter().filter(|s| s.batch_id.0 == b).collect();
+            (of.len(), of.iter().map(|s| s.rows).sum())
+        };
+        assert_eq!(per_batch(1), (4, 1000));
+        assert_eq!(per_batch(2), (4, 1000));
+        assert_eq!(per_batch(3), (2, 500));
+        assert_eq!(shards.iter().map(|s| s.rows).sum::<u64>(), 2500);
+        assert!(shards.iter().all(|s| s.rows <= 300));
+    }
 }

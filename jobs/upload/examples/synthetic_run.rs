@@ -1,7 +1,7 @@
 //! A run directory with synthetic shards (random normalised vectors, no model), for upload
 //! benchmarks at real model sizes:
 //!
-//! `cargo run -p embedfleet-upload --example synthetic_run -- DIR POINTS DIM [SHARD_ROWS]`
+//! `cargo run -p embedfleet-upload --example synthetic_run -- DIR POINTS DIM [SHARD_ROWS] [BATCH_POINTS]`
 //!
 //! then `embedfleet upload --run-dir DIR --collection bench`.
 
@@ -13,7 +13,7 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: Option<T>) -> T
         .and_then(|a| a.parse().ok())
         .or(default)
         .unwrap_or_else(|| {
-            eprintln!("usage: synthetic_run DIR POINTS DIM [SHARD_ROWS]");
+            eprintln!("usage: synthetic_run DIR POINTS DIM [SHARD_ROWS] [BATCH_POINTS]");
             std::process::exit(2)
         })
 }
@@ -24,7 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let points: usize = arg(&args, 1, None);
     let dim: usize = arg(&args, 2, None);
     let shard_rows: usize = arg(&args, 3, Some(500));
-    SyntheticRun::new(points, dim, shard_rows).write(&dir)?;
+    let batch_points: usize = arg(&args, 4, Some(usize::MAX));
+    SyntheticRun {
+        batch_points,
+        ..SyntheticRun::new(points, dim, shard_rows)
+    }
+    .write(&dir)?;
     eprintln!("wrote {points} points of {dim}-d into {}", dir.display());
     Ok(())
 }
