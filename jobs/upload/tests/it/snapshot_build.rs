@@ -220,3 +220,77 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
     );
     assert!(!layout2.snapshot_dir().join("b000001").exists());
 }
+
+/// A synthetic run of `batches` batches of `per_batch` points, `dim`-d.
+fn synthetic_run(dir: &Path, batches: usize, per_batch: usize, dim: usize) -> PathBuf {
+    let run = dir.join("run");
+    embedfleet_core::synthetic::SyntheticRun {
+        batch_points: per_batch,
+        ..embedfleet_core::synthetic::SyntheticRun::new(batches * per_batch, dim, 500)
+    }
+    .write(&run)
+    .unwrap();
+    run
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt() {
+    use embedfleet_upload::snapshot::{load_snapshots, LoadOptions, RestClient};
+    use embedfleet_upload::{QdrantServer, ServerConfig};
+    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let rest_url =
+        std::env::var("QDRANT_REST_URL").unwrap_or_else(|_| RestClient::url_from_grpc(&url));
+    let server = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
+    let rest = RestClient::new(&rest_url, None, std::time::Duration::from_secs(600));
+    let name = format!("embedfleet-it-indexed-{}", std::process::id());
+    let _ = server.delete_collection(&name);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let run = synthetic_run(tmp.path(), 3, 2000, 128);
+    let mut options = LoadOptions::new(&run, &name);
+    // 2,000 × 128-d is 1 MB a batch: a 100 KB threshold gives every built shard its graph.
+    options.spec.indexing_threshold_kb = 100;
+    let report = load_snapshots(&server, &rest, &options).unwrap();
+    assert_eq!(
+        (report.batches, report.recovered, report.built_here),
+        (3, 3, 3)
+    );
+    assert_eq!(report.points, 6000);
+    assert!(report.searches_checked >= 49, "{report:?}");
+
+    let info = server.collection_info(&name).unwrap().unwrap();
+    assert!(info.green, "{info:?}");
+    assert_eq!(info.points, 6000);
+    assert_eq!(
+        info.indexed_vectors, 6000,
+        "the graphs arrived built: {info:?}"
+    );
+    // Still green, and still every vector indexed, a while later: no optimizer picked them up.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let later = server.collection_info(&name).unwrap().unwrap();
+    assert!(later.green && later.indexed_vectors == 6000, "{later:?}");
+    for key in ["b1", "b2", "b3"] {
+        assert_eq!(server.count_in_key(&name, key).unwrap(), 2000);
+    }
+    // The approximate (HNSW) search finds a point by its own vector.
+    let db = embedfleet_core::rundb::RunDb::open(&run).unwrap();
+    let shard = &db.all_shards().unwrap()[7];
+    let batch = embedfleet_upload::shards::read_from(&run.join(&shard.path), 0, 5)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    let points = embedfleet_upload::PointsBatch::from_record_batch(&batch).unwrap();
+    for p in points.iter() {
+        let hits = server.search(&name, p.vector, 1, None).unwrap();
+        assert_eq!(hits[0].id, point_id(p.paper_id));
+    }
+    // A second load finds everything done.
+    let again = load_snapshots(&server, &rest, &options).unwrap();
+    assert_eq!(
+        (again.recovered, again.already, again.built_here),
+        (0, 3, 0)
+    );
+    server.delete_collection(&name).unwrap();
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Snapshot bulk load beside the upsert load (issue 12): one synthetic run, one server, both ways.
+#
+#   QDRANT_BIN=/path/to/qdrant-1.18.x benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
+#
+# 1. upsert:   `embedfleet upload` (bulk mode) into collection `upsert`, until green: wall, and the
+#              CPU seconds of the server and of the client;
+# 2. build:    `embedfleet build-shard` for each batch, one process after another (on a cluster
+#              each runs on its own embed node): wall and CPU seconds per batch and in all;
+# 3. snapshot: `embedfleet upload --mode snapshot --no-build` into collection `snapshot`, until
+#              green: wall, and the CPU seconds of the server and of the client.
+# Then both collections are compared (counts; exact top-10 of 50 queries) and one JSON line per
+# phase goes to stdout. The server is started fresh in cluster mode under $WORK/qdrant and
+# stopped at the end. BIN (release embedfleet) and SYNTH (release synthetic_run example) default
+# to $CARGO_TARGET_DIR/release/...; build them with
+#   cargo build --release && cargo build --release -p embedfleet-upload --example synthetic_run
+set -euo pipefail
+points=${1:?usage: snapshot_load.sh POINTS [DIM] [BATCH_POINTS]}
+dim=${2:-2560}
+batch=${3:-4000}
+target=${CARGO_TARGET_DIR:-target}
+bin=${BIN:-$target/release/embedfleet}
+synth=${SYNTH:-$target/release/examples/synthetic_run}
+work=${WORK:-/var/tmp/embedfleet-snapbench-$points}
+here=$(cd "$(dirname "$0")/.." && pwd)
+export QDRANT_HOME=$work/qdrant QDRANT_CLUSTER=1
+grpc=http://127.0.0.1:${QDRANT_GRPC_PORT:-6334}
+rest=http://127.0.0.1:${QDRANT_HTTP_PORT:-6333}
+tck=$(getconf CLK_TCK)
+
+"$here/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
+rm -rf "$work" && mkdir -p "$work"
+"$synth" "$work/run" "$points" "$dim" 500 "$batch" >&2
+batches=$(( (points + batch - 1) / batch ))
+"$here/.ci/qdrant/qdrant-server.sh" start >&2
+trap '"$here/.ci/qdrant/qdrant-server.sh" stop' EXIT
+pid=$(cat "$QDRANT_HOME/qdrant.pid")
+
+server_cpu() { awk -v t="$tck" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$pid/stat"; }
+now() { date +%s.%N; }
+# Runs a command under /usr/bin/time; prints "WALL CPU" (user + system, children included).
+timed() {
+  /usr/bin/time -f '%e %U %S' -o "$work/time" "$@" >&2
+  awk '{ printf "%.2f %.2f", $1, $2 + $3 }' "$work/time"
+}
+
+# 1. Upsert, then the server's indexing, until green (the upload waits for green itself).
+c0=$(server_cpu)
+read -r up_wall up_client < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --collection upsert)
+c1=$(server_cpu)
+echo "{\"phase\":\"upsert+index\",\"points\":$points,\"dim\":$dim,\"wall_s\":$up_wall,\"client_cpu_s\":$up_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+
+# 2. Each batch's shard built offline, one process per batch (one embed node each on a cluster).
+build_wall=0; build_cpu=0; build_max=0
+for b in $(seq 1 "$batches"); do
+  read -r w c < <(timed "$bin" build-shard --run-dir "$work/run" --batch "$b")
+  build_wall=$(echo "$build_wall + $w" | bc); build_cpu=$(echo "$build_cpu + $c" | bc)
+  build_max=$(echo "if ($w > $build_max) $w else $build_max" | bc)
+done
+echo "{\"phase\":\"build-shard\",\"batches\":$batches,\"batch_points\":$batch,\"wall_s_sum\":$build_wall,\"wall_s_max_batch\":$build_max,\"cpu_s_sum\":$build_cpu}"
+
+# 3. Every built shard recovered on the server, until green.
+c0=$(server_cpu)
+read -r sn_wall sn_client < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build)
+c1=$(server_cpu)
+echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+
+# The two collections hold the same points and give the same exact answers.
+python3 - "$rest" "$points" <<'PY'
+import json, sys, urllib.request
+rest, points = sys.argv[1], int(sys.argv[2])
+def call(method, path, body=None):
+    req = urllib.request.Request(rest + path, method=method, data=json.dumps(body).encode() if body else None,
+                                 headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req))["result"]
+counts = {c: call("POST", f"/collections/{c}/points/count", {"exact": True})["count"] for c in ("upsert", "snapshot")}
+info = {c: call("GET", f"/collections/{c}") for c in ("upsert", "snapshot")}
+pts = call("POST", "/collections/upsert/points/scroll", {"limit": 50, "with_vector": True})["points"]
+same = 0
+for p in pts:
+    q = {"query": p["vector"], "limit": 10, "params": {"exact": True}}
+    a = [h["id"] for h in call("POST", "/collections/upsert/points/query", q)["points"]]
+    b = [h["id"] for h in call("POST", "/collections/snapshot/points/query", q)["points"]]
+    same += a == b
+print(json.dumps({"phase": "compare", "counts": counts, "expected": points,
+                  "status": {c: info[c]["status"] for c in info},
+                  "indexed_vectors": {c: info[c].get("indexed_vectors_count") for c in info},
+                  "segments": {c: info[c].get("segments_count") for c in info},
+                  "exact_top10_equal": f"{same}/{len(pts)}"}))
+PY
