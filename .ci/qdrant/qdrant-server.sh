@@ -27,18 +27,19 @@ pidfile=$home/qdrant.pid
 start() {
   local bin=${QDRANT_BIN:?set QDRANT_BIN to the qdrant binary}
   mkdir -p "$home/storage" "$home/snapshots"
+  local cluster=()
+  if [ "${QDRANT_CLUSTER:-0}" = 1 ]; then
+    # The first (here: only) peer of the cluster names its own address.
+    cluster=(--uri "http://127.0.0.1:$p2p")
+  fi
   QDRANT__STORAGE__STORAGE_PATH=$home/storage \
   QDRANT__STORAGE__SNAPSHOTS_PATH=$home/snapshots \
   QDRANT__SERVICE__GRPC_PORT=$grpc \
   QDRANT__SERVICE__HTTP_PORT=$http \
   QDRANT__SERVICE__HOST=127.0.0.1 \
   QDRANT__TELEMETRY_DISABLED=true \
-  local cluster=()
-  if [ "${QDRANT_CLUSTER:-0}" = 1 ]; then
-    export QDRANT__CLUSTER__ENABLED=true QDRANT__CLUSTER__P2P__PORT=$p2p
-    # The first (here: only) peer of the cluster names its own address.
-    cluster=(--uri "http://127.0.0.1:$p2p")
-  fi
+  QDRANT__CLUSTER__ENABLED=$([ "${QDRANT_CLUSTER:-0}" = 1 ] && echo true || echo false) \
+  QDRANT__CLUSTER__P2P__PORT=$p2p \
   QDRANT__LOG_LEVEL=WARN \
     setsid ${QDRANT_CPUS:+taskset -c "$QDRANT_CPUS"} "$bin" "${cluster[@]}" >>"$home/qdrant.log" 2>&1 < /dev/null &
   echo $! > "$pidfile"
