@@ -11,16 +11,16 @@
 #              green: wall, and the CPU seconds of the server and of the client.
 # Then both collections are compared (counts; exact top-10 of 50 queries) and one JSON line per
 # phase goes to stdout. The server is started fresh in cluster mode under $WORK/qdrant and
-# stopped at the end. BIN (release embedfleet) and SYNTH (release synthetic_run example) default
-# to $CARGO_TARGET_DIR/release/...; build them with
-#   cargo build --release && cargo build --release -p embedfleet-upload --example synthetic_run
+# stopped at the end. BIN is a release embedfleet (default $CARGO_TARGET_DIR/release/embedfleet).
+# The run: `embedfleet plan` of a one-paper corpus for its run.db, then POINTS random unit
+# vectors written by pyarrow (its defaults: snappy) in shards of 500 rows, BATCH_POINTS a batch,
+# recorded in run.db with their sha256 — parquet made the way users make it, not by embedfleet.
 set -euo pipefail
 points=${1:?usage: snapshot_load.sh POINTS [DIM] [BATCH_POINTS]}
 dim=${2:-2560}
 batch=${3:-4000}
 target=${CARGO_TARGET_DIR:-target}
 bin=${BIN:-$target/release/embedfleet}
-synth=${SYNTH:-$target/release/examples/synthetic_run}
 work=${WORK:-/var/tmp/embedfleet-snapbench-$points}
 here=$(cd "$(dirname "$0")/.." && pwd)
 export QDRANT_HOME=$work/qdrant QDRANT_CLUSTER=1
@@ -30,7 +30,38 @@ tck=$(getconf CLK_TCK)
 
 "$here/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
 rm -rf "$work" && mkdir -p "$work"
-"$synth" "$work/run" "$points" "$dim" 500 "$batch" >&2
+"$bin" sample-corpus --papers 1 --out "$work/c.jsonl.gz" >&2
+"$bin" plan --corpus "$work/c.jsonl.gz" --run-dir "$work/run" >&2
+python3 - "$work/run" "$points" "$dim" "$batch" <<'PY'
+import hashlib, os, sqlite3, sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+run, n, dim, per_batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(0)
+db = sqlite3.connect(f"{run}/run.db")
+db.executescript("DELETE FROM papers; DELETE FROM shards; DELETE FROM batches;")
+os.makedirs(f"{run}/shards", exist_ok=True)
+for b, bfirst in enumerate(range(0, n, per_batch), start=1):
+    brows = min(per_batch, n - bfirst)
+    db.execute("INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state) VALUES (?, 1, ?, 'synthetic', ?, 1, 'done')", (b, b - 1, brows))
+    for part, first in enumerate(range(bfirst, bfirst + brows, 500)):
+        rows = min(500, bfirst + brows - first)
+        v = rng.standard_normal((rows, dim), dtype=np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        ids = [f"W{i:010d}" for i in range(first, first + rows)]
+        t = pa.table({"id": ids,
+                      "embedding": pa.FixedSizeListArray.from_arrays(pa.array(v.ravel(), pa.float32()), dim),
+                      "n_chars": pa.array([20000] * rows, pa.int32()), "n_tokens": pa.array([5000] * rows, pa.int32()),
+                      "n_chunks": pa.array([1] * rows, pa.int16()),
+                      "source": ["arxiv" if i % 3 == 0 else "s2orc" for i in range(first, first + rows)],
+                      "created": [f"{2000 + i % 25}-05-02T00:00:00.000Z" for i in range(first, first + rows)]})
+        rel = f"shards/b{b:06d}-{part:04d}.pyarrow.parquet"
+        pq.write_table(t, f"{run}/{rel}")
+        sha = hashlib.sha256(open(f"{run}/{rel}", "rb").read()).hexdigest()
+        db.execute("INSERT INTO shards (batch_id, part, path, rows, sha256, created_at) VALUES (?, ?, ?, ?, ?, 'now')", (b, part, rel, rows, sha))
+        for i, pid in enumerate(ids):
+            db.execute("INSERT INTO papers (id, batch_id, row, line, n_chars) VALUES (?, ?, ?, ?, 20000)", (pid, b, first - bfirst + i, first + i + 1))
+db.commit()
+PY
 batches=$(( (points + batch - 1) / batch ))
 "$here/.ci/qdrant/qdrant-server.sh" start >&2
 trap '"$here/.ci/qdrant/qdrant-server.sh" stop' EXIT
@@ -41,7 +72,7 @@ now() { date +%s.%N; }
 # Runs a command under /usr/bin/time; prints "WALL CPU" (user + system, children included).
 timed() {
   /usr/bin/time -f '%e %U %S' -o "$work/time" "$@" >&2
-  awk '{ printf "%.2f %.2f", $1, $2 + $3 }' "$work/time"
+  awk '{ printf "%.2f %.2f\n", $1, $2 + $3 }' "$work/time"
 }
 
 # 1. Upsert, then the server's indexing, until green (the upload waits for green itself).
@@ -53,7 +84,7 @@ echo "{\"phase\":\"upsert+index\",\"points\":$points,\"dim\":$dim,\"wall_s\":$up
 # 2. Each batch's shard built offline, one process per batch (one embed node each on a cluster).
 build_wall=0; build_cpu=0; build_max=0
 for b in $(seq 1 "$batches"); do
-  read -r w c < <(timed "$bin" build-shard --run-dir "$work/run" --batch "$b")
+  read -r w c < <(timed "$bin" build-shard --run-dir "$work/run" --batch "$b" --accepted)
   build_wall=$(echo "$build_wall + $w" | bc); build_cpu=$(echo "$build_cpu + $c" | bc)
   build_max=$(echo "if ($w > $build_max) $w else $build_max" | bc)
 done

@@ -115,8 +115,13 @@ pub struct BuildShardArgs {
     pub batches: Vec<i64>,
     /// Build from this attempt's shards (its result manifest) instead of the batch's first
     /// finished attempt.
-    #[arg(long, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN", conflicts_with = "accepted")]
     pub attempt: Option<String>,
+    /// Build from the shards run.db accepted for the batch. This opens run.db: only on the
+    /// login node, as the run's owner (a job never opens it; see README, "On a shared
+    /// filesystem").
+    #[arg(long)]
+    pub accepted: bool,
     #[command(flatten)]
     pub collection_settings: CollectionArgs,
 }

@@ -204,10 +204,29 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     let mut spec = upload::CollectionSpec::new("shard", 0);
     apply_collection_args(&mut spec, &args.collection_settings);
     ShardSettings::of(&spec).pin(&layout)?;
+    let db = if args.accepted {
+        Some(RunDb::open(&args.run_dir)?)
+    } else {
+        None
+    };
     for &batch in &args.batches {
-        let sources = match &args.attempt {
-            Some(attempt) => snapshot::sources_of_attempt(&layout, batch, attempt)?,
-            None => snapshot::sources_of_batch(&layout, batch)?,
+        let sources = match (&db, &args.attempt) {
+            (Some(db), _) => {
+                let shards = db.shards_of(embedfleet_core::BatchId(batch))?;
+                if shards.is_empty() {
+                    bail!("batch {batch} has no accepted shards in run.db yet: embed it first (`embedfleet status` lists the batches)");
+                }
+                shards
+                    .into_iter()
+                    .map(|s| snapshot::SourceShard {
+                        file: s.path,
+                        rows: s.rows,
+                        sha256: s.sha256,
+                    })
+                    .collect()
+            }
+            (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, batch, attempt)?,
+            (None, None) => snapshot::sources_of_batch(&layout, batch)?,
         };
         let outcome = snapshot::build_shard(&layout, batch, &sources, &spec)?;
         print_built(&outcome);

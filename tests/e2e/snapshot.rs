@@ -92,8 +92,13 @@ fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
         assert_eq!(files, recorded, "built from the batch's accepted shards");
         assert!(t.join("run").join(&m.snapshot).is_file());
     }
-    // Again: nothing to build.
+    // Again: nothing to build; from run.db's accepted shards (the owner) it is the same shard.
     let out = t.run(&["build-shard", "--run-dir", "run", "--batch", "2"], 0);
+    assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
+    let out = t.run(
+        &["build-shard", "--run-dir", "run", "--batch", "2", "--accepted"],
+        0,
+    );
     assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
     // The run's build settings are pinned: other ones are refused (exit 4), naming them.
     let out = t.run(

@@ -286,6 +286,15 @@ pub fn load_snapshots(
     for b in &batches {
         let n = server.count_in_key(&name, &b.key)?;
         if n != b.manifest.points {
+            // Whatever changed the shard (a replaced collection, a write past embedfleet), the
+            // next load recovers this batch again instead of trusting the record.
+            let row = SnapshotLoadRow {
+                snapshot_sha256: None,
+                points: None,
+                step: SnapshotStep::Key,
+                ..recorded[&b.id].clone()
+            };
+            db.record_snapshot_load(&key, &row)?;
             return Err(SnapshotError::Check {
                 what: format!("shard key {} (batch {})", b.key, b.id),
                 message: format!(

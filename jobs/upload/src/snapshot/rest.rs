@@ -214,6 +214,67 @@ mod tests {
         );
     }
 
+    /// A one-shot HTTP server on loopback answering every request with `body` (JSON, 200).
+    fn answering(body: &'static str) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(4) {
+                let mut stream = stream.unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_server_not_in_cluster_mode_is_refused_with_what_to_do() {
+        let url = answering(r#"{"result":{"status":"disabled"},"status":"ok","time":0.0}"#);
+        let err = RestClient::new(&url, None, Duration::from_secs(5))
+            .peers()
+            .unwrap_err();
+        assert!(err.is_refusal(), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("not in cluster mode") && text.contains("--mode upsert"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_peers_of_a_cluster_get_the_rest_port_of_the_server_asked() {
+        let url = answering(
+            r#"{"result":{"status":"enabled","peer_id":7,"peers":{"9":{"uri":"http://q2.cluster:6335/"},"7":{"uri":"http://q1.cluster:6335/"}}}}"#,
+        );
+        let peers = RestClient::new(&url, None, Duration::from_secs(5))
+            .peers()
+            .unwrap();
+        let port = url.rsplit_once(':').unwrap().1;
+        assert_eq!(
+            peers,
+            [
+                Peer {
+                    id: 7,
+                    rest_url: url.clone()
+                },
+                Peer {
+                    id: 9,
+                    rest_url: format!("http://q2.cluster:{port}")
+                }
+            ]
+        );
+    }
+
     #[test]
     fn an_unreachable_server_names_the_url_and_the_port_to_check() {
         let client = RestClient::new("http://127.0.0.1:9", None, Duration::from_secs(2));
