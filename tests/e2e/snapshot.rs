@@ -96,7 +96,14 @@ fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
     let out = t.run(&["build-shard", "--run-dir", "run", "--batch", "2"], 0);
     assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
     let out = t.run(
-        &["build-shard", "--run-dir", "run", "--batch", "2", "--accepted"],
+        &[
+            "build-shard",
+            "--run-dir",
+            "run",
+            "--batch",
+            "2",
+            "--accepted",
+        ],
         0,
     );
     assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
