@@ -17,25 +17,13 @@ use std::time::{Duration, Instant};
 
 /// `run` of `papers` sample papers, `per_job` a batch, into `run_dir`.
 fn small_run(t: &TestDir, run_dir: &str, papers: u64, per_job: u64) {
-    let corpus = format!("{run_dir}-corpus.jsonl.gz");
-    t.sample(&corpus, papers, 1);
-    let per_job = per_job.to_string();
-    t.run(
-        &[
-            "run",
-            "--corpus",
-            &corpus,
-            "--run-dir",
-            run_dir,
-            "--papers-per-job",
-            &per_job,
-            "--local-jobs",
-            "2",
-            "--shard-papers",
-            "15",
-        ],
-        0,
-    );
+    t.small_run(run_dir, papers, per_job, &[]);
+}
+
+/// `build-shard --run-dir run` with `args`, exiting `code`; returns its stderr.
+fn build(t: &TestDir, args: &[&str], code: i32) -> String {
+    let line = [&["build-shard", "--run-dir", "run"][..], args].concat();
+    stderr(&t.run(&line, code))
 }
 
 /// Every built-shard manifest of a run.
@@ -65,23 +53,8 @@ fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
     let db = RunDb::open(&t.join("run")).unwrap();
     let shards = db.all_shards().unwrap();
     drop(db);
-    let out = t.run(
-        &[
-            "build-shard",
-            "--run-dir",
-            "run",
-            "--batch",
-            "1",
-            "--batch",
-            "2",
-        ],
-        0,
-    );
-    assert!(
-        stderr(&out).contains("points into snapshots/"),
-        "{}",
-        stderr(&out)
-    );
+    let err = build(&t, &["--batch", "1", "--batch", "2"], 0);
+    assert!(err.contains("points into snapshots/"), "{err}");
     let built = manifests(&t.join("run"));
     assert_eq!(built.len(), 2);
     for m in &built {
@@ -93,41 +66,16 @@ fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
         assert!(t.join("run").join(&m.snapshot).is_file());
     }
     // Again: nothing to build; from run.db's accepted shards (the owner) it is the same shard.
-    let out = t.run(&["build-shard", "--run-dir", "run", "--batch", "2"], 0);
-    assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
-    let out = t.run(
-        &[
-            "build-shard",
-            "--run-dir",
-            "run",
-            "--batch",
-            "2",
-            "--accepted",
-        ],
-        0,
-    );
-    assert!(stderr(&out).contains("built already"), "{}", stderr(&out));
+    let err = build(&t, &["--batch", "2"], 0);
+    assert!(err.contains("built already"), "{err}");
+    let err = build(&t, &["--batch", "2", "--accepted"], 0);
+    assert!(err.contains("built already"), "{err}");
     // The run's build settings are pinned: other ones are refused (exit 4), naming them.
-    let out = t.run(
-        &[
-            "build-shard",
-            "--run-dir",
-            "run",
-            "--batch",
-            "1",
-            "--hnsw-m",
-            "32",
-        ],
-        4,
-    );
-    assert!(
-        stderr(&out).contains("hnsw m: 32 vs 16"),
-        "{}",
-        stderr(&out)
-    );
+    let err = build(&t, &["--batch", "1", "--hnsw-m", "32"], 4);
+    assert!(err.contains("hnsw m: 32 vs 16"), "{err}");
     // A batch nothing embedded yet is refused with what to do.
-    let out = t.run(&["build-shard", "--run-dir", "run", "--batch", "9"], 1);
-    assert!(stderr(&out).contains("embed it first"), "{}", stderr(&out));
+    let err = build(&t, &["--batch", "9"], 1);
+    assert!(err.contains("embed it first"), "{err}");
 }
 
 #[test]
@@ -371,26 +319,11 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
     let t = TestDir::new();
     small_run(&t, "run", 120, 20);
     let run = t.join("run");
-    t.run(
-        &[
-            "build-shard",
-            "--run-dir",
-            "run",
-            "--batch",
-            "1",
-            "--batch",
-            "2",
-            "--batch",
-            "3",
-            "--batch",
-            "4",
-            "--batch",
-            "5",
-            "--batch",
-            "6",
-        ],
-        0,
-    );
+    let batches: Vec<&str> = ["1", "2", "3", "4", "5", "6"]
+        .iter()
+        .flat_map(|b| ["--batch", b])
+        .collect();
+    build(&t, &batches, 0);
     let key = format!("{name}@server:{url}");
     let mut child = t
         .cmd(&[

@@ -10,29 +10,10 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// `run` of a small sample corpus into `run_dir`; returns its stdout and stderr.
+/// `run` of a small sample corpus into `run_dir`, 40 papers a batch; returns its stdout and
+/// stderr.
 fn small_run(t: &TestDir, run_dir: &str, papers: u64, extra: &[&str]) -> (String, String) {
-    let corpus = format!("{run_dir}-corpus.jsonl.gz");
-    t.sample(&corpus, papers, 1);
-    let mut args = vec![
-        "run",
-        "--corpus",
-        &corpus,
-        "--run-dir",
-        run_dir,
-        "--papers-per-job",
-        "40",
-        "--local-jobs",
-        "2",
-        "--shard-papers",
-        "15",
-    ];
-    args.extend_from_slice(extra);
-    let out = t.run(&args, 0);
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    t.small_run(run_dir, papers, 40, extra)
 }
 
 /// The year of every row of every shard recorded in run.db.

@@ -84,6 +84,39 @@ impl TestDir {
         self.run(&args, 0);
     }
 
+    /// `run` of `papers` sample papers into `run_dir` (`per_job` a batch, shards of 15 papers,
+    /// 2 local jobs), with `extra` arguments; returns its stdout and stderr.
+    pub fn small_run(
+        &self,
+        run_dir: &str,
+        papers: u64,
+        per_job: u64,
+        extra: &[&str],
+    ) -> (String, String) {
+        let corpus = format!("{run_dir}-corpus.jsonl.gz");
+        self.sample(&corpus, papers, 1);
+        let per_job = per_job.to_string();
+        let mut args = vec![
+            "run",
+            "--corpus",
+            &corpus,
+            "--run-dir",
+            run_dir,
+            "--papers-per-job",
+            &per_job,
+            "--local-jobs",
+            "2",
+            "--shard-papers",
+            "15",
+        ];
+        args.extend_from_slice(extra);
+        let out = self.run(&args, 0);
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// A sample corpus of `papers` short papers over `files` files; returns its path.
     pub fn sample(&self, name: &str, papers: u64, files: u32) -> String {
         let (papers, files) = (papers.to_string(), files.to_string());

@@ -281,6 +281,37 @@ impl QdrantServer {
         Ok(info.vector_size)
     }
 
+    /// Upserts `points`, into shard key `key` when given; refuses a batch of the wrong vector
+    /// size before sending it.
+    fn upsert_to(
+        &self,
+        collection: &str,
+        key: Option<&str>,
+        points: &PointsBatch<'_>,
+    ) -> UploadResult<()> {
+        let expected = self.collection_size(collection)?;
+        if points.dim() != expected {
+            return Err(UploadError::VectorSizeMismatch {
+                collection: collection.to_owned(),
+                expected,
+                found: points.dim(),
+            });
+        }
+        if points.is_empty() {
+            return Ok(());
+        }
+        // Rebuilt per attempt from the borrowed batch: nothing is cloned on the happy path.
+        self.retry("upsert points", || {
+            let mut request = UpsertPointsBuilder::new(collection, build_point_structs(points))
+                .wait(self.config.wait);
+            if let Some(key) = key {
+                request = request.shard_key_selector(key.to_owned());
+            }
+            self.client.upsert_points(request)
+        })?;
+        Ok(())
+    }
+
     fn remember(&self, collection: &str, size: usize) {
         self.sizes
             .lock()
@@ -316,24 +347,7 @@ impl Sink for QdrantServer {
     }
 
     fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
-        let expected = self.collection_size(collection)?;
-        if points.dim() != expected {
-            return Err(UploadError::VectorSizeMismatch {
-                collection: collection.to_owned(),
-                expected,
-                found: points.dim(),
-            });
-        }
-        if points.is_empty() {
-            return Ok(());
-        }
-        // Rebuilt per attempt from the borrowed batch: nothing is cloned on the happy path.
-        self.retry("upsert points", || {
-            let request = UpsertPointsBuilder::new(collection, build_point_structs(points))
-                .wait(self.config.wait);
-            self.client.upsert_points(request)
-        })?;
-        Ok(())
+        self.upsert_to(collection, None, points)
     }
 
     fn checkpoint(&self, _collection: &str) -> UploadResult<()> {

@@ -4,13 +4,13 @@
 
 use qdrant_client::qdrant::{
     self, shard_key, CountPointsBuilder, CreateShardKeyBuilder, CreateShardKeyRequestBuilder,
-    DeletePointsBuilder, PointId, PointsIdsList, UpsertPointsBuilder,
+    DeletePointsBuilder, PointId, PointsIdsList,
 };
 use uuid::Uuid;
 
-use super::{build_point_structs, QdrantServer};
+use super::QdrantServer;
 use crate::snapshot::ShardSettings;
-use crate::{PointsBatch, UploadError, UploadResult};
+use crate::{PointsBatch, UploadResult};
 
 /// Where one shard key's shard is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,24 +175,7 @@ impl QdrantServer {
         key: &str,
         points: &PointsBatch<'_>,
     ) -> UploadResult<()> {
-        if points.is_empty() {
-            return Ok(());
-        }
-        let expected = self.collection_size(collection)?;
-        if points.dim() != expected {
-            return Err(UploadError::VectorSizeMismatch {
-                collection: collection.to_owned(),
-                expected,
-                found: points.dim(),
-            });
-        }
-        self.retry("upsert points", || {
-            let request = UpsertPointsBuilder::new(collection, build_point_structs(points))
-                .shard_key_selector(key.to_owned())
-                .wait(self.config.wait);
-            self.client.upsert_points(request)
-        })?;
-        Ok(())
+        self.upsert_to(collection, Some(key), points)
     }
 
     /// Deletes points by id, from shard key `key` when given (a custom-sharded collection

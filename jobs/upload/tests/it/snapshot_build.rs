@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::upload_common::{paper_id, rows_in_years, source_of, vector_of, year_of};
 use embedfleet_core::paper::Paper;
-use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
+use embedfleet_core::shardfile::{ShardRow as Row, ShardWriter, VectorDtype};
 use embedfleet_core::RunLayout;
 use embedfleet_upload::snapshot::{build_shard, SnapshotError, SourceShard};
 use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
@@ -18,16 +18,7 @@ const DIM: usize = 32;
 /// Writes shards of rows `first..first + n` into `run/shards/`, as the embed job does.
 fn write_shards(run: &Path, parts: &[(usize, usize)]) -> Vec<SourceShard> {
     std::fs::create_dir_all(run.join("shards")).unwrap();
-    let meta = ShardMeta {
-        model: "test".into(),
-        model_revision: "0".into(),
-        compute_dtype: "f32".into(),
-        pooling: "last_token".into(),
-        normalized: true,
-        dim: DIM,
-        embedfleet_version: "0".into(),
-        timings: None,
-    };
+    let meta = crate::upload_common::shard_meta(DIM);
     parts
         .iter()
         .enumerate()

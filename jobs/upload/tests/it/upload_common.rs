@@ -38,6 +38,20 @@ pub fn vector_of(i: usize, dim: usize, seed: u64) -> Vec<f32> {
     v
 }
 
+/// The file metadata of a test shard of `dim`-d f32 vectors.
+pub fn shard_meta(dim: usize) -> embedfleet_core::shardfile::ShardMeta {
+    embedfleet_core::shardfile::ShardMeta {
+        model: "test".into(),
+        model_revision: "0".into(),
+        compute_dtype: "f32".into(),
+        pooling: "last_token".into(),
+        normalized: true,
+        dim,
+        embedfleet_version: "0".into(),
+        timings: None,
+    }
+}
+
 /// Paper id of row `i`.
 pub fn paper_id(i: usize) -> String {
     format!("W{:09}", 1_000_000 + i)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use embedfleet_core::paper::Paper;
 use embedfleet_core::rundb::{RunDb, ShardRow};
-use embedfleet_core::shardfile::{ShardMeta, ShardRow as Row, ShardWriter, VectorDtype};
+use embedfleet_core::shardfile::{ShardRow as Row, ShardWriter, VectorDtype};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{
     progress_key, upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit,
@@ -34,16 +34,7 @@ fn make_run(dir: &Path, shards: &[(usize, usize, usize)]) -> PathBuf {
     std::fs::create_dir_all(run.join("shards")).expect("shards dir");
     for (part, &(first, n, dim)) in shards.iter().enumerate() {
         let rel = format!("shards/part-{part}.parquet");
-        let meta = ShardMeta {
-            model: "test".into(),
-            model_revision: "0".into(),
-            compute_dtype: "f32".into(),
-            pooling: "last_token".into(),
-            normalized: true,
-            dim,
-            embedfleet_version: "0".into(),
-            timings: None,
-        };
+        let meta = upload_common::shard_meta(dim);
         let mut w = ShardWriter::create(&run.join(&rel), VectorDtype::F32, &meta).expect("writer");
         for i in first..first + n {
             let paper = Paper {
