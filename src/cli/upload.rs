@@ -81,7 +81,8 @@ pub struct UploadArgs {
     /// `upsert` sends points; `snapshot` recovers built shards (a cluster-mode server only).
     #[arg(long, value_enum, default_value_t = UploadMode::Upsert)]
     pub mode: UploadMode,
-    /// The server's REST address, for `--mode snapshot` (default: --qdrant with port 6333).
+    /// The server's REST address, for `--mode snapshot` (default: --qdrant with its port minus
+    /// one, as Qdrant's 6334 → 6333).
     #[arg(long, value_name = "URL", requires = "qdrant")]
     pub qdrant_rest: Option<String>,
     /// Snapshot recoveries at once, across the cluster's peers (`--mode snapshot`).

@@ -2,7 +2,7 @@
 //!
 //! The embedded-path tests always run. The `server_*` tests need a Qdrant server in cluster
 //! mode (`QDRANT_CLUSTER=1 .ci/qdrant/qdrant-server.sh start`) and run with `--run-ignored`,
-//! `QDRANT_URL` (gRPC) and `QDRANT_REST_URL` (default: the gRPC URL with port 6333).
+//! `QDRANT_URL` (gRPC) and `QDRANT_REST_URL` (default: the gRPC URL with its port minus one).
 
 use crate::util::{embed_job_args, TestDir};
 use embedfleet_core::rundb::{RunDb, SnapshotStep};

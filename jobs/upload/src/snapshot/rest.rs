@@ -62,12 +62,16 @@ impl RestClient {
         &self.url
     }
 
-    /// The REST URL of a server from its gRPC one: the port 6334 → 6333, else the same.
+    /// The REST URL of a server from its gRPC one, by Qdrant's convention of the two ports side
+    /// by side: the gRPC port minus one (6334 → 6333); a URL without a port is kept.
     pub fn url_from_grpc(grpc: &str) -> String {
         let trimmed = grpc.trim_end_matches('/');
         match trimmed.rsplit_once(':') {
-            Some((head, "6334")) => format!("{head}:6333"),
-            _ => trimmed.to_owned(),
+            Some((head, port)) => match port.parse::<u16>() {
+                Ok(p) if p > 1 && !head.ends_with('/') => format!("{head}:{}", p - 1),
+                _ => trimmed.to_owned(),
+            },
+            None => trimmed.to_owned(),
         }
     }
 
@@ -209,8 +213,12 @@ mod tests {
             "http://q1:6333"
         );
         assert_eq!(
-            RestClient::url_from_grpc("https://q.example:443"),
-            "https://q.example:443"
+            RestClient::url_from_grpc("http://127.0.0.1:7334"),
+            "http://127.0.0.1:7333"
+        );
+        assert_eq!(
+            RestClient::url_from_grpc("https://q.example"),
+            "https://q.example"
         );
     }
 
