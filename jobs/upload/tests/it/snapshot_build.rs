@@ -6,9 +6,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use crate::upload_common::{paper_id, rows_in_years, source_of, vector_of, year_of};
-use embedfleet_core::paper::Paper;
-use embedfleet_core::shardfile::{ShardRow as Row, ShardWriter, VectorDtype};
+use crate::upload_common::{paper_id, rows_in_years, source_of, vector_of, write_shard};
 use embedfleet_core::RunLayout;
 use embedfleet_upload::snapshot::{build_shard, SnapshotError, SourceShard};
 use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
@@ -18,31 +16,12 @@ const DIM: usize = 32;
 /// Writes shards of rows `first..first + n` into `run/shards/`, as the embed job does.
 fn write_shards(run: &Path, parts: &[(usize, usize)]) -> Vec<SourceShard> {
     std::fs::create_dir_all(run.join("shards")).unwrap();
-    let meta = crate::upload_common::shard_meta(DIM);
     parts
         .iter()
         .enumerate()
         .map(|(part, &(first, n))| {
             let file = format!("shards/b000001-{part:04}.a1.parquet");
-            let mut w = ShardWriter::create(&run.join(&file), VectorDtype::F32, &meta).unwrap();
-            for i in first..first + n {
-                let paper = Paper {
-                    id: paper_id(i),
-                    source: Some(source_of(i).into()),
-                    created: year_of(i).map(|y| format!("{y}-05-01")),
-                    ..Paper::default()
-                };
-                let vector = vector_of(i, DIM, 7);
-                w.push(&Row {
-                    paper: &paper,
-                    vector: &vector,
-                    n_chars: 100,
-                    n_tokens: 20,
-                    n_chunks: 1,
-                })
-                .unwrap();
-            }
-            let info = w.finish().unwrap();
+            let info = write_shard(&run.join(&file), first..first + n, DIM);
             SourceShard {
                 file,
                 rows: info.rows,

@@ -52,6 +52,35 @@ pub fn shard_meta(dim: usize) -> embedfleet_core::shardfile::ShardMeta {
     }
 }
 
+/// Writes rows `rows` (paper ids, payload and vectors of the functions here) into a parquet
+/// shard at `path`, as the embed job writes one.
+pub fn write_shard(
+    path: &std::path::Path,
+    rows: std::ops::Range<usize>,
+    dim: usize,
+) -> embedfleet_core::shardfile::ShardInfo {
+    use embedfleet_core::shardfile::{ShardRow, ShardWriter, VectorDtype};
+    let mut w = ShardWriter::create(path, VectorDtype::F32, &shard_meta(dim)).expect("writer");
+    for i in rows {
+        let paper = embedfleet_core::paper::Paper {
+            id: paper_id(i),
+            source: Some(source_of(i).into()),
+            created: year_of(i).map(|y| format!("{y}-05-01")),
+            ..Default::default()
+        };
+        let vector = vector_of(i, dim, 7);
+        let row = ShardRow {
+            paper: &paper,
+            vector: &vector,
+            n_chars: 100,
+            n_tokens: 20,
+            n_chunks: 1,
+        };
+        w.push(&row).expect("push");
+    }
+    w.finish().expect("finish")
+}
+
 /// Paper id of row `i`.
 pub fn paper_id(i: usize) -> String {
     format!("W{:09}", 1_000_000 + i)

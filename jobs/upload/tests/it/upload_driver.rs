@@ -9,16 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use embedfleet_core::paper::Paper;
 use embedfleet_core::rundb::{RunDb, ShardRow};
-use embedfleet_core::shardfile::{ShardRow as Row, ShardWriter, VectorDtype};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{
     progress_key, upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit,
     PayloadFilter, PointsBatch, QdrantEdge, QdrantServer, SearchOptions, Sink, UploadError,
     UploadOptions, UploadResult, UploadRunError,
 };
-use upload_common::{paper_id, source_of, vector_of, year_of};
+use upload_common::{paper_id, year_of};
 
 /// Writes a run directory whose shards hold rows `first..first + n` with `dim`-d vectors each,
 /// recorded in run.db as parts of one batch.
@@ -34,26 +32,7 @@ fn make_run(dir: &Path, shards: &[(usize, usize, usize)]) -> PathBuf {
     std::fs::create_dir_all(run.join("shards")).expect("shards dir");
     for (part, &(first, n, dim)) in shards.iter().enumerate() {
         let rel = format!("shards/part-{part}.parquet");
-        let meta = upload_common::shard_meta(dim);
-        let mut w = ShardWriter::create(&run.join(&rel), VectorDtype::F32, &meta).expect("writer");
-        for i in first..first + n {
-            let paper = Paper {
-                id: paper_id(i),
-                source: Some(source_of(i).into()),
-                created: year_of(i).map(|y| format!("{y}-05-01")),
-                ..Paper::default()
-            };
-            let vector = vector_of(i, dim, 7);
-            let row = Row {
-                paper: &paper,
-                vector: &vector,
-                n_chars: 100,
-                n_tokens: 20,
-                n_chunks: 1,
-            };
-            w.push(&row).expect("push");
-        }
-        let info = w.finish().expect("finish");
+        let info = upload_common::write_shard(&run.join(&rel), first..first + n, dim);
         let shard = ShardRow {
             batch_id: embedfleet_core::BatchId(1),
             part: part as u32,
