@@ -119,3 +119,6 @@ print(json.dumps({"phase": "compare", "counts": counts, "expected": points,
                   "segments": {c: info[c].get("segments_count") for c in info},
                   "exact_top10_equal": f"{same}/{len(pts)}"}))
 PY
+
+# And what the shape costs a search: HNSW top-10 latency and recall against exact search.
+python3 "$here/benches/snapshot_search.py" "$rest" 200
