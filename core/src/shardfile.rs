@@ -281,6 +281,25 @@ pub fn row_count(path: &Path) -> Result<u64, Box<dyn std::error::Error + Send + 
     Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
 }
 
+/// The shard at `path` (shown as `name`) still has the sha256 and the rows it was recorded
+/// with: what the owner checks before accepting an attempt's shard, and a build before using it.
+pub fn verify_recorded(path: &Path, name: &str, rows: u64, sha256: &str) -> Result<(), String> {
+    let found = sha256_of(path).map_err(|e| format!("shard {name} cannot be read: {e}"))?;
+    if found != sha256 {
+        return Err(format!(
+            "shard {name} changed after it was written (sha256 {found}, recorded {sha256})"
+        ));
+    }
+    let found_rows =
+        row_count(path).map_err(|e| format!("shard {name} is not a readable parquet file: {e}"))?;
+    if found_rows != rows {
+        return Err(format!(
+            "shard {name} has {found_rows} rows, recorded {rows}"
+        ));
+    }
+    Ok(())
+}
+
 /// The hex SHA-256 of a file.
 pub fn sha256_of(path: &Path) -> std::io::Result<String> {
     let mut file = File::open(path)?;

@@ -16,23 +16,25 @@ use embedfleet_upload::{
 use std::io::IsTerminal;
 use std::path::Path;
 
-fn api_key(target: &TargetArgs) -> ApiKey {
-    match (&target.api_key_env, &target.api_key_file) {
+/// How to reach the server at `url` with `target`'s API key and insecure-key consent.
+fn server_config(target: &TargetArgs, url: &str) -> ServerConfig {
+    let api_key = match (&target.api_key_env, &target.api_key_file) {
         (Some(var), _) => ApiKey::Env(var.clone()),
         (None, Some(path)) => ApiKey::File(path.clone()),
         (None, None) => ApiKey::None,
+    };
+    ServerConfig {
+        api_key,
+        allow_insecure: target.allow_insecure,
+        ..ServerConfig::new(url)
     }
 }
 
 /// The sink of `target`, and its kind (`edge` or `server`) for the tuned settings.
 pub fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'static str)> {
     if let Some(url) = &target.qdrant {
-        let config = ServerConfig {
-            api_key: api_key(target),
-            allow_insecure: target.allow_insecure,
-            ..ServerConfig::new(url.clone())
-        };
-        return Ok((Box::new(QdrantServer::connect(config)?), "server"));
+        let server = QdrantServer::connect(server_config(target, url))?;
+        return Ok((Box::new(server), "server"));
     }
     let dir = target
         .edge
@@ -152,16 +154,13 @@ fn snapshot_load(args: &UploadArgs) -> Result<i32> {
         }
         .into());
     };
-    let server = QdrantServer::connect(ServerConfig {
-        api_key: api_key(&args.target),
-        allow_insecure: args.target.allow_insecure,
-        ..ServerConfig::new(url.clone())
-    })?;
+    let config = server_config(&args.target, url);
+    let key = config.api_key.resolve()?;
+    let server = QdrantServer::connect(config)?;
     let rest_url = args
         .qdrant_rest
         .clone()
         .unwrap_or_else(|| RestClient::url_from_grpc(url));
-    let key = api_key(&args.target).resolve()?;
     let rest = RestClient::new(&rest_url, key, std::time::Duration::from_secs(6 * 3600));
     let mut options = LoadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
@@ -216,14 +215,7 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
                 if shards.is_empty() {
                     bail!("batch {batch} has no accepted shards in run.db yet: embed it first (`embedfleet status` lists the batches)");
                 }
-                shards
-                    .into_iter()
-                    .map(|s| snapshot::SourceShard {
-                        file: s.path,
-                        rows: s.rows,
-                        sha256: s.sha256,
-                    })
-                    .collect()
+                shards.iter().map(snapshot::SourceShard::from).collect()
             }
             (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, batch, attempt)?,
             (None, None) => snapshot::sources_of_batch(&layout, batch)?,

@@ -24,24 +24,12 @@ pub struct AttemptShard {
 impl AttemptShard {
     /// The file is there, holds `rows` rows and has the recorded sha256.
     pub fn verify(&self, layout: &RunLayout) -> Result<(), String> {
-        let path = layout.resolve(&self.file);
-        let sha256 = crate::shardfile::sha256_of(&path)
-            .map_err(|e| format!("shard {} cannot be read: {e}", self.file))?;
-        if sha256 != self.sha256 {
-            return Err(format!(
-                "shard {} changed after it was written (sha256 {sha256}, recorded {})",
-                self.file, self.sha256
-            ));
-        }
-        let rows = crate::shardfile::row_count(&path)
-            .map_err(|e| format!("shard {} is not a readable parquet file: {e}", self.file))?;
-        if rows != self.rows {
-            return Err(format!(
-                "shard {} has {rows} rows, recorded {}",
-                self.file, self.rows
-            ));
-        }
-        Ok(())
+        crate::shardfile::verify_recorded(
+            &layout.resolve(&self.file),
+            &self.file,
+            self.rows,
+            &self.sha256,
+        )
     }
 }
 

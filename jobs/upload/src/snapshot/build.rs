@@ -9,14 +9,14 @@
 //! built again. Two builds of one batch at once (two attempts' nodes) each write whole files
 //! under the same names: the last rename wins and both are the same shard.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use embedfleet_core::handoff::AttemptManifest;
 use embedfleet_core::RunLayout;
 
 use super::manifest::{sources_digest, BuildTimings, BuiltShardManifest, SourceShard};
-use super::{pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
+use super::{io_err, pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
 use crate::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink};
 
 /// The collection name inside a build's scratch engine.
@@ -123,7 +123,7 @@ pub fn build_shard(
     }
     let dim = shards::shard_dim(&layout.resolve(&sources[0].file)).map_err(|e| {
         // A shard that no longer reads may have changed since it was recorded: say so.
-        match verify_source(layout, &sources[0]) {
+        match verify_source(layout, batch, &sources[0]) {
             Err(changed) => changed,
             Ok(()) => e.into(),
         }
@@ -148,7 +148,7 @@ pub fn build_shard(
         });
     }
     for s in sources {
-        verify_source(layout, s)?;
+        verify_source(layout, batch, s)?;
     }
 
     let started = Instant::now();
@@ -284,20 +284,15 @@ fn build_in(
     Ok(manifest)
 }
 
-/// The shard's file still has the checksum it was recorded with.
-fn verify_source(layout: &RunLayout, s: &SourceShard) -> Result<(), SnapshotError> {
-    let path = layout.resolve(&s.file);
-    let sha256 = embedfleet_core::shardfile::sha256_of(&path).map_err(io_err("read", &path))?;
-    if sha256 != s.sha256 {
-        return Err(SnapshotError::Sources {
-            batch: -1,
-            message: format!(
-                "shard {} changed after it was written (sha256 {sha256}, recorded {})",
-                s.file, s.sha256
-            ),
-        });
-    }
-    Ok(())
+/// The shard's file still has the checksum and rows it was recorded with.
+fn verify_source(layout: &RunLayout, batch: i64, s: &SourceShard) -> Result<(), SnapshotError> {
+    embedfleet_core::shardfile::verify_recorded(
+        &layout.resolve(&s.file),
+        &s.file,
+        s.rows,
+        &s.sha256,
+    )
+    .map_err(|message| SnapshotError::Sources { batch, message })
 }
 
 /// Removes scratch directories of builds on this host whose process is gone (killed builds).
@@ -342,13 +337,4 @@ pub fn cpu_seconds() -> f64 {
     }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
-    let path: PathBuf = path.to_owned();
-    move |source| SnapshotError::Io {
-        action,
-        path,
-        source,
-    }
 }

@@ -149,11 +149,15 @@ pub fn load_snapshots(
     }
 
     // 2. Each batch's built shard, of its accepted parquet shards.
-    let mut batches = Vec::with_capacity(by_batch.len());
+    let found = by_batch
+        .iter()
+        .map(|(batch, sources)| find_built(&layout, *batch, sources))
+        .collect::<Result<Vec<_>, _>>()?;
     let missing: Vec<i64> = by_batch
         .iter()
-        .filter(|(b, s)| find_built(&layout, *b, s).ok().flatten().is_none())
-        .map(|(b, _)| *b)
+        .zip(&found)
+        .filter(|(_, f)| f.is_none())
+        .map(|((b, _), _)| *b)
         .collect();
     if !missing.is_empty() && !options.build_missing {
         return Err(SnapshotError::Sources {
@@ -172,18 +176,24 @@ pub fn load_snapshots(
             list(&missing)
         );
     }
-    for (batch, sources) in &by_batch {
-        let outcome = build_shard(&layout, *batch, sources, &spec)?;
-        if outcome.built {
-            report.built_here += 1;
-            eprintln!(
-                "  batch {batch}: {} points built in {:.1} s ({:.1} CPU s)",
-                outcome.manifest.points,
-                outcome.manifest.timings.total_s,
-                outcome.manifest.timings.cpu_s
-            );
-        }
-        let manifest = outcome.manifest;
+    let mut batches = Vec::with_capacity(by_batch.len());
+    for ((batch, sources), found) in by_batch.iter().zip(found) {
+        let manifest = match found {
+            Some(manifest) => manifest,
+            None => {
+                let outcome = build_shard(&layout, *batch, sources, &spec)?;
+                if outcome.built {
+                    report.built_here += 1;
+                    eprintln!(
+                        "  batch {batch}: {} points built in {:.1} s ({:.1} CPU s)",
+                        outcome.manifest.points,
+                        outcome.manifest.timings.total_s,
+                        outcome.manifest.timings.cpu_s
+                    );
+                }
+                outcome.manifest
+            }
+        };
         check_engine_version(&manifest.engine_version, &version)?;
         let differences = wanted.differences(&manifest.settings);
         if !differences.is_empty() {
@@ -336,11 +346,7 @@ pub fn load_snapshots(
 fn sources_by_batch(shards: &[ShardRow]) -> Vec<(i64, Vec<SourceShard>)> {
     let mut out: Vec<(i64, Vec<SourceShard>)> = Vec::new();
     for s in shards {
-        let source = SourceShard {
-            file: s.path.clone(),
-            rows: s.rows,
-            sha256: s.sha256.clone(),
-        };
+        let source = SourceShard::from(s);
         match out.last_mut() {
             Some((b, list)) if *b == s.batch_id.0 => list.push(source),
             _ => out.push((s.batch_id.0, vec![source])),

@@ -8,7 +8,7 @@ use embedfleet_core::RunLayout;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{ShardSettings, SnapshotError};
+use super::{read_json, write_json, ShardSettings, SnapshotError};
 
 /// The manifest format this embedfleet writes and reads.
 pub const BUILT_SHARD_FORMAT: u32 = 1;
@@ -20,6 +20,17 @@ pub struct SourceShard {
     pub file: String,
     pub rows: u64,
     pub sha256: String,
+}
+
+impl From<&embedfleet_core::rundb::ShardRow> for SourceShard {
+    /// A shard as run.db records it (an accepted attempt's).
+    fn from(s: &embedfleet_core::rundb::ShardRow) -> Self {
+        Self {
+            file: s.path.clone(),
+            rows: s.rows,
+            sha256: s.sha256.clone(),
+        }
+    }
 }
 
 /// The digest naming a built shard: of its sources' checksums, in order. The same shards give
@@ -102,12 +113,7 @@ impl BuiltShardManifest {
             self.batch,
             &self.sources_digest,
         ));
-        let bytes = serde_json::to_vec_pretty(self).expect("a manifest serializes");
-        embedfleet_core::atomic::write(&path, &bytes).map_err(|source| SnapshotError::Io {
-            action: "write",
-            path,
-            source,
-        })
+        write_json(&path, self)
     }
 
     /// The snapshot file is there with the recorded size (its checksum is the server's check).
@@ -118,22 +124,9 @@ impl BuiltShardManifest {
 }
 
 fn read_manifest(path: &Path) -> Result<Option<BuiltShardManifest>, SnapshotError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(SnapshotError::Io {
-                action: "read",
-                path: path.to_owned(),
-                source,
-            })
-        }
+    let Some(manifest) = read_json::<BuiltShardManifest>(path, "a built-shard manifest")? else {
+        return Ok(None);
     };
-    let manifest: BuiltShardManifest =
-        serde_json::from_slice(&bytes).map_err(|e| SnapshotError::Layout {
-            path: path.to_owned(),
-            message: format!("not a built-shard manifest: {e}"),
-        })?;
     if manifest.format != BUILT_SHARD_FORMAT {
         return Err(SnapshotError::Layout {
             path: path.to_owned(),

@@ -60,6 +60,43 @@ pub fn check_engine_version(engine: &str, server: &str) -> Result<(), SnapshotEr
     }
 }
 
+/// The error of a failed file operation `action` on `path`.
+fn io_err(
+    action: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(std::io::Error) -> SnapshotError {
+    let path = path.to_owned();
+    move |source| SnapshotError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// The JSON file at `path` as a `T`, `None` when there is none.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+    what: &str,
+) -> Result<Option<T>, SnapshotError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io_err("read", path)(source)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| SnapshotError::Layout {
+            path: path.to_owned(),
+            message: format!("not {what}: {e}"),
+        })
+}
+
+/// Writes `value` as JSON to `path`, atomically.
+fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> Result<(), SnapshotError> {
+    let bytes = serde_json::to_vec_pretty(value).expect("plain data serializes");
+    embedfleet_core::atomic::write(path, &bytes).map_err(io_err("write", path))
+}
+
 /// Errors of building and loading shard snapshots.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::SnapshotError;
+use super::{io_err, SnapshotError};
 
 /// What [`pack`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,15 +194,6 @@ fn append_bytes<W: Write>(
     header.set_cksum();
     tar.append_data(&mut header, name, bytes)
         .map_err(io_err("write", out))
-}
-
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SnapshotError {
-    let path = path.to_owned();
-    move |source| SnapshotError::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 /// A writer that hashes and counts what passes through it.

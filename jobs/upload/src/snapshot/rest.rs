@@ -171,11 +171,7 @@ impl RestClient {
         sha256: &str,
     ) -> Result<(), SnapshotError> {
         let what = format!("the snapshot of shard {shard_id} of `{collection}`");
-        let file = File::open(snapshot).map_err(|source| SnapshotError::Io {
-            action: "read",
-            path: snapshot.to_owned(),
-            source,
-        })?;
+        let file = File::open(snapshot).map_err(super::io_err("read", snapshot))?;
         let boundary = format!("embedfleet-{sha256}");
         let head = format!(
             "--{boundary}\r\nContent-Disposition: form-data; name=\"snapshot\"; filename=\"shard.snapshot\"\r\nContent-Type: application/octet-stream\r\n\r\n"

@@ -134,23 +134,10 @@ impl ShardSettings {
     pub fn pinned(
         layout: &embedfleet_core::RunLayout,
     ) -> Result<Option<Self>, super::SnapshotError> {
-        let path = layout.snapshot_dir().join(PINNED_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                serde_json::from_slice(&bytes)
-                    .map(Some)
-                    .map_err(|e| super::SnapshotError::Layout {
-                        path,
-                        message: e.to_string(),
-                    })
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(super::SnapshotError::Io {
-                action: "read",
-                path,
-                source,
-            }),
-        }
+        super::read_json(
+            &layout.snapshot_dir().join(PINNED_FILE),
+            "pinned build settings",
+        )
     }
 
     /// Pins these settings for the run's later builds (`embed-job --build-shard` uses them),
@@ -174,18 +161,8 @@ impl ShardSettings {
             });
         }
         let dir = layout.snapshot_dir();
-        std::fs::create_dir_all(&dir).map_err(|source| super::SnapshotError::Io {
-            action: "create",
-            path: dir.clone(),
-            source,
-        })?;
-        let path = dir.join(PINNED_FILE);
-        let bytes = serde_json::to_vec_pretty(&pinned).expect("settings serialize");
-        embedfleet_core::atomic::write(&path, &bytes).map_err(|source| super::SnapshotError::Io {
-            action: "write",
-            path,
-            source,
-        })
+        std::fs::create_dir_all(&dir).map_err(super::io_err("create", &dir))?;
+        super::write_json(&dir.join(PINNED_FILE), &pinned)
     }
 }
 
