@@ -161,7 +161,12 @@ fn snapshot_load(args: &UploadArgs) -> Result<i32> {
         .qdrant_rest
         .clone()
         .unwrap_or_else(|| RestClient::url_from_grpc(url));
-    let rest = RestClient::new(&rest_url, key, std::time::Duration::from_secs(6 * 3600));
+    let rest = RestClient::new(
+        &rest_url,
+        key,
+        args.target.allow_insecure,
+        std::time::Duration::from_secs(6 * 3600),
+    )?;
     let mut options = LoadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
     options.spec.replication_factor = args.replication_factor;

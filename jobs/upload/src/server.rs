@@ -556,7 +556,7 @@ fn int_value(i: i64) -> qdrant::Value {
 
 /// True when `url` is plain `http://` to another machine: an API key would cross the network
 /// in clear text. Loopback (`localhost`, `127.*`, `[::1]`) never leaves this machine.
-fn sends_in_clear(url: &str) -> bool {
+pub(crate) fn sends_in_clear(url: &str) -> bool {
     let Some(rest) = url.strip_prefix("http://") else {
         return false;
     };

@@ -36,18 +36,30 @@ impl std::fmt::Debug for RestClient {
 
 impl RestClient {
     /// A client of `url` (`http://host:6333`); `timeout` bounds each request (a big snapshot's
-    /// upload and recovery takes minutes).
-    pub fn new(url: &str, api_key: Option<String>, timeout: Duration) -> Self {
+    /// upload and recovery takes minutes). An API key over plain `http://` to another machine is
+    /// refused unless `allow_insecure`, as for the gRPC client.
+    pub fn new(
+        url: &str,
+        api_key: Option<String>,
+        allow_insecure: bool,
+        timeout: Duration,
+    ) -> Result<Self, SnapshotError> {
+        if api_key.is_some() && !allow_insecure && crate::server::sends_in_clear(url) {
+            return Err(crate::UploadError::InsecureApiKey {
+                url: url.to_owned(),
+            }
+            .into());
+        }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .build()
             .into();
-        Self {
+        Ok(Self {
             url: url.trim_end_matches('/').to_owned(),
             api_key,
             agent,
-        }
+        })
     }
 
     /// The same client for another peer of the cluster.
@@ -203,6 +215,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_api_key_in_clear_text_to_another_machine_is_refused_unless_allowed() {
+        let key = || Some("secret".to_owned());
+        let t = Duration::from_secs(1);
+        let err = RestClient::new("http://q1:6333", key(), false, t).unwrap_err();
+        assert!(err.to_string().contains("http://q1:6333"), "{err}");
+        RestClient::new("http://q1:6333", key(), true, t).unwrap();
+        RestClient::new("https://q1:6333", key(), false, t).unwrap();
+        RestClient::new("http://127.0.0.1:6333", key(), false, t).unwrap();
+        RestClient::new("http://q1:6333", None, false, t).unwrap();
+    }
+
+    #[test]
     fn the_rest_url_of_the_default_grpc_port_is_the_default_http_port() {
         assert_eq!(
             RestClient::url_from_grpc("http://q1:6334/"),
@@ -244,7 +268,8 @@ mod tests {
     #[test]
     fn a_server_not_in_cluster_mode_is_refused_with_what_to_do() {
         let url = answering(r#"{"result":{"status":"disabled"},"status":"ok","time":0.0}"#);
-        let err = RestClient::new(&url, None, Duration::from_secs(5))
+        let err = RestClient::new(&url, None, false, Duration::from_secs(5))
+            .unwrap()
             .peers()
             .unwrap_err();
         assert!(err.is_refusal(), "{err}");
@@ -260,7 +285,8 @@ mod tests {
         let url = answering(
             r#"{"result":{"status":"enabled","peer_id":7,"peers":{"9":{"uri":"http://q2.cluster:6335/"},"7":{"uri":"http://q1.cluster:6335/"}}}}"#,
         );
-        let peers = RestClient::new(&url, None, Duration::from_secs(5))
+        let peers = RestClient::new(&url, None, false, Duration::from_secs(5))
+            .unwrap()
             .peers()
             .unwrap();
         let port = url.rsplit_once(':').unwrap().1;
@@ -281,7 +307,8 @@ mod tests {
 
     #[test]
     fn an_unreachable_server_names_the_url_and_the_port_to_check() {
-        let client = RestClient::new("http://127.0.0.1:9", None, Duration::from_secs(2));
+        let client =
+            RestClient::new("http://127.0.0.1:9", None, false, Duration::from_secs(2)).unwrap();
         let err = client.peers().unwrap_err();
         let text = err.to_string();
         assert!(

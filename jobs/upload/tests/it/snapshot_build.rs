@@ -229,7 +229,8 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     let rest_url =
         std::env::var("QDRANT_REST_URL").unwrap_or_else(|_| RestClient::url_from_grpc(&url));
     let server = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
-    let rest = RestClient::new(&rest_url, None, std::time::Duration::from_secs(600));
+    let rest =
+        RestClient::new(&rest_url, None, false, std::time::Duration::from_secs(600)).unwrap();
     let name = format!("embedfleet-it-indexed-{}", std::process::id());
     let _ = server.delete_collection(&name);
 
