@@ -29,10 +29,10 @@ use qdrant_edge::{
 };
 
 use super::{
-    check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
-    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, SearchOptions,
-    Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID,
-    PAYLOAD_SOURCE, PAYLOAD_YEAR,
+    check_collection_name, check_compatible, check_vector_size, CollectionInfo, CollectionSpec,
+    Distance, Ensured, FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch,
+    SearchOptions, Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS,
+    PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
 
 /// One open collection. Updates, counts and searches share the lock; flush and optimize take it
@@ -269,14 +269,7 @@ impl Sink for QdrantEdge {
     fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
         let shard = self.existing(collection)?;
         let shard = read(&shard);
-        let (expected, _) = shape(&shard);
-        if points.dim() != expected {
-            return Err(UploadError::VectorSizeMismatch {
-                collection: collection.to_owned(),
-                expected,
-                found: points.dim(),
-            });
-        }
+        check_vector_size(collection, shape(&shard).0, points.dim())?;
         if points.is_empty() {
             return Ok(());
         }
@@ -337,14 +330,7 @@ impl Sink for QdrantEdge {
         options: &SearchOptions,
     ) -> UploadResult<Vec<Hit>> {
         let shard = self.existing(collection)?;
-        let (expected, _) = shape(&read(&shard));
-        if vector.len() != expected {
-            return Err(UploadError::VectorSizeMismatch {
-                collection: collection.to_owned(),
-                expected,
-                found: vector.len(),
-            });
-        }
+        check_vector_size(collection, shape(&read(&shard)).0, vector.len())?;
         let request = SearchRequest {
             query: QueryEnum::Nearest(qdrant_edge::NamedQuery {
                 query: VectorInternal::Dense(vector.to_vec()),

@@ -407,6 +407,18 @@ fn check_collection_name(name: &str) -> UploadResult<()> {
     }
 }
 
+/// Refuses vectors of `found` dimensions for `collection`, which holds `expected`-d ones.
+fn check_vector_size(collection: &str, expected: usize, found: usize) -> UploadResult<()> {
+    if found == expected {
+        return Ok(());
+    }
+    Err(UploadError::VectorSizeMismatch {
+        collection: collection.to_owned(),
+        expected,
+        found,
+    })
+}
+
 /// Refuses an existing collection whose vector size or distance differs from the spec.
 fn check_compatible(
     spec: &CollectionSpec,

@@ -26,10 +26,10 @@ pub use sharded::{KeyedShard, ServerCollection};
 
 use super::retry::{with_retry, RetryPolicy};
 use super::{
-    check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Distance, Ensured,
-    FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch, SearchOptions,
-    Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID,
-    PAYLOAD_SOURCE, PAYLOAD_YEAR,
+    check_collection_name, check_compatible, check_vector_size, CollectionInfo, CollectionSpec,
+    Distance, Ensured, FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch,
+    SearchOptions, Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS,
+    PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
 
 /// Where the API key comes from. The key itself is never stored in the config.
@@ -289,14 +289,7 @@ impl QdrantServer {
         key: Option<&str>,
         points: &PointsBatch<'_>,
     ) -> UploadResult<()> {
-        let expected = self.collection_size(collection)?;
-        if points.dim() != expected {
-            return Err(UploadError::VectorSizeMismatch {
-                collection: collection.to_owned(),
-                expected,
-                found: points.dim(),
-            });
-        }
+        check_vector_size(collection, self.collection_size(collection)?, points.dim())?;
         if points.is_empty() {
             return Ok(());
         }
