@@ -151,8 +151,6 @@ pub fn build_shard(
         verify_source(layout, batch, s)?;
     }
 
-    let started = Instant::now();
-    let cpu_start = cpu_seconds();
     let dir = layout.snapshot_dir();
     std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
     remove_dead_scratch(&dir);
@@ -165,7 +163,7 @@ pub fn build_shard(
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch).map_err(io_err("remove", &scratch))?;
     }
-    let result = build_in(layout, batch, sources, &spec, &scratch, started, cpu_start);
+    let result = build_in(layout, batch, sources, &digest, &spec, &scratch);
     // Scratch goes whatever happened: a failed build leaves nothing half-made behind.
     let _ = std::fs::remove_dir_all(&scratch);
     let manifest = result?;
@@ -175,17 +173,17 @@ pub fn build_shard(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The build itself, in `scratch`: insert, optimise, pack, then the manifest.
 fn build_in(
     layout: &RunLayout,
     batch: i64,
     sources: &[SourceShard],
+    digest: &str,
     spec: &CollectionSpec,
     scratch: &Path,
-    started: Instant,
-    cpu_start: f64,
 ) -> Result<BuiltShardManifest, SnapshotError> {
-    let digest = sources_digest(sources);
+    let started = Instant::now();
+    let cpu_start = cpu_seconds();
     let (points, first_id, last_id, insert_s, optimize_s) = {
         let engine = QdrantEdge::open(scratch.join("engine"))?;
         // Bulk mode: no graph while inserting; `finish` builds it once, with the final settings.
@@ -238,7 +236,7 @@ fn build_in(
     };
 
     let pack_start = Instant::now();
-    let snapshot = RunLayout::snapshot_file_name(batch, &digest);
+    let snapshot = RunLayout::snapshot_file_name(batch, digest);
     let snapshot_path = layout.resolve(&snapshot);
     let tmp = embedfleet_core::atomic::tmp_path(&snapshot_path);
     let packed = pack::pack(
@@ -254,14 +252,14 @@ fn build_in(
     let manifest = BuiltShardManifest {
         format: BUILT_SHARD_FORMAT,
         batch,
-        sources_digest: digest,
+        sources_digest: digest.to_owned(),
         sources: sources.to_vec(),
         points,
         first_id,
         last_id,
         settings: ShardSettings::of(spec),
         engine_version: EDGE_QDRANT_VERSION.into(),
-        segment_format: packed.engine_version,
+        segment_format: packed.segment_format,
         edge_version: EDGE_VERSION.into(),
         snapshot,
         snapshot_sha256: packed.sha256,

@@ -37,7 +37,7 @@ pub struct Packed {
     /// The highest operation number applied to any segment.
     pub max_version: u64,
     /// The segments' storage version (their `version.info`; one for all of them).
-    pub engine_version: String,
+    pub segment_format: String,
 }
 
 /// The WAL header: magic `wal`, format version 0, then a CRC seed (`lib/wal`'s segment format).
@@ -57,20 +57,20 @@ pub fn pack(shard_dir: &Path, out: &Path) -> Result<Packed, SnapshotError> {
         });
     }
     let mut max_version = 0;
-    let mut engine_version = None::<String>;
+    let mut segment_format = None::<String>;
     for dir in &segments {
         max_version = max_version.max(segment_version(dir)?);
         let version = std::fs::read_to_string(dir.join("version.info"))
             .map_err(io_err("read", &dir.join("version.info")))?;
         let version = version.trim().to_owned();
-        match &engine_version {
+        match &segment_format {
             Some(v) if *v != version => {
                 return Err(SnapshotError::Layout {
                     path: dir.clone(),
                     message: format!("a segment in storage version {version}, another in {v}"),
                 })
             }
-            _ => engine_version = Some(version),
+            _ => segment_format = Some(version),
         }
     }
 
@@ -117,7 +117,7 @@ pub fn pack(shard_dir: &Path, out: &Path) -> Result<Packed, SnapshotError> {
         bytes,
         segments: segments.len(),
         max_version,
-        engine_version: engine_version.unwrap_or_default(),
+        segment_format: segment_format.unwrap_or_default(),
     })
 }
 
@@ -262,7 +262,7 @@ mod tests {
         let packed = pack(&shard, &out).unwrap();
         assert_eq!(packed.segments, 2);
         assert_eq!(packed.max_version, 41);
-        assert_eq!(packed.engine_version, "0.6.0");
+        assert_eq!(packed.segment_format, "0.6.0");
         assert_eq!(packed.bytes, std::fs::metadata(&out).unwrap().len());
         assert_eq!(
             packed.sha256,

@@ -170,6 +170,14 @@ impl RestClient {
             })
             .collect();
         peers.sort_by_key(|p| p.id);
+        if peers.is_empty() {
+            return Err(SnapshotError::NeedsCluster {
+                message: format!(
+                    "the server at {} lists no peers in its cluster status",
+                    self.url
+                ),
+            });
+        }
         Ok(peers)
     }
 
