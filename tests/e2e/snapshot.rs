@@ -79,6 +79,41 @@ fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
 }
 
 #[test]
+fn build_shard_reads_shards_that_pyarrow_wrote_with_its_defaults() {
+    let t = TestDir::new();
+    small_run(&t, "run", 20, 20);
+    let run = t.join("run");
+    // Every shard of the run rewritten by pyarrow (snappy, its own schema metadata), and
+    // recorded in run.db as the accepted shards with their new sha256.
+    let code = format!(
+        "import hashlib, sqlite3, pyarrow.parquet as pq
+db = sqlite3.connect('{run}/run.db')
+for sid, path in db.execute('SELECT id, path FROM shards').fetchall():
+    t = pq.read_table('{run}/' + path).replace_schema_metadata(None)
+    new = path.replace('.parquet', '.pyarrow.parquet')
+    pq.write_table(t, '{run}/' + new)
+    sha = hashlib.sha256(open('{run}/' + new, 'rb').read()).hexdigest()
+    db.execute('UPDATE shards SET path = ?, sha256 = ? WHERE id = ?', (new, sha, sid))
+db.commit()
+print(pq.ParquetFile('{run}/' + new).metadata.row_group(0).column(0).compression)",
+        run = run.display()
+    );
+    let Some(codec) = crate::util::python(&code, "pyarrow", "EMBEDFLEET_REQUIRE_PYARROW") else {
+        return;
+    };
+    assert_eq!(codec, "SNAPPY");
+    let err = build(&t, &["--batch", "1", "--accepted"], 0);
+    assert!(err.contains("20 points into snapshots/"), "{err}");
+    let built = manifests(&run);
+    assert_eq!(built.len(), 1);
+    assert!(built[0]
+        .sources
+        .iter()
+        .all(|s| s.file.ends_with(".pyarrow.parquet")));
+    assert_eq!(built[0].points, 20);
+}
+
+#[test]
 fn embed_job_with_build_shard_leaves_the_batchs_shard_built() {
     let t = TestDir::new();
     t.plan_with_model(30, 30);
