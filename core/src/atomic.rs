@@ -9,13 +9,25 @@ use std::path::{Path, PathBuf};
 /// The suffix of files being written. Anything with it is garbage from a killed writer.
 pub const TMP_SUFFIX: &str = ".tmp";
 
-/// The temporary name `path` is written under: `NAME.PID.tmp`, so two processes writing the
-/// same file at once (two jobs rewriting `quarantine.jsonl`, say) never write into one
-/// temporary file; the last rename wins, whole.
+/// The temporary name `path` is written under: `NAME.HOST.PID.tmp`, so two processes writing
+/// the same file at once (two jobs rewriting `output-settings.json`, say) never write into one
+/// temporary file — not even two with the same pid on two nodes over a shared filesystem; the
+/// last rename wins, whole.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}{TMP_SUFFIX}", std::process::id()));
+    name.push(format!(".{}.{}{TMP_SUFFIX}", host_tag(), std::process::id()));
     path.with_file_name(name)
+}
+
+/// This host's name as it may stand in a file name (no `/`, no dots to confuse the suffix).
+fn host_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        crate::handoff::host_name()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .collect()
+    })
 }
 
 /// Makes a file written at `tmp_path(path)` durable under `path`.
@@ -91,7 +103,15 @@ mod tests {
     fn each_process_writes_under_its_own_temporary_name() {
         let tmp = tmp_path(Path::new("/run/quarantine.jsonl"));
         let name = tmp.file_name().unwrap().to_string_lossy().into_owned();
-        assert_eq!(name, format!("quarantine.jsonl.{}.tmp", std::process::id()));
+        assert_eq!(
+            name,
+            format!("quarantine.jsonl.{}.{}.tmp", host_tag(), std::process::id())
+        );
+        assert!(
+            !host_tag().is_empty() && !host_tag().contains(['/', '.']),
+            "{}",
+            host_tag()
+        );
         assert!(
             name.ends_with(TMP_SUFFIX),
             "leftovers are still found by their suffix"

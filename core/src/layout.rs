@@ -114,6 +114,13 @@ impl RunLayout {
             .join(format!("{attempt}.json"))
     }
 
+    /// The owner's word that it rejected attempt `attempt` at `batch` (beside its manifest): a
+    /// job never stands down for an attempt with one, though it looks complete to the job.
+    pub fn attempt_rejection(&self, batch: i64, attempt: &str) -> PathBuf {
+        self.batch_results_dir(batch)
+            .join(format!("{attempt}.rejected"))
+    }
+
     pub fn quarantine_file(&self) -> PathBuf {
         self.root.join(Self::QUARANTINE_FILE)
     }

@@ -282,22 +282,121 @@ pub fn row_count(path: &Path) -> Result<u64, Box<dyn std::error::Error + Send + 
 }
 
 /// The shard at `path` (shown as `name`) still has the sha256 and the rows it was recorded
-/// with: what the owner checks before accepting an attempt's shard, and a build before using it.
+/// with: what a build checks before using it. The owner's check of an attempt is
+/// [`check_recorded`], which also tells a read error from a wrong file.
 pub fn verify_recorded(path: &Path, name: &str, rows: u64, sha256: &str) -> Result<(), String> {
-    let found = sha256_of(path).map_err(|e| format!("shard {name} cannot be read: {e}"))?;
+    check_recorded(path, name, rows, sha256)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Why a recorded shard did not check out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardCheckError {
+    /// The file could not be read (on a shared filesystem: ESTALE, EIO, a file renamed over
+    /// while it was read): nothing is known about it, so the check is to be tried again.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The file was read whole and is not what was recorded: a verdict.
+    #[error("{0}")]
+    Wrong(String),
+}
+
+impl ShardCheckError {
+    /// A read error, not a verdict on the file.
+    pub fn is_unreadable(&self) -> bool {
+        matches!(self, Self::Unreadable(_))
+    }
+}
+
+/// Checks the shard at `path` (shown as `name`) against its record — sha256 first, then the
+/// rows in its footer — and returns its paper ids, in row order.
+pub fn check_recorded(
+    path: &Path,
+    name: &str,
+    rows: u64,
+    sha256: &str,
+) -> Result<Vec<String>, ShardCheckError> {
+    let unreadable = |e: &dyn std::fmt::Display| {
+        ShardCheckError::Unreadable(format!("shard {name} cannot be read now: {e}"))
+    };
+    let found = sha256_of(path).map_err(|e| unreadable(&e))?;
     if found != sha256 {
-        return Err(format!(
+        return Err(ShardCheckError::Wrong(format!(
             "shard {name} changed after it was written (sha256 {found}, recorded {sha256})"
-        ));
+        )));
     }
-    let found_rows =
-        row_count(path).map_err(|e| format!("shard {name} is not a readable parquet file: {e}"))?;
-    if found_rows != rows {
-        return Err(format!(
-            "shard {name} has {found_rows} rows, recorded {rows}"
-        ));
+    // The bytes are the ones the writer hashed: a failure to decode them now is a read error
+    // (or a writer that wrote garbage, which a later attempt replaces), unless the parquet
+    // reader itself says the data is malformed.
+    let ids = paper_ids(path).map_err(|e| match e {
+        PaperIdsError::Io(e) => unreadable(&e),
+        PaperIdsError::Format(e) => ShardCheckError::Wrong(format!(
+            "shard {name} is not a readable parquet shard: {e}"
+        )),
+    })?;
+    if ids.len() as u64 != rows {
+        return Err(ShardCheckError::Wrong(format!(
+            "shard {name} has {} rows, recorded {rows}",
+            ids.len()
+        )));
     }
-    Ok(())
+    Ok(ids)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PaperIdsError {
+    #[error(transparent)]
+    Io(std::io::Error),
+    #[error("{0}")]
+    Format(String),
+}
+
+/// The `id` column of a parquet shard, in row order (only that column is read).
+pub fn paper_ids(path: &Path) -> Result<Vec<String>, PaperIdsError> {
+    use arrow_array::cast::AsArray;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::ProjectionMask;
+    let format = |e: &dyn std::fmt::Display| PaperIdsError::Format(e.to_string());
+    let from_parquet = |e: parquet::errors::ParquetError| match e {
+        parquet::errors::ParquetError::External(inner) => match inner.downcast::<std::io::Error>() {
+            Ok(io) => PaperIdsError::Io(*io),
+            Err(other) => PaperIdsError::Format(other.to_string()),
+        },
+        other => format(&other),
+    };
+    let file = File::open(path).map_err(PaperIdsError::Io)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(from_parquet)?;
+    let Some(index) = builder.schema().fields().iter().position(|f| f.name() == "id") else {
+        return Err(PaperIdsError::Format("it has no `id` column".into()));
+    };
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(from_parquet)?;
+    let mut ids = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| match e {
+            arrow_schema::ArrowError::IoError(_, io) => PaperIdsError::Io(io),
+            arrow_schema::ArrowError::ExternalError(inner) => {
+                match inner.downcast::<parquet::errors::ParquetError>() {
+                    Ok(p) => from_parquet(*p),
+                    Err(other) => PaperIdsError::Format(other.to_string()),
+                }
+            }
+            other => format(&other),
+        })?;
+        let column = batch.column(0);
+        // pyarrow may rewrite a shard with large strings; both are ids.
+        match column.data_type() {
+            DataType::Utf8 => ids.extend(column.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string())),
+            DataType::LargeUtf8 => ids.extend(column.as_string::<i64>().iter().map(|v| v.unwrap_or_default().to_string())),
+            DataType::Utf8View => ids.extend(column.as_string_view().iter().map(|v| v.unwrap_or_default().to_string())),
+            other => return Err(PaperIdsError::Format(format!("its `id` column is {other}, not a string"))),
+        }
+    }
+    Ok(ids)
 }
 
 /// The hex SHA-256 of a file.

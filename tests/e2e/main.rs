@@ -6,6 +6,7 @@ mod util;
 mod architecture;
 mod doctor;
 mod embed;
+mod integrity;
 mod plan;
 mod publish;
 mod query;

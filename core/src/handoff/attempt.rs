@@ -1,13 +1,15 @@
 //! Result manifests: what one attempt at a batch made, written by the embed job for the owner.
 
 use super::{read_json, write_json, HandoffError, OutputSettings};
+use crate::shardfile::ShardCheckError;
 use crate::rundb::BatchTimings;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// The manifest format this embedfleet writes and reads.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format this embedfleet writes and reads (2: the plan id and each part's
+/// paper digest; a format-1 manifest has neither and is never accepted).
+pub const MANIFEST_FORMAT: u32 = 2;
 
 /// One parquet shard an attempt made (or took over from an earlier attempt of the batch).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,23 +21,131 @@ pub struct AttemptShard {
     pub sha256: String,
     /// Papers of the part that could not be embedded: (paper id, why).
     pub failed: Vec<(String, String)>,
+    /// [`papers_digest`] of the part's paper ids, embedded and failed.
+    #[serde(default)]
+    pub papers: String,
 }
 
 impl AttemptShard {
-    /// The file is there, holds `rows` rows and has the recorded sha256.
-    pub fn verify(&self, layout: &RunLayout) -> Result<(), String> {
-        crate::shardfile::verify_recorded(
+    /// Checks the shard against the part it stands for: its file is the one an attempt
+    /// `attempt` of `batch` writes for its part (nothing else is ever opened: a manifest is
+    /// not trusted to name files), it is there with its recorded rows and sha256, and the
+    /// paper ids in it, with the failed ones, are exactly the part's (`expected` digest).
+    pub fn verify(
+        &self,
+        layout: &RunLayout,
+        batch: i64,
+        attempt: &str,
+        expected: &str,
+    ) -> Result<(), Verdict> {
+        let own = RunLayout::shard_file_name(batch, self.part, attempt);
+        if self.file != own {
+            return Err(Verdict::Wrong(format!(
+                "part {} names the file {:?}, not its own {own}",
+                self.part, self.file
+            )));
+        }
+        if self.papers != expected {
+            return Err(Verdict::Wrong(format!(
+                "part {} is said to hold other papers than the plan gives it",
+                self.part
+            )));
+        }
+        let ids = crate::shardfile::check_recorded(
             &layout.resolve(&self.file),
             &self.file,
             self.rows,
             &self.sha256,
         )
+        .map_err(|e| match e {
+            ShardCheckError::Unreadable(why) => Verdict::Unreadable(why),
+            ShardCheckError::Wrong(why) => Verdict::Wrong(why),
+        })?;
+        let failed = self.failed.iter().map(|(id, _)| id.as_str());
+        if papers_digest(ids.iter().map(String::as_str).chain(failed)) != expected {
+            return Err(Verdict::Wrong(format!(
+                "shard {} does not hold the part's papers (one missing, doubled or another's)",
+                self.file
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a batch's result must match: the plan it was made for, and each part's papers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedBatch {
+    pub plan_id: String,
+    /// [`papers_digest`] of each part, in part order.
+    pub parts: Vec<String>,
+}
+
+impl ExpectedBatch {
+    /// The expected result of a batch whose papers to embed are `ids`, in row order, cut into
+    /// parts of `shard_papers` (as the embed job cuts them).
+    pub fn new<'a>(
+        plan_id: &str,
+        ids: impl IntoIterator<Item = &'a str>,
+        shard_papers: usize,
+    ) -> Self {
+        let ids: Vec<&str> = ids.into_iter().collect();
+        Self {
+            plan_id: plan_id.to_string(),
+            parts: ids
+                .chunks(shard_papers.max(1))
+                .map(|part| papers_digest(part.iter().copied()))
+                .collect(),
+        }
+    }
+
+    pub fn part_count(&self) -> usize {
+        self.parts.len()
+    }
+}
+
+/// A digest of a set of paper ids (sorted, so the order they were written in does not
+/// matter; a doubled or missing id changes it): hex SHA-256 of the ids, one per line.
+pub fn papers_digest<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut ids: Vec<&str> = ids.into_iter().collect();
+    ids.sort_unstable();
+    let mut hasher = Sha256::new();
+    for id in ids {
+        hasher.update(id.as_bytes());
+        hasher.update(b"\n");
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Why an attempt's result was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Something could not be read now (a shared filesystem's ESTALE or EIO): try again at the
+    /// next poll and record nothing.
+    Unreadable(String),
+    /// Read whole and found wrong: the attempt is rejected.
+    Wrong(String),
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Unreadable(why) | Verdict::Wrong(why) => f.write_str(why),
+        }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptManifest {
     pub format: u32,
+    /// The plan the attempt embedded (`plan.json`'s id): a result of another plan of the same
+    /// directory (a lost run.db, planned again) is never taken for this one's.
+    #[serde(default)]
+    pub plan_id: String,
     pub batch: i64,
     /// This attempt's token: in its file names, so attempts never touch each other's files.
     pub attempt: String,
@@ -61,9 +171,16 @@ pub struct AttemptManifest {
 
 impl AttemptManifest {
     /// A new attempt at `batch` with nothing made yet.
-    pub fn start(batch: i64, devices: String, settings: OutputSettings, parts: u32) -> Self {
+    pub fn start(
+        plan_id: &str,
+        batch: i64,
+        devices: String,
+        settings: OutputSettings,
+        parts: u32,
+    ) -> Self {
         Self {
             format: MANIFEST_FORMAT,
+            plan_id: plan_id.to_string(),
             batch,
             attempt: new_attempt_token(),
             job: job_from_env(),
@@ -97,53 +214,51 @@ impl AttemptManifest {
         self.write(layout)
     }
 
-    /// Checks that this is a whole, intact result for its batch: complete, made with the run's
-    /// `settings`, one shard per part, rows and failed papers adding up to the `papers` the
-    /// batch has to embed, and every shard file there with its recorded rows and sha256.
-    /// The error says what is wrong.
+    /// Checks that this is a whole, intact result for its batch: complete, made for the run's
+    /// plan with the run's `settings`, one shard per part, each shard its own attempt's file,
+    /// there with its recorded rows and sha256, holding exactly the part's papers (`expected`).
+    /// A read error is [`Verdict::Unreadable`], not a verdict on the attempt.
     pub fn verify(
         &self,
         layout: &RunLayout,
-        papers: u64,
+        expected: &ExpectedBatch,
         settings: Option<&OutputSettings>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Verdict> {
+        let wrong = |why: String| Err(Verdict::Wrong(why));
         if !self.complete {
-            return Err("the attempt did not finish".into());
+            return wrong("the attempt did not finish".into());
+        }
+        if self.plan_id != expected.plan_id {
+            return wrong(format!(
+                "it was made for another plan ({}) than the run's ({}): a run directory planned again, or a result of another run",
+                if self.plan_id.is_empty() { "none: an older embedfleet" } else { &self.plan_id },
+                expected.plan_id
+            ));
         }
         if let Some(run) = settings {
             let differences = run.differences(&self.settings);
             if !differences.is_empty() {
-                return Err(format!(
+                return wrong(format!(
                     "made with other settings than the run's: {}",
                     differences.join("; ")
                 ));
             }
         }
-        let parts = papers.div_ceil(self.settings.shard_papers.max(1) as u64);
+        let parts = expected.part_count();
         let numbered = self
             .shards
             .iter()
             .enumerate()
             .all(|(i, s)| s.part == i as u32);
-        if self.parts as u64 != parts || self.shards.len() as u64 != parts || !numbered {
-            return Err(format!(
+        if self.parts as usize != parts || self.shards.len() != parts || !numbered {
+            return wrong(format!(
                 "it has {} shards for parts 0..{}, the batch needs one for each of {parts} parts",
                 self.shards.len(),
                 self.parts
             ));
         }
-        let counted: u64 = self
-            .shards
-            .iter()
-            .map(|s| s.rows + s.failed.len() as u64)
-            .sum();
-        if counted != papers {
-            return Err(format!(
-                "its shards hold {counted} papers (embedded or failed), the batch has {papers}"
-            ));
-        }
-        for shard in &self.shards {
-            shard.verify(layout)?;
+        for (shard, digest) in self.shards.iter().zip(&expected.parts) {
+            shard.verify(layout, self.batch, &self.attempt, digest)?;
         }
         Ok(())
     }
@@ -255,6 +370,19 @@ mod tests {
             Some("7.pbs".into())
         );
         assert_eq!(job_label(env(&[])), None);
+    }
+
+    #[test]
+    fn a_parts_digest_ignores_order_and_sees_a_doubled_or_missing_paper() {
+        let part = papers_digest(["p1", "p2", "p3"]);
+        assert_eq!(papers_digest(["p3", "p1", "p2"]), part);
+        assert_ne!(papers_digest(["p1", "p1", "p3"]), part, "p1 twice, p2 dropped");
+        assert_ne!(papers_digest(["p1", "p2"]), part);
+        // Ids are whole lines: two ids never read as one.
+        assert_ne!(papers_digest(["p1p2"]), papers_digest(["p1", "p2"]));
+        let expected = ExpectedBatch::new("p1", ["a", "b", "c", "d", "e"], 2);
+        assert_eq!(expected.part_count(), 3);
+        assert_eq!(expected.parts[2], papers_digest(["e"]));
     }
 
     #[test]

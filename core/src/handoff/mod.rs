@@ -19,7 +19,10 @@ mod attempt;
 mod output;
 mod plan;
 
-pub use attempt::{host_name, new_attempt_token, AttemptManifest, AttemptShard, MANIFEST_FORMAT};
+pub use attempt::{
+    host_name, new_attempt_token, papers_digest, AttemptManifest, AttemptShard, ExpectedBatch,
+    Verdict, MANIFEST_FORMAT,
+};
 pub use output::{OutputSettings, PinError};
 pub use plan::{PlanManifest, PlannedBatch};
 

@@ -49,16 +49,19 @@ impl OutputSettings {
     /// What differs between the run's settings (`self`) and `other`, one line each.
     pub fn differences(&self, other: &OutputSettings) -> Vec<String> {
         let mut out = Vec::new();
+        // The fingerprint decides; the directory is only shown (one model reached by two
+        // mount paths, /eagle and /lus/eagle, is the same model).
+        if self.model != other.model {
+            out.push(format!(
+                "model: the run's {} ({}), here {} ({})",
+                self.model, self.model_dir, other.model, other.model_dir
+            ));
+        }
         let mut cmp = |name: &str, run: String, here: String| {
             if run != here {
                 out.push(format!("{name}: the run's {run}, here {here}"));
             }
         };
-        cmp(
-            "model",
-            format!("{} ({})", self.model, self.model_dir),
-            format!("{} ({})", other.model, other.model_dir),
-        );
         let dim = |d: Option<usize>| d.map_or("the model's own".into(), |d| d.to_string());
         cmp("--dim", dim(self.dim), dim(other.dim));
         cmp(

@@ -21,6 +21,9 @@ pub struct PlannedBatch {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanManifest {
+    /// The plan's id (run.db's `plan_id`): every result manifest names it.
+    #[serde(default)]
+    pub plan_id: String,
     pub settings: PlanSettings,
     pub batches: BTreeMap<i64, PlannedBatch>,
 }
@@ -52,7 +55,11 @@ impl PlanManifest {
                 );
             }
         }
-        Ok(Some(Self { settings, batches }))
+        Ok(Some(Self {
+            plan_id: db.plan_id()?,
+            settings,
+            batches,
+        }))
     }
 
     /// Writes the manifest of `db`'s run when its plan is complete; true if it did.
@@ -63,6 +70,15 @@ impl PlanManifest {
                 Ok(true)
             }
             None => Ok(false),
+        }
+    }
+
+    /// Whether `plan.json` is missing or names another plan than run.db's (written by an
+    /// embedfleet older than plan ids): then the jobs need it written again.
+    pub fn is_stale(db: &RunDb) -> bool {
+        match Self::read(&db.layout()) {
+            Ok(Some(manifest)) => db.plan_id().map_or(true, |id| manifest.plan_id != id),
+            _ => true,
         }
     }
 

@@ -8,11 +8,12 @@
 //! once no job of the batch is open the files of every other attempt are removed.
 
 use super::{sqlite_err, stored_state, Result, RunDb, RunDbError, ShardRow};
-use crate::handoff::{AttemptManifest, OutputSettings};
+use crate::handoff::{AttemptManifest, ExpectedBatch, HandoffError, OutputSettings, Verdict};
 use crate::state::{AttemptState, BatchState, JobStatus};
 use crate::{atomic, BatchId, RunLayout};
 use rusqlite::params;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// What one ingest did, for the caller to report.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -43,8 +44,9 @@ impl IngestReport {
 }
 
 /// The environment variable that makes the owner SIGKILL itself at a named point (tests of
-/// kill-anywhere resumption): `ingest` (inside the transaction accepting an attempt) or
-/// `resolve_duplicates` (inside the plan's duplicate resolution).
+/// kill-anywhere resumption): `ingest` (inside the transaction accepting an attempt),
+/// `accepted` (just after it commits) or `resolve_duplicates` (inside the plan's duplicate
+/// resolution).
 pub const TEST_KILL_ENV: &str = "EMBEDFLEET_TEST_KILL_AT";
 
 /// SIGKILLs this process when [`TEST_KILL_ENV`] names `point`.
@@ -79,18 +81,21 @@ impl RunDb {
     pub fn ingest_batches(&mut self, batches: &[i64]) -> Result<IngestReport> {
         let mut report = IngestReport::default();
         let layout = self.layout();
-        let settings = OutputSettings::read(&layout).ok().flatten();
-        let mut accepted_any = false;
+        // A kill between an accept and the rewrite of quarantine.jsonl left it stale.
+        self.write_quarantine_if_stale()?;
+        let settings = match OutputSettings::read(&layout) {
+            Ok(settings) => settings,
+            // Unread settings would mean no settings check: ingest nothing until they read.
+            Err(e) => {
+                tracing::warn!("not ingesting results this time: {e}");
+                return Ok(report);
+            }
+        };
+        let plan_id = self.plan_id()?;
         for &batch in batches {
-            accepted_any |= self.ingest_batch(&layout, batch, settings.as_ref(), &mut report)?;
+            self.ingest_batch(&layout, batch, &plan_id, settings.as_ref(), &mut report)?;
         }
-        if accepted_any {
-            crate::quarantine::write_jsonl(self).map_err(|source| RunDbError::Io {
-                action: "write",
-                path: layout.quarantine_file(),
-                source,
-            })?;
-        }
+        self.write_quarantine_if_stale()?;
         Ok(report)
     }
 
@@ -98,40 +103,56 @@ impl RunDb {
         &mut self,
         layout: &RunLayout,
         batch: i64,
+        plan_id: &str,
         settings: Option<&OutputSettings>,
         report: &mut IngestReport,
-    ) -> Result<bool> {
-        let known = self.attempts_of(batch)?;
+    ) -> Result<()> {
+        let mut known = self.attempts_of(batch)?;
         let tokens = manifest_tokens(layout, batch);
+        // A rejected attempt whose manifest was rewritten since is verified again.
+        for token in &tokens {
+            if let Some(recorded) = known.get(token).and_then(|a| a.stamp.as_deref()) {
+                if manifest_stamp(layout, batch, token).as_deref() != Some(recorded) {
+                    self.forget_rejection(layout, batch, token)?;
+                    known.remove(token);
+                }
+            }
+        }
         let new: Vec<&String> = tokens.iter().filter(|t| !known.contains_key(*t)).collect();
         let uncleaned = known
             .values()
-            .any(|(state, cleaned)| *state != AttemptState::Accepted && !cleaned);
+            .any(|a| a.state != AttemptState::Accepted && !a.cleaned);
         if new.is_empty() && !uncleaned {
-            return Ok(false);
+            return Ok(());
         }
         let Some(row) = self.batch(BatchId(batch))? else {
-            return Ok(false); // a results directory of a batch this run does not have
+            return Ok(()); // a results directory of a batch this run does not have
         };
-        let papers = row.n_rows - row.n_excluded;
         let mut manifests: Vec<AttemptManifest> = Vec::new();
         for token in new {
             let token = token.clone();
-            match AttemptManifest::read(layout, batch, &token) {
-                Ok(m) if m.batch == batch && m.attempt == token => manifests.push(m),
-                // Written atomically, so a manifest that does not parse (or names another
-                // batch or attempt) is not a half-written one: reject it, saying why.
-                other => {
-                    let why = match other {
-                        Err(e) => e.to_string(),
-                        Ok(_) => "its batch or attempt does not match its file name".into(),
-                    };
-                    self.record_attempt(batch, &token, AttemptState::Rejected, None, None, &why)?;
-                    report
-                        .not_accepted
-                        .push((batch, token, AttemptState::Rejected, why));
+            let why = match AttemptManifest::read(layout, batch, &token) {
+                Ok(m) if m.batch == batch && m.attempt == token => {
+                    manifests.push(m);
+                    continue;
                 }
-            }
+                Ok(_) => "its batch or attempt does not match its file name".to_string(),
+                // Not read: not a verdict (NFS's ESTALE while a job renames it over, EIO);
+                // the next poll reads it again.
+                Err(HandoffError::Io { source, .. }) => {
+                    tracing::warn!(
+                        "batch {batch}: the manifest of attempt {token} cannot be read now ({source}); it is read again at the next poll"
+                    );
+                    continue;
+                }
+                // Written atomically, so a manifest read whole that does not parse is not a
+                // half-written one: reject it, saying why.
+                Err(e) => e.to_string(),
+            };
+            self.reject(layout, batch, &token, None, None, &why)?;
+            report
+                .not_accepted
+                .push((batch, token, AttemptState::Rejected, why));
         }
         // The first to finish wins.
         manifests.sort_by(|a, b| {
@@ -140,7 +161,7 @@ impl RunDb {
                 .total_cmp(&end(b))
                 .then_with(|| a.attempt.cmp(&b.attempt))
         });
-        let mut accepted_now = false;
+        let mut expected: Option<ExpectedBatch> = None;
         let mut done = row.state == BatchState::Done;
         for m in &manifests {
             let (job, host) = (m.job.as_deref(), Some(m.host.as_str()));
@@ -169,23 +190,100 @@ impl RunDb {
                     .push((batch, m.attempt.clone(), AttemptState::Discarded, why));
                 continue;
             }
-            if let Err(why) = m.verify(layout, papers, settings) {
-                self.record_attempt(batch, &m.attempt, AttemptState::Rejected, job, host, &why)?;
-                report
-                    .not_accepted
-                    .push((batch, m.attempt.clone(), AttemptState::Rejected, why));
-                continue;
+            let expected = match &expected {
+                Some(e) => e,
+                None => {
+                    let ids = self.papers_to_embed(BatchId(batch))?;
+                    let shard_papers = settings.unwrap_or(&m.settings).shard_papers;
+                    expected.insert(ExpectedBatch::new(
+                        plan_id,
+                        ids.iter().map(String::as_str),
+                        shard_papers,
+                    ))
+                }
+            };
+            match m.verify(layout, expected, settings) {
+                Ok(()) => {}
+                Err(Verdict::Unreadable(why)) => {
+                    tracing::warn!(
+                        "batch {batch}: attempt {} is verified again at the next poll: {why}",
+                        m.attempt
+                    );
+                    continue;
+                }
+                Err(Verdict::Wrong(why)) => {
+                    self.reject(layout, batch, &m.attempt, job, host, &why)?;
+                    report
+                        .not_accepted
+                        .push((batch, m.attempt.clone(), AttemptState::Rejected, why));
+                    continue;
+                }
             }
             if self.accept(m)? {
+                test_kill_point("accepted");
                 report.accepted.push((batch, m.attempt.clone()));
-                accepted_now = true;
             }
             done = true;
         }
         if done && !self.has_open_job(batch)? {
             report.files_removed += self.clean_attempts(layout, batch)?;
         }
-        Ok(accepted_now)
+        Ok(())
+    }
+
+    /// Records attempt `token` as rejected, with its manifest's stamp (so a rewrite of it is
+    /// verified again), and leaves the owner's word beside the manifest for the jobs, which
+    /// cannot read run.db: a job never stands down for an attempt the owner rejected.
+    fn reject(
+        &self,
+        layout: &RunLayout,
+        batch: i64,
+        token: &str,
+        job: Option<&str>,
+        host: Option<&str>,
+        why: &str,
+    ) -> Result<()> {
+        let marker = layout.attempt_rejection(batch, token);
+        atomic::write(&marker, why.as_bytes()).map_err(|source| RunDbError::Io {
+            action: "write",
+            path: marker,
+            source,
+        })?;
+        self.record_attempt(batch, token, AttemptState::Rejected, job, host, why)?;
+        let stamp = manifest_stamp(layout, batch, token).unwrap_or_default();
+        self.conn
+            .execute(
+                "UPDATE attempts SET manifest_stamp = ?3 WHERE batch_id = ?1 AND token = ?2",
+                params![batch, token, stamp],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Forgets the rejection of attempt `token`, whose manifest changed since.
+    fn forget_rejection(&self, layout: &RunLayout, batch: i64, token: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "DELETE FROM attempts WHERE batch_id = ?1 AND token = ?2 AND state = ?3",
+                params![batch, token, AttemptState::Rejected.as_str()],
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        remove_if_there(&layout.attempt_rejection(batch, token)).map(drop)
+    }
+
+    /// Rewrites quarantine.jsonl when an accepted attempt changed the quarantine since it was
+    /// last written (the accept marks it stale in its own transaction, so a kill between the
+    /// commit and the rewrite is mended by the next ingest).
+    fn write_quarantine_if_stale(&self) -> Result<()> {
+        if self.setting::<bool>(QUARANTINE_STALE_KEY)? != Some(true) {
+            return Ok(());
+        }
+        crate::quarantine::write_jsonl(self).map_err(|source| RunDbError::Io {
+            action: "write",
+            path: self.layout().quarantine_file(),
+            source,
+        })?;
+        self.set_setting(QUARANTINE_STALE_KEY, &false)
     }
 
     /// Records `m` as the batch's result, in one transaction; false when another of the owner's
@@ -211,6 +309,7 @@ impl RunDb {
                 failed.extend(s.failed.iter().cloned());
             }
             self.record_embed_failures(batch, &failed)?;
+            self.set_setting(QUARANTINE_STALE_KEY, &true)?;
             self.record_manifest_run(m, None)?;
             self.set_batch_state(batch, BatchState::Done)?;
             self.record_attempt(
@@ -285,21 +384,7 @@ impl RunDb {
                     .map(|n| n.to_string_lossy().into_owned())
             })
             .collect();
-        let prefix = RunLayout::shard_file_prefix(batch);
-        let mut removed = 0;
-        if let Ok(entries) = std::fs::read_dir(layout.shard_dir()) {
-            for entry in entries.filter_map(|e| e.ok()) {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with(&prefix) && !keep.contains(&name) {
-                    std::fs::remove_file(entry.path()).map_err(|source| RunDbError::Io {
-                        action: "remove",
-                        path: entry.path(),
-                        source,
-                    })?;
-                    removed += 1;
-                }
-            }
-        }
+        let removed = remove_files(&leftover_shards(layout, batch, &keep))?;
         let known = self.attempts_of(batch)?;
         for token in manifest_tokens(layout, batch) {
             if !known.contains_key(&token) {
@@ -337,19 +422,22 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// The recorded attempts of `batch`: token → (state, cleaned).
-    fn attempts_of(&self, batch: i64) -> Result<BTreeMap<String, (AttemptState, bool)>> {
+    /// The recorded attempts of `batch`, by token.
+    fn attempts_of(&self, batch: i64) -> Result<BTreeMap<String, KnownAttempt>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT token, state, cleaned FROM attempts WHERE batch_id = ?1")
+            .prepare_cached(
+                "SELECT token, state, cleaned, manifest_stamp FROM attempts WHERE batch_id = ?1",
+            )
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([batch], |r| {
             Ok((
                 r.get::<_, String>(0)?,
-                (
-                    stored_state(r.get::<_, String>(1)?, AttemptState::parse)?,
-                    r.get::<_, bool>(2)?,
-                ),
+                KnownAttempt {
+                    state: stored_state(r.get::<_, String>(1)?, AttemptState::parse)?,
+                    cleaned: r.get(2)?,
+                    stamp: r.get(3)?,
+                },
             ))
         });
         rows.and_then(|r| r.collect())
@@ -400,6 +488,65 @@ impl RunDb {
     }
 }
 
+/// An attempt as run.db recorded it.
+struct KnownAttempt {
+    state: AttemptState,
+    /// Its files are gone.
+    cleaned: bool,
+    /// A rejected attempt's manifest when it was rejected (see [`manifest_stamp`]).
+    stamp: Option<String>,
+}
+
+/// The settings key that says quarantine.jsonl is behind run.db's quarantine.
+const QUARANTINE_STALE_KEY: &str = "quarantine_stale";
+
+/// The size and modification time of an attempt's manifest: a rewritten manifest has another.
+fn manifest_stamp(layout: &RunLayout, batch: i64, token: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(layout.attempt_manifest(batch, token)).ok()?;
+    Some(format!("{}:{}.{:09}", meta.len(), meta.mtime(), meta.mtime_nsec()))
+}
+
+/// Removes `path`; true if this call removed it. A file already gone is done: another of the
+/// owner's processes (`status` beside the submit loop, an upload worker) may be cleaning the
+/// same batch at the same moment.
+fn remove_if_there(path: &std::path::Path) -> Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(RunDbError::Io {
+            action: "remove",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The shard files of `batch` in `shards/` other than those named in `keep`.
+fn leftover_shards(layout: &RunLayout, batch: i64, keep: &[String]) -> Vec<PathBuf> {
+    let prefix = RunLayout::shard_file_prefix(batch);
+    let Ok(entries) = std::fs::read_dir(layout.shard_dir()) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(&prefix) && !keep.contains(&name)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Removes `paths`; how many this call removed.
+fn remove_files(paths: &[PathBuf]) -> Result<u64> {
+    let mut removed = 0;
+    for path in paths {
+        removed += u64::from(remove_if_there(path)?);
+    }
+    Ok(removed)
+}
+
 /// The attempt tokens of `batch`'s manifests, from their file names.
 fn manifest_tokens(layout: &RunLayout, batch: i64) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(layout.batch_results_dir(batch)) else {
@@ -419,4 +566,29 @@ fn file_token(path: &std::path::Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_another_cleaner_removed_first_is_done_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        std::fs::create_dir_all(layout.shard_dir()).unwrap();
+        let name = |attempt: &str| RunLayout::shard_file_name(7, 0, attempt);
+        for attempt in ["a1", "a2", "kept"] {
+            std::fs::write(layout.resolve(name(attempt)), b"x").unwrap();
+        }
+        let keep = vec!["b000007-0000.kept.parquet".to_string()];
+        let leftovers = leftover_shards(&layout, 7, &keep);
+        assert_eq!(leftovers.len(), 2, "{leftovers:?}");
+        // `status` beside the submit loop cleans the same batch between the listing and the
+        // removal: one of the files is gone already.
+        std::fs::remove_file(&leftovers[0]).unwrap();
+        assert_eq!(remove_files(&leftovers).unwrap(), 1);
+        assert!(layout.resolve(name("kept")).exists());
+        assert!(!leftovers.iter().any(|p| p.exists()));
+    }
 }

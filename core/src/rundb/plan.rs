@@ -13,6 +13,8 @@ use rusqlite::params;
 /// The settings key of the plan's settings, and of its state.
 const PLAN_SETTINGS_KEY: &str = "plan";
 pub(crate) const PLAN_STATE_KEY: &str = "plan_state";
+/// The settings key of the plan's id (see [`RunDb::plan_id`]).
+const PLAN_ID_KEY: &str = "plan_id";
 
 /// A corpus file as run.db knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +63,39 @@ impl RunDb {
 
     pub fn set_plan_state(&self, state: PlanState) -> Result<()> {
         self.set_setting(PLAN_STATE_KEY, &state.as_str())
+    }
+
+    /// The plan's id: made once, by the first plan of the run directory (or, for a run planned
+    /// before plans had ids, the first time it is asked for), and named by `plan.json` and by
+    /// every result manifest, so that nothing made for another plan of the same directory is
+    /// ever accepted.
+    pub fn plan_id(&self) -> Result<String> {
+        if let Some(id) = self.setting::<String>(PLAN_ID_KEY)? {
+            return Ok(id);
+        }
+        let id = format!("p{}", crate::handoff::new_attempt_token().trim_start_matches('a'));
+        // Two owner processes asking at once: the first insert wins, both read it back.
+        self.conn
+            .execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+                params![PLAN_ID_KEY, serde_json::to_string(&id).expect("a string serialises")],
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        Ok(self.setting::<String>(PLAN_ID_KEY)?.unwrap_or(id))
+    }
+
+    /// The ids of the papers a batch embeds (its rows less later duplicates), in row order.
+    pub fn papers_to_embed(&self, batch_id: BatchId) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id FROM papers WHERE batch_id = ?1 AND duplicate_of IS NULL ORDER BY row",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let ids = stmt
+            .query_map([batch_id], |r| r.get(0))
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<String>>>());
+        ids.map_err(sqlite_err(&self.dir))
     }
 
     /// True once the whole corpus is planned (what an embed job and the submit loop wait for).

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -168,4 +168,13 @@ CREATE TABLE snapshot_loads (
     updated_at      TEXT NOT NULL,
     PRIMARY KEY (collection, batch_id)
 );
+"#;
+
+/// v7: the ingest's bookkeeping of what it could not take. `manifest_stamp` is the size and
+/// mtime of a rejected attempt's manifest when it was rejected: a manifest rewritten since is
+/// verified again. `papers_by_batch` serves the per-batch reads of the papers table (a batch's
+/// ids at ingest, its excluded rows in `plan.json`) without a scan of every paper of the run.
+const V7: &str = r#"
+ALTER TABLE attempts ADD COLUMN manifest_stamp TEXT;
+CREATE INDEX IF NOT EXISTS papers_by_batch ON papers (batch_id, row);
 "#;

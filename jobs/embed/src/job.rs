@@ -12,7 +12,8 @@
 use super::{write_rows, LoadedModels};
 use embedfleet_core::batchfile;
 use embedfleet_core::handoff::{
-    AttemptManifest, AttemptShard, HandoffError, OutputSettings, PinError, PlanManifest,
+    papers_digest, AttemptManifest, AttemptShard, ExpectedBatch, HandoffError, OutputSettings,
+    PinError, PlanManifest,
 };
 use embedfleet_core::rundb::BatchTimings;
 use embedfleet_core::shardfile::{ShardFileError, ShardWriter, VectorDtype};
@@ -86,6 +87,8 @@ pub enum EmbedJobError {
     NoSuchBatch(BatchId),
     #[error("the run is not completely planned (no plan.json): run `embedfleet plan` again first")]
     NotPlanned,
+    #[error("plan.json was written by an older embedfleet (it names no plan id, so no result of this job could be accepted): run `embedfleet plan` (or `submit`) on the run's login node again to write it anew")]
+    PlanWithoutId,
     #[error(transparent)]
     Pinned(#[from] PinError),
     #[error(transparent)]
@@ -114,6 +117,7 @@ impl EmbedJobError {
     pub fn is_refusal(&self) -> bool {
         match self {
             EmbedJobError::NotPlanned
+            | EmbedJobError::PlanWithoutId
             | EmbedJobError::NoSuchBatch(_)
             | EmbedJobError::Pinned(PinError::Differs { .. }) => true,
             EmbedJobError::Model(e) => matches!(
@@ -153,24 +157,30 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
     let started = Instant::now();
     let layout = RunLayout::new(&options.run_dir);
     let plan = PlanManifest::read(&layout)?.ok_or(EmbedJobError::NotPlanned)?;
+    if plan.plan_id.is_empty() {
+        return Err(EmbedJobError::PlanWithoutId);
+    }
     let batch = plan
         .batches
         .get(&options.batch.0)
         .ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
     let settings = options.output_settings();
     settings.pin(&layout)?;
-    let papers_to_embed = batch.n_rows - batch.excluded_rows.len() as u64;
+    let mut timings = BatchTimings::default();
+    let io_started = Instant::now();
+    let papers = read_papers(&layout.resolve(&batch.path), &batch.excluded_rows)?;
+    let expected = ExpectedBatch::new(
+        &plan.plan_id,
+        papers.iter().map(|p| p.id.as_str()),
+        options.shard_papers,
+    );
     let earlier = AttemptManifest::read_all(&layout, options.batch.0);
-    if let Some(done) = done_by_another(&layout, &earlier, papers_to_embed, &settings) {
+    if let Some(done) = done_by_another(&layout, &earlier, &expected, &settings) {
         return Ok(JobReport {
             already_done_by: Some(done),
             ..JobReport::default()
         });
     }
-
-    let mut timings = BatchTimings::default();
-    let io_started = Instant::now();
-    let papers = read_papers(&layout.resolve(&batch.path), &batch.excluded_rows)?;
     let parts: Vec<Vec<Paper>> = papers
         .chunks(options.shard_papers.max(1))
         .map(<[Paper]>::to_vec)
@@ -182,9 +192,14 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
         .map(|d| format!("{d:?}"))
         .collect::<Vec<_>>()
         .join(",");
-    let mut manifest =
-        AttemptManifest::start(options.batch.0, devices, settings, parts.len() as u32);
-    let mut done = finished_parts(&layout, &manifest, &parts, earlier);
+    let mut manifest = AttemptManifest::start(
+        &plan.plan_id,
+        options.batch.0,
+        devices,
+        settings,
+        parts.len() as u32,
+    );
+    let mut done = take_over_parts(&layout, &manifest, &expected, earlier)?;
     let todo: Vec<u32> = (0..parts.len() as u32)
         .filter(|p| !done.contains_key(p))
         .collect();
@@ -209,7 +224,7 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
             &mut done,
             &mut timings,
             &mut report,
-            papers_to_embed,
+            &expected,
         )
     };
     timings.total_s = started.elapsed().as_secs_f64();
@@ -261,42 +276,77 @@ fn read_papers(path: &Path, excluded: &[u64]) -> Result<Vec<Paper>, EmbedJobErro
     Ok(papers)
 }
 
-/// The attempt, among `manifests`, that completed the batch with these settings and verifies.
+/// The attempt, among `manifests`, that completed the batch for this plan with these
+/// settings and verifies — unless the owner rejected it (it may know what a job cannot).
 fn done_by_another(
     layout: &RunLayout,
     manifests: &[(PathBuf, Result<AttemptManifest, HandoffError>)],
-    papers: u64,
+    expected: &ExpectedBatch,
     settings: &OutputSettings,
 ) -> Option<String> {
     manifests.iter().find_map(|(_, m)| {
         let m = m.as_ref().ok().filter(|m| m.complete)?;
-        m.verify(layout, papers, Some(settings)).ok()?;
+        if layout.attempt_rejection(m.batch, &m.attempt).exists() {
+            return None;
+        }
+        m.verify(layout, expected, Some(settings)).ok()?;
         Some(m.attempt.clone())
     })
 }
 
-/// The parts earlier attempts finished with these settings, whose shard file is intact.
-fn finished_parts(
+/// The parts earlier attempts of this plan finished with these settings, whose shard file is
+/// intact and holds exactly the part's papers, each linked under this attempt's own name (a
+/// manifest names only its own attempt's files; the owner removes the earlier attempt's).
+fn take_over_parts(
     layout: &RunLayout,
     manifest: &AttemptManifest,
-    parts: &[Vec<Paper>],
+    expected: &ExpectedBatch,
     earlier: Vec<(PathBuf, Result<AttemptManifest, HandoffError>)>,
-) -> BTreeMap<u32, AttemptShard> {
+) -> Result<BTreeMap<u32, AttemptShard>, EmbedJobError> {
     let mut done = BTreeMap::new();
     for (_, m) in earlier {
         let Ok(m) = m else { continue };
-        if !m.settings.differences(&manifest.settings).is_empty() || m.parts != manifest.parts {
+        let same_run = m.plan_id == manifest.plan_id
+            && m.settings.differences(&manifest.settings).is_empty()
+            && m.parts == manifest.parts;
+        if !same_run {
             continue;
         }
         for shard in m.shards {
-            let size = parts.get(shard.part as usize).map_or(0, Vec::len) as u64;
-            let whole = shard.rows + shard.failed.len() as u64 == size;
-            if whole && !done.contains_key(&shard.part) && shard.verify(layout).is_ok() {
-                done.insert(shard.part, shard);
+            let Some(digest) = expected.parts.get(shard.part as usize) else {
+                continue;
+            };
+            if done.contains_key(&shard.part)
+                || shard.verify(layout, m.batch, &m.attempt, digest).is_err()
+            {
+                continue;
             }
+            let own = RunLayout::shard_file_name(m.batch, shard.part, &manifest.attempt);
+            link_or_copy(&layout.resolve(&shard.file), &layout.resolve(&own))?;
+            done.insert(
+                shard.part,
+                AttemptShard {
+                    file: own,
+                    ..shard
+                },
+            );
         }
     }
-    done
+    Ok(done)
+}
+
+/// `to` holds `from`'s bytes: a hard link where the filesystem has them, else a copy made
+/// atomically.
+fn link_or_copy(from: &Path, to: &Path) -> Result<(), EmbedJobError> {
+    let io = |source| EmbedJobError::Io {
+        path: to.to_path_buf(),
+        source,
+    };
+    if std::fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    std::fs::copy(from, embedfleet_core::atomic::tmp_path(to)).map_err(io)?;
+    embedfleet_core::atomic::commit(to).map_err(io)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -310,7 +360,7 @@ fn embed_parts(
     done: &mut BTreeMap<u32, AttemptShard>,
     timings: &mut BatchTimings,
     report: &mut JobReport,
-    papers_to_embed: u64,
+    expected: &ExpectedBatch,
 ) -> Result<(), EmbedJobError> {
     let loaded = LoadedModels::load(
         &options.model_dir,
@@ -352,6 +402,7 @@ fn embed_parts(
                 ShardWriter::create(&layout.resolve(&file), options.vector_dtype, &loaded.meta)?;
             let failed = write_rows(&mut writer, &papers, &outcome.results)?;
             let info = writer.finish()?;
+            let digest = papers_digest(papers.iter().map(|p| p.id.as_str()));
             report.papers_failed += failed.len() as u64;
             done.insert(
                 part,
@@ -361,6 +412,7 @@ fn embed_parts(
                     rows: info.rows,
                     sha256: info.sha256,
                     failed,
+                    papers: digest,
                 },
             );
             // The manifest after every shard: a killed attempt's parts serve the next one.
@@ -377,9 +429,7 @@ fn embed_parts(
                 .into_iter()
                 .filter(|(_, m)| m.as_ref().map_or(true, |m| m.attempt != manifest.attempt))
                 .collect();
-            if let Some(winner) =
-                done_by_another(layout, &others, papers_to_embed, &manifest.settings)
-            {
+            if let Some(winner) = done_by_another(layout, &others, expected, &manifest.settings) {
                 return Err(EmbedJobError::Superseded(winner));
             }
             Ok::<(), EmbedJobError>(())

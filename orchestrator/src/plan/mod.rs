@@ -60,6 +60,13 @@ pub enum PlanError {
         run_dir: PathBuf,
         changes: Vec<String>,
     },
+    #[error(
+        "{} holds the results of an earlier run ({}) but no run.db: that run's run.db was lost, \
+         and nothing it made can be tied to a new plan. Plan into a new run directory, or move \
+         results/ and shards/ out of this one first",
+        run_dir.display(), found.join(", ")
+    )]
+    ResultsWithoutRunDb { run_dir: PathBuf, found: Vec<String> },
     #[error("failed to write in {path}: {source}")]
     Io {
         path: PathBuf,
@@ -74,7 +81,9 @@ impl PlanError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            PlanError::CorpusChanged { .. } | PlanError::SettingsChanged { .. }
+            PlanError::CorpusChanged { .. }
+                | PlanError::SettingsChanged { .. }
+                | PlanError::ResultsWithoutRunDb { .. }
         )
     }
 }
@@ -98,6 +107,7 @@ pub struct PlanReport {
 pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     let started = Instant::now();
     let files = fingerprinted_corpus(&options.corpus)?;
+    refuse_results_without_run_db(&options.run_dir)?;
     let mut db = RunDb::create(&options.run_dir)?;
     check_settings(&db, options)?;
     let known = db.corpus_files()?;
@@ -163,6 +173,34 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     fill_totals(&db, &mut report)?;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// A directory with an earlier run's shards or result manifests but no run.db: planning into it
+/// would make a new run whose batch numbers meet the old results'.
+fn refuse_results_without_run_db(run_dir: &Path) -> Result<(), PlanError> {
+    let layout = RunLayout::new(run_dir);
+    if layout.db().exists() {
+        return Ok(());
+    }
+    let holds_something = |dir: PathBuf| {
+        std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+    };
+    let found: Vec<String> = [
+        (RunLayout::RESULTS_DIR, layout.results_dir()),
+        (RunLayout::SHARD_DIR, layout.shard_dir()),
+    ]
+    .into_iter()
+    .filter(|(_, dir)| holds_something(dir.clone()))
+    .map(|(name, _)| format!("{name}/"))
+    .collect();
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(PlanError::ResultsWithoutRunDb {
+            run_dir: run_dir.to_path_buf(),
+            found,
+        })
+    }
 }
 
 /// `plan.json`: what the embed jobs read instead of run.db.

@@ -212,8 +212,9 @@ impl<'a> SubmitLoop<'a> {
                 source,
             })?;
         }
-        if !layout.plan_file().is_file() {
-            // Planned by an older embedfleet: the jobs read plan.json, not run.db.
+        if embedfleet_core::handoff::PlanManifest::is_stale(&lp.db) {
+            // Planned by an older embedfleet (no plan.json, or one without the plan's id): the
+            // jobs read plan.json, not run.db.
             embedfleet_core::handoff::PlanManifest::write_for(&lp.db).map_err(|e| {
                 SubmitError::Io {
                     action: "write",
