@@ -152,7 +152,7 @@ fn a_run_directory_whose_run_db_was_lost_is_not_planned_again_over_its_results()
     }
     // Done as the message says: the old results moved away, the new corpus is the run's.
     for dir in ["results", "shards"] {
-        std::fs::rename(t.join("run").join(dir), t.join(format!("old-{dir}"))).unwrap();
+        std::fs::rename(t.join("run").join(dir), t.join(&format!("old-{dir}"))).unwrap();
     }
     std::fs::remove_dir_all(t.join("run/qdrant")).unwrap();
     t.run(&run_args("b.jsonl.gz"), 0);

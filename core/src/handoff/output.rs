@@ -91,13 +91,17 @@ impl OutputSettings {
         out
     }
 
-    /// The run's settings, when fixed.
+    /// The run's settings, when fixed. Only a file that is not there means "not fixed yet":
+    /// one that cannot be read is an error, never taken for no settings.
     pub fn read(layout: &RunLayout) -> Result<Option<Self>, HandoffError> {
-        let path = layout.output_settings_file();
-        if !path.is_file() {
-            return Ok(None);
+        match read_json(&layout.output_settings_file()) {
+            Err(HandoffError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            read => read.map(Some),
         }
-        read_json(&path).map(Some)
     }
 
     /// Fixes these settings for the run if none are yet (the first writer wins, also across
