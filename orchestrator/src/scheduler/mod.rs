@@ -153,6 +153,7 @@ impl JobSubmission {
         JobHandle {
             id,
             marker: self.marker.clone(),
+            name: Some(self.name.clone()),
         }
     }
 
@@ -190,7 +191,7 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
     fn poll(&self, jobs: &[JobHandle]) -> SchedulerResult<HashMap<SchedulerJobId, JobState>>;
 
     /// Cancels a job; cancelling a job that already ended is not an error.
-    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()>;
+    fn cancel(&self, job: &JobHandle) -> SchedulerResult<()>;
 
     /// The current user's jobs the scheduler lists (at least every queued or running one), to
     /// adopt jobs after a restart and to count what a queue holds.

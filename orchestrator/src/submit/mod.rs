@@ -397,8 +397,8 @@ impl<'a> SubmitLoop<'a> {
             }
             // Lost to our polls is not gone: a job the scheduler still runs (a slow
             // controller, a requeue) would race its replacement. Cancel it first.
-            if let Some(id) = rows[0].scheduler_id.as_deref() {
-                match self.scheduler.cancel(&SchedulerJobId::new(id)) {
+            if let Some(job) = handle(rows[0]) {
+                match self.scheduler.cancel(&job) {
                     Ok(()) => {
                         tracing::info!(job = %name, "cancelled the lost job before resubmitting")
                     }
@@ -668,7 +668,7 @@ fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
 
 fn handle(row: &JobRow) -> Option<JobHandle> {
     let id = row.scheduler_id.as_deref()?;
-    let mut h = JobHandle::new(SchedulerJobId::new(id));
+    let mut h = JobHandle::new(SchedulerJobId::new(id)).with_name(&row.name);
     if let Some(marker) = &row.marker {
         h = h.with_marker(marker);
     }

@@ -79,7 +79,7 @@ fn running_job_is_running_and_listed() {
             .any(|j| j.id == id && j.name == "sleeper" && j.state == JobState::Running),
         "{listed:?}"
     );
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id.clone())).unwrap();
     assert_eq!(wait_terminal(&s, &job.handle(id)), JobState::Cancelled);
 }
 
@@ -112,7 +112,7 @@ fn cancel_kills_the_whole_group_even_when_sigterm_is_ignored() {
         .parse()
         .unwrap();
     assert!(alive(grandchild));
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id.clone())).unwrap();
     assert_eq!(
         wait_terminal(&s, &job.handle(id.clone())),
         JobState::Cancelled
@@ -126,7 +126,7 @@ fn cancel_kills_the_whole_group_even_when_sigterm_is_ignored() {
         "process {grandchild} of the cancelled job survived"
     );
     // Cancelling again, or a finished job, is fine.
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id)).unwrap();
 }
 
 #[test]
@@ -138,7 +138,7 @@ fn cancel_after_exit_keeps_the_real_state() {
         wait_terminal(&s, &job.handle(id.clone())),
         JobState::Completed
     );
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id.clone())).unwrap();
     assert_eq!(
         s.poll(&[job.handle(id.clone())]).unwrap()[&id],
         JobState::Completed
@@ -164,7 +164,7 @@ fn jobs_of_an_earlier_process_are_read_from_markers() {
     let missing = JobHandle::new(gone.clone()).with_marker(dir.path().join("none"));
     assert_eq!(s.poll(&[missing]).unwrap()[&gone], JobState::Unknown);
     assert!(matches!(
-        s.cancel(&gone),
+        s.cancel(&JobHandle::new(gone)),
         Err(SchedulerError::UnknownJob { .. })
     ));
 }
@@ -198,6 +198,59 @@ fn a_job_started_by_another_scheduler_instance_is_running_until_its_marker_appea
         second.poll(&[job.handle(id.clone())]).unwrap()[&id],
         JobState::Completed
     );
+}
+
+/// A process group leader this test starts itself, as a stranger that was given a recorded
+/// job's pid would be; `job_name` is the `EMBEDFLEET_JOB_NAME` it carries, if any. Killed
+/// when dropped.
+struct Stranger(std::process::Child);
+
+impl Stranger {
+    fn start(job_name: Option<&str>) -> Self {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("60").process_group(0).env_remove("EMBEDFLEET_JOB_NAME");
+        if let Some(name) = job_name {
+            cmd.env("EMBEDFLEET_JOB_NAME", name);
+        }
+        Self(cmd.spawn().unwrap())
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_reused_pid_is_not_taken_for_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    // A restarted loop's scheduler, holding a recorded job whose pid now belongs to a stranger:
+    // one with no job name, and one that is another job.
+    for carried in [None, Some("efab-b000002-a1")] {
+        let stranger = Stranger::start(carried);
+        let job = text("efab-b000001-a1", "true").marker(dir.path().join("never-written"));
+        let recorded = job.handle(SchedulerJobId::new(stranger.pid().to_string()));
+        let s = sched(0.1);
+        let state = s.poll(std::slice::from_ref(&recorded)).unwrap()[&recorded.id].clone();
+        assert_eq!(state, JobState::Unknown, "stranger carrying {carried:?}");
+        assert!(
+            matches!(s.cancel(&recorded), Err(SchedulerError::UnknownJob { .. })),
+            "stranger carrying {carried:?}"
+        );
+        // Give a signal, had one been sent, the time to land.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            alive(stranger.pid()),
+            "cancel signalled a process group that was not the job ({carried:?})"
+        );
+    }
 }
 
 #[test]
