@@ -209,7 +209,9 @@ impl Stranger {
     fn start(job_name: Option<&str>) -> Self {
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new("sleep");
-        cmd.arg("60").process_group(0).env_remove("EMBEDFLEET_JOB_NAME");
+        cmd.arg("60")
+            .process_group(0)
+            .env_remove("EMBEDFLEET_JOB_NAME");
         if let Some(name) = job_name {
             cmd.env("EMBEDFLEET_JOB_NAME", name);
         }
@@ -251,6 +253,26 @@ fn a_reused_pid_is_not_taken_for_the_job() {
             "cancel signalled a process group that was not the job ({carried:?})"
         );
     }
+}
+
+#[test]
+fn cancelling_by_name_ends_the_jobs_of_that_name_only() {
+    let first = sched(0.1);
+    let twin = text("cancel-by-name-twin", "sleep 30");
+    let other = text("cancel-by-name-other", "sleep 30");
+    let twin_id = first.submit(&twin).unwrap();
+    let other_id = first.submit(&other).unwrap();
+    // A restarted loop's scheduler, which never learnt the twin's id: it finds it by name.
+    let second = sched(0.1);
+    second.cancel_named("cancel-by-name-twin").unwrap();
+    let ended = wait_terminal(&first, &twin.handle(twin_id));
+    assert!(ended.is_terminal(), "{ended:?}");
+    let other_handle = other.handle(other_id.clone());
+    assert_eq!(
+        first.poll(std::slice::from_ref(&other_handle)).unwrap()[&other_id],
+        JobState::Running
+    );
+    first.cancel(&other_handle).unwrap();
 }
 
 #[test]
