@@ -150,7 +150,7 @@ fn job_rows(options: &SubmitOptions) -> Vec<(u32, String, String, String)> {
     let rows = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .unwrap();
-    rows.map(Result::unwrap).collect()
+    rows.map(|row| row.unwrap()).collect()
 }
 
 #[test]

@@ -83,6 +83,17 @@ fn running_job_is_running_and_listed() {
     assert_eq!(wait_terminal(&s, &job.handle(id)), JobState::Cancelled);
 }
 
+/// Waits until the job script has created `path`: from then on its process shows its own
+/// environment in /proc (just after a spawn returns, the new program may not have set it up
+/// yet), which is how another scheduler instance recognises the job.
+fn wait_started(path: &Path) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < give_up, "the job never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn alive(pid: i32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -173,13 +184,16 @@ fn jobs_of_an_earlier_process_are_read_from_markers() {
 fn a_job_started_by_another_scheduler_instance_is_running_until_its_marker_appears() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("m");
+    let started = dir.path().join("started");
     let first = sched(1.0);
     let script = format!(
-        "sleep 2; echo 0 > {m}.tmp; mv {m}.tmp {m}",
+        "touch {s}; sleep 2; echo 0 > {m}.tmp; mv {m}.tmp {m}",
+        s = started.display(),
         m = marker.display()
     );
     let job = text("adopted", &script).marker(&marker);
     let id = first.submit(&job).unwrap();
+    wait_started(&started);
     // A second instance (a restarted submit loop) has no child handle, only the id and marker.
     let second = sched(1.0);
     assert_eq!(
@@ -257,11 +271,16 @@ fn a_reused_pid_is_not_taken_for_the_job() {
 
 #[test]
 fn cancelling_by_name_ends_the_jobs_of_that_name_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = |job: &str| dir.path().join(job);
+    let script = |job: &str| format!("touch {}; sleep 30", started(job).display());
     let first = sched(0.1);
-    let twin = text("cancel-by-name-twin", "sleep 30");
-    let other = text("cancel-by-name-other", "sleep 30");
+    let twin = text("cancel-by-name-twin", &script("twin"));
+    let other = text("cancel-by-name-other", &script("other"));
     let twin_id = first.submit(&twin).unwrap();
     let other_id = first.submit(&other).unwrap();
+    wait_started(&started("twin"));
+    wait_started(&started("other"));
     // A restarted loop's scheduler, which never learnt the twin's id: it finds it by name.
     let second = sched(0.1);
     second.cancel_named("cancel-by-name-twin").unwrap();
