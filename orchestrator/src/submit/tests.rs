@@ -202,6 +202,23 @@ fn a_failed_submission_keeps_its_attempt_number_and_the_next_try_takes_a_new_one
 }
 
 #[test]
+fn an_attempt_whose_script_is_already_in_the_job_directory_is_not_reused() {
+    // A run submitted by an embedfleet that deleted the rows of failed submissions: run.db
+    // knows no job of batch 1, but attempt 1's script (and maybe a twin) is there.
+    let (_dir, options) = planned_run(1);
+    let tag = run_tag(&options.run_dir);
+    let layout = RunLayout::new(&options.run_dir);
+    std::fs::create_dir_all(layout.job_dir()).unwrap();
+    std::fs::write(layout.job_script(&job_name(&tag, Backend::Local, 1, 1)), "").unwrap();
+    let scheduler = Scripted::answering(vec![Ok(SchedulerJobId::new("5"))]);
+    submit_loop(&options, &scheduler).submit_round().unwrap();
+    assert_eq!(
+        scheduler.calls(),
+        [format!("submit {}", job_name(&tag, Backend::Local, 1, 2))]
+    );
+}
+
+#[test]
 fn an_exit_marker_of_an_earlier_attempt_is_not_read_as_the_new_jobs_end() {
     let (_dir, options) = planned_run(1);
     let tag = run_tag(&options.run_dir);
