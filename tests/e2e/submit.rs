@@ -120,9 +120,15 @@ fn batches_done(t: &TestDir) -> u64 {
         .unwrap()
 }
 
+/// Jobs the scheduler took (the rows of refused submissions stay, keeping their attempt
+/// numbers, but have no scheduler id).
 fn jobs_submitted(t: &TestDir) -> u64 {
     db(t)
-        .query_row("SELECT count(*) FROM jobs", [], |r| r.get(0))
+        .query_row(
+            "SELECT count(*) FROM jobs WHERE scheduler_id IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
         .unwrap()
 }
 
@@ -508,10 +514,12 @@ fn submit_settles_jobs_a_crash_left_unrecorded() {
     let b2 = jobs(2);
     assert_eq!(
         b2.len(),
-        1,
-        "the unsubmitted record is replaced by one real job: {b2:?}"
+        2,
+        "the unsubmitted record stays, as lost, beside one real job: {b2:?}"
     );
-    assert_eq!(b2[0].1, "completed");
+    assert_eq!(b2[0], ("crashed-b2".to_string(), "lost".to_string()));
+    assert_ne!(b2[1].0, "crashed-b2", "the real job took a new name");
+    assert_eq!(b2[1].1, "completed");
     assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
 }
 

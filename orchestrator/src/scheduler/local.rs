@@ -4,7 +4,8 @@ The local backend: each job is a child process (`bash SCRIPT`) in its own proces
 States come from the child's wait status. Cancelling sends SIGTERM to the group, waits a grace
 period, then sends SIGKILL, on a helper thread so `cancel` returns at once. Jobs started by an
 earlier process (a restarted submit loop) are not our children: their state comes from their
-completion marker, or "running" while their process group leader is alive.
+completion marker, or "running" while their process group leader is alive and carries the
+job's name in its environment (a pid alone may have been reused by another process).
 */
 
 use std::collections::HashMap;
@@ -91,16 +92,55 @@ fn exit_state(status: ExitStatus, cancelled: bool) -> JobState {
     }
 }
 
-/// State of a process this process did not start: alive and leading its group means running.
-fn foreign_state(id: &SchedulerJobId) -> JobState {
-    let Ok(pid) = id.as_str().parse::<i32>() else {
-        return JobState::Unknown;
-    };
+/// The pid a local job id names (the job's process group leader).
+fn pid_of(id: &SchedulerJobId) -> Option<i32> {
+    id.as_str().parse::<i32>().ok().filter(|pid| *pid > 0)
+}
+
+/// The environment of process `pid` as `/proc/<pid>/environ` shows it (`KEY=value` entries,
+/// each ended by a NUL byte); `None` when it cannot be read: the process ended, or it belongs
+/// to another user (the kernel shows a process's environment to its own user only).
+fn process_environ(pid: i32) -> Option<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/environ")).ok()
+}
+
+/// The value of `key` in an environment read by [`process_environ`].
+fn environ_var(environ: &[u8], key: &str) -> Option<String> {
+    environ.split(|b| *b == 0).find_map(|kv| {
+        kv.strip_prefix(key.as_bytes())
+            .and_then(|v| v.strip_prefix(b"="))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    })
+}
+
+fn leads_its_group(pid: i32) -> bool {
     // SAFETY: getpgid only reads the process table.
-    if pid > 0 && unsafe { libc::getpgid(pid) } == pid {
-        JobState::Running
-    } else {
-        JobState::Unknown
+    unsafe { libc::getpgid(pid) == pid }
+}
+
+/// Whether process `pid` is the job submitted as `name`: it leads its own process group and
+/// carries the `EMBEDFLEET_JOB_NAME` that [`LocalScheduler::submit`] gave the job. A pid alone
+/// proves nothing: after a reboot, or once pids wrap around, it may be any other process.
+///
+/// A process whose environment cannot be read is not taken for the job. Our jobs run as this
+/// user and never hide their environment, so such a process is almost surely someone else's;
+/// and the cost of the two mistakes differs. Taken for gone, a job of ours is run again after
+/// `--lost-after` (attempts never share files, so that is waste, not harm). Taken for the job,
+/// another process would keep its batch "running" forever and could have its group signalled.
+fn is_the_job(pid: i32, name: &str) -> bool {
+    leads_its_group(pid)
+        && process_environ(pid)
+            .and_then(|env| environ_var(&env, "EMBEDFLEET_JOB_NAME"))
+            .is_some_and(|found| found == name)
+}
+
+/// State of a job this process did not start: running while its pid is still the job (see
+/// [`is_the_job`]), else unknown (its completion marker, if any, says how it ended). A handle
+/// without the job's name cannot tell the job from a stranger with its pid: unknown.
+fn foreign_state(job: &JobHandle) -> JobState {
+    match (pid_of(&job.id), job.name.as_deref()) {
+        (Some(pid), Some(name)) if is_the_job(pid, name) => JobState::Running,
+        _ => JobState::Unknown,
     }
 }
 
@@ -121,25 +161,17 @@ fn foreign_jobs() -> Vec<QueuedJob> {
             continue;
         };
         // Unreadable (another user's process, or it just ended): not ours.
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+        let Some(environ) = process_environ(pid) else {
             continue;
         };
-        let var = |key: &str| {
-            environ.split(|b| *b == 0).find_map(|kv| {
-                kv.strip_prefix(key.as_bytes())
-                    .and_then(|v| v.strip_prefix(b"="))
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-            })
-        };
-        let Some(name) = var("EMBEDFLEET_JOB_NAME") else {
+        let Some(name) = environ_var(&environ, "EMBEDFLEET_JOB_NAME") else {
             continue;
         };
-        let id = SchedulerJobId::new(pid.to_string());
-        if foreign_state(&id) == JobState::Running {
+        if leads_its_group(pid) {
             jobs.push(QueuedJob {
-                id,
+                id: SchedulerJobId::new(pid.to_string()),
                 name,
-                queue: var("EMBEDFLEET_QUEUE").unwrap_or_default(),
+                queue: environ_var(&environ, "EMBEDFLEET_QUEUE").unwrap_or_default(),
                 state: JobState::Running,
             });
         }
@@ -223,7 +255,7 @@ impl Scheduler for LocalScheduler {
         let mut states = HashMap::with_capacity(jobs.len());
         for handle in jobs {
             let state = match table.get_mut(&handle.id) {
-                None => marker_or(handle, foreign_state(&handle.id)),
+                None => marker_or(handle, foreign_state(handle)),
                 Some(job) => {
                     if job.exit.is_none() {
                         if let Some(child) = job.child.as_mut() {
@@ -245,15 +277,15 @@ impl Scheduler for LocalScheduler {
         Ok(states)
     }
 
-    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
+    fn cancel(&self, handle: &JobHandle) -> SchedulerResult<()> {
+        let id = &handle.id;
         let mut table = self.lock();
         let Some(job) = table.get_mut(id) else {
-            // Not our child: signal it only if it still leads its own group.
-            if foreign_state(id) == JobState::Running {
-                let pid: i32 = id
-                    .as_str()
-                    .parse()
-                    .expect("foreign_state parsed it. This is a bug.");
+            // Not our child: signal its group only while its pid is still the job, never a
+            // stranger that reuses the pid. (The check and the signal are not atomic; the pid
+            // would have to be freed and reused within that instant.)
+            if foreign_state(handle) == JobState::Running {
+                let pid = pid_of(id).expect("foreign_state parsed it. This is a bug.");
                 process::signal_group(pid, libc::SIGTERM);
                 return Ok(());
             }

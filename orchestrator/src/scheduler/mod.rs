@@ -153,6 +153,7 @@ impl JobSubmission {
         JobHandle {
             id,
             marker: self.marker.clone(),
+            name: Some(self.name.clone()),
         }
     }
 
@@ -190,11 +191,26 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
     fn poll(&self, jobs: &[JobHandle]) -> SchedulerResult<HashMap<SchedulerJobId, JobState>>;
 
     /// Cancels a job; cancelling a job that already ended is not an error.
-    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()>;
+    fn cancel(&self, job: &JobHandle) -> SchedulerResult<()>;
 
     /// The current user's jobs the scheduler lists (at least every queued or running one), to
     /// adopt jobs after a restart and to count what a queue holds.
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>>;
+
+    /// Cancels every job the scheduler lists under `name` that has not ended: whatever a
+    /// submission whose answer never came (a timed-out `sbatch`) may have queued after all.
+    /// The submit loop calls it before it submits that job's batches again, so that no
+    /// untracked twin runs beside their next job.
+    fn cancel_named(&self, name: &str) -> SchedulerResult<()> {
+        let twins = self
+            .list_jobs()?
+            .into_iter()
+            .filter(|job| job.name == name && !job.state.is_terminal());
+        for twin in twins {
+            self.cancel(&JobHandle::new(twin.id).with_name(twin.name))?;
+        }
+        Ok(())
+    }
 }
 
 /// The `[scheduler]` table of a run config.

@@ -221,7 +221,8 @@ impl Scheduler for PbsScheduler {
         Ok(states)
     }
 
-    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
+    fn cancel(&self, job: &JobHandle) -> SchedulerResult<()> {
+        let id = &job.id;
         self.cancelled
             .lock()
             .expect("cancel set lock poisoned. This is a bug.")

@@ -313,7 +313,7 @@ impl Scheduler for SlurmScheduler {
         Ok(states)
     }
 
-    fn cancel(&self, id: &SchedulerJobId) -> SchedulerResult<()> {
+    fn cancel(&self, job: &JobHandle) -> SchedulerResult<()> {
         // scancel of a job that already ended exits 0 (or says so); both are fine.
         let ended =
             |o: &CommandOutput| o.status.success() || o.stderr.contains("already completed");
@@ -321,7 +321,7 @@ impl Scheduler for SlurmScheduler {
             .run(
                 &self.config.scancel,
                 "scancel",
-                Call::new([id.as_str()]).accept(&ended),
+                Call::new([job.id.as_str()]).accept(&ended),
             )
             .map(|_| ())
     }

@@ -44,18 +44,34 @@ impl fmt::Display for SchedulerJobId {
 /// [`ScriptJob::marker`](super::ScriptJob)); it decides the final state of a job that the
 /// scheduler has already forgotten (no `sacct`, purged from `squeue`) or that a restarted
 /// submit loop adopted.
+///
+/// The name is what the job was submitted under. The local backend needs it to tell a job it
+/// did not start from an unrelated process that was given the same pid (after a reboot, or
+/// once pids wrap around): without it, such a job is never taken for running nor signalled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobHandle {
     /// The scheduler's id.
     pub id: SchedulerJobId,
     /// Completion marker written by the job script, if the script writes one.
     pub marker: Option<PathBuf>,
+    /// The name the job was submitted under, when known.
+    pub name: Option<String>,
 }
 
 impl JobHandle {
-    /// A handle without a completion marker.
+    /// A handle without a completion marker or a name.
     pub fn new(id: SchedulerJobId) -> Self {
-        Self { id, marker: None }
+        Self {
+            id,
+            marker: None,
+            name: None,
+        }
+    }
+
+    /// Sets the name the job was submitted under.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
     }
 
     /// Sets the completion marker path.

@@ -26,8 +26,9 @@ use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::{BatchId, RunLayout};
 
 use crate::scheduler::{
-    marker_state, render_job_script, JobHandle, JobScript, JobState, JobSubmission, QueuedJob,
-    Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob, TemplateError,
+    marker_state, render_job_script, Backend, JobHandle, JobScript, JobState, JobSubmission,
+    QueuedJob, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob,
+    TemplateError,
 };
 pub use console::Console;
 pub use round::{fill_queues, PlannedJob};
@@ -351,9 +352,32 @@ impl<'a> SubmitLoop<'a> {
                     found.id
                 ));
             } else {
-                self.db.delete_job(&name)?;
+                self.give_up_uncertain(&name)?;
             }
         }
+        Ok(())
+    }
+
+    /// A job whose submission was uncertain and that the scheduler does not list: it never
+    /// reached the queue, or it did and the listing missed it. Cancelled by name first, so no
+    /// twin runs beside its batch's next job; then recorded as lost, not forgotten, so that its
+    /// attempt number (and with it its name, script, log and exit marker) is never used again.
+    /// If the cancel fails the job stays `submitting` and its batch waits for the next round.
+    fn give_up_uncertain(&mut self, name: &str) -> Result<()> {
+        if let Err(e) = self.scheduler.cancel_named(name) {
+            self.console.say(format!(
+                "cannot cancel job {name} by name ({e}); its batch is submitted again once it is \
+                 cancelled, next round"
+            ));
+            return Ok(());
+        }
+        self.db.set_job_state(
+            name,
+            JobStatus::Lost,
+            Some(
+                "its submission was uncertain and the scheduler did not list it; cancelled by name",
+            ),
+        )?;
         Ok(())
     }
 
@@ -398,8 +422,8 @@ impl<'a> SubmitLoop<'a> {
             }
             // Lost to our polls is not gone: a job the scheduler still runs (a slow
             // controller, a requeue) would race its replacement. Cancel it first.
-            if let Some(id) = rows[0].scheduler_id.as_deref() {
-                match self.scheduler.cancel(&SchedulerJobId::new(id)) {
+            if let Some(job) = handle(rows[0]) {
+                match self.scheduler.cancel(&job) {
                     Ok(()) => {
                         tracing::info!(job = %name, "cancelled the lost job before resubmitting")
                     }
@@ -543,7 +567,7 @@ impl<'a> SubmitLoop<'a> {
                 Ok(false)
             }
             Err(SchedulerError::InvalidJob { reason, .. }) => {
-                self.db.delete_job(&name)?;
+                self.not_submitted(&name, &reason)?;
                 self.console.say(format!(
                     "queue {}: the scheduler refused it ({reason}); no more jobs go there in this \
                      run (fix it with `embedfleet queues set`)",
@@ -553,29 +577,60 @@ impl<'a> SubmitLoop<'a> {
                 Ok(true)
             }
             Err(e) if e.is_transient() => {
-                self.db.delete_job(&name)?;
+                self.not_submitted(&name, &e.to_string())?;
                 self.console
                     .say(format!("submitting {name} failed ({e}); will try again"));
                 Ok(false)
             }
+            Err(e @ SchedulerError::UnexpectedOutput { .. }) => {
+                // The scheduler took the submission but its answer made no sense: the job may
+                // be queued. It stays `submitting`, for the next `submit` to look up by name.
+                Err(e.into())
+            }
             Err(e) => {
-                self.db.delete_job(&name)?;
+                self.not_submitted(&name, &e.to_string())?;
                 Err(e.into())
             }
         }
     }
 
+    /// The scheduler refused job `name`. Its rows stay, as failed, so that their attempt number
+    /// is never taken again (see [`Self::next_attempt`]).
+    fn not_submitted(&self, name: &str, why: &str) -> Result<()> {
+        let reason = format!("not submitted: {why}");
+        Ok(self
+            .db
+            .set_job_state(name, JobStatus::Failed, Some(&reason))?)
+    }
+
+    /// The attempt number of a new job of `batches`: above every number a job of any of them
+    /// was recorded under, whether it ran, was refused or its submission was uncertain (those
+    /// rows are kept for this). Two submissions thus never share a name, and so never a script,
+    /// a log or an exit marker that an untracked twin could write for the tracked job. Numbers
+    /// whose script is already in `jobs/` are skipped too: run.db of runs submitted before
+    /// this rule lost the rows of failed submissions, not their files.
     fn next_attempt(&self, batches: &[i64]) -> Result<u32> {
         let mut attempt = 0;
         for b in batches {
             attempt = attempt.max(self.db.last_attempt(*b)?);
         }
-        Ok(attempt + 1)
+        let layout = RunLayout::new(&self.run_dir);
+        loop {
+            attempt += 1;
+            let name = self.job_name(batches[0], attempt);
+            if !layout.job_script(&name).exists() {
+                return Ok(attempt);
+            }
+        }
+    }
+
+    fn job_name(&self, first_batch: i64, attempt: u32) -> String {
+        job_name(&self.tag, self.scheduler.backend(), first_batch, attempt)
     }
 
     /// The job's name and script text.
     fn render(&self, job: &PlannedJob, attempt: u32) -> Result<(String, String)> {
-        let name = format!("ef{}-b{:06}-a{attempt}", self.tag, job.batches[0]);
+        let name = self.job_name(job.batches[0], attempt);
         let mut config = self.opts.scheduler.script.clone();
         if config.embedfleet.is_none() {
             config.embedfleet = Some(self.opts.exe.display().to_string());
@@ -650,12 +705,39 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     file.write_all(text.as_bytes())
 }
 
-/// The tag in every job name of the run in `run_dir` (four hex digits from its absolute path):
-/// tells its jobs from other runs'.
+/// The tag in every job name of the run in `run_dir`: 16 hex digits, all 64 bits of a hash of
+/// its absolute path. A restarted loop adopts a job by its name, so the tag must tell this
+/// run's jobs from every other run's of the same user; 16 bits did not.
 pub fn run_tag(run_dir: &Path) -> String {
     let path = absolute(run_dir);
     let hash = xxhash_rust::xxh3::xxh3_64(path.as_os_str().as_encoded_bytes());
-    format!("{:04x}", hash & 0xffff)
+    format!("{hash:016x}")
+}
+
+/// Some PBS servers (older PBS Pro and Torque releases) refuse or cut job names longer than
+/// this.
+const PBS_NAME_MAX: usize = 15;
+
+/// The name of attempt `attempt` of the job whose first batch is `first_batch`, in the run
+/// tagged `tag`: `ef<tag>-b<batch, 6 digits>-a<attempt>`, unique to the run, the batch and
+/// the attempt (e.g. `ef0123456789abcdef-b000042-a2`).
+///
+/// PBS gets a short form, `e` and 14 hex digits of a hash of that name (56 bits), to fit
+/// [`PBS_NAME_MAX`]: a name the server cut would not be found again by a restarted loop, and
+/// cutting our own would drop the tag or the attempt. The short form is as unique in practice
+/// but says nothing to a reader; the job's rows in run.db say which batch and attempt it is.
+/// Slurm and the local backend have no such limit and keep the readable name.
+pub fn job_name(tag: &str, backend: Backend, first_batch: i64, attempt: u32) -> String {
+    let name = format!("ef{tag}-b{first_batch:06}-a{attempt}");
+    match backend {
+        Backend::Pbs => {
+            let hash = xxhash_rust::xxh3::xxh3_64(name.as_bytes());
+            let short = format!("e{:014x}", hash >> 8);
+            debug_assert_eq!(short.len(), PBS_NAME_MAX);
+            short
+        }
+        Backend::Local | Backend::Slurm => name,
+    }
 }
 
 /// Open job rows grouped by job name (a multi-node job has one row per batch).
@@ -669,7 +751,7 @@ fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
 
 fn handle(row: &JobRow) -> Option<JobHandle> {
     let id = row.scheduler_id.as_deref()?;
-    let mut h = JobHandle::new(SchedulerJobId::new(id));
+    let mut h = JobHandle::new(SchedulerJobId::new(id)).with_name(&row.name);
     if let Some(marker) = &row.marker {
         h = h.with_marker(marker);
     }
@@ -697,3 +779,6 @@ fn log_tail(path: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
+
+#[cfg(test)]
+mod tests;

@@ -81,7 +81,7 @@ fn missing_scheduler_binaries_are_clear_errors() {
     for err in [
         s.submit(&job()).unwrap_err(),
         s.poll(&[handle("1")]).unwrap_err(),
-        s.cancel(&SchedulerJobId::new("1")).unwrap_err(),
+        s.cancel(&handle("1")).unwrap_err(),
     ] {
         assert!(
             matches!(err, SchedulerError::CommandNotFound { .. }),

@@ -79,8 +79,19 @@ fn running_job_is_running_and_listed() {
             .any(|j| j.id == id && j.name == "sleeper" && j.state == JobState::Running),
         "{listed:?}"
     );
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id.clone())).unwrap();
     assert_eq!(wait_terminal(&s, &job.handle(id)), JobState::Cancelled);
+}
+
+/// Waits until the job script has created `path`: from then on its process shows its own
+/// environment in /proc (just after a spawn returns, the new program may not have set it up
+/// yet), which is how another scheduler instance recognises the job.
+fn wait_started(path: &Path) {
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(Instant::now() < give_up, "the job never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn alive(pid: i32) -> bool {
@@ -112,7 +123,7 @@ fn cancel_kills_the_whole_group_even_when_sigterm_is_ignored() {
         .parse()
         .unwrap();
     assert!(alive(grandchild));
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id.clone())).unwrap();
     assert_eq!(
         wait_terminal(&s, &job.handle(id.clone())),
         JobState::Cancelled
@@ -126,7 +137,7 @@ fn cancel_kills_the_whole_group_even_when_sigterm_is_ignored() {
         "process {grandchild} of the cancelled job survived"
     );
     // Cancelling again, or a finished job, is fine.
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id)).unwrap();
 }
 
 #[test]
@@ -138,7 +149,7 @@ fn cancel_after_exit_keeps_the_real_state() {
         wait_terminal(&s, &job.handle(id.clone())),
         JobState::Completed
     );
-    s.cancel(&id).unwrap();
+    s.cancel(&job.handle(id.clone())).unwrap();
     assert_eq!(
         s.poll(&[job.handle(id.clone())]).unwrap()[&id],
         JobState::Completed
@@ -164,7 +175,7 @@ fn jobs_of_an_earlier_process_are_read_from_markers() {
     let missing = JobHandle::new(gone.clone()).with_marker(dir.path().join("none"));
     assert_eq!(s.poll(&[missing]).unwrap()[&gone], JobState::Unknown);
     assert!(matches!(
-        s.cancel(&gone),
+        s.cancel(&JobHandle::new(gone)),
         Err(SchedulerError::UnknownJob { .. })
     ));
 }
@@ -173,13 +184,16 @@ fn jobs_of_an_earlier_process_are_read_from_markers() {
 fn a_job_started_by_another_scheduler_instance_is_running_until_its_marker_appears() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("m");
+    let started = dir.path().join("started");
     let first = sched(1.0);
     let script = format!(
-        "sleep 2; echo 0 > {m}.tmp; mv {m}.tmp {m}",
+        "touch {s}; sleep 2; echo 0 > {m}.tmp; mv {m}.tmp {m}",
+        s = started.display(),
         m = marker.display()
     );
     let job = text("adopted", &script).marker(&marker);
     let id = first.submit(&job).unwrap();
+    wait_started(&started);
     // A second instance (a restarted submit loop) has no child handle, only the id and marker.
     let second = sched(1.0);
     assert_eq!(
@@ -198,6 +212,86 @@ fn a_job_started_by_another_scheduler_instance_is_running_until_its_marker_appea
         second.poll(&[job.handle(id.clone())]).unwrap()[&id],
         JobState::Completed
     );
+}
+
+/// A process group leader this test starts itself, as a stranger that was given a recorded
+/// job's pid would be; `job_name` is the `EMBEDFLEET_JOB_NAME` it carries, if any. Killed
+/// when dropped.
+struct Stranger(std::process::Child);
+
+impl Stranger {
+    fn start(job_name: Option<&str>) -> Self {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("60")
+            .process_group(0)
+            .env_remove("EMBEDFLEET_JOB_NAME");
+        if let Some(name) = job_name {
+            cmd.env("EMBEDFLEET_JOB_NAME", name);
+        }
+        Self(cmd.spawn().unwrap())
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_reused_pid_is_not_taken_for_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    // A restarted loop's scheduler, holding a recorded job whose pid now belongs to a stranger:
+    // one with no job name, and one that is another job.
+    for carried in [None, Some("efab-b000002-a1")] {
+        let stranger = Stranger::start(carried);
+        let job = text("efab-b000001-a1", "true").marker(dir.path().join("never-written"));
+        let recorded = job.handle(SchedulerJobId::new(stranger.pid().to_string()));
+        let s = sched(0.1);
+        let state = s.poll(std::slice::from_ref(&recorded)).unwrap()[&recorded.id].clone();
+        assert_eq!(state, JobState::Unknown, "stranger carrying {carried:?}");
+        assert!(
+            matches!(s.cancel(&recorded), Err(SchedulerError::UnknownJob { .. })),
+            "stranger carrying {carried:?}"
+        );
+        // Give a signal, had one been sent, the time to land.
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            alive(stranger.pid()),
+            "cancel signalled a process group that was not the job ({carried:?})"
+        );
+    }
+}
+
+#[test]
+fn cancelling_by_name_ends_the_jobs_of_that_name_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = |job: &str| dir.path().join(job);
+    let script = |job: &str| format!("touch {}; sleep 30", started(job).display());
+    let first = sched(0.1);
+    let twin = text("cancel-by-name-twin", &script("twin"));
+    let other = text("cancel-by-name-other", &script("other"));
+    let twin_id = first.submit(&twin).unwrap();
+    let other_id = first.submit(&other).unwrap();
+    wait_started(&started("twin"));
+    wait_started(&started("other"));
+    // A restarted loop's scheduler, which never learnt the twin's id: it finds it by name.
+    let second = sched(0.1);
+    second.cancel_named("cancel-by-name-twin").unwrap();
+    let ended = wait_terminal(&first, &twin.handle(twin_id));
+    assert!(ended.is_terminal(), "{ended:?}");
+    let other_handle = other.handle(other_id.clone());
+    assert_eq!(
+        first.poll(std::slice::from_ref(&other_handle)).unwrap()[&other_id],
+        JobState::Running
+    );
+    first.cancel(&other_handle).unwrap();
 }
 
 #[test]

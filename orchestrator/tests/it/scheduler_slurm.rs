@@ -275,7 +275,7 @@ fn slurm_cancel_and_scancel_behind_our_back_are_cancelled() {
     for h in &handles {
         wait_running(&s, h);
     }
-    s.cancel(&handles[0].id).unwrap();
+    s.cancel(&handles[0]).unwrap();
     let out = Command::new("scancel")
         .arg(handles[1].id.as_str())
         .output()
@@ -288,7 +288,7 @@ fn slurm_cancel_and_scancel_behind_our_back_are_cancelled() {
         assert!(!run.path().join(format!("did-{batch}")).exists());
     }
     // Cancelling a job that already ended is fine.
-    s.cancel(&handles[0].id).unwrap();
+    s.cancel(&handles[0]).unwrap();
 }
 
 #[test]
@@ -365,7 +365,7 @@ fn pbs_through_slurm_wlm_torque() {
         })
     );
     wait_running(&p, &hs[2]);
-    p.cancel(&hs[2].id).unwrap();
+    p.cancel(&hs[2]).unwrap();
     assert_eq!(follow(&p, &hs[2]).last(), Some(&JobState::Cancelled));
     // The PBS directives reached Slurm: job name and queue.
     let out = Command::new("squeue")

@@ -1,0 +1,277 @@
+//! The submit loop against a scheduler whose answers each test chooses.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use embedfleet_core::state::PlanState;
+
+use super::*;
+use crate::scheduler::SchedulerResult;
+
+/// A scheduler that answers submissions from a list, lists no job, and reports a job by its
+/// completion marker (running until the marker appears), as the real backends do for a job
+/// that writes one. What the loop asked of it, in order, is in `calls`.
+#[derive(Debug, Clone, Default)]
+struct Scripted {
+    answers: Arc<Mutex<VecDeque<SchedulerResult<SchedulerJobId>>>>,
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl Scripted {
+    fn answering(answers: Vec<SchedulerResult<SchedulerJobId>>) -> Self {
+        Self {
+            answers: Arc::new(Mutex::new(answers.into())),
+            calls: Arc::default(),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+impl Scheduler for Scripted {
+    fn backend(&self) -> Backend {
+        Backend::Local
+    }
+
+    fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
+        self.record(format!("submit {}", job.name));
+        self.answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("the test gave the scheduler no answer for this submission")
+    }
+
+    fn poll(&self, jobs: &[JobHandle]) -> SchedulerResult<HashMap<SchedulerJobId, JobState>> {
+        Ok(jobs
+            .iter()
+            .map(|job| {
+                let state = job.marker.as_deref().and_then(marker_state);
+                (job.id.clone(), state.unwrap_or(JobState::Running))
+            })
+            .collect())
+    }
+
+    fn cancel(&self, job: &JobHandle) -> SchedulerResult<()> {
+        self.record(format!("cancel {}", job.id));
+        Ok(())
+    }
+
+    fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
+        Ok(Vec::new())
+    }
+
+    fn cancel_named(&self, name: &str) -> SchedulerResult<()> {
+        self.record(format!("cancel_named {name}"));
+        Ok(())
+    }
+}
+
+fn timed_out(name: &str) -> SchedulerError {
+    SchedulerError::SubmitUncertain {
+        name: name.to_string(),
+        source: Box::new(SchedulerError::CommandTimedOut {
+            command: "sbatch".into(),
+            timeout: Duration::from_secs(30),
+            attempts: 1,
+            stderr_tail: String::new(),
+        }),
+    }
+}
+
+fn sbatch_failed() -> SchedulerError {
+    SchedulerError::CommandFailed {
+        command: "sbatch".into(),
+        status: "exit status 1".into(),
+        attempts: 3,
+        stderr_tail: "Socket timed out on send/recv operation".into(),
+    }
+}
+
+/// A planned run of `batches` batches, and the options of a loop over it (one queue of cap 1).
+fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut db = RunDb::create(&run_dir).unwrap();
+    let tx = db.conn_mut().transaction().unwrap();
+    tx.execute(
+        "INSERT INTO corpus_files (id, path, size, mtime_ns, edges, state)
+         VALUES (1, 'c', 0, 0, '', 'planned')",
+        [],
+    )
+    .unwrap();
+    for id in 1..=batches {
+        tx.execute(
+            "INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars)
+             VALUES (?1, 1, ?1, 'b', 1, 1)",
+            [id],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    db.set_plan_state(PlanState::Complete).unwrap();
+    // The loop writes plan.json for runs planned without one; these jobs never read it.
+    std::fs::write(RunLayout::new(&run_dir).plan_file(), "{}").unwrap();
+    let options = SubmitOptions {
+        run_dir,
+        scheduler: SchedulerConfig::default(),
+        queues: Some(BTreeMap::from([("q".to_string(), 1)])),
+        max_attempts: 3,
+        poll_interval: Duration::from_millis(10),
+        lost_after: Duration::from_secs(3600),
+        watch: false,
+        embed_args: Vec::new(),
+        exe: PathBuf::from("/bin/false"),
+        progress: false,
+        trial: None,
+    };
+    (dir, options)
+}
+
+fn submit_loop<'a>(options: &'a SubmitOptions, scheduler: &Scripted) -> SubmitLoop<'a> {
+    let mut lp = SubmitLoop::new(options).unwrap();
+    lp.scheduler = Box::new(scheduler.clone());
+    lp
+}
+
+/// (attempt, name, state, marker) of every job row, in the order they were recorded.
+fn job_rows(options: &SubmitOptions) -> Vec<(u32, String, String, String)> {
+    let db = RunDb::open(&options.run_dir).unwrap();
+    let mut stmt = db
+        .conn()
+        .prepare("SELECT attempt, name, state, marker FROM jobs ORDER BY id")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap();
+    rows.map(|row| row.unwrap()).collect()
+}
+
+#[test]
+fn an_uncertain_submission_is_cancelled_by_name_and_its_batch_resubmitted_under_a_new_name() {
+    let (_dir, options) = planned_run(1);
+    let tag = run_tag(&options.run_dir);
+    let first = job_name(&tag, Backend::Local, 1, 1);
+    let second = job_name(&tag, Backend::Local, 1, 2);
+    let scheduler =
+        Scripted::answering(vec![Err(timed_out(&first)), Ok(SchedulerJobId::new("101"))]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    lp.settle_submitting().unwrap();
+    lp.submit_round().unwrap();
+    assert_ne!(first, second);
+    assert_eq!(
+        scheduler.calls(),
+        [
+            format!("submit {first}"),
+            format!("cancel_named {first}"),
+            format!("submit {second}"),
+        ]
+    );
+    let rows = job_rows(&options);
+    let summary: Vec<(u32, &str, &str)> = rows
+        .iter()
+        .map(|(attempt, name, state, _)| (*attempt, name.as_str(), state.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [(1, first.as_str(), "lost"), (2, second.as_str(), "pending")]
+    );
+}
+
+#[test]
+fn a_failed_submission_keeps_its_attempt_number_and_the_next_try_takes_a_new_one() {
+    let (_dir, options) = planned_run(1);
+    let scheduler = Scripted::answering(vec![Err(sbatch_failed()), Ok(SchedulerJobId::new("7"))]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    lp.submit_round().unwrap();
+    let rows = job_rows(&options);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (failed, next) = (&rows[0], &rows[1]);
+    assert_eq!((failed.0, failed.2.as_str()), (1, "failed"), "{rows:?}");
+    assert_eq!((next.0, next.2.as_str()), (2, "pending"), "{rows:?}");
+    assert_ne!(failed.1, next.1, "the next try reused the job name");
+    assert_ne!(failed.3, next.3, "the next try reused the exit marker");
+}
+
+#[test]
+fn an_attempt_whose_script_is_already_in_the_job_directory_is_not_reused() {
+    // A run submitted by an embedfleet that deleted the rows of failed submissions: run.db
+    // knows no job of batch 1, but attempt 1's script (and maybe a twin) is there.
+    let (_dir, options) = planned_run(1);
+    let tag = run_tag(&options.run_dir);
+    let layout = RunLayout::new(&options.run_dir);
+    std::fs::create_dir_all(layout.job_dir()).unwrap();
+    std::fs::write(layout.job_script(&job_name(&tag, Backend::Local, 1, 1)), "").unwrap();
+    let scheduler = Scripted::answering(vec![Ok(SchedulerJobId::new("5"))]);
+    submit_loop(&options, &scheduler).submit_round().unwrap();
+    assert_eq!(
+        scheduler.calls(),
+        [format!("submit {}", job_name(&tag, Backend::Local, 1, 2))]
+    );
+}
+
+#[test]
+fn an_exit_marker_of_an_earlier_attempt_is_not_read_as_the_new_jobs_end() {
+    let (_dir, options) = planned_run(1);
+    let tag = run_tag(&options.run_dir);
+    let first = job_name(&tag, Backend::Local, 1, 1);
+    let scheduler =
+        Scripted::answering(vec![Err(timed_out(&first)), Ok(SchedulerJobId::new("101"))]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    lp.settle_submitting().unwrap();
+    lp.submit_round().unwrap();
+    // The uncertain submission had queued a twin after all; it ends, writing its marker.
+    let twin_marker = RunLayout::new(&options.run_dir).job_marker(&first);
+    std::fs::write(&twin_marker, "0\n").unwrap();
+    lp.poll().unwrap();
+    let rows = job_rows(&options);
+    let tracked = rows.last().unwrap();
+    assert_ne!(tracked.3, twin_marker.display().to_string());
+    assert!(
+        JobStatus::parse(&tracked.2).is_some_and(JobStatus::is_open),
+        "the twin's exit marker ended the tracked job: {rows:?}"
+    );
+}
+
+#[test]
+fn run_tags_of_two_run_directories_differ_and_are_64_bits_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        run_tag(&dir.path().join("a")),
+        run_tag(&dir.path().join("b")),
+    );
+    assert_ne!(a, b);
+    for tag in [&a, &b] {
+        assert_eq!(tag.len(), 16, "{tag}");
+        assert!(tag.chars().all(|c| c.is_ascii_hexdigit()), "{tag}");
+    }
+    assert_eq!(run_tag(&dir.path().join("a")), a, "a run's tag is stable");
+}
+
+#[test]
+fn job_names_are_unique_per_attempt_and_fit_pbs_name_limit() {
+    let tag = run_tag(Path::new("/scratch/run"));
+    let slurm = job_name(&tag, Backend::Slurm, 42, 2);
+    assert_eq!(slurm, format!("ef{tag}-b000042-a2"));
+    let mut pbs_names = BTreeSet::new();
+    for batch in 1..=50 {
+        for attempt in 1..=20 {
+            let name = job_name(&tag, Backend::Pbs, batch, attempt);
+            assert!(name.len() <= PBS_NAME_MAX, "{name}");
+            assert!(name.chars().all(|c| c.is_ascii_alphanumeric()), "{name}");
+            pbs_names.insert(name);
+        }
+    }
+    assert_eq!(pbs_names.len(), 50 * 20, "two PBS jobs share a name");
+    let other_run = run_tag(Path::new("/scratch/run2"));
+    assert!(!pbs_names.contains(&job_name(&other_run, Backend::Pbs, 1, 1)));
+}
