@@ -4,15 +4,20 @@
 # random moment of its run — or, every fifth trial, inside an ingest transaction
 # (EMBEDFLEET_TEST_KILL_AT=ingest) — then run again to the end. After each: rows in shards =
 # points in the collection = good papers, no id twice, every recorded shard's sha256 verified.
-# With a second binary (the landed main), also times unkilled runs of each, alternating, for the
-# wall-time overhead of the result manifests.
+# Then the faults of a cluster's run state (issue 21), FAULT_ROUNDS trials each, killed at a
+# seeded moment first: run.db deleted (the rerun must refuse; with results/ and shards/ moved
+# away as it says, exact), 3 papers deleted between uploads (exact less the 3), and a result
+# manifest unreadable for one poll (exact). With a second binary (the landed main), also times
+# unkilled runs of each, alternating, for the wall-time overhead of the result manifests.
 #
 #   usage: benches/fault_injection.sh BIN [BASELINE_BIN]
-#   env:   ROUNDS=20 PAPERS=2000 MEAN_CHARS=200 SEED=2026 WORK=/tmp/embedfleet-faults TIMINGS=3
+#   env:   ROUNDS=20 FAULT_ROUNDS=2 PAPERS=2000 MEAN_CHARS=200 SEED=2026
+#          WORK=/tmp/embedfleet-faults TIMINGS=3
 set -euo pipefail
 BIN=$(realpath "$1")
 BASE=${2:+$(realpath "$2")}
 ROUNDS=${ROUNDS:-20}
+FAULT_ROUNDS=${FAULT_ROUNDS:-2}
 PAPERS=${PAPERS:-2000}
 MEAN_CHARS=${MEAN_CHARS:-200}
 SEED=${SEED:-2026}
@@ -52,14 +57,14 @@ phase_of() {
   else echo "embed ($done_manifests/$total batches)"; fi
 }
 
-# Checks run directory $1 after its final run ($2: that run's stderr).
+# Checks run directory $1 after its final run ($2: that run's stderr; $3: papers deleted).
 check() {
   local d=$1 points
   points=$(grep -o 'the collection holds [0-9]* points' "$2" | grep -o '[0-9]*' | tail -1 || true)
   "$BIN" status --run-dir "$d" --json >"$d.status.json"
-  python3 - "$d" "${points:-0}" <<'EOF'
+  python3 - "$d" "${points:-0}" "${3:-0}" <<'EOF'
 import json, sqlite3, sys, hashlib, pyarrow.parquet as pq
-run, points = sys.argv[1], int(sys.argv[2])
+run, points, deleted = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 s = json.load(open(run + ".status.json"))
 good = s["papers_planned"] - s["quarantined_by_reason"].get("embed_failed", 0)
 ids, rows = [], 0
@@ -71,8 +76,9 @@ for path, n, sha in sqlite3.connect(run + "/run.db").execute("SELECT path, rows,
     ids += t.column("id").to_pylist()
     rows += n
 dups = len(ids) - len(set(ids))
-ok = rows == good == points == s["rows_in_shards"] and dups == 0
-print(f"good {good}, rows {rows}, points {points}, duplicates {dups}, attempts {s['attempts_by_state']}: {'OK' if ok else 'FAIL'}")
+ok = rows == good == points + deleted == s["rows_in_shards"] and dups == 0
+print(f"good {good}, rows {rows}, points {points}" + (f" (+{deleted} deleted)" if deleted else "")
+      + f", duplicates {dups}, attempts {s['attempts_by_state']}: {'OK' if ok else 'FAIL'}")
 sys.exit(0 if ok else 1)
 EOF
 }
@@ -105,6 +111,58 @@ for d in $delays; do
   printf 'trial %2d: killed %s; then %s\n' "$i" "$how" "$verdict"
 done
 echo "trials failed: $failed of $ROUNDS"
+
+# Starts a run of $1 and SIGKILLs it after $2 seconds.
+killed_run() {
+  "$BIN" "${run_args[@]}" --run-dir "$1" >/dev/null 2>"$1.killed.log" &
+  sleep "$2"
+  kill_run "$1"
+  wait || true
+}
+
+echo "== faults of run state, $FAULT_ROUNDS trials each (seed $SEED)"
+fault_delays=$(python3 -c "
+import random; r = random.Random($SEED + 1)
+print(' '.join(f'{r.uniform(0.05, 0.6) * $ref_s:.2f}' for _ in range(3 * $FAULT_ROUNDS)))")
+set -- $fault_delays
+fault_failed=0
+for k in $(seq "$FAULT_ROUNDS"); do
+  # run.db lost: the rerun refuses; moved away as it says, the next run is exact.
+  dir="$WORK/lost$k"; d=$1; shift
+  killed_run "$dir" "$d"
+  rm -f "$dir"/run.db "$dir"/run.db-wal "$dir"/run.db-shm
+  code=0; "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.refused.log" || code=$?
+  mkdir -p "$dir.away"; mv "$dir/results" "$dir/shards" "$dir.away/" 2>/dev/null || true
+  "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.final.log" || echo "lost $k: final run failed"
+  verdict=$(check "$dir" "$dir.final.log") || fault_failed=$((fault_failed + 1))
+  [ "$code" -eq 4 ] || { verdict="$verdict; but the rerun over the old results exited $code, not 4"; fault_failed=$((fault_failed + 1)); }
+  printf 'run.db lost %d: killed after %s s, deleted; rerun exited %s (refused); moved away, then %s\n' "$k" "$d" "$code" "$verdict"
+
+  # 3 papers deleted between two uploads: the rest of the run and a second upload keep them out.
+  dir="$WORK/delete$k"; d=$1; shift
+  killed_run "$dir" "$d"
+  "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.first.log" || echo "delete $k: first run failed"
+  mapfile -t ids < <(python3 -c "
+import sqlite3; db = sqlite3.connect('$dir/run.db')
+print('\n'.join(r[0] for r in db.execute('SELECT id FROM papers WHERE duplicate_of IS NULL ORDER BY id LIMIT 3 OFFSET $((k * 7))')))")
+  "$BIN" delete --run-dir "$dir" "${ids[@]}" >/dev/null 2>"$dir.delete.log" || echo "delete $k: delete failed"
+  "$BIN" upload --run-dir "$dir" >/dev/null 2>"$dir.final.log" || echo "delete $k: upload failed"
+  verdict=$(check "$dir" "$dir.final.log" 3) || fault_failed=$((fault_failed + 1))
+  printf 'deleted between uploads %d: killed after %s s, run again, %s deleted, uploaded again: %s\n' "$k" "$d" "${ids[*]}" "$verdict"
+
+  # A manifest that cannot be read for one poll (a directory in its place: EISDIR, as ESTALE).
+  dir="$WORK/unreadable$k"; d=$1; shift
+  killed_run "$dir" "$d"
+  m=$(ls "$dir"/results/b*/*.json 2>/dev/null | head -1 || true)
+  if [ -n "$m" ]; then mv "$m" "$m.aside"; mkdir "$m"; fi
+  "$BIN" status --run-dir "$dir" >/dev/null 2>"$dir.poll.log" || echo "unreadable $k: status failed"
+  if [ -n "$m" ]; then rmdir "$m"; mv "$m.aside" "$m"; fi
+  "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.final.log" || echo "unreadable $k: final run failed"
+  verdict=$(check "$dir" "$dir.final.log") || fault_failed=$((fault_failed + 1))
+  printf 'manifest unreadable for a poll %d: killed after %s s, %s unreadable for one status; then %s\n' "$k" "$d" "${m:+${m#"$dir/"}}" "$verdict"
+done
+echo "fault trials failed: $fault_failed of $((3 * FAULT_ROUNDS))"
+failed=$((failed + fault_failed))
 
 if [ -n "$BASE" ]; then
   echo "== wall time of an unkilled run, this build vs the baseline, alternating ($TIMINGS each)"

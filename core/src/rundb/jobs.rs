@@ -94,14 +94,6 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// Forgets a job that never reached the scheduler.
-    pub fn delete_job(&self, name: &str) -> Result<()> {
-        self.conn
-            .execute("DELETE FROM jobs WHERE name = ?1", [name])
-            .map(drop)
-            .map_err(sqlite_err(&self.dir))
-    }
-
     /// Jobs the loop still has to watch (see [`JobStatus::OPEN`]), in id order.
     pub fn open_jobs(&self) -> Result<Vec<JobRow>> {
         let sql = format!(
