@@ -548,17 +548,34 @@ fn int_value(i: i64) -> qdrant::Value {
 }
 
 /// True when `url` is plain `http://` to another machine: an API key would cross the network
-/// in clear text. Loopback (`localhost`, `127.*`, `[::1]`) never leaves this machine.
+/// in clear text. Only a host whose every resolved address is loopback never leaves this
+/// machine; the text decides nothing (`127.0.0.1.example.org` is a name like any other), and a
+/// host that does not resolve is taken as another machine (the key is refused, not sent).
 pub(crate) fn sends_in_clear(url: &str) -> bool {
     let Some(rest) = url.strip_prefix("http://") else {
         return false;
     };
-    let host = rest.split(['/', '?']).next().unwrap_or("");
-    let host = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    // Credentials (`user:pass@`) are not the host.
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, tail) = v6.split_once(']').unwrap_or((v6, ""));
+            (host, tail.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
     };
-    !(host == "localhost" || host == "::1" || host.starts_with("127."))
+    let port = port.and_then(|p| p.parse::<u16>().ok()).unwrap_or(80);
+    match std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) {
+        Ok(addrs) => {
+            let addrs: Vec<std::net::SocketAddr> = addrs.collect();
+            addrs.is_empty() || !addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => true,
+    }
 }
 
 fn check_url(url: &str) -> UploadResult<()> {
@@ -732,5 +749,36 @@ mod insecure_tests {
             "no key, nothing to leak"
         );
         assert!(!sends_in_clear("https://qdrant.example:6334"));
+    }
+
+    #[test]
+    fn loopback_is_decided_by_the_resolved_address_not_the_hosts_text() {
+        for remote in [
+            "http://127.0.0.1.example.org:6334",
+            "http://127.0.0.1.example.org",
+            "http://localhost.example.org:6334",
+            "http://user@10.0.0.1:6334",
+            "http://[2001:db8::1]:6334",
+        ] {
+            assert!(sends_in_clear(remote), "{remote}");
+        }
+        for local in [
+            "http://127.0.0.1:6334/",
+            "http://127.3.4.5:6334",
+            "http://localhost:6334",
+            "http://[::1]:6334",
+            "http://[::1]",
+        ] {
+            assert!(!sends_in_clear(local), "{local}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "secret\n").unwrap();
+        let config = ServerConfig {
+            api_key: ApiKey::File(key),
+            ..ServerConfig::new("http://127.0.0.1.example.org:6334")
+        };
+        let err = QdrantServer::connect(config).unwrap_err();
+        assert!(matches!(err, UploadError::InsecureApiKey { .. }), "{err}");
     }
 }

@@ -391,12 +391,14 @@ fn recover_all(
                     }
                     let (b, shard_id, url) = &todo[i];
                     let path = layout.resolve(&b.manifest.snapshot);
-                    let result = rest.for_peer(url).recover_shard(
-                        collection,
-                        *shard_id,
-                        &path,
-                        &b.manifest.snapshot_sha256,
-                    );
+                    let result = rest.for_peer(url).and_then(|peer| {
+                        peer.recover_shard(
+                            collection,
+                            *shard_id,
+                            &path,
+                            &b.manifest.snapshot_sha256,
+                        )
+                    });
                     let failed = result.is_err();
                     if done_tx.send((i, result)).is_err() || failed {
                         return;
