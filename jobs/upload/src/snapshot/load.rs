@@ -111,7 +111,10 @@ pub fn load_snapshots(
     let layout = RunLayout::new(&options.run_dir);
     let name = options.spec.name.clone();
     let key = progress_key(server, &name);
-    let by_batch = sources_by_batch(&db.all_shards()?);
+    // The shard rows this load works from: a batch accepted while it runs (hours, for a big
+    // run) is not among them, and is left for the next load or upload.
+    let loaded_shards = db.all_shards()?;
+    let by_batch = sources_by_batch(&loaded_shards);
     let mut report = LoadReport {
         batches: by_batch.len(),
         ..LoadReport::default()
@@ -336,10 +339,24 @@ pub fn load_snapshots(
         };
         db.record_snapshot_load(&key, &row)?;
     }
-    for s in db.upload_shards(&key)? {
-        db.record_upload(s.shard_id, &key, s.rows, 0)?;
-    }
+    record_loaded_shards(&db, &key, &loaded_shards)?;
     Ok(report)
+}
+
+/// Records as uploaded under `key` exactly the parquet shards in `loaded` (the rows this load
+/// built its shards from and verified), so `upload` afterwards sends only the rest: a batch
+/// accepted during the load, or a batch whose accepted shards changed since, stays pending.
+fn record_loaded_shards(db: &RunDb, key: &str, loaded: &[ShardRow]) -> Result<(), SnapshotError> {
+    let loaded: std::collections::HashSet<(i64, &str, u64)> = loaded
+        .iter()
+        .map(|s| (s.batch_id.0, s.path.as_str(), s.rows))
+        .collect();
+    for s in db.upload_shards(key)? {
+        if loaded.contains(&(s.batch_id, s.path.as_str(), s.rows)) {
+            db.record_upload(s.shard_id, key, s.rows, 0)?;
+        }
+    }
+    Ok(())
 }
 
 /// The accepted parquet shards of each batch, in batch and part order.
@@ -534,4 +551,50 @@ fn list(batches: &[i64]) -> String {
         s.push(format!("… {} more", batches.len() - 8));
     }
     format!("batch {}", s.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use embedfleet_core::BatchId;
+
+    fn shard(batch: i64, attempt: &str) -> ShardRow {
+        ShardRow {
+            batch_id: BatchId(batch),
+            part: 0,
+            path: format!("shards/b{batch}-0.{attempt}.parquet"),
+            rows: 10,
+            sha256: format!("sha-{batch}-{attempt}"),
+        }
+    }
+
+    #[test]
+    fn a_load_records_only_the_shards_it_loaded_and_a_batch_accepted_meanwhile_stays_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::create(dir.path()).unwrap();
+        db.conn()
+            .execute_batch(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 1, 1, 'e');
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 0, 'b1', 10, 1);
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (2, 1, 1, 'b2', 10, 1);
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (3, 1, 2, 'b3', 10, 1);",
+            )
+            .unwrap();
+        db.record_shard(&shard(1, "a")).unwrap();
+        db.record_shard(&shard(2, "a")).unwrap();
+        // What the load read when it started...
+        let loaded = db.all_shards().unwrap();
+        // ...then, while it recovered: batch 3 accepted, batch 2 accepted again (a new attempt).
+        db.record_shard(&shard(3, "a")).unwrap();
+        db.record_shard(&shard(2, "b")).unwrap();
+        let key = "papers@server:http://q:6334";
+        record_loaded_shards(&db, key, &loaded).unwrap();
+        let acked: Vec<(i64, u64)> = db
+            .upload_shards(key)
+            .unwrap()
+            .iter()
+            .map(|s| (s.batch_id, s.rows_acked))
+            .collect();
+        assert_eq!(acked, [(1, 10), (2, 0), (3, 0)]);
+    }
 }
