@@ -106,6 +106,9 @@ impl ServerConfig {
     }
 }
 
+/// The key of the collection metadata entry holding embedfleet's identity marker.
+const MARKER_METADATA: &str = "embedfleet_collection_id";
+
 /// A Qdrant server or cluster over gRPC.
 pub struct QdrantServer {
     client: Qdrant,
@@ -466,6 +469,55 @@ impl Sink for QdrantServer {
 
     fn delete(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<()> {
         self.delete_ids(collection, ids, key)
+    }
+
+    fn count_ids(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<PointId> = ids.iter().map(|id| id.to_string().into()).collect();
+        let response = self.retry("count points by id", || {
+            let mut request = CountPointsBuilder::new(collection)
+                .exact(true)
+                .filter(Filter::must([Condition::has_id(ids.clone())]));
+            if let Some(key) = key {
+                request = request.shard_key_selector(key.to_owned());
+            }
+            self.client.count(request)
+        })?;
+        Ok(response.result.map_or(0, |r| r.count))
+    }
+
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+        if !self.exists(collection)? {
+            return Ok(None);
+        }
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
+        let metadata = response
+            .result
+            .and_then(|info| info.config)
+            .map(|config| config.metadata)
+            .unwrap_or_default();
+        Ok(match metadata.get(MARKER_METADATA).and_then(|v| v.kind.as_ref()) {
+            Some(Kind::StringValue(marker)) => Some(marker.clone()),
+            _ => None,
+        })
+    }
+
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+        // Qdrant 1.16+ keeps a collection's `metadata` with its config (merged on update), and a
+        // dropped collection's goes with it. An older server drops the field: the upload reads the
+        // marker back and, finding none, relies on its per-batch counts alone.
+        let mut request = UpdateCollectionBuilder::new(collection).build();
+        request
+            .metadata
+            .insert(MARKER_METADATA.to_owned(), string_value(marker));
+        self.retry("store the collection's marker", || {
+            self.client.update_collection(request.clone())
+        })?;
+        Ok(())
     }
 
     fn peers(&self, collection: &str) -> UploadResult<Option<usize>> {

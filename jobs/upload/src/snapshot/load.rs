@@ -15,8 +15,12 @@
 //!    checksum;
 //! 5. wait until the collection is green; check every key's count and the total against the
 //!    manifests and sample exact searches against the parquet rows;
-//! 6. record the run's shards as uploaded into the collection, so `upload --mode upsert`
-//!    afterwards sends only what is new (into the batch's key).
+//! 6. record the parquet shards it loaded (those it read at step 2, not the run's shards at
+//!    the end) as uploaded into the collection, so `upload --mode upsert` afterwards sends only
+//!    what is new, a batch accepted during the load included (into the batch's key).
+//!
+//! Tombstoned papers (`embedfleet delete`) are left out of the shards built here and of the
+//! sample searches; a shard a node built before a delete has another name and is built again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,10 +30,11 @@ use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::build::{build_shard, find_built};
+use super::build::{build_shard_without, find_built};
 use super::manifest::{BuiltShardManifest, SourceShard};
 use super::rest::{Peer, RestClient};
 use super::{batch_shard_key, check_engine_version, ShardSettings, SnapshotError};
+use crate::integrity::{self, Tombstones};
 use crate::{
     point_id, progress_key, shards, CollectionSpec, Ensured, PointsBatch, QdrantServer,
     SearchOptions, Sink,
@@ -151,10 +156,12 @@ pub fn load_snapshots(
         }
     }
 
-    // 2. Each batch's built shard, of its accepted parquet shards.
+    // 2. Each batch's built shard, of its accepted parquet shards less its tombstoned papers
+    // (a shard a node built before a delete has another name: it is built again here).
+    let tombstones = Tombstones::read(&db)?;
     let found = by_batch
         .iter()
-        .map(|(batch, sources)| find_built(&layout, *batch, sources))
+        .map(|(batch, sources)| find_built(&layout, *batch, sources, tombstones.of_batch(*batch)))
         .collect::<Result<Vec<_>, _>>()?;
     let missing: Vec<i64> = by_batch
         .iter()
@@ -166,7 +173,7 @@ pub fn load_snapshots(
         return Err(SnapshotError::Sources {
             batch: missing[0],
             message: format!(
-                "{} batches have no built shard of their accepted parquet shards ({}); run `embedfleet build-shard` for them, or load without --no-build",
+                "{} batches have no built shard of their accepted parquet shards less their deleted papers ({}); run `embedfleet build-shard --accepted` for them, or load without --no-build",
                 missing.len(),
                 list(&missing)
             ),
@@ -184,7 +191,8 @@ pub fn load_snapshots(
         let manifest = match found {
             Some(manifest) => manifest,
             None => {
-                let outcome = build_shard(&layout, *batch, sources, &spec)?;
+                let deleted = tombstones.of_batch(*batch);
+                let outcome = build_shard_without(&layout, *batch, sources, deleted, &spec)?;
                 if outcome.built {
                     report.built_here += 1;
                     eprintln!(
@@ -215,6 +223,10 @@ pub fn load_snapshots(
     // 3. The collection and its shard keys.
     let ensured = server.ensure_collection(&spec)?;
     report.created = ensured == Ensured::Created;
+    // The upload progress recorded at the end is about this collection: `upload` afterwards
+    // tells it from one made again by its identity marker.
+    let marker = server.collection_marker(&name)?;
+    integrity::record_marker::<SnapshotError>(server, &db, &key, &name, marker)?;
     if report.created {
         // A collection made now holds nothing that an earlier load recorded.
         db.forget_snapshot_loads(&key)?;
@@ -326,8 +338,14 @@ pub fn load_snapshots(
         });
     }
     report.points = holds;
-    report.searches_checked =
-        check_searches(server, &name, &layout, &batches, options.sample_searches)?;
+    report.searches_checked = check_searches(
+        server,
+        &name,
+        &layout,
+        &batches,
+        &tombstones,
+        options.sample_searches,
+    )?;
 
     // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
     for b in &batches {
@@ -484,6 +502,7 @@ fn check_searches(
     name: &str,
     layout: &RunLayout,
     batches: &[Batch],
+    tombstones: &Tombstones,
     samples: usize,
 ) -> Result<usize, SnapshotError> {
     if samples == 0 {
@@ -502,7 +521,9 @@ fn check_searches(
             message: e.to_string(),
         })?;
         let points = PointsBatch::from_record_batch(&record_batch)?;
-        for p in points.iter().take(samples - checked) {
+        // A deleted paper is not in the shard: it is not searched for.
+        let live = points.iter().filter(|p| !tombstones.contains(p.paper_id));
+        for p in live.take(samples - checked) {
             let options = SearchOptions {
                 exact: true,
                 ..SearchOptions::new(1)
