@@ -332,11 +332,17 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
         Default::default();
     for t in &all {
         let key = keyed.then(|| snapshot::batch_shard_key(t.batch_id));
-        by_key.entry(key).or_default().push(upload::point_id(&t.paper_id));
+        by_key
+            .entry(key)
+            .or_default()
+            .push(upload::point_id(&t.paper_id));
     }
     // Papers of no batch of this run have no tombstone; they go from the collection only.
     for paper in &unknown {
-        by_key.entry(None).or_default().push(upload::point_id(paper));
+        by_key
+            .entry(None)
+            .or_default()
+            .push(upload::point_id(paper));
     }
     let before = sink.count(&args.collection, None)?;
     for (key, ids) in &by_key {

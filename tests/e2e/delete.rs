@@ -97,7 +97,10 @@ fn deleted_papers_stay_deleted_through_upload_again_a_batch_resent_and_a_collect
         ),
     );
     let err = stderr(&t.run(&["upload", "--run-dir", "run"], 0));
-    assert!(!err.contains(&format!(" {} points sent", good - 3)), "{err}");
+    assert!(
+        !err.contains(&format!(" {} points sent", good - 3)),
+        "{err}"
+    );
     assert_eq!(holds(&run, &deleted), (good - 3, 0));
 
     // The collection dropped and made again empty: every good paper is sent, the deleted not.
@@ -115,7 +118,9 @@ fn deleted_papers_stay_deleted_through_upload_again_a_batch_resent_and_a_collect
             exact: true,
             ..SearchOptions::new(10)
         };
-        let hits = sink.search_with("papers", &rows[paper].0, &options).unwrap();
+        let hits = sink
+            .search_with("papers", &rows[paper].0, &options)
+            .unwrap();
         assert_eq!(hits.len(), 10);
         assert!(
             hits.iter().all(|h| h.id != point_id(paper)),

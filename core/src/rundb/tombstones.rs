@@ -39,7 +39,9 @@ impl RunDb {
                 )
                 .map_err(&err)?;
             for t in papers {
-                new += insert.execute(params![t.paper_id, t.batch_id]).map_err(&err)?;
+                new += insert
+                    .execute(params![t.paper_id, t.batch_id])
+                    .map_err(&err)?;
             }
         }
         tx.commit().map_err(&err)?;
@@ -144,7 +146,8 @@ mod tests {
             .unwrap();
         }
         for s in db.upload_shards("papers@edge:/q").unwrap() {
-            db.record_upload(s.shard_id, "papers@edge:/q", 5, 0).unwrap();
+            db.record_upload(s.shard_id, "papers@edge:/q", 5, 0)
+                .unwrap();
         }
         db.forget_batch_uploads("papers@edge:/q", 1).unwrap();
         let acked: Vec<(i64, u64)> = db

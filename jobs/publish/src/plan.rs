@@ -199,7 +199,11 @@ mod tests {
         source.deleted[0] = vec![2, 7];
         let plan = split(&source, false, 6 * 96);
         let rows: Vec<u64> = plan.files.iter().map(|f| f.rows).collect();
-        assert_eq!(rows, [5, 5, 6, 2], "row 2 in the first file, row 7 in the second");
+        assert_eq!(
+            rows,
+            [5, 5, 6, 2],
+            "row 2 in the first file, row 7 in the second"
+        );
         assert_eq!(plan.files[1].slices[0].deleted, [7]);
         for (i, (a, b)) in before.files.iter().zip(&plan.files).enumerate() {
             assert_eq!(a.recipe_sha256 == b.recipe_sha256, i >= 2, "file {i}");

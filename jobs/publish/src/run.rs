@@ -3,13 +3,13 @@
 //! because the split into data files is computed from run.db's row counts alone.
 
 use crate::error::{io, pq_err, MissingBatch, PublishError};
+use arrow_array::{Array, StringArray};
 use arrow_schema::{DataType, Schema, SchemaRef};
 use embedfleet_core::rundb::{RunDb, ShardRow};
 use embedfleet_core::state::BatchState;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use sha2::{Digest, Sha256};
-use arrow_array::{Array, StringArray};
 use parquet::arrow::ProjectionMask;
+use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
@@ -122,7 +122,12 @@ fn deleted_rows(db: &RunDb, shards: &[ShardRow]) -> Result<Vec<Vec<u64>>, Publis
 fn ids_of(path: &Path) -> Result<Vec<String>, PublishError> {
     let file = File::open(path).map_err(io(path))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq_err(path))?;
-    let Some(root) = builder.schema().fields().iter().position(|f| f.name() == "id") else {
+    let Some(root) = builder
+        .schema()
+        .fields()
+        .iter()
+        .position(|f| f.name() == "id")
+    else {
         return Err(PublishError::Parquet {
             path: path.into(),
             message: "no `id` column: not a parquet shard of embedfleet".into(),

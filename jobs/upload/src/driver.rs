@@ -297,8 +297,7 @@ pub(super) fn open_collection(
     let tombstones = integrity::Tombstones::read(&db)?;
     if exists && prepared.acked() > 0 {
         let keyed = sink.keyed(name)?;
-        let check =
-            integrity::check_batches(sink, &db, &key, name, &prepared, &tombstones, keyed)?;
+        let check = integrity::check_batches(sink, &db, &key, name, &prepared, &tombstones, keyed)?;
         if !check.resent.is_empty() {
             prepared = prepare(&db, &key)?;
         }

@@ -22,12 +22,11 @@ use qdrant_edge::external::serde_json::{Map, Value};
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
     EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HasIdCondition,
-    HnswIndexConfig, JsonPath,
-    Match, OperationError, Payload, PayloadFieldSchema, PayloadSchemaType, PointId,
-    PointInsertOperations, PointOperations, PointStructPersisted, QuantizationConfig, QueryEnum,
-    Range, ScalarQuantizationConfig, ScalarType, ScoredPoint, SearchParams, SearchRequest,
-    UpdateOperation, ValueVariants, VectorInternal, VectorStructPersisted, WithPayloadInterface,
-    DEFAULT_VECTOR_NAME,
+    HnswIndexConfig, JsonPath, Match, OperationError, Payload, PayloadFieldSchema,
+    PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted,
+    QuantizationConfig, QueryEnum, Range, ScalarQuantizationConfig, ScalarType, ScoredPoint,
+    SearchParams, SearchRequest, UpdateOperation, ValueVariants, VectorInternal,
+    VectorStructPersisted, WithPayloadInterface, DEFAULT_VECTOR_NAME,
 };
 
 use super::{

@@ -204,7 +204,10 @@ mod tests {
     fn progress_is_about_another_collection_when_gone_or_marked_otherwise() {
         assert!(is_another_collection(Some("a"), false, None), "gone");
         assert!(is_another_collection(None, false, None), "gone");
-        assert!(is_another_collection(Some("a"), true, Some("b")), "replaced");
+        assert!(
+            is_another_collection(Some("a"), true, Some("b")),
+            "replaced"
+        );
         assert!(is_another_collection(Some("a"), true, None), "unmarked");
         assert!(!is_another_collection(Some("a"), true, Some("a")));
         assert!(

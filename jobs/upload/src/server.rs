@@ -500,10 +500,12 @@ impl Sink for QdrantServer {
             .and_then(|info| info.config)
             .map(|config| config.metadata)
             .unwrap_or_default();
-        Ok(match metadata.get(MARKER_METADATA).and_then(|v| v.kind.as_ref()) {
-            Some(Kind::StringValue(marker)) => Some(marker.clone()),
-            _ => None,
-        })
+        Ok(
+            match metadata.get(MARKER_METADATA).and_then(|v| v.kind.as_ref()) {
+                Some(Kind::StringValue(marker)) => Some(marker.clone()),
+                _ => None,
+            },
+        )
     }
 
     fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {

@@ -116,7 +116,12 @@ pub fn paper_ids(path: &Path, limit: u64) -> Result<Vec<String>, ShardReadError>
         let strings = column
             .as_any()
             .downcast_ref::<arrow_array::StringArray>()
-            .ok_or_else(|| read_err(path)(format!("`id` has type {}, expected utf8", column.data_type())))?;
+            .ok_or_else(|| {
+                read_err(path)(format!(
+                    "`id` has type {}, expected utf8",
+                    column.data_type()
+                ))
+            })?;
         ids.extend(strings.iter().map(|s| s.unwrap_or_default().to_owned()));
     }
     Ok(ids)

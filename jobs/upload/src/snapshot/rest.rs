@@ -349,11 +349,16 @@ mod tests {
         );
         let url = answering(cluster);
         let client = RestClient::new(&url, key(), true, t).unwrap();
-        assert_eq!(client.peers().unwrap().len(), 2, "allowed: the operator said so");
+        assert_eq!(
+            client.peers().unwrap().len(),
+            2,
+            "allowed: the operator said so"
+        );
         let client = RestClient::new(&url, key(), false, t).unwrap();
         assert!(client.for_peer("http://q2.cluster:6333").is_err());
         assert!(client.for_peer("https://q2.cluster:6333").is_ok());
-        let err = RestClient::new("http://127.0.0.1.example.org:6333", key(), false, t).unwrap_err();
+        let err =
+            RestClient::new("http://127.0.0.1.example.org:6333", key(), false, t).unwrap_err();
         assert!(err.to_string().contains("127.0.0.1.example.org"), "{err}");
     }
 

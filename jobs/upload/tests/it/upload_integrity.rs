@@ -91,7 +91,10 @@ fn deleted_papers_stay_deleted_through_an_upload_again_and_a_resend_of_their_bat
     let key = progress_key(&sink, "papers");
     db.forget_batch_uploads(&key, 2).unwrap();
     let resend = upload(&sink, &options(&run)).unwrap();
-    assert_eq!(resend.send.points, 28, "batch 2's 30 rows less its 2 tombstoned");
+    assert_eq!(
+        resend.send.points, 28,
+        "batch 2's 30 rows less its 2 tombstoned"
+    );
     assert_eq!(sink.count("papers", None).unwrap(), 67);
     assert_eq!(holds(&sink, &[3, 45, 50]), 0);
     assert_eq!(db.upload_totals(&key).unwrap(), (70, 0), "every row done");
