@@ -37,7 +37,14 @@ fn sqlite(run: &Path, sql: &str) -> String {
     let conn = rusqlite::Connection::open(run.join("run.db")).unwrap();
     let mut stmt = conn.prepare(sql).unwrap();
     let rows = stmt
-        .query_map([], |r| r.get::<_, String>(0))
+        .query_map([], |r| {
+            let v: rusqlite::types::Value = r.get(0)?;
+            Ok(match v {
+                rusqlite::types::Value::Integer(i) => i.to_string(),
+                rusqlite::types::Value::Text(t) => t,
+                other => format!("{other:?}"),
+            })
+        })
         .unwrap()
         .map(Result::unwrap)
         .collect::<Vec<_>>();
@@ -96,10 +103,20 @@ fn deleted_papers_stay_deleted_through_upload_again_a_batch_resent_and_a_collect
             deleted[1]
         ),
     );
+    let batch_rows: u64 = sqlite(
+        &run,
+        &format!(
+            "SELECT sum(rows) FROM shards WHERE batch_id = \
+             (SELECT batch_id FROM tombstones WHERE paper_id = '{}')",
+            deleted[1]
+        ),
+    )
+    .parse()
+    .unwrap();
     let err = stderr(&t.run(&["upload", "--run-dir", "run"], 0));
     assert!(
-        !err.contains(&format!(" {} points sent", good - 3)),
-        "{err}"
+        err.contains(&format!(" {} points sent", batch_rows - 1)),
+        "that batch alone, less its deleted paper ({batch_rows} rows): {err}"
     );
     assert_eq!(holds(&run, &deleted), (good - 3, 0));
 
@@ -110,6 +127,16 @@ fn deleted_papers_stay_deleted_through_upload_again_a_batch_resent_and_a_collect
     let err = stderr(&t.run(&["upload", "--run-dir", "run"], 0));
     assert!(err.contains(&format!(" {} points sent", good - 3)), "{err}");
     assert_eq!(holds(&run, &deleted), (good - 3, 0));
+
+    // Counted by qdrant-edge's own Python binding too, where it is installed
+    // (`pip install qdrant-edge-py==0.7.2`, the engine version embedfleet links).
+    let code = format!(
+        "import qdrant_edge as q\ns = q.EdgeShard.load({:?})\nprint(s.count(q.CountRequest(exact=True)))\ns.close()",
+        run.join("qdrant/collections/papers").display().to_string()
+    );
+    if let Some(out) = python(&code, "qdrant_edge", "EMBEDFLEET_REQUIRE_QDRANT_EDGE") {
+        assert_eq!(out, (good - 3).to_string());
+    }
 
     // A search with a deleted paper's own vector never finds it.
     let sink = edge(&run);
