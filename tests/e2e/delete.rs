@@ -1,6 +1,8 @@
 //! `delete` keeps papers deleted: tombstones in run.db (read back with Python's sqlite3), and
 //! no `upload` afterwards — again, after a batch's shards are accepted again, into a collection
-//! made again — brings them back; searches never return them.
+//! made again — brings them back; searches never return them, and `publish` leaves them out
+//! (read back with pyarrow). A run's corpus cannot grow after planning, so "new batches" are a
+//! batch accepted again and a whole collection sent again.
 
 use crate::util::{python, shard_rows, TestDir};
 use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
@@ -136,6 +138,25 @@ fn deleted_papers_stay_deleted_through_upload_again_a_batch_resent_and_a_collect
     );
     if let Some(out) = python(&code, "qdrant_edge", "EMBEDFLEET_REQUIRE_QDRANT_EDGE") {
         assert_eq!(out, (good - 3).to_string());
+    }
+
+    // Published without them: read back with pyarrow, counted in the manifest.
+    t.run(&["publish", "--run-dir", "run", "--out", "ds"], 0);
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.join("ds/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["counts"]["papers_deleted"], 3, "{manifest}");
+    assert_eq!(manifest["rows"], good - 3, "{manifest}");
+    let code = format!(
+        "import pyarrow.parquet as pq\nids = set(pq.read_table({:?}, columns=['id']).column('id').to_pylist())\nprint(len(ids), sum(p in ids for p in {:?}))",
+        t.join("ds/data").display().to_string(),
+        deleted
+    );
+    if let Some(out) = python(&code, "pyarrow", "EMBEDFLEET_REQUIRE_PYARROW") {
+        assert_eq!(
+            out,
+            format!("{} 0", good - 3),
+            "published ids, deleted among them"
+        );
     }
 
     // A search with a deleted paper's own vector never finds it.
