@@ -4,7 +4,7 @@ use crate::cli::{
     BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
 };
 use anyhow::{bail, Context, Result};
-use embedfleet_core::rundb::RunDb;
+use embedfleet_core::rundb::{RunDb, Tombstone};
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
 use embedfleet_upload::snapshot::{self, LoadOptions, RestClient, ShardSettings};
@@ -213,6 +213,12 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     } else {
         None
     };
+    // The run's tombstones are in run.db: only a build from the accepted shards (on the login
+    // node) can leave them out; a job's build keeps them, and the load builds such a batch again.
+    let tombstones = match &db {
+        Some(db) => db.tombstones()?,
+        None => Vec::new(),
+    };
     for &batch in &args.batches {
         let sources = match (&db, &args.attempt) {
             (Some(db), _) => {
@@ -225,7 +231,12 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
             (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, batch, attempt)?,
             (None, None) => snapshot::sources_of_batch(&layout, batch)?,
         };
-        let outcome = snapshot::build_shard(&layout, batch, &sources, &spec)?;
+        let deleted: Vec<String> = tombstones
+            .iter()
+            .filter(|t| t.batch_id == batch)
+            .map(|t| t.paper_id.clone())
+            .collect();
+        let outcome = snapshot::build_shard_without(&layout, batch, &sources, &deleted, &spec)?;
         print_built(&outcome);
     }
     Ok(exit::SUCCESS)
@@ -248,16 +259,21 @@ pub fn build_after_embed(run_dir: &Path, batch: i64, attempt: &str) -> Result<()
 
 fn print_built(outcome: &snapshot::BuildOutcome) {
     let m = &outcome.manifest;
+    let deleted = if m.deleted.is_empty() {
+        String::new()
+    } else {
+        format!(", {} deleted papers left out", m.deleted.len())
+    };
     if !outcome.built {
         eprintln!(
-            "batch {}: built already ({}, {} points)",
+            "batch {}: built already ({}, {} points{deleted})",
             m.batch, m.snapshot, m.points
         );
         return;
     }
     let t = &m.timings;
     eprintln!(
-        "batch {}: {} points into {} ({:.1} MB, {} segments, Qdrant {} format) in {:.1} s: insert {:.1} s, index {:.1} s, pack {:.1} s; {:.1} CPU s",
+        "batch {}: {} points{deleted} into {} ({:.1} MB, {} segments, Qdrant {} format) in {:.1} s: insert {:.1} s, index {:.1} s, pack {:.1} s; {:.1} CPU s",
         m.batch,
         m.points,
         m.snapshot,
@@ -273,7 +289,9 @@ fn print_built(outcome: &snapshot::BuildOutcome) {
 }
 
 /// `embedfleet delete`: papers out of a collection by id, each from its batch's shard key in a
-/// snapshot-loaded collection.
+/// snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
+/// tombstone: no later upload, built shard or publish brings it back), then deleted from Qdrant,
+/// with every earlier tombstone again: a delete killed between the two is finished by the next.
 pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, _) = open_sink(&args.run_dir, &args.target)?;
@@ -281,29 +299,50 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     if args.papers.len() > 8 {
         db.index_paper_ids()?;
     }
-    let mut by_key: std::collections::BTreeMap<Option<String>, Vec<upload::Uuid>> =
-        Default::default();
+    let mut tombstones = Vec::new();
     let mut unknown = Vec::new();
     for paper in &args.papers {
-        let key = if keyed {
-            match db.batch_of_paper(paper)? {
-                Some(batch) => Some(snapshot::batch_shard_key(batch)),
-                None => {
-                    unknown.push(paper.as_str());
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        by_key.entry(key).or_default().push(upload::point_id(paper));
+        match db.batch_of_paper(paper)? {
+            Some(batch_id) => tombstones.push(Tombstone {
+                batch_id,
+                paper_id: paper.clone(),
+            }),
+            None => unknown.push(paper.as_str()),
+        }
     }
-    if !unknown.is_empty() {
+    if keyed && !unknown.is_empty() {
         bail!(
             "{} papers are not in this run, so their shard key is unknown: {}",
             unknown.len(),
             unknown.join(", ")
         );
+    }
+    let new = db.record_tombstones(&tombstones)?;
+    let all = db.tombstones()?;
+    if sink.collection_info(&args.collection)?.is_none() {
+        eprintln!(
+            "`{}` does not exist on {}: nothing to delete there; {new} papers newly tombstoned in run.db ({} in all), so no upload will send them",
+            args.collection,
+            sink.target(),
+            all.len()
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let mut by_key: std::collections::BTreeMap<Option<String>, Vec<upload::Uuid>> =
+        Default::default();
+    for t in &all {
+        let key = keyed.then(|| snapshot::batch_shard_key(t.batch_id));
+        by_key
+            .entry(key)
+            .or_default()
+            .push(upload::point_id(&t.paper_id));
+    }
+    // Papers of no batch of this run have no tombstone; they go from the collection only.
+    for paper in &unknown {
+        by_key
+            .entry(None)
+            .or_default()
+            .push(upload::point_id(paper));
     }
     let before = sink.count(&args.collection, None)?;
     for (key, ids) in &by_key {
@@ -311,10 +350,18 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     }
     let after = sink.count(&args.collection, None)?;
     eprintln!(
-        "deleted {} points from `{}` ({before} → {after} points)",
+        "deleted {} points from `{}` ({before} → {after} points); {new} papers newly tombstoned in run.db ({} in all): `upload`, `build-shard` and `publish` leave them out",
         before - after.min(before),
-        args.collection
+        args.collection,
+        all.len()
     );
+    if !unknown.is_empty() {
+        eprintln!(
+            "note: {} papers are not in this run (not tombstoned): {}",
+            unknown.len(),
+            unknown.join(", ")
+        );
+    }
     Ok(exit::SUCCESS)
 }
 

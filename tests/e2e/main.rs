@@ -4,6 +4,7 @@
 mod util;
 
 mod architecture;
+mod delete;
 mod doctor;
 mod embed;
 mod integrity;

@@ -4,7 +4,7 @@
 //! are durable; on a re-run it reads what is done and does only the rest. A module per table
 //! (or per group of tables written together): `plan` (corpus_files, papers, quarantine, the
 //! plan's settings and state), `batches`, `shards`, `batch_runs`, `jobs`, `queues`,
-//! `uploads`; `status` reads them all.
+//! `uploads`, `tombstones` (with the collections' identity markers); `status` reads them all.
 
 mod attempts;
 mod batch_runs;
@@ -16,6 +16,7 @@ mod schema;
 mod shards;
 mod snapshot_loads;
 mod status;
+mod tombstones;
 mod uploads;
 
 pub use attempts::{IngestReport, TEST_KILL_ENV};
@@ -26,6 +27,7 @@ pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
 pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};
+pub use tombstones::Tombstone;
 pub use uploads::UploadShard;
 
 use crate::layout::RunLayout;

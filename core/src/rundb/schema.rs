@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -170,11 +170,31 @@ CREATE TABLE snapshot_loads (
 );
 "#;
 
-/// v7: the ingest's bookkeeping of what it could not take. `manifest_stamp` is the size and
+/// v7: papers deleted from the run (`embedfleet delete`), which no upload, built shard or
+/// published dataset may bring back (`tombstones`, one row per paper, with the batch of its
+/// embedded copy); the identity of each collection the run uploaded into (`upload_collections`,
+/// keyed as `uploads` by `name@target`: the marker embedfleet generated and stored in the
+/// collection), so a collection dropped and recreated, or another run's, is told from the one
+/// the recorded progress is about.
+const V7: &str = r#"
+CREATE TABLE tombstones (
+    paper_id   TEXT PRIMARY KEY,
+    batch_id   INTEGER NOT NULL REFERENCES batches(id),
+    deleted_at TEXT NOT NULL
+);
+CREATE INDEX tombstones_by_batch ON tombstones (batch_id);
+CREATE TABLE upload_collections (
+    collection  TEXT PRIMARY KEY,
+    marker      TEXT NOT NULL,
+    recorded_at TEXT NOT NULL
+);
+"#;
+
+/// v8: the ingest's bookkeeping of what it could not take. `manifest_stamp` is the size and
 /// mtime of a rejected attempt's manifest when it was rejected: a manifest rewritten since is
 /// verified again. `papers_by_batch` serves the per-batch reads of the papers table (a batch's
 /// ids at ingest, its excluded rows in `plan.json`) without a scan of every paper of the run.
-const V7: &str = r#"
+const V8: &str = r#"
 ALTER TABLE attempts ADD COLUMN manifest_stamp TEXT;
 CREATE INDEX IF NOT EXISTS papers_by_batch ON papers (batch_id, row);
 "#;

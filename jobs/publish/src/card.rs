@@ -162,8 +162,16 @@ fn counts(out: &mut String, facts: &Facts) {
         let _ = writeln!(out, "| batches {} | {n} |", cell(state));
     }
     let _ = writeln!(out, "| papers missing | {} |", facts.papers_missing());
+    let deleted = facts.source.deleted_rows();
+    if deleted > 0 {
+        let _ = writeln!(out, "| papers deleted (left out) | {deleted} |");
+    }
     if facts.missing.is_empty() {
-        out.push_str("\nEvery planned batch is embedded: each planned paper is a row or quarantined (the reasons above).\n");
+        out.push_str(if deleted > 0 {
+            "\nEvery planned batch is embedded: each planned paper is a row, quarantined (the reasons above) or deleted (`embedfleet delete`).\n"
+        } else {
+            "\nEvery planned batch is embedded: each planned paper is a row or quarantined (the reasons above).\n"
+        });
         return;
     }
     let planned: u64 = facts.missing.iter().map(|b| b.papers).sum();

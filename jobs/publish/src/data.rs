@@ -57,15 +57,20 @@ pub fn write_all(
                         .build()
                 })
                 .map_err(pq_err(&shard_path))?;
+            let mut at = slice.from;
             for batch in reader {
                 let batch = batch.map_err(pq_err(&shard_path))?;
-                let mut columns = batch.columns().to_vec();
-                if options.with_text {
-                    columns.push(texts.column(db, slice.shard.batch_id, &batch)?);
+                let first = at;
+                at += batch.num_rows() as u64;
+                for batch in kept(&batch, first, &slice.deleted) {
+                    let mut columns = batch.columns().to_vec();
+                    if options.with_text {
+                        columns.push(texts.column(db, slice.shard.batch_id, &batch)?);
+                    }
+                    let batch = RecordBatch::try_new(schema.clone(), columns)
+                        .map_err(pq_err(&shard_path))?;
+                    out.write(&batch)?;
                 }
-                let batch =
-                    RecordBatch::try_new(schema.clone(), columns).map_err(pq_err(&shard_path))?;
-                out.write(&batch)?;
             }
         }
         out.finish()?;
@@ -80,6 +85,24 @@ pub fn write_all(
         }
     }
     Ok(reused)
+}
+
+/// The rows of `batch` (shard rows `first..`) not in `deleted` (sorted shard rows), as slices of
+/// it: the whole batch when none is deleted.
+fn kept(batch: &RecordBatch, first: u64, deleted: &[u64]) -> Vec<RecordBatch> {
+    let end = first + batch.num_rows() as u64;
+    let mut out = Vec::new();
+    let mut start = first;
+    for &row in deleted.iter().filter(|r| (first..end).contains(r)) {
+        if row > start {
+            out.push(batch.slice((start - first) as usize, (row - start) as usize));
+        }
+        start = row + 1;
+    }
+    if end > start {
+        out.push(batch.slice((start - first) as usize, (end - start) as usize));
+    }
+    out
 }
 
 /// A data file being written under its temporary name.

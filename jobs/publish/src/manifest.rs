@@ -74,6 +74,7 @@ pub fn render(facts: &Facts, options: &PublishOptions) -> String {
             "papers_quarantined": status.papers_quarantined,
             "quarantined_by_reason": status.quarantined_by_reason,
             "papers_missing": facts.papers_missing(),
+            "papers_deleted": facts.source.deleted_rows(),
             "batches": status.batches,
             "batches_by_state": status.batches_by_state,
             "shards": status.shards,

@@ -12,12 +12,22 @@ const ROW_OVERHEAD_BYTES: u64 = 64;
 /// never holds much of a 500 MB file at once, and the writer neither.
 const ROW_GROUP_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Rows `from..from + rows` of one parquet shard.
+/// Rows `from..from + rows` of one parquet shard, less `deleted`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slice {
     pub shard: ShardRow,
     pub from: u64,
     pub rows: u64,
+    /// Rows of the shard in `from..from + rows` whose paper was deleted from the run (sorted):
+    /// not written.
+    pub deleted: Vec<u64>,
+}
+
+impl Slice {
+    /// Rows written of this slice.
+    pub fn kept(&self) -> u64 {
+        self.rows - self.deleted.len() as u64
+    }
 }
 
 /// One data file to write.
@@ -55,10 +65,10 @@ pub fn split(source: &Source, with_text: bool, target_bytes: u64) -> Plan {
         .map(|i| {
             let start = i * rows_per_file;
             let rows = rows_per_file.min(total - start.min(total));
-            let slices = slices(&source.shards, start, rows);
+            let slices = slices(&source.shards, &source.deleted, start, rows);
             FilePlan {
                 path: format!("data/train-{i:05}-of-{n_files:05}.parquet"),
-                rows,
+                rows: slices.iter().map(Slice::kept).sum(),
                 recipe_sha256: recipe(&slices, with_text),
                 slices,
             }
@@ -71,18 +81,26 @@ pub fn split(source: &Source, with_text: bool, target_bytes: u64) -> Plan {
     }
 }
 
-/// The pieces of shards that make rows `start..start + rows` of the run, in order.
-fn slices(shards: &[ShardRow], start: u64, rows: u64) -> Vec<Slice> {
+/// The pieces of shards that make rows `start..start + rows` of the run, in order, each with
+/// its deleted rows (`deleted`: per shard, as [`Source::deleted`]).
+fn slices(shards: &[ShardRow], deleted: &[Vec<u64>], start: u64, rows: u64) -> Vec<Slice> {
     let (mut out, mut offset) = (Vec::new(), 0u64);
     let end = start + rows;
-    for shard in shards {
+    for (i, shard) in shards.iter().enumerate() {
         let (lo, hi) = (offset, offset + shard.rows);
         if hi > start && lo < end {
             let from = start.max(lo) - lo;
+            let rows = end.min(hi) - lo - from;
+            let dead = deleted.get(i).map_or(&[][..], Vec::as_slice);
             out.push(Slice {
                 shard: shard.clone(),
                 from,
-                rows: end.min(hi) - lo - from,
+                rows,
+                deleted: dead
+                    .iter()
+                    .copied()
+                    .filter(|r| (from..from + rows).contains(r))
+                    .collect(),
             });
         }
         offset = hi;
@@ -102,6 +120,11 @@ fn recipe(slices: &[Slice], with_text: bool) -> String {
             s.shard.path, s.shard.sha256, s.from, s.rows
         );
         hasher.update(line.as_bytes());
+        // Only when some are: a run with no deletes keeps the recipes (and files) it had.
+        if !s.deleted.is_empty() {
+            let rows: Vec<String> = s.deleted.iter().map(u64::to_string).collect();
+            hasher.update(format!("deleted\t{}\n", rows.join(",")).as_bytes());
+        }
     }
     format!("{:x}", hasher.finalize())
 }
@@ -131,6 +154,7 @@ mod tests {
             item_bytes: 4,
             text_bytes: 1000,
             plan_sha256: String::new(),
+            deleted: vec![Vec::new(); rows.len()],
         }
     }
 
@@ -166,6 +190,24 @@ mod tests {
             plain.files[0].recipe_sha256,
             split(&source, true, 10_000_000).files[0].recipe_sha256
         );
+    }
+
+    #[test]
+    fn deleted_rows_leave_their_file_and_change_its_recipe_only() {
+        let mut source = source(&[10, 3, 7]);
+        let before = split(&source, false, 6 * 96);
+        source.deleted[0] = vec![2, 7];
+        let plan = split(&source, false, 6 * 96);
+        let rows: Vec<u64> = plan.files.iter().map(|f| f.rows).collect();
+        assert_eq!(
+            rows,
+            [5, 5, 6, 2],
+            "row 2 in the first file, row 7 in the second"
+        );
+        assert_eq!(plan.files[1].slices[0].deleted, [7]);
+        for (i, (a, b)) in before.files.iter().zip(&plan.files).enumerate() {
+            assert_eq!(a.recipe_sha256 == b.recipe_sha256, i >= 2, "file {i}");
+        }
     }
 
     #[test]

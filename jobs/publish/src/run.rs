@@ -3,12 +3,14 @@
 //! because the split into data files is computed from run.db's row counts alone.
 
 use crate::error::{io, pq_err, MissingBatch, PublishError};
+use arrow_array::{Array, StringArray};
 use arrow_schema::{DataType, Schema, SchemaRef};
 use embedfleet_core::rundb::{RunDb, ShardRow};
 use embedfleet_core::state::BatchState;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -33,11 +35,20 @@ pub struct Source {
     /// Identifies the run's plan (corpus files and batches), not its progress: a published
     /// folder of the same run may be replaced, one of another run may not.
     pub plan_sha256: String,
+    /// Per shard (as `shards`), the rows of papers deleted from the run (`embedfleet delete`,
+    /// run.db's tombstones), sorted: they are left out of the data files.
+    pub deleted: Vec<Vec<u64>>,
 }
 
 impl Source {
+    /// Rows in the parquet shards, deleted papers' included: the positions the plan cuts.
     pub fn rows(&self) -> u64 {
         self.shards.iter().map(|s| s.rows).sum()
+    }
+
+    /// Rows of deleted papers, left out of the data files.
+    pub fn deleted_rows(&self) -> u64 {
+        self.deleted.iter().map(|d| d.len() as u64).sum()
     }
 
     /// `float32` or `float16`: what the vectors are stored as.
@@ -69,6 +80,7 @@ impl Source {
                 return Err(PublishError::MixedShards { path, what });
             }
         }
+        let deleted = deleted_rows(db, &shards)?;
         Ok(Source {
             shards,
             schema,
@@ -77,8 +89,69 @@ impl Source {
             item_bytes,
             text_bytes: text_bytes(db)?,
             plan_sha256: plan_sha256(db)?,
+            deleted,
         })
     }
+}
+
+/// Per shard, the rows whose paper is tombstoned in run.db; only the shards of batches with a
+/// tombstone are read (their `id` column alone).
+fn deleted_rows(db: &RunDb, shards: &[ShardRow]) -> Result<Vec<Vec<u64>>, PublishError> {
+    let tombstones = db.tombstones()?;
+    let mut by_batch: HashMap<i64, HashSet<String>> = HashMap::new();
+    for t in tombstones {
+        by_batch.entry(t.batch_id).or_default().insert(t.paper_id);
+    }
+    shards
+        .iter()
+        .map(|shard| match by_batch.get(&shard.batch_id.0) {
+            None => Ok(Vec::new()),
+            Some(dead) => {
+                let ids = ids_of(&db.dir().join(&shard.path))?;
+                Ok((0u64..)
+                    .zip(&ids)
+                    .filter(|(_, id)| dead.contains(id.as_str()))
+                    .map(|(row, _)| row)
+                    .collect())
+            }
+        })
+        .collect()
+}
+
+/// The `id` column of a parquet shard, in row order.
+fn ids_of(path: &Path) -> Result<Vec<String>, PublishError> {
+    let file = File::open(path).map_err(io(path))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(pq_err(path))?;
+    let Some(root) = builder
+        .schema()
+        .fields()
+        .iter()
+        .position(|f| f.name() == "id")
+    else {
+        return Err(PublishError::Parquet {
+            path: path.into(),
+            message: "no `id` column: not a parquet shard of embedfleet".into(),
+        });
+    };
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [root]);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(pq_err(path))?;
+    let mut ids = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(pq_err(path))?;
+        let column = batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| PublishError::Parquet {
+                path: path.into(),
+                message: "the `id` column is not utf8".into(),
+            })?;
+        ids.extend(column.iter().map(|id| id.unwrap_or_default().to_owned()));
+    }
+    Ok(ids)
 }
 
 /// What a parquet shard's footer says.

@@ -14,6 +14,11 @@
 //! `uploads.rows_acked`. A re-run starts each shard at that row. Ids are deterministic, so rows
 //! sent twice (after a kill, or out of order before a gap) are overwritten, never duplicated.
 //!
+//! **Trust.** Before resuming, the progress is checked against the collection (`integrity.rs`):
+//! its identity marker against the one run.db recorded (another collection: everything is sent
+//! again), then each batch's acknowledged points by id (a short batch is sent again alone; a
+//! tombstoned paper found again is deleted again). A tombstoned paper's row is never sent.
+//!
 //! **Failures.** A batch that still fails after the sink's retries is counted in
 //! `uploads.failed_rows` and the upload goes on; the prefix stops before it, so a re-run sends it
 //! again. After [`UploadOptions::max_consecutive_failures`] failures in a row the upload stops
@@ -27,6 +32,7 @@ use arrow_array::RecordBatch;
 use crossbeam_channel::{Receiver, Sender};
 use embedfleet_core::rundb::{RunDb, RunDbError, UploadShard};
 
+use super::integrity::{self, Tombstones};
 use super::progress::Progress;
 use super::shards::{self, ShardReadError};
 use super::{CollectionSpec, Ensured, FinishReport, PointsBatch, Sink, UploadError};
@@ -256,26 +262,43 @@ pub(super) fn open_collection(
 ) -> Result<Option<OpenCollection>, UploadRunError> {
     let db = RunDb::open(&options.run_dir)?;
     let key = progress_key(sink, &options.spec.name);
+    let name = options.spec.name.as_str();
     let mut prepared = prepare(&db, &key)?;
     let Some(dim) = prepared.dim else {
         return Ok(None);
     };
-    // Progress is only as good as the collection: dropped, recreated, its directory removed,
-    // restored from an older snapshot — fewer points than run.db says were acknowledged
-    // means the record is stale. Forget it and send everything again (same point ids).
-    let acked = prepared.acked();
-    if acked > 0 {
-        let holds = match sink.collection_info(&options.spec.name)? {
-            Some(_) => sink.count(&options.spec.name, None)?,
-            None => 0,
-        };
-        if holds < acked {
-            eprintln!(
-                "note: `{}` holds {holds} points but run.db recorded {acked} as sent there: \
-                 the collection was dropped or replaced; sending every point again",
-                options.spec.name
-            );
-            db.forget_uploads(&key)?;
+    // Progress is only as good as the collection it is about (see `integrity`): first the
+    // collection's identity, then each batch's points.
+    let exists = sink.collection_info(name)?.is_some();
+    let found_marker = if exists {
+        sink.collection_marker(name)?
+    } else {
+        None
+    };
+    let recorded_marker = db.upload_marker(&key)?;
+    if prepared.acked() > 0
+        && integrity::is_another_collection(
+            recorded_marker.as_deref(),
+            exists,
+            found_marker.as_deref(),
+        )
+    {
+        eprintln!(
+            "note: `{name}` was dropped or replaced since this run uploaded into it ({}): sending every point again",
+            if exists {
+                "its identity marker is not the one run.db recorded: made again, or another run's"
+            } else {
+                "it is gone"
+            }
+        );
+        db.forget_uploads(&key)?;
+        prepared = prepare(&db, &key)?;
+    }
+    let tombstones = integrity::Tombstones::read(&db)?;
+    if exists && prepared.acked() > 0 {
+        let keyed = sink.keyed(name)?;
+        let check = integrity::check_batches(sink, &db, &key, name, &prepared, &tombstones, keyed)?;
+        if !check.resent.is_empty() {
             prepared = prepare(&db, &key)?;
         }
     }
@@ -287,6 +310,7 @@ pub(super) fn open_collection(
         ..options.spec.clone()
     };
     let ensured = sink.ensure_collection(&spec)?;
+    integrity::record_marker::<UploadRunError>(sink, &db, &key, name, found_marker)?;
     // A collection loaded from built shards has a shard key per batch: every write names its
     // batch's key, and a batch loaded no other way gets its key here, before any write.
     if sink.keyed(&spec.name)? {
@@ -363,6 +387,8 @@ enum Done {
         shard: usize,
         start: u64,
         len: u64,
+        /// Rows of the range not sent: their papers are tombstoned.
+        skipped: u64,
         result: Result<(), UploadError>,
     },
     /// Rows from `from` on of a shard could not be read.
@@ -400,6 +426,8 @@ pub fn send(
     let started = Instant::now();
     let mut ledger = Ledger::new(&todo, prepared.dim.unwrap_or(0));
     let keyed = !todo.is_empty() && sink.keyed(&options.spec.name)?;
+    // A paper deleted from the run (`embedfleet delete`) is never sent again.
+    let tombstones = Tombstones::read(db)?;
     let result = std::thread::scope(|scope| {
         let (job_tx, job_rx) = crossbeam_channel::bounded::<Job>(in_flight);
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<Done>();
@@ -413,7 +441,10 @@ pub fn send(
         for _ in 0..in_flight {
             let (job_rx, done_tx, stop) = (job_rx.clone(), done_tx.clone(), &stop);
             let collection = options.spec.name.as_str();
-            scope.spawn(move || send_jobs(sink, collection, job_rx, done_tx, stop, delay));
+            let tombstones = &tombstones;
+            scope.spawn(move || {
+                send_jobs(sink, collection, tombstones, job_rx, done_tx, stop, delay)
+            });
         }
         drop((job_rx, done_tx));
         let result = collect(sink, db, options, &mut ledger, &done_rx, &progress);
@@ -505,6 +536,7 @@ fn read_shards(
 fn send_jobs(
     sink: &dyn Sink,
     collection: &str,
+    tombstones: &Tombstones,
     jobs: Receiver<Job>,
     done: Sender<Done>,
     stop: &AtomicBool,
@@ -517,12 +549,17 @@ fn send_jobs(
         if let Some(delay) = delay {
             std::thread::sleep(delay);
         }
-        let result = PointsBatch::from_record_batch(&job.batch)
-            .and_then(|points| sink.upsert_keyed(collection, job.key.as_deref(), &points));
+        let live = tombstones.live_slices(&job.batch);
+        let skipped = job.batch.num_rows() - live.iter().map(RecordBatch::num_rows).sum::<usize>();
+        let result = live.iter().try_for_each(|slice| {
+            PointsBatch::from_record_batch(slice)
+                .and_then(|points| sink.upsert_keyed(collection, job.key.as_deref(), &points))
+        });
         let sent = Done::Sent {
             shard: job.shard,
             start: job.start,
             len: job.batch.num_rows() as u64,
+            skipped: skipped as u64,
             result,
         };
         if done.send(sent).is_err() {
@@ -551,13 +588,14 @@ fn collect(
                 shard,
                 start,
                 len,
+                skipped,
                 result,
             }) => {
                 since_checkpoint += 1;
                 match result {
                     Ok(()) => {
                         consecutive_failures = 0;
-                        ledger.acked(shard, start, len);
+                        ledger.acked(shard, start, len, skipped);
                         progress.add(len);
                     }
                     // A wrong vector size is the run's fault, not the batch's: stop.
@@ -631,9 +669,11 @@ impl Ledger {
         }
     }
 
-    fn acked(&mut self, shard: usize, start: u64, len: u64) {
-        self.report.points += len;
-        self.report.vector_bytes += len * self.dim as u64 * 4;
+    /// Rows `start..start + len` are done: acknowledged, or (`skipped` of them) tombstoned.
+    fn acked(&mut self, shard: usize, start: u64, len: u64, skipped: u64) {
+        let sent = len - skipped;
+        self.report.points += sent;
+        self.report.vector_bytes += sent * self.dim as u64 * 4;
         let s = &mut self.shards[shard];
         s.ahead.insert(start, len);
         while let Some(len) = s.ahead.remove(&s.prefix) {

@@ -1,6 +1,7 @@
 //! [`QdrantEdge`]: the Qdrant engine in-process (`qdrant-edge`), persisted in a directory.
 //!
-//! Layout: `DIR/collections/NAME/` is one edge shard per collection; `DIR/embedfleet.lock` is held
+//! Layout: `DIR/collections/NAME/` is one edge shard per collection (with embedfleet's identity
+//! marker in `embedfleet-collection-id`, the engine having no metadata); `DIR/embedfleet.lock` is held
 //! (an OS file lock) while a `QdrantEdge` has the directory open, because qdrant-edge has no
 //! locking of its own and two processes writing one shard corrupt it.
 //!
@@ -20,12 +21,12 @@ use qdrant_edge::external::ordered_float::OrderedFloat;
 use qdrant_edge::external::serde_json::{Map, Value};
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
-    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HnswIndexConfig, JsonPath,
-    Match, OperationError, Payload, PayloadFieldSchema, PayloadSchemaType, PointId,
-    PointInsertOperations, PointOperations, PointStructPersisted, QuantizationConfig, QueryEnum,
-    Range, ScalarQuantizationConfig, ScalarType, ScoredPoint, SearchParams, SearchRequest,
-    UpdateOperation, ValueVariants, VectorInternal, VectorStructPersisted, WithPayloadInterface,
-    DEFAULT_VECTOR_NAME,
+    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HasIdCondition,
+    HnswIndexConfig, JsonPath, Match, OperationError, Payload, PayloadFieldSchema,
+    PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted,
+    QuantizationConfig, QueryEnum, Range, ScalarQuantizationConfig, ScalarType, ScoredPoint,
+    SearchParams, SearchRequest, UpdateOperation, ValueVariants, VectorInternal,
+    VectorStructPersisted, WithPayloadInterface, DEFAULT_VECTOR_NAME,
 };
 
 use super::{
@@ -34,6 +35,9 @@ use super::{
     SearchOptions, Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS,
     PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
+
+/// The file in a collection's directory holding the identity marker embedfleet gave it.
+const MARKER_FILE: &str = "embedfleet-collection-id";
 
 /// One open collection. Updates, counts and searches share the lock; flush and optimize take it
 /// exclusively (the engine's flush panics if an update holds its WAL at that moment).
@@ -391,6 +395,51 @@ impl Sink for QdrantEdge {
         });
         let result = read(&shard).update(op).map_err(edge_err("delete points"));
         result
+    }
+
+    fn count_ids(
+        &self,
+        collection: &str,
+        ids: &[uuid::Uuid],
+        key: Option<&str>,
+    ) -> UploadResult<u64> {
+        if key.is_some() {
+            return Err(UploadError::Unsupported {
+                what: format!("shard keys (`{collection}` on {})", self.target()),
+            });
+        }
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let shard = self.existing(collection)?;
+        let has_id: HasIdCondition = ids.iter().map(|id| PointId::Uuid(*id)).collect();
+        let request = CountRequest {
+            filter: Some(Filter::new_must(Condition::HasId(has_id))),
+            exact: true,
+        };
+        let n = read(&shard)
+            .count(request)
+            .map_err(edge_err("count points by id"))?;
+        Ok(n as u64)
+    }
+
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+        check_collection_name(collection)?;
+        let path = self.shard_dir(collection).join(MARKER_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|m| !m.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("read the collection marker", &path)(e)),
+        }
+    }
+
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+        // The engine keeps no metadata of its own: the marker is a file in the collection's
+        // directory, so it goes wherever the collection goes (removed, replaced, restored).
+        self.existing(collection)?;
+        let path = self.shard_dir(collection).join(MARKER_FILE);
+        embedfleet_core::atomic::write(&path, format!("{marker}\n").as_bytes())
+            .map_err(io_err("write the collection marker", &path))
     }
 
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {

@@ -20,6 +20,7 @@
 mod driver;
 mod edge;
 mod error;
+mod integrity;
 mod points;
 mod progress;
 pub mod query;
@@ -381,6 +382,23 @@ pub trait Sink: Send + Sync {
 
     /// Deletes the points `ids`, from shard key `key` when given.
     fn delete(&self, collection: &str, ids: &[uuid::Uuid], key: Option<&str>) -> UploadResult<()>;
+
+    /// How many of the points `ids` the collection holds (in shard key `key` when given): the
+    /// upload's per-batch check counts a batch's own points this way.
+    fn count_ids(
+        &self,
+        collection: &str,
+        ids: &[uuid::Uuid],
+        key: Option<&str>,
+    ) -> UploadResult<u64>;
+
+    /// The identity marker embedfleet stored in `collection` ([`Sink::set_collection_marker`]),
+    /// `None` when it holds none (made by someone else, or before markers existed).
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>>;
+
+    /// Stores `marker` as `collection`'s identity; it goes with the collection (dropping the
+    /// collection drops it), so a run that recorded it can tell its collection from another.
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()>;
 
     /// The Qdrant peers holding shards of `collection` (an existing one), `None` where that
     /// means nothing (the embedded engine). `upload` starts one worker process per peer.

@@ -4,6 +4,7 @@
 mod publish_common;
 
 mod publish_complete;
+mod publish_deleted;
 mod publish_partial;
 mod publish_python;
 mod publish_resume;

@@ -15,9 +15,11 @@ use std::time::Instant;
 use embedfleet_core::handoff::AttemptManifest;
 use embedfleet_core::RunLayout;
 
-use super::manifest::{sources_digest, BuildTimings, BuiltShardManifest, SourceShard};
+use super::manifest::{built_digest, BuildTimings, BuiltShardManifest, SourceShard};
 use super::{io_err, pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
+use crate::integrity::Tombstones;
 use crate::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink};
+use embedfleet_core::rundb::Tombstone;
 
 /// The collection name inside a build's scratch engine.
 const SCRATCH_COLLECTION: &str = "shard";
@@ -95,26 +97,45 @@ fn sources_of(manifest: &AttemptManifest) -> Vec<SourceShard> {
         .collect()
 }
 
-/// The finished build of `batch` from `sources`, if there is one with its snapshot in place.
+/// The finished build of `batch` from `sources` less the tombstoned papers `deleted` (sorted),
+/// if there is one with its snapshot in place.
 pub fn find_built(
     layout: &RunLayout,
     batch: i64,
     sources: &[SourceShard],
+    deleted: &[String],
 ) -> Result<Option<BuiltShardManifest>, SnapshotError> {
-    let digest = sources_digest(sources);
+    let digest = built_digest(sources, deleted);
     Ok(BuiltShardManifest::read(layout, batch, &digest)?
-        .filter(|m| m.sources == sources && m.snapshot_present(layout)))
+        .filter(|m| m.sources == sources && m.deleted == deleted && m.snapshot_present(layout)))
 }
 
 /// Builds `batch`'s shard from `sources` with `spec`'s settings (its `vector_size` is taken from
 /// the shards), unless a finished build with the same sources and settings is there. A finished
-/// build with other settings is refused: the run's shards are built one way.
+/// build with other settings is refused: the run's shards are built one way. A job (which never
+/// opens run.db) builds this way; the login node knows the tombstones: [`build_shard_without`].
 pub fn build_shard(
     layout: &RunLayout,
     batch: i64,
     sources: &[SourceShard],
     spec: &CollectionSpec,
 ) -> Result<BuildOutcome, SnapshotError> {
+    build_shard_without(layout, batch, sources, &[], spec)
+}
+
+/// [`build_shard`] leaving out the tombstoned papers `deleted` (run.db's, of this batch): a
+/// built shard never holds a deleted paper, and its name (the digest) says which were left out.
+pub fn build_shard_without(
+    layout: &RunLayout,
+    batch: i64,
+    sources: &[SourceShard],
+    deleted: &[String],
+    spec: &CollectionSpec,
+) -> Result<BuildOutcome, SnapshotError> {
+    let mut deleted = deleted.to_vec();
+    deleted.sort();
+    deleted.dedup();
+    let deleted = deleted.as_slice();
     if sources.is_empty() {
         return Err(SnapshotError::Sources {
             batch,
@@ -134,7 +155,7 @@ pub fn build_shard(
         ..spec.clone()
     };
     let settings = ShardSettings::of(&spec);
-    if let Some(found) = find_built(layout, batch, sources)? {
+    if let Some(found) = find_built(layout, batch, sources, deleted)? {
         let diff = settings.differences(&found.settings);
         if diff.is_empty() {
             return Ok(BuildOutcome {
@@ -154,7 +175,7 @@ pub fn build_shard(
     let dir = layout.snapshot_dir();
     std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
     remove_dead_scratch(&dir);
-    let digest = sources_digest(sources);
+    let digest = built_digest(sources, deleted);
     let scratch = dir.join(format!(
         ".build-{batch:06}-{digest}-{}-{}",
         embedfleet_core::handoff::host_name(),
@@ -163,7 +184,7 @@ pub fn build_shard(
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch).map_err(io_err("remove", &scratch))?;
     }
-    let result = build_in(layout, batch, sources, &digest, &spec, &scratch);
+    let result = build_in(layout, batch, sources, deleted, &digest, &spec, &scratch);
     // Scratch goes whatever happened: a failed build leaves nothing half-made behind.
     let _ = std::fs::remove_dir_all(&scratch);
     let manifest = result?;
@@ -178,10 +199,20 @@ fn build_in(
     layout: &RunLayout,
     batch: i64,
     sources: &[SourceShard],
+    deleted: &[String],
     digest: &str,
     spec: &CollectionSpec,
     scratch: &Path,
 ) -> Result<BuiltShardManifest, SnapshotError> {
+    let tombstones = Tombstones::from(
+        deleted
+            .iter()
+            .map(|paper| Tombstone {
+                batch_id: batch,
+                paper_id: paper.clone(),
+            })
+            .collect::<Vec<_>>(),
+    );
     let started = Instant::now();
     let cpu_start = cpu_seconds();
     let (points, first_id, last_id, insert_s, optimize_s) = {
@@ -201,16 +232,18 @@ fn build_in(
                     path: path.clone(),
                     message: e.to_string(),
                 })?;
-                let batch_points = PointsBatch::from_record_batch(&record_batch)?;
-                if batch_points.is_empty() {
-                    continue;
+                for live in tombstones.live_slices(&record_batch) {
+                    let batch_points = PointsBatch::from_record_batch(&live)?;
+                    if batch_points.is_empty() {
+                        continue;
+                    }
+                    if first_id.is_none() {
+                        first_id = Some(batch_points.point(0).id().to_string());
+                    }
+                    last_id = Some(batch_points.point(batch_points.len() - 1).id().to_string());
+                    engine.upsert(SCRATCH_COLLECTION, &batch_points)?;
+                    points += batch_points.len() as u64;
                 }
-                if first_id.is_none() {
-                    first_id = Some(batch_points.point(0).id().to_string());
-                }
-                last_id = Some(batch_points.point(batch_points.len() - 1).id().to_string());
-                engine.upsert(SCRATCH_COLLECTION, &batch_points)?;
-                points += batch_points.len() as u64;
             }
         }
         engine.checkpoint(SCRATCH_COLLECTION)?;
@@ -254,6 +287,7 @@ fn build_in(
         batch,
         sources_digest: digest.to_owned(),
         sources: sources.to_vec(),
+        deleted: deleted.to_vec(),
         points,
         first_id,
         last_id,

@@ -15,8 +15,12 @@
 //!    checksum;
 //! 5. wait until the collection is green; check every key's count and the total against the
 //!    manifests and sample exact searches against the parquet rows;
-//! 6. record the run's shards as uploaded into the collection, so `upload --mode upsert`
-//!    afterwards sends only what is new (into the batch's key).
+//! 6. record the parquet shards it loaded (those it read at step 2, not the run's shards at
+//!    the end) as uploaded into the collection, so `upload --mode upsert` afterwards sends only
+//!    what is new, a batch accepted during the load included (into the batch's key).
+//!
+//! Tombstoned papers (`embedfleet delete`) are left out of the shards built here and of the
+//! sample searches; a shard a node built before a delete has another name and is built again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,10 +30,11 @@ use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::build::{build_shard, find_built};
+use super::build::{build_shard_without, find_built};
 use super::manifest::{BuiltShardManifest, SourceShard};
 use super::rest::{Peer, RestClient};
 use super::{batch_shard_key, check_engine_version, ShardSettings, SnapshotError};
+use crate::integrity::{self, Tombstones};
 use crate::{
     point_id, progress_key, shards, CollectionSpec, Ensured, PointsBatch, QdrantServer,
     SearchOptions, Sink,
@@ -111,7 +116,10 @@ pub fn load_snapshots(
     let layout = RunLayout::new(&options.run_dir);
     let name = options.spec.name.clone();
     let key = progress_key(server, &name);
-    let by_batch = sources_by_batch(&db.all_shards()?);
+    // The shard rows this load works from: a batch accepted while it runs (hours, for a big
+    // run) is not among them, and is left for the next load or upload.
+    let loaded_shards = db.all_shards()?;
+    let by_batch = sources_by_batch(&loaded_shards);
     let mut report = LoadReport {
         batches: by_batch.len(),
         ..LoadReport::default()
@@ -148,10 +156,12 @@ pub fn load_snapshots(
         }
     }
 
-    // 2. Each batch's built shard, of its accepted parquet shards.
+    // 2. Each batch's built shard, of its accepted parquet shards less its tombstoned papers
+    // (a shard a node built before a delete has another name: it is built again here).
+    let tombstones = Tombstones::read(&db)?;
     let found = by_batch
         .iter()
-        .map(|(batch, sources)| find_built(&layout, *batch, sources))
+        .map(|(batch, sources)| find_built(&layout, *batch, sources, tombstones.of_batch(*batch)))
         .collect::<Result<Vec<_>, _>>()?;
     let missing: Vec<i64> = by_batch
         .iter()
@@ -163,7 +173,7 @@ pub fn load_snapshots(
         return Err(SnapshotError::Sources {
             batch: missing[0],
             message: format!(
-                "{} batches have no built shard of their accepted parquet shards ({}); run `embedfleet build-shard` for them, or load without --no-build",
+                "{} batches have no built shard of their accepted parquet shards less their deleted papers ({}); run `embedfleet build-shard --accepted` for them, or load without --no-build",
                 missing.len(),
                 list(&missing)
             ),
@@ -181,7 +191,8 @@ pub fn load_snapshots(
         let manifest = match found {
             Some(manifest) => manifest,
             None => {
-                let outcome = build_shard(&layout, *batch, sources, &spec)?;
+                let deleted = tombstones.of_batch(*batch);
+                let outcome = build_shard_without(&layout, *batch, sources, deleted, &spec)?;
                 if outcome.built {
                     report.built_here += 1;
                     eprintln!(
@@ -212,6 +223,10 @@ pub fn load_snapshots(
     // 3. The collection and its shard keys.
     let ensured = server.ensure_collection(&spec)?;
     report.created = ensured == Ensured::Created;
+    // The upload progress recorded at the end is about this collection: `upload` afterwards
+    // tells it from one made again by its identity marker.
+    let marker = server.collection_marker(&name)?;
+    integrity::record_marker::<SnapshotError>(server, &db, &key, &name, marker)?;
     if report.created {
         // A collection made now holds nothing that an earlier load recorded.
         db.forget_snapshot_loads(&key)?;
@@ -323,8 +338,14 @@ pub fn load_snapshots(
         });
     }
     report.points = holds;
-    report.searches_checked =
-        check_searches(server, &name, &layout, &batches, options.sample_searches)?;
+    report.searches_checked = check_searches(
+        server,
+        &name,
+        &layout,
+        &batches,
+        &tombstones,
+        options.sample_searches,
+    )?;
 
     // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
     for b in &batches {
@@ -336,10 +357,24 @@ pub fn load_snapshots(
         };
         db.record_snapshot_load(&key, &row)?;
     }
-    for s in db.upload_shards(&key)? {
-        db.record_upload(s.shard_id, &key, s.rows, 0)?;
-    }
+    record_loaded_shards(&db, &key, &loaded_shards)?;
     Ok(report)
+}
+
+/// Records as uploaded under `key` exactly the parquet shards in `loaded` (the rows this load
+/// built its shards from and verified), so `upload` afterwards sends only the rest: a batch
+/// accepted during the load, or a batch whose accepted shards changed since, stays pending.
+fn record_loaded_shards(db: &RunDb, key: &str, loaded: &[ShardRow]) -> Result<(), SnapshotError> {
+    let loaded: std::collections::HashSet<(i64, &str, u64)> = loaded
+        .iter()
+        .map(|s| (s.batch_id.0, s.path.as_str(), s.rows))
+        .collect();
+    for s in db.upload_shards(key)? {
+        if loaded.contains(&(s.batch_id, s.path.as_str(), s.rows)) {
+            db.record_upload(s.shard_id, key, s.rows, 0)?;
+        }
+    }
+    Ok(())
 }
 
 /// The accepted parquet shards of each batch, in batch and part order.
@@ -391,12 +426,14 @@ fn recover_all(
                     }
                     let (b, shard_id, url) = &todo[i];
                     let path = layout.resolve(&b.manifest.snapshot);
-                    let result = rest.for_peer(url).recover_shard(
-                        collection,
-                        *shard_id,
-                        &path,
-                        &b.manifest.snapshot_sha256,
-                    );
+                    let result = rest.for_peer(url).and_then(|peer| {
+                        peer.recover_shard(
+                            collection,
+                            *shard_id,
+                            &path,
+                            &b.manifest.snapshot_sha256,
+                        )
+                    });
                     let failed = result.is_err();
                     if done_tx.send((i, result)).is_err() || failed {
                         return;
@@ -465,6 +502,7 @@ fn check_searches(
     name: &str,
     layout: &RunLayout,
     batches: &[Batch],
+    tombstones: &Tombstones,
     samples: usize,
 ) -> Result<usize, SnapshotError> {
     if samples == 0 {
@@ -483,7 +521,9 @@ fn check_searches(
             message: e.to_string(),
         })?;
         let points = PointsBatch::from_record_batch(&record_batch)?;
-        for p in points.iter().take(samples - checked) {
+        // A deleted paper is not in the shard: it is not searched for.
+        let live = points.iter().filter(|p| !tombstones.contains(p.paper_id));
+        for p in live.take(samples - checked) {
             let options = SearchOptions {
                 exact: true,
                 ..SearchOptions::new(1)
@@ -532,4 +572,50 @@ fn list(batches: &[i64]) -> String {
         s.push(format!("… {} more", batches.len() - 8));
     }
     format!("batch {}", s.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use embedfleet_core::BatchId;
+
+    fn shard(batch: i64, attempt: &str) -> ShardRow {
+        ShardRow {
+            batch_id: BatchId(batch),
+            part: 0,
+            path: format!("shards/b{batch}-0.{attempt}.parquet"),
+            rows: 10,
+            sha256: format!("sha-{batch}-{attempt}"),
+        }
+    }
+
+    #[test]
+    fn a_load_records_only_the_shards_it_loaded_and_a_batch_accepted_meanwhile_stays_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::create(dir.path()).unwrap();
+        db.conn()
+            .execute_batch(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 1, 1, 'e');
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 0, 'b1', 10, 1);
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (2, 1, 1, 'b2', 10, 1);
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (3, 1, 2, 'b3', 10, 1);",
+            )
+            .unwrap();
+        db.record_shard(&shard(1, "a")).unwrap();
+        db.record_shard(&shard(2, "a")).unwrap();
+        // What the load read when it started...
+        let loaded = db.all_shards().unwrap();
+        // ...then, while it recovered: batch 3 accepted, batch 2 accepted again (a new attempt).
+        db.record_shard(&shard(3, "a")).unwrap();
+        db.record_shard(&shard(2, "b")).unwrap();
+        let key = "papers@server:http://q:6334";
+        record_loaded_shards(&db, key, &loaded).unwrap();
+        let acked: Vec<(i64, u64)> = db
+            .upload_shards(key)
+            .unwrap()
+            .iter()
+            .map(|s| (s.batch_id, s.rows_acked))
+            .collect();
+        assert_eq!(acked, [(1, 10), (2, 0), (3, 0)]);
+    }
 }

@@ -36,10 +36,24 @@ impl From<&embedfleet_core::rundb::ShardRow> for SourceShard {
 /// The digest naming a built shard: of its sources' checksums, in order. The same shards give
 /// the same name, whoever builds them; other shards (another attempt's) another name.
 pub fn sources_digest(sources: &[SourceShard]) -> String {
+    built_digest(sources, &[])
+}
+
+/// The digest naming a shard built from `sources` less the tombstoned papers `deleted` (sorted):
+/// [`sources_digest`] when none is, so builds made before any delete keep their names; another
+/// name when some are, so a build that still holds a deleted paper is never taken for it.
+pub fn built_digest(sources: &[SourceShard], deleted: &[String]) -> String {
     let mut h = Sha256::new();
     for s in sources {
         h.update(s.sha256.as_bytes());
         h.update(b"\n");
+    }
+    if !deleted.is_empty() {
+        h.update(b"deleted\n");
+        for paper in deleted {
+            h.update(paper.as_bytes());
+            h.update(b"\n");
+        }
     }
     h.finalize()
         .iter()
@@ -68,9 +82,12 @@ pub struct BuildTimings {
 pub struct BuiltShardManifest {
     pub format: u32,
     pub batch: i64,
-    /// [`sources_digest`] of `sources`; in the file names.
+    /// [`built_digest`] of `sources` and `deleted`; in the file names.
     pub sources_digest: String,
     pub sources: Vec<SourceShard>,
+    /// Tombstoned papers (`embedfleet delete`) of the sources left out of the shard, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
     /// Points in the shard (= rows of the sources: ids are unique per run).
     pub points: u64,
     /// First and last point id (UUIDs, in the sources' row order).

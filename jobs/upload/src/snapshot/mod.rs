@@ -27,12 +27,12 @@ mod rest;
 mod settings;
 
 pub use build::{
-    build_shard, cpu_seconds, find_built, sources_of_attempt, sources_of_batch, BuildOutcome,
-    EDGE_QDRANT_VERSION, EDGE_VERSION,
+    build_shard, build_shard_without, cpu_seconds, find_built, sources_of_attempt,
+    sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION, EDGE_VERSION,
 };
 pub use load::{load_snapshots, LoadOptions, LoadReport, SNAPSHOT_TEST_DELAY_ENV};
 pub use manifest::{
-    sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
+    built_digest, sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
 };
 pub use rest::RestClient;
 pub use settings::ShardSettings;

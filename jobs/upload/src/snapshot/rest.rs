@@ -22,6 +22,8 @@ pub struct Peer {
 pub struct RestClient {
     url: String,
     api_key: Option<String>,
+    /// Send the API key over plain http to another machine (`--allow-insecure`).
+    allow_insecure: bool,
     agent: ureq::Agent,
 }
 
@@ -44,30 +46,42 @@ impl RestClient {
         allow_insecure: bool,
         timeout: Duration,
     ) -> Result<Self, SnapshotError> {
-        if api_key.is_some() && !allow_insecure && crate::server::sends_in_clear(url) {
-            return Err(crate::UploadError::InsecureApiKey {
-                url: url.to_owned(),
-            }
-            .into());
-        }
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
             .build()
             .into();
-        Ok(Self {
+        let client = Self {
             url: url.trim_end_matches('/').to_owned(),
             api_key,
+            allow_insecure,
             agent,
-        })
+        };
+        client.check_key_goes_safely(&client.url)?;
+        Ok(client)
     }
 
-    /// The same client for another peer of the cluster.
-    pub fn for_peer(&self, url: &str) -> Self {
-        Self {
+    /// Refuses `url` when this client's API key would travel to it in clear text (plain http to
+    /// a host that is not this machine) without `allow_insecure`. Every URL the key goes to
+    /// passes here: the one given and each peer's from `/cluster`.
+    fn check_key_goes_safely(&self, url: &str) -> Result<(), SnapshotError> {
+        if self.api_key.is_some() && !self.allow_insecure && crate::server::sends_in_clear(url) {
+            return Err(crate::UploadError::InsecureApiKey {
+                url: url.to_owned(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The same client (and API key) for another peer of the cluster; refused as
+    /// [`RestClient::new`] refuses a URL the key would reach in clear text.
+    pub fn for_peer(&self, url: &str) -> Result<Self, SnapshotError> {
+        self.check_key_goes_safely(url)?;
+        Ok(Self {
             url: url.trim_end_matches('/').to_owned(),
             ..self.clone()
-        }
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -170,6 +184,11 @@ impl RestClient {
             })
             .collect();
         peers.sort_by_key(|p| p.id);
+        // The key goes to each peer too: a cluster whose peers talk plain http over the network
+        // is refused here, before anything is built or created, not at the first recovery.
+        for peer in &peers {
+            self.check_key_goes_safely(&peer.rest_url)?;
+        }
         if peers.is_empty() {
             return Err(SnapshotError::NeedsCluster {
                 message: format!(
@@ -311,6 +330,36 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn the_api_key_is_not_sent_to_a_peer_over_plain_http_to_another_machine() {
+        let cluster = r#"{"result":{"status":"enabled","peer_id":7,"peers":{"9":{"uri":"http://q2.cluster:6335/"},"7":{"uri":"http://q1.cluster:6335/"}}}}"#;
+        let key = || Some("secret".to_owned());
+        let t = Duration::from_secs(5);
+        let url = answering(cluster);
+        let err = RestClient::new(&url, key(), false, t)
+            .unwrap()
+            .peers()
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("http://q2.cluster:") && text.contains("--allow-insecure"),
+            "{text}"
+        );
+        let url = answering(cluster);
+        let client = RestClient::new(&url, key(), true, t).unwrap();
+        assert_eq!(
+            client.peers().unwrap().len(),
+            2,
+            "allowed: the operator said so"
+        );
+        let client = RestClient::new(&url, key(), false, t).unwrap();
+        assert!(client.for_peer("http://q2.cluster:6333").is_err());
+        assert!(client.for_peer("https://q2.cluster:6333").is_ok());
+        let err =
+            RestClient::new("http://127.0.0.1.example.org:6333", key(), false, t).unwrap_err();
+        assert!(err.to_string().contains("127.0.0.1.example.org"), "{err}");
     }
 
     #[test]

@@ -7,4 +7,5 @@ mod snapshot_build;
 mod upload_convert;
 mod upload_driver;
 mod upload_edge;
+mod upload_integrity;
 mod upload_server;

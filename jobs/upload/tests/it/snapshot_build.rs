@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::upload_common::{paper_id, rows_in_years, source_of, vector_of, write_shard};
 use embedfleet_core::RunLayout;
-use embedfleet_upload::snapshot::{build_shard, SnapshotError, SourceShard};
+use embedfleet_upload::snapshot::{
+    build_shard, build_shard_without, find_built, SnapshotError, SourceShard,
+};
 use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
 
 const DIM: usize = 32;
@@ -281,4 +283,39 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
         (0, 3, 0)
     );
     server.delete_collection(&name).unwrap();
+}
+
+#[test]
+fn a_shard_built_without_deleted_papers_holds_none_of_them_and_has_another_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let layout = RunLayout::new(&run);
+    let sources = write_shards(&run, &[(0, 60), (60, 40)]);
+    let spec = indexed_spec();
+    // A node's build (it never opens run.db): every row.
+    let whole = build_shard(&layout, 1, &sources, &spec).unwrap();
+    assert_eq!(whole.manifest.points, 100);
+    // The login node's, after `delete` of papers 0, 59 and 77 (given in any order).
+    let deleted = vec![paper_id(77), paper_id(0), paper_id(59)];
+    let without = build_shard_without(&layout, 1, &sources, &deleted, &spec).unwrap();
+    assert!(without.built, "the node's build is not taken for it");
+    let m = &without.manifest;
+    assert_eq!(m.points, 97);
+    let mut sorted = deleted.clone();
+    sorted.sort();
+    assert_eq!(m.deleted, sorted);
+    assert_ne!(m.snapshot, whole.manifest.snapshot, "another name");
+    assert_eq!(m.first_id, Some(point_id(&paper_id(1)).to_string()));
+    // Each build is found for its own deletions only.
+    let found = find_built(&layout, 1, &sources, &sorted).unwrap().unwrap();
+    assert_eq!(found.snapshot, m.snapshot);
+    let found = find_built(&layout, 1, &sources, &[]).unwrap().unwrap();
+    assert_eq!(found.snapshot, whole.manifest.snapshot);
+    // The snapshot is a shard without them.
+    let root = tmp.path().join("edge");
+    unpack_as_edge(&layout.resolve(&m.snapshot), &root, "papers");
+    let sink = QdrantEdge::open(&root).unwrap();
+    assert_eq!(sink.count("papers", None).unwrap(), 97);
+    let dead: Vec<_> = deleted.iter().map(|p| point_id(p)).collect();
+    assert_eq!(sink.count_ids("papers", &dead, None).unwrap(), 0);
 }

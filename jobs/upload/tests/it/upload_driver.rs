@@ -362,6 +362,20 @@ impl Sink for Counting {
     ) -> UploadResult<()> {
         self.inner.delete(collection, ids, key)
     }
+    fn count_ids(
+        &self,
+        collection: &str,
+        ids: &[embedfleet_upload::Uuid],
+        _key: Option<&str>,
+    ) -> UploadResult<u64> {
+        self.inner.count_ids(collection, ids, None)
+    }
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+        self.inner.collection_marker(collection)
+    }
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+        self.inner.set_collection_marker(collection, marker)
+    }
 }
 
 /// A sink whose collection is custom-sharded: it records the shard key of every upsert (by the
@@ -436,6 +450,20 @@ impl Sink for Keyed {
         _key: Option<&str>,
     ) -> UploadResult<()> {
         self.inner.delete(collection, ids, None)
+    }
+    fn count_ids(
+        &self,
+        collection: &str,
+        ids: &[embedfleet_upload::Uuid],
+        _key: Option<&str>,
+    ) -> UploadResult<u64> {
+        self.inner.count_ids(collection, ids, None)
+    }
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+        self.inner.collection_marker(collection)
+    }
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+        self.inner.set_collection_marker(collection, marker)
     }
 }
 

@@ -1,0 +1,218 @@
+//! Whether the progress run.db recorded is still true of the collection, checked before an upload
+//! trusts it: the collection's identity, then each batch's points, and the run's tombstones.
+//!
+//! **Identity.** When the run first uploads into a collection it stores a marker it generated in
+//! the collection (the server's collection `metadata`, Qdrant 1.16+; a file in the collection's
+//! directory for the embedded engine, which has no metadata) and records it in run.db
+//! (`upload_collections`). A collection found with another marker or none — dropped and made
+//! again, another run's, restored from elsewhere — is not the one the progress is about: the
+//! progress is forgotten and every point sent again (same ids). A marker is used rather than a
+//! reserved point because a point would be counted, searched and published like a paper.
+//!
+//! **Per batch.** Each batch's acknowledged rows are counted in the collection by their point
+//! ids (a `has_id` filter, in the batch's shard key where the collection is keyed). Points carry
+//! no batch in their payload, and adding one now would leave every collection already uploaded
+//! (and every built shard) uncountable until rewritten, while ids are deterministic and counting
+//! by them needs nothing but the shards' `id` column. A batch holding fewer of its live points
+//! than acknowledged is sent again (that batch only, same ids); one still holding a tombstoned
+//! paper gets it deleted again (a `delete` killed between run.db and Qdrant).
+
+use std::collections::{BTreeMap, HashSet};
+
+use arrow_array::{Array, RecordBatch, StringArray};
+
+use embedfleet_core::rundb::{RunDb, RunDbError, Tombstone};
+
+use crate::driver::{Prepared, UploadRunError};
+use crate::{point_id, shards, Sink};
+
+/// The run's tombstones: the paper ids no upload may send, and each batch's.
+#[derive(Debug, Default, Clone)]
+pub struct Tombstones {
+    papers: HashSet<String>,
+    by_batch: BTreeMap<i64, Vec<String>>,
+}
+
+impl Tombstones {
+    /// The tombstones recorded in run.db.
+    pub fn read(db: &RunDb) -> Result<Self, RunDbError> {
+        Ok(Self::from(db.tombstones()?))
+    }
+
+    /// True when `paper_id` was deleted from the run.
+    pub fn contains(&self, paper_id: &str) -> bool {
+        self.papers.contains(paper_id)
+    }
+
+    /// True when the run has none.
+    pub fn is_empty(&self) -> bool {
+        self.papers.is_empty()
+    }
+
+    /// The rows of `batch` whose paper is not tombstoned, as slices of it (nothing is copied):
+    /// the whole batch when none is, as almost always.
+    pub fn live_slices(&self, batch: &RecordBatch) -> Vec<RecordBatch> {
+        let ids = batch
+            .column_by_name("id")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>());
+        let Some(ids) = ids.filter(|_| !self.is_empty()) else {
+            // No tombstones, or no `id` column (refused by the conversion, with its reason).
+            return vec![batch.clone()];
+        };
+        let mut slices = Vec::new();
+        let mut start = 0;
+        for row in 0..batch.num_rows() {
+            if ids.is_valid(row) && self.contains(ids.value(row)) {
+                if row > start {
+                    slices.push(batch.slice(start, row - start));
+                }
+                start = row + 1;
+            }
+        }
+        if batch.num_rows() > start {
+            slices.push(batch.slice(start, batch.num_rows() - start));
+        }
+        slices
+    }
+
+    /// The tombstoned paper ids of `batch`.
+    pub fn of_batch(&self, batch: i64) -> &[String] {
+        self.by_batch.get(&batch).map_or(&[], Vec::as_slice)
+    }
+}
+
+impl From<Vec<Tombstone>> for Tombstones {
+    fn from(list: Vec<Tombstone>) -> Self {
+        let mut out = Self::default();
+        for t in list {
+            out.papers.insert(t.paper_id.clone());
+            out.by_batch.entry(t.batch_id).or_default().push(t.paper_id);
+        }
+        out
+    }
+}
+
+/// A new identity marker for a collection this run makes or finds unmarked.
+pub fn new_marker() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .to_string()
+}
+
+/// Records in run.db which collection the progress under `key` is about: the marker `found` in
+/// it, or a new one stored now. A sink that does not keep it (a server older than 1.16 drops
+/// collection metadata) gets nothing recorded: the per-batch counts are the check left.
+pub fn record_marker<E>(
+    sink: &dyn Sink,
+    db: &RunDb,
+    key: &str,
+    name: &str,
+    found: Option<String>,
+) -> Result<(), E>
+where
+    E: From<crate::UploadError> + From<RunDbError>,
+{
+    let marker = match found {
+        Some(marker) => marker,
+        None => {
+            sink.set_collection_marker(name, &new_marker())?;
+            match sink.collection_marker(name)? {
+                Some(marker) => marker,
+                None => return Ok(()),
+            }
+        }
+    };
+    db.record_upload_marker(key, &marker)?;
+    Ok(())
+}
+
+/// True when the progress recorded under `key` is not about the collection found: it is gone,
+/// or it carries another marker than the one recorded. With no marker recorded (progress from
+/// before markers) the collection is not refused here; the per-batch counts check it.
+pub fn is_another_collection(recorded: Option<&str>, exists: bool, found: Option<&str>) -> bool {
+    !exists || recorded.is_some_and(|r| found != Some(r))
+}
+
+/// What [`check_batches`] found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BatchCheck {
+    /// Batches holding fewer of their acknowledged points than recorded: sent again.
+    pub resent: Vec<i64>,
+    /// Tombstoned points found in the collection and deleted again.
+    pub deleted_again: u64,
+}
+
+/// Counts each batch's acknowledged points in `collection` and repairs what differs (see the
+/// module docs): forgets the progress of a short batch under `key`, deletes tombstoned points
+/// found again. `keyed`: the collection has a shard key per batch.
+pub fn check_batches(
+    sink: &dyn Sink,
+    db: &RunDb,
+    key: &str,
+    collection: &str,
+    prepared: &Prepared,
+    tombstones: &Tombstones,
+    keyed: bool,
+) -> Result<BatchCheck, UploadRunError> {
+    let mut check = BatchCheck::default();
+    let mut batches: BTreeMap<i64, Vec<&embedfleet_core::rundb::UploadShard>> = BTreeMap::new();
+    for shard in prepared.shards.iter().filter(|s| s.rows_acked > 0) {
+        batches.entry(shard.batch_id).or_default().push(shard);
+    }
+    for (batch, shards_of_batch) in batches {
+        let shard_key = keyed.then(|| crate::snapshot::batch_shard_key(batch));
+        let mut live = Vec::new();
+        for shard in shards_of_batch {
+            let ids = shards::paper_ids(&db.dir().join(&shard.path), shard.rows_acked)?;
+            live.extend(
+                ids.iter()
+                    .filter(|id| !tombstones.contains(id))
+                    .map(|id| point_id(id)),
+            );
+        }
+        let holds = sink.count_ids(collection, &live, shard_key.as_deref())?;
+        if holds < live.len() as u64 {
+            eprintln!(
+                "note: batch {batch} holds {holds} of its {} acknowledged points in `{collection}`: sending that batch again",
+                live.len()
+            );
+            db.forget_batch_uploads(key, batch)?;
+            check.resent.push(batch);
+        }
+        let dead: Vec<uuid::Uuid> = tombstones
+            .of_batch(batch)
+            .iter()
+            .map(|id| point_id(id))
+            .collect();
+        let back = sink.count_ids(collection, &dead, shard_key.as_deref())?;
+        if back > 0 {
+            eprintln!(
+                "note: batch {batch} holds {back} deleted papers again in `{collection}`: deleting them (run.db's tombstones)"
+            );
+            sink.delete(collection, &dead, shard_key.as_deref())?;
+            check.deleted_again += back;
+        }
+    }
+    Ok(check)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_is_about_another_collection_when_gone_or_marked_otherwise() {
+        assert!(is_another_collection(Some("a"), false, None), "gone");
+        assert!(is_another_collection(None, false, None), "gone");
+        assert!(
+            is_another_collection(Some("a"), true, Some("b")),
+            "replaced"
+        );
+        assert!(is_another_collection(Some("a"), true, None), "unmarked");
+        assert!(!is_another_collection(Some("a"), true, Some("a")));
+        assert!(
+            !is_another_collection(None, true, Some("b")),
+            "no marker recorded: the counts decide"
+        );
+    }
+}

@@ -1,0 +1,385 @@
+//! [`QdrantServer`]: a Qdrant server or cluster over gRPC (`qdrant-client`).
+//!
+//! The sink owns a small tokio runtime and blocks on it, so it can be shared by K plain threads
+//! (K requests in flight) without the caller running async code. Every call goes through
+//! [`RetryPolicy`](crate::RetryPolicy). The API key is read once (from an environment variable
+//! or a file), handed to the client and never printed: [`ServerConfig`]'s `Debug` shows only
+//! where it comes from.
+//!
+//! A module per concern: `config` (where the server is and its API key, and where that key may
+//! go), `collection` (creating and configuring collections, reading their state), `points`
+//! (points to and from gRPC, upserts, queries), `sharded` (custom sharding: shard keys and
+//! writes by key). This file holds the connection and the [`Sink`] implementation over them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use qdrant_client::qdrant::{
+    value::Kind, Condition, CountPointsBuilder, Filter, PointId, QueryBatchPointsBuilder,
+    QueryPoints, UpdateCollectionBuilder,
+};
+use qdrant_client::{Qdrant, QdrantError};
+use uuid::Uuid;
+
+mod collection;
+mod config;
+mod points;
+mod sharded;
+
+pub(crate) use config::sends_in_clear;
+pub use config::{ApiKey, ServerConfig};
+pub use points::build_point_structs;
+pub use sharded::{KeyedShard, ServerCollection};
+
+use collection::info_from_grpc;
+use config::check_url;
+use points::{grpc_filter, hit_from_grpc, query_points, string_value};
+
+use super::retry::with_retry;
+use super::{
+    check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Ensured, FinishReport,
+    Hit, HnswParams, PayloadFilter, PointsBatch, SearchOptions, Sink, UploadError, UploadResult,
+};
+
+/// The key of the collection metadata entry holding embedfleet's identity marker.
+const MARKER_METADATA: &str = "embedfleet_collection_id";
+
+/// A Qdrant server or cluster over gRPC.
+pub struct QdrantServer {
+    client: Qdrant,
+    runtime: tokio::runtime::Runtime,
+    config: ServerConfig,
+    /// Vector sizes of the collections seen, to refuse a wrong batch before sending it.
+    sizes: std::sync::Mutex<HashMap<String, usize>>,
+}
+
+impl std::fmt::Debug for QdrantServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QdrantServer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QdrantServer {
+    /// Builds the client. Connects lazily: the first call reports an unreachable server.
+    pub fn connect(config: ServerConfig) -> UploadResult<Self> {
+        check_url(&config.url)?;
+        let api_key = config.api_key.resolve()?;
+        if api_key.is_some() && !config.allow_insecure && sends_in_clear(&config.url) {
+            return Err(UploadError::InsecureApiKey {
+                url: config.url.clone(),
+            });
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.runtime_threads.max(1))
+            .thread_name("qdrant-grpc")
+            .enable_all()
+            .build()
+            .map_err(|source| UploadError::Io {
+                action: "start the gRPC runtime for",
+                path: PathBuf::from(&config.url),
+                source,
+            })?;
+        let client = {
+            let _guard = runtime.enter();
+            Qdrant::from_url(&config.url)
+                .api_key(api_key)
+                .timeout(config.timeout)
+                .connect_timeout(config.connect_timeout)
+                // The check prints to stdout and costs a round trip; the first call reports errors.
+                .skip_compatibility_check()
+                .build()
+                .map_err(|e| UploadError::InvalidUrl {
+                    url: config.url.clone(),
+                    reason: e.to_string(),
+                })?
+        };
+        Ok(Self {
+            client,
+            runtime,
+            config,
+            sizes: Default::default(),
+        })
+    }
+
+    /// The configuration this sink was built with (the API key is not in it).
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    fn retry<T, F, Fut>(&self, action: &'static str, attempt: F) -> UploadResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, QdrantError>>,
+    {
+        self.runtime
+            .block_on(with_retry(&self.config.retry, action, attempt))
+    }
+
+    fn exists(&self, name: &str) -> UploadResult<bool> {
+        self.retry("check whether the collection exists", || {
+            self.client.collection_exists(name)
+        })
+    }
+
+    fn collection_size(&self, collection: &str) -> UploadResult<usize> {
+        if let Some(size) = self
+            .sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(collection)
+        {
+            return Ok(*size);
+        }
+        let info =
+            self.collection_info(collection)?
+                .ok_or_else(|| UploadError::NoSuchCollection {
+                    collection: collection.to_owned(),
+                })?;
+        self.remember(collection, info.vector_size);
+        Ok(info.vector_size)
+    }
+
+    fn remember(&self, collection: &str, size: usize) {
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(collection.to_owned(), size);
+    }
+}
+
+impl Sink for QdrantServer {
+    fn target(&self) -> String {
+        format!("server:{}", self.config.url.trim_end_matches('/'))
+    }
+
+    fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
+        check_collection_name(&spec.name)?;
+        let ensured = match self.collection_info(&spec.name)? {
+            Some(info) => {
+                check_compatible(spec, info.vector_size, info.distance)?;
+                if spec.bulk_load {
+                    self.set_indexing(&spec.name, HnswParams { m: 0, ..spec.hnsw }, 0)?;
+                }
+                Ensured::Existing
+            }
+            None => {
+                self.create(spec)?;
+                Ensured::Created
+            }
+        };
+        // Indexes before data; creating an existing index again is a no-op on the server.
+        self.create_payload_indexes(spec)?;
+        self.remember(&spec.name, spec.vector_size);
+        Ok(ensured)
+    }
+
+    fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
+        self.upsert_to(collection, None, points)
+    }
+
+    fn checkpoint(&self, _collection: &str) -> UploadResult<()> {
+        // An acknowledged upsert is in the server's WAL already.
+        Ok(())
+    }
+
+    fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
+        let start = Instant::now();
+        self.set_indexing(&spec.name, spec.hnsw, spec.indexing_threshold_kb)?;
+        // The optimizers may not have picked the change up yet: look again after a moment.
+        std::thread::sleep(Duration::from_millis(500));
+        loop {
+            let info =
+                self.collection_info(&spec.name)?
+                    .ok_or_else(|| UploadError::NoSuchCollection {
+                        collection: spec.name.clone(),
+                    })?;
+            if info.green {
+                return Ok(FinishReport {
+                    indexing: start.elapsed(),
+                    points: info.points,
+                    indexed_vectors: info.indexed_vectors,
+                });
+            }
+            if info.red {
+                // An optimizer failed: waiting (up to the green timeout) cannot help.
+                return Err(UploadError::NotGreen {
+                    collection: spec.name.clone(),
+                    waited_s: start.elapsed().as_secs(),
+                    status: "red: an optimization failed; the server's log says why (disk full, out of memory); fix it, then `embedfleet upload` again".to_owned(),
+                });
+            }
+            if start.elapsed() > self.config.green_timeout {
+                return Err(UploadError::NotGreen {
+                    collection: spec.name.clone(),
+                    waited_s: start.elapsed().as_secs(),
+                    status: "not green".to_owned(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
+        let response = self.retry("count points", || {
+            let mut request = CountPointsBuilder::new(collection).exact(true);
+            if let Some(f) = filter {
+                request = request.filter(grpc_filter(f));
+            }
+            self.client.count(request)
+        })?;
+        Ok(response.result.map_or(0, |r| r.count))
+    }
+
+    fn search_with(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        options: &SearchOptions,
+    ) -> UploadResult<Vec<Hit>> {
+        let response = self.retry("search points", || {
+            self.client.query(query_points(collection, vector, options))
+        })?;
+        Ok(response.result.into_iter().map(hit_from_grpc).collect())
+    }
+
+    fn search_batch(
+        &self,
+        collection: &str,
+        vectors: &[Vec<f32>],
+        options: &SearchOptions,
+    ) -> UploadResult<Vec<Vec<Hit>>> {
+        let response = self.retry("search points in a batch", || {
+            let queries: Vec<QueryPoints> = vectors
+                .iter()
+                .map(|v| query_points(collection, v, options).build())
+                .collect();
+            self.client
+                .query_batch(QueryBatchPointsBuilder::new(collection, queries))
+        })?;
+        Ok(response
+            .result
+            .into_iter()
+            .map(|r| r.result.into_iter().map(hit_from_grpc).collect())
+            .collect())
+    }
+
+    fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
+        if !self.exists(collection)? {
+            return Ok(None);
+        }
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
+        Ok(response.result.map(info_from_grpc))
+    }
+
+    fn keyed(&self, collection: &str) -> UploadResult<bool> {
+        Ok(self
+            .server_collection(collection)?
+            .is_some_and(|c| c.custom_sharding))
+    }
+
+    fn ensure_shard_key(&self, collection: &str, key: &str) -> UploadResult<()> {
+        if self.keyed_shards(collection)?.iter().any(|s| s.key == key) {
+            return Ok(());
+        }
+        self.create_shard_key(collection, key, None, None)
+    }
+
+    fn upsert_keyed(
+        &self,
+        collection: &str,
+        key: Option<&str>,
+        points: &PointsBatch<'_>,
+    ) -> UploadResult<()> {
+        match key {
+            Some(key) => self.upsert_in_key(collection, key, points),
+            None => self.upsert(collection, points),
+        }
+    }
+
+    fn delete(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<()> {
+        self.delete_ids(collection, ids, key)
+    }
+
+    fn count_ids(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<PointId> = ids.iter().map(|id| id.to_string().into()).collect();
+        let response = self.retry("count points by id", || {
+            let mut request = CountPointsBuilder::new(collection)
+                .exact(true)
+                .filter(Filter::must([Condition::has_id(ids.clone())]));
+            if let Some(key) = key {
+                request = request.shard_key_selector(key.to_owned());
+            }
+            self.client.count(request)
+        })?;
+        Ok(response.result.map_or(0, |r| r.count))
+    }
+
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+        if !self.exists(collection)? {
+            return Ok(None);
+        }
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
+        let metadata = response
+            .result
+            .and_then(|info| info.config)
+            .map(|config| config.metadata)
+            .unwrap_or_default();
+        Ok(
+            match metadata.get(MARKER_METADATA).and_then(|v| v.kind.as_ref()) {
+                Some(Kind::StringValue(marker)) => Some(marker.clone()),
+                _ => None,
+            },
+        )
+    }
+
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+        // Qdrant 1.16+ keeps a collection's `metadata` with its config (merged on update), and a
+        // dropped collection's goes with it. An older server drops the field: the upload reads the
+        // marker back and, finding none, relies on its per-batch counts alone.
+        let mut request = UpdateCollectionBuilder::new(collection).build();
+        request
+            .metadata
+            .insert(MARKER_METADATA.to_owned(), string_value(marker));
+        self.retry("store the collection's marker", || {
+            self.client.update_collection(request.clone())
+        })?;
+        Ok(())
+    }
+
+    fn peers(&self, collection: &str) -> UploadResult<Option<usize>> {
+        let info = self.retry("read the collection's cluster info", || {
+            self.client.collection_cluster_info(collection)
+        })?;
+        let mut peers: Vec<u64> = info.remote_shards.iter().map(|s| s.peer_id).collect();
+        if !info.local_shards.is_empty() {
+            peers.push(info.peer_id);
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        Ok(Some(peers.len().max(1)))
+    }
+
+    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(collection);
+        if !self.exists(collection)? {
+            return Ok(false);
+        }
+        let response = self.retry("delete the collection", || {
+            self.client.delete_collection(collection)
+        })?;
+        Ok(response.result)
+    }
+}
