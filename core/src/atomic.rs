@@ -15,7 +15,11 @@ pub const TMP_SUFFIX: &str = ".tmp";
 /// last rename wins, whole.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}.{}{TMP_SUFFIX}", host_tag(), std::process::id()));
+    name.push(format!(
+        ".{}.{}{TMP_SUFFIX}",
+        host_tag(),
+        std::process::id()
+    ));
     path.with_file_name(name)
 }
 
@@ -25,7 +29,13 @@ fn host_tag() -> &'static str {
     TAG.get_or_init(|| {
         crate::handoff::host_name()
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect()
     })
 }

@@ -331,9 +331,9 @@ pub fn check_recorded(
     // reader itself says the data is malformed.
     let ids = paper_ids(path).map_err(|e| match e {
         PaperIdsError::Io(e) => unreadable(&e),
-        PaperIdsError::Format(e) => ShardCheckError::Wrong(format!(
-            "shard {name} is not a readable parquet shard: {e}"
-        )),
+        PaperIdsError::Format(e) => {
+            ShardCheckError::Wrong(format!("shard {name} is not a readable parquet shard: {e}"))
+        }
     })?;
     if ids.len() as u64 != rows {
         return Err(ShardCheckError::Wrong(format!(
@@ -359,15 +359,22 @@ pub fn paper_ids(path: &Path) -> Result<Vec<String>, PaperIdsError> {
     use parquet::arrow::ProjectionMask;
     let format = |e: &dyn std::fmt::Display| PaperIdsError::Format(e.to_string());
     let from_parquet = |e: parquet::errors::ParquetError| match e {
-        parquet::errors::ParquetError::External(inner) => match inner.downcast::<std::io::Error>() {
-            Ok(io) => PaperIdsError::Io(*io),
-            Err(other) => PaperIdsError::Format(other.to_string()),
-        },
+        parquet::errors::ParquetError::External(inner) => {
+            match inner.downcast::<std::io::Error>() {
+                Ok(io) => PaperIdsError::Io(*io),
+                Err(other) => PaperIdsError::Format(other.to_string()),
+            }
+        }
         other => format(&other),
     };
     let file = File::open(path).map_err(PaperIdsError::Io)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(from_parquet)?;
-    let Some(index) = builder.schema().fields().iter().position(|f| f.name() == "id") else {
+    let Some(index) = builder
+        .schema()
+        .fields()
+        .iter()
+        .position(|f| f.name() == "id")
+    else {
         return Err(PaperIdsError::Format("it has no `id` column".into()));
     };
     let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
@@ -390,10 +397,29 @@ pub fn paper_ids(path: &Path) -> Result<Vec<String>, PaperIdsError> {
         let column = batch.column(0);
         // pyarrow may rewrite a shard with large strings; both are ids.
         match column.data_type() {
-            DataType::Utf8 => ids.extend(column.as_string::<i32>().iter().map(|v| v.unwrap_or_default().to_string())),
-            DataType::LargeUtf8 => ids.extend(column.as_string::<i64>().iter().map(|v| v.unwrap_or_default().to_string())),
-            DataType::Utf8View => ids.extend(column.as_string_view().iter().map(|v| v.unwrap_or_default().to_string())),
-            other => return Err(PaperIdsError::Format(format!("its `id` column is {other}, not a string"))),
+            DataType::Utf8 => ids.extend(
+                column
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.unwrap_or_default().to_string()),
+            ),
+            DataType::LargeUtf8 => ids.extend(
+                column
+                    .as_string::<i64>()
+                    .iter()
+                    .map(|v| v.unwrap_or_default().to_string()),
+            ),
+            DataType::Utf8View => ids.extend(
+                column
+                    .as_string_view()
+                    .iter()
+                    .map(|v| v.unwrap_or_default().to_string()),
+            ),
+            other => {
+                return Err(PaperIdsError::Format(format!(
+                    "its `id` column is {other}, not a string"
+                )))
+            }
         }
     }
     Ok(ids)

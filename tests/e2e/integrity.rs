@@ -373,7 +373,9 @@ fn a_rejected_attempt_is_verified_again_when_its_manifest_changes() {
     t.run(&embed_job_args(&["--shard-papers", "10"]), 0);
     let manifest = manifest_of(&run, 1);
     let whole = std::fs::read(&manifest).unwrap();
-    edit_json(&manifest, |m| m["shards"][0]["sha256"] = Value::from("0".repeat(64)));
+    edit_json(&manifest, |m| {
+        m["shards"][0]["sha256"] = Value::from("0".repeat(64))
+    });
     assert_eq!(done_batches(&t), 0);
     assert_eq!(attempts(&run)[0].0, AttemptState::Rejected);
     // The job (or a user) writes the manifest again, whole this time.

@@ -1,8 +1,8 @@
 //! Result manifests: what one attempt at a batch made, written by the embed job for the owner.
 
 use super::{read_json, write_json, HandoffError, OutputSettings};
-use crate::shardfile::ShardCheckError;
 use crate::rundb::BatchTimings;
+use crate::shardfile::ShardCheckError;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -376,7 +376,11 @@ mod tests {
     fn a_parts_digest_ignores_order_and_sees_a_doubled_or_missing_paper() {
         let part = papers_digest(["p1", "p2", "p3"]);
         assert_eq!(papers_digest(["p3", "p1", "p2"]), part);
-        assert_ne!(papers_digest(["p1", "p1", "p3"]), part, "p1 twice, p2 dropped");
+        assert_ne!(
+            papers_digest(["p1", "p1", "p3"]),
+            part,
+            "p1 twice, p2 dropped"
+        );
         assert_ne!(papers_digest(["p1", "p2"]), part);
         // Ids are whole lines: two ids never read as one.
         assert_ne!(papers_digest(["p1p2"]), papers_digest(["p1", "p2"]));

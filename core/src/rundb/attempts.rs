@@ -213,9 +213,12 @@ impl RunDb {
                 }
                 Err(Verdict::Wrong(why)) => {
                     self.reject(layout, batch, &m.attempt, job, host, &why)?;
-                    report
-                        .not_accepted
-                        .push((batch, m.attempt.clone(), AttemptState::Rejected, why));
+                    report.not_accepted.push((
+                        batch,
+                        m.attempt.clone(),
+                        AttemptState::Rejected,
+                        why,
+                    ));
                     continue;
                 }
             }
@@ -504,7 +507,12 @@ const QUARANTINE_STALE_KEY: &str = "quarantine_stale";
 fn manifest_stamp(layout: &RunLayout, batch: i64, token: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(layout.attempt_manifest(batch, token)).ok()?;
-    Some(format!("{}:{}.{:09}", meta.len(), meta.mtime(), meta.mtime_nsec()))
+    Some(format!(
+        "{}:{}.{:09}",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    ))
 }
 
 /// Removes `path`; true if this call removed it. A file already gone is done: another of the

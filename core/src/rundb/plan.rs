@@ -73,12 +73,18 @@ impl RunDb {
         if let Some(id) = self.setting::<String>(PLAN_ID_KEY)? {
             return Ok(id);
         }
-        let id = format!("p{}", crate::handoff::new_attempt_token().trim_start_matches('a'));
+        let id = format!(
+            "p{}",
+            crate::handoff::new_attempt_token().trim_start_matches('a')
+        );
         // Two owner processes asking at once: the first insert wins, both read it back.
         self.conn
             .execute(
                 "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
-                params![PLAN_ID_KEY, serde_json::to_string(&id).expect("a string serialises")],
+                params![
+                    PLAN_ID_KEY,
+                    serde_json::to_string(&id).expect("a string serialises")
+                ],
             )
             .map_err(sqlite_err(&self.dir))?;
         Ok(self.setting::<String>(PLAN_ID_KEY)?.unwrap_or(id))

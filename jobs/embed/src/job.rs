@@ -323,13 +323,7 @@ fn take_over_parts(
             }
             let own = RunLayout::shard_file_name(m.batch, shard.part, &manifest.attempt);
             link_or_copy(&layout.resolve(&shard.file), &layout.resolve(&own))?;
-            done.insert(
-                shard.part,
-                AttemptShard {
-                    file: own,
-                    ..shard
-                },
-            );
+            done.insert(shard.part, AttemptShard { file: own, ..shard });
         }
     }
     Ok(done)

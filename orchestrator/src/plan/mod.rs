@@ -66,7 +66,10 @@ pub enum PlanError {
          results/ and shards/ out of this one first",
         run_dir.display(), found.join(", ")
     )]
-    ResultsWithoutRunDb { run_dir: PathBuf, found: Vec<String> },
+    ResultsWithoutRunDb {
+        run_dir: PathBuf,
+        found: Vec<String>,
+    },
     #[error("failed to write in {path}: {source}")]
     Io {
         path: PathBuf,
@@ -182,9 +185,8 @@ fn refuse_results_without_run_db(run_dir: &Path) -> Result<(), PlanError> {
     if layout.db().exists() {
         return Ok(());
     }
-    let holds_something = |dir: PathBuf| {
-        std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
-    };
+    let holds_something =
+        |dir: PathBuf| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
     let found: Vec<String> = [
         (RunLayout::RESULTS_DIR, layout.results_dir()),
         (RunLayout::SHARD_DIR, layout.shard_dir()),
