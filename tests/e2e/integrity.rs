@@ -83,6 +83,7 @@ fn status_within_a_minute(t: &TestDir) {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap();
+    child.wait().unwrap();
     panic!("status did not return: it read a file the manifest named outside its own");
 }
 
@@ -102,7 +103,7 @@ fn corpus(t: &TestDir, name: &str, papers: u64, seed: &str) {
     t.run(&args, 0);
 }
 
-fn run_args<'a>(corpus: &'a str) -> Vec<&'a str> {
+fn run_args(corpus: &str) -> Vec<&str> {
     vec![
         "run",
         "--corpus",
