@@ -25,6 +25,34 @@ fn manifest_of(run: &Path, batch: u32) -> PathBuf {
     found.pop().unwrap()
 }
 
+/// A tiny model and a sample corpus of `papers` planned into `run`, `per_job` a batch, and
+/// every batch embedded by one `embed-job` with `--shard-papers shard_papers`; returns `run`.
+fn embedded(t: &TestDir, papers: u64, per_job: u64, shard_papers: &str) -> PathBuf {
+    t.plan_with_model(papers, per_job);
+    for batch in 1..=papers.div_ceil(per_job) {
+        let batch = batch.to_string();
+        let mut job = embed_job_args(&["--shard-papers", shard_papers]);
+        job[4] = &batch;
+        t.run(&job, 0);
+    }
+    t.join("run")
+}
+
+/// The shard file the manifest of `batch` names for `part`.
+fn shard_of(run: &Path, batch: u32, part: usize) -> PathBuf {
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(manifest_of(run, batch)).unwrap()).unwrap();
+    run.join(m["shards"][part]["file"].as_str().unwrap())
+}
+
+/// The accepted shards hold every planned paper, once.
+fn assert_every_planned_paper_once(run: &Path) {
+    assert_eq!(
+        shard_rows(run).into_keys().collect::<Vec<_>>(),
+        planned_ids(run)
+    );
+}
+
 fn edit_json(path: &Path, edit: impl FnOnce(&mut Value)) {
     let mut value: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     edit(&mut value);
@@ -187,9 +215,7 @@ print(len(got))
 #[test]
 fn a_result_made_for_another_plan_of_the_directory_is_rejected() {
     let t = TestDir::new();
-    t.plan_with_model(40, 40);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "15"]), 0);
+    let run = embedded(&t, 40, 40, "15");
     // The directory planned again, the same corpus even, while the old job's results were
     // away; then they come back (a job of the old plan finishing late on another node).
     for dir in ["results", "shards"] {
@@ -222,21 +248,15 @@ fn a_result_made_for_another_plan_of_the_directory_is_rejected() {
     // A job of this plan does the batch, and takes nothing over from the other plan's.
     t.run(&embed_job_args(&["--shard-papers", "15"]), 0);
     assert_eq!(done_batches(&t), 1);
-    assert_eq!(
-        shard_rows(&run).into_keys().collect::<Vec<_>>(),
-        planned_ids(&run)
-    );
+    assert_every_planned_paper_once(&run);
 }
 
 #[test]
 fn a_shard_with_one_paper_doubled_and_another_dropped_is_rejected_at_ingest() {
     let t = TestDir::new();
-    t.plan_with_model(30, 30);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "15"]), 0);
+    let run = embedded(&t, 30, 30, "15");
     let manifest = manifest_of(&run, 1);
-    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
-    let shard = run.join(m["shards"][0]["file"].as_str().unwrap());
+    let shard = shard_of(&run, 1, 0);
     // The rows and the count stay right: only the papers are wrong.
     let Some(sha) = rewrite_shard_ids(&shard, "ids[1] = ids[0]") else {
         return;
@@ -254,13 +274,10 @@ fn a_shard_with_one_paper_doubled_and_another_dropped_is_rejected_at_ingest() {
 #[test]
 fn a_killed_attempts_shard_with_other_papers_is_not_taken_over() {
     let t = TestDir::new();
-    t.plan_with_model(30, 30);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "15"]), 0);
+    let run = embedded(&t, 30, 30, "15");
     // As a killed attempt leaves it: not complete, a shard whose papers are not the part's.
     let manifest = manifest_of(&run, 1);
-    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
-    let shard = run.join(m["shards"][0]["file"].as_str().unwrap());
+    let shard = shard_of(&run, 1, 0);
     let Some(sha) = rewrite_shard_ids(&shard, "ids[1] = ids[0]") else {
         return;
     };
@@ -274,27 +291,17 @@ fn a_killed_attempts_shard_with_other_papers_is_not_taken_over() {
     assert!(stderr.contains("in 2 new shards (0 taken over"), "{stderr}");
     assert_eq!(done_batches(&t), 1);
     // Every planned paper once: the doubled one was embedded again, the dropped one too.
-    assert_eq!(
-        shard_rows(&run).into_keys().collect::<Vec<_>>(),
-        planned_ids(&run)
-    );
+    assert_every_planned_paper_once(&run);
 }
 
 #[test]
 fn a_manifest_naming_a_file_outside_its_own_is_refused_and_nothing_outside_is_read() {
     let t = TestDir::new();
-    t.plan_with_model(40, 20);
-    let run = t.join("run");
-    for batch in ["1", "2"] {
-        let mut job = embed_job_args(&["--shard-papers", "20"]);
-        job[4] = batch;
-        t.run(&job, 0);
-    }
+    let run = embedded(&t, 40, 20, "20");
     // Batch 1 names `../outside.parquet`: a faithful copy of its shard, so only the name is
     // wrong. Batch 2 names an absolute path to a FIFO: reading it would block for ever.
     let first = manifest_of(&run, 1);
-    let m: Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
-    let own = run.join(m["shards"][0]["file"].as_str().unwrap());
+    let own = shard_of(&run, 1, 0);
     std::fs::rename(&own, t.join("outside.parquet")).unwrap();
     edit_json(&first, |m| {
         m["shards"][0]["file"] = Value::from("../outside.parquet")
@@ -333,18 +340,10 @@ fn a_manifest_naming_a_file_outside_its_own_is_refused_and_nothing_outside_is_re
 #[test]
 fn a_read_error_at_ingest_is_tried_again_at_the_next_poll() {
     let t = TestDir::new();
-    t.plan_with_model(40, 20);
-    let run = t.join("run");
-    for batch in ["1", "2"] {
-        let mut job = embed_job_args(&["--shard-papers", "10"]);
-        job[4] = batch;
-        t.run(&job, 0);
-    }
+    let run = embedded(&t, 40, 20, "10");
     // Batch 1: a shard that cannot be read (a directory in its place gives EISDIR, as a stale
     // handle gives ESTALE). Batch 2: its manifest cannot be read.
-    let first = manifest_of(&run, 1);
-    let m: Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
-    let shard = run.join(m["shards"][1]["file"].as_str().unwrap());
+    let shard = shard_of(&run, 1, 1);
     let aside = |p: &Path| PathBuf::from(format!("{}.aside", p.display()));
     std::fs::rename(&shard, aside(&shard)).unwrap();
     std::fs::create_dir(&shard).unwrap();
@@ -360,18 +359,13 @@ fn a_read_error_at_ingest_is_tried_again_at_the_next_poll() {
     std::fs::remove_dir(&second).unwrap();
     std::fs::rename(aside(&second), &second).unwrap();
     assert_eq!(done_batches(&t), 2, "accepted at the next poll");
-    assert_eq!(
-        shard_rows(&run).into_keys().collect::<Vec<_>>(),
-        planned_ids(&run)
-    );
+    assert_every_planned_paper_once(&run);
 }
 
 #[test]
 fn a_rejected_attempt_is_verified_again_when_its_manifest_changes() {
     let t = TestDir::new();
-    t.plan_with_model(20, 20);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "10"]), 0);
+    let run = embedded(&t, 20, 20, "10");
     let manifest = manifest_of(&run, 1);
     let whole = std::fs::read(&manifest).unwrap();
     edit_json(&manifest, |m| {
@@ -392,12 +386,8 @@ fn a_rejected_attempt_is_verified_again_when_its_manifest_changes() {
 #[test]
 fn a_job_never_stands_down_for_an_attempt_the_owner_rejected() {
     let t = TestDir::new();
-    t.plan_with_model(20, 20);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "10"]), 0);
-    let manifest = manifest_of(&run, 1);
-    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
-    let shard = run.join(m["shards"][1]["file"].as_str().unwrap());
+    let run = embedded(&t, 20, 20, "10");
+    let shard = shard_of(&run, 1, 1);
     // The owner reads the shard while it is damaged (a bad write seen through one host's
     // cache) and rejects the attempt; afterwards the job's view of it is whole again.
     let bytes = std::fs::read(&shard).unwrap();
@@ -412,18 +402,13 @@ fn a_job_never_stands_down_for_an_attempt_the_owner_rejected() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("did it first"), "{stderr}");
     assert_eq!(done_batches(&t), 1, "the new attempt did the batch");
-    assert_eq!(
-        shard_rows(&run).into_keys().collect::<Vec<_>>(),
-        planned_ids(&run)
-    );
+    assert_every_planned_paper_once(&run);
 }
 
 #[test]
 fn unreadable_output_settings_hold_the_ingest_instead_of_skipping_its_settings_check() {
     let t = TestDir::new();
-    t.plan_with_model(20, 20);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "10"]), 0);
+    let run = embedded(&t, 20, 20, "10");
     // A result that claims other settings than the run's.
     edit_json(&manifest_of(&run, 1), |m| {
         m["settings"]["dim"] = Value::from(16)
@@ -444,14 +429,11 @@ fn unreadable_output_settings_hold_the_ingest_instead_of_skipping_its_settings_c
 #[test]
 fn quarantine_jsonl_is_written_again_after_a_kill_between_the_accept_and_its_rewrite() {
     let t = TestDir::new();
-    t.plan_with_model(20, 20);
-    let run = t.join("run");
-    t.run(&embed_job_args(&["--shard-papers", "10"]), 0);
+    let run = embedded(&t, 20, 20, "10");
     // Paper 0 of part 0 as one the job could not embed: out of the shard (pyarrow), in the
     // manifest's failed list.
     let manifest = manifest_of(&run, 1);
-    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
-    let shard = run.join(m["shards"][0]["file"].as_str().unwrap());
+    let shard = shard_of(&run, 1, 0);
     let code = format!(
         r#"
 import hashlib, pyarrow.parquet as pq

@@ -327,7 +327,13 @@ fn verify_source(layout: &RunLayout, batch: i64, s: &SourceShard) -> Result<(), 
     .map_err(|message| SnapshotError::Sources { batch, message })
 }
 
-/// Removes scratch directories of builds on this host whose process is gone (killed builds).
+/// Another host's build scratch with nothing written for this long is a dead build's: a
+/// batch's build writes every few seconds, and takes minutes at most.
+const FOREIGN_SCRATCH_IDLE: std::time::Duration = std::time::Duration::from_secs(6 * 3600);
+
+/// Removes scratch directories of killed builds: on this host those whose process is gone; on
+/// another host (only it can tell whether its process still runs) those in which nothing was
+/// written for [`FOREIGN_SCRATCH_IDLE`] — a node that died mid-build never comes back for them.
 fn remove_dead_scratch(dir: &Path) {
     let host = embedfleet_core::handoff::host_name();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -345,13 +351,33 @@ fn remove_dead_scratch(dir: &Path) {
         let Ok(pid) = pid.parse::<i32>() else {
             continue;
         };
-        if !head.ends_with(&format!("-{host}")) {
-            continue; // another host's: only it can tell whether its build still runs
-        }
-        if pid != std::process::id() as i32 && !process_alive(pid) {
+        let dead = if head.ends_with(&format!("-{host}")) {
+            pid != std::process::id() as i32 && !process_alive(pid)
+        } else {
+            idle_for(&entry.path()).is_some_and(|idle| idle >= FOREIGN_SCRATCH_IDLE)
+        };
+        if dead {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// How long since anything under `dir` (itself included) was last written; `None` when that
+/// cannot be read (then the directory is left alone).
+fn idle_for(dir: &Path) -> Option<std::time::Duration> {
+    fn newest(path: &Path) -> Option<std::time::SystemTime> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let mut latest = meta.modified().ok()?;
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).ok()?.flatten() {
+                latest = latest.max(newest(&entry.path())?);
+            }
+        }
+        Some(latest)
+    }
+    std::time::SystemTime::now()
+        .duration_since(newest(dir)?)
+        .ok()
 }
 
 fn process_alive(pid: i32) -> bool {

@@ -170,16 +170,33 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
         .snapshot_dir()
         .join(format!(".build-000001-0011223344556677-{host}-999999999"));
     std::fs::create_dir_all(dead.join("engine")).unwrap();
-    // Another host's scratch: only that host can tell whether its build still runs.
+    // Another host's scratch: only that host can tell whether its build still runs, so it is
+    // left alone while it is written to, and removed once nothing was for a day (a node that
+    // died mid-build).
     let other = layout
         .snapshot_dir()
         .join(".build-000001-0011223344556677-elsewhere-1");
     std::fs::create_dir_all(&other).unwrap();
+    let abandoned = layout
+        .snapshot_dir()
+        .join(".build-000001-8899aabbccddeeff-deadnode-7");
+    std::fs::create_dir_all(abandoned.join("engine")).unwrap();
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(24 * 3600);
+    for path in [abandoned.join("engine"), abandoned.clone()] {
+        std::fs::File::open(&path)
+            .unwrap()
+            .set_modified(day_ago)
+            .unwrap();
+    }
 
     let spec = CollectionSpec::new("papers", 0);
     build_shard(&layout, 1, &sources, &spec).unwrap();
     assert!(!dead.exists(), "the dead build's scratch is removed");
-    assert!(other.exists(), "another host's scratch is left alone");
+    assert!(other.exists(), "another host's live scratch is left alone");
+    assert!(
+        !abandoned.exists(),
+        "another host's scratch idle for a day is removed"
+    );
 
     // Other settings than the built shard's: refused, naming the difference.
     let other_m = CollectionSpec {
