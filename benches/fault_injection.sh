@@ -136,7 +136,7 @@ for k in $(seq "$FAULT_ROUNDS"); do
   "$BIN" "${run_args[@]}" --run-dir "$dir" >/dev/null 2>"$dir.final.log" || echo "lost $k: final run failed"
   verdict=$(check "$dir" "$dir.final.log") || fault_failed=$((fault_failed + 1))
   [ "$code" -eq 4 ] || { verdict="$verdict; but the rerun over the old results exited $code, not 4"; fault_failed=$((fault_failed + 1)); }
-  printf 'run.db lost %d: killed after %s s, deleted; rerun exited %s (refused); moved away, then %s\n' "$k" "$d" "$code" "$verdict"
+  printf 'run.db lost %d: killed after %s s, deleted; rerun exited %s (4: refused); moved away, then %s\n' "$k" "$d" "$code" "$verdict"
 
   # 3 papers deleted between two uploads: the rest of the run and a second upload keep them out.
   dir="$WORK/delete$k"; d=$1; shift
