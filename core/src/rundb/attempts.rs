@@ -149,10 +149,11 @@ impl RunDb {
                 // half-written one: reject it, saying why.
                 Err(e) => e.to_string(),
             };
-            self.reject(layout, batch, &token, None, None, &why)?;
-            report
-                .not_accepted
-                .push((batch, token, AttemptState::Rejected, why));
+            if self.reject(layout, batch, &token, None, None, &why)? {
+                report
+                    .not_accepted
+                    .push((batch, token, AttemptState::Rejected, why));
+            }
         }
         // The first to finish wins.
         manifests.sort_by(|a, b| {
@@ -212,13 +213,14 @@ impl RunDb {
                     continue;
                 }
                 Err(Verdict::Wrong(why)) => {
-                    self.reject(layout, batch, &m.attempt, job, host, &why)?;
-                    report.not_accepted.push((
-                        batch,
-                        m.attempt.clone(),
-                        AttemptState::Rejected,
-                        why,
-                    ));
+                    if self.reject(layout, batch, &m.attempt, job, host, &why)? {
+                        report.not_accepted.push((
+                            batch,
+                            m.attempt.clone(),
+                            AttemptState::Rejected,
+                            why,
+                        ));
+                    }
                     continue;
                 }
             }
@@ -236,7 +238,9 @@ impl RunDb {
 
     /// Records attempt `token` as rejected, with its manifest's stamp (so a rewrite of it is
     /// verified again), and leaves the owner's word beside the manifest for the jobs, which
-    /// cannot read run.db: a job never stands down for an attempt the owner rejected.
+    /// cannot read run.db: a job never stands down for an attempt the owner rejected. The word
+    /// goes first; when it cannot be written now (the shared filesystem again), nothing is
+    /// recorded and the attempt is judged again at the next poll: false.
     fn reject(
         &self,
         layout: &RunLayout,
@@ -245,22 +249,27 @@ impl RunDb {
         job: Option<&str>,
         host: Option<&str>,
         why: &str,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let marker = layout.attempt_rejection(batch, token);
-        atomic::write(&marker, why.as_bytes()).map_err(|source| RunDbError::Io {
-            action: "write",
-            path: marker,
-            source,
-        })?;
-        self.record_attempt(batch, token, AttemptState::Rejected, job, host, why)?;
+        if let Err(e) = atomic::write(&marker, why.as_bytes()) {
+            tracing::warn!(
+                "batch {batch}: attempt {token} is judged again at the next poll: {} cannot be written now ({e})",
+                marker.display()
+            );
+            return Ok(false);
+        }
         let stamp = manifest_stamp(layout, batch, token).unwrap_or_default();
-        self.conn
-            .execute(
-                "UPDATE attempts SET manifest_stamp = ?3 WHERE batch_id = ?1 AND token = ?2",
-                params![batch, token, stamp],
-            )
-            .map(drop)
-            .map_err(sqlite_err(&self.dir))
+        // With its stamp in one transaction: a rejection without one would never be revisited.
+        self.ingest_transaction(|| {
+            self.record_attempt(batch, token, AttemptState::Rejected, job, host, why)?;
+            self.conn
+                .execute(
+                    "UPDATE attempts SET manifest_stamp = ?3 WHERE batch_id = ?1 AND token = ?2",
+                    params![batch, token, stamp],
+                )
+                .map(|_| true)
+                .map_err(sqlite_err(&self.dir))
+        })
     }
 
     /// Forgets the rejection of attempt `token`, whose manifest changed since.
