@@ -97,32 +97,11 @@ pub fn read_all(
 }
 
 /// The paper ids (`id` column) of the first `limit` rows of `path`, reading no other column: the
-/// upload's per-batch check counts exactly the rows it acknowledged.
+/// upload's per-batch check counts exactly the rows it acknowledged. (The column is read by
+/// core's [`embedfleet_core::shardfile::paper_ids`], the owner's check of a shard's papers.)
 pub fn paper_ids(path: &Path, limit: u64) -> Result<Vec<String>, ShardReadError> {
-    let b = builder(path)?;
-    let Some(root) = b.schema().fields().iter().position(|f| f.name() == "id") else {
-        return Err(read_err(path)("no `id` column".into()));
-    };
-    let mask = ProjectionMask::roots(b.parquet_schema(), [root]);
-    let reader = b
-        .with_projection(mask)
-        .with_limit(usize::try_from(limit).unwrap_or(usize::MAX))
-        .build()
-        .map_err(|e| read_err(path)(e.to_string()))?;
-    let mut ids = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| read_err(path)(e.to_string()))?;
-        let column = batch.column(0);
-        let strings = column
-            .as_any()
-            .downcast_ref::<arrow_array::StringArray>()
-            .ok_or_else(|| {
-                read_err(path)(format!(
-                    "`id` has type {}, expected utf8",
-                    column.data_type()
-                ))
-            })?;
-        ids.extend(strings.iter().map(|s| s.unwrap_or_default().to_owned()));
-    }
+    let mut ids =
+        embedfleet_core::shardfile::paper_ids(path).map_err(|e| read_err(path)(e.to_string()))?;
+    ids.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     Ok(ids)
 }
