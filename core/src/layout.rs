@@ -61,6 +61,21 @@ impl RunLayout {
         self.root.join(Self::DB_FILE)
     }
 
+    /// The host that owns the run: only it opens run.db (see `owner`).
+    pub fn owner_file(&self) -> PathBuf {
+        self.root.join("owner.json")
+    }
+
+    /// Rewritten every 30 s by each owner process that holds run.db (see `owner::heartbeat`).
+    pub fn heartbeat_file(&self) -> PathBuf {
+        self.root.join("owner-heartbeat.json")
+    }
+
+    /// The run's status as the owner last wrote it, for `status` on other hosts.
+    pub fn status_snapshot_file(&self) -> PathBuf {
+        self.root.join("status-snapshot.json")
+    }
+
     pub fn batch_dir(&self) -> PathBuf {
         self.root.join(Self::BATCH_DIR)
     }

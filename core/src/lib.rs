@@ -11,6 +11,7 @@ pub mod exit;
 pub mod fingerprint;
 pub mod handoff;
 pub mod layout;
+pub mod owner;
 pub mod paper;
 pub mod plot;
 pub mod process;

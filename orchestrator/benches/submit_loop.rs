@@ -66,6 +66,8 @@ fn main() {
         exe: fake,
         progress: false,
         trial: None,
+        stall: Default::default(),
+        kill_stalled: false,
     };
     let t = Instant::now();
     let report = submit(&options).unwrap();

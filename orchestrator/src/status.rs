@@ -1,7 +1,32 @@
 //! The human form of `embedfleet status` (the `--json` form is [`RunStatus`] itself).
 
+use embedfleet_core::owner::{describe_age, LoopState};
 use embedfleet_core::rundb::RunStatus;
 use std::fmt::Write;
+
+/// One line on the submit loop, from the snapshot it keeps.
+pub fn loop_line(state: &LoopState) -> String {
+    let now = embedfleet_core::owner::unix_now();
+    let last = describe_age(now - state.last_poll_unix_s);
+    match state.ended_unix_s {
+        Some(ended) => format!(
+            "loop       ended {} ago (pid {}); `embedfleet submit` starts it again",
+            describe_age(now - ended),
+            state.pid
+        ),
+        None if state.is_polling(now) => format!(
+            "loop       polling every {}, last poll {last} ago (pid {}, up {})",
+            duration(state.poll_interval_s),
+            state.pid,
+            duration(now - state.started_unix_s)
+        ),
+        None => format!(
+            "loop       SILENT: last poll {last} ago and never ended (pid {} killed, or its host down); \
+             start `embedfleet submit` again on the owner host",
+            state.pid
+        ),
+    }
+}
 
 pub fn render(s: &RunStatus) -> String {
     let mut out = String::new();
@@ -88,6 +113,41 @@ pub fn render(s: &RunStatus) -> String {
                 duration(eta)
             );
         }
+    }
+    if !s.live.is_empty() {
+        let _ = writeln!(
+            out,
+            "running    {:<20} {:>7} {:<24} {:>9} {:>10}  last shard",
+            "host", "batch", "job", "shards", "papers/s"
+        );
+    }
+    for a in &s.live {
+        let rate = a
+            .papers_per_second
+            .map(|r| format!("{r:.2}"))
+            .unwrap_or_else(|| "-".into());
+        let last = if a.has_shard {
+            format!("{} ago", duration(a.idle_s))
+        } else {
+            format!("none yet (started {} ago)", duration(a.idle_s))
+        };
+        let _ = write!(
+            out,
+            "           {:<20} {:>7} {:<24} {:>9} {:>10}  {last}",
+            a.host,
+            a.batch,
+            a.job,
+            format!("{}/{}", a.shards_done, a.parts),
+            rate
+        );
+        if a.stalled {
+            let _ = write!(
+                out,
+                "  STALLED (allowed {}; `submit --kill-stalled` cancels it)",
+                duration(a.allowed_idle_s)
+            );
+        }
+        out.push('\n');
     }
     for (file, why) in &s.corrupt_files {
         let _ = writeln!(out, "corrupt    {file}: {why}");

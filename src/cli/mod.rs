@@ -15,7 +15,7 @@ pub use embed::{
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs};
 pub use report::ReportArgs;
-pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs};
+pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs, TakeOverArgs};
 pub use upload::{
     BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
 };
@@ -50,8 +50,12 @@ pub enum Command {
     /// Stream the corpus and cut it into per-node jobs, each with its own batch file.
     Plan(PlanArgs),
     /// Show where a run stands: papers planned and quarantined, batches, jobs, parquet shards,
-    /// uploads.
+    /// uploads, and each running job per host (papers/s, last shard, stalled). Works on any
+    /// host: elsewhere than the run's owner it reads the snapshot the owner writes each poll.
     Status(StatusArgs),
+    /// Move a run to this host when the host that owns it (the only one that may open run.db)
+    /// is gone for good; refused while a process there still holds run.db.
+    TakeOver(TakeOverArgs),
     /// Submit the planned batches as scheduler jobs (Slurm, PBS or local), keeping each queue
     /// filled up to its cap, retrying failed jobs, until every batch is done. Kill it and run it
     /// again: it adopts the jobs already queued instead of submitting them twice.

@@ -58,6 +58,28 @@ pub struct SubmitArgs {
     /// step"). The run's queues are left as they are.
     #[arg(long, value_name = "QUEUE", conflicts_with_all = ["queues", "watch", "dry_run"])]
     pub trial: Option<String>,
+    /// A running job counts as stalled when it has written no shard for this many of its own
+    /// shard times (and at least --stalled-min): shown by `status`, said once by the loop.
+    #[arg(long, default_value_t = 4.0, value_name = "N", value_parser = positive_secs)]
+    pub stalled_after_shards: f64,
+    /// The least silence, in seconds, that counts as a stall (model loads, slow shards).
+    #[arg(long, default_value_t = 600.0, value_name = "SECS", value_parser = positive_secs)]
+    pub stalled_min: f64,
+    /// Cancel stalled jobs; their batches are retried like any cancelled job's. Without it a
+    /// stalled job is only shown and reported.
+    #[arg(long)]
+    pub kill_stalled: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TakeOverArgs {
+    /// The run directory.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
+    /// Seconds the owner host must have been silent (no process there holding run.db) before
+    /// its run may be moved here.
+    #[arg(long, default_value_t = 300.0, value_name = "SECS", value_parser = positive_secs)]
+    pub stale_after: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -20,6 +20,11 @@ use embedfleet_orchestrator::plan::PlanError;
 pub const HISTORY_SETTING: &str = "history";
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(dir) = owned_run_dir(&cli.command) {
+        // Before anything opens run.db: on a host that does not own the run, refuse with where
+        // the owner is (exit 4), whatever the command would have done first.
+        embedfleet_core::owner::check_read_only(dir)?;
+    }
     let run_dir = recorded_run_dir(&cli.command);
     let code = dispatch(cli)?;
     if let Some(dir) = run_dir {
@@ -46,6 +51,32 @@ fn recorded_run_dir(command: &Command) -> Option<std::path::PathBuf> {
     }
 }
 
+/// The run directory of a command that opens run.db, and so must run on the run's owner host.
+/// Not `status` (it reads the owner's snapshot elsewhere), `take-over`, nor what runs on
+/// compute nodes (`embed-job`, `build-shard`, `doctor`), which never open run.db.
+fn owned_run_dir(command: &Command) -> Option<&std::path::Path> {
+    match command {
+        Command::Plan(a) => Some(&a.corpus.run_dir),
+        Command::Run(a) => Some(&a.corpus.run_dir),
+        Command::Submit(a) => Some(&a.run_dir),
+        Command::Pause(a) | Command::Resume(a) => Some(&a.run_dir),
+        Command::Queues(a) => match &a.command {
+            Some(crate::cli::QueuesCommand::Show(r)) => Some(&r.run_dir),
+            Some(crate::cli::QueuesCommand::Set { run_dir, .. })
+            | Some(crate::cli::QueuesCommand::Remove { run_dir, .. }) => Some(run_dir),
+            None => a.run_dir.as_deref(),
+        },
+        Command::Report(a) => Some(&a.run_dir),
+        Command::Upload(a) => Some(&a.run_dir),
+        Command::Delete(a) => Some(&a.run_dir),
+        Command::Tune(a) => Some(&a.run_dir),
+        Command::Query(a) => Some(&a.run_dir),
+        Command::Eval(a) => Some(&a.run_dir),
+        Command::Publish(a) => Some(&a.run_dir),
+        _ => None,
+    }
+}
+
 /// Appends this process's command line to the run's history (once per distinct line in a row).
 fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
     let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
@@ -68,6 +99,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(args) => plan::plan(&args),
         Command::Run(args) => run::run_all(&args),
         Command::Status(args) => submit::status(&args),
+        Command::TakeOver(args) => submit::take_over(&args),
         Command::Submit(args) => submit::submit(&args),
         Command::Pause(args) => submit::pause(&args, true),
         Command::Resume(args) => submit::pause(&args, false),
@@ -93,6 +125,21 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 /// The exit code of an error (README, "Exit codes").
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     let refused = err.downcast_ref::<preflight::Refused>().is_some()
+        || err
+            .downcast_ref::<embedfleet_core::owner::OwnerError>()
+            .is_some_and(|e| {
+                matches!(
+                    e,
+                    embedfleet_core::owner::OwnerError::OtherHost { .. }
+                        | embedfleet_core::owner::OwnerError::OwnerAlive { .. }
+                )
+            })
+        || err
+            .downcast_ref::<embedfleet_orchestrator::submit::SubmitError>()
+            .is_some_and(|e| {
+                use embedfleet_orchestrator::submit::SubmitError as E;
+                matches!(e, E::NotOwner(_) | E::LoopRunning { .. })
+            })
         || err
             .downcast_ref::<PlanError>()
             .is_some_and(PlanError::is_refusal)

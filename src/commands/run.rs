@@ -59,6 +59,8 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
         progress: std::io::stderr().is_terminal(),
         trial: None,
+        stall: Default::default(),
+        kill_stalled: false,
     };
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;

@@ -3,8 +3,10 @@
 use super::preflight;
 use crate::cli::{
     BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
-    SubmitArgs,
+    SubmitArgs, TakeOverArgs,
 };
+use embedfleet_core::owner;
+use embedfleet_core::rundb::StallRule;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
@@ -87,6 +89,11 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
         progress: std::io::stderr().is_terminal(),
         trial: args.trial.clone(),
+        stall: StallRule {
+            shard_times: args.stalled_after_shards,
+            min_idle_s: args.stalled_min,
+        },
+        kill_stalled: args.kill_stalled,
     };
     if args.dry_run {
         let scripts = submit::dry_run(&options)?;
@@ -223,14 +230,124 @@ pub fn queues(args: &QueuesArgs) -> Result<i32> {
 }
 
 pub fn status(args: &StatusArgs) -> Result<i32> {
+    let this = owner::Host::this();
+    if let Some(record) = owner::read_owner(&args.run_dir)? {
+        if record.host.hostname != this.hostname {
+            return status_from_snapshot(args, &record);
+        }
+    }
     let status = RunDb::open(&args.run_dir)?.status()?;
+    // Each look on the owner refreshes what the other hosts see.
+    let snapshot = match owner::snapshot::write_snapshot(&args.run_dir, &status, None) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("status snapshot not written: {e}");
+            None
+        }
+    };
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&status).context("failed to serialise the status")?
         );
     } else {
-        print!("{}", embedfleet_orchestrator::status::render(&status));
+        if let Some(line) = snapshot
+            .as_ref()
+            .and_then(|s| s.submit_loop.as_ref())
+            .map(status::loop_line)
+        {
+            println!("{line}");
+        }
+        print!("{}", status::render(&status));
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `status` on a host that does not own the run: the owner's last snapshot, never run.db.
+fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Result<i32> {
+    let Some(snapshot) = owner::snapshot::read_snapshot(&args.run_dir)? else {
+        bail!(
+            "{} belongs to host {}, which has written no status snapshot yet (an older embedfleet): \
+             run `embedfleet status` there once",
+            args.run_dir.display(),
+            record.host.hostname
+        );
+    };
+    if args.json {
+        // The status itself, and where it comes from, so scripts can tell its age.
+        #[derive(serde::Serialize)]
+        struct FromSnapshot<'a> {
+            snapshot: SnapshotOrigin<'a>,
+            #[serde(flatten)]
+            status: &'a embedfleet_core::rundb::RunStatus,
+        }
+        #[derive(serde::Serialize)]
+        struct SnapshotOrigin<'a> {
+            host: &'a str,
+            written_unix_s: f64,
+            age_s: f64,
+            submit_loop: Option<&'a owner::LoopState>,
+        }
+        let out = FromSnapshot {
+            snapshot: SnapshotOrigin {
+                host: &snapshot.host.hostname,
+                written_unix_s: snapshot.written_unix_s,
+                age_s: snapshot.age_s().max(0.0),
+                submit_loop: snapshot.submit_loop.as_ref(),
+            },
+            status: &snapshot.status,
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).context("failed to serialise the status")?
+        );
+    } else {
+        println!(
+            "as of {} ago: the snapshot written by the run's owner, host {} (this host, {}, does not open run.db)",
+            owner::describe_age(snapshot.age_s()),
+            snapshot.host.hostname,
+            owner::Host::this().hostname
+        );
+        if let Some(state) = &snapshot.submit_loop {
+            println!("{}", status::loop_line(state));
+        }
+        print!("{}", status::render(&snapshot.status));
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// `take-over`: moves the run to this host once its owner host is silent.
+pub fn take_over(args: &TakeOverArgs) -> Result<i32> {
+    if !RunLayout::new(&args.run_dir).db().is_file() {
+        bail!(
+            "{} is not a run directory (no run.db): nothing to take over",
+            args.run_dir.display()
+        );
+    }
+    let stale = Duration::from_secs_f64(args.stale_after);
+    let this = owner::Host::this().hostname;
+    match owner::take_over(&args.run_dir, stale)? {
+        owner::TakeOver::AlreadyOwner => {
+            eprintln!(
+                "{this} owns {} already: nothing to do",
+                args.run_dir.display()
+            );
+        }
+        owner::TakeOver::Moved {
+            previous,
+            heartbeat_age_s,
+        } => {
+            let silent = heartbeat_age_s
+                .map(|a| format!("silent for {}", owner::describe_age(a)))
+                .unwrap_or_else(|| "no heartbeat ever recorded".into());
+            eprintln!(
+                "{} now belongs to {this} (it was {}'s, {silent}). Start the submit loop here \
+                 (`embedfleet submit --run-dir {}` with its model options): it adopts the jobs still queued",
+                args.run_dir.display(),
+                previous.hostname,
+                args.run_dir.display()
+            );
+        }
     }
     Ok(exit::SUCCESS)
 }

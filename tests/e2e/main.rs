@@ -8,6 +8,7 @@ mod delete;
 mod doctor;
 mod embed;
 mod integrity;
+mod owner;
 mod plan;
 mod publish;
 mod query;

@@ -4,7 +4,7 @@
 //! always; against the one-node Slurm of `.ci/slurm/start-local-slurm.sh` and its Torque
 //! wrappers when they run (required in CI by EMBEDFLEET_REQUIRE_SLURM=1).
 
-use crate::util::TestDir;
+use crate::util::{slurm_up, TestDir};
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,21 +21,6 @@ struct Scenario {
     lost_after: &'static str,
     /// Run config text, if any.
     config: Option<&'static str>,
-}
-
-fn slurm_up(test: &str) -> bool {
-    let ok = Command::new("squeue")
-        .arg("-h")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
-            panic!("{test}: no Slurm but EMBEDFLEET_REQUIRE_SLURM=1; run .ci/slurm/start-local-slurm.sh");
-        }
-        eprintln!("skipping {test}: no Slurm (start one with .ci/slurm/start-local-slurm.sh)");
-    }
-    ok
 }
 
 fn spawn_submit(t: &TestDir, s: &Scenario, with_caps: bool) -> Child {

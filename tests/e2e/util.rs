@@ -260,3 +260,20 @@ pub fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     ];
     [&base[..], extra].concat()
 }
+
+/// Whether the one-node Slurm of `.ci/slurm/start-local-slurm.sh` answers; a missing one
+/// fails the test where EMBEDFLEET_REQUIRE_SLURM=1 (CI), and skips it elsewhere.
+pub fn slurm_up(test: &str) -> bool {
+    let ok = Command::new("squeue")
+        .arg("-h")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
+            panic!("{test}: no Slurm but EMBEDFLEET_REQUIRE_SLURM=1; run .ci/slurm/start-local-slurm.sh");
+        }
+        eprintln!("skipping {test}: no Slurm (start one with .ci/slurm/start-local-slurm.sh)");
+    }
+    ok
+}

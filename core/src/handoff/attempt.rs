@@ -12,7 +12,7 @@ use std::path::PathBuf;
 pub const MANIFEST_FORMAT: u32 = 2;
 
 /// One parquet shard an attempt made (or took over from an earlier attempt of the batch).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptShard {
     pub part: u32,
     /// Relative to the run directory.
@@ -24,6 +24,10 @@ pub struct AttemptShard {
     /// [`papers_digest`] of the part's paper ids, embedded and failed.
     #[serde(default)]
     pub papers: String,
+    /// When it was written (unix seconds): the live view's progress and stall yardstick.
+    /// Absent in manifests of older embedfleets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_unix_s: Option<f64>,
 }
 
 impl AttemptShard {

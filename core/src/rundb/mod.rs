@@ -10,6 +10,7 @@ mod attempts;
 mod batch_runs;
 mod batches;
 mod jobs;
+mod live;
 mod plan;
 mod queues;
 mod schema;
@@ -23,6 +24,7 @@ pub use attempts::{IngestReport, TEST_KILL_ENV};
 pub use batch_runs::{BatchRunRecord, BatchTimings};
 pub use batches::BatchRow;
 pub use jobs::{JobRow, NewJob};
+pub use live::{LiveAttempt, StallRule, STALL_RULE_SETTING};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
@@ -38,6 +40,9 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunDbError {
+    /// Another host owns the run, or its owner record cannot be read.
+    #[error(transparent)]
+    Owner(#[from] crate::owner::OwnerError),
     #[error("{0} is not a run directory (no run.db): run `embedfleet plan --run-dir {0}` first")]
     NotARun(PathBuf),
     #[error("run.db in {dir} has schema version {found}, newer than this embedfleet knows ({known}): use a newer embedfleet")]
@@ -91,6 +96,8 @@ pub(crate) fn stored_state<T>(text: String, parse: fn(&str) -> Option<T>) -> rus
 pub struct RunDb {
     conn: Connection,
     dir: PathBuf,
+    /// What the owner check found when this handle was opened.
+    ownership: crate::owner::Ownership,
 }
 
 impl RunDb {
@@ -119,6 +126,16 @@ impl RunDb {
     }
 
     fn open_path(dir: &Path) -> Result<Self> {
+        // Before SQLite touches the file: on another host even opening it is unsafe.
+        let ownership = crate::owner::check(dir)?;
+        if let crate::owner::Ownership::Rebooted { previous } = &ownership {
+            tracing::warn!(
+                "{} rebooted since it last opened this run (boot {}): whatever ran here then has stopped",
+                previous.hostname,
+                previous.boot_id
+            );
+        }
+        crate::owner::keep_heartbeat(dir);
         let conn =
             Connection::open(RunLayout::new(dir).db()).map_err(|source| RunDbError::Sqlite {
                 dir: dir.into(),
@@ -127,6 +144,7 @@ impl RunDb {
         let mut db = RunDb {
             conn,
             dir: dir.into(),
+            ownership,
         };
         db.configure().map_err(|e| db.err(e))?;
         db.migrate()?;
@@ -182,6 +200,11 @@ impl RunDb {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// What the owner check found when run.db was opened (a reboot of the owner, say).
+    pub fn ownership(&self) -> &crate::owner::Ownership {
+        &self.ownership
     }
 
     /// The paths of this run directory.

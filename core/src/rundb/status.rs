@@ -56,6 +56,11 @@ pub struct RunStatus {
     /// before any result was taken in).
     #[serde(default)]
     pub attempts_by_state: BTreeMap<String, u64>,
+    /// Each running job's attempt as its manifest shows it: host, batch, shards, papers/s over
+    /// its last shards, seconds since its last shard, and whether it is stalled (added in
+    /// format 2; empty when nothing runs, or in a snapshot of an older embedfleet).
+    #[serde(default)]
+    pub live: Vec<super::LiveAttempt>,
 }
 
 /// Upload progress into one collection.
@@ -168,6 +173,7 @@ impl RunDb {
             tokens_embedded: scalar("SELECT sum(tokens) FROM batch_runs WHERE state = 'done'")?,
             uploads_by_collection,
             attempts_by_state: grouped("SELECT state, count(*) FROM attempts GROUP BY 1")?,
+            live: self.live_attempts()?,
         })
     }
 

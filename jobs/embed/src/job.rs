@@ -407,6 +407,12 @@ fn embed_parts(
                     sha256: info.sha256,
                     failed,
                     papers: digest,
+                    written_unix_s: Some(
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap_or_default()
+                            .as_secs_f64(),
+                    ),
                 },
             );
             // The manifest after every shard: a killed attempt's parts serve the next one.

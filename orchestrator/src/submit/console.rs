@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::{JobRow, RunDb};
+use embedfleet_core::rundb::{JobRow, RunStatus};
 use embedfleet_core::state::JobStatus;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -41,9 +41,8 @@ impl Console {
         }
     }
 
-    /// Redraws from run.db; a failed read only skips this update.
-    pub fn update(&mut self, db: &RunDb, open: &[JobRow], paused: bool) {
-        let Ok(status) = db.status() else { return };
+    /// Redraws from the run's status.
+    pub fn update(&mut self, status: &RunStatus, open: &[JobRow], paused: bool) {
         let start = *self.tokens_at_start.get_or_insert(status.tokens_embedded);
         let secs = self.started.elapsed().as_secs_f64().max(1e-3);
         let tok_s = status.tokens_embedded.saturating_sub(start) as f64 / secs;

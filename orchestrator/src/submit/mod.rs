@@ -16,12 +16,13 @@ a job reported "completed" whose batch is not done is retried.
 
 mod console;
 mod round;
+mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError};
+use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError, RunStatus, StallRule};
 use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::{BatchId, RunLayout};
 
@@ -32,6 +33,8 @@ use crate::scheduler::{
 };
 pub use console::Console;
 pub use round::{fill_queues, PlannedJob};
+pub use watch::LOOP_LOCK_FILE;
+use watch::OwnerWatch;
 
 /// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,
 /// refused: the run directory does not match), so they are not retried.
@@ -62,6 +65,10 @@ pub struct SubmitOptions {
     /// A trial: one job of the first batch that needs one, on this queue (cap 1; the run's
     /// stored queues are left as they are), then the loop ends.
     pub trial: Option<String>,
+    /// When a running job counts as stalled (shown, reported once).
+    pub stall: StallRule,
+    /// Cancel stalled jobs (their batches are retried like any cancelled job's).
+    pub kill_stalled: bool,
 }
 
 /// How a submit loop ended.
@@ -108,6 +115,18 @@ pub enum SubmitError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Owner(#[from] embedfleet_core::owner::OwnerError),
+    #[error(
+        "{} was taken over by another host (`embedfleet take-over`): this submit loop stops; the new owner's loop goes on",
+        .0.display()
+    )]
+    NotOwner(PathBuf),
+    #[error(
+        "a submit loop (pid {pid}) is already running for {}: watch it with `embedfleet status`, or stop it first",
+        run_dir.display()
+    )]
+    LoopRunning { run_dir: PathBuf, pid: String },
 }
 
 pub type Result<T> = std::result::Result<T, SubmitError>;
@@ -171,6 +190,8 @@ struct SubmitLoop<'a> {
     trial_batch: Option<i64>,
     console: Console,
     report: SubmitReport,
+    /// The owner's side of the loop (snapshot, stalls, the loop lock); none in a dry run.
+    watch: Option<OwnerWatch>,
 }
 
 impl<'a> SubmitLoop<'a> {
@@ -191,12 +212,29 @@ impl<'a> SubmitLoop<'a> {
             trial_batch: None,
             console: Console::new(false),
             report: SubmitReport::default(),
+            watch: None,
         })
     }
 
     fn new(opts: &'a SubmitOptions) -> Result<Self> {
         let mut lp = Self::new_read_only(opts)?;
         lp.console = Console::new(opts.progress);
+        let rebooted = match lp.db.ownership() {
+            embedfleet_core::owner::Ownership::Rebooted { previous } => {
+                Some(previous.hostname.clone())
+            }
+            _ => None,
+        };
+        let watch = OwnerWatch::start(
+            &lp.run_dir,
+            opts.poll_interval.as_secs_f64(),
+            rebooted.as_deref(),
+        )?;
+        if let Some(why) = &watch.restart {
+            lp.console.say(format!("restart: {why}"));
+        }
+        lp.watch = Some(watch);
+        lp.db.set_stall_rule(&opts.stall)?;
         if opts.trial.is_some() {
             lp.trial_batch = lp.db.batches_without_job()?.first().copied();
         } else if let Some(queues) = &opts.queues {
@@ -269,7 +307,14 @@ impl<'a> SubmitLoop<'a> {
             let submitted = Instant::now();
             let open = self.db.open_jobs()?;
             let pending = self.in_scope(self.db.batches_without_job()?);
-            self.console.update(&self.db, &open, paused);
+            match self.db.status() {
+                Ok(status) => {
+                    self.console.update(&status, &open, paused);
+                    self.watched(&status, &open)?;
+                }
+                // A failed read only skips this poll's redraw and snapshot.
+                Err(e) => tracing::warn!("status not read this poll: {e}"),
+            }
             let open: Vec<JobRow> = open
                 .into_iter()
                 .filter(|j| self.is_in_scope(j.batch_id))
@@ -290,6 +335,53 @@ impl<'a> SubmitLoop<'a> {
         self.console.finish();
         self.report.elapsed = started.elapsed();
         Ok(self.report)
+    }
+
+    /// The owner's chores after a poll: the snapshot, and stalled jobs reported (and cancelled
+    /// when asked).
+    fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
+        let Some(watch) = self.watch.as_mut() else {
+            return Ok(());
+        };
+        watch.polled(status)?;
+        for stalled in watch.newly_stalled(status) {
+            let log = open
+                .iter()
+                .find(|j| j.name == stalled.job)
+                .and_then(|j| j.log.clone())
+                .unwrap_or_default();
+            self.console.say(format!(
+                "job {} (batch {} on {}) is stalled: nothing written for {} ({} shards of {} done; a shard takes ~{}). \
+                 Look at its log {log}; `embedfleet submit --kill-stalled` cancels stalled jobs and retries their batches",
+                stalled.job,
+                stalled.batch,
+                stalled.host,
+                crate::status::duration(stalled.idle_s),
+                stalled.shards_done,
+                stalled.parts,
+                stalled
+                    .shard_time_s
+                    .map(crate::status::duration)
+                    .unwrap_or_else(|| "?".into()),
+            ));
+            if self.opts.kill_stalled {
+                if let Some(row) = open.iter().find(|j| j.name == stalled.job) {
+                    match handle(row) {
+                        Some(h) => match self.scheduler.cancel(&h) {
+                            Ok(()) => self.console.say(format!(
+                                "cancelled stalled job {} (--kill-stalled); its batch is retried",
+                                row.name
+                            )),
+                            Err(e) => self
+                                .console
+                                .say(format!("could not cancel stalled job {}: {e}", row.name)),
+                        },
+                        None => {}
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes in the result manifests jobs wrote since the last look — of every batch, or of

@@ -130,6 +130,8 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         exe: PathBuf::from("/bin/false"),
         progress: false,
         trial: None,
+        stall: Default::default(),
+        kill_stalled: false,
     };
     (dir, options)
 }

@@ -1,0 +1,100 @@
+//! `status-snapshot.json`: the run's status as its owner last saw it, for every other host.
+//!
+//! The submit loop rewrites it at each poll and `status` on the owner at each call, atomically,
+//! so `status` on another login node or a compute node reads a whole one without opening run.db.
+
+use super::{unix_now, Host, OwnerError, Result};
+use crate::atomic;
+use crate::rundb::RunStatus;
+use crate::RunLayout;
+use serde::{Deserialize, Serialize};
+use std::io;
+use std::path::Path;
+
+/// The snapshot format this embedfleet writes and reads.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusSnapshot {
+    pub format: u32,
+    pub written_unix_s: f64,
+    /// The owner host that wrote it.
+    pub host: Host,
+    /// The submit loop, when one has run: whether it is polling, and since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submit_loop: Option<LoopState>,
+    pub status: RunStatus,
+}
+
+/// The submit loop as the snapshot records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopState {
+    pub pid: u32,
+    pub started_unix_s: f64,
+    pub poll_interval_s: f64,
+    pub last_poll_unix_s: f64,
+    /// Set when the loop ended by itself (every batch settled) or by an error it reported; a
+    /// loop that was killed leaves it unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_unix_s: Option<f64>,
+}
+
+impl LoopState {
+    /// Whether the loop should still be polling: not ended, and its last poll less than a few
+    /// poll intervals ago.
+    pub fn is_polling(&self, now_unix_s: f64) -> bool {
+        self.ended_unix_s.is_none()
+            && now_unix_s - self.last_poll_unix_s < 3.0 * self.poll_interval_s + 60.0
+    }
+}
+
+impl StatusSnapshot {
+    /// Seconds since the owner wrote it.
+    pub fn age_s(&self) -> f64 {
+        unix_now() - self.written_unix_s
+    }
+}
+
+/// The last snapshot, `None` when the owner never wrote one.
+pub fn read_snapshot(dir: &Path) -> Result<Option<StatusSnapshot>> {
+    let path = RunLayout::new(dir).status_snapshot_file();
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| OwnerError::Invalid { path, source }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(OwnerError::Io {
+            action: "read",
+            path,
+            source,
+        }),
+    }
+}
+
+/// Writes the snapshot of `status`. `submit_loop: None` (a `status` command) keeps the loop
+/// state of the snapshot before, so a look at the run does not hide a running loop.
+pub fn write_snapshot(
+    dir: &Path,
+    status: &RunStatus,
+    submit_loop: Option<LoopState>,
+) -> Result<StatusSnapshot> {
+    let submit_loop = match submit_loop {
+        Some(state) => Some(state),
+        None => read_snapshot(dir).ok().flatten().and_then(|s| s.submit_loop),
+    };
+    let snapshot = StatusSnapshot {
+        format: SNAPSHOT_FORMAT,
+        written_unix_s: unix_now(),
+        host: Host::this(),
+        submit_loop,
+        status: status.clone(),
+    };
+    let path = RunLayout::new(dir).status_snapshot_file();
+    let bytes = serde_json::to_vec_pretty(&snapshot).expect("a status snapshot serialises");
+    atomic::write(&path, &bytes).map_err(|source| OwnerError::Io {
+        action: "write",
+        path,
+        source,
+    })?;
+    Ok(snapshot)
+}

@@ -1,0 +1,141 @@
+//! What the submit loop does as the run's owner, beside submitting: it keeps the status snapshot
+//! that every other host reads (`status` there, `take-over`), it notices stalled jobs, and it
+//! makes sure it is the run's one loop — one per run on the owner host (a lock file), and none
+//! at all once the run was taken over to another host.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use embedfleet_core::owner::{self, describe_age, snapshot, LoopState};
+use embedfleet_core::rundb::{LiveAttempt, RunStatus};
+
+use super::{Result, SubmitError};
+
+/// The file a running loop holds locked (`flock`): a second loop on the owner host refuses.
+pub const LOOP_LOCK_FILE: &str = "submit.lock";
+
+pub(super) struct OwnerWatch {
+    run_dir: PathBuf,
+    state: LoopState,
+    /// Held for the loop's life; the kernel releases it when the process dies, however.
+    _lock: File,
+    /// The status last written, for the final snapshot.
+    last_status: Option<RunStatus>,
+    /// Attempts already reported stalled (each is reported once).
+    stalled_seen: HashSet<String>,
+    /// Why this start is a restart (the previous loop was killed, the host rebooted), if it is.
+    pub restart: Option<String>,
+}
+
+impl OwnerWatch {
+    pub fn start(run_dir: &Path, poll_interval_s: f64, rebooted: Option<&str>) -> Result<Self> {
+        let lock = lock_loop(run_dir)?;
+        let now = owner::unix_now();
+        let previous = snapshot::read_snapshot(run_dir)
+            .ok()
+            .flatten()
+            .and_then(|s| s.submit_loop);
+        let restart = match (rebooted, previous) {
+            (Some(host), _) => Some(format!(
+                "{host} rebooted; the submit loop starts again and adopts the jobs still queued"
+            )),
+            (None, Some(prev)) if prev.ended_unix_s.is_none() => Some(format!(
+                "the previous submit loop (pid {}) stopped without ending, {} after its last poll; \
+                 this one adopts its jobs",
+                prev.pid,
+                describe_age(now - prev.last_poll_unix_s)
+            )),
+            _ => None,
+        };
+        Ok(Self {
+            run_dir: run_dir.into(),
+            state: LoopState {
+                pid: std::process::id(),
+                started_unix_s: now,
+                poll_interval_s,
+                last_poll_unix_s: now,
+                ended_unix_s: None,
+            },
+            _lock: lock,
+            last_status: None,
+            stalled_seen: HashSet::new(),
+            restart,
+        })
+    }
+
+    /// After each poll: stops when the run is no longer this host's, and writes the snapshot.
+    pub fn polled(&mut self, status: &RunStatus) -> Result<()> {
+        if !owner::still_owner(&self.run_dir)? {
+            return Err(SubmitError::NotOwner(self.run_dir.clone()));
+        }
+        self.state.last_poll_unix_s = owner::unix_now();
+        self.last_status = Some(status.clone());
+        self.write();
+        Ok(())
+    }
+
+    /// The stalled attempts not reported before.
+    pub fn newly_stalled<'s>(&mut self, status: &'s RunStatus) -> Vec<&'s LiveAttempt> {
+        status
+            .live
+            .iter()
+            .filter(|a| a.stalled && self.stalled_seen.insert(a.attempt.clone()))
+            .collect()
+    }
+
+    fn write(&self) {
+        let Some(status) = &self.last_status else {
+            return;
+        };
+        // A snapshot that cannot be written this poll (a full quota, a read-only mount) is
+        // stale for a poll; it does not stop the run.
+        if let Err(e) = snapshot::write_snapshot(&self.run_dir, status, Some(self.state.clone()))
+        {
+            tracing::warn!("status snapshot not written: {e}");
+        }
+    }
+}
+
+impl Drop for OwnerWatch {
+    /// Any orderly end (done, an error it reports, a panic) marks the loop ended; only a kill
+    /// leaves it polling in the snapshot, which the next loop reports as a restart.
+    fn drop(&mut self) {
+        self.state.ended_unix_s = Some(owner::unix_now());
+        self.write();
+    }
+}
+
+/// Locks the run's loop lock file, saying which process holds it when another does.
+fn lock_loop(run_dir: &Path) -> Result<File> {
+    let path = run_dir.join(LOOP_LOCK_FILE);
+    let io = |action: &'static str, source| SubmitError::Io {
+        action,
+        path: path.clone(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io("open", e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            return Err(SubmitError::LoopRunning {
+                run_dir: run_dir.into(),
+                pid: pid.trim().to_string(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io("lock", e)),
+    }
+    file.set_len(0).map_err(|e| io("write", e))?;
+    file.rewind().map_err(|e| io("write", e))?;
+    write!(file, "{}", std::process::id()).map_err(|e| io("write", e))?;
+    Ok(file)
+}

@@ -1,0 +1,311 @@
+//! One host owns a run (issue 22, item 1) and every other host sees it through files; the live
+//! view per host and stalled jobs (item 6). Another login node is a process in its own UTS
+//! namespace (`unshare -u`, as root) with another hostname: to embedfleet, another host.
+
+use crate::util::TestDir;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `embedfleet ARGS` as host `hostname` would run it; `None` where namespaces are not allowed.
+fn on_host(t: &TestDir, hostname: &str, args: &[&str]) -> Option<Output> {
+    let out = Command::new("unshare")
+        .args(["-u", "sh", "-c", &format!("hostname {hostname} && exec \"$0\" \"$@\"")])
+        .arg(env!("CARGO_BIN_EXE_embedfleet"))
+        .args(args)
+        .current_dir(t.path())
+        .env_remove("EMBEDFLEET_LOG")
+        .output()
+        .expect("unshare runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("unshare failed") {
+        return None;
+    }
+    Some(out)
+}
+
+fn namespaces_allowed(t: &TestDir, test: &str) -> bool {
+    let ok = on_host(t, "probe", &["--version"]).is_some_and(|o| o.status.success());
+    if !ok {
+        // CI runs as root; so does the one-node Slurm this suite needs.
+        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
+            panic!("{test}: `unshare -u` is refused (not root?), but EMBEDFLEET_REQUIRE_SLURM=1");
+        }
+        eprintln!("skipping {test}: `unshare -u` needs root");
+    }
+    ok
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// The bytes of every file at the top of the run directory (run.db, its WAL, the owner's
+/// files), by name.
+fn top_files(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            e.file_type().unwrap().is_file().then(|| {
+                let bytes = std::fs::read(e.path()).unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    format!("{:x}", Sha256::digest(&bytes)),
+                )
+            })
+        })
+        .collect()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn submit_args<'a>(backend: &'a str, queue: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        backend,
+        "--queue",
+        queue,
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--shard-papers",
+        "4",
+        "--poll-interval",
+        "0.3",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_the_owner_is_silent(
+) {
+    let t = TestDir::new();
+    if !namespaces_allowed(&t, "owner_second_login_node") {
+        return;
+    }
+    let slurm = crate::util::slurm_up("owner_second_login_node");
+    let (backend, queue) = if slurm {
+        ("slurm", "debug=2")
+    } else {
+        ("local", "local=2")
+    };
+    t.plan_with_model(24, 8);
+    t.run(&submit_args(backend, queue, &[]), 0);
+    let me = this_host();
+    let owner: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.join("run/owner.json")).unwrap()).unwrap();
+    assert_eq!(owner["host"]["hostname"], me.as_str());
+    assert_eq!(owner["how"], "created");
+
+    let before = top_files(&t.join("run"));
+    assert!(before.contains_key("run.db") && before.contains_key("status-snapshot.json"));
+    // Every command that would open run.db refuses on login-2, saying where the owner is.
+    for args in [
+        vec!["pause", "--run-dir", "run"],
+        vec!["resume", "--run-dir", "run"],
+        vec!["queues", "set", "--run-dir", "run", "debug=5"],
+        vec!["queues", "--run-dir", "run"],
+        submit_args(backend, queue, &[]),
+        vec!["report", "--run-dir", "run"],
+        vec!["upload", "--run-dir", "run"],
+        vec!["plan", "--corpus", "c.jsonl.gz", "--run-dir", "run"],
+    ] {
+        let out = on_host(&t, "login-2", &args).unwrap();
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {said}");
+        assert!(
+            said.contains(&format!("belongs to host {me}")) && said.contains("take-over"),
+            "{args:?}: {said}"
+        );
+    }
+    // `status` there reads the owner's snapshot: the whole run, without run.db.
+    let out = on_host(&t, "login-2", &["status", "--run-dir", "run"]).unwrap();
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains(&format!("owner, host {me}")), "{said}");
+    assert!(said.contains("batches    3 (done 3)"), "{said}");
+    assert!(said.contains("loop       ended"), "{said}");
+    let out = on_host(&t, "login-2", &["status", "--run-dir", "run", "--json"]).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["snapshot"]["host"], me.as_str());
+    assert_eq!(json["batches_by_state"]["done"], 3);
+    assert_eq!(json["rows_in_shards"], 24);
+    // Nothing at the top of the run directory changed: run.db, its WAL, the owner's files.
+    assert_eq!(top_files(&t.join("run")), before, "login-2 wrote into the run");
+
+    // take-over is refused while the owner is fresh, and works once it has been silent.
+    let out = on_host(&t, "login-2", &["take-over", "--run-dir", "run"]).unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("still owned by host"), "{}", text(&out));
+    std::thread::sleep(Duration::from_millis(2100));
+    let out = on_host(
+        &t,
+        "login-2",
+        &["take-over", "--run-dir", "run", "--stale-after", "2"],
+    )
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("now belongs to login-2"), "{}", text(&out));
+    // Now this host is the other one: refused, and pointed at login-2.
+    let out = t.run(&["pause", "--run-dir", "run"], 4);
+    assert!(text(&out).contains("belongs to host login-2"), "{}", text(&out));
+    let out = on_host(&t, "login-2", &["status", "--run-dir", "run", "--json"]).unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // And back: login-2 never opened run.db, so its silence is already long enough.
+    std::thread::sleep(Duration::from_millis(1100));
+    t.run(&["take-over", "--run-dir", "run", "--stale-after", "1"], 0);
+    t.run(&["pause", "--run-dir", "run"], 0);
+    let status = t.status("run");
+    assert_eq!(status["paused"], true);
+    assert_eq!(status["batches_by_state"]["done"], 3);
+}
+
+fn spawn(t: &TestDir, args: &[&str]) -> Child {
+    t.cmd(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("submit starts")
+}
+
+fn wait_until(what: &str, timeout_s: u64, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(timeout_s);
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn stderr_of(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn one_loop_per_run_and_a_killed_loop_is_reported_when_started_again() {
+    let t = TestDir::new();
+    t.plan_with_model(60, 3);
+    let args = submit_args("local", "local=1", &[]);
+    let mut first = spawn(&t, &args);
+    wait_until("the loop has polled", 60, || {
+        t.join("run/status-snapshot.json").exists()
+    });
+    let out = t.run(&args, 4);
+    assert!(
+        text(&out).contains("is already running for"),
+        "{}",
+        text(&out)
+    );
+    let out = t.run(&["status", "--run-dir", "run"], 0);
+    assert!(text(&out).contains("loop       polling every"), "{}", text(&out));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let pid = first.id();
+    let out = t.run(&args, 0);
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("restart: the previous submit loop (pid {pid}) stopped without ending")),
+        "{said}"
+    );
+    assert_eq!(t.status("run")["batches_by_state"]["done"], 20);
+    let out = t.run(&["status", "--run-dir", "run"], 0);
+    assert!(text(&out).contains("loop       ended"), "{}", text(&out));
+}
+
+/// Pids of the embed jobs of the run in `run_dir`.
+fn embed_jobs(run_dir: &Path) -> Vec<i32> {
+    let run_dir = run_dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let args: Vec<String> = c
+                    .split(|&b| b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args.iter().any(|a| a == "embed-job")
+                    && args.iter().any(|a| a.contains(run_dir.as_str()))
+            })
+        })
+        .collect()
+}
+
+fn live(t: &TestDir) -> Vec<serde_json::Value> {
+    t.status("run")["live"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
+    let t = TestDir::new();
+    t.plan_with_model(24, 12);
+    let stall = ["--stalled-min", "2", "--stalled-after-shards", "2"];
+    let run_dir = std::path::absolute(t.join("run")).unwrap();
+
+    // Without --kill-stalled: shown and said, never cancelled.
+    let loop1 = spawn(&t, &submit_args("local", "local=1", &stall));
+    let mut pid = None;
+    wait_until("an embed job runs", 60, || {
+        pid = embed_jobs(&run_dir).first().copied();
+        pid.is_some()
+    });
+    let pid = pid.unwrap();
+    // SAFETY: stops the test's own embed-job process, found by its command line.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let mut stalled = serde_json::Value::Null;
+    wait_until("status shows the job stalled", 60, || {
+        stalled = live(&t)
+            .into_iter()
+            .find(|a| a["stalled"] == true)
+            .unwrap_or_default();
+        !stalled.is_null()
+    });
+    assert_eq!(stalled["host"], this_host().as_str());
+    let out = t.run(&["status", "--run-dir", "run"], 0);
+    assert!(text(&out).contains("STALLED"), "{}", text(&out));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(embed_jobs(&run_dir), vec![pid], "a stalled job is not killed unasked");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let said = stderr_of(loop1);
+    assert!(said.contains("is stalled: nothing written for"), "{said}");
+    assert!(said.contains("--kill-stalled"), "{said}");
+    assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
+
+    // With --kill-stalled: a run of its own, whose hung job is cancelled and its batch retried.
+    let t = TestDir::new();
+    t.plan_with_model(24, 12);
+    let run_dir = std::path::absolute(t.join("run")).unwrap();
+    let mut args = submit_args("local", "local=1", &stall);
+    args.push("--kill-stalled");
+    let loop2 = spawn(&t, &args);
+    let mut pid = None;
+    wait_until("an embed job runs", 60, || {
+        pid = embed_jobs(&run_dir).first().copied();
+        pid.is_some()
+    });
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid.unwrap(), libc::SIGSTOP) }, 0);
+    let said = stderr_of(loop2);
+    assert!(said.contains("cancelled stalled job"), "{said}");
+    let status = t.status("run");
+    assert_eq!(status["batches_by_state"]["done"], 2, "{said}");
+    assert_eq!(status["rows_in_shards"], 24);
+}
