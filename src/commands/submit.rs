@@ -5,11 +5,11 @@ use crate::cli::{
     BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
     SubmitArgs, TakeOverArgs,
 };
-use embedfleet_core::owner;
-use embedfleet_core::rundb::StallRule;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
+use embedfleet_core::owner;
 use embedfleet_core::rundb::RunDb;
+use embedfleet_core::rundb::StallRule;
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;

@@ -12,7 +12,12 @@ use std::time::{Duration, Instant};
 /// `embedfleet ARGS` as host `hostname` would run it; `None` where namespaces are not allowed.
 fn on_host(t: &TestDir, hostname: &str, args: &[&str]) -> Option<Output> {
     let out = Command::new("unshare")
-        .args(["-u", "sh", "-c", &format!("hostname {hostname} && exec \"$0\" \"$@\"")])
+        .args([
+            "-u",
+            "sh",
+            "-c",
+            &format!("hostname {hostname} && exec \"$0\" \"$@\""),
+        ])
         .arg(env!("CARGO_BIN_EXE_embedfleet"))
         .args(args)
         .current_dir(t.path())
@@ -94,8 +99,8 @@ fn submit_args<'a>(backend: &'a str, queue: &'a str, extra: &[&'a str]) -> Vec<&
 }
 
 #[test]
-fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_the_owner_is_silent(
-) {
+fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_the_owner_is_silent()
+{
     let t = TestDir::new();
     if !namespaces_allowed(&t, "owner_second_login_node") {
         return;
@@ -148,7 +153,11 @@ fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_th
     assert_eq!(json["batches_by_state"]["done"], 3);
     assert_eq!(json["rows_in_shards"], 24);
     // Nothing at the top of the run directory changed: run.db, its WAL, the owner's files.
-    assert_eq!(top_files(&t.join("run")), before, "login-2 wrote into the run");
+    assert_eq!(
+        top_files(&t.join("run")),
+        before,
+        "login-2 wrote into the run"
+    );
 
     // take-over is refused while the owner is fresh, and works once it has been silent.
     let out = on_host(&t, "login-2", &["take-over", "--run-dir", "run"]).unwrap();
@@ -162,10 +171,18 @@ fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_th
     )
     .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("now belongs to login-2"), "{}", text(&out));
+    assert!(
+        text(&out).contains("now belongs to login-2"),
+        "{}",
+        text(&out)
+    );
     // Now this host is the other one: refused, and pointed at login-2.
     let out = t.run(&["pause", "--run-dir", "run"], 4);
-    assert!(text(&out).contains("belongs to host login-2"), "{}", text(&out));
+    assert!(
+        text(&out).contains("belongs to host login-2"),
+        "{}",
+        text(&out)
+    );
     let out = on_host(&t, "login-2", &["status", "--run-dir", "run", "--json"]).unwrap();
     assert!(out.status.success(), "{}", text(&out));
     // And back: login-2 never opened run.db, so its silence is already long enough.
@@ -214,14 +231,20 @@ fn one_loop_per_run_and_a_killed_loop_is_reported_when_started_again() {
         text(&out)
     );
     let out = t.run(&["status", "--run-dir", "run"], 0);
-    assert!(text(&out).contains("loop       polling every"), "{}", text(&out));
+    assert!(
+        text(&out).contains("loop       polling every"),
+        "{}",
+        text(&out)
+    );
     first.kill().unwrap();
     first.wait().unwrap();
     let pid = first.id();
     let out = t.run(&args, 0);
     let said = text(&out);
     assert!(
-        said.contains(&format!("restart: the previous submit loop (pid {pid}) stopped without ending")),
+        said.contains(&format!(
+            "restart: the previous submit loop (pid {pid}) stopped without ending"
+        )),
         "{said}"
     );
     assert_eq!(t.status("run")["batches_by_state"]["done"], 20);
@@ -249,26 +272,64 @@ fn embed_jobs(run_dir: &Path) -> Vec<i32> {
 }
 
 fn live(t: &TestDir) -> Vec<serde_json::Value> {
-    t.status("run")["live"].as_array().cloned().unwrap_or_default()
+    t.status("run")["live"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
-#[test]
-fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
-    let t = TestDir::new();
-    t.plan_with_model(24, 12);
-    let stall = ["--stalled-min", "2", "--stalled-after-shards", "2"];
-    let run_dir = std::path::absolute(t.join("run")).unwrap();
+/// Waits for the loop to end (killing it after `timeout_s`), and returns what it said.
+fn loop_said(mut child: Child, timeout_s: u64) -> String {
+    let end = Instant::now() + Duration::from_secs(timeout_s);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            child.kill().unwrap();
+            panic!(
+                "the loop did not end in {timeout_s} s: {}",
+                stderr_of(child)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stderr_of(child)
+}
 
-    // Without --kill-stalled: shown and said, never cancelled.
-    let loop1 = spawn(&t, &submit_args("local", "local=1", &stall));
+/// Starts the loop of a fresh run of two batches of 12 papers, a shard per paper, and stops
+/// (SIGSTOP) its first embed job once it has written a shard: a job hung mid-batch, with a
+/// shard time of its own. Returns the loop and the stopped pid.
+fn hang_a_job(t: &TestDir, extra: &[&str]) -> (Child, i32) {
+    t.plan_with_model(24, 12);
+    let run_dir = std::path::absolute(t.join("run")).unwrap();
+    let mut args = submit_args("local", "local=1", extra);
+    // A shard per paper: a job's shards come every few hundred milliseconds.
+    let at = args.iter().position(|a| *a == "--shard-papers").unwrap();
+    args[at + 1] = "1";
+    let child = spawn(t, &args);
     let mut pid = None;
-    wait_until("an embed job runs", 60, || {
-        pid = embed_jobs(&run_dir).first().copied();
+    wait_until("an embed job has written a shard", 120, || {
+        let jobs = embed_jobs(&run_dir);
+        let wrote = std::fs::read_dir(run_dir.join("shards"))
+            .map(|d| d.count() > 0)
+            .unwrap_or(false);
+        pid = jobs.first().copied().filter(|_| wrote);
         pid.is_some()
     });
     let pid = pid.unwrap();
     // SAFETY: stops the test's own embed-job process, found by its command line.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    (child, pid)
+}
+
+#[test]
+fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
+    // Stalled after 2 of its shard times, and 4 s at least (the model load before a job's
+    // first shard gets 3 x 4 s: a busy CI machine loads even the tiny model slowly).
+    let stall = ["--stalled-min", "4", "--stalled-after-shards", "2"];
+
+    // Without --kill-stalled: shown and said, never cancelled.
+    let t = TestDir::new();
+    let (loop1, pid) = hang_a_job(&t, &stall);
+    let run_dir = std::path::absolute(t.join("run")).unwrap();
     let mut stalled = serde_json::Value::Null;
     wait_until("status shows the job stalled", 60, || {
         stalled = live(&t)
@@ -278,32 +339,29 @@ fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
         !stalled.is_null()
     });
     assert_eq!(stalled["host"], this_host().as_str());
+    assert_eq!(stalled["has_shard"], true);
+    assert!(stalled["shards_done"].as_u64().unwrap() >= 1);
     let out = t.run(&["status", "--run-dir", "run"], 0);
     assert!(text(&out).contains("STALLED"), "{}", text(&out));
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(embed_jobs(&run_dir), vec![pid], "a stalled job is not killed unasked");
+    assert_eq!(
+        embed_jobs(&run_dir),
+        vec![pid],
+        "a stalled job is not killed unasked"
+    );
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    let said = stderr_of(loop1);
+    let said = loop_said(loop1, 240);
     assert!(said.contains("is stalled: nothing written for"), "{said}");
     assert!(said.contains("--kill-stalled"), "{said}");
     assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
 
-    // With --kill-stalled: a run of its own, whose hung job is cancelled and its batch retried.
+    // With --kill-stalled: the hung job is cancelled and its batch retried.
     let t = TestDir::new();
-    t.plan_with_model(24, 12);
-    let run_dir = std::path::absolute(t.join("run")).unwrap();
-    let mut args = submit_args("local", "local=1", &stall);
-    args.push("--kill-stalled");
-    let loop2 = spawn(&t, &args);
-    let mut pid = None;
-    wait_until("an embed job runs", 60, || {
-        pid = embed_jobs(&run_dir).first().copied();
-        pid.is_some()
-    });
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid.unwrap(), libc::SIGSTOP) }, 0);
-    let said = stderr_of(loop2);
+    let mut extra = stall.to_vec();
+    extra.push("--kill-stalled");
+    let (loop2, _) = hang_a_job(&t, &extra);
+    let said = loop_said(loop2, 240);
     assert!(said.contains("cancelled stalled job"), "{said}");
     let status = t.status("run");
     assert_eq!(status["batches_by_state"]["done"], 2, "{said}");

@@ -55,7 +55,9 @@ impl Host {
     /// The same boot of the same host. An empty boot id (no /proc) matches any.
     pub fn same_boot(&self, other: &Host) -> bool {
         self.hostname == other.hostname
-            && (self.boot_id.is_empty() || other.boot_id.is_empty() || self.boot_id == other.boot_id)
+            && (self.boot_id.is_empty()
+                || other.boot_id.is_empty()
+                || self.boot_id == other.boot_id)
     }
 }
 
@@ -318,7 +320,8 @@ fn write_first(dir: &Path, record: &OwnerRecord) -> Result<bool> {
     }
 }
 
-pub(crate) fn unix_now() -> f64 {
+/// Seconds since the epoch, by this host's clock.
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

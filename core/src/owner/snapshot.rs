@@ -80,7 +80,10 @@ pub fn write_snapshot(
 ) -> Result<StatusSnapshot> {
     let submit_loop = match submit_loop {
         Some(state) => Some(state),
-        None => read_snapshot(dir).ok().flatten().and_then(|s| s.submit_loop),
+        None => read_snapshot(dir)
+            .ok()
+            .flatten()
+            .and_then(|s| s.submit_loop),
     };
     let snapshot = StatusSnapshot {
         format: SNAPSHOT_FORMAT,

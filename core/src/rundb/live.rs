@@ -186,7 +186,7 @@ mod tests {
             model: "m".into(),
             model_dir: "/m".into(),
             dim: None,
-            vector_dtype: crate::settings::VectorDtype::F32,
+            vector_dtype: crate::shardfile::VectorDtype::F32,
             max_tokens: None,
             shard_papers: 10,
             pooling: "last".into(),
@@ -215,7 +215,11 @@ mod tests {
     #[test]
     fn rate_and_shard_time_come_from_the_last_shards_not_the_model_load() {
         // Loaded for 60 s, then a shard every 10 s, the last 5 s ago.
-        let a = measure("j".into(), &manifest(1000.0, &[1060.0, 1070.0, 1080.0, 1090.0, 1100.0, 1110.0]), 1115.0);
+        let a = measure(
+            "j".into(),
+            &manifest(1000.0, &[1060.0, 1070.0, 1080.0, 1090.0, 1100.0, 1110.0]),
+            1115.0,
+        );
         assert_eq!(a.shards_done, 6);
         assert_eq!(a.papers_done, 60);
         assert_eq!(a.shard_time_s, Some(10.0));

@@ -33,8 +33,8 @@ use crate::scheduler::{
 };
 pub use console::Console;
 pub use round::{fill_queues, PlannedJob};
-pub use watch::LOOP_LOCK_FILE;
 use watch::OwnerWatch;
+pub use watch::LOOP_LOCK_FILE;
 
 /// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,
 /// refused: the run directory does not match), so they are not retried.

@@ -91,8 +91,7 @@ impl OwnerWatch {
         };
         // A snapshot that cannot be written this poll (a full quota, a read-only mount) is
         // stale for a poll; it does not stop the run.
-        if let Err(e) = snapshot::write_snapshot(&self.run_dir, status, Some(self.state.clone()))
-        {
+        if let Err(e) = snapshot::write_snapshot(&self.run_dir, status, Some(self.state.clone())) {
             tracing::warn!("status snapshot not written: {e}");
         }
     }
