@@ -213,15 +213,23 @@ fn every_section_that_code_and_docs_cite_exists() {
         let from = file.strip_prefix(root()).unwrap().display().to_string();
         assert_cited_sections_exist(&cited, &from);
     }
-    assert!(count >= 10, "only {count} citations found: is the scan broken?");
+    assert!(
+        count >= 10,
+        "only {count} citations found: is the scan broken?"
+    );
 }
 
 /// The markdown files whose links must resolve: README.md, the top-level guides and docs/.
 fn doc_files() -> Vec<String> {
-    let mut files: Vec<String> = ["README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "models/README.md"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut files: Vec<String> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "BENCHMARKS.md",
+        "models/README.md",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let mut docs: Vec<String> = std::fs::read_dir(root().join("docs"))
         .expect("docs/ exists")
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
@@ -256,15 +264,26 @@ fn every_relative_link_of_the_docs_resolves() {
         let text = read(&file);
         let dir = root().join(&file).parent().unwrap().to_path_buf();
         for link in links(&text) {
-            if link.starts_with("http://") || link.starts_with("https://") || link.starts_with("mailto:") {
+            if link.starts_with("http://")
+                || link.starts_with("https://")
+                || link.starts_with("mailto:")
+            {
                 continue;
             }
             let (target, anchor) = match link.split_once('#') {
                 Some((t, a)) => (t, Some(a)),
                 None => (link.as_str(), None),
             };
-            let path = if target.is_empty() { root().join(&file) } else { dir.join(target) };
-            assert!(path.exists(), "{file} links to {link}: {} does not exist", path.display());
+            let path = if target.is_empty() {
+                root().join(&file)
+            } else {
+                dir.join(target)
+            };
+            assert!(
+                path.exists(),
+                "{file} links to {link}: {} does not exist",
+                path.display()
+            );
             if let Some(anchor) = anchor {
                 let target_text = std::fs::read_to_string(&path)
                     .unwrap_or_else(|e| panic!("{file} links to {link}: {e}"));
@@ -277,7 +296,10 @@ fn every_relative_link_of_the_docs_resolves() {
             checked += 1;
         }
     }
-    assert!(checked >= 20, "only {checked} links checked: is the scan broken?");
+    assert!(
+        checked >= 20,
+        "only {checked} links checked: is the scan broken?"
+    );
 }
 
 /// The contents of the first `n` ```sh blocks of a markdown text.
@@ -293,7 +315,10 @@ fn sh_blocks(text: &str, n: usize) -> Vec<String> {
 fn the_readme_test_command_is_what_ci_runs() {
     let readme = read("README.md");
     let blocks = sh_blocks(&readme, 2);
-    assert_eq!(blocks[1], "bash .ci/run", "README's second command is the test command");
+    assert_eq!(
+        blocks[1], "bash .ci/run",
+        "README's second command is the test command"
+    );
     let ci = read(".ci/run");
     let runs_tests = ci
         .lines()
@@ -339,14 +364,20 @@ fn the_readme_first_command_runs_the_whole_pipeline() {
     );
     let status = t.status(&run_dir.display().to_string());
     assert!(status["papers_planned"].as_u64().unwrap() > 0, "{status}");
-    assert_eq!(status["rows_in_shards"], status["papers_planned"], "{status}");
+    assert_eq!(
+        status["rows_in_shards"], status["papers_planned"],
+        "{status}"
+    );
 }
 
 /// `HH:MM:SS` in seconds.
 fn seconds(walltime: &str) -> u64 {
     walltime
         .split(':')
-        .map(|p| p.parse::<u64>().unwrap_or_else(|_| panic!("walltime {walltime}")))
+        .map(|p| {
+            p.parse::<u64>()
+                .unwrap_or_else(|_| panic!("walltime {walltime}"))
+        })
         .fold(0, |acc, p| acc * 60 + p)
 }
 
@@ -356,7 +387,10 @@ fn every_example_walltime_follows_the_trial_rule_for_the_studys_batch() {
     // batch: 2,382 s of inference, ~2,500 s with model load and I/O.
     let needed = (2_500.0_f64 * 1.5 + 60.0).ceil() as u64;
     let mut found = 0;
-    let mut files = vec!["examples/run-pbs-polaris.toml".to_string(), "examples/run-slurm-gpu.toml".to_string()];
+    let mut files = vec![
+        "examples/run-pbs-polaris.toml".to_string(),
+        "examples/run-slurm-gpu.toml".to_string(),
+    ];
     files.extend(doc_files());
     for file in files {
         for line in read(&file).lines() {
