@@ -1,5 +1,5 @@
 //! The `embedfleet` binary: parse the command line, call one library function, map the outcome
-//! to an exit code (README, "Exit codes"). Everything else lives in the library crates.
+//! to an exit code (docs/commands.md, "Exit codes"). Everything else lives in the library crates.
 
 mod cli;
 mod commands;

@@ -1,4 +1,5 @@
-//! Process exit codes, documented in README.md ("Exit codes"). Stable: scripts depend on them.
+//! Process exit codes, documented in docs/commands.md, "Exit codes". Stable: scripts depend on
+//! them.
 
 /// Everything asked for was done.
 pub const SUCCESS: i32 = 0;

@@ -1,4 +1,4 @@
-//! Every path of a run directory, in one place. The README's "On a shared filesystem" says
+//! Every path of a run directory, in one place. docs/cluster.md, "On a shared filesystem", says
 //! which process writes which of them.
 //!
 //! ```text

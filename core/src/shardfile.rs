@@ -1,7 +1,8 @@
 //! Parquet shards: the embed job's output, one parquet file per part (`--shard-papers` papers)
 //! of a batch. (A *Qdrant* shard is something else: a piece of a collection on a server.)
 //!
-//! Schema (README, "Parquet shard schema"): `id: utf8`, `embedding: fixed_size_list<float32 | float16>[dim]`,
+//! Schema (docs/run-directory.md, "Run directory"): `id: utf8`,
+//! `embedding: fixed_size_list<float32 | float16>[dim]`,
 //! `n_chars: int32`, `n_tokens: int32`, `n_chunks: int16`, then the corpus metadata kept
 //! (`source`, `created`, `added`, `version`, `extra`). The file's key-value metadata says which
 //! model made the vectors and how (see [`ShardMeta`]). Written through [`crate::atomic`].

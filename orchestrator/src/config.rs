@@ -7,7 +7,7 @@
 //! flavor = "pro"
 //! [scheduler.script]
 //! account = "MyProject"
-//! walltime = "01:00:00"
+//! walltime = "01:05:00"                # the trial's time per batch x 1.5 + 60 s
 //! gpus_per_node = 4
 //! select_extra = "system=polaris"
 //! extra_directives = ["#PBS -l filesystems=home:eagle"]
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Every key is optional; `[scheduler.script] template` replaces the built-in job script
-//! (placeholders: README, "Job scripts").
+//! (placeholders: docs/cluster.md, "Job scripts").
 
 use std::path::{Path, PathBuf};
 
@@ -108,12 +108,12 @@ mod tests {
     use crate::scheduler::Backend;
 
     #[test]
-    fn the_readme_example_is_a_valid_run_config() {
-        let readme = include_str!("../../README.md");
-        let start = readme
+    fn the_cluster_guide_example_is_a_valid_run_config() {
+        let guide = include_str!("../../docs/cluster.md");
+        let start = guide
             .find("```toml\n[scheduler]")
-            .expect("README has the run.toml example");
-        let body = &readme[start + "```toml\n".len()..];
+            .expect("docs/cluster.md has the run.toml example");
+        let body = &guide[start + "```toml\n".len()..];
         let text = &body[..body.find("```").unwrap()];
         let cfg: RunConfig = toml::from_str(text).unwrap();
         assert_eq!(cfg.scheduler.backend, Backend::Pbs);

@@ -74,7 +74,7 @@ pub enum Command {
     SampleCorpus(SampleCorpusArgs),
     /// Embed one planned batch on this node: parquet shards in <run-dir>/shards and a result
     /// manifest in <run-dir>/results, which the run's owner (submit, status, ...) takes into
-    /// run.db; the job itself never opens run.db (README, "On a shared filesystem").
+    /// run.db; the job itself never opens run.db (docs/cluster.md, "On a shared filesystem").
     EmbedJob(EmbedJobArgs),
     /// Embed files of records (or text lines) straight to one parquet file.
     Embed(EmbedArgs),

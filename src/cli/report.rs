@@ -11,7 +11,7 @@ pub struct ReportArgs {
     /// Also write PNG plots (batch_timings.png, throughput.png) into this directory.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
-    /// Print the stable JSON form (README, "report --json") instead of the table.
+    /// Print the stable JSON form (docs/commands.md, "report --json") instead of the table.
     #[arg(long)]
     pub json: bool,
 }

@@ -20,7 +20,7 @@ pub struct SubmitArgs {
     #[arg(long = "queue", value_name = "NAME=CAP", value_parser = parse_queue_cap)]
     pub queues: Vec<(String, u32)>,
     /// The run config (TOML): scheduler command paths, account, walltime, GPUs, modules,
-    /// environment, a job script template (README, "On a cluster").
+    /// environment, a job script template (docs/cluster.md, "How the submit loop works").
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     #[command(flatten)]
@@ -157,7 +157,7 @@ pub struct StatusArgs {
     /// The run directory.
     #[arg(long, value_name = "DIR")]
     pub run_dir: PathBuf,
-    /// Print the stable JSON form (README, "status --json").
+    /// Print the stable JSON form (docs/commands.md, "status --json").
     #[arg(long)]
     pub json: bool,
 }

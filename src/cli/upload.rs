@@ -119,8 +119,8 @@ pub struct BuildShardArgs {
     #[arg(long, value_name = "TOKEN", conflicts_with = "accepted")]
     pub attempt: Option<String>,
     /// Build from the shards run.db accepted for the batch. This opens run.db: only on the
-    /// login node, as the run's owner (a job never opens it; see README, "On a shared
-    /// filesystem").
+    /// login node, as the run's owner (a job never opens it; see docs/cluster.md, "On a
+    /// shared filesystem").
     #[arg(long)]
     pub accepted: bool,
     #[command(flatten)]

@@ -100,7 +100,7 @@ fn model(dir: &Path, devices: &[DeviceSpec], tokens: usize, problems: &mut Vec<S
         Ok(s) => s,
         Err(e) => {
             problems.push(format!(
-                "the model directory {} is not usable: {e} (README, \"The model, offline\")",
+                "the model directory {} is not usable: {e} (docs/cluster.md, \"The model, offline\")",
                 dir.display()
             ));
             return;

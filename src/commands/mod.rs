@@ -122,7 +122,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// The exit code of an error (README, "Exit codes").
+/// The exit code of an error (docs/commands.md, "Exit codes").
 pub fn exit_code(err: &anyhow::Error) -> i32 {
     let refused = err.downcast_ref::<preflight::Refused>().is_some()
         || err

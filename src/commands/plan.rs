@@ -109,7 +109,7 @@ pub fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {
 }
 
 /// What the run will need on disk: the batch files as written, the parquet shards as they will
-/// be (README, "Sizing a run").
+/// be (docs/sizing.md, "Sizing a run").
 fn disk_estimate(run_dir: &std::path::Path, papers: u64) -> String {
     let batches: u64 = std::fs::read_dir(RunLayout::new(run_dir).batch_dir())
         .map(|entries| {

@@ -50,7 +50,7 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
     }
     match embedfleet_models::verify_model_dir(setup.model_dir) {
         Err(e) => problems.push(format!(
-            "the model directory {} is not usable: {e} (README, \"The model, offline\")",
+            "the model directory {} is not usable: {e} (docs/cluster.md, \"The model, offline\")",
             setup.model_dir.display()
         )),
         Ok(_) => check_output(db, &setup.output, &mut problems),

@@ -240,7 +240,7 @@ fn query_vectors(run: &Path, n: usize) -> Vec<Vec<f32>> {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() {
     let (url, rest, sink, name) = server("equal");
     let upserted = format!("{name}-upsert");
@@ -348,7 +348,7 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
     let (url, rest, sink, name) = server("resume");
     let t = TestDir::new();
@@ -422,7 +422,7 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_mismatched_snapshot_or_collection_is_refused() {
     let (url, rest, sink, name) = server("mismatch");
     let t = TestDir::new();

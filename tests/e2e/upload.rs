@@ -206,7 +206,7 @@ fn refs(args: &[String]) -> Vec<&str> {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_upload_with_worker_processes_sends_every_row_once() {
     let (url, sink, name) = server("workers");
     let t = TestDir::new();
@@ -281,7 +281,7 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count() {
     let (url, sink, name) = server("killed");
     let t = TestDir::new();

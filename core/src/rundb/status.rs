@@ -1,6 +1,6 @@
 //! The numbers `embedfleet status` shows. Serialised as the stable `status --json` format
-//! (README, "status --json"): fields are only ever added, and `format_version` goes up when one
-//! that matters is.
+//! (docs/commands.md, "status --json"): fields are only ever added, and `format_version` goes
+//! up when one that matters is.
 
 use super::{Result, RunDb};
 use serde::{Deserialize, Serialize};

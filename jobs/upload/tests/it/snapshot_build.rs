@@ -240,7 +240,7 @@ fn synthetic_run(dir: &Path, batches: usize, per_batch: usize, dim: usize) -> Pa
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt() {
     use embedfleet_upload::snapshot::{load_snapshots, LoadOptions, RestClient};
     use embedfleet_upload::{QdrantServer, ServerConfig};

@@ -237,7 +237,7 @@ fn server() -> QdrantServer {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_every_row_once_then_nothing_to_send() {
     let sink = server();
     let dir = tempfile::tempdir().unwrap();
@@ -255,7 +255,7 @@ fn server_every_row_once_then_nothing_to_send() {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server it can restart: set QDRANT_URL and QDRANT_RESTART_CMD (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server it can restart: set QDRANT_URL and QDRANT_RESTART_CMD (docs/testing.md, \"Server tests\")"]
 fn server_restarted_mid_upload_ends_with_the_exact_count() {
     let sink = server();
     let restart = std::env::var("QDRANT_RESTART_CMD")

@@ -27,37 +27,37 @@ fn with_collection(test: &str, check: impl FnOnce(&dyn Sink, &str)) {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_count_equals_rows_and_reupload_is_idempotent() {
     with_collection("count", check_count_and_idempotence);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_payload_filters_select_matching_rows() {
     with_collection("filters", check_filters);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_search_finds_each_point_first_with_payload() {
     with_collection("search", check_search);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_refuses_wrong_vector_size_and_mismatched_collection() {
     with_collection("refusals", check_refusals);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_bulk_load_settings_applied_and_restored() {
     with_collection("bulk", check_bulk_load);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (README, \"Tests\")"]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_delete_collection_removes_it() {
     with_collection("delete", check_delete);
 }
