@@ -294,6 +294,24 @@ fn loop_said(mut child: Child, timeout_s: u64) -> String {
     stderr_of(child)
 }
 
+/// Whether an attempt that has not finished lists a shard in its manifest.
+fn running_attempt_has_a_shard(run_dir: &Path) -> bool {
+    let Ok(batches) = std::fs::read_dir(run_dir.join("results")) else {
+        return false;
+    };
+    batches
+        .filter_map(|b| std::fs::read_dir(b.ok()?.path()).ok())
+        .flatten()
+        .filter_map(|m| {
+            let path = m.ok()?.path();
+            (path.extension()? == "json").then_some(path)
+        })
+        .filter_map(|p| serde_json::from_slice::<serde_json::Value>(&std::fs::read(p).ok()?).ok())
+        .any(|m| {
+            m["finished_unix_s"].is_null() && m["shards"].as_array().is_some_and(|s| !s.is_empty())
+        })
+}
+
 /// Starts the loop of a fresh run of two batches of 12 papers, a shard per paper, and stops
 /// (SIGSTOP) its first embed job once it has written a shard: a job hung mid-batch, with a
 /// shard time of its own. Returns the loop and the stopped pid.
@@ -308,10 +326,10 @@ fn hang_a_job(t: &TestDir, extra: &[&str]) -> (Child, i32) {
     let mut pid = None;
     wait_until("an embed job has written a shard", 120, || {
         let jobs = embed_jobs(&run_dir);
-        let wrote = std::fs::read_dir(run_dir.join("shards"))
-            .map(|d| d.count() > 0)
-            .unwrap_or(false);
-        pid = jobs.first().copied().filter(|_| wrote);
+        pid = jobs
+            .first()
+            .copied()
+            .filter(|_| running_attempt_has_a_shard(&run_dir));
         pid.is_some()
     });
     let pid = pid.unwrap();
