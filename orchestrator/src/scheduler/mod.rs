@@ -39,7 +39,7 @@ pub use local::{LocalConfig, LocalScheduler};
 pub use pbs::{PbsConfig, PbsFlavor, PbsScheduler};
 pub use pbs_parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
 pub use script::{
-    render_job_script, script_vars, ScriptConfig, ScriptJob, LOCAL_TEMPLATE, PBS_TEMPLATE,
+    render_command_script, render_job_script, script_vars, ScriptConfig, ScriptJob, LOCAL_TEMPLATE, PBS_TEMPLATE,
     SLURM_TEMPLATE,
 };
 pub use slurm::{SacctMode, SlurmConfig, SlurmScheduler};
