@@ -100,7 +100,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     };
     let options = SubmitOptions {
         run_dir: args.run_dir.clone(),
-        scheduler: config.scheduler,
+        scheduler: config.scheduler.clone(),
         queues,
         max_attempts: args.max_attempts.max(1),
         poll_interval: secs(args.poll_interval, 1.0, 30.0),
