@@ -286,7 +286,11 @@ mod tests {
         );
         let mut other = slurm();
         other.scheduler.script.walltime = None;
-        other.scheduler.script.env.insert("TOKEN".into(), "s3cret".into());
+        other
+            .scheduler
+            .script
+            .env
+            .insert("TOKEN".into(), "s3cret".into());
         let d = differences(&slurm(), &other);
         assert_eq!(
             d,
@@ -339,7 +343,10 @@ mod tests {
         .unwrap();
         // A run submitted before configs were stored: no stored one, but its jobs say slurm.
         let err = choose(&db, &GivenConfig::default()).unwrap_err();
-        assert!(matches!(err, StoredConfigError::OpenJobsElsewhere { .. }), "{err}");
+        assert!(
+            matches!(err, StoredConfigError::OpenJobsElsewhere { .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("open on slurm"), "{err}");
         let ok = choose(
             &db,
@@ -355,7 +362,10 @@ mod tests {
     #[test]
     fn shows_as_toml_that_reads_back() {
         let mut c = slurm();
-        c.scheduler.script.env.insert("TOKEN".into(), "s3cret".into());
+        c.scheduler
+            .script
+            .env
+            .insert("TOKEN".into(), "s3cret".into());
         let text = to_toml(&c);
         assert!(!text.contains("s3cret"), "{text}");
         let back: RunConfig = toml::from_str(&text).unwrap();

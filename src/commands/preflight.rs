@@ -66,7 +66,12 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
     }
 }
 
-pub(super) fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut Vec<String>) {
+pub(super) fn check_binary(
+    binary: Option<&str>,
+    gpus: bool,
+    devices: &str,
+    problems: &mut Vec<String>,
+) {
     match binary {
         None if gpus && !CUDA_BUILD => problems.push(format!(
             "this embedfleet is a CPU build and every job would run it with --devices {devices}: \

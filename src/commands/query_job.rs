@@ -37,10 +37,16 @@ pub fn embed_on_cluster(
     let local = backend == Backend::Local;
     let run_dir = std::path::absolute(&args.run_dir)?;
     let model_dir = std::path::absolute(query_model_dir(&run_dir, &args.model)?)?;
-    let devices = args.model.devices.clone().unwrap_or_else(|| {
-        if local { "cpu" } else { "cuda" }.to_string()
-    });
-    check_setup(&devices, &model_dir, scheduler_config.script.embedfleet.as_deref())?;
+    let devices = args
+        .model
+        .devices
+        .clone()
+        .unwrap_or_else(|| if local { "cpu" } else { "cuda" }.to_string());
+    check_setup(
+        &devices,
+        &model_dir,
+        scheduler_config.script.embedfleet.as_deref(),
+    )?;
     let work = QueryWork::new(
         model_dir,
         args.model.dim,
@@ -70,13 +76,17 @@ pub fn embed_on_cluster(
             }
             (earlier, _) => {
                 let layout = RunLayout::new(&run_dir);
-                let exe = std::env::current_exe().context("failed to find the embedfleet binary")?;
+                let exe =
+                    std::env::current_exe().context("failed to find the embedfleet binary")?;
                 let kind = format!("q{}-a", &key[..8]);
                 let mut one = OneShot {
                     run_dir: &run_dir,
                     scheduler: &scheduler_config,
                     exe: &exe,
-                    queue: args.queue.as_deref().expect("clap requires --queue with --submit"),
+                    queue: args
+                        .queue
+                        .as_deref()
+                        .expect("clap requires --queue with --submit"),
                     kind: &kind,
                     attempt: earlier.map_or(1, |j| j.attempt + 1),
                     args: vec![

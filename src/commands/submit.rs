@@ -7,14 +7,14 @@ use crate::cli::{
 };
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
-use embedfleet_core::rundb::RunDb;
-use embedfleet_core::state::JobStatus;
-use embedfleet_core::RunLayout;
 use embedfleet_core::handoff::OutputSettings;
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::state::{BatchState, JobStatus};
+use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
-use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig, Origin};
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::status;
+use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig, Origin};
 use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -113,6 +113,19 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     };
     if args.dry_run {
         print_would_pin(&db, &chosen, &setup.output)?;
+        let unread = manifests_not_taken_in(&db)?;
+        if !unread.is_empty() {
+            println!(
+                "# batches {} have result manifests that run.db has not taken in (a dry run \
+                 reads nothing in): a real submit takes them in first, and may send none of \
+                 the jobs below for them",
+                unread
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         drop(db);
         let scripts = submit::dry_run(&options)?;
         if scripts.is_empty() {
@@ -142,7 +155,9 @@ fn backend_of(arg: BackendArg) -> Backend {
 /// store (or the stored one it uses) and the output settings the first job would pin.
 fn print_would_pin(db: &RunDb, chosen: &ChosenConfig, output: &OutputSettings) -> Result<()> {
     let head = match &chosen.origin {
-        Origin::First => "the run config this submit would store in run.db (the run's first submit)",
+        Origin::First => {
+            "the run config this submit would store in run.db (the run's first submit)"
+        }
         Origin::Stored => "the run's stored run config, which this submit would use",
         Origin::Replacing(_) => "the run config --replace-config would store in run.db",
     };
@@ -163,6 +178,28 @@ fn print_would_pin(db: &RunDb, chosen: &ChosenConfig, output: &OutputSettings) -
         serde_json::to_string_pretty(output).context("failed to serialise the output settings")?
     );
     Ok(())
+}
+
+/// Batches not done in run.db that have result manifests in `results/`.
+fn manifests_not_taken_in(db: &RunDb) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    let mut ids = Vec::new();
+    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
+        ids.extend(db.batch_ids(state)?);
+    }
+    ids.sort_unstable();
+    for id in ids {
+        let dir = db.layout().batch_results_dir(id);
+        let has_manifest = std::fs::read_dir(&dir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+        });
+        if has_manifest {
+            out.push(id);
+        }
+    }
+    Ok(out)
 }
 
 /// How the trial job went, and the walltime its batch time suggests.

@@ -78,7 +78,14 @@ fn query_as_a_slurm_job_is_collected_by_the_owner_and_equals_a_local_query() {
         0,
     );
     let local = [
-        "query", "--run-dir", "run", "--terms", "terms.txt", "--top-k", "5", "--output",
+        "query",
+        "--run-dir",
+        "run",
+        "--terms",
+        "terms.txt",
+        "--top-k",
+        "5",
+        "--output",
         "local.parquet",
     ];
     t.run(&local, 0);
@@ -112,7 +119,10 @@ fn query_as_a_slurm_job_is_collected_by_the_owner_and_equals_a_local_query() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
     let work = loop {
-        assert!(Instant::now() < deadline, "the query job wrote no two parts");
+        assert!(
+            Instant::now() < deadline,
+            "the query job wrote no two parts"
+        );
         if let Some(w) = work_dir(&t.join("run")) {
             if w.join("vectors/part-000001.parquet").exists() {
                 break w;
@@ -135,8 +145,14 @@ fn query_as_a_slurm_job_is_collected_by_the_owner_and_equals_a_local_query() {
     // The same command again: a new job does only the missing parts; the owner collects.
     let out = t.run(&cluster, 0);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("submitted query job") && err.contains("-a2"), "{err}");
-    assert!(err.contains("collecting the query vectors (6 parts)"), "{err}");
+    assert!(
+        err.contains("submitted query job") && err.contains("-a2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("collecting the query vectors (6 parts)"),
+        "{err}"
+    );
     assert_eq!(
         std::fs::metadata(&first_part).unwrap().modified().unwrap(),
         kept,
@@ -162,5 +178,8 @@ fn query_as_a_slurm_job_is_collected_by_the_owner_and_equals_a_local_query() {
     // Done: the same command again has nothing to do and submits nothing.
     let out = t.run(&cluster, 0);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("nothing to do") && !err.contains("submitted"), "{err}");
+    assert!(
+        err.contains("nothing to do") && !err.contains("submitted"),
+        "{err}"
+    );
 }

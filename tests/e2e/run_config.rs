@@ -194,7 +194,13 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
     .unwrap();
     let out = t.run(
         &[
-            "submit", "--run-dir", "run", "--model-dir", "model", "--config", "slurm2.toml",
+            "submit",
+            "--run-dir",
+            "run",
+            "--model-dir",
+            "model",
+            "--config",
+            "slurm2.toml",
             "--dry-run",
         ],
         4,
@@ -219,7 +225,10 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
         0,
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("replacing the run's stored run config"), "{err}");
+    assert!(
+        err.contains("replacing the run's stored run config"),
+        "{err}"
+    );
     let stored: String = db(&t)
         .query_row(
             "SELECT value FROM settings WHERE key = 'run_config'",
@@ -256,11 +265,19 @@ fn a_dry_run_leaves_the_run_directory_byte_identical() {
     let out = t.run(&dry, 0);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("the run config this submit would store") && text.contains("backend = \"local\""),
+        text.contains("the run config this submit would store")
+            && text.contains("backend = \"local\""),
         "{text}"
     );
-    assert!(text.contains("output-settings.json has them already"), "{text}");
+    assert!(
+        text.contains("output-settings.json has them already"),
+        "{text}"
+    );
     assert!(text.contains("# ---- job "), "{text}");
+    assert!(
+        text.contains("# batches 2 have result manifests that run.db has not taken in"),
+        "{text}"
+    );
     assert_same_tree(&before, &t.join("run"));
 
     // A fresh run: the dry run pins no vector dtype, so f16 may still be chosen after it.

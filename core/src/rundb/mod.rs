@@ -425,7 +425,10 @@ mod tests {
             .pragma_update(None, "user_version", 1)
             .unwrap();
         let err = RunDb::open_read_only(&dir).err().unwrap();
-        assert!(matches!(err, RunDbError::NotCurrent { found: 1, .. }), "{err}");
+        assert!(
+            matches!(err, RunDbError::NotCurrent { found: 1, .. }),
+            "{err}"
+        );
     }
 
     #[test]

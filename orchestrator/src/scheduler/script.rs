@@ -170,7 +170,10 @@ pub fn render_command_script(
     };
     let template = config.template.as_deref().unwrap_or(builtin);
     let mut vars = script_vars(backend, config, job)?;
-    let args: String = args.iter().map(|a| format!(" {}", shell_quote(a))).collect();
+    let args: String = args
+        .iter()
+        .map(|a| format!(" {}", shell_quote(a)))
+        .collect();
     vars.insert("command".into(), format!("{}{args}", embedfleet(config)));
     vars.insert("batch".into(), String::new());
     vars.insert("batches".into(), String::new());
