@@ -111,6 +111,11 @@ pub enum StoredConfigError {
     },
     #[error("--replace-config needs the config to store: give --config FILE and/or --backend")]
     ReplaceWithoutConfig,
+    #[error(
+        "this run keeps a {0} run config (stored by its first submit), and `run` embeds on this \
+         machine only: go on with `embedfleet submit --run-dir DIR --model-dir DIR`"
+    )]
+    NotLocal(Backend),
 }
 
 impl StoredConfigError {
@@ -153,7 +158,9 @@ pub fn choose(db: &RunDb, given: &GivenConfig) -> Result<ChosenConfig, StoredCon
             let differences = differences(stored, &config);
             if differences.is_empty() {
                 Origin::Stored
-            } else if given.replace {
+            } else if given.replace || !any_job_submitted(db)? {
+                // No job has gone through the stored one yet (a first submit that failed on a
+                // wrong sbatch path, say): nothing depends on it, the fixed one replaces it.
                 Origin::Replacing(differences)
             } else {
                 return Err(StoredConfigError::Differs { differences });
@@ -162,6 +169,46 @@ pub fn choose(db: &RunDb, given: &GivenConfig) -> Result<ChosenConfig, StoredCon
     };
     check_open_jobs(db, config.scheduler.backend)?;
     Ok(ChosenConfig { config, origin })
+}
+
+/// For `run` (the pipeline on this machine): refuses a run whose stored config, or whose open
+/// jobs, are another backend's.
+pub fn check_local(db: &RunDb) -> Result<(), StoredConfigError> {
+    match stored(db)? {
+        Some(c) if c.scheduler.backend != Backend::Local => {
+            Err(StoredConfigError::NotLocal(c.scheduler.backend))
+        }
+        _ => check_open_jobs(db, Backend::Local),
+    }
+}
+
+/// Renders a job script with `config` for a made-up job: a template that cannot work is
+/// refused before it is stored (the loop would fail on it at its first job anyway).
+pub fn check_renders(config: &RunConfig) -> Result<(), crate::submit::SubmitError> {
+    let script = &config.scheduler.script;
+    let job = crate::scheduler::ScriptJob {
+        job_name: "check".into(),
+        queue: "check".into(),
+        run_dir: "/run".into(),
+        batches: vec![1; script.nodes.max(1) as usize],
+        output: "/run/logs/check.log".into(),
+        error: None,
+        marker: Some("/run/jobs/check.exit".into()),
+        embed_args: Vec::new(),
+    };
+    crate::scheduler::render_job_script(config.scheduler.backend, script, &job)?;
+    Ok(())
+}
+
+/// True once a scheduler has taken a job of the run (whatever became of it).
+fn any_job_submitted(db: &RunDb) -> Result<bool, RunDbError> {
+    db.conn()
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE scheduler_id IS NOT NULL)",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| db.err(e))
 }
 
 /// Refuses a backend other than the one the run's open jobs were submitted through.
@@ -269,10 +316,48 @@ mod tests {
         assert_eq!(choose(&db, &given).unwrap().origin, Origin::Stored);
     }
 
+    /// Records a job of batch 1 on `backend`, taken by the scheduler and ended.
+    fn submitted_job(db: &mut RunDb, backend: &str) {
+        db.conn()
+            .execute_batch(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 0, 0, '');
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 1, 'b', 1, 1);",
+            )
+            .unwrap();
+        db.insert_job(&embedfleet_core::rundb::NewJob {
+            batches: &[1],
+            attempt: 1,
+            backend,
+            queue: "debug",
+            name: "j1",
+            script: "s",
+            log: "l",
+            marker: "m",
+        })
+        .unwrap();
+        db.set_job_submitted("j1", "17").unwrap();
+    }
+
     #[test]
-    fn a_different_one_is_refused_key_by_key_unless_replaced() {
+    fn before_any_job_went_through_it_a_stored_config_is_replaced_freely() {
         let (_d, db) = db();
         store(&db, &slurm()).unwrap();
+        let given = GivenConfig {
+            backend: Some(Backend::Local),
+            ..Default::default()
+        };
+        let chosen = choose(&db, &given).unwrap();
+        assert!(chosen.to_store(), "{chosen:?}");
+        assert!(matches!(chosen.origin, Origin::Replacing(_)));
+    }
+
+    #[test]
+    fn a_different_one_is_refused_key_by_key_unless_replaced() {
+        let (_d, mut db) = db();
+        store(&db, &slurm()).unwrap();
+        submitted_job(&mut db, "slurm");
+        db.set_job_state("j1", embedfleet_core::state::JobStatus::Completed, None)
+            .unwrap();
         let given = GivenConfig {
             backend: Some(Backend::Local),
             ..Default::default()
@@ -357,6 +442,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.origin, Origin::First);
+    }
+
+    #[test]
+    fn run_refuses_a_run_kept_on_a_cluster() {
+        let (_d, db) = db();
+        check_local(&db).unwrap();
+        store(&db, &slurm()).unwrap();
+        let err = check_local(&db).unwrap_err();
+        assert!(err.is_refusal() && err.to_string().contains("keeps a slurm run config"));
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     preflight::check_submit(&db, &setup)?;
     if !args.dry_run {
         if chosen.to_store() {
+            stored_config::check_renders(&config)?;
             stored_config::store(&db, &config)?;
         }
         if let Some(devices) = &args.devices {
@@ -136,6 +137,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         }
         return Ok(exit::SUCCESS);
     }
+    drop(db);
     let report = submit::submit(&options)?;
     if args.trial.is_some() {
         return trial_summary(&options, &report);

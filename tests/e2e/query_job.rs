@@ -183,3 +183,55 @@ fn query_as_a_slurm_job_is_collected_by_the_owner_and_equals_a_local_query() {
         "{err}"
     );
 }
+
+#[test]
+fn query_submit_without_a_cluster_runs_its_job_locally_with_the_same_results() {
+    let t = TestDir::new();
+    run_with_terms(&t, 6);
+    let common = [
+        "query",
+        "--run-dir",
+        "run",
+        "--terms",
+        "terms.txt",
+        "--top-k",
+        "4",
+    ];
+    t.run(&[&common[..], &["--output", "local.parquet"]].concat(), 0);
+    // `run` stores no run config: the job goes to the local backend, and says so.
+    let out = t.run(
+        &[
+            &common[..],
+            &[
+                "--output",
+                "job.parquet",
+                "--submit",
+                "--queue",
+                "local",
+                "--part-terms",
+                "4",
+                "--poll-interval",
+                "0.2",
+            ],
+        ]
+        .concat(),
+        0,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no stored run config") && err.contains("submitted query job"),
+        "{err}"
+    );
+    let work = work_dir(&t.join("run")).expect("a work folder");
+    let parts: Vec<_> = std::fs::read_dir(work.join("vectors")).unwrap().collect();
+    assert_eq!(parts.len(), 2, "6 terms in parts of 4");
+    assert_eq!(
+        top_ids(&read_results(&t.join("local.parquet"))),
+        top_ids(&read_results(&t.join("job.parquet")))
+    );
+    // --queue goes with --submit only.
+    t.run(
+        &[&common[..], &["--output", "x.parquet", "--queue", "gpu"]].concat(),
+        2,
+    );
+}
