@@ -3,9 +3,11 @@
 //! queues filled.
 
 pub mod config;
+pub mod oneshot;
 pub mod plan;
 pub mod report;
 pub mod sample;
 pub mod scheduler;
 pub mod status;
+pub mod stored_config;
 pub mod submit;

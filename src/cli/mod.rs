@@ -13,7 +13,7 @@ pub use embed::{
     BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs,
 };
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
-pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs};
+pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};
 pub use report::ReportArgs;
 pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs, TakeOverArgs};
 pub use upload::{
@@ -103,8 +103,13 @@ pub enum Command {
     /// the query workload's); saved in run.db.
     Tune(TuneArgs),
     /// The query workload: each term of a file embedded as a query and searched in batches;
-    /// the top papers of each go to one parquet file. Resumable.
+    /// the top papers of each go to one parquet file. Resumable. With --submit the terms are
+    /// embedded by a scheduler job (`query-job`) on a GPU node, collected by this process.
     Query(QueryArgs),
+    /// Embed the terms of a query job's work folder (written by `query --submit`) on this
+    /// node, in parts written atomically beside them; resumable. Run by the query job's script;
+    /// never opens run.db.
+    QueryJob(QueryJobArgs),
     /// Recall@k of the collection against exact search over the run's parquet shards, per
     /// HNSW ef, filtered too; latency percentiles; a table, --json, and a PNG.
     Eval(EvalArgs),

@@ -3,6 +3,7 @@
 
 use super::TargetArgs;
 use clap::Args;
+use embedfleet_query::vectors::DEFAULT_PART_TERMS;
 use embedfleet_query::workload::DEFAULT_PART_QUERIES;
 use std::path::PathBuf;
 
@@ -16,9 +17,10 @@ pub struct QueryModelArgs {
     /// Output dimension (Matryoshka), as the run's `--dim`.
     #[arg(long, value_name = "N")]
     pub dim: Option<usize>,
-    /// Devices that embed the queries: `cpu`, `cpu:N`, `cuda:0,1`.
-    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
-    pub devices: String,
+    /// Devices that embed the queries: `cpu`, `cpu:N`, `cuda:0,1`, `cuda` (default: cpu; with
+    /// `query --submit` on slurm or pbs, cuda: every GPU of the job's node).
+    #[arg(long, value_name = "DEVICES")]
+    pub devices: Option<String>,
     /// The query instruction (default: the model's retrieval instruction, as `embed --query`).
     #[arg(long, value_name = "TEXT")]
     pub instruction: Option<String>,
@@ -62,6 +64,33 @@ pub struct QueryArgs {
     /// Terms per part (the unit written at once, and redone after a kill).
     #[arg(long, default_value_t = DEFAULT_PART_QUERIES, value_name = "N", hide = true)]
     pub part_queries: usize,
+    /// Embed the terms in a scheduler job (`embedfleet query-job`, on a GPU node) through
+    /// the run's stored run config (the one its first `submit` stored), wait for it, collect
+    /// its vectors and search here: run.db and the output are written only by this process,
+    /// the run's owner. Run the same command again after a failed or killed job: the parts
+    /// it finished are kept (README, "On a cluster, step by step").
+    #[arg(long, requires = "queue")]
+    pub submit: bool,
+    /// The queue (PBS) or partition (Slurm) of the query job.
+    #[arg(long, value_name = "NAME", requires = "submit")]
+    pub queue: Option<String>,
+    /// Terms per part of the query job, each written as soon as it is embedded (a killed job
+    /// loses at most one).
+    #[arg(long, default_value_t = DEFAULT_PART_TERMS, value_name = "N", requires = "submit")]
+    pub part_terms: usize,
+    /// Seconds between polls of the query job (default: 30, or 1 for local).
+    #[arg(long, value_name = "SECS", requires = "submit")]
+    pub poll_interval: Option<f64>,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryJobArgs {
+    /// The query job's work folder, `<run-dir>/queries/<key>` (written by `query --submit`).
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// Devices, one worker each: `cuda`, `cuda:0,1`, `cpu`, `cpu:N`.
+    #[arg(long, default_value = "cuda", value_name = "DEVICES")]
+    pub devices: String,
 }
 
 #[derive(Debug, Args)]

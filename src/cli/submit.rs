@@ -11,7 +11,9 @@ pub struct SubmitArgs {
     /// The run directory (planned with `embedfleet plan`).
     #[arg(long, value_name = "DIR")]
     pub run_dir: PathBuf,
-    /// The scheduler; overrides `[scheduler] backend` of --config (default: local).
+    /// The scheduler; overrides `[scheduler] backend` of --config (default: the run's stored
+    /// run config, else local). One that differs from the stored one is refused unless
+    /// --replace-config is given.
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
     /// A queue (PBS) or partition (Slurm) and its cap on jobs queued + running, e.g.
@@ -21,12 +23,19 @@ pub struct SubmitArgs {
     pub queues: Vec<(String, u32)>,
     /// The run config (TOML): scheduler command paths, account, walltime, GPUs, modules,
     /// environment, a job script template (docs/cluster.md, "How the submit loop works").
+    /// The run's first submit stores it in run.db; later commands (a restart, --trial,
+    /// `query --submit`) use the stored one when given none, and refuse a different one
+    /// unless --replace-config is given. Without any: local.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Store the run config given by --config/--backend in place of the one the run keeps
+    /// (the differences are printed). Queues are not part of it (`embedfleet queues set`).
+    #[arg(long)]
+    pub replace_config: bool,
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N`
-    /// (default: cuda on slurm and pbs, cpu locally).
+    /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N` (default:
+    /// the run's last submit's, else cuda on slurm and pbs, cpu locally).
     #[arg(long, value_name = "DEVICES")]
     pub devices: Option<String>,
     /// Papers per parquet shard.
@@ -50,7 +59,9 @@ pub struct SubmitArgs {
     /// Run as a daemon: do not exit when every batch is settled; stop it with a signal.
     #[arg(long)]
     pub watch: bool,
-    /// Print the job scripts the first round would submit; submit nothing.
+    /// Print what a submit would fix for the run (the run config it would store, the output
+    /// settings the first job would pin) and the job scripts the first round would submit;
+    /// write nothing: the run directory is left byte-identical.
     #[arg(long)]
     pub dry_run: bool,
     /// Run one trial job (the first batch that needs one) on this queue, wait for it and print

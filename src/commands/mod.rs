@@ -7,6 +7,7 @@ mod embed;
 mod plan;
 mod preflight;
 mod query;
+mod query_job;
 mod report;
 mod run;
 mod submit;
@@ -117,6 +118,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Tune(args) if args.queries => query::tune_queries(&args),
         Command::Tune(args) => upload::tune_cmd(&args),
         Command::Query(args) => query::query(&args),
+        Command::QueryJob(args) => query_job::query_job(&args),
         Command::Eval(args) => query::eval(&args),
         Command::Publish(args) => query::publish(&args),
     }
@@ -140,6 +142,9 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
                 use embedfleet_orchestrator::submit::SubmitError as E;
                 matches!(e, E::NotOwner(_) | E::LoopRunning { .. })
             })
+        || err
+            .downcast_ref::<embedfleet_orchestrator::stored_config::StoredConfigError>()
+            .is_some_and(|e| e.is_refusal())
         || err
             .downcast_ref::<PlanError>()
             .is_some_and(PlanError::is_refusal)

@@ -35,10 +35,13 @@ pub struct JobSetup<'a> {
     pub model_dir: &'a Path,
     /// The settings the jobs would embed with.
     pub output: OutputSettings,
+    /// Fix them for the run (`output-settings.json`) if none are yet; false for a dry run,
+    /// which only compares.
+    pub pin: bool,
 }
 
 /// Checks `setup` against this build and the run; fixes the run's output settings the first
-/// time (`output-settings.json`).
+/// time (`output-settings.json`) unless `setup.pin` is false.
 pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
     let mut problems = Vec::new();
     match embedfleet_embed::parse_devices(setup.devices) {
@@ -53,7 +56,7 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
             "the model directory {} is not usable: {e} (docs/cluster.md, \"The model, offline\")",
             setup.model_dir.display()
         )),
-        Ok(_) => check_output(db, &setup.output, &mut problems),
+        Ok(_) => check_output(db, &setup.output, setup.pin, &mut problems),
     }
     check_batch_files(db, &mut problems);
     if problems.is_empty() {
@@ -63,7 +66,12 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
     }
 }
 
-fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut Vec<String>) {
+pub(super) fn check_binary(
+    binary: Option<&str>,
+    gpus: bool,
+    devices: &str,
+    problems: &mut Vec<String>,
+) {
     match binary {
         None if gpus && !CUDA_BUILD => problems.push(format!(
             "this embedfleet is a CPU build and every job would run it with --devices {devices}: \
@@ -86,8 +94,13 @@ fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut 
 }
 
 /// The jobs' output settings against the ones the run's parquet shards were made with.
-fn check_output(db: &RunDb, output: &OutputSettings, problems: &mut Vec<String>) {
-    match output.pin(&db.layout()) {
+fn check_output(db: &RunDb, output: &OutputSettings, pin: bool, problems: &mut Vec<String>) {
+    let outcome = if pin {
+        output.pin(&db.layout())
+    } else {
+        compare_output(db, output)
+    };
+    match outcome {
         Ok(()) => {}
         Err(PinError::Differs { differences, .. }) => problems.push(format!(
             "the run's parquet shards were made with other settings ({}): vectors made two ways \
@@ -116,5 +129,25 @@ fn check_batch_files(db: &RunDb, problems: &mut Vec<String>) {
              was the run directory moved without batches/?",
             missing.len()
         ));
+    }
+}
+
+/// What [`OutputSettings::pin`] would say, writing nothing: no settings fixed yet is no problem
+/// (the first job fixes these).
+fn compare_output(db: &RunDb, output: &OutputSettings) -> Result<(), PinError> {
+    let layout = db.layout();
+    match OutputSettings::read(&layout)? {
+        None => Ok(()),
+        Some(run) => {
+            let differences = run.differences(output);
+            if differences.is_empty() {
+                Ok(())
+            } else {
+                Err(PinError::Differs {
+                    path: layout.output_settings_file().display().to_string(),
+                    differences,
+                })
+            }
+        }
     }
 }

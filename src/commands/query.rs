@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{exit, RunLayout};
 use embedfleet_query::tune::{self, QueryTuneOptions, TunedQueries, TUNED_QUERIES_SETTING};
-use embedfleet_query::{EvalOptions, QueryModel, QueryOptions};
+use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_upload::SearchOptions;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -19,7 +19,14 @@ const DEFAULT_QUERY_IN_FLIGHT: usize = 2;
 
 /// The query model of `args`: its directory (or the tiny model `run` wrote) on its devices.
 fn query_model(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModel> {
-    let model_dir = match &args.model_dir {
+    let model_dir = query_model_dir(run_dir, args)?;
+    let devices = embedfleet_embed::parse_devices(args.devices.as_deref().unwrap_or("cpu"))?;
+    Ok(QueryModel::new(model_dir, devices, args.dim))
+}
+
+/// The model directory of `args`, or the tiny model `run` wrote.
+pub(super) fn query_model_dir(run_dir: &Path, args: &QueryModelArgs) -> Result<PathBuf> {
+    Ok(match &args.model_dir {
         Some(dir) => dir.clone(),
         None => {
             let tiny = RunLayout::new(run_dir).tiny_model_dir();
@@ -29,12 +36,10 @@ fn query_model(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModel> {
             );
             tiny
         }
-    };
-    let devices = embedfleet_embed::parse_devices(&args.devices)?;
-    Ok(QueryModel::new(model_dir, devices, args.dim))
+    })
 }
 
-fn instruction(args: &QueryModelArgs) -> String {
+pub(super) fn instruction(args: &QueryModelArgs) -> String {
     args.instruction
         .clone()
         .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.to_string())
@@ -46,6 +51,16 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
     let tuned = tuned.filter(|t| t.sink == kind);
     let terms = embedfleet_query::read_terms(&args.terms, args.model.field.as_deref())?;
+    let output_done =
+        args.output.is_file() && !embedfleet_query::workload::parts_dir(&args.output).exists();
+    // The query vectors: embedded here, or by a scheduler job whose files this owner collects.
+    let mut embedder: Box<dyn EmbedQueries> = if !args.submit {
+        Box::new(query_model(&args.run_dir, &args.model)?)
+    } else if output_done {
+        Box::new(PrecomputedVectors::default())
+    } else {
+        Box::new(super::query_job::embed_on_cluster(&db, args, &terms)?)
+    };
     let filter = embedfleet_query::parse_filters(&args.filters).map_err(anyhow::Error::msg)?;
     let options = QueryOptions {
         collection: args.collection.clone(),
@@ -69,8 +84,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         part_queries: args.part_queries.max(1),
         progress: std::io::stderr().is_terminal(),
     };
-    let mut model = query_model(&args.run_dir, &args.model)?;
-    let report = embedfleet_query::run(sink.as_ref(), &mut model, &options)?;
+    let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
     record_output(&db, &args.output)?;
     if report.already_done == report.queries {
         eprintln!(

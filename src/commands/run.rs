@@ -17,6 +17,11 @@ use std::time::Duration;
 pub fn run_all(args: &RunArgs) -> Result<i32> {
     let run_dir = &args.corpus.run_dir;
     let plan_report = plan_run(args.corpus.corpus.clone(), run_dir.clone(), &args.plan)?;
+    // A run a cluster `submit` started keeps its scheduler config: `run` would send its
+    // batches to this machine instead.
+    let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
+    embedfleet_orchestrator::stored_config::check_local(&db)?;
+    drop(db);
     let model_dir = match &args.model_dir {
         Some(dir) => dir.clone(),
         None => {

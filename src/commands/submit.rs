@@ -7,34 +7,47 @@ use crate::cli::{
 };
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
+use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::owner;
-use embedfleet_core::rundb::RunDb;
-use embedfleet_core::rundb::StallRule;
-use embedfleet_core::state::JobStatus;
+use embedfleet_core::rundb::{RunDb, StallRule};
+use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::status;
+use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig, Origin};
 use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
+/// The run.db setting that keeps the last `submit --devices` (see [`submit`]).
+const DEVICES_SETTING: &str = "submit.devices";
+
 pub fn submit(args: &SubmitArgs) -> Result<i32> {
-    let mut config = match &args.config {
-        Some(path) => RunConfig::load(path)?,
-        None => RunConfig::default(),
+    // A dry run writes nothing: run.db opened read-only (no ingest, no migration, no -wal or
+    // -shm file), the output settings compared and not pinned, the run config not stored.
+    let db = if args.dry_run {
+        RunDb::open_read_only(&args.run_dir)?
+    } else {
+        RunDb::open(&args.run_dir)?
     };
-    if let Some(backend) = args.backend {
-        config.scheduler.backend = match backend {
-            BackendArg::Local => Backend::Local,
-            BackendArg::Slurm => Backend::Slurm,
-            BackendArg::Pbs => Backend::Pbs,
-        };
+    let given = GivenConfig {
+        file: args.config.as_deref().map(RunConfig::load).transpose()?,
+        backend: args.backend.map(backend_of),
+        replace: args.replace_config,
+    };
+    let chosen = stored_config::choose(&db, &given)?;
+    if !args.dry_run {
+        eprintln!("{}", chosen.describe());
     }
+    let config = chosen.config.clone();
     let backend = config.scheduler.backend;
     let local = backend == Backend::Local;
-    let devices = args.devices.clone().unwrap_or_else(|| {
+    // The jobs' devices: as given, else as the run's last submit was given them (a restart
+    // typed without --devices keeps `--devices cpu` or `cuda:0,1`), else the backend's default.
+    let stored_devices: Option<String> = db.setting(DEVICES_SETTING)?;
+    let devices = args.devices.clone().or(stored_devices).unwrap_or_else(|| {
         if local {
             "cpu".to_string()
         } else {
@@ -66,11 +79,21 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
             job.model.max_tokens,
             job.shard_papers,
         ),
+        pin: !args.dry_run,
     };
-    preflight::check_submit(&RunDb::open(&args.run_dir)?, &setup)?;
+    preflight::check_submit(&db, &setup)?;
+    if !args.dry_run {
+        if chosen.to_store() {
+            stored_config::check_renders(&config)?;
+            stored_config::store(&db, &config)?;
+        }
+        if let Some(devices) = &args.devices {
+            db.set_setting(DEVICES_SETTING, devices)?;
+        }
+    }
     let mut queues =
         (!args.queues.is_empty()).then(|| args.queues.iter().cloned().collect::<BTreeMap<_, _>>());
-    if queues.is_none() && local && RunDb::open(&args.run_dir)?.queue_caps()?.is_empty() {
+    if queues.is_none() && local && db.queue_caps()?.is_empty() {
         eprintln!("no queues given: using one local queue `local` of 2 jobs at once");
         queues = Some(BTreeMap::from([("local".to_string(), 2)]));
     }
@@ -79,7 +102,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     };
     let options = SubmitOptions {
         run_dir: args.run_dir.clone(),
-        scheduler: config.scheduler,
+        scheduler: config.scheduler.clone(),
         queues,
         max_attempts: args.max_attempts.max(1),
         poll_interval: secs(args.poll_interval, 1.0, 30.0),
@@ -96,6 +119,21 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         kill_stalled: args.kill_stalled,
     };
     if args.dry_run {
+        print_would_pin(&db, &chosen, &setup.output)?;
+        let unread = manifests_not_taken_in(&db)?;
+        if !unread.is_empty() {
+            println!(
+                "# batches {} have result manifests that run.db has not taken in (a dry run \
+                 reads nothing in): a real submit takes them in first, and may send none of \
+                 the jobs below for them",
+                unread
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        drop(db);
         let scripts = submit::dry_run(&options)?;
         if scripts.is_empty() {
             eprintln!("nothing to submit: every batch is done or has a job, or no queue has room");
@@ -105,11 +143,71 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         }
         return Ok(exit::SUCCESS);
     }
+    drop(db);
     let report = submit::submit(&options)?;
     if args.trial.is_some() {
         return trial_summary(&options, &report);
     }
     summarise(&options, &report)
+}
+
+fn backend_of(arg: BackendArg) -> Backend {
+    match arg {
+        BackendArg::Local => Backend::Local,
+        BackendArg::Slurm => Backend::Slurm,
+        BackendArg::Pbs => Backend::Pbs,
+    }
+}
+
+/// What a real submit would fix for the run, as `--dry-run` shows it: the run config it would
+/// store (or the stored one it uses) and the output settings the first job would pin.
+fn print_would_pin(db: &RunDb, chosen: &ChosenConfig, output: &OutputSettings) -> Result<()> {
+    let head = match &chosen.origin {
+        Origin::First => {
+            "the run config this submit would store in run.db (the run's first submit)"
+        }
+        Origin::Stored => "the run's stored run config, which this submit would use",
+        Origin::Replacing(_) => "the run config --replace-config would store in run.db",
+    };
+    println!("# ---- {head} ----");
+    if let Origin::Replacing(differences) = &chosen.origin {
+        for d in differences {
+            println!("# replaces {d}");
+        }
+    }
+    print!("{}", stored_config::to_toml(&chosen.config));
+    let pinned = OutputSettings::read(&db.layout())?;
+    let head = match pinned {
+        None => "output settings the first job would pin (output-settings.json)",
+        Some(_) => "output settings (output-settings.json has them already)",
+    };
+    println!(
+        "# ---- {head} ----\n{}",
+        serde_json::to_string_pretty(output).context("failed to serialise the output settings")?
+    );
+    Ok(())
+}
+
+/// Batches not done in run.db that have result manifests in `results/`.
+fn manifests_not_taken_in(db: &RunDb) -> Result<Vec<i64>> {
+    let mut out = Vec::new();
+    let mut ids = Vec::new();
+    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
+        ids.extend(db.batch_ids(state)?);
+    }
+    ids.sort_unstable();
+    for id in ids {
+        let dir = db.layout().batch_results_dir(id);
+        let has_manifest = std::fs::read_dir(&dir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+        });
+        if has_manifest {
+            out.push(id);
+        }
+    }
+    Ok(out)
 }
 
 /// How the trial job went, and the walltime its batch time suggests.

@@ -19,10 +19,10 @@ const TERMS: [&str; 6] = [
 ];
 
 /// (term, query_id, rank, paper_id, score) of one result row.
-type ResultRow = (String, i64, i32, String, f32);
+pub(crate) type ResultRow = (String, i64, i32, String, f32);
 
 /// `run` on 60 papers into `run`, and a terms file of `n` terms.
-fn run_with_terms(t: &TestDir, n: usize) {
+pub(crate) fn run_with_terms(t: &TestDir, n: usize) {
     t.run_sample(60, 30);
     let terms: Vec<String> = (0..n)
         .map(|i| format!("{} {i}", TERMS[i % TERMS.len()]))
@@ -31,7 +31,7 @@ fn run_with_terms(t: &TestDir, n: usize) {
 }
 
 /// (term, query_id, rank, paper_id, score) of every row of a results file.
-fn read_results(path: &Path) -> Vec<ResultRow> {
+pub(crate) fn read_results(path: &Path) -> Vec<ResultRow> {
     let file = std::fs::File::open(path).unwrap();
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
         .unwrap()

@@ -69,6 +69,14 @@ pub enum RunDbError {
         key: String,
         source: serde_json::Error,
     },
+    /// A read-only open (see [`RunDb::open_read_only`]) found a schema it would have to
+    /// migrate, which writes.
+    #[error("run.db in {dir} has schema version {found}, this embedfleet's is {known}: a read-only look does not migrate it; any other command (e.g. `embedfleet status`) migrates it first")]
+    NotCurrent {
+        dir: PathBuf,
+        found: i64,
+        known: i64,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, RunDbError>;
@@ -258,6 +266,69 @@ impl RunDb {
             .map(drop)
             .map_err(|e| self.err(e))
     }
+
+    /// Opens run.db only to read it, creating and changing no file of the run directory: no
+    /// migration, no ingest, no journal-mode switch. For `submit --dry-run`, which must leave
+    /// the run directory byte-identical.
+    ///
+    /// With no `run.db-wal` beside it (no owner process has it open, or all closed cleanly),
+    /// it is opened `immutable=1`: SQLite then takes no locks and makes no `-shm`/`-wal` file
+    /// (`mode=ro` alone still creates `run.db-shm` in WAL mode). That is only sound while
+    /// nobody writes, which no `-wal` file is the sign of. If a `-wal` exists a submit loop may
+    /// be writing right now, and immutable reads would miss or tear its latest commits: then
+    /// it is opened `mode=ro`, which reads through the WAL and may touch the shared index
+    /// `run.db-shm` that the writer already keeps — the run directory changes then anyway.
+    pub fn open_read_only(dir: &Path) -> Result<Self> {
+        let db_path = RunLayout::new(dir).db();
+        if !db_path.is_file() {
+            return Err(RunDbError::NotARun(dir.into()));
+        }
+        let mut wal = db_path.clone().into_os_string();
+        wal.push("-wal");
+        let absolute = std::path::absolute(&db_path).unwrap_or(db_path);
+        let mode = if Path::new(&wal).exists() {
+            "mode=ro"
+        } else {
+            "immutable=1"
+        };
+        let uri = format!("file:{}?{mode}", uri_path(&absolute));
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        // Another host may not even read: `mode=ro` shares the owner's WAL index (`-shm`).
+        crate::owner::check_read_only(dir)?;
+        let conn = Connection::open_with_flags(uri, flags).map_err(sqlite_err(dir))?;
+        let db = RunDb {
+            conn,
+            dir: dir.into(),
+            ownership: crate::owner::Ownership::Owner,
+        };
+        db.conn
+            .busy_timeout(Duration::from_secs(60))
+            .map_err(|e| db.err(e))?;
+        let known = schema::MIGRATIONS.len() as i64;
+        let found = db.schema_version()?;
+        if found != known {
+            return Err(RunDbError::NotCurrent {
+                dir: dir.into(),
+                found,
+                known,
+            });
+        }
+        Ok(db)
+    }
+}
+
+/// A path as the path part of an SQLite `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' | '?' | '#' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -336,6 +407,54 @@ mod tests {
             .query_row("SELECT count(*) FROM batch_runs", [], |r| r.get(0))
             .unwrap();
         assert_eq!(runs, 0, "the v2 table exists");
+    }
+
+    /// Every file of `dir` with its bytes.
+    fn snapshot(dir: &Path) -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name(), std::fs::read(e.path()).unwrap())
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[test]
+    fn a_read_only_open_creates_and_changes_no_file() {
+        let parent = tempfile::tempdir().unwrap();
+        // URI characters in the path must not cut it.
+        let dir = parent.path().join("a run?#%20");
+        let db = RunDb::create(&dir).unwrap();
+        db.set_setting("k", &7).unwrap();
+        drop(db);
+        let before = snapshot(&dir);
+        assert_eq!(before.len(), 1, "only run.db after a clean close");
+        let ro = RunDb::open_read_only(&dir).unwrap();
+        assert_eq!(ro.setting::<i32>("k").unwrap(), Some(7));
+        assert!(ro.set_setting("k", &8).is_err(), "read only");
+        drop(ro);
+        assert_eq!(snapshot(&dir), before);
+        // A writer holding it open: its WAL is read through (mode=ro), its commits seen.
+        let writer = RunDb::open(&dir).unwrap();
+        writer.set_setting("k", &9).unwrap();
+        let ro = RunDb::open_read_only(&dir).unwrap();
+        assert_eq!(ro.setting::<i32>("k").unwrap(), Some(9));
+        drop(writer);
+        // An older schema is not migrated by a look.
+        drop(ro);
+        RunDb::open(&dir)
+            .unwrap()
+            .conn()
+            .pragma_update(None, "user_version", 1)
+            .unwrap();
+        let err = RunDb::open_read_only(&dir).err().unwrap();
+        assert!(
+            matches!(err, RunDbError::NotCurrent { found: 1, .. }),
+            "{err}"
+        );
     }
 
     #[test]

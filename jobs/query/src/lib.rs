@@ -15,6 +15,7 @@ pub mod results;
 pub mod search;
 pub mod terms;
 pub mod tune;
+pub mod vectors;
 pub mod workload;
 
 pub use eval::{eval, render, sample_queries, EvalError, EvalOptions, EvalReport, DEFAULT_EFS};
@@ -22,4 +23,5 @@ pub use filter::parse_filters;
 pub use plot::write_recall_plot;
 pub use search::{search_batched, Percentiles};
 pub use terms::read_terms;
-pub use workload::{run, QueryError, QueryModel, QueryOptions, QueryReport};
+pub use vectors::{PrecomputedVectors, QueryWork, QueryWorkDir, VectorsError};
+pub use workload::{run, EmbedQueries, QueryError, QueryModel, QueryOptions, QueryReport};

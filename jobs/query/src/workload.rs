@@ -65,6 +65,28 @@ impl QueryModel {
     }
 }
 
+/// What turns query terms into vectors for [`run`]: the model here ([`QueryModel`]), or the
+/// vectors a query job made on a GPU node
+/// ([`PrecomputedVectors`](crate::vectors::PrecomputedVectors)).
+pub trait EmbedQueries {
+    /// The query vectors of `texts`, in order.
+    fn embed_queries(
+        &mut self,
+        instruction: &str,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, QueryError>;
+}
+
+impl EmbedQueries for QueryModel {
+    fn embed_queries(
+        &mut self,
+        instruction: &str,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, QueryError> {
+        Ok(self.embed(instruction, texts)?)
+    }
+}
+
 /// What a query run does.
 #[derive(Debug, Clone)]
 pub struct QueryOptions {
@@ -115,6 +137,8 @@ pub enum QueryError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("the query job's vectors have none for the term {term:?}: run the same command again")]
+    NoVector { term: String },
     #[error("{parts} holds an unfinished query run with other terms or settings: finish it with the same command, or remove it (or pick another --output)")]
     Changed { parts: PathBuf },
 }
@@ -170,7 +194,7 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> QueryError + '_ {
 /// Runs the query workload (see the module docs).
 pub fn run(
     sink: &dyn Sink,
-    model: &mut QueryModel,
+    model: &mut dyn EmbedQueries,
     options: &QueryOptions,
 ) -> Result<QueryReport, QueryError> {
     let total = options.terms.len() as u64;
@@ -195,7 +219,7 @@ pub fn run(
             continue;
         }
         let started = Instant::now();
-        let vectors = model.embed(&options.instruction, terms)?;
+        let vectors = model.embed_queries(&options.instruction, terms)?;
         report.embed += started.elapsed();
         let found = search_batched(
             sink,

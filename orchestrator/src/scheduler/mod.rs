@@ -39,8 +39,8 @@ pub use local::{LocalConfig, LocalScheduler};
 pub use pbs::{PbsConfig, PbsFlavor, PbsScheduler};
 pub use pbs_parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
 pub use script::{
-    render_job_script, script_vars, ScriptConfig, ScriptJob, LOCAL_TEMPLATE, PBS_TEMPLATE,
-    SLURM_TEMPLATE,
+    render_command_script, render_job_script, script_vars, ScriptConfig, ScriptJob, LOCAL_TEMPLATE,
+    PBS_TEMPLATE, SLURM_TEMPLATE,
 };
 pub use slurm::{SacctMode, SlurmConfig, SlurmScheduler};
 pub use slurm_parse::{parse_sacct, parse_scontrol, parse_squeue, slurm_state, SlurmRecord};

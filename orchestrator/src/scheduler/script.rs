@@ -153,6 +153,33 @@ pub fn render_job_script(
     render(template, &script_vars(backend, config, job)?)
 }
 
+/// Renders a script like [`render_job_script`] — same template, directives, modules, env and
+/// setup lines, the same completion marker — whose command is `embedfleet ARGS...` instead of
+/// `embed-job` (the query job: `query-job --run-dir DIR ...`). `job.batches` only sets the
+/// node count; `{batch}` and `{batches}` are empty in such a script.
+pub fn render_command_script(
+    backend: Backend,
+    config: &ScriptConfig,
+    job: &ScriptJob,
+    args: &[String],
+) -> Result<String, TemplateError> {
+    let builtin = match backend {
+        Backend::Slurm => SLURM_TEMPLATE,
+        Backend::Pbs => PBS_TEMPLATE,
+        Backend::Local => LOCAL_TEMPLATE,
+    };
+    let template = config.template.as_deref().unwrap_or(builtin);
+    let mut vars = script_vars(backend, config, job)?;
+    let args: String = args
+        .iter()
+        .map(|a| format!(" {}", shell_quote(a)))
+        .collect();
+    vars.insert("command".into(), format!("{}{args}", embedfleet(config)));
+    vars.insert("batch".into(), String::new());
+    vars.insert("batches".into(), String::new());
+    render(template, &vars)
+}
+
 /// The values every template can use, by placeholder name.
 pub fn script_vars(
     backend: Backend,

@@ -195,8 +195,12 @@ struct SubmitLoop<'a> {
 }
 
 impl<'a> SubmitLoop<'a> {
+    /// For a dry run: run.db opened read-only (no ingest, no file created or changed).
     fn new_read_only(opts: &'a SubmitOptions) -> Result<Self> {
-        let db = RunDb::open(&opts.run_dir)?;
+        Self::with_db(opts, RunDb::open_read_only(&opts.run_dir)?)
+    }
+
+    fn with_db(opts: &'a SubmitOptions, db: RunDb) -> Result<Self> {
         if !db.is_planned()? {
             return Err(SubmitError::NotPlanned(opts.run_dir.clone()));
         }
@@ -217,7 +221,7 @@ impl<'a> SubmitLoop<'a> {
     }
 
     fn new(opts: &'a SubmitOptions) -> Result<Self> {
-        let mut lp = Self::new_read_only(opts)?;
+        let mut lp = Self::with_db(opts, RunDb::open(&opts.run_dir)?)?;
         lp.console = Console::new(opts.progress);
         let rebooted = match lp.db.ownership() {
             embedfleet_core::owner::Ownership::Rebooted { previous } => {
@@ -783,7 +787,7 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// Writes a job script readable by its owner only: it holds the run config's `env` values,
 /// which may be secrets.
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
@@ -820,7 +824,11 @@ const PBS_NAME_MAX: usize = 15;
 /// but says nothing to a reader; the job's rows in run.db say which batch and attempt it is.
 /// Slurm and the local backend have no such limit and keep the readable name.
 pub fn job_name(tag: &str, backend: Backend, first_batch: i64, attempt: u32) -> String {
-    let name = format!("ef{tag}-b{first_batch:06}-a{attempt}");
+    fit_job_name(backend, format!("ef{tag}-b{first_batch:06}-a{attempt}"))
+}
+
+/// `name` as `backend` keeps it whole: PBS gets the short hashed form (see [`job_name`]).
+pub fn fit_job_name(backend: Backend, name: String) -> String {
     match backend {
         Backend::Pbs => {
             let hash = xxhash_rust::xxh3::xxh3_64(name.as_bytes());

@@ -1,0 +1,184 @@
+/*!
+One job of another embedfleet subcommand sent through the run's scheduler and waited for by
+the run's owner: the query job (`query --submit` runs `embedfleet query-job` on a GPU node).
+
+It is the submit loop's machinery, not a second one: the script comes from the same template
+([`render_command_script`]: directives, modules, env, setup lines, the completion marker), the
+files go where the embed jobs' go (`jobs/`, `logs/`), the name carries the run's tag
+([`run_tag`]) and fits PBS like theirs ([`fit_job_name`]), and it is polled through the same
+[`Scheduler`]. Its record is not a row of run.db's `jobs` table (that table is the embed
+jobs', one row per batch): the caller keeps the [`OneShotJob`] it gets back (the query job's in
+its work folder), so a restarted owner finds the job again instead of submitting a twin.
+*/
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use embedfleet_core::RunLayout;
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::{
+    render_command_script, Backend, JobHandle, JobScript, JobState, JobSubmission, Scheduler,
+    SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob,
+};
+use crate::submit::{fit_job_name, run_tag, SubmitError};
+
+/// A one-off job as submitted; what the caller keeps to find it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OneShotJob {
+    pub name: String,
+    pub attempt: u32,
+    pub backend: Backend,
+    pub queue: String,
+    pub scheduler_id: String,
+    pub script: PathBuf,
+    pub log: PathBuf,
+    pub marker: PathBuf,
+}
+
+impl OneShotJob {
+    pub fn handle(&self) -> JobHandle {
+        JobHandle::new(SchedulerJobId::new(&self.scheduler_id))
+            .with_name(&self.name)
+            .with_marker(&self.marker)
+    }
+}
+
+/// What to run: `embedfleet ARGS...` on `queue`, named `ef<tag>-<kind><attempt>`.
+#[derive(Debug, Clone)]
+pub struct OneShot<'a> {
+    pub run_dir: &'a Path,
+    pub scheduler: &'a SchedulerConfig,
+    /// The embedfleet binary the job runs when the run config does not name one.
+    pub exe: &'a Path,
+    pub queue: &'a str,
+    /// Part of the name after the run's tag, e.g. `q0123abcd-a` (letters, digits, `-`).
+    pub kind: &'a str,
+    pub attempt: u32,
+    /// The arguments after the binary.
+    pub args: Vec<String>,
+}
+
+impl OneShot<'_> {
+    pub fn name(&self) -> String {
+        fit_job_name(
+            self.scheduler.backend,
+            format!("ef{}-{}{}", run_tag(self.run_dir), self.kind, self.attempt),
+        )
+    }
+
+    /// The job script's text.
+    pub fn render(&self) -> Result<String, SubmitError> {
+        let mut config = self.scheduler.script.clone();
+        if config.embedfleet.is_none() {
+            config.embedfleet = Some(self.exe.display().to_string());
+        }
+        let layout = RunLayout::new(self.run_dir);
+        let name = self.name();
+        let job = ScriptJob {
+            job_name: name.clone(),
+            queue: self.queue.to_string(),
+            run_dir: self.run_dir.to_path_buf(),
+            batches: vec![0],
+            output: layout.job_log(&name),
+            error: None,
+            marker: Some(layout.job_marker(&name)),
+            embed_args: Vec::new(),
+        };
+        Ok(render_command_script(
+            self.scheduler.backend,
+            &config,
+            &job,
+            &self.args,
+        )?)
+    }
+
+    /// Writes the script into `jobs/` and submits it.
+    pub fn submit(&self, scheduler: &dyn Scheduler) -> Result<OneShotJob, SubmitError> {
+        let layout = RunLayout::new(self.run_dir);
+        let name = self.name();
+        let (script, log, marker) = (
+            layout.job_script(&name),
+            layout.job_log(&name),
+            layout.job_marker(&name),
+        );
+        for dir in [layout.job_dir(), layout.log_dir()] {
+            std::fs::create_dir_all(&dir).map_err(|source| SubmitError::Io {
+                action: "create",
+                path: dir,
+                source,
+            })?;
+        }
+        let text = self.render()?;
+        crate::submit::write_private(&script, &text).map_err(|source| SubmitError::Io {
+            action: "write job script",
+            path: script.clone(),
+            source,
+        })?;
+        let _ = std::fs::remove_file(&marker);
+        let submission = JobSubmission::new(&name, self.queue, JobScript::Path(script.clone()))
+            .workdir(self.run_dir)
+            .log(&log)
+            .marker(&marker);
+        let id = scheduler.submit(&submission)?;
+        Ok(OneShotJob {
+            name,
+            attempt: self.attempt,
+            backend: self.scheduler.backend,
+            queue: self.queue.to_string(),
+            scheduler_id: id.as_str().to_string(),
+            script,
+            log,
+            marker,
+        })
+    }
+}
+
+/// The job's state now; a scheduler that does not know it and no completion marker is
+/// [`JobState::Unknown`].
+pub fn state(scheduler: &dyn Scheduler, job: &OneShotJob) -> Result<JobState, SchedulerError> {
+    let handle = job.handle();
+    let states = scheduler.poll(std::slice::from_ref(&handle))?;
+    Ok(states.get(&handle.id).cloned().unwrap_or(JobState::Unknown))
+}
+
+/// Polls `job` every `interval` until it ends (or has been unknown to the scheduler, with no
+/// completion marker, for `lost_after`: then it is cancelled and reported failed, lost).
+/// `each(state)` after every poll; a scheduler command that fails transiently is retried at
+/// the next poll.
+pub fn wait(
+    scheduler: &dyn Scheduler,
+    job: &OneShotJob,
+    interval: Duration,
+    lost_after: Duration,
+    mut each: impl FnMut(&JobState),
+) -> Result<JobState, SchedulerError> {
+    let mut unknown_since: Option<Instant> = None;
+    loop {
+        match state(scheduler, job) {
+            Ok(JobState::Unknown) => {
+                let since = *unknown_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= lost_after {
+                    let _ = scheduler.cancel(&job.handle());
+                    return Ok(JobState::Failed {
+                        exit_code: None,
+                        reason: format!(
+                            "lost: the scheduler has not known the job for {lost_after:?} and it left no completion marker"
+                        ),
+                    });
+                }
+                each(&JobState::Unknown);
+            }
+            Ok(s) if s.is_terminal() => return Ok(s),
+            Ok(s) => {
+                unknown_since = None;
+                each(&s);
+            }
+            Err(e) if e.is_transient() => {
+                tracing::info!(job = %job.name, "polling failed ({e}); will try again");
+            }
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(interval);
+    }
+}

@@ -1,0 +1,468 @@
+/*!
+The run keeps its scheduler configuration.
+
+The first `submit` of a run stores its effective run config (the `--config` file with the
+`--backend` override applied, or the defaults) in run.db, setting [`RUN_CONFIG_SETTING`]. Every
+later command that reaches the scheduler — `submit` restarted after a reboot, `submit --trial`,
+`submit --build-shard`, `query --submit` — uses the stored one when it is given none, so a
+restart typed as `submit --run-dir D --model-dir M` keeps polling its Slurm jobs through Slurm
+instead of calling them lost and starting embed jobs on the login node. A config that differs
+from the stored one is refused with the difference shown key by key, unless the user asks to
+replace it (`--replace-config`).
+
+Why run.db and not a file beside it: the config is read only by the run's owner (the commands
+that talk to the scheduler), run.db is the owner's one source of truth, and a setting there is
+written in one transaction with nothing to half-write; a file would be one more thing a user may
+edit behind the run's back. `submit --dry-run` prints it. Note: `[scheduler.script] env`
+values, which may be secrets, are stored as given (as they are in every job script); run.db is
+as private as those scripts should be.
+
+Queue caps are not part of it: they stay live-editable in run.db (`queues set`).
+*/
+
+use std::collections::BTreeMap;
+
+use embedfleet_core::rundb::{RunDb, RunDbError};
+use serde_json::Value;
+
+use crate::config::RunConfig;
+use crate::scheduler::Backend;
+
+/// The run.db setting that holds the run's [`RunConfig`] (JSON).
+pub const RUN_CONFIG_SETTING: &str = "run_config";
+
+/// What the command line gave: a `--config` file's contents, a `--backend`, `--replace-config`.
+#[derive(Debug, Clone, Default)]
+pub struct GivenConfig {
+    pub file: Option<RunConfig>,
+    pub backend: Option<Backend>,
+    pub replace: bool,
+}
+
+impl GivenConfig {
+    fn is_empty(&self) -> bool {
+        self.file.is_none() && self.backend.is_none()
+    }
+}
+
+/// The run config a command uses, and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChosenConfig {
+    pub config: RunConfig,
+    pub origin: Origin,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The run's stored config (the command line gave none, or the same one).
+    Stored,
+    /// The run has none yet (its first submit): this one is to be stored.
+    First,
+    /// `--replace-config`: this one is to replace the stored one; the differences.
+    Replacing(Vec<String>),
+}
+
+impl ChosenConfig {
+    /// True when [`store`] should record it (first submit, or an explicit replace).
+    pub fn to_store(&self) -> bool {
+        !matches!(self.origin, Origin::Stored)
+    }
+
+    /// A line for the user about which config is used.
+    pub fn describe(&self) -> String {
+        let backend = self.config.scheduler.backend;
+        match &self.origin {
+            Origin::Stored => format!(
+                "using the run's stored run config (backend {backend}); `--config FILE --replace-config` changes it"
+            ),
+            Origin::First => format!(
+                "this run's first submit: its run config (backend {backend}) is stored in run.db, and later commands use it"
+            ),
+            Origin::Replacing(d) => format!(
+                "replacing the run's stored run config (backend {backend}): {}",
+                d.join("; ")
+            ),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoredConfigError {
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    #[error(
+        "this run keeps the run config of its first submit, and the one given differs:\n  {}\n\
+         leave out --config and --backend to use the stored one, or add --replace-config to \
+         store the given one instead",
+        differences.join("\n  ")
+    )]
+    Differs { differences: Vec<String> },
+    #[error(
+        "{count} job(s) of this run are still open on {open} (e.g. {example}), and this command \
+         would use {given}: it could not poll them, would call them lost and run their batches \
+         again beside them. Use the {open} config (`--config FILE` with `backend = \"{open}\"`), \
+         or wait for or cancel those jobs first"
+    )]
+    OpenJobsElsewhere {
+        count: usize,
+        open: String,
+        given: Backend,
+        example: String,
+    },
+    #[error("--replace-config needs the config to store: give --config FILE and/or --backend")]
+    ReplaceWithoutConfig,
+    #[error(
+        "this run keeps a {0} run config (stored by its first submit), and `run` embeds on this \
+         machine only: go on with `embedfleet submit --run-dir DIR --model-dir DIR`"
+    )]
+    NotLocal(Backend),
+}
+
+impl StoredConfigError {
+    /// Refusals (exit code 4) as opposed to failures.
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, StoredConfigError::RunDb(_))
+    }
+}
+
+/// The run's stored config, if its first submit has stored one.
+pub fn stored(db: &RunDb) -> Result<Option<RunConfig>, RunDbError> {
+    db.setting(RUN_CONFIG_SETTING)
+}
+
+/// Records `config` as the run's.
+pub fn store(db: &RunDb, config: &RunConfig) -> Result<(), RunDbError> {
+    db.set_setting(RUN_CONFIG_SETTING, config)
+}
+
+/// The config a command uses: the stored one unless the command line gives one; a given one
+/// that differs from the stored one only with `replace`; never one whose backend differs from
+/// that of the run's open jobs (a run submitted before configs were stored has those only).
+pub fn choose(db: &RunDb, given: &GivenConfig) -> Result<ChosenConfig, StoredConfigError> {
+    if given.replace && given.is_empty() {
+        return Err(StoredConfigError::ReplaceWithoutConfig);
+    }
+    let stored = stored(db)?;
+    let mut config = match (&given.file, &stored) {
+        (Some(file), _) => file.clone(),
+        (None, Some(stored)) => stored.clone(),
+        (None, None) => RunConfig::default(),
+    };
+    if let Some(backend) = given.backend {
+        config.scheduler.backend = backend;
+    }
+    let origin = match &stored {
+        None => Origin::First,
+        Some(_) if given.is_empty() => Origin::Stored,
+        Some(stored) => {
+            let differences = differences(stored, &config);
+            if differences.is_empty() {
+                Origin::Stored
+            } else if given.replace || !any_job_submitted(db)? {
+                // No job has gone through the stored one yet (a first submit that failed on a
+                // wrong sbatch path, say): nothing depends on it, the fixed one replaces it.
+                Origin::Replacing(differences)
+            } else {
+                return Err(StoredConfigError::Differs { differences });
+            }
+        }
+    };
+    check_open_jobs(db, config.scheduler.backend)?;
+    Ok(ChosenConfig { config, origin })
+}
+
+/// For `run` (the pipeline on this machine): refuses a run whose stored config, or whose open
+/// jobs, are another backend's.
+pub fn check_local(db: &RunDb) -> Result<(), StoredConfigError> {
+    match stored(db)? {
+        Some(c) if c.scheduler.backend != Backend::Local => {
+            Err(StoredConfigError::NotLocal(c.scheduler.backend))
+        }
+        _ => check_open_jobs(db, Backend::Local),
+    }
+}
+
+/// Renders a job script with `config` for a made-up job: a template that cannot work is
+/// refused before it is stored (the loop would fail on it at its first job anyway).
+pub fn check_renders(config: &RunConfig) -> Result<(), crate::submit::SubmitError> {
+    let script = &config.scheduler.script;
+    let job = crate::scheduler::ScriptJob {
+        job_name: "check".into(),
+        queue: "check".into(),
+        run_dir: "/run".into(),
+        batches: vec![1; script.nodes.max(1) as usize],
+        output: "/run/logs/check.log".into(),
+        error: None,
+        marker: Some("/run/jobs/check.exit".into()),
+        embed_args: Vec::new(),
+    };
+    crate::scheduler::render_job_script(config.scheduler.backend, script, &job)?;
+    Ok(())
+}
+
+/// True once a scheduler has taken a job of the run (whatever became of it).
+fn any_job_submitted(db: &RunDb) -> Result<bool, RunDbError> {
+    db.conn()
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE scheduler_id IS NOT NULL)",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| db.err(e))
+}
+
+/// Refuses a backend other than the one the run's open jobs were submitted through.
+fn check_open_jobs(db: &RunDb, backend: Backend) -> Result<(), StoredConfigError> {
+    let elsewhere: Vec<_> = db
+        .open_jobs()?
+        .into_iter()
+        .filter(|j| j.backend != backend.name())
+        .collect();
+    match elsewhere.first() {
+        None => Ok(()),
+        Some(first) => Err(StoredConfigError::OpenJobsElsewhere {
+            count: elsewhere.len(),
+            open: first.backend.clone(),
+            given: backend,
+            example: first.name.clone(),
+        }),
+    }
+}
+
+/// The keys whose values differ, one line each: `scheduler.backend: stored "slurm", given
+/// "local"`. Values of `scheduler.script.env` are not shown (they may be secrets).
+pub fn differences(stored: &RunConfig, given: &RunConfig) -> Vec<String> {
+    let (a, b) = (flatten(stored), flatten(given));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            let show = |v: Option<&Value>| match v {
+                None | Some(Value::Null) => "(unset)".to_string(),
+                Some(_) if k.starts_with("scheduler.script.env.") => "***".to_string(),
+                Some(v) => v.to_string(),
+            };
+            format!("{k}: stored {}, given {}", show(a.get(k)), show(b.get(k)))
+        })
+        .collect()
+}
+
+/// Dotted key → leaf value (arrays are leaves).
+fn flatten(config: &RunConfig) -> BTreeMap<String, Value> {
+    fn walk(prefix: &str, value: Value, out: &mut BTreeMap<String, Value>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            leaf => {
+                out.insert(prefix.to_string(), leaf);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    let value = serde_json::to_value(config).expect("a run config serialises. This is a bug.");
+    walk("", value, &mut out);
+    out
+}
+
+/// The config as the TOML a `--config` file would hold (for `submit --dry-run`), `env` values
+/// masked.
+pub fn to_toml(config: &RunConfig) -> String {
+    let mut masked = config.clone();
+    for value in masked.scheduler.script.env.values_mut() {
+        *value = "***".into();
+    }
+    toml::to_string(&masked).unwrap_or_else(|e| format!("# (cannot show it as TOML: {e})\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slurm() -> RunConfig {
+        let mut c = RunConfig::default();
+        c.scheduler.backend = Backend::Slurm;
+        c.scheduler.script.walltime = Some("01:00:00".into());
+        c
+    }
+
+    fn db() -> (tempfile::TempDir, RunDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::create(dir.path()).unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn the_first_config_is_to_be_stored_and_later_ones_use_it() {
+        let (_d, db) = db();
+        let given = GivenConfig {
+            file: Some(slurm()),
+            ..Default::default()
+        };
+        let first = choose(&db, &given).unwrap();
+        assert_eq!(first.origin, Origin::First);
+        store(&db, &first.config).unwrap();
+        let again = choose(&db, &GivenConfig::default()).unwrap();
+        assert_eq!(again.origin, Origin::Stored);
+        assert_eq!(again.config, slurm());
+        // The same config given again is no change.
+        assert_eq!(choose(&db, &given).unwrap().origin, Origin::Stored);
+    }
+
+    /// Records a job of batch 1 on `backend`, taken by the scheduler and ended.
+    fn submitted_job(db: &mut RunDb, backend: &str) {
+        db.conn()
+            .execute_batch(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 0, 0, '');
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 1, 'b', 1, 1);",
+            )
+            .unwrap();
+        db.insert_job(&embedfleet_core::rundb::NewJob {
+            batches: &[1],
+            attempt: 1,
+            backend,
+            queue: "debug",
+            name: "j1",
+            script: "s",
+            log: "l",
+            marker: "m",
+        })
+        .unwrap();
+        db.set_job_submitted("j1", "17").unwrap();
+    }
+
+    #[test]
+    fn before_any_job_went_through_it_a_stored_config_is_replaced_freely() {
+        let (_d, db) = db();
+        store(&db, &slurm()).unwrap();
+        let given = GivenConfig {
+            backend: Some(Backend::Local),
+            ..Default::default()
+        };
+        let chosen = choose(&db, &given).unwrap();
+        assert!(chosen.to_store(), "{chosen:?}");
+        assert!(matches!(chosen.origin, Origin::Replacing(_)));
+    }
+
+    #[test]
+    fn a_different_one_is_refused_key_by_key_unless_replaced() {
+        let (_d, mut db) = db();
+        store(&db, &slurm()).unwrap();
+        submitted_job(&mut db, "slurm");
+        db.set_job_state("j1", embedfleet_core::state::JobStatus::Completed, None)
+            .unwrap();
+        let given = GivenConfig {
+            backend: Some(Backend::Local),
+            ..Default::default()
+        };
+        let err = choose(&db, &given).unwrap_err();
+        assert!(err.is_refusal());
+        let text = err.to_string();
+        assert!(
+            text.contains(r#"scheduler.backend: stored "slurm", given "local""#),
+            "{text}"
+        );
+        let mut other = slurm();
+        other.scheduler.script.walltime = None;
+        other
+            .scheduler
+            .script
+            .env
+            .insert("TOKEN".into(), "s3cret".into());
+        let d = differences(&slurm(), &other);
+        assert_eq!(
+            d,
+            vec![
+                "scheduler.script.env.TOKEN: stored (unset), given ***".to_string(),
+                r#"scheduler.script.walltime: stored "01:00:00", given (unset)"#.to_string(),
+            ]
+        );
+        let replaced = choose(
+            &db,
+            &GivenConfig {
+                replace: true,
+                ..given
+            },
+        )
+        .unwrap();
+        assert!(replaced.to_store());
+        assert_eq!(replaced.config.scheduler.backend, Backend::Local);
+        assert!(matches!(
+            choose(
+                &db,
+                &GivenConfig {
+                    replace: true,
+                    ..Default::default()
+                }
+            ),
+            Err(StoredConfigError::ReplaceWithoutConfig)
+        ));
+    }
+
+    #[test]
+    fn a_backend_other_than_the_open_jobs_one_is_refused_even_when_replacing() {
+        let (_d, mut db) = db();
+        db.conn()
+            .execute_batch(
+                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 0, 0, '');
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 1, 'b', 1, 1);",
+            )
+            .unwrap();
+        db.insert_job(&embedfleet_core::rundb::NewJob {
+            batches: &[1],
+            attempt: 1,
+            backend: "slurm",
+            queue: "debug",
+            name: "j1",
+            script: "s",
+            log: "l",
+            marker: "m",
+        })
+        .unwrap();
+        // A run submitted before configs were stored: no stored one, but its jobs say slurm.
+        let err = choose(&db, &GivenConfig::default()).unwrap_err();
+        assert!(
+            matches!(err, StoredConfigError::OpenJobsElsewhere { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("open on slurm"), "{err}");
+        let ok = choose(
+            &db,
+            &GivenConfig {
+                file: Some(slurm()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(ok.origin, Origin::First);
+    }
+
+    #[test]
+    fn run_refuses_a_run_kept_on_a_cluster() {
+        let (_d, db) = db();
+        check_local(&db).unwrap();
+        store(&db, &slurm()).unwrap();
+        let err = check_local(&db).unwrap_err();
+        assert!(err.is_refusal() && err.to_string().contains("keeps a slurm run config"));
+    }
+
+    #[test]
+    fn shows_as_toml_that_reads_back() {
+        let mut c = slurm();
+        c.scheduler
+            .script
+            .env
+            .insert("TOKEN".into(), "s3cret".into());
+        let text = to_toml(&c);
+        assert!(!text.contains("s3cret"), "{text}");
+        let back: RunConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.scheduler.backend, Backend::Slurm);
+    }
+}
