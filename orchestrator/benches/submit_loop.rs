@@ -66,6 +66,8 @@ fn main() {
         exe: fake,
         progress: false,
         trial: None,
+        breaker_after: 0,
+        notify: embedfleet_orchestrator::notify::NotifyConfig::default(),
     };
     let t = Instant::now();
     let report = submit(&options).unwrap();

@@ -87,6 +87,8 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
         progress: std::io::stderr().is_terminal(),
         trial: args.trial.clone(),
+        breaker_after: args.breaker_after,
+        notify: config.notify,
     };
     if args.dry_run {
         let scripts = submit::dry_run(&options)?;
@@ -168,9 +170,16 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
 
 pub fn pause(args: &RunDirArgs, paused: bool) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
+    let breaker = db.pause_reason()?.filter(|r| r.by == "breaker");
     db.set_paused(paused)?;
     if paused {
         eprintln!("paused: the submit loop submits nothing new (running jobs go on); `embedfleet resume` undoes it");
+    } else if let Some(reason) = breaker {
+        eprintln!(
+            "resumed after the breaker's pause ({}): the submit loop tries the batches that \
+             failed again and submits at its next poll",
+            reason.signature
+        );
     } else {
         eprintln!("resumed: the submit loop submits again at its next poll");
     }

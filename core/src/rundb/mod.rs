@@ -24,6 +24,7 @@ pub use batch_runs::{BatchRunRecord, BatchTimings};
 pub use batches::BatchRow;
 pub use jobs::{JobRow, NewJob};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
+pub use queues::PauseReason;
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
 pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};

@@ -130,6 +130,8 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         exe: PathBuf::from("/bin/false"),
         progress: false,
         trial: None,
+        breaker_after: 3,
+        notify: NotifyConfig::default(),
     };
     (dir, options)
 }
