@@ -154,7 +154,10 @@ impl Event {
                 batches_failed,
             } => {
                 put("EMBEDFLEET_BATCHES_DONE", Some(batches_done.to_string()));
-                put("EMBEDFLEET_BATCHES_FAILED", Some(batches_failed.to_string()));
+                put(
+                    "EMBEDFLEET_BATCHES_FAILED",
+                    Some(batches_failed.to_string()),
+                );
             }
             Self::Paused {
                 signature,
@@ -443,7 +446,11 @@ mod tests {
         while unsafe { libc::kill(pid, 0) } == 0 && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(20));
         }
-        assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "the hook's child survived");
+        assert_ne!(
+            unsafe { libc::kill(pid, 0) },
+            0,
+            "the hook's child survived"
+        );
     }
 
     #[test]
@@ -517,7 +524,9 @@ mod tests {
             assert!(!e.message().contains('\n'));
             assert!(e.message().starts_with("embedfleet: "), "{}", e.message());
         }
-        assert!(events[3].vars().contains(&("EMBEDFLEET_HOST", "nid0001".into())));
+        assert!(events[3]
+            .vars()
+            .contains(&("EMBEDFLEET_HOST", "nid0001".into())));
         assert!(events[3].vars().contains(&("EMBEDFLEET_BATCH", "4".into())));
     }
 }

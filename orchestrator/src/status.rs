@@ -181,9 +181,11 @@ mod tests {
             text.contains("by the breaker: 3 jobs in a row failed alike"),
             "{text}"
         );
-        assert!(text.contains("failure: exit code 1: error: libcudnn"), "{text}");
+        assert!(
+            text.contains("failure: exit code 1: error: libcudnn"),
+            "{text}"
+        );
         assert!(text.contains("log: /run/logs/j1.log"), "{text}");
         assert!(text.contains("check: quota"), "{text}");
     }
 }
-

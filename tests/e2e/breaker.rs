@@ -60,11 +60,7 @@ fn job_binary(t: &TestDir, fixed: &Path, refuse: bool) -> String {
         ),
     )
     .unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(&path)
-        .status()
-        .unwrap();
+    Command::new("chmod").arg("+x").arg(&path).status().unwrap();
     path.display().to_string()
 }
 
@@ -132,8 +128,7 @@ fn finish(mut child: Child, timeout_s: u64) -> (Option<i32>, String) {
             let _ = child.kill();
             let _ = child.wait();
             let mut err = String::new();
-            let _ =
-                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
             panic!("the submit loop did not end in {timeout_s} s:\n{err}");
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -185,9 +180,16 @@ fn three_alike_pause_and_resume_finishes(backend: &str, queue: &str) {
     });
     // A few polls later: still three jobs, the loop still waiting.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(jobs_submitted(&t), 3, "no fourth job after the breaker tripped");
+    assert_eq!(
+        jobs_submitted(&t),
+        3,
+        "no fourth job after the breaker tripped"
+    );
     let mut child = child.take().unwrap();
-    assert!(child.try_wait().unwrap().is_none(), "the loop waits for resume");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the loop waits for resume"
+    );
     let status = t.status("run");
     let reason = &status["pause_reason"];
     assert_eq!(reason["by"], "breaker", "{status}");
@@ -220,8 +222,8 @@ fn three_alike_pause_and_resume_finishes(backend: &str, queue: &str) {
         "{seen:#?}"
     );
     assert!(
-        seen.iter()
-            .any(|e| e.starts_with("event=paused ") && e.contains("reason=exit code 1; first error line")),
+        seen.iter().any(|e| e.starts_with("event=paused ")
+            && e.contains("reason=exit code 1; first error line")),
         "{seen:#?}"
     );
     // The fix, then resume: the running loop goes on, the failed batches too.
@@ -270,7 +272,10 @@ fn a_refusal_pauses_at_the_first(backend: &str, queue: &str) {
     let status = t.status("run");
     let reason = &status["pause_reason"];
     let signature = reason["signature"].as_str().unwrap();
-    assert!(signature.starts_with("exit code 4; first error line: error:"), "{status}");
+    assert!(
+        signature.starts_with("exit code 4; first error line: error:"),
+        "{status}"
+    );
     assert!(
         reason["message"].as_str().unwrap().contains("refused"),
         "{status}"
@@ -347,11 +352,9 @@ fn notify_a_hanging_command_does_not_hold_the_loop_up() {
     assert_eq!(code, Some(0), "{err}");
     // The hook ran (in the run directory), hung, and was killed at its 2 s timeout: the loop
     // waited for it no longer than that and its grace.
-    assert!(
-        std::fs::read_to_string(t.join("run/hook.txt"))
-            .unwrap()
-            .contains("started")
-    );
+    assert!(std::fs::read_to_string(t.join("run/hook.txt"))
+        .unwrap()
+        .contains("started"));
     assert!(err.contains("ran past its 2s timeout"), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(60),

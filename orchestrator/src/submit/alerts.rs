@@ -27,11 +27,7 @@ impl SubmitLoop<'_> {
 
     /// True when the run is paused and the breaker paused it (this loop or an earlier one).
     pub(super) fn paused_by_breaker(&self) -> Result<bool> {
-        Ok(self.db.paused()?
-            && self
-                .db
-                .pause_reason()?
-                .is_some_and(|r| r.by == BY_BREAKER))
+        Ok(self.db.paused()? && self.db.pause_reason()?.is_some_and(|r| r.by == BY_BREAKER))
     }
 
     /// A job ended and run.db has its batches' fate (`all_done`): the breaker hears of it,

@@ -80,7 +80,10 @@ impl Signature {
             } => (None, normalise(reason)),
             _ => return None,
         };
-        let first_error = log.and_then(read_tail).as_deref().and_then(first_error_line);
+        let first_error = log
+            .and_then(read_tail)
+            .as_deref()
+            .and_then(first_error_line);
         Some(Self {
             exit_code,
             exit,
@@ -158,7 +161,7 @@ fn pause_reason(streak: &[Failure], at_first: bool) -> PauseReason {
         format!("{} jobs in a row failed the same way", streak.len())
     };
     let mut check = vec![
-        "the job logs above: the first error line is what the jobs had in common".to_string(),
+        "the failed jobs' logs: their first error line is what the jobs had in common".to_string(),
         "`embedfleet doctor` run on a compute node (as a job, or in an interactive \
          allocation): the GPU, CUDA/cuDNN libraries and the model directory as the jobs see them"
             .to_string(),
@@ -430,8 +433,10 @@ mod tests {
             "Lmod has detected the following error: The following module(s) are unknown: \"cudnn/#\""
         );
         assert_eq!(
-            first_error_line("starting batch 4\n\nerror: the model directory /m has no config.json\n")
-                .unwrap(),
+            first_error_line(
+                "starting batch 4\n\nerror: the model directory /m has no config.json\n"
+            )
+            .unwrap(),
             "error: the model directory /m has no config.json"
         );
         assert_eq!(
@@ -455,16 +460,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("j.log");
         std::fs::write(&log, "setup\nerror: no cudnn on nid0042\n").unwrap();
-        let sig = Signature::of(&failed(Some(1), "exit code 1"), JobStatus::Failed, Some(&log))
-            .unwrap();
+        let sig = Signature::of(
+            &failed(Some(1), "exit code 1"),
+            JobStatus::Failed,
+            Some(&log),
+        )
+        .unwrap();
         assert_eq!(sig.exit_code, Some(1));
         assert_eq!(sig.first_error.as_deref(), Some("error: no cudnn on nid#"));
         assert_eq!(
             sig.to_string(),
             "exit code 1; first error line: error: no cudnn on nid#"
         );
-        let signal = Signature::of(&failed(None, "killed by signal 9"), JobStatus::Failed, None)
-            .unwrap();
+        let signal =
+            Signature::of(&failed(None, "killed by signal 9"), JobStatus::Failed, None).unwrap();
         assert_eq!(signal.exit, "killed by signal #");
         assert_eq!(signal.first_error, None);
         // Exit 0 with the batch not done is the job's own failure too.
@@ -477,7 +486,10 @@ mod tests {
             JobState::OutOfMemory,
             JobState::Cancelled,
         ] {
-            assert!(Signature::of(&state, state.status(), None).is_none(), "{state}");
+            assert!(
+                Signature::of(&state, state.status(), None).is_none(),
+                "{state}"
+            );
         }
         let lost = failed(None, "lost: the scheduler has not known the job");
         assert!(Signature::of(&lost, JobStatus::Lost, None).is_none());
@@ -486,15 +498,27 @@ mod tests {
     #[test]
     fn trips_after_k_alike_and_resets_on_success_or_another_signature() {
         let mut b = Breaker::new(3);
-        assert!(b.failed(failure("j1", 1, "error: no cudnn (batch 1)")).is_none());
-        assert!(b.failed(failure("j2", 1, "error: no cudnn (batch 2)")).is_none());
+        assert!(b
+            .failed(failure("j1", 1, "error: no cudnn (batch 1)"))
+            .is_none());
+        assert!(b
+            .failed(failure("j2", 1, "error: no cudnn (batch 2)"))
+            .is_none());
         b.success();
-        assert!(b.failed(failure("j3", 1, "error: no cudnn (batch 3)")).is_none());
-        assert!(b.failed(failure("j4", 1, "error: no cudnn (batch 4)")).is_none());
+        assert!(b
+            .failed(failure("j3", 1, "error: no cudnn (batch 3)"))
+            .is_none());
+        assert!(b
+            .failed(failure("j4", 1, "error: no cudnn (batch 4)"))
+            .is_none());
         // Another signature starts a new count at 1.
         assert!(b.failed(failure("j5", 1, "error: quota")).is_none());
-        assert!(b.failed(failure("j6", 1, "error: no cudnn (batch 6)")).is_none());
-        assert!(b.failed(failure("j7", 1, "error: no cudnn (batch 7)")).is_none());
+        assert!(b
+            .failed(failure("j6", 1, "error: no cudnn (batch 6)"))
+            .is_none());
+        assert!(b
+            .failed(failure("j7", 1, "error: no cudnn (batch 7)"))
+            .is_none());
         let reason = b
             .failed(failure("j8", 1, "error: no cudnn (batch 8)"))
             .expect("the third alike trips");
@@ -505,11 +529,17 @@ mod tests {
             reason.signature,
             "exit code 1; first error line: error: no cudnn (batch #)"
         );
-        assert!(reason.message.contains("3 jobs in a row"), "{}", reason.message);
+        assert!(
+            reason.message.contains("3 jobs in a row"),
+            "{}",
+            reason.message
+        );
         assert!(reason.check.iter().any(|c| c.contains("embedfleet doctor")));
         assert!(reason.check.iter().any(|c| c.contains("quota")));
         // Tripping starts the count again.
-        assert!(b.failed(failure("j9", 1, "error: no cudnn (batch 9)")).is_none());
+        assert!(b
+            .failed(failure("j9", 1, "error: no cudnn (batch 9)"))
+            .is_none());
     }
 
     #[test]
@@ -520,10 +550,14 @@ mod tests {
             .expect("exit 4 trips at once");
         assert_eq!(reason.jobs, vec!["j1"]);
         assert!(reason.message.contains("refused"), "{}", reason.message);
-        assert!(b.failed(failure("j2", 2, "error: unexpected argument")).is_some());
+        assert!(b
+            .failed(failure("j2", 2, "error: unexpected argument"))
+            .is_some());
         let mut off = Breaker::new(0);
         for i in 0..10 {
-            assert!(off.failed(failure(&format!("j{i}"), 4, "error: x")).is_none());
+            assert!(off
+                .failed(failure(&format!("j{i}"), 4, "error: x"))
+                .is_none());
         }
     }
 
