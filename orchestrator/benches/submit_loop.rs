@@ -68,6 +68,8 @@ fn main() {
         trial: None,
         stall: Default::default(),
         kill_stalled: false,
+        breaker_after: 0,
+        notify: embedfleet_orchestrator::notify::NotifyConfig::default(),
     };
     let t = Instant::now();
     let report = submit(&options).unwrap();

@@ -21,12 +21,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::notify::NotifyConfig;
 use crate::scheduler::SchedulerConfig;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunConfig {
     pub scheduler: SchedulerConfig,
+    /// The notify hook (docs/notify.md).
+    pub notify: NotifyConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +93,7 @@ impl RunConfig {
                 self.scheduler.local.grace_secs,
                 true,
             ),
+            ("[notify] timeout_secs", self.notify.timeout_secs, false),
         ];
         times
             .iter()
@@ -123,6 +127,32 @@ mod tests {
             vec!["-l", "filesystems=home:eagle"]
         );
         assert_eq!(cfg.scheduler.script.setup.len(), 1);
+    }
+
+    #[test]
+    fn the_notify_example_in_docs_is_a_valid_run_config() {
+        let doc = include_str!("../../docs/notify.md");
+        let start = doc
+            .find("```toml\n[notify]")
+            .expect("docs/notify.md has the [notify] example");
+        let body = &doc[start + "```toml\n".len()..];
+        let text = &body[..body.find("```").unwrap()];
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.toml");
+        std::fs::write(&path, text).unwrap();
+        let cfg = RunConfig::load(&path).unwrap();
+        assert!(cfg.notify.command.as_deref().unwrap().contains("mail"));
+        assert_eq!(cfg.notify.timeout_secs, 60.0);
+        assert_eq!(cfg.scheduler.backend, Backend::Slurm);
+        assert!(cfg
+            .scheduler
+            .script
+            .extra_directives
+            .iter()
+            .any(|d| d.contains("--mail-type=END,FAIL")));
+        // Without the table: no command, the default timeout.
+        assert_eq!(RunConfig::default().notify.command, None);
+        assert_eq!(RunConfig::default().notify.timeout_secs, 60.0);
     }
 
     #[test]
@@ -166,6 +196,7 @@ mod tests {
                 "[scheduler.local]\ngrace_secs = -inf\n",
                 "grace_secs = -inf",
             ),
+            ("[notify]\ntimeout_secs = 0.0\n", "timeout_secs = 0"),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = RunConfig::load(&path).unwrap_err().to_string();
@@ -194,6 +225,9 @@ mod tests {
         std::fs::write(&path, "[scheduler.script]\nacount = \"P\"\n").unwrap();
         let err = RunConfig::load(&path).unwrap_err().to_string();
         assert!(err.contains("acount"), "{err}");
+        std::fs::write(&path, "[notify]\ncomand = \"mail\"\n").unwrap();
+        let err = RunConfig::load(&path).unwrap_err().to_string();
+        assert!(err.contains("comand"), "{err}");
         let err = RunConfig::load(&dir.path().join("missing.toml"))
             .unwrap_err()
             .to_string();

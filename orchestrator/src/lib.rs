@@ -3,6 +3,7 @@
 //! queues filled.
 
 pub mod config;
+pub mod notify;
 pub mod oneshot;
 pub mod plan;
 pub mod report;

@@ -1,7 +1,7 @@
 //! The human form of `embedfleet status` (the `--json` form is [`RunStatus`] itself).
 
 use embedfleet_core::owner::{describe_age, LoopState};
-use embedfleet_core::rundb::RunStatus;
+use embedfleet_core::rundb::{PauseReason, RunStatus};
 use std::fmt::Write;
 
 /// One line on the submit loop, from the snapshot it keeps.
@@ -60,6 +60,9 @@ pub fn render(s: &RunStatus) -> String {
             out,
             "submit     paused (`embedfleet resume` lets the loop submit again)"
         );
+        if let Some(reason) = &s.pause_reason {
+            render_pause_reason(&mut out, reason);
+        }
     }
     let mut queues: std::collections::BTreeSet<&String> = s.jobs_by_queue.keys().collect();
     queues.extend(s.queue_caps.keys());
@@ -173,6 +176,19 @@ pub fn duration(secs: f64) -> String {
     }
 }
 
+/// Why the loop paused itself, indented under the `submit paused` line: the signature, the
+/// failed jobs' logs and what to check.
+fn render_pause_reason(out: &mut String, r: &PauseReason) {
+    let _ = writeln!(out, "           by the {}: {}", r.by, r.message);
+    let _ = writeln!(out, "           failure: {}", r.signature);
+    for log in &r.logs {
+        let _ = writeln!(out, "           log: {log}");
+    }
+    for item in &r.check {
+        let _ = writeln!(out, "           check: {item}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +219,33 @@ mod tests {
         assert!(text.contains("jobs       gpu cap 2: (running 2)"), "{text}");
         assert!(text.contains("paused"), "{text}");
         assert!(text.contains("2.00 papers/s; 1m 30s to go"), "{text}");
+    }
+
+    #[test]
+    fn a_pause_of_the_breaker_says_why_and_what_to_check() {
+        let s = RunStatus {
+            paused: true,
+            pause_reason: Some(PauseReason {
+                by: "breaker".into(),
+                message: "3 jobs in a row failed alike".into(),
+                signature: "exit code 1: error: libcudnn.so.# not found".into(),
+                jobs: vec!["j1".into()],
+                logs: vec!["/run/logs/j1.log".into()],
+                check: vec!["quota".into()],
+                at_unix_s: 1,
+            }),
+            ..RunStatus::default()
+        };
+        let text = render(&s);
+        assert!(
+            text.contains("by the breaker: 3 jobs in a row failed alike"),
+            "{text}"
+        );
+        assert!(
+            text.contains("failure: exit code 1: error: libcudnn"),
+            "{text}"
+        );
+        assert!(text.contains("log: /run/logs/j1.log"), "{text}");
+        assert!(text.contains("check: quota"), "{text}");
     }
 }

@@ -4,6 +4,7 @@ use super::ModelArgs;
 use super::RunDirArgs;
 use clap::{Args, Subcommand, ValueEnum};
 use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -49,6 +50,11 @@ pub struct SubmitArgs {
     /// jobs are retried; exit codes 2 and 4 of embed-job are not).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_attempts: u32,
+    /// Pause the run after this many jobs in a row failed the same way (same exit code and
+    /// first error line of the log), at the first for a refusal (exit code 4 or 2); 0: never.
+    /// `embedfleet status` says why; `embedfleet resume` goes on after the fix.
+    #[arg(long, default_value_t = DEFAULT_BREAKER_AFTER, value_name = "K")]
+    pub breaker_after: u32,
     /// Seconds between polls of the scheduler (default: 30, or 1 for local).
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub poll_interval: Option<f64>,

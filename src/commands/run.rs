@@ -6,6 +6,7 @@ use crate::cli::{EmbedJobSettings, ModelArgs, RunArgs, VectorDtypeArg};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::RunLayout;
+use embedfleet_orchestrator::notify::NotifyConfig;
 use embedfleet_orchestrator::scheduler::SchedulerConfig;
 use embedfleet_orchestrator::submit::SubmitOptions;
 use std::collections::BTreeMap;
@@ -66,6 +67,10 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         trial: None,
         stall: Default::default(),
         kill_stalled: false,
+        // `run` is unattended and ends on its own: a pause would wait for a `resume` nobody
+        // types; its two attempts per batch bound the cost of a setup that always fails.
+        breaker_after: 0,
+        notify: NotifyConfig::default(),
     };
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;

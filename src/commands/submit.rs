@@ -117,6 +117,8 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
             min_idle_s: args.stalled_min,
         },
         kill_stalled: args.kill_stalled,
+        breaker_after: args.breaker_after,
+        notify: config.notify,
     };
     if args.dry_run {
         print_would_pin(&db, &chosen, &setup.output)?;
@@ -273,9 +275,16 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
 
 pub fn pause(args: &RunDirArgs, paused: bool) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
+    let breaker = db.pause_reason()?.filter(|r| r.by == "breaker");
     db.set_paused(paused)?;
     if paused {
         eprintln!("paused: the submit loop submits nothing new (running jobs go on); `embedfleet resume` undoes it");
+    } else if let Some(reason) = breaker {
+        eprintln!(
+            "resumed after the breaker's pause ({}): the submit loop tries the batches that \
+             failed again and submits at its next poll",
+            reason.signature
+        );
     } else {
         eprintln!("resumed: the submit loop submits again at its next poll");
     }

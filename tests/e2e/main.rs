@@ -4,6 +4,7 @@
 mod util;
 
 mod architecture;
+mod breaker;
 mod delete;
 mod doctor;
 mod embed;

@@ -1,11 +1,37 @@
 //! The `queues` table (queue caps) and the pause switch: what `pause`, `resume` and
-//! `queues set` change while the submit loop runs (it re-reads them every poll).
+//! `queues set` change while the submit loop runs (it re-reads them every poll). A pause may
+//! carry its reason (the submit loop's breaker records one), which `resume` clears.
 
 use super::{sqlite_err, Result, RunDb};
 use rusqlite::params;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const PAUSED_KEY: &str = "submit.paused";
+/// The settings key of [`PauseReason`]; absent unless something other than `embedfleet pause`
+/// paused the run.
+const PAUSE_REASON_KEY: &str = "submit.pause_reason";
+
+/// Why the submit loop paused the run by itself (`embedfleet pause` records none). Shown by
+/// `status` (text and `--json`, field `pause_reason`) until `embedfleet resume` clears it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseReason {
+    /// What paused it: `breaker` (jobs in a row failed alike).
+    pub by: String,
+    /// One line, for people: what happened.
+    pub message: String,
+    /// What the failures had in common: exit code and first error line of the job log, with
+    /// the numbers that differ per job (batch ids, job ids, line numbers) written as `#`.
+    pub signature: String,
+    /// The scheduler's names of the failed jobs, oldest first.
+    pub jobs: Vec<String>,
+    /// Their logs, in the same order.
+    pub logs: Vec<String>,
+    /// What to check before `embedfleet resume`.
+    pub check: Vec<String>,
+    /// When, in seconds since the Unix epoch.
+    pub at_unix_s: u64,
+}
 
 impl RunDb {
     /// Queue name -> cap on its jobs queued + running.
@@ -54,8 +80,36 @@ impl RunDb {
         Ok(self.setting::<bool>(PAUSED_KEY)?.unwrap_or(false))
     }
 
+    /// Pauses or resumes. Resuming clears the pause's reason: the user says it is dealt with.
     pub fn set_paused(&self, paused: bool) -> Result<()> {
-        self.set_setting(PAUSED_KEY, &paused)
+        if paused {
+            return self.set_setting(PAUSED_KEY, &paused);
+        }
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(sqlite_err(&self.dir))?;
+        self.set_setting(PAUSED_KEY, &false)?;
+        tx.execute("DELETE FROM settings WHERE key = ?1", [PAUSE_REASON_KEY])
+            .map_err(sqlite_err(&self.dir))?;
+        tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// Pauses, recording why, in one transaction: a reader never sees the reason without the
+    /// pause.
+    pub fn pause_for(&self, reason: &PauseReason) -> Result<()> {
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(sqlite_err(&self.dir))?;
+        self.set_setting(PAUSE_REASON_KEY, reason)?;
+        self.set_setting(PAUSED_KEY, &true)?;
+        tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// Why the run is paused, when the submit loop paused it (see [`Self::pause_for`]).
+    pub fn pause_reason(&self) -> Result<Option<PauseReason>> {
+        self.setting(PAUSE_REASON_KEY)
     }
 }
 
@@ -90,5 +144,29 @@ mod tests {
         assert!(db.paused().unwrap());
         db.set_paused(false).unwrap();
         assert!(!db.paused().unwrap());
+    }
+
+    #[test]
+    fn a_pause_with_a_reason_keeps_it_until_resume() {
+        let (_d, db) = db_with_batches(0);
+        assert_eq!(db.pause_reason().unwrap(), None);
+        let reason = PauseReason {
+            by: "breaker".into(),
+            message: "3 jobs in a row failed alike".into(),
+            signature: "exit code 1: error: no cudnn".into(),
+            jobs: vec!["j1".into()],
+            logs: vec!["/l/j1.log".into()],
+            check: vec!["the logs".into()],
+            at_unix_s: 7,
+        };
+        db.pause_for(&reason).unwrap();
+        assert!(db.paused().unwrap());
+        assert_eq!(db.pause_reason().unwrap(), Some(reason.clone()));
+        // Pausing again by hand keeps the reason; resuming clears it.
+        db.set_paused(true).unwrap();
+        assert_eq!(db.pause_reason().unwrap(), Some(reason));
+        db.set_paused(false).unwrap();
+        assert!(!db.paused().unwrap());
+        assert_eq!(db.pause_reason().unwrap(), None);
     }
 }

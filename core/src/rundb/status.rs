@@ -2,7 +2,7 @@
 //! (docs/commands.md, "status --json"): fields are only ever added, and `format_version` goes
 //! up when one that matters is.
 
-use super::{Result, RunDb};
+use super::{PauseReason, Result, RunDb};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -39,6 +39,11 @@ pub struct RunStatus {
     /// `embedfleet pause` is in force: the submit loop submits nothing new.
     #[serde(default)]
     pub paused: bool,
+    /// Why the submit loop paused the run by itself (its breaker: jobs in a row failed alike),
+    /// with the failed jobs' logs and what to check; `null` when not paused or paused by
+    /// `embedfleet pause`. `embedfleet resume` clears it.
+    #[serde(default)]
+    pub pause_reason: Option<PauseReason>,
     /// Papers embedded per second over the embed jobs' wall-clock span so far.
     #[serde(default)]
     pub papers_per_second: Option<f64>,
@@ -168,6 +173,7 @@ impl RunDb {
             points_failed: scalar("SELECT sum(failed_rows) FROM uploads")?,
             queue_caps: self.queue_caps()?,
             paused: self.paused()?,
+            pause_reason: self.pause_reason()?,
             papers_per_second,
             eta_seconds,
             tokens_embedded: scalar("SELECT sum(tokens) FROM batch_runs WHERE state = 'done'")?,

@@ -12,8 +12,14 @@ loop within one poll, and a restarted loop adopts the jobs its predecessor left 
 Whether a batch is done is decided by run.db (the embed job marks it), never by the job's exit
 status alone: a job that ends with "partial" (some papers quarantined) finished its batch, and
 a job reported "completed" whose batch is not done is retried.
+
+Jobs in a row that fail alike pause the run ([`breaker`]); the events a user wants to hear of
+(finished, paused, a batch failed for good) go to the run config's notify hook
+([`crate::notify`]); both are wired in by `alerts`.
 */
 
+mod alerts;
+pub mod breaker;
 mod console;
 mod round;
 mod watch;
@@ -26,6 +32,7 @@ use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError, RunStatus, Stall
 use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::{BatchId, RunLayout};
 
+use crate::notify::{Notifier, NotifyConfig};
 use crate::scheduler::{
     marker_state, render_job_script, Backend, JobHandle, JobScript, JobState, JobSubmission,
     QueuedJob, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob,
@@ -69,6 +76,10 @@ pub struct SubmitOptions {
     pub stall: StallRule,
     /// Cancel stalled jobs (their batches are retried like any cancelled job's).
     pub kill_stalled: bool,
+    /// Jobs in a row failing alike that pause the run ([`breaker`]); 0: never.
+    pub breaker_after: u32,
+    /// The notify hook (`[notify]` of the run config).
+    pub notify: NotifyConfig,
 }
 
 /// How a submit loop ended.
@@ -188,6 +199,16 @@ struct SubmitLoop<'a> {
     refused: BTreeMap<String, String>,
     /// The batch a trial runs (see [`SubmitOptions::trial`]).
     trial_batch: Option<i64>,
+    /// Counts jobs in a row failing alike.
+    breaker: breaker::Breaker,
+    /// The run is paused by the breaker (this loop's or an earlier one's): a resume tries the
+    /// batches that failed during the streak again.
+    tripped: bool,
+    notifier: Notifier,
+    /// Jobs that ended in this loop, and their number at the last `finished` event: a loop that
+    /// had nothing to do sends none.
+    jobs_ended: u64,
+    jobs_ended_at_finish: u64,
     console: Console,
     report: SubmitReport,
     /// The owner's side of the loop (snapshot, stalls, the loop lock); none in a dry run.
@@ -214,6 +235,16 @@ impl<'a> SubmitLoop<'a> {
             unknown_since: HashMap::new(),
             refused: BTreeMap::new(),
             trial_batch: None,
+            // A trial is one job whose end the user waits for: nothing to break.
+            breaker: breaker::Breaker::new(if opts.trial.is_some() {
+                0
+            } else {
+                opts.breaker_after
+            }),
+            tripped: false,
+            notifier: Notifier::new(&opts.notify),
+            jobs_ended: 0,
+            jobs_ended_at_finish: 0,
             console: Console::new(false),
             report: SubmitReport::default(),
             watch: None,
@@ -236,6 +267,10 @@ impl<'a> SubmitLoop<'a> {
         )?;
         if let Some(why) = &watch.restart {
             lp.console.say(format!("restart: {why}"));
+            lp.notify(&crate::notify::Event::OwnerRestarted {
+                host: embedfleet_core::owner::Host::this().hostname,
+                reason: why.clone(),
+            });
         }
         lp.watch = Some(watch);
         lp.db.set_stall_rule(&opts.stall)?;
@@ -266,6 +301,7 @@ impl<'a> SubmitLoop<'a> {
                 }
             })?;
         }
+        lp.tripped = lp.paused_by_breaker()?;
         let reset = lp.db.reset_failed_batches()?;
         if reset > 0 {
             lp.console.say(format!(
@@ -305,6 +341,9 @@ impl<'a> SubmitLoop<'a> {
             self.poll()?;
             let polled = Instant::now();
             let paused = self.db.paused()?;
+            if self.tripped && !paused {
+                self.resumed_after_trip()?;
+            }
             if !paused {
                 self.submit_round()?;
             }
@@ -328,8 +367,13 @@ impl<'a> SubmitLoop<'a> {
             self.report.busy_progress += submitted.elapsed();
             self.report.rounds += 1;
             self.report.busy += round.elapsed();
-            if open.is_empty() && pending.is_empty() && !self.opts.watch {
-                break;
+            // Paused by the breaker, the loop waits for `resume` even with every batch
+            // settled: the batches that failed during the streak are tried again then.
+            if open.is_empty() && pending.is_empty() && !self.tripped {
+                self.settled()?;
+                if !self.opts.watch {
+                    break;
+                }
             }
             if open.is_empty() && !pending.is_empty() && !paused && self.all_refused()? {
                 return Err(SubmitError::AllQueuesRefused(self.refused_text()));
@@ -337,6 +381,7 @@ impl<'a> SubmitLoop<'a> {
             std::thread::sleep(self.opts.poll_interval);
         }
         self.console.finish();
+        self.wait_for_notify();
         self.report.elapsed = started.elapsed();
         Ok(self.report)
     }
@@ -344,11 +389,14 @@ impl<'a> SubmitLoop<'a> {
     /// The owner's chores after a poll: the snapshot, and stalled jobs reported (and cancelled
     /// when asked).
     fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
-        let Some(watch) = self.watch.as_mut() else {
-            return Ok(());
+        let newly_stalled = match self.watch.as_mut() {
+            Some(watch) => {
+                watch.polled(status)?;
+                watch.newly_stalled(status)
+            }
+            None => return Ok(()),
         };
-        watch.polled(status)?;
-        for stalled in watch.newly_stalled(status) {
+        for stalled in newly_stalled {
             let log = open
                 .iter()
                 .find(|j| j.name == stalled.job)
@@ -368,6 +416,18 @@ impl<'a> SubmitLoop<'a> {
                     .map(crate::status::duration)
                     .unwrap_or_else(|| "?".into()),
             ));
+            self.notify(&crate::notify::Event::JobStalled {
+                job: stalled.job.clone(),
+                batch: Some(stalled.batch),
+                host: Some(stalled.host.clone()),
+                reason: format!(
+                    "no shard for {} (allowed {}; {} of {} shards done)",
+                    crate::status::duration(stalled.idle_s),
+                    crate::status::duration(stalled.allowed_idle_s),
+                    stalled.shards_done,
+                    stalled.parts
+                ),
+            });
             if self.opts.kill_stalled {
                 if let Some(row) = open.iter().find(|j| j.name == stalled.job) {
                     match handle(row) {
@@ -563,12 +623,15 @@ impl<'a> SubmitLoop<'a> {
         self.ingest(Some(&batches))?;
         self.db.set_job_state(name, status, reason.as_deref())?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
+        self.jobs_ended += 1;
+        let mut all_done = true;
         for row in rows {
             let batch = row.batch_id;
             if self.db.batch_state(BatchId(batch))? == Some(BatchState::Done) {
                 self.report.batches_done += 1;
                 continue;
             }
+            all_done = false;
             let why = match &reason {
                 Some(r) => r.clone(),
                 None => "the job ended with exit code 0 but the batch is not done".to_string(),
@@ -586,10 +649,11 @@ impl<'a> SubmitLoop<'a> {
                 self.console.say(format!("batch {batch} failed: {why}"));
                 self.db
                     .set_batch_state(BatchId(batch), BatchState::Failed)?;
+                self.batch_failed(batch, name, row.log.as_deref(), &why);
                 self.report.failed.push((batch, why));
             }
         }
-        Ok(())
+        self.judge(name, rows, state, status, all_done)
     }
 
     fn submit_round(&mut self) -> Result<()> {

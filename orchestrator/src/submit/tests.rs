@@ -132,6 +132,8 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         trial: None,
         stall: Default::default(),
         kill_stalled: false,
+        breaker_after: 3,
+        notify: NotifyConfig::default(),
     };
     (dir, options)
 }
@@ -276,4 +278,47 @@ fn job_names_are_unique_per_attempt_and_fit_pbs_name_limit() {
     assert_eq!(pbs_names.len(), 50 * 20, "two PBS jobs share a name");
     let other_run = run_tag(Path::new("/scratch/run2"));
     assert!(!pbs_names.contains(&job_name(&other_run, Backend::Pbs, 1, 1)));
+}
+
+#[test]
+fn jobs_in_flight_when_the_breaker_trips_do_not_pause_the_run_twice() {
+    let (_dir, mut options) = planned_run(4);
+    options.queues = Some(BTreeMap::from([("q".to_string(), 3)]));
+    options.breaker_after = 2;
+    let scheduler = Scripted::answering(
+        ["11", "12", "13"]
+            .map(|id| Ok(SchedulerJobId::new(id)))
+            .into(),
+    );
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    let layout = RunLayout::new(&options.run_dir);
+    let tag = run_tag(&options.run_dir);
+    for batch in 1..=3 {
+        let name = job_name(&tag, Backend::Local, batch, 1);
+        let log = format!("loading\nerror: libcudnn.so.9 missing on nid00{batch}\n");
+        std::fs::write(layout.job_log(&name), log).unwrap();
+        std::fs::write(layout.job_marker(&name), "1\n").unwrap();
+    }
+    // All three end in one poll: the first two trip the breaker, the third is the same
+    // failure of a job sent before the pause and adds nothing.
+    lp.poll().unwrap();
+    let db = RunDb::open(&options.run_dir).unwrap();
+    assert!(db.paused().unwrap());
+    let reason = db.pause_reason().unwrap().unwrap();
+    assert_eq!(
+        reason.jobs,
+        [1, 2].map(|b| job_name(&tag, Backend::Local, b, 1))
+    );
+    assert_eq!(
+        reason.signature,
+        "exit code 1; first error line: error: libcudnn.so.# missing on nid#"
+    );
+    assert!(lp.tripped);
+    // Resumed: a fresh count, and the batches get their attempts again.
+    db.set_paused(false).unwrap();
+    lp.resumed_after_trip().unwrap();
+    assert!(!lp.tripped);
+    assert!(lp.attempts.is_empty(), "{:?}", lp.attempts);
+    assert_eq!(db.pause_reason().unwrap(), None);
 }
