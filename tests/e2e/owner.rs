@@ -219,7 +219,9 @@ fn stderr_of(child: Child) -> String {
 fn one_loop_per_run_and_a_killed_loop_is_reported_when_started_again() {
     let t = TestDir::new();
     t.plan_with_model(60, 3);
-    let args = submit_args("local", "local=1", &[]);
+    let config = notify_config(&t);
+    let mut args = submit_args("local", "local=1", &[]);
+    args.extend(["--config", config.as_str()]);
     let mut first = spawn(&t, &args);
     wait_until("the loop has polled", 60, || {
         t.join("run/status-snapshot.json").exists()
@@ -239,7 +241,19 @@ fn one_loop_per_run_and_a_killed_loop_is_reported_when_started_again() {
     first.kill().unwrap();
     first.wait().unwrap();
     let pid = first.id();
-    let out = t.run(&args, 0);
+    // Started again as after a reboot, without the scheduler options: the run keeps them.
+    let again = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "model",
+        "--shard-papers",
+        "4",
+        "--poll-interval",
+        "0.3",
+    ];
+    let out = t.run(&again, 0);
     let said = text(&out);
     assert!(
         said.contains(&format!(
@@ -247,9 +261,47 @@ fn one_loop_per_run_and_a_killed_loop_is_reported_when_started_again() {
         )),
         "{said}"
     );
+    let events = events(&t);
+    let restarted = events
+        .iter()
+        .find(|e| e["EMBEDFLEET_EVENT"] == "owner_restarted")
+        .unwrap_or_else(|| panic!("no owner_restarted event: {events:?}"));
+    assert_eq!(restarted["EMBEDFLEET_HOST"], this_host());
+    assert!(restarted["EMBEDFLEET_REASON"].contains(&format!("pid {pid}")));
+    assert!(
+        events.iter().any(|e| e["EMBEDFLEET_EVENT"] == "finished"),
+        "{events:?}"
+    );
     assert_eq!(t.status("run")["batches_by_state"]["done"], 20);
     let out = t.run(&["status", "--run-dir", "run"], 0);
     assert!(text(&out).contains("loop       ended"), "{}", text(&out));
+}
+
+/// A run config whose notify hook appends each event's variables to `events.txt`, one
+/// event a block; returns its path.
+fn notify_config(t: &TestDir) -> String {
+    let events = std::path::absolute(t.join("events.txt")).unwrap();
+    let config = format!(
+        "[scheduler]\nbackend = \"local\"\n[notify]\ncommand = \"(env | grep ^EMBEDFLEET_ | sort; echo --) >> {}\"\n",
+        events.display()
+    );
+    std::fs::write(t.join("run.toml"), config).unwrap();
+    "run.toml".into()
+}
+
+/// The events the notify hook of [`notify_config`] received, each as its variables.
+fn events(t: &TestDir) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(t.join("events.txt")).unwrap_or_default();
+    text.split("--\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            block
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
 }
 
 /// Pids of the embed jobs of the run in `run_dir`.
@@ -346,7 +398,10 @@ fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
 
     // Without --kill-stalled: shown and said, never cancelled.
     let t = TestDir::new();
-    let (loop1, pid) = hang_a_job(&t, &stall);
+    let config = notify_config(&t);
+    let mut extra = stall.to_vec();
+    extra.extend(["--config", config.as_str()]);
+    let (loop1, pid) = hang_a_job(&t, &extra);
     let run_dir = std::path::absolute(t.join("run")).unwrap();
     let mut stalled = serde_json::Value::Null;
     wait_until("status shows the job stalled", 60, || {
@@ -373,6 +428,17 @@ fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
     assert!(said.contains("is stalled: nothing written for"), "{said}");
     assert!(said.contains("--kill-stalled"), "{said}");
     assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
+    let events = events(&t);
+    let stalled_events: Vec<_> = events
+        .iter()
+        .filter(|e| e["EMBEDFLEET_EVENT"] == "job_stalled")
+        .collect();
+    assert_eq!(stalled_events.len(), 1, "said once: {events:?}");
+    assert_eq!(stalled_events[0]["EMBEDFLEET_HOST"], this_host());
+    assert_eq!(
+        stalled_events[0]["EMBEDFLEET_JOB"],
+        stalled["job"].as_str().unwrap()
+    );
 
     // With --kill-stalled: the hung job is cancelled and its batch retried.
     let t = TestDir::new();
