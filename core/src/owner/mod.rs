@@ -124,7 +124,7 @@ pub enum OwnerError {
     )]
     OtherHost {
         dir: PathBuf,
-        owner: OwnerRecord,
+        owner: Box<OwnerRecord>,
         heartbeat_age_s: Option<f64>,
     },
     #[error(
@@ -137,7 +137,7 @@ pub enum OwnerError {
     )]
     OwnerAlive {
         dir: PathBuf,
-        owner: OwnerRecord,
+        owner: Box<OwnerRecord>,
         age_s: f64,
         stale_after_s: f64,
     },
@@ -199,7 +199,7 @@ pub fn check(dir: &Path) -> Result<Ownership> {
                 return Err(OwnerError::OtherHost {
                     dir: dir.into(),
                     heartbeat_age_s: read_heartbeat(dir).ok().flatten().map(|h| h.age_s()),
-                    owner: record,
+                    owner: Box::new(record),
                 });
             }
             Some(record) if record.host.same_boot(&this) => return Ok(Ownership::Owner),
@@ -229,7 +229,7 @@ pub fn check_read_only(dir: &Path) -> Result<()> {
         Some(record) if record.host.hostname != this.hostname => Err(OwnerError::OtherHost {
             dir: dir.into(),
             heartbeat_age_s: read_heartbeat(dir).ok().flatten().map(|h| h.age_s()),
-            owner: record,
+            owner: Box::new(record),
         }),
         _ => Ok(()),
     }
@@ -265,7 +265,7 @@ pub fn take_over(dir: &Path, stale_after: Duration) -> Result<TakeOver> {
     if let Some(age) = age.filter(|&a| a < stale_after.as_secs_f64()) {
         return Err(OwnerError::OwnerAlive {
             dir: dir.into(),
-            owner: record,
+            owner: Box::new(record),
             age_s: age.max(0.0),
             stale_after_s: stale_after.as_secs_f64(),
         });

@@ -429,18 +429,16 @@ impl<'a> SubmitLoop<'a> {
                 ),
             });
             if self.opts.kill_stalled {
-                if let Some(row) = open.iter().find(|j| j.name == stalled.job) {
-                    match handle(row) {
-                        Some(h) => match self.scheduler.cancel(&h) {
-                            Ok(()) => self.console.say(format!(
-                                "cancelled stalled job {} (--kill-stalled); its batch is retried",
-                                row.name
-                            )),
-                            Err(e) => self
-                                .console
-                                .say(format!("could not cancel stalled job {}: {e}", row.name)),
-                        },
-                        None => {}
+                let stalled_job = open.iter().find(|j| j.name == stalled.job);
+                if let Some((row, h)) = stalled_job.and_then(|row| Some((row, handle(row)?))) {
+                    match self.scheduler.cancel(&h) {
+                        Ok(()) => self.console.say(format!(
+                            "cancelled stalled job {} (--kill-stalled); its batch is retried",
+                            row.name
+                        )),
+                        Err(e) => self
+                            .console
+                            .say(format!("could not cancel stalled job {}: {e}", row.name)),
                     }
                 }
             }
