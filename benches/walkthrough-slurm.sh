@@ -16,7 +16,7 @@ failed=0
 step() { # step EXPECTED_CODE command...
   local want=$1; shift
   local t0=$(date +%s.%N)
-  echo "\$ $*" | sed "s#$BIN#embedfleet#g; s#$W#\$W#g"
+  echo "\$ $*" | sed "s#$BIN#embedfleet#g; s#$W#\$W#g; s#^\$ e #\$ embedfleet #"
   "$@" >"$W/last.out" 2>"$W/last.err"
   local code=$?
   local t=$(echo "$(date +%s.%N) - $t0" | bc)
