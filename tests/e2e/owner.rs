@@ -429,16 +429,17 @@ fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
     assert!(said.contains("--kill-stalled"), "{said}");
     assert_eq!(t.status("run")["batches_by_state"]["done"], 2);
     let events = events(&t);
+    // (Only the hung job's events: on a loaded machine another job's slow start may count too.)
     let stalled_events: Vec<_> = events
         .iter()
-        .filter(|e| e["EMBEDFLEET_EVENT"] == "job_stalled")
+        .filter(|e| {
+            e["EMBEDFLEET_EVENT"] == "job_stalled"
+                && e["EMBEDFLEET_JOB"] == stalled["job"].as_str().unwrap()
+        })
         .collect();
     assert_eq!(stalled_events.len(), 1, "said once: {events:?}");
     assert_eq!(stalled_events[0]["EMBEDFLEET_HOST"], this_host());
-    assert_eq!(
-        stalled_events[0]["EMBEDFLEET_JOB"],
-        stalled["job"].as_str().unwrap()
-    );
+    assert!(stalled_events[0]["EMBEDFLEET_REASON"].contains("no shard for"));
 
     // With --kill-stalled: the hung job is cancelled and its batch retried.
     let t = TestDir::new();
