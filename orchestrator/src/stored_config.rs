@@ -316,7 +316,7 @@ mod tests {
         assert_eq!(choose(&db, &given).unwrap().origin, Origin::Stored);
     }
 
-    /// Records a job of batch 1 on `backend`, taken by the scheduler and ended.
+    /// Records a job of batch 1 on `backend`, taken by the scheduler (pending: an open job).
     fn submitted_job(db: &mut RunDb, backend: &str) {
         db.conn()
             .execute_batch(
@@ -409,23 +409,7 @@ mod tests {
     #[test]
     fn a_backend_other_than_the_open_jobs_one_is_refused_even_when_replacing() {
         let (_d, mut db) = db();
-        db.conn()
-            .execute_batch(
-                "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 0, 0, '');
-                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 1, 'b', 1, 1);",
-            )
-            .unwrap();
-        db.insert_job(&embedfleet_core::rundb::NewJob {
-            batches: &[1],
-            attempt: 1,
-            backend: "slurm",
-            queue: "debug",
-            name: "j1",
-            script: "s",
-            log: "l",
-            marker: "m",
-        })
-        .unwrap();
+        submitted_job(&mut db, "slurm");
         // A run submitted before configs were stored: no stored one, but its jobs say slurm.
         let err = choose(&db, &GivenConfig::default()).unwrap_err();
         assert!(

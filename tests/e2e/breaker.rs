@@ -5,25 +5,10 @@
 //! and the one-node Slurm of `.ci/slurm/start-local-slurm.sh` when it runs (required in CI by
 //! EMBEDFLEET_REQUIRE_SLURM=1).
 
-use crate::util::TestDir;
+use crate::util::{slurm_up, wait_until, TestDir};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn slurm_up(test: &str) -> bool {
-    let ok = Command::new("squeue")
-        .arg("-h")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
-            panic!("{test}: no Slurm but EMBEDFLEET_REQUIRE_SLURM=1; run .ci/slurm/start-local-slurm.sh");
-        }
-        eprintln!("skipping {test}: no Slurm (start one with .ci/slurm/start-local-slurm.sh)");
-    }
-    ok
-}
 
 /// Jobs the scheduler took, from run.db.
 fn jobs_submitted(t: &TestDir) -> u64 {
@@ -107,14 +92,6 @@ fn spawn_submit(t: &TestDir, backend: &str, queue: &str, extra: &[&str]) -> Chil
         .stderr(Stdio::piped())
         .spawn()
         .expect("submit starts")
-}
-
-fn wait_until(what: &str, timeout_s: u64, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(timeout_s);
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// Waits for the loop to exit (at most `timeout_s`), returning its exit code and stderr.

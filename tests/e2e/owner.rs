@@ -2,7 +2,7 @@
 //! view per host and stalled jobs (item 6). Another login node is a process in its own UTS
 //! namespace (`unshare -u`, as root) with another hostname: to embedfleet, another host.
 
-use crate::util::TestDir;
+use crate::util::{wait_until, TestDir};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -200,14 +200,6 @@ fn spawn(t: &TestDir, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("submit starts")
-}
-
-fn wait_until(what: &str, timeout_s: u64, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(timeout_s);
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn stderr_of(child: Child) -> String {

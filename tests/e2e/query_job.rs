@@ -4,26 +4,11 @@
 //! command again finishes with a new job that does only the rest.
 
 use crate::query::{read_results, run_with_terms, ResultRow};
-use crate::util::TestDir;
+use crate::util::{slurm_up, TestDir};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn slurm_up(test: &str) -> bool {
-    let ok = Command::new("squeue")
-        .arg("-h")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
-            panic!("{test}: no Slurm but EMBEDFLEET_REQUIRE_SLURM=1; run .ci/slurm/start-local-slurm.sh");
-        }
-        eprintln!("skipping {test}: no Slurm (start one with .ci/slurm/start-local-slurm.sh)");
-    }
-    ok
-}
 
 /// Paper ids per query id, by rank.
 fn top_ids(rows: &[ResultRow]) -> BTreeMap<i64, Vec<String>> {

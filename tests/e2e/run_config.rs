@@ -2,26 +2,11 @@
 //! different one is refused with the difference shown, or replaced when asked), and
 //! `submit --dry-run` writes nothing.
 
-use crate::util::{embed_job_args, TestDir};
+use crate::util::{embed_job_args, slurm_up, TestDir};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn slurm_up(test: &str) -> bool {
-    let ok = Command::new("squeue")
-        .arg("-h")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() == Ok("1") {
-            panic!("{test}: no Slurm but EMBEDFLEET_REQUIRE_SLURM=1; run .ci/slurm/start-local-slurm.sh");
-        }
-        eprintln!("skipping {test}: no Slurm (start one with .ci/slurm/start-local-slurm.sh)");
-    }
-    ok
-}
 
 fn db(t: &TestDir) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(t.join("run/run.db")).unwrap();

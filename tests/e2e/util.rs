@@ -277,3 +277,15 @@ pub fn slurm_up(test: &str) -> bool {
     }
     ok
 }
+
+/// Polls `cond` every 100 ms until it holds, failing the test after `timeout_s` seconds.
+pub fn wait_until(what: &str, timeout_s: u64, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(timeout_s);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -5,7 +5,7 @@
 //! upload for hours, `status` for a moment. `take-over` on another host refuses until it is
 //! stale, so a run is never moved from under a live process.
 
-use super::{unix_now, Host, OwnerError, Result};
+use super::{unix_now, Host, Result};
 use crate::atomic;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
@@ -34,16 +34,9 @@ impl Heartbeat {
 
 /// The run's last heartbeat, `None` when no owner process ever wrote one.
 pub fn read_heartbeat(dir: &Path) -> Result<Option<Heartbeat>> {
-    let path = RunLayout::new(dir).heartbeat_file();
-    match std::fs::read(&path) {
-        Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(OwnerError::Io {
-            action: "read",
-            path,
-            source,
-        }),
-    }
+    // A heartbeat cut short or garbled is no heartbeat: `take-over` then waits for nothing.
+    let bytes = super::read_if_present(&RunLayout::new(dir).heartbeat_file())?;
+    Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
 }
 
 /// Writes the heartbeat now and keeps rewriting it from a thread of this process, once per run

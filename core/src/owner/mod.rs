@@ -162,20 +162,42 @@ pub type Result<T> = std::result::Result<T, OwnerError>;
 
 /// The run's owner record, `None` for a run without one.
 pub fn read_owner(dir: &Path) -> Result<Option<OwnerRecord>> {
-    let path = RunLayout::new(dir).owner_file();
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| OwnerError::Invalid { path, source }),
+    read_json(RunLayout::new(dir).owner_file())
+}
+
+/// The bytes of `path`, `None` when there is no such file. Any other read error (a stale NFS
+/// handle) is an error, never taken for an absent file: claiming a run on it could take the
+/// run from its owner.
+fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        // A read error (a stale NFS handle) is not an absent record: claiming here could
-        // take a run from its owner.
         Err(source) => Err(OwnerError::Io {
             action: "read",
-            path,
+            path: path.into(),
             source,
         }),
     }
+}
+
+/// `path` read as JSON, `None` when there is no such file.
+fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Result<Option<T>> {
+    match read_if_present(&path)? {
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| OwnerError::Invalid { path, source }),
+        None => Ok(None),
+    }
+}
+
+/// Writes `value` to `path` as JSON, atomically.
+fn write_json<T: Serialize>(path: PathBuf, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).expect("the owner's files serialise");
+    atomic::write(&path, &bytes).map_err(|source| OwnerError::Io {
+        action: "write",
+        path,
+        source,
+    })
 }
 
 /// Checks that this host may open the run's run.db, recording it as the owner when the run
@@ -287,13 +309,7 @@ pub fn still_owner(dir: &Path) -> Result<bool> {
 }
 
 fn write(dir: &Path, record: &OwnerRecord) -> Result<()> {
-    let path = RunLayout::new(dir).owner_file();
-    let bytes = serde_json::to_vec_pretty(record).expect("an owner record serialises");
-    atomic::write(&path, &bytes).map_err(|source| OwnerError::Io {
-        action: "write",
-        path,
-        source,
-    })
+    write_json(RunLayout::new(dir).owner_file(), record)
 }
 
 /// Writes the first record, unless one appeared meanwhile (false): a hard link fails when the

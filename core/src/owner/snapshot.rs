@@ -3,12 +3,10 @@
 //! The submit loop rewrites it at each poll and `status` on the owner at each call, atomically,
 //! so `status` on another login node or a compute node reads a whole one without opening run.db.
 
-use super::{unix_now, Host, OwnerError, Result};
-use crate::atomic;
+use super::{unix_now, Host, Result};
 use crate::rundb::RunStatus;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
-use std::io;
 use std::path::Path;
 
 /// The snapshot format this embedfleet writes and reads.
@@ -57,18 +55,7 @@ impl StatusSnapshot {
 
 /// The last snapshot, `None` when the owner never wrote one.
 pub fn read_snapshot(dir: &Path) -> Result<Option<StatusSnapshot>> {
-    let path = RunLayout::new(dir).status_snapshot_file();
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| OwnerError::Invalid { path, source }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(OwnerError::Io {
-            action: "read",
-            path,
-            source,
-        }),
-    }
+    super::read_json(RunLayout::new(dir).status_snapshot_file())
 }
 
 /// Writes the snapshot of `status`. `submit_loop: None` (a `status` command) keeps the loop
@@ -92,12 +79,6 @@ pub fn write_snapshot(
         submit_loop,
         status: status.clone(),
     };
-    let path = RunLayout::new(dir).status_snapshot_file();
-    let bytes = serde_json::to_vec_pretty(&snapshot).expect("a status snapshot serialises");
-    atomic::write(&path, &bytes).map_err(|source| OwnerError::Io {
-        action: "write",
-        path,
-        source,
-    })?;
+    super::write_json(RunLayout::new(dir).status_snapshot_file(), &snapshot)?;
     Ok(snapshot)
 }

@@ -138,18 +138,23 @@ pub struct ScriptJob {
     pub embed_args: Vec<String>,
 }
 
+/// The user's template, else the backend's built-in one.
+fn template(backend: Backend, config: &ScriptConfig) -> &str {
+    let builtin = match backend {
+        Backend::Slurm => SLURM_TEMPLATE,
+        Backend::Pbs => PBS_TEMPLATE,
+        Backend::Local => LOCAL_TEMPLATE,
+    };
+    config.template.as_deref().unwrap_or(builtin)
+}
+
 /// Renders the job script for `job` on `backend` with the user's `config`.
 pub fn render_job_script(
     backend: Backend,
     config: &ScriptConfig,
     job: &ScriptJob,
 ) -> Result<String, TemplateError> {
-    let builtin = match backend {
-        Backend::Slurm => SLURM_TEMPLATE,
-        Backend::Pbs => PBS_TEMPLATE,
-        Backend::Local => LOCAL_TEMPLATE,
-    };
-    let template = config.template.as_deref().unwrap_or(builtin);
+    let template = template(backend, config);
     render(template, &script_vars(backend, config, job)?)
 }
 
@@ -163,12 +168,7 @@ pub fn render_command_script(
     job: &ScriptJob,
     args: &[String],
 ) -> Result<String, TemplateError> {
-    let builtin = match backend {
-        Backend::Slurm => SLURM_TEMPLATE,
-        Backend::Pbs => PBS_TEMPLATE,
-        Backend::Local => LOCAL_TEMPLATE,
-    };
-    let template = config.template.as_deref().unwrap_or(builtin);
+    let template = template(backend, config);
     let mut vars = script_vars(backend, config, job)?;
     let args: String = args
         .iter()
