@@ -2,8 +2,7 @@
 //! view per host and stalled jobs (item 6). Another login node is a process in its own UTS
 //! namespace (`unshare -u`, as root) with another hostname: to embedfleet, another host.
 
-use crate::util::{wait_until, TestDir};
-use sha2::{Digest, Sha256};
+use crate::util::{assert_same_tree, tree, wait_until, TestDir};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -48,24 +47,6 @@ fn this_host() -> String {
         .unwrap()
         .trim()
         .to_string()
-}
-
-/// The bytes of every file at the top of the run directory (run.db, its WAL, the owner's
-/// files), by name.
-fn top_files(dir: &Path) -> BTreeMap<String, String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let e = e.unwrap();
-            e.file_type().unwrap().is_file().then(|| {
-                let bytes = std::fs::read(e.path()).unwrap();
-                (
-                    e.file_name().into_string().unwrap(),
-                    format!("{:x}", Sha256::digest(&bytes)),
-                )
-            })
-        })
-        .collect()
 }
 
 fn text(out: &Output) -> String {
@@ -119,8 +100,10 @@ fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_th
     assert_eq!(owner["host"]["hostname"], me.as_str());
     assert_eq!(owner["how"], "created");
 
-    let before = top_files(&t.join("run"));
-    assert!(before.contains_key("run.db") && before.contains_key("status-snapshot.json"));
+    let before = tree(&t.join("run"));
+    for file in ["run.db", "owner.json", "status-snapshot.json"] {
+        assert!(before.contains_key(Path::new(file)), "{file}");
+    }
     // Every command that would open run.db refuses on login-2, saying where the owner is.
     for args in [
         vec!["pause", "--run-dir", "run"],
@@ -152,12 +135,8 @@ fn a_second_login_node_is_refused_reads_the_snapshot_and_takes_over_only_when_th
     assert_eq!(json["snapshot"]["host"], me.as_str());
     assert_eq!(json["batches_by_state"]["done"], 3);
     assert_eq!(json["rows_in_shards"], 24);
-    // Nothing at the top of the run directory changed: run.db, its WAL, the owner's files.
-    assert_eq!(
-        top_files(&t.join("run")),
-        before,
-        "login-2 wrote into the run"
-    );
+    // Nothing in the run directory changed: run.db, its WAL, the owner's files, the rest.
+    assert_same_tree(&before, &t.join("run"));
 
     // take-over is refused while the owner is fresh, and works once it has been silent.
     let out = on_host(&t, "login-2", &["take-over", "--run-dir", "run"]).unwrap();

@@ -2,9 +2,8 @@
 //! different one is refused with the difference shown, or replaced when asked), and
 //! `submit --dry-run` writes nothing.
 
-use crate::util::{embed_job_args, slurm_up, TestDir};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use crate::util::{assert_same_tree, embed_job_args, slurm_up, tree, TestDir};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,34 +23,6 @@ fn jobs(t: &TestDir) -> Vec<(String, String, Option<String>, String)> {
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .unwrap();
     rows.map(Result::unwrap).collect()
-}
-
-/// Every file and folder under `dir` (relative path → bytes; folders map to nothing).
-fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-            if p.is_dir() {
-                out.insert(rel, None);
-                stack.push(p);
-            } else {
-                out.insert(rel, Some(std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out
-}
-
-fn assert_same_tree(before: &BTreeMap<PathBuf, Option<Vec<u8>>>, dir: &Path) {
-    let after = tree(dir);
-    let keys = |t: &BTreeMap<PathBuf, _>| t.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(keys(before), keys(&after), "the same files");
-    for (path, bytes) in before {
-        assert!(after[path] == *bytes, "{} changed", path.display());
-    }
 }
 
 #[test]

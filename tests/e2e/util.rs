@@ -289,3 +289,32 @@ pub fn wait_until(what: &str, timeout_s: u64, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Every file and folder under `dir` (relative path → bytes; folders map to nothing).
+pub fn tree(dir: &Path) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+            if p.is_dir() {
+                out.insert(rel, None);
+                stack.push(p);
+            } else {
+                out.insert(rel, Some(std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Asserts `dir` holds what `before` ([`tree`]) held: the same files and folders, byte for byte.
+pub fn assert_same_tree(before: &std::collections::BTreeMap<PathBuf, Option<Vec<u8>>>, dir: &Path) {
+    let after = tree(dir);
+    let keys = |t: &std::collections::BTreeMap<PathBuf, _>| t.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(before), keys(&after), "the same files");
+    for (path, bytes) in before {
+        assert!(after[path] == *bytes, "{} changed", path.display());
+    }
+}
