@@ -47,8 +47,9 @@ pub struct CollectionArgs {
 pub enum UploadMode {
     /// Send the points (gRPC upserts); the server builds the index.
     Upsert,
-    /// Recover each batch's built shard (`build-shard`) into its own shard key of a
-    /// custom-sharded collection: the index arrives built. Needs a server in cluster mode.
+    /// Recover built shards (`build-shard`), one per group of consecutive batches, each into
+    /// its own shard key of a custom-sharded collection: the index arrives built. Needs a
+    /// server in cluster mode.
     Snapshot,
 }
 
@@ -88,10 +89,20 @@ pub struct UploadArgs {
     /// Snapshot recoveries at once, across the cluster's peers (`--mode snapshot`).
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub recoveries: usize,
-    /// Refuse batches no node built a shard for, instead of building them here
+    /// Refuse groups no job built a shard for, instead of building them here
     /// (`--mode snapshot`).
     #[arg(long)]
     pub no_build: bool,
+    /// Split the run's batches into G groups of consecutive batches, a built shard and a
+    /// shard key each (`--mode snapshot`; default: two per peer of the cluster). Fixed at the
+    /// run's first grouped build or load (snapshots/keys.json). Every search visits every
+    /// group: a few large groups search like an upserted collection.
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
+    pub groups: Option<i64>,
+    /// Take over shard keys the collection records as another run's (`--mode snapshot`;
+    /// their points are replaced). Without it such a key is refused.
+    #[arg(long)]
+    pub replace_keys: bool,
     /// Qdrant shards of a new collection (server).
     #[arg(long, value_name = "N")]
     pub shard_number: Option<u32>,
@@ -111,9 +122,18 @@ pub struct BuildShardArgs {
     /// The run directory.
     #[arg(long, value_name = "DIR")]
     pub run_dir: std::path::PathBuf,
-    /// The batch whose shard to build (`status` lists them); repeat for several.
-    #[arg(long = "batch", value_name = "ID", required = true)]
+    /// Build the shard of this batch's group (a run whose keys hold one batch each, or pinned
+    /// none, builds the batch alone); repeat for several.
+    #[arg(long = "batch", value_name = "ID", required_unless_present = "groups")]
     pub batches: Vec<i64>,
+    /// Build this group's shard (groups of consecutive batches, numbered from 1; needs
+    /// --accepted); repeat for several.
+    #[arg(long = "group", value_name = "N", requires = "accepted")]
+    pub groups: Vec<i64>,
+    /// Groups to split the run's batches into, when its keys are not pinned yet (as
+    /// `upload --mode snapshot --groups`).
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
+    pub group_count: Option<i64>,
     /// Build from this attempt's shards (its result manifest) instead of the batch's first
     /// finished attempt.
     #[arg(long, value_name = "TOKEN", conflicts_with = "accepted")]

@@ -70,7 +70,7 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
         // job's allocation, so the owner's `upload --mode snapshot` finds it ready. A failed
         // build fails nothing: the upload builds what it does not find.
         if let Err(e) =
-            super::upload::build_after_embed(&args.run.run_dir, args.batch, &report.attempt)
+            super::snapshot::build_after_embed(&args.run.run_dir, args.batch, &report.attempt)
         {
             eprintln!("batch {}: building its Qdrant shard failed ({e:#}); `upload --mode snapshot` builds it instead", args.batch);
         }

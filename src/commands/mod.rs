@@ -10,6 +10,7 @@ mod query;
 mod query_job;
 mod report;
 mod run;
+mod snapshot;
 mod submit;
 mod upload;
 
@@ -113,7 +114,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Doctor(args) => doctor::doctor(&args),
         Command::BenchGpu(args) => bench::bench_gpu(&args),
         Command::Upload(args) => upload::upload_cmd(&args),
-        Command::BuildShard(args) => upload::build_shard_cmd(&args),
+        Command::BuildShard(args) => snapshot::build_shard_cmd(&args),
         Command::Delete(args) => upload::delete_cmd(&args),
         Command::Tune(args) if args.queries => query::tune_queries(&args),
         Command::Tune(args) => upload::tune_cmd(&args),
@@ -152,8 +153,8 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
             .downcast_ref::<embedfleet_upload::UploadRunError>()
             .is_some_and(embedfleet_upload::UploadRunError::is_refusal)
         || err
-            .downcast_ref::<embedfleet_upload::snapshot::SnapshotError>()
-            .is_some_and(embedfleet_upload::snapshot::SnapshotError::is_refusal)
+            .downcast_ref::<embedfleet_snapshot::SnapshotError>()
+            .is_some_and(embedfleet_snapshot::SnapshotError::is_refusal)
         || err
             .downcast_ref::<embedfleet_embed::job::EmbedJobError>()
             .is_some_and(embedfleet_embed::job::EmbedJobError::is_refusal)

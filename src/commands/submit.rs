@@ -68,6 +68,20 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         memory_limit: None,
         build_shard: args.build_shard,
     };
+    if args.build_shard && !args.dry_run {
+        // Shards built beside the GPUs hold one batch each: the run's keys are a key per batch
+        // (unless a grouped load pinned them already; then the jobs leave the building to it).
+        let keys = embedfleet_upload::shard_keys::ShardKeys::pin(
+            &embedfleet_core::RunLayout::new(&args.run_dir),
+            1,
+        )?;
+        if keys.batches_per_group > 1 {
+            eprintln!(
+                "note: this run's shard keys hold {} batches each (snapshots/keys.json): the embed jobs build no shards; `upload --mode snapshot` builds each group's",
+                keys.batches_per_group
+            );
+        }
+    }
     let setup = preflight::JobSetup {
         binary: config.scheduler.script.embedfleet.as_deref(),
         devices: &job.devices,

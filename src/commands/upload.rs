@@ -1,13 +1,11 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
-use crate::cli::{
-    BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
-};
+use crate::cli::{CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode};
 use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::{RunDb, Tombstone};
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
-use embedfleet_upload::snapshot::{self, LoadOptions, RestClient, ShardSettings};
+use embedfleet_upload::shard_keys::ShardKeys;
 use embedfleet_upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
 use embedfleet_upload::{
     self as upload, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions,
@@ -17,7 +15,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 /// How to reach the server at `url` with `target`'s API key and insecure-key consent.
-fn server_config(target: &TargetArgs, url: &str) -> ServerConfig {
+pub(super) fn server_config(target: &TargetArgs, url: &str) -> ServerConfig {
     let api_key = match (&target.api_key_env, &target.api_key_file) {
         (Some(var), _) => ApiKey::Env(var.clone()),
         (None, Some(path)) => ApiKey::File(path.clone()),
@@ -75,7 +73,7 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
     options
 }
 
-fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {
+pub(super) fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {
     spec.hnsw.m = args.hnsw_m;
     spec.hnsw.ef_construct = args.hnsw_ef_construct;
     spec.on_disk_vectors = args.on_disk_vectors;
@@ -84,7 +82,7 @@ fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArg
 
 pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     if args.mode == UploadMode::Snapshot {
-        return snapshot_load(args);
+        return super::snapshot::snapshot_load(args);
     }
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
@@ -146,148 +144,6 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     })
 }
 
-/// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
-fn snapshot_load(args: &UploadArgs) -> Result<i32> {
-    let Some(url) = &args.target.qdrant else {
-        return Err(snapshot::SnapshotError::NeedsCluster {
-            message: "`--mode snapshot` loads into a Qdrant server (--qdrant URL); the embedded engine is one shard per collection and takes upserts only".into(),
-        }
-        .into());
-    };
-    let config = server_config(&args.target, url);
-    let key = config.api_key.resolve()?;
-    let server = QdrantServer::connect(config)?;
-    let rest_url = args
-        .qdrant_rest
-        .clone()
-        .unwrap_or_else(|| RestClient::url_from_grpc(url));
-    let rest = RestClient::new(
-        &rest_url,
-        key,
-        args.target.allow_insecure,
-        std::time::Duration::from_secs(6 * 3600),
-    )?;
-    let mut options = LoadOptions::new(&args.run_dir, &args.collection);
-    apply_collection_args(&mut options.spec, &args.collection_settings);
-    options.spec.replication_factor = args.replication_factor;
-    options.in_flight = args.recoveries.max(1);
-    options.build_missing = !args.no_build;
-    options.progress = std::io::stderr().is_terminal();
-    eprintln!(
-        "snapshot load into `{}` ({url}, REST {rest_url}): {} recoveries at once",
-        args.collection, options.in_flight
-    );
-    let report = snapshot::load_snapshots(&server, &rest, &options)?;
-    if report.batches == 0 {
-        eprintln!("the run has no shards yet: nothing to load");
-        return Ok(exit::SUCCESS);
-    }
-    eprintln!(
-        "collection `{}` {}: {} batches, {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points (every shard key's count = its built shard's), {} exact searches found their own paper",
-        args.collection,
-        if report.created { "created" } else { "existed" },
-        report.batches,
-        report.recovered,
-        report.recover_s,
-        report.already,
-        if report.built_here > 0 {
-            format!(", {} built here", report.built_here)
-        } else {
-            String::new()
-        },
-        report.green_s,
-        report.points,
-        report.searches_checked,
-    );
-    Ok(exit::SUCCESS)
-}
-
-/// `embedfleet build-shard`: each batch's shard built and packed under <run-dir>/snapshots.
-pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
-    let layout = RunLayout::new(&args.run_dir);
-    let mut spec = upload::CollectionSpec::new("shard", 0);
-    apply_collection_args(&mut spec, &args.collection_settings);
-    ShardSettings::of(&spec).pin(&layout)?;
-    let db = if args.accepted {
-        Some(RunDb::open(&args.run_dir)?)
-    } else {
-        None
-    };
-    // The run's tombstones are in run.db: only a build from the accepted shards (on the login
-    // node) can leave them out; a job's build keeps them, and the load builds such a batch again.
-    let tombstones = match &db {
-        Some(db) => db.tombstones()?,
-        None => Vec::new(),
-    };
-    for &batch in &args.batches {
-        let sources = match (&db, &args.attempt) {
-            (Some(db), _) => {
-                let shards = db.shards_of(embedfleet_core::BatchId(batch))?;
-                if shards.is_empty() {
-                    bail!("batch {batch} has no accepted shards in run.db yet: embed it first (`embedfleet status` lists the batches)");
-                }
-                shards.iter().map(snapshot::SourceShard::from).collect()
-            }
-            (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, batch, attempt)?,
-            (None, None) => snapshot::sources_of_batch(&layout, batch)?,
-        };
-        let deleted: Vec<String> = tombstones
-            .iter()
-            .filter(|t| t.batch_id == batch)
-            .map(|t| t.paper_id.clone())
-            .collect();
-        let outcome = snapshot::build_shard_without(&layout, batch, &sources, &deleted, &spec)?;
-        print_built(&outcome);
-    }
-    Ok(exit::SUCCESS)
-}
-
-/// `embed-job --build-shard`: the batch's shard, from this attempt's shards, with the run's
-/// pinned build settings (the defaults before any `build-shard`).
-pub fn build_after_embed(run_dir: &Path, batch: i64, attempt: &str) -> Result<()> {
-    let layout = RunLayout::new(run_dir);
-    let base = upload::CollectionSpec::new("shard", 0);
-    let spec = match ShardSettings::pinned(&layout)? {
-        Some(settings) => settings.apply(&base),
-        None => base,
-    };
-    let sources = snapshot::sources_of_attempt(&layout, batch, attempt)?;
-    let outcome = snapshot::build_shard(&layout, batch, &sources, &spec)?;
-    print_built(&outcome);
-    Ok(())
-}
-
-fn print_built(outcome: &snapshot::BuildOutcome) {
-    let m = &outcome.manifest;
-    let deleted = if m.deleted.is_empty() {
-        String::new()
-    } else {
-        format!(", {} deleted papers left out", m.deleted.len())
-    };
-    if !outcome.built {
-        eprintln!(
-            "batch {}: built already ({}, {} points{deleted})",
-            m.batch, m.snapshot, m.points
-        );
-        return;
-    }
-    let t = &m.timings;
-    eprintln!(
-        "batch {}: {} points{deleted} into {} ({:.1} MB, {} segments, Qdrant {} format) in {:.1} s: insert {:.1} s, index {:.1} s, pack {:.1} s; {:.1} CPU s",
-        m.batch,
-        m.points,
-        m.snapshot,
-        m.snapshot_bytes as f64 / 1e6,
-        m.segments,
-        m.engine_version,
-        t.total_s,
-        t.insert_s,
-        t.optimize_s,
-        t.pack_s,
-        t.cpu_s
-    );
-}
-
 /// `embedfleet delete`: papers out of a collection by id, each from its batch's shard key in a
 /// snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
 /// tombstone: no later upload, built shard or publish brings it back), then deleted from Qdrant,
@@ -296,6 +152,9 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, _) = open_sink(&args.run_dir, &args.target)?;
     let keyed = sink.keyed(&args.collection)?;
+    // Each paper is deleted from its batch's shard key (its group's, in a grouped load).
+    let keys = ShardKeys::for_writes(&RunLayout::new(&args.run_dir))
+        .context("failed to read the run's shard keys (snapshots/keys.json)")?;
     if args.papers.len() > 8 {
         db.index_paper_ids()?;
     }
@@ -331,7 +190,7 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     let mut by_key: std::collections::BTreeMap<Option<String>, Vec<upload::Uuid>> =
         Default::default();
     for t in &all {
-        let key = keyed.then(|| snapshot::batch_shard_key(t.batch_id));
+        let key = keyed.then(|| keys.key_of(t.batch_id));
         by_key
             .entry(key)
             .or_default()

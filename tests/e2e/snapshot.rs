@@ -7,7 +7,7 @@
 use crate::util::{embed_job_args, TestDir};
 use embedfleet_core::rundb::{RunDb, SnapshotStep};
 use embedfleet_core::RunLayout;
-use embedfleet_upload::snapshot::{BuiltShardManifest, SNAPSHOT_TEST_DELAY_ENV};
+use embedfleet_snapshot::{BuiltShardManifest, ShardKeys, SNAPSHOT_TEST_DELAY_ENV};
 use embedfleet_upload::{
     point_id, PayloadFilter, PointsBatch, QdrantServer, SearchOptions, ServerConfig, Sink,
 };
@@ -190,7 +190,7 @@ fn server(test: &str) -> (String, String, QdrantServer, String) {
         "the server tests need QDRANT_URL: a cluster-mode Qdrant's gRPC URL, e.g. http://127.0.0.1:6334",
     );
     let rest = std::env::var("QDRANT_REST_URL")
-        .unwrap_or_else(|_| embedfleet_upload::snapshot::RestClient::url_from_grpc(&url));
+        .unwrap_or_else(|_| embedfleet_snapshot::RestClient::url_from_grpc(&url));
     let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
     let name = format!("embedfleet-snap-{test}-{}", std::process::id());
     let _ = sink.delete_collection(&name);
@@ -249,9 +249,19 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
     small_run(&t, "run", 90, 30);
     let run = t.join("run");
     upload(&t, &url, &rest, &upserted, &[], 0);
-    let err = upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
-    assert!(err.contains("3 batches, 3 recovered now"), "{err}");
-    assert!(err.contains("built here"), "no node built them: {err}");
+    let err = upload(
+        &t,
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot", "--groups", "2"],
+        0,
+    );
+    assert!(
+        err.contains("3 batches in 2 groups of 2") && err.contains("2 recovered now"),
+        "{err}"
+    );
+    assert!(err.contains("built here"), "no job built them: {err}");
 
     // Same points, same payload, same answers.
     let rows: u64 = RunDb::open(&run)
@@ -298,10 +308,14 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
     assert!(info.green, "{info:?}");
     assert!(sink.keyed(&name).unwrap(), "custom sharding");
 
-    // A re-upsert of every point (into its batch's key) and deletes by id leave exact counts.
+    // A re-upsert of every point (into its group's key) and deletes by id leave exact counts.
+    let keys = ShardKeys::pinned(&embedfleet_core::RunLayout::new(&run))
+        .unwrap()
+        .expect("the load pinned the run's keys");
+    assert_eq!(keys.batches_per_group, 2);
     let db = RunDb::open(&run).unwrap();
     for s in db.all_shards().unwrap() {
-        let key = embedfleet_upload::snapshot::batch_shard_key(s.batch_id.0);
+        let key = keys.key_of(s.batch_id.0);
         for b in embedfleet_upload::shards::read_from(&run.join(&s.path), 0, 64).unwrap() {
             let b = b.unwrap();
             let points = PointsBatch::from_record_batch(&b).unwrap();
@@ -375,6 +389,9 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
             "snapshot",
             "--recoveries",
             "1",
+            // A group per batch: the shards built above, six recoveries to kill in between.
+            "--groups",
+            "6",
         ])
         .env(SNAPSHOT_TEST_DELAY_ENV, "700")
         .stderr(Stdio::null())

@@ -38,6 +38,13 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// The highest batch id the plan made (0 before any): batches are numbered from 1.
+    pub fn last_batch_id(&self) -> Result<i64> {
+        self.conn
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM batches", [], |r| r.get(0))
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Batches in a state, in id order.
     pub fn batch_ids(&self, state: BatchState) -> Result<Vec<i64>> {
         let mut stmt = self

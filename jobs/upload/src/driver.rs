@@ -31,9 +31,11 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use crossbeam_channel::{Receiver, Sender};
 use embedfleet_core::rundb::{RunDb, RunDbError, UploadShard};
+use embedfleet_core::RunLayout;
 
 use super::integrity::{self, Tombstones};
 use super::progress::Progress;
+use super::shard_keys::ShardKeys;
 use super::shards::{self, ShardReadError};
 use super::{CollectionSpec, Ensured, FinishReport, PointsBatch, Sink, UploadError};
 
@@ -113,6 +115,9 @@ pub enum UploadRunError {
         /// The first shard's vector size.
         expected: usize,
     },
+    /// The run's shard-key pin (`snapshots/keys.json`) could not be read.
+    #[error("failed to read the run's shard keys (snapshots/keys.json): {0}")]
+    ShardKeys(std::io::Error),
     /// Too many batches in a row failed; the upload stopped.
     #[error("the upload stopped after {failures} failed batches in a row (last: {last}); what was acknowledged is recorded, run `embedfleet upload` again once the cause is fixed")]
     TooManyFailures {
@@ -138,7 +143,9 @@ impl UploadRunError {
             self,
             UploadRunError::MixedDims { .. }
                 | UploadRunError::Sink(
-                    UploadError::CollectionMismatch { .. } | UploadError::VectorSizeMismatch { .. }
+                    UploadError::CollectionMismatch { .. }
+                        | UploadError::VectorSizeMismatch { .. }
+                        | UploadError::KeyOfAnotherRun { .. }
                 )
         )
     }
@@ -296,8 +303,9 @@ pub(super) fn open_collection(
     }
     let tombstones = integrity::Tombstones::read(&db)?;
     if exists && prepared.acked() > 0 {
-        let keyed = sink.keyed(name)?;
-        let check = integrity::check_batches(sink, &db, &key, name, &prepared, &tombstones, keyed)?;
+        let keys = shard_keys_of(sink, &db, name)?;
+        let check =
+            integrity::check_batches(sink, &db, &key, name, &prepared, &tombstones, keys.as_ref())?;
         if !check.resent.is_empty() {
             prepared = prepare(&db, &key)?;
         }
@@ -311,18 +319,21 @@ pub(super) fn open_collection(
     };
     let ensured = sink.ensure_collection(&spec)?;
     integrity::record_marker::<UploadRunError>(sink, &db, &key, name, found_marker)?;
-    // A collection loaded from built shards has a shard key per batch: every write names its
-    // batch's key, and a batch loaded no other way gets its key here, before any write.
-    if sink.keyed(&spec.name)? {
-        let mut batches: Vec<i64> = prepared
+    // A collection loaded from built shards has a shard key per group of batches: every write
+    // names its batch's key, and a batch loaded no other way gets its key here, before any
+    // write, owned by this run (another run's key is refused).
+    if let Some(keys) = shard_keys_of(sink, &db, &spec.name)? {
+        let batches: Vec<i64> = prepared
             .shards
             .iter()
             .filter(|s| !s.is_done())
             .map(|s| s.batch_id)
             .collect();
-        batches.dedup();
-        for batch in batches {
-            sink.ensure_shard_key(&spec.name, &crate::snapshot::batch_shard_key(batch))?;
+        let mut groups: Vec<i64> = batches.iter().map(|&b| keys.group_of(b)).collect();
+        groups.dedup();
+        for group in groups {
+            let owner = keys.owner_of_group(group, db.dir());
+            sink.ensure_shard_key(&spec.name, &keys.key_of_group(group), &owner)?;
         }
     }
     Ok(Some(OpenCollection {
@@ -425,7 +436,11 @@ pub fn send(
     let stop = AtomicBool::new(false);
     let started = Instant::now();
     let mut ledger = Ledger::new(&todo, prepared.dim.unwrap_or(0));
-    let keyed = !todo.is_empty() && sink.keyed(&options.spec.name)?;
+    let keys = if todo.is_empty() {
+        None
+    } else {
+        shard_keys_of(sink, db, &options.spec.name)?
+    };
     // A paper deleted from the run (`embedfleet delete`) is never sent again.
     let tombstones = Tombstones::read(db)?;
     let result = std::thread::scope(|scope| {
@@ -435,7 +450,7 @@ pub fn send(
             let (todo, stop, done_tx) = (&todo, &stop, done_tx.clone());
             let dir = db.dir();
             scope.spawn(move || {
-                read_shards(dir, todo, options.batch_size, keyed, job_tx, done_tx, stop)
+                read_shards(dir, todo, options.batch_size, keys, job_tx, done_tx, stop)
             });
         }
         for _ in 0..in_flight {
@@ -472,18 +487,33 @@ fn test_delay() -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
+/// The run's shard keys when `collection` is custom-sharded (loaded from built shards), so
+/// that every write names its batch's key; `None` for an ordinary collection.
+pub fn shard_keys_of(
+    sink: &dyn Sink,
+    db: &RunDb,
+    collection: &str,
+) -> Result<Option<ShardKeys>, UploadRunError> {
+    if !sink.keyed(collection)? {
+        return Ok(None);
+    }
+    ShardKeys::for_writes(&RunLayout::new(db.dir()))
+        .map(Some)
+        .map_err(UploadRunError::ShardKeys)
+}
+
 /// The reader thread: every shard's pending rows as jobs, in order.
 fn read_shards(
     dir: &Path,
     todo: &[UploadShard],
     batch_size: usize,
-    keyed: bool,
+    keys: Option<ShardKeys>,
     jobs: Sender<Job>,
     done: Sender<Done>,
     stop: &AtomicBool,
 ) {
     for (i, shard) in todo.iter().enumerate() {
-        let key = keyed.then(|| crate::snapshot::batch_shard_key(shard.batch_id));
+        let key = keys.as_ref().map(|k| k.key_of(shard.batch_id));
         let mut start = shard.rows_acked;
         let reader = match shards::read_from(&dir.join(&shard.path), start, batch_size) {
             Ok(reader) => reader,

@@ -36,6 +36,19 @@ pub enum UploadError {
         what: String,
     },
 
+    /// A shard key of the collection belongs to another run: writing or loading into it would
+    /// replace or mix that run's points.
+    #[error("shard key `{key}` of `{collection}` belongs to another run ({owner_dir}, run {owner_run}), not this one (run {run}); load into another collection, or pass --replace-keys to take that run's keys over (its points in them are replaced)")]
+    KeyOfAnotherRun {
+        collection: String,
+        key: String,
+        /// The owning run's identity and directory.
+        owner_run: String,
+        owner_dir: String,
+        /// This run's identity.
+        run: String,
+    },
+
     /// A value that every point needs (paper id, embedding) is null.
     #[error(
         "shard row {row} has a null `{column}`; every point needs a paper id and an embedding"

@@ -144,7 +144,7 @@ pub struct BatchCheck {
 
 /// Counts each batch's acknowledged points in `collection` and repairs what differs (see the
 /// module docs): forgets the progress of a short batch under `key`, deletes tombstoned points
-/// found again. `keyed`: the collection has a shard key per batch.
+/// found again. `keys`: the run's shard keys where the collection is custom-sharded.
 pub fn check_batches(
     sink: &dyn Sink,
     db: &RunDb,
@@ -152,7 +152,7 @@ pub fn check_batches(
     collection: &str,
     prepared: &Prepared,
     tombstones: &Tombstones,
-    keyed: bool,
+    keys: Option<&crate::shard_keys::ShardKeys>,
 ) -> Result<BatchCheck, UploadRunError> {
     let mut check = BatchCheck::default();
     let mut batches: BTreeMap<i64, Vec<&embedfleet_core::rundb::UploadShard>> = BTreeMap::new();
@@ -160,7 +160,7 @@ pub fn check_batches(
         batches.entry(shard.batch_id).or_default().push(shard);
     }
     for (batch, shards_of_batch) in batches {
-        let shard_key = keyed.then(|| crate::snapshot::batch_shard_key(batch));
+        let shard_key = keys.map(|k| k.key_of(batch));
         let mut live = Vec::new();
         for shard in shards_of_batch {
             let ids = shards::paper_ids(&db.dir().join(&shard.path), shard.rows_acked)?;

@@ -20,23 +20,24 @@
 mod driver;
 mod edge;
 mod error;
-mod integrity;
+pub mod integrity;
 mod points;
 mod progress;
 pub mod query;
 mod retry;
 mod server;
+pub mod shard_keys;
+pub mod shard_settings;
 pub mod shards;
-pub mod snapshot;
 pub mod tune;
 mod workers;
 
 use std::time::Duration;
 
 pub use driver::{
-    prepare, progress_key, send, upload, Prepared, SendReport, UploadOptions, UploadReport,
-    UploadRunError, DEFAULT_CHECKPOINT_EVERY, DEFAULT_IN_FLIGHT, DEFAULT_UPSERT_BATCH,
-    TEST_DELAY_ENV,
+    prepare, progress_key, send, shard_keys_of, upload, Prepared, SendReport, UploadOptions,
+    UploadReport, UploadRunError, DEFAULT_CHECKPOINT_EVERY, DEFAULT_IN_FLIGHT,
+    DEFAULT_UPSERT_BATCH, TEST_DELAY_ENV,
 };
 pub use edge::QdrantEdge;
 pub use error::{UploadError, UploadResult};
@@ -46,7 +47,8 @@ pub use points::{
 };
 pub use retry::{is_transient, RetryPolicy};
 pub use server::{
-    build_point_structs, ApiKey, KeyedShard, QdrantServer, ServerCollection, ServerConfig,
+    build_point_structs, sends_in_clear, ApiKey, KeyedShard, QdrantServer, ServerCollection,
+    ServerConfig,
 };
 pub use uuid::Uuid;
 pub use workers::{upload_with_workers, WorkerCommand};
@@ -357,9 +359,15 @@ pub trait Sink: Send + Sync {
         Ok(false)
     }
 
-    /// Creates shard key `key` of a custom-sharded collection unless it exists.
-    fn ensure_shard_key(&self, collection: &str, key: &str) -> UploadResult<()> {
-        let _ = key;
+    /// Creates shard key `key` of a custom-sharded collection unless it exists, owned by
+    /// `owner`'s run; refused ([`UploadError::KeyOfAnotherRun`]) when another run owns it.
+    fn ensure_shard_key(
+        &self,
+        collection: &str,
+        key: &str,
+        owner: &shard_keys::KeyOwner,
+    ) -> UploadResult<()> {
+        let _ = (key, owner);
         Err(UploadError::Unsupported {
             what: format!("shard keys (`{collection}` on {})", self.target()),
         })

@@ -85,7 +85,7 @@ impl ServerConfig {
 /// in clear text. Only a host whose every resolved address is loopback never leaves this
 /// machine; the text decides nothing (`127.0.0.1.example.org` is a name like any other), and a
 /// host that does not resolve is taken as another machine (the key is refused, not sent).
-pub(crate) fn sends_in_clear(url: &str) -> bool {
+pub fn sends_in_clear(url: &str) -> bool {
     let Some(rest) = url.strip_prefix("http://") else {
         return false;
     };

@@ -27,8 +27,7 @@ mod config;
 mod points;
 mod sharded;
 
-pub(crate) use config::sends_in_clear;
-pub use config::{ApiKey, ServerConfig};
+pub use config::{sends_in_clear, ApiKey, ServerConfig};
 pub use points::build_point_structs;
 pub use sharded::{KeyedShard, ServerCollection};
 
@@ -282,11 +281,17 @@ impl Sink for QdrantServer {
             .is_some_and(|c| c.custom_sharding))
     }
 
-    fn ensure_shard_key(&self, collection: &str, key: &str) -> UploadResult<()> {
+    fn ensure_shard_key(
+        &self,
+        collection: &str,
+        key: &str,
+        owner: &crate::shard_keys::KeyOwner,
+    ) -> UploadResult<()> {
+        self.claim_shard_key(collection, key, owner, false)?;
         if self.keyed_shards(collection)?.iter().any(|s| s.key == key) {
             return Ok(());
         }
-        self.create_shard_key(collection, key, None, None)
+        self.create_shard_key(collection, key, &[], None)
     }
 
     fn upsert_keyed(

@@ -9,7 +9,9 @@ use qdrant_client::qdrant::{
 use uuid::Uuid;
 
 use super::QdrantServer;
-use crate::snapshot::ShardSettings;
+use crate::shard_keys::{owner_metadata_key, KeyOwner};
+use crate::shard_settings::ShardSettings;
+use crate::UploadError;
 use crate::{PointsBatch, UploadResult};
 
 /// Where one shard key's shard is.
@@ -131,21 +133,23 @@ impl QdrantServer {
         Ok(out)
     }
 
-    /// Creates shard key `key` with one shard, on `peer` when given (else where the server
-    /// chooses). Creating a key that exists is refused by the server: look first.
+    /// Creates shard key `key` with one shard, its replicas on the peers `placement` when
+    /// given (else where the server chooses). The server gives a key min(replication factor,
+    /// placement's peers) replicas, so a replicated key's placement names a peer per replica.
+    /// Creating a key that exists is refused by the server: look first.
     pub fn create_shard_key(
         &self,
         collection: &str,
         key: &str,
-        peer: Option<u64>,
+        placement: &[u64],
         replication_factor: Option<u32>,
     ) -> UploadResult<()> {
         self.retry("create a shard key", || {
             let mut request = CreateShardKeyBuilder::default()
                 .shard_key(key.to_owned())
                 .shards_number(1);
-            if let Some(peer) = peer {
-                request = request.placement(vec![peer]);
+            if !placement.is_empty() {
+                request = request.placement(placement.to_vec());
             }
             if let Some(n) = replication_factor {
                 request = request.replication_factor(n);
@@ -198,6 +202,72 @@ impl QdrantServer {
                 request = request.shard_key_selector(key.to_owned());
             }
             self.client.delete_points(request)
+        })?;
+        Ok(())
+    }
+
+    /// The owner of each shard key the collection records (keys made by a load or upload of
+    /// this embedfleet; legacy `b<batch>` keys have none).
+    pub fn key_owners(
+        &self,
+        collection: &str,
+    ) -> UploadResult<std::collections::BTreeMap<String, KeyOwner>> {
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
+        let metadata = response
+            .result
+            .and_then(|info| info.config)
+            .map(|config| config.metadata)
+            .unwrap_or_default();
+        let prefix = owner_metadata_key("");
+        Ok(metadata
+            .iter()
+            .filter_map(|(name, value)| {
+                let key = name.strip_prefix(&prefix)?;
+                let Some(qdrant::value::Kind::StringValue(json)) = value.kind.as_ref() else {
+                    return None;
+                };
+                Some((key.to_owned(), serde_json::from_str(json).ok()?))
+            })
+            .collect())
+    }
+
+    /// Records `owner` as the owner of shard key `key`, before the key is made or written.
+    /// Refused when the collection records another owner (another run, or this run's files
+    /// seen from another directory: a copy), unless `replace`. A legacy owner (no run id) is
+    /// not recorded.
+    pub fn claim_shard_key(
+        &self,
+        collection: &str,
+        key: &str,
+        owner: &KeyOwner,
+        replace: bool,
+    ) -> UploadResult<()> {
+        if owner.run.is_empty() {
+            return Ok(());
+        }
+        let owners = self.key_owners(collection)?;
+        match owners.get(key) {
+            Some(found) if found == owner => return Ok(()),
+            Some(found) if !replace && (found.run != owner.run || found.dir != owner.dir) => {
+                return Err(UploadError::KeyOfAnotherRun {
+                    collection: collection.to_owned(),
+                    key: key.to_owned(),
+                    owner_run: found.run.clone(),
+                    owner_dir: found.dir.clone(),
+                    run: owner.run.clone(),
+                });
+            }
+            _ => {}
+        }
+        let mut request = qdrant::UpdateCollectionBuilder::new(collection).build();
+        request.metadata.insert(
+            owner_metadata_key(key),
+            super::points::string_value(&serde_json::to_string(owner).expect("plain data")),
+        );
+        self.retry("record a shard key's owner", || {
+            self.client.update_collection(request.clone())
         })?;
         Ok(())
     }

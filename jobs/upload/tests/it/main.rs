@@ -3,7 +3,6 @@
 
 mod upload_common;
 
-mod snapshot_build;
 mod upload_convert;
 mod upload_driver;
 mod upload_edge;

@@ -396,7 +396,17 @@ impl Sink for Keyed {
     fn keyed(&self, _collection: &str) -> UploadResult<bool> {
         Ok(true)
     }
-    fn ensure_shard_key(&self, _collection: &str, key: &str) -> UploadResult<()> {
+    fn ensure_shard_key(
+        &self,
+        _collection: &str,
+        key: &str,
+        owner: &embedfleet_upload::shard_keys::KeyOwner,
+    ) -> UploadResult<()> {
+        // The key is made owned by the run it is named after.
+        assert!(
+            key.starts_with(&format!("{}-", owner.run)) || owner.run.is_empty(),
+            "{key} {owner:?}"
+        );
         self.keys_made.lock().unwrap().push(key.to_owned());
         Ok(())
     }
@@ -469,6 +479,17 @@ impl Sink for Keyed {
 
 #[test]
 fn into_a_keyed_collection_every_upsert_names_its_batchs_shard_key() {
+    // A run loaded before groups (no keys pinned): a `b<batch>` key per batch.
+    keyed_upload(None, ["b1", "b2", "b3"]);
+}
+
+#[test]
+fn into_a_grouped_collection_every_upsert_names_its_groups_key_owned_by_the_run() {
+    // Two batches per group: batches 1-2 into g1, batch 3 into g2, keys named after the run.
+    keyed_upload(Some(2), ["g1", "g1", "g2"]);
+}
+
+fn keyed_upload(batches_per_group: Option<i64>, want_keys: [&str; 3]) {
     let dir = tempfile::tempdir().unwrap();
     let run = make_run(dir.path(), &[(0, 30, 8), (30, 25, 8), (55, 20, 8)]);
     // Three batches, a shard each: parts 0, 1, 2 become batches 1, 2, 3.
@@ -481,6 +502,18 @@ fn into_a_keyed_collection_every_upsert_names_its_batchs_shard_key() {
         )
         .unwrap();
     drop(db);
+    let prefix = match batches_per_group {
+        Some(n) => {
+            let keys = embedfleet_upload::shard_keys::ShardKeys::pin(
+                &embedfleet_core::RunLayout::new(&run),
+                n,
+            )
+            .unwrap();
+            format!("{}-", keys.run_id)
+        }
+        None => String::new(),
+    };
+    let want_keys = want_keys.map(|k| format!("{prefix}{k}"));
     let sink = Keyed {
         inner: edge(dir.path()),
         keys_made: Default::default(),
@@ -490,17 +523,19 @@ fn into_a_keyed_collection_every_upsert_names_its_batchs_shard_key() {
     assert_eq!(report.send.points, 75);
     let mut made = sink.keys_made.lock().unwrap().clone();
     made.sort();
-    assert_eq!(made, ["b1", "b2", "b3"]);
+    let mut want_made = want_keys.to_vec();
+    want_made.dedup();
+    assert_eq!(made, want_made);
     let map = sink.key_of_paper.lock().unwrap();
     assert_eq!(map.len(), 75);
     for i in 0..75 {
         let want = if i < 30 {
-            "b1"
+            &want_keys[0]
         } else if i < 55 {
-            "b2"
+            &want_keys[1]
         } else {
-            "b3"
+            &want_keys[2]
         };
-        assert_eq!(map[&paper_id(i)], want, "paper {i}");
+        assert_eq!(&map[&paper_id(i)], want, "paper {i}");
     }
 }

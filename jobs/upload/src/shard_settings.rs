@@ -128,46 +128,7 @@ impl ShardSettings {
             ..spec.clone()
         }
     }
-
-    /// The settings the run's shards are built with (`snapshots/settings.json`), written by
-    /// the first `build-shard`; `None` before any.
-    pub fn pinned(
-        layout: &embedfleet_core::RunLayout,
-    ) -> Result<Option<Self>, super::SnapshotError> {
-        super::read_json(
-            &layout.snapshot_dir().join(PINNED_FILE),
-            "pinned build settings",
-        )
-    }
-
-    /// Pins these settings for the run's later builds (`embed-job --build-shard` uses them),
-    /// unless some are pinned already: then they must be these.
-    pub fn pin(&self, layout: &embedfleet_core::RunLayout) -> Result<(), super::SnapshotError> {
-        let pinned = ShardSettings {
-            vector_size: 0,
-            ..self.clone()
-        };
-        if let Some(existing) = Self::pinned(layout)? {
-            let differences = pinned.differences(&existing);
-            if differences.is_empty() {
-                return Ok(());
-            }
-            return Err(super::SnapshotError::SettingsDiffer {
-                what: format!(
-                    "this run's shards (pinned in {}/{PINNED_FILE})",
-                    embedfleet_core::RunLayout::SNAPSHOT_DIR
-                ),
-                differences,
-            });
-        }
-        let dir = layout.snapshot_dir();
-        std::fs::create_dir_all(&dir).map_err(super::io_err("create", &dir))?;
-        super::write_json(&dir.join(PINNED_FILE), &pinned)
-    }
 }
-
-/// Where the run's build settings are pinned, in the snapshot directory.
-const PINNED_FILE: &str = "settings.json";
 
 fn kind_name(kind: PayloadIndexKind) -> &'static str {
     match kind {
@@ -205,24 +166,13 @@ mod tests {
     }
 
     #[test]
-    fn settings_apply_back_to_a_spec_and_pin_once() {
+    fn settings_apply_back_to_a_spec() {
         let mut spec = CollectionSpec::new("papers", 64);
         spec.hnsw.m = 32;
         spec.int8_quantization = true;
         let settings = ShardSettings::of(&spec);
         let back = settings.apply(&CollectionSpec::new("papers", 64));
         assert_eq!(ShardSettings::of(&back), settings);
-
-        let dir = tempfile::tempdir().unwrap();
-        let layout = embedfleet_core::RunLayout::new(dir.path());
-        assert_eq!(ShardSettings::pinned(&layout).unwrap(), None);
-        settings.pin(&layout).unwrap();
-        settings.pin(&layout).unwrap();
-        let pinned = ShardSettings::pinned(&layout).unwrap().unwrap();
-        assert_eq!(pinned.hnsw_m, 32);
-        let other = ShardSettings::of(&CollectionSpec::new("papers", 64));
-        let err = other.pin(&layout).unwrap_err().to_string();
-        assert!(err.contains("hnsw m: 16 vs 32"), "{err}");
     }
 
     #[test]

@@ -77,11 +77,15 @@ pub struct BuildTimings {
     pub cpu_s: f64,
 }
 
-/// One built shard of one batch.
+/// One built shard: of one batch, or of a group of consecutive batches.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BuiltShardManifest {
     pub format: u32,
+    /// The (first) batch; the files are named after it.
     pub batch: i64,
+    /// The last batch of a group; absent for a shard of one batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_batch: Option<i64>,
     /// [`built_digest`] of `sources` and `deleted`; in the file names.
     pub sources_digest: String,
     pub sources: Vec<SourceShard>,
@@ -113,7 +117,13 @@ pub struct BuiltShardManifest {
 }
 
 impl BuiltShardManifest {
-    /// The manifest of `batch`'s shard built from sources with digest `digest`, `None` when
+    /// The first and last batch the shard holds.
+    pub fn batches(&self) -> (i64, i64) {
+        (self.batch, self.last_batch.unwrap_or(self.batch))
+    }
+
+    /// The manifest of the shard whose first batch is `batch`, built from sources with digest
+    /// `digest`, `None` when
     /// there is none (not built, or its build was killed before the end).
     pub fn read(
         layout: &RunLayout,

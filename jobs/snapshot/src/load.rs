@@ -1,41 +1,51 @@
 //! `upload --mode snapshot`: a run's built shards into a custom-sharded collection of a Qdrant
-//! cluster, one shard key per batch, each recovered from its snapshot; then counts and a sample
-//! of exact searches checked against the parquet shards.
+//! cluster, one shard key per group of consecutive batches ([`ShardKeys`]), each recovered from
+//! its snapshot; then counts and a sample of exact searches checked against the parquet shards.
 //!
-//! Steps, each recorded in run.db (`snapshot_loads`) so a killed load resumes without
-//! recovering a finished shard again:
+//! Why groups: a search visits every shard key's graph, so a key per batch (about 2,075 for the
+//! study's corpus) makes a collection nobody can query, and each key's creation is a consensus
+//! operation (about 0.4 s). A few large shards search like an upserted collection's.
+//!
+//! Steps, each recorded in run.db (`snapshot_loads`, a row per group under its first batch) so
+//! a killed load resumes without recovering a finished shard again:
 //!
 //! 1. refuse early what cannot work: a server not in cluster mode, of another minor version
 //!    than the built shards' segment format, or a collection with other settings;
-//! 2. find each batch's built shard (named by its accepted parquet shards' checksums), building
-//!    here those that no node built;
-//! 3. create the collection (custom sharding, payload indexes first) and each batch's shard key,
-//!    placed on the cluster's peers in turn;
+//! 2. pin the run's keys (groups of `batches_per_group` batches, named after the run) unless
+//!    pinned already; find each group's built shard (named by its accepted parquet shards'
+//!    checksums), building here those that no job built;
+//! 3. create the collection (custom sharding, payload indexes first); claim each group's key
+//!    for this run in the collection's metadata (another run's key is refused unless
+//!    `replace_keys`), and create it, the groups placed on the cluster's peers in turn;
 //! 4. recover the snapshots, `in_flight` at once, each on the peer holding its shard, with its
 //!    checksum;
-//! 5. wait until the collection is green; check every key's count and the total against the
-//!    manifests and sample exact searches against the parquet rows;
+//! 5. wait until the collection is green; check every key's count against its manifest (and
+//!    the total, when the collection holds only this run's keys) and sample exact searches
+//!    against the parquet rows;
 //! 6. record the parquet shards it loaded (those it read at step 2, not the run's shards at
 //!    the end) as uploaded into the collection, so `upload --mode upsert` afterwards sends only
-//!    what is new, a batch accepted during the load included (into the batch's key).
+//!    what is new, a batch accepted during the load included (into its group's key).
 //!
 //! Tombstoned papers (`embedfleet delete`) are left out of the shards built here and of the
-//! sample searches; a shard a node built before a delete has another name and is built again.
+//! sample searches; a shard a job built before a delete has another name and is built again.
+//! A group with more batches accepted since its shard was built is built and recovered again
+//! (its sources differ): the key's shard is replaced by one holding them all.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
+use embedfleet_upload::shard_keys::ShardKeys;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::build::{build_shard_without, find_built};
+use super::build::{build_shard_without, describe_batches, find_built};
 use super::manifest::{BuiltShardManifest, SourceShard};
 use super::rest::{Peer, RestClient};
-use super::{batch_shard_key, check_engine_version, ShardSettings, SnapshotError};
-use crate::integrity::{self, Tombstones};
-use crate::{
+use super::{check_engine_version, ShardSettings, SnapshotError};
+use embedfleet_upload::integrity::{self, Tombstones};
+use embedfleet_upload::{
     point_id, progress_key, shards, CollectionSpec, Ensured, PointsBatch, QdrantServer,
     SearchOptions, Sink,
 };
@@ -43,6 +53,10 @@ use crate::{
 /// Test hook: milliseconds each recovery waits before it starts, so that a test can kill a
 /// load mid-way. Not for production use.
 pub const SNAPSHOT_TEST_DELAY_ENV: &str = "EMBEDFLEET_SNAPSHOT_TEST_DELAY_MS";
+
+/// Groups per peer when the user names no group count: each peer searches its groups' shards
+/// in parallel, and more groups than that only add graphs to visit.
+pub const DEFAULT_GROUPS_PER_PEER: i64 = 2;
 
 /// What to load and how.
 #[derive(Debug, Clone)]
@@ -53,13 +67,18 @@ pub struct LoadOptions {
     pub spec: CollectionSpec,
     /// Snapshot recoveries at once (across the cluster's peers).
     pub in_flight: usize,
-    /// Build here the batches no node built (else they are refused, listed).
+    /// Build here the groups no job built (else they are refused, listed).
     pub build_missing: bool,
-    /// Exact searches checked after the load (spread over the batches).
+    /// Exact searches checked after the load (spread over the groups).
     pub sample_searches: usize,
     /// How long to wait for the collection to become green.
     pub green_timeout: Duration,
     pub progress: bool,
+    /// Groups (shard keys) to split the run's batches into when the run has no keys pinned
+    /// yet; `None`: [`DEFAULT_GROUPS_PER_PEER`] per peer of the cluster.
+    pub groups: Option<i64>,
+    /// Take over shard keys the collection records as another run's (their points replaced).
+    pub replace_keys: bool,
 }
 
 impl LoadOptions {
@@ -72,6 +91,8 @@ impl LoadOptions {
             sample_searches: 50,
             green_timeout: Duration::from_secs(24 * 3600),
             progress: false,
+            groups: None,
+            replace_keys: false,
         }
     }
 }
@@ -79,18 +100,25 @@ impl LoadOptions {
 /// What a load did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadReport {
-    /// Batches of the run (each one shard key).
+    /// Batches of the run with accepted shards.
     pub batches: usize,
-    /// Snapshots recovered by this load.
+    /// Groups loaded (each one shard key).
+    pub groups: usize,
+    /// The run's keys: batches per group, and the run's identity naming them.
+    pub batches_per_group: i64,
+    pub run_id: String,
+    /// Shards recovered by this load.
     pub recovered: usize,
-    /// Batches a previous load had finished (resumed over).
+    /// Groups a previous load had finished (resumed over).
     pub already: usize,
-    /// Batches built here because no node had.
+    /// Groups built here because no job had.
     pub built_here: usize,
     /// The collection was created by this load.
     pub created: bool,
-    /// Points in the collection at the end (= the run's rows).
+    /// Points in this run's keys at the end (= the run's rows, less deleted papers).
     pub points: u64,
+    /// Points in the whole collection (other runs' keys included).
+    pub collection_points: u64,
     /// Seconds recovering, then until green.
     pub recover_s: f64,
     pub green_s: f64,
@@ -98,11 +126,57 @@ pub struct LoadReport {
     pub searches_checked: usize,
 }
 
-/// One batch to load.
-struct Batch {
-    id: i64,
+/// One group to load.
+struct Group {
+    /// First and last batch of the group (its nominal range).
+    batches: (i64, i64),
     key: String,
     manifest: BuiltShardManifest,
+}
+
+/// The accepted shards and tombstoned papers of each group of the run, by group number.
+struct GroupSources {
+    batches: (i64, i64),
+    sources: Vec<SourceShard>,
+    deleted: Vec<String>,
+}
+
+/// The run's shard keys: pinned ones; a run loaded before groups (its load rows name `b<N>`
+/// keys and it pinned none) keeps its legacy key per batch; else new ones, pinned now.
+fn run_keys(
+    db: &RunDb,
+    layout: &RunLayout,
+    progress: &str,
+    options: &LoadOptions,
+    peers: usize,
+) -> Result<ShardKeys, SnapshotError> {
+    let io = |e: std::io::Error| SnapshotError::Io {
+        action: "read or pin",
+        path: layout.snapshot_dir().join("keys.json"),
+        source: e,
+    };
+    let total = db.last_batch_id()?;
+    let asked = options
+        .groups
+        .unwrap_or(DEFAULT_GROUPS_PER_PEER * peers.max(1) as i64);
+    let wanted = ShardKeys::batches_per_group_for(total, asked);
+    if let Some(keys) = ShardKeys::pinned(layout).map_err(io)? {
+        if options.groups.is_some() && keys.batches_per_group != wanted {
+            eprintln!(
+                "note: this run's keys are pinned at {} batches per group (snapshots/keys.json), so --groups {asked} is not applied: a run's shards are grouped one way",
+                keys.batches_per_group
+            );
+        }
+        return Ok(keys);
+    }
+    let legacy_rows = db.snapshot_loads(progress)?;
+    if !legacy_rows.is_empty() && legacy_rows.iter().all(|r| r.shard_key.starts_with('b')) {
+        eprintln!(
+            "note: this run was loaded into this collection with a shard key per batch by an older embedfleet; it keeps them"
+        );
+        return Ok(ShardKeys::legacy());
+    }
+    ShardKeys::pin(layout, wanted).map_err(io)
 }
 
 /// Loads the run's built shards into `options.spec.name` on `server` (see the module docs).
@@ -156,47 +230,70 @@ pub fn load_snapshots(
         }
     }
 
-    // 2. Each batch's built shard, of its accepted parquet shards less its tombstoned papers
-    // (a shard a node built before a delete has another name: it is built again here).
+    // 2. The run's keys, then each group's built shard, of its accepted parquet shards less
+    // its tombstoned papers (a shard a job built before a delete has another name: it is
+    // built again here).
+    let keys = run_keys(&db, &layout, &key, options, peers.len())?;
+    report.batches_per_group = keys.batches_per_group;
+    report.run_id = keys.run_id.clone();
     let tombstones = Tombstones::read(&db)?;
-    let found = by_batch
-        .iter()
-        .map(|(batch, sources)| find_built(&layout, *batch, sources, tombstones.of_batch(*batch)))
+    let mut by_group: BTreeMap<i64, GroupSources> = BTreeMap::new();
+    for (batch, sources) in &by_batch {
+        let group = keys.group_of(*batch);
+        let entry = by_group.entry(group).or_insert_with(|| GroupSources {
+            batches: keys.batches_of(group),
+            sources: Vec::new(),
+            deleted: Vec::new(),
+        });
+        entry.sources.extend(sources.iter().cloned());
+        entry
+            .deleted
+            .extend(tombstones.of_batch(*batch).iter().cloned());
+    }
+    for g in by_group.values_mut() {
+        g.deleted.sort();
+        g.deleted.dedup();
+    }
+    let found = by_group
+        .values()
+        .map(|g| find_built(&layout, g.batches, &g.sources, &g.deleted))
         .collect::<Result<Vec<_>, _>>()?;
-    let missing: Vec<i64> = by_batch
-        .iter()
+    let missing: Vec<i64> = by_group
+        .keys()
         .zip(&found)
         .filter(|(_, f)| f.is_none())
-        .map(|((b, _), _)| *b)
+        .map(|(g, _)| *g)
         .collect();
     if !missing.is_empty() && !options.build_missing {
         return Err(SnapshotError::Sources {
-            batch: missing[0],
+            batch: keys.batches_of(missing[0]).0,
             message: format!(
-                "{} batches have no built shard of their accepted parquet shards less their deleted papers ({}); run `embedfleet build-shard --accepted` for them, or load without --no-build",
+                "{} groups have no built shard of their accepted parquet shards less their deleted papers ({}); run `embedfleet build-shard --accepted --group N` for them, or load without --no-build",
                 missing.len(),
-                list(&missing)
+                list("group", &missing)
             ),
         });
     }
     if !missing.is_empty() {
         eprintln!(
-            "building {} shards here that no node built ({}); `embed-job --build-shard` builds them beside the GPUs",
+            "building {} shards here that no job built ({}, {} batches per group)",
             missing.len(),
-            list(&missing)
+            list("group", &missing),
+            keys.batches_per_group
         );
     }
-    let mut batches = Vec::with_capacity(by_batch.len());
-    for ((batch, sources), found) in by_batch.iter().zip(found) {
+    let mut groups = Vec::with_capacity(by_group.len());
+    for ((group, g), found) in by_group.iter().zip(found) {
         let manifest = match found {
             Some(manifest) => manifest,
             None => {
-                let deleted = tombstones.of_batch(*batch);
-                let outcome = build_shard_without(&layout, *batch, sources, deleted, &spec)?;
+                let outcome =
+                    build_shard_without(&layout, g.batches, &g.sources, &g.deleted, &spec)?;
                 if outcome.built {
                     report.built_here += 1;
                     eprintln!(
-                        "  batch {batch}: {} points built in {:.1} s ({:.1} CPU s)",
+                        "  group {group} ({}): {} points built in {:.1} s ({:.1} CPU s)",
+                        describe_batches(g.batches),
                         outcome.manifest.points,
                         outcome.manifest.timings.total_s,
                         outcome.manifest.timings.cpu_s
@@ -209,18 +306,19 @@ pub fn load_snapshots(
         let differences = wanted.differences(&manifest.settings);
         if !differences.is_empty() {
             return Err(SnapshotError::SettingsDiffer {
-                what: format!("the built shard of batch {batch} ({})", manifest.snapshot),
+                what: format!("the built shard of group {group} ({})", manifest.snapshot),
                 differences,
             });
         }
-        batches.push(Batch {
-            id: *batch,
-            key: batch_shard_key(*batch),
+        groups.push(Group {
+            batches: g.batches,
+            key: keys.key_of_group(*group),
             manifest,
         });
     }
+    report.groups = groups.len();
 
-    // 3. The collection and its shard keys.
+    // 3. The collection, and each group's key: claimed for this run, then made.
     let ensured = server.ensure_collection(&spec)?;
     report.created = ensured == Ensured::Created;
     // The upload progress recorded at the end is about this collection: `upload` afterwards
@@ -237,10 +335,23 @@ pub fn load_snapshots(
         .map(|r| (r.batch_id, r))
         .collect();
     let existing_keys = server.keyed_shards(&name)?;
-    for (i, b) in batches.iter().enumerate() {
-        if !existing_keys.iter().any(|s| s.key == b.key) {
-            let peer = peers[i % peers.len()].id;
-            server.create_shard_key(&name, &b.key, Some(peer), spec.replication_factor)?;
+    for g in &groups {
+        let owner = keys.owner_of_group(keys.group_of(g.batches.0), &options.run_dir);
+        server.claim_shard_key(&name, &g.key, &owner, options.replace_keys)?;
+    }
+    for g in &groups {
+        if !existing_keys.iter().any(|s| s.key == g.key) {
+            // Groups go round the peers: group n's first replica on peer n mod P, the others
+            // on the peers after it (the server takes a key's replicas from its placement).
+            let group = keys.group_of(g.batches.0);
+            let replicas = spec.replication_factor.unwrap_or(1).max(1) as usize;
+            let placement: Vec<u64> = (0..replicas.min(peers.len()))
+                .map(|i| {
+                    let at = (group - 1 + i as i64).rem_euclid(peers.len() as i64);
+                    peers[at as usize].id
+                })
+                .collect();
+            server.create_shard_key(&name, &g.key, &placement, spec.replication_factor)?;
         }
     }
     let placed = server.keyed_shards(&name)?;
@@ -248,34 +359,38 @@ pub fn load_snapshots(
 
     // 4. Recoveries, `in_flight` at once; this thread records each in run.db.
     let mut todo = Vec::new();
-    for b in &batches {
-        let Some(shard) = shard_of(&b.key) else {
+    for g in &groups {
+        let Some(shard) = shard_of(&g.key) else {
             return Err(SnapshotError::Check {
-                what: format!("shard key {}", b.key),
+                what: format!("shard key {}", g.key),
                 message: "the server lists no shard for it".into(),
             });
         };
-        let done = recorded.get(&b.id).is_some_and(|r| {
+        let row_id = g.batches.0;
+        let done = recorded.get(&row_id).is_some_and(|r| {
             r.step >= SnapshotStep::Recovered
+                && r.shard_key == g.key
                 && r.shard_id == Some(shard.shard_id)
-                && r.snapshot_sha256.as_deref() == Some(b.manifest.snapshot_sha256.as_str())
+                && r.snapshot_sha256.as_deref() == Some(g.manifest.snapshot_sha256.as_str())
         });
         if done {
             report.already += 1;
             continue;
         }
         let row = SnapshotLoadRow {
-            batch_id: b.id,
-            shard_key: b.key.clone(),
+            batch_id: row_id,
+            shard_key: g.key.clone(),
             shard_id: Some(shard.shard_id),
             snapshot_sha256: None,
             points: None,
             step: SnapshotStep::Key,
         };
         db.record_snapshot_load(&key, &row)?;
-        recorded.insert(b.id, row);
-        let peer_url = peer_url(&peers, shard.peers.first().copied(), rest);
-        todo.push((b, shard.shard_id, peer_url));
+        recorded.insert(row_id, row);
+        // One replica gets the snapshot: the server marks the key's other replicas dead, and
+        // they copy the recovered one (a shard transfer); step 5 waits for them.
+        let url = peer_url(&peers, shard.peers.first().copied(), rest);
+        todo.push((g, shard.shard_id, url));
     }
     let started = Instant::now();
     let bar = progress_bar(options.progress, todo.len() as u64);
@@ -285,13 +400,13 @@ pub fn load_snapshots(
         &layout,
         &todo,
         options.in_flight.max(1),
-        |b, r| {
+        |g, r| {
             if r.is_ok() {
                 let row = SnapshotLoadRow {
-                    snapshot_sha256: Some(b.manifest.snapshot_sha256.clone()),
-                    points: Some(b.manifest.points),
+                    snapshot_sha256: Some(g.manifest.snapshot_sha256.clone()),
+                    points: Some(g.manifest.points),
                     step: SnapshotStep::Recovered,
-                    ..recorded[&b.id].clone()
+                    ..recorded[&g.batches.0].clone()
                 };
                 db.record_snapshot_load(&key, &row)?;
                 bar.inc(1);
@@ -307,53 +422,59 @@ pub fn load_snapshots(
     let green_start = Instant::now();
     wait_green(server, &name, options.green_timeout)?;
     report.green_s = green_start.elapsed().as_secs_f64();
+    wait_replicas(rest, &peers, &name, &groups, &placed, options.green_timeout)?;
     let mut total = 0;
-    for b in &batches {
-        let n = server.count_in_key(&name, &b.key)?;
-        if n != b.manifest.points {
+    for g in &groups {
+        let n = server.count_in_key(&name, &g.key)?;
+        if n != g.manifest.points {
             // Whatever changed the shard (a replaced collection, a write past embedfleet), the
-            // next load recovers this batch again instead of trusting the record.
+            // next load recovers this group again instead of trusting the record.
             let row = SnapshotLoadRow {
                 snapshot_sha256: None,
                 points: None,
                 step: SnapshotStep::Key,
-                ..recorded[&b.id].clone()
+                ..recorded[&g.batches.0].clone()
             };
             db.record_snapshot_load(&key, &row)?;
             return Err(SnapshotError::Check {
-                what: format!("shard key {} (batch {})", b.key, b.id),
+                what: format!("shard key {} ({})", g.key, describe_batches(g.batches)),
                 message: format!(
-                    "it holds {n} points, its built shard {}; run the load again (it recovers the batch again)",
-                    b.manifest.points
+                    "it holds {n} points, its built shard {}; run the load again (it recovers the group again)",
+                    g.manifest.points
                 ),
             });
         }
         total += n;
     }
     let holds = server.count(&name, None)?;
-    if holds != total {
+    let only_ours = server
+        .keyed_shards(&name)?
+        .iter()
+        .all(|s| groups.iter().any(|g| g.key == s.key));
+    if only_ours && holds != total {
         return Err(SnapshotError::Check {
             what: format!("collection `{name}`"),
             message: format!("it holds {holds} points, its shard keys {total}"),
         });
     }
-    report.points = holds;
+    report.points = total;
+    report.collection_points = holds;
     report.searches_checked = check_searches(
         server,
         &name,
         &layout,
-        &batches,
+        &groups,
         &tombstones,
         options.sample_searches,
     )?;
 
     // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
-    for b in &batches {
+    for g in &groups {
         let row = SnapshotLoadRow {
             step: SnapshotStep::Verified,
-            snapshot_sha256: Some(b.manifest.snapshot_sha256.clone()),
-            points: Some(b.manifest.points),
-            ..recorded[&b.id].clone()
+            snapshot_sha256: Some(g.manifest.snapshot_sha256.clone()),
+            points: Some(g.manifest.points),
+            ..recorded[&g.batches.0].clone()
         };
         db.record_snapshot_load(&key, &row)?;
     }
@@ -402,9 +523,9 @@ fn recover_all(
     rest: &RestClient,
     collection: &str,
     layout: &RunLayout,
-    todo: &[(&Batch, u32, String)],
+    todo: &[(&Group, u32, String)],
     in_flight: usize,
-    mut on_done: impl FnMut(&Batch, &Result<(), SnapshotError>) -> Result<(), SnapshotError>,
+    mut on_done: impl FnMut(&Group, &Result<(), SnapshotError>) -> Result<(), SnapshotError>,
 ) -> Result<usize, SnapshotError> {
     let (job_tx, job_rx) = crossbeam_channel::unbounded::<usize>();
     for i in 0..todo.len() {
@@ -451,7 +572,11 @@ fn recover_all(
                 Ok(()) => recovered += 1,
                 Err(e) => {
                     first_error.get_or_insert(SnapshotError::Check {
-                        what: format!("recovering batch {} (shard key {})", b.id, b.key),
+                        what: format!(
+                            "recovering {} (shard key {})",
+                            describe_batches(b.batches),
+                            b.key
+                        ),
                         message: e.to_string(),
                     });
                 }
@@ -462,6 +587,51 @@ fn recover_all(
             None => Ok(recovered),
         }
     })
+}
+
+/// Waits until every replica of every replicated key holds its built shard's points. A
+/// recovery marks the key's other replicas dead and they copy the recovered one, but the mark
+/// is proposed, not awaited: right after the recovery a stale replica may still answer. Each
+/// peer counts its own replica first while it is readable, and forwards to a live one while it
+/// is not, so an exact count through every replica's peer equal to the manifest's is the end.
+fn wait_replicas(
+    rest: &RestClient,
+    peers: &[Peer],
+    name: &str,
+    groups: &[Group],
+    placed: &[embedfleet_upload::KeyedShard],
+    timeout: Duration,
+) -> Result<(), SnapshotError> {
+    let start = Instant::now();
+    for g in groups {
+        let Some(shard) = placed.iter().find(|s| s.key == g.key) else {
+            continue;
+        };
+        if shard.peers.len() < 2 {
+            continue;
+        }
+        for &peer in &shard.peers {
+            let client = rest.for_peer(&peer_url(peers, Some(peer), rest))?;
+            loop {
+                let n = client.count_in_key(name, &g.key)?;
+                if n == g.manifest.points {
+                    break;
+                }
+                if start.elapsed() > timeout {
+                    return Err(SnapshotError::Check {
+                        what: format!("shard key {} on peer {peer}", g.key),
+                        message: format!(
+                            "its replica holds {n} points, not {}, after {} s",
+                            g.manifest.points,
+                            start.elapsed().as_secs()
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn wait_green(server: &QdrantServer, name: &str, timeout: Duration) -> Result<(), SnapshotError> {
@@ -501,16 +671,16 @@ fn check_searches(
     server: &QdrantServer,
     name: &str,
     layout: &RunLayout,
-    batches: &[Batch],
+    groups: &[Group],
     tombstones: &Tombstones,
     samples: usize,
 ) -> Result<usize, SnapshotError> {
     if samples == 0 {
         return Ok(0);
     }
-    let per_batch = samples.div_ceil(batches.len()).max(1);
+    let per_batch = samples.div_ceil(groups.len()).max(1);
     let mut checked = 0;
-    for b in batches {
+    for b in groups {
         let source = &b.manifest.sources[0];
         let path = layout.resolve(&source.file);
         let Some(record_batch) = shards::read_from(&path, 0, per_batch)?.next() else {
@@ -536,7 +706,11 @@ fn check_searches(
                 .is_some_and(|h| h.id == want || (h.score - 1.0).abs() < 1e-4);
             if !ok {
                 return Err(SnapshotError::Check {
-                    what: format!("an exact search for paper {} (batch {})", p.paper_id, b.id),
+                    what: format!(
+                        "an exact search for paper {} ({})",
+                        p.paper_id,
+                        describe_batches(b.batches)
+                    ),
                     message: format!(
                         "it found {:?} first, not the paper itself",
                         hits.first().map(|h| (h.id, h.score))
@@ -566,12 +740,12 @@ fn progress_bar(show: bool, total: u64) -> ProgressBar {
     bar
 }
 
-fn list(batches: &[i64]) -> String {
+fn list(what: &str, batches: &[i64]) -> String {
     let mut s: Vec<String> = batches.iter().take(8).map(|b| b.to_string()).collect();
     if batches.len() > 8 {
         s.push(format!("… {} more", batches.len() - 8));
     }
-    format!("batch {}", s.join(", "))
+    format!("{what} {}", s.join(", "))
 }
 
 #[cfg(test)]

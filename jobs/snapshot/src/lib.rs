@@ -1,18 +1,22 @@
-//! Snapshot bulk load: each batch's Qdrant shard built offline where its embeddings are made,
-//! then recovered on the server ready to serve.
+//! The snapshot bulk load, a stage of its own: a run's Qdrant shards built offline, one per
+//! group of consecutive batches, then recovered on the server ready to serve.
 //!
 //! The server's slow part of a load is not receiving points but building its HNSW graph, on the
-//! database's cores, after the last upsert. A built shard moves that work to the embed nodes'
-//! idle cores: [`build_shard`] inserts a batch's parquet shards into a qdrant-edge shard (the
-//! server's own engine, in-process) with the target collection's settings, optimises it, and
-//! packs it in the server's shard-snapshot layout ([`pack`]) with a manifest
-//! ([`BuiltShardManifest`]). [`load_snapshots`] creates a custom-sharded collection with one
-//! shard key per batch and recovers each batch's snapshot into its key's shard.
+//! database's cores, after the last upsert. A built shard moves that work off the database:
+//! [`build_shard`] inserts a group's parquet shards into a qdrant-edge shard (the server's own
+//! engine, in-process) with the target collection's settings, optimises it, and packs it in the
+//! server's shard-snapshot layout ([`pack`]) with a manifest ([`BuiltShardManifest`]).
+//! [`load_snapshots`] creates a custom-sharded collection with one shard key per group
+//! ([`ShardKeys`]) and recovers each group's snapshot into its key's shard.
 //!
-//! Why custom sharding: a snapshot replaces one whole server shard. Under hash sharding an id's
-//! shard is the hash's, not the one its snapshot went to, so later updates and deletes by id
-//! would miss (duplicates, failed deletes). With a shard key per batch, every write of a paper
-//! names its batch's key ([`batch_shard_key`]), and counts stay exact.
+//! Why custom sharding with a key per group of consecutive batches (and not shards routed as
+//! the server's own hash routing would route each id): a snapshot replaces one whole server
+//! shard; under hash sharding every shard holds points of every batch, so no shard could be
+//! built before the last batch is embedded, and the routing would have to match the server's
+//! internal hash ring exactly, or updates by id would miss. With a key per group, a group's
+//! build starts when its own batches are done, every write of a paper names its group's key
+//! (the upload crate's [`ShardKeys`]), and counts stay exact. Keys are named after their run
+//! and the collection records their owner ([`KeyOwner`]), so runs never replace each other's.
 //!
 //! Pinned together: the segment format is the edge crate's Qdrant version; the server must be of
 //! the same minor version ([`check_engine_version`]). The server checks neither the vector size
@@ -27,22 +31,21 @@ mod rest;
 mod settings;
 
 pub use build::{
-    build_shard, build_shard_without, cpu_seconds, find_built, sources_of_attempt,
-    sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION, EDGE_VERSION,
+    build_shard, build_shard_without, cpu_seconds, describe_batches, find_built,
+    sources_of_attempt, sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION, EDGE_VERSION,
 };
-pub use load::{load_snapshots, LoadOptions, LoadReport, SNAPSHOT_TEST_DELAY_ENV};
+pub use embedfleet_upload::shard_keys::{KeyOwner, ShardKeys};
+pub use embedfleet_upload::shard_settings::ShardSettings;
+pub use load::{
+    load_snapshots, LoadOptions, LoadReport, DEFAULT_GROUPS_PER_PEER, SNAPSHOT_TEST_DELAY_ENV,
+};
 pub use manifest::{
     built_digest, sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
 };
 pub use rest::RestClient;
-pub use settings::ShardSettings;
+pub use settings::PinnedSettings;
 
 use std::path::PathBuf;
-
-/// The shard key of a batch in a snapshot-loaded collection: `b<batch>`.
-pub fn batch_shard_key(batch: i64) -> String {
-    format!("b{batch}")
-}
 
 /// Refuses a server whose version is not the segment format's minor version (`1.18.2-dev`
 /// built shards load on 1.18.x servers only).
@@ -134,22 +137,23 @@ pub enum SnapshotError {
     #[error("after loading, {what}: {message}")]
     Check { what: String, message: String },
     #[error(transparent)]
-    Upload(#[from] crate::UploadError),
+    Upload(#[from] embedfleet_upload::UploadError),
     #[error(transparent)]
-    Shard(#[from] crate::shards::ShardReadError),
+    Shard(#[from] embedfleet_upload::shards::ShardReadError),
     #[error(transparent)]
     RunDb(#[from] embedfleet_core::rundb::RunDbError),
 }
 
 impl SnapshotError {
     /// True when the load or build was refused for what it was given (other settings, another
-    /// server version, no cluster mode): exit code "refused".
+    /// server version, no cluster mode, another run's key): exit code "refused".
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
             SnapshotError::SettingsDiffer { .. }
                 | SnapshotError::VersionMismatch { .. }
                 | SnapshotError::NeedsCluster { .. }
+                | SnapshotError::Upload(embedfleet_upload::UploadError::KeyOfAnotherRun { .. })
         )
     }
 }
@@ -160,7 +164,7 @@ mod tests {
 
     #[test]
     fn the_recorded_edge_version_is_the_one_built_with() {
-        let lock = include_str!("../../../../Cargo.lock");
+        let lock = include_str!("../../../Cargo.lock");
         let at = lock
             .find("name = \"qdrant-edge\"")
             .expect("qdrant-edge in Cargo.lock");

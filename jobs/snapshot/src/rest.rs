@@ -65,8 +65,9 @@ impl RestClient {
     /// a host that is not this machine) without `allow_insecure`. Every URL the key goes to
     /// passes here: the one given and each peer's from `/cluster`.
     fn check_key_goes_safely(&self, url: &str) -> Result<(), SnapshotError> {
-        if self.api_key.is_some() && !self.allow_insecure && crate::server::sends_in_clear(url) {
-            return Err(crate::UploadError::InsecureApiKey {
+        if self.api_key.is_some() && !self.allow_insecure && embedfleet_upload::sends_in_clear(url)
+        {
+            return Err(embedfleet_upload::UploadError::InsecureApiKey {
                 url: url.to_owned(),
             }
             .into());
@@ -198,6 +199,34 @@ impl RestClient {
             });
         }
         Ok(peers)
+    }
+
+    /// Exact count of the points under shard key `key`, as this peer answers it: from its own
+    /// replica while that is readable.
+    pub fn count_in_key(&self, collection: &str, key: &str) -> Result<u64, SnapshotError> {
+        let what = format!("the count of shard key {key} of `{collection}`");
+        let mut request = self
+            .agent
+            .post(format!(
+                "{}/collections/{collection}/points/count",
+                self.url
+            ))
+            .header("Content-Type", "application/json");
+        if let Some(api_key) = &self.api_key {
+            request = request.header("api-key", api_key);
+        }
+        let body = serde_json::json!({ "exact": true, "shard_key": key }).to_string();
+        let response = request
+            .send(body.as_bytes())
+            .map_err(|e| self.unreachable(&what, e))?;
+        let value = self.json(response, &what)?;
+        value["result"]["count"]
+            .as_u64()
+            .ok_or_else(|| SnapshotError::Http {
+                what,
+                status: 200,
+                body: value.to_string().chars().take(200).collect(),
+            })
     }
 
     /// Uploads `snapshot` into shard `shard_id` of `collection` and waits until the server has

@@ -1,4 +1,5 @@
-//! Building one batch's Qdrant shard offline: its parquet shards into a qdrant-edge shard with
+//! Building one group's Qdrant shard offline (a group of consecutive batches, or one batch): its
+//! parquet shards into a qdrant-edge shard with
 //! the target collection's settings, optimised (HNSW and payload indexes built here, on this
 //! machine's cores), packed as a server shard snapshot ([`super::pack`]), with its manifest.
 //!
@@ -17,9 +18,9 @@ use embedfleet_core::RunLayout;
 
 use super::manifest::{built_digest, BuildTimings, BuiltShardManifest, SourceShard};
 use super::{io_err, pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
-use crate::integrity::Tombstones;
-use crate::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink};
 use embedfleet_core::rundb::Tombstone;
+use embedfleet_upload::integrity::Tombstones;
+use embedfleet_upload::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink};
 
 /// The collection name inside a build's scratch engine.
 const SCRATCH_COLLECTION: &str = "shard";
@@ -97,41 +98,49 @@ fn sources_of(manifest: &AttemptManifest) -> Vec<SourceShard> {
         .collect()
 }
 
-/// The finished build of `batch` from `sources` less the tombstoned papers `deleted` (sorted),
-/// if there is one with its snapshot in place.
+/// The finished build of the batches `batches` (first, last) from `sources` less the
+/// tombstoned papers `deleted` (sorted), if there is one with its snapshot in place.
 pub fn find_built(
     layout: &RunLayout,
-    batch: i64,
+    batches: (i64, i64),
     sources: &[SourceShard],
     deleted: &[String],
 ) -> Result<Option<BuiltShardManifest>, SnapshotError> {
     let digest = built_digest(sources, deleted);
-    Ok(BuiltShardManifest::read(layout, batch, &digest)?
-        .filter(|m| m.sources == sources && m.deleted == deleted && m.snapshot_present(layout)))
+    Ok(
+        BuiltShardManifest::read(layout, batches.0, &digest)?.filter(|m| {
+            m.batches() == batches
+                && m.sources == sources
+                && m.deleted == deleted
+                && m.snapshot_present(layout)
+        }),
+    )
 }
 
-/// Builds `batch`'s shard from `sources` with `spec`'s settings (its `vector_size` is taken from
+/// Builds the shard of the batches `batches` (first, last: one batch, or a group) from
+/// `sources` (theirs, in batch order) with `spec`'s settings (its `vector_size` is taken from
 /// the shards), unless a finished build with the same sources and settings is there. A finished
-/// build with other settings is refused: the run's shards are built one way. A job (which never
-/// opens run.db) builds this way; the login node knows the tombstones: [`build_shard_without`].
+/// build with other settings is refused: the run's shards are built one way. A job that was
+/// given no tombstones builds this way; see [`build_shard_without`].
 pub fn build_shard(
     layout: &RunLayout,
-    batch: i64,
+    batches: (i64, i64),
     sources: &[SourceShard],
     spec: &CollectionSpec,
 ) -> Result<BuildOutcome, SnapshotError> {
-    build_shard_without(layout, batch, sources, &[], spec)
+    build_shard_without(layout, batches, sources, &[], spec)
 }
 
-/// [`build_shard`] leaving out the tombstoned papers `deleted` (run.db's, of this batch): a
+/// [`build_shard`] leaving out the tombstoned papers `deleted` (run.db's, of these batches): a
 /// built shard never holds a deleted paper, and its name (the digest) says which were left out.
 pub fn build_shard_without(
     layout: &RunLayout,
-    batch: i64,
+    batches: (i64, i64),
     sources: &[SourceShard],
     deleted: &[String],
     spec: &CollectionSpec,
 ) -> Result<BuildOutcome, SnapshotError> {
+    let batch = batches.0;
     let mut deleted = deleted.to_vec();
     deleted.sort();
     deleted.dedup();
@@ -155,7 +164,7 @@ pub fn build_shard_without(
         ..spec.clone()
     };
     let settings = ShardSettings::of(&spec);
-    if let Some(found) = find_built(layout, batch, sources, deleted)? {
+    if let Some(found) = find_built(layout, batches, sources, deleted)? {
         let diff = settings.differences(&found.settings);
         if diff.is_empty() {
             return Ok(BuildOutcome {
@@ -164,7 +173,7 @@ pub fn build_shard_without(
             });
         }
         return Err(SnapshotError::SettingsDiffer {
-            what: format!("the built shard of batch {batch}"),
+            what: format!("the built shard of {}", describe_batches(batches)),
             differences: diff,
         });
     }
@@ -184,7 +193,7 @@ pub fn build_shard_without(
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch).map_err(io_err("remove", &scratch))?;
     }
-    let result = build_in(layout, batch, sources, deleted, &digest, &spec, &scratch);
+    let result = build_in(layout, batches, sources, deleted, &digest, &spec, &scratch);
     // Scratch goes whatever happened: a failed build leaves nothing half-made behind.
     let _ = std::fs::remove_dir_all(&scratch);
     let manifest = result?;
@@ -197,7 +206,7 @@ pub fn build_shard_without(
 /// The build itself, in `scratch`: insert, optimise, pack, then the manifest.
 fn build_in(
     layout: &RunLayout,
-    batch: i64,
+    (batch, last_batch): (i64, i64),
     sources: &[SourceShard],
     deleted: &[String],
     digest: &str,
@@ -285,6 +294,7 @@ fn build_in(
     let manifest = BuiltShardManifest {
         format: BUILT_SHARD_FORMAT,
         batch,
+        last_batch: (last_batch != batch).then_some(last_batch),
         sources_digest: digest.to_owned(),
         sources: sources.to_vec(),
         deleted: deleted.to_vec(),
@@ -314,6 +324,15 @@ fn build_in(
     };
     manifest.write(layout)?;
     Ok(manifest)
+}
+
+/// `batch 7` or `batches 5-8`.
+pub fn describe_batches((first, last): (i64, i64)) -> String {
+    if first == last {
+        format!("batch {first}")
+    } else {
+        format!("batches {first}-{last}")
+    }
 }
 
 /// The shard's file still has the checksum and rows it was recorded with.

@@ -6,12 +6,17 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use crate::upload_common::{paper_id, rows_in_years, source_of, vector_of, write_shard};
+// The upload crate's shard writers (the embed job's way); only some of its helpers are used here.
+#[path = "../../upload/tests/it/upload_common.rs"]
+#[allow(dead_code)]
+mod upload_common;
+
 use embedfleet_core::RunLayout;
-use embedfleet_upload::snapshot::{
+use embedfleet_snapshot::{
     build_shard, build_shard_without, find_built, SnapshotError, SourceShard,
 };
 use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
+use upload_common::{paper_id, rows_in_years, source_of, vector_of, write_shard};
 
 const DIM: usize = 32;
 
@@ -71,7 +76,7 @@ fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
     let layout = RunLayout::new(&run);
     let sources = write_shards(&run, &[(0, 300), (300, 200)]);
 
-    let outcome = build_shard(&layout, 1, &sources, &indexed_spec()).unwrap();
+    let outcome = build_shard(&layout, (1, 1), &sources, &indexed_spec()).unwrap();
     assert!(outcome.built);
     let m = &outcome.manifest;
     assert_eq!(m.points, 500);
@@ -79,10 +84,7 @@ fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
     assert_eq!(m.settings.vector_size, DIM);
     assert_eq!(m.first_id, Some(point_id(&paper_id(0)).to_string()));
     assert_eq!(m.last_id, Some(point_id(&paper_id(499)).to_string()));
-    assert_eq!(
-        m.engine_version,
-        embedfleet_upload::snapshot::EDGE_QDRANT_VERSION
-    );
+    assert_eq!(m.engine_version, embedfleet_snapshot::EDGE_QDRANT_VERSION);
     assert!(!m.segment_format.is_empty());
     let snapshot = layout.resolve(&m.snapshot);
     assert_eq!(
@@ -99,7 +101,7 @@ fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
     assert_eq!(left.len(), 2, "{left:?}");
 
     // The same sources and settings again: found, not built.
-    let again = build_shard(&layout, 1, &sources, &indexed_spec()).unwrap();
+    let again = build_shard(&layout, (1, 1), &sources, &indexed_spec()).unwrap();
     assert!(!again.built);
     // The manifest found is the one written (its floats go through JSON: compare the rest).
     let (a, b) = (&again.manifest, &outcome.manifest);
@@ -190,7 +192,7 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
     }
 
     let spec = CollectionSpec::new("papers", 0);
-    build_shard(&layout, 1, &sources, &spec).unwrap();
+    build_shard(&layout, (1, 1), &sources, &spec).unwrap();
     assert!(!dead.exists(), "the dead build's scratch is removed");
     assert!(other.exists(), "another host's live scratch is left alone");
     assert!(
@@ -206,7 +208,7 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
         },
         ..spec.clone()
     };
-    let err = build_shard(&layout, 1, &sources, &other_m).unwrap_err();
+    let err = build_shard(&layout, (1, 1), &sources, &other_m).unwrap_err();
     assert!(
         matches!(&err, SnapshotError::SettingsDiffer { differences, .. } if differences == &["hnsw m: 32 vs 16"]),
         "{err}"
@@ -219,7 +221,7 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
     let mut bytes = std::fs::read(&path).unwrap();
     bytes.push(0);
     std::fs::write(&path, bytes).unwrap();
-    let err = build_shard(&layout2, 1, &changed, &spec).unwrap_err();
+    let err = build_shard(&layout2, (1, 1), &changed, &spec).unwrap_err();
     assert!(
         err.to_string().contains("changed after it was written"),
         "{err}"
@@ -242,7 +244,7 @@ fn synthetic_run(dir: &Path, batches: usize, per_batch: usize, dim: usize) -> Pa
 #[test]
 #[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt() {
-    use embedfleet_upload::snapshot::{load_snapshots, LoadOptions, RestClient};
+    use embedfleet_snapshot::{load_snapshots, LoadOptions, RestClient};
     use embedfleet_upload::{QdrantServer, ServerConfig};
     let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
     let rest_url =
@@ -258,10 +260,17 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     let mut options = LoadOptions::new(&run, &name);
     // 2,000 × 128-d is 1 MB a batch: a 100 KB threshold gives every built shard its graph.
     options.spec.indexing_threshold_kb = 100;
+    // A group per batch: three keys.
+    options.groups = Some(3);
     let report = load_snapshots(&server, &rest, &options).unwrap();
     assert_eq!(
-        (report.batches, report.recovered, report.built_here),
-        (3, 3, 3)
+        (
+            report.batches,
+            report.groups,
+            report.recovered,
+            report.built_here
+        ),
+        (3, 3, 3, 3)
     );
     assert_eq!(report.points, 6000);
     assert!(report.searches_checked >= 49, "{report:?}");
@@ -277,8 +286,9 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     std::thread::sleep(std::time::Duration::from_secs(3));
     let later = server.collection_info(&name).unwrap().unwrap();
     assert!(later.green && later.indexed_vectors == 6000, "{later:?}");
-    for key in ["b1", "b2", "b3"] {
-        assert_eq!(server.count_in_key(&name, key).unwrap(), 2000);
+    for group in 1..=3 {
+        let key = format!("{}-g{group}", report.run_id);
+        assert_eq!(server.count_in_key(&name, &key).unwrap(), 2000);
     }
     // The approximate (HNSW) search finds a point by its own vector.
     let db = embedfleet_core::rundb::RunDb::open(&run).unwrap();
@@ -310,11 +320,11 @@ fn a_shard_built_without_deleted_papers_holds_none_of_them_and_has_another_name(
     let sources = write_shards(&run, &[(0, 60), (60, 40)]);
     let spec = indexed_spec();
     // A node's build (it never opens run.db): every row.
-    let whole = build_shard(&layout, 1, &sources, &spec).unwrap();
+    let whole = build_shard(&layout, (1, 1), &sources, &spec).unwrap();
     assert_eq!(whole.manifest.points, 100);
     // The login node's, after `delete` of papers 0, 59 and 77 (given in any order).
     let deleted = vec![paper_id(77), paper_id(0), paper_id(59)];
-    let without = build_shard_without(&layout, 1, &sources, &deleted, &spec).unwrap();
+    let without = build_shard_without(&layout, (1, 1), &sources, &deleted, &spec).unwrap();
     assert!(without.built, "the node's build is not taken for it");
     let m = &without.manifest;
     assert_eq!(m.points, 97);
@@ -324,9 +334,11 @@ fn a_shard_built_without_deleted_papers_holds_none_of_them_and_has_another_name(
     assert_ne!(m.snapshot, whole.manifest.snapshot, "another name");
     assert_eq!(m.first_id, Some(point_id(&paper_id(1)).to_string()));
     // Each build is found for its own deletions only.
-    let found = find_built(&layout, 1, &sources, &sorted).unwrap().unwrap();
+    let found = find_built(&layout, (1, 1), &sources, &sorted)
+        .unwrap()
+        .unwrap();
     assert_eq!(found.snapshot, m.snapshot);
-    let found = find_built(&layout, 1, &sources, &[]).unwrap().unwrap();
+    let found = find_built(&layout, (1, 1), &sources, &[]).unwrap().unwrap();
     assert_eq!(found.snapshot, whole.manifest.snapshot);
     // The snapshot is a shard without them.
     let root = tmp.path().join("edge");

@@ -1,0 +1,76 @@
+//! The build settings a run's shards are made with, pinned in `snapshots/settings.json` by the
+//! first build, so every later build (a node's, a group job's, the login node's) makes shards
+//! the one collection can take. The settings themselves are the upload crate's
+//! [`ShardSettings`]: the server reports a collection's in the same form.
+
+use embedfleet_core::RunLayout;
+
+use super::{io_err, read_json, write_json, ShardSettings, SnapshotError};
+
+/// Where the run's build settings are pinned, in the snapshot directory.
+const PINNED_FILE: &str = "settings.json";
+
+/// Pinning [`ShardSettings`] in a run directory.
+pub trait PinnedSettings: Sized {
+    /// The settings the run's shards are built with, written by the first `build-shard`;
+    /// `None` before any.
+    fn pinned(layout: &RunLayout) -> Result<Option<Self>, SnapshotError>;
+    /// Pins these settings for the run's later builds, unless some are pinned already: then
+    /// they must be these.
+    fn pin(&self, layout: &RunLayout) -> Result<(), SnapshotError>;
+}
+
+impl PinnedSettings for ShardSettings {
+    fn pinned(layout: &RunLayout) -> Result<Option<Self>, SnapshotError> {
+        read_json(
+            &layout.snapshot_dir().join(PINNED_FILE),
+            "pinned build settings",
+        )
+    }
+
+    fn pin(&self, layout: &RunLayout) -> Result<(), SnapshotError> {
+        let pinned = ShardSettings {
+            vector_size: 0,
+            ..self.clone()
+        };
+        if let Some(existing) = Self::pinned(layout)? {
+            let differences = pinned.differences(&existing);
+            if differences.is_empty() {
+                return Ok(());
+            }
+            return Err(SnapshotError::SettingsDiffer {
+                what: format!(
+                    "this run's shards (pinned in {}/{PINNED_FILE})",
+                    RunLayout::SNAPSHOT_DIR
+                ),
+                differences,
+            });
+        }
+        let dir = layout.snapshot_dir();
+        std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        write_json(&dir.join(PINNED_FILE), &pinned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use embedfleet_upload::CollectionSpec;
+
+    #[test]
+    fn settings_pin_once_and_other_settings_are_refused() {
+        let mut spec = CollectionSpec::new("papers", 64);
+        spec.hnsw.m = 32;
+        let settings = ShardSettings::of(&spec);
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        assert_eq!(ShardSettings::pinned(&layout).unwrap(), None);
+        settings.pin(&layout).unwrap();
+        settings.pin(&layout).unwrap();
+        let pinned = ShardSettings::pinned(&layout).unwrap().unwrap();
+        assert_eq!(pinned.hnsw_m, 32);
+        let other = ShardSettings::of(&CollectionSpec::new("papers", 64));
+        let err = other.pin(&layout).unwrap_err().to_string();
+        assert!(err.contains("hnsw m: 16 vs 32"), "{err}");
+    }
+}

@@ -1,0 +1,213 @@
+//! Which shard key of a custom-sharded (snapshot-loaded) collection holds which batch, and which
+//! run owns each key.
+//!
+//! A snapshot load builds one shard per *group* of consecutive batches and recovers it into the
+//! group's shard key ([`ShardKeys`]). Every later write of a paper names its batch's group key,
+//! so updates and deletes by id find the point. Keys are named after the run's identity
+//! (`<run>-g<group>`), a random id made when the run's keys are first pinned and kept in
+//! `snapshots/keys.json` beside its shards (not in run.db: a run.db rebuilt after a loss must
+//! name the same keys, or a load would put every paper in twice). The collection records, in
+//! its metadata, the run that owns each key ([`KeyOwner`]); a write or load refuses a key
+//! another run owns, so two run directories loaded into one collection (a corpus update, the
+//! second half of a corpus) add their keys side by side instead of replacing each other's.
+//!
+//! Runs loaded before groups existed have no `keys.json`: their keys are `b<batch>`, one per
+//! batch ([`ShardKeys::legacy`]), and writes keep naming them so.
+
+use std::path::Path;
+
+use embedfleet_core::RunLayout;
+use serde::{Deserialize, Serialize};
+
+/// How a run's batches map to shard keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardKeys {
+    /// The run's identity: 16 hex digits, random. Empty for a run's legacy `b<batch>` keys.
+    pub run_id: String,
+    /// Consecutive batches per group (one shard key each); 1 is a key per batch.
+    pub batches_per_group: i64,
+}
+
+/// The metadata entry of a collection recording who owns shard key `key`.
+pub fn owner_metadata_key(key: &str) -> String {
+    format!("embedfleet_key:{key}")
+}
+
+/// The run that owns a shard key, as the collection's metadata records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyOwner {
+    /// [`ShardKeys::run_id`] of the owning run.
+    pub run: String,
+    /// The owning run's directory, as its owner saw it (for the user: which run it is).
+    pub dir: String,
+    /// The batches of the group the key holds, first and last.
+    pub batches: (i64, i64),
+}
+
+/// The file in `snapshots/` that pins a run's keys.
+const KEYS_FILE: &str = "keys.json";
+
+impl ShardKeys {
+    /// The keys of a run loaded before groups: `b<batch>`, a key per batch.
+    pub fn legacy() -> Self {
+        Self {
+            run_id: String::new(),
+            batches_per_group: 1,
+        }
+    }
+
+    pub fn is_legacy(&self) -> bool {
+        self.run_id.is_empty()
+    }
+
+    /// The group of `batch` (batches are numbered from 1; so are groups).
+    pub fn group_of(&self, batch: i64) -> i64 {
+        (batch - 1).max(0) / self.batches_per_group + 1
+    }
+
+    /// The first and last batch of `group`.
+    pub fn batches_of(&self, group: i64) -> (i64, i64) {
+        let first = (group - 1) * self.batches_per_group + 1;
+        (first, first + self.batches_per_group - 1)
+    }
+
+    /// The shard key of `group`.
+    pub fn key_of_group(&self, group: i64) -> String {
+        if self.is_legacy() {
+            format!("b{group}")
+        } else {
+            format!("{}-g{group}", self.run_id)
+        }
+    }
+
+    /// The shard key holding `batch`.
+    pub fn key_of(&self, batch: i64) -> String {
+        self.key_of_group(self.group_of(batch))
+    }
+
+    /// The owner record of `group`'s key, for the run in `run_dir`.
+    pub fn owner_of_group(&self, group: i64, run_dir: &Path) -> KeyOwner {
+        KeyOwner {
+            run: self.run_id.clone(),
+            dir: std::path::absolute(run_dir)
+                .unwrap_or_else(|_| run_dir.to_owned())
+                .display()
+                .to_string(),
+            batches: self.batches_of(group),
+        }
+    }
+
+    /// The run's pinned keys, `None` before any grouped build or load.
+    pub fn pinned(layout: &RunLayout) -> std::io::Result<Option<Self>> {
+        let path = layout.snapshot_dir().join(KEYS_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{} is not a shard-key pin: {e}", path.display()),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The keys writes to a custom-sharded collection name for this run: the pinned ones, or
+    /// the legacy `b<batch>` keys of a run pinned none.
+    pub fn for_writes(layout: &RunLayout) -> std::io::Result<Self> {
+        Ok(Self::pinned(layout)?.unwrap_or_else(Self::legacy))
+    }
+
+    /// Pins `batches_per_group` for the run with a new identity, unless keys are pinned
+    /// already: then those are returned, whatever was asked (the caller compares). Two
+    /// processes pinning at once agree: the file is published with a hard link, which never
+    /// replaces, and the loser reads the winner's.
+    pub fn pin(layout: &RunLayout, batches_per_group: i64) -> std::io::Result<Self> {
+        if let Some(pinned) = Self::pinned(layout)? {
+            return Ok(pinned);
+        }
+        let keys = Self {
+            run_id: format!("{:016x}", rand::random::<u64>()),
+            batches_per_group: batches_per_group.max(1),
+        };
+        let dir = layout.snapshot_dir();
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(KEYS_FILE);
+        let tmp = dir.join(format!(
+            ".{KEYS_FILE}.{}.{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&keys).expect("plain data"))?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(keys),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Ok(Self::pinned(layout)?.expect("the file another process linked is there"))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Batches per group for `groups` groups over `batches` batches (at least 1).
+    pub fn batches_per_group_for(batches: i64, groups: i64) -> i64 {
+        (batches.max(1) + groups.max(1) - 1) / groups.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_batches_share_a_group_key_named_after_the_run() {
+        let keys = ShardKeys {
+            run_id: "0123456789abcdef".into(),
+            batches_per_group: 4,
+        };
+        assert_eq!(
+            (1..=9).map(|b| keys.group_of(b)).collect::<Vec<_>>(),
+            [1, 1, 1, 1, 2, 2, 2, 2, 3]
+        );
+        assert_eq!(keys.batches_of(2), (5, 8));
+        assert_eq!(keys.key_of(6), "0123456789abcdef-g2");
+        let legacy = ShardKeys::legacy();
+        assert_eq!(legacy.key_of(6), "b6");
+        assert_eq!(legacy.batches_of(6), (6, 6));
+        assert_eq!(ShardKeys::batches_per_group_for(2075, 8), 260);
+        assert_eq!(ShardKeys::batches_per_group_for(8, 8), 1);
+        assert_eq!(ShardKeys::batches_per_group_for(3, 8), 1);
+    }
+
+    #[test]
+    fn the_first_pin_wins_and_later_pins_read_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        assert_eq!(ShardKeys::pinned(&layout).unwrap(), None);
+        assert!(ShardKeys::for_writes(&layout).unwrap().is_legacy());
+        let first = ShardKeys::pin(&layout, 5).unwrap();
+        assert_eq!(first.run_id.len(), 16);
+        let again = ShardKeys::pin(&layout, 9).unwrap();
+        assert_eq!(
+            again, first,
+            "pinned once: a later ask gets the pinned keys"
+        );
+        assert_eq!(ShardKeys::for_writes(&layout).unwrap(), first);
+
+        // Many at once in a fresh run directory: one identity for all.
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        let pins: Vec<ShardKeys> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let layout = &layout;
+                    s.spawn(move || ShardKeys::pin(layout, 1 + i).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(pins.iter().all(|p| *p == pins[0]), "{pins:?}");
+    }
+}

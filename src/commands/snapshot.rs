@@ -1,0 +1,223 @@
+//! The snapshot stage's commands: `upload --mode snapshot`, `build-shard`, and the build that
+//! ends `embed-job --build-shard`.
+
+use anyhow::{bail, Context, Result};
+use embedfleet_core::exit;
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::RunLayout;
+use embedfleet_snapshot::{
+    self as snapshot, describe_batches, LoadOptions, PinnedSettings, RestClient, ShardKeys,
+    ShardSettings, SourceShard,
+};
+use embedfleet_upload::{self as upload, QdrantServer};
+use std::io::IsTerminal;
+use std::path::Path;
+
+use super::upload::{apply_collection_args, server_config};
+use crate::cli::{BuildShardArgs, UploadArgs};
+
+/// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
+pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
+    let Some(url) = &args.target.qdrant else {
+        return Err(snapshot::SnapshotError::NeedsCluster {
+            message: "`--mode snapshot` loads into a Qdrant server (--qdrant URL); the embedded engine is one shard per collection and takes upserts only".into(),
+        }
+        .into());
+    };
+    let config = server_config(&args.target, url);
+    let key = config.api_key.resolve()?;
+    let server = QdrantServer::connect(config)?;
+    let rest_url = args
+        .qdrant_rest
+        .clone()
+        .unwrap_or_else(|| RestClient::url_from_grpc(url));
+    let rest = RestClient::new(
+        &rest_url,
+        key,
+        args.target.allow_insecure,
+        std::time::Duration::from_secs(6 * 3600),
+    )?;
+    let mut options = LoadOptions::new(&args.run_dir, &args.collection);
+    apply_collection_args(&mut options.spec, &args.collection_settings);
+    options.spec.replication_factor = args.replication_factor;
+    options.in_flight = args.recoveries.max(1);
+    options.build_missing = !args.no_build;
+    options.progress = std::io::stderr().is_terminal();
+    options.groups = args.groups;
+    options.replace_keys = args.replace_keys;
+    eprintln!(
+        "snapshot load into `{}` ({url}, REST {rest_url}): {} recoveries at once",
+        args.collection, options.in_flight
+    );
+    let report = snapshot::load_snapshots(&server, &rest, &options)?;
+    if report.batches == 0 {
+        eprintln!("the run has no shards yet: nothing to load");
+        return Ok(exit::SUCCESS);
+    }
+    let others = report.collection_points.saturating_sub(report.points);
+    eprintln!(
+        "collection `{}` {}: {} batches in {} groups of {} (keys {}-g*), {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points of this run (every key's count = its built shard's){}, {} exact searches found their own paper",
+        args.collection,
+        if report.created { "created" } else { "existed" },
+        report.batches,
+        report.groups,
+        report.batches_per_group,
+        if report.run_id.is_empty() { "b" } else { &report.run_id },
+        report.recovered,
+        report.recover_s,
+        report.already,
+        if report.built_here > 0 {
+            format!(", {} built here", report.built_here)
+        } else {
+            String::new()
+        },
+        report.green_s,
+        report.points,
+        if others > 0 {
+            format!(", {others} more in other runs' keys")
+        } else {
+            String::new()
+        },
+        report.searches_checked,
+    );
+    Ok(exit::SUCCESS)
+}
+
+/// `embedfleet build-shard`: each asked group's shard built and packed under
+/// <run-dir>/snapshots.
+pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
+    let layout = RunLayout::new(&args.run_dir);
+    let mut spec = upload::CollectionSpec::new("shard", 0);
+    apply_collection_args(&mut spec, &args.collection_settings);
+    ShardSettings::of(&spec).pin(&layout)?;
+    let db = if args.accepted {
+        Some(RunDb::open(&args.run_dir)?)
+    } else {
+        None
+    };
+    let keys = match &db {
+        // The login node pins the run's keys (as the first load would) when asked for groups.
+        Some(db) if !args.groups.is_empty() => pin_keys(db, &layout, args.group_count)?,
+        _ => ShardKeys::pinned(&layout)
+            .context("failed to read the run's shard keys (snapshots/keys.json)")?
+            .unwrap_or_else(ShardKeys::legacy),
+    };
+    let mut ranges: Vec<(i64, i64)> = args
+        .groups
+        .iter()
+        .map(|&g| keys.batches_of(g))
+        .chain(
+            args.batches
+                .iter()
+                .map(|&b| keys.batches_of(keys.group_of(b))),
+        )
+        .collect();
+    ranges.sort_unstable();
+    ranges.dedup();
+    // The run's tombstones are in run.db: only a build from the accepted shards (on the login
+    // node) can leave them out; a job's build keeps them, and the load builds such a group again.
+    let tombstones = match &db {
+        Some(db) => db.tombstones()?,
+        None => Vec::new(),
+    };
+    for (first, last) in ranges {
+        let sources: Vec<SourceShard> = match (&db, &args.attempt) {
+            (Some(db), _) => {
+                let mut sources = Vec::new();
+                for batch in first..=last {
+                    let shards = db.shards_of(embedfleet_core::BatchId(batch))?;
+                    sources.extend(shards.iter().map(SourceShard::from));
+                }
+                if sources.is_empty() {
+                    bail!("{} has no accepted shards in run.db yet: embed it first (`embedfleet status` lists the batches)", describe_batches((first, last)));
+                }
+                sources
+            }
+            _ if first != last => bail!(
+                "this run's shard keys hold {} batches each ({}): a group's shard is built from the shards run.db accepted, with --accepted on the login node",
+                last - first + 1,
+                describe_batches((first, last))
+            ),
+            (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, first, attempt)?,
+            (None, None) => snapshot::sources_of_batch(&layout, first)?,
+        };
+        let deleted: Vec<String> = tombstones
+            .iter()
+            .filter(|t| (first..=last).contains(&t.batch_id))
+            .map(|t| t.paper_id.clone())
+            .collect();
+        let outcome =
+            snapshot::build_shard_without(&layout, (first, last), &sources, &deleted, &spec)?;
+        print_built(&outcome);
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// The run's keys, pinned now at `groups` groups over its batches unless pinned already.
+fn pin_keys(db: &RunDb, layout: &RunLayout, groups: Option<i64>) -> Result<ShardKeys> {
+    if let Some(keys) = ShardKeys::pinned(layout)? {
+        return Ok(keys);
+    }
+    let Some(groups) = groups else {
+        bail!("this run has no shard keys pinned yet: say how many groups its batches make (--group-count G), or let `upload --mode snapshot` choose (two per peer of the cluster)");
+    };
+    let per_group = ShardKeys::batches_per_group_for(db.last_batch_id()?, groups);
+    Ok(ShardKeys::pin(layout, per_group)?)
+}
+
+/// `embed-job --build-shard`: the batch's shard, from this attempt's shards, with the run's
+/// pinned build settings (the defaults before any `build-shard`). A run whose keys hold groups
+/// of batches builds them on the login node or in a group job instead: this does nothing.
+pub fn build_after_embed(run_dir: &Path, batch: i64, attempt: &str) -> Result<()> {
+    let layout = RunLayout::new(run_dir);
+    if let Some(keys) = ShardKeys::pinned(&layout)? {
+        if keys.batches_per_group > 1 {
+            eprintln!(
+                "batch {batch}: this run's shard keys hold {} batches each; its group's shard is built when the group is done (`build-shard --accepted --group {}`, or `upload --mode snapshot`)",
+                keys.batches_per_group,
+                keys.group_of(batch)
+            );
+            return Ok(());
+        }
+    }
+    let base = upload::CollectionSpec::new("shard", 0);
+    let spec = match ShardSettings::pinned(&layout)? {
+        Some(settings) => settings.apply(&base),
+        None => base,
+    };
+    let sources = snapshot::sources_of_attempt(&layout, batch, attempt)?;
+    let outcome = snapshot::build_shard(&layout, (batch, batch), &sources, &spec)?;
+    print_built(&outcome);
+    Ok(())
+}
+
+fn print_built(outcome: &snapshot::BuildOutcome) {
+    let m = &outcome.manifest;
+    let what = describe_batches(m.batches());
+    let deleted = if m.deleted.is_empty() {
+        String::new()
+    } else {
+        format!(", {} deleted papers left out", m.deleted.len())
+    };
+    if !outcome.built {
+        eprintln!(
+            "{what}: built already ({}, {} points{deleted})",
+            m.snapshot, m.points
+        );
+        return;
+    }
+    let t = &m.timings;
+    eprintln!(
+        "{what}: {} points{deleted} into {} ({:.1} MB, {} segments, Qdrant {} format) in {:.1} s: insert {:.1} s, index {:.1} s, pack {:.1} s; {:.1} CPU s",
+        m.points,
+        m.snapshot,
+        m.snapshot_bytes as f64 / 1e6,
+        m.segments,
+        m.engine_version,
+        t.total_s,
+        t.insert_s,
+        t.optimize_s,
+        t.pack_s,
+        t.cpu_s
+    );
+}
