@@ -205,10 +205,23 @@ fn upload(
     extra: &[&str],
     code: i32,
 ) -> String {
+    upload_from(t, "run", url, rest, collection, extra, code)
+}
+
+/// `upload` of the run in `run_dir`.
+fn upload_from(
+    t: &TestDir,
+    run_dir: &str,
+    url: &str,
+    rest: &str,
+    collection: &str,
+    extra: &[&str],
+    code: i32,
+) -> String {
     let mut args = vec![
         "upload",
         "--run-dir",
-        "run",
+        run_dir,
         "--qdrant",
         url,
         "--qdrant-rest",
@@ -484,4 +497,357 @@ fn server_mismatched_snapshot_or_collection_is_refused() {
     assert!(layout.snapshot_dir().is_dir());
     sink.delete_collection(&name).unwrap();
     sink.delete_collection(&hashed).unwrap();
+}
+
+/// A run of `papers` sample papers made with corpus seed `seed` (another seed, other paper ids),
+/// `per_job` a batch, into `run_dir`.
+fn seeded_run(t: &TestDir, run_dir: &str, papers: u64, per_job: u64, seed: u64) {
+    let corpus = format!("{run_dir}-corpus.jsonl.gz");
+    let (papers, per_job, seed) = (papers.to_string(), per_job.to_string(), seed.to_string());
+    t.run(
+        &[
+            "sample-corpus",
+            "--papers",
+            &papers,
+            "--mean-chars",
+            "1500",
+            "--seed",
+            &seed,
+            "--out",
+            &corpus,
+        ],
+        0,
+    );
+    t.run(
+        &[
+            "run",
+            "--corpus",
+            &corpus,
+            "--run-dir",
+            run_dir,
+            "--papers-per-job",
+            &per_job,
+            "--local-jobs",
+            "2",
+            "--shard-papers",
+            "15",
+        ],
+        0,
+    );
+}
+
+fn rows_of(run: &Path) -> u64 {
+    RunDb::open(run)
+        .unwrap()
+        .all_shards()
+        .unwrap()
+        .iter()
+        .map(|s| s.rows)
+        .sum()
+}
+
+/// The ids of the exact top-`k` of each query in `collection`.
+fn top_ids(
+    sink: &QdrantServer,
+    collection: &str,
+    queries: &[Vec<f32>],
+    k: usize,
+) -> Vec<Vec<String>> {
+    let exact = SearchOptions {
+        exact: true,
+        ..SearchOptions::new(k)
+    };
+    queries
+        .iter()
+        .map(|v| {
+            sink.search_with(collection, v, &exact)
+                .unwrap()
+                .iter()
+                .map(|h| h.id.to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
+    let (url, rest, sink, name) = server("tworuns");
+    let t = TestDir::new();
+    small_run(&t, "run", 60, 20);
+    seeded_run(&t, "run2", 40, 20, 43);
+    let (rows1, rows2) = (rows_of(&t.join("run")), rows_of(&t.join("run2")));
+    let err = upload(
+        &t,
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot", "--groups", "2"],
+        0,
+    );
+    assert!(err.contains("3 batches in 2 groups of 2"), "{err}");
+    let err = upload_from(
+        &t,
+        "run2",
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot", "--groups", "2"],
+        0,
+    );
+    assert!(
+        err.contains("2 batches in 2 groups of 1")
+            && err.contains(&format!("{rows2} points of this run"))
+            && err.contains(&format!("{rows1} more in other runs' keys")),
+        "{err}"
+    );
+    // Both runs' points, exactly: the second run's keys are its own.
+    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    let keys1 = ShardKeys::pinned(&RunLayout::new(t.join("run")))
+        .unwrap()
+        .unwrap();
+    let keys2 = ShardKeys::pinned(&RunLayout::new(t.join("run2")))
+        .unwrap()
+        .unwrap();
+    assert_ne!(keys1.run_id, keys2.run_id);
+    let mut keys: Vec<String> = sink
+        .keyed_shards(&name)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.key)
+        .collect();
+    keys.sort();
+    let mut want = vec![
+        keys1.key_of_group(1),
+        keys1.key_of_group(2),
+        keys2.key_of_group(1),
+        keys2.key_of_group(2),
+    ];
+    want.sort();
+    assert_eq!(keys, want);
+    let owners = sink.key_owners(&name).unwrap();
+    assert_eq!(owners[&keys2.key_of_group(2)].run, keys2.run_id);
+    assert_eq!(owners[&keys1.key_of_group(1)].batches, (1, 2));
+    // Each run's load again: nothing recovered, both still exact.
+    let err = upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
+    assert!(
+        err.contains("0 recovered now") && err.contains("2 loaded before"),
+        "{err}"
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+
+    // A copy of the first run directory names the same keys: its load would replace the first
+    // run's points, so it is refused, nothing changed; --replace-keys takes them over.
+    let copy = std::process::Command::new("cp")
+        .args(["-a", "run", "run-copy"])
+        .current_dir(t.path())
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let err = upload_from(
+        &t,
+        "run-copy",
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot"],
+        4,
+    );
+    assert!(
+        err.contains("belongs to another run") && err.contains("--replace-keys"),
+        "{err}"
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    let err = upload_from(
+        &t,
+        "run-copy",
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot", "--replace-keys"],
+        0,
+    );
+    assert!(
+        err.contains(&format!("{rows1} points of this run")),
+        "{err}"
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    sink.delete_collection(&name).unwrap();
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upserted() {
+    let (url, rest, sink, name) = server("killgroups");
+    let upserted = format!("{name}-upsert");
+    let _ = sink.delete_collection(&upserted);
+    let t = TestDir::new();
+    small_run(&t, "run", 160, 20);
+    let run = t.join("run");
+    let rows = rows_of(&run);
+    upload(&t, &url, &rest, &upserted, &[], 0);
+    // Kills at seeded moments: while building (the first kills land before any shard is
+    // built), while keys are made, between recoveries, while waiting for green.
+    let mut rng = 0x5eed_u64;
+    let mut kills = 0;
+    for round in 0..6 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let after = Duration::from_millis(150 + (rng >> 33) % 1500 + round * 300);
+        let mut child = t
+            .cmd(&[
+                "upload",
+                "--run-dir",
+                "run",
+                "--qdrant",
+                &url,
+                "--qdrant-rest",
+                &rest,
+                "--collection",
+                &name,
+                "--mode",
+                "snapshot",
+                "--groups",
+                "4",
+                "--recoveries",
+                "1",
+            ])
+            .env(SNAPSHOT_TEST_DELAY_ENV, "300")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(after);
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    assert!(kills >= 3, "only {kills} loads were killed mid-way");
+    let err = upload(
+        &t,
+        &url,
+        &rest,
+        &name,
+        &["--mode", "snapshot", "--groups", "4"],
+        0,
+    );
+    assert!(err.contains(&format!("{rows} points of this run")), "{err}");
+    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    assert_eq!(sink.keyed_shards(&name).unwrap().len(), 4);
+    let queries = query_vectors(&run, 40);
+    assert_eq!(
+        top_ids(&sink, &name, &queries, 10),
+        top_ids(&sink, &upserted, &queries, 10)
+    );
+    // The approximate search too: the built graphs answer like the server's own.
+    let approx = |c: &str| -> Vec<String> {
+        queries
+            .iter()
+            .map(|v| sink.search(c, v, 1, None).unwrap()[0].id.to_string())
+            .collect()
+    };
+    assert_eq!(approx(&name), approx(&upserted));
+    sink.delete_collection(&name).unwrap();
+    sink.delete_collection(&upserted).unwrap();
+}
+
+// ---- The cluster suite: a real three-peer cluster on loopback (.ci/qdrant/qdrant-cluster.sh) ----
+
+/// The peers of the three-peer cluster the cluster tests run against, from the environment
+/// `qdrant-cluster.sh start` prints.
+fn cluster_peers() -> (Vec<String>, Vec<String>) {
+    let list = |var: &str| -> Vec<String> {
+        std::env::var(var)
+            .unwrap_or_else(|_| panic!("the cluster tests need {var}: eval \"$(.ci/qdrant/qdrant-cluster.sh start)\" (docs/testing.md, \"Server tests\")"))
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    };
+    (list("QDRANT_PEER_GRPC_URLS"), list("QDRANT_PEER_REST_URLS"))
+}
+
+/// Runs `QDRANT_PEER_KILL_CMD` or `QDRANT_PEER_START_CMD` (the cluster script's `kill-peer`,
+/// `start-peer`) for peer `peer` (1-based).
+fn peer_cmd(var: &str, peer: usize) {
+    let cmd = std::env::var(var)
+        .unwrap_or_else(|_| panic!("the cluster tests need {var} (docs/testing.md)"));
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{cmd} {peer}"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "{cmd} {peer}");
+}
+
+#[test]
+#[ignore = "needs a three-peer Qdrant cluster: .ci/qdrant/qdrant-cluster.sh (docs/testing.md, \"Server tests\")"]
+fn cluster_groups_go_round_three_peers_and_survive_one_killed_under_replication_two() {
+    let (grpc, rest) = cluster_peers();
+    assert!(grpc.len() >= 3, "{grpc:?}");
+    let sink = QdrantServer::connect(ServerConfig::new(grpc[0].clone())).unwrap();
+    let name = format!("embedfleet-cluster-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    let t = TestDir::new();
+    small_run(&t, "run", 120, 20);
+    let run = t.join("run");
+    let rows = rows_of(&run);
+    let err = upload(
+        &t,
+        &grpc[0],
+        &rest[0],
+        &name,
+        &[
+            "--mode",
+            "snapshot",
+            "--groups",
+            "6",
+            "--replication-factor",
+            "2",
+        ],
+        0,
+    );
+    assert!(err.contains("6 batches in 6 groups of 1"), "{err}");
+    // Each group's key: two replicas on two peers, the first replicas going round the peers.
+    let placed = sink.keyed_shards(&name).unwrap();
+    assert_eq!(placed.len(), 6);
+    let mut per_peer = std::collections::BTreeMap::<u64, usize>::new();
+    for s in &placed {
+        let mut peers = s.peers.clone();
+        peers.sort();
+        peers.dedup();
+        assert_eq!(peers.len(), 2, "{s:?}");
+        for p in peers {
+            *per_peer.entry(p).or_default() += 1;
+        }
+    }
+    assert_eq!(per_peer.len(), 3, "every peer holds replicas: {per_peer:?}");
+    assert!(per_peer.values().all(|&n| n == 4), "{per_peer:?}");
+    // Every peer answers the exact count from its replicas (or forwards).
+    for url in &grpc {
+        let peer = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
+        assert_eq!(peer.count(&name, None).unwrap(), rows, "{url}");
+    }
+    let queries = query_vectors(&run, 20);
+    let before = top_ids(&sink, &name, &queries, 10);
+
+    // Peer 3 dies: counts stay exact and searches answer through peer 1.
+    peer_cmd("QDRANT_PEER_KILL_CMD", 3);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_eq!(sink.count(&name, None).unwrap(), rows);
+        for s in &placed {
+            let n = sink.count_in_key(&name, &s.key).unwrap();
+            assert!(n > 0, "{}", s.key);
+        }
+        assert_eq!(top_ids(&sink, &name, &queries, 10), before);
+        for v in &queries {
+            assert!(!sink.search(&name, v, 5, None).unwrap().is_empty());
+        }
+    }));
+    peer_cmd("QDRANT_PEER_START_CMD", 3);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    sink.delete_collection(&name).unwrap();
 }
