@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Snapshot bulk load beside the upsert load (issue 12): one synthetic run, one server, both ways.
 #
-#   QDRANT_BIN=/path/to/qdrant-1.18.x benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
+#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUPS="2 4 8"] benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
 #
 # 1. upsert:   `embedfleet upload` (bulk mode) into collection `upsert`, until green: wall, and the
 #              CPU seconds of the server and of the client;
@@ -9,8 +9,13 @@
 #              each runs on its own embed node): wall and CPU seconds per batch and in all;
 # 3. snapshot: `embedfleet upload --mode snapshot --no-build` into collection `snapshot`, until
 #              green: wall, and the CPU seconds of the server and of the client.
-# Then both collections are compared (counts; exact top-10 of 50 queries) and one JSON line per
-# phase goes to stdout. The server is started fresh in cluster mode under $WORK/qdrant and
+# 4. groups:   for each G of GROUPS (issue 26), a copy of the run: `build-shard --accepted
+#              --group-count G` of each group, one process after another (on a cluster each is a
+#              CPU job of its own), then `upload --mode snapshot --no-build` into collection `gG`:
+#              build wall (sum and largest group), load wall and server CPU to green.
+# Then the collections are compared (counts; exact top-10 of 50 queries), searched (p50/p95,
+# recall@10 of 200 queries at the collections' defaults), and one JSON line per phase goes to
+# stdout. Step 3's collection (`snapshot`) is a key per batch, as before groups. The server is started fresh in cluster mode under $WORK/qdrant and
 # stopped at the end. BIN is a release embedfleet (default $CARGO_TARGET_DIR/release/embedfleet).
 # The run: `embedfleet plan` of a one-paper corpus for its run.db, then POINTS random unit
 # vectors written by pyarrow (its defaults: snappy) in shards of 500 rows, BATCH_POINTS a batch,
@@ -96,6 +101,25 @@ read -r sn_wall sn_client < <(timed "$bin" upload --run-dir "$work/run" --qdrant
 c1=$(server_cpu)
 echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
 
+# 4. Grouped loads: a copy of the run per G (a run's grouping is pinned once), its groups built,
+# then loaded.
+grouped=()
+for g in ${GROUPS:-}; do
+  rm -rf "$work/run-g$g" && cp -a "$work/run" "$work/run-g$g"
+  rm -rf "$work/run-g$g/snapshots"
+  gb_wall=0; gb_cpu=0; gb_max=0
+  for n in $(seq 1 "$g"); do
+    read -r w c < <(timed "$bin" build-shard --run-dir "$work/run-g$g" --accepted --group-count "$g" --group "$n")
+    gb_wall=$(echo "$gb_wall + $w" | bc); gb_cpu=$(echo "$gb_cpu + $c" | bc)
+    gb_max=$(echo "if ($w > $gb_max) $w else $gb_max" | bc)
+  done
+  c0=$(server_cpu)
+  read -r gl_wall gl_client < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot --no-build --groups "$g")
+  c1=$(server_cpu)
+  echo "{\"phase\":\"grouped\",\"groups\":$g,\"build_wall_s_sum\":$gb_wall,\"build_wall_s_max_group\":$gb_max,\"build_cpu_s_sum\":$gb_cpu,\"load_wall_s\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+  grouped+=("g$g")
+done
+
 # The two collections hold the same points and give the same exact answers.
 python3 - "$rest" "$points" <<'PY'
 import json, sys, urllib.request
@@ -121,4 +145,4 @@ print(json.dumps({"phase": "compare", "counts": counts, "expected": points,
 PY
 
 # And what the shape costs a search: HNSW top-10 latency and recall against exact search.
-python3 "$here/benches/snapshot_search.py" "$rest" 200
+python3 "$here/benches/snapshot_search.py" "$rest" 200 upsert snapshot "${grouped[@]}"

@@ -1,8 +1,9 @@
-"""Search cost of a snapshot-loaded collection (a shard per batch) beside an upserted one.
+"""Search cost of snapshot-loaded collections (a shard per group of batches) beside an upserted one.
 
-    python3 benches/snapshot_search.py REST_URL [QUERIES]
+    python3 benches/snapshot_search.py REST_URL [QUERIES [COLLECTION...]]
 
-For collections `upsert` and `snapshot` (as benches/snapshot_load.sh leaves them): QUERIES
+For collections `upsert` and `snapshot` (as benches/snapshot_load.sh leaves them), or those
+named (the first gives the queries): QUERIES
 vectors of the collection as queries, one request at a time, HNSW search with the collection's
 defaults (top 10): p50 / p95 latency and recall@10 against exact search. One JSON line.
 """
@@ -13,6 +14,7 @@ import urllib.request
 
 rest = sys.argv[1].rstrip("/")
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+collections = sys.argv[3:] or ["upsert", "snapshot"]
 
 
 def call(method, path, body=None):
@@ -22,10 +24,10 @@ def call(method, path, body=None):
     return json.load(urllib.request.urlopen(req))["result"]
 
 
-queries = [p["vector"] for p in call("POST", "/collections/upsert/points/scroll",
+queries = [p["vector"] for p in call("POST", f"/collections/{collections[0]}/points/scroll",
                                      {"limit": n, "with_vector": True, "offset": None})["points"]]
 out = {"queries": len(queries)}
-for c in ("upsert", "snapshot"):
+for c in collections:
     lat, hits = [], 0
     for q in queries:
         t = time.perf_counter()
