@@ -28,7 +28,11 @@ fn forbidden_dependencies_are_absent() {
         ),
         (
             "jobs/upload/Cargo.toml",
-            &["embedfleet-embed", "embedfleet-models"],
+            &["embedfleet-embed", "embedfleet-models", "embedfleet-snapshot"],
+        ),
+        (
+            "jobs/snapshot/Cargo.toml",
+            &["embedfleet-embed", "embedfleet-models", "embedfleet-orchestrator"],
         ),
         (
             "jobs/publish/Cargo.toml",
