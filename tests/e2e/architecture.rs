@@ -28,11 +28,19 @@ fn forbidden_dependencies_are_absent() {
         ),
         (
             "jobs/upload/Cargo.toml",
-            &["embedfleet-embed", "embedfleet-models", "embedfleet-snapshot"],
+            &[
+                "embedfleet-embed",
+                "embedfleet-models",
+                "embedfleet-snapshot",
+            ],
         ),
         (
             "jobs/snapshot/Cargo.toml",
-            &["embedfleet-embed", "embedfleet-models", "embedfleet-orchestrator"],
+            &[
+                "embedfleet-embed",
+                "embedfleet-models",
+                "embedfleet-orchestrator",
+            ],
         ),
         (
             "jobs/publish/Cargo.toml",

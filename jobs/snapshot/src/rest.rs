@@ -147,7 +147,10 @@ impl RestClient {
     }
 
     /// The cluster's peers, sorted by id, each with a REST URL: this server's own for itself,
-    /// and for the others their cluster address's host with this server's REST port.
+    /// and for the others their cluster address's host with the REST port at the same offset
+    /// from their p2p port as this server's (6335 → 6333 on every host by default; peers on one
+    /// machine have ports of their own, e.g. 6445 → 6443). The snapshot of a shard must reach a
+    /// peer that holds it: uploaded elsewhere, the server adds that peer as one more replica.
     /// Refused ([`SnapshotError::NeedsCluster`]) when the server is not in cluster mode.
     pub fn peers(&self) -> Result<Vec<Peer>, SnapshotError> {
         let cluster = self.get("/cluster", "the cluster status")?;
@@ -158,7 +161,22 @@ impl RestClient {
             });
         }
         let own = result["peer_id"].as_u64();
-        let port = self.url.rsplit_once(':').map(|(_, p)| p.to_owned());
+        let port_of = |url: &str| -> Option<i64> {
+            url.trim_end_matches('/').rsplit_once(':')?.1.parse().ok()
+        };
+        let host_and_port = |uri: &str| -> Option<(String, Option<i64>)> {
+            let rest = uri.split("://").nth(1)?.trim_end_matches('/');
+            Some(match rest.rsplit_once(':') {
+                Some((h, p)) => (h.to_owned(), p.parse().ok()),
+                None => (rest.to_owned(), None),
+            })
+        };
+        let own_rest_port = port_of(&self.url);
+        let own_p2p_port = own
+            .and_then(|id| result["peers"][id.to_string()]["uri"].as_str())
+            .and_then(host_and_port)
+            .and_then(|(_, p)| p);
+        let offset = own_rest_port.zip(own_p2p_port).map(|(r, p)| p - r);
         let mut peers: Vec<Peer> = result["peers"]
             .as_object()
             .into_iter()
@@ -168,15 +186,13 @@ impl RestClient {
                 let rest_url = if Some(id) == own {
                     self.url.clone()
                 } else {
-                    let uri = info["uri"].as_str()?;
-                    let host = uri
-                        .split("://")
-                        .nth(1)?
-                        .trim_end_matches('/')
-                        .rsplit_once(':')
-                        .map_or(uri, |(h, _)| h);
+                    let (host, p2p) = host_and_port(info["uri"].as_str()?)?;
                     let scheme = self.url.split("://").next().unwrap_or("http");
-                    match &port {
+                    let port = match (p2p, offset) {
+                        (Some(p), Some(o)) => Some(p - o),
+                        _ => own_rest_port,
+                    };
+                    match port {
                         Some(p) => format!("{scheme}://{host}:{p}"),
                         None => format!("{scheme}://{host}"),
                     }
@@ -357,6 +373,29 @@ mod tests {
                     id: 9,
                     rest_url: format!("http://q2.cluster:{port}")
                 }
+            ]
+        );
+    }
+
+    #[test]
+    fn peers_on_one_machine_get_their_own_rest_ports() {
+        // Three peers on loopback: p2p 6435/6445/6455, REST two below each.
+        let url = answering(
+            r#"{"result":{"status":"enabled","peer_id":1,"peers":{"1":{"uri":"http://127.0.0.1:6435/"},"2":{"uri":"http://127.0.0.1:6445/"},"3":{"uri":"http://127.0.0.1:6455/"}}}}"#,
+        );
+        let port: i64 = url.rsplit_once(':').unwrap().1.parse().unwrap();
+        let peers = RestClient::new(&url, None, false, Duration::from_secs(5))
+            .unwrap()
+            .peers()
+            .unwrap();
+        let urls: Vec<String> = peers.iter().map(|p| p.rest_url.clone()).collect();
+        let offset = 6435 - port;
+        assert_eq!(
+            urls,
+            [
+                url.clone(),
+                format!("http://127.0.0.1:{}", 6445 - offset),
+                format!("http://127.0.0.1:{}", 6455 - offset)
             ]
         );
     }
