@@ -153,7 +153,7 @@ impl SnapshotError {
             SnapshotError::SettingsDiffer { .. }
                 | SnapshotError::VersionMismatch { .. }
                 | SnapshotError::NeedsCluster { .. }
-                | SnapshotError::Upload(embedfleet_upload::UploadError::KeyOfAnotherRun { .. })
+                | SnapshotError::Upload(embedfleet_upload::UploadError::KeyOfAnotherRun(_))
         )
     }
 }

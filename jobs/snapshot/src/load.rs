@@ -422,7 +422,15 @@ pub fn load_snapshots(
     let green_start = Instant::now();
     wait_green(server, &name, options.green_timeout)?;
     report.green_s = green_start.elapsed().as_secs_f64();
-    wait_replicas(rest, &peers, &name, &groups, &placed, options.green_timeout)?;
+    wait_replicas(
+        server,
+        rest,
+        &peers,
+        &name,
+        &groups,
+        &placed,
+        options.green_timeout,
+    )?;
     let mut total = 0;
     for g in &groups {
         let n = server.count_in_key(&name, &g.key)?;
@@ -589,12 +597,15 @@ fn recover_all(
     })
 }
 
-/// Waits until every replica of every replicated key holds its built shard's points. A
-/// recovery marks the key's other replicas dead and they copy the recovered one, but the mark
-/// is proposed, not awaited: right after the recovery a stale replica may still answer. Each
-/// peer counts its own replica first while it is readable, and forwards to a live one while it
-/// is not, so an exact count through every replica's peer equal to the manifest's is the end.
+/// Waits until every replica of every replicated key holds its built shard's points and
+/// serves reads. A recovery marks the key's other replicas dead and they copy the recovered
+/// one, but the mark is proposed, not awaited: right after the recovery a stale replica may
+/// still answer, and a peer whose replica is still copying forwards reads to the recovered one
+/// (which alone would then hold the group: a peer lost then loses it). So the end is both:
+/// every replica active with no transfer under way, and an exact count through every
+/// replica's peer equal to the manifest's.
 fn wait_replicas(
+    server: &QdrantServer,
     rest: &RestClient,
     peers: &[Peer],
     name: &str,
@@ -630,6 +641,30 @@ fn wait_replicas(
                 std::thread::sleep(Duration::from_millis(250));
             }
         }
+    }
+    // Counts first: a stale replica still marked active counts short until its mark lands;
+    // then every replica active, so that no group lives on one peer alone.
+    let replicated = |key: &str| placed.iter().any(|s| s.key == key && s.peers.len() > 1);
+    loop {
+        let now = server.keyed_shards(name)?;
+        let unsettled: Vec<&str> = now
+            .iter()
+            .filter(|s| !s.settled && groups.iter().any(|g| g.key == s.key) && replicated(&s.key))
+            .map(|s| s.key.as_str())
+            .collect();
+        if unsettled.is_empty() {
+            break;
+        }
+        if start.elapsed() > timeout {
+            return Err(SnapshotError::Check {
+                what: format!("shard keys {}", unsettled.join(", ")),
+                message: format!(
+                    "their replicas are not all active after {} s",
+                    start.elapsed().as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
     Ok(())
 }

@@ -145,7 +145,7 @@ impl UploadRunError {
                 | UploadRunError::Sink(
                     UploadError::CollectionMismatch { .. }
                         | UploadError::VectorSizeMismatch { .. }
-                        | UploadError::KeyOfAnotherRun { .. }
+                        | UploadError::KeyOfAnotherRun(_)
                 )
         )
     }

@@ -38,16 +38,8 @@ pub enum UploadError {
 
     /// A shard key of the collection belongs to another run: writing or loading into it would
     /// replace or mix that run's points.
-    #[error("shard key `{key}` of `{collection}` belongs to another run ({owner_dir}, run {owner_run}), not this one (run {run}); load into another collection, or pass --replace-keys to take that run's keys over (its points in them are replaced)")]
-    KeyOfAnotherRun {
-        collection: String,
-        key: String,
-        /// The owning run's identity and directory.
-        owner_run: String,
-        owner_dir: String,
-        /// This run's identity.
-        run: String,
-    },
+    #[error("shard key `{}` of `{}` belongs to another run ({}, run {}), not this one (run {}); load into another collection, or pass --replace-keys to take that run's keys over (its points in them are replaced)", .0.key, .0.collection, .0.owner_dir, .0.owner_run, .0.run)]
+    KeyOfAnotherRun(Box<KeyConflict>),
 
     /// A value that every point needs (paper id, embedding) is null.
     #[error(
@@ -186,4 +178,17 @@ pub enum UploadError {
         /// Last status seen.
         status: String,
     },
+}
+
+/// A shard key another run owns (boxed in [`UploadError`]: every upload result carries the
+/// error's size).
+#[derive(Debug)]
+pub struct KeyConflict {
+    pub collection: String,
+    pub key: String,
+    /// The owning run's identity and directory.
+    pub owner_run: String,
+    pub owner_dir: String,
+    /// This run's identity.
+    pub run: String,
 }

@@ -40,7 +40,7 @@ pub use driver::{
     DEFAULT_UPSERT_BATCH, TEST_DELAY_ENV,
 };
 pub use edge::QdrantEdge;
-pub use error::{UploadError, UploadResult};
+pub use error::{KeyConflict, UploadError, UploadResult};
 pub use points::{
     parse_year, point_id, PointRef, PointsBatch, PAPER_NAMESPACE, PAYLOAD_N_CHARS,
     PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,

@@ -23,6 +23,9 @@ pub struct KeyedShard {
     pub peers: Vec<u64>,
     /// Points in the replica the server reported first (exact counts come from `count_in_key`).
     pub points: u64,
+    /// Every replica is active and no shard transfer involves the shard: each replica holds
+    /// the shard's points and serves reads.
+    pub settled: bool,
 }
 
 /// A collection's settings as the server reports them.
@@ -106,15 +109,21 @@ impl QdrantServer {
             self.client.collection_cluster_info(collection)
         })?;
         let mut out: Vec<KeyedShard> = Vec::new();
-        let mut add = |key: Option<String>, shard_id: u32, peer: u64, points: u64| {
+        let moving: Vec<u32> = info.shard_transfers.iter().map(|t| t.shard_id).collect();
+        let mut add = |key: Option<String>, shard_id: u32, peer: u64, points: u64, state: i32| {
             let Some(key) = key else { return };
+            let active = state == qdrant::ReplicaState::Active as i32;
             match out.iter_mut().find(|s| s.shard_id == shard_id) {
-                Some(s) => s.peers.push(peer),
+                Some(s) => {
+                    s.peers.push(peer);
+                    s.settled &= active;
+                }
                 None => out.push(KeyedShard {
                     key,
                     shard_id,
                     peers: vec![peer],
                     points,
+                    settled: active && !moving.contains(&shard_id),
                 }),
             }
         };
@@ -124,10 +133,17 @@ impl QdrantServer {
                 s.shard_id,
                 info.peer_id,
                 s.points_count,
+                s.state,
             );
         }
         for s in &info.remote_shards {
-            add(key_name(s.shard_key.as_ref()), s.shard_id, s.peer_id, 0);
+            add(
+                key_name(s.shard_key.as_ref()),
+                s.shard_id,
+                s.peer_id,
+                0,
+                s.state,
+            );
         }
         out.sort_by_key(|s| s.shard_id);
         Ok(out)
@@ -251,13 +267,15 @@ impl QdrantServer {
         match owners.get(key) {
             Some(found) if found == owner => return Ok(()),
             Some(found) if !replace && (found.run != owner.run || found.dir != owner.dir) => {
-                return Err(UploadError::KeyOfAnotherRun {
-                    collection: collection.to_owned(),
-                    key: key.to_owned(),
-                    owner_run: found.run.clone(),
-                    owner_dir: found.dir.clone(),
-                    run: owner.run.clone(),
-                });
+                return Err(UploadError::KeyOfAnotherRun(Box::new(
+                    crate::error::KeyConflict {
+                        collection: collection.to_owned(),
+                        key: key.to_owned(),
+                        owner_run: found.run.clone(),
+                        owner_dir: found.dir.clone(),
+                        run: owner.run.clone(),
+                    },
+                )));
             }
             _ => {}
         }
