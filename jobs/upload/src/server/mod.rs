@@ -62,6 +62,22 @@ impl std::fmt::Debug for QdrantServer {
 }
 
 impl QdrantServer {
+    /// The collection's metadata (Qdrant 1.16+; empty when it has none): embedfleet keeps its
+    /// identity marker and the owners of shard keys there.
+    pub(crate) fn collection_metadata(
+        &self,
+        collection: &str,
+    ) -> UploadResult<HashMap<String, qdrant_client::qdrant::Value>> {
+        let response = self.retry("read the collection info", || {
+            self.client.collection_info(collection)
+        })?;
+        Ok(response
+            .result
+            .and_then(|info| info.config)
+            .map(|config| config.metadata)
+            .unwrap_or_default())
+    }
+
     /// Builds the client. Connects lazily: the first call reports an unreachable server.
     pub fn connect(config: ServerConfig) -> UploadResult<Self> {
         check_url(&config.url)?;
@@ -331,14 +347,7 @@ impl Sink for QdrantServer {
         if !self.exists(collection)? {
             return Ok(None);
         }
-        let response = self.retry("read the collection info", || {
-            self.client.collection_info(collection)
-        })?;
-        let metadata = response
-            .result
-            .and_then(|info| info.config)
-            .map(|config| config.metadata)
-            .unwrap_or_default();
+        let metadata = self.collection_metadata(collection)?;
         Ok(
             match metadata.get(MARKER_METADATA).and_then(|v| v.kind.as_ref()) {
                 Some(Kind::StringValue(marker)) => Some(marker.clone()),

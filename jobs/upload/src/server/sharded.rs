@@ -228,14 +228,7 @@ impl QdrantServer {
         &self,
         collection: &str,
     ) -> UploadResult<std::collections::BTreeMap<String, KeyOwner>> {
-        let response = self.retry("read the collection info", || {
-            self.client.collection_info(collection)
-        })?;
-        let metadata = response
-            .result
-            .and_then(|info| info.config)
-            .map(|config| config.metadata)
-            .unwrap_or_default();
+        let metadata = self.collection_metadata(collection)?;
         let prefix = owner_metadata_key("");
         Ok(metadata
             .iter()
