@@ -170,7 +170,11 @@ fn run_keys(
         return Ok(keys);
     }
     let legacy_rows = db.snapshot_loads(progress)?;
-    if !legacy_rows.is_empty() && legacy_rows.iter().all(|r| r.shard_key.starts_with('b')) {
+    if !legacy_rows.is_empty()
+        && legacy_rows
+            .iter()
+            .all(|r| ShardKeys::is_legacy_key(&r.shard_key))
+    {
         eprintln!(
             "note: this run was loaded into this collection with a shard key per batch by an older embedfleet; it keeps them"
         );

@@ -60,6 +60,13 @@ impl ShardKeys {
         self.run_id.is_empty()
     }
 
+    /// A key of the legacy form, `b<batch>` (a grouped key `<run id>-g<n>` may start with a
+    /// `b` too: its run id is hex).
+    pub fn is_legacy_key(key: &str) -> bool {
+        key.strip_prefix('b')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+    }
+
     /// The group of `batch` (batches are numbered from 1; so are groups).
     pub fn group_of(&self, batch: i64) -> i64 {
         (batch - 1).max(0) / self.batches_per_group + 1
@@ -176,6 +183,9 @@ mod tests {
         let legacy = ShardKeys::legacy();
         assert_eq!(legacy.key_of(6), "b6");
         assert_eq!(legacy.batches_of(6), (6, 6));
+        assert!(ShardKeys::is_legacy_key("b6") && ShardKeys::is_legacy_key("b2075"));
+        assert!(!ShardKeys::is_legacy_key("b3f0c9a1d2e4b5f6-g2"));
+        assert!(!ShardKeys::is_legacy_key("b") && !ShardKeys::is_legacy_key("0123-g1"));
         assert_eq!(ShardKeys::batches_per_group_for(2075, 8), 260);
         assert_eq!(ShardKeys::batches_per_group_for(8, 8), 1);
         assert_eq!(ShardKeys::batches_per_group_for(3, 8), 1);
