@@ -128,6 +128,8 @@ pub struct LoadReport {
 
 /// One group to load.
 struct Group {
+    /// Its number (groups are numbered from 1).
+    group: i64,
     /// First and last batch of the group (its nominal range).
     batches: (i64, i64),
     key: String,
@@ -315,6 +317,7 @@ pub fn load_snapshots(
             });
         }
         groups.push(Group {
+            group: *group,
             batches: g.batches,
             key: keys.key_of_group(*group),
             manifest,
@@ -340,18 +343,17 @@ pub fn load_snapshots(
         .collect();
     let existing_keys = server.keyed_shards(&name)?;
     for g in &groups {
-        let owner = keys.owner_of_group(keys.group_of(g.batches.0), &options.run_dir);
+        let owner = keys.owner_of_group(g.group, &options.run_dir);
         server.claim_shard_key(&name, &g.key, &owner, options.replace_keys)?;
     }
     for g in &groups {
         if !existing_keys.iter().any(|s| s.key == g.key) {
             // Groups go round the peers: group n's first replica on peer n mod P, the others
             // on the peers after it (the server takes a key's replicas from its placement).
-            let group = keys.group_of(g.batches.0);
             let replicas = spec.replication_factor.unwrap_or(1).max(1) as usize;
             let placement: Vec<u64> = (0..replicas.min(peers.len()))
                 .map(|i| {
-                    let at = (group - 1 + i as i64).rem_euclid(peers.len() as i64);
+                    let at = (g.group - 1 + i as i64).rem_euclid(peers.len() as i64);
                     peers[at as usize].id
                 })
                 .collect();
