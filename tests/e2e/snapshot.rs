@@ -218,6 +218,17 @@ fn upload_from(
     extra: &[&str],
     code: i32,
 ) -> String {
+    stderr(&t.run(&upload_args(run_dir, url, rest, collection, extra), code))
+}
+
+/// The command line of `upload` of the run in `run_dir` into `collection`, then `extra`.
+fn upload_args<'a>(
+    run_dir: &'a str,
+    url: &'a str,
+    rest: &'a str,
+    collection: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
     let mut args = vec![
         "upload",
         "--run-dir",
@@ -230,7 +241,7 @@ fn upload_from(
         collection,
     ];
     args.extend_from_slice(extra);
-    stderr(&t.run(&args, code))
+    args
 }
 
 /// Vectors of the run's first rows (the queries of the comparisons).
@@ -388,24 +399,14 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
     build(&t, &batches, 0);
     let key = format!("{name}@server:{url}");
     let mut child = t
-        .cmd(&[
-            "upload",
-            "--run-dir",
+        .cmd(&upload_args(
             "run",
-            "--qdrant",
             &url,
-            "--qdrant-rest",
             &rest,
-            "--collection",
             &name,
-            "--mode",
-            "snapshot",
-            "--recoveries",
-            "1",
             // A group per batch: the shards built above, six recoveries to kill in between.
-            "--groups",
-            "6",
-        ])
+            &["--mode", "snapshot", "--recoveries", "1", "--groups", "6"],
+        ))
         .env(SNAPSHOT_TEST_DELAY_ENV, "700")
         .stderr(Stdio::null())
         .spawn()
@@ -503,37 +504,8 @@ fn server_mismatched_snapshot_or_collection_is_refused() {
 /// `per_job` a batch, into `run_dir`.
 fn seeded_run(t: &TestDir, run_dir: &str, papers: u64, per_job: u64, seed: u64) {
     let corpus = format!("{run_dir}-corpus.jsonl.gz");
-    let (papers, per_job, seed) = (papers.to_string(), per_job.to_string(), seed.to_string());
-    t.run(
-        &[
-            "sample-corpus",
-            "--papers",
-            &papers,
-            "--mean-chars",
-            "1500",
-            "--seed",
-            &seed,
-            "--out",
-            &corpus,
-        ],
-        0,
-    );
-    t.run(
-        &[
-            "run",
-            "--corpus",
-            &corpus,
-            "--run-dir",
-            run_dir,
-            "--papers-per-job",
-            &per_job,
-            "--local-jobs",
-            "2",
-            "--shard-papers",
-            "15",
-        ],
-        0,
-    );
+    t.sample_seeded(&corpus, papers, 1, seed);
+    t.run_corpus(run_dir, &corpus, per_job, &[]);
 }
 
 fn rows_of(run: &Path) -> u64 {
@@ -696,23 +668,13 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
             .wrapping_add(1442695040888963407);
         let after = Duration::from_millis(150 + (rng >> 33) % 1500 + round * 300);
         let mut child = t
-            .cmd(&[
-                "upload",
-                "--run-dir",
+            .cmd(&upload_args(
                 "run",
-                "--qdrant",
                 &url,
-                "--qdrant-rest",
                 &rest,
-                "--collection",
                 &name,
-                "--mode",
-                "snapshot",
-                "--groups",
-                "4",
-                "--recoveries",
-                "1",
-            ])
+                &["--mode", "snapshot", "--groups", "4", "--recoveries", "1"],
+            ))
             .env(SNAPSHOT_TEST_DELAY_ENV, "300")
             .stderr(Stdio::null())
             .spawn()

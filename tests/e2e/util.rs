@@ -95,11 +95,22 @@ impl TestDir {
     ) -> (String, String) {
         let corpus = format!("{run_dir}-corpus.jsonl.gz");
         self.sample(&corpus, papers, 1);
+        self.run_corpus(run_dir, &corpus, per_job, extra)
+    }
+
+    /// `run` of the corpus `corpus` into `run_dir`, as [`TestDir::small_run`] runs its own.
+    pub fn run_corpus(
+        &self,
+        run_dir: &str,
+        corpus: &str,
+        per_job: u64,
+        extra: &[&str],
+    ) -> (String, String) {
         let per_job = per_job.to_string();
         let mut args = vec![
             "run",
             "--corpus",
-            &corpus,
+            corpus,
             "--run-dir",
             run_dir,
             "--papers-per-job",
@@ -119,7 +130,12 @@ impl TestDir {
 
     /// A sample corpus of `papers` short papers over `files` files; returns its path.
     pub fn sample(&self, name: &str, papers: u64, files: u32) -> String {
-        let (papers, files) = (papers.to_string(), files.to_string());
+        self.sample_seeded(name, papers, files, 42)
+    }
+
+    /// [`TestDir::sample`] made with corpus seed `seed` (another seed: other paper ids).
+    pub fn sample_seeded(&self, name: &str, papers: u64, files: u32, seed: u64) -> String {
+        let (papers, files, seed) = (papers.to_string(), files.to_string(), seed.to_string());
         self.run(
             &[
                 "sample-corpus",
@@ -129,6 +145,8 @@ impl TestDir {
                 "1500",
                 "--files",
                 &files,
+                "--seed",
+                &seed,
                 "--out",
                 name,
             ],
