@@ -134,6 +134,38 @@ impl OneShot<'_> {
     }
 }
 
+/// The run's scheduler settings for a CPU job of one node (a group's shard build): no GPUs,
+/// and `cpus` cores and `memory_mib` of memory asked for where the backend takes directives
+/// (Slurm `--cpus-per-task`/`--mem`, PBS `ncpus`/`mem` in the select). The run config's own
+/// extra directives, modules, env and setup lines stay: they are the site's (account,
+/// filesystems), not the GPU jobs' alone.
+pub fn cpu_job_config(scheduler: &SchedulerConfig, cpus: u32, memory_mib: u64) -> SchedulerConfig {
+    let mut config = scheduler.clone();
+    let script = &mut config.script;
+    script.nodes = 1;
+    script.gpus_per_node = None;
+    match config.backend {
+        Backend::Slurm => {
+            script
+                .extra_directives
+                .push(format!("#SBATCH --cpus-per-task={cpus}"));
+            script
+                .extra_directives
+                .push(format!("#SBATCH --mem={memory_mib}M"));
+        }
+        Backend::Pbs => {
+            let resources = format!("ncpus={cpus}:mem={memory_mib}mb");
+            script.select_extra =
+                Some(match script.select_extra.take().filter(|e| !e.is_empty()) {
+                    Some(extra) => format!("{resources}:{extra}"),
+                    None => resources,
+                });
+        }
+        Backend::Local => {}
+    }
+    config
+}
+
 /// The job's state now; a scheduler that does not know it and no completion marker is
 /// [`JobState::Unknown`].
 pub fn state(scheduler: &dyn Scheduler, job: &OneShotJob) -> Result<JobState, SchedulerError> {
@@ -180,5 +212,70 @@ pub fn wait(
             Err(e) => return Err(e),
         }
         std::thread::sleep(interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script_of(backend: Backend, gpus: Option<u32>, select_extra: Option<&str>) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = SchedulerConfig {
+            backend,
+            ..SchedulerConfig::default()
+        };
+        config.script.gpus_per_node = gpus;
+        config.script.nodes = 2;
+        config.script.select_extra = select_extra.map(str::to_string);
+        config.script.account = Some("proj".into());
+        let cpu = cpu_job_config(&config, 8, 6144);
+        OneShot {
+            run_dir: dir.path(),
+            scheduler: &cpu,
+            exe: Path::new("/opt/embedfleet"),
+            queue: "cpu",
+            kind: "g3-a",
+            attempt: 1,
+            args: vec!["build-shard".into(), "--request".into(), "r.json".into()],
+        }
+        .render()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cpu_job_asks_slurm_for_cores_and_memory_and_no_gpus() {
+        let s = script_of(Backend::Slurm, Some(4), None);
+        assert!(s.contains("#SBATCH --cpus-per-task=8\n"), "{s}");
+        assert!(s.contains("#SBATCH --mem=6144M\n"), "{s}");
+        assert!(s.contains("#SBATCH --nodes=1\n"), "{s}");
+        assert!(s.contains("#SBATCH --account=proj\n"), "{s}");
+        assert!(!s.contains("gpus"), "{s}");
+        assert!(
+            s.contains("/opt/embedfleet build-shard --request r.json"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn a_cpu_job_puts_cores_and_memory_in_the_pbs_select_before_the_sites_own() {
+        let s = script_of(Backend::Pbs, Some(4), Some("system=polaris"));
+        assert!(
+            s.contains("#PBS -l select=1:ncpus=8:mem=6144mb:system=polaris\n"),
+            "{s}"
+        );
+        assert!(!s.contains("ngpus"), "{s}");
+        let plain = script_of(Backend::Pbs, None, None);
+        assert!(
+            plain.contains("#PBS -l select=1:ncpus=8:mem=6144mb\n"),
+            "{plain}"
+        );
+    }
+
+    #[test]
+    fn a_local_cpu_job_has_no_directives() {
+        let s = script_of(Backend::Local, Some(4), None);
+        assert!(!s.contains("#SBATCH") && !s.contains("#PBS"), "{s}");
+        assert!(s.contains("build-shard --request r.json"), "{s}");
     }
 }

@@ -44,8 +44,21 @@ pub struct SubmitArgs {
     pub shard_papers: usize,
     /// After each batch, its job builds the batch's Qdrant shard on the node's cores
     /// (`embed-job --build-shard`), for `upload --mode snapshot`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "group_builds")]
     pub build_shard: bool,
+    /// Build each group's Qdrant shard (for `upload --mode snapshot`) in a CPU job of its own
+    /// as soon as the group's batches are done, on this queue of the run's scheduler; `local`
+    /// runs them as processes on this host, `off` stops them. Each job asks for --build-cpus
+    /// cores and memory sized from its group's points. Kept for the run's later submits.
+    #[arg(long, value_name = "QUEUE|local|off")]
+    pub group_builds: Option<String>,
+    /// Groups to split the run's batches into for --group-builds, when its shard keys are not
+    /// pinned yet (`snapshots/keys.json`); e.g. two per peer of the target Qdrant cluster.
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
+    pub group_count: Option<i64>,
+    /// Cores each group build job asks for (the engine builds the graph on all of them).
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub build_cpus: u32,
     /// Jobs per batch before it is marked failed (walltime kills, node failures, cancelled
     /// jobs are retried; exit codes 2 and 4 of embed-job are not).
     #[arg(long, default_value_t = 3, value_name = "N")]

@@ -124,7 +124,7 @@ pub struct BuildShardArgs {
     pub run_dir: std::path::PathBuf,
     /// Build the shard of this batch's group (a run whose keys hold one batch each, or pinned
     /// none, builds the batch alone); repeat for several.
-    #[arg(long = "batch", value_name = "ID", required_unless_present = "groups")]
+    #[arg(long = "batch", value_name = "ID", required_unless_present_any = ["groups", "request"])]
     pub batches: Vec<i64>,
     /// Build this group's shard (groups of consecutive batches, numbered from 1; needs
     /// --accepted); repeat for several.
@@ -143,6 +143,10 @@ pub struct BuildShardArgs {
     /// shared filesystem").
     #[arg(long)]
     pub accepted: bool,
+    /// Build what this request says (a group build job of `submit --group-builds`: the run's
+    /// owner wrote its sources and tombstones; the job does not open run.db).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["batches", "groups", "accepted", "attempt"])]
+    pub request: Option<PathBuf>,
     #[command(flatten)]
     pub collection_settings: CollectionArgs,
 }

@@ -4,6 +4,7 @@
 mod bench;
 mod doctor;
 mod embed;
+mod group_builds;
 mod plan;
 mod preflight;
 mod query;

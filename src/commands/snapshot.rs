@@ -6,8 +6,8 @@ use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{
-    self as snapshot, describe_batches, LoadOptions, PinnedSettings, RestClient, ShardKeys,
-    ShardSettings, SourceShard,
+    self as snapshot, describe_batches, GroupBuildRequest, LoadOptions, PinnedSettings, RestClient,
+    ShardKeys, ShardSettings, SourceShard,
 };
 use embedfleet_upload::{self as upload, QdrantServer};
 use std::io::IsTerminal;
@@ -87,6 +87,25 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
 /// <run-dir>/snapshots.
 pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     let layout = RunLayout::new(&args.run_dir);
+    if let Some(path) = &args.request {
+        // A group build job: the owner decided the sources; the run's pinned settings apply.
+        let request = GroupBuildRequest::read(path)?;
+        eprintln!(
+            "group {}: {}, {} points of {}-d from {} parquet shards{}",
+            request.group,
+            describe_batches(request.batches),
+            request.points,
+            request.dim,
+            request.sources.len(),
+            if request.deleted.is_empty() {
+                String::new()
+            } else {
+                format!(", {} deleted papers left out", request.deleted.len())
+            }
+        );
+        print_built(&request.build(&layout)?);
+        return Ok(exit::SUCCESS);
+    }
     let mut spec = upload::CollectionSpec::new("shard", 0);
     apply_collection_args(&mut spec, &args.collection_settings);
     ShardSettings::of(&spec).pin(&layout)?;

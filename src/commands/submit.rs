@@ -1,5 +1,6 @@
 //! `submit`, `pause`, `resume`, `queues`, `status`: the scheduler-facing commands.
 
+use super::group_builds::{GroupBuilds, GroupBuildsSetting, GROUP_BUILDS_SETTING};
 use super::preflight;
 use crate::cli::{
     BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
@@ -159,12 +160,60 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         }
         return Ok(exit::SUCCESS);
     }
+    let group_builds = group_builds_setting(&db, args)?;
+    let mut builds = match &group_builds {
+        Some(setting) => Some(GroupBuilds::new(
+            &db,
+            &args.run_dir,
+            &config.scheduler,
+            setting,
+            args.group_count,
+            options.max_attempts,
+            options.lost_after,
+        )?),
+        None => None,
+    };
+    if let (Some(setting), Some(builds)) = (&group_builds, &builds) {
+        eprintln!(
+            "group builds: each group of {} batches gets its shard built on {} ({} cores) once its batches are done",
+            builds.keys().batches_per_group,
+            if setting.queue == "local" {
+                "this host".to_string()
+            } else {
+                format!("queue {}", setting.queue)
+            },
+            setting.cpus
+        );
+    }
     drop(db);
-    let report = submit::submit(&options)?;
+    let report = match builds.as_mut() {
+        Some(builds) => submit::submit_with(&options, builds)?,
+        None => submit::submit(&options)?,
+    };
     if args.trial.is_some() {
         return trial_summary(&options, &report);
     }
     summarise(&options, &report)
+}
+
+/// `--group-builds` as given (stored for the run's later submits; `off` forgets it), else as
+/// the run's last submit was given it.
+fn group_builds_setting(db: &RunDb, args: &SubmitArgs) -> Result<Option<GroupBuildsSetting>> {
+    let stored: Option<GroupBuildsSetting> = db
+        .setting::<Option<GroupBuildsSetting>>(GROUP_BUILDS_SETTING)?
+        .flatten();
+    let setting = match args.group_builds.as_deref() {
+        None => stored,
+        Some("off") => None,
+        Some(queue) => Some(GroupBuildsSetting {
+            queue: queue.to_string(),
+            cpus: args.build_cpus,
+        }),
+    };
+    if args.group_builds.is_some() {
+        db.set_setting(GROUP_BUILDS_SETTING, &setting)?;
+    }
+    Ok(setting)
 }
 
 fn backend_of(arg: BackendArg) -> Backend {

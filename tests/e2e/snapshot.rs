@@ -34,7 +34,8 @@ fn manifests(run: &Path) -> Vec<BuiltShardManifest> {
         .map(|e| e.unwrap().path())
         .filter(|p| {
             p.extension().is_some_and(|e| e == "json")
-                && p.file_name().is_some_and(|n| n != "settings.json")
+                && p.file_name()
+                    .is_some_and(|n| n != "settings.json" && n != "keys.json")
         })
         .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
         .collect();
@@ -132,6 +133,144 @@ fn embed_job_with_build_shard_leaves_the_batchs_shard_built() {
     let sources: Vec<String> = built[0].sources.iter().map(|s| s.sha256.clone()).collect();
     assert_eq!(sources, accepted);
     assert_eq!(built[0].points, 30);
+}
+
+/// The job scripts under `run/jobs` whose name contains `part`.
+fn job_scripts(run: &Path, part: &str) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<_> = std::fs::read_dir(run.join("jobs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "sh")
+                && p.file_name().unwrap().to_string_lossy().contains(part)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn submit_builds_each_group_in_a_job_of_its_own_once_its_batches_are_done() {
+    let t = TestDir::new();
+    t.plan_with_model(50, 10);
+    let run = t.join("run");
+    // Batches 1-3 (group 1 of two groups of three) are embedded before the loop starts.
+    for batch in ["1", "2", "3"] {
+        let args = [
+            "embed-job",
+            "--run-dir",
+            "run",
+            "--batch",
+            batch,
+            "--model-dir",
+            "model",
+        ];
+        t.run(&args, 0);
+    }
+    // Keep batch 5's shards aside: without them group 2's build fails, twice, and is given up.
+    let submit = |extra: &[&str]| {
+        let base = [
+            "submit",
+            "--run-dir",
+            "run",
+            "--model-dir",
+            "model",
+            "--poll-interval",
+            "0.2",
+            "--queue",
+            "local=1",
+        ];
+        stderr(&t.run(&[&base[..], extra].concat(), 0))
+    };
+    let err = submit(&[
+        "--group-builds",
+        "local",
+        "--group-count",
+        "2",
+        "--max-attempts",
+        "2",
+    ]);
+    assert!(
+        err.contains("group 1 (batches 1-3): 30 points ready"),
+        "{err}"
+    );
+    assert!(
+        err.contains("group 2 (batches 4-6): 20 points ready"),
+        "{err}"
+    );
+    // Group 1's build went in the first round, before batch 5's embed job (one slot): the
+    // builds pipeline with the embedding.
+    let g1 = job_scripts(&run, "-g1-a");
+    let embed5: Vec<_> = {
+        let db = RunDb::open(&run).unwrap();
+        let names: Vec<String> = db
+            .conn()
+            .prepare("SELECT name FROM jobs WHERE batch_id = 5")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        names
+            .iter()
+            .map(|n| RunLayout::new(&run).job_script(n))
+            .collect()
+    };
+    assert_eq!((g1.len(), embed5.len()), (1, 1), "{g1:?} {embed5:?}");
+    let mtime = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    assert!(mtime(&g1[0]) < mtime(&embed5[0]));
+    // Each group's shard is what the load builds: its batches' accepted shards, in order.
+    let built = manifests(&run);
+    assert_eq!(
+        built.iter().map(|m| m.batches()).collect::<Vec<_>>(),
+        vec![(1, 3), (4, 6)]
+    );
+    let db = RunDb::open(&run).unwrap();
+    let accepted: Vec<String> = db
+        .all_shards()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.sha256)
+        .collect();
+    let sources: Vec<String> = built
+        .iter()
+        .flat_map(|m| m.sources.iter().map(|s| s.sha256.clone()))
+        .collect();
+    assert_eq!(sources, accepted);
+    assert_eq!(built.iter().map(|m| m.points).sum::<u64>(), 50);
+    drop(db);
+    let err = build(&t, &["--accepted", "--group", "1", "--group", "2"], 0);
+    assert_eq!(err.matches("built already").count(), 2, "{err}");
+
+    // A build that fails is tried again up to --max-attempts, then left to the load.
+    for m in &built {
+        std::fs::remove_file(run.join(&m.snapshot)).unwrap();
+    }
+    let shard5 = db_shards(&run, 5);
+    std::fs::rename(run.join(&shard5), run.join("aside.parquet")).unwrap();
+    let err = submit(&["--max-attempts", "2"]);
+    assert!(err.contains("group 1: built by"), "{err}");
+    assert_eq!(err.matches("group 2: build job").count(), 2, "{err}");
+    assert!(err.contains("given up after 2 jobs"), "{err}");
+    assert_eq!(job_scripts(&run, "-g2-a").len(), 3);
+    // Restarted without the option (it is kept), the group is built once its shards are back.
+    std::fs::rename(run.join("aside.parquet"), run.join(&shard5)).unwrap();
+    let err = submit(&[]);
+    assert!(err.contains("group 2: built by"), "{err}");
+    assert!(!err.contains("group 1"), "built already: {err}");
+    let err = submit(&["--group-builds", "off"]);
+    assert!(
+        !err.contains("group builds") && !err.contains("build job"),
+        "{err}"
+    );
+}
+
+/// The first parquet shard run.db accepted for `batch`.
+fn db_shards(run: &Path, batch: i64) -> String {
+    let db = RunDb::open(run).unwrap();
+    db.shards_of(embedfleet_core::BatchId(batch)).unwrap()[0]
+        .path
+        .clone()
 }
 
 #[test]

@@ -45,6 +45,18 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// Of the batches `first..=last` the run has: how many are done, and how many there are.
+    /// One range count on the primary key, so a loop can ask it of every group each poll.
+    pub fn batches_done_in(&self, first: i64, last: i64) -> Result<(i64, i64)> {
+        self.conn
+            .query_row(
+                "SELECT COALESCE(SUM(state = ?3), 0), COUNT(*) FROM batches WHERE id BETWEEN ?1 AND ?2",
+                params![first, last, BatchState::Done.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Batches in a state, in id order.
     pub fn batch_ids(&self, state: BatchState) -> Result<Vec<i64>> {
         let mut stmt = self
@@ -101,5 +113,24 @@ impl RunDb {
             })
             .optional()
             .map_err(sqlite_err(&self.dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rundb::test_support::db_with_batches;
+
+    #[test]
+    fn a_range_counts_its_done_batches_and_only_the_batches_the_run_has() {
+        let (_dir, db) = db_with_batches(5);
+        assert_eq!(db.batches_done_in(1, 5).unwrap(), (0, 5));
+        db.set_batch_state(BatchId(2), BatchState::Done).unwrap();
+        db.set_batch_state(BatchId(4), BatchState::Done).unwrap();
+        db.set_batch_state(BatchId(5), BatchState::Failed).unwrap();
+        assert_eq!(db.batches_done_in(1, 3).unwrap(), (1, 3));
+        // A group's range past the run's last batch counts only the batches there are.
+        assert_eq!(db.batches_done_in(4, 8).unwrap(), (1, 2));
+        assert_eq!(db.batches_done_in(9, 12).unwrap(), (0, 0));
     }
 }

@@ -27,6 +27,7 @@ mod build;
 mod load;
 mod manifest;
 pub mod pack;
+mod request;
 mod rest;
 mod settings;
 
@@ -42,6 +43,7 @@ pub use load::{
 pub use manifest::{
     built_digest, sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
 };
+pub use request::GroupBuildRequest;
 pub use rest::RestClient;
 pub use settings::PinnedSettings;
 

@@ -21,6 +21,7 @@ Jobs in a row that fail alike pause the run ([`breaker`]); the events a user wan
 mod alerts;
 pub mod breaker;
 mod console;
+mod follow_up;
 mod round;
 mod watch;
 
@@ -39,6 +40,7 @@ use crate::scheduler::{
     TemplateError,
 };
 pub use console::Console;
+pub use follow_up::{FollowUp, FollowUpRound};
 pub use round::{fill_queues, PlannedJob};
 use watch::OwnerWatch;
 pub use watch::LOOP_LOCK_FILE;
@@ -147,6 +149,17 @@ pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
     SubmitLoop::new(options)?.run()
 }
 
+/// [`submit`], driving `follow_up` once per round as well (see [`FollowUp`]): the loop ends
+/// when every batch is settled and the follow-up work is not busy.
+pub fn submit_with<'a>(
+    options: &'a SubmitOptions,
+    follow_up: &'a mut dyn FollowUp,
+) -> Result<SubmitReport> {
+    let mut lp = SubmitLoop::new(options)?;
+    lp.follow_up = Some(follow_up);
+    lp.run()
+}
+
 /// The job scripts the next round would submit, without submitting or recording anything:
 /// (job name, script text).
 pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
@@ -213,6 +226,8 @@ struct SubmitLoop<'a> {
     report: SubmitReport,
     /// The owner's side of the loop (snapshot, stalls, the loop lock); none in a dry run.
     watch: Option<OwnerWatch>,
+    /// A later stage's work driven between rounds ([`submit_with`]).
+    follow_up: Option<&'a mut dyn FollowUp>,
 }
 
 impl<'a> SubmitLoop<'a> {
@@ -248,6 +263,7 @@ impl<'a> SubmitLoop<'a> {
             console: Console::new(false),
             report: SubmitReport::default(),
             watch: None,
+            follow_up: None,
         })
     }
 
@@ -347,6 +363,16 @@ impl<'a> SubmitLoop<'a> {
             if !paused {
                 self.submit_round()?;
             }
+            let follow_up_busy = match self.follow_up.as_mut() {
+                Some(work) => {
+                    let round = work.round(&self.db, paused);
+                    for line in round.said {
+                        self.console.say(line);
+                    }
+                    round.busy
+                }
+                None => false,
+            };
             let submitted = Instant::now();
             let open = self.db.open_jobs()?;
             let pending = self.in_scope(self.db.batches_without_job()?);
@@ -369,7 +395,7 @@ impl<'a> SubmitLoop<'a> {
             self.report.busy += round.elapsed();
             // Paused by the breaker, the loop waits for `resume` even with every batch
             // settled: the batches that failed during the streak are tried again then.
-            if open.is_empty() && pending.is_empty() && !self.tripped {
+            if open.is_empty() && pending.is_empty() && !self.tripped && !follow_up_busy {
                 self.settled()?;
                 if !self.opts.watch {
                     break;
