@@ -265,6 +265,101 @@ fn submit_builds_each_group_in_a_job_of_its_own_once_its_batches_are_done() {
     );
 }
 
+/// Every batch embedded first, then `submit` on `backend` with only group builds to do: each
+/// group's job goes through the scheduler, asks for its cores and memory, and builds it.
+fn group_builds_through(backend: &str, directives: &[&str], config: Option<&str>) {
+    let t = TestDir::new();
+    t.plan_with_model(40, 10);
+    for batch in ["1", "2", "3", "4"] {
+        let args = [
+            "embed-job",
+            "--run-dir",
+            "run",
+            "--batch",
+            batch,
+            "--model-dir",
+            "model",
+        ];
+        t.run(&args, 0);
+    }
+    let mut args = vec![
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        backend,
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--queue",
+        "gpu=1",
+        "--poll-interval",
+        "0.5",
+        "--group-builds",
+        "debug",
+        "--group-count",
+        "2",
+        "--build-cpus",
+        "1",
+    ];
+    if let Some(config) = config {
+        std::fs::write(t.join("run.toml"), config).unwrap();
+        args.extend(["--config", "run.toml"]);
+    }
+    let err = stderr(&t.run(&args, 0));
+    assert!(
+        err.contains("group 1: built by") && err.contains("group 2: built by"),
+        "{err}"
+    );
+    let run = t.join("run");
+    assert_eq!(
+        manifests(&run)
+            .iter()
+            .map(|m| m.batches())
+            .collect::<Vec<_>>(),
+        vec![(1, 2), (3, 4)]
+    );
+    // The owner's record of group 1's job names its script (PBS names are cut to 15 chars).
+    let record: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run.join("snapshots/requests/group-000001.job.json")).unwrap(),
+    )
+    .unwrap();
+    let script = std::fs::read_to_string(record["script"].as_str().unwrap()).unwrap();
+    for d in directives {
+        assert!(script.contains(d), "{d} in {script}");
+    }
+    assert!(!script.contains("gpus"), "{script}");
+}
+
+#[test]
+fn submit_group_builds_through_slurm() {
+    if !crate::util::slurm_up("submit_group_builds_through_slurm") {
+        return;
+    }
+    group_builds_through(
+        "slurm",
+        &[
+            "#SBATCH --partition=debug",
+            "#SBATCH --cpus-per-task=1",
+            "#SBATCH --mem=10",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn submit_group_builds_through_pbs() {
+    if !crate::util::slurm_up("submit_group_builds_through_pbs") {
+        return;
+    }
+    group_builds_through(
+        "pbs",
+        &["#PBS -q debug", "#PBS -l select=1:ncpus=1:mem=10"],
+        Some("[scheduler.pbs]\nflavor = \"torque\"\n"),
+    );
+}
+
 /// The first parquet shard run.db accepted for `batch`.
 fn db_shards(run: &Path, batch: i64) -> String {
     let db = RunDb::open(run).unwrap();
