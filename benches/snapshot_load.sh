@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Snapshot bulk load beside the upsert load (issue 12): one synthetic run, one server, both ways.
 #
-#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUPS="2 4 8"] benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
+#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUP_COUNTS="2 4 8"] benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
 #
 # 1. upsert:   `embedfleet upload` (bulk mode) into collection `upsert`, until green: wall, and the
 #              CPU seconds of the server and of the client;
@@ -9,7 +9,7 @@
 #              each runs on its own embed node): wall and CPU seconds per batch and in all;
 # 3. snapshot: `embedfleet upload --mode snapshot --no-build` into collection `snapshot`, until
 #              green: wall, and the CPU seconds of the server and of the client.
-# 4. groups:   for each G of GROUPS (issue 26), a copy of the run: `build-shard --accepted
+# 4. groups:   for each G of GROUP_COUNTS (issue 26), a copy of the run: `build-shard --accepted
 #              --group-count G` of each group, one process after another (on a cluster each is a
 #              CPU job of its own), then `upload --mode snapshot --no-build` into collection `gG`:
 #              build wall (sum and largest group), load wall and server CPU to green.
@@ -74,22 +74,23 @@ pid=$(cat "$QDRANT_HOME/qdrant.pid")
 
 server_cpu() { awk -v t="$tck" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$pid/stat"; }
 now() { date +%s.%N; }
-# Runs a command under /usr/bin/time; prints "WALL CPU" (user + system, children included).
+# Runs a command under /usr/bin/time; prints "WALL CPU RSS" (user + system CPU seconds,
+# children included; the peak resident set in MiB).
 timed() {
-  /usr/bin/time -f '%e %U %S' -o "$work/time" "$@" >&2
-  awk '{ printf "%.2f %.2f\n", $1, $2 + $3 }' "$work/time"
+  /usr/bin/time -f '%e %U %S %M' -o "$work/time" "$@" >&2
+  awk '{ printf "%.2f %.2f %.0f\n", $1, $2 + $3, $4 / 1024 }' "$work/time"
 }
 
 # 1. Upsert, then the server's indexing, until green (the upload waits for green itself).
 c0=$(server_cpu)
-read -r up_wall up_client < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --collection upsert)
+read -r up_wall up_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --collection upsert)
 c1=$(server_cpu)
 echo "{\"phase\":\"upsert+index\",\"points\":$points,\"dim\":$dim,\"wall_s\":$up_wall,\"client_cpu_s\":$up_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
 
 # 2. Each batch's shard built offline, one process per batch (one embed node each on a cluster).
 build_wall=0; build_cpu=0; build_max=0
 for b in $(seq 1 "$batches"); do
-  read -r w c < <(timed "$bin" build-shard --run-dir "$work/run" --batch "$b" --accepted)
+  read -r w c _ < <(timed "$bin" build-shard --run-dir "$work/run" --batch "$b" --accepted)
   build_wall=$(echo "$build_wall + $w" | bc); build_cpu=$(echo "$build_cpu + $c" | bc)
   build_max=$(echo "if ($w > $build_max) $w else $build_max" | bc)
 done
@@ -97,52 +98,66 @@ echo "{\"phase\":\"build-shard\",\"batches\":$batches,\"batch_points\":$batch,\"
 
 # 3. Every built shard recovered on the server, until green.
 c0=$(server_cpu)
-read -r sn_wall sn_client < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build)
+read -r sn_wall sn_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build --groups "$batches")
 c1=$(server_cpu)
 echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
 
 # 4. Grouped loads: a copy of the run per G (a run's grouping is pinned once), its groups built,
 # then loaded.
 grouped=()
-for g in ${GROUPS:-}; do
+for g in ${GROUP_COUNTS:-}; do
   rm -rf "$work/run-g$g" && cp -a "$work/run" "$work/run-g$g"
   rm -rf "$work/run-g$g/snapshots"
-  gb_wall=0; gb_cpu=0; gb_max=0
+  gb_wall=0; gb_cpu=0; gb_max=0; gb_rss=0
   for n in $(seq 1 "$g"); do
-    read -r w c < <(timed "$bin" build-shard --run-dir "$work/run-g$g" --accepted --group-count "$g" --group "$n")
+    read -r w c rss < <(timed "$bin" build-shard --run-dir "$work/run-g$g" --accepted --group-count "$g" --group "$n")
     gb_wall=$(echo "$gb_wall + $w" | bc); gb_cpu=$(echo "$gb_cpu + $c" | bc)
     gb_max=$(echo "if ($w > $gb_max) $w else $gb_max" | bc)
+    gb_rss=$(( rss > gb_rss ? rss : gb_rss ))
   done
   c0=$(server_cpu)
-  read -r gl_wall gl_client < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot --no-build --groups "$g")
+  read -r gl_wall gl_client _ < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot --no-build --groups "$g")
   c1=$(server_cpu)
-  echo "{\"phase\":\"grouped\",\"groups\":$g,\"build_wall_s_sum\":$gb_wall,\"build_wall_s_max_group\":$gb_max,\"build_cpu_s_sum\":$gb_cpu,\"load_wall_s\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+  echo "{\"phase\":\"grouped\",\"groups\":$g,\"build_wall_s_sum\":$gb_wall,\"build_wall_s_max_group\":$gb_max,\"build_cpu_s_sum\":$gb_cpu,\"build_peak_rss_mib\":$gb_rss,\"group_points\":$(( (batches + g - 1) / g * batch )),\"load_wall_s\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
   grouped+=("g$g")
 done
 
 # The two collections hold the same points and give the same exact answers.
-python3 - "$rest" "$points" <<'PY'
+python3 - "$rest" "$points" "${grouped[@]}" <<'PY'
 import json, sys, urllib.request
-rest, points = sys.argv[1], int(sys.argv[2])
+rest, points, grouped = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def call(method, path, body=None):
     req = urllib.request.Request(rest + path, method=method, data=json.dumps(body).encode() if body else None,
                                  headers={"Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(req))["result"]
-counts = {c: call("POST", f"/collections/{c}/points/count", {"exact": True})["count"] for c in ("upsert", "snapshot")}
-info = {c: call("GET", f"/collections/{c}") for c in ("upsert", "snapshot")}
+names = ["upsert", "snapshot", *grouped]
+counts = {c: call("POST", f"/collections/{c}/points/count", {"exact": True})["count"] for c in names}
+info = {c: call("GET", f"/collections/{c}") for c in names}
 pts = call("POST", "/collections/upsert/points/scroll", {"limit": 50, "with_vector": True})["points"]
-same = 0
+same = {c: 0 for c in names[1:]}
 for p in pts:
     q = {"query": p["vector"], "limit": 10, "params": {"exact": True}}
     a = [h["id"] for h in call("POST", "/collections/upsert/points/query", q)["points"]]
-    b = [h["id"] for h in call("POST", "/collections/snapshot/points/query", q)["points"]]
-    same += a == b
+    for c in names[1:]:
+        same[c] += a == [h["id"] for h in call("POST", f"/collections/{c}/points/query", q)["points"]]
 print(json.dumps({"phase": "compare", "counts": counts, "expected": points,
                   "status": {c: info[c]["status"] for c in info},
                   "indexed_vectors": {c: info[c].get("indexed_vectors_count") for c in info},
                   "segments": {c: info[c].get("segments_count") for c in info},
-                  "exact_top10_equal": f"{same}/{len(pts)}"}))
+                  "exact_top10_equal_to_upsert": {c: f"{n}/{len(pts)}" for c, n in same.items()}}))
 PY
 
 # And what the shape costs a search: HNSW top-10 latency and recall against exact search.
 python3 "$here/benches/snapshot_search.py" "$rest" 200 upsert snapshot "${grouped[@]}"
+
+# And `embedfleet eval`'s recall@10 (200 of the run's vectors, perturbed, against exact search
+# over its parquet shards) at ef 128.
+for c in upsert snapshot "${grouped[@]}"; do
+  "$bin" eval --run-dir "$work/run" --qdrant "$grpc" --collection "$c" --sample 200 --ef 128 --json \
+    --plot "$work/eval-$c.png" > "$work/eval-$c.json"
+  python3 - "$c" "$work/eval-$c.json" <<'PY'
+import json, sys
+c, path = sys.argv[1], sys.argv[2]
+print(json.dumps({"phase": "eval", "collection": c, "eval": json.load(open(path))}))
+PY
+done
