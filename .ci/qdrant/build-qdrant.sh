@@ -15,7 +15,7 @@
 # patches tonic with its own fork (a branch of qdrant/tonic) and takes raft-rs from git; neither is
 # on crates.io. This script takes tonic from crates.io at the version Qdrant pins, applies the
 # fork's one commit (Endpoint::http2_max_local_error_reset_streams) and points both at local
-# paths. Needs protobuf-compiler, clang, libclang-dev, cmake (apt). About 37 min on 2 idle cores with PROFILE=release.
+# paths, and installs the Rust toolchain Qdrant's `rust-version` asks for when the default is older. Needs protobuf-compiler, clang, libclang-dev, cmake (apt). About 37 min on 2 idle cores with PROFILE=release.
 set -euo pipefail
 : "${QDRANT_GIT:?git dir of qdrant/qdrant}" "${RAFT_GIT:?git dir of tikv/raft-rs}" "${TONIC_GIT:?git dir of qdrant/tonic}"
 TAG=${TAG:-v1.18.3}
@@ -46,6 +46,13 @@ s = re.sub(r'tonic = \{ git = "https://github.com/qdrant/tonic"[^}]*\}', f'tonic
 s = s.replace("https://github.com/tikv/raft-rs", "file://" + raft)
 open(path, "w").write(s)
 PY
+# The Rust Qdrant asks for (1.19 needs 1.97): through rustup when the default one is older.
+need=$(grep -m1 -E '^rust-version = "' "$WORK/src/Cargo.toml" | sed -E 's/.*"([^"]+)".*/\1/' || true)
+have=$(rustc --version | awk '{print $2}')
+if [ -n "$need" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+  rustup toolchain install "$need" --profile minimal >&2
+  export RUSTUP_TOOLCHAIN=$need
+fi
 (cd "$WORK/src" && CARGO_TARGET_DIR="${TARGET:-$WORK/target}" cargo build --profile "$PROFILE" --bin qdrant)
 cp "${TARGET:-$WORK/target}/$PROFILE/qdrant" "$OUT"
 echo "built $OUT ($("$OUT" --version 2>/dev/null || echo "$TAG"))"
