@@ -85,14 +85,14 @@ timed() {
 c0=$(server_cpu)
 read -r up_wall up_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --collection upsert)
 c1=$(server_cpu)
-echo "{\"phase\":\"upsert+index\",\"points\":$points,\"dim\":$dim,\"wall_s\":$up_wall,\"client_cpu_s\":$up_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+echo "{\"phase\":\"upsert+index\",\"points\":$points,\"dim\":$dim,\"wall_s\":$up_wall,\"client_cpu_s\":$up_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
 
 # 2. Each batch's shard built offline, one process per batch (one embed node each on a cluster).
 build_wall=0; build_cpu=0; build_max=0
 for b in $(seq 1 "$batches"); do
   read -r w c _ < <(timed "$bin" build-shard --run-dir "$work/run" --batch "$b" --accepted)
-  build_wall=$(echo "$build_wall + $w" | bc); build_cpu=$(echo "$build_cpu + $c" | bc)
-  build_max=$(echo "if ($w > $build_max) $w else $build_max" | bc)
+  build_wall=$(echo "$build_wall + $w" | bc | awk '{ printf "%.2f", $1 }'); build_cpu=$(echo "$build_cpu + $c" | bc | awk '{ printf "%.2f", $1 }')
+  build_max=$(echo "if ($w > $build_max) $w else $build_max" | bc | awk '{ printf "%.2f", $1 }')
 done
 echo "{\"phase\":\"build-shard\",\"batches\":$batches,\"batch_points\":$batch,\"wall_s_sum\":$build_wall,\"wall_s_max_batch\":$build_max,\"cpu_s_sum\":$build_cpu}"
 
@@ -100,7 +100,7 @@ echo "{\"phase\":\"build-shard\",\"batches\":$batches,\"batch_points\":$batch,\"
 c0=$(server_cpu)
 read -r sn_wall sn_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build --groups "$batches")
 c1=$(server_cpu)
-echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
 
 # 4. Grouped loads: a copy of the run per G (a run's grouping is pinned once), its groups built,
 # then loaded.
@@ -111,14 +111,14 @@ for g in ${GROUP_COUNTS:-}; do
   gb_wall=0; gb_cpu=0; gb_max=0; gb_rss=0
   for n in $(seq 1 "$g"); do
     read -r w c rss < <(timed "$bin" build-shard --run-dir "$work/run-g$g" --accepted --group-count "$g" --group "$n")
-    gb_wall=$(echo "$gb_wall + $w" | bc); gb_cpu=$(echo "$gb_cpu + $c" | bc)
-    gb_max=$(echo "if ($w > $gb_max) $w else $gb_max" | bc)
+    gb_wall=$(echo "$gb_wall + $w" | bc | awk '{ printf "%.2f", $1 }'); gb_cpu=$(echo "$gb_cpu + $c" | bc | awk '{ printf "%.2f", $1 }')
+    gb_max=$(echo "if ($w > $gb_max) $w else $gb_max" | bc | awk '{ printf "%.2f", $1 }')
     gb_rss=$(( rss > gb_rss ? rss : gb_rss ))
   done
   c0=$(server_cpu)
   read -r gl_wall gl_client _ < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot --no-build --groups "$g")
   c1=$(server_cpu)
-  echo "{\"phase\":\"grouped\",\"groups\":$g,\"build_wall_s_sum\":$gb_wall,\"build_wall_s_max_group\":$gb_max,\"build_cpu_s_sum\":$gb_cpu,\"build_peak_rss_mib\":$gb_rss,\"group_points\":$(( (batches + g - 1) / g * batch )),\"load_wall_s\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc)}"
+  echo "{\"phase\":\"grouped\",\"groups\":$g,\"build_wall_s_sum\":$gb_wall,\"build_wall_s_max_group\":$gb_max,\"build_cpu_s_sum\":$gb_cpu,\"build_peak_rss_mib\":$gb_rss,\"group_points\":$(( (batches + g - 1) / g * batch )),\"load_wall_s\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
   grouped+=("g$g")
 done
 

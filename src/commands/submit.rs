@@ -160,7 +160,8 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         }
         return Ok(exit::SUCCESS);
     }
-    let group_builds = group_builds_setting(&db, args)?;
+    // A trial is one embed job whose end the user waits for: no group builds.
+    let group_builds = group_builds_setting(&db, args)?.filter(|_| args.trial.is_none());
     let mut builds = match &group_builds {
         Some(setting) => Some(GroupBuilds::new(
             &db,
