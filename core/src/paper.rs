@@ -29,6 +29,12 @@ pub fn count_chars(s: &str) -> u64 {
     s.as_bytes().iter().filter(|&&b| (b as i8) >= -0x40).count() as u64
 }
 
+/// The hash a corpus release's paper is compared by (`plan --update`): xxh3-64 of its text
+/// alone, so a release that only touches other fields (`added`, `version`) re-embeds nothing.
+pub fn text_hash(text: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
+}
+
 /// The id of one planned batch: one per-node job's input. Stable once planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -20,12 +20,28 @@ pub struct CorpusArgs {
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    #[command(flatten)]
-    pub corpus: CorpusArgs,
+    /// Corpus files or directories (searched recursively): .jsonl, .jsonl.gz, .json.gz,
+    /// .jsonl.zst, .parquet. Records need `id` and `text`.
+    #[arg(long, num_args = 1.., value_name = "PATH", required_unless_present = "update", conflicts_with = "update")]
+    pub corpus: Vec<PathBuf>,
+    /// A new release of the corpus, planned into this already planned run as its next
+    /// release: only papers whose id is new or whose text changed get batches (then `submit`
+    /// or `run` embeds just those, and `upload` and `publish` send the difference); papers the
+    /// release lacks are withdrawn from every later stage. Run it again to resume.
+    #[arg(long, num_args = 1.., value_name = "PATH")]
+    pub update: Vec<PathBuf>,
+    /// With `--update`: the release only adds papers; one it lacks is kept, not withdrawn.
+    #[arg(long, requires = "update")]
+    pub only_adds: bool,
+    /// The run directory (created if needed); holds run.db, batches/, quarantine.jsonl.
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: PathBuf,
     #[command(flatten)]
     pub plan: PlanSettingsArgs,
 }
 
+/// How the corpus is cut into jobs and mini-batches. Pinned by the first plan: a later `plan`,
+/// `plan --update` or `run` given none of them uses the run's.
 #[derive(Debug, Args)]
 pub struct PlanSettingsArgs {
     /// Papers per per-node job (one batch file each).

@@ -42,7 +42,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 /// outputs (not `status`, not an upload's worker processes).
 fn recorded_run_dir(command: &Command) -> Option<std::path::PathBuf> {
     match command {
-        Command::Plan(a) => Some(a.corpus.run_dir.clone()),
+        Command::Plan(a) => Some(a.run_dir.clone()),
         Command::Run(a) => Some(a.corpus.run_dir.clone()),
         Command::Submit(a) if !a.dry_run => Some(a.run_dir.clone()),
         Command::Upload(a) if a.worker.is_none() => Some(a.run_dir.clone()),
@@ -59,7 +59,7 @@ fn recorded_run_dir(command: &Command) -> Option<std::path::PathBuf> {
 /// compute nodes (`embed-job`, `build-shard`, `doctor`), which never open run.db.
 fn owned_run_dir(command: &Command) -> Option<&std::path::Path> {
     match command {
-        Command::Plan(a) => Some(&a.corpus.run_dir),
+        Command::Plan(a) => Some(&a.run_dir),
         Command::Run(a) => Some(&a.corpus.run_dir),
         Command::Submit(a) => Some(&a.run_dir),
         Command::Pause(a) | Command::Resume(a) => Some(&a.run_dir),

@@ -5,17 +5,22 @@ use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
 use embedfleet_core::RunLayout;
-use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport};
+use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport, UpdateOptions};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 pub fn plan(args: &PlanArgs) -> Result<i32> {
-    let report = plan_run(
-        args.corpus.corpus.clone(),
-        args.corpus.run_dir.clone(),
-        &args.plan,
-    )?;
+    let update = (!args.update.is_empty()).then(|| UpdateOptions {
+        only_adds: args.only_adds,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    });
+    let corpus = if update.is_some() {
+        args.update.clone()
+    } else {
+        args.corpus.clone()
+    };
+    let report = plan_with(corpus, args.run_dir.clone(), &args.plan, update)?;
     Ok(report_code(&report))
 }
 
@@ -46,31 +51,58 @@ fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
     }
 }
 
+/// The plan settings `plan` gets with none given on its command line.
+fn default_plan_settings() -> PlanSettings {
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        plan: PlanSettingsArgs,
+    }
+    plan_settings(&<Defaults as clap::Parser>::parse_from(["embedfleet"]).plan)
+}
+
+/// `plan` (and `run`'s plan): a first plan, or the same again (which resumes or does nothing).
 pub fn plan_run(
     corpus: Vec<PathBuf>,
     run_dir: PathBuf,
     args: &PlanSettingsArgs,
 ) -> Result<PlanReport> {
+    plan_with(corpus, run_dir, args, None)
+}
+
+fn plan_with(
+    corpus: Vec<PathBuf>,
+    run_dir: PathBuf,
+    args: &PlanSettingsArgs,
+    update: Option<UpdateOptions>,
+) -> Result<PlanReport> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let settings = plan_settings(args);
     let options = PlanOptions {
         corpus,
         run_dir,
-        settings: plan_settings(args),
+        settings_given: settings != default_plan_settings(),
+        settings,
         threads,
         progress: std::io::stderr().is_terminal(),
+        update,
     };
     let report = plan::plan(&options)?;
+    let release = match report.release {
+        1 => String::new(),
+        n => format!("release {n}: "),
+    };
     if report.already_planned {
         eprintln!(
-            "already planned: {} papers in {} batches ({} quarantined); nothing to do",
+            "{release}already planned: {} papers in {} batches ({} quarantined); nothing to do",
             report.papers, report.batches, report.quarantined
         );
     } else {
         let secs = report.elapsed.as_secs_f64().max(1e-9);
         eprintln!(
-            "planned {} papers into {} batches from {} files in {:.1} s ({:.0} papers/s); {} quarantined ({} duplicates), see {}",
+            "{release}planned {} papers into {} batches from {} files in {:.1} s ({:.0} papers/s); {} quarantined ({} duplicates), see {}",
             report.papers,
             report.batches,
             report.files,
@@ -79,6 +111,17 @@ pub fn plan_run(
             report.quarantined,
             report.duplicates,
             RunLayout::new(&options.run_dir).quarantine_file().display()
+        );
+    }
+    if let (Some(counts), true) = (report.counts, report.release > 1) {
+        eprintln!(
+            "release {}: {} added, {} changed, {} withdrawn, {} unchanged: {} papers to embed",
+            report.release,
+            counts.added,
+            counts.changed,
+            counts.withdrawn,
+            counts.unchanged,
+            counts.to_embed()
         );
     }
     if !report.already_planned {

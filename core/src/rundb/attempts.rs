@@ -45,8 +45,8 @@ impl IngestReport {
 
 /// The environment variable that makes the owner SIGKILL itself at a named point (tests of
 /// kill-anywhere resumption): `ingest` (inside the transaction accepting an attempt),
-/// `accepted` (just after it commits) or `resolve_duplicates` (inside the plan's duplicate
-/// resolution).
+/// `accepted` (just after it commits) or `resolve_duplicates` (inside the transaction that
+/// settles a planned release: its duplicates, the copies it supersedes or withdraws).
 pub const TEST_KILL_ENV: &str = "EMBEDFLEET_TEST_KILL_AT";
 
 /// SIGKILLs this process when [`TEST_KILL_ENV`] names `point`.

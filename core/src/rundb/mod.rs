@@ -13,6 +13,7 @@ mod jobs;
 mod live;
 mod plan;
 mod queues;
+mod releases;
 mod schema;
 mod shards;
 mod snapshot_loads;
@@ -27,6 +28,7 @@ pub use jobs::{JobRow, NewJob};
 pub use live::{LiveAttempt, StallRule, STALL_RULE_SETTING};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use queues::PauseReason;
+pub use releases::{KnownPaper, Release, ReleaseCounts};
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
 pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};
@@ -186,6 +188,14 @@ impl RunDb {
                 known,
             });
         }
+        // A migration may rebuild a table others refer to (v9 rebuilds `corpus_files`, which
+        // `batches` refers to): foreign keys are off while they run (outside any transaction,
+        // as SQLite requires) and `batches`' are checked before each commit.
+        if found < known {
+            self.conn
+                .execute_batch("PRAGMA foreign_keys = OFF")
+                .map_err(|e| self.err(e))?;
+        }
         for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(found as usize) {
             let dir = self.dir.clone();
             let err = |source| RunDbError::Sqlite {
@@ -194,10 +204,26 @@ impl RunDb {
             };
             let tx = self.conn.transaction().map_err(err)?;
             tx.execute_batch(sql).map_err(err)?;
+            let broken: Option<String> = tx
+                .query_row("PRAGMA foreign_key_check(batches)", [], |r| r.get(0))
+                .optional()
+                .map_err(err)?;
+            if let Some(table) = broken {
+                return Err(err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+                    Some(format!(
+                        "migration to schema {} leaves rows of `{table}` without their parent",
+                        i + 1
+                    )),
+                )));
+            }
             tx.pragma_update(None, "user_version", i as i64 + 1)
                 .map_err(err)?;
             tx.commit().map_err(err)?;
         }
+        self.conn
+            .execute_batch("PRAGMA foreign_keys = ON")
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -408,6 +434,60 @@ mod tests {
             .query_row("SELECT count(*) FROM batch_runs", [], |r| r.get(0))
             .unwrap();
         assert_eq!(runs, 0, "the v2 table exists");
+    }
+
+    #[test]
+    fn migrates_a_version_8_run_directory_to_releases_keeping_its_files_and_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(RunLayout::new(dir.path()).db()).unwrap();
+            for sql in &schema::MIGRATIONS[..8] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 8).unwrap();
+            conn.execute_batch(
+                "PRAGMA foreign_keys = ON;
+                 INSERT INTO corpus_files (id, path, size, mtime_ns, edges, state, papers)
+                     VALUES (1, '/c/a.jsonl', 5, 6, 'e', 'planned', 2), (2, '/c/b.jsonl', 7, 8, 'f', 'planned', 1);
+                 INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars) VALUES (1, 1, 0, 'b1', 2, 9), (2, 2, 0, 'b2', 1, 3);
+                 INSERT INTO papers (id, batch_id, row, line, n_chars) VALUES ('x', 1, 0, 1, 4), ('y', 1, 1, 2, 5), ('z', 2, 0, 1, 3);",
+            )
+            .unwrap();
+        }
+        let db = RunDb::open(dir.path()).unwrap();
+        assert_eq!(
+            db.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
+        let files = db.corpus_files().unwrap();
+        assert_eq!(
+            files
+                .iter()
+                .map(|f| (f.id, f.path.as_str(), f.planned))
+                .collect::<Vec<_>>(),
+            [(1, "/c/a.jsonl", true), (2, "/c/b.jsonl", true)]
+        );
+        let release: i64 = db
+            .conn()
+            .query_row("SELECT max(release) FROM corpus_files", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            release, 1,
+            "the files planned before releases are release 1's"
+        );
+        assert_eq!(db.latest_release().unwrap().map(|r| r.id), Some(1));
+        // Foreign keys are back on, and `batches` still refers to the rebuilt table.
+        let orphan = db.conn().execute(
+            "INSERT INTO batches (file_id, seq, path, n_rows, n_chars) VALUES (9, 0, 'b9', 1, 1)",
+            [],
+        );
+        assert!(orphan.is_err(), "a batch of no corpus file is refused");
+        db.conn()
+            .execute(
+                "INSERT INTO corpus_files (path, size, mtime_ns, edges, release) VALUES ('/c/a.jsonl', 1, 1, 'e', 2)",
+                [],
+            )
+            .expect("a path is unique per release, not in the run");
     }
 
     /// Every file of `dir` with its bytes.

@@ -23,6 +23,8 @@ pub struct CorpusFileRow {
     pub path: String,
     pub fingerprint: Fingerprint,
     pub planned: bool,
+    /// The corpus release the file belongs to (1: the first plan).
+    pub release: i64,
 }
 
 /// One paper of a batch file, for the `papers` table.
@@ -31,6 +33,8 @@ pub struct PlannedPaper {
     pub id: String,
     pub line: u64,
     pub n_chars: u64,
+    /// xxh3-64 of its text (see [`crate::paper::text_hash`]): what a later release compares.
+    pub text_hash: u64,
 }
 
 /// A batch file that has been written and made durable.
@@ -139,7 +143,7 @@ impl RunDb {
     pub fn corpus_files(&self) -> Result<Vec<CorpusFileRow>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, path, size, mtime_ns, edges, state FROM corpus_files ORDER BY id")
+            .prepare("SELECT id, path, size, mtime_ns, edges, state, release FROM corpus_files ORDER BY id")
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt
             .query_map([], |r| {
@@ -152,6 +156,7 @@ impl RunDb {
                         edges: r.get(4)?,
                     },
                     planned: r.get::<_, String>(5)? == "planned",
+                    release: r.get(6)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
@@ -159,13 +164,17 @@ impl RunDb {
         rows
     }
 
-    /// Records the corpus of a new plan, in corpus order.
-    pub fn add_corpus_files(&mut self, files: &[(String, Fingerprint)]) -> Result<()> {
+    /// Records the corpus of a release, in corpus order.
+    pub fn add_corpus_files(
+        &mut self,
+        release: i64,
+        files: &[(String, Fingerprint)],
+    ) -> Result<()> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
         for (path, fp) in files {
             tx.execute(
-                "INSERT INTO corpus_files (path, size, mtime_ns, edges) VALUES (?1, ?2, ?3, ?4)",
-                params![path, fp.size, fp.mtime_ns, fp.edges],
+                "INSERT INTO corpus_files (path, size, mtime_ns, edges, release) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![path, fp.size, fp.mtime_ns, fp.edges, release],
             )
             .map_err(sqlite_err(&self.dir))?;
         }
@@ -189,6 +198,7 @@ impl RunDb {
             "DELETE FROM papers WHERE batch_id IN (SELECT id FROM batches WHERE file_id = {file_id});
              DELETE FROM batches WHERE file_id = {file_id};
              DELETE FROM quarantine WHERE file_id = {file_id};
+             DELETE FROM release_seen WHERE file_id = {file_id};
              UPDATE corpus_files SET state = 'pending' WHERE id = {file_id};"
         ))
         .map_err(sqlite_err(&self.dir))?;
@@ -213,11 +223,18 @@ impl RunDb {
         let batch_id = tx.last_insert_rowid();
         {
             let mut insert = tx
-                .prepare_cached("INSERT INTO papers (id, batch_id, row, line, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)")
+                .prepare_cached("INSERT INTO papers (id, batch_id, row, line, n_chars, text_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
                 .map_err(sqlite_err(&self.dir))?;
             for (row, p) in batch.papers.iter().enumerate() {
                 insert
-                    .execute(params![p.id, batch_id, row, p.line, p.n_chars])
+                    .execute(params![
+                        p.id,
+                        batch_id,
+                        row,
+                        p.line,
+                        p.n_chars,
+                        p.text_hash as i64
+                    ])
                     .map_err(sqlite_err(&self.dir))?;
             }
         }
@@ -269,78 +286,17 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// Finds papers whose id was seen earlier in corpus order (file order, then line), marks
-    /// every later occurrence as excluded from its batch and quarantines it. Returns how many
-    /// duplicates the run has. Idempotent: a run killed after this and before the plan was
-    /// complete runs it again, and nothing is counted twice.
-    pub fn resolve_duplicates(&mut self) -> Result<u64> {
-        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
-        tx.execute_batch("CREATE INDEX IF NOT EXISTS papers_by_id ON papers (id)")
-            .map_err(sqlite_err(&self.dir))?;
-        let occurrences: Vec<(i64, String, i64, i64, String)> = {
-            let mut stmt = tx
-                .prepare(
-                    "SELECT p.rowid, p.id, b.file_id, p.line, f.path FROM papers p
-                     JOIN batches b ON b.id = p.batch_id JOIN corpus_files f ON f.id = b.file_id
-                     WHERE p.id IN (SELECT id FROM papers GROUP BY id HAVING count(*) > 1)
-                     ORDER BY p.id, b.file_id, p.line",
-                )
-                .map_err(sqlite_err(&self.dir))?;
-            let rows = stmt.query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            });
-            rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
-                .map_err(sqlite_err(&self.dir))?
-        };
-        let mut first: Option<(String, String)> = None; // (paper id, "file:line")
-        for (rowid, id, file_id, line, path) in occurrences {
-            let here = format!("{path}:{line}");
-            match &first {
-                Some((first_id, kept)) if *first_id == id => {
-                    let marked = tx
-                        .execute(
-                            "UPDATE papers SET duplicate_of = ?2 WHERE rowid = ?1 AND duplicate_of IS NULL",
-                            params![rowid, kept],
-                        )
-                        .map_err(sqlite_err(&self.dir))?;
-                    if marked == 0 {
-                        // Marked by an earlier run that was killed before the plan was
-                        // complete: its exclusion and quarantine row are there already.
-                        continue;
-                    }
-                    tx.execute(
-                        "UPDATE batches SET n_excluded = n_excluded + 1
-                         WHERE id = (SELECT batch_id FROM papers WHERE rowid = ?1)",
-                        [rowid],
-                    )
-                    .map_err(sqlite_err(&self.dir))?;
-                    tx.execute(
-                        "INSERT INTO quarantine (file_id, line, reason, detail, paper_id, first_occurrence)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                        params![
-                            file_id,
-                            line,
-                            QuarantineReason::DuplicateId.as_str(),
-                            format!("id {id:?} was seen first at {kept}"),
-                            id,
-                            kept
-                        ],
-                    )
-                    .map_err(sqlite_err(&self.dir))?;
-                }
-                _ => first = Some((id, here)),
-            }
-        }
-        let count: u64 = tx
+    /// How many later duplicates the run's releases had (planned rows excluded from their
+    /// batch, and rows an update saw unchanged), each quarantined once.
+    pub fn duplicates(&self) -> Result<u64> {
+        self.conn
             .query_row(
-                "SELECT count(*) FROM papers WHERE duplicate_of IS NOT NULL",
+                "SELECT (SELECT count(*) FROM papers WHERE duplicate_of IS NOT NULL)
+                      + (SELECT count(*) FROM release_seen WHERE duplicate_of IS NOT NULL)",
                 [],
                 |r| r.get(0),
             )
-            .map_err(sqlite_err(&self.dir))?;
-        super::attempts::test_kill_point("resolve_duplicates");
-        tx.commit().map_err(sqlite_err(&self.dir))?;
-        Ok(count)
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// Rows of a batch file that are not to be embedded (later duplicates), sorted.

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -197,4 +197,63 @@ CREATE TABLE upload_collections (
 const V8: &str = r#"
 ALTER TABLE attempts ADD COLUMN manifest_stamp TEXT;
 CREATE INDEX IF NOT EXISTS papers_by_batch ON papers (batch_id, row);
+"#;
+
+/// v9: corpus releases (`plan --update`). `releases` has a row per release planned into the run
+/// (1: the first plan), with what it came to once planned. Each corpus file belongs to one
+/// release: the table is rebuilt so that a path is unique per release, not in the run (a release
+/// may reuse a directory name). Each paper row gets the xxh3 of its text (`text_hash`, what an
+/// update compares) and, once a later release replaces its text or leaves it out, that
+/// release's number (`superseded_in`, `withdrawn_in`): such a row is no longer served.
+/// `release_seen` holds the papers a release carries unchanged (their embedded copy is an
+/// older row), where they were seen, so duplicates and withdrawals are told within the release.
+const V9: &str = r#"
+CREATE TABLE corpus_files_v9 (
+    id          INTEGER PRIMARY KEY,
+    path        TEXT NOT NULL,
+    size        INTEGER NOT NULL,
+    mtime_ns    INTEGER NOT NULL,
+    edges       TEXT NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'planned')),
+    papers      INTEGER,
+    quarantined INTEGER,
+    filtered    INTEGER,
+    corrupt     TEXT,
+    release     INTEGER NOT NULL DEFAULT 1,
+    UNIQUE (release, path)
+);
+INSERT INTO corpus_files_v9 (id, path, size, mtime_ns, edges, state, papers, quarantined, filtered, corrupt)
+    SELECT id, path, size, mtime_ns, edges, state, papers, quarantined, filtered, corrupt FROM corpus_files;
+DROP TABLE corpus_files;
+ALTER TABLE corpus_files_v9 RENAME TO corpus_files;
+CREATE TABLE releases (
+    id         INTEGER PRIMARY KEY,
+    only_adds  INTEGER NOT NULL DEFAULT 0,   -- absence from the release withdraws nothing
+    command    TEXT,
+    started_at TEXT NOT NULL,
+    planned_at TEXT,                         -- NULL while it is being planned
+    added      INTEGER,
+    changed    INTEGER,
+    withdrawn  INTEGER,
+    unchanged  INTEGER
+);
+INSERT INTO releases (id, started_at, planned_at, added, changed, withdrawn, unchanged)
+    SELECT 1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+           CASE WHEN planned THEN strftime('%Y-%m-%dT%H:%M:%fZ', 'now') END,
+           CASE WHEN planned THEN (SELECT count(*) FROM papers WHERE duplicate_of IS NULL) END,
+           CASE WHEN planned THEN 0 END, CASE WHEN planned THEN 0 END, CASE WHEN planned THEN 0 END
+    FROM (SELECT EXISTS (SELECT 1 FROM settings WHERE key = 'plan_state' AND value = '"complete"') AS planned)
+    WHERE EXISTS (SELECT 1 FROM corpus_files);
+ALTER TABLE papers ADD COLUMN text_hash INTEGER;
+ALTER TABLE papers ADD COLUMN superseded_in INTEGER;
+ALTER TABLE papers ADD COLUMN withdrawn_in INTEGER;
+CREATE TABLE release_seen (
+    release      INTEGER NOT NULL,
+    file_id      INTEGER NOT NULL,
+    line         INTEGER NOT NULL,
+    id           TEXT NOT NULL,
+    duplicate_of TEXT
+);
+CREATE INDEX release_seen_by_id ON release_seen (release, id);
+CREATE INDEX release_seen_by_file ON release_seen (file_id);
 "#;

@@ -8,12 +8,18 @@
 //! ids are resolved once every file is planned, in corpus order (file order, then line), by
 //! marking later occurrences as excluded rows in run.db — so memory stays bounded by one batch
 //! per worker whatever the corpus size.
+//!
+//! A corpus comes in releases (`plan --update`): the first plan is release 1, each update the
+//! next. An update streams the whole new release but plans only the papers whose id is new or
+//! whose text changed; what it carries unchanged is only noted, and run.db settles the release
+//! once all its files are planned (see `embedfleet_core::rundb`'s `releases`).
 
+mod known;
 mod worker;
 
 use embedfleet_core::corpus::{self, CorpusError, ReadOptions};
 use embedfleet_core::fingerprint::Fingerprint;
-use embedfleet_core::rundb::{RunDb, RunDbError};
+use embedfleet_core::rundb::{CorpusFileRow, Release, ReleaseCounts, RunDb, RunDbError};
 use embedfleet_core::settings::PlanSettings;
 use embedfleet_core::state::PlanState;
 use embedfleet_core::RunLayout;
@@ -28,9 +34,23 @@ pub struct PlanOptions {
     pub corpus: Vec<PathBuf>,
     pub run_dir: PathBuf,
     pub settings: PlanSettings,
+    /// `settings` were asked for. When not (a restart without the original options), a run
+    /// directory planned before keeps its own, and nothing is refused.
+    pub settings_given: bool,
     /// Worker threads (files planned at once).
     pub threads: usize,
     pub progress: bool,
+    /// Plan `corpus` as the next release of an already planned run (`plan --update`).
+    pub update: Option<UpdateOptions>,
+}
+
+/// How an update plans its release.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateOptions {
+    /// The release only adds papers: one the run holds but the release lacks is kept.
+    pub only_adds: bool,
+    /// The command line, recorded with the release.
+    pub command: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,13 +65,27 @@ pub enum PlanError {
         source: std::io::Error,
     },
     #[error(
-        "the corpus changed since {run_dir} was planned:\n{}\nplan the new corpus into a new run directory, or restore the files",
-        .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
+        "the corpus changed since {run_dir} was planned:\n{}\nto embed only what a new release of the corpus changed, `embedfleet plan --update NEW_CORPUS --run-dir {}`; or plan the new corpus into a new run directory, or restore the files",
+        .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n"),
+        run_dir.display()
     )]
     CorpusChanged {
         run_dir: PathBuf,
         changes: Vec<String>,
     },
+    #[error("{run_dir} has no finished plan to update: plan it first (`embedfleet plan --corpus ... --run-dir {}`)", run_dir.display())]
+    NothingToUpdate { run_dir: PathBuf },
+    #[error(
+        "release {release} of {run_dir} is still being planned, from other files:\n{}\nfinish it first: `embedfleet plan --update` with the same files",
+        .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
+    )]
+    ReleaseInProgress {
+        run_dir: PathBuf,
+        release: i64,
+        changes: Vec<String>,
+    },
+    #[error("failed to read batch file {path} to compare its papers with the new release: {message}; a run whose batch files are gone cannot be updated (plan the new release into a new run directory)")]
+    BatchFile { path: PathBuf, message: String },
     #[error(
         "{run_dir} was planned with other settings:\n{}\nuse the same settings, or plan into a new run directory",
         .changes.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
@@ -85,6 +119,8 @@ impl PlanError {
         matches!(
             self,
             PlanError::CorpusChanged { .. }
+                | PlanError::NothingToUpdate { .. }
+                | PlanError::ReleaseInProgress { .. }
                 | PlanError::SettingsChanged { .. }
                 | PlanError::ResultsWithoutRunDb { .. }
         )
@@ -105,6 +141,9 @@ pub struct PlanReport {
     /// Corpus files that broke off, with where.
     pub corrupt: Vec<(String, String)>,
     pub elapsed: Duration,
+    /// The release planned (1 for a first plan), and what it changed.
+    pub release: i64,
+    pub counts: Option<ReleaseCounts>,
 }
 
 pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
@@ -112,19 +151,24 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     let files = fingerprinted_corpus(&options.corpus)?;
     refuse_results_without_run_db(&options.run_dir)?;
     let mut db = RunDb::create(&options.run_dir)?;
-    check_settings(&db, options)?;
-    let known = db.corpus_files()?;
-    if known.is_empty() {
-        db.add_corpus_files(&files)?;
-    } else {
-        check_corpus(&options.run_dir, &known, &files)?;
-    }
+    let options = &PlanOptions {
+        settings: check_settings(&db, options)?,
+        ..options.clone()
+    };
+    let release = match &options.update {
+        None => first_release(&mut db, options, &files)?,
+        Some(update) => next_release(&mut db, options, update, &files)?,
+    };
     let mut report = PlanReport {
         files: files.len(),
+        release: release.id,
         ..PlanReport::default()
     };
-    if db.is_planned()? {
+    // A release is planned once settled and the plan marked complete; a plan killed between
+    // the two settles it again (to the same result) and completes it.
+    if release.planned_at.is_some() && db.is_planned()? {
         report.already_planned = true;
+        report.counts = release.counts;
         // A run planned by an older embedfleet has no plan.json yet.
         write_plan_manifest(&db)?;
         fill_totals(&db, &mut report)?;
@@ -144,7 +188,7 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     let pending: Vec<worker::FileTask> = db
         .corpus_files()?
         .into_iter()
-        .filter(|f| !f.planned)
+        .filter(|f| f.release == release.id && !f.planned)
         .map(|f| worker::FileTask {
             id: f.id,
             path: PathBuf::from(&f.path),
@@ -162,20 +206,116 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         })?;
     }
     report.files_planned_now = pending.len();
+    // An update compares each paper with the run's live copy of it; a first plan has none.
+    let known = if release.id > 1 && !pending.is_empty() {
+        Some(known::KnownPapers::of(
+            &mut db,
+            release.id,
+            &options.run_dir,
+        )?)
+    } else {
+        None
+    };
     let bytes_read = Arc::new(AtomicU64::new(0));
     let read_options = ReadOptions {
         keep_fields: options.settings.keep_fields.clone(),
         sources: options.settings.sources.clone(),
         bytes_read: Some(bytes_read.clone()),
     };
-    worker::run(&mut db, &pending, &read_options, options, bytes_read)?;
-    report.duplicates = db.resolve_duplicates()?;
+    worker::run(
+        &mut db,
+        &pending,
+        &read_options,
+        options,
+        known.as_ref(),
+        bytes_read,
+    )?;
+    report.counts = Some(db.resolve_release(release.id)?);
+    report.duplicates = db.duplicates()?;
     write_quarantine(&db, &options.run_dir)?;
     db.set_plan_state(PlanState::Complete)?;
     write_plan_manifest(&db)?;
     fill_totals(&db, &mut report)?;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// The release a plain `plan` is about: the first one, begun here on a new run directory; on
+/// a planned one, the newest, whose files the corpus must be.
+fn first_release(
+    db: &mut RunDb,
+    options: &PlanOptions,
+    files: &[(String, Fingerprint)],
+) -> Result<Release, PlanError> {
+    let latest = match db.latest_release()? {
+        Some(latest) => latest,
+        None => {
+            let id = db.begin_release(false, &command_line())?;
+            db.add_corpus_files(id, files)?;
+            return latest_release(db);
+        }
+    };
+    let known: Vec<CorpusFileRow> = db
+        .corpus_files()?
+        .into_iter()
+        .filter(|f| f.release == latest.id)
+        .collect();
+    check_corpus(&options.run_dir, &known, files)?;
+    Ok(latest)
+}
+
+/// The release `plan --update` is about: the one being planned from these files, the newest
+/// when these are its files (planned: nothing to do), or a new one.
+fn next_release(
+    db: &mut RunDb,
+    options: &PlanOptions,
+    update: &UpdateOptions,
+    files: &[(String, Fingerprint)],
+) -> Result<Release, PlanError> {
+    let Some(latest) = db.latest_release()? else {
+        return Err(PlanError::NothingToUpdate {
+            run_dir: options.run_dir.clone(),
+        });
+    };
+    let of_latest: Vec<CorpusFileRow> = db
+        .corpus_files()?
+        .into_iter()
+        .filter(|f| f.release == latest.id)
+        .collect();
+    let same_files = check_corpus(&options.run_dir, &of_latest, files);
+    match (latest.planned_at.is_some(), same_files) {
+        (_, Ok(())) => Ok(latest),
+        // The first plan never finished: there is no release to update yet.
+        (false, Err(PlanError::CorpusChanged { .. })) if latest.id == 1 => {
+            Err(PlanError::NothingToUpdate {
+                run_dir: options.run_dir.clone(),
+            })
+        }
+        (false, Err(PlanError::CorpusChanged { changes, .. })) => {
+            Err(PlanError::ReleaseInProgress {
+                run_dir: options.run_dir.clone(),
+                release: latest.id,
+                changes,
+            })
+        }
+        (false, Err(e)) => Err(e),
+        (true, Err(_)) => {
+            let id = db.begin_release(update.only_adds, &update.command)?;
+            db.add_corpus_files(id, files)?;
+            latest_release(db)
+        }
+    }
+}
+
+fn latest_release(db: &RunDb) -> Result<Release, PlanError> {
+    Ok(db
+        .latest_release()?
+        .expect("a release was recorded just now. This is a bug."))
+}
+
+/// The command line of this process, recorded with the release it starts.
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
 }
 
 /// A directory with an earlier run's shards or result manifests but no run.db: planning into it
@@ -236,13 +376,19 @@ fn fingerprinted_corpus(inputs: &[PathBuf]) -> Result<Vec<(String, Fingerprint)>
         .collect()
 }
 
-fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<(), PlanError> {
+/// The settings the plan goes by: those given, pinned by the run's first plan; a plan that
+/// gave none (`settings_given` false) goes by the run's.
+fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<PlanSettings, PlanError> {
     match db.plan_settings()? {
-        None => Ok(db.set_plan_settings(&options.settings)?),
+        None => {
+            db.set_plan_settings(&options.settings)?;
+            Ok(options.settings.clone())
+        }
+        Some(stored) if !options.settings_given => Ok(stored),
         Some(stored) => {
             let changes = options.settings.differences(&stored);
             if changes.is_empty() {
-                Ok(())
+                Ok(stored)
             } else {
                 Err(PlanError::SettingsChanged {
                     run_dir: options.run_dir.clone(),
@@ -255,7 +401,7 @@ fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<(), PlanError> {
 
 fn check_corpus(
     run_dir: &Path,
-    known: &[embedfleet_core::rundb::CorpusFileRow],
+    known: &[CorpusFileRow],
     files: &[(String, Fingerprint)],
 ) -> Result<(), PlanError> {
     let mut changes = Vec::new();

@@ -1,6 +1,7 @@
 use super::*;
 use embedfleet_core::batchfile;
 use embedfleet_core::quarantine::QuarantineReason;
+use embedfleet_core::rundb::ReleaseCounts;
 
 fn line(id: &str, chars: usize) -> String {
     format!("{{\"id\":\"{id}\",\"text\":\"{}\"}}\n", "x".repeat(chars))
@@ -11,8 +12,10 @@ fn options(dir: &Path, corpus: Vec<PathBuf>, settings: PlanSettings) -> PlanOpti
         corpus,
         run_dir: dir.join("run"),
         settings,
+        settings_given: true,
         threads: 2,
         progress: false,
+        update: None,
     }
 }
 
@@ -169,7 +172,10 @@ fn duplicates_keep_the_first_occurrence_in_corpus_order() {
     };
     assert_eq!(excluded(&db), 2);
     assert_eq!(
-        db.resolve_duplicates().unwrap(),
+        {
+            db.resolve_release(1).unwrap();
+            db.duplicates().unwrap()
+        },
         2,
         "the run has two duplicates"
     );
@@ -306,4 +312,269 @@ fn a_run_db_error_while_recording_ends_the_plan_instead_of_hanging_it() {
         .expect("plan ended instead of hanging");
     let err = result.unwrap_err();
     assert!(err.contains("injected failure"), "{err}");
+}
+
+/// A corpus line with its text given.
+fn paper(id: &str, text: &str) -> String {
+    format!("{{\"id\":\"{id}\",\"text\":\"{text}\"}}\n")
+}
+
+fn update(opts: &PlanOptions, corpus: Vec<PathBuf>, only_adds: bool) -> PlanOptions {
+    PlanOptions {
+        corpus,
+        settings_given: false,
+        update: Some(UpdateOptions {
+            only_adds,
+            command: "test".into(),
+        }),
+        ..opts.clone()
+    }
+}
+
+/// (id, superseded_in, withdrawn_in) of every paper row of the run, in corpus order.
+fn paper_rows(run_dir: &Path) -> Vec<(String, Option<i64>, Option<i64>)> {
+    let db = RunDb::open(run_dir).unwrap();
+    let mut stmt = db
+        .conn()
+        .prepare(
+            "SELECT p.id, p.superseded_in, p.withdrawn_in FROM papers p JOIN batches b ON b.id = p.batch_id
+             ORDER BY b.file_id, b.seq, p.row",
+        )
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows
+}
+
+/// Release 1: p0..p9 in one file. Release 2, two files: p1 withdrawn, p2's text changed, p10
+/// and p11 new, p0 twice (the second a duplicate) and p10 twice (likewise).
+fn two_releases(dir: &Path) -> (PathBuf, PathBuf) {
+    let r1 = dir.join("r1");
+    let r2 = dir.join("r2");
+    std::fs::create_dir_all(&r1).unwrap();
+    std::fs::create_dir_all(&r2).unwrap();
+    let text = |i: usize| format!("text of paper {i}");
+    std::fs::write(
+        r1.join("part-0.jsonl"),
+        (0..10)
+            .map(|i| paper(&format!("p{i}"), &text(i)))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let mut a: String = [0, 2, 3, 4, 5]
+        .iter()
+        .map(|&i| {
+            let t = if i == 2 {
+                "text of paper 2, revised".to_string()
+            } else {
+                text(i)
+            };
+            paper(&format!("p{i}"), &t)
+        })
+        .collect();
+    a += &paper("p10", "a new paper");
+    let b: String = [6, 7, 8, 9, 0]
+        .iter()
+        .map(|&i| paper(&format!("p{i}"), &text(i)))
+        .collect::<String>()
+        + &paper("p11", "another new paper")
+        + &paper("p10", "a new paper, seen again");
+    std::fs::write(r2.join("part-0.jsonl"), a).unwrap();
+    std::fs::write(r2.join("part-1.jsonl"), b).unwrap();
+    (r1, r2)
+}
+
+#[test]
+fn an_update_plans_only_new_and_changed_papers_and_withdraws_those_the_release_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r1, r2) = two_releases(dir.path());
+    let settings = PlanSettings {
+        papers_per_job: 4,
+        ..PlanSettings::default()
+    };
+    let first = options(dir.path(), vec![r1.clone()], settings);
+    let report = plan(&first).unwrap();
+    assert_eq!((report.release, report.papers), (1, 10));
+    let release_1_batches = batches(&first.run_dir);
+
+    // The update is given none of the settings: it goes by the run's (4 papers a job).
+    let second = update(&first, vec![r2.clone()], false);
+    let report = plan(&second).unwrap();
+    assert_eq!(report.release, 2);
+    assert_eq!(
+        report.counts,
+        Some(ReleaseCounts {
+            added: 2,
+            changed: 1,
+            withdrawn: 1,
+            unchanged: 8
+        })
+    );
+    let got = batches(&first.run_dir);
+    assert_eq!(
+        got[..3],
+        release_1_batches[..],
+        "release 1's batches are untouched"
+    );
+    assert_eq!(
+        got[3..],
+        [vec!["p2", "p10"], vec!["p11", "p10"]],
+        "only the changed and new papers are planned, one batch set per file"
+    );
+    let rows = paper_rows(&first.run_dir);
+    let state = |id: &str| -> Vec<(Option<i64>, Option<i64>)> {
+        rows.iter()
+            .filter(|r| r.0 == id)
+            .map(|r| (r.1, r.2))
+            .collect()
+    };
+    assert_eq!(
+        state("p2"),
+        [(Some(2), None), (None, None)],
+        "old copy superseded"
+    );
+    assert_eq!(state("p1"), [(None, Some(2))], "withdrawn");
+    assert_eq!(state("p3"), [(None, None)], "unchanged: one row, live");
+    // Duplicates within the release: p0's second sighting (carried unchanged) and p10's
+    // second row (planned, then excluded from its batch), each quarantined once.
+    let q = read_quarantine(&first.run_dir).unwrap();
+    let dups: Vec<(&str, u64)> = q
+        .iter()
+        .filter(|e| e.reason == QuarantineReason::DuplicateId)
+        .map(|e| (e.id.as_deref().unwrap(), e.line))
+        .collect();
+    assert_eq!(dups, [("p0", 5), ("p10", 7)]);
+    let db = RunDb::open(&first.run_dir).unwrap();
+    let last: embedfleet_core::BatchId = db
+        .conn()
+        .query_row("SELECT id FROM batches WHERE file_id = 3", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(db.excluded_rows(last).unwrap(), [1]);
+    let releases = db.releases().unwrap();
+    assert_eq!(releases.len(), 2);
+    assert!(releases.iter().all(|r| r.planned_at.is_some()));
+    assert_eq!(releases[1].command.as_deref(), Some("test"));
+    drop(db);
+
+    // Again: nothing to do. The release-1 corpus is no longer the run's; release 2's is.
+    assert!(plan(&second).unwrap().already_planned);
+    let err = plan(&first).unwrap_err();
+    assert!(matches!(err, PlanError::CorpusChanged { .. }), "{err}");
+    assert!(err.to_string().contains("plan --update"), "{err}");
+    let plain = PlanOptions {
+        corpus: vec![r2.clone()],
+        ..first.clone()
+    };
+    assert!(plan(&plain).unwrap().already_planned);
+
+    // Release 3 only adds: it lacks everything but one new paper, and withdraws nothing.
+    let r3 = dir.path().join("r3.jsonl");
+    std::fs::write(&r3, paper("p12", "the newest")).unwrap();
+    let report = plan(&update(&first, vec![r3], true)).unwrap();
+    assert_eq!(
+        report.counts,
+        Some(ReleaseCounts {
+            added: 1,
+            ..ReleaseCounts::default()
+        })
+    );
+    let live: u64 = RunDb::open(&first.run_dir)
+        .unwrap()
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM papers WHERE duplicate_of IS NULL AND superseded_in IS NULL AND withdrawn_in IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(live, 12, "release 2's 11 and p12");
+}
+
+#[test]
+fn an_update_killed_anywhere_resumes_to_the_same_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r1, r2) = two_releases(dir.path());
+    let settings = PlanSettings {
+        papers_per_job: 4,
+        ..PlanSettings::default()
+    };
+    let clean = options(dir.path(), vec![r1.clone()], settings);
+    plan(&clean).unwrap();
+    plan(&update(&clean, vec![r2.clone()], false)).unwrap();
+    let expected = (batches(&clean.run_dir), paper_rows(&clean.run_dir));
+
+    // Killed with the release's first file planned and its second half-way (one batch
+    // recorded, its sightings too), before the release was settled. Release 1 was planned by
+    // an embedfleet that recorded no text hashes.
+    let killed = PlanOptions {
+        run_dir: dir.path().join("killed"),
+        ..clean.clone()
+    };
+    plan(&killed).unwrap();
+    plan(&update(&killed, vec![r2.clone()], false)).unwrap();
+    let db = RunDb::open(&killed.run_dir).unwrap();
+    db.conn()
+        .execute_batch(
+            "UPDATE papers SET superseded_in = NULL, withdrawn_in = NULL, duplicate_of = NULL;
+             UPDATE batches SET n_excluded = 0;
+             UPDATE release_seen SET duplicate_of = NULL;
+             DELETE FROM quarantine;
+             UPDATE releases SET planned_at = NULL, added = NULL WHERE id = 2;
+             UPDATE corpus_files SET state = 'pending' WHERE id = 3;
+             UPDATE settings SET value = '\"in_progress\"' WHERE key = 'plan_state';
+             UPDATE papers SET text_hash = NULL WHERE batch_id IN (SELECT id FROM batches WHERE file_id = 1);",
+        )
+        .unwrap();
+    drop(db);
+    // A plain `plan` of release 2's files finishes it too (a restart without --update).
+    let resumed = PlanOptions {
+        corpus: vec![r2.clone()],
+        settings_given: false,
+        ..killed.clone()
+    };
+    let report = plan(&resumed).unwrap();
+    assert!(!report.already_planned);
+    assert_eq!(report.counts.unwrap().to_embed(), 3);
+    assert_eq!(
+        (batches(&killed.run_dir), paper_rows(&killed.run_dir)),
+        expected
+    );
+    let hashes: i64 = RunDb::open(&killed.run_dir)
+        .unwrap()
+        .conn()
+        .query_row(
+            "SELECT count(*) FROM papers WHERE text_hash IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        hashes, 0,
+        "the missing text hashes were filled from the batch files"
+    );
+
+    // An update of other files while a release is unfinished is refused.
+    let db = RunDb::open(&killed.run_dir).unwrap();
+    db.conn()
+        .execute("UPDATE releases SET planned_at = NULL WHERE id = 2", [])
+        .unwrap();
+    drop(db);
+    let err = plan(&update(&killed, vec![r1], false)).unwrap_err();
+    assert!(
+        matches!(err, PlanError::ReleaseInProgress { release: 2, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_update_needs_a_planned_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, r2) = two_releases(dir.path());
+    let opts = options(dir.path(), vec![], PlanSettings::default());
+    let err = plan(&update(&opts, vec![r2], false)).unwrap_err();
+    assert!(matches!(err, PlanError::NothingToUpdate { .. }), "{err}");
+    assert!(err.is_refusal());
 }

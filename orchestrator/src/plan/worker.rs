@@ -1,11 +1,12 @@
 //! The planning workers: each takes the next unplanned corpus file, reads it, writes its batch
 //! files and sends what it wrote to the one thread that owns run.db (this module's `run`).
 
+use super::known::KnownPapers;
 use super::{PlanError, PlanOptions};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use embedfleet_core::batchfile::BatchWriter;
 use embedfleet_core::corpus::{self, ReadError, ReadOptions, Record};
-use embedfleet_core::paper::count_chars;
+use embedfleet_core::paper::{count_chars, text_hash};
 use embedfleet_core::quarantine::QuarantineEntry;
 use embedfleet_core::rundb::{BatchRecord, PlannedPaper, RunDb};
 use embedfleet_core::RunLayout;
@@ -17,6 +18,8 @@ use std::time::Duration;
 
 /// Quarantine entries are sent to the run.db thread in groups of this many.
 const QUARANTINE_CHUNK: usize = 512;
+/// Papers an update carries unchanged are sent in groups of this many.
+const SEEN_CHUNK: usize = 4096;
 
 pub(super) struct FileTask {
     pub id: i64,
@@ -27,6 +30,8 @@ pub(super) struct FileTask {
 enum Message {
     Batch(BatchRecord),
     Quarantine(i64, Vec<QuarantineEntry>),
+    /// Papers of a file the run holds already with the same text: (line, id).
+    Seen(i64, Vec<(u64, String)>),
     FileDone {
         id: i64,
         summary: corpus::FileSummary,
@@ -51,6 +56,7 @@ pub(super) fn run(
     tasks: &[FileTask],
     read_options: &ReadOptions,
     options: &PlanOptions,
+    known: Option<&KnownPapers>,
     bytes_read: Arc<AtomicU64>,
 ) -> Result<(), PlanError> {
     if tasks.is_empty() {
@@ -68,7 +74,7 @@ pub(super) fn run(
             let (order, next) = (&order, &next);
             scope.spawn(move || {
                 while let Some(task) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    if let Err(message) = plan_file(task, read_options, options, &tx) {
+                    if let Err(message) = plan_file(task, read_options, options, known, &tx) {
                         let _ = tx.send(Message::Failed(message));
                         return;
                     }
@@ -106,6 +112,7 @@ fn record(
                 db.record_batch(&batch)?;
             }
             Message::Quarantine(file_id, entries) => db.record_quarantine(file_id, &entries)?,
+            Message::Seen(file_id, seen) => db.record_seen(file_id, &seen)?,
             Message::FileDone { id, summary } => {
                 if let Some(corrupt) = &summary.corrupt {
                     progress.println(format!("warning: corpus file {id} broke off: {corrupt}"));
@@ -151,12 +158,14 @@ fn plan_file(
     task: &FileTask,
     read_options: &ReadOptions,
     options: &PlanOptions,
+    known: Option<&KnownPapers>,
     tx: &Sender<Message>,
 ) -> Result<(), String> {
     let settings = &options.settings;
     let mut open: Option<OpenBatch> = None;
     let mut next_seq = 0u64;
     let mut quarantine = Vec::new();
+    let mut seen = Vec::new();
     let close = |batch: OpenBatch| -> Result<(), String> {
         let chars = batch.writer.chars();
         batch.writer.finish().map_err(|e| e.to_string())?;
@@ -173,6 +182,15 @@ fn plan_file(
     let summary = corpus::read_file(&task.path, read_options, |record| -> Result<(), String> {
         match record {
             Record::Paper { line, paper } => {
+                let text_hash = text_hash(&paper.text);
+                if known.is_some_and(|k| k.holds_unchanged(&paper.id, text_hash)) {
+                    seen.push((line, paper.id));
+                    if seen.len() >= SEEN_CHUNK {
+                        tx.send(Message::Seen(task.id, std::mem::take(&mut seen)))
+                            .map_err(|_| "the run.db thread stopped".to_string())?;
+                    }
+                    return Ok(());
+                }
                 let n_chars = count_chars(&paper.text);
                 if let Some(batch) = &open {
                     let full = batch.papers.len() as u64 >= settings.papers_per_job
@@ -206,6 +224,7 @@ fn plan_file(
                     id: paper.id,
                     line,
                     n_chars,
+                    text_hash,
                 });
             }
             Record::Quarantined(entry) => {
@@ -225,6 +244,10 @@ fn plan_file(
     })?;
     if let Some(batch) = open.take() {
         close(batch)?;
+    }
+    if !seen.is_empty() {
+        tx.send(Message::Seen(task.id, seen))
+            .map_err(|_| "the run.db thread stopped".to_string())?;
     }
     if !quarantine.is_empty() {
         tx.send(Message::Quarantine(task.id, quarantine))
