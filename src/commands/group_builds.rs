@@ -157,6 +157,9 @@ impl GroupBuilds {
     /// One round; errors are the caller's to show.
     fn try_round(&mut self, db: &RunDb, paused: bool, said: &mut Vec<String>) -> Result<bool> {
         let mut busy = self.poll(said)?;
+        // A run with a later corpus release has rows its groups' shards must not serve: no
+        // build is started (the open ones finish), the load refuses it with the reason.
+        embedfleet_snapshot::refuse_updated_run(db)?;
         for group in 1..=self.group_count(db)? {
             let (first, last) = self.keys.batches_of(group);
             let (done, total) = db.batches_done_in(first, last)?;

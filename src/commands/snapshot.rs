@@ -110,7 +110,9 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     apply_collection_args(&mut spec, &args.collection_settings);
     ShardSettings::of(&spec).pin(&layout)?;
     let db = if args.accepted {
-        Some(RunDb::open(&args.run_dir)?)
+        let db = RunDb::open(&args.run_dir)?;
+        snapshot::refuse_updated_run(&db)?;
+        Some(db)
     } else {
         None
     };

@@ -21,4 +21,5 @@ mod run_config;
 mod shared_fs;
 mod snapshot;
 mod submit;
+mod update;
 mod upload;

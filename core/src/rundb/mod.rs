@@ -28,7 +28,7 @@ pub use jobs::{JobRow, NewJob};
 pub use live::{LiveAttempt, StallRule, STALL_RULE_SETTING};
 pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
 pub use queues::PauseReason;
-pub use releases::{KnownPaper, Release, ReleaseCounts};
+pub use releases::{KnownPaper, Release, ReleaseCounts, WithheldRow};
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
 pub use status::{CollectionUpload, RunStatus, STATUS_FORMAT_VERSION};

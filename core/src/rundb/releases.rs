@@ -71,7 +71,38 @@ fn in_release(column: &str, op: &str) -> String {
 
 const LIVE: &str = "duplicate_of IS NULL AND superseded_in IS NULL AND withdrawn_in IS NULL";
 
+/// A paper row a later release took out of service: its batch no longer serves it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WithheldRow {
+    pub batch_id: i64,
+    pub paper_id: String,
+    /// No live copy of the paper is left (withdrawn, and not planned again since): its point
+    /// is to be deleted. Otherwise a newer row serves the same id (the same point).
+    pub gone: bool,
+}
+
 impl RunDb {
+    /// The rows later releases superseded or withdrew, in batch and paper order. Few: what the
+    /// releases changed, not the run.
+    pub fn withheld_rows(&self) -> Result<Vec<WithheldRow>> {
+        let sql = format!(
+            "SELECT p.batch_id, p.id, NOT EXISTS (SELECT 1 FROM papers q WHERE q.id = p.id AND q.{})
+             FROM papers p WHERE p.superseded_in IS NOT NULL OR p.withdrawn_in IS NOT NULL
+             ORDER BY p.batch_id, p.id",
+            LIVE.replace(" AND ", " AND q.")
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([], |r| {
+            Ok(WithheldRow {
+                batch_id: r.get(0)?,
+                paper_id: r.get(1)?,
+                gone: r.get(2)?,
+            })
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Every release, in order.
     pub fn releases(&self) -> Result<Vec<Release>> {
         let mut stmt = self

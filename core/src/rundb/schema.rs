@@ -247,6 +247,8 @@ INSERT INTO releases (id, started_at, planned_at, added, changed, withdrawn, unc
 ALTER TABLE papers ADD COLUMN text_hash INTEGER;
 ALTER TABLE papers ADD COLUMN superseded_in INTEGER;
 ALTER TABLE papers ADD COLUMN withdrawn_in INTEGER;
+CREATE INDEX papers_withheld ON papers (batch_id, id)
+    WHERE superseded_in IS NOT NULL OR withdrawn_in IS NOT NULL;
 CREATE TABLE release_seen (
     release      INTEGER NOT NULL,
     file_id      INTEGER NOT NULL,

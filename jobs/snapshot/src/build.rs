@@ -241,7 +241,8 @@ fn build_in(
                     path: path.clone(),
                     message: e.to_string(),
                 })?;
-                for live in tombstones.live_slices(&record_batch) {
+                // `deleted` is by paper, whatever the batch.
+                for live in tombstones.live_slices(batch, &record_batch) {
                     let batch_points = PointsBatch::from_record_batch(&live)?;
                     if batch_points.is_empty() {
                         continue;

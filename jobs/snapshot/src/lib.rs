@@ -124,6 +124,11 @@ pub enum SnapshotError {
     VersionMismatch { engine: String, server: String },
     #[error("{message}; snapshot loading needs a Qdrant server started in cluster mode (QDRANT__CLUSTER__ENABLED=true, see .ci/qdrant/qdrant-server.sh), or use `upload --mode upsert`")]
     NeedsCluster { message: String },
+    #[error("{run_dir} holds {releases} corpus releases (`plan --update`): snapshot loads and built shards do not follow releases yet (a release's withheld rows and new batches); load it with `upload --mode upsert`, which sends only the difference")]
+    Updated {
+        run_dir: std::path::PathBuf,
+        releases: i64,
+    },
     #[error("the server refused {what}: HTTP {status}: {body}")]
     Http {
         what: String,
@@ -155,6 +160,7 @@ impl SnapshotError {
             SnapshotError::SettingsDiffer { .. }
                 | SnapshotError::VersionMismatch { .. }
                 | SnapshotError::NeedsCluster { .. }
+                | SnapshotError::Updated { .. }
                 | SnapshotError::Upload(embedfleet_upload::UploadError::KeyOfAnotherRun(_))
         )
     }
@@ -191,5 +197,16 @@ mod tests {
         assert!(text.contains("1.18.x") && text.contains("1.19.0"), "{text}");
         assert!(check_engine_version("1.18.2-dev", "2.18.0").is_err());
         assert!(check_engine_version("", "1.18.0").is_err());
+    }
+}
+
+/// Refuses a run that holds more than one corpus release: see [`SnapshotError::Updated`].
+pub fn refuse_updated_run(db: &embedfleet_core::rundb::RunDb) -> Result<(), SnapshotError> {
+    match db.latest_release().map_err(SnapshotError::from)? {
+        Some(release) if release.id > 1 => Err(SnapshotError::Updated {
+            run_dir: db.dir().to_path_buf(),
+            releases: release.id,
+        }),
+        _ => Ok(()),
     }
 }

@@ -193,6 +193,7 @@ pub fn load_snapshots(
     options: &LoadOptions,
 ) -> Result<LoadReport, SnapshotError> {
     let db = RunDb::open(&options.run_dir)?;
+    crate::refuse_updated_run(&db)?;
     let layout = RunLayout::new(&options.run_dir);
     let name = options.spec.name.clone();
     let key = progress_key(server, &name);
@@ -733,7 +734,9 @@ fn check_searches(
         })?;
         let points = PointsBatch::from_record_batch(&record_batch)?;
         // A deleted paper is not in the shard: it is not searched for.
-        let live = points.iter().filter(|p| !tombstones.contains(p.paper_id));
+        let live = points
+            .iter()
+            .filter(|p| tombstones.serves(b.batches.0, p.paper_id));
         for p in live.take(samples - checked) {
             let options = SearchOptions {
                 exact: true,

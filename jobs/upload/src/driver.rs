@@ -17,7 +17,9 @@
 //! **Trust.** Before resuming, the progress is checked against the collection (`integrity.rs`):
 //! its identity marker against the one run.db recorded (another collection: everything is sent
 //! again), then each batch's acknowledged points by id (a short batch is sent again alone; a
-//! tombstoned paper found again is deleted again). A tombstoned paper's row is never sent.
+//! tombstoned or withdrawn paper found is deleted). A tombstoned paper's row is never sent, nor
+//! a row a later corpus release superseded or withdrew (`plan --update`): the newer copy of a
+//! changed paper, in a newer batch, overwrites the point under the same id.
 //!
 //! **Failures.** A batch that still fails after the sink's retries is counted in
 //! `uploads.failed_rows` and the upload goes on; the prefix stops before it, so a re-run sends it
@@ -386,6 +388,8 @@ pub(super) fn send_and_finish(
 /// One batch of rows of one shard.
 struct Job {
     shard: usize,
+    /// The batch the shard is part of.
+    batch_id: i64,
     start: u64,
     batch: RecordBatch,
     /// The shard key of the shard's batch, in a custom-sharded collection.
@@ -549,6 +553,7 @@ fn read_shards(
             if jobs
                 .send(Job {
                     shard: i,
+                    batch_id: shard.batch_id,
                     start,
                     batch,
                     key: key.clone(),
@@ -579,7 +584,7 @@ fn send_jobs(
         if let Some(delay) = delay {
             std::thread::sleep(delay);
         }
-        let live = tombstones.live_slices(&job.batch);
+        let live = tombstones.live_slices(job.batch_id, &job.batch);
         let skipped = job.batch.num_rows() - live.iter().map(RecordBatch::num_rows).sum::<usize>();
         let result = live.iter().try_for_each(|slice| {
             PointsBatch::from_record_batch(slice)

@@ -21,61 +21,90 @@ use std::collections::{BTreeMap, HashSet};
 
 use arrow_array::{Array, RecordBatch, StringArray};
 
-use embedfleet_core::rundb::{RunDb, RunDbError, Tombstone};
+use embedfleet_core::rundb::{RunDb, RunDbError, Tombstone, WithheldRow};
 
 use crate::driver::{Prepared, UploadRunError};
 use crate::{point_id, shards, Sink};
 
-/// The run's tombstones: the paper ids no upload may send, and each batch's.
+/// What no upload may send: the run's tombstones (papers deleted with `embedfleet delete`, by
+/// id, whatever batch holds them) and the rows later corpus releases withheld from their batch
+/// (superseded by a newer copy, or withdrawn), with the points each batch must not leave in
+/// a collection.
 #[derive(Debug, Default, Clone)]
 pub struct Tombstones {
     papers: HashSet<String>,
+    /// Per batch: rows its shards hold that it no longer serves.
+    withheld: BTreeMap<i64, HashSet<String>>,
+    /// Per batch: ids whose point must not be in a collection (tombstoned, or withdrawn with no
+    /// newer copy).
     by_batch: BTreeMap<i64, Vec<String>>,
 }
 
 impl Tombstones {
-    /// The tombstones recorded in run.db.
+    /// The tombstones and withheld rows recorded in run.db.
     pub fn read(db: &RunDb) -> Result<Self, RunDbError> {
-        Ok(Self::from(db.tombstones()?))
+        Ok(Self::from(db.tombstones()?).withholding(db.withheld_rows()?))
     }
 
-    /// True when `paper_id` was deleted from the run.
-    pub fn contains(&self, paper_id: &str) -> bool {
-        self.papers.contains(paper_id)
+    /// These, and the `rows` releases withheld.
+    pub fn withholding(mut self, rows: Vec<WithheldRow>) -> Self {
+        for row in rows {
+            if row.gone {
+                self.by_batch
+                    .entry(row.batch_id)
+                    .or_default()
+                    .push(row.paper_id.clone());
+            }
+            self.withheld
+                .entry(row.batch_id)
+                .or_default()
+                .insert(row.paper_id);
+        }
+        self
     }
 
-    /// True when the run has none.
+    /// True when `batch` serves its row of `paper_id`: neither deleted nor withheld.
+    pub fn serves(&self, batch: i64, paper_id: &str) -> bool {
+        !self.papers.contains(paper_id)
+            && !self
+                .withheld
+                .get(&batch)
+                .is_some_and(|rows| rows.contains(paper_id))
+    }
+
+    /// True when nothing is deleted or withheld.
     pub fn is_empty(&self) -> bool {
-        self.papers.is_empty()
+        self.papers.is_empty() && self.withheld.is_empty()
     }
 
-    /// The rows of `batch` whose paper is not tombstoned, as slices of it (nothing is copied):
-    /// the whole batch when none is, as almost always.
-    pub fn live_slices(&self, batch: &RecordBatch) -> Vec<RecordBatch> {
-        let ids = batch
+    /// The rows of `record_batch` (a part of batch `batch`'s shard) that the batch serves, as
+    /// slices of it (nothing is copied): the whole of it when it serves all, as almost always.
+    pub fn live_slices(&self, batch: i64, record_batch: &RecordBatch) -> Vec<RecordBatch> {
+        let ids = record_batch
             .column_by_name("id")
             .and_then(|c| c.as_any().downcast_ref::<StringArray>());
-        let Some(ids) = ids.filter(|_| !self.is_empty()) else {
-            // No tombstones, or no `id` column (refused by the conversion, with its reason).
-            return vec![batch.clone()];
+        let nothing_withheld = self.papers.is_empty() && !self.withheld.contains_key(&batch);
+        let Some(ids) = ids.filter(|_| !nothing_withheld) else {
+            // Nothing to leave out, or no `id` column (refused by the conversion, with its reason).
+            return vec![record_batch.clone()];
         };
         let mut slices = Vec::new();
         let mut start = 0;
-        for row in 0..batch.num_rows() {
-            if ids.is_valid(row) && self.contains(ids.value(row)) {
+        for row in 0..record_batch.num_rows() {
+            if ids.is_valid(row) && !self.serves(batch, ids.value(row)) {
                 if row > start {
-                    slices.push(batch.slice(start, row - start));
+                    slices.push(record_batch.slice(start, row - start));
                 }
                 start = row + 1;
             }
         }
-        if batch.num_rows() > start {
-            slices.push(batch.slice(start, batch.num_rows() - start));
+        if record_batch.num_rows() > start {
+            slices.push(record_batch.slice(start, record_batch.num_rows() - start));
         }
         slices
     }
 
-    /// The tombstoned paper ids of `batch`.
+    /// The ids of `batch` whose point must not be in a collection.
     pub fn of_batch(&self, batch: i64) -> &[String] {
         self.by_batch.get(&batch).map_or(&[], Vec::as_slice)
     }
@@ -166,7 +195,7 @@ pub fn check_batches(
             let ids = shards::paper_ids(&db.dir().join(&shard.path), shard.rows_acked)?;
             live.extend(
                 ids.iter()
-                    .filter(|id| !tombstones.contains(id))
+                    .filter(|id| tombstones.serves(batch, id))
                     .map(|id| point_id(id)),
             );
         }
@@ -187,7 +216,7 @@ pub fn check_batches(
         let back = sink.count_ids(collection, &dead, shard_key.as_deref())?;
         if back > 0 {
             eprintln!(
-                "note: batch {batch} holds {back} deleted papers again in `{collection}`: deleting them (run.db's tombstones)"
+                "note: batch {batch} holds {back} deleted or withdrawn papers in `{collection}`: deleting them (run.db's tombstones and releases)"
             );
             sink.delete(collection, &dead, shard_key.as_deref())?;
             check.deleted_again += back;

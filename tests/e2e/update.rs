@@ -1,0 +1,190 @@
+//! A corpus that grows (`plan --update`): release 1 run to the end, then release 2 (papers
+//! withdrawn, changed, new) planned into the same run, embedded and uploaded: only what the
+//! release changed is embedded, and the collection ends up holding exactly release 2, the
+//! changed papers with the vectors a fresh run of release 2 gives them.
+
+use crate::util::{read_shard, TestDir};
+use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+const RELEASE_1: usize = 1000;
+const WITHDRAWN: usize = 50;
+const CHANGED: usize = 30;
+const NEW: usize = 250;
+
+/// A paper's line: a short text of words drawn from a seeded generator, so that papers differ
+/// (and the test embeds 1,500 papers in seconds with the tiny model).
+fn paper_line(id: &str, seed: u64) -> String {
+    const WORDS: [&str; 16] = [
+        "protein", "folding", "graph", "neural", "lattice", "quantum", "enzyme", "galaxy", "soil",
+        "climate", "theorem", "sensor", "cell", "market", "language", "fluid",
+    ];
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let text: Vec<&str> = (0..40)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            WORDS[(x % 16) as usize]
+        })
+        .collect();
+    format!(
+        "{{\"id\":\"{id}\",\"text\":\"{}\",\"source\":\"s2orc\"}}\n",
+        text.join(" ")
+    )
+}
+
+/// Release 1: `RELEASE_1` papers. Release 2 made from release 1's lines: every 20th paper
+/// withdrawn, every 20th from the 10th on given a revised text, and `NEW` papers appended.
+/// Returns (withdrawn, changed, new) ids.
+fn make_releases(t: &TestDir) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let r1: String = (0..RELEASE_1)
+        .map(|i| paper_line(&format!("W{i:05}"), i as u64))
+        .collect();
+    std::fs::write(t.join("r1.jsonl"), &r1).unwrap();
+    let (mut withdrawn, mut changed, mut new) = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = String::new();
+    for (i, line) in r1.lines().enumerate() {
+        let mut paper: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = paper["id"].as_str().unwrap().to_owned();
+        if i % 20 == 0 && withdrawn.len() < WITHDRAWN {
+            withdrawn.push(id);
+            continue;
+        }
+        if i % 20 == 10 && changed.len() < CHANGED {
+            let text = paper["text"].as_str().unwrap().to_owned();
+            paper["text"] = format!("{text} revised").into();
+            changed.push(id);
+        }
+        out += &serde_json::to_string(&paper).unwrap();
+        out.push('\n');
+    }
+    for i in 0..NEW {
+        let id = format!("N{i:05}");
+        out += &paper_line(&id, 1_000_000 + i as u64);
+        new.push(id);
+    }
+    std::fs::write(t.join("r2.jsonl"), out).unwrap();
+    (withdrawn, changed, new)
+}
+
+/// Every (id, vector) of a run's shards, per batch.
+fn vectors_by_batch(run: &Path) -> BTreeMap<i64, BTreeMap<String, Vec<f32>>> {
+    let db = embedfleet_core::rundb::RunDb::open(run).unwrap();
+    let mut out: BTreeMap<i64, BTreeMap<String, Vec<f32>>> = BTreeMap::new();
+    for shard in db.all_shards().unwrap() {
+        for r in read_shard(&run.join(&shard.path)) {
+            out.entry(shard.batch_id.0)
+                .or_default()
+                .insert(r.id, r.vector);
+        }
+    }
+    out
+}
+
+fn scalar(run: &Path, sql: &str) -> i64 {
+    let db = embedfleet_core::rundb::RunDb::open(run).unwrap();
+    let value = db.conn().query_row(sql, [], |r| r.get(0)).unwrap();
+    value
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+#[test]
+fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it() {
+    let t = TestDir::new();
+    let (withdrawn, changed, new) = make_releases(&t);
+    t.run_corpus("run", "r1.jsonl", 250, &[]);
+    let run = t.join("run");
+    let release_1 = vectors_by_batch(&run);
+    let ids_1: BTreeSet<String> = release_1.values().flat_map(|b| b.keys().cloned()).collect();
+    assert_eq!(ids_1.len(), RELEASE_1, "release 1 embedded in full");
+
+    // The update is given no plan settings: it goes by the run's.
+    let out = t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(
+            "release 2: 250 added, 30 changed, 50 withdrawn, 920 unchanged: 280 papers to embed"
+        ),
+        "{said}"
+    );
+    // `run` of release 2's corpus: planned already, it embeds the new batches and uploads.
+    t.run_corpus("run", "r2.jsonl", 250, &[]);
+
+    let embedded_in_update = scalar(
+        &run,
+        "SELECT sum(r.papers) FROM batch_runs r JOIN batches b ON b.id = r.batch_id
+         JOIN corpus_files f ON f.id = b.file_id WHERE f.release = 2 AND r.state = 'done'",
+    );
+    assert_eq!(
+        embedded_in_update,
+        (CHANGED + NEW) as i64,
+        "only the changed and new papers"
+    );
+    let release_2_runs = scalar(
+        &run,
+        "SELECT count(*) FROM batch_runs r JOIN batches b ON b.id = r.batch_id
+         JOIN corpus_files f ON f.id = b.file_id WHERE f.release = 1 AND r.started_at > (SELECT started_at FROM releases WHERE id = 2)",
+    );
+    assert_eq!(release_2_runs, 0, "no batch of release 1 embedded again");
+
+    // A fresh run of release 2, for the vectors its papers should have.
+    t.run_corpus("fresh", "r2.jsonl", 250, &[]);
+    let fresh: BTreeMap<String, Vec<f32>> = vectors_by_batch(&t.join("fresh"))
+        .into_values()
+        .flatten()
+        .collect();
+    let expected: BTreeSet<String> = ids_1
+        .iter()
+        .filter(|id| !withdrawn.contains(id))
+        .cloned()
+        .chain(new.iter().cloned())
+        .collect();
+    assert_eq!(fresh.keys().cloned().collect::<BTreeSet<_>>(), expected);
+
+    let edge = QdrantEdge::open(run.join("qdrant")).unwrap();
+    let ids = |list: &[String]| list.iter().map(|p| point_id(p)).collect::<Vec<_>>();
+    let all: Vec<String> = expected.iter().cloned().collect();
+    assert_eq!(edge.count("papers", None).unwrap(), expected.len() as u64);
+    assert_eq!(edge.count_ids("papers", &ids(&all), None).unwrap(), 1200);
+    assert_eq!(edge.count_ids("papers", &ids(&withdrawn), None).unwrap(), 0);
+    // A changed paper's point is its new text's vector: an exact search with the fresh run's
+    // vector finds it first, at a score of 1.
+    let exact = SearchOptions {
+        exact: true,
+        ..SearchOptions::new(10)
+    };
+    let old: BTreeMap<&String, &Vec<f32>> = release_1.values().flatten().collect();
+    for id in &changed {
+        let hits = edge.search_with("papers", &fresh[id], &exact).unwrap();
+        assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()));
+        assert!(hits[0].score > 0.9999, "{id}: {}", hits[0].score);
+        assert!(
+            cosine(&fresh[id], old[id]) < 0.9999,
+            "{id}'s text changed its vector"
+        );
+    }
+    // A withdrawn paper is never returned, even for its own vector.
+    for id in &withdrawn {
+        let hits = edge.search_with("papers", old[id], &exact).unwrap();
+        assert!(
+            hits.iter()
+                .all(|h| h.paper_id.as_deref() != Some(id.as_str())),
+            "{id}"
+        );
+    }
+    // Unchanged papers keep release 1's vectors, which a fresh run gives as well.
+    for id in expected
+        .iter()
+        .filter(|id| !changed.contains(id) && !new.contains(id))
+        .take(50)
+    {
+        assert!(cosine(&fresh[id], old[id]) > 0.9999, "{id}");
+    }
+}
