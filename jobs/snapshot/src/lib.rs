@@ -166,6 +166,17 @@ impl SnapshotError {
     }
 }
 
+/// Refuses a run that holds more than one corpus release: see [`SnapshotError::Updated`].
+pub fn refuse_updated_run(db: &embedfleet_core::rundb::RunDb) -> Result<(), SnapshotError> {
+    match db.latest_release().map_err(SnapshotError::from)? {
+        Some(release) if release.id > 1 => Err(SnapshotError::Updated {
+            run_dir: db.dir().to_path_buf(),
+            releases: release.id,
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,16 +208,5 @@ mod tests {
         assert!(text.contains("1.18.x") && text.contains("1.19.0"), "{text}");
         assert!(check_engine_version("1.18.2-dev", "2.18.0").is_err());
         assert!(check_engine_version("", "1.18.0").is_err());
-    }
-}
-
-/// Refuses a run that holds more than one corpus release: see [`SnapshotError::Updated`].
-pub fn refuse_updated_run(db: &embedfleet_core::rundb::RunDb) -> Result<(), SnapshotError> {
-    match db.latest_release().map_err(SnapshotError::from)? {
-        Some(release) if release.id > 1 => Err(SnapshotError::Updated {
-            run_dir: db.dir().to_path_buf(),
-            releases: release.id,
-        }),
-        _ => Ok(()),
     }
 }
