@@ -55,6 +55,12 @@ pub fn render(s: &RunStatus) -> String {
         by(&s.quarantined_by_reason)
     );
     let _ = writeln!(out, "batches    {}{}", s.batches, by(&s.batches_by_state));
+    // A run never updated has one release: nothing to tell apart.
+    if s.releases.len() > 1 {
+        for r in &s.releases {
+            let _ = writeln!(out, "{}", release_line(r));
+        }
+    }
     if s.paused {
         let _ = writeln!(
             out,
@@ -248,4 +254,22 @@ mod tests {
         assert!(text.contains("log: /run/logs/j1.log"), "{text}");
         assert!(text.contains("check: quota"), "{text}");
     }
+}
+
+/// One corpus release: what it changed and what embedding it cost.
+pub fn release_line(r: &embedfleet_core::rundb::ReleaseStatus) -> String {
+    let what = if !r.planned {
+        "being planned (`embedfleet plan --update` again finishes it)".to_string()
+    } else if r.release == 1 {
+        format!("{} papers", r.counts.added)
+    } else {
+        format!(
+            "{} added, {} changed, {} withdrawn, {} unchanged",
+            r.counts.added, r.counts.changed, r.counts.withdrawn, r.counts.unchanged
+        )
+    };
+    format!(
+        "release {:<3} {what}; {}/{} batches embedded, {} papers in {:.2} node-hours",
+        r.release, r.batches_done, r.batches, r.papers_embedded, r.embed_node_hours
+    )
 }

@@ -134,6 +134,36 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
     );
     assert_eq!(release_2_runs, 0, "no batch of release 1 embedded again");
 
+    // `status` and `report` show the releases and what each cost.
+    let status = t.status("run");
+    let releases = status["releases"].as_array().unwrap();
+    assert_eq!(releases.len(), 2);
+    let r2 = &releases[1];
+    assert_eq!(
+        (
+            r2["added"].as_u64(),
+            r2["changed"].as_u64(),
+            r2["withdrawn"].as_u64(),
+            r2["unchanged"].as_u64()
+        ),
+        (Some(250), Some(30), Some(50), Some(920))
+    );
+    assert_eq!(r2["papers_embedded"].as_u64(), Some(280));
+    assert_eq!(
+        releases[0]["papers_embedded"].as_u64(),
+        Some(RELEASE_1 as u64)
+    );
+    assert!(r2["embed_node_hours"].as_f64().unwrap() > 0.0);
+    let human =
+        String::from_utf8_lossy(&t.run(&["status", "--run-dir", "run"], 0).stdout).into_owned();
+    assert!(human.contains("release 2   250 added, 30 changed, 50 withdrawn, 920 unchanged; 2/2 batches embedded, 280 papers"), "{human}");
+    let report =
+        String::from_utf8_lossy(&t.run(&["report", "--run-dir", "run"], 0).stdout).into_owned();
+    assert!(
+        report.contains("release 1   1000 papers; 4/4 batches embedded"),
+        "{report}"
+    );
+
     // A fresh run of release 2, for the vectors its papers should have.
     t.run_corpus("fresh", "r2.jsonl", 250, &[]);
     let fresh: BTreeMap<String, Vec<f32>> = vectors_by_batch(&t.join("fresh"))

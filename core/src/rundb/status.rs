@@ -66,6 +66,26 @@ pub struct RunStatus {
     /// format 2; empty when nothing runs, or in a snapshot of an older embedfleet).
     #[serde(default)]
     pub live: Vec<super::LiveAttempt>,
+    /// The corpus releases planned into the run (`plan --update`), oldest first, with what
+    /// each changed and cost (added with run.db v9; one for a run never updated).
+    #[serde(default)]
+    pub releases: Vec<ReleaseStatus>,
+}
+
+/// One corpus release in `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseStatus {
+    pub release: i64,
+    /// `false` while it is being planned (its counts are then zero).
+    pub planned: bool,
+    #[serde(flatten)]
+    pub counts: super::ReleaseCounts,
+    /// Its batches (those of its corpus files), and how many are embedded.
+    pub batches: u64,
+    pub batches_done: u64,
+    /// Papers its finished embed runs embedded, and their node-hours (each job one node).
+    pub papers_embedded: u64,
+    pub embed_node_hours: f64,
 }
 
 /// Upload progress into one collection.
@@ -180,7 +200,68 @@ impl RunDb {
             uploads_by_collection,
             attempts_by_state: grouped("SELECT state, count(*) FROM attempts GROUP BY 1")?,
             live: self.live_attempts()?,
+            releases: self.release_status()?,
         })
+    }
+
+    /// Each release with its batches and what embedding them cost: one pass over the batches
+    /// and one over the finished embed runs, grouped by release.
+    fn release_status(&self) -> Result<Vec<ReleaseStatus>> {
+        let mut out: BTreeMap<i64, ReleaseStatus> = self
+            .releases()?
+            .into_iter()
+            .map(|r| {
+                let status = ReleaseStatus {
+                    release: r.id,
+                    planned: r.planned_at.is_some(),
+                    counts: r.counts.unwrap_or_default(),
+                    ..ReleaseStatus::default()
+                };
+                (r.id, status)
+            })
+            .collect();
+        let e = |e| self.err(e);
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT f.release, count(*), sum(b.state = 'done') FROM batches b
+                 JOIN corpus_files f ON f.id = b.file_id GROUP BY 1",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<(i64, u64, u64)>>>())
+            .map_err(e)?;
+        for (release, batches, done) in rows {
+            if let Some(s) = out.get_mut(&release) {
+                (s.batches, s.batches_done) = (batches, done);
+            }
+        }
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT f.release, sum(r.papers), sum(r.total_s) FROM batch_runs r
+                 JOIN batches b ON b.id = r.batch_id JOIN corpus_files f ON f.id = b.file_id
+                 WHERE r.state = 'done' GROUP BY 1",
+            )
+            .map_err(e)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Option<u64>>(1)?.unwrap_or(0),
+                    r.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
+                ))
+            })
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<(i64, u64, f64)>>>())
+            .map_err(e)?;
+        for (release, papers, seconds) in rows {
+            if let Some(s) = out.get_mut(&release) {
+                s.papers_embedded = papers;
+                s.embed_node_hours = seconds / 3600.0;
+            }
+        }
+        Ok(out.into_values().collect())
     }
 
     /// Papers per second of the finished embed runs over the span from the first start to the

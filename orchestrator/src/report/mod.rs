@@ -33,6 +33,8 @@ pub struct Report {
     pub papers_to_go: u64,
     /// Those papers at the per-job rate so far, in node-hours (one job per node).
     pub node_hours_to_go: Option<f64>,
+    /// The corpus releases (`plan --update`), with what each changed and cost.
+    pub releases: Vec<embedfleet_core::rundb::ReleaseStatus>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +62,7 @@ pub fn load(run_dir: &Path) -> Result<Report, ReportError> {
         .filter(|s| s.job_papers_per_s > 0.0)
         .map(|s| papers_to_go as f64 / s.job_papers_per_s / 3600.0);
     Ok(Report {
+        releases: status.releases,
         papers_to_go,
         node_hours_to_go,
         format_version: REPORT_FORMAT_VERSION,
@@ -183,6 +186,12 @@ pub fn render(report: &Report) -> String {
         s.full_corpus_papers as f64 / 1e6,
         s.full_corpus_job_hours
     );
+    if report.releases.len() > 1 {
+        let _ = writeln!(out, "\nreleases");
+        for r in &report.releases {
+            let _ = writeln!(out, "  {}", crate::status::release_line(r));
+        }
+    }
     if let Some(hours) = report.node_hours_to_go {
         let _ = writeln!(
             out,
