@@ -195,6 +195,24 @@ fn render_pause_reason(out: &mut String, r: &PauseReason) {
     }
 }
 
+/// One corpus release: what it changed and what embedding it cost.
+pub fn release_line(r: &embedfleet_core::rundb::ReleaseStatus) -> String {
+    let what = if !r.planned {
+        "being planned (`embedfleet plan --update` again finishes it)".to_string()
+    } else if r.release == 1 {
+        format!("{} papers", r.counts.added)
+    } else {
+        format!(
+            "{} added, {} changed, {} withdrawn, {} unchanged",
+            r.counts.added, r.counts.changed, r.counts.withdrawn, r.counts.unchanged
+        )
+    };
+    format!(
+        "release {:<3} {what}; {}/{} batches embedded, {} papers in {:.2} node-hours",
+        r.release, r.batches_done, r.batches, r.papers_embedded, r.embed_node_hours
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,22 +272,4 @@ mod tests {
         assert!(text.contains("log: /run/logs/j1.log"), "{text}");
         assert!(text.contains("check: quota"), "{text}");
     }
-}
-
-/// One corpus release: what it changed and what embedding it cost.
-pub fn release_line(r: &embedfleet_core::rundb::ReleaseStatus) -> String {
-    let what = if !r.planned {
-        "being planned (`embedfleet plan --update` again finishes it)".to_string()
-    } else if r.release == 1 {
-        format!("{} papers", r.counts.added)
-    } else {
-        format!(
-            "{} added, {} changed, {} withdrawn, {} unchanged",
-            r.counts.added, r.counts.changed, r.counts.withdrawn, r.counts.unchanged
-        )
-    };
-    format!(
-        "release {:<3} {what}; {}/{} batches embedded, {} papers in {:.2} node-hours",
-        r.release, r.batches_done, r.batches, r.papers_embedded, r.embed_node_hours
-    )
 }
