@@ -26,8 +26,8 @@ pub struct PlanArgs {
     pub corpus: Vec<PathBuf>,
     /// A new release of the corpus, planned into this already planned run as its next
     /// release: only papers whose id is new or whose text changed get batches (then `submit`
-    /// or `run` embeds just those, and `upload` sends the difference); papers the release
-    /// lacks are withdrawn. Run it again to resume.
+    /// or `run` embeds just those, `upload` sends the difference and `publish` writes the
+    /// next version); papers the release lacks are withdrawn. Run it again to resume.
     #[arg(long, num_args = 1.., value_name = "PATH")]
     pub update: Vec<PathBuf>,
     /// With `--update`: the release only adds papers; one it lacks is kept, not withdrawn.

@@ -147,9 +147,9 @@ pub struct PublishArgs {
     /// The dataset folder to write (built beside it, renamed into place when complete).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Size of each embedding parquet file, in MB.
-    #[arg(long, default_value_t = embedfleet_publish::DEFAULT_TARGET_SHARD_MB, value_name = "MB")]
-    pub target_shard_mb: u64,
+    /// Size of each embedding parquet file, in MB (fractions too: 0.5).
+    #[arg(long, default_value_t = embedfleet_publish::DEFAULT_TARGET_SHARD_MB as f64, value_name = "MB")]
+    pub target_shard_mb: f64,
     /// Publish a run with missing or failed batches; the card says what is missing.
     #[arg(long)]
     pub allow_partial: bool,

@@ -181,7 +181,7 @@ pub fn tune_queries(args: &TuneArgs) -> Result<i32> {
 pub fn publish(args: &PublishArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let mut options = embedfleet_publish::PublishOptions::new(&args.run_dir, &args.out);
-    options.target_shard_bytes = args.target_shard_mb.max(1) * 1_000_000;
+    options.target_shard_bytes = (args.target_shard_mb * 1e6).max(1.0) as u64;
     options.allow_partial = args.allow_partial;
     options.with_text = args.with_text;
     options.license = args.license.clone();

@@ -35,9 +35,10 @@ fn paper_line(id: &str, seed: u64) -> String {
     )
 }
 
-/// Release 1: `RELEASE_1` papers. Release 2 made from release 1's lines: every 20th paper
-/// withdrawn, every 20th from the 10th on given a revised text, and `NEW` papers appended.
-/// Returns (withdrawn, changed, new) ids.
+/// Release 1: `RELEASE_1` papers. Release 2 made from release 1's lines: every 10th paper of
+/// the first half withdrawn, every 10th from the 5th on of the first 300 given a revised
+/// text (the second half untouched), and `NEW` papers appended. Returns (withdrawn, changed,
+/// new) ids.
 fn make_releases(t: &TestDir) -> (Vec<String>, Vec<String>, Vec<String>) {
     let r1: String = (0..RELEASE_1)
         .map(|i| paper_line(&format!("W{i:05}"), i as u64))
@@ -48,11 +49,11 @@ fn make_releases(t: &TestDir) -> (Vec<String>, Vec<String>, Vec<String>) {
     for (i, line) in r1.lines().enumerate() {
         let mut paper: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = paper["id"].as_str().unwrap().to_owned();
-        if i % 20 == 0 && withdrawn.len() < WITHDRAWN {
+        if i % 10 == 0 && withdrawn.len() < WITHDRAWN {
             withdrawn.push(id);
             continue;
         }
-        if i % 20 == 10 && changed.len() < CHANGED {
+        if i % 10 == 5 && changed.len() < CHANGED {
             let text = paper["text"].as_str().unwrap().to_owned();
             paper["text"] = format!("{text} revised").into();
             changed.push(id);
@@ -104,6 +105,31 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
     let release_1 = vectors_by_batch(&run);
     let ids_1: BTreeSet<String> = release_1.values().flat_map(|b| b.keys().cloned()).collect();
     assert_eq!(ids_1.len(), RELEASE_1, "release 1 embedded in full");
+    // Version 1 of the dataset, in files of about 100 rows.
+    let dim = release_1
+        .values()
+        .next()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .len();
+    let mb = format!("{}", 100.0 * (dim * 4 + 64) as f64 / 1e6);
+    let publish = |run: &str, out: &str| {
+        t.run(
+            &[
+                "publish",
+                "--run-dir",
+                run,
+                "--out",
+                out,
+                "--target-shard-mb",
+                &mb,
+            ],
+            0,
+        );
+    };
+    publish("run", "v1");
 
     // The update is given no plan settings: it goes by the run's.
     let out = t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
@@ -166,6 +192,9 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
 
     // A fresh run of release 2, for the vectors its papers should have.
     t.run_corpus("fresh", "r2.jsonl", 250, &[]);
+    publish("run", "v2");
+    publish("fresh", "fresh-ds");
+    check_version_2(&t, &withdrawn, &changed);
     let fresh: BTreeMap<String, Vec<f32>> = vectors_by_batch(&t.join("fresh"))
         .into_values()
         .flatten()
@@ -216,5 +245,98 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
         .take(50)
     {
         assert!(cosine(&fresh[id], old[id]) > 0.9999, "{id}");
+    }
+}
+
+/// The data files of a published folder: name -> rows (id, vector).
+fn data_files(dir: &Path) -> BTreeMap<String, Vec<(String, Vec<f32>)>> {
+    std::fs::read_dir(dir.join("data"))
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let rows = read_shard(&path)
+                .into_iter()
+                .map(|r| (r.id, r.vector))
+                .collect();
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                rows,
+            )
+        })
+        .collect()
+}
+
+/// Version 2 holds what a fresh run of release 2 publishes, by ids and vectors; every file of
+/// version 1 with none of the withdrawn or changed papers is byte-identical in version 2; the
+/// manifest and card carry the changelog, and SHA256SUMS covers the new files.
+fn check_version_2(t: &TestDir, withdrawn: &[String], changed: &[String]) {
+    let (v1, v2, fresh) = (t.join("v1"), t.join("v2"), t.join("fresh-ds"));
+    let rows = |files: &BTreeMap<String, Vec<(String, Vec<f32>)>>| -> BTreeMap<String, Vec<f32>> {
+        let mut out = BTreeMap::new();
+        for (id, v) in files.values().flatten() {
+            assert!(out.insert(id.clone(), v.clone()).is_none(), "{id} twice");
+        }
+        out
+    };
+    let (files_1, files_2) = (data_files(&v1), data_files(&v2));
+    let (got, want) = (rows(&files_2), rows(&data_files(&fresh)));
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (id, v) in &got {
+        assert!(
+            cosine(v, &want[id]) > 0.9999,
+            "{id}: not the vector of its release-2 text"
+        );
+    }
+    let touched: BTreeSet<&String> = withdrawn.iter().chain(changed).collect();
+    let mut same = 0;
+    for (name, rows_1) in &files_1 {
+        let untouched = rows_1.iter().all(|(id, _)| !touched.contains(id));
+        let bytes = |dir: &Path| std::fs::read(dir.join("data").join(name)).ok();
+        if untouched {
+            assert_eq!(
+                bytes(&v1),
+                bytes(&v2),
+                "{name} holds no changed paper: byte-identical"
+            );
+            same += 1;
+        } else {
+            assert_ne!(bytes(&v1), bytes(&v2), "{name} lost or replaced papers");
+        }
+    }
+    assert!(same >= 4, "{same} files of version 1 untouched");
+    assert!(
+        files_2.keys().any(|n| n.starts_with("train-r0002-")),
+        "{:?}",
+        files_2.keys()
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(v2.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["version"], 2);
+    let r2 = &manifest["releases"][1];
+    assert_eq!(
+        (&r2["added"], &r2["changed"], &r2["withdrawn"]),
+        (
+            &serde_json::json!(250),
+            &serde_json::json!(30),
+            &serde_json::json!(50)
+        )
+    );
+    assert!(r2["command"].as_str().unwrap().contains("--update"), "{r2}");
+    let card = std::fs::read_to_string(v2.join("README.md")).unwrap();
+    assert!(
+        card.contains("## Releases") && card.contains("| 2 | 250 | 30 | 50 | 920 |"),
+        "{card}"
+    );
+    let sums = std::fs::read_to_string(v2.join("SHA256SUMS")).unwrap();
+    for name in files_2.keys() {
+        let line = sums
+            .lines()
+            .find(|l| l.ends_with(&format!("data/{name}")))
+            .unwrap();
+        let digest = embedfleet_core::shardfile::sha256_of(&v2.join("data").join(name)).unwrap();
+        assert!(line.starts_with(&digest), "{line}");
     }
 }

@@ -76,6 +76,9 @@ pub struct RunStatus {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseStatus {
     pub release: i64,
+    /// The command line that planned it.
+    #[serde(default)]
+    pub command: Option<String>,
     /// `false` while it is being planned (its counts are then zero).
     pub planned: bool,
     #[serde(flatten)]
@@ -213,6 +216,7 @@ impl RunDb {
             .map(|r| {
                 let status = ReleaseStatus {
                     release: r.id,
+                    command: r.command,
                     planned: r.planned_at.is_some(),
                     counts: r.counts.unwrap_or_default(),
                     ..ReleaseStatus::default()

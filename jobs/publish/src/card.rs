@@ -111,6 +111,7 @@ pub fn render(facts: &Facts, options: &PublishOptions) -> String {
     );
     vectors(&mut out, facts, options);
     counts(&mut out, facts);
+    releases(&mut out, facts);
     columns(&mut out, options);
     if !facts.queries.is_empty() {
         let rows: u64 = facts.queries.iter().map(|q| q.rows).sum();
@@ -166,6 +167,13 @@ fn counts(out: &mut String, facts: &Facts) {
     if deleted > 0 {
         let _ = writeln!(out, "| papers deleted (left out) | {deleted} |");
     }
+    if facts.source.withheld > 0 {
+        let _ = writeln!(
+            out,
+            "| older copies left out (changed or withdrawn by a later release) | {} |",
+            facts.source.withheld
+        );
+    }
     if facts.missing.is_empty() {
         out.push_str(if deleted > 0 {
             "\nEvery planned batch is embedded: each planned paper is a row, quarantined (the reasons above) or deleted (`embedfleet delete`).\n"
@@ -183,6 +191,32 @@ fn counts(out: &mut String, facts: &Facts) {
     );
     for b in facts.missing {
         let _ = writeln!(out, "- {b}");
+    }
+}
+
+/// The changelog: one row per corpus release, when the run followed more than one.
+fn releases(out: &mut String, facts: &Facts) {
+    let releases = &facts.status.releases;
+    if releases.len() < 2 {
+        return;
+    }
+    let _ = write!(
+        out,
+        "\n## Releases\n\nVersion {} of this dataset: the corpus in {} releases. Each release re-embedded only the papers it added or changed; a file of `data/` changes only when a release changed or withdrew one of its papers (release R's papers are in `data/train-rRRRR-*`).\n\n| release | added | changed | withdrawn | unchanged | planned with |\n|---|---|---|---|---|---|\n",
+        releases.last().map_or(1, |r| r.release),
+        releases.len()
+    );
+    for r in releases {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | `{}` |",
+            r.release,
+            r.counts.added,
+            r.counts.changed,
+            r.counts.withdrawn,
+            r.counts.unchanged,
+            cell(r.command.as_deref().unwrap_or("-"))
+        );
     }
 }
 

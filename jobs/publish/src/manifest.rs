@@ -75,10 +75,22 @@ pub fn render(facts: &Facts, options: &PublishOptions) -> String {
             "quarantined_by_reason": status.quarantined_by_reason,
             "papers_missing": facts.papers_missing(),
             "papers_deleted": facts.source.deleted_rows(),
+            "rows_withheld_by_releases": facts.source.withheld,
             "batches": status.batches,
             "batches_by_state": status.batches_by_state,
             "shards": status.shards,
         },
+        // A new version with each corpus release (`plan --update`); the changelog is the
+        // releases, each with what it added, changed and withdrew, and the command.
+        "version": status.releases.last().map_or(1, |r| r.release),
+        "releases": status.releases.iter().map(|r| json!({
+            "release": r.release,
+            "added": r.counts.added,
+            "changed": r.counts.changed,
+            "withdrawn": r.counts.withdrawn,
+            "unchanged": r.counts.unchanged,
+            "command": r.command,
+        })).collect::<Vec<_>>(),
         "partial": !facts.missing.is_empty(),
         "missing_batches": facts.missing,
         "files": facts.data.iter().chain(facts.queries).collect::<Vec<_>>(),

@@ -55,29 +55,48 @@ pub fn bytes_per_row(source: &Source, with_text: bool) -> u64 {
     (source.dim * source.item_bytes) as u64 + ROW_OVERHEAD_BYTES + text
 }
 
-/// Splits the shards' rows, in order, into files of `max(1, target / bytes per row)` rows.
+/// Splits the shards' rows, in order, into files of `max(1, target / bytes per row)` rows,
+/// each release's apart: release 1's are `data/train-NNNNN-of-MMMMM.parquet`, a later
+/// release R's `data/train-rRRRR-NNNNN-of-MMMMM.parquet`.
 pub fn split(source: &Source, with_text: bool, target_bytes: u64) -> Plan {
     let per_row = bytes_per_row(source, with_text).max(1);
     let rows_per_file = (target_bytes / per_row).max(1);
-    let total = source.rows();
-    let n_files = total.div_ceil(rows_per_file).max(1);
-    let files = (0..n_files)
-        .map(|i| {
+    let mut files = Vec::new();
+    let mut first = 0;
+    while first < source.shards.len() {
+        let release = source.releases[first];
+        let end = first
+            + source.releases[first..]
+                .iter()
+                .take_while(|&&r| r == release)
+                .count();
+        let (shards, deleted) = (&source.shards[first..end], &source.deleted[first..end]);
+        let total: u64 = shards.iter().map(|s| s.rows).sum();
+        let n_files = total.div_ceil(rows_per_file).max(1);
+        for i in 0..n_files {
             let start = i * rows_per_file;
             let rows = rows_per_file.min(total - start.min(total));
-            let slices = slices(&source.shards, &source.deleted, start, rows);
-            FilePlan {
-                path: format!("data/train-{i:05}-of-{n_files:05}.parquet"),
+            let slices = slices(shards, deleted, start, rows);
+            files.push(FilePlan {
+                path: file_name(release, i, n_files),
                 rows: slices.iter().map(Slice::kept).sum(),
                 recipe_sha256: recipe(&slices, with_text),
                 slices,
-            }
-        })
-        .collect();
+            });
+        }
+        first = end;
+    }
     let rows_per_group = (ROW_GROUP_BYTES / per_row).clamp(1, 1 << 20) as usize;
     Plan {
         files,
         rows_per_group,
+    }
+}
+
+fn file_name(release: i64, i: u64, n_files: u64) -> String {
+    match release {
+        1 => format!("data/train-{i:05}-of-{n_files:05}.parquet"),
+        r => format!("data/train-r{r:04}-{i:05}-of-{n_files:05}.parquet"),
     }
 }
 
@@ -155,6 +174,8 @@ mod tests {
             text_bytes: 1000,
             plan_sha256: String::new(),
             deleted: vec![Vec::new(); rows.len()],
+            withheld: 0,
+            releases: vec![1; rows.len()],
         }
     }
 
@@ -208,6 +229,43 @@ mod tests {
         for (i, (a, b)) in before.files.iter().zip(&plan.files).enumerate() {
             assert_eq!(a.recipe_sha256 == b.recipe_sha256, i >= 2, "file {i}");
         }
+    }
+
+    #[test]
+    fn each_release_has_files_of_its_own_and_a_later_one_leaves_the_earlier_files_alone() {
+        let first = source(&[10, 3]);
+        let before = split(&first, false, 6 * 96);
+        let mut both = source(&[10, 3, 7, 2]);
+        both.releases = vec![1, 1, 2, 2];
+        let plan = split(&both, false, 6 * 96);
+        let names: Vec<&str> = plan.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "data/train-00000-of-00003.parquet",
+                "data/train-00001-of-00003.parquet",
+                "data/train-00002-of-00003.parquet",
+                "data/train-r0002-00000-of-00002.parquet",
+                "data/train-r0002-00001-of-00002.parquet",
+            ]
+        );
+        assert_eq!(
+            plan.files.iter().map(|f| f.rows).collect::<Vec<_>>(),
+            [6, 6, 1, 6, 3]
+        );
+        for (a, b) in before.files.iter().zip(&plan.files) {
+            assert_eq!((&a.path, &a.recipe_sha256), (&b.path, &b.recipe_sha256));
+        }
+        let third: Vec<(u32, u64, u64)> = plan.files[3]
+            .slices
+            .iter()
+            .map(|s| (s.shard.part, s.from, s.rows))
+            .collect();
+        assert_eq!(
+            third,
+            [(2, 0, 6)],
+            "release 2's rows start a file of their own"
+        );
     }
 
     #[test]

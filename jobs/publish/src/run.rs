@@ -35,20 +35,22 @@ pub struct Source {
     /// Identifies the run's plan (corpus files and batches), not its progress: a published
     /// folder of the same run may be replaced, one of another run may not.
     pub plan_sha256: String,
-    /// Per shard (as `shards`), the rows of papers deleted from the run (`embedfleet delete`,
-    /// run.db's tombstones), sorted: they are left out of the data files.
+    /// Per shard (as `shards`), the rows left out of the data files, sorted: papers deleted
+    /// from the run (`embedfleet delete`, run.db's tombstones), and rows a later corpus
+    /// release superseded or withdrew (`plan --update`).
     pub deleted: Vec<Vec<u64>>,
+    /// How many of `deleted` are rows releases withheld (the rest are tombstones).
+    pub withheld: u64,
+    /// Per shard (as `shards`), the corpus release its batch was planned in: each release's
+    /// rows go to data files of their own, so a later release leaves an earlier one's files as
+    /// they were unless it took one of their papers out.
+    pub releases: Vec<i64>,
 }
 
 impl Source {
-    /// Rows in the parquet shards, deleted papers' included: the positions the plan cuts.
-    pub fn rows(&self) -> u64 {
-        self.shards.iter().map(|s| s.rows).sum()
-    }
-
-    /// Rows of deleted papers, left out of the data files.
+    /// Rows of papers deleted from the run (tombstones), left out of the data files.
     pub fn deleted_rows(&self) -> u64 {
-        self.deleted.iter().map(|d| d.len() as u64).sum()
+        self.deleted.iter().map(|d| d.len() as u64).sum::<u64>() - self.withheld
     }
 
     /// `float32` or `float16`: what the vectors are stored as.
@@ -80,8 +82,15 @@ impl Source {
                 return Err(PublishError::MixedShards { path, what });
             }
         }
-        let deleted = deleted_rows(db, &shards)?;
+        let (deleted, withheld) = left_out_rows(db, &shards)?;
+        let release_of = release_of_batches(db)?;
+        let releases = shards
+            .iter()
+            .map(|s| release_of.get(&s.batch_id.0).copied().unwrap_or(1))
+            .collect();
         Ok(Source {
+            withheld,
+            releases,
             shards,
             schema,
             meta,
@@ -94,28 +103,54 @@ impl Source {
     }
 }
 
-/// Per shard, the rows whose paper is tombstoned in run.db; only the shards of batches with a
-/// tombstone are read (their `id` column alone).
-fn deleted_rows(db: &RunDb, shards: &[ShardRow]) -> Result<Vec<Vec<u64>>, PublishError> {
-    let tombstones = db.tombstones()?;
+/// Per shard, the rows left out (see [`Source::deleted`]), and how many of them a release
+/// withheld; only the shards of batches with such a row are read (their `id` column alone).
+fn left_out_rows(db: &RunDb, shards: &[ShardRow]) -> Result<(Vec<Vec<u64>>, u64), PublishError> {
     let mut by_batch: HashMap<i64, HashSet<String>> = HashMap::new();
-    for t in tombstones {
+    for t in db.tombstones()? {
         by_batch.entry(t.batch_id).or_default().insert(t.paper_id);
     }
-    shards
+    let mut withheld: HashMap<i64, HashSet<String>> = HashMap::new();
+    for w in db.withheld_rows()? {
+        withheld.entry(w.batch_id).or_default().insert(w.paper_id);
+    }
+    let mut withheld_rows = 0;
+    let rows = shards
         .iter()
-        .map(|shard| match by_batch.get(&shard.batch_id.0) {
-            None => Ok(Vec::new()),
-            Some(dead) => {
-                let ids = ids_of(&db.dir().join(&shard.path))?;
-                Ok((0u64..)
-                    .zip(&ids)
-                    .filter(|(_, id)| dead.contains(id.as_str()))
-                    .map(|(row, _)| row)
-                    .collect())
+        .map(|shard| {
+            let batch = shard.batch_id.0;
+            let (dead, held) = (by_batch.get(&batch), withheld.get(&batch));
+            if dead.is_none() && held.is_none() {
+                return Ok(Vec::new());
             }
+            let ids = ids_of(&db.dir().join(&shard.path))?;
+            let mut rows = Vec::new();
+            for (row, id) in (0u64..).zip(&ids) {
+                let id = id.as_str();
+                if dead.is_some_and(|d| d.contains(id)) {
+                    rows.push(row);
+                } else if held.is_some_and(|h| h.contains(id)) {
+                    rows.push(row);
+                    withheld_rows += 1;
+                }
+            }
+            Ok(rows)
         })
-        .collect()
+        .collect::<Result<Vec<_>, PublishError>>()?;
+    Ok((rows, withheld_rows))
+}
+
+/// The corpus release of each batch.
+fn release_of_batches(db: &RunDb) -> Result<HashMap<i64, i64>, PublishError> {
+    let mut stmt = db
+        .conn()
+        .prepare("SELECT b.id, f.release FROM batches b JOIN corpus_files f ON f.id = b.file_id")
+        .map_err(|e| db.err(e))?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(|r| r.collect::<rusqlite::Result<HashMap<i64, i64>>>())
+        .map_err(|e| db.err(e))?;
+    Ok(rows)
 }
 
 /// The `id` column of a parquet shard, in row order.
@@ -232,11 +267,14 @@ fn text_bytes(db: &RunDb) -> Result<u64, PublishError> {
     Ok(chars.unwrap_or(0) / rows.unwrap_or(0).max(1))
 }
 
+/// The run's identity, from its first release (corpus files and batches): later releases of
+/// the corpus are new versions of the same dataset, and may replace a folder it published.
 fn plan_sha256(db: &RunDb) -> Result<String, PublishError> {
     let mut hasher = Sha256::new();
     let queries = [
-        "SELECT path || char(31) || size || char(31) || mtime_ns FROM corpus_files ORDER BY id",
-        "SELECT id || char(31) || path || char(31) || n_rows FROM batches ORDER BY id",
+        "SELECT path || char(31) || size || char(31) || mtime_ns FROM corpus_files WHERE release = 1 ORDER BY id",
+        "SELECT b.id || char(31) || b.path || char(31) || b.n_rows FROM batches b
+         JOIN corpus_files f ON f.id = b.file_id WHERE f.release = 1 ORDER BY b.id",
     ];
     for sql in queries {
         let mut stmt = db.conn().prepare(sql).map_err(|e| db.err(e))?;
