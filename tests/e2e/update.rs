@@ -4,9 +4,13 @@
 //! changed papers with the vectors a fresh run of release 2 gives them.
 
 use crate::util::{read_shard, TestDir};
+use embedfleet_core::rundb::TEST_KILL_ENV;
 use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 const RELEASE_1: usize = 1000;
 const WITHDRAWN: usize = 50;
@@ -35,12 +39,28 @@ fn paper_line(id: &str, seed: u64) -> String {
     )
 }
 
-/// Release 1: `RELEASE_1` papers. Release 2 made from release 1's lines: every 10th paper of
-/// the first half withdrawn, every 10th from the 5th on of the first 300 given a revised
-/// text (the second half untouched), and `NEW` papers appended. Returns (withdrawn, changed,
-/// new) ids.
-fn make_releases(t: &TestDir) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let r1: String = (0..RELEASE_1)
+/// The shape of a test's two releases.
+struct Shape {
+    release_1: usize,
+    withdrawn: usize,
+    changed: usize,
+    new: usize,
+}
+
+/// The issue's shape: 1,000 papers, then 50 withdrawn, 30 changed and 250 new.
+const ISSUE: Shape = Shape {
+    release_1: RELEASE_1,
+    withdrawn: WITHDRAWN,
+    changed: CHANGED,
+    new: NEW,
+};
+
+/// Release 1: `shape.release_1` papers. Release 2 made from release 1's lines: every 10th
+/// paper of the first half withdrawn, every 10th from the 5th on given a revised text (the
+/// second half untouched), and `shape.new` papers appended. Returns (withdrawn, changed, new)
+/// ids.
+fn make_releases(t: &TestDir, shape: &Shape) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let r1: String = (0..shape.release_1)
         .map(|i| paper_line(&format!("W{i:05}"), i as u64))
         .collect();
     std::fs::write(t.join("r1.jsonl"), &r1).unwrap();
@@ -49,11 +69,11 @@ fn make_releases(t: &TestDir) -> (Vec<String>, Vec<String>, Vec<String>) {
     for (i, line) in r1.lines().enumerate() {
         let mut paper: serde_json::Value = serde_json::from_str(line).unwrap();
         let id = paper["id"].as_str().unwrap().to_owned();
-        if i % 10 == 0 && withdrawn.len() < WITHDRAWN {
+        if i % 10 == 0 && withdrawn.len() < shape.withdrawn {
             withdrawn.push(id);
             continue;
         }
-        if i % 10 == 5 && changed.len() < CHANGED {
+        if i % 10 == 5 && changed.len() < shape.changed {
             let text = paper["text"].as_str().unwrap().to_owned();
             paper["text"] = format!("{text} revised").into();
             changed.push(id);
@@ -61,7 +81,8 @@ fn make_releases(t: &TestDir) -> (Vec<String>, Vec<String>, Vec<String>) {
         out += &serde_json::to_string(&paper).unwrap();
         out.push('\n');
     }
-    for i in 0..NEW {
+    assert!(withdrawn.len() == shape.withdrawn && changed.len() == shape.changed);
+    for i in 0..shape.new {
         let id = format!("N{i:05}");
         out += &paper_line(&id, 1_000_000 + i as u64);
         new.push(id);
@@ -99,7 +120,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it() {
     let t = TestDir::new();
-    let (withdrawn, changed, new) = make_releases(&t);
+    let (withdrawn, changed, new) = make_releases(&t, &ISSUE);
     t.run_corpus("run", "r1.jsonl", 250, &[]);
     let run = t.join("run");
     let release_1 = vectors_by_batch(&run);
@@ -339,4 +360,155 @@ fn check_version_2(t: &TestDir, withdrawn: &[String], changed: &[String]) {
         let digest = embedfleet_core::shardfile::sha256_of(&v2.join("data").join(name)).unwrap();
         assert!(line.starts_with(&digest), "{line}");
     }
+}
+
+/// Each live paper of a run with the vector of its newest copy (a later batch replaces an
+/// earlier one's), less `withdrawn`.
+fn live_vectors(run: &Path, withdrawn: &[String]) -> BTreeMap<String, Vec<f32>> {
+    let mut out = BTreeMap::new();
+    for batch in vectors_by_batch(run).into_values() {
+        out.extend(batch);
+    }
+    out.retain(|id, _| !withdrawn.contains(id));
+    out
+}
+
+/// Spawns `embedfleet ARGS` and SIGKILLs it `after` (when it has not ended by then); true when
+/// it was killed.
+fn kill_after(t: &TestDir, args: &[&str], env: &[(&str, &str)], after: Duration) -> bool {
+    let mut child = t
+        .cmd(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + after;
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    true
+}
+
+#[test]
+fn an_update_killed_at_seeded_moments_in_each_stage_ends_exact() {
+    let t = TestDir::new();
+    let shape = Shape {
+        release_1: 300,
+        withdrawn: 15,
+        changed: 9,
+        new: 75,
+    };
+    let (withdrawn, changed, new) = make_releases(&t, &shape);
+    t.run_corpus("run", "r1.jsonl", 100, &[]);
+    let run = t.join("run");
+    let publish = [
+        "publish",
+        "--run-dir",
+        "run",
+        "--out",
+        "ds",
+        "--target-shard-mb",
+        "0.01",
+    ];
+    t.run(&publish, 0);
+
+    // Plan: killed inside the transaction that settles the release, then again.
+    let update = ["plan", "--update", "r2.jsonl", "--run-dir", "run"];
+    let killed = t
+        .cmd(&update)
+        .env(TEST_KILL_ENV, "resolve_duplicates")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.signal(), Some(libc::SIGKILL));
+    let out = t.run(&update, 0);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("75 added, 9 changed, 15 withdrawn, 276 unchanged"),
+        "{said}"
+    );
+
+    // Embed and upload (`run`), the upload alone, then publish: each killed at seeded moments
+    // and run again to the end.
+    let mut rng = 0x5eed_2024_u64;
+    let mut next_delay = |base_ms: u64, spread_ms: u64| {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        Duration::from_millis(base_ms + (rng >> 33) % spread_ms)
+    };
+    let run_args = [
+        "run",
+        "--corpus",
+        "r2.jsonl",
+        "--run-dir",
+        "run",
+        "--papers-per-job",
+        "100",
+        "--local-jobs",
+        "2",
+        "--shard-papers",
+        "15",
+    ];
+    let mut kills = 0;
+    for _ in 0..3 {
+        kills += kill_after(&t, &run_args, &[], next_delay(300, 2500)) as usize;
+    }
+    t.run(&run_args, 0);
+    let upload = [
+        "upload",
+        "--run-dir",
+        "run",
+        "--collection",
+        "papers",
+        "--edge",
+        "run/qdrant",
+    ];
+    for _ in 0..2 {
+        kills += kill_after(&t, &upload, &[], next_delay(50, 400)) as usize;
+    }
+    t.run(&upload, 0);
+    for _ in 0..3 {
+        kills += kill_after(&t, &publish, &[], next_delay(20, 300)) as usize;
+    }
+    t.run(&publish, 0);
+    assert!(kills >= 3, "only {kills} commands were killed mid-way");
+
+    // Exactly release 2, embedded once: the collection, and the published folder.
+    let embedded_in_update = scalar(
+        &run,
+        "SELECT count(*) FROM papers p JOIN batches b ON b.id = p.batch_id
+         JOIN corpus_files f ON f.id = b.file_id WHERE f.release = 2 AND p.duplicate_of IS NULL",
+    );
+    assert_eq!(embedded_in_update, (shape.changed + shape.new) as i64);
+    let live = live_vectors(&run, &withdrawn);
+    assert_eq!(live.len(), shape.release_1 - shape.withdrawn + shape.new);
+    let edge = QdrantEdge::open(run.join("qdrant")).unwrap();
+    assert_eq!(edge.count("papers", None).unwrap(), live.len() as u64);
+    let ids: Vec<_> = withdrawn.iter().map(|p| point_id(p)).collect();
+    assert_eq!(edge.count_ids("papers", &ids, None).unwrap(), 0);
+    let exact = SearchOptions {
+        exact: true,
+        ..SearchOptions::new(1)
+    };
+    for id in changed.iter().chain(&new) {
+        let hits = edge.search_with("papers", &live[id], &exact).unwrap();
+        assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()));
+        assert!(hits[0].score > 0.9999, "{id}: {}", hits[0].score);
+    }
+    let mut published = BTreeMap::new();
+    for rows in data_files(&t.join("ds")).into_values() {
+        for (id, v) in rows {
+            assert!(published.insert(id.clone(), v).is_none(), "{id} twice");
+        }
+    }
+    assert_eq!(
+        published, live,
+        "the folder holds each live paper's newest vector"
+    );
 }
