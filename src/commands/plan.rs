@@ -90,19 +90,14 @@ fn plan_with(
         update,
     };
     let report = plan::plan(&options)?;
-    let release = match report.release {
-        1 => String::new(),
-        n => format!("release {n}: "),
-    };
-    if report.already_planned {
-        eprintln!(
-            "{release}already planned: {} papers in {} batches ({} quarantined); nothing to do",
+    let secs = report.elapsed.as_secs_f64().max(1e-9);
+    match (report.release, report.counts) {
+        (1, _) | (_, None) if report.already_planned => eprintln!(
+            "already planned: {} papers in {} batches ({} quarantined); nothing to do",
             report.papers, report.batches, report.quarantined
-        );
-    } else {
-        let secs = report.elapsed.as_secs_f64().max(1e-9);
-        eprintln!(
-            "{release}planned {} papers into {} batches from {} files in {:.1} s ({:.0} papers/s); {} quarantined ({} duplicates), see {}",
+        ),
+        (1, _) | (_, None) => eprintln!(
+            "planned {} papers into {} batches from {} files in {:.1} s ({:.0} papers/s); {} quarantined ({} duplicates), see {}",
             report.papers,
             report.batches,
             report.files,
@@ -111,18 +106,19 @@ fn plan_with(
             report.quarantined,
             report.duplicates,
             RunLayout::new(&options.run_dir).quarantine_file().display()
-        );
-    }
-    if let (Some(counts), true) = (report.counts, report.release > 1) {
-        eprintln!(
-            "release {}: {} added, {} changed, {} withdrawn, {} unchanged: {} papers to embed",
-            report.release,
+        ),
+        (release, Some(counts)) => eprintln!(
+            "release {release}{}: {} added, {} changed, {} withdrawn, {} unchanged: {} papers to embed in {} new batches ({} quarantined in the run, see {})",
+            if report.already_planned { " already planned" } else { "" },
             counts.added,
             counts.changed,
             counts.withdrawn,
             counts.unchanged,
-            counts.to_embed()
-        );
+            counts.to_embed(),
+            report.release_batches,
+            report.quarantined,
+            RunLayout::new(&options.run_dir).quarantine_file().display()
+        ),
     }
     if !report.already_planned {
         eprintln!("{}", disk_estimate(&options.run_dir, report.papers));

@@ -144,6 +144,8 @@ pub struct PlanReport {
     /// The release planned (1 for a first plan), and what it changed.
     pub release: i64,
     pub counts: Option<ReleaseCounts>,
+    /// The batches of that release (all of them for release 1).
+    pub release_batches: u64,
 }
 
 pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
@@ -453,6 +455,11 @@ fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {
     report.batches = status.batches;
     report.quarantined = status.papers_quarantined;
     report.corrupt = status.corrupt_files.into_iter().collect();
+    report.release_batches = status
+        .releases
+        .iter()
+        .find(|r| r.release == report.release)
+        .map_or(report.batches, |r| r.batches);
     Ok(())
 }
 
