@@ -104,12 +104,14 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// The batch that holds the embedded copy of a paper (not a skipped duplicate).
+    /// The batch that holds the embedded copy of a paper (not a skipped duplicate): its live
+    /// copy, or, when a later corpus release withdrew it, its newest.
     /// Call [`RunDb::index_paper_ids`] first when looking up more than a few.
     pub fn batch_of_paper(&self, paper_id: &str) -> Result<Option<i64>> {
         self.conn
             .query_row(
-                "SELECT batch_id FROM papers WHERE id = ?1 AND duplicate_of IS NULL LIMIT 1",
+                "SELECT batch_id FROM papers WHERE id = ?1 AND duplicate_of IS NULL
+                 ORDER BY superseded_in IS NOT NULL OR withdrawn_in IS NOT NULL, batch_id DESC LIMIT 1",
                 [paper_id],
                 |r| r.get(0),
             )

@@ -16,6 +16,10 @@ use std::path::Path;
 pub(super) struct KnownPapers {
     /// (id hash, text hash), sorted.
     pairs: Vec<(u64, u64)>,
+    /// Id hashes of the papers deleted from the run (`embedfleet delete`), sorted: a release
+    /// carrying one again, whatever its text, plans nothing for it (a deleted paper stays
+    /// deleted in every release).
+    deleted: Vec<u64>,
 }
 
 fn id_hash(id: &str) -> u64 {
@@ -66,12 +70,22 @@ impl KnownPapers {
             .map(|(p, h)| (id_hash(&p.id), h.expect("every hash was filled above")))
             .collect();
         pairs.sort_unstable();
-        Ok(Self { pairs })
+        let mut deleted: Vec<u64> = db
+            .tombstones()?
+            .iter()
+            .map(|t| id_hash(&t.paper_id))
+            .collect();
+        deleted.sort_unstable();
+        Ok(Self { pairs, deleted })
     }
 
-    /// True when the run holds `id` with this very text: the release carries it unchanged.
+    /// True when the run holds `id` with this very text (the release carries it unchanged), or
+    /// deleted it.
     pub fn holds_unchanged(&self, id: &str, text_hash: u64) -> bool {
         let key = id_hash(id);
+        if self.deleted.binary_search(&key).is_ok() {
+            return true;
+        }
         let first = self.pairs.partition_point(|&(k, _)| k < key);
         self.pairs[first..]
             .iter()
@@ -86,7 +100,10 @@ impl KnownPapers {
             .map(|(id, text)| (id_hash(id), text_hash(text)))
             .collect();
         pairs.sort_unstable();
-        Self { pairs }
+        Self {
+            pairs,
+            deleted: vec![id_hash("deleted")],
+        }
     }
 }
 
@@ -102,5 +119,9 @@ mod tests {
         assert!(!known.holds_unchanged("a", text_hash("alpha, revised")));
         assert!(!known.holds_unchanged("d", text_hash("alpha")));
         assert!(!known.holds_unchanged("b", text_hash("alpha")));
+        assert!(
+            known.holds_unchanged("deleted", text_hash("any text")),
+            "deleted stays deleted"
+        );
     }
 }

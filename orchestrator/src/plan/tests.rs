@@ -578,3 +578,35 @@ fn an_update_needs_a_planned_run() {
     assert!(matches!(err, PlanError::NothingToUpdate { .. }), "{err}");
     assert!(err.is_refusal());
 }
+
+#[test]
+fn a_deleted_paper_stays_deleted_when_a_release_carries_it_again_with_new_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let r1 = dir.path().join("r1.jsonl");
+    let r2 = dir.path().join("r2.jsonl");
+    std::fs::write(&r1, paper("a", "alpha") + &paper("b", "beta")).unwrap();
+    std::fs::write(
+        &r2,
+        paper("a", "alpha") + &paper("b", "beta, revised") + &paper("c", "gamma"),
+    )
+    .unwrap();
+    let first = options(dir.path(), vec![r1], PlanSettings::default());
+    plan(&first).unwrap();
+    let db = RunDb::open(&first.run_dir).unwrap();
+    db.record_tombstones(&[embedfleet_core::rundb::Tombstone {
+        batch_id: 1,
+        paper_id: "b".into(),
+    }])
+    .unwrap();
+    drop(db);
+    let report = plan(&update(&first, vec![r2], false)).unwrap();
+    assert_eq!(
+        report.counts,
+        Some(ReleaseCounts {
+            added: 1,
+            unchanged: 2,
+            ..ReleaseCounts::default()
+        })
+    );
+    assert_eq!(batches(&first.run_dir)[1], ["c"]);
+}
