@@ -113,11 +113,28 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
         assert!(script.contains("#SBATCH --partition=debug"), "{script}");
     }
     // The jobs Slurm knows by this run's names are all of the rows: none ran elsewhere.
-    let sacct = Command::new("sacct")
-        .args(["-n", "-X", "-P", "-o", "JobName,JobID", "-S", "now-1hour"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
+    // Slurm's accounting writes a job's record a moment after the job ends, so the last
+    // job may take a few seconds to appear.
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(name, _, id, _)| format!("{name}|{}", id.as_deref().unwrap()))
+        .collect();
+    let read_sacct = || {
+        Command::new("sacct")
+            .args(["-n", "-X", "-P", "-o", "JobName,JobID", "-S", "now-1hour"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let accounting_deadline = Instant::now() + Duration::from_secs(30);
+    let mut sacct = read_sacct();
+    while !sacct.trim().is_empty()
+        && lines.iter().any(|l| !sacct.contains(l.as_str()))
+        && Instant::now() < accounting_deadline
+    {
+        std::thread::sleep(Duration::from_millis(500));
+        sacct = read_sacct();
+    }
     if !sacct.trim().is_empty() {
         for (name, _, id, _) in &rows {
             let line = format!("{name}|{}", id.as_deref().unwrap());
