@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Snapshot bulk load beside the upsert load (issue 12): one synthetic run, one server, both ways.
 #
-#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUP_COUNTS="2 4 8"] benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
+#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUP_COUNTS="2 4 8"] [SKIP_PER_BATCH=1] \
+#     benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
 #
 # 1. upsert:   `embedfleet upload` (bulk mode) into collection `upsert`, until green: wall, and the
 #              CPU seconds of the server and of the client;
@@ -20,6 +21,8 @@
 # The run: `embedfleet plan` of a one-paper corpus for its run.db, then POINTS random unit
 # vectors written by pyarrow (its defaults: snappy) in shards of 500 rows, BATCH_POINTS a batch,
 # recorded in run.db with their sha256 — parquet made the way users make it, not by embedfleet.
+# SKIP_PER_BATCH=1 leaves out steps 2 and 3 (a key per batch), already measured at a size, to
+# fit the grouped loads beside the upsert in one run on a small machine.
 set -euo pipefail
 points=${1:?usage: snapshot_load.sh POINTS [DIM] [BATCH_POINTS]}
 dim=${2:-2560}
@@ -87,6 +90,8 @@ read -r up_wall up_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdra
 c1=$(server_cpu)
 echo "{\"phase\":\"upsert+index\",\"points\":$points,\"dim\":$dim,\"wall_s\":$up_wall,\"client_cpu_s\":$up_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
 
+per_batch=()
+if [ -z "${SKIP_PER_BATCH:-}" ]; then
 # 2. Each batch's shard built offline, one process per batch (one embed node each on a cluster).
 build_wall=0; build_cpu=0; build_max=0
 for b in $(seq 1 "$batches"); do
@@ -101,6 +106,8 @@ c0=$(server_cpu)
 read -r sn_wall sn_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build --groups "$batches")
 c1=$(server_cpu)
 echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
+per_batch=(snapshot)
+fi
 
 # 4. Grouped loads: a copy of the run per G (a run's grouping is pinned once), its groups built,
 # then loaded.
@@ -123,14 +130,14 @@ for g in ${GROUP_COUNTS:-}; do
 done
 
 # The two collections hold the same points and give the same exact answers.
-python3 - "$rest" "$points" "${grouped[@]}" <<'PY'
+python3 - "$rest" "$points" "${per_batch[@]}" "${grouped[@]}" <<'PY'
 import json, sys, urllib.request
-rest, points, grouped = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+rest, points, others = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def call(method, path, body=None):
     req = urllib.request.Request(rest + path, method=method, data=json.dumps(body).encode() if body else None,
                                  headers={"Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(req))["result"]
-names = ["upsert", "snapshot", *grouped]
+names = ["upsert", *others]
 counts = {c: call("POST", f"/collections/{c}/points/count", {"exact": True})["count"] for c in names}
 info = {c: call("GET", f"/collections/{c}") for c in names}
 pts = call("POST", "/collections/upsert/points/scroll", {"limit": 50, "with_vector": True})["points"]
@@ -148,11 +155,11 @@ print(json.dumps({"phase": "compare", "counts": counts, "expected": points,
 PY
 
 # And what the shape costs a search: HNSW top-10 latency and recall against exact search.
-python3 "$here/benches/snapshot_search.py" "$rest" 200 upsert snapshot "${grouped[@]}"
+python3 "$here/benches/snapshot_search.py" "$rest" 200 upsert "${per_batch[@]}" "${grouped[@]}"
 
 # And `embedfleet eval`'s recall@10 (200 of the run's vectors, perturbed, against exact search
 # over its parquet shards) at ef 128.
-for c in upsert snapshot "${grouped[@]}"; do
+for c in upsert "${per_batch[@]}" "${grouped[@]}"; do
   "$bin" eval --run-dir "$work/run" --qdrant "$grpc" --collection "$c" --sample 200 --ef 128 --json \
     --plot "$work/eval-$c.png" > "$work/eval-$c.json"
   python3 - "$c" "$work/eval-$c.json" <<'PY'
