@@ -157,9 +157,9 @@ impl GroupBuilds {
     /// One round; errors are the caller's to show.
     fn try_round(&mut self, db: &RunDb, paused: bool, said: &mut Vec<String>) -> Result<bool> {
         let mut busy = self.poll(said)?;
-        // A run with a later corpus release has rows its groups' shards must not serve: no
-        // build is started (the open ones finish), the load refuses it with the reason.
-        embedfleet_snapshot::refuse_updated_run(db)?;
+        // What groups leave out (tombstones, rows later releases withheld): read once a round,
+        // and only when a group is to be looked at.
+        let mut tombstones = None;
         for group in 1..=self.group_count(db)? {
             let (first, last) = self.keys.batches_of(group);
             let (done, total) = db.batches_done_in(first, last)?;
@@ -173,7 +173,12 @@ impl GroupBuilds {
             if state.failures >= self.max_attempts {
                 continue;
             }
-            let Some(request) = GroupBuildRequest::of_group(db, &self.layout, &self.keys, group)?
+            let tombstones = match &mut tombstones {
+                Some(t) => t,
+                none => none.insert(embedfleet_upload::integrity::Tombstones::read(db)?),
+            };
+            let Some(request) =
+                GroupBuildRequest::of_group(db, &self.layout, &self.keys, tombstones, group)?
             else {
                 continue;
             };

@@ -56,7 +56,7 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
     }
     let others = report.collection_points.saturating_sub(report.points);
     eprintln!(
-        "collection `{}` {}: {} batches in {} groups of {} (keys {}-g*), {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points of this run (every key's count = its built shard's){}, {} exact searches found their own paper",
+        "collection `{}` {}: {} batches in {} groups of {} (keys {}-g*), {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points of this run (every key's count = its built shard's{}){}, {} exact searches found their own paper",
         args.collection,
         if report.created { "created" } else { "existed" },
         report.batches,
@@ -73,6 +73,14 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
         },
         report.green_s,
         report.points,
+        if report.deleted_after > 0 {
+            format!(
+                " less {} rows deleted by id that their groups no longer serve",
+                report.deleted_after
+            )
+        } else {
+            String::new()
+        },
         if others > 0 {
             format!(", {others} more in other runs' keys")
         } else {
@@ -110,9 +118,7 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     apply_collection_args(&mut spec, &args.collection_settings);
     ShardSettings::of(&spec).pin(&layout)?;
     let db = if args.accepted {
-        let db = RunDb::open(&args.run_dir)?;
-        snapshot::refuse_updated_run(&db)?;
-        Some(db)
+        Some(RunDb::open(&args.run_dir)?)
     } else {
         None
     };
@@ -135,11 +141,12 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
         .collect();
     ranges.sort_unstable();
     ranges.dedup();
-    // The run's tombstones are in run.db: only a build from the accepted shards (on the login
-    // node) can leave them out; a job's build keeps them, and the load builds such a group again.
+    // The run's tombstones and withheld rows are in run.db: only a build from the accepted
+    // shards (on the login node) can leave them out; a job's build keeps them, and the load
+    // deletes them by id after recovering it.
     let tombstones = match &db {
-        Some(db) => db.tombstones()?,
-        None => Vec::new(),
+        Some(db) => embedfleet_upload::integrity::Tombstones::read(db)?,
+        None => Default::default(),
     };
     for (first, last) in ranges {
         let sources: Vec<SourceShard> = match (&db, &args.attempt) {
@@ -162,13 +169,16 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
             (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, first, attempt)?,
             (None, None) => snapshot::sources_of_batch(&layout, first)?,
         };
-        let deleted: Vec<String> = tombstones
-            .iter()
-            .filter(|t| (first..=last).contains(&t.batch_id))
-            .map(|t| t.paper_id.clone())
-            .collect();
-        let outcome =
-            snapshot::build_shard_without(&layout, (first, last), &sources, &deleted, &spec)?;
+        let (deleted, replaced) =
+            snapshot::group_rows(&tombstones, |b| keys.group_of(b), (first, last));
+        let outcome = snapshot::build_shard_without(
+            &layout,
+            (first, last),
+            &sources,
+            &deleted,
+            &replaced,
+            &spec,
+        )?;
         print_built(&outcome);
     }
     Ok(exit::SUCCESS)

@@ -1,11 +1,15 @@
 //! A corpus that grows (`plan --update`): release 1 run to the end, then release 2 (papers
 //! withdrawn, changed, new) planned into the same run, embedded and uploaded: only what the
 //! release changed is embedded, and the collection ends up holding exactly release 2, the
-//! changed papers with the vectors a fresh run of release 2 gives them.
+//! changed papers with the vectors a fresh run of release 2 gives them. The `server_*` test
+//! loads both releases in snapshot mode into a Qdrant server (the server suite of
+//! `tests/e2e/snapshot.rs`).
 
 use crate::util::{read_shard, TestDir};
 use embedfleet_core::rundb::TEST_KILL_ENV;
-use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
+use embedfleet_core::RunLayout;
+use embedfleet_snapshot::ShardKeys;
+use embedfleet_upload::{point_id, QdrantEdge, QdrantServer, SearchOptions, ServerConfig, Sink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -511,4 +515,140 @@ fn an_update_killed_at_seeded_moments_in_each_stage_ends_exact() {
         published, live,
         "the folder holds each live paper's newest vector"
     );
+}
+
+/// The server suite's Qdrant (cluster mode): gRPC and REST URLs, a client, and a collection
+/// name of this test's own.
+fn server(test: &str) -> (String, String, QdrantServer, String) {
+    let url = std::env::var("QDRANT_URL").expect(
+        "the server tests need QDRANT_URL: a cluster-mode Qdrant's gRPC URL, e.g. http://127.0.0.1:6334",
+    );
+    let rest = std::env::var("QDRANT_REST_URL")
+        .unwrap_or_else(|_| embedfleet_snapshot::RestClient::url_from_grpc(&url));
+    let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
+    let name = format!("embedfleet-update-{test}-{}", std::process::id());
+    let _ = sink.delete_collection(&name);
+    (url, rest, sink, name)
+}
+
+/// The built shards' manifests of the group starting at batch `first`.
+fn builds_of_group(run: &Path, first: i64) -> usize {
+    let prefix = format!("b{first:06}-");
+    std::fs::read_dir(run.join("snapshots"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix) && n.ends_with(".json"))
+        .count()
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_the_release_withheld()
+{
+    let (url, rest, sink, name) = server("snapshot");
+    let t = TestDir::new();
+    let (withdrawn, changed, new) = make_releases(&t, &ISSUE);
+    t.run_corpus("run", "r1.jsonl", 250, &[]);
+    let run = t.join("run");
+    let load = |groups: &[&str]| -> String {
+        let mut args = vec![
+            "upload",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--qdrant-rest",
+            &rest,
+            "--collection",
+            &name,
+            "--mode",
+            "snapshot",
+        ];
+        args.extend_from_slice(groups);
+        String::from_utf8_lossy(&t.run(&args, 0).stderr).into_owned()
+    };
+    // Release 1: batches 1-4 in two groups of two.
+    let err = load(&["--groups", "2"]);
+    assert!(err.contains("4 batches in 2 groups of 2"), "{err}");
+    assert_eq!(sink.count(&name, None).unwrap(), RELEASE_1 as u64);
+    assert_eq!((builds_of_group(&run, 1), builds_of_group(&run, 3)), (1, 1));
+
+    // Release 2: the withdrawn and changed papers are rows of batches 1 and 2 (group 1); the
+    // changed and new ones are embedded into batches 5 and 6 (group 3).
+    t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
+    t.run_corpus("run", "r2.jsonl", 250, &[]);
+    let err = load(&[]);
+    assert!(
+        err.contains("6 batches in 3 groups of 2")
+            && err.contains("1 recovered now")
+            && err.contains("2 loaded before")
+            && err.contains("1 built here")
+            && err.contains(&format!("less {} rows deleted by id", WITHDRAWN + CHANGED)),
+        "{err}"
+    );
+    // Groups 1 and 2 were not built again: their release-1 shards serve, less the rows the
+    // release withheld.
+    assert_eq!((builds_of_group(&run, 1), builds_of_group(&run, 3)), (1, 1));
+    let keys = ShardKeys::pinned(&RunLayout::new(&run)).unwrap().unwrap();
+    assert_eq!(
+        sink.count_in_key(&name, &keys.key_of_group(1)).unwrap(),
+        (500 - WITHDRAWN - CHANGED) as u64
+    );
+    assert_eq!(
+        sink.count_in_key(&name, &keys.key_of_group(2)).unwrap(),
+        500
+    );
+    assert_eq!(
+        sink.count_in_key(&name, &keys.key_of_group(3)).unwrap(),
+        (CHANGED + NEW) as u64
+    );
+
+    // Exactly release 2: every live paper once, with its newest vector; no withdrawn one.
+    let live = live_vectors(&run, &withdrawn);
+    assert_eq!(live.len(), RELEASE_1 - WITHDRAWN + NEW);
+    assert_eq!(sink.count(&name, None).unwrap(), live.len() as u64);
+    let ids = |list: &[String]| list.iter().map(|p| point_id(p)).collect::<Vec<_>>();
+    assert_eq!(sink.count_ids(&name, &ids(&withdrawn), None).unwrap(), 0);
+    let all: Vec<String> = live.keys().cloned().collect();
+    assert_eq!(
+        sink.count_ids(&name, &ids(&all), None).unwrap(),
+        live.len() as u64
+    );
+    let exact = SearchOptions {
+        exact: true,
+        ..SearchOptions::new(1)
+    };
+    for id in changed.iter().chain(new.iter().take(20)) {
+        let hits = sink.search_with(&name, &live[id], &exact).unwrap();
+        assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()));
+        assert!(hits[0].score > 0.9999, "{id}: {}", hits[0].score);
+    }
+
+    // A delete afterwards (a paper of group 2): the next load builds and recovers nothing.
+    let gone = live
+        .keys()
+        .find(|id| !changed.contains(id) && !new.contains(id) && id.as_str() >= "W00500")
+        .unwrap()
+        .clone();
+    t.run(
+        &[
+            "delete",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--collection",
+            &name,
+            &gone,
+        ],
+        0,
+    );
+    let err = load(&[]);
+    assert!(
+        err.contains("0 recovered now") && !err.contains("built here"),
+        "{err}"
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), live.len() as u64 - 1);
+    assert_eq!(sink.count_ids(&name, &ids(&[gone]), None).unwrap(), 0);
+    sink.delete_collection(&name).unwrap();
 }

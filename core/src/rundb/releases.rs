@@ -79,6 +79,9 @@ pub struct WithheldRow {
     /// No live copy of the paper is left (withdrawn, and not planned again since): its point
     /// is to be deleted. Otherwise a newer row serves the same id (the same point).
     pub gone: bool,
+    /// The batch of the row that serves the paper now, when one does: a custom-sharded
+    /// collection holds the old row's point in the old batch's key, apart from the new one's.
+    pub live_batch: Option<i64>,
 }
 
 impl RunDb {
@@ -86,17 +89,19 @@ impl RunDb {
     /// releases changed, not the run.
     pub fn withheld_rows(&self) -> Result<Vec<WithheldRow>> {
         let sql = format!(
-            "SELECT p.batch_id, p.id, NOT EXISTS (SELECT 1 FROM papers q WHERE q.id = p.id AND q.{})
+            "SELECT p.batch_id, p.id, (SELECT q.batch_id FROM papers q WHERE q.id = p.id AND q.{} LIMIT 1)
              FROM papers p WHERE p.superseded_in IS NOT NULL OR p.withdrawn_in IS NOT NULL
              ORDER BY p.batch_id, p.id",
             LIVE.replace(" AND ", " AND q.")
         );
         let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| {
+            let live_batch: Option<i64> = r.get(2)?;
             Ok(WithheldRow {
                 batch_id: r.get(0)?,
                 paper_id: r.get(1)?,
-                gone: r.get(2)?,
+                gone: live_batch.is_none(),
+                live_batch,
             })
         });
         rows.and_then(|r| r.collect::<rusqlite::Result<_>>())

@@ -117,6 +117,77 @@ pub fn find_built(
     )
 }
 
+/// A finished build of `batches` from `sources` that leaves out no more than `deleted`
+/// (sorted): the exact one ([`find_built`]), else the one of these sources leaving out the most.
+/// The load recovers it and deletes the rest by id in the group's key: a delete or a corpus
+/// release that withholds a few rows of a finished group does not rebuild the group.
+pub fn find_usable(
+    layout: &RunLayout,
+    batches: (i64, i64),
+    sources: &[SourceShard],
+    deleted: &[String],
+) -> Result<Option<BuiltShardManifest>, SnapshotError> {
+    if let Some(exact) = find_built(layout, batches, sources, deleted)? {
+        return Ok(Some(exact));
+    }
+    let prefix = format!("b{:06}-", batches.0);
+    let Ok(entries) = std::fs::read_dir(layout.snapshot_dir()) else {
+        return Ok(None);
+    };
+    let wanted: std::collections::HashSet<&str> = deleted.iter().map(String::as_str).collect();
+    let mut best: Option<BuiltShardManifest> = None;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(digest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(".json"))
+        else {
+            continue;
+        };
+        // A manifest that does not read (another format, half-written by hand) is not a candidate.
+        let Ok(Some(m)) = BuiltShardManifest::read(layout, batches.0, digest) else {
+            continue;
+        };
+        let usable = m.batches() == batches
+            && m.sources == sources
+            && m.deleted.iter().all(|d| wanted.contains(d.as_str()))
+            && m.snapshot_present(layout);
+        if usable
+            && best
+                .as_ref()
+                .is_none_or(|b| m.deleted.len() > b.deleted.len())
+        {
+            best = Some(m);
+        }
+    }
+    Ok(best)
+}
+
+/// What the built shard of the batches `batches` leaves out, and which of its papers it holds
+/// twice with the newer row to keep, given the run's tombstones and withheld rows and the
+/// group each batch belongs to: a paper's row that a newer row of another group serves is left
+/// out (deleted); one whose newer row is in this group is replaced by it (the newer batch's
+/// rows are inserted later).
+pub fn group_rows(
+    tombstones: &Tombstones,
+    group_of: impl Fn(i64) -> i64,
+    (first, last): (i64, i64),
+) -> (Vec<String>, Vec<String>) {
+    let mut deleted = Vec::new();
+    let mut replaced = Vec::new();
+    for batch in first..=last {
+        let group = group_of(batch);
+        deleted.extend(tombstones.dead_in_place(batch, |b| group_of(b) == group));
+        replaced.extend(tombstones.replaced_in_place(batch, |b| group_of(b) == group));
+    }
+    for list in [&mut deleted, &mut replaced] {
+        list.sort();
+        list.dedup();
+    }
+    (deleted, replaced)
+}
+
 /// Builds the shard of the batches `batches` (first, last: one batch, or a group) from
 /// `sources` (theirs, in batch order) with `spec`'s settings (its `vector_size` is taken from
 /// the shards), unless a finished build with the same sources and settings is there. A finished
@@ -128,16 +199,20 @@ pub fn build_shard(
     sources: &[SourceShard],
     spec: &CollectionSpec,
 ) -> Result<BuildOutcome, SnapshotError> {
-    build_shard_without(layout, batches, sources, &[], spec)
+    build_shard_without(layout, batches, sources, &[], &[], spec)
 }
 
-/// [`build_shard`] leaving out the tombstoned papers `deleted` (run.db's, of these batches): a
-/// built shard never holds a deleted paper, and its name (the digest) says which were left out.
+/// [`build_shard`] leaving out the papers `deleted` (tombstoned, or withheld by a later corpus
+/// release: [`group_rows`]): a built shard never holds them, and its name (the digest) says
+/// which were left out. `replaced`: papers whose older row a newer row of these batches
+/// replaces (one point, the newer row's, which is inserted later); any other id that repeats
+/// is refused.
 pub fn build_shard_without(
     layout: &RunLayout,
     batches: (i64, i64),
     sources: &[SourceShard],
     deleted: &[String],
+    replaced: &[String],
     spec: &CollectionSpec,
 ) -> Result<BuildOutcome, SnapshotError> {
     let batch = batches.0;
@@ -193,7 +268,9 @@ pub fn build_shard_without(
     if scratch.exists() {
         std::fs::remove_dir_all(&scratch).map_err(io_err("remove", &scratch))?;
     }
-    let result = build_in(layout, batches, sources, deleted, &digest, &spec, &scratch);
+    let result = build_in(
+        layout, batches, sources, deleted, replaced, &digest, &spec, &scratch,
+    );
     // Scratch goes whatever happened: a failed build leaves nothing half-made behind.
     let _ = std::fs::remove_dir_all(&scratch);
     let manifest = result?;
@@ -204,11 +281,13 @@ pub fn build_shard_without(
 }
 
 /// The build itself, in `scratch`: insert, optimise, pack, then the manifest.
+#[allow(clippy::too_many_arguments)]
 fn build_in(
     layout: &RunLayout,
     (batch, last_batch): (i64, i64),
     sources: &[SourceShard],
     deleted: &[String],
+    replaced: &[String],
     digest: &str,
     spec: &CollectionSpec,
     scratch: &Path,
@@ -234,6 +313,10 @@ fn build_in(
         engine.ensure_collection(&bulk)?;
         let mut points = 0u64;
         let (mut first_id, mut last_id) = (None, None);
+        // Papers whose older row a newer one replaces: the second insert is the same point.
+        let replaced: std::collections::HashSet<&str> =
+            replaced.iter().map(String::as_str).collect();
+        let mut replaced_seen = std::collections::HashSet::new();
         for s in sources {
             let path = layout.resolve(&s.file);
             for record_batch in shards::read_from(&path, 0, INSERT_BATCH)? {
@@ -253,6 +336,15 @@ fn build_in(
                     last_id = Some(batch_points.point(batch_points.len() - 1).id().to_string());
                     engine.upsert(SCRATCH_COLLECTION, &batch_points)?;
                     points += batch_points.len() as u64;
+                    if !replaced.is_empty() {
+                        for p in batch_points.iter() {
+                            if replaced.contains(p.paper_id)
+                                && !replaced_seen.insert(p.paper_id.to_owned())
+                            {
+                                points -= 1;
+                            }
+                        }
+                    }
                 }
             }
         }

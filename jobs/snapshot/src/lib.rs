@@ -32,8 +32,9 @@ mod rest;
 mod settings;
 
 pub use build::{
-    build_shard, build_shard_without, cpu_seconds, describe_batches, find_built,
-    sources_of_attempt, sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION, EDGE_VERSION,
+    build_shard, build_shard_without, cpu_seconds, describe_batches, find_built, find_usable,
+    group_rows, sources_of_attempt, sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION,
+    EDGE_VERSION,
 };
 pub use embedfleet_upload::shard_keys::{KeyOwner, ShardKeys};
 pub use embedfleet_upload::shard_settings::ShardSettings;
@@ -49,15 +50,23 @@ pub use settings::PinnedSettings;
 
 use std::path::PathBuf;
 
-/// Refuses a server whose version is not the segment format's minor version (`1.18.2-dev`
-/// built shards load on 1.18.x servers only).
+/// Server minor versions, newer than the segment format's, measured to recover its shards:
+/// (format minor, server minor). A 1.19.0 server recovers 1.18-format shards and serves them
+/// (the server suite passed against it; README, "Compatibility").
+const NEWER_SERVERS_MEASURED: &[(MinorVersion, MinorVersion)] = &[((1, 18), (1, 19))];
+
+/// (major, minor) of a version.
+type MinorVersion = (u32, u32);
+
+/// Refuses a server that is not of the segment format's minor version (`1.18.2-dev` built
+/// shards) or of a newer one measured to recover it ([`NEWER_SERVERS_MEASURED`]).
 pub fn check_engine_version(engine: &str, server: &str) -> Result<(), SnapshotError> {
-    let minor = |v: &str| {
+    let minor = |v: &str| -> Option<(u32, u32)> {
         let mut parts = v.split(['.', '-']);
-        Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
     };
     match (minor(engine), minor(server)) {
-        (Some(a), Some(b)) if a == b => Ok(()),
+        (Some(a), Some(b)) if a == b || NEWER_SERVERS_MEASURED.contains(&(a, b)) => Ok(()),
         _ => Err(SnapshotError::VersionMismatch {
             engine: engine.to_owned(),
             server: server.to_owned(),
@@ -120,15 +129,10 @@ pub enum SnapshotError {
         what: String,
         differences: Vec<String>,
     },
-    #[error("built shards are in Qdrant {engine}'s segment format but the server runs {server}; load them into a {engine_minor}.x server, or use `upload --mode upsert`", engine_minor = engine.rsplitn(2, '.').last().unwrap_or(engine))]
+    #[error("built shards are in Qdrant {engine}'s segment format but the server runs {server}; load them into a {engine_minor}.x server (or a newer minor measured to recover them: README, \"Compatibility\"), or use `upload --mode upsert`", engine_minor = engine.rsplitn(2, '.').last().unwrap_or(engine))]
     VersionMismatch { engine: String, server: String },
     #[error("{message}; snapshot loading needs a Qdrant server started in cluster mode (QDRANT__CLUSTER__ENABLED=true, see .ci/qdrant/qdrant-server.sh), or use `upload --mode upsert`")]
     NeedsCluster { message: String },
-    #[error("{run_dir} holds {releases} corpus releases (`plan --update`): snapshot loads and built shards do not follow releases yet (a release's withheld rows and new batches); load it with `upload --mode upsert`, which sends only the difference")]
-    Updated {
-        run_dir: std::path::PathBuf,
-        releases: i64,
-    },
     #[error("the server refused {what}: HTTP {status}: {body}")]
     Http {
         what: String,
@@ -160,20 +164,8 @@ impl SnapshotError {
             SnapshotError::SettingsDiffer { .. }
                 | SnapshotError::VersionMismatch { .. }
                 | SnapshotError::NeedsCluster { .. }
-                | SnapshotError::Updated { .. }
                 | SnapshotError::Upload(embedfleet_upload::UploadError::KeyOfAnotherRun(_))
         )
-    }
-}
-
-/// Refuses a run that holds more than one corpus release: see [`SnapshotError::Updated`].
-pub fn refuse_updated_run(db: &embedfleet_core::rundb::RunDb) -> Result<(), SnapshotError> {
-    match db.latest_release().map_err(SnapshotError::from)? {
-        Some(release) if release.id > 1 => Err(SnapshotError::Updated {
-            run_dir: db.dir().to_path_buf(),
-            releases: release.id,
-        }),
-        _ => Ok(()),
     }
 }
 
@@ -203,9 +195,13 @@ mod tests {
     fn engine_and_server_must_share_a_minor_version() {
         check_engine_version("1.18.2-dev", "1.18.3").unwrap();
         check_engine_version("1.18.2-dev", "1.18.0").unwrap();
-        let err = check_engine_version("1.18.2-dev", "1.19.0").unwrap_err();
+        // Measured: a 1.19 server recovers 1.18-format shards; nothing else newer or older.
+        check_engine_version("1.18.2-dev", "1.19.0").unwrap();
+        let err = check_engine_version("1.18.2-dev", "1.20.0").unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("1.18.x") && text.contains("1.19.0"), "{text}");
+        assert!(text.contains("1.18") && text.contains("1.20.0"), "{text}");
+        assert!(check_engine_version("1.18.2-dev", "1.17.3").is_err());
+        assert!(check_engine_version("1.19.0", "1.18.3").is_err());
         assert!(check_engine_version("1.18.2-dev", "2.18.0").is_err());
         assert!(check_engine_version("", "1.18.0").is_err());
     }

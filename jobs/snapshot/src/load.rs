@@ -26,10 +26,14 @@
 //!    the end) as uploaded into the collection, so `upload --mode upsert` afterwards sends only
 //!    what is new, a batch accepted during the load included (into its group's key).
 //!
-//! Tombstoned papers (`embedfleet delete`) are left out of the shards built here and of the
-//! sample searches; a shard a job built before a delete has another name and is built again.
-//! A group with more batches accepted since its shard was built is built and recovered again
-//! (its sources differ): the key's shard is replaced by one holding them all.
+//! Tombstoned papers (`embedfleet delete`), and rows a later corpus release withheld (withdrawn,
+//! or superseded by a newer row in another group), are left out of the shards built here and
+//! of the sample searches. A shard built before such a delete or release is still used: it is
+//! recovered (or kept, when loaded already), then the rows it should not hold are deleted by id
+//! in its key, and its count checked less them — a release that changes 5 % of the papers does
+//! not rebuild every group. A group with more batches accepted since its shard was built (a
+//! release's new batches fill the last group, then make new ones) is built and recovered
+//! again (its sources differ): the key's shard is replaced by one holding them all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -40,7 +44,7 @@ use embedfleet_core::RunLayout;
 use embedfleet_upload::shard_keys::ShardKeys;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::build::{build_shard_without, describe_batches, find_built};
+use super::build::{build_shard_without, describe_batches, find_usable, group_rows};
 use super::manifest::{BuiltShardManifest, SourceShard};
 use super::rest::{Peer, RestClient};
 use super::{check_engine_version, ShardSettings, SnapshotError};
@@ -124,6 +128,9 @@ pub struct LoadReport {
     pub green_s: f64,
     /// Exact searches that found their own point first.
     pub searches_checked: usize,
+    /// Points deleted by id after the recoveries: rows built shards hold that their groups no
+    /// longer serve (deleted or withheld since the shard was built).
+    pub deleted_after: u64,
 }
 
 /// One group to load.
@@ -134,13 +141,20 @@ struct Group {
     batches: (i64, i64),
     key: String,
     manifest: BuiltShardManifest,
+    /// Papers its built shard holds that the group no longer serves: deleted by id in its key
+    /// after the recovery.
+    extra: Vec<String>,
+    /// Points its key holds at the end: the built shard's, less `extra`.
+    points: u64,
 }
 
-/// The accepted shards and tombstoned papers of each group of the run, by group number.
+/// The accepted shards of each group of the run, and the papers its shard leaves out (deleted)
+/// or holds once for two rows (replaced), by group number.
 struct GroupSources {
     batches: (i64, i64),
     sources: Vec<SourceShard>,
     deleted: Vec<String>,
+    replaced: Vec<String>,
 }
 
 /// The run's shard keys: pinned ones; a run loaded before groups (its load rows name `b<N>`
@@ -193,7 +207,6 @@ pub fn load_snapshots(
     options: &LoadOptions,
 ) -> Result<LoadReport, SnapshotError> {
     let db = RunDb::open(&options.run_dir)?;
-    crate::refuse_updated_run(&db)?;
     let layout = RunLayout::new(&options.run_dir);
     let name = options.spec.name.clone();
     let key = progress_key(server, &name);
@@ -238,8 +251,8 @@ pub fn load_snapshots(
     }
 
     // 2. The run's keys, then each group's built shard, of its accepted parquet shards less
-    // its tombstoned papers (a shard a job built before a delete has another name: it is
-    // built again here).
+    // the papers it no longer serves (a shard built before a delete or a release leaves out
+    // fewer: it is used, and the rest deleted by id after its recovery).
     let keys = run_keys(&db, &layout, &key, options, peers.len())?;
     report.batches_per_group = keys.batches_per_group;
     report.run_id = keys.run_id.clone();
@@ -247,23 +260,21 @@ pub fn load_snapshots(
     let mut by_group: BTreeMap<i64, GroupSources> = BTreeMap::new();
     for (batch, sources) in &by_batch {
         let group = keys.group_of(*batch);
-        let entry = by_group.entry(group).or_insert_with(|| GroupSources {
-            batches: keys.batches_of(group),
-            sources: Vec::new(),
-            deleted: Vec::new(),
+        let entry = by_group.entry(group).or_insert_with(|| {
+            let batches = keys.batches_of(group);
+            let (deleted, replaced) = group_rows(&tombstones, |b| keys.group_of(b), batches);
+            GroupSources {
+                batches,
+                sources: Vec::new(),
+                deleted,
+                replaced,
+            }
         });
         entry.sources.extend(sources.iter().cloned());
-        entry
-            .deleted
-            .extend(tombstones.of_batch(*batch).iter().cloned());
-    }
-    for g in by_group.values_mut() {
-        g.deleted.sort();
-        g.deleted.dedup();
     }
     let found = by_group
         .values()
-        .map(|g| find_built(&layout, g.batches, &g.sources, &g.deleted))
+        .map(|g| find_usable(&layout, g.batches, &g.sources, &g.deleted))
         .collect::<Result<Vec<_>, _>>()?;
     let missing: Vec<i64> = by_group
         .keys()
@@ -294,8 +305,14 @@ pub fn load_snapshots(
         let manifest = match found {
             Some(manifest) => manifest,
             None => {
-                let outcome =
-                    build_shard_without(&layout, g.batches, &g.sources, &g.deleted, &spec)?;
+                let outcome = build_shard_without(
+                    &layout,
+                    g.batches,
+                    &g.sources,
+                    &g.deleted,
+                    &g.replaced,
+                    &spec,
+                )?;
                 if outcome.built {
                     report.built_here += 1;
                     eprintln!(
@@ -317,11 +334,14 @@ pub fn load_snapshots(
                 differences,
             });
         }
+        let (extra, points) = rows_to_delete(&layout, &manifest, &g.deleted)?;
         groups.push(Group {
             group: *group,
             batches: g.batches,
             key: keys.key_of_group(*group),
             manifest,
+            extra,
+            points,
         });
     }
     report.groups = groups.len();
@@ -424,6 +444,15 @@ pub fn load_snapshots(
     bar.finish_and_clear();
     report.recover_s = started.elapsed().as_secs_f64();
     report.recovered = results;
+    // Rows the built shards hold that their groups no longer serve, deleted by id in their
+    // key (a delete is idempotent: a load killed here deletes them again).
+    for g in groups.iter().filter(|g| !g.extra.is_empty()) {
+        let ids: Vec<_> = g.extra.iter().map(|id| point_id(id)).collect();
+        for chunk in ids.chunks(DELETE_CHUNK) {
+            server.delete(&name, chunk, Some(&g.key))?;
+        }
+        report.deleted_after += g.manifest.points - g.points;
+    }
 
     // 5. Green, then counts and searches.
     let green_start = Instant::now();
@@ -441,7 +470,7 @@ pub fn load_snapshots(
     let mut total = 0;
     for g in &groups {
         let n = server.count_in_key(&name, &g.key)?;
-        if n != g.manifest.points {
+        if n != g.points {
             // Whatever changed the shard (a replaced collection, a write past embedfleet), the
             // next load recovers this group again instead of trusting the record.
             let row = SnapshotLoadRow {
@@ -454,8 +483,9 @@ pub fn load_snapshots(
             return Err(SnapshotError::Check {
                 what: format!("shard key {} ({})", g.key, describe_batches(g.batches)),
                 message: format!(
-                    "it holds {n} points, its built shard {}; run the load again (it recovers the group again)",
-                    g.manifest.points
+                    "it holds {n} points, its built shard {} less {} it no longer serves; run the load again (it recovers the group again)",
+                    g.manifest.points,
+                    g.manifest.points - g.points
                 ),
             });
         }
@@ -488,13 +518,46 @@ pub fn load_snapshots(
         let row = SnapshotLoadRow {
             step: SnapshotStep::Verified,
             snapshot_sha256: Some(g.manifest.snapshot_sha256.clone()),
-            points: Some(g.manifest.points),
+            points: Some(g.points),
             ..recorded[&g.batches.0].clone()
         };
         db.record_snapshot_load(&key, &row)?;
     }
     record_loaded_shards(&db, &key, &loaded_shards)?;
     Ok(report)
+}
+
+/// Ids deleted in one request.
+const DELETE_CHUNK: usize = 1024;
+
+/// The papers `manifest`'s shard holds that its group no longer serves (in `deleted`, not left
+/// out by the build), and the points its key holds once they are deleted. Reads the sources' id
+/// column only when there are any.
+fn rows_to_delete(
+    layout: &RunLayout,
+    manifest: &BuiltShardManifest,
+    deleted: &[String],
+) -> Result<(Vec<String>, u64), SnapshotError> {
+    let left_out: std::collections::HashSet<&str> =
+        manifest.deleted.iter().map(String::as_str).collect();
+    let extra: std::collections::HashSet<&str> = deleted
+        .iter()
+        .map(String::as_str)
+        .filter(|id| !left_out.contains(id))
+        .collect();
+    if extra.is_empty() {
+        return Ok((Vec::new(), manifest.points));
+    }
+    let mut held = std::collections::BTreeSet::new();
+    for source in &manifest.sources {
+        for id in shards::paper_ids(&layout.resolve(&source.file), source.rows)? {
+            if extra.contains(id.as_str()) {
+                held.insert(id);
+            }
+        }
+    }
+    let points = manifest.points.saturating_sub(held.len() as u64);
+    Ok((held.into_iter().collect(), points))
 }
 
 /// Records as uploaded under `key` exactly the parquet shards in `loaded` (the rows this load
@@ -632,7 +695,7 @@ fn wait_replicas(
             let client = rest.for_peer(&peer_url(peers, Some(peer), rest))?;
             loop {
                 let n = client.count_in_key(name, &g.key)?;
-                if n == g.manifest.points {
+                if n == g.points {
                     break;
                 }
                 if start.elapsed() > timeout {
@@ -640,7 +703,7 @@ fn wait_replicas(
                         what: format!("shard key {} on peer {peer}", g.key),
                         message: format!(
                             "its replica holds {n} points, not {}, after {} s",
-                            g.manifest.points,
+                            g.points,
                             start.elapsed().as_secs()
                         ),
                     });

@@ -1,6 +1,6 @@
 //! A group's build handed to a job of its own (`submit --group-builds QUEUE`): the run's owner
 //! decides what the group's shard is built from — its batches' accepted shards, in batch order,
-//! and its tombstoned papers — and writes that down in `snapshots/requests/group-<n>.json`; the
+//! and the papers it leaves out (tombstoned, or withheld by a later corpus release) — and writes that down in `snapshots/requests/group-<n>.json`; the
 //! job (`build-shard --request FILE`, on a CPU node) builds exactly that and never opens run.db,
 //! which only the owner's process writes and which a shared filesystem does not lock well.
 //!
@@ -13,9 +13,10 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{BatchId, RunLayout};
 use serde::{Deserialize, Serialize};
 
-use super::build::{build_shard_without, find_built, BuildOutcome};
+use super::build::{build_shard_without, find_usable, group_rows, BuildOutcome};
 use super::manifest::{BuiltShardManifest, SourceShard};
 use super::{read_json, write_json, PinnedSettings, ShardSettings, SnapshotError};
+use embedfleet_upload::integrity::Tombstones;
 use embedfleet_upload::shard_keys::ShardKeys;
 use embedfleet_upload::{shards, CollectionSpec};
 
@@ -34,8 +35,13 @@ pub struct GroupBuildRequest {
     pub batches: (i64, i64),
     /// The accepted parquet shards of the group's batches, in batch and part order.
     pub sources: Vec<SourceShard>,
-    /// The group's tombstoned papers, sorted.
+    /// The group's papers left out: tombstoned, or withheld with their newer row in another
+    /// group. Sorted.
     pub deleted: Vec<String>,
+    /// Papers with an older and a newer row both in the group's batches: the build keeps one
+    /// point of each, the newer row's (a point id is the paper's). Sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<String>,
     /// Rows of `sources` (the points, before tombstones).
     pub points: u64,
     /// The vectors' size, from the first shard.
@@ -49,6 +55,7 @@ impl GroupBuildRequest {
         db: &RunDb,
         layout: &RunLayout,
         keys: &ShardKeys,
+        tombstones: &Tombstones,
         group: i64,
     ) -> Result<Option<Self>, SnapshotError> {
         let (first, last) = keys.batches_of(group);
@@ -60,13 +67,7 @@ impl GroupBuildRequest {
             return Ok(None);
         };
         let dim = shards::shard_dim(&layout.resolve(&head.file))?;
-        let mut deleted: Vec<String> = db
-            .tombstones()?
-            .into_iter()
-            .filter(|t| (first..=last).contains(&t.batch_id))
-            .map(|t| t.paper_id)
-            .collect();
-        deleted.sort();
+        let (deleted, replaced) = group_rows(tombstones, |b| keys.group_of(b), (first, last));
         Ok(Some(Self {
             format: REQUEST_FORMAT,
             group,
@@ -74,6 +75,7 @@ impl GroupBuildRequest {
             points: sources.iter().map(|s| s.rows).sum(),
             sources,
             deleted,
+            replaced,
             dim,
         }))
     }
@@ -115,9 +117,10 @@ impl GroupBuildRequest {
         Ok(request)
     }
 
-    /// Its finished build, if there is one.
+    /// Its finished build, if there is one: of its sources, leaving out no more than it asks
+    /// (the load deletes the rest by id: see [`find_usable`]).
     pub fn built(&self, layout: &RunLayout) -> Result<Option<BuiltShardManifest>, SnapshotError> {
-        find_built(layout, self.batches, &self.sources, &self.deleted)
+        find_usable(layout, self.batches, &self.sources, &self.deleted)
     }
 
     /// Builds it with the run's pinned build settings (the defaults before any were pinned),
@@ -128,7 +131,14 @@ impl GroupBuildRequest {
             Some(settings) => settings.apply(&base),
             None => base,
         };
-        build_shard_without(layout, self.batches, &self.sources, &self.deleted, &spec)
+        build_shard_without(
+            layout,
+            self.batches,
+            &self.sources,
+            &self.deleted,
+            &self.replaced,
+            &spec,
+        )
     }
 
     /// Memory to ask the scheduler for, in MiB: the engine's working set while it builds —
@@ -157,6 +167,7 @@ mod tests {
                 sha256: "ab".into(),
             }],
             deleted: vec!["W1".into()],
+            replaced: Vec::new(),
             points,
             dim,
         }

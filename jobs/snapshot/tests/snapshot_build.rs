@@ -13,7 +13,8 @@ mod upload_common;
 
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{
-    build_shard, build_shard_without, find_built, SnapshotError, SourceShard,
+    build_shard, build_shard_without, find_built, find_usable, group_rows, SnapshotError,
+    SourceShard,
 };
 use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
 use upload_common::{paper_id, rows_in_years, source_of, vector_of, write_shard};
@@ -324,7 +325,7 @@ fn a_shard_built_without_deleted_papers_holds_none_of_them_and_has_another_name(
     assert_eq!(whole.manifest.points, 100);
     // The login node's, after `delete` of papers 0, 59 and 77 (given in any order).
     let deleted = vec![paper_id(77), paper_id(0), paper_id(59)];
-    let without = build_shard_without(&layout, (1, 1), &sources, &deleted, &spec).unwrap();
+    let without = build_shard_without(&layout, (1, 1), &sources, &deleted, &[], &spec).unwrap();
     assert!(without.built, "the node's build is not taken for it");
     let m = &without.manifest;
     assert_eq!(m.points, 97);
@@ -347,4 +348,133 @@ fn a_shard_built_without_deleted_papers_holds_none_of_them_and_has_another_name(
     assert_eq!(sink.count("papers", None).unwrap(), 97);
     let dead: Vec<_> = deleted.iter().map(|p| point_id(p)).collect();
     assert_eq!(sink.count_ids("papers", &dead, None).unwrap(), 0);
+}
+
+/// Writes batch `batch`'s shard of rows `rows`, with vectors of `seed` (another seed: the
+/// paper's text changed in a later release).
+fn write_batch_shard(
+    run: &Path,
+    batch: i64,
+    rows: std::ops::Range<usize>,
+    seed: u64,
+) -> SourceShard {
+    use embedfleet_core::shardfile::{ShardRow, ShardWriter, VectorDtype};
+    std::fs::create_dir_all(run.join("shards")).unwrap();
+    let file = format!("shards/b{batch:06}-0000.a1.parquet");
+    let mut w = ShardWriter::create(
+        &run.join(&file),
+        VectorDtype::F32,
+        &upload_common::shard_meta(DIM),
+    )
+    .unwrap();
+    for i in rows {
+        let paper = embedfleet_core::paper::Paper {
+            id: paper_id(i),
+            source: Some(source_of(i).into()),
+            ..Default::default()
+        };
+        let vector = vector_of(i, DIM, seed);
+        w.push(&ShardRow {
+            paper: &paper,
+            vector: &vector,
+            n_chars: 100,
+            n_tokens: 20,
+            n_chunks: 1,
+        })
+        .unwrap();
+    }
+    let info = w.finish().unwrap();
+    SourceShard {
+        file,
+        rows: info.rows,
+        sha256: info.sha256,
+    }
+}
+
+#[test]
+fn a_group_holding_a_papers_old_and_new_rows_keeps_one_point_with_the_new_vector() {
+    use embedfleet_core::rundb::WithheldRow;
+    use embedfleet_upload::integrity::Tombstones;
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let layout = RunLayout::new(&run);
+    // Release 1 is batch 1 (papers 0..60). Release 2 changed papers 50..60 and added 60..80:
+    // batch 2. Release 3 changed paper 70 again (batch 3, another group) and withdrew paper 3.
+    let sources = vec![
+        write_batch_shard(&run, 1, 0..60, 7),
+        write_batch_shard(&run, 2, 50..80, 9),
+    ];
+    let mut withheld: Vec<WithheldRow> = (50..60)
+        .map(|i| WithheldRow {
+            batch_id: 1,
+            paper_id: paper_id(i),
+            gone: false,
+            live_batch: Some(2),
+        })
+        .collect();
+    withheld.push(WithheldRow {
+        batch_id: 2,
+        paper_id: paper_id(70),
+        gone: false,
+        live_batch: Some(3),
+    });
+    withheld.push(WithheldRow {
+        batch_id: 1,
+        paper_id: paper_id(3),
+        gone: true,
+        live_batch: None,
+    });
+    let tombstones = Tombstones::from(Vec::new()).withholding(withheld);
+    // Batches 1 and 2 are group 1; batch 3 is group 2.
+    let group_of = |b: i64| if b <= 2 { 1 } else { 2 };
+    let (deleted, replaced) = group_rows(&tombstones, group_of, (1, 2));
+    assert_eq!(deleted, vec![paper_id(3), paper_id(70)]);
+    assert_eq!(replaced, (50..60).map(paper_id).collect::<Vec<_>>());
+
+    let spec = indexed_spec();
+    let built = build_shard_without(&layout, (1, 2), &sources, &deleted, &replaced, &spec).unwrap();
+    // 60 + 30 rows, 10 of them a paper's second row, 2 left out.
+    assert_eq!(built.manifest.points, 78);
+    let root = tmp.path().join("edge");
+    unpack_as_edge(&layout.resolve(&built.manifest.snapshot), &root, "papers");
+    let sink = QdrantEdge::open(&root).unwrap();
+    assert_eq!(sink.count("papers", None).unwrap(), 78);
+    let gone: Vec<_> = [3, 70].iter().map(|&i| point_id(&paper_id(i))).collect();
+    assert_eq!(sink.count_ids("papers", &gone, None).unwrap(), 0);
+    for i in [50, 55, 59] {
+        // The point holds release 2's vector, not release 1's.
+        let new = sink
+            .search("papers", &vector_of(i, DIM, 9), 1, None)
+            .unwrap();
+        assert_eq!(new[0].id, point_id(&paper_id(i)));
+        assert!(new[0].score > 0.999, "{:?}", new[0]);
+        let old = sink
+            .search("papers", &vector_of(i, DIM, 7), 1, None)
+            .unwrap();
+        assert!(
+            old[0].id != point_id(&paper_id(i)) || old[0].score < 0.99,
+            "paper {i} kept its old vector: {:?}",
+            old[0]
+        );
+    }
+
+    // A later delete of paper 10: the build is still usable, its load deletes paper 10 by id;
+    // a build leaving out more than is wanted is not.
+    let mut more = deleted.clone();
+    more.push(paper_id(10));
+    more.sort();
+    let usable = find_usable(&layout, (1, 2), &sources, &more)
+        .unwrap()
+        .expect("the build without paper 10's delete is usable");
+    assert_eq!(usable.snapshot, built.manifest.snapshot);
+    assert!(find_built(&layout, (1, 2), &sources, &more)
+        .unwrap()
+        .is_none());
+    assert!(find_usable(&layout, (1, 2), &sources, &[paper_id(3)])
+        .unwrap()
+        .is_none());
+    // Other sources (a batch's shard re-embedded) make it unusable.
+    assert!(find_usable(&layout, (1, 2), &sources[..1], &more)
+        .unwrap()
+        .is_none());
 }

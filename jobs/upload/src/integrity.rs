@@ -38,6 +38,8 @@ pub struct Tombstones {
     /// Per batch: ids whose point must not be in a collection (tombstoned, or withdrawn with no
     /// newer copy).
     by_batch: BTreeMap<i64, Vec<String>>,
+    /// Per batch: rows a newer row of the same paper serves, with the newer row's batch.
+    superseded: BTreeMap<i64, Vec<(String, i64)>>,
 }
 
 impl Tombstones {
@@ -49,11 +51,17 @@ impl Tombstones {
     /// These, and the `rows` releases withheld.
     pub fn withholding(mut self, rows: Vec<WithheldRow>) -> Self {
         for row in rows {
-            if row.gone {
-                self.by_batch
+            match row.live_batch {
+                None => self
+                    .by_batch
                     .entry(row.batch_id)
                     .or_default()
-                    .push(row.paper_id.clone());
+                    .push(row.paper_id.clone()),
+                Some(live) => self
+                    .superseded
+                    .entry(row.batch_id)
+                    .or_default()
+                    .push((row.paper_id.clone(), live)),
             }
             self.withheld
                 .entry(row.batch_id)
@@ -107,6 +115,35 @@ impl Tombstones {
     /// The ids of `batch` whose point must not be in a collection.
     pub fn of_batch(&self, batch: i64) -> &[String] {
         self.by_batch.get(&batch).map_or(&[], Vec::as_slice)
+    }
+
+    /// The ids of `batch` whose point must not be in the place (shard key, built shard) that
+    /// holds `batch`'s points, where `same_place(b)` says whether batch `b`'s points go to that
+    /// place too: [`Tombstones::of_batch`], and the rows a newer row serves from another place.
+    /// A custom-sharded collection holds an old row's point in its own key apart from the new
+    /// row's (the same id): it is deleted there, by key. In one place the two are one point,
+    /// the newer row's, and deleting the id would delete it.
+    pub fn dead_in_place(&self, batch: i64, same_place: impl Fn(i64) -> bool) -> Vec<String> {
+        let mut ids = self.of_batch(batch).to_vec();
+        if let Some(rows) = self.superseded.get(&batch) {
+            ids.extend(
+                rows.iter()
+                    .filter(|(_, live)| !same_place(*live))
+                    .map(|(id, _)| id.clone()),
+            );
+        }
+        ids
+    }
+
+    /// The ids of `batch` whose newer row is in the same place (see
+    /// [`Tombstones::dead_in_place`]): there the two rows are one point, the newer row's.
+    pub fn replaced_in_place(&self, batch: i64, same_place: impl Fn(i64) -> bool) -> Vec<String> {
+        self.superseded.get(&batch).map_or_else(Vec::new, |rows| {
+            rows.iter()
+                .filter(|(_, live)| same_place(*live))
+                .map(|(id, _)| id.clone())
+                .collect()
+        })
     }
 }
 
@@ -208,11 +245,16 @@ pub fn check_batches(
             db.forget_batch_uploads(key, batch)?;
             check.resent.push(batch);
         }
-        let dead: Vec<uuid::Uuid> = tombstones
-            .of_batch(batch)
-            .iter()
-            .map(|id| point_id(id))
-            .collect();
+        let dead: Vec<uuid::Uuid> = match keys {
+            Some(keys) => {
+                let here = keys.key_of(batch);
+                tombstones.dead_in_place(batch, |b| keys.key_of(b) == here)
+            }
+            None => tombstones.of_batch(batch).to_vec(),
+        }
+        .iter()
+        .map(|id| point_id(id))
+        .collect();
         let back = sink.count_ids(collection, &dead, shard_key.as_deref())?;
         if back > 0 {
             eprintln!(
@@ -228,6 +270,44 @@ pub fn check_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn withheld(batch_id: i64, paper_id: &str, live_batch: Option<i64>) -> WithheldRow {
+        WithheldRow {
+            batch_id,
+            paper_id: paper_id.into(),
+            gone: live_batch.is_none(),
+            live_batch,
+        }
+    }
+
+    #[test]
+    fn a_superseded_row_is_dead_only_where_its_newer_row_is_not() {
+        let t = Tombstones::from(vec![Tombstone {
+            batch_id: 1,
+            paper_id: "D".into(),
+        }])
+        .withholding(vec![
+            withheld(1, "W", None),    // withdrawn
+            withheld(1, "C", Some(9)), // changed, its new row in batch 9
+            withheld(1, "N", Some(2)), // changed, its new row in batch 2
+        ]);
+        // No batch serves any of them from batch 1.
+        for id in ["D", "W", "C", "N"] {
+            assert!(!t.serves(1, id), "{id}");
+        }
+        assert!(t.serves(9, "C") && t.serves(2, "N"));
+        // One place for every batch (hash sharding, the embedded engine): deleting a changed
+        // paper's id would delete its new point.
+        assert_eq!(t.of_batch(1), ["D", "W"]);
+        assert_eq!(t.dead_in_place(1, |_| true), ["D", "W"]);
+        // Batches 1-4 in one key, 5-8 in the next...: C's old point is alone in batch 1's key.
+        let key = |b: i64| (b - 1) / 4;
+        assert_eq!(t.dead_in_place(1, |b| key(b) == key(1)), ["D", "W", "C"]);
+        assert_eq!(t.dead_in_place(1, |b| b == 1), ["D", "W", "C", "N"]);
+        assert!(t.dead_in_place(9, |_| false).is_empty());
+        assert_eq!(t.replaced_in_place(1, |b| key(b) == key(1)), ["N"]);
+        assert!(t.replaced_in_place(1, |b| b == 1).is_empty());
+    }
 
     #[test]
     fn progress_is_about_another_collection_when_gone_or_marked_otherwise() {
