@@ -1,7 +1,9 @@
 # The PyTorch peer of `embedfleet bench-gpu` (the project's copy of the team's
 # shared/bench/torch_baseline.py; benches/gpu-check.sh runs both in one script).
 # MIX_PAPERS (default 240) sets the size of the paper mix, MIX_OUT writes its token lengths
-# (JSON) so `bench-gpu --mix` embeds the very same papers.
+# (JSON) so `bench-gpu --mix` embeds the very same papers. To fit a short GPU session:
+# UNIFORM_FORWARDS (default 4) forwards per uniform shape (two of them warm up first; timed: all
+# of them), STUDY_PAPERS (default: all) runs the study's padded batches on the first N papers only.
 # Anchor: HF transformers Qwen3 (Qwen3-Embedding-4B shape, random bf16 weights) on one GPU.
 # Measures forward tokens/s for (a) uniform shapes, (b) a paper-like length mix batched
 # the way the HPC study did (<=8 papers, <=150k chars, padded) versus length-sorted token budgets,
@@ -64,9 +66,10 @@ def timed(batches, label, iters=1):
         peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 1))
 
 # (a) uniform shapes, 32k tokens per forward
+UNIFORM_FORWARDS = int(os.environ.get("UNIFORM_FORWARDS", "4"))
 for B, T in [(64, 512), (16, 2048), (4, 8192), (1, 32768)]:
     try:
-        timed([[T] * B] * 4, f"uniform_b{B}_t{T}")
+        timed([[T] * B] * UNIFORM_FORWARDS, f"uniform_b{B}_t{T}")
     except Exception as e:
         log(event="error", label=f"uniform_b{B}_t{T}", err=str(e)[:300])
     torch.cuda.empty_cache()
@@ -79,9 +82,11 @@ toks = [max(16, min(32768, c * 10 // 42)) for c in chars]
 if os.environ.get("MIX_OUT"):
     with open(os.environ["MIX_OUT"], "w") as f:
         json.dump(toks, f)
-# study heuristic: consecutive papers, <=8 per batch, <=150k chars per batch
+# study heuristic: consecutive papers, <=8 per batch, <=150k chars per batch (on the first
+# STUDY_PAPERS papers when set)
+study_n = int(os.environ.get("STUDY_PAPERS") or len(toks))
 study, cur, cc = [], [], 0
-for c, t in zip(chars, toks):
+for c, t in zip(chars[:study_n], toks[:study_n]):
     if cur and (len(cur) == 8 or cc + c > 150000):
         study.append(cur); cur, cc = [], 0
     cur.append(t); cc += c
@@ -94,7 +99,7 @@ for t in sorted(toks):
     cur.append(t)
 if cur: srt.append(cur)
 log(event="mix", papers=len(toks), total_tokens=sum(toks), mean_tokens=sum(toks) // len(toks),
-    study_batches=len(study), sorted_batches=len(srt))
+    study_papers=min(study_n, len(toks)), study_batches=len(study), sorted_batches=len(srt))
 for label, bs in [("study_heuristic_padded", study), ("sorted_token_budget_64k", srt)]:
     try:
         timed(bs, label)

@@ -88,6 +88,11 @@ impl Qwen3Embedder {
         if matches!(device, Device::Cuda(_)) {
             use_fused_attention(&mut model, &device, opts)?;
         }
+        // The weights were uploaded on this thread's stream; the forwards run on the worker's
+        // thread, another stream (cudarc's per-thread default). Waiting here orders the upload
+        // before any forward, whichever attention kernel runs (the fused self-test's read-back
+        // did it only when the fused kernel is on).
+        device.synchronize()?;
         tracing::info!(
             dir = %dir.display(),
             device = %opts.device,
@@ -249,13 +254,27 @@ impl Embedder for Qwen3Embedder {
         self.model.attention_kernel().name()
     }
 
-    fn token_budget(&self) -> Option<u64> {
+    fn prepare_attention(&self, batches: &[Vec<usize>]) -> ModelResult<f64> {
+        #[cfg(feature = "cuda")]
+        if let crate::AttentionKernel::Fused(fused) = self.model.attention_kernel() {
+            let shapes: Vec<_> =
+                crate::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice))
+                    .into_iter()
+                    .collect();
+            let scale = (1.0 / (self.config().head_dim() as f64).sqrt()) as f32;
+            return Ok(fused.prepare(&shapes, scale)?);
+        }
+        let _ = batches;
+        Ok(0.0)
+    }
+
+    fn token_budget(&self, workers: usize) -> Option<u64> {
         let (free, _) = self.device_memory()?;
         Some(crate::memory::token_budget(
             self.config(),
             self.dtype.size_in_bytes() as u64,
             self.tile,
-            free,
+            crate::memory::share_of_free(free, workers),
         ))
     }
 }

@@ -10,7 +10,9 @@
 //! reads each sequence at its ragged offset, causal within the sequence, grouped-query, with
 //! the softmax scale passed in. Plans are built per shape and cached by the shim; to keep the
 //! shapes few, a batch's sequence count is padded to a power of two with empty sequences and
-//! its longest length rounded up to a power of two (the plan's bound, not work done).
+//! its longest length rounded up to a power of two of at least 1,024 (the plan's bound, not
+//! work done: see [`crate::attention_plan`]). The packed q, k, v and output buffers have a
+//! zeroed tail up to a multiple of 64 tokens, so that no tile reads past an allocation.
 //!
 //! [`FusedAttention::self_test`] compares the kernel with the blockwise path on the device at
 //! start-up; the embedder refuses to run when they disagree.
@@ -24,6 +26,7 @@ use candle_core::{DType, Device, Layout, Result, Shape, Storage, Tensor};
 use half::bf16;
 
 use crate::attention::{AttentionKernel, AttnContext, SeqSpan};
+use crate::attention_plan::{padded_tokens, PlanShape, ShimFailure};
 
 mod ffi {
     use std::ffi::{c_char, c_void};
@@ -117,14 +120,30 @@ impl std::fmt::Debug for FusedAttention {
     }
 }
 
+/// The shim's error as a candle error: an allocation failure is the typed out-of-memory the
+/// embed job's fallback acts on (with the shim's message as context), anything else its text.
+fn shim_error(message: String) -> candle_core::Error {
+    match ShimFailure::classify(&message) {
+        ShimFailure::OutOfMemory(message) => {
+            crate::error::cuda_out_of_memory_error().context(format!("cuDNN fused attention: {message}"))
+        }
+        ShimFailure::Other(message) => {
+            candle_core::Error::Msg(format!("cuDNN fused attention: {message}"))
+        }
+    }
+}
+
 /// The fused kernel's arguments for one packed batch, on the device: every layer of a
 /// forward shares them.
 pub struct FusedBatch {
     /// Sequences, padded to a power of two with empty ones.
     batch: usize,
-    /// The longest sequence, rounded up to a power of two.
+    /// The longest sequence, rounded up to a power of two of at least the plan floor.
     max_seq: usize,
+    /// Real tokens.
     total: usize,
+    /// Tokens the packed buffers hold: `total` and a zeroed tail.
+    padded: usize,
     seq_len: Tensor,
     q_offsets: Tensor,
     kv_offsets: Tensor,
@@ -161,10 +180,9 @@ impl FusedAttention {
 
     /// The device arguments of a batch of `spans`.
     pub fn batch(&self, spans: &[SeqSpan], device: &Device) -> Result<FusedBatch> {
-        let batch = spans.len().max(1).next_power_of_two();
-        let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
-        let max_seq = longest.next_power_of_two();
-        let total: usize = spans.iter().map(|s| s.len).sum();
+        let lens: Vec<usize> = spans.iter().map(|s| s.len).collect();
+        let PlanShape { batch, max_seq } = PlanShape::of(&lens);
+        let total: usize = lens.iter().sum();
         let mut seq_len: Vec<i32> = spans.iter().map(|s| s.len as i32).collect();
         seq_len.resize(batch, 0);
         let starts = spans
@@ -179,6 +197,7 @@ impl FusedAttention {
             batch,
             max_seq,
             total,
+            padded: padded_tokens(total),
             seq_len: Tensor::new(seq_len.as_slice(), device)?,
             q_offsets: Tensor::new(q_offsets.as_slice(), device)?,
             kv_offsets: Tensor::new(kv_offsets.as_slice(), device)?,
@@ -197,14 +216,63 @@ impl FusedAttention {
         let batch = ctx.fused.as_ref().ok_or_else(|| {
             candle_core::Error::Msg("fused attention without its batch. This is a bug.".into())
         })?;
-        let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+        // One copy each, as `contiguous` would make of the narrowed projections, into buffers
+        // with the zeroed tail.
+        let tail = batch.padded - batch.total;
+        let pad = |t: &Tensor| -> Result<Tensor> {
+            if tail == 0 {
+                t.contiguous()
+            } else {
+                t.pad_with_zeros(0, 0, tail)
+            }
+        };
+        let (q, k, v) = (pad(q)?, pad(k)?, pad(v)?);
         let op = SdpaOp {
             attention: self,
             batch,
             scale: scale as f32,
         };
         let out = q.apply_op3_no_bwd(&k, &v, &op)?;
-        out.reshape((batch.total, self.n_heads * self.head_dim))
+        out.narrow(0, 0, batch.total)?
+            .reshape((batch.total, self.n_heads * self.head_dim))
+    }
+
+    /// Builds the plan of each shape now (a warm-up's work: 0.1–2 s a plan), so that no timed
+    /// forward builds one. Returns the seconds it took.
+    pub fn prepare(&self, shapes: &[PlanShape], scale: f32) -> Result<f64> {
+        let started = std::time::Instant::now();
+        let handle = self
+            .handle
+            .lock()
+            .expect("fused attention lock. This is a bug.");
+        for shape in shapes {
+            let mut err = [0 as c_char; ERR_LEN];
+            let mut workspace_bytes = 0i64;
+            // The plan's key leaves the token count out; one sequence per slot of the longest
+            // length is the bound's own shape.
+            let total = (shape.batch * shape.max_seq).min(i32::MAX as usize) as i32;
+            // SAFETY: the handle is live and ours under the lock; the buffer is ERR_LEN long.
+            let rc = unsafe {
+                ffi::ef_sdpa_prepare(
+                    handle.raw,
+                    shape.batch as i32,
+                    shape.max_seq as i32,
+                    total,
+                    self.n_heads as i32,
+                    self.n_kv as i32,
+                    self.head_dim as i32,
+                    scale,
+                    &mut workspace_bytes,
+                    err.as_mut_ptr(),
+                    ERR_LEN,
+                )
+            };
+            if rc != 0 {
+                return Err(shim_error(message(&err)));
+            }
+            tracing::debug!(batch = shape.batch, max_seq = shape.max_seq, workspace_bytes, "fused attention plan ready");
+        }
+        Ok(started.elapsed().as_secs_f64())
     }
 
     /// Runs the kernel and the blockwise path on the same random problem on `device` (a few
@@ -317,15 +385,15 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             view::<bf16>(k, k_l)?,
             view::<bf16>(v, v_l)?,
         );
-        let out_len = b.total * a.n_heads * a.head_dim;
+        let out_len = b.padded * a.n_heads * a.head_dim;
         if q.end - q.start != out_len {
             candle_core::bail!(
-                "fused attention: q holds {} values, the batch {out_len}",
+                "fused attention: q holds {} values, the batch's padded buffers {out_len}",
                 q.end - q.start
             );
         }
-        // SAFETY: every element is written by the kernel (each token of each sequence).
-        let out = unsafe { dev.alloc::<bf16>(out_len)? };
+        // Zeroed: the kernel writes the real tokens, the tail stays zero.
+        let out = dev.alloc_zeros::<bf16>(out_len)?;
         let (seq_len, _) = b.seq_len.storage_and_layout();
         let (q_off, _) = b.q_offsets.storage_and_layout();
         let (kv_off, _) = b.kv_offsets.storage_and_layout();
@@ -360,7 +428,7 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             )
         };
         if rc != 0 {
-            candle_core::bail!("cuDNN fused attention: {}", message(&err));
+            return Err(shim_error(message(&err)));
         }
         let need = workspace_bytes.max(0) as usize;
         if need > 0 && handle.workspace.as_ref().is_none_or(|w| w.len() < need) {
@@ -408,12 +476,12 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             )
         };
         if rc != 0 {
-            candle_core::bail!("cuDNN fused attention: {}", message(&err));
+            return Err(shim_error(message(&err)));
         }
         drop((g1, g2, g3, g4, g5, g6, g7));
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
-            Shape::from((b.total, a.n_heads, a.head_dim)),
+            Shape::from((b.padded, a.n_heads, a.head_dim)),
         ))
     }
 }

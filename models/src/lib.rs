@@ -8,6 +8,7 @@
 //! the Hugging Face layout for tests.
 
 pub mod attention;
+pub mod attention_plan;
 pub mod config;
 pub mod device;
 pub mod embedder;
@@ -151,9 +152,10 @@ pub trait Embedder: Send + Sync {
     fn set_memory_limit(&self, limit: Option<u64>);
 
     /// The most tokens one mini-batch should hold on this device, planned from the memory the
-    /// device has free now (after loading); `None` where there is no such limit to plan by
-    /// (the CPU).
-    fn token_budget(&self) -> Option<u64> {
+    /// device has free now (after loading) divided among the `workers` that run forwards on it
+    /// at once (`cuda:0,0`: two); `None` where there is no such limit to plan by (the CPU).
+    fn token_budget(&self, workers: usize) -> Option<u64> {
+        let _ = workers;
         None
     }
 
@@ -171,6 +173,14 @@ pub trait Embedder: Send + Sync {
     /// The attention kernel it runs (`blockwise`, `cudnn-fused`).
     fn attention_kernel(&self) -> &'static str {
         "blockwise"
+    }
+
+    /// Builds now whatever the attention kernel plans per shape, for mini-batches of these
+    /// sequence lengths (a warm-up's work, kept out of timed forwards); returns the seconds
+    /// it took. Nothing to build for the blockwise kernel.
+    fn prepare_attention(&self, batches: &[Vec<usize>]) -> ModelResult<f64> {
+        let _ = batches;
+        Ok(0.0)
     }
 }
 

@@ -114,6 +114,13 @@ pub fn check_tokens_per_forward(cfg: &Config, tokens: u64) -> Result<(), String>
     Ok(())
 }
 
+/// The part of a device's `free` bytes one of the `workers` that share it may plan with: each
+/// runs its forwards while the others run theirs, so each plans with its share, and together
+/// they fit in what is free.
+pub fn share_of_free(free: u64, workers: usize) -> u64 {
+    free / workers.max(1) as u64
+}
+
 /// The token budget of a mini-batch on a device with `free` bytes left after loading: the
 /// most tokens whose activations and attention workspace (the estimate less the weights,
 /// which are already in place) fit in [`FREE_MEMORY_SHARE`] of it, capped by
@@ -176,5 +183,29 @@ mod budget_tests {
         assert!(check_tokens_per_forward(&cfg, most).is_ok());
         let err = check_tokens_per_forward(&cfg, most + 1).unwrap_err();
         assert!(err.contains("u32"), "{err}");
+    }
+
+    #[test]
+    fn workers_sharing_a_device_plan_budgets_that_fit_together() {
+        let cfg = Config::qwen3_4b();
+        let gib = 1u64 << 30;
+        // A 40 GB A100 after the weights: alone, a worker's budget is most of the free memory,
+        // so two workers planning with all of it would need nearly twice what is there.
+        let free = 31 * gib;
+        let at = |t: u64| {
+            let e = estimate_memory(&cfg, 2, &[t as usize], 512);
+            e.activations + e.attention
+        };
+        let alone = token_budget(&cfg, 2, 512, share_of_free(free, 1));
+        assert!(2 * at(alone) > free, "two full budgets do not fit");
+        for workers in [2usize, 3, 4] {
+            let each = token_budget(&cfg, 2, 512, share_of_free(free, workers));
+            assert!(each < alone);
+            assert!(
+                workers as u64 * at(each) <= free,
+                "{workers} workers' forwards fit together"
+            );
+        }
+        assert_eq!(share_of_free(free, 0), free);
     }
 }

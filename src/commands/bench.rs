@@ -19,6 +19,9 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
     let devices = embedfleet_embed::parse_devices(&args.devices)?;
     let bench = Bench::load(&args.model_dir, &devices, !args.no_memory_plan, args.seed)?;
     let mut table = Vec::new();
+    // A step that fails is a line (`fidelity_error`, `bench_error`) and the rest still runs:
+    // a GPU check gets every figure it can, then exits non-zero.
+    let mut failed = 0usize;
     if let Some(path) = &args.fidelity {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("failed to read {}", path.display()))?;
@@ -28,20 +31,38 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
                 path.display()
             )
         })?;
-        for record in bench.fidelity(&cases)? {
+        for record in bench.fidelity(&cases) {
             print_json(&record);
-            eprintln!(
-                "fidelity {:<24} {:>6} tokens  cosine {:.6}",
-                record.name, record.tokens, record.cosine
-            );
+            match (record.cosine, &record.error) {
+                (Some(cosine), _) => eprintln!(
+                    "fidelity {:<24} {:>6} tokens  cosine {cosine:.6}",
+                    record.name, record.tokens
+                ),
+                (None, error) => {
+                    eprintln!(
+                        "fidelity {:<24} {:>6} tokens  failed: {}",
+                        record.name,
+                        record.tokens,
+                        error.as_deref().unwrap_or("?")
+                    );
+                    failed += 1;
+                }
+            }
         }
     }
     if !args.skip_uniform {
         for shape in &args.shapes {
             let (b, t) = parse_shape(shape)?;
-            let record = bench.uniform(b, t, args.forwards)?;
-            print_json(&record);
-            table.push(record);
+            match bench.uniform(b, t, args.forwards) {
+                Ok(record) => {
+                    print_json(&record);
+                    table.push(record);
+                }
+                Err(e) => {
+                    bench_error(&format!("uniform_b{b}_t{t}"), &e.to_string());
+                    failed += 1;
+                }
+            }
         }
     }
     if !args.skip_mix {
@@ -58,19 +79,31 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
         let budget = MiniBatchRule::TokenBudget {
             max_tokens: args.batch_tokens,
         };
-        let (record, vectors) = bench
-            .mix("mix_packed_token_budget", &lengths, budget)
-            .map_err(anyhow::Error::msg)?;
-        print_json(&record);
-        table.push(record);
+        let vectors = match bench.mix("mix_packed_token_budget", &lengths, budget) {
+            Ok((record, vectors)) => {
+                print_json(&record);
+                table.push(record);
+                vectors
+            }
+            Err(e) => {
+                bench_error("mix_packed_token_budget", &e);
+                failed += 1;
+                Vec::new()
+            }
+        };
         if !args.skip_study {
-            let (record, _) = bench
-                .mix("mix_packed_study_batches", &lengths, MiniBatchRule::STUDY)
-                .map_err(anyhow::Error::msg)?;
-            print_json(&record);
-            table.push(record);
+            match bench.mix("mix_packed_study_batches", &lengths, MiniBatchRule::STUDY) {
+                Ok((record, _)) => {
+                    print_json(&record);
+                    table.push(record);
+                }
+                Err(e) => {
+                    bench_error("mix_packed_study_batches", &e);
+                    failed += 1;
+                }
+            }
         }
-        if let Some(path) = &args.save_vectors {
+        if let Some(path) = args.save_vectors.as_ref().filter(|_| !vectors.is_empty()) {
             let saved = SavedVectors {
                 lengths: lengths.clone(),
                 vectors: vectors.clone(),
@@ -78,7 +111,7 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
             std::fs::write(path, serde_json::to_vec(&saved)?)
                 .with_context(|| format!("failed to write {}", path.display()))?;
         }
-        if let Some(path) = &args.compare_vectors {
+        if let Some(path) = args.compare_vectors.as_ref().filter(|_| !vectors.is_empty()) {
             let saved: SavedVectors = serde_json::from_slice(
                 &std::fs::read(path)
                     .with_context(|| format!("failed to read {}", path.display()))?,
@@ -103,7 +136,20 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
         }
     }
     eprint!("{}", render(&table));
+    if failed > 0 {
+        eprintln!("{failed} measurement(s) failed: see the `bench_error` and `fidelity_error` lines");
+        return Ok(exit::FAILURE);
+    }
     Ok(exit::SUCCESS)
+}
+
+/// A measurement that failed: a `bench_error` line on stdout, and a line on stderr.
+fn bench_error(label: &str, error: &str) {
+    println!(
+        "{}",
+        serde_json::json!({"event": "bench_error", "label": label, "error": error})
+    );
+    eprintln!("{label}: failed: {error}");
 }
 
 /// One JSON line on stdout.

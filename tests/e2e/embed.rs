@@ -194,4 +194,79 @@ fn bench_gpu_measures_in_the_peers_fields_and_checks_fidelity_on_any_device() {
         "{compare}"
     );
     assert_eq!(compare["papers"], 7);
+    // Every mix run names its attention plans: few, none under the length floor.
+    for r in &runs[2..] {
+        let plans = r["plans"].as_array().unwrap();
+        assert!(!plans.is_empty() && plans.len() <= 4, "{r}");
+        assert!(
+            plans.iter().all(|p| p[1].as_u64().unwrap() >= 1024),
+            "{r}"
+        );
+    }
+
+    // The decode-shaped mix (1-token sequences only) goes through the same planning: one
+    // plan, at the floor, not 1×1.
+    std::fs::write(t.join("decode.json"), format!("[{}]", ["1"; 64].join(","))).unwrap();
+    let decode = json_lines(&t.run(
+        &[
+            "bench-gpu",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--skip-uniform",
+            "--skip-study",
+            "--mix",
+            "decode.json",
+        ],
+        0,
+    ));
+    let run = decode.iter().find(|l| l["event"] == "bench").unwrap();
+    assert_eq!(run["real_tokens"], 64);
+    let plans = run["plans"].as_array().unwrap();
+    assert!(
+        plans.iter().all(|p| p[1] == 1024),
+        "1-token sequences plan at the floor: {run}"
+    );
+
+    // A fidelity case that cannot run (a token id past the vocabulary) is one line: the other
+    // cases and the measurements still come, and the exit code says something failed.
+    let mut cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
+    let first = cases["cases"][0].clone();
+    let mut broken = first.clone();
+    broken["name"] = "broken".into();
+    broken["ids"] = serde_json::json!([1, 999_999_999u64]);
+    cases["cases"] = serde_json::json!([broken, first]);
+    std::fs::write(t.join("cases.json"), cases.to_string()).unwrap();
+    let out = t.run(
+        &[
+            "bench-gpu",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--shapes",
+            "1x64",
+            "--forwards",
+            "1",
+            "--skip-mix",
+            "--fidelity",
+            "cases.json",
+        ],
+        1,
+    );
+    let lines = json_lines(&out);
+    let error = lines
+        .iter()
+        .find(|l| l["event"] == "fidelity_error")
+        .unwrap();
+    assert_eq!(error["name"], "broken");
+    assert!(!error["error"].as_str().unwrap().is_empty());
+    assert_eq!(
+        lines.iter().filter(|l| l["event"] == "fidelity").count(),
+        1,
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l["label"] == "uniform_b1_t64"));
 }

@@ -41,15 +41,33 @@ pub struct BenchRecord {
     pub fallbacks: FallbackStats,
     pub attention: String,
     pub devices: String,
+    /// Distinct attention plans of the run's mini-batches, (sequences, longest length) each
+    /// as planned for the fused kernel (see `embedfleet_models::attention_plan`).
+    pub plans: Vec<(usize, usize)>,
+    /// Seconds spent building those plans before the timed forwards (0 where the kernel
+    /// plans nothing: the blockwise one), apart from `secs`.
+    pub plan_build_s: f64,
 }
 
-/// One fidelity case: our vector against the reference's.
+/// The distinct attention plans of mini-batches of these lengths.
+pub fn plans_of(batches: &[Vec<usize>]) -> Vec<(usize, usize)> {
+    embedfleet_models::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice))
+        .into_iter()
+        .map(|s| (s.batch, s.max_seq))
+        .collect()
+}
+
+/// One fidelity case: our vector against the reference's (`event` `fidelity`), or why it
+/// could not be computed (`fidelity_error`): one case failing does not end the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FidelityRecord {
     pub event: String,
     pub name: String,
     pub tokens: usize,
-    pub cosine: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosine: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Reference vectors, as `tests/golden/make_golden.py` and `gpu-check.sh` write them.
@@ -145,6 +163,8 @@ impl Bench {
         let seqs = self.sequences(&lengths, (batch * tokens) as u64);
         let packed =
             PackedSequences::from_sequences(&seqs.iter().map(|s| s.as_slice()).collect::<Vec<_>>());
+        let planned = vec![lengths.clone()];
+        let plan_build_s = model.prepare_attention(&planned)?;
         for _ in 0..2 {
             model.embed(&packed)?;
         }
@@ -169,6 +189,8 @@ impl Bench {
             fallbacks: FallbackStats::default(),
             attention: self.attention(),
             devices: self.devices.clone(),
+            plans: plans_of(&planned),
+            plan_build_s,
         })
     }
 
@@ -205,6 +227,17 @@ impl Bench {
             .map(|b| model.estimate_memory(&b.iter().map(|&i| lengths[i]).collect::<Vec<_>>()))
             .max()
             .unwrap_or(0);
+        // Every plan the timed run needs, built first on every device.
+        let batch_lengths: Vec<Vec<usize>> = batches
+            .iter()
+            .map(|b| b.iter().map(|&i| lengths[i]).collect())
+            .collect();
+        let mut plan_build_s = 0.0;
+        for m in &self.loaded.models {
+            plan_build_s += m
+                .prepare_attention(&batch_lengths)
+                .map_err(|e| e.to_string())?;
+        }
         for b in batches.iter().take(2) {
             let warm: Vec<&[u32]> = b.iter().map(|&i| seqs[i].as_slice()).collect();
             device::embed_with_fallback(model, &warm, &mut FallbackStats::default())
@@ -228,12 +261,15 @@ impl Bench {
             fallbacks,
             attention: self.attention(),
             devices: self.devices.clone(),
+            plans: plans_of(&batch_lengths),
+            plan_build_s,
         };
         Ok((record, vectors))
     }
 
-    /// Each case alone on the first device, against its reference vector.
-    pub fn fidelity(&self, cases: &FidelityCases) -> Result<Vec<FidelityRecord>, ModelError> {
+    /// Each case alone on the first device, against its reference vector; a case that fails
+    /// is a `fidelity_error` record, and the others still run.
+    pub fn fidelity(&self, cases: &FidelityCases) -> Vec<FidelityRecord> {
         let model = self.loaded.models[0].as_ref();
         cases
             .cases
@@ -243,13 +279,18 @@ impl Bench {
                     model,
                     &[case.ids.as_slice()],
                     &mut FallbackStats::default(),
-                )?;
-                Ok(FidelityRecord {
-                    event: "fidelity".into(),
+                );
+                let (event, cosine, error) = match got {
+                    Ok(got) => ("fidelity", Some(cosine(&got[0], &case.embedding)), None),
+                    Err(e) => ("fidelity_error", None, Some(e.to_string())),
+                };
+                FidelityRecord {
+                    event: event.into(),
                     name: case.name.clone(),
                     tokens: case.ids.len(),
-                    cosine: cosine(&got[0], &case.embedding),
-                })
+                    cosine,
+                    error,
+                }
             })
             .collect()
     }

@@ -42,6 +42,15 @@ pub fn tokenize_threads(cores: usize, gpu_workers: usize) -> usize {
     cores.saturating_sub(gpu_workers).max(1)
 }
 
+/// For each worker's device, how many workers run on it (`cuda:0,0,1` gives 2, 2, 1): they
+/// compute at once, so each plans with its share of the device's free memory.
+pub fn workers_per_device(devices: &[DeviceSpec]) -> Vec<usize> {
+    devices
+        .iter()
+        .map(|d| devices.iter().filter(|o| *o == d).count())
+        .collect()
+}
+
 /// The query instruction of Qwen3-Embedding's model card, used where none is given.
 pub const DEFAULT_INSTRUCTION: &str =
     "Given a web search query, retrieve relevant passages that answer the query";
@@ -50,6 +59,8 @@ pub const DEFAULT_INSTRUCTION: &str =
 /// setup of the embed job, `embed` and queries (load → context length → encode → embed → rows).
 pub struct LoadedModels {
     pub models: Vec<Box<dyn Embedder>>,
+    /// The device of each model (a GPU may appear more than once: workers that share it).
+    pub devices: Vec<DeviceSpec>,
     pub tokenizer: Tokenizer,
     pub meta: ShardMeta,
     /// Wall time of loading all devices (in parallel).
@@ -106,6 +117,7 @@ impl LoadedModels {
             .collect();
         Ok(LoadedModels {
             models,
+            devices: devices.to_vec(),
             tokenizer,
             meta,
             load_time: started.elapsed(),
@@ -137,12 +149,15 @@ impl LoadedModels {
     }
 
     /// `rule` with its token budget capped by the tightest device's free memory (see
-    /// [`capped_rule`]), and how many devices plan by memory (the GPU workers).
+    /// [`capped_rule`]), a device's memory divided among the workers that share it, and how
+    /// many devices plan by memory (the GPU workers).
     pub fn device_rule(&self, rule: MiniBatchRule) -> (MiniBatchRule, usize) {
+        let sharing = workers_per_device(&self.devices);
         let budgets: Vec<u64> = self
             .models
             .iter()
-            .filter_map(|m| m.token_budget())
+            .zip(sharing.into_iter().chain(std::iter::repeat(1)))
+            .filter_map(|(m, workers)| m.token_budget(workers))
             .collect();
         let rule = capped_rule(rule, budgets.iter().copied().min());
         if let MiniBatchRule::TokenBudget { max_tokens } = &rule {
@@ -285,6 +300,88 @@ mod tests {
         assert_eq!(capped_rule(plan.clone(), None), plan);
         let study = MiniBatchRule::STUDY;
         assert_eq!(capped_rule(study.clone(), Some(10)), study);
+    }
+
+    #[test]
+    fn workers_on_one_device_are_counted_per_device() {
+        use DeviceSpec::{Cpu, Cuda};
+        assert_eq!(
+            workers_per_device(&[Cuda(0), Cuda(0), Cuda(1)]),
+            vec![2, 2, 1]
+        );
+        assert_eq!(workers_per_device(&[Cuda(0), Cuda(1)]), vec![1, 1]);
+        assert_eq!(workers_per_device(&[Cpu]), vec![1]);
+    }
+
+    /// A GPU model whose budget is its device's free memory (a token a byte) shared by the
+    /// workers it is told of.
+    struct FakeGpu {
+        free: u64,
+    }
+
+    impl Embedder for FakeGpu {
+        fn embed(
+            &self,
+            _: &embedfleet_models::PackedSequences,
+        ) -> Result<Vec<Vec<f32>>, ModelError> {
+            Ok(Vec::new())
+        }
+        fn max_position_embeddings(&self) -> usize {
+            1024
+        }
+        fn hidden_size(&self) -> usize {
+            4
+        }
+        fn output_dim(&self) -> usize {
+            4
+        }
+        fn estimate_memory(&self, _: &[usize]) -> u64 {
+            0
+        }
+        fn set_memory_limit(&self, _: Option<u64>) {}
+        fn token_budget(&self, workers: usize) -> Option<u64> {
+            Some(embedfleet_models::memory::share_of_free(self.free, workers))
+        }
+    }
+
+    #[test]
+    fn two_workers_on_one_gpu_each_plan_with_half_its_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+        let tokenizer = Tokenizer::from_file(&dir.path().join("tokenizer.json")).unwrap();
+        let loaded = |devices: Vec<DeviceSpec>| LoadedModels {
+            models: devices
+                .iter()
+                .map(|_| Box::new(FakeGpu { free: 40_000 }) as Box<dyn Embedder>)
+                .collect(),
+            devices,
+            tokenizer: tokenizer.clone(),
+            meta: ShardMeta {
+                model: "fake".into(),
+                model_revision: String::new(),
+                compute_dtype: "bf16".into(),
+                pooling: "last_token".into(),
+                normalized: true,
+                dim: 4,
+                embedfleet_version: String::new(),
+                timings: None,
+            },
+            load_time: Duration::ZERO,
+        };
+        let plan = MiniBatchRule::TokenBudget {
+            max_tokens: 1 << 20,
+        };
+        let (alone, workers) = loaded(vec![DeviceSpec::Cuda(0)]).device_rule(plan.clone());
+        assert_eq!(alone, MiniBatchRule::TokenBudget { max_tokens: 40_000 });
+        assert_eq!(workers, 1);
+        let (shared, workers) =
+            loaded(vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(0)]).device_rule(plan.clone());
+        assert_eq!(shared, MiniBatchRule::TokenBudget { max_tokens: 20_000 });
+        assert_eq!(workers, 2);
+        // Two GPUs of one worker each: each has all of its own.
+        let (apart, _) =
+            loaded(vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]).device_rule(plan);
+        assert_eq!(apart, MiniBatchRule::TokenBudget { max_tokens: 40_000 });
     }
 
     #[test]

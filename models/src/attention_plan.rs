@@ -1,0 +1,165 @@
+//! The shapes cuDNN's fused attention is planned for, the buffers it reads, and how its
+//! failures are typed: the decisions of `fused.rs` that need no GPU, kept apart so that the CPU
+//! build tests them and `bench-gpu` reports them on any machine.
+//!
+//! A cuDNN plan is built per (sequences, longest length) key, 0.1–2 s each with run-time
+//! compilation, so keys are bucketed coarsely: the sequence count to a power of two, the
+//! longest length to a power of two of at least [`PLAN_LENGTH_FLOOR`]. The floor also keeps
+//! a mini-batch of 1-token sequences off cuDNN's decode-only shape (s_q = s_kv = 1), which its
+//! own tests skip as a known issue. The bound is not work: the kernel reads each sequence at
+//! its ragged length.
+
+use std::collections::BTreeSet;
+
+/// The least planned length: one plan serves every mini-batch whose longest sequence is at
+/// most this long, and no plan is ever 1×1.
+pub const PLAN_LENGTH_FLOOR: usize = 1024;
+
+/// Packed buffers (q, k, v, the output) are allocated to a multiple of this many tokens, as
+/// cuDNN's own packed tests do, so that no tile of the last sequence reads past an allocation.
+pub const PACKED_TOKEN_ALIGN: usize = 64;
+
+/// One plan's key: sequences (padded with empty ones) and the longest length it bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct PlanShape {
+    pub batch: usize,
+    pub max_seq: usize,
+}
+
+impl PlanShape {
+    /// The plan for sequences of `lens` tokens.
+    pub fn of(lens: &[usize]) -> PlanShape {
+        let longest = lens.iter().copied().max().unwrap_or(1).max(1);
+        PlanShape {
+            batch: lens.len().max(1).next_power_of_two(),
+            max_seq: longest.max(PLAN_LENGTH_FLOOR).next_power_of_two(),
+        }
+    }
+}
+
+/// The distinct plans of a run's mini-batches (each a list of sequence lengths): what a
+/// warm-up prepares before anything is timed.
+pub fn planned_shapes<'a>(batches: impl IntoIterator<Item = &'a [usize]>) -> BTreeSet<PlanShape> {
+    batches.into_iter().map(PlanShape::of).collect()
+}
+
+/// Tokens the packed buffers of `total` real tokens are allocated for: `total` rounded up to
+/// [`PACKED_TOKEN_ALIGN`] (at least one alignment unit).
+pub fn padded_tokens(total: usize) -> usize {
+    total.max(1).div_ceil(PACKED_TOKEN_ALIGN) * PACKED_TOKEN_ALIGN
+}
+
+/// What a failure of the fused kernel's C++ shim is: its errors cross the C ABI as text
+/// (cuDNN statuses, the frontend's codes, CUDA runtime errors), and here, once, they become a
+/// typed out-of-memory (so the embed job halves the mini-batch, as for any allocation
+/// failure) or an error that is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShimFailure {
+    OutOfMemory(String),
+    Other(String),
+}
+
+/// Marks of an allocation failure in the shim's messages: cuDNN's status, the CUDA runtime's
+/// and driver's codes and texts, and a C++ allocation failure caught at the boundary.
+const ALLOCATION_FAILURES: [&str; 7] = [
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+    "cudaErrorMemoryAllocation",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "out of memory",
+    "std::bad_alloc",
+    "bad_alloc",
+];
+
+impl ShimFailure {
+    /// Types the shim's message.
+    pub fn classify(message: &str) -> ShimFailure {
+        let lower = message.to_ascii_lowercase();
+        if ALLOCATION_FAILURES
+            .iter()
+            .any(|mark| lower.contains(&mark.to_ascii_lowercase()))
+        {
+            ShimFailure::OutOfMemory(message.to_owned())
+        } else {
+            ShimFailure::Other(message.to_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_of_one_token_sequences_is_never_planned_as_decode() {
+        let decode = PlanShape::of(&[1; 8]);
+        assert_eq!(
+            decode,
+            PlanShape {
+                batch: 8,
+                max_seq: PLAN_LENGTH_FLOOR
+            }
+        );
+        assert!(decode.max_seq > 1);
+        assert_eq!(PlanShape::of(&[1]).max_seq, PLAN_LENGTH_FLOOR);
+        assert_eq!(PlanShape::of(&[]).max_seq, PLAN_LENGTH_FLOOR);
+    }
+
+    #[test]
+    fn lengths_and_counts_are_bucketed_so_a_mix_has_few_plans() {
+        assert_eq!(
+            PlanShape::of(&[300, 17, 1000]),
+            PlanShape {
+                batch: 4,
+                max_seq: 1024
+            }
+        );
+        assert_eq!(PlanShape::of(&[1025]).max_seq, 2048);
+        assert_eq!(PlanShape::of(&[32_768]).max_seq, 32_768);
+        assert_eq!(PlanShape::of(&[5; 33]).batch, 64);
+        // A paper mix's mini-batches: many lengths, few plans.
+        let batches: Vec<Vec<usize>> = (1..=200)
+            .map(|i| vec![i * 37 % 3000 + 1; i % 7 + 1])
+            .collect();
+        let shapes = planned_shapes(batches.iter().map(Vec::as_slice));
+        assert!(shapes.len() <= 12, "{shapes:?}");
+        for b in &batches {
+            assert!(shapes.contains(&PlanShape::of(b)));
+        }
+    }
+
+    #[test]
+    fn packed_buffers_have_a_padded_tail() {
+        assert_eq!(padded_tokens(1), 64);
+        assert_eq!(padded_tokens(64), 64);
+        assert_eq!(padded_tokens(65), 128);
+        assert_eq!(padded_tokens(0), 64);
+        for total in [1usize, 63, 1000, 32_769] {
+            let padded = padded_tokens(total);
+            assert!(padded >= total && padded % PACKED_TOKEN_ALIGN == 0);
+            assert!(padded - total < PACKED_TOKEN_ALIGN);
+        }
+    }
+
+    #[test]
+    fn allocation_failures_of_the_shim_are_typed_out_of_memory() {
+        for message in [
+            "ef_sdpa_prepare: build_plans: GRAPH_EXECUTION_PLAN_CREATION_FAILED: CUDNN_STATUS_ALLOC_FAILED",
+            "ef_sdpa_run: CUDA_API_FAILED: cudaMalloc failed: cudaErrorMemoryAllocation",
+            "ef_sdpa_prepare: exception: std::bad_alloc",
+            "workspace: CUDA_ERROR_OUT_OF_MEMORY (CUresult 2)",
+            "nvrtc: out of memory",
+        ] {
+            assert_eq!(
+                ShimFailure::classify(message),
+                ShimFailure::OutOfMemory(message.into()),
+                "{message}"
+            );
+        }
+        let other = "ef_sdpa_prepare: GRAPH_NOT_SUPPORTED: no engine for this shape";
+        assert_eq!(
+            ShimFailure::classify(other),
+            ShimFailure::Other(other.into())
+        );
+    }
+}
