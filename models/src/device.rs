@@ -15,6 +15,61 @@ pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
 /// `.ci/cuda/build-cuda.sh` sets it), when known.
 pub const CUDA_COMPUTE_CAP: Option<&str> = option_env!("CUDA_COMPUTE_CAP");
 
+/// The CUDA toolkit the kernels were built with (`EMBEDFLEET_CUDA_VERSION` at build time, e.g.
+/// `13.0` or `12.4`; `.ci/cuda/build-cuda.sh` sets it), when known.
+pub const CUDA_VERSION: Option<&str> = option_env!("EMBEDFLEET_CUDA_VERSION");
+
+/// The oldest driver (its major version) that loads the PTX of a CUDA `major.minor` toolkit:
+/// the driver compiles candle's PTX at load time and refuses PTX newer than itself.
+/// `None` for a version this table does not know.
+pub fn min_driver_for(cuda: &str) -> Option<u32> {
+    let (major, minor) = cuda.split_once('.')?;
+    let minor: u32 = minor.split('.').next()?.parse().ok()?;
+    match (major.parse::<u32>().ok()?, minor) {
+        (13, _) => Some(580),
+        (12, m) if m >= 8 => Some(570),
+        (12, 6 | 7) => Some(560),
+        (12, 5) => Some(555),
+        (12, 4) => Some(550),
+        (12, 3) => Some(545),
+        (12, 2) => Some(535),
+        (12, 1) => Some(530),
+        (12, 0) => Some(525),
+        _ => None,
+    }
+}
+
+/// The driver's major version from `/proc/driver/nvidia/version`'s text
+/// (`NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06 ...`).
+pub fn driver_major(proc_version: &str) -> Option<u32> {
+    let line = proc_version.lines().next()?;
+    line.split_whitespace().find_map(|word| {
+        let (major, rest) = word.split_once('.')?;
+        (rest.chars().all(|c| c.is_ascii_digit() || c == '.') && !rest.is_empty())
+            .then(|| major.parse().ok())
+            .flatten()
+    })
+}
+
+/// What a node whose driver is `driver` (major) should run, when a build of `cuda` cannot:
+/// `None` when the driver is new enough.
+pub fn driver_advice(cuda: &str, driver: u32) -> Option<String> {
+    let needed = min_driver_for(cuda)?;
+    if driver >= needed {
+        return None;
+    }
+    let cu12 = min_driver_for("12.4").expect("12.4 is in the table");
+    Some(if cuda.starts_with("13") && driver >= cu12 {
+        format!(
+            "driver {driver} is older than this CUDA {cuda} build needs (>= {needed}): use the CUDA 12.4 build on these nodes (README, \"GPU builds\")"
+        )
+    } else {
+        format!(
+            "driver {driver} is older than this CUDA {cuda} build needs (>= {needed}), and than any embedfleet build (>= {cu12}): ask for a node or module with a newer driver"
+        )
+    })
+}
+
 /// The GPUs this build runs on, in words: candle's kernels are PTX for `CUDA_COMPUTE_CAP`
 /// (80: sm_80 and newer — A100, and H100/H200 through the driver's compiler; 90: sm_90a, Hopper
 /// only), attention is cuDNN's (sm_80 and newer, loaded at run time). `None` in a CPU build.
@@ -129,6 +184,31 @@ pub fn parse_devices(spec: &str) -> ModelResult<Vec<DeviceSpec>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_driver_too_old_for_the_build_is_told_which_build_to_use() {
+        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\nGCC version: gcc 11";
+        assert_eq!(super::driver_major(text), Some(535));
+        assert_eq!(
+            super::driver_major(
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build"
+            ),
+            Some(580)
+        );
+        assert_eq!(super::driver_major(""), None);
+        assert_eq!(super::min_driver_for("13.0"), Some(580));
+        assert_eq!(super::min_driver_for("12.4"), Some(550));
+        assert_eq!(super::min_driver_for("11.8"), None);
+        assert_eq!(super::driver_advice("13.0", 580), None);
+        assert_eq!(super::driver_advice("12.4", 580), None);
+        let to_cu12 = super::driver_advice("13.0", 560).unwrap();
+        assert!(to_cu12.contains("CUDA 12.4 build"), "{to_cu12}");
+        let too_old = super::driver_advice("13.0", 535).unwrap();
+        assert!(too_old.contains("newer driver"), "{too_old}");
+        assert!(super::driver_advice("12.4", 545)
+            .unwrap()
+            .contains(">= 550"));
+    }
+
     use super::*;
 
     #[test]

@@ -333,6 +333,36 @@ fn use_fused_attention(
     Ok(())
 }
 
+/// Checks, in a few seconds and before any model is loaded, whether cuDNN's fused attention
+/// runs on `device`: the kernel for the 4B/8B head layout (32 query and 8 key/value heads of
+/// 128) and its start-up self-test. `Ok` names the kernel the device will run; `Err` says why
+/// the fused kernel is refused (`EMBEDFLEET_ATTENTION=blockwise` then runs the blockwise one).
+pub fn probe_attention(device: &DeviceSpec) -> Result<String, String> {
+    match device {
+        DeviceSpec::Cpu => Ok("blockwise (the CPU has no fused kernel)".into()),
+        #[cfg(feature = "cuda")]
+        DeviceSpec::Cuda(_) => {
+            use crate::attention::AttentionKernel;
+            use crate::fused::FusedAttention;
+            let opened = device.open().map_err(|e| e.to_string())?;
+            let fused = FusedAttention::new(32, 8, 128)?;
+            let version = fused.cudnn_version();
+            let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
+            let diff = FusedAttention::self_test(&kernel, &opened, DEFAULT_ATTENTION_TILE)?;
+            if !(diff <= FUSED_SELF_TEST_TOLERANCE) {
+                return Err(format!(
+                    "its self-test differs from the blockwise kernel by {diff} (tolerance {FUSED_SELF_TEST_TOLERANCE})"
+                ));
+            }
+            Ok(format!(
+                "cudnn-fused (cuDNN {version}, self-test max difference {diff})"
+            ))
+        }
+        #[cfg(not(feature = "cuda"))]
+        DeviceSpec::Cuda(_) => Err("this is a CPU build: no CUDA kernels".into()),
+    }
+}
+
 /// Keeps the first `dim` components of `v` and L2-normalises them (accumulated in f64).
 /// A zero vector stays zero.
 pub fn matryoshka(v: &[f32], dim: usize) -> Vec<f32> {

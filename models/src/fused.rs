@@ -124,9 +124,8 @@ impl std::fmt::Debug for FusedAttention {
 /// embed job's fallback acts on (with the shim's message as context), anything else its text.
 fn shim_error(message: String) -> candle_core::Error {
     match ShimFailure::classify(&message) {
-        ShimFailure::OutOfMemory(message) => {
-            crate::error::cuda_out_of_memory_error().context(format!("cuDNN fused attention: {message}"))
-        }
+        ShimFailure::OutOfMemory(message) => crate::error::cuda_out_of_memory_error()
+            .context(format!("cuDNN fused attention: {message}")),
         ShimFailure::Other(message) => {
             candle_core::Error::Msg(format!("cuDNN fused attention: {message}"))
         }
@@ -270,7 +269,12 @@ impl FusedAttention {
             if rc != 0 {
                 return Err(shim_error(message(&err)));
             }
-            tracing::debug!(batch = shape.batch, max_seq = shape.max_seq, workspace_bytes, "fused attention plan ready");
+            tracing::debug!(
+                batch = shape.batch,
+                max_seq = shape.max_seq,
+                workspace_bytes,
+                "fused attention plan ready"
+            );
         }
         Ok(started.elapsed().as_secs_f64())
     }

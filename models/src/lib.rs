@@ -26,8 +26,13 @@ pub mod weights;
 pub use attention::AttentionKernel;
 pub use candle_core::DType;
 pub use config::Config;
-pub use device::{parse_devices, supported_gpus, DeviceSpec, CUDA_BUILD, CUDA_COMPUTE_CAP};
-pub use embedder::{matryoshka, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE};
+pub use device::{
+    driver_advice, driver_major, min_driver_for, parse_devices, supported_gpus, DeviceSpec,
+    CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION,
+};
+pub use embedder::{
+    matryoshka, probe_attention, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE,
+};
 pub use error::{is_out_of_memory, ModelError, ModelResult};
 pub use memory::{estimate_memory, max_tokens_per_forward, token_budget, MemoryEstimate};
 pub use tiny::{tiny_config, write_tiny_model, write_tiny_model_with, TinyModelOptions};

@@ -182,6 +182,10 @@ pub struct DoctorArgs {
     /// Tokens of the test forward.
     #[arg(long, default_value_t = 512, value_name = "N")]
     pub tokens: usize,
+    /// Probe cuDNN's fused attention on each GPU first (a few seconds, before any model): its
+    /// self-test for the 4B/8B head layout. A refusal is a problem (exit 1) that says why.
+    #[arg(long)]
+    pub attention: bool,
 }
 
 #[derive(Debug, Args)]

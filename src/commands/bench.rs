@@ -111,7 +111,11 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
             std::fs::write(path, serde_json::to_vec(&saved)?)
                 .with_context(|| format!("failed to write {}", path.display()))?;
         }
-        if let Some(path) = args.compare_vectors.as_ref().filter(|_| !vectors.is_empty()) {
+        if let Some(path) = args
+            .compare_vectors
+            .as_ref()
+            .filter(|_| !vectors.is_empty())
+        {
             let saved: SavedVectors = serde_json::from_slice(
                 &std::fs::read(path)
                     .with_context(|| format!("failed to read {}", path.display()))?,
@@ -137,7 +141,9 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
     }
     eprint!("{}", render(&table));
     if failed > 0 {
-        eprintln!("{failed} measurement(s) failed: see the `bench_error` and `fidelity_error` lines");
+        eprintln!(
+            "{failed} measurement(s) failed: see the `bench_error` and `fidelity_error` lines"
+        );
         return Ok(exit::FAILURE);
     }
     Ok(exit::SUCCESS)

@@ -6,7 +6,7 @@ use crate::cli::DoctorArgs;
 use anyhow::Result;
 use embedfleet_core::exit;
 use embedfleet_embed::LoadedModels;
-use embedfleet_models::{DeviceSpec, PackedSequences, CUDA_BUILD, CUDA_COMPUTE_CAP};
+use embedfleet_models::{DeviceSpec, PackedSequences, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION};
 use std::path::Path;
 use std::time::Instant;
 
@@ -30,6 +30,22 @@ pub fn doctor(args: &DoctorArgs) -> Result<i32> {
     for device in &devices {
         if let Err(e) = device.open() {
             problems.push(format!("{device} cannot be opened: {e}"));
+        }
+    }
+    if args.attention {
+        // Before any model: a cuDNN that refuses the fused kernel is known in seconds.
+        let mut seen: Vec<DeviceSpec> = Vec::new();
+        for device in &devices {
+            if seen.contains(device) {
+                continue;
+            }
+            seen.push(*device);
+            match embedfleet_models::probe_attention(device) {
+                Ok(kernel) => println!("attention on {device}: {kernel}"),
+                Err(reason) => problems.push(format!(
+                    "the fused attention kernel cannot run on {device}: {reason}; EMBEDFLEET_ATTENTION=blockwise runs the slower blockwise kernel instead"
+                )),
+            }
         }
     }
     match &args.model_dir {
@@ -60,14 +76,25 @@ fn build(problems: &mut Vec<String>) {
         return;
     }
     let cap = CUDA_COMPUTE_CAP.unwrap_or("unknown");
+    let cuda = CUDA_VERSION.unwrap_or("13.0");
+    let major = cuda.split('.').next().unwrap_or("13");
+    let driver = embedfleet_models::min_driver_for(cuda)
+        .map_or("a driver for it".into(), |d| format!("driver >= {d}"));
     println!(
-        "embedfleet {version}: CUDA build (kernels for compute capability {cap}; needs driver >= 580, the CUDA 13 cuBLAS/cuRAND libraries and libcudnn 9)"
+        "embedfleet {version}: CUDA {cuda} build (kernels for compute capability {cap}; needs {driver}, the CUDA {major} cuBLAS/cuRAND libraries and libcudnn 9 for CUDA {major})"
     );
     if let Some(gpus) = embedfleet_models::supported_gpus() {
         println!("runs on: {gpus}");
     }
     match std::fs::read_to_string("/proc/driver/nvidia/version") {
-        Ok(text) => println!("driver: {}", text.lines().next().unwrap_or("").trim()),
+        Ok(text) => {
+            println!("driver: {}", text.lines().next().unwrap_or("").trim());
+            let advice = embedfleet_models::driver_major(&text)
+                .and_then(|d| embedfleet_models::driver_advice(cuda, d));
+            if let Some(advice) = advice {
+                problems.push(advice);
+            }
+        }
         Err(_) => problems.push(
             "no NVIDIA driver on this node (/proc/driver/nvidia/version): run doctor on a GPU node (`submit --trial QUEUE` runs a job there)".into(),
         ),

@@ -16,6 +16,7 @@ fn doctor_reports_the_build_devices_and_one_forward() {
         "cpu:2",
         "--run-dir",
         "run",
+        "--attention",
     ];
     let out = t.run(&args, 0);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -27,6 +28,8 @@ fn doctor_reports_the_build_devices_and_one_forward() {
         "run dir:",
         "writable, filesystem",
         "no problems found",
+        // The probe, once per distinct device.
+        "attention on cpu: blockwise",
     ] {
         assert!(stdout.contains(needle), "doctor says {needle}:\n{stdout}");
     }
@@ -35,6 +38,7 @@ fn doctor_reports_the_build_devices_and_one_forward() {
         2,
         "one forward per device"
     );
+    assert_eq!(stdout.matches("attention on cpu").count(), 1, "{stdout}");
 }
 
 #[test]
@@ -50,10 +54,16 @@ fn doctor_names_a_broken_model_directory_and_a_device_this_build_lacks() {
         .collect();
     assert_eq!(problems.len(), 1, "{stdout}");
     assert!(problems[0].contains("tokenizer.json"), "{stdout}");
-    let out = t.run(&["doctor", "--devices", "cuda:0"], 1);
+    let out = t.run(&["doctor", "--devices", "cuda:0", "--attention"], 1);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("problem: cuda:0") && stdout.contains("--features cuda"),
+        "{stdout}"
+    );
+    // The probe of a GPU this build cannot drive is a problem line too, saying what to use.
+    assert!(
+        stdout.contains("fused attention kernel cannot run on cuda:0")
+            && stdout.contains("EMBEDFLEET_ATTENTION=blockwise"),
         "{stdout}"
     );
 }

@@ -198,10 +198,7 @@ fn bench_gpu_measures_in_the_peers_fields_and_checks_fidelity_on_any_device() {
     for r in &runs[2..] {
         let plans = r["plans"].as_array().unwrap();
         assert!(!plans.is_empty() && plans.len() <= 4, "{r}");
-        assert!(
-            plans.iter().all(|p| p[1].as_u64().unwrap() >= 1024),
-            "{r}"
-        );
+        assert!(plans.iter().all(|p| p[1].as_u64().unwrap() >= 1024), "{r}");
     }
 
     // The decode-shaped mix (1-token sequences only) goes through the same planning: one

@@ -379,8 +379,7 @@ mod tests {
         assert_eq!(shared, MiniBatchRule::TokenBudget { max_tokens: 20_000 });
         assert_eq!(workers, 2);
         // Two GPUs of one worker each: each has all of its own.
-        let (apart, _) =
-            loaded(vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]).device_rule(plan);
+        let (apart, _) = loaded(vec![DeviceSpec::Cuda(0), DeviceSpec::Cuda(1)]).device_rule(plan);
         assert_eq!(apart, MiniBatchRule::TokenBudget { max_tokens: 40_000 });
     }
 
