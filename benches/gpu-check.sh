@@ -179,12 +179,12 @@ for s in steps:
             s["status"], s["check"] = "failed", "no fallback taken: the fill left too much memory"
 
 def distinct_plans(ls):
+    # Each bench line names its attention plans, (sequences, longest length) each.
     keys = set()
     for r in ls:
-        if r.get("event") == "plan":
-            k = {k: v for k, v in r.items() if k not in ("event", "secs", "ms", "micros", "time")}
-            keys.add(json.dumps(k.get("shape", k), sort_keys=True))
-    return len(keys)
+        if r.get("event") == "bench":
+            keys.update(tuple(p) for p in r.get("plans") or [])
+    return sorted(keys)
 
 def why(name):  # the reason a step failed, from its own output
     err = (read(os.path.join(work, name + ".err"), "") or "").splitlines()
@@ -220,10 +220,11 @@ def notes(name, s):
         n.append(f"fidelity min cos {min(r.get('cosine', 0) for r in fid):.6f}")
     plans = distinct_plans(ls)
     if plans:
-        n.append(f"{plans} planned shapes")
-    builds = [r for r in ls if r.get("event") == "plan_build"]
-    if builds:
-        n.append(f"{len(builds)} plan builds")
+        shown = ", ".join(f"{b}x{t}" for b, t in plans[:6]) + (" ..." if len(plans) > 6 else "")
+        n.append(f"{len(plans)} attention plans ({shown})")
+    build_s = sum(r.get("plan_build_s") or 0 for r in ls if r.get("event") == "bench")
+    if build_s:
+        n.append(f"plans built in {build_s:.1f} s before timing")
     m = mix_line(ls)
     if m:
         _, f = fallbacks(m)

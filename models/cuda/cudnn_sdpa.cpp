@@ -827,6 +827,27 @@ ef_sdpa_prepare(ef_sdpa *s,
     return 1;
 }
 
+EF_SDPA_API const char *
+ef_sdpa_plan_impl(ef_sdpa *s,
+                  int32_t batch,
+                  int32_t max_seq_len,
+                  int32_t n_heads,
+                  int32_t n_kv_heads,
+                  int32_t head_dim,
+                  float scale) {
+    try {
+        if (s == nullptr) {
+            return nullptr;
+        }
+        Shape const sh{batch, max_seq_len, 0, n_heads, n_kv_heads, head_dim, scale};
+        std::lock_guard<std::mutex> lock(s->mu);
+        auto const it = s->cache.find(plan_key(sh));
+        return it == s->cache.end() ? nullptr : impl_name(it->second->impl);
+    } catch (...) {
+        return nullptr;
+    }
+}
+
 EF_SDPA_API int
 ef_sdpa_run(ef_sdpa *s,
             void *stream,

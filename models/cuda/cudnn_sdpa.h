@@ -67,6 +67,11 @@ int ef_sdpa_prepare(ef_sdpa* s, int32_t batch, int32_t max_seq_len, int32_t tota
                     int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, float scale,
                     int64_t* workspace_bytes, char* err, size_t err_len);
 
+/* The attention implementation ("unified" or "composite") of the plan prepared for this key, or
+   NULL when none is prepared: cuDNN may pick different kernels per shape, so callers log it. */
+const char* ef_sdpa_plan_impl(ef_sdpa* s, int32_t batch, int32_t max_seq_len, int32_t n_heads,
+                              int32_t n_kv_heads, int32_t head_dim, float scale);
+
 /* Runs on `stream` (a cudaStream_t). Layouts, all contiguous, bf16:
      q, o: [total_tokens, n_heads, head_dim]   (token-major, "THD" packed)
      k, v: [total_tokens, n_kv_heads, head_dim]

@@ -53,6 +53,15 @@ mod ffi {
             err: *mut c_char,
             err_len: usize,
         ) -> i32;
+        pub fn ef_sdpa_plan_impl(
+            s: *mut EfSdpa,
+            batch: i32,
+            max_seq_len: i32,
+            n_heads: i32,
+            n_kv_heads: i32,
+            head_dim: i32,
+            scale: f32,
+        ) -> *const c_char;
         pub fn ef_sdpa_run(
             s: *mut EfSdpa,
             stream: *mut c_void,
@@ -269,9 +278,27 @@ impl FusedAttention {
             if rc != 0 {
                 return Err(shim_error(message(&err)));
             }
-            tracing::debug!(
+            // SAFETY: the handle is live and ours; the shim returns a static string or NULL.
+            let implementation = unsafe {
+                let name = ffi::ef_sdpa_plan_impl(
+                    handle.raw,
+                    shape.batch as i32,
+                    shape.max_seq as i32,
+                    self.n_heads as i32,
+                    self.n_kv as i32,
+                    self.head_dim as i32,
+                    scale,
+                );
+                if name.is_null() {
+                    "?".to_string()
+                } else {
+                    CStr::from_ptr(name).to_string_lossy().into_owned()
+                }
+            };
+            tracing::info!(
                 batch = shape.batch,
                 max_seq = shape.max_seq,
+                implementation,
                 workspace_bytes,
                 "fused attention plan ready"
             );
