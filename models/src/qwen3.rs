@@ -164,7 +164,9 @@ impl Attention {
         let qkv = self.qkv_proj.forward(x)?.reshape((t, nh + 2 * nkv, hd))?;
         let q = rot.apply(&self.q_norm.forward(&qkv.narrow(1, 0, nh)?)?)?;
         let k = rot.apply(&self.k_norm.forward(&qkv.narrow(1, nh, nkv)?)?)?;
-        let v = qkv.narrow(1, nh + nkv, nkv)?.contiguous()?;
+        // v stays a view: each kernel makes the one copy it needs (the blockwise path its
+        // head-major copy, the fused one its padded buffer), not a second one here.
+        let v = qkv.narrow(1, nh + nkv, nkv)?;
         // The softmax scale goes into the kernel: pre-scaling q in bf16 would round it.
         let scale = 1.0 / (hd as f64).sqrt();
         let out = ctx.kernel.attention(&q, &k, &v, ctx, scale)?;
