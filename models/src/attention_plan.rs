@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(padded_tokens(0), 64);
         for total in [1usize, 63, 1000, 32_769] {
             let padded = padded_tokens(total);
-            assert!(padded >= total && padded % PACKED_TOKEN_ALIGN == 0);
+            assert!(padded >= total && padded.is_multiple_of(PACKED_TOKEN_ALIGN));
             assert!(padded - total < PACKED_TOKEN_ALIGN);
         }
     }
