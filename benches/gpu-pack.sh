@@ -7,7 +7,7 @@
 #   run(command="bash benches/gpu-check.sh", carry=["target-gpu"], timeout_s=420)
 #
 #   usage: benches/gpu-pack.sh
-#   env:   COMPUTE_CAP=80 TARGET_DIR=/var/tmp/embedfleet-cuda CUDA12=1 (also the CUDA 12 binary)
+#   env:   COMPUTE_CAP=80 TARGET_DIR=/var/tmp/embedfleet-cuda CUDA12=1 (also the CUDA 12 binary; needs CUDA12_HOME, a CUDA 12 toolkit: see .ci/cuda/build-cuda.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET_DIR=${TARGET_DIR:-/var/tmp/embedfleet-cuda}
