@@ -893,14 +893,17 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
     let rows = rows_of(&run);
     upload(&t, &url, &rest, &upserted, &[], 0);
     // Kills at seeded moments: while building (the first kills land before any shard is
-    // built), while keys are made, between recoveries, while waiting for green.
+    // built), between making the collection and its payload indexes, while keys are made,
+    // between recoveries, while waiting for green. Each recovery waits 800 ms first, so the
+    // 4 recoveries outlast the kill moments (at most 1.35 s in): a load run again resumes,
+    // and a kill lands until its last recovery.
     let mut rng = 0x5eed_u64;
     let mut kills = 0;
-    for round in 0..6 {
+    for _ in 0..6 {
         rng = rng
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let after = Duration::from_millis(150 + (rng >> 33) % 1500 + round * 300);
+        let after = Duration::from_millis(150 + (rng >> 33) % 1200);
         let mut child = t
             .cmd(&upload_args(
                 "run",
@@ -909,7 +912,7 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
                 &name,
                 &["--mode", "snapshot", "--groups", "4", "--recoveries", "1"],
             ))
-            .env(SNAPSHOT_TEST_DELAY_ENV, "300")
+            .env(SNAPSHOT_TEST_DELAY_ENV, "800")
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
@@ -947,6 +950,41 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
     assert_eq!(approx(&name), approx(&upserted));
     sink.delete_collection(&name).unwrap();
     sink.delete_collection(&upserted).unwrap();
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_load() {
+    let (url, rest, sink, name) = server("noindexes");
+    let t = TestDir::new();
+    small_run(&t, "run", 60, 20);
+    let run = t.join("run");
+    let rows = rows_of(&run);
+    let first = RunDb::open(&run).unwrap().all_shards().unwrap()[0]
+        .path
+        .clone();
+    let dim = embedfleet_upload::shards::shard_dim(&run.join(&first)).unwrap();
+    // What a load killed between creating the collection and its payload indexes leaves:
+    // the collection, custom-sharded, with none of them.
+    let mut made = embedfleet_upload::CollectionSpec::new(&name, dim);
+    made.custom_sharding = true;
+    made.payload_indexes.clear();
+    sink.ensure_collection(&made).unwrap();
+    let before = sink.server_collection(&name).unwrap().unwrap();
+    assert!(before.settings.payload_indexes.is_empty());
+    // The next load goes on (it once refused, naming the missing indexes as a difference),
+    // makes them, and ends exact.
+    let err = upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
+    assert!(err.contains(&format!("{rows} points of this run")), "{err}");
+    let after = sink.server_collection(&name).unwrap().unwrap();
+    let wanted = embedfleet_upload::CollectionSpec::new(&name, dim);
+    assert_eq!(
+        after.settings.payload_indexes.len(),
+        wanted.payload_indexes.len(),
+        "{after:?}"
+    );
+    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    sink.delete_collection(&name).unwrap();
 }
 
 // ---- The cluster suite: a real three-peer cluster on loopback (.ci/qdrant/qdrant-cluster.sh) ----

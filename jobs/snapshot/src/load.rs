@@ -241,7 +241,7 @@ pub fn load_snapshots(
                 ),
             });
         }
-        let differences = wanted.differences(&existing.settings);
+        let differences = wanted.differences(&with_indexes_to_come(&wanted, &existing.settings));
         if !differences.is_empty() {
             return Err(SnapshotError::SettingsDiffer {
                 what: format!("collection `{name}`"),
@@ -525,6 +525,22 @@ pub fn load_snapshots(
     }
     record_loaded_shards(&db, &key, &loaded_shards)?;
     Ok(report)
+}
+
+/// The settings a collection will have once the load has made its payload indexes: a load
+/// killed between creating the collection and its indexes left it without some of them, and
+/// the next load's `ensure_collection` makes them (creating an index is idempotent). Only
+/// missing indexes are forgiven; an index the load would not make is still a difference.
+fn with_indexes_to_come(wanted: &ShardSettings, made: &ShardSettings) -> ShardSettings {
+    let mut made = made.clone();
+    if made
+        .payload_indexes
+        .iter()
+        .all(|index| wanted.payload_indexes.contains(index))
+    {
+        made.payload_indexes = wanted.payload_indexes.clone();
+    }
+    made
 }
 
 /// Ids deleted in one request.
@@ -857,6 +873,38 @@ fn list(what: &str, batches: &[i64]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_collection_killed_before_its_payload_indexes_is_not_a_difference() {
+        let spec = CollectionSpec::new("papers", 64);
+        let wanted = ShardSettings::of(&spec);
+        assert!(!wanted.payload_indexes.is_empty());
+        // Made by a load killed before its indexes: none, or some of them.
+        let mut made = wanted.clone();
+        made.payload_indexes.clear();
+        assert!(wanted
+            .differences(&with_indexes_to_come(&wanted, &made))
+            .is_empty());
+        made.payload_indexes = wanted.payload_indexes[..1].to_vec();
+        assert!(wanted
+            .differences(&with_indexes_to_come(&wanted, &made))
+            .is_empty());
+        // An index this load would not make, or another setting, still differs.
+        made.payload_indexes.push(("lang".into(), "keyword".into()));
+        assert!(!wanted
+            .differences(&with_indexes_to_come(&wanted, &made))
+            .is_empty());
+        let mut other = wanted.clone();
+        other.payload_indexes.clear();
+        other.hnsw_m = 32;
+        assert_eq!(
+            wanted
+                .differences(&with_indexes_to_come(&wanted, &other))
+                .len(),
+            1
+        );
+    }
+
     use super::*;
     use embedfleet_core::BatchId;
 
