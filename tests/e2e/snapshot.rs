@@ -419,7 +419,9 @@ fn delete_removes_papers_by_id_from_the_embedded_engine() {
 
 // ---- The server suite: a Qdrant server in cluster mode ----
 
-fn server(test: &str) -> (String, String, QdrantServer, String) {
+/// The server suite's Qdrant (cluster mode): gRPC and REST URLs, a client, and a collection
+/// name of this test's own (the update tests use it too).
+pub(crate) fn server(test: &str) -> (String, String, QdrantServer, String) {
     let url = std::env::var("QDRANT_URL").expect(
         "the server tests need QDRANT_URL: a cluster-mode Qdrant's gRPC URL, e.g. http://127.0.0.1:6334",
     );

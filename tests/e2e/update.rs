@@ -9,7 +9,7 @@ use crate::util::{read_shard, TestDir};
 use embedfleet_core::rundb::TEST_KILL_ENV;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::ShardKeys;
-use embedfleet_upload::{point_id, QdrantEdge, QdrantServer, SearchOptions, ServerConfig, Sink};
+use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -517,20 +517,6 @@ fn an_update_killed_at_seeded_moments_in_each_stage_ends_exact() {
     );
 }
 
-/// The server suite's Qdrant (cluster mode): gRPC and REST URLs, a client, and a collection
-/// name of this test's own.
-fn server(test: &str) -> (String, String, QdrantServer, String) {
-    let url = std::env::var("QDRANT_URL").expect(
-        "the server tests need QDRANT_URL: a cluster-mode Qdrant's gRPC URL, e.g. http://127.0.0.1:6334",
-    );
-    let rest = std::env::var("QDRANT_REST_URL")
-        .unwrap_or_else(|_| embedfleet_snapshot::RestClient::url_from_grpc(&url));
-    let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
-    let name = format!("embedfleet-update-{test}-{}", std::process::id());
-    let _ = sink.delete_collection(&name);
-    (url, rest, sink, name)
-}
-
 /// The built shards' manifests of the group starting at batch `first`.
 fn builds_of_group(run: &Path, first: i64) -> usize {
     let prefix = format!("b{first:06}-");
@@ -545,7 +531,7 @@ fn builds_of_group(run: &Path, first: i64) -> usize {
 #[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_the_release_withheld()
 {
-    let (url, rest, sink, name) = server("snapshot");
+    let (url, rest, sink, name) = crate::snapshot::server("update");
     let t = TestDir::new();
     let (withdrawn, changed, new) = make_releases(&t, &ISSUE);
     t.run_corpus("run", "r1.jsonl", 250, &[]);
