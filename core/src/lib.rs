@@ -9,6 +9,7 @@ pub mod batchfile;
 pub mod corpus;
 pub mod exit;
 pub mod fingerprint;
+pub mod fsops;
 pub mod handoff;
 pub mod layout;
 pub mod owner;

@@ -321,6 +321,14 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
         status::duration(report.elapsed.as_secs_f64()),
         report.batches_done
     );
+    if report.rounds > 0 {
+        eprintln!(
+            "owner: {} polls, {:.1} ms CPU and {:.1} result-file operations per poll",
+            report.rounds,
+            report.owner_cpu.as_secs_f64() * 1e3 / report.rounds as f64,
+            report.result_file_ops as f64 / report.rounds as f64
+        );
+    }
     if !report.failed.is_empty() {
         let ids: Vec<String> = report.failed.iter().map(|(b, _)| b.to_string()).collect();
         eprintln!(

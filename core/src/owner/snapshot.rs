@@ -35,6 +35,15 @@ pub struct LoopState {
     /// loop that was killed leaves it unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_unix_s: Option<f64>,
+    /// Polls this loop made, and its own cost over them: its CPU time (user + system) and its
+    /// operations on the files jobs write (`crate::fsops`). Per poll, they should follow the
+    /// open jobs, not the batches of the run.
+    #[serde(default)]
+    pub polls: u64,
+    #[serde(default)]
+    pub cpu_s: f64,
+    #[serde(default)]
+    pub result_file_ops: u64,
 }
 
 impl LoopState {

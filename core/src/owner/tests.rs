@@ -170,6 +170,9 @@ fn a_status_call_keeps_the_loop_state_of_the_snapshot_before() {
         poll_interval_s: 30.0,
         last_poll_unix_s: unix_now() - 5.0,
         ended_unix_s: None,
+        polls: 3,
+        cpu_s: 0.5,
+        result_file_ops: 12,
     };
     snapshot::write_snapshot(dir.path(), &status, Some(state.clone())).unwrap();
     snapshot::write_snapshot(dir.path(), &status, None).unwrap();

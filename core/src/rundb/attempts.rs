@@ -60,9 +60,17 @@ pub(crate) fn test_kill_point(point: &str) {
 }
 
 impl RunDb {
-    /// Ingests every new result manifest under `results/` (see the module docs).
+    /// Ingests the new result manifests under `results/` (see the module docs). One listing of
+    /// `results/` says which batches have result folders; only the folders of unsettled
+    /// batches are read: not done, or with a job open, or with files of an attempt not yet
+    /// cleaned. So a poll reads as many folders as there is open work, not one per batch of
+    /// the run (2,075 in the study's). Every [`FULL_SWEEP_ENV`] seconds (default 15 minutes)
+    /// every folder is read, for what no open work explains: a job the owner lost track of
+    /// that wrote to a settled batch since, and temporary files of killed writers in `shards/`.
     pub fn ingest_results(&mut self) -> Result<IngestReport> {
-        let Ok(entries) = std::fs::read_dir(self.layout().results_dir()) else {
+        let layout = self.layout();
+        crate::fsops::count(1);
+        let Ok(entries) = std::fs::read_dir(layout.results_dir()) else {
             return Ok(IngestReport::default());
         };
         let mut batches: Vec<i64> = entries
@@ -73,7 +81,82 @@ impl RunDb {
             })
             .collect();
         batches.sort_unstable();
-        self.ingest_batches(&batches)
+        let now = crate::owner::unix_now();
+        let last = self.setting::<f64>(LAST_FULL_SWEEP_KEY)?;
+        let full = last.is_none_or(|last| now - last >= full_sweep_interval_s() || now < last);
+        if !full {
+            let settled = self.settled_batches()?;
+            batches.retain(|b| !settled.contains(b));
+        }
+        let report = self.ingest_batches(&batches)?;
+        if full {
+            self.remove_orphan_temporaries(&layout)?;
+            self.set_setting(LAST_FULL_SWEEP_KEY, &now)?;
+        }
+        Ok(report)
+    }
+
+    /// Batches with nothing left for an ingest to do: done, no job open, and every attempt but
+    /// the accepted one cleaned.
+    fn settled_batches(&self) -> Result<std::collections::HashSet<i64>> {
+        let sql = format!(
+            "SELECT id FROM batches WHERE state = ?1
+               AND id NOT IN (SELECT batch_id FROM jobs WHERE state IN {})
+               AND id NOT IN (SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != ?2)",
+            JobStatus::open_sql()
+        );
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map(
+            params![BatchState::Done.as_str(), AttemptState::Accepted.as_str()],
+            |r| r.get(0),
+        );
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Removes the temporary files killed writers left in `shards/` for settled batches (one
+    /// listing of `shards/`: only in a full sweep, never per poll). A temporary file of a batch
+    /// still open may be a live writer's: it stays.
+    fn remove_orphan_temporaries(&self, layout: &RunLayout) -> Result<()> {
+        crate::fsops::count(1);
+        let Ok(entries) = std::fs::read_dir(layout.shard_dir()) else {
+            return Ok(());
+        };
+        let temporaries: Vec<(i64, PathBuf)> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.ends_with(atomic::TMP_SUFFIX) {
+                    return None;
+                }
+                let batch = name.strip_prefix('b')?.split('-').next()?.parse().ok()?;
+                Some((batch, e.path()))
+            })
+            .collect();
+        if temporaries.is_empty() {
+            return Ok(());
+        }
+        let settled = self.settled_batches()?;
+        let failed = self.batches_in_state(BatchState::Failed)?;
+        let orphans: Vec<PathBuf> = temporaries
+            .into_iter()
+            .filter(|(b, _)| settled.contains(b) || failed.contains(b))
+            .map(|(_, p)| p)
+            .collect();
+        remove_files(&orphans).map(drop)
+    }
+
+    fn batches_in_state(&self, state: BatchState) -> Result<std::collections::HashSet<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT id FROM batches WHERE state = ?1 AND id NOT IN (SELECT batch_id FROM jobs WHERE state IN {})",
+                JobStatus::open_sql()
+            ))
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([state.as_str()], |r| r.get(0));
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// Ingests the new result manifests of `batches` only (the submit loop, when their job
@@ -131,6 +214,7 @@ impl RunDb {
         let mut manifests: Vec<AttemptManifest> = Vec::new();
         for token in new {
             let token = token.clone();
+            crate::fsops::count(1);
             let why = match AttemptManifest::read(layout, batch, &token) {
                 Ok(m) if m.batch == batch && m.attempt == token => {
                     manifests.push(m);
@@ -203,6 +287,7 @@ impl RunDb {
                     ))
                 }
             };
+            crate::fsops::count(m.shards.len() as u64);
             match m.verify(layout, expected, settings) {
                 Ok(()) => {}
                 Err(Verdict::Unreadable(why)) => {
@@ -384,26 +469,38 @@ impl RunDb {
         }
     }
 
-    /// Removes the files of every attempt at `batch` but the accepted one (shards not in
-    /// run.db, temporary files), and records the attempts that never finished as abandoned.
+    /// Removes the files of every attempt at `batch` but the accepted one, by the names its
+    /// manifest's parts give them (no listing of `shards/`, which holds ~16,600 files at the
+    /// study's scale), and records the attempts that never finished as abandoned. Temporary
+    /// files of killed writers have no predictable name: the full sweep removes those.
     fn clean_attempts(&self, layout: &RunLayout, batch: i64) -> Result<u64> {
-        let keep: Vec<String> = self
-            .shards_of(BatchId(batch))?
-            .into_iter()
-            .filter_map(|s| {
-                std::path::Path::new(&s.path)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-            })
-            .collect();
-        let removed = remove_files(&leftover_shards(layout, batch, &keep))?;
+        let kept = self.shards_of(BatchId(batch))?;
+        let accepted = self.accepted_attempt(batch)?;
+        let tokens = manifest_tokens(layout, batch);
         let known = self.attempts_of(batch)?;
-        for token in manifest_tokens(layout, batch) {
-            if !known.contains_key(&token) {
+        let mut removed = 0;
+        for token in &tokens {
+            if Some(token) == accepted.as_ref() {
+                continue;
+            }
+            // Its own count of parts when its manifest reads, else the accepted attempt's:
+            // every attempt of one plan and settings has the same parts.
+            crate::fsops::count(1);
+            let parts = AttemptManifest::read(layout, batch, token)
+                .map(|m| m.parts as usize)
+                .unwrap_or(0)
+                .max(kept.len());
+            let names: Vec<PathBuf> = (0..parts as u32)
+                .map(|part| layout.resolve(RunLayout::shard_file_name(batch, part, token)))
+                .filter(|p| !kept.iter().any(|k| layout.resolve(&k.path) == *p))
+                .collect();
+            removed += remove_files(&names)?;
+            if !known.contains_key(token) {
                 let why = "it did not finish and another attempt did the batch";
-                self.record_attempt(batch, &token, AttemptState::Abandoned, None, None, why)?;
+                self.record_attempt(batch, token, AttemptState::Abandoned, None, None, why)?;
             }
         }
+        crate::fsops::count(1);
         let _ = atomic::remove_leftovers(&layout.batch_results_dir(batch));
         self.conn
             .execute(
@@ -512,9 +609,24 @@ struct KnownAttempt {
 /// The settings key that says quarantine.jsonl is behind run.db's quarantine.
 const QUARANTINE_STALE_KEY: &str = "quarantine_stale";
 
+/// The settings key with when an ingest last read every batch's results folder (unix seconds).
+const LAST_FULL_SWEEP_KEY: &str = "last_full_ingest_unix_s";
+
+/// Seconds between full sweeps of `results/` (see [`RunDb::ingest_results`]); 0 reads every
+/// folder at every ingest, as embedfleet did before it kept to the open work.
+pub const FULL_SWEEP_ENV: &str = "EMBEDFLEET_FULL_SWEEP_S";
+
+fn full_sweep_interval_s() -> f64 {
+    std::env::var(FULL_SWEEP_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(900.0)
+}
+
 /// The size and modification time of an attempt's manifest: a rewritten manifest has another.
 fn manifest_stamp(layout: &RunLayout, batch: i64, token: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
+    crate::fsops::count(1);
     let meta = std::fs::metadata(layout.attempt_manifest(batch, token)).ok()?;
     Some(format!(
         "{}:{}.{:09}",
@@ -528,6 +640,7 @@ fn manifest_stamp(layout: &RunLayout, batch: i64, token: &str) -> Option<String>
 /// owner's processes (`status` beside the submit loop, an upload worker) may be cleaning the
 /// same batch at the same moment.
 fn remove_if_there(path: &std::path::Path) -> Result<bool> {
+    crate::fsops::count(1);
     match std::fs::remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -537,22 +650,6 @@ fn remove_if_there(path: &std::path::Path) -> Result<bool> {
             source,
         }),
     }
-}
-
-/// The shard files of `batch` in `shards/` other than those named in `keep`.
-fn leftover_shards(layout: &RunLayout, batch: i64, keep: &[String]) -> Vec<PathBuf> {
-    let prefix = RunLayout::shard_file_prefix(batch);
-    let Ok(entries) = std::fs::read_dir(layout.shard_dir()) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with(&prefix) && !keep.contains(&name)
-        })
-        .map(|e| e.path())
-        .collect()
 }
 
 /// Removes `paths`; how many this call removed.
@@ -566,6 +663,7 @@ fn remove_files(paths: &[PathBuf]) -> Result<u64> {
 
 /// The attempt tokens of `batch`'s manifests, from their file names.
 fn manifest_tokens(layout: &RunLayout, batch: i64) -> Vec<String> {
+    crate::fsops::count(1);
     let Ok(entries) = std::fs::read_dir(layout.batch_results_dir(batch)) else {
         return Vec::new();
     };
@@ -588,24 +686,158 @@ fn file_token(path: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handoff::OutputSettings;
+
+    fn settings() -> OutputSettings {
+        OutputSettings {
+            model: "m".into(),
+            model_dir: "/m".into(),
+            dim: None,
+            vector_dtype: crate::shardfile::VectorDtype::F32,
+            max_tokens: None,
+            shard_papers: 10,
+            pooling: "last".into(),
+            normalized: true,
+            instruction: None,
+        }
+    }
+
+    /// A run of `batches` batches, each with a results folder: the first `open` of them running
+    /// (a job open, an attempt's manifest still incomplete), the others done, their one attempt
+    /// accepted.
+    fn run_at_scale(batches: i64, open: i64) -> (tempfile::TempDir, RunDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = RunDb::create(dir.path()).unwrap();
+        let layout = db.layout();
+        let plan = db.plan_id().unwrap();
+        let tx = db.conn_mut().transaction().unwrap();
+        tx.execute(
+            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 1, 1, 'e')",
+            [],
+        )
+        .unwrap();
+        for id in 1..=batches {
+            let state = if id <= open { "running" } else { "done" };
+            tx.execute(
+                "INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state) VALUES (?1, 1, ?1, 'c', 4, 1, ?2)",
+                params![id, state],
+            )
+            .unwrap();
+            if id > open {
+                tx.execute(
+                    "INSERT INTO attempts (batch_id, token, state, cleaned, ingested_at) VALUES (?1, 'a1', 'accepted', 0, 'now')",
+                    [id],
+                )
+                .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        for id in 1..=batches {
+            let mut m = AttemptManifest::start(&plan, id, "cpu".into(), settings(), 1);
+            m.attempt = "a1".into();
+            m.complete = id > open;
+            m.write(&layout).unwrap();
+        }
+        for id in 1..=open {
+            let name = format!("job-{id}");
+            db.insert_job(&crate::rundb::NewJob {
+                batches: &[id],
+                attempt: 1,
+                backend: "local",
+                queue: "q",
+                name: &name,
+                script: "s",
+                log: "l",
+                marker: "m",
+            })
+            .unwrap();
+        }
+        (dir, db)
+    }
+
+    fn operations(db: &mut RunDb, full_sweep_s: &str) -> u64 {
+        std::env::set_var(FULL_SWEEP_ENV, full_sweep_s);
+        let before = crate::fsops::total();
+        db.ingest_results().unwrap();
+        crate::fsops::total() - before
+    }
+
+    #[test]
+    fn an_ingest_reads_the_open_works_folders_not_every_batchs() {
+        let (_dir, mut db) = run_at_scale(2_075, 8);
+        // The first ingest of a run (or after a lost sweep time) reads every folder once.
+        let first = operations(&mut db, "900");
+        assert!(first > 2_075, "{first}");
+        // Then each poll: one listing of results/ and the open batches' folders and manifests.
+        let poll = operations(&mut db, "900");
+        assert!((8..=1 + 2 * 8 + 4).contains(&poll), "{poll} operations at 8 open jobs");
+        // The same with no sweep interval: every folder, as before the fix.
+        let every = operations(&mut db, "0");
+        assert!(every > 2_075, "{every}");
+        // Per-poll operations follow the open jobs, not the batches.
+        let (_small, mut small) = run_at_scale(100, 8);
+        operations(&mut small, "900");
+        assert_eq!(operations(&mut small, "900"), poll);
+    }
+
+    #[test]
+    fn cleaning_removes_the_other_attempts_shards_by_name_and_keeps_the_accepted_ones() {
+        let (dir, mut db) = run_at_scale(3, 0);
+        let layout = db.layout();
+        std::fs::create_dir_all(layout.shard_dir()).unwrap();
+        let shard = |batch: i64, part: u32, token: &str| {
+            layout.resolve(RunLayout::shard_file_name(batch, part, token))
+        };
+        // Batch 2's accepted attempt a1 has one shard; a killed attempt k9 wrote one, and its
+        // writer left a temporary file. Batch 3 has files of its own.
+        db.record_shard(&ShardRow {
+            batch_id: BatchId(2),
+            part: 0,
+            path: RunLayout::shard_file_name(2, 0, "a1"),
+            rows: 4,
+            sha256: "x".into(),
+        })
+        .unwrap();
+        let mut killed = AttemptManifest::start(&db.plan_id().unwrap(), 2, "cpu".into(), settings(), 1);
+        killed.attempt = "k9".into();
+        killed.write(&layout).unwrap();
+        let temporary = atomic::tmp_path(&shard(2, 0, "k9"));
+        for f in [shard(2, 0, "a1"), shard(2, 0, "k9"), temporary.clone(), shard(3, 0, "a1")] {
+            std::fs::write(f, b"x").unwrap();
+        }
+        db.ingest_results().unwrap();
+        assert!(shard(2, 0, "a1").exists() && shard(3, 0, "a1").exists());
+        assert!(!shard(2, 0, "k9").exists(), "the killed attempt's shard is removed by name");
+        let states = db.attempts().unwrap();
+        assert!(
+            states.iter().any(|(b, t, s, _)| *b == 2 && t == "k9" && *s == AttemptState::Abandoned),
+            "{states:?}"
+        );
+        // The first ingest of this run was a full sweep: the temporary file went too.
+        assert!(!temporary.exists());
+        // A temporary file of a batch still open stays: its writer may be alive.
+        db.conn()
+            .execute("UPDATE batches SET state = 'running' WHERE id = 3", [])
+            .unwrap();
+        let live = atomic::tmp_path(&shard(3, 1, "a2"));
+        std::fs::write(&live, b"x").unwrap();
+        std::env::set_var(FULL_SWEEP_ENV, "0");
+        db.ingest_results().unwrap();
+        assert!(live.exists());
+        drop(dir);
+    }
 
     #[test]
     fn a_file_another_cleaner_removed_first_is_done_not_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let layout = RunLayout::new(dir.path());
-        std::fs::create_dir_all(layout.shard_dir()).unwrap();
-        let name = |attempt: &str| RunLayout::shard_file_name(7, 0, attempt);
-        for attempt in ["a1", "a2", "kept"] {
-            std::fs::write(layout.resolve(name(attempt)), b"x").unwrap();
+        let paths = [dir.path().join("a"), dir.path().join("b")];
+        for p in &paths {
+            std::fs::write(p, b"x").unwrap();
         }
-        let keep = vec!["b000007-0000.kept.parquet".to_string()];
-        let leftovers = leftover_shards(&layout, 7, &keep);
-        assert_eq!(leftovers.len(), 2, "{leftovers:?}");
         // `status` beside the submit loop cleans the same batch between the listing and the
         // removal: one of the files is gone already.
-        std::fs::remove_file(&leftovers[0]).unwrap();
-        assert_eq!(remove_files(&leftovers).unwrap(), 1);
-        assert!(layout.resolve(name("kept")).exists());
-        assert!(!leftovers.iter().any(|p| p.exists()));
+        std::fs::remove_file(&paths[0]).unwrap();
+        assert_eq!(remove_files(&paths).unwrap(), 1);
+        assert!(!paths.iter().any(|p| p.exists()));
     }
 }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{JobRow, NewJob, RunDb, RunDbError, RunStatus, StallRule};
 use embedfleet_core::state::{BatchState, JobStatus};
-use embedfleet_core::{BatchId, RunLayout};
+use embedfleet_core::{fsops, BatchId, RunLayout};
 
 use crate::notify::{Notifier, NotifyConfig};
 use crate::scheduler::{
@@ -103,6 +103,11 @@ pub struct SubmitReport {
     pub busy_poll: Duration,
     pub busy_submit: Duration,
     pub busy_progress: Duration,
+    /// This process's CPU time (user + system) over the loop: the owner's own cost, jobs and
+    /// scheduler commands excluded.
+    pub owner_cpu: Duration,
+    /// Filesystem operations on the files jobs write (`embedfleet_core::fsops`) over the loop.
+    pub result_file_ops: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -333,6 +338,7 @@ impl<'a> SubmitLoop<'a> {
 
     fn run(mut self) -> Result<SubmitReport> {
         let started = Instant::now();
+        let (cpu_before, ops_before) = (embedfleet_core::process::own_cpu(), fsops::total());
         let adopted: BTreeSet<String> = self
             .db
             .open_jobs()?
@@ -409,6 +415,8 @@ impl<'a> SubmitLoop<'a> {
         self.console.finish();
         self.wait_for_notify();
         self.report.elapsed = started.elapsed();
+        self.report.owner_cpu = embedfleet_core::process::own_cpu().saturating_sub(cpu_before);
+        self.report.result_file_ops = fsops::total() - ops_before;
         Ok(self.report)
     }
 
@@ -961,9 +969,18 @@ fn active_per_queue(open: &[JobRow]) -> BTreeMap<String, u32> {
         .collect()
 }
 
-/// The last lines of a job log, on one line.
-fn log_tail(path: &str) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+/// The last lines of a job log, on one line: read from its last 16 KiB only (a week-long job's
+/// log can be large, and it sits on the shared filesystem).
+pub(crate) fn log_tail(path: &str) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL_BYTES: u64 = 16 * 1024;
+    let mut bytes = Vec::new();
+    if let Ok(mut file) = std::fs::File::open(path) {
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = file.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)));
+        let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }

@@ -322,3 +322,17 @@ fn jobs_in_flight_when_the_breaker_trips_do_not_pause_the_run_twice() {
     assert!(lp.attempts.is_empty(), "{:?}", lp.attempts);
     assert_eq!(db.pause_reason().unwrap(), None);
 }
+
+#[test]
+fn a_log_tail_reads_the_end_of_a_large_log_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("job.log");
+    let mut text = "x".repeat(100).repeat(50_000); // 5 MB with no newline: never read whole
+    text.push_str("\nloading model\n\nshard 3 of 8\nerror: CUDA out of memory\n");
+    std::fs::write(&log, text).unwrap();
+    assert_eq!(
+        super::log_tail(log.to_str().unwrap()),
+        "loading model | shard 3 of 8 | error: CUDA out of memory"
+    );
+    assert_eq!(super::log_tail("/no/such/log"), "");
+}

@@ -27,6 +27,9 @@ pub(super) struct OwnerWatch {
     stalled_seen: HashSet<String>,
     /// Why this start is a restart (the previous loop was killed, the host rebooted), if it is.
     pub restart: Option<String>,
+    /// This process's CPU time and file operations when the loop started.
+    cpu_at_start: std::time::Duration,
+    ops_at_start: u64,
 }
 
 impl OwnerWatch {
@@ -57,7 +60,12 @@ impl OwnerWatch {
                 poll_interval_s,
                 last_poll_unix_s: now,
                 ended_unix_s: None,
+                polls: 0,
+                cpu_s: 0.0,
+                result_file_ops: 0,
             },
+            cpu_at_start: embedfleet_core::process::own_cpu(),
+            ops_at_start: embedfleet_core::fsops::total(),
             _lock: lock,
             last_status: None,
             stalled_seen: HashSet::new(),
@@ -71,6 +79,11 @@ impl OwnerWatch {
             return Err(SubmitError::NotOwner(self.run_dir.clone()));
         }
         self.state.last_poll_unix_s = owner::unix_now();
+        self.state.polls += 1;
+        self.state.cpu_s = embedfleet_core::process::own_cpu()
+            .saturating_sub(self.cpu_at_start)
+            .as_secs_f64();
+        self.state.result_file_ops = embedfleet_core::fsops::total() - self.ops_at_start;
         self.last_status = Some(status.clone());
         self.write();
         Ok(())

@@ -1,0 +1,381 @@
+#!/usr/bin/env bash
+# A dress rehearsal of the whole product at the study's *shape* with tiny work: 2,075 batches of
+# 4 short papers (8,300 papers over several gzip files and one pyarrow-written parquet file)
+# through the real one-node Slurm (.ci/slurm/start-local-slurm.sh; partitions debug and gpu,
+# each with a cap), with seeded faults, into a three-peer Qdrant cluster as grouped shards
+# (`upload --mode snapshot`), then 22,723 query terms, `eval` and `publish` (the published
+# folder loaded by Hugging Face `datasets`). CPU only: the tiny random Qwen3 stands for the 4B.
+#
+# Faults, each listed in the report with when it struck and what it hit:
+#   - CANCEL_PCT % of the batches' jobs cancelled with `scancel` while running;
+#   - the submit loop SIGKILLed three times and started again with no options;
+#   - partition gpu drained for DRAIN_S seconds;
+#   - one result manifest unreadable for one poll (a directory in its place, as ESTALE);
+#   - one job hung (SIGSTOP) until Slurm kills it at its walltime (WALLTIME).
+# With MEASURE=1 the third loop runs as embedfleet did before it kept its scans to the open
+# work (EMBEDFLEET_FULL_SWEEP_S=0: every batch's results folder read at every poll) and the
+# fourth as it does now; a window of each gives the owner's CPU and file operations per poll
+# (from the loop's own counters in status-snapshot.json) and its syscalls per poll
+# (`strace -c`), a ratio in one run at about the same batch count.
+#
+# The end counts are checked by readers that are not ours: pyarrow (shard rows, no id twice),
+# Qdrant's REST API or qdrant-edge-py (points), `datasets` (published rows); query rows must be
+# terms x 10. Writes $WORK/report.json and prints a table; exits 1 when a check fails.
+#
+#   usage: benches/rehearsal.sh BIN
+#   env:   BATCHES=2075 PAPERS_PER_BATCH=4 SHARD_PAPERS=1 CAPS="debug=32 gpu=32" POLL=2
+#          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
+#          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
+#          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal
+#   needs: a running Slurm (.ci/slurm/start-local-slurm.sh), python3 with pyarrow and
+#          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, and for PEERS > 0
+#          a Qdrant server binary (README, "A Qdrant server for the server suite").
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(realpath "${1:?usage: benches/rehearsal.sh BIN}")
+BATCHES=${BATCHES:-2075}
+PAPERS_PER_BATCH=${PAPERS_PER_BATCH:-4}
+SHARD_PAPERS=${SHARD_PAPERS:-1}
+CAPS=${CAPS:-debug=32 gpu=32}
+POLL=${POLL:-2}
+CANCEL_PCT=${CANCEL_PCT:-5}
+DRAIN_S=${DRAIN_S:-120}
+WALLTIME=${WALLTIME:-00:02:00}
+TERMS=${TERMS:-22723}
+SEED=${SEED:-2075}
+MEAN_CHARS=${MEAN_CHARS:-300}
+PEERS=${PEERS:-3}
+QDRANT_BIN=${QDRANT_BIN:-/var/tmp/qdrant-1.18.3}
+PORT_BASE=${PORT_BASE:-7400}
+MEASURE=${MEASURE:-1}
+WORK=${WORK:-/var/tmp/embedfleet-rehearsal}
+PAPERS=$((BATCHES * PAPERS_PER_BATCH))
+RANDOM=$SEED
+
+sinfo -h >/dev/null 2>&1 || { echo "no Slurm: run .ci/slurm/start-local-slurm.sh" >&2; exit 2; }
+# Nothing of an earlier rehearsal may still run on these directories or ports.
+pkill -KILL -f -- "$WORK/" 2>/dev/null || true
+for p in $(seq 0 $((PEERS - 1))); do
+  QDRANT_HOME=$WORK/qdrant$p bash "$HERE/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
+done
+scancel -u "$(id -un)" 2>/dev/null || true
+scontrol update PartitionName=gpu State=UP 2>/dev/null || true
+rm -rf "$WORK" && mkdir -p "$WORK"
+cd "$WORK"
+RUN=$WORK/run
+FAULTS=$WORK/faults.jsonl
+: > "$FAULTS"
+failed=0
+T0=$(date +%s.%N)
+since() { echo "$(date +%s.%N) - $T0" | bc | xargs printf '%.1f'; }
+fault() { # KIND TEXT: one line of the fault list
+  printf '{"t_s": %s, "kind": "%s", "what": "%s"}\n' "$(since)" "$1" "$2" >> "$FAULTS"
+  echo "[$(since) s] fault: $1: $2"
+}
+check() { # NAME GOT WANT
+  if [ "$2" = "$3" ]; then echo "check $1: $2 = $3"; else echo "CHECK FAILED $1: $2, wanted $3"; failed=$((failed + 1)); fi
+  printf '{"check": "%s", "got": "%s", "want": "%s"}\n' "$1" "$2" "$3" >> "$WORK/checks.jsonl"
+}
+timed() { # STAGE command...: wall and CPU (the command and its children) into stages.jsonl
+  local stage=$1; shift
+  /usr/bin/time -f '%e %U %S' -o "$WORK/$stage.time" "$@" >"$WORK/$stage.out" 2>"$WORK/$stage.err"
+  local code=$?
+  read -r wall user sys < <(tail -n1 "$WORK/$stage.time")
+  printf '{"stage": "%s", "wall_s": %s, "cpu_s": %s, "exit": %s}\n' "$stage" "$wall" "$(echo "$user + $sys" | bc)" "$code" >> "$WORK/stages.jsonl"
+  echo "[$(since) s] $stage: exit $code, ${wall} s"
+  [ "$code" = 0 ] || { echo "  $stage failed; the end of its stderr:"; tail -n 5 "$WORK/$stage.err" | sed 's/^/    /'; failed=$((failed + 1)); }
+  return "$code"
+}
+
+echo "== corpus: $PAPERS papers in peS2o's format, 4 gzip files and one parquet file written by pyarrow"
+gz=$((PAPERS * 85 / 100))
+"$BIN" sample-corpus --papers "$gz" --mean-chars "$MEAN_CHARS" --files 4 --seed "$SEED" --out corpus >/dev/null 2>&1
+"$BIN" sample-corpus --papers $((PAPERS - gz)) --mean-chars "$MEAN_CHARS" --seed $((SEED + 1)) --out extra.jsonl >/dev/null 2>&1
+python3 - "$WORK" <<'PY'
+import json, sys, pyarrow as pa, pyarrow.parquet as pq
+work = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{work}/extra.jsonl")]
+for r in rows:
+    r["id"] = "pq-" + str(r["id"])  # its own ids: not duplicates of the gzip files' papers
+pq.write_table(pa.Table.from_pylist(rows), f"{work}/corpus/extra.parquet")  # pyarrow's defaults
+PY
+rm extra.jsonl
+"$BIN" make-tiny-model --out MODEL >/dev/null 2>&1
+cat > run.toml <<TOML
+[scheduler]
+backend = "slurm"
+[scheduler.script]
+embedfleet = "$BIN"
+walltime = "$WALLTIME"
+TOML
+queue_args=()
+for q in $CAPS; do queue_args+=(--queue "$q"); done
+
+echo "== plan"
+timed plan "$BIN" plan --corpus corpus --run-dir "$RUN" --papers-per-job "$PAPERS_PER_BATCH" || exit 1
+planned=$("$BIN" status --run-dir "$RUN" --json | python3 -c 'import json,sys; print(sum(json.load(sys.stdin)["batches_by_state"].values()))')
+check batches_planned "$planned" "$BATCHES"
+
+# ---------------------------------------------------------------- submit, with faults
+loop_pid=
+loops=0
+start_loop() { # [ENV=VALUE...]: the submit loop in the background; the first with its options
+  loops=$((loops + 1))
+  if [ "$loops" = 1 ]; then
+    env "$@" "$BIN" submit --run-dir "$RUN" --config run.toml --model-dir "$WORK/MODEL" --devices cpu \
+      "${queue_args[@]}" --shard-papers "$SHARD_PAPERS" --poll-interval "$POLL" --max-attempts 4 \
+      --lost-after 60 >"loop$loops.out" 2>"loop$loops.err" &
+  else
+    # Restarted as an operator would after a crash: no options, the run's stored ones.
+    env "$@" "$BIN" submit --run-dir "$RUN" >"loop$loops.out" 2>"loop$loops.err" &
+  fi
+  loop_pid=$!
+  echo "[$(since) s] submit loop $loops started (pid $loop_pid${1:+, $*})"
+}
+loop_cpu_s() { # CPU seconds of process $1 so far
+  awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+loop_state() { # polls cpu_s result_file_ops of the loop, from its own counters
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s.get("polls",0), s.get("cpu_s",0), s.get("result_file_ops",0), s["pid"])' \
+    "$RUN/status-snapshot.json" 2>/dev/null || echo "0 0 0 0"
+}
+measure() { # LABEL SECONDS: the loop's cost per poll over a window, then strace -c for as long
+  local label=$1 secs=$2 pid=$loop_pid a b
+  a=$(loop_state); sleep "$secs"; b=$(loop_state)
+  python3 - "$label" "$a" "$b" "$(open_jobs)" "$(done_batches)" >> "$WORK/windows.jsonl" <<'PY'
+import json, sys
+label, a, b, open_jobs, done = sys.argv[1:6]
+(p0, c0, o0, pid0), (p1, c1, o1, pid1) = [[float(x) for x in s.split()] for s in (a, b)]
+polls = p1 - p0
+print(json.dumps({"window": label, "same_loop": pid0 == pid1, "polls": polls,
+  "cpu_ms_per_poll": 1e3 * (c1 - c0) / polls if polls else None,
+  "result_file_ops_per_poll": (o1 - o0) / polls if polls else None,
+  "open_jobs": int(open_jobs), "batches_done": int(done)}))
+PY
+  timeout -s INT "$secs" strace -c -p "$pid" -o "$WORK/strace-$label.txt" 2>/dev/null
+  python3 - "$label" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
+import json, sys, re
+label, path = sys.argv[1:3]
+calls = {}
+for line in open(path):
+    f = line.split()
+    if len(f) >= 5 and f[-1].isidentifier() and f[-1] != "total" and f[3].isdigit():
+        calls[f[-1]] = int(f[3])
+polls = calls.get("clock_nanosleep", 0) + calls.get("nanosleep", 0)
+meta = ("openat", "open", "newfstatat", "statx", "fstat", "stat", "lstat", "getdents64", "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "access", "readlink")
+m = sum(v for k, v in calls.items() if k in meta)
+print(json.dumps({"window": label + "-strace", "polls": polls,
+  "syscalls_per_poll": sum(calls.values()) / polls if polls else None,
+  "file_metadata_syscalls_per_poll": m / polls if polls else None,
+  "getdents64_per_poll": calls.get("getdents64", 0) / polls if polls else None,
+  "openat_per_poll": calls.get("openat", 0) / polls if polls else None}))
+PY
+  echo "[$(since) s] measured window $label: $(tail -n2 "$WORK/windows.jsonl" | tr '\n' ' ')"
+}
+last_status_json=$WORK/status.json
+poll_status() { # status --json as a user would run it, timed (its latency goes in the report)
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$BIN" status --run-dir "$RUN" --json >"$last_status_json.new" 2>/dev/null && mv "$last_status_json.new" "$last_status_json"
+  t1=$(date +%s.%N)
+  echo "$t1 - $t0" | bc >> "$WORK/status_latency.txt"
+}
+done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
+open_jobs() { squeue -h -o %j 2>/dev/null | grep -c '^ef' || true; }
+running_jobs() { squeue -h -t R -o '%i %j' 2>/dev/null | awk '$2 ~ /^ef/ {print $1}'; }
+
+echo "== submit: $BATCHES batches to ${CAPS}, with faults"
+submit_t0=$(date +%s.%N)
+start_loop
+cancel_target=$(( (BATCHES * CANCEL_PCT + 99) / 100 ))
+cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
+total_loop_cpu=0
+kill_at=(20 45 75)
+while kill -0 "$loop_pid" 2>/dev/null; do
+  sleep 1
+  poll_status
+  d=$(done_batches)
+  pct=$((100 * d / BATCHES))
+  # The loop SIGKILLed at 20 %, 45 % and 75 %, and started again without its options.
+  if [ "$kills" -lt 3 ] && [ "$pct" -ge "${kill_at[$kills]}" ]; then
+    total_loop_cpu=$(echo "$total_loop_cpu + $(loop_cpu_s "$loop_pid")" | bc)
+    kill -KILL "$loop_pid"; wait "$loop_pid" 2>/dev/null
+    kills=$((kills + 1))
+    fault loop_killed "submit loop $loops (pid $loop_pid) SIGKILLed at $d of $BATCHES batches done"
+    sleep 1
+    if [ "$MEASURE" = 1 ] && [ "$kills" = 2 ]; then
+      start_loop EMBEDFLEET_FULL_SWEEP_S=0
+    else
+      start_loop
+    fi
+  fi
+  # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by the end.
+  if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES)) -le $((cancel_target * d)) ]; then
+    mapfile -t running < <(running_jobs)
+    if [ "${#running[@]}" -gt 0 ]; then
+      victim=${running[$((RANDOM % ${#running[@]}))]}
+      if scancel "$victim" 2>/dev/null; then
+        cancelled=$((cancelled + 1))
+        fault scancel "job $victim cancelled while running ($cancelled of $cancel_target)"
+      fi
+    fi
+  fi
+  # One job hung: its embed-job stopped (SIGSTOP) until Slurm's walltime kills it.
+  if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
+    victim=$(pgrep -f -- "embed-job --run-dir $RUN " | head -n1)
+    if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
+      hung=1
+      hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
+      fault hang "embed-job pid $victim (batch $hung_batch) stopped until its walltime $WALLTIME"
+    fi
+  fi
+  # Partition gpu drained for DRAIN_S seconds.
+  if [ "$drained" = 0 ] && [ "$pct" -ge 30 ]; then
+    scontrol update PartitionName=gpu State=DRAIN && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
+    fault drain "partition gpu drained for $DRAIN_S s"
+  fi
+  if [ "$drained" = 1 ] && [ "$(date +%s)" -ge "$drain_until" ]; then
+    scontrol update PartitionName=gpu State=UP && drained=2
+    fault drain_end "partition gpu up again"
+  fi
+  # One result manifest unreadable for one poll: the newest one, a directory in its place.
+  if [ "$unreadable" = 0 ] && [ "$pct" -ge 55 ]; then
+    m=$(ls -t "$RUN"/results/b*/*.json 2>/dev/null | head -n1)
+    if [ -n "$m" ] && mv "$m" "$m.aside" 2>/dev/null; then
+      mkdir "$m"; sleep $((POLL + 1)); rmdir "$m"; mv "$m.aside" "$m"
+      unreadable=1
+      fault unreadable_manifest "${m#"$RUN/"} unreadable for $((POLL + 1)) s"
+    fi
+  fi
+  # The cost windows: the "before" loop (third) and the current one (fourth).
+  if [ "$MEASURE" = 1 ] && [ "$windows_started" = 0 ] && [ "$kills" = 2 ] && [ "$pct" -ge 60 ]; then
+    windows_started=1; measure full_sweep_every_poll 30 &
+  fi
+  if [ "$MEASURE" = 1 ] && [ "$windows_started" = 1 ] && [ "$kills" = 3 ] && [ "$pct" -ge 80 ]; then
+    windows_started=2; measure open_work_only 30 &
+  fi
+done
+wait "$loop_pid"; loop_exit=$?
+total_loop_cpu=$(echo "$total_loop_cpu + $(grep -o '[0-9.]* ms CPU' "loop$loops.err" | head -n1 | awk '{print $1}') * $(grep -o '[0-9]* polls' "loop$loops.err" | head -n1 | awk '{print $1}') / 1000" | bc -l 2>/dev/null || echo "$total_loop_cpu")
+wait
+submit_wall=$(echo "$(date +%s.%N) - $submit_t0" | bc)
+printf '{"stage": "submit", "wall_s": %.1f, "cpu_s": %.2f, "exit": %s, "loops": %s}\n' "$submit_wall" "$total_loop_cpu" "$loop_exit" "$loops" >> "$WORK/stages.jsonl"
+echo "[$(since) s] submit: the last loop exited $loop_exit; $(grep 'owner:' "loop$loops.err")"
+[ "$drained" = 1 ] && scontrol update PartitionName=gpu State=UP
+[ "$loop_exit" = 0 ] || { failed=$((failed + 1)); tail -n 5 "loop$loops.err"; }
+poll_status
+check batches_done "$(done_batches)" "$BATCHES"
+check faults_injected "$kills $([ "$cancelled" -gt 0 ] && echo cancel) $drained $unreadable $hung" "3 cancel 2 1 1"
+check embed_jobs_left "$(pgrep -fc -- "embed-job --run-dir $RUN " || true)" 0
+if [ -n "$hung_batch" ]; then
+  check hung_job_timed_out "$(sacct -n -X -o JobName%40,State -S now-2hours | awk -v b="$(printf 'b%06d' "$hung_batch")" '$1 ~ b && $2 == "TIMEOUT"' | wc -l | tr -d ' ')" 1
+fi
+
+# The shards, read by pyarrow: rows, ids unique, = the corpus's papers less the quarantined.
+read -r shard_rows shard_unique good < <(python3 - "$WORK" <<'PY'
+import glob, gzip, json, sys, pyarrow.parquet as pq
+work = sys.argv[1]
+ids = []
+for f in glob.glob(f"{work}/run/shards/*.parquet"):
+    ids += pq.read_table(f, columns=["id"]).column("id").to_pylist()
+papers = sum(1 for f in glob.glob(f"{work}/corpus/*.jsonl.gz") for _ in gzip.open(f, "rt"))
+papers += pq.read_metadata(f"{work}/corpus/extra.parquet").num_rows
+quarantined = sum(1 for _ in open(f"{work}/run/quarantine.jsonl")) if glob.glob(f"{work}/run/quarantine.jsonl") else 0
+print(len(ids), len(set(ids)), papers - quarantined)
+PY
+)
+check shard_rows_are_good_papers "$shard_rows" "$good"
+check shard_ids_unique "$shard_unique" "$shard_rows"
+
+# ---------------------------------------------------------------- upload
+target=()
+if [ "$PEERS" -gt 0 ]; then
+  echo "== Qdrant: a cluster of $PEERS peers on loopback"
+  for p in $(seq 0 $((PEERS - 1))); do
+    boot=()
+    [ "$p" -gt 0 ] && boot=(QDRANT_BOOTSTRAP="http://127.0.0.1:$((PORT_BASE + 2))")
+    env QDRANT_BIN="$QDRANT_BIN" QDRANT_CLUSTER=1 QDRANT_HOME="$WORK/qdrant$p" \
+      QDRANT_HTTP_PORT=$((PORT_BASE + 10 * p)) QDRANT_GRPC_PORT=$((PORT_BASE + 10 * p + 1)) \
+      QDRANT_P2P_PORT=$((PORT_BASE + 10 * p + 2)) "${boot[@]}" \
+      bash "$HERE/.ci/qdrant/qdrant-server.sh" start || { echo "peer $p did not start"; exit 1; }
+    sleep 2
+  done
+  for _ in $(seq 1 60); do
+    n=$(curl -s "http://127.0.0.1:$PORT_BASE/cluster" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["result"]["peers"]))' 2>/dev/null || echo 0)
+    [ "$n" = "$PEERS" ] && break
+    sleep 1
+  done
+  check qdrant_peers "$n" "$PEERS"
+  target=(--qdrant "http://127.0.0.1:$((PORT_BASE + 1))")
+  timed upload "$BIN" upload --run-dir "$RUN" "${target[@]}" --mode snapshot
+  points=$(curl -s -X POST "http://127.0.0.1:$PORT_BASE/collections/papers/points/count" \
+    -H 'Content-Type: application/json' -d '{"exact": true}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["count"])')
+else
+  timed upload "$BIN" upload --run-dir "$RUN"
+  points=$(python3 -c "import qdrant_edge as q; s = q.EdgeShard.load('$RUN/qdrant/collections/papers'); print(s.count(q.CountRequest(exact=True))); s.close()")
+fi
+check points_are_good_papers "$points" "$good"
+
+# ---------------------------------------------------------------- query, eval, publish
+python3 - "$TERMS" "$SEED" > terms.txt <<'PY'
+import random, sys
+n, seed = int(sys.argv[1]), int(sys.argv[2])
+rng = random.Random(seed)
+words = ("protein folding graph neural network solar cell climate model gene expression dark "
+         "matter quantum error correction soil carbon battery cathode malaria vaccine sparse "
+         "attention coral reef bleaching river delta sediment language model alignment").split()
+for i in range(n):
+    print(" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) + f" {i}")
+PY
+timed query "$BIN" query --run-dir "$RUN" "${target[@]}" --model-dir "$WORK/MODEL" --devices cpu --terms terms.txt --output "$RUN/hits.parquet"
+query_rows=$(python3 -c "import pyarrow.parquet as pq; print(pq.read_metadata('$RUN/hits.parquet').num_rows)" 2>/dev/null || echo 0)
+check query_rows "$query_rows" $((TERMS * 10))
+timed eval "$BIN" eval --run-dir "$RUN" "${target[@]}" --sample 200 --ef 16,64 --json
+timed publish "$BIN" publish --run-dir "$RUN" --out "$WORK/dataset"
+published=$(HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 python3 -c "import datasets; print(len(datasets.load_dataset('parquet', data_dir='$WORK/dataset/data', split='train')))" 2>/dev/null || echo 0)
+check published_rows "$published" "$good"
+
+# ---------------------------------------------------------------- the report
+python3 - "$WORK" "$BATCHES" "$PAPERS" "$failed" <<'PY' > "$WORK/report.json"
+import json, os, statistics, sys
+work, batches, papers, failed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+lines = lambda f: [json.loads(l) for l in open(os.path.join(work, f))] if os.path.exists(os.path.join(work, f)) else []
+lat = sorted(float(x) for x in open(os.path.join(work, "status_latency.txt")) if x.strip())
+run = os.path.join(work, "run")
+files = sum(len(fs) for _, _, fs in os.walk(run))
+stages = lines("stages.jsonl")
+submit = next((s for s in stages if s["stage"] == "submit"), {})
+print(json.dumps({
+    "batches": batches, "papers": papers,
+    "stages": stages,
+    "owner_cpu_ms_per_batch": 1e3 * submit.get("cpu_s", 0) / batches,
+    "windows": lines("windows.jsonl"),
+    "status_latency_s": {"n": len(lat), "p50": statistics.median(lat) if lat else None, "max": max(lat) if lat else None},
+    "run_db_bytes": sum(os.path.getsize(os.path.join(run, f)) for f in os.listdir(run) if f.startswith("run.db")),
+    "files_in_run_dir": files,
+    "faults": lines("faults.jsonl"),
+    "checks": lines("checks.jsonl"),
+    "checks_failed": failed,
+}, indent=1))
+PY
+python3 - "$WORK/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"\n{r['batches']} batches, {r['papers']} papers")
+print("| stage | wall s | CPU s | exit |\n|---|---|---|---|")
+for s in r["stages"]:
+    print(f"| {s['stage']} | {s['wall_s']} | {s['cpu_s']} | {s['exit']} |")
+print(f"owner CPU per batch: {r['owner_cpu_ms_per_batch']:.1f} ms; status latency p50 {r['status_latency_s']['p50']:.3f} s, max {r['status_latency_s']['max']:.3f} s")
+print(f"run.db {r['run_db_bytes'] / 1048576:.1f} MiB; {r['files_in_run_dir']} files in the run directory")
+for w in r["windows"]:
+    print("window:", json.dumps(w))
+kinds = {}
+for f in r["faults"]:
+    kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+print("faults:", ", ".join(f"{k} x{v}" for k, v in kinds.items()))
+print(f"checks failed: {r['checks_failed']} of {len(r['checks'])}")
+PY
+for p in $(seq 0 $((PEERS - 1))); do
+  QDRANT_HOME=$WORK/qdrant$p bash "$HERE/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
+done
+exit $((failed > 0))
