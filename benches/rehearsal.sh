@@ -9,7 +9,7 @@
 # Faults, each listed in the report with when it struck and what it hit:
 #   - CANCEL_PCT % of the batches' jobs cancelled with `scancel` while running;
 #   - the submit loop SIGKILLed three times and started again with no options;
-#   - partition gpu drained for DRAIN_S seconds;
+#   - partition DRAIN_PARTITION drained for DRAIN_S seconds;
 #   - one result manifest unreadable for one poll (a directory in its place, as ESTALE);
 #   - one job hung (SIGSTOP) until Slurm kills it at its walltime (WALLTIME).
 # With MEASURE=1 the third loop runs as embedfleet did before it kept its scans to the open
@@ -23,7 +23,8 @@
 # terms x 10. Writes $WORK/report.json and prints a table; exits 1 when a check fails.
 #
 #   usage: benches/rehearsal.sh BIN
-#   env:   BATCHES=2075 PAPERS_PER_BATCH=4 SHARD_PAPERS=1 CAPS="debug=32 gpu=32" POLL=2
+#   env:   BATCHES=2075 PAPERS_PER_BATCH=4 SHARD_PAPERS=1 QUEUES="debug=32 gpu=32" POLL=2
+#          DRAIN_PARTITION=gpu (one of QUEUES)
 #          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
 #          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal
@@ -36,7 +37,8 @@ BIN=$(realpath "${1:?usage: benches/rehearsal.sh BIN}")
 BATCHES=${BATCHES:-2075}
 PAPERS_PER_BATCH=${PAPERS_PER_BATCH:-4}
 SHARD_PAPERS=${SHARD_PAPERS:-1}
-CAPS=${CAPS:-debug=32 gpu=32}
+QUEUES=${QUEUES:-debug=32 gpu=32}
+DRAIN_PARTITION=${DRAIN_PARTITION:-gpu}
 POLL=${POLL:-2}
 CANCEL_PCT=${CANCEL_PCT:-5}
 DRAIN_S=${DRAIN_S:-120}
@@ -58,8 +60,9 @@ pkill -KILL -f -- "$WORK/" 2>/dev/null || true
 for p in $(seq 0 $((PEERS - 1))); do
   QDRANT_HOME=$WORK/qdrant$p bash "$HERE/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
 done
-scancel -u "$(id -un)" 2>/dev/null || true
-scontrol update PartitionName=gpu State=UP 2>/dev/null || true
+# Its jobs only: other runs (the test suite's) may share the cluster.
+squeue -h -o '%i %o' 2>/dev/null | awk -v w="$WORK/" 'index($2, w) == 1 {print $1}' | xargs -r scancel 2>/dev/null || true
+scontrol update PartitionName="$DRAIN_PARTITION" State=UP 2>/dev/null || true
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 RUN=$WORK/run
@@ -81,14 +84,16 @@ timed() { # STAGE command...: wall and CPU (the command and its children) into s
   /usr/bin/time -f '%e %U %S' -o "$WORK/$stage.time" "$@" >"$WORK/$stage.out" 2>"$WORK/$stage.err"
   local code=$?
   read -r wall user sys < <(tail -n1 "$WORK/$stage.time")
-  printf '{"stage": "%s", "wall_s": %s, "cpu_s": %s, "exit": %s}\n' "$stage" "$wall" "$(echo "$user + $sys" | bc)" "$code" >> "$WORK/stages.jsonl"
+  printf '{"stage": "%s", "wall_s": %.2f, "cpu_s": %.2f, "exit": %s}\n' "$stage" "$wall" "$(echo "$user + $sys" | bc)" "$code" >> "$WORK/stages.jsonl"
   echo "[$(since) s] $stage: exit $code, ${wall} s"
   [ "$code" = 0 ] || { echo "  $stage failed; the end of its stderr:"; tail -n 5 "$WORK/$stage.err" | sed 's/^/    /'; failed=$((failed + 1)); }
   return "$code"
 }
 
 echo "== corpus: $PAPERS papers in peS2o's format, 4 gzip files and one parquet file written by pyarrow"
-gz=$((PAPERS * 85 / 100))
+# Each file a whole number of batches (a batch never spans two files): gzip files of a multiple
+# of 4 x PAPERS_PER_BATCH papers together, the parquet file the rest.
+gz=$((PAPERS * 85 / 100 / (4 * PAPERS_PER_BATCH) * 4 * PAPERS_PER_BATCH))
 "$BIN" sample-corpus --papers "$gz" --mean-chars "$MEAN_CHARS" --files 4 --seed "$SEED" --out corpus >/dev/null 2>&1
 "$BIN" sample-corpus --papers $((PAPERS - gz)) --mean-chars "$MEAN_CHARS" --seed $((SEED + 1)) --out extra.jsonl >/dev/null 2>&1
 python3 - "$WORK" <<'PY'
@@ -109,7 +114,7 @@ embedfleet = "$BIN"
 walltime = "$WALLTIME"
 TOML
 queue_args=()
-for q in $CAPS; do queue_args+=(--queue "$q"); done
+for q in $QUEUES; do queue_args+=(--queue "$q"); done
 
 echo "== plan"
 timed plan "$BIN" plan --corpus corpus --run-dir "$RUN" --papers-per-job "$PAPERS_PER_BATCH" || exit 1
@@ -181,14 +186,15 @@ poll_status() { # status --json as a user would run it, timed (its latency goes 
   echo "$t1 - $t0" | bc >> "$WORK/status_latency.txt"
 }
 done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
-open_jobs() { squeue -h -o %j 2>/dev/null | grep -c '^ef' || true; }
-running_jobs() { squeue -h -t R -o '%i %j' 2>/dev/null | awk '$2 ~ /^ef/ {print $1}'; }
+# This run's jobs: their scripts are under $RUN/jobs.
+open_jobs() { squeue -h -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1' | wc -l; }
+running_jobs() { squeue -h -t R -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}'; }
 
-echo "== submit: $BATCHES batches to ${CAPS}, with faults"
+echo "== submit: $BATCHES batches to ${QUEUES}, with faults"
 submit_t0=$(date +%s.%N)
 start_loop
 cancel_target=$(( (BATCHES * CANCEL_PCT + 99) / 100 ))
-cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
+hung_job= cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
 total_loop_cpu=0
 kill_at=(20 45 75)
 while kill -0 "$loop_pid" 2>/dev/null; do
@@ -211,7 +217,7 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   fi
   # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by the end.
   if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES)) -le $((cancel_target * d)) ]; then
-    mapfile -t running < <(running_jobs)
+    mapfile -t running < <(running_jobs | grep -vx "${hung_job:-none}")
     if [ "${#running[@]}" -gt 0 ]; then
       victim=${running[$((RANDOM % ${#running[@]}))]}
       if scancel "$victim" 2>/dev/null; then
@@ -226,17 +232,18 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
       hung=1
       hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
-      fault hang "embed-job pid $victim (batch $hung_batch) stopped until its walltime $WALLTIME"
+      hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n 's/^SLURM_JOB_ID=//p')
+      fault hang "embed-job pid $victim (job $hung_job, batch $hung_batch) stopped until its walltime $WALLTIME"
     fi
   fi
-  # Partition gpu drained for DRAIN_S seconds.
+  # Partition DRAIN_PARTITION drained for DRAIN_S seconds.
   if [ "$drained" = 0 ] && [ "$pct" -ge 30 ]; then
-    scontrol update PartitionName=gpu State=DRAIN && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
-    fault drain "partition gpu drained for $DRAIN_S s"
+    scontrol update PartitionName="$DRAIN_PARTITION" State=DRAIN && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
+    fault drain "partition $DRAIN_PARTITION drained for $DRAIN_S s"
   fi
   if [ "$drained" = 1 ] && [ "$(date +%s)" -ge "$drain_until" ]; then
-    scontrol update PartitionName=gpu State=UP && drained=2
-    fault drain_end "partition gpu up again"
+    scontrol update PartitionName="$DRAIN_PARTITION" State=UP && drained=2
+    fault drain_end "partition $DRAIN_PARTITION up again"
   fi
   # One result manifest unreadable for one poll: the newest one, a directory in its place.
   if [ "$unreadable" = 0 ] && [ "$pct" -ge 55 ]; then
@@ -256,19 +263,27 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   fi
 done
 wait "$loop_pid"; loop_exit=$?
-total_loop_cpu=$(echo "$total_loop_cpu + $(grep -o '[0-9.]* ms CPU' "loop$loops.err" | head -n1 | awk '{print $1}') * $(grep -o '[0-9]* polls' "loop$loops.err" | head -n1 | awk '{print $1}') / 1000" | bc -l 2>/dev/null || echo "$total_loop_cpu")
+# The last loop's own count of its CPU (it ended by itself and wrote it at its end).
+read -r _ last_cpu _ _ < <(loop_state)
+total_loop_cpu=$(echo "$total_loop_cpu + $last_cpu" | bc)
 wait
 submit_wall=$(echo "$(date +%s.%N) - $submit_t0" | bc)
 printf '{"stage": "submit", "wall_s": %.1f, "cpu_s": %.2f, "exit": %s, "loops": %s}\n' "$submit_wall" "$total_loop_cpu" "$loop_exit" "$loops" >> "$WORK/stages.jsonl"
 echo "[$(since) s] submit: the last loop exited $loop_exit; $(grep 'owner:' "loop$loops.err")"
-[ "$drained" = 1 ] && scontrol update PartitionName=gpu State=UP
+[ "$drained" = 1 ] && scontrol update PartitionName="$DRAIN_PARTITION" State=UP
 [ "$loop_exit" = 0 ] || { failed=$((failed + 1)); tail -n 5 "loop$loops.err"; }
 poll_status
 check batches_done "$(done_batches)" "$BATCHES"
 check faults_injected "$kills $([ "$cancelled" -gt 0 ] && echo cancel) $drained $unreadable $hung" "3 cancel 2 1 1"
 check embed_jobs_left "$(pgrep -fc -- "embed-job --run-dir $RUN " || true)" 0
 if [ -n "$hung_batch" ]; then
-  check hung_job_timed_out "$(sacct -n -X -o JobName%40,State -S now-2hours | awk -v b="$(printf 'b%06d' "$hung_batch")" '$1 ~ b && $2 == "TIMEOUT"' | wc -l | tr -d ' ')" 1
+  # Slurm's accounting records a job's end a moment after it.
+  for _ in $(seq 1 30); do
+    hung_state=$(sacct -n -X -j "$hung_job" -o State 2>/dev/null | tr -d ' ')
+    [ -n "$hung_state" ] && [ "$hung_state" != RUNNING ] && break
+    sleep 1
+  done
+  check hung_job_timed_out "$hung_state" TIMEOUT
 fi
 
 # The shards, read by pyarrow: rows, ids unique, = the corpus's papers less the quarantined.

@@ -19,8 +19,11 @@
 #   SLURM_TEST_ACCOUNTING=1          1: slurmdbd + MariaDB, so sacct works
 #                                    0: no accounting; sacct then fails with
 #                                       "Slurm accounting storage is disabled"
-#   SLURM_TEST_PARTITIONS="debug gpu" partitions (all on the one node); the
-#                                    first one is the default partition
+#   SLURM_TEST_PARTITIONS="debug gpu rehearsal" partitions (all on the one
+#                                    node); the first one is the default
+#                                    partition; `rehearsal` is drained by the
+#                                    reduced rehearsal test, and no other
+#                                    test submits to it
 #   SLURM_TEST_CPUS=                 advertise this many CPUs instead of the
 #                                    real count (uses config_overrides); the
 #                                    default is the real count, but at least 8,
@@ -42,7 +45,7 @@ set -euo pipefail
 
 DIR=${SLURM_TEST_DIR:-/tmp/slurm-test}
 ACCOUNTING=${SLURM_TEST_ACCOUNTING:-1}
-PARTITIONS=${SLURM_TEST_PARTITIONS:-debug gpu}
+PARTITIONS=${SLURM_TEST_PARTITIONS:-debug gpu rehearsal}
 CPUS_OVERRIDE=${SLURM_TEST_CPUS:-}
 MEM_OVERRIDE=${SLURM_TEST_MEMORY:-}
 MIN_JOB_AGE=${SLURM_TEST_MIN_JOB_AGE:-300}
@@ -121,12 +124,18 @@ if alive slurmctld "$(pid_in "$RUN/slurmctld.pid")" && alive slurmd "$(pid_in "$
    && { [ "$ACCOUNTING" != 1 ] || alive slurmdbd "$(pid_in "$RUN/slurmdbd.pid")"; } \
    && scontrol ping 2>/dev/null | grep -q 'is UP'; then
   st=$(node_state)
-  case $st in
-    idle|mixed|allocated|completing|idle,*|mixed,*|allocated,*)
-      say "already running (node $NODE is $st); nothing to do"
-      usage; exit 0 ;;
-  esac
-  say "daemons are up but node state is '$st'; restarting"
+  have=$(sinfo -h -o '%R' 2>/dev/null | sort | paste -sd' ' -)
+  want=$(printf '%s\n' $PARTITIONS | sort | paste -sd' ' -)
+  if [ "$have" != "$want" ]; then
+    say "daemons are up with partitions '$have', not '$want'; restarting"
+  else
+    case $st in
+      idle|mixed|allocated|completing|idle,*|mixed,*|allocated,*)
+        say "already running (node $NODE is $st); nothing to do"
+        usage; exit 0 ;;
+    esac
+    say "daemons are up but node state is '$st'; restarting"
+  fi
 fi
 
 # ------------------------------------------------------------ 1. install

@@ -1,10 +1,8 @@
 //! The scheduler-facing commands: `submit`, `pause`, `resume`, `queues`, `status`.
 
-use super::ModelArgs;
+use super::VectorDtypeArg;
 use super::RunDirArgs;
 use clap::{Args, Subcommand, ValueEnum};
-use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
-use embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -33,15 +31,29 @@ pub struct SubmitArgs {
     /// (the differences are printed). Queues are not part of it (`embedfleet queues set`).
     #[arg(long)]
     pub replace_config: bool,
-    #[command(flatten)]
-    pub model: ModelArgs,
+    /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered
+    /// pieces, tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B (default: the
+    /// run's, which its first submit fixed: a restart needs none of the output options).
+    #[arg(long, value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+    /// Output dimension (Matryoshka): the first N components, renormalised (default: the
+    /// run's, else the model's own).
+    #[arg(long, value_name = "N")]
+    pub dim: Option<usize>,
+    /// Element type of the stored vectors (default: the run's, else f32).
+    #[arg(long, value_enum)]
+    pub vector_dtype: Option<VectorDtypeArg>,
+    /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
+    /// combined (default: the run's, else the model's context).
+    #[arg(long, value_name = "TOKENS")]
+    pub max_tokens: Option<usize>,
     /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N` (default:
     /// the run's last submit's, else cuda on slurm and pbs, cpu locally).
     #[arg(long, value_name = "DEVICES")]
     pub devices: Option<String>,
-    /// Papers per parquet shard.
-    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N")]
-    pub shard_papers: usize,
+    /// Papers per parquet shard (default: the run's, else 500).
+    #[arg(long, value_name = "N")]
+    pub shard_papers: Option<usize>,
     /// After each batch, its job builds the batch's Qdrant shard on the node's cores
     /// (`embed-job --build-shard`), for `upload --mode snapshot`.
     #[arg(long, conflicts_with = "group_builds")]
@@ -61,13 +73,16 @@ pub struct SubmitArgs {
     pub build_cpus: u32,
     /// Jobs per batch before it is marked failed (walltime kills, node failures, cancelled
     /// jobs are retried; exit codes 2 and 4 of embed-job are not).
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    pub max_attempts: u32,
+    /// Kept for the run's later submits, as --breaker-after, --poll-interval and --lost-after
+    /// are (default: the run's, else 3).
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<u32>,
     /// Pause the run after this many jobs in a row failed the same way (same exit code and
     /// first error line of the log), at the first for a refusal (exit code 4 or 2); 0: never.
     /// `embedfleet status` says why; `embedfleet resume` goes on after the fix.
-    #[arg(long, default_value_t = DEFAULT_BREAKER_AFTER, value_name = "K")]
-    pub breaker_after: u32,
+    /// (default: the run's, else 3).
+    #[arg(long, value_name = "K")]
+    pub breaker_after: Option<u32>,
     /// Seconds between polls of the scheduler (default: 30, or 1 for local).
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub poll_interval: Option<f64>,

@@ -4,8 +4,9 @@ use super::group_builds::{GroupBuilds, GroupBuildsSetting, GROUP_BUILDS_SETTING}
 use super::preflight;
 use crate::cli::{
     BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
-    SubmitArgs, TakeOverArgs,
+    SubmitArgs, TakeOverArgs, VectorDtypeArg,
 };
+use embedfleet_core::shardfile::VectorDtype;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::handoff::OutputSettings;
@@ -24,6 +25,18 @@ use std::time::Duration;
 
 /// The run.db setting that keeps the last `submit --devices` (see [`submit`]).
 const DEVICES_SETTING: &str = "submit.devices";
+
+/// The run.db setting that keeps the loop options a submit was given (see [`submit`]).
+const LOOP_SETTINGS: &str = "submit.loop";
+
+/// The submit loop's options as given to the run's submits: `None` where none gave one.
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct LoopSettings {
+    max_attempts: Option<u32>,
+    breaker_after: Option<u32>,
+    poll_interval_s: Option<f64>,
+    lost_after_s: Option<f64>,
+}
 
 pub fn submit(args: &SubmitArgs) -> Result<i32> {
     // A dry run writes nothing: run.db opened read-only (no ingest, no migration, no -wal or
@@ -58,14 +71,37 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
             format!("cuda:{}", list.join(","))
         }
     });
+    // The output options: as given, else as the run's first submit fixed them, so that a
+    // restart typed with none of them (after a crash, from notes) embeds as the run did.
+    let pinned = OutputSettings::read(&db.layout())?;
+    let model_dir = match (&args.model_dir, &pinned) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(p)) => p.model_dir.clone().into(),
+        (None, None) => bail!(
+            "give --model-dir: this run's first submit chooses its model (later ones use the run's)"
+        ),
+    };
     let job = EmbedJobSettings {
         devices,
         model: ModelArgs {
             // Absolute: jobs start in the run directory.
-            model_dir: std::path::absolute(&args.model.model_dir)?,
-            ..args.model.clone()
+            model_dir: std::path::absolute(&model_dir)?,
+            dim: args.dim.or(pinned.as_ref().and_then(|p| p.dim)),
+            vector_dtype: args
+                .vector_dtype
+                .or(pinned.as_ref().map(|p| match p.vector_dtype {
+                    VectorDtype::F32 => VectorDtypeArg::F32,
+                    VectorDtype::F16 => VectorDtypeArg::F16,
+                }))
+                .unwrap_or(VectorDtypeArg::F32),
+            max_tokens: args
+                .max_tokens
+                .or(pinned.as_ref().and_then(|p| p.max_tokens)),
         },
-        shard_papers: args.shard_papers,
+        shard_papers: args
+            .shard_papers
+            .or(pinned.as_ref().map(|p| p.shard_papers))
+            .unwrap_or(embedfleet_embed::job::DEFAULT_SHARD_PAPERS),
         memory_limit: None,
         build_shard: args.build_shard,
     };
@@ -112,6 +148,30 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         eprintln!("no queues given: using one local queue `local` of 2 jobs at once");
         queues = Some(BTreeMap::from([("local".to_string(), 2)]));
     }
+    // The loop's options: as given, else as the run's last submit was given them (a restart
+    // typed with none keeps `--poll-interval 2 --max-attempts 5`), else the defaults.
+    let stored: LoopSettings = db.setting(LOOP_SETTINGS)?.unwrap_or_default();
+    let given = LoopSettings {
+        max_attempts: args.max_attempts.or(stored.max_attempts),
+        breaker_after: args.breaker_after.or(stored.breaker_after),
+        poll_interval_s: args.poll_interval.or(stored.poll_interval_s),
+        lost_after_s: args.lost_after.or(stored.lost_after_s),
+    };
+    if !args.dry_run && args.trial.is_none() && given != stored {
+        db.set_setting(LOOP_SETTINGS, &given)?;
+    }
+    let kept: Vec<String> = [
+        (args.poll_interval.is_none(), stored.poll_interval_s.map(|s| format!("--poll-interval {s}"))),
+        (args.max_attempts.is_none(), stored.max_attempts.map(|n| format!("--max-attempts {n}"))),
+        (args.lost_after.is_none(), stored.lost_after_s.map(|s| format!("--lost-after {s}"))),
+        (args.breaker_after.is_none(), stored.breaker_after.map(|k| format!("--breaker-after {k}"))),
+    ]
+    .into_iter()
+    .filter_map(|(not_given, value)| value.filter(|_| not_given))
+    .collect();
+    if !kept.is_empty() && !args.dry_run {
+        eprintln!("using the run's loop options: {}", kept.join(" "));
+    }
     let secs = |v: Option<f64>, local_default: f64, default: f64| {
         Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
     };
@@ -119,9 +179,9 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         run_dir: args.run_dir.clone(),
         scheduler: config.scheduler.clone(),
         queues,
-        max_attempts: args.max_attempts.max(1),
-        poll_interval: secs(args.poll_interval, 1.0, 30.0),
-        lost_after: secs(args.lost_after, 10.0, 300.0),
+        max_attempts: given.max_attempts.unwrap_or(3).max(1),
+        poll_interval: secs(given.poll_interval_s, 1.0, 30.0),
+        lost_after: secs(given.lost_after_s, 10.0, 300.0),
         watch: args.watch,
         embed_args: job.to_args(),
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
@@ -132,7 +192,9 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
             min_idle_s: args.stalled_min,
         },
         kill_stalled: args.kill_stalled,
-        breaker_after: args.breaker_after,
+        breaker_after: given
+            .breaker_after
+            .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
         notify: config.notify,
     };
     if args.dry_run {

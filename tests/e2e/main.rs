@@ -15,6 +15,7 @@ mod publish;
 mod query;
 mod query_job;
 mod readme;
+mod rehearsal;
 mod report;
 mod run;
 mod run_config;

@@ -50,6 +50,8 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
         "cpu",
         "--queue",
         "debug=1",
+        "--shard-papers",
+        "3",
         "--poll-interval",
         "0.3",
     ];
@@ -80,27 +82,23 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
         "killed before every batch had a job: {:?}",
         jobs(&t)
     );
-    // Restarted after a "reboot" with only the run and the model.
-    let out = t.run(
-        &[
-            "submit",
-            "--run-dir",
-            "run",
-            "--model-dir",
-            "model",
-            "--poll-interval",
-            "0.3",
-        ],
-        0,
-    );
+    // Restarted after a "reboot" with only the run: the model, the devices and the shard size
+    // are the run's (a restart that fell back to 500 papers per shard would be refused).
+    let out = t.run(&["submit", "--run-dir", "run"], 0);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("using the run's stored run config (backend slurm)"),
         "{err}"
     );
     assert!(err.contains("adopting 1 jobs"), "{err}");
+    assert!(
+        err.contains("using the run's loop options: --poll-interval 0.3"),
+        "{err}"
+    );
     assert!(!err.contains("lost"), "no job was called lost: {err}");
     assert_eq!(t.status("run")["batches_by_state"]["done"], 5);
+    let shards = std::fs::read_dir(t.join("run/shards")).unwrap().count();
+    assert_eq!(shards, 5 * 3, "8 papers in shards of 3: 3 per batch");
     let rows = jobs(&t);
     assert!(rows.len() >= 5, "{rows:?}");
     for (name, backend, id, state) in &rows {

@@ -96,11 +96,11 @@ impl RunDb {
         Ok(report)
     }
 
-    /// Batches with nothing left for an ingest to do: done, no job open, and every attempt but
-    /// the accepted one cleaned.
+    /// Batches with nothing left for an ingest to do: done, cleaned with no job open since, and
+    /// every attempt but the accepted one cleaned.
     fn settled_batches(&self) -> Result<std::collections::HashSet<i64>> {
         let sql = format!(
-            "SELECT id FROM batches WHERE state = ?1
+            "SELECT id FROM batches WHERE state = ?1 AND results_settled = 1
                AND id NOT IN (SELECT batch_id FROM jobs WHERE state IN {})
                AND id NOT IN (SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != ?2)",
             JobStatus::open_sql()
@@ -205,7 +205,7 @@ impl RunDb {
         let uncleaned = known
             .values()
             .any(|a| a.state != AttemptState::Accepted && !a.cleaned);
-        if new.is_empty() && !uncleaned {
+        if new.is_empty() && !uncleaned && self.results_settled(batch)? {
             return Ok(());
         }
         let Some(row) = self.batch(BatchId(batch))? else {
@@ -319,6 +319,21 @@ impl RunDb {
             report.files_removed += self.clean_attempts(layout, batch)?;
         }
         Ok(())
+    }
+
+    /// Whether `batch` is done and its folder was cleaned with no job open (see V10).
+    fn results_settled(&self, batch: i64) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT results_settled FROM batches WHERE id = ?1",
+                [batch],
+                |r| r.get(0),
+            )
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(true),
+                e => Err(e),
+            })
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// Records attempt `token` as rejected, with its manifest's stamp (so a rewrite of it is
@@ -506,6 +521,12 @@ impl RunDb {
             .execute(
                 "UPDATE attempts SET cleaned = 1 WHERE batch_id = ?1 AND state != ?2",
                 params![batch, AttemptState::Accepted.as_str()],
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        self.conn
+            .execute(
+                "UPDATE batches SET results_settled = 1 WHERE id = ?1 AND state = ?2",
+                params![batch, BatchState::Done.as_str()],
             )
             .map_err(sqlite_err(&self.dir))?;
         Ok(removed)
@@ -825,6 +846,42 @@ mod tests {
         db.ingest_results().unwrap();
         assert!(live.exists());
         drop(dir);
+    }
+
+    #[test]
+    fn a_cancelled_attempts_shard_is_cleaned_once_the_batch_job_ends_between_full_sweeps() {
+        let (_dir, mut db) = run_at_scale(3, 0);
+        let layout = db.layout();
+        std::fs::create_dir_all(layout.shard_dir()).unwrap();
+        std::env::set_var(FULL_SWEEP_ENV, "900");
+        db.ingest_results().unwrap(); // the first, full sweep: every batch settled
+        // Batch 1 runs again (a job open), and an attempt of it that was cancelled left a
+        // manifest that never completed and a shard: the rehearsal's 9 extra shard rows.
+        db.insert_job(&crate::rundb::NewJob {
+            batches: &[1],
+            attempt: 2,
+            backend: "slurm",
+            queue: "q",
+            name: "job-1b",
+            script: "s",
+            log: "l",
+            marker: "m",
+        })
+        .unwrap();
+        let mut cancelled = AttemptManifest::start(&db.plan_id().unwrap(), 1, "cpu".into(), settings(), 1);
+        cancelled.attempt = "c7".into();
+        cancelled.write(&layout).unwrap();
+        let shard = layout.resolve(RunLayout::shard_file_name(1, 0, "c7"));
+        std::fs::write(&shard, b"x").unwrap();
+        db.ingest_results().unwrap();
+        assert!(shard.exists(), "kept while a job of the batch is open");
+        db.set_job_state("job-1b", JobStatus::Cancelled, None).unwrap();
+        db.ingest_results().unwrap();
+        assert!(!shard.exists(), "removed at the first poll after the job ended");
+        // And then the batch is settled: its folder is not read at every poll.
+        let before = crate::fsops::total();
+        db.ingest_results().unwrap();
+        assert_eq!(crate::fsops::total() - before, 1, "the listing of results/ only");
     }
 
     #[test]

@@ -72,7 +72,7 @@ impl RunDb {
     pub fn set_batch_state(&self, id: BatchId, state: BatchState) -> Result<()> {
         self.conn
             .execute(
-                "UPDATE batches SET state = ?2 WHERE id = ?1",
+                "UPDATE batches SET state = ?2, results_settled = 0 WHERE id = ?1",
                 params![id, state.as_str()],
             )
             .map(drop)

@@ -42,6 +42,12 @@ impl RunDb {
         let dir = self.dir.clone();
         let tx = self.conn.transaction().map_err(sqlite_err(&dir))?;
         for batch in job.batches {
+            // Its results folder is read at every poll again while the job may write into it.
+            tx.execute(
+                "UPDATE batches SET results_settled = 0 WHERE id = ?1",
+                [batch],
+            )
+            .map_err(sqlite_err(&dir))?;
             tx.execute(
                 "INSERT INTO jobs (batch_id, attempt, backend, queue, name, script, log, marker,
                                    state, updated_at)

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -258,4 +258,11 @@ CREATE TABLE release_seen (
 );
 CREATE INDEX release_seen_by_id ON release_seen (release, id);
 CREATE INDEX release_seen_by_file ON release_seen (file_id);
+"#;
+
+/// v10: `batches.results_settled`: the batch is done and its results folder was cleaned with no
+/// job open, so a poll need not read its folder again (`RunDb::ingest_results` reads the open
+/// work's folders only). A new job of the batch, or a change of its state, clears it.
+const V10: &str = r#"
+ALTER TABLE batches ADD COLUMN results_settled INTEGER NOT NULL DEFAULT 0;
 "#;

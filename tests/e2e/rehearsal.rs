@@ -1,0 +1,102 @@
+//! The reduced dress rehearsal: `benches/rehearsal.sh` at 100 batches through the real
+//! one-node Slurm, every fault kind once (jobs cancelled while running, the submit loop
+//! SIGKILLed three times and restarted with no options, a partition drained, a result manifest
+//! unreadable for a poll, a job hung until its walltime), into the embedded Qdrant, then query,
+//! eval and publish. Its end counts are read by pyarrow, qdrant-edge-py and `datasets`.
+//!
+//! The drained partition is `rehearsal`, one no other test submits to (the CI cluster has it:
+//! .ci/slurm/start-local-slurm.sh), so the drain cannot fail a test running beside this one.
+
+use crate::util::{python, slurm_up};
+use std::process::Command;
+
+#[test]
+fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_counts() {
+    let test = "a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_counts";
+    if !slurm_up(test) {
+        return;
+    }
+    let partitions = Command::new("sinfo")
+        .args(["-h", "-o", "%R"])
+        .output()
+        .unwrap();
+    if !String::from_utf8_lossy(&partitions.stdout)
+        .lines()
+        .any(|p| p.trim() == "rehearsal")
+    {
+        assert!(
+            std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() != Ok("1"),
+            "{test}: the Slurm cluster has no partition `rehearsal`: restart it with .ci/slurm/start-local-slurm.sh"
+        );
+        eprintln!("skipping {test}: no partition `rehearsal` (restart .ci/slurm/start-local-slurm.sh)");
+        return;
+    }
+    // The readers that are not ours must be there (or the test is skipped, outside CI).
+    for (module, env) in [
+        ("pyarrow", "EMBEDFLEET_REQUIRE_PYARROW"),
+        ("datasets", "EMBEDFLEET_REQUIRE_DATASETS"),
+        ("qdrant_edge", "EMBEDFLEET_REQUIRE_QDRANT_EDGE"),
+    ] {
+        if python("pass", module, env).is_none() {
+            return;
+        }
+    }
+    let work = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/rehearsal.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_embedfleet"))
+        .env("WORK", work.path().join("w"))
+        .envs([
+            ("BATCHES", "100"),
+            ("QUEUES", "debug=8 rehearsal=8"),
+            ("DRAIN_PARTITION", "rehearsal"),
+            ("DRAIN_S", "15"),
+            ("WALLTIME", "00:01:00"),
+            ("CANCEL_PCT", "3"),
+            ("TERMS", "500"),
+            ("PEERS", "0"),
+            ("MEASURE", "0"),
+            ("HF_DATASETS_OFFLINE", "1"),
+            ("HF_HUB_OFFLINE", "1"),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = std::fs::read_to_string(work.path().join("w/report.json"))
+        .unwrap_or_else(|e| panic!("no report ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(report["checks_failed"], 0, "{stdout}");
+    // Every fault struck, as often as asked.
+    let kinds: Vec<&str> = report["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap())
+        .collect();
+    let count = |k: &str| kinds.iter().filter(|&&x| x == k).count();
+    assert_eq!(count("loop_killed"), 3, "{kinds:?}");
+    assert_eq!(count("scancel"), 3, "{kinds:?}");
+    for kind in ["drain", "drain_end", "unreadable_manifest", "hang"] {
+        assert_eq!(count(kind), 1, "{kind}: {kinds:?}");
+    }
+    // The exact counts, each checked by the script against a reader that is not ours.
+    let checks: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    for check in [
+        "batches_done",
+        "hung_job_timed_out",
+        "shard_rows_are_good_papers",
+        "shard_ids_unique",
+        "points_are_good_papers",
+        "query_rows",
+        "published_rows",
+    ] {
+        assert!(checks.contains(&check), "{check} not checked: {checks:?}");
+    }
+}
