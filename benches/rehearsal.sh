@@ -57,9 +57,8 @@ RANDOM=$SEED
 sinfo -h >/dev/null 2>&1 || { echo "no Slurm: run .ci/slurm/start-local-slurm.sh" >&2; exit 2; }
 # Nothing of an earlier rehearsal may still run on these directories or ports.
 pkill -KILL -f -- "$WORK/" 2>/dev/null || true
-for p in $(seq 0 $((PEERS - 1))); do
-  QDRANT_HOME=$WORK/qdrant$p bash "$HERE/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
-done
+[ -d "$WORK/qdrant" ] && QDRANT_HOME=$WORK/qdrant QDRANT_PEERS=$PEERS QDRANT_BASE_PORT=$PORT_BASE \
+  bash "$HERE/.ci/qdrant/qdrant-cluster.sh" stop >/dev/null 2>&1
 # Its jobs only: other runs (the test suite's) may share the cluster.
 squeue -h -o '%i %o' 2>/dev/null | awk -v w="$WORK/" 'index($2, w) == 1 {print $1}' | xargs -r scancel 2>/dev/null || true
 scontrol update PartitionName="$DRAIN_PARTITION" State=UP 2>/dev/null || true
@@ -144,38 +143,36 @@ loop_state() { # polls cpu_s result_file_ops of the loop, from its own counters
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s.get("polls",0), s.get("cpu_s",0), s.get("result_file_ops",0), s["pid"])' \
     "$RUN/status-snapshot.json" 2>/dev/null || echo "0 0 0 0"
 }
-measure() { # LABEL SECONDS: the loop's cost per poll over a window, then strace -c for as long
-  local label=$1 secs=$2 pid=$loop_pid a b
+measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own counters), then
+  # its syscalls per poll under `strace -c` for as long (polls counted by the loop again)
+  local label=$1 secs=$2 pid=$loop_pid a b c
   a=$(loop_state); sleep "$secs"; b=$(loop_state)
-  python3 - "$label" "$a" "$b" "$(open_jobs)" "$(done_batches)" >> "$WORK/windows.jsonl" <<'PY'
-import json, sys
-label, a, b, open_jobs, done = sys.argv[1:6]
-(p0, c0, o0, pid0), (p1, c1, o1, pid1) = [[float(x) for x in s.split()] for s in (a, b)]
-polls = p1 - p0
-print(json.dumps({"window": label, "same_loop": pid0 == pid1, "polls": polls,
-  "cpu_ms_per_poll": 1e3 * (c1 - c0) / polls if polls else None,
-  "result_file_ops_per_poll": (o1 - o0) / polls if polls else None,
-  "open_jobs": int(open_jobs), "batches_done": int(done)}))
-PY
   timeout -s INT "$secs" strace -c -p "$pid" -o "$WORK/strace-$label.txt" 2>/dev/null
-  python3 - "$label" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
-import json, sys, re
-label, path = sys.argv[1:3]
+  c=$(loop_state)
+  python3 - "$label" "$a" "$b" "$c" "$(open_jobs)" "$(done_batches)" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
+import json, sys
+label, a, b, c, open_jobs, done, path = sys.argv[1:8]
+(p0, c0, o0, pid0), (p1, c1, o1, pid1), (p2, _, _, pid2) = [[float(x) for x in s.split()] for s in (a, b, c)]
+polls, traced = p1 - p0, p2 - p1
 calls = {}
 for line in open(path):
     f = line.split()
     if len(f) >= 5 and f[-1].isidentifier() and f[-1] != "total" and f[3].isdigit():
         calls[f[-1]] = int(f[3])
-polls = calls.get("clock_nanosleep", 0) + calls.get("nanosleep", 0)
-meta = ("openat", "open", "newfstatat", "statx", "fstat", "stat", "lstat", "getdents64", "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "access", "readlink")
-m = sum(v for k, v in calls.items() if k in meta)
-print(json.dumps({"window": label + "-strace", "polls": polls,
-  "syscalls_per_poll": sum(calls.values()) / polls if polls else None,
-  "file_metadata_syscalls_per_poll": m / polls if polls else None,
-  "getdents64_per_poll": calls.get("getdents64", 0) / polls if polls else None,
-  "openat_per_poll": calls.get("openat", 0) / polls if polls else None}))
+meta = ("openat", "open", "newfstatat", "statx", "fstat", "stat", "lstat", "getdents64", "unlink",
+        "unlinkat", "rename", "renameat", "renameat2", "mkdir", "access", "readlink")
+per = lambda n, d: n / d if d else None
+print(json.dumps({"window": label, "same_loop": pid0 == pid1 == pid2, "polls": polls,
+  "cpu_ms_per_poll": per(1e3 * (c1 - c0), polls),
+  "result_file_ops_per_poll": per(o1 - o0, polls),
+  "open_jobs": int(open_jobs), "batches_done": int(done),
+  "strace_polls": traced,
+  "syscalls_per_poll": per(sum(calls.values()), traced),
+  "file_metadata_syscalls_per_poll": per(sum(v for k, v in calls.items() if k in meta), traced),
+  "getdents64_per_poll": per(calls.get("getdents64", 0), traced),
+  "openat_per_poll": per(calls.get("openat", 0), traced)}))
 PY
-  echo "[$(since) s] measured window $label: $(tail -n2 "$WORK/windows.jsonl" | tr '\n' ' ')"
+  echo "[$(since) s] measured window $label: $(tail -n1 "$WORK/windows.jsonl")"
 }
 last_status_json=$WORK/status.json
 poll_status() { # status --json as a user would run it, timed (its latency goes in the report)
@@ -194,7 +191,7 @@ echo "== submit: $BATCHES batches to ${QUEUES}, with faults"
 submit_t0=$(date +%s.%N)
 start_loop
 cancel_target=$(( (BATCHES * CANCEL_PCT + 99) / 100 ))
-hung_job= cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
+measuring= hung_job= cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
 total_loop_cpu=0
 kill_at=(20 45 75)
 while kill -0 "$loop_pid" 2>/dev/null; do
@@ -203,7 +200,8 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   d=$(done_batches)
   pct=$((100 * d / BATCHES))
   # The loop SIGKILLed at 20 %, 45 % and 75 %, and started again without its options.
-  if [ "$kills" -lt 3 ] && [ "$pct" -ge "${kill_at[$kills]}" ]; then
+  # (Not while a cost window measures the loop: it would measure two.)
+  if [ "$kills" -lt 3 ] && [ "$pct" -ge "${kill_at[$kills]}" ] && { [ -z "$measuring" ] || ! kill -0 "$measuring" 2>/dev/null; }; then
     total_loop_cpu=$(echo "$total_loop_cpu + $(loop_cpu_s "$loop_pid")" | bc)
     kill -KILL "$loop_pid"; wait "$loop_pid" 2>/dev/null
     kills=$((kills + 1))
@@ -256,10 +254,10 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   fi
   # The cost windows: the "before" loop (third) and the current one (fourth).
   if [ "$MEASURE" = 1 ] && [ "$windows_started" = 0 ] && [ "$kills" = 2 ] && [ "$pct" -ge 60 ]; then
-    windows_started=1; measure full_sweep_every_poll 30 &
+    windows_started=1; measure full_sweep_every_poll 30 & measuring=$!
   fi
   if [ "$MEASURE" = 1 ] && [ "$windows_started" = 1 ] && [ "$kills" = 3 ] && [ "$pct" -ge 80 ]; then
-    windows_started=2; measure open_work_only 30 &
+    windows_started=2; measure open_work_only 30 & measuring=$!
   fi
 done
 wait "$loop_pid"; loop_exit=$?
@@ -305,21 +303,10 @@ check shard_ids_unique "$shard_unique" "$shard_rows"
 # ---------------------------------------------------------------- upload
 target=()
 if [ "$PEERS" -gt 0 ]; then
-  echo "== Qdrant: a cluster of $PEERS peers on loopback"
-  for p in $(seq 0 $((PEERS - 1))); do
-    boot=()
-    [ "$p" -gt 0 ] && boot=(QDRANT_BOOTSTRAP="http://127.0.0.1:$((PORT_BASE + 2))")
-    env QDRANT_BIN="$QDRANT_BIN" QDRANT_CLUSTER=1 QDRANT_HOME="$WORK/qdrant$p" \
-      QDRANT_HTTP_PORT=$((PORT_BASE + 10 * p)) QDRANT_GRPC_PORT=$((PORT_BASE + 10 * p + 1)) \
-      QDRANT_P2P_PORT=$((PORT_BASE + 10 * p + 2)) "${boot[@]}" \
-      bash "$HERE/.ci/qdrant/qdrant-server.sh" start || { echo "peer $p did not start"; exit 1; }
-    sleep 2
-  done
-  for _ in $(seq 1 60); do
-    n=$(curl -s "http://127.0.0.1:$PORT_BASE/cluster" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["result"]["peers"]))' 2>/dev/null || echo 0)
-    [ "$n" = "$PEERS" ] && break
-    sleep 1
-  done
+  echo "== Qdrant: a cluster of $PEERS peers on loopback (.ci/qdrant/qdrant-cluster.sh)"
+  cluster_env() { env QDRANT_BIN="$QDRANT_BIN" QDRANT_HOME="$WORK/qdrant" QDRANT_PEERS="$PEERS" QDRANT_BASE_PORT="$PORT_BASE" "$@"; }
+  cluster_env bash "$HERE/.ci/qdrant/qdrant-cluster.sh" start > qdrant.env 2> qdrant.log || { echo "the cluster did not start: $(tail -n 3 qdrant.log)"; exit 1; }
+  n=$(curl -s "http://127.0.0.1:$PORT_BASE/cluster" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["result"]["peers"]))' 2>/dev/null || echo 0)
   check qdrant_peers "$n" "$PEERS"
   target=(--qdrant "http://127.0.0.1:$((PORT_BASE + 1))")
   timed upload "$BIN" upload --run-dir "$RUN" "${target[@]}" --mode snapshot
@@ -390,7 +377,5 @@ for f in r["faults"]:
 print("faults:", ", ".join(f"{k} x{v}" for k, v in kinds.items()))
 print(f"checks failed: {r['checks_failed']} of {len(r['checks'])}")
 PY
-for p in $(seq 0 $((PEERS - 1))); do
-  QDRANT_HOME=$WORK/qdrant$p bash "$HERE/.ci/qdrant/qdrant-server.sh" stop 2>/dev/null || true
-done
+[ "$PEERS" -gt 0 ] && cluster_env bash "$HERE/.ci/qdrant/qdrant-cluster.sh" stop >/dev/null 2>&1
 exit $((failed > 0))

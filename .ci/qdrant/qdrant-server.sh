@@ -12,9 +12,6 @@
 # QDRANT_CLUSTER=1 starts it in cluster mode (one peer, p2p port QDRANT_P2P_PORT, 6335): what
 # `upload --mode snapshot` needs (custom sharding, shard snapshot recovery), and what the
 # snapshot tests of the server suite run against (QDRANT_REST_URL, default port 6333).
-# QDRANT_BOOTSTRAP=http://127.0.0.1:6335 (another peer's p2p address) starts a further peer of
-# that cluster instead: give each peer its own QDRANT_HOME and ports (benches/rehearsal.sh
-# starts three this way).
 #
 # State and log under QDRANT_HOME (default /tmp/embedfleet-qdrant); ports QDRANT_GRPC_PORT
 # (6334) and QDRANT_HTTP_PORT (6333); QDRANT_CPUS (e.g. 0) pins the server to those CPUs, so
@@ -34,9 +31,6 @@ start() {
   if [ "${QDRANT_CLUSTER:-0}" = 1 ]; then
     # The first (here: only) peer of the cluster names its own address.
     cluster=(--uri "http://127.0.0.1:$p2p")
-    if [ -n "${QDRANT_BOOTSTRAP:-}" ]; then
-      cluster+=(--bootstrap "$QDRANT_BOOTSTRAP")
-    fi
   fi
   QDRANT__STORAGE__STORAGE_PATH=$home/storage \
   QDRANT__STORAGE__SNAPSHOTS_PATH=$home/snapshots \
