@@ -150,6 +150,9 @@ pub enum SubmitError {
 pub type Result<T> = std::result::Result<T, SubmitError>;
 
 /// Runs the submit loop until every batch is done or failed (or forever with `watch`).
+/// The longest a queue whose submissions fail is left out of the rounds before it is tried again.
+const QUEUE_COOLING_MAX: Duration = Duration::from_secs(300);
+
 pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
     SubmitLoop::new(options)?.run()
 }
@@ -215,6 +218,10 @@ struct SubmitLoop<'a> {
     unknown_since: HashMap<String, Instant>,
     /// Queues the scheduler refused this run (e.g. no such partition).
     refused: BTreeMap<String, String>,
+    /// Queues whose last submission failed in a way worth waiting out (a drained partition, a
+    /// slow controller): until when their jobs go to the other queues, and how many failed in
+    /// a row (the wait doubles with each, from one poll interval up to five minutes).
+    cooling: BTreeMap<String, (Instant, u32)>,
     /// The batch a trial runs (see [`SubmitOptions::trial`]).
     trial_batch: Option<i64>,
     /// Counts jobs in a row failing alike.
@@ -254,6 +261,7 @@ impl<'a> SubmitLoop<'a> {
             attempts: HashMap::new(),
             unknown_since: HashMap::new(),
             refused: BTreeMap::new(),
+            cooling: BTreeMap::new(),
             trial_batch: None,
             // A trial is one job whose end the user waits for: nothing to break.
             breaker: breaker::Breaker::new(if opts.trial.is_some() {
@@ -692,21 +700,51 @@ impl<'a> SubmitLoop<'a> {
         let caps = self.caps()?;
         let open = self.db.open_jobs()?;
         let pending = self.in_scope(self.db.batches_without_job()?);
-        let refused: BTreeSet<String> = self.refused.keys().cloned().collect();
+        let now = Instant::now();
+        // A queue that is refused, or cooling after a failed submission, gets no job this
+        // round: its batches go to the queues that take them.
+        let disabled: BTreeSet<String> = self
+            .refused
+            .keys()
+            .chain(self.cooling.iter().filter(|(_, (until, _))| *until > now).map(|(q, _)| q))
+            .cloned()
+            .collect();
         let planned = fill_queues(
             &caps,
             &active_per_queue(&open),
-            &refused,
+            &disabled,
             &pending,
             self.nodes(),
         );
+        let mut failed_now: BTreeSet<String> = BTreeSet::new();
         for job in planned {
-            if self.refused.contains_key(&job.queue) {
+            if self.refused.contains_key(&job.queue) || failed_now.contains(&job.queue) {
                 continue;
             }
-            if !self.submit_job(&job)? {
-                // The scheduler is not taking jobs now: try the rest next round.
-                break;
+            if self.submit_job(&job)? {
+                self.cooling.remove(&job.queue);
+            } else {
+                // This queue is not taking jobs now (a drained partition, say): the others
+                // still are. Its batches wait for the next round, when they go elsewhere.
+                failed_now.insert(job.queue.clone());
+                let failures = self.cooling.get(&job.queue).map_or(0, |(_, n)| *n) + 1;
+                let wait = self
+                    .opts
+                    .poll_interval
+                    .saturating_mul(1 << (failures - 1).min(16))
+                    .min(QUEUE_COOLING_MAX);
+                self.cooling
+                    .insert(job.queue.clone(), (Instant::now() + wait, failures));
+                let when = if wait <= self.opts.poll_interval {
+                    "at the next poll".to_string()
+                } else {
+                    format!("in {}", crate::status::duration(wait.as_secs_f64()))
+                };
+                self.console.say(format!(
+                    "queue {}: not taking jobs now; tried again {when}, its batches go to the \
+                     other queues meanwhile",
+                    job.queue
+                ));
             }
         }
         Ok(())

@@ -168,6 +168,7 @@ fn an_uncertain_submission_is_cancelled_by_name_and_its_batch_resubmitted_under_
     let mut lp = submit_loop(&options, &scheduler);
     lp.submit_round().unwrap();
     lp.settle_submitting().unwrap();
+    std::thread::sleep(options.poll_interval); // the queue is tried again a poll later
     lp.submit_round().unwrap();
     assert_ne!(first, second);
     assert_eq!(
@@ -195,6 +196,7 @@ fn a_failed_submission_keeps_its_attempt_number_and_the_next_try_takes_a_new_one
     let scheduler = Scripted::answering(vec![Err(sbatch_failed()), Ok(SchedulerJobId::new("7"))]);
     let mut lp = submit_loop(&options, &scheduler);
     lp.submit_round().unwrap();
+    std::thread::sleep(options.poll_interval); // the queue is tried again a poll later
     lp.submit_round().unwrap();
     let rows = job_rows(&options);
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -232,6 +234,7 @@ fn an_exit_marker_of_an_earlier_attempt_is_not_read_as_the_new_jobs_end() {
     let mut lp = submit_loop(&options, &scheduler);
     lp.submit_round().unwrap();
     lp.settle_submitting().unwrap();
+    std::thread::sleep(options.poll_interval); // the queue is tried again a poll later
     lp.submit_round().unwrap();
     // The uncertain submission had queued a twin after all; it ends, writing its marker.
     let twin_marker = RunLayout::new(&options.run_dir).job_marker(&first);
@@ -335,4 +338,49 @@ fn a_log_tail_reads_the_end_of_a_large_log_only() {
         "loading model | shard 3 of 8 | error: CUDA out of memory"
     );
     assert_eq!(super::log_tail("/no/such/log"), "");
+}
+
+#[test]
+fn a_queue_that_is_not_taking_jobs_does_not_hold_up_the_others() {
+    // The rehearsal's drained partition: its sbatch fails every time, and the round used to
+    // stop there, so the other partition got no job either.
+    let (_dir, mut options) = planned_run(3);
+    options.queues = Some(BTreeMap::from([
+        ("drained".to_string(), 2),
+        ("up".to_string(), 2),
+    ]));
+    options.poll_interval = Duration::from_millis(200);
+    let scheduler = Scripted::answering(vec![
+        Err(sbatch_failed()),
+        Ok(SchedulerJobId::new("1")),
+        Ok(SchedulerJobId::new("2")),
+        Ok(SchedulerJobId::new("3")),
+    ]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    let queue_of = |options: &SubmitOptions| -> Vec<(String, String)> {
+        let db = RunDb::open(&options.run_dir).unwrap();
+        let mut stmt = db
+            .conn()
+            .prepare("SELECT queue, state FROM jobs ORDER BY id")
+            .unwrap();
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        rows.map(|r| r.unwrap()).collect()
+    };
+    let rows = queue_of(&options);
+    assert!(
+        rows.contains(&("drained".into(), "failed".into()))
+            && rows.iter().any(|(q, s)| q == "up" && s == "pending"),
+        "the round went on to the other queue after the failure: {rows:?}"
+    );
+    // The next round, within the wait: the failed batch goes to the queue that takes jobs.
+    lp.submit_round().unwrap();
+    let rows = queue_of(&options);
+    let up = rows.iter().filter(|(q, s)| q == "up" && s == "pending").count();
+    assert_eq!(up, 2, "{rows:?}");
+    assert_eq!(
+        rows.iter().filter(|(q, _)| q == "drained").count(),
+        1,
+        "the drained queue is left alone while it cools: {rows:?}"
+    );
 }
