@@ -27,7 +27,7 @@
 #          DRAIN_PARTITION=gpu (one of QUEUES)
 #          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
 #          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
-#          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal
+#          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
 #   needs: a running Slurm (.ci/slurm/start-local-slurm.sh), python3 with pyarrow and
 #          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, and for PEERS > 0
 #          a Qdrant server binary (README, "A Qdrant server for the server suite").
@@ -95,12 +95,22 @@ echo "== corpus: $PAPERS papers in peS2o's format, 4 gzip files and one parquet 
 gz=$((PAPERS * 85 / 100 / (4 * PAPERS_PER_BATCH) * 4 * PAPERS_PER_BATCH))
 "$BIN" sample-corpus --papers "$gz" --mean-chars "$MEAN_CHARS" --files 4 --seed "$SEED" --out corpus >/dev/null 2>&1
 "$BIN" sample-corpus --papers $((PAPERS - gz)) --mean-chars "$MEAN_CHARS" --seed $((SEED + 1)) --out extra.jsonl >/dev/null 2>&1
-python3 - "$WORK" <<'PY'
-import json, sys, pyarrow as pa, pyarrow.parquet as pq
-work = sys.argv[1]
+# Short papers (the issue's "tiny work"): sample-corpus makes one paper in 500 about 200,000
+# characters long, which takes the tiny model minutes on a shared core and would outlast the
+# WALLTIME that ends the hung job. Each text is cut to MAX_CHARS; the files stay peS2o's format.
+python3 - "$WORK" "${MAX_CHARS:-4000}" <<'PY'
+import glob, gzip, json, sys, pyarrow as pa, pyarrow.parquet as pq
+work, cut = sys.argv[1], int(sys.argv[2])
+for f in glob.glob(f"{work}/corpus/*.jsonl.gz"):
+    rows = [json.loads(l) for l in gzip.open(f, "rt")]
+    with gzip.open(f, "wt") as out:
+        for r in rows:
+            r["text"] = r["text"][:cut]
+            out.write(json.dumps(r) + "\n")
 rows = [json.loads(l) for l in open(f"{work}/extra.jsonl")]
 for r in rows:
     r["id"] = "pq-" + str(r["id"])  # its own ids: not duplicates of the gzip files' papers
+    r["text"] = r["text"][:cut]
 pq.write_table(pa.Table.from_pylist(rows), f"{work}/corpus/extra.parquet")  # pyarrow's defaults
 PY
 rm extra.jsonl
