@@ -76,6 +76,18 @@ pub fn exit_when_parent_gone(what: &'static str, code: i32) {
     });
 }
 
+/// This process's CPU time so far, user and system (its children excluded).
+pub fn own_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given; rusage is plain data.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,16 +137,4 @@ mod tests {
             "grandchild {grandchild} survived its group"
         );
     }
-}
-
-/// This process's CPU time so far, user and system (its children excluded).
-pub fn own_cpu() -> Duration {
-    // SAFETY: getrusage fills the struct it is given; rusage is plain data.
-    let usage = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    };
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
 }

@@ -1,7 +1,7 @@
 //! The scheduler-facing commands: `submit`, `pause`, `resume`, `queues`, `status`.
 
-use super::VectorDtypeArg;
 use super::RunDirArgs;
+use super::VectorDtypeArg;
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 

@@ -6,12 +6,12 @@ use crate::cli::{
     BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
     SubmitArgs, TakeOverArgs, VectorDtypeArg,
 };
-use embedfleet_core::shardfile::VectorDtype;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::owner;
 use embedfleet_core::rundb::{RunDb, StallRule};
+use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
@@ -161,10 +161,24 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         db.set_setting(LOOP_SETTINGS, &given)?;
     }
     let kept: Vec<String> = [
-        (args.poll_interval.is_none(), stored.poll_interval_s.map(|s| format!("--poll-interval {s}"))),
-        (args.max_attempts.is_none(), stored.max_attempts.map(|n| format!("--max-attempts {n}"))),
-        (args.lost_after.is_none(), stored.lost_after_s.map(|s| format!("--lost-after {s}"))),
-        (args.breaker_after.is_none(), stored.breaker_after.map(|k| format!("--breaker-after {k}"))),
+        (
+            args.poll_interval.is_none(),
+            stored
+                .poll_interval_s
+                .map(|s| format!("--poll-interval {s}")),
+        ),
+        (
+            args.max_attempts.is_none(),
+            stored.max_attempts.map(|n| format!("--max-attempts {n}")),
+        ),
+        (
+            args.lost_after.is_none(),
+            stored.lost_after_s.map(|s| format!("--lost-after {s}")),
+        ),
+        (
+            args.breaker_after.is_none(),
+            stored.breaker_after.map(|k| format!("--breaker-after {k}")),
+        ),
     ]
     .into_iter()
     .filter_map(|(not_given, value)| value.filter(|_| not_given))

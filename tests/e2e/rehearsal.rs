@@ -28,7 +28,9 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
             std::env::var("EMBEDFLEET_REQUIRE_SLURM").as_deref() != Ok("1"),
             "{test}: the Slurm cluster has no partition `rehearsal`: restart it with .ci/slurm/start-local-slurm.sh"
         );
-        eprintln!("skipping {test}: no partition `rehearsal` (restart .ci/slurm/start-local-slurm.sh)");
+        eprintln!(
+            "skipping {test}: no partition `rehearsal` (restart .ci/slurm/start-local-slurm.sh)"
+        );
         return;
     }
     // The readers that are not ours must be there (or the test is skipped, outside CI).
@@ -63,8 +65,12 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let report = std::fs::read_to_string(work.path().join("w/report.json"))
-        .unwrap_or_else(|e| panic!("no report ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let report = std::fs::read_to_string(work.path().join("w/report.json")).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     let report: serde_json::Value = serde_json::from_str(&report).unwrap();
     assert!(out.status.success(), "{stdout}");
     assert_eq!(report["checks_failed"], 0, "{stdout}");

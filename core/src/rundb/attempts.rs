@@ -105,7 +105,10 @@ impl RunDb {
                AND id NOT IN (SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != ?2)",
             JobStatus::open_sql()
         );
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(sqlite_err(&self.dir))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map(
             params![BatchState::Done.as_str(), AttemptState::Accepted.as_str()],
             |r| r.get(0),
@@ -791,7 +794,10 @@ mod tests {
         assert!(first > 2_075, "{first}");
         // Then each poll: one listing of results/ and the open batches' folders and manifests.
         let poll = operations(&mut db, "900");
-        assert!((8..=1 + 2 * 8 + 4).contains(&poll), "{poll} operations at 8 open jobs");
+        assert!(
+            (8..=1 + 2 * 8 + 4).contains(&poll),
+            "{poll} operations at 8 open jobs"
+        );
         // The same with no sweep interval: every folder, as before the fix.
         let every = operations(&mut db, "0");
         assert!(every > 2_075, "{every}");
@@ -819,19 +825,30 @@ mod tests {
             sha256: "x".into(),
         })
         .unwrap();
-        let mut killed = AttemptManifest::start(&db.plan_id().unwrap(), 2, "cpu".into(), settings(), 1);
+        let mut killed =
+            AttemptManifest::start(&db.plan_id().unwrap(), 2, "cpu".into(), settings(), 1);
         killed.attempt = "k9".into();
         killed.write(&layout).unwrap();
         let temporary = atomic::tmp_path(&shard(2, 0, "k9"));
-        for f in [shard(2, 0, "a1"), shard(2, 0, "k9"), temporary.clone(), shard(3, 0, "a1")] {
+        for f in [
+            shard(2, 0, "a1"),
+            shard(2, 0, "k9"),
+            temporary.clone(),
+            shard(3, 0, "a1"),
+        ] {
             std::fs::write(f, b"x").unwrap();
         }
         db.ingest_results().unwrap();
         assert!(shard(2, 0, "a1").exists() && shard(3, 0, "a1").exists());
-        assert!(!shard(2, 0, "k9").exists(), "the killed attempt's shard is removed by name");
+        assert!(
+            !shard(2, 0, "k9").exists(),
+            "the killed attempt's shard is removed by name"
+        );
         let states = db.attempts().unwrap();
         assert!(
-            states.iter().any(|(b, t, s, _)| *b == 2 && t == "k9" && *s == AttemptState::Abandoned),
+            states
+                .iter()
+                .any(|(b, t, s, _)| *b == 2 && t == "k9" && *s == AttemptState::Abandoned),
             "{states:?}"
         );
         // The first ingest of this run was a full sweep: the temporary file went too.
@@ -855,8 +872,8 @@ mod tests {
         std::fs::create_dir_all(layout.shard_dir()).unwrap();
         std::env::set_var(FULL_SWEEP_ENV, "900");
         db.ingest_results().unwrap(); // the first, full sweep: every batch settled
-        // Batch 1 runs again (a job open), and an attempt of it that was cancelled left a
-        // manifest that never completed and a shard: the rehearsal's 9 extra shard rows.
+                                      // Batch 1 runs again (a job open), and an attempt of it that was cancelled left a
+                                      // manifest that never completed and a shard: the rehearsal's 9 extra shard rows.
         db.insert_job(&crate::rundb::NewJob {
             batches: &[1],
             attempt: 2,
@@ -868,20 +885,29 @@ mod tests {
             marker: "m",
         })
         .unwrap();
-        let mut cancelled = AttemptManifest::start(&db.plan_id().unwrap(), 1, "cpu".into(), settings(), 1);
+        let mut cancelled =
+            AttemptManifest::start(&db.plan_id().unwrap(), 1, "cpu".into(), settings(), 1);
         cancelled.attempt = "c7".into();
         cancelled.write(&layout).unwrap();
         let shard = layout.resolve(RunLayout::shard_file_name(1, 0, "c7"));
         std::fs::write(&shard, b"x").unwrap();
         db.ingest_results().unwrap();
         assert!(shard.exists(), "kept while a job of the batch is open");
-        db.set_job_state("job-1b", JobStatus::Cancelled, None).unwrap();
+        db.set_job_state("job-1b", JobStatus::Cancelled, None)
+            .unwrap();
         db.ingest_results().unwrap();
-        assert!(!shard.exists(), "removed at the first poll after the job ended");
+        assert!(
+            !shard.exists(),
+            "removed at the first poll after the job ended"
+        );
         // And then the batch is settled: its folder is not read at every poll.
         let before = crate::fsops::total();
         db.ingest_results().unwrap();
-        assert_eq!(crate::fsops::total() - before, 1, "the listing of results/ only");
+        assert_eq!(
+            crate::fsops::total() - before,
+            1,
+            "the listing of results/ only"
+        );
     }
 
     #[test]

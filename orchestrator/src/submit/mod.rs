@@ -706,7 +706,12 @@ impl<'a> SubmitLoop<'a> {
         let disabled: BTreeSet<String> = self
             .refused
             .keys()
-            .chain(self.cooling.iter().filter(|(_, (until, _))| *until > now).map(|(q, _)| q))
+            .chain(
+                self.cooling
+                    .iter()
+                    .filter(|(_, (until, _))| *until > now)
+                    .map(|(q, _)| q),
+            )
             .cloned()
             .collect();
         let planned = fill_queues(

@@ -376,7 +376,10 @@ fn a_queue_that_is_not_taking_jobs_does_not_hold_up_the_others() {
     // The next round, within the wait: the failed batch goes to the queue that takes jobs.
     lp.submit_round().unwrap();
     let rows = queue_of(&options);
-    let up = rows.iter().filter(|(q, s)| q == "up" && s == "pending").count();
+    let up = rows
+        .iter()
+        .filter(|(q, s)| q == "up" && s == "pending")
+        .count();
     assert_eq!(up, 2, "{rows:?}");
     assert_eq!(
         rows.iter().filter(|(q, _)| q == "drained").count(),
