@@ -29,8 +29,8 @@
 #          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
 #   needs: a running Slurm (.ci/slurm/start-local-slurm.sh), python3 with pyarrow and
-#          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, and for PEERS > 0
-#          a Qdrant server binary (README, "A Qdrant server for the server suite").
+#          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, procps, and for
+#          PEERS > 0 curl and a Qdrant server binary (docs/testing.md: build-qdrant.sh).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(realpath "${1:?usage: benches/rehearsal.sh BIN}")
@@ -69,7 +69,9 @@ FAULTS=$WORK/faults.jsonl
 : > "$FAULTS"
 failed=0
 T0=$(date +%s.%N)
-since() { echo "$(date +%s.%N) - $T0" | bc | xargs printf '%.1f'; }
+# Arithmetic on decimals by awk (no bc on a bare machine).
+calc() { awk "BEGIN { printf \"%.${2:-3}f\", $1 }"; }
+since() { calc "$(date +%s.%N) - $T0" 1; }
 fault() { # KIND TEXT: one line of the fault list
   printf '{"t_s": %s, "kind": "%s", "what": "%s"}\n' "$(since)" "$1" "$2" >> "$FAULTS"
   echo "[$(since) s] fault: $1: $2"
@@ -79,11 +81,12 @@ check() { # NAME GOT WANT
   printf '{"check": "%s", "got": "%s", "want": "%s"}\n' "$1" "$2" "$3" >> "$WORK/checks.jsonl"
 }
 timed() { # STAGE command...: wall and CPU (the command and its children) into stages.jsonl
-  local stage=$1; shift
-  /usr/bin/time -f '%e %U %S' -o "$WORK/$stage.time" "$@" >"$WORK/$stage.out" 2>"$WORK/$stage.err"
-  local code=$?
+  local stage=$1 code wall user sys; shift
+  local TIMEFORMAT='%R %U %S' # bash's own `time`: no GNU time needed
+  { time "$@" >"$WORK/$stage.out" 2>"$WORK/$stage.err"; } 2>"$WORK/$stage.time"
+  code=$?
   read -r wall user sys < <(tail -n1 "$WORK/$stage.time")
-  printf '{"stage": "%s", "wall_s": %.2f, "cpu_s": %.2f, "exit": %s}\n' "$stage" "$wall" "$(echo "$user + $sys" | bc)" "$code" >> "$WORK/stages.jsonl"
+  printf '{"stage": "%s", "wall_s": %.2f, "cpu_s": %.2f, "exit": %s}\n' "$stage" "$wall" "$(calc "$user + $sys" 2)" "$code" >> "$WORK/stages.jsonl"
   echo "[$(since) s] $stage: exit $code, ${wall} s"
   [ "$code" = 0 ] || { echo "  $stage failed; the end of its stderr:"; tail -n 5 "$WORK/$stage.err" | sed 's/^/    /'; failed=$((failed + 1)); }
   return "$code"
@@ -190,7 +193,7 @@ poll_status() { # status --json as a user would run it, timed (its latency goes 
   t0=$(date +%s.%N)
   "$BIN" status --run-dir "$RUN" --json >"$last_status_json.new" 2>/dev/null && mv "$last_status_json.new" "$last_status_json"
   t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc >> "$WORK/status_latency.txt"
+  calc "$t1 - $t0" >> "$WORK/status_latency.txt"; echo >> "$WORK/status_latency.txt"
 }
 done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
 # This run's jobs: their scripts are under $RUN/jobs.
@@ -212,7 +215,7 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   # The loop SIGKILLed at 20 %, 45 % and 75 %, and started again without its options.
   # (Not while a cost window measures the loop: it would measure two.)
   if [ "$kills" -lt 3 ] && [ "$pct" -ge "${kill_at[$kills]}" ] && { [ -z "$measuring" ] || ! kill -0 "$measuring" 2>/dev/null; }; then
-    total_loop_cpu=$(echo "$total_loop_cpu + $(loop_cpu_s "$loop_pid")" | bc)
+    total_loop_cpu=$(calc "$total_loop_cpu + $(loop_cpu_s "$loop_pid")")
     kill -KILL "$loop_pid"; wait "$loop_pid" 2>/dev/null
     kills=$((kills + 1))
     fault loop_killed "submit loop $loops (pid $loop_pid) SIGKILLed at $d of $BATCHES batches done"
@@ -273,9 +276,9 @@ done
 wait "$loop_pid"; loop_exit=$?
 # The last loop's own count of its CPU (it ended by itself and wrote it at its end).
 read -r _ last_cpu _ _ < <(loop_state)
-total_loop_cpu=$(echo "$total_loop_cpu + $last_cpu" | bc)
+total_loop_cpu=$(calc "$total_loop_cpu + $last_cpu")
 wait
-submit_wall=$(echo "$(date +%s.%N) - $submit_t0" | bc)
+submit_wall=$(calc "$(date +%s.%N) - $submit_t0")
 printf '{"stage": "submit", "wall_s": %.1f, "cpu_s": %.2f, "exit": %s, "loops": %s}\n' "$submit_wall" "$total_loop_cpu" "$loop_exit" "$loops" >> "$WORK/stages.jsonl"
 echo "[$(since) s] submit: the last loop exited $loop_exit; $(grep 'owner:' "loop$loops.err")"
 [ "$drained" = 1 ] && scontrol update PartitionName="$DRAIN_PARTITION" State=UP
