@@ -226,8 +226,9 @@ while kill -0 "$loop_pid" 2>/dev/null; do
       start_loop
     fi
   fi
-  # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by the end.
-  if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES)) -le $((cancel_target * d)) ]; then
+  # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by 75 % done
+  # (while there are still running jobs to pick from).
+  if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES * 3)) -le $((cancel_target * d * 4)) ]; then
     mapfile -t running < <(running_jobs | grep -vx "${hung_job:-none}")
     if [ "${#running[@]}" -gt 0 ]; then
       victim=${running[$((RANDOM % ${#running[@]}))]}
