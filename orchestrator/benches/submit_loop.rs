@@ -80,7 +80,8 @@ fn main() {
         .map(|m| m.len())
         .sum();
     assert_eq!(report.batches_done, batches as u64, "{:?}", report.failed);
-    let cpu = own_cpu_seconds();
+    // This process only: the jobs are other processes.
+    let cpu = embedfleet_core::process::own_cpu().as_secs_f64();
     println!(
         "the loop's own CPU (job processes excluded): {cpu:.2} s = {:.2} ms per batch",
         cpu * 1e3 / batches as f64
@@ -101,16 +102,4 @@ fn main() {
         report.submitted as f64 / secs,
         db_bytes as f64 / (1 << 20) as f64
     );
-}
-
-/// User + system CPU time of this process only (the jobs are other processes).
-fn own_cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct it is given; rusage is plain data.
-    let usage = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
 }

@@ -23,6 +23,8 @@ pub use attempt::{
     host_name, new_attempt_token, papers_digest, AttemptManifest, AttemptShard, ExpectedBatch,
     Verdict, MANIFEST_FORMAT,
 };
+#[cfg(test)]
+pub(crate) use output::settings_for_tests;
 pub use output::{OutputSettings, PinError};
 pub use plan::{PlanManifest, PlannedBatch};
 

@@ -156,22 +156,28 @@ fn create_exclusive(path: &Path, value: &OutputSettings) -> Result<(), HandoffEr
     }
 }
 
+/// Settings of a document embedding of `shard_papers` papers per shard, for the tests.
+#[cfg(test)]
+pub(crate) fn settings_for_tests(shard_papers: usize) -> OutputSettings {
+    OutputSettings {
+        model: "0123456789abcdef".into(),
+        model_dir: "/models/q".into(),
+        dim: None,
+        vector_dtype: VectorDtype::F32,
+        max_tokens: None,
+        shard_papers,
+        pooling: "last_token".into(),
+        normalized: true,
+        instruction: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn settings(shard_papers: usize) -> OutputSettings {
-        OutputSettings {
-            model: "0123456789abcdef".into(),
-            model_dir: "/models/q".into(),
-            dim: None,
-            vector_dtype: VectorDtype::F32,
-            max_tokens: None,
-            shard_papers,
-            pooling: "last_token".into(),
-            normalized: true,
-            instruction: None,
-        }
+        settings_for_tests(shard_papers)
     }
 
     #[test]

@@ -710,20 +710,10 @@ fn file_token(path: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handoff::OutputSettings;
+    use crate::handoff::settings_for_tests;
 
-    fn settings() -> OutputSettings {
-        OutputSettings {
-            model: "m".into(),
-            model_dir: "/m".into(),
-            dim: None,
-            vector_dtype: crate::shardfile::VectorDtype::F32,
-            max_tokens: None,
-            shard_papers: 10,
-            pooling: "last".into(),
-            normalized: true,
-            instruction: None,
-        }
+    fn settings() -> crate::handoff::OutputSettings {
+        settings_for_tests(10)
     }
 
     /// A run of `batches` batches, each with a results folder: the first `open` of them running

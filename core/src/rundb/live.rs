@@ -179,20 +179,10 @@ fn median(values: &mut [f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handoff::{AttemptShard, OutputSettings};
+    use crate::handoff::AttemptShard;
 
     fn manifest(started: f64, shard_times: &[f64]) -> AttemptManifest {
-        let settings = OutputSettings {
-            model: "m".into(),
-            model_dir: "/m".into(),
-            dim: None,
-            vector_dtype: crate::shardfile::VectorDtype::F32,
-            max_tokens: None,
-            shard_papers: 10,
-            pooling: "last".into(),
-            normalized: true,
-            instruction: None,
-        };
+        let settings = crate::handoff::settings_for_tests(10);
         let mut m = AttemptManifest::start("plan", 3, "cpu".into(), settings, 8);
         m.started_unix_s = started;
         m.host = "node07".into();

@@ -149,10 +149,10 @@ pub enum SubmitError {
 
 pub type Result<T> = std::result::Result<T, SubmitError>;
 
-/// Runs the submit loop until every batch is done or failed (or forever with `watch`).
 /// The longest a queue whose submissions fail is left out of the rounds before it is tried again.
 const QUEUE_COOLING_MAX: Duration = Duration::from_secs(300);
 
+/// Runs the submit loop until every batch is done or failed (or forever with `watch`).
 pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
     SubmitLoop::new(options)?.run()
 }
