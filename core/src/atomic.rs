@@ -27,7 +27,7 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 fn host_tag() -> &'static str {
     static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TAG.get_or_init(|| {
-        crate::handoff::host_name()
+        crate::host::name()
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' {

@@ -1,6 +1,7 @@
 //! The plan's settings, stored in run.db (`settings` key `plan`) so that every later step — the
 //! embed job sizing its mini-batches above all — uses the rules the run was planned with.
 
+use crate::pin::{Field, Pinned};
 use serde::{Deserialize, Serialize};
 
 /// Papers per per-node job (the study's ≈4,000).
@@ -65,40 +66,14 @@ impl Default for PlanSettings {
     }
 }
 
-impl PlanSettings {
-    /// Names the settings that differ from `other`, as `name: other -> self`.
-    pub fn differences(&self, other: &PlanSettings) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut cmp = |name: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{name}: {b} -> {a}"));
-            }
-        };
-        cmp(
-            "papers per job",
-            self.papers_per_job.to_string(),
-            other.papers_per_job.to_string(),
-        );
-        cmp(
-            "max job chars",
-            format!("{:?}", self.max_job_chars),
-            format!("{:?}", other.max_job_chars),
-        );
-        cmp(
-            "sources",
-            format!("{:?}", self.sources),
-            format!("{:?}", other.sources),
-        );
-        cmp(
-            "kept fields",
-            format!("{:?}", self.keep_fields),
-            format!("{:?}", other.keep_fields),
-        );
-        cmp(
-            "mini-batch rule",
-            format!("{:?}", self.minibatch),
-            format!("{:?}", other.minibatch),
-        );
-        out
+impl Pinned for PlanSettings {
+    fn fields(&self) -> Vec<Field> {
+        vec![
+            Field::new("papers per job", self.papers_per_job),
+            Field::new("max job chars", format!("{:?}", self.max_job_chars)),
+            Field::new("sources", format!("{:?}", self.sources)),
+            Field::new("kept fields", format!("{:?}", self.keep_fields)),
+            Field::new("mini-batch rule", format!("{:?}", self.minibatch)),
+        ]
     }
 }

@@ -1,7 +1,8 @@
 //! The human form of `embedfleet status` (the `--json` form is [`RunStatus`] itself).
 
-use embedfleet_core::owner::{describe_age, LoopState};
+use embedfleet_core::owner::describe_age;
 use embedfleet_core::rundb::{PauseReason, RunStatus};
+use embedfleet_core::status_snapshot::LoopState;
 use std::fmt::Write;
 
 /// One line on the submit loop, from the snapshot it keeps.

@@ -22,6 +22,7 @@ Queue caps are not part of it: they stay live-editable in run.db (`queues set`).
 
 use std::collections::BTreeMap;
 
+use embedfleet_core::pin::{self, Difference, Field};
 use embedfleet_core::rundb::{RunDb, RunDbError};
 use serde_json::Value;
 
@@ -59,7 +60,7 @@ pub enum Origin {
     /// The run has none yet (its first submit): this one is to be stored.
     First,
     /// `--replace-config`: this one is to replace the stored one; the differences.
-    Replacing(Vec<String>),
+    Replacing(Vec<Difference>),
 }
 
 impl ChosenConfig {
@@ -80,7 +81,7 @@ impl ChosenConfig {
             ),
             Origin::Replacing(d) => format!(
                 "replacing the run's stored run config (backend {backend}): {}",
-                d.join("; ")
+                pin::join(d)
             ),
         }
     }
@@ -94,9 +95,9 @@ pub enum StoredConfigError {
         "this run keeps the run config of its first submit, and the one given differs:\n  {}\n\
          leave out --config and --backend to use the stored one, or add --replace-config to \
          store the given one instead",
-        differences.join("\n  ")
+        differences.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n  ")
     )]
-    Differs { differences: Vec<String> },
+    Differs { differences: Vec<Difference> },
     #[error(
         "{count} job(s) of this run are still open on {open} (e.g. {example}), and this command \
          would use {given}: it could not poll them, would call them lost and run their batches \
@@ -229,22 +230,28 @@ fn check_open_jobs(db: &RunDb, backend: Backend) -> Result<(), StoredConfigError
     }
 }
 
-/// The keys whose values differ, one line each: `scheduler.backend: stored "slurm", given
-/// "local"`. Values of `scheduler.script.env` are not shown (they may be secrets).
-pub fn differences(stored: &RunConfig, given: &RunConfig) -> Vec<String> {
+/// The keys whose values differ, one line each, in key order: `scheduler.backend: the run's
+/// "slurm", here "local"`. Values of `scheduler.script.env` are not shown (they may be
+/// secrets).
+pub fn differences(stored: &RunConfig, given: &RunConfig) -> Vec<Difference> {
     let (a, b) = (flatten(stored), flatten(given));
     let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    keys.into_iter()
-        .filter(|k| a.get(*k) != b.get(*k))
-        .map(|k| {
-            let show = |v: Option<&Value>| match v {
-                None | Some(Value::Null) => "(unset)".to_string(),
-                Some(_) if k.starts_with("scheduler.script.env.") => "***".to_string(),
-                Some(v) => v.to_string(),
-            };
-            format!("{k}: stored {}, given {}", show(a.get(k)), show(b.get(k)))
-        })
-        .collect()
+    // Every key on both sides (unset where one lacks it), so the differences keep key order.
+    let fields = |side: &BTreeMap<String, Value>| -> Vec<Field> {
+        keys.iter()
+            .map(|k| {
+                let (compared, shown) = match side.get(*k) {
+                    None | Some(Value::Null) => (pin::UNSET.to_string(), pin::UNSET.to_string()),
+                    Some(v) if k.starts_with("scheduler.script.env.") => {
+                        (v.to_string(), "***".to_string())
+                    }
+                    Some(v) => (v.to_string(), v.to_string()),
+                };
+                Field::shown_as(k.as_str(), compared, shown)
+            })
+            .collect()
+    };
+    pin::compare(&fields(&a), &fields(&b))
 }
 
 /// Dotted key → leaf value (arrays are leaves).
@@ -366,7 +373,7 @@ mod tests {
         assert!(err.is_refusal());
         let text = err.to_string();
         assert!(
-            text.contains(r#"scheduler.backend: stored "slurm", given "local""#),
+            text.contains(r#"scheduler.backend: the run's "slurm", here "local""#),
             "{text}"
         );
         let mut other = slurm();
@@ -376,12 +383,15 @@ mod tests {
             .script
             .env
             .insert("TOKEN".into(), "s3cret".into());
-        let d = differences(&slurm(), &other);
+        let d: Vec<String> = differences(&slurm(), &other)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             d,
             vec![
-                "scheduler.script.env.TOKEN: stored (unset), given ***".to_string(),
-                r#"scheduler.script.walltime: stored "01:00:00", given (unset)"#.to_string(),
+                "scheduler.script.env.TOKEN: the run's (unset), here ***".to_string(),
+                r#"scheduler.script.walltime: the run's "01:00:00", here (unset)"#.to_string(),
             ]
         );
         let replaced = choose(

@@ -5,6 +5,7 @@ use super::{ModelArgs, RunDirArgs};
 use clap::{Args, Parser};
 use embedfleet_core::settings::DEFAULT_BATCH_TOKENS;
 use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use embedfleet_pipeline::settings::JobSettings;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -19,8 +20,9 @@ pub struct EmbedJobArgs {
 }
 
 /// How an embed job embeds: every `embed-job` flag but the run directory and the batch, which
-/// the submit loop adds to each job's command line. `run` and `submit` fill this one struct
-/// and [`EmbedJobSettings::to_args`] renders it, so a job parses exactly what was meant.
+/// the submit loop adds to each job's command line. `run` and `submit` fill the pipeline's
+/// [`JobSettings`], whose `to_args` renders these flags, so a job parses exactly what was
+/// meant (the round-trip test below).
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct EmbedJobSettings {
     /// Devices, one worker each: `cuda:0,1,2,3`, `cuda`, `cpu`, or `cpu:N` (N CPU workers).
@@ -42,34 +44,18 @@ pub struct EmbedJobSettings {
 }
 
 impl EmbedJobSettings {
-    /// The flags that give these settings back when parsed: only what differs from a default,
-    /// so job scripts stay short.
-    pub fn to_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "--model-dir".to_string(),
-            self.model.model_dir.display().to_string(),
-            "--devices".into(),
-            self.devices.clone(),
-        ];
-        if self.shard_papers != DEFAULT_SHARD_PAPERS {
-            args.extend(["--shard-papers".into(), self.shard_papers.to_string()]);
+    /// The settings as the pipeline renders them into job scripts.
+    pub fn job_settings(&self) -> JobSettings {
+        JobSettings {
+            devices: self.devices.clone(),
+            model_dir: self.model.model_dir.clone(),
+            dim: self.model.dim,
+            vector_dtype: self.model.vector_dtype.dtype(),
+            max_tokens: self.model.max_tokens,
+            shard_papers: self.shard_papers,
+            memory_limit: self.memory_limit,
+            build_shard: self.build_shard,
         }
-        if let Some(dim) = self.model.dim {
-            args.extend(["--dim".into(), dim.to_string()]);
-        }
-        if self.model.vector_dtype != super::VectorDtypeArg::F32 {
-            args.extend(["--vector-dtype".into(), "f16".into()]);
-        }
-        if let Some(max) = self.model.max_tokens {
-            args.extend(["--max-tokens".into(), max.to_string()]);
-        }
-        if let Some(limit) = self.memory_limit {
-            args.extend(["--memory-limit".into(), limit.to_string()]);
-        }
-        if self.build_shard {
-            args.push("--build-shard".into());
-        }
-        args
     }
 }
 
@@ -201,9 +187,9 @@ pub struct MakeTinyModelArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::VectorDtypeArg;
+    use embedfleet_core::shardfile::VectorDtype;
 
-    fn round_trip(settings: &EmbedJobSettings) -> EmbedJobSettings {
+    fn round_trip(settings: &JobSettings) -> JobSettings {
         let mut line = vec!["embed-job", "--run-dir", "/runs/r1", "--batch", "7"]
             .into_iter()
             .map(String::from)
@@ -212,32 +198,28 @@ mod tests {
         let parsed = EmbedJobCommandLine::try_parse_from(&line).unwrap();
         assert_eq!(parsed.args.batch, 7);
         assert_eq!(parsed.args.run.run_dir, PathBuf::from("/runs/r1"));
-        parsed.args.settings
+        parsed.args.settings.job_settings()
     }
 
     #[test]
     fn embed_job_settings_survive_to_args_and_back() {
-        let defaults = EmbedJobSettings {
+        let defaults = JobSettings {
             devices: "cpu".into(),
-            model: ModelArgs {
-                model_dir: "/models/Qwen3-Embedding-4B".into(),
-                dim: None,
-                vector_dtype: VectorDtypeArg::F32,
-                max_tokens: None,
-            },
+            model_dir: "/models/Qwen3-Embedding-4B".into(),
+            dim: None,
+            vector_dtype: VectorDtype::F32,
+            max_tokens: None,
             shard_papers: DEFAULT_SHARD_PAPERS,
             memory_limit: None,
             build_shard: false,
         };
         assert_eq!(round_trip(&defaults), defaults);
-        let every_flag = EmbedJobSettings {
+        let every_flag = JobSettings {
             devices: "cuda:0,1,2,3".into(),
-            model: ModelArgs {
-                model_dir: "/models/with space".into(),
-                dim: Some(1024),
-                vector_dtype: VectorDtypeArg::F16,
-                max_tokens: Some(8192),
-            },
+            model_dir: "/models/with space".into(),
+            dim: Some(1024),
+            vector_dtype: VectorDtype::F16,
+            max_tokens: Some(8192),
             shard_papers: 250,
             memory_limit: Some(1 << 30),
             build_shard: true,

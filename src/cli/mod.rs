@@ -9,9 +9,7 @@ mod report;
 mod submit;
 mod upload;
 
-pub use embed::{
-    BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, EmbedJobSettings, MakeTinyModelArgs,
-};
+pub use embed::{BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs};
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};
 pub use report::ReportArgs;
@@ -97,7 +95,7 @@ pub enum Command {
     /// `upload --mode snapshot`. Resumable; `embed-job --build-shard` runs it after a batch.
     BuildShard(BuildShardArgs),
     /// Delete papers from a collection by paper id; in a snapshot-loaded collection each delete
-    /// goes to its batch's shard key.
+    /// goes to the shard key of its batch's group.
     Delete(DeleteArgs),
     /// Find the upload's batch size and requests in flight with a sample (or, with --queries,
     /// the query workload's); saved in run.db.
@@ -140,6 +138,15 @@ pub struct ModelArgs {
 pub enum VectorDtypeArg {
     F32,
     F16,
+}
+
+impl VectorDtypeArg {
+    pub fn dtype(self) -> embedfleet_core::shardfile::VectorDtype {
+        match self {
+            Self::F32 => embedfleet_core::shardfile::VectorDtype::F32,
+            Self::F16 => embedfleet_core::shardfile::VectorDtype::F16,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

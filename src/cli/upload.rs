@@ -153,7 +153,7 @@ pub struct BuildShardArgs {
 
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// The run directory (it knows each paper's batch, hence its shard key).
+    /// The run directory (it knows each paper's batch, hence its group's shard key).
     #[arg(long, value_name = "DIR")]
     pub run_dir: PathBuf,
     #[command(flatten)]

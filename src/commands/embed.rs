@@ -1,30 +1,22 @@
 //! `embed-job`, `embed` and `make-tiny-model`.
 
-use crate::cli::{EmbedArgs, EmbedJobArgs, MakeTinyModelArgs, VectorDtypeArg};
+use crate::cli::{EmbedArgs, EmbedJobArgs, MakeTinyModelArgs};
 use anyhow::Result;
 use embedfleet_core::exit;
-use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::BatchId;
 use embedfleet_embed::files::{self as embed_files, EmbedFilesOptions};
 use embedfleet_embed::job::{self, EmbedJobOptions};
 
-pub(crate) fn vector_dtype(arg: VectorDtypeArg) -> VectorDtype {
-    match arg {
-        VectorDtypeArg::F32 => VectorDtype::F32,
-        VectorDtypeArg::F16 => VectorDtype::F16,
-    }
-}
-
 pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
-    let settings = &args.settings;
+    let settings = args.settings.job_settings();
     let options = EmbedJobOptions {
         run_dir: args.run.run_dir.clone(),
         batch: BatchId(args.batch),
-        model_dir: settings.model.model_dir.clone(),
         devices: embedfleet_embed::parse_devices(&settings.devices)?,
-        output_dim: settings.model.dim,
-        vector_dtype: vector_dtype(settings.model.vector_dtype),
-        max_tokens: settings.model.max_tokens,
+        model_dir: settings.model_dir,
+        output_dim: settings.dim,
+        vector_dtype: settings.vector_dtype,
+        max_tokens: settings.max_tokens,
         shard_papers: settings.shard_papers,
         memory_limit: settings.memory_limit,
     };
@@ -94,7 +86,7 @@ pub fn embed(args: &EmbedArgs) -> Result<i32> {
         output: args.output.clone(),
         devices: embedfleet_embed::parse_devices(&args.devices)?,
         output_dim: args.model.dim,
-        vector_dtype: vector_dtype(args.model.vector_dtype),
+        vector_dtype: args.model.vector_dtype.dtype(),
         lines: args.lines,
         query_instruction: instruction,
         max_tokens: args.model.max_tokens,

@@ -4,9 +4,7 @@
 mod bench;
 mod doctor;
 mod embed;
-mod group_builds;
 mod plan;
-mod preflight;
 mod query;
 mod query_job;
 mod report;
@@ -126,48 +124,38 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// The exit code of an error (docs/commands.md, "Exit codes").
+/// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
+/// error of its chain is a refusal, else [`exit::FAILURE`].
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    let refused = err.downcast_ref::<preflight::Refused>().is_some()
-        || err
-            .downcast_ref::<embedfleet_core::owner::OwnerError>()
-            .is_some_and(|e| {
-                matches!(
-                    e,
-                    embedfleet_core::owner::OwnerError::OtherHost { .. }
-                        | embedfleet_core::owner::OwnerError::OwnerAlive { .. }
-                )
-            })
-        || err
-            .downcast_ref::<embedfleet_orchestrator::submit::SubmitError>()
-            .is_some_and(|e| {
-                use embedfleet_orchestrator::submit::SubmitError as E;
-                matches!(e, E::NotOwner(_) | E::LoopRunning { .. })
-            })
-        || err
-            .downcast_ref::<embedfleet_orchestrator::stored_config::StoredConfigError>()
-            .is_some_and(|e| e.is_refusal())
-        || err
-            .downcast_ref::<PlanError>()
-            .is_some_and(PlanError::is_refusal)
-        || err
-            .downcast_ref::<embedfleet_upload::UploadRunError>()
-            .is_some_and(embedfleet_upload::UploadRunError::is_refusal)
-        || err
-            .downcast_ref::<embedfleet_snapshot::SnapshotError>()
-            .is_some_and(embedfleet_snapshot::SnapshotError::is_refusal)
-        || err
-            .downcast_ref::<embedfleet_embed::job::EmbedJobError>()
-            .is_some_and(embedfleet_embed::job::EmbedJobError::is_refusal)
-        || err
-            .downcast_ref::<embedfleet_query::QueryError>()
-            .is_some_and(embedfleet_query::QueryError::is_refusal)
-        || err
-            .downcast_ref::<embedfleet_publish::PublishError>()
-            .is_some_and(embedfleet_publish::PublishError::is_refusal);
-    if refused {
+    if err.chain().any(is_refusal) {
         exit::REFUSED
     } else {
         exit::FAILURE
     }
+}
+
+/// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its
+/// cases refuse (a run directory that holds another plan, settings that differ, another host's
+/// run, ...). A library error type that can refuse gets one line here.
+fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    use embedfleet_core::owner::OwnerError;
+    use embedfleet_orchestrator::submit::SubmitError;
+    macro_rules! refusals {
+        ($($ty:ty => $check:expr),* $(,)?) => {
+            false $(|| e.downcast_ref::<$ty>().is_some_and($check))*
+        };
+    }
+    refusals!(
+        embedfleet_pipeline::preflight::Refused => |_| true,
+        embedfleet_pipeline::PipelineError => embedfleet_pipeline::PipelineError::is_refusal,
+        OwnerError => |e| matches!(e, OwnerError::OtherHost { .. } | OwnerError::OwnerAlive { .. }),
+        SubmitError => |e| matches!(e, SubmitError::NotOwner(_) | SubmitError::LoopRunning { .. }),
+        embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
+        PlanError => PlanError::is_refusal,
+        embedfleet_upload::UploadRunError => embedfleet_upload::UploadRunError::is_refusal,
+        embedfleet_snapshot::SnapshotError => embedfleet_snapshot::SnapshotError::is_refusal,
+        embedfleet_embed::job::EmbedJobError => embedfleet_embed::job::EmbedJobError::is_refusal,
+        embedfleet_query::QueryError => embedfleet_query::QueryError::is_refusal,
+        embedfleet_publish::PublishError => embedfleet_publish::PublishError::is_refusal,
+    )
 }

@@ -5,6 +5,8 @@ use crate::cli::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs, TuneArgs};
 use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{exit, RunLayout};
+use embedfleet_pipeline::query_job::{self, QueryJobRequest};
+use embedfleet_pipeline::settings::{self, QueryModelFlags, QueryModelSettings};
 use embedfleet_query::tune::{self, QueryTuneOptions, TunedQueries, TUNED_QUERIES_SETTING};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_upload::SearchOptions;
@@ -17,32 +19,25 @@ const QUERY_OUTPUTS_SETTING: &str = "query.outputs";
 const DEFAULT_QUERY_BATCH: usize = 16;
 const DEFAULT_QUERY_IN_FLIGHT: usize = 2;
 
-/// The query model of `args`: its directory (or the tiny model `run` wrote) on its devices.
-fn query_model(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModel> {
-    let model_dir = query_model_dir(run_dir, args)?;
-    let devices = embedfleet_embed::parse_devices(args.devices.as_deref().unwrap_or("cpu"))?;
-    Ok(QueryModel::new(model_dir, devices, args.dim))
+/// The query model's settings of `args`.
+fn model_settings(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModelSettings> {
+    let flags = QueryModelFlags {
+        model_dir: args.model_dir.clone(),
+        dim: args.dim,
+        devices: args.devices.clone(),
+        instruction: args.instruction.clone(),
+    };
+    Ok(QueryModelSettings::resolve(run_dir, &flags)?)
 }
 
-/// The model directory of `args`, or the tiny model `run` wrote.
-pub(super) fn query_model_dir(run_dir: &Path, args: &QueryModelArgs) -> Result<PathBuf> {
-    Ok(match &args.model_dir {
-        Some(dir) => dir.clone(),
-        None => {
-            let tiny = RunLayout::new(run_dir).tiny_model_dir();
-            anyhow::ensure!(
-                tiny.is_dir(),
-                "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)"
-            );
-            tiny
-        }
-    })
-}
-
-pub(super) fn instruction(args: &QueryModelArgs) -> String {
-    args.instruction
-        .clone()
-        .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.to_string())
+/// The query model of `settings`, on this host (default: its CPU).
+fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
+    let devices = embedfleet_embed::parse_devices(settings.devices.as_deref().unwrap_or("cpu"))?;
+    Ok(QueryModel::new(
+        settings.model_dir.clone(),
+        devices,
+        settings.dim,
+    ))
 }
 
 pub fn query(args: &QueryArgs) -> Result<i32> {
@@ -51,35 +46,45 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
     let tuned = tuned.filter(|t| t.sink == kind);
     let terms = embedfleet_query::read_terms(&args.terms, args.model.field.as_deref())?;
+    let model = model_settings(&args.run_dir, &args.model)?;
     let output_done =
         args.output.is_file() && !embedfleet_query::workload::parts_dir(&args.output).exists();
     // The query vectors: embedded here, or by a scheduler job whose files this owner collects.
     let mut embedder: Box<dyn EmbedQueries> = if !args.submit {
-        Box::new(query_model(&args.run_dir, &args.model)?)
+        Box::new(query_model(&model)?)
     } else if output_done {
         Box::new(PrecomputedVectors::default())
     } else {
-        Box::new(super::query_job::embed_on_cluster(&db, args, &terms)?)
+        let request = QueryJobRequest {
+            run_dir: args.run_dir.clone(),
+            model: model.clone(),
+            queue: args
+                .queue
+                .clone()
+                .expect("clap requires --queue with --submit"),
+            part_terms: args.part_terms,
+            poll_interval_s: args.poll_interval,
+        };
+        let vectors =
+            query_job::embed_on_cluster(&db, &request, &terms, &mut |line| eprintln!("{line}"))?;
+        Box::new(vectors)
     };
+    let (batch_size, in_flight) = settings::query::batching(
+        (args.batch_size, args.in_flight),
+        tuned.as_ref().map(|t| (t.batch_size, t.in_flight)),
+        (DEFAULT_QUERY_BATCH, DEFAULT_QUERY_IN_FLIGHT),
+    );
     let filter = embedfleet_query::parse_filters(&args.filters).map_err(anyhow::Error::msg)?;
     let options = QueryOptions {
         collection: args.collection.clone(),
         terms,
-        instruction: instruction(&args.model),
+        instruction: model.instruction.clone(),
         search: SearchOptions {
             filter,
             ..SearchOptions::new(args.top_k.max(1))
         },
-        batch_size: args
-            .batch_size
-            .or(tuned.as_ref().map(|t| t.batch_size))
-            .unwrap_or(DEFAULT_QUERY_BATCH)
-            .max(1),
-        in_flight: args
-            .in_flight
-            .or(tuned.as_ref().map(|t| t.in_flight))
-            .unwrap_or(DEFAULT_QUERY_IN_FLIGHT)
-            .max(1),
+        batch_size: batch_size.value,
+        in_flight: in_flight.value,
         output: args.output.clone(),
         part_queries: args.part_queries.max(1),
         progress: std::io::stderr().is_terminal(),
@@ -128,8 +133,8 @@ pub fn eval(args: &EvalArgs) -> Result<i32> {
     let queries = match &args.queries {
         Some(path) => {
             let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
-            let mut model = query_model(&args.run_dir, &args.model)?;
-            model.embed(&instruction(&args.model), &terms)?
+            let settings = model_settings(&args.run_dir, &args.model)?;
+            query_model(&settings)?.embed(&settings.instruction, &terms)?
         }
         None => embedfleet_query::sample_queries(&db, args.sample.unwrap_or(100), args.seed)?,
     };

@@ -2,13 +2,15 @@
 
 use super::plan::{plan_run, report_code};
 use super::{submit, upload};
-use crate::cli::{EmbedJobSettings, ModelArgs, RunArgs, VectorDtypeArg};
+use crate::cli::RunArgs;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
+use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::notify::NotifyConfig;
 use embedfleet_orchestrator::scheduler::SchedulerConfig;
 use embedfleet_orchestrator::submit::SubmitOptions;
+use embedfleet_pipeline::settings::JobSettings;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -37,15 +39,13 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
             dir
         }
     };
-    let job = EmbedJobSettings {
+    let job = JobSettings {
         devices: args.devices.clone(),
-        model: ModelArgs {
-            // Absolute: jobs start in the run directory.
-            model_dir: std::path::absolute(&model_dir)?,
-            dim: args.dim,
-            vector_dtype: VectorDtypeArg::F32,
-            max_tokens: None,
-        },
+        // Absolute: jobs start in the run directory.
+        model_dir: std::path::absolute(&model_dir)?,
+        dim: args.dim,
+        vector_dtype: VectorDtype::F32,
+        max_tokens: None,
         shard_papers: args.shard_papers,
         memory_limit: None,
         build_shard: false,

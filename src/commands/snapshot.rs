@@ -124,7 +124,12 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     };
     let keys = match &db {
         // The login node pins the run's keys (as the first load would) when asked for groups.
-        Some(db) if !args.groups.is_empty() => pin_keys(db, &layout, args.group_count)?,
+        Some(db) if !args.groups.is_empty() => embedfleet_pipeline::shard_keys::for_group_builds(
+            db,
+            &layout,
+            args.group_count,
+            "this run has no shard keys pinned yet: say how many groups its batches make (--group-count G), or let `upload --mode snapshot` choose (two per peer of the cluster)",
+        )?,
         _ => ShardKeys::pinned(&layout)
             .context("failed to read the run's shard keys (snapshots/keys.json)")?
             .unwrap_or_else(ShardKeys::legacy),
@@ -182,18 +187,6 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
         print_built(&outcome);
     }
     Ok(exit::SUCCESS)
-}
-
-/// The run's keys, pinned now at `groups` groups over its batches unless pinned already.
-fn pin_keys(db: &RunDb, layout: &RunLayout, groups: Option<i64>) -> Result<ShardKeys> {
-    if let Some(keys) = ShardKeys::pinned(layout)? {
-        return Ok(keys);
-    }
-    let Some(groups) = groups else {
-        bail!("this run has no shard keys pinned yet: say how many groups its batches make (--group-count G), or let `upload --mode snapshot` choose (two per peer of the cluster)");
-    };
-    let per_group = ShardKeys::batches_per_group_for(db.last_batch_id()?, groups);
-    Ok(ShardKeys::pin(layout, per_group)?)
 }
 
 /// `embed-job --build-shard`: the batch's shard, from this attempt's shards, with the run's

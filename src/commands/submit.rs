@@ -1,42 +1,25 @@
 //! `submit`, `pause`, `resume`, `queues`, `status`: the scheduler-facing commands.
 
-use super::group_builds::{GroupBuilds, GroupBuildsSetting, GROUP_BUILDS_SETTING};
-use super::preflight;
 use crate::cli::{
-    BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
-    SubmitArgs, TakeOverArgs, VectorDtypeArg,
+    BackendArg, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs, SubmitArgs, TakeOverArgs,
+    VectorDtypeArg,
 };
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::owner;
 use embedfleet_core::rundb::{RunDb, StallRule};
-use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_core::state::{BatchState, JobStatus};
+use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::status;
-use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig, Origin};
+use embedfleet_orchestrator::stored_config::{self, ChosenConfig, Origin};
 use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
-use std::collections::BTreeMap;
+use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
+use embedfleet_pipeline::submit as pipeline_submit;
 use std::io::IsTerminal;
 use std::time::Duration;
-
-/// The run.db setting that keeps the last `submit --devices` (see [`submit`]).
-const DEVICES_SETTING: &str = "submit.devices";
-
-/// The run.db setting that keeps the loop options a submit was given (see [`submit`]).
-const LOOP_SETTINGS: &str = "submit.loop";
-
-/// The submit loop's options as given to the run's submits: `None` where none gave one.
-#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct LoopSettings {
-    max_attempts: Option<u32>,
-    breaker_after: Option<u32>,
-    poll_interval_s: Option<f64>,
-    lost_after_s: Option<f64>,
-}
 
 pub fn submit(args: &SubmitArgs) -> Result<i32> {
     // A dry run writes nothing: run.db opened read-only (no ingest, no migration, no -wal or
@@ -46,174 +29,23 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     } else {
         RunDb::open(&args.run_dir)?
     };
-    let given = GivenConfig {
-        file: args.config.as_deref().map(RunConfig::load).transpose()?,
-        backend: args.backend.map(backend_of),
-        replace: args.replace_config,
-    };
-    let chosen = stored_config::choose(&db, &given)?;
+    let flags = submit_flags(args)?;
+    let exe = embedfleet_pipeline::current_exe()?;
+    let prepared = pipeline_submit::prepare(&db, &flags, exe, std::io::stderr().is_terminal())?;
+    let settings = &prepared.settings;
     if !args.dry_run {
-        eprintln!("{}", chosen.describe());
+        eprintln!("{}", settings.config.describe());
     }
-    let config = chosen.config.clone();
-    let backend = config.scheduler.backend;
-    let local = backend == Backend::Local;
-    // The jobs' devices: as given, else as the run's last submit was given them (a restart
-    // typed without --devices keeps `--devices cpu` or `cuda:0,1`), else the backend's default.
-    let stored_devices: Option<String> = db.setting(DEVICES_SETTING)?;
-    let devices = args.devices.clone().or(stored_devices).unwrap_or_else(|| {
-        if local {
-            "cpu".to_string()
-        } else {
-            // A node's GPUs: as many as the script asks for, else the four of the product's nodes.
-            let gpus = config.scheduler.script.gpus_per_node.unwrap_or(4).max(1);
-            let list: Vec<String> = (0..gpus).map(|g| g.to_string()).collect();
-            format!("cuda:{}", list.join(","))
-        }
-    });
-    // The output options: as given, else as the run's first submit fixed them, so that a
-    // restart typed with none of them (after a crash, from notes) embeds as the run did.
-    let pinned = OutputSettings::read(&db.layout())?;
-    let model_dir = match (&args.model_dir, &pinned) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(p)) => p.model_dir.clone().into(),
-        (None, None) => bail!(
-            "give --model-dir: this run's first submit chooses its model (later ones use the run's)"
-        ),
-    };
-    let job = EmbedJobSettings {
-        devices,
-        model: ModelArgs {
-            // Absolute: jobs start in the run directory.
-            model_dir: std::path::absolute(&model_dir)?,
-            dim: args.dim.or(pinned.as_ref().and_then(|p| p.dim)),
-            vector_dtype: args
-                .vector_dtype
-                .or(pinned.as_ref().map(|p| match p.vector_dtype {
-                    VectorDtype::F32 => VectorDtypeArg::F32,
-                    VectorDtype::F16 => VectorDtypeArg::F16,
-                }))
-                .unwrap_or(VectorDtypeArg::F32),
-            max_tokens: args
-                .max_tokens
-                .or(pinned.as_ref().and_then(|p| p.max_tokens)),
-        },
-        shard_papers: args
-            .shard_papers
-            .or(pinned.as_ref().map(|p| p.shard_papers))
-            .unwrap_or(embedfleet_embed::job::DEFAULT_SHARD_PAPERS),
-        memory_limit: None,
-        build_shard: args.build_shard,
-    };
-    if args.build_shard && !args.dry_run {
-        // Shards built beside the GPUs hold one batch each: the run's keys are a key per batch
-        // (unless a grouped load pinned them already; then the jobs leave the building to it).
-        let keys = embedfleet_upload::shard_keys::ShardKeys::pin(
-            &embedfleet_core::RunLayout::new(&args.run_dir),
-            1,
-        )?;
-        if keys.batches_per_group > 1 {
-            eprintln!(
-                "note: this run's shard keys hold {} batches each (snapshots/keys.json): the embed jobs build no shards; `upload --mode snapshot` builds each group's",
-                keys.batches_per_group
-            );
-        }
+    for note in &prepared.notes {
+        eprintln!("{note}");
     }
-    let setup = preflight::JobSetup {
-        binary: config.scheduler.script.embedfleet.as_deref(),
-        devices: &job.devices,
-        model_dir: &job.model.model_dir,
-        output: embedfleet_embed::job::output_settings(
-            &job.model.model_dir,
-            job.model.dim,
-            super::embed::vector_dtype(job.model.vector_dtype),
-            job.model.max_tokens,
-            job.shard_papers,
-        ),
-        pin: !args.dry_run,
-    };
-    preflight::check_submit(&db, &setup)?;
-    if !args.dry_run {
-        if chosen.to_store() {
-            stored_config::check_renders(&config)?;
-            stored_config::store(&db, &config)?;
-        }
-        if let Some(devices) = &args.devices {
-            db.set_setting(DEVICES_SETTING, devices)?;
-        }
+    if !settings.kept.is_empty() && !args.dry_run {
+        eprintln!("using the run's loop options: {}", settings.kept.join(" "));
     }
-    let mut queues =
-        (!args.queues.is_empty()).then(|| args.queues.iter().cloned().collect::<BTreeMap<_, _>>());
-    if queues.is_none() && local && db.queue_caps()?.is_empty() {
-        eprintln!("no queues given: using one local queue `local` of 2 jobs at once");
-        queues = Some(BTreeMap::from([("local".to_string(), 2)]));
-    }
-    // The loop's options: as given, else as the run's last submit was given them (a restart
-    // typed with none keeps `--poll-interval 2 --max-attempts 5`), else the defaults.
-    let stored: LoopSettings = db.setting(LOOP_SETTINGS)?.unwrap_or_default();
-    let given = LoopSettings {
-        max_attempts: args.max_attempts.or(stored.max_attempts),
-        breaker_after: args.breaker_after.or(stored.breaker_after),
-        poll_interval_s: args.poll_interval.or(stored.poll_interval_s),
-        lost_after_s: args.lost_after.or(stored.lost_after_s),
-    };
-    if !args.dry_run && args.trial.is_none() && given != stored {
-        db.set_setting(LOOP_SETTINGS, &given)?;
-    }
-    let kept: Vec<String> = [
-        (
-            args.poll_interval.is_none(),
-            stored
-                .poll_interval_s
-                .map(|s| format!("--poll-interval {s}")),
-        ),
-        (
-            args.max_attempts.is_none(),
-            stored.max_attempts.map(|n| format!("--max-attempts {n}")),
-        ),
-        (
-            args.lost_after.is_none(),
-            stored.lost_after_s.map(|s| format!("--lost-after {s}")),
-        ),
-        (
-            args.breaker_after.is_none(),
-            stored.breaker_after.map(|k| format!("--breaker-after {k}")),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(not_given, value)| value.filter(|_| not_given))
-    .collect();
-    if !kept.is_empty() && !args.dry_run {
-        eprintln!("using the run's loop options: {}", kept.join(" "));
-    }
-    let secs = |v: Option<f64>, local_default: f64, default: f64| {
-        Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
-    };
-    let options = SubmitOptions {
-        run_dir: args.run_dir.clone(),
-        scheduler: config.scheduler.clone(),
-        queues,
-        max_attempts: given.max_attempts.unwrap_or(3).max(1),
-        poll_interval: secs(given.poll_interval_s, 1.0, 30.0),
-        lost_after: secs(given.lost_after_s, 10.0, 300.0),
-        watch: args.watch,
-        embed_args: job.to_args(),
-        exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
-        progress: std::io::stderr().is_terminal(),
-        trial: args.trial.clone(),
-        stall: StallRule {
-            shard_times: args.stalled_after_shards,
-            min_idle_s: args.stalled_min,
-        },
-        kill_stalled: args.kill_stalled,
-        breaker_after: given
-            .breaker_after
-            .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
-        notify: config.notify,
-    };
+    let options = prepared.options;
     if args.dry_run {
-        print_would_pin(&db, &chosen, &setup.output)?;
-        let unread = manifests_not_taken_in(&db)?;
+        print_would_pin(&db, &settings.config, &settings.job.output_settings())?;
+        let unread = pipeline_submit::manifests_not_taken_in(&db)?;
         if !unread.is_empty() {
             println!(
                 "# batches {} have result manifests that run.db has not taken in (a dry run \
@@ -236,35 +68,9 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         }
         return Ok(exit::SUCCESS);
     }
-    // A trial is one embed job whose end the user waits for: no group builds.
-    let group_builds = group_builds_setting(&db, args)?.filter(|_| args.trial.is_none());
-    let mut builds = match &group_builds {
-        Some(setting) => Some(GroupBuilds::new(
-            &db,
-            &args.run_dir,
-            &config.scheduler,
-            setting,
-            args.group_count,
-            options.max_attempts,
-            options.lost_after,
-        )?),
-        None => None,
-    };
-    if let (Some(setting), Some(builds)) = (&group_builds, &builds) {
-        eprintln!(
-            "group builds: each group of {} batches gets its shard built on {} ({} cores) once its batches are done",
-            builds.keys().batches_per_group,
-            if setting.queue == "local" {
-                "this host".to_string()
-            } else {
-                format!("queue {}", setting.queue)
-            },
-            setting.cpus
-        );
-    }
     drop(db);
-    let report = match builds.as_mut() {
-        Some(builds) => submit::submit_with(&options, builds)?,
+    let report = match prepared.builds {
+        Some(mut builds) => submit::submit_with(&options, &mut builds)?,
         None => submit::submit(&options)?,
     };
     if args.trial.is_some() {
@@ -273,24 +79,39 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     summarise(&options, &report)
 }
 
-/// `--group-builds` as given (stored for the run's later submits; `off` forgets it), else as
-/// the run's last submit was given it.
-fn group_builds_setting(db: &RunDb, args: &SubmitArgs) -> Result<Option<GroupBuildsSetting>> {
-    let stored: Option<GroupBuildsSetting> = db
-        .setting::<Option<GroupBuildsSetting>>(GROUP_BUILDS_SETTING)?
-        .flatten();
-    let setting = match args.group_builds.as_deref() {
-        None => stored,
-        Some("off") => None,
-        Some(queue) => Some(GroupBuildsSetting {
-            queue: queue.to_string(),
-            cpus: args.build_cpus,
-        }),
-    };
-    if args.group_builds.is_some() {
-        db.set_setting(GROUP_BUILDS_SETTING, &setting)?;
-    }
-    Ok(setting)
+/// `submit`'s flags as the pipeline takes them.
+fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
+    Ok(SubmitFlags {
+        run_dir: args.run_dir.clone(),
+        config: args.config.as_deref().map(RunConfig::load).transpose()?,
+        backend: args.backend.map(backend_of),
+        replace_config: args.replace_config,
+        queues: args.queues.clone(),
+        devices: args.devices.clone(),
+        model_dir: args.model_dir.clone(),
+        dim: args.dim,
+        vector_dtype: args.vector_dtype.map(VectorDtypeArg::dtype),
+        max_tokens: args.max_tokens,
+        shard_papers: args.shard_papers,
+        build_shard: args.build_shard,
+        group_builds: args.group_builds.clone(),
+        group_count: args.group_count,
+        build_cpus: args.build_cpus,
+        loop_options: LoopOptions {
+            max_attempts: args.max_attempts,
+            breaker_after: args.breaker_after,
+            poll_interval_s: args.poll_interval,
+            lost_after_s: args.lost_after,
+        },
+        watch: args.watch,
+        dry_run: args.dry_run,
+        trial: args.trial.clone(),
+        stall: StallRule {
+            shard_times: args.stalled_after_shards,
+            min_idle_s: args.stalled_min,
+        },
+        kill_stalled: args.kill_stalled,
+    })
 }
 
 fn backend_of(arg: BackendArg) -> Backend {
@@ -328,28 +149,6 @@ fn print_would_pin(db: &RunDb, chosen: &ChosenConfig, output: &OutputSettings) -
         serde_json::to_string_pretty(output).context("failed to serialise the output settings")?
     );
     Ok(())
-}
-
-/// Batches not done in run.db that have result manifests in `results/`.
-fn manifests_not_taken_in(db: &RunDb) -> Result<Vec<i64>> {
-    let mut out = Vec::new();
-    let mut ids = Vec::new();
-    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
-        ids.extend(db.batch_ids(state)?);
-    }
-    ids.sort_unstable();
-    for id in ids {
-        let dir = db.layout().batch_results_dir(id);
-        let has_manifest = std::fs::read_dir(&dir).is_ok_and(|entries| {
-            entries
-                .flatten()
-                .any(|e| e.path().extension().is_some_and(|x| x == "json"))
-        });
-        if has_manifest {
-            out.push(id);
-        }
-    }
-    Ok(out)
 }
 
 /// How the trial job went, and the walltime its batch time suggests.
@@ -493,13 +292,14 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
     }
     let status = RunDb::open(&args.run_dir)?.status()?;
     // Each look on the owner refreshes what the other hosts see.
-    let snapshot = match owner::snapshot::write_snapshot(&args.run_dir, &status, None) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!("status snapshot not written: {e}");
-            None
-        }
-    };
+    let snapshot =
+        match embedfleet_core::status_snapshot::write_snapshot(&args.run_dir, &status, None) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("status snapshot not written: {e}");
+                None
+            }
+        };
     if args.json {
         println!(
             "{}",
@@ -520,7 +320,7 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
 
 /// `status` on a host that does not own the run: the owner's last snapshot, never run.db.
 fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Result<i32> {
-    let Some(snapshot) = owner::snapshot::read_snapshot(&args.run_dir)? else {
+    let Some(snapshot) = embedfleet_core::status_snapshot::read_snapshot(&args.run_dir)? else {
         bail!(
             "{} belongs to host {}, which has written no status snapshot yet (an older embedfleet): \
              run `embedfleet status` there once",
@@ -541,7 +341,7 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
             host: &'a str,
             written_unix_s: f64,
             age_s: f64,
-            submit_loop: Option<&'a owner::LoopState>,
+            submit_loop: Option<&'a embedfleet_core::status_snapshot::LoopState>,
         }
         let out = FromSnapshot {
             snapshot: SnapshotOrigin {

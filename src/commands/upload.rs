@@ -144,8 +144,8 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     })
 }
 
-/// `embedfleet delete`: papers out of a collection by id, each from its batch's shard key in a
-/// snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
+/// `embedfleet delete`: papers out of a collection by id, each from the shard key of its batch's
+/// group in a snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
 /// tombstone: no later upload, built shard or publish brings it back), then deleted from Qdrant,
 /// with every earlier tombstone again: a delete killed between the two is finished by the next.
 pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {

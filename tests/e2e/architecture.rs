@@ -13,6 +13,29 @@ fn dependencies(manifest: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Every crate of the workspace: (its manifest, its name).
+fn workspace_crates() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let members = doc["workspace"]["members"].as_array().unwrap();
+    members
+        .iter()
+        .map(|m| {
+            let manifest = match m.as_str().unwrap() {
+                "." => "Cargo.toml".to_string(),
+                dir => format!("{dir}/Cargo.toml"),
+            };
+            let text = std::fs::read_to_string(root.join(&manifest)).unwrap();
+            let doc: toml::Table = text.parse().unwrap();
+            let name = doc["package"]["name"].as_str().unwrap().to_string();
+            (manifest, name)
+        })
+        .collect()
+}
+
 #[test]
 fn forbidden_dependencies_are_absent() {
     let rules: &[(&str, &[&str])] = &[
@@ -55,24 +78,6 @@ fn forbidden_dependencies_are_absent() {
             "orchestrator/Cargo.toml",
             &["embedfleet-embed", "embedfleet-upload", "embedfleet-models"],
         ),
-        (
-            "core/Cargo.toml",
-            &[
-                "embedfleet-orchestrator",
-                "embedfleet-embed",
-                "embedfleet-upload",
-                "embedfleet-models",
-            ],
-        ),
-        (
-            "models/Cargo.toml",
-            &[
-                "embedfleet-core",
-                "embedfleet-orchestrator",
-                "embedfleet-embed",
-                "embedfleet-upload",
-            ],
-        ),
     ];
     for (manifest, forbidden) in rules {
         let deps = dependencies(manifest);
@@ -84,6 +89,30 @@ fn forbidden_dependencies_are_absent() {
             );
         }
     }
+    // Below everything: core and the model know no other crate of the workspace, the pipeline
+    // knows them all and no crate but the binary knows it.
+    let siblings = workspace_crates();
+    assert!(siblings.len() >= 9, "{siblings:?}");
+    for (manifest, name) in &siblings {
+        let deps = dependencies(manifest);
+        let own: Vec<&String> = deps
+            .iter()
+            .filter(|d| d.starts_with("embedfleet-"))
+            .collect();
+        if name == "embedfleet-core" || name == "embedfleet-models" {
+            assert!(
+                own.is_empty(),
+                "{manifest} depends on {own:?}: it is below every crate"
+            );
+        }
+        if name != "embedfleet" {
+            assert!(
+                !deps.iter().any(|d| d == "embedfleet-pipeline"),
+                "{manifest} depends on embedfleet-pipeline: only the binary may (ARCHITECTURE.md, \"The arrows\")"
+            );
+        }
+    }
+    assert!(dependencies("Cargo.toml").contains(&"embedfleet-pipeline".to_string()));
     // The stages do depend on what the arrows say.
     assert!(dependencies("jobs/embed/Cargo.toml").contains(&"embedfleet-models".to_string()));
     assert!(dependencies("jobs/upload/Cargo.toml").contains(&"qdrant-edge".to_string()));

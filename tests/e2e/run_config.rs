@@ -154,7 +154,7 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(r#"scheduler.backend: stored "slurm", given "local""#)
+        err.contains(r#"scheduler.backend: the run's "slurm", here "local""#)
             && err.contains("--replace-config"),
         "{err}"
     );
@@ -178,7 +178,7 @@ fn a_restart_without_options_keeps_the_runs_slurm_config_and_starts_no_local_job
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(r#"scheduler.script.walltime: stored "00:10:00", given "00:20:00""#),
+        err.contains(r#"scheduler.script.walltime: the run's "00:10:00", here "00:20:00""#),
         "{err}"
     );
     // Asked for explicitly, the new one is stored.

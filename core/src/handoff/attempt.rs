@@ -188,7 +188,7 @@ impl AttemptManifest {
             batch,
             attempt: new_attempt_token(),
             job: job_from_env(),
-            host: host_name(),
+            host: crate::host::name(),
             devices,
             settings,
             parts,
@@ -240,11 +240,11 @@ impl AttemptManifest {
             ));
         }
         if let Some(run) = settings {
-            let differences = run.differences(&self.settings);
+            let differences = crate::pin::Pinned::differences(run, &self.settings);
             if !differences.is_empty() {
                 return wrong(format!(
                     "made with other settings than the run's: {}",
-                    differences.join("; ")
+                    crate::pin::join(&differences)
                 ));
             }
         }
@@ -300,7 +300,7 @@ impl AttemptManifest {
 pub fn new_attempt_token() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(host_name().as_bytes());
+    h.update(crate::host::name().as_bytes());
     h.update(&std::process::id().to_le_bytes());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -325,16 +325,6 @@ fn job_label(var: impl Fn(&str) -> Option<String>) -> Option<String> {
         (Some(name), Some(id)) => Some(format!("{name} ({id})")),
         (name, id) => name.or(id),
     }
-}
-
-/// This machine's name.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn unix_now() -> f64 {

@@ -19,9 +19,10 @@ mod attempt;
 mod output;
 mod plan;
 
+pub use crate::host::name as host_name;
 pub use attempt::{
-    host_name, new_attempt_token, papers_digest, AttemptManifest, AttemptShard, ExpectedBatch,
-    Verdict, MANIFEST_FORMAT,
+    new_attempt_token, papers_digest, AttemptManifest, AttemptShard, ExpectedBatch, Verdict,
+    MANIFEST_FORMAT,
 };
 #[cfg(test)]
 pub(crate) use output::settings_for_tests;

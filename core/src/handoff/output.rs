@@ -6,10 +6,10 @@
 //! and every result the owner ingests must match them.
 
 use super::{read_json, HandoffError};
+use crate::pin::{self, Difference, Field, Pinned};
 use crate::shardfile::VectorDtype;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputSettings {
@@ -35,62 +35,44 @@ pub enum PinError {
     #[error(
         "this run's output settings were fixed by its first attempt ({path}) and these differ: {}; \
          use the run's settings, or plan into a new run directory",
-        differences.join("; ")
+        pin::join(differences)
     )]
     Differs {
         path: String,
-        differences: Vec<String>,
+        differences: Vec<Difference>,
     },
     #[error(transparent)]
     File(#[from] HandoffError),
 }
 
-impl OutputSettings {
-    /// What differs between the run's settings (`self`) and `other`, one line each.
-    pub fn differences(&self, other: &OutputSettings) -> Vec<String> {
-        let mut out = Vec::new();
-        // The fingerprint decides; the directory is only shown (one model reached by two
-        // mount paths, /eagle and /lus/eagle, is the same model).
-        if self.model != other.model {
-            out.push(format!(
-                "model: the run's {} ({}), here {} ({})",
-                self.model, self.model_dir, other.model, other.model_dir
-            ));
-        }
-        let mut cmp = |name: &str, run: String, here: String| {
-            if run != here {
-                out.push(format!("{name}: the run's {run}, here {here}"));
-            }
-        };
-        let dim = |d: Option<usize>| d.map_or("the model's own".into(), |d| d.to_string());
-        cmp("--dim", dim(self.dim), dim(other.dim));
-        cmp(
-            "--vector-dtype",
-            format!("{:?}", self.vector_dtype).to_lowercase(),
-            format!("{:?}", other.vector_dtype).to_lowercase(),
-        );
-        let max = |m: Option<usize>| m.map_or("the model's context".into(), |m| m.to_string());
-        cmp("--max-tokens", max(self.max_tokens), max(other.max_tokens));
-        cmp(
-            "--shard-papers",
-            self.shard_papers.to_string(),
-            other.shard_papers.to_string(),
-        );
-        cmp("pooling", self.pooling.clone(), other.pooling.clone());
-        cmp(
-            "normalized",
-            self.normalized.to_string(),
-            other.normalized.to_string(),
-        );
-        let instr = |i: &Option<String>| i.clone().unwrap_or_else(|| "none".into());
-        cmp(
-            "instruction",
-            instr(&self.instruction),
-            instr(&other.instruction),
-        );
-        out
+impl Pinned for OutputSettings {
+    fn fields(&self) -> Vec<Field> {
+        let dim = self.dim.map_or("the model's own".into(), |d| d.to_string());
+        let max = (self.max_tokens).map_or("the model's context".into(), |m| m.to_string());
+        let instruction = self.instruction.clone().unwrap_or_else(|| "none".into());
+        vec![
+            // The fingerprint decides; the directory is only shown (one model reached by two
+            // mount paths, /eagle and /lus/eagle, is the same model).
+            Field::shown_as(
+                "model",
+                &self.model,
+                format!("{} ({})", self.model, self.model_dir),
+            ),
+            Field::new("--dim", dim),
+            Field::new(
+                "--vector-dtype",
+                format!("{:?}", self.vector_dtype).to_lowercase(),
+            ),
+            Field::new("--max-tokens", max),
+            Field::new("--shard-papers", self.shard_papers),
+            Field::new("pooling", &self.pooling),
+            Field::new("normalized", self.normalized),
+            Field::new("instruction", instruction),
+        ]
     }
+}
 
+impl OutputSettings {
     /// The run's settings, when fixed. Only a file that is not there means "not fixed yet":
     /// one that cannot be read is an error, never taken for no settings.
     pub fn read(layout: &RunLayout) -> Result<Option<Self>, HandoffError> {
@@ -109,9 +91,12 @@ impl OutputSettings {
     /// against the run's.
     pub fn pin(&self, layout: &RunLayout) -> Result<(), PinError> {
         let path = layout.output_settings_file();
-        if !path.exists() {
-            create_exclusive(&path, self)?;
-        }
+        let bytes = serde_json::to_vec_pretty(self).expect("settings serialise. This is a bug.");
+        pin::write_once(&path, &bytes).map_err(|source| HandoffError::Io {
+            action: "create",
+            path: path.clone(),
+            source,
+        })?;
         let run = Self::read(layout)?.ok_or_else(|| HandoffError::Io {
             action: "read",
             path: path.clone(),
@@ -126,33 +111,6 @@ impl OutputSettings {
                 differences,
             })
         }
-    }
-}
-
-/// Writes `value` to `path` unless something is there already (then leaves it alone).
-fn create_exclusive(path: &Path, value: &OutputSettings) -> Result<(), HandoffError> {
-    let io = |action, source| HandoffError::Io {
-        action,
-        path: path.into(),
-        source,
-    };
-    // Its own temporary name: threads of one process share `atomic::tmp_path`'s PID.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut tmp = crate::atomic::tmp_path(path).into_os_string();
-    tmp.push(format!(".{n}{}", crate::atomic::TMP_SUFFIX));
-    let tmp = std::path::PathBuf::from(tmp);
-    let bytes = serde_json::to_vec_pretty(value).expect("settings serialise. This is a bug.");
-    std::fs::write(&tmp, bytes).map_err(|e| io("write", e))?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| io("sync", e))?;
-    let linked = std::fs::hard_link(&tmp, path);
-    let _ = std::fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(io("create", e)),
     }
 }
 

@@ -7,7 +7,7 @@
 //! node behind the same name, a compute node — the command refuses and says where the owner is.
 //!
 //! Every other host reads what the owner publishes as plain files, written atomically:
-//! - `status-snapshot.json` ([`snapshot`]): the run's status, rewritten each poll by the submit
+//! - `status-snapshot.json` ([`crate::status_snapshot`]): the run's status, rewritten each poll by the submit
 //!   loop and by each `status` on the owner, read by `status` anywhere else;
 //! - `owner-heartbeat.json` ([`heartbeat`]): rewritten every 30 s by every owner process that
 //!   holds run.db open. `take-over` moves ownership to another host only once it is stale.
@@ -16,10 +16,8 @@
 //! boot can still hold run.db, so the record is renewed and the restart reported.
 
 pub mod heartbeat;
-pub mod snapshot;
 
 use crate::atomic;
-use crate::handoff::host_name;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -27,7 +25,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use heartbeat::{keep_heartbeat, read_heartbeat, Heartbeat, HEARTBEAT_INTERVAL};
-pub use snapshot::{LoopState, StatusSnapshot};
 
 /// The format of `owner.json` this embedfleet writes and reads.
 pub const OWNER_FORMAT: u32 = 1;
@@ -45,7 +42,7 @@ impl Host {
     /// This process's host.
     pub fn this() -> Host {
         Host {
-            hostname: host_name(),
+            hostname: crate::host::name(),
             boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
@@ -181,7 +178,7 @@ fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
 }
 
 /// `path` read as JSON, `None` when there is no such file.
-fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Result<Option<T>> {
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Result<Option<T>> {
     match read_if_present(&path)? {
         Some(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -191,7 +188,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Result<Option<T>>
 }
 
 /// Writes `value` to `path` as JSON, atomically.
-fn write_json<T: Serialize>(path: PathBuf, value: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(path: PathBuf, value: &T) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(value).expect("the owner's files serialise");
     atomic::write(&path, &bytes).map_err(|source| OwnerError::Io {
         action: "write",

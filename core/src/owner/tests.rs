@@ -158,30 +158,3 @@ fn an_unreadable_record_is_an_error_not_a_claim() {
         "{err}"
     );
 }
-
-#[test]
-fn a_status_call_keeps_the_loop_state_of_the_snapshot_before() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = RunDb::create(dir.path()).unwrap();
-    let status = db.status().unwrap();
-    let state = LoopState {
-        pid: 42,
-        started_unix_s: unix_now() - 100.0,
-        poll_interval_s: 30.0,
-        last_poll_unix_s: unix_now() - 5.0,
-        ended_unix_s: None,
-        polls: 3,
-        cpu_s: 0.5,
-        result_file_ops: 12,
-    };
-    snapshot::write_snapshot(dir.path(), &status, Some(state.clone())).unwrap();
-    snapshot::write_snapshot(dir.path(), &status, None).unwrap();
-    let read = snapshot::read_snapshot(dir.path()).unwrap().unwrap();
-    // (JSON keeps f64 to about 1e-7 s here: compare the pid and the times to the millisecond.)
-    let kept = read.submit_loop.clone().expect("the loop state is kept");
-    assert_eq!(kept.pid, 42);
-    assert!((kept.last_poll_unix_s - state.last_poll_unix_s).abs() < 1e-3);
-    assert!(kept.is_polling(unix_now()));
-    assert_eq!(read.status, status);
-    assert!(!state.is_polling(unix_now() + 3600.0));
-}

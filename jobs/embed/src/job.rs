@@ -307,7 +307,8 @@ fn take_over_parts(
     for (_, m) in earlier {
         let Ok(m) = m else { continue };
         let same_run = m.plan_id == manifest.plan_id
-            && m.settings.differences(&manifest.settings).is_empty()
+            && embedfleet_core::pin::Pinned::differences(&m.settings, &manifest.settings)
+                .is_empty()
             && m.parts == manifest.parts;
         if !same_run {
             continue;

@@ -3,43 +3,9 @@
 //! them and how, how many papers and which are missing, how the run was made, its timings and
 //! recall. The card holds nothing that changes between two publishes of the same shards.
 
-use crate::error::MissingBatch;
-use crate::manifest::FileEntry;
-use crate::run::Source;
+use crate::facts::Facts;
 use crate::PublishOptions;
-use embedfleet_core::rundb::RunStatus;
 use std::fmt::Write as _;
-
-/// Everything the card and the manifest say.
-pub struct Facts<'a> {
-    pub source: &'a Source,
-    pub data: &'a [FileEntry],
-    pub queries: &'a [FileEntry],
-    pub missing: &'a [MissingBatch],
-    pub status: RunStatus,
-}
-
-impl Facts<'_> {
-    /// Rows in the data files.
-    pub fn rows(&self) -> u64 {
-        self.data.iter().map(|f| f.rows).sum()
-    }
-
-    /// Papers of the missing batches not in any parquet shard.
-    pub fn papers_missing(&self) -> u64 {
-        self.missing.iter().map(|b| b.missing).sum()
-    }
-
-    /// A shard metadata value (`embedfleet.<key>`), `unknown` when the shards lack it.
-    pub fn meta(&self, key: &str) -> &str {
-        let key = format!("embedfleet.{key}");
-        self.source
-            .meta
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map_or("unknown", |(_, v)| v.as_str())
-    }
-}
 
 /// The Hub's size buckets (`size_categories`).
 pub fn size_category(rows: u64) -> &'static str {

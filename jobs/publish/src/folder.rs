@@ -3,7 +3,8 @@
 //! that name that has `manifest.json` and `SHA256SUMS` only ever appears whole, by the rename.
 
 use crate::error::{io, PublishError};
-use crate::manifest::{FileEntry, GENERATOR};
+use crate::facts::FileEntry;
+use crate::manifest::GENERATOR;
 use embedfleet_core::atomic;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;

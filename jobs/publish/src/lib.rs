@@ -22,6 +22,7 @@
 mod card;
 mod data;
 mod error;
+mod facts;
 mod folder;
 mod manifest;
 mod plan;
@@ -31,8 +32,9 @@ use embedfleet_core::rundb::RunDb;
 use std::path::PathBuf;
 
 pub use error::{MissingBatch, PublishError};
+pub use facts::FileEntry;
 pub use folder::staging_dir;
-pub use manifest::{FileEntry, MANIFEST_FORMAT_VERSION};
+pub use manifest::MANIFEST_FORMAT_VERSION;
 
 /// Size of each data file when not told otherwise, in MB.
 pub const DEFAULT_TARGET_SHARD_MB: u64 = 500;
@@ -125,9 +127,9 @@ pub fn publish(options: &PublishOptions) -> Result<PublishReport, PublishError> 
     let reused = data::write_all(&db, &source, &plan, &staging, options)?;
     let query_rows = folder::copy_queries(&options.query_results, &query_paths, &staging)?;
     let data_rows: Vec<u64> = plan.files.iter().map(|f| f.rows).collect();
-    let data = manifest::entries(&staging, &data_paths, &data_rows)?;
-    let queries = manifest::entries(&staging, &query_paths, &query_rows)?;
-    let facts = card::Facts {
+    let data = facts::entries(&staging, &data_paths, &data_rows)?;
+    let queries = facts::entries(&staging, &query_paths, &query_rows)?;
+    let facts = facts::Facts {
         source: &source,
         data: &data,
         queries: &queries,

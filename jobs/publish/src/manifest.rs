@@ -2,43 +2,14 @@
 //! checksum, the counts, the model, and what is missing. `format_version` goes up when a
 //! change matters; fields are only ever added.
 
-use crate::card::Facts;
-use crate::error::{io, PublishError};
+use crate::facts::Facts;
 use crate::PublishOptions;
-use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 /// What `generator` starts with: how a later publish knows a folder is one of ours.
 pub const GENERATOR: &str = "embedfleet publish";
-
-/// One data or query file of the folder.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FileEntry {
-    /// Relative to the folder, with `/`.
-    pub path: String,
-    pub rows: u64,
-    pub bytes: u64,
-    pub sha256: String,
-}
-
-/// Sizes and checksums of the files at `rels` (relative to `dir`), with their rows.
-pub fn entries(dir: &Path, rels: &[String], rows: &[u64]) -> Result<Vec<FileEntry>, PublishError> {
-    rels.iter()
-        .zip(rows)
-        .map(|(rel, &rows)| {
-            let path = dir.join(rel);
-            Ok(FileEntry {
-                path: rel.clone(),
-                rows,
-                bytes: std::fs::metadata(&path).map_err(io(&path))?.len(),
-                sha256: embedfleet_core::shardfile::sha256_of(&path).map_err(io(&path))?,
-            })
-        })
-        .collect()
-}
 
 /// `manifest.json`'s text. Holds nothing that changes between two publishes of the same
 /// shards (no time, no paths of this machine), so a resumed publish makes the same bytes.

@@ -19,6 +19,7 @@ mod worker;
 
 use embedfleet_core::corpus::{self, CorpusError, ReadOptions};
 use embedfleet_core::fingerprint::Fingerprint;
+use embedfleet_core::pin::Pinned;
 use embedfleet_core::rundb::{CorpusFileRow, Release, ReleaseCounts, RunDb, RunDbError};
 use embedfleet_core::settings::PlanSettings;
 use embedfleet_core::state::PlanState;
@@ -388,7 +389,11 @@ fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<PlanSettings, Pla
         }
         Some(stored) if !options.settings_given => Ok(stored),
         Some(stored) => {
-            let changes = options.settings.differences(&stored);
+            let changes: Vec<String> = stored
+                .differences(&options.settings)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             if changes.is_empty() {
                 Ok(stored)
             } else {

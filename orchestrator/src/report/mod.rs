@@ -54,7 +54,7 @@ pub fn load(run_dir: &Path) -> Result<Report, ReportError> {
     let db = RunDb::open(run_dir)?;
     let runs = db.latest_batch_runs()?;
     let batches = table::lines(&runs);
-    let summary = table::summarize(&batches, &runs);
+    let summary = table::summarize(&batches);
     let status = db.status()?;
     let papers_to_go = status.papers_planned.saturating_sub(status.rows_in_shards);
     let node_hours_to_go = summary
@@ -110,14 +110,14 @@ pub fn render(report: &Report) -> String {
             out,
             "{:>6} {:>7} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>8.2} {:>9} {:>10} {:>8.1} {:>10.0}",
             b.batch_id,
-            b.papers,
-            b.model_load_s,
-            b.io_s,
-            b.tokenize_s,
-            b.inference_s,
-            b.total_s,
-            b.tokens,
-            b.padding_tokens,
+            b.timings.papers,
+            b.timings.model_load_s,
+            b.timings.io_s,
+            b.timings.tokenize_s,
+            b.timings.inference_s,
+            b.timings.total_s,
+            b.timings.tokens,
+            b.timings.padding_tokens,
             b.papers_per_s,
             b.tokens_per_s
         );

@@ -45,12 +45,13 @@ const PHASES: [(&str, RGBColor); 4] = [
 ];
 
 fn phases(l: &BatchLine) -> [f64; 4] {
-    let known = l.model_load_s + l.io_s + l.inference_s;
+    let t = &l.timings;
+    let known = t.model_load_s + t.io_s + t.inference_s;
     [
-        l.model_load_s,
-        l.io_s,
-        l.inference_s,
-        (l.total_s - known).max(0.0),
+        t.model_load_s,
+        t.io_s,
+        t.inference_s,
+        (t.total_s - known).max(0.0),
     ]
 }
 
@@ -162,17 +163,18 @@ mod tests {
             devices: "Cpu".into(),
             started_unix_s: 1000.0,
             finished_unix_s: 1000.0 + finished,
-            model_load_s: 0.5,
-            io_s: 0.2,
-            tokenize_s: 0.1,
-            inference_s: 2.0,
-            total_s: 3.0,
-            papers: 10,
-            tokens: 1000,
-            padding_tokens: 0,
+            timings: embedfleet_core::rundb::BatchTimings {
+                model_load_s: 0.5,
+                io_s: 0.2,
+                tokenize_s: 0.1,
+                inference_s: 2.0,
+                total_s: 3.0,
+                papers: 10,
+                tokens: 1000,
+                ..Default::default()
+            },
             papers_per_s: 3.3,
             tokens_per_s,
-            peak_memory_bytes: None,
         }
     }
 

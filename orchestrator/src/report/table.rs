@@ -1,7 +1,7 @@
 //! The numbers of the report: the study's Table 2 (mean ± std per batch of each phase), the
 //! throughput, padding and fallbacks of a run, from the latest successful run of each batch.
 
-use embedfleet_core::rundb::BatchRunRecord;
+use embedfleet_core::rundb::{BatchRunRecord, BatchTimings};
 use serde::Serialize;
 
 /// Papers of the full peS2o corpus the study embedded, for the extrapolation line.
@@ -47,18 +47,13 @@ pub struct BatchLine {
     /// Unix seconds.
     pub started_unix_s: f64,
     pub finished_unix_s: f64,
-    pub model_load_s: f64,
-    pub io_s: f64,
-    pub tokenize_s: f64,
-    pub inference_s: f64,
-    pub total_s: f64,
-    pub papers: u64,
-    pub tokens: u64,
-    pub padding_tokens: u64,
+    /// The job's own record of its phases (`report --json` shows them beside the line's
+    /// other fields).
+    #[serde(flatten)]
+    pub timings: BatchTimings,
     /// Per second of the job's total time.
     pub papers_per_s: f64,
     pub tokens_per_s: f64,
-    pub peak_memory_bytes: Option<u64>,
 }
 
 /// Fallback counts summed over the batches.
@@ -127,32 +122,24 @@ pub fn lines(runs: &[BatchRunRecord]) -> Vec<BatchLine> {
                 devices: r.devices.clone(),
                 started_unix_s: r.started_unix_s,
                 finished_unix_s: r.finished_unix_s,
-                model_load_s: t.model_load_s,
-                io_s: t.io_s,
-                tokenize_s: t.tokenize_s,
-                inference_s: t.inference_s,
-                total_s: t.total_s,
-                papers: t.papers,
-                tokens: t.tokens,
-                padding_tokens: t.padding_tokens,
+                timings: t.clone(),
                 papers_per_s: ratio(t.papers as f64, t.total_s),
                 tokens_per_s: ratio(t.tokens as f64, t.total_s),
-                peak_memory_bytes: t.peak_memory_bytes,
             }
         })
         .collect()
 }
 
 /// The summary of `lines`; `None` when there are none.
-pub fn summarize(lines: &[BatchLine], runs: &[BatchRunRecord]) -> Option<Summary> {
+pub fn summarize(lines: &[BatchLine]) -> Option<Summary> {
     if lines.is_empty() {
         return None;
     }
     let stat = |f: fn(&BatchLine) -> f64| Stat::of(&lines.iter().map(f).collect::<Vec<_>>());
     let sum_f = |f: fn(&BatchLine) -> f64| lines.iter().map(f).sum::<f64>();
     let sum_u = |f: fn(&BatchLine) -> u64| lines.iter().map(f).sum::<u64>();
-    let (papers, tokens) = (sum_u(|l| l.papers), sum_u(|l| l.tokens));
-    let job_s = sum_f(|l| l.total_s);
+    let (papers, tokens) = (sum_u(|l| l.timings.papers), sum_u(|l| l.timings.tokens));
+    let job_s = sum_f(|l| l.timings.total_s);
     let start = lines
         .iter()
         .map(|l| l.started_unix_s)
@@ -163,33 +150,36 @@ pub fn summarize(lines: &[BatchLine], runs: &[BatchRunRecord]) -> Option<Summary
         .fold(f64::MIN, f64::max);
     let wall_s = (end - start).max(0.0);
     let mut fallbacks = Fallbacks::default();
-    for r in runs {
-        fallbacks.split += r.timings.fallback_split;
-        fallbacks.sequential += r.timings.fallback_sequential;
-        fallbacks.chunked += r.timings.fallback_chunked;
-        fallbacks.long_papers_chunked += r.timings.long_chunked;
+    for t in lines.iter().map(|l| &l.timings) {
+        fallbacks.split += t.fallback_split;
+        fallbacks.sequential += t.fallback_sequential;
+        fallbacks.chunked += t.fallback_chunked;
+        fallbacks.long_papers_chunked += t.long_chunked;
     }
     let job_papers_per_s = ratio(papers as f64, job_s);
     Some(Summary {
         batches: lines.len(),
-        model_load_s: stat(|l| l.model_load_s),
-        io_s: stat(|l| l.io_s),
-        tokenize_s: stat(|l| l.tokenize_s),
-        inference_s: stat(|l| l.inference_s),
-        total_s: stat(|l| l.total_s),
-        inference_share: ratio(sum_f(|l| l.inference_s), job_s),
+        model_load_s: stat(|l| l.timings.model_load_s),
+        io_s: stat(|l| l.timings.io_s),
+        tokenize_s: stat(|l| l.timings.tokenize_s),
+        inference_s: stat(|l| l.timings.inference_s),
+        total_s: stat(|l| l.timings.total_s),
+        inference_share: ratio(sum_f(|l| l.timings.inference_s), job_s),
         papers_per_s: stat(|l| l.papers_per_s),
         tokens_per_s: stat(|l| l.tokens_per_s),
         papers,
         tokens,
-        padding_tokens: sum_u(|l| l.padding_tokens),
-        padding_share: ratio(sum_u(|l| l.padding_tokens) as f64, tokens as f64),
+        padding_tokens: sum_u(|l| l.timings.padding_tokens),
+        padding_share: ratio(sum_u(|l| l.timings.padding_tokens) as f64, tokens as f64),
         job_papers_per_s,
         job_tokens_per_s: ratio(tokens as f64, job_s),
         wall_s,
         wall_papers_per_s: ratio(papers as f64, wall_s),
         fallbacks,
-        peak_memory_bytes: lines.iter().filter_map(|l| l.peak_memory_bytes).max(),
+        peak_memory_bytes: lines
+            .iter()
+            .filter_map(|l| l.timings.peak_memory_bytes)
+            .max(),
         full_corpus_papers: FULL_CORPUS_PAPERS,
         full_corpus_job_hours: ratio(FULL_CORPUS_PAPERS as f64, job_papers_per_s) / 3600.0,
     })
@@ -270,7 +260,7 @@ mod tests {
         assert_eq!(lines.len(), 3);
         // Batch 1: 40 papers / 10 s, 4000 tokens / 10 s.
         assert!(close(lines[0].papers_per_s, 4.0) && close(lines[0].tokens_per_s, 400.0));
-        let s = summarize(&lines, &runs).unwrap();
+        let s = summarize(&lines).unwrap();
         assert_eq!(s.batches, 3);
         // model load 1, 2, 3: mean 2, deviations 1+0+1 = 2, /2 = 1, std 1.
         assert!(close(s.model_load_s.mean, 2.0) && close(s.model_load_s.std, 1.0));
@@ -316,9 +306,9 @@ mod tests {
 
     #[test]
     fn no_batches_no_summary_and_no_division_by_zero() {
-        assert_eq!(summarize(&[], &[]), None);
+        assert_eq!(summarize(&[]), None);
         let zero = vec![run(1, 0.0, BatchTimings::default())];
-        let s = summarize(&lines(&zero), &zero).unwrap();
+        let s = summarize(&lines(&zero)).unwrap();
         assert_eq!(
             (s.inference_share, s.padding_share, s.wall_papers_per_s),
             (0.0, 0.0, 0.0)

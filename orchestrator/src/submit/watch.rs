@@ -8,8 +8,9 @@ use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
-use embedfleet_core::owner::{self, describe_age, snapshot, LoopState};
+use embedfleet_core::owner::{self, describe_age};
 use embedfleet_core::rundb::{LiveAttempt, RunStatus};
+use embedfleet_core::status_snapshot::{self as snapshot, LoopState};
 
 use super::{Result, SubmitError};
 

@@ -66,12 +66,7 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
     }
 }
 
-pub(super) fn check_binary(
-    binary: Option<&str>,
-    gpus: bool,
-    devices: &str,
-    problems: &mut Vec<String>,
-) {
+pub fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut Vec<String>) {
     match binary {
         None if gpus && !CUDA_BUILD => problems.push(format!(
             "this embedfleet is a CPU build and every job would run it with --devices {devices}: \
@@ -105,7 +100,7 @@ fn check_output(db: &RunDb, output: &OutputSettings, pin: bool, problems: &mut V
         Err(PinError::Differs { differences, .. }) => problems.push(format!(
             "the run's parquet shards were made with other settings ({}): vectors made two ways \
              would mix; use the run's, or plan into a new run directory",
-            differences.join("; ")
+            embedfleet_core::pin::join(&differences)
         )),
         Err(e) => problems.push(format!("could not fix the run's output settings: {e}")),
     }
@@ -139,7 +134,7 @@ fn compare_output(db: &RunDb, output: &OutputSettings) -> Result<(), PinError> {
     match OutputSettings::read(&layout)? {
         None => Ok(()),
         Some(run) => {
-            let differences = run.differences(output);
+            let differences = embedfleet_core::pin::Pinned::differences(&run, output);
             if differences.is_empty() {
                 Ok(())
             } else {

@@ -5,7 +5,12 @@
 //! shards, its failed papers, its timings, the batch done, the attempt recorded), so a rerun
 //! after a kill either finds it recorded or ingests it whole. The first complete manifest of a
 //! batch that verifies (see `AttemptManifest::verify`) wins; later ones are discarded, and
-//! once no job of the batch is open the files of every other attempt are removed.
+//! once no job of the batch is open the files of every other attempt are removed
+//! ([`cleaning`]).
+
+mod cleaning;
+
+use cleaning::{manifest_tokens, remove_if_there};
 
 use super::{sqlite_err, stored_state, Result, RunDb, RunDbError, ShardRow};
 use crate::handoff::{AttemptManifest, ExpectedBatch, HandoffError, OutputSettings, Verdict};
@@ -13,7 +18,6 @@ use crate::state::{AttemptState, BatchState, JobStatus};
 use crate::{atomic, BatchId, RunLayout};
 use rusqlite::params;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 /// What one ingest did, for the caller to report.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -117,38 +121,6 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// Removes the temporary files killed writers left in `shards/` for settled batches (one
-    /// listing of `shards/`: only in a full sweep, never per poll). A temporary file of a batch
-    /// still open may be a live writer's: it stays.
-    fn remove_orphan_temporaries(&self, layout: &RunLayout) -> Result<()> {
-        crate::fsops::count(1);
-        let Ok(entries) = std::fs::read_dir(layout.shard_dir()) else {
-            return Ok(());
-        };
-        let temporaries: Vec<(i64, PathBuf)> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.ends_with(atomic::TMP_SUFFIX) {
-                    return None;
-                }
-                let batch = name.strip_prefix('b')?.split('-').next()?.parse().ok()?;
-                Some((batch, e.path()))
-            })
-            .collect();
-        if temporaries.is_empty() {
-            return Ok(());
-        }
-        let settled = self.settled_batches()?;
-        let failed = self.batches_in_state(BatchState::Failed)?;
-        let orphans: Vec<PathBuf> = temporaries
-            .into_iter()
-            .filter(|(b, _)| settled.contains(b) || failed.contains(b))
-            .map(|(_, p)| p)
-            .collect();
-        remove_files(&orphans).map(drop)
-    }
-
     fn batches_in_state(&self, state: BatchState) -> Result<std::collections::HashSet<i64>> {
         let mut stmt = self
             .conn
@@ -214,8 +186,33 @@ impl RunDb {
         let Some(row) = self.batch(BatchId(batch))? else {
             return Ok(()); // a results directory of a batch this run does not have
         };
+        let manifests = self.read_new_manifests(layout, batch, &new, report)?;
+        let done = self.take_manifests(
+            layout,
+            batch,
+            row.state == BatchState::Done,
+            manifests,
+            (plan_id, settings),
+            report,
+        )?;
+        if done && !self.has_open_job(batch)? {
+            report.files_removed += self.clean_attempts(layout, batch)?;
+        }
+        Ok(())
+    }
+
+    /// The manifests of `batch`'s attempts this run has not recorded yet, read whole; one
+    /// that reads but is wrong is rejected now, one that cannot be read now is left for the
+    /// next poll.
+    fn read_new_manifests(
+        &mut self,
+        layout: &RunLayout,
+        batch: i64,
+        new: &[&String],
+        report: &mut IngestReport,
+    ) -> Result<Vec<AttemptManifest>> {
         let mut manifests: Vec<AttemptManifest> = Vec::new();
-        for token in new {
+        for &token in new {
             let token = token.clone();
             crate::fsops::count(1);
             let why = match AttemptManifest::read(layout, batch, &token) {
@@ -242,6 +239,21 @@ impl RunDb {
                     .push((batch, token, AttemptState::Rejected, why));
             }
         }
+        Ok(manifests)
+    }
+
+    /// Takes `batch`'s manifests in the order their attempts finished: the first complete one
+    /// that verifies is accepted, the later ones discarded, failed and wrong ones recorded as
+    /// such. `done` says whether the batch was done before; the result, whether it is now.
+    fn take_manifests(
+        &mut self,
+        layout: &RunLayout,
+        batch: i64,
+        mut done: bool,
+        mut manifests: Vec<AttemptManifest>,
+        (plan_id, settings): (&str, Option<&OutputSettings>),
+        report: &mut IngestReport,
+    ) -> Result<bool> {
         // The first to finish wins.
         manifests.sort_by(|a, b| {
             let end = |m: &AttemptManifest| m.finished_unix_s.unwrap_or(f64::INFINITY);
@@ -250,7 +262,6 @@ impl RunDb {
                 .then_with(|| a.attempt.cmp(&b.attempt))
         });
         let mut expected: Option<ExpectedBatch> = None;
-        let mut done = row.state == BatchState::Done;
         for m in &manifests {
             let (job, host) = (m.job.as_deref(), Some(m.host.as_str()));
             if let Some(error) = &m.error {
@@ -318,10 +329,7 @@ impl RunDb {
             }
             done = true;
         }
-        if done && !self.has_open_job(batch)? {
-            report.files_removed += self.clean_attempts(layout, batch)?;
-        }
-        Ok(())
+        Ok(done)
     }
 
     /// Whether `batch` is done and its folder was cleaned with no job open (see V10).
@@ -487,54 +495,6 @@ impl RunDb {
         }
     }
 
-    /// Removes the files of every attempt at `batch` but the accepted one, by the names its
-    /// manifest's parts give them (no listing of `shards/`, which holds ~16,600 files at the
-    /// study's scale), and records the attempts that never finished as abandoned. Temporary
-    /// files of killed writers have no predictable name: the full sweep removes those.
-    fn clean_attempts(&self, layout: &RunLayout, batch: i64) -> Result<u64> {
-        let kept = self.shards_of(BatchId(batch))?;
-        let accepted = self.accepted_attempt(batch)?;
-        let tokens = manifest_tokens(layout, batch);
-        let known = self.attempts_of(batch)?;
-        let mut removed = 0;
-        for token in &tokens {
-            if Some(token) == accepted.as_ref() {
-                continue;
-            }
-            // Its own count of parts when its manifest reads, else the accepted attempt's:
-            // every attempt of one plan and settings has the same parts.
-            crate::fsops::count(1);
-            let parts = AttemptManifest::read(layout, batch, token)
-                .map(|m| m.parts as usize)
-                .unwrap_or(0)
-                .max(kept.len());
-            let names: Vec<PathBuf> = (0..parts as u32)
-                .map(|part| layout.resolve(RunLayout::shard_file_name(batch, part, token)))
-                .filter(|p| !kept.iter().any(|k| layout.resolve(&k.path) == *p))
-                .collect();
-            removed += remove_files(&names)?;
-            if !known.contains_key(token) {
-                let why = "it did not finish and another attempt did the batch";
-                self.record_attempt(batch, token, AttemptState::Abandoned, None, None, why)?;
-            }
-        }
-        crate::fsops::count(1);
-        let _ = atomic::remove_leftovers(&layout.batch_results_dir(batch));
-        self.conn
-            .execute(
-                "UPDATE attempts SET cleaned = 1 WHERE batch_id = ?1 AND state != ?2",
-                params![batch, AttemptState::Accepted.as_str()],
-            )
-            .map_err(sqlite_err(&self.dir))?;
-        self.conn
-            .execute(
-                "UPDATE batches SET results_settled = 1 WHERE id = ?1 AND state = ?2",
-                params![batch, BatchState::Done.as_str()],
-            )
-            .map_err(sqlite_err(&self.dir))?;
-        Ok(removed)
-    }
-
     fn record_attempt(
         &self,
         batch: i64,
@@ -660,257 +620,5 @@ fn manifest_stamp(layout: &RunLayout, batch: i64, token: &str) -> Option<String>
     ))
 }
 
-/// Removes `path`; true if this call removed it. A file already gone is done: another of the
-/// owner's processes (`status` beside the submit loop, an upload worker) may be cleaning the
-/// same batch at the same moment.
-fn remove_if_there(path: &std::path::Path) -> Result<bool> {
-    crate::fsops::count(1);
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(RunDbError::Io {
-            action: "remove",
-            path: path.to_path_buf(),
-            source,
-        }),
-    }
-}
-
-/// Removes `paths`; how many this call removed.
-fn remove_files(paths: &[PathBuf]) -> Result<u64> {
-    let mut removed = 0;
-    for path in paths {
-        removed += u64::from(remove_if_there(path)?);
-    }
-    Ok(removed)
-}
-
-/// The attempt tokens of `batch`'s manifests, from their file names.
-fn manifest_tokens(layout: &RunLayout, batch: i64) -> Vec<String> {
-    crate::fsops::count(1);
-    let Ok(entries) = std::fs::read_dir(layout.batch_results_dir(batch)) else {
-        return Vec::new();
-    };
-    let mut tokens: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .map(|p| file_token(&p))
-        .collect();
-    tokens.sort();
-    tokens
-}
-
-fn file_token(path: &std::path::Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::handoff::settings_for_tests;
-
-    fn settings() -> crate::handoff::OutputSettings {
-        settings_for_tests(10)
-    }
-
-    /// A run of `batches` batches, each with a results folder: the first `open` of them running
-    /// (a job open, an attempt's manifest still incomplete), the others done, their one attempt
-    /// accepted.
-    fn run_at_scale(batches: i64, open: i64) -> (tempfile::TempDir, RunDb) {
-        let dir = tempfile::tempdir().unwrap();
-        let mut db = RunDb::create(dir.path()).unwrap();
-        let layout = db.layout();
-        let plan = db.plan_id().unwrap();
-        let tx = db.conn_mut().transaction().unwrap();
-        tx.execute(
-            "INSERT INTO corpus_files (id, path, size, mtime_ns, edges) VALUES (1, 'c', 1, 1, 'e')",
-            [],
-        )
-        .unwrap();
-        for id in 1..=batches {
-            let state = if id <= open { "running" } else { "done" };
-            tx.execute(
-                "INSERT INTO batches (id, file_id, seq, path, n_rows, n_chars, state) VALUES (?1, 1, ?1, 'c', 4, 1, ?2)",
-                params![id, state],
-            )
-            .unwrap();
-            if id > open {
-                tx.execute(
-                    "INSERT INTO attempts (batch_id, token, state, cleaned, ingested_at) VALUES (?1, 'a1', 'accepted', 0, 'now')",
-                    [id],
-                )
-                .unwrap();
-            }
-        }
-        tx.commit().unwrap();
-        for id in 1..=batches {
-            let mut m = AttemptManifest::start(&plan, id, "cpu".into(), settings(), 1);
-            m.attempt = "a1".into();
-            m.complete = id > open;
-            m.write(&layout).unwrap();
-        }
-        for id in 1..=open {
-            let name = format!("job-{id}");
-            db.insert_job(&crate::rundb::NewJob {
-                batches: &[id],
-                attempt: 1,
-                backend: "local",
-                queue: "q",
-                name: &name,
-                script: "s",
-                log: "l",
-                marker: "m",
-            })
-            .unwrap();
-        }
-        (dir, db)
-    }
-
-    fn operations(db: &mut RunDb, full_sweep_s: &str) -> u64 {
-        std::env::set_var(FULL_SWEEP_ENV, full_sweep_s);
-        let before = crate::fsops::total();
-        db.ingest_results().unwrap();
-        crate::fsops::total() - before
-    }
-
-    #[test]
-    fn an_ingest_reads_the_open_works_folders_not_every_batchs() {
-        let (_dir, mut db) = run_at_scale(2_075, 8);
-        // The first ingest of a run (or after a lost sweep time) reads every folder once.
-        let first = operations(&mut db, "900");
-        assert!(first > 2_075, "{first}");
-        // Then each poll: one listing of results/ and the open batches' folders and manifests.
-        let poll = operations(&mut db, "900");
-        assert!(
-            (8..=1 + 2 * 8 + 4).contains(&poll),
-            "{poll} operations at 8 open jobs"
-        );
-        // The same with no sweep interval: every folder, as before the fix.
-        let every = operations(&mut db, "0");
-        assert!(every > 2_075, "{every}");
-        // Per-poll operations follow the open jobs, not the batches.
-        let (_small, mut small) = run_at_scale(100, 8);
-        operations(&mut small, "900");
-        assert_eq!(operations(&mut small, "900"), poll);
-    }
-
-    #[test]
-    fn cleaning_removes_the_other_attempts_shards_by_name_and_keeps_the_accepted_ones() {
-        let (dir, mut db) = run_at_scale(3, 0);
-        let layout = db.layout();
-        std::fs::create_dir_all(layout.shard_dir()).unwrap();
-        let shard = |batch: i64, part: u32, token: &str| {
-            layout.resolve(RunLayout::shard_file_name(batch, part, token))
-        };
-        // Batch 2's accepted attempt a1 has one shard; a killed attempt k9 wrote one, and its
-        // writer left a temporary file. Batch 3 has files of its own.
-        db.record_shard(&ShardRow {
-            batch_id: BatchId(2),
-            part: 0,
-            path: RunLayout::shard_file_name(2, 0, "a1"),
-            rows: 4,
-            sha256: "x".into(),
-        })
-        .unwrap();
-        let mut killed =
-            AttemptManifest::start(&db.plan_id().unwrap(), 2, "cpu".into(), settings(), 1);
-        killed.attempt = "k9".into();
-        killed.write(&layout).unwrap();
-        let temporary = atomic::tmp_path(&shard(2, 0, "k9"));
-        for f in [
-            shard(2, 0, "a1"),
-            shard(2, 0, "k9"),
-            temporary.clone(),
-            shard(3, 0, "a1"),
-        ] {
-            std::fs::write(f, b"x").unwrap();
-        }
-        db.ingest_results().unwrap();
-        assert!(shard(2, 0, "a1").exists() && shard(3, 0, "a1").exists());
-        assert!(
-            !shard(2, 0, "k9").exists(),
-            "the killed attempt's shard is removed by name"
-        );
-        let states = db.attempts().unwrap();
-        assert!(
-            states
-                .iter()
-                .any(|(b, t, s, _)| *b == 2 && t == "k9" && *s == AttemptState::Abandoned),
-            "{states:?}"
-        );
-        // The first ingest of this run was a full sweep: the temporary file went too.
-        assert!(!temporary.exists());
-        // A temporary file of a batch still open stays: its writer may be alive.
-        db.conn()
-            .execute("UPDATE batches SET state = 'running' WHERE id = 3", [])
-            .unwrap();
-        let live = atomic::tmp_path(&shard(3, 1, "a2"));
-        std::fs::write(&live, b"x").unwrap();
-        std::env::set_var(FULL_SWEEP_ENV, "0");
-        db.ingest_results().unwrap();
-        assert!(live.exists());
-        drop(dir);
-    }
-
-    #[test]
-    fn a_cancelled_attempts_shard_is_cleaned_once_the_batch_job_ends_between_full_sweeps() {
-        let (_dir, mut db) = run_at_scale(3, 0);
-        let layout = db.layout();
-        std::fs::create_dir_all(layout.shard_dir()).unwrap();
-        std::env::set_var(FULL_SWEEP_ENV, "900");
-        db.ingest_results().unwrap(); // the first, full sweep: every batch settled
-                                      // Batch 1 runs again (a job open), and an attempt of it that was cancelled left a
-                                      // manifest that never completed and a shard: the rehearsal's 9 extra shard rows.
-        db.insert_job(&crate::rundb::NewJob {
-            batches: &[1],
-            attempt: 2,
-            backend: "slurm",
-            queue: "q",
-            name: "job-1b",
-            script: "s",
-            log: "l",
-            marker: "m",
-        })
-        .unwrap();
-        let mut cancelled =
-            AttemptManifest::start(&db.plan_id().unwrap(), 1, "cpu".into(), settings(), 1);
-        cancelled.attempt = "c7".into();
-        cancelled.write(&layout).unwrap();
-        let shard = layout.resolve(RunLayout::shard_file_name(1, 0, "c7"));
-        std::fs::write(&shard, b"x").unwrap();
-        db.ingest_results().unwrap();
-        assert!(shard.exists(), "kept while a job of the batch is open");
-        db.set_job_state("job-1b", JobStatus::Cancelled, None)
-            .unwrap();
-        db.ingest_results().unwrap();
-        assert!(
-            !shard.exists(),
-            "removed at the first poll after the job ended"
-        );
-        // And then the batch is settled: its folder is not read at every poll.
-        let before = crate::fsops::total();
-        db.ingest_results().unwrap();
-        assert_eq!(
-            crate::fsops::total() - before,
-            1,
-            "the listing of results/ only"
-        );
-    }
-
-    #[test]
-    fn a_file_another_cleaner_removed_first_is_done_not_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let paths = [dir.path().join("a"), dir.path().join("b")];
-        for p in &paths {
-            std::fs::write(p, b"x").unwrap();
-        }
-        // `status` beside the submit loop cleans the same batch between the listing and the
-        // removal: one of the files is gone already.
-        std::fs::remove_file(&paths[0]).unwrap();
-        assert_eq!(remove_files(&paths).unwrap(), 1);
-        assert!(!paths.iter().any(|p| p.exists()));
-    }
-}
+mod tests;

@@ -3,7 +3,7 @@
 //! The submit loop rewrites it at each poll and `status` on the owner at each call, atomically,
 //! so `status` on another login node or a compute node reads a whole one without opening run.db.
 
-use super::{unix_now, Host, Result};
+use crate::owner::{unix_now, Host, Result};
 use crate::rundb::RunStatus;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
@@ -64,7 +64,7 @@ impl StatusSnapshot {
 
 /// The last snapshot, `None` when the owner never wrote one.
 pub fn read_snapshot(dir: &Path) -> Result<Option<StatusSnapshot>> {
-    super::read_json(RunLayout::new(dir).status_snapshot_file())
+    crate::owner::read_json(RunLayout::new(dir).status_snapshot_file())
 }
 
 /// Writes the snapshot of `status`. `submit_loop: None` (a `status` command) keeps the loop
@@ -88,6 +88,40 @@ pub fn write_snapshot(
         submit_loop,
         status: status.clone(),
     };
-    super::write_json(RunLayout::new(dir).status_snapshot_file(), &snapshot)?;
+    crate::owner::write_json(RunLayout::new(dir).status_snapshot_file(), &snapshot)?;
     Ok(snapshot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::owner::unix_now;
+    use crate::rundb::RunDb;
+
+    #[test]
+    fn a_status_call_keeps_the_loop_state_of_the_snapshot_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::create(dir.path()).unwrap();
+        let status = db.status().unwrap();
+        let state = LoopState {
+            pid: 42,
+            started_unix_s: unix_now() - 100.0,
+            poll_interval_s: 30.0,
+            last_poll_unix_s: unix_now() - 5.0,
+            ended_unix_s: None,
+            polls: 3,
+            cpu_s: 0.5,
+            result_file_ops: 12,
+        };
+        write_snapshot(dir.path(), &status, Some(state.clone())).unwrap();
+        write_snapshot(dir.path(), &status, None).unwrap();
+        let read = read_snapshot(dir.path()).unwrap().unwrap();
+        // (JSON keeps f64 to about 1e-7 s here: compare the pid and the times to the millisecond.)
+        let kept = read.submit_loop.clone().expect("the loop state is kept");
+        assert_eq!(kept.pid, 42);
+        assert!((kept.last_poll_unix_s - state.last_poll_unix_s).abs() < 1e-3);
+        assert!(kept.is_polling(unix_now()));
+        assert_eq!(read.status, status);
+        assert!(!state.is_polling(unix_now() + 3600.0));
+    }
 }

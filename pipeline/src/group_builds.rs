@@ -15,25 +15,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::RunDb;
-use embedfleet_core::{atomic, RunLayout};
+use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::oneshot::{cpu_job_config, OneShot, OneShotJob};
 use embedfleet_orchestrator::scheduler::{Backend, JobState, Scheduler, SchedulerConfig};
 use embedfleet_orchestrator::submit::{FollowUp, FollowUpRound};
 use embedfleet_snapshot::{GroupBuildRequest, ShardKeys};
-use serde::{Deserialize, Serialize};
 
-/// The run.db setting that keeps `submit --group-builds` for the run's later submits.
-pub const GROUP_BUILDS_SETTING: &str = "submit.group_builds";
-
-/// Where group builds go, as `submit --group-builds` was given it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupBuildsSetting {
-    /// A queue of the run's scheduler, or `local`.
-    pub queue: String,
-    pub cpus: u32,
-}
+use crate::error::{io, Result};
+use crate::job_record;
+use crate::settings::GroupBuildsSetting;
 
 /// What the loop keeps of each group.
 #[derive(Debug, Default)]
@@ -84,18 +75,15 @@ impl GroupBuilds {
         max_attempts: u32,
         lost_after: Duration,
     ) -> Result<Self> {
-        let run_dir = std::path::absolute(run_dir)?;
+        let run_dir =
+            std::path::absolute(run_dir).map_err(io("find the absolute path of", run_dir))?;
         let layout = RunLayout::new(&run_dir);
-        let keys = match ShardKeys::pinned(&layout)? {
-            Some(keys) => keys,
-            None => {
-                let Some(groups) = group_count else {
-                    bail!("--group-builds needs the run's shard keys: say how many groups its batches make (--group-count G, e.g. two per peer of the Qdrant cluster), or pin them with `build-shard --accepted --group-count G` or a first `upload --mode snapshot`");
-                };
-                let per_group = ShardKeys::batches_per_group_for(db.last_batch_id()?, groups);
-                ShardKeys::pin(&layout, per_group)?
-            }
-        };
+        let keys = crate::shard_keys::for_group_builds(
+            db,
+            &layout,
+            group_count,
+            "--group-builds needs the run's shard keys: say how many groups its batches make (--group-count G, e.g. two per peer of the Qdrant cluster), or pin them with `build-shard --accepted --group-count G` or a first `upload --mode snapshot`",
+        )?;
         let mut config = config.clone();
         let queue = if setting.queue == "local" {
             config.backend = Backend::Local;
@@ -112,7 +100,7 @@ impl GroupBuilds {
             scheduler,
             queue,
             cpus: setting.cpus,
-            exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
+            exe: crate::current_exe()?,
             max_attempts: max_attempts.max(1),
             lost_after,
             groups: BTreeMap::new(),
@@ -134,7 +122,7 @@ impl GroupBuilds {
     /// The build jobs an earlier loop left queued or running.
     fn adopt(&mut self, db: &RunDb) -> Result<()> {
         for group in 1..=self.group_count(db)? {
-            let Some(job) = read_record(&self.record_path(group)) else {
+            let Some(job) = job_record::read(&self.record_path(group)) else {
                 continue;
             };
             let state = embedfleet_orchestrator::oneshot::state(self.scheduler.as_ref(), &job);
@@ -307,10 +295,7 @@ impl GroupBuilds {
             one.attempt += 1;
         }
         let job = one.submit(self.scheduler.as_ref())?;
-        let record = self.record_path(request.group);
-        let json = serde_json::to_vec_pretty(&job).expect("a job record serialises");
-        atomic::write(&record, &json)
-            .with_context(|| format!("failed to write {}", record.display()))?;
+        job_record::write(&self.record_path(request.group), &job)?;
         Ok(job)
     }
 }
@@ -324,7 +309,7 @@ impl FollowUp for GroupBuilds {
                 busy
             }
             Err(e) => {
-                let text = format!("{e:#}");
+                let text = crate::error::describe(&e);
                 if self.last_error.as_ref() != Some(&text) {
                     said.push(format!(
                         "group builds: {text}; tried again each round (`upload --mode snapshot` builds what is left)"
@@ -338,8 +323,4 @@ impl FollowUp for GroupBuilds {
         };
         FollowUpRound { busy, said }
     }
-}
-
-fn read_record(path: &Path) -> Option<OneShotJob> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }

@@ -1,0 +1,95 @@
+//! The pipeline's errors: a stage's own error as it is, or a setup the pipeline refuses.
+
+use std::path::PathBuf;
+
+use embedfleet_core::handoff::HandoffError;
+use embedfleet_core::rundb::RunDbError;
+use embedfleet_orchestrator::scheduler::SchedulerError;
+use embedfleet_orchestrator::stored_config::StoredConfigError;
+use embedfleet_orchestrator::submit::SubmitError;
+use embedfleet_query::vectors::VectorsError;
+use embedfleet_query::QueryError;
+use embedfleet_snapshot::SnapshotError;
+
+use crate::preflight::Refused;
+
+pub type Result<T> = std::result::Result<T, PipelineError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    #[error(transparent)]
+    Handoff(#[from] HandoffError),
+    #[error(transparent)]
+    Scheduler(#[from] SchedulerError),
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    #[error(transparent)]
+    StoredConfig(#[from] StoredConfigError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    #[error(transparent)]
+    QueryVectors(#[from] VectorsError),
+    /// A setup refused before anything was sent (exit code 4).
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error("failed to {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Something the command needs that was not given, and how to give it.
+    #[error("{0}")]
+    Needs(String),
+}
+
+impl PipelineError {
+    /// Refusals (exit code 4) as opposed to failures: the stage's own word where the error is
+    /// a stage's.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Self::StoredConfig(e) => e.is_refusal(),
+            Self::Snapshot(e) => e.is_refusal(),
+            Self::Query(e) => e.is_refusal(),
+            Self::Submit(e) => matches!(
+                e,
+                SubmitError::NotOwner(_) | SubmitError::LoopRunning { .. }
+            ),
+            Self::Refused(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// An `Io` error of `action` on `path`.
+pub(crate) fn io(
+    action: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(std::io::Error) -> PipelineError + use<> {
+    let path = path.to_path_buf();
+    move |source| PipelineError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// `e` and each of its causes, `: ` between them (a stage's error and what lies under it).
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        // A transparent wrapper repeats its cause's message: said once.
+        if !text.ends_with(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,28 @@
+//! Where embedfleet's stages meet, as nextest-runner is to nextest: each command's settings
+//! resolved once ([`settings`]: as given, else as the run keeps them, else the default), the
+//! checks before a run's first job ([`preflight`]), and the drivers that cross stages — the
+//! submit set-up ([`submit`]), shards built per group while the run embeds ([`group_builds`]),
+//! the query job's round trip ([`query_job`]) and the run's shard keys ([`shard_keys`]).
+//!
+//! The `embedfleet` binary maps its flags onto these and prints what comes back. No stage crate
+//! depends on this one (`tests/e2e/architecture.rs`).
+
+pub mod error;
+pub mod group_builds;
+pub mod job_record;
+pub mod preflight;
+pub mod query_job;
+pub mod settings;
+pub mod shard_keys;
+pub mod submit;
+
+pub use error::{PipelineError, Result};
+
+/// The embedfleet binary running now: what jobs run when the run config names none.
+pub fn current_exe() -> Result<std::path::PathBuf> {
+    std::env::current_exe().map_err(|source| PipelineError::Io {
+        action: "find",
+        path: "the embedfleet binary".into(),
+        source,
+    })
+}

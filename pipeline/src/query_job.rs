@@ -1,0 +1,206 @@
+//! `query --submit`: the query vectors of a list of terms, made by a scheduler job
+//! (`embedfleet query-job`, on a GPU node) through the run's stored run config. The owner
+//! writes the work (`queries/KEY/`), submits the job (or finds the one an earlier call left
+//! queued or running), waits, and collects the vectors; the job never opens run.db. See
+//! `embedfleet_query::vectors` for the files and `embedfleet_orchestrator::oneshot` for the job.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::RunLayout;
+use embedfleet_models::DeviceSpec;
+use embedfleet_orchestrator::oneshot::{self, OneShot, OneShotJob};
+use embedfleet_orchestrator::scheduler::{Backend, JobState, Scheduler, SchedulerConfig};
+use embedfleet_orchestrator::stored_config::{self, GivenConfig, Origin};
+use embedfleet_query::{PrecomputedVectors, QueryWork, QueryWorkDir};
+
+use crate::error::{io, PipelineError, Result};
+use crate::job_record;
+use crate::preflight::{self, Refused};
+use crate::settings::QueryModelSettings;
+
+/// Where the owner keeps the job it submitted for a work folder (to find it after a restart).
+const JOB_RECORD: &str = "job.json";
+
+/// A query job to run.
+#[derive(Debug, Clone)]
+pub struct QueryJobRequest {
+    pub run_dir: PathBuf,
+    pub model: QueryModelSettings,
+    /// The queue (PBS) or partition (Slurm) of the job.
+    pub queue: String,
+    /// Terms per part, each written as soon as it is embedded.
+    pub part_terms: usize,
+    /// Seconds between polls (default: 30, or 1 for local).
+    pub poll_interval_s: Option<f64>,
+}
+
+/// The query vectors of `terms`, made by a scheduler job. `say` hears what happens (the job
+/// submitted, its parts done).
+pub fn embed_on_cluster(
+    db: &RunDb,
+    request: &QueryJobRequest,
+    terms: &[String],
+    say: &mut dyn FnMut(String),
+) -> Result<PrecomputedVectors> {
+    let chosen = stored_config::choose(db, &GivenConfig::default())?;
+    if chosen.origin == Origin::First {
+        say("this run has no stored run config (no `submit` has run yet): the query job goes to the local backend".into());
+    }
+    let config = chosen.config.scheduler;
+    let local = config.backend == Backend::Local;
+    let run_dir = absolute(&request.run_dir)?;
+    let model_dir = absolute(&request.model.model_dir)?;
+    let devices = request
+        .model
+        .devices
+        .clone()
+        .unwrap_or_else(|| if local { "cpu" } else { "cuda" }.to_string());
+    check_setup(&devices, &model_dir, config.script.embedfleet.as_deref())?;
+    let work = QueryWork::new(
+        model_dir,
+        request.model.dim,
+        request.model.instruction.clone(),
+        request.part_terms,
+        terms,
+    );
+    let wd = QueryWorkDir::prepare(&run_dir, work, terms.to_vec())?;
+    let parts = wd.work.parts();
+    if !wd.missing_parts().is_empty() {
+        let scheduler = config.build();
+        let job = open_or_submit(
+            &wd,
+            &run_dir,
+            &config,
+            scheduler.as_ref(),
+            request,
+            &devices,
+            say,
+        )?;
+        let secs = |v: Option<f64>, local_default: f64, default: f64| {
+            Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
+        };
+        let mut shown = usize::MAX;
+        let end = oneshot::wait(
+            scheduler.as_ref(),
+            &job,
+            secs(request.poll_interval_s, 1.0, 30.0),
+            secs(None, 10.0, 300.0),
+            |state| {
+                let done = parts - wd.missing_parts().len();
+                if done != shown {
+                    shown = done;
+                    say(format!(
+                        "query job {}: {state}, {done}/{parts} parts",
+                        job.name
+                    ));
+                }
+            },
+        )?;
+        let missing = wd.missing_parts();
+        if !missing.is_empty() {
+            return Err(PipelineError::Needs(format!(
+                "the query job {} ended ({end}) with {} of {parts} parts written; its log: {}. \
+                 Run the same command again to go on: the parts written are kept",
+                job.name,
+                parts - missing.len(),
+                job.log.display()
+            )));
+        }
+    }
+    say(format!(
+        "collecting the query vectors ({parts} parts) from {}",
+        wd.root.display()
+    ));
+    Ok(wd.load_vectors()?)
+}
+
+/// The job an earlier call left queued or running for this work, else a new one.
+fn open_or_submit(
+    wd: &QueryWorkDir,
+    run_dir: &Path,
+    config: &SchedulerConfig,
+    scheduler: &dyn Scheduler,
+    request: &QueryJobRequest,
+    devices: &str,
+    say: &mut dyn FnMut(String),
+) -> Result<OneShotJob> {
+    let record = wd.root.join(JOB_RECORD);
+    let earlier = job_record::read(&record);
+    let open = earlier.as_ref().and_then(|job| {
+        oneshot::state(scheduler, job)
+            .ok()
+            .filter(|s| matches!(s, JobState::Pending | JobState::Running))
+    });
+    if let (Some(job), Some(state)) = (&earlier, open) {
+        say(format!(
+            "query job {} ({}) of an earlier `query --submit` is {state}: waiting for it",
+            job.name, job.scheduler_id
+        ));
+        return Ok(job.clone());
+    }
+    let exe = crate::current_exe()?;
+    let kind = format!("q{}-a", &wd.work.key()[..8]);
+    let mut one = OneShot {
+        run_dir,
+        scheduler: config,
+        exe: &exe,
+        queue: &request.queue,
+        kind: &kind,
+        attempt: earlier.map_or(1, |j| j.attempt + 1),
+        args: vec![
+            "query-job".into(),
+            "--work".into(),
+            wd.root.display().to_string(),
+            "--devices".into(),
+            devices.to_string(),
+        ],
+    };
+    // A name is never used twice (its script, log and marker are its own).
+    let layout = RunLayout::new(run_dir);
+    while layout.job_script(&one.name()).exists() {
+        one.attempt += 1;
+    }
+    let job = one.submit(scheduler)?;
+    job_record::write(&record, &job)?;
+    say(format!(
+        "submitted query job {} ({}) to {} queue {} on {devices}: {} terms in {} parts of {}; log: {}",
+        job.name,
+        job.scheduler_id,
+        config.backend,
+        job.queue,
+        wd.work.terms,
+        wd.work.parts(),
+        wd.work.part_terms,
+        job.log.display()
+    ));
+    Ok(job)
+}
+
+/// A setup that would make the job fail at once: refused before it is queued.
+fn check_setup(devices: &str, model_dir: &Path, binary: Option<&str>) -> Result<()> {
+    let mut problems = Vec::new();
+    match embedfleet_embed::parse_devices(devices) {
+        Err(e) => problems.push(format!("--devices: {e}")),
+        Ok(list) => {
+            let gpus = list.iter().any(|d| matches!(d, DeviceSpec::Cuda(_)));
+            preflight::check_binary(binary, gpus, devices, &mut problems);
+        }
+    }
+    if let Err(e) = embedfleet_models::verify_model_dir(model_dir) {
+        problems.push(format!(
+            "the model directory {} is not usable: {e}",
+            model_dir.display()
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Refused { problems }.into())
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).map_err(io("find the absolute path of", path))
+}

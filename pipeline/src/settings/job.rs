@@ -1,0 +1,70 @@
+//! What every embed job of a run is started with: the devices, the model and the output
+//! options, rendered as `embed-job` flags for the job scripts.
+
+use std::path::PathBuf;
+
+use embedfleet_core::handoff::OutputSettings;
+use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+
+/// How an embed job embeds: every `embed-job` flag but the run directory and the batch, which
+/// the submit loop adds to each job's command line. The binary's `embed-job` parses what
+/// [`JobSettings::to_args`] renders back into the same settings (its round-trip test).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSettings {
+    /// `cuda:0,1,2,3`, `cuda`, `cpu`, `cpu:N`.
+    pub devices: String,
+    /// Absolute: jobs start in the run directory.
+    pub model_dir: PathBuf,
+    pub dim: Option<usize>,
+    pub vector_dtype: VectorDtype,
+    pub max_tokens: Option<usize>,
+    pub shard_papers: usize,
+    /// Mini-batches estimated above this many bytes fail as an out-of-memory would (tests).
+    pub memory_limit: Option<u64>,
+    /// Each job builds its batch's Qdrant shard after embedding it.
+    pub build_shard: bool,
+}
+
+impl JobSettings {
+    /// The flags that give these settings back when parsed: only what differs from a default,
+    /// so job scripts stay short.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--model-dir".to_string(),
+            self.model_dir.display().to_string(),
+            "--devices".into(),
+            self.devices.clone(),
+        ];
+        if self.shard_papers != DEFAULT_SHARD_PAPERS {
+            args.extend(["--shard-papers".into(), self.shard_papers.to_string()]);
+        }
+        if let Some(dim) = self.dim {
+            args.extend(["--dim".into(), dim.to_string()]);
+        }
+        if self.vector_dtype != VectorDtype::F32 {
+            args.extend(["--vector-dtype".into(), "f16".into()]);
+        }
+        if let Some(max) = self.max_tokens {
+            args.extend(["--max-tokens".into(), max.to_string()]);
+        }
+        if let Some(limit) = self.memory_limit {
+            args.extend(["--memory-limit".into(), limit.to_string()]);
+        }
+        if self.build_shard {
+            args.push("--build-shard".into());
+        }
+        args
+    }
+
+    /// The output settings the jobs would pin (`output-settings.json`).
+    pub fn output_settings(&self) -> OutputSettings {
+        embedfleet_embed::job::output_settings(
+            &self.model_dir,
+            self.dim,
+            self.vector_dtype,
+            self.max_tokens,
+            self.shard_papers,
+        )
+    }
+}

@@ -1,0 +1,12 @@
+//! Each command's settings, resolved once (ripgrep's low args to high args): the flags as
+//! typed, a plain struct the binary fills from clap, become validated settings, each one as
+//! given, else as the run keeps it (pinned by its first step, or stored by an earlier command),
+//! else the default ([`embedfleet_core::pin::Resolved`]). Clap types stop at the binary.
+
+pub mod job;
+pub mod query;
+pub mod submit;
+
+pub use job::JobSettings;
+pub use query::{QueryModelFlags, QueryModelSettings};
+pub use submit::{GroupBuildsSetting, LoopOptions, SubmitFlags, SubmitSettings};

@@ -1,0 +1,99 @@
+//! The settings of the steps after the upload: the model that embeds query terms, and the
+//! batch size and requests in flight of `query` and `upload` (as given, else what `tune` saved
+//! for the same kind of sink, else the study's best).
+
+use std::path::{Path, PathBuf};
+
+use embedfleet_core::pin::Resolved;
+use embedfleet_core::RunLayout;
+
+use crate::error::{PipelineError, Result};
+
+/// The query model's flags as typed.
+#[derive(Debug, Clone, Default)]
+pub struct QueryModelFlags {
+    pub model_dir: Option<PathBuf>,
+    pub dim: Option<usize>,
+    pub devices: Option<String>,
+    pub instruction: Option<String>,
+}
+
+/// The model that embeds query terms, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryModelSettings {
+    /// The given directory, else the tiny model `run` wrote into the run directory.
+    pub model_dir: PathBuf,
+    pub dim: Option<usize>,
+    /// As given; each step has its own default (this host: `cpu`; a query job: its node's).
+    pub devices: Option<String>,
+    /// The given instruction, else the model's retrieval instruction.
+    pub instruction: String,
+}
+
+impl QueryModelSettings {
+    pub fn resolve(run_dir: &Path, flags: &QueryModelFlags) -> Result<Self> {
+        let model_dir = match &flags.model_dir {
+            Some(dir) => dir.clone(),
+            None => {
+                let tiny = RunLayout::new(run_dir).tiny_model_dir();
+                if !tiny.is_dir() {
+                    return Err(PipelineError::Needs(
+                        "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)".into(),
+                    ));
+                }
+                tiny
+            }
+        };
+        Ok(Self {
+            model_dir,
+            dim: flags.dim,
+            devices: flags.devices.clone(),
+            instruction: flags
+                .instruction
+                .clone()
+                .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.to_string()),
+        })
+    }
+}
+
+/// A batch size and requests in flight: as given, else as `tune` saved them for this kind of
+/// sink, else the defaults; never below 1.
+pub fn batching(
+    given: (Option<usize>, Option<usize>),
+    tuned: Option<(usize, usize)>,
+    defaults: (usize, usize),
+) -> (Resolved<usize>, Resolved<usize>) {
+    let size = Resolved::of(given.0, tuned.map(|t| t.0), || defaults.0).map(|v| v.max(1));
+    let in_flight = Resolved::of(given.1, tuned.map(|t| t.1), || defaults.1).map(|v| v.max(1));
+    (size, in_flight)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use embedfleet_core::pin::Source;
+
+    #[test]
+    fn batching_is_as_given_else_as_tuned_else_the_default() {
+        let (b, k) = batching((Some(64), None), Some((32, 4)), (16, 2));
+        assert_eq!((b.value, b.source), (64, Source::Given));
+        assert_eq!((k.value, k.source), (4, Source::Run));
+        let (b, k) = batching((None, Some(0)), None, (16, 2));
+        assert_eq!((b.value, b.source), (16, Source::Default));
+        assert_eq!(k.value, 1, "never below one");
+    }
+
+    #[test]
+    fn the_query_model_is_the_runs_tiny_model_when_none_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = QueryModelSettings::resolve(dir.path(), &QueryModelFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("give --model-dir"), "{err}");
+        let tiny = RunLayout::new(dir.path()).tiny_model_dir();
+        std::fs::create_dir_all(&tiny).unwrap();
+        let s = QueryModelSettings::resolve(dir.path(), &QueryModelFlags::default()).unwrap();
+        assert_eq!(s.model_dir, tiny);
+        assert_eq!(s.instruction, embedfleet_embed::DEFAULT_INSTRUCTION);
+    }
+}

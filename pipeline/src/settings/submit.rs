@@ -1,0 +1,352 @@
+//! `submit`'s settings: what was typed ([`SubmitFlags`]) resolved once against what the run
+//! keeps ([`SubmitSettings`]). A restart typed with `--run-dir` alone (after a crash, from
+//! notes, by a colleague) embeds and loops exactly as the run did.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use embedfleet_core::handoff::OutputSettings;
+use embedfleet_core::pin::{Resolved, Source};
+use embedfleet_core::rundb::{RunDb, StallRule};
+use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_orchestrator::config::RunConfig;
+use embedfleet_orchestrator::scheduler::Backend;
+use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig};
+use serde::{Deserialize, Serialize};
+
+use super::job::JobSettings;
+use crate::error::{PipelineError, Result};
+
+/// The run.db setting that keeps the last `submit --devices`.
+pub const DEVICES_SETTING: &str = "submit.devices";
+/// The run.db setting that keeps the loop options a submit was given.
+pub const LOOP_SETTING: &str = "submit.loop";
+/// The run.db setting that keeps `submit --group-builds` for the run's later submits.
+pub const GROUP_BUILDS_SETTING: &str = "submit.group_builds";
+
+/// `submit`'s flags as typed: `None` where the command line gave none.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitFlags {
+    pub run_dir: PathBuf,
+    /// `--config FILE`, read.
+    pub config: Option<RunConfig>,
+    pub backend: Option<Backend>,
+    pub replace_config: bool,
+    pub queues: Vec<(String, u32)>,
+    pub devices: Option<String>,
+    pub model_dir: Option<PathBuf>,
+    pub dim: Option<usize>,
+    pub vector_dtype: Option<VectorDtype>,
+    pub max_tokens: Option<usize>,
+    pub shard_papers: Option<usize>,
+    pub build_shard: bool,
+    /// `--group-builds QUEUE|local|off`.
+    pub group_builds: Option<String>,
+    pub group_count: Option<i64>,
+    pub build_cpus: u32,
+    pub loop_options: LoopOptions,
+    pub watch: bool,
+    pub dry_run: bool,
+    pub trial: Option<String>,
+    pub stall: StallRule,
+    pub kill_stalled: bool,
+}
+
+/// The submit loop's options as given to the run's submits: `None` where none gave one. Kept
+/// in run.db ([`LOOP_SETTING`]).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopOptions {
+    pub max_attempts: Option<u32>,
+    pub breaker_after: Option<u32>,
+    pub poll_interval_s: Option<f64>,
+    pub lost_after_s: Option<f64>,
+}
+
+/// Where group builds go, as `submit --group-builds` was given it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupBuildsSetting {
+    /// A queue of the run's scheduler, or `local`.
+    pub queue: String,
+    pub cpus: u32,
+}
+
+/// `submit`'s settings, each resolved once: as given, else as the run keeps it, else the
+/// default.
+#[derive(Debug, Clone)]
+pub struct SubmitSettings {
+    /// The run config: the given one, the stored one, or the default (see
+    /// [`stored_config::choose`]).
+    pub config: ChosenConfig,
+    pub devices: Resolved<String>,
+    /// What every embed job runs with.
+    pub job: JobSettings,
+    /// The loop options as given or kept (`None`: none ever given), and the values they come
+    /// to.
+    pub loop_options: LoopOptions,
+    pub max_attempts: u32,
+    pub breaker_after: u32,
+    pub poll_interval: Duration,
+    pub lost_after: Duration,
+    /// The queue caps to set (`None` keeps run.db's).
+    pub queues: Option<BTreeMap<String, u32>>,
+    /// Group builds, as given or kept; `None` for none. A trial builds nothing.
+    pub group_builds: Option<GroupBuildsSetting>,
+    /// Options of the run's earlier submits that this one takes, as flags (for the user).
+    pub kept: Vec<String>,
+    /// Notes for the user on defaults taken.
+    pub notes: Vec<String>,
+}
+
+impl SubmitSettings {
+    /// Resolves `flags` against the run in `db` (read only: storing is the set-up's).
+    pub fn resolve(db: &RunDb, flags: &SubmitFlags) -> Result<Self> {
+        let given = GivenConfig {
+            file: flags.config.clone(),
+            backend: flags.backend,
+            replace: flags.replace_config,
+        };
+        let config = stored_config::choose(db, &given)?;
+        let backend = config.config.scheduler.backend;
+        let local = backend == Backend::Local;
+        let devices = Resolved::of(
+            flags.devices.clone(),
+            db.setting::<String>(DEVICES_SETTING)?,
+            || {
+                if local {
+                    "cpu".to_string()
+                } else {
+                    // A node's GPUs: as many as the script asks for, else the four of the
+                    // product's nodes.
+                    let gpus = config.config.scheduler.script.gpus_per_node.unwrap_or(4);
+                    let list: Vec<String> = (0..gpus.max(1)).map(|g| g.to_string()).collect();
+                    format!("cuda:{}", list.join(","))
+                }
+            },
+        );
+        let job = job_settings(db, flags, devices.value.clone())?;
+        let stored: LoopOptions = db.setting(LOOP_SETTING)?.unwrap_or_default();
+        let loop_options = LoopOptions {
+            max_attempts: flags.loop_options.max_attempts.or(stored.max_attempts),
+            breaker_after: flags.loop_options.breaker_after.or(stored.breaker_after),
+            poll_interval_s: flags
+                .loop_options
+                .poll_interval_s
+                .or(stored.poll_interval_s),
+            lost_after_s: flags.loop_options.lost_after_s.or(stored.lost_after_s),
+        };
+        let secs = |v: Option<f64>, local_default: f64, default: f64| {
+            Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
+        };
+        let mut notes = Vec::new();
+        let mut queues = (!flags.queues.is_empty())
+            .then(|| flags.queues.iter().cloned().collect::<BTreeMap<_, _>>());
+        if queues.is_none() && local && db.queue_caps()?.is_empty() {
+            notes.push("no queues given: using one local queue `local` of 2 jobs at once".into());
+            queues = Some(BTreeMap::from([("local".to_string(), 2)]));
+        }
+        Ok(Self {
+            kept: kept_loop_flags(&flags.loop_options, &stored),
+            max_attempts: loop_options.max_attempts.unwrap_or(3).max(1),
+            breaker_after: loop_options
+                .breaker_after
+                .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
+            poll_interval: secs(loop_options.poll_interval_s, 1.0, 30.0),
+            lost_after: secs(loop_options.lost_after_s, 10.0, 300.0),
+            loop_options,
+            group_builds: group_builds(db, flags)?,
+            config,
+            devices,
+            job,
+            queues,
+            notes,
+        })
+    }
+
+    /// Whether the loop options differ from the ones the run keeps (a submit stores them).
+    pub fn loop_options_changed(&self, db: &RunDb) -> Result<bool> {
+        let stored: LoopOptions = db.setting(LOOP_SETTING)?.unwrap_or_default();
+        Ok(self.loop_options != stored)
+    }
+}
+
+/// The embed jobs' settings: the output options as given, else as the run's first submit
+/// fixed them (`output-settings.json`), else the defaults.
+fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobSettings> {
+    let pinned = OutputSettings::read(&db.layout())?;
+    let model_dir = Resolved::of(
+        flags.model_dir.clone(),
+        pinned.as_ref().map(|p| PathBuf::from(&p.model_dir)),
+        PathBuf::new,
+    );
+    if model_dir.source == Source::Default {
+        return Err(PipelineError::Needs(
+            "give --model-dir: this run's first submit chooses its model (later ones use the run's)"
+                .into(),
+        ));
+    }
+    let model_dir = std::path::absolute(&model_dir.value).map_err(crate::error::io(
+        "find the absolute path of",
+        &model_dir.value,
+    ))?;
+    let pinned = pinned.as_ref();
+    Ok(JobSettings {
+        devices,
+        model_dir,
+        dim: flags.dim.or(pinned.and_then(|p| p.dim)),
+        vector_dtype: Resolved::of(flags.vector_dtype, pinned.map(|p| p.vector_dtype), || {
+            VectorDtype::F32
+        })
+        .value,
+        max_tokens: flags.max_tokens.or(pinned.and_then(|p| p.max_tokens)),
+        shard_papers: Resolved::of(flags.shard_papers, pinned.map(|p| p.shard_papers), || {
+            embedfleet_embed::job::DEFAULT_SHARD_PAPERS
+        })
+        .value,
+        memory_limit: None,
+        build_shard: flags.build_shard,
+    })
+}
+
+/// `--group-builds` as given (`off` forgets it), else as the run's last submit was given it.
+fn group_builds(db: &RunDb, flags: &SubmitFlags) -> Result<Option<GroupBuildsSetting>> {
+    Ok(match flags.group_builds.as_deref() {
+        None => db
+            .setting::<Option<GroupBuildsSetting>>(GROUP_BUILDS_SETTING)?
+            .flatten(),
+        Some("off") => None,
+        Some(queue) => Some(GroupBuildsSetting {
+            queue: queue.to_string(),
+            cpus: flags.build_cpus,
+        }),
+    })
+}
+
+/// The loop options this submit takes from the run's earlier ones, as their flags.
+fn kept_loop_flags(given: &LoopOptions, stored: &LoopOptions) -> Vec<String> {
+    [
+        (
+            given.poll_interval_s.is_none(),
+            stored
+                .poll_interval_s
+                .map(|s| format!("--poll-interval {s}")),
+        ),
+        (
+            given.max_attempts.is_none(),
+            stored.max_attempts.map(|n| format!("--max-attempts {n}")),
+        ),
+        (
+            given.lost_after_s.is_none(),
+            stored.lost_after_s.map(|s| format!("--lost-after {s}")),
+        ),
+        (
+            given.breaker_after.is_none(),
+            stored.breaker_after.map(|k| format!("--breaker-after {k}")),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(not_given, value)| value.filter(|_| not_given))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> (tempfile::TempDir, RunDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RunDb::create(dir.path()).unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn a_restart_with_the_run_dir_alone_takes_the_runs_options() {
+        let (dir, db) = run();
+        let model = dir.path().join("model");
+        let first = SubmitFlags {
+            run_dir: dir.path().into(),
+            model_dir: Some(model.clone()),
+            shard_papers: Some(3),
+            vector_dtype: Some(VectorDtype::F16),
+            devices: Some("cpu:2".into()),
+            loop_options: LoopOptions {
+                poll_interval_s: Some(0.5),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let settings = SubmitSettings::resolve(&db, &first).unwrap();
+        assert_eq!(settings.devices.source, Source::Given);
+        assert_eq!(settings.poll_interval, Duration::from_millis(500));
+        // What the first submit pins and stores.
+        settings.job.output_settings().pin(&db.layout()).unwrap();
+        db.set_setting(DEVICES_SETTING, &"cpu:2".to_string())
+            .unwrap();
+        db.set_setting(LOOP_SETTING, &settings.loop_options)
+            .unwrap();
+
+        let restart = SubmitFlags {
+            run_dir: dir.path().into(),
+            ..Default::default()
+        };
+        let again = SubmitSettings::resolve(&db, &restart).unwrap();
+        assert_eq!(again.job.model_dir, std::path::absolute(&model).unwrap());
+        assert_eq!(again.job.shard_papers, 3);
+        assert_eq!(again.job.vector_dtype, VectorDtype::F16);
+        assert_eq!(
+            (again.devices.value.as_str(), again.devices.source),
+            ("cpu:2", Source::Run)
+        );
+        assert_eq!(again.poll_interval, Duration::from_millis(500));
+        assert_eq!(again.kept, ["--poll-interval 0.5"]);
+        assert!(!again.loop_options_changed(&db).unwrap());
+    }
+
+    #[test]
+    fn a_first_submit_without_a_model_is_told_to_give_one() {
+        let (dir, db) = run();
+        let flags = SubmitFlags {
+            run_dir: dir.path().into(),
+            ..Default::default()
+        };
+        let err = SubmitSettings::resolve(&db, &flags)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("give --model-dir"), "{err}");
+    }
+
+    #[test]
+    fn defaults_follow_the_backend() {
+        let (dir, db) = run();
+        let flags = SubmitFlags {
+            run_dir: dir.path().into(),
+            model_dir: Some("m".into()),
+            backend: Some(Backend::Slurm),
+            ..Default::default()
+        };
+        let s = SubmitSettings::resolve(&db, &flags).unwrap();
+        assert_eq!(s.devices.value, "cuda:0,1,2,3");
+        assert_eq!(s.devices.source, Source::Default);
+        assert_eq!(s.poll_interval, Duration::from_secs(30));
+        assert_eq!(s.lost_after, Duration::from_secs(300));
+        assert_eq!(s.max_attempts, 3);
+        assert!(
+            s.queues.is_none(),
+            "a cluster's queues are the user's to give"
+        );
+        let local = SubmitSettings::resolve(
+            &db,
+            &SubmitFlags {
+                backend: None,
+                ..flags
+            },
+        )
+        .unwrap();
+        assert_eq!(local.devices.value, "cpu");
+        assert_eq!(local.poll_interval, Duration::from_secs(1));
+        assert_eq!(
+            local.queues,
+            Some(BTreeMap::from([("local".to_string(), 2)]))
+        );
+    }
+}

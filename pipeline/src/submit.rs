@@ -1,0 +1,156 @@
+//! The submit set-up: `submit`'s settings resolved, checked against this build and the run
+//! (preflight), what the run keeps stored, and the loop's options made — everything before the
+//! submit loop's first round. The binary prints, runs the loop and summarises.
+
+use std::path::{Path, PathBuf};
+
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::state::BatchState;
+use embedfleet_orchestrator::stored_config;
+use embedfleet_orchestrator::submit::SubmitOptions;
+
+use crate::error::Result;
+use crate::group_builds::GroupBuilds;
+use crate::preflight::{self, JobSetup};
+use crate::settings::submit::{DEVICES_SETTING, GROUP_BUILDS_SETTING, LOOP_SETTING};
+use crate::settings::{SubmitFlags, SubmitSettings};
+
+/// A submit ready to loop.
+pub struct PreparedSubmit {
+    pub settings: SubmitSettings,
+    pub options: SubmitOptions,
+    /// The follow-up work of `--group-builds` (never in a dry run or a trial).
+    pub builds: Option<GroupBuilds>,
+    /// What the set-up did that the user should hear of.
+    pub notes: Vec<String>,
+}
+
+/// Resolves `flags` against the run, checks the set-up, and (unless a dry run) pins the run's
+/// output settings and stores its run config and kept options. `exe` is the binary the jobs
+/// run when the run config names none.
+pub fn prepare(
+    db: &RunDb,
+    flags: &SubmitFlags,
+    exe: PathBuf,
+    progress: bool,
+) -> Result<PreparedSubmit> {
+    let settings = SubmitSettings::resolve(db, flags)?;
+    let mut notes = settings.notes.clone();
+    let write = !flags.dry_run;
+    if flags.build_shard && write {
+        // Shards built beside the GPUs hold one batch each: the run's keys are a key per
+        // batch (unless a grouped load pinned them already; then the jobs leave the building
+        // to it).
+        let keys = crate::shard_keys::for_batch_builds(&db.layout())?;
+        if keys.batches_per_group > 1 {
+            notes.push(format!(
+                "note: this run's shard keys hold {} batches each (snapshots/keys.json): the embed jobs build no shards; `upload --mode snapshot` builds each group's",
+                keys.batches_per_group
+            ));
+        }
+    }
+    let config = &settings.config.config;
+    preflight::check_submit(
+        db,
+        &JobSetup {
+            binary: config.scheduler.script.embedfleet.as_deref(),
+            devices: &settings.job.devices,
+            model_dir: &settings.job.model_dir,
+            output: settings.job.output_settings(),
+            pin: write,
+        },
+    )?;
+    if write {
+        store_kept(db, flags, &settings)?;
+    }
+    let options = SubmitOptions {
+        run_dir: flags.run_dir.clone(),
+        scheduler: config.scheduler.clone(),
+        queues: settings.queues.clone(),
+        max_attempts: settings.max_attempts,
+        poll_interval: settings.poll_interval,
+        lost_after: settings.lost_after,
+        watch: flags.watch,
+        embed_args: settings.job.to_args(),
+        exe,
+        progress,
+        trial: flags.trial.clone(),
+        stall: flags.stall,
+        kill_stalled: flags.kill_stalled,
+        breaker_after: settings.breaker_after,
+        notify: config.notify.clone(),
+    };
+    // A trial is one embed job whose end the user waits for: no group builds.
+    let builds = match (&settings.group_builds, write && flags.trial.is_none()) {
+        (Some(setting), true) => {
+            let builds = GroupBuilds::new(
+                db,
+                &flags.run_dir,
+                &config.scheduler,
+                setting,
+                flags.group_count,
+                settings.max_attempts,
+                settings.lost_after,
+            )?;
+            notes.push(format!(
+                "group builds: each group of {} batches gets its shard built on {} ({} cores) once its batches are done",
+                builds.keys().batches_per_group,
+                if setting.queue == "local" {
+                    "this host".to_string()
+                } else {
+                    format!("queue {}", setting.queue)
+                },
+                setting.cpus
+            ));
+            Some(builds)
+        }
+        _ => None,
+    };
+    Ok(PreparedSubmit {
+        settings,
+        options,
+        builds,
+        notes,
+    })
+}
+
+/// Stores what later submits of the run take when given nothing: the run config (the first
+/// submit's, or a replacement), the devices, the loop options, the group builds.
+fn store_kept(db: &RunDb, flags: &SubmitFlags, settings: &SubmitSettings) -> Result<()> {
+    if settings.config.to_store() {
+        stored_config::check_renders(&settings.config.config)?;
+        stored_config::store(db, &settings.config.config)?;
+    }
+    if let Some(devices) = &flags.devices {
+        db.set_setting(DEVICES_SETTING, devices)?;
+    }
+    if flags.trial.is_none() && settings.loop_options_changed(db)? {
+        db.set_setting(LOOP_SETTING, &settings.loop_options)?;
+    }
+    if flags.group_builds.is_some() {
+        db.set_setting(GROUP_BUILDS_SETTING, &settings.group_builds)?;
+    }
+    Ok(())
+}
+
+/// Batches not done in run.db that have result manifests in `results/` (what a dry run, which
+/// reads nothing in, says a real submit would take in first).
+pub fn manifests_not_taken_in(db: &RunDb) -> Result<Vec<i64>> {
+    let mut ids = Vec::new();
+    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
+        ids.extend(db.batch_ids(state)?);
+    }
+    ids.sort_unstable();
+    Ok(ids
+        .into_iter()
+        .filter(|&id| has_manifest(&db.layout().batch_results_dir(id)))
+        .collect())
+}
+
+fn has_manifest(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+    })
+}
