@@ -8,6 +8,7 @@ use clap::Parser;
 use embedfleet_core::exit;
 
 fn main() {
+    end_quietly_when_the_reader_goes();
     let cli = cli::Cli::parse();
     init_tracing(cli.verbose);
     let code = match commands::run(cli) {
@@ -31,6 +32,35 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain()
         .filter_map(|e| e.downcast_ref::<std::io::Error>())
         .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// A command whose stdout or stderr reader has gone (`status | head -1`, a log pipe whose
+/// reader exited) ends as coreutils do, by SIGPIPE, quietly, instead of the panic Rust's
+/// printing raises on a closed pipe. SIGPIPE itself stays ignored otherwise: a scheduler
+/// command that exits before reading its script from stdin must fail that one call, not kill
+/// the submit loop. Nothing is half-written at any moment the process ends: every file the run
+/// keeps is written atomically, run.db in transactions.
+fn end_quietly_when_the_reader_goes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let closed_pipe = message.starts_with("failed printing to std")
+            && message.contains(&std::io::Error::from_raw_os_error(libc::EPIPE).to_string());
+        if closed_pipe {
+            // SAFETY: restoring the default action of a signal and raising it on this very
+            // process: the process ends here, as `cat` would on a closed pipe.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+        }
+        default(info);
+    }));
 }
 
 fn init_tracing(verbose: u8) {

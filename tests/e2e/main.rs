@@ -10,6 +10,7 @@ mod doctor;
 mod embed;
 mod integrity;
 mod owner;
+mod pipes;
 mod plan;
 mod publish;
 mod query;
