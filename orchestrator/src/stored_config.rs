@@ -21,6 +21,7 @@ Queue caps are not part of it: they stay live-editable in run.db (`queues set`).
 */
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use embedfleet_core::rundb::{RunDb, RunDbError};
 use serde_json::Value;
@@ -198,6 +199,24 @@ pub fn check_renders(config: &RunConfig) -> Result<(), crate::submit::SubmitErro
     };
     crate::scheduler::render_job_script(config.scheduler.backend, script, &job)?;
     Ok(())
+}
+
+/// What the backend of the run's stored config finds wrong before the first job (see
+/// [`Scheduler::preflight`](crate::scheduler::Scheduler::preflight)), a line per queue: for
+/// `doctor`. Nothing when the run has no stored config, or its run.db cannot be read here.
+pub fn preflight(run_dir: &Path) -> Vec<String> {
+    let Ok(db) = RunDb::open_read_only(run_dir) else {
+        return Vec::new();
+    };
+    let Ok(Some(config)) = stored(&db) else {
+        return Vec::new();
+    };
+    config
+        .scheduler
+        .preflight(run_dir)
+        .into_iter()
+        .map(|p| format!("queue {}: {}", p.queue, p.reason))
+        .collect()
 }
 
 /// True once a scheduler has taken a job of the run (whatever became of it).

@@ -3,7 +3,7 @@
 use super::group_builds::{GroupBuilds, GroupBuildsSetting, GROUP_BUILDS_SETTING};
 use super::preflight;
 use crate::cli::{
-    BackendArg, EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
+    EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
     SubmitArgs, TakeOverArgs, VectorDtypeArg,
 };
 use anyhow::{bail, Context, Result};
@@ -15,7 +15,6 @@ use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
-use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::status;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig, Origin};
 use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
@@ -48,7 +47,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     };
     let given = GivenConfig {
         file: args.config.as_deref().map(RunConfig::load).transpose()?,
-        backend: args.backend.map(backend_of),
+        backend: args.backend,
         replace: args.replace_config,
     };
     let chosen = stored_config::choose(&db, &given)?;
@@ -56,21 +55,16 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         eprintln!("{}", chosen.describe());
     }
     let config = chosen.config.clone();
-    let backend = config.scheduler.backend;
-    let local = backend == Backend::Local;
+    // What the backend uses where neither the command line nor the run says.
+    let defaults = config.scheduler.backend.kind().defaults(&config.scheduler);
     // The jobs' devices: as given, else as the run's last submit was given them (a restart
     // typed without --devices keeps `--devices cpu` or `cuda:0,1`), else the backend's default.
     let stored_devices: Option<String> = db.setting(DEVICES_SETTING)?;
-    let devices = args.devices.clone().or(stored_devices).unwrap_or_else(|| {
-        if local {
-            "cpu".to_string()
-        } else {
-            // A node's GPUs: as many as the script asks for, else the four of the product's nodes.
-            let gpus = config.scheduler.script.gpus_per_node.unwrap_or(4).max(1);
-            let list: Vec<String> = (0..gpus).map(|g| g.to_string()).collect();
-            format!("cuda:{}", list.join(","))
-        }
-    });
+    let devices = args
+        .devices
+        .clone()
+        .or(stored_devices)
+        .unwrap_or_else(|| defaults.devices.clone());
     // The output options: as given, else as the run's first submit fixed them, so that a
     // restart typed with none of them (after a crash, from notes) embeds as the run did.
     let pinned = OutputSettings::read(&db.layout())?;
@@ -144,9 +138,11 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     }
     let mut queues =
         (!args.queues.is_empty()).then(|| args.queues.iter().cloned().collect::<BTreeMap<_, _>>());
-    if queues.is_none() && local && db.queue_caps()?.is_empty() {
-        eprintln!("no queues given: using one local queue `local` of 2 jobs at once");
-        queues = Some(BTreeMap::from([("local".to_string(), 2)]));
+    if let Some((caps, described)) = &defaults.queues {
+        if queues.is_none() && db.queue_caps()?.is_empty() {
+            eprintln!("no queues given: using {described}");
+            queues = Some(caps.clone());
+        }
     }
     // The loop's options: as given, else as the run's last submit was given them (a restart
     // typed with none keeps `--poll-interval 2 --max-attempts 5`), else the defaults.
@@ -186,16 +182,14 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     if !kept.is_empty() && !args.dry_run {
         eprintln!("using the run's loop options: {}", kept.join(" "));
     }
-    let secs = |v: Option<f64>, local_default: f64, default: f64| {
-        Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
-    };
+    let secs = |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
     let options = SubmitOptions {
         run_dir: args.run_dir.clone(),
         scheduler: config.scheduler.clone(),
         queues,
         max_attempts: given.max_attempts.unwrap_or(3).max(1),
-        poll_interval: secs(given.poll_interval_s, 1.0, 30.0),
-        lost_after: secs(given.lost_after_s, 10.0, 300.0),
+        poll_interval: secs(given.poll_interval_s, defaults.poll_interval),
+        lost_after: secs(given.lost_after_s, defaults.lost_after),
         watch: args.watch,
         embed_args: job.to_args(),
         exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
@@ -291,14 +285,6 @@ fn group_builds_setting(db: &RunDb, args: &SubmitArgs) -> Result<Option<GroupBui
         db.set_setting(GROUP_BUILDS_SETTING, &setting)?;
     }
     Ok(setting)
-}
-
-fn backend_of(arg: BackendArg) -> Backend {
-    match arg {
-        BackendArg::Local => Backend::Local,
-        BackendArg::Slurm => Backend::Slurm,
-        BackendArg::Pbs => Backend::Pbs,
-    }
 }
 
 /// What a real submit would fix for the run, as `--dry-run` shows it: the run config it would
