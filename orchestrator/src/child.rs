@@ -39,11 +39,21 @@ mod tests {
     fn an_exit_before_the_deadline_is_seen_and_a_late_one_is_not() {
         let mut quick = Command::new("true").spawn().unwrap();
         let far = Instant::now() + Duration::from_secs(10);
-        let status = wait_until(&mut quick, far, Duration::from_millis(1), Duration::from_millis(20));
+        let status = wait_until(
+            &mut quick,
+            far,
+            Duration::from_millis(1),
+            Duration::from_millis(20),
+        );
         assert!(status.unwrap().unwrap().success());
         let mut slow = Command::new("sleep").arg("5").spawn().unwrap();
         let soon = Instant::now() + Duration::from_millis(50);
-        let status = wait_until(&mut slow, soon, Duration::from_millis(1), Duration::from_millis(20));
+        let status = wait_until(
+            &mut slow,
+            soon,
+            Duration::from_millis(1),
+            Duration::from_millis(20),
+        );
         assert!(status.unwrap().is_none());
         assert!(Instant::now() < far, "it gave up at the deadline");
         slow.kill().unwrap();

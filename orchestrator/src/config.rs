@@ -77,7 +77,11 @@ impl RunConfig {
     pub fn problems(&self) -> Vec<String> {
         let mut problems = self.scheduler.problems();
         let notify_timeout = self.notify.timeout_secs;
-        problems.extend(seconds_problem("[notify] timeout_secs", notify_timeout, false));
+        problems.extend(seconds_problem(
+            "[notify] timeout_secs",
+            notify_timeout,
+            false,
+        ));
         problems
     }
 }

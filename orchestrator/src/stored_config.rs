@@ -468,4 +468,56 @@ mod tests {
         let back: RunConfig = toml::from_str(&text).unwrap();
         assert_eq!(back.scheduler.backend, Backend::Slurm);
     }
+
+    /// A run config as run.db of a run submitted before the backends' registry keeps it: it
+    /// reads back, and is written again, key for key.
+    #[test]
+    fn a_config_stored_before_the_backend_registry_reads_back_as_it_was() {
+        let program = serde_json::json!({"path": null, "extra_args": []});
+        let stored = serde_json::json!({
+            "scheduler": {
+                "backend": "slurm",
+                "command": {
+                    "timeout_secs": 60.0,
+                    "retries": 3,
+                    "backoff_initial_secs": 1.0,
+                    "backoff_max_secs": 30.0
+                },
+                "local": {"shell": "/bin/bash", "grace_secs": 10.0},
+                "slurm": {
+                    "sbatch": {"path": "/opt/slurm/bin/sbatch", "extra_args": ["--qos=normal"]},
+                    "squeue": program,
+                    "scancel": program,
+                    "sacct": program,
+                    "scontrol": program,
+                    "use_sacct": "never"
+                },
+                "pbs": {
+                    "qsub": program,
+                    "qstat": program,
+                    "qdel": program,
+                    "flavor": "pro"
+                },
+                "script": {
+                    "template": null,
+                    "account": "P",
+                    "walltime": "01:00:00",
+                    "nodes": 1,
+                    "gpus_per_node": 4,
+                    "select_extra": null,
+                    "extra_directives": [],
+                    "modules": ["cuda"],
+                    "env": {},
+                    "setup": [],
+                    "embedfleet": null,
+                    "launcher": null
+                }
+            },
+            "notify": {"command": null, "timeout_secs": 60.0}
+        });
+        let config: RunConfig = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(config.scheduler.backend, Backend::Slurm);
+        assert_eq!(config.scheduler.slurm.sbatch.extra_args, ["--qos=normal"]);
+        assert_eq!(serde_json::to_value(&config).unwrap(), stored);
+    }
 }

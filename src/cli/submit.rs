@@ -3,7 +3,7 @@
 use super::RunDirArgs;
 use super::VectorDtypeArg;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use embedfleet_orchestrator::scheduler::Backend;
 use std::path::PathBuf;
 

@@ -3,8 +3,8 @@
 use super::group_builds::{GroupBuilds, GroupBuildsSetting, GROUP_BUILDS_SETTING};
 use super::preflight;
 use crate::cli::{
-    EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs,
-    SubmitArgs, TakeOverArgs, VectorDtypeArg,
+    EmbedJobSettings, ModelArgs, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs, SubmitArgs,
+    TakeOverArgs, VectorDtypeArg,
 };
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
@@ -182,7 +182,8 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     if !kept.is_empty() && !args.dry_run {
         eprintln!("using the run's loop options: {}", kept.join(" "));
     }
-    let secs = |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
+    let secs =
+        |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
     let options = SubmitOptions {
         run_dir: args.run_dir.clone(),
         scheduler: config.scheduler.clone(),

@@ -89,3 +89,35 @@ pub struct QueueProblem {
     /// Why, and what to do about it.
     pub reason: String,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::Backend;
+
+    #[test]
+    fn submit_defaults_are_this_machines_or_a_batch_schedulers() {
+        let mut config = SchedulerConfig::default();
+        let local = Backend::Local.kind().defaults(&config);
+        assert_eq!(local.devices, "cpu");
+        assert_eq!(
+            local.queues,
+            Some((
+                BTreeMap::from([("local".to_string(), 2)]),
+                "one local queue `local` of 2 jobs at once".to_string()
+            ))
+        );
+        assert_eq!(local.poll_interval, Duration::from_secs(1));
+        assert_eq!(local.lost_after, Duration::from_secs(10));
+        for backend in [Backend::Slurm, Backend::Pbs] {
+            config.script.gpus_per_node = None;
+            let four = backend.kind().defaults(&config);
+            assert_eq!(four.devices, "cuda:0,1,2,3", "{backend}");
+            assert_eq!(four.queues, None, "{backend}");
+            assert_eq!(four.poll_interval, Duration::from_secs(30));
+            assert_eq!(four.lost_after, Duration::from_secs(300));
+            config.script.gpus_per_node = Some(2);
+            assert_eq!(backend.kind().defaults(&config).devices, "cuda:0,1");
+        }
+    }
+}

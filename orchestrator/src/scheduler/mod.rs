@@ -33,8 +33,8 @@ use std::path::Path;
 
 pub use backend::{BackendKind, QueueProblem, SubmitDefaults};
 pub use command::{
-    seconds_problem, shell_quote, Call, CommandConfig, CommandOutput, CommandRunner,
-    ProgramConfig, RetryOn,
+    seconds_problem, shell_quote, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig,
+    RetryOn,
 };
 pub use error::{SchedulerError, SchedulerResult};
 pub use job::{JobScript, JobSubmission, Scheduler};
@@ -42,12 +42,10 @@ pub use local::{LocalScheduler, LOCAL_TEMPLATE};
 pub use pbs::{
     parse_qstat_json, parse_qstat_text, pbs_state, PbsFlavor, PbsJob, PbsScheduler, PBS_TEMPLATE,
 };
-pub use script::{
-    render_command_script, render_job_script, script_vars, ScriptConfig, ScriptJob,
-};
+pub use script::{render_command_script, render_job_script, script_vars, ScriptConfig, ScriptJob};
 pub use slurm::{
-    parse_sacct, parse_scontrol, parse_squeue, slurm_state, SacctMode, SlurmRecord,
-    SlurmScheduler, SLURM_TEMPLATE,
+    parse_sacct, parse_scontrol, parse_squeue, slurm_state, SacctMode, SlurmRecord, SlurmScheduler,
+    SLURM_TEMPLATE,
 };
 pub use state::{marker_state, JobHandle, JobState, QueuedJob, SchedulerJobId};
 pub use submit_command::{submit_command, Refusals};

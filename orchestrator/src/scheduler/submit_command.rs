@@ -53,9 +53,7 @@ pub fn submit_command(
     refusals: &Refusals,
 ) -> SchedulerResult<CommandOutput> {
     let permanent = |o: &CommandOutput| refusals.is_permanent(o);
-    let call = call
-        .retry(RetryOn::FailureNotTimeout)
-        .permanent(&permanent);
+    let call = call.retry(RetryOn::FailureNotTimeout).permanent(&permanent);
     match runner.run(program, default_name, call) {
         Ok(out) => Ok(out),
         Err(e @ SchedulerError::CommandTimedOut { .. }) => Err(SchedulerError::SubmitUncertain {
