@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::notify::NotifyConfig;
-use crate::scheduler::SchedulerConfig;
+use crate::scheduler::{seconds_problem, SchedulerConfig};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -75,34 +75,14 @@ impl RunConfig {
     /// Values that parse but cannot work: a time that is not a finite number of seconds
     /// (TOML allows `inf` and `nan`), a negative one, a zero timeout.
     pub fn problems(&self) -> Vec<String> {
-        let c = &self.scheduler.command;
-        let times = [
-            ("[scheduler.command] timeout_secs", c.timeout_secs, false),
-            (
-                "[scheduler.command] backoff_initial_secs",
-                c.backoff_initial_secs,
-                true,
-            ),
-            (
-                "[scheduler.command] backoff_max_secs",
-                c.backoff_max_secs,
-                true,
-            ),
-            (
-                "[scheduler.local] grace_secs",
-                self.scheduler.local.grace_secs,
-                true,
-            ),
-            ("[notify] timeout_secs", self.notify.timeout_secs, false),
-        ];
-        times
-            .iter()
-            .filter(|(_, v, zero_ok)| !(v.is_finite() && (*v > 0.0 || (*zero_ok && *v == 0.0))))
-            .map(|(key, v, zero_ok)| {
-                let want = if *zero_ok { ">= 0" } else { "> 0" };
-                format!("{key} = {v}: it takes a number of seconds {want}")
-            })
-            .collect()
+        let mut problems = self.scheduler.problems();
+        let notify_timeout = self.notify.timeout_secs;
+        problems.extend(seconds_problem(
+            "[notify] timeout_secs",
+            notify_timeout,
+            false,
+        ));
+        problems
     }
 }
 

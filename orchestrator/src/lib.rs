@@ -2,6 +2,7 @@
 //! jobs, the scheduler backends (local, Slurm, PBS), and the submit loop that keeps their
 //! queues filled.
 
+mod child;
 pub mod config;
 pub mod notify;
 pub mod oneshot;

@@ -334,36 +334,25 @@ fn run_hook(
         }
     };
     let deadline = Instant::now() + timeout;
-    let mut nap = Duration::from_millis(5);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return,
-            Ok(Some(status)) => {
-                tracing::warn!(
-                    "notify: the command for event {event} ended with {status}; its output is in {}",
-                    log.display()
-                );
-                return;
-            }
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = process::terminate_group(&mut child, KILL_GRACE);
-                tracing::warn!(
-                    "notify: the command for event {event} ran past its {:?} timeout \
-                     ([notify] timeout_secs) and was killed; its output is in {}",
-                    timeout,
-                    log.display()
-                );
-                return;
-            }
-            Ok(None) => {
-                thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(200));
-            }
-            Err(e) => {
-                process::kill_group(&mut child);
-                tracing::warn!("notify: waiting for the command for event {event}: {e}");
-                return;
-            }
+    let (first_nap, max_nap) = (Duration::from_millis(5), Duration::from_millis(200));
+    match crate::child::wait_until(&mut child, deadline, first_nap, max_nap) {
+        Ok(Some(status)) if status.success() => {}
+        Ok(Some(status)) => tracing::warn!(
+            "notify: the command for event {event} ended with {status}; its output is in {}",
+            log.display()
+        ),
+        Ok(None) => {
+            let _ = process::terminate_group(&mut child, KILL_GRACE);
+            tracing::warn!(
+                "notify: the command for event {event} ran past its {:?} timeout \
+                 ([notify] timeout_secs) and was killed; its output is in {}",
+                timeout,
+                log.display()
+            );
+        }
+        Err(e) => {
+            process::kill_group(&mut child);
+            tracing::warn!("notify: waiting for the command for event {event}: {e}");
         }
     }
 }

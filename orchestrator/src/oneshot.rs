@@ -18,10 +18,10 @@ use embedfleet_core::RunLayout;
 use serde::{Deserialize, Serialize};
 
 use crate::scheduler::{
-    render_command_script, Backend, JobHandle, JobScript, JobState, JobSubmission, Scheduler,
-    SchedulerConfig, SchedulerError, SchedulerJobId, ScriptJob,
+    render_command_script, Backend, JobHandle, JobState, Scheduler, SchedulerConfig,
+    SchedulerError, SchedulerJobId,
 };
-use crate::submit::{fit_job_name, run_tag, SubmitError};
+use crate::submit::{fit_job_name, run_tag, with_binary, JobFiles, SubmitError};
 
 /// A one-off job as submitted; what the caller keeps to find it again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,41 +67,19 @@ impl OneShot<'_> {
         )
     }
 
-    /// The job script's text.
-    pub fn render(&self) -> Result<String, SubmitError> {
-        let mut config = self.scheduler.script.clone();
-        if config.embedfleet.is_none() {
-            config.embedfleet = Some(self.exe.display().to_string());
-        }
-        let layout = RunLayout::new(self.run_dir);
-        let name = self.name();
-        let job = ScriptJob {
-            job_name: name.clone(),
-            queue: self.queue.to_string(),
-            run_dir: self.run_dir.to_path_buf(),
-            batches: vec![0],
-            output: layout.job_log(&name),
-            error: None,
-            marker: Some(layout.job_marker(&name)),
-            embed_args: Vec::new(),
-        };
-        Ok(render_command_script(
-            self.scheduler.backend,
-            &config,
-            &job,
-            &self.args,
-        )?)
+    /// The job's files and its script's text.
+    fn render(&self) -> Result<(JobFiles, String), SubmitError> {
+        let config = with_binary(&self.scheduler.script, self.exe);
+        let files = JobFiles::new(&RunLayout::new(self.run_dir), &self.name());
+        let job = files.script_job(self.queue, self.run_dir, vec![0], Vec::new());
+        let backend = self.scheduler.backend;
+        let text = render_command_script(backend, &config, &job, &self.args)?;
+        Ok((files, text))
     }
 
     /// Writes the script into `jobs/` and submits it.
     pub fn submit(&self, scheduler: &dyn Scheduler) -> Result<OneShotJob, SubmitError> {
         let layout = RunLayout::new(self.run_dir);
-        let name = self.name();
-        let (script, log, marker) = (
-            layout.job_script(&name),
-            layout.job_log(&name),
-            layout.job_marker(&name),
-        );
         for dir in [layout.job_dir(), layout.log_dir()] {
             std::fs::create_dir_all(&dir).map_err(|source| SubmitError::Io {
                 action: "create",
@@ -109,27 +87,18 @@ impl OneShot<'_> {
                 source,
             })?;
         }
-        let text = self.render()?;
-        crate::submit::write_private(&script, &text).map_err(|source| SubmitError::Io {
-            action: "write job script",
-            path: script.clone(),
-            source,
-        })?;
-        let _ = std::fs::remove_file(&marker);
-        let submission = JobSubmission::new(&name, self.queue, JobScript::Path(script.clone()))
-            .workdir(self.run_dir)
-            .log(&log)
-            .marker(&marker);
-        let id = scheduler.submit(&submission)?;
+        let (files, text) = self.render()?;
+        files.write_script(&text)?;
+        let id = scheduler.submit(&files.submission(self.queue, self.run_dir))?;
         Ok(OneShotJob {
-            name,
+            name: files.name,
             attempt: self.attempt,
             backend: self.scheduler.backend,
             queue: self.queue.to_string(),
             scheduler_id: id.as_str().to_string(),
-            script,
-            log,
-            marker,
+            script: files.script,
+            log: files.log,
+            marker: files.marker,
         })
     }
 }
@@ -141,28 +110,10 @@ impl OneShot<'_> {
 /// filesystems), not the GPU jobs' alone.
 pub fn cpu_job_config(scheduler: &SchedulerConfig, cpus: u32, memory_mib: u64) -> SchedulerConfig {
     let mut config = scheduler.clone();
-    let script = &mut config.script;
-    script.nodes = 1;
-    script.gpus_per_node = None;
-    match config.backend {
-        Backend::Slurm => {
-            script
-                .extra_directives
-                .push(format!("#SBATCH --cpus-per-task={cpus}"));
-            script
-                .extra_directives
-                .push(format!("#SBATCH --mem={memory_mib}M"));
-        }
-        Backend::Pbs => {
-            let resources = format!("ncpus={cpus}:mem={memory_mib}mb");
-            script.select_extra =
-                Some(match script.select_extra.take().filter(|e| !e.is_empty()) {
-                    Some(extra) => format!("{resources}:{extra}"),
-                    None => resources,
-                });
-        }
-        Backend::Local => {}
-    }
+    config.script.nodes = 1;
+    config.script.gpus_per_node = None;
+    let backend = config.backend.kind();
+    backend.cpu_job(&mut config.script, cpus, memory_mib);
     config
 }
 
@@ -241,6 +192,7 @@ mod tests {
         }
         .render()
         .unwrap()
+        .1
     }
 
     #[test]

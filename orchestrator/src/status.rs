@@ -71,6 +71,18 @@ pub fn render(s: &RunStatus) -> String {
             render_pause_reason(&mut out, reason);
         }
     }
+    render_queues(&mut out, s);
+    render_results(&mut out, s);
+    out.push('\n');
+    render_live(&mut out, s);
+    for (file, why) in &s.corrupt_files {
+        let _ = writeln!(out, "corrupt    {file}: {why}");
+    }
+    out
+}
+
+/// A line per queue: its cap and its jobs by state.
+fn render_queues(out: &mut String, s: &RunStatus) {
     let mut queues: std::collections::BTreeSet<&String> = s.jobs_by_queue.keys().collect();
     queues.extend(s.queue_caps.keys());
     for queue in queues {
@@ -81,6 +93,10 @@ pub fn render(s: &RunStatus) -> String {
         let states = s.jobs_by_queue.get(queue).map(by).unwrap_or_default();
         let _ = writeln!(out, "jobs       {queue}{cap}:{states}");
     }
+}
+
+/// What the run made: shards, attempts when some was not taken, points uploaded.
+fn render_results(out: &mut String, s: &RunStatus) {
     let _ = writeln!(out, "shards     {} ({} rows)", s.shards, s.rows_in_shards);
     let others: u64 = s
         .attempts_by_state
@@ -114,7 +130,10 @@ pub fn render(s: &RunStatus) -> String {
         }
         out.push('\n');
     }
-    out.push('\n');
+}
+
+/// The rate, and the running jobs with their progress.
+fn render_live(out: &mut String, s: &RunStatus) {
     if let (Some(rate), Some(eta)) = (s.papers_per_second, s.eta_seconds) {
         if eta > 0.0 {
             let _ = writeln!(
@@ -159,10 +178,6 @@ pub fn render(s: &RunStatus) -> String {
         }
         out.push('\n');
     }
-    for (file, why) in &s.corrupt_files {
-        let _ = writeln!(out, "corrupt    {file}: {why}");
-    }
-    out
 }
 
 fn by(counts: &std::collections::BTreeMap<String, u64>) -> String {

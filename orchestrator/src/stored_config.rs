@@ -21,6 +21,7 @@ Queue caps are not part of it: they stay live-editable in run.db (`queues set`).
 */
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use embedfleet_core::pin::{self, Difference, Field};
 use embedfleet_core::rundb::{RunDb, RunDbError};
@@ -199,6 +200,24 @@ pub fn check_renders(config: &RunConfig) -> Result<(), crate::submit::SubmitErro
     };
     crate::scheduler::render_job_script(config.scheduler.backend, script, &job)?;
     Ok(())
+}
+
+/// What the backend of the run's stored config finds wrong before the first job (see
+/// [`Scheduler::preflight`](crate::scheduler::Scheduler::preflight)), a line per queue: for
+/// `doctor`. Nothing when the run has no stored config, or its run.db cannot be read here.
+pub fn preflight(run_dir: &Path) -> Vec<String> {
+    let Ok(db) = RunDb::open_read_only(run_dir) else {
+        return Vec::new();
+    };
+    let Ok(Some(config)) = stored(&db) else {
+        return Vec::new();
+    };
+    config
+        .scheduler
+        .preflight(run_dir)
+        .into_iter()
+        .map(|p| format!("queue {}: {}", p.queue, p.reason))
+        .collect()
 }
 
 /// True once a scheduler has taken a job of the run (whatever became of it).
@@ -458,5 +477,57 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
         let back: RunConfig = toml::from_str(&text).unwrap();
         assert_eq!(back.scheduler.backend, Backend::Slurm);
+    }
+
+    /// A run config as run.db of a run submitted before the backends' registry keeps it: it
+    /// reads back, and is written again, key for key.
+    #[test]
+    fn a_config_stored_before_the_backend_registry_reads_back_as_it_was() {
+        let program = serde_json::json!({"path": null, "extra_args": []});
+        let stored = serde_json::json!({
+            "scheduler": {
+                "backend": "slurm",
+                "command": {
+                    "timeout_secs": 60.0,
+                    "retries": 3,
+                    "backoff_initial_secs": 1.0,
+                    "backoff_max_secs": 30.0
+                },
+                "local": {"shell": "/bin/bash", "grace_secs": 10.0},
+                "slurm": {
+                    "sbatch": {"path": "/opt/slurm/bin/sbatch", "extra_args": ["--qos=normal"]},
+                    "squeue": program,
+                    "scancel": program,
+                    "sacct": program,
+                    "scontrol": program,
+                    "use_sacct": "never"
+                },
+                "pbs": {
+                    "qsub": program,
+                    "qstat": program,
+                    "qdel": program,
+                    "flavor": "pro"
+                },
+                "script": {
+                    "template": null,
+                    "account": "P",
+                    "walltime": "01:00:00",
+                    "nodes": 1,
+                    "gpus_per_node": 4,
+                    "select_extra": null,
+                    "extra_directives": [],
+                    "modules": ["cuda"],
+                    "env": {},
+                    "setup": [],
+                    "embedfleet": null,
+                    "launcher": null
+                }
+            },
+            "notify": {"command": null, "timeout_secs": 60.0}
+        });
+        let config: RunConfig = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(config.scheduler.backend, Backend::Slurm);
+        assert_eq!(config.scheduler.slurm.sbatch.extra_args, ["--qos=normal"]);
+        assert_eq!(serde_json::to_value(&config).unwrap(), stored);
     }
 }

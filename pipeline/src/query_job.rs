@@ -11,7 +11,7 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_models::DeviceSpec;
 use embedfleet_orchestrator::oneshot::{self, OneShot, OneShotJob};
-use embedfleet_orchestrator::scheduler::{Backend, JobState, Scheduler, SchedulerConfig};
+use embedfleet_orchestrator::scheduler::{JobState, Scheduler, SchedulerConfig};
 use embedfleet_orchestrator::stored_config::{self, GivenConfig, Origin};
 use embedfleet_query::{PrecomputedVectors, QueryWork, QueryWorkDir};
 
@@ -32,7 +32,7 @@ pub struct QueryJobRequest {
     pub queue: String,
     /// Terms per part, each written as soon as it is embedded.
     pub part_terms: usize,
-    /// Seconds between polls (default: 30, or 1 for local).
+    /// Seconds between polls (default: the backend's: 30, or 1 for local).
     pub poll_interval_s: Option<f64>,
 }
 
@@ -49,14 +49,19 @@ pub fn embed_on_cluster(
         say("this run has no stored run config (no `submit` has run yet): the query job goes to the local backend".into());
     }
     let config = chosen.config.scheduler;
-    let local = config.backend == Backend::Local;
+    // What the backend uses where the command line says nothing.
+    let defaults = config.backend.kind().defaults(&config);
     let run_dir = absolute(&request.run_dir)?;
     let model_dir = absolute(&request.model.model_dir)?;
     let devices = request
         .model
         .devices
         .clone()
-        .unwrap_or_else(|| if local { "cpu" } else { "cuda" }.to_string());
+        // This host's CPU where jobs run on it, else every GPU of the job's node.
+        .unwrap_or_else(|| {
+            let cpu = defaults.devices.starts_with("cpu");
+            if cpu { "cpu" } else { "cuda" }.to_string()
+        });
     check_setup(&devices, &model_dir, config.script.embedfleet.as_deref())?;
     let work = QueryWork::new(
         model_dir,
@@ -78,15 +83,14 @@ pub fn embed_on_cluster(
             &devices,
             say,
         )?;
-        let secs = |v: Option<f64>, local_default: f64, default: f64| {
-            Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
-        };
+        let secs =
+            |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
         let mut shown = usize::MAX;
         let end = oneshot::wait(
             scheduler.as_ref(),
             &job,
-            secs(request.poll_interval_s, 1.0, 30.0),
-            secs(None, 10.0, 300.0),
+            secs(request.poll_interval_s, defaults.poll_interval),
+            defaults.lost_after,
             |state| {
                 let done = parts - wd.missing_parts().len();
                 if done != shown {

@@ -13,7 +13,7 @@ pub use embed::{BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, MakeTinyModel
 pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};
 pub use report::ReportArgs;
-pub use submit::{BackendArg, QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs, TakeOverArgs};
+pub use submit::{QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs, TakeOverArgs};
 pub use upload::{
     BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
 };

@@ -2,7 +2,9 @@
 
 use super::RunDirArgs;
 use super::VectorDtypeArg;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Subcommand};
+use embedfleet_orchestrator::scheduler::Backend;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -13,8 +15,8 @@ pub struct SubmitArgs {
     /// The scheduler; overrides `[scheduler] backend` of --config (default: the run's stored
     /// run config, else local). One that differs from the stored one is refused unless
     /// --replace-config is given.
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendArg>,
+    #[arg(long, value_parser = backend_names())]
+    pub backend: Option<Backend>,
     /// A queue (PBS) or partition (Slurm) and its cap on jobs queued + running, e.g.
     /// `--queue debug=1 --queue preemptable=4` (repeatable). Replaces the queues stored in the run;
     /// without it the stored ones are used (`embedfleet queues`).
@@ -127,11 +129,10 @@ pub struct TakeOverArgs {
     pub stale_after: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Local,
-    Slurm,
-    Pbs,
+/// `--backend`: a name of the scheduler backends' registry.
+fn backend_names() -> impl TypedValueParser<Value = Backend> {
+    PossibleValuesParser::new(Backend::NAMES.iter().copied())
+        .map(|name| name.parse().expect("clap checked the name. This is a bug."))
 }
 
 #[derive(Debug, Args)]

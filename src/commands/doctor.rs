@@ -55,6 +55,8 @@ pub fn doctor(args: &DoctorArgs) -> Result<i32> {
     }
     if let Some(dir) = &args.run_dir {
         run_dir(dir, &mut problems);
+        // The run's scheduler backend's own checks (none for local, Slurm and PBS).
+        problems.extend(embedfleet_orchestrator::stored_config::preflight(dir));
     }
     if problems.is_empty() {
         println!("no problems found");

@@ -1,8 +1,7 @@
 //! `submit`, `pause`, `resume`, `queues`, `status`: the scheduler-facing commands.
 
 use crate::cli::{
-    BackendArg, QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs, SubmitArgs, TakeOverArgs,
-    VectorDtypeArg,
+    QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs, SubmitArgs, TakeOverArgs, VectorDtypeArg,
 };
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
@@ -12,7 +11,6 @@ use embedfleet_core::rundb::{RunDb, StallRule};
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
-use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::status;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, Origin};
 use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
@@ -84,7 +82,7 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
     Ok(SubmitFlags {
         run_dir: args.run_dir.clone(),
         config: args.config.as_deref().map(RunConfig::load).transpose()?,
-        backend: args.backend.map(backend_of),
+        backend: args.backend,
         replace_config: args.replace_config,
         queues: args.queues.clone(),
         devices: args.devices.clone(),
@@ -112,14 +110,6 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
         },
         kill_stalled: args.kill_stalled,
     })
-}
-
-fn backend_of(arg: BackendArg) -> Backend {
-    match arg {
-        BackendArg::Local => Backend::Local,
-        BackendArg::Slurm => Backend::Slurm,
-        BackendArg::Pbs => Backend::Pbs,
-    }
 }
 
 /// What a real submit would fix for the run, as `--dry-run` shows it: the run config it would

@@ -387,6 +387,44 @@ fn two_releases(dir: &Path) -> (PathBuf, PathBuf) {
     (r1, r2)
 }
 
+/// What release 2 of [`two_releases`] leaves in the run: each paper's rows, the duplicates
+/// quarantined once, the excluded row of the last batch, the two releases.
+fn release_two_is_recorded(run_dir: &Path) {
+    let rows = paper_rows(run_dir);
+    let state = |id: &str| -> Vec<(Option<i64>, Option<i64>)> {
+        rows.iter()
+            .filter(|r| r.0 == id)
+            .map(|r| (r.1, r.2))
+            .collect()
+    };
+    assert_eq!(
+        state("p2"),
+        [(Some(2), None), (None, None)],
+        "old copy superseded"
+    );
+    assert_eq!(state("p1"), [(None, Some(2))], "withdrawn");
+    assert_eq!(state("p3"), [(None, None)], "unchanged: one row, live");
+    // Duplicates within the release: p0's second sighting (carried unchanged) and p10's
+    // second row (planned, then excluded from its batch), each quarantined once.
+    let q = read_quarantine(run_dir).unwrap();
+    let dups: Vec<(&str, u64)> = q
+        .iter()
+        .filter(|e| e.reason == QuarantineReason::DuplicateId)
+        .map(|e| (e.id.as_deref().unwrap(), e.line))
+        .collect();
+    assert_eq!(dups, [("p0", 5), ("p10", 7)]);
+    let db = RunDb::open(run_dir).unwrap();
+    let last: embedfleet_core::BatchId = db
+        .conn()
+        .query_row("SELECT id FROM batches WHERE file_id = 3", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(db.excluded_rows(last).unwrap(), [1]);
+    let releases = db.releases().unwrap();
+    assert_eq!(releases.len(), 2);
+    assert!(releases.iter().all(|r| r.planned_at.is_some()));
+    assert_eq!(releases[1].command.as_deref(), Some("test"));
+}
+
 #[test]
 fn an_update_plans_only_new_and_changed_papers_and_withdraws_those_the_release_lacks() {
     let dir = tempfile::tempdir().unwrap();
@@ -424,40 +462,7 @@ fn an_update_plans_only_new_and_changed_papers_and_withdraws_those_the_release_l
         [vec!["p2", "p10"], vec!["p11", "p10"]],
         "only the changed and new papers are planned, one batch set per file"
     );
-    let rows = paper_rows(&first.run_dir);
-    let state = |id: &str| -> Vec<(Option<i64>, Option<i64>)> {
-        rows.iter()
-            .filter(|r| r.0 == id)
-            .map(|r| (r.1, r.2))
-            .collect()
-    };
-    assert_eq!(
-        state("p2"),
-        [(Some(2), None), (None, None)],
-        "old copy superseded"
-    );
-    assert_eq!(state("p1"), [(None, Some(2))], "withdrawn");
-    assert_eq!(state("p3"), [(None, None)], "unchanged: one row, live");
-    // Duplicates within the release: p0's second sighting (carried unchanged) and p10's
-    // second row (planned, then excluded from its batch), each quarantined once.
-    let q = read_quarantine(&first.run_dir).unwrap();
-    let dups: Vec<(&str, u64)> = q
-        .iter()
-        .filter(|e| e.reason == QuarantineReason::DuplicateId)
-        .map(|e| (e.id.as_deref().unwrap(), e.line))
-        .collect();
-    assert_eq!(dups, [("p0", 5), ("p10", 7)]);
-    let db = RunDb::open(&first.run_dir).unwrap();
-    let last: embedfleet_core::BatchId = db
-        .conn()
-        .query_row("SELECT id FROM batches WHERE file_id = 3", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(db.excluded_rows(last).unwrap(), [1]);
-    let releases = db.releases().unwrap();
-    assert_eq!(releases.len(), 2);
-    assert!(releases.iter().all(|r| r.planned_at.is_some()));
-    assert_eq!(releases[1].command.as_deref(), Some("test"));
-    drop(db);
+    release_two_is_recorded(&first.run_dir);
 
     // Again: nothing to do. The release-1 corpus is no longer the run's; release 2's is.
     assert!(plan(&second).unwrap().already_planned);

@@ -6,7 +6,7 @@ use super::{PlanError, PlanOptions};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use embedfleet_core::batchfile::BatchWriter;
 use embedfleet_core::corpus::{self, ReadError, ReadOptions, Record};
-use embedfleet_core::paper::{count_chars, text_hash};
+use embedfleet_core::paper::{count_chars, text_hash, Paper};
 use embedfleet_core::quarantine::QuarantineEntry;
 use embedfleet_core::rundb::{BatchRecord, PlannedPaper, RunDb};
 use embedfleet_core::RunLayout;
@@ -154,6 +154,83 @@ struct OpenBatch {
     papers: Vec<PlannedPaper>,
 }
 
+/// The batches of one corpus file, filled in order: a full one is closed (its batch file
+/// finished, its record sent to the run.db thread) before the next is opened.
+struct FileBatches<'a> {
+    task: &'a FileTask,
+    options: &'a PlanOptions,
+    tx: &'a Sender<Message>,
+    open: Option<OpenBatch>,
+    next_seq: u64,
+}
+
+impl FileBatches<'_> {
+    /// Adds the paper at `line`, of `n_chars` characters, to the open batch, or to a new one
+    /// when the open one is full.
+    fn add(&mut self, line: u64, paper: Paper, n_chars: u64, text_hash: u64) -> Result<(), String> {
+        let settings = &self.options.settings;
+        if let Some(batch) = &self.open {
+            let full = batch.papers.len() as u64 >= settings.papers_per_job
+                || settings
+                    .max_job_chars
+                    .is_some_and(|max| batch.writer.chars() + n_chars > max);
+            if full {
+                self.close_open()?;
+            }
+        }
+        let batch = match &mut self.open {
+            Some(batch) => batch,
+            None => {
+                let path = self
+                    .options
+                    .run_dir
+                    .join(RunLayout::batch_file_name(self.task.id, self.next_seq));
+                let writer = BatchWriter::create(&path).map_err(|e| e.to_string())?;
+                self.next_seq += 1;
+                self.open.insert(OpenBatch {
+                    seq: self.next_seq - 1,
+                    writer,
+                    papers: Vec::new(),
+                })
+            }
+        };
+        batch
+            .writer
+            .push(line, &paper, n_chars)
+            .map_err(|e| e.to_string())?;
+        batch.papers.push(PlannedPaper {
+            id: paper.id,
+            line,
+            n_chars,
+            text_hash,
+        });
+        Ok(())
+    }
+
+    /// Closes the open batch, if any.
+    fn close_open(&mut self) -> Result<(), String> {
+        let Some(batch) = self.open.take() else {
+            return Ok(());
+        };
+        let chars = batch.writer.chars();
+        batch.writer.finish().map_err(|e| e.to_string())?;
+        let record = BatchRecord {
+            file_id: self.task.id,
+            seq: batch.seq,
+            path: RunLayout::batch_file_name(self.task.id, batch.seq),
+            n_chars: chars,
+            papers: batch.papers,
+        };
+        send(self.tx, Message::Batch(record))
+    }
+}
+
+/// Sends `message` to the run.db thread.
+fn send(tx: &Sender<Message>, message: Message) -> Result<(), String> {
+    tx.send(message)
+        .map_err(|_| "the run.db thread stopped".to_string())
+}
+
 fn plan_file(
     task: &FileTask,
     read_options: &ReadOptions,
@@ -161,24 +238,15 @@ fn plan_file(
     known: Option<&KnownPapers>,
     tx: &Sender<Message>,
 ) -> Result<(), String> {
-    let settings = &options.settings;
-    let mut open: Option<OpenBatch> = None;
-    let mut next_seq = 0u64;
+    let mut batches = FileBatches {
+        task,
+        options,
+        tx,
+        open: None,
+        next_seq: 0,
+    };
     let mut quarantine = Vec::new();
     let mut seen = Vec::new();
-    let close = |batch: OpenBatch| -> Result<(), String> {
-        let chars = batch.writer.chars();
-        batch.writer.finish().map_err(|e| e.to_string())?;
-        let record = BatchRecord {
-            file_id: task.id,
-            seq: batch.seq,
-            path: RunLayout::batch_file_name(task.id, batch.seq),
-            n_chars: chars,
-            papers: batch.papers,
-        };
-        tx.send(Message::Batch(record))
-            .map_err(|_| "the run.db thread stopped".to_string())
-    };
     let summary = corpus::read_file(&task.path, read_options, |record| -> Result<(), String> {
         match record {
             Record::Paper { line, paper } => {
@@ -186,53 +254,18 @@ fn plan_file(
                 if known.is_some_and(|k| k.holds_unchanged(&paper.id, text_hash)) {
                     seen.push((line, paper.id));
                     if seen.len() >= SEEN_CHUNK {
-                        tx.send(Message::Seen(task.id, std::mem::take(&mut seen)))
-                            .map_err(|_| "the run.db thread stopped".to_string())?;
+                        send(tx, Message::Seen(task.id, std::mem::take(&mut seen)))?;
                     }
                     return Ok(());
                 }
                 let n_chars = count_chars(&paper.text);
-                if let Some(batch) = &open {
-                    let full = batch.papers.len() as u64 >= settings.papers_per_job
-                        || settings
-                            .max_job_chars
-                            .is_some_and(|max| batch.writer.chars() + n_chars > max);
-                    if full {
-                        close(open.take().expect("checked above"))?;
-                    }
-                }
-                let batch = match &mut open {
-                    Some(batch) => batch,
-                    None => {
-                        let path = options
-                            .run_dir
-                            .join(RunLayout::batch_file_name(task.id, next_seq));
-                        let writer = BatchWriter::create(&path).map_err(|e| e.to_string())?;
-                        next_seq += 1;
-                        open.insert(OpenBatch {
-                            seq: next_seq - 1,
-                            writer,
-                            papers: Vec::new(),
-                        })
-                    }
-                };
-                batch
-                    .writer
-                    .push(line, &paper, n_chars)
-                    .map_err(|e| e.to_string())?;
-                batch.papers.push(PlannedPaper {
-                    id: paper.id,
-                    line,
-                    n_chars,
-                    text_hash,
-                });
+                batches.add(line, paper, n_chars, text_hash)?;
             }
             Record::Quarantined(entry) => {
                 quarantine.push(entry);
                 if quarantine.len() >= QUARANTINE_CHUNK {
                     let chunk = std::mem::take(&mut quarantine);
-                    tx.send(Message::Quarantine(task.id, chunk))
-                        .map_err(|_| "the run.db thread stopped".to_string())?;
+                    send(tx, Message::Quarantine(task.id, chunk))?;
                 }
             }
         }
@@ -242,20 +275,18 @@ fn plan_file(
         ReadError::Corpus(e) => e.to_string(),
         ReadError::Visit(e) => e,
     })?;
-    if let Some(batch) = open.take() {
-        close(batch)?;
-    }
+    batches.close_open()?;
     if !seen.is_empty() {
-        tx.send(Message::Seen(task.id, seen))
-            .map_err(|_| "the run.db thread stopped".to_string())?;
+        send(tx, Message::Seen(task.id, seen))?;
     }
     if !quarantine.is_empty() {
-        tx.send(Message::Quarantine(task.id, quarantine))
-            .map_err(|_| "the run.db thread stopped".to_string())?;
+        send(tx, Message::Quarantine(task.id, quarantine))?;
     }
-    tx.send(Message::FileDone {
-        id: task.id,
-        summary,
-    })
-    .map_err(|_| "the run.db thread stopped".to_string())
+    send(
+        tx,
+        Message::FileDone {
+            id: task.id,
+            summary,
+        },
+    )
 }

@@ -90,6 +90,27 @@ pub fn render(report: &Report) -> String {
             report.run_dir.display()
         );
     };
+    render_batches(&mut out, report);
+    render_table(&mut out, report, s);
+    render_totals(&mut out, s);
+    if report.releases.len() > 1 {
+        let _ = writeln!(out, "\nreleases");
+        for r in &report.releases {
+            let _ = writeln!(out, "  {}", crate::status::release_line(r));
+        }
+    }
+    if let Some(hours) = report.node_hours_to_go {
+        let _ = writeln!(
+            out,
+            "  to go: {} papers, {hours:.1} node-hours at this rate",
+            report.papers_to_go
+        );
+    }
+    out
+}
+
+/// A line per batch.
+fn render_batches(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "{:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>8} {:>10}",
@@ -122,6 +143,10 @@ pub fn render(report: &Report) -> String {
             b.tokens_per_s
         );
     }
+}
+
+/// Table 2: each timing per batch, mean ± std.
+fn render_table(out: &mut String, report: &Report, s: &Summary) {
     let rule = match &report.minibatch {
         Some(embedfleet_core::settings::MiniBatchRule::Chars {
             max_chars,
@@ -154,6 +179,10 @@ pub fn render(report: &Report) -> String {
         "inference share",
         100.0 * s.inference_share
     );
+}
+
+/// The run's totals.
+fn render_totals(out: &mut String, s: &Summary) {
     let _ = writeln!(out, "\nrun");
     let _ = writeln!(
         out,
@@ -186,20 +215,6 @@ pub fn render(report: &Report) -> String {
         s.full_corpus_papers as f64 / 1e6,
         s.full_corpus_job_hours
     );
-    if report.releases.len() > 1 {
-        let _ = writeln!(out, "\nreleases");
-        for r in &report.releases {
-            let _ = writeln!(out, "  {}", crate::status::release_line(r));
-        }
-    }
-    if let Some(hours) = report.node_hours_to_go {
-        let _ = writeln!(
-            out,
-            "  to go: {} papers, {hours:.1} node-hours at this rate",
-            report.papers_to_go
-        );
-    }
-    out
 }
 
 /// Writes the plots of [`plot::write_all`] into `dir` (created if needed); returns their paths.

@@ -59,6 +59,30 @@ impl CommandConfig {
     }
 }
 
+impl CommandConfig {
+    /// Times that parse but cannot work (see [`seconds_problem`]), naming their keys.
+    pub fn problems(&self) -> Vec<String> {
+        [
+            ("timeout_secs", self.timeout_secs, false),
+            ("backoff_initial_secs", self.backoff_initial_secs, true),
+            ("backoff_max_secs", self.backoff_max_secs, true),
+        ]
+        .into_iter()
+        .filter_map(|(key, value, zero_ok)| {
+            seconds_problem(&format!("[scheduler.command] {key}"), value, zero_ok)
+        })
+        .collect()
+    }
+}
+
+/// A time of the run config that cannot work, in words: one that is not a finite number of
+/// seconds (TOML allows `inf` and `nan`), a negative one, or a zero one unless `zero_ok`.
+pub fn seconds_problem(key: &str, value: f64, zero_ok: bool) -> Option<String> {
+    let works = value.is_finite() && (value > 0.0 || (zero_ok && value == 0.0));
+    let want = if zero_ok { ">= 0" } else { "> 0" };
+    (!works).then(|| format!("{key} = {value}: it takes a number of seconds {want}"))
+}
+
 fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
@@ -279,32 +303,20 @@ fn run_once(
     }
 }
 
-/// Polls the child until it exits or the deadline passes (`None`).
+/// Waits for the child until the deadline (`None`: it passed); a failed wait kills its group.
 fn wait_until(
     child: &mut Child,
     deadline: Instant,
     line: &str,
 ) -> SchedulerResult<Option<ExitStatus>> {
-    let mut nap = Duration::from_millis(1);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(Some(status)),
-            Ok(None) => {}
-            Err(source) => {
-                process::kill_group(child);
-                return Err(SchedulerError::CommandSpawn {
-                    command: line.to_string(),
-                    source,
-                });
-            }
+    let (first_nap, max_nap) = (Duration::from_millis(1), Duration::from_millis(20));
+    crate::child::wait_until(child, deadline, first_nap, max_nap).map_err(|source| {
+        process::kill_group(child);
+        SchedulerError::CommandSpawn {
+            command: line.to_string(),
+            source,
         }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(None);
-        }
-        thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(20));
-    }
+    })
 }
 
 /// A pipe read to the end on its own thread into a shared buffer, so a timeout can still

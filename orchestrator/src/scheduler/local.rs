@@ -8,7 +8,7 @@ completion marker, or "running" while their process group leader is alive and ca
 job's name in its environment (a pid alone may have been reused by another process).
 */
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::OpenOptions;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -21,9 +21,52 @@ use embedfleet_core::process;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    marker_or, Backend, JobHandle, JobScript, JobState, JobSubmission, QueuedJob, Scheduler,
-    SchedulerError, SchedulerJobId, SchedulerResult,
+    marker_or, seconds_problem, Backend, BackendKind, JobHandle, JobScript, JobState,
+    JobSubmission, QueuedJob, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId,
+    SchedulerResult, SubmitDefaults,
 };
+
+/// Built-in local template: no directives.
+pub const LOCAL_TEMPLATE: &str = "#!/bin/bash
+# embedfleet local job {job_name} (queue {queue})
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// The local backend's hooks.
+pub struct LocalBackend;
+
+impl BackendKind for LocalBackend {
+    fn build(&self, config: &SchedulerConfig) -> Box<dyn Scheduler> {
+        Box::new(LocalScheduler::new(config.local.clone()))
+    }
+
+    fn problems(&self, config: &SchedulerConfig) -> Vec<String> {
+        let grace = config.local.grace_secs;
+        seconds_problem("[scheduler.local] grace_secs", grace, true)
+            .into_iter()
+            .collect()
+    }
+
+    fn template(&self) -> &'static str {
+        LOCAL_TEMPLATE
+    }
+
+    /// On the CPU, one queue of two jobs at once, and quick polls: jobs here start at once.
+    fn defaults(&self, _config: &SchedulerConfig) -> SubmitDefaults {
+        SubmitDefaults {
+            devices: "cpu".to_string(),
+            queues: Some((
+                BTreeMap::from([("local".to_string(), 2)]),
+                "one local queue `local` of 2 jobs at once".to_string(),
+            )),
+            poll_interval: Duration::from_secs(1),
+            lost_after: Duration::from_secs(10),
+        }
+    }
+}
 
 /// The `[scheduler.local]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

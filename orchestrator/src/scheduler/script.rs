@@ -17,60 +17,12 @@ use super::command::shell_quote;
 use super::template::{render, TemplateError};
 use super::Backend;
 
-/// Built-in Slurm template.
-pub const SLURM_TEMPLATE: &str = "#!/bin/bash
-#SBATCH --job-name={job_name}
-#SBATCH --partition={queue}
-#SBATCH --account={account}
-#SBATCH --time={walltime}
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={gpus_per_node}
-#SBATCH --output={output}
-#SBATCH --error={error}
-#SBATCH --no-requeue
-{extra_directives}
-{module_lines}
-{env_lines}
-{setup_lines}
-{command}
-{finish}
-";
-
-/// Built-in PBS template (PBS Pro as on Polaris; Torque reads the same directives).
-pub const PBS_TEMPLATE: &str = "#!/bin/bash
-#PBS -N {job_name}
-#PBS -q {queue}
-#PBS -A {account}
-#PBS -l walltime={walltime}
-#PBS -l select={select}
-#PBS -o {output}
-#PBS -e {error}
-#PBS -j {join}
-#PBS -r n
-{extra_directives}
-cd \"${PBS_O_WORKDIR:-.}\"
-{module_lines}
-{env_lines}
-{setup_lines}
-{command}
-{finish}
-";
-
-/// Built-in local template: no directives.
-pub const LOCAL_TEMPLATE: &str = "#!/bin/bash
-# embedfleet local job {job_name} (queue {queue})
-{env_lines}
-{setup_lines}
-{command}
-{finish}
-";
-
 /// How job scripts are written; the `[scheduler.script]` table of the run config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScriptConfig {
-    /// Replaces the backend's built-in template (see [`SLURM_TEMPLATE`], [`PBS_TEMPLATE`]).
+    /// Replaces the backend's built-in template
+    /// ([`BackendKind::template`](super::BackendKind::template)).
     pub template: Option<String>,
     /// Account (Slurm) or project (PBS `-A`).
     pub account: Option<String>,
@@ -94,7 +46,9 @@ pub struct ScriptConfig {
     pub setup: Vec<String>,
     /// The embedfleet binary to run inside the job (default `embedfleet`).
     pub embedfleet: Option<String>,
-    /// Launcher for multi-node jobs; default `srun` (Slurm) or `mpiexec` (PBS).
+    /// Launcher for multi-node jobs; default the backend's
+    /// ([`BackendKind::launcher`](super::BackendKind::launcher): `srun` on Slurm, `mpiexec` on
+    /// PBS).
     pub launcher: Option<String>,
 }
 
@@ -140,11 +94,7 @@ pub struct ScriptJob {
 
 /// The user's template, else the backend's built-in one.
 fn template(backend: Backend, config: &ScriptConfig) -> &str {
-    let builtin = match backend {
-        Backend::Slurm => SLURM_TEMPLATE,
-        Backend::Pbs => PBS_TEMPLATE,
-        Backend::Local => LOCAL_TEMPLATE,
-    };
+    let builtin = backend.kind().template();
     config.template.as_deref().unwrap_or(builtin)
 }
 
@@ -309,12 +259,11 @@ fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
         );
     }
     let n = job.batches.len();
-    let launcher = match backend {
-        Backend::Slurm => format!("srun --nodes={n} --ntasks={n} --ntasks-per-node=1"),
-        Backend::Pbs => format!("mpiexec -n {n} --ppn 1"),
-        Backend::Local => String::new(),
-    };
-    let launcher = config.launcher.clone().unwrap_or(launcher);
+    let launcher = config
+        .launcher
+        .clone()
+        .or_else(|| backend.kind().launcher(n))
+        .unwrap_or_default();
     let batches = job
         .batches
         .iter()

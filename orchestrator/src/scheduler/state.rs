@@ -7,7 +7,7 @@ variants and never on scheduler text.
 */
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use embedfleet_core::state::JobStatus;
 use serde::{Deserialize, Serialize};
@@ -179,6 +179,34 @@ pub struct QueuedJob {
     pub queue: String,
     /// Its state.
     pub state: JobState,
+}
+
+/// The final state a completion marker records, if the marker exists and holds an exit code.
+///
+/// The job script writes the marker under a temporary name and renames it, so a marker that
+/// exists is complete; one whose content is not a number counts as a failure.
+pub fn marker_state(marker: &Path) -> Option<JobState> {
+    let text = std::fs::read_to_string(marker).ok()?;
+    Some(match text.trim().parse::<i32>() {
+        Ok(code) => JobState::from_exit_code(code),
+        Err(_) => JobState::Failed {
+            exit_code: None,
+            reason: format!(
+                "completion marker {} holds {:?}",
+                marker.display(),
+                text.trim()
+            ),
+        },
+    })
+}
+
+/// Marker state for a handle, or `fallback`.
+pub(super) fn marker_or(handle: &JobHandle, fallback: JobState) -> JobState {
+    handle
+        .marker
+        .as_deref()
+        .and_then(marker_state)
+        .unwrap_or(fallback)
 }
 
 #[cfg(test)]

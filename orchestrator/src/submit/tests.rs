@@ -5,8 +5,12 @@ use std::sync::{Arc, Mutex};
 
 use embedfleet_core::state::PlanState;
 
+use super::follow::log_tail;
 use super::*;
-use crate::scheduler::SchedulerResult;
+use crate::scheduler::{
+    marker_state, Backend, JobHandle, JobState, JobSubmission, QueuedJob, SchedulerJobId,
+    SchedulerResult,
+};
 
 /// A scheduler that answers submissions from a list, lists no job, and reports a job by its
 /// completion marker (running until the marker appears), as the real backends do for a job
@@ -273,7 +277,8 @@ fn job_names_are_unique_per_attempt_and_fit_pbs_name_limit() {
     for batch in 1..=50 {
         for attempt in 1..=20 {
             let name = job_name(&tag, Backend::Pbs, batch, attempt);
-            assert!(name.len() <= PBS_NAME_MAX, "{name}");
+            let pbs_name_max = Backend::Pbs.kind().max_job_name().unwrap();
+            assert!(name.len() <= pbs_name_max, "{name}");
             assert!(name.chars().all(|c| c.is_ascii_alphanumeric()), "{name}");
             pbs_names.insert(name);
         }
@@ -334,10 +339,10 @@ fn a_log_tail_reads_the_end_of_a_large_log_only() {
     text.push_str("\nloading model\n\nshard 3 of 8\nerror: CUDA out of memory\n");
     std::fs::write(&log, text).unwrap();
     assert_eq!(
-        super::log_tail(log.to_str().unwrap()),
+        log_tail(log.to_str().unwrap()),
         "loading model | shard 3 of 8 | error: CUDA out of memory"
     );
-    assert_eq!(super::log_tail("/no/such/log"), "");
+    assert_eq!(log_tail("/no/such/log"), "");
 }
 
 #[test]

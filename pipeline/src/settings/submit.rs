@@ -107,22 +107,17 @@ impl SubmitSettings {
             replace: flags.replace_config,
         };
         let config = stored_config::choose(db, &given)?;
-        let backend = config.config.scheduler.backend;
-        let local = backend == Backend::Local;
+        // What the backend uses where neither the command line nor the run says.
+        let defaults = config
+            .config
+            .scheduler
+            .backend
+            .kind()
+            .defaults(&config.config.scheduler);
         let devices = Resolved::of(
             flags.devices.clone(),
             db.setting::<String>(DEVICES_SETTING)?,
-            || {
-                if local {
-                    "cpu".to_string()
-                } else {
-                    // A node's GPUs: as many as the script asks for, else the four of the
-                    // product's nodes.
-                    let gpus = config.config.scheduler.script.gpus_per_node.unwrap_or(4);
-                    let list: Vec<String> = (0..gpus.max(1)).map(|g| g.to_string()).collect();
-                    format!("cuda:{}", list.join(","))
-                }
-            },
+            || defaults.devices.clone(),
         );
         let job = job_settings(db, flags, devices.value.clone())?;
         let stored: LoopOptions = db.setting(LOOP_SETTING)?.unwrap_or_default();
@@ -135,15 +130,16 @@ impl SubmitSettings {
                 .or(stored.poll_interval_s),
             lost_after_s: flags.loop_options.lost_after_s.or(stored.lost_after_s),
         };
-        let secs = |v: Option<f64>, local_default: f64, default: f64| {
-            Duration::from_secs_f64(v.unwrap_or(if local { local_default } else { default }))
-        };
+        let secs =
+            |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
         let mut notes = Vec::new();
         let mut queues = (!flags.queues.is_empty())
             .then(|| flags.queues.iter().cloned().collect::<BTreeMap<_, _>>());
-        if queues.is_none() && local && db.queue_caps()?.is_empty() {
-            notes.push("no queues given: using one local queue `local` of 2 jobs at once".into());
-            queues = Some(BTreeMap::from([("local".to_string(), 2)]));
+        if let Some((caps, described)) = &defaults.queues {
+            if queues.is_none() && db.queue_caps()?.is_empty() {
+                notes.push(format!("no queues given: using {described}"));
+                queues = Some(caps.clone());
+            }
         }
         Ok(Self {
             kept: kept_loop_flags(&flags.loop_options, &stored),
@@ -151,8 +147,8 @@ impl SubmitSettings {
             breaker_after: loop_options
                 .breaker_after
                 .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
-            poll_interval: secs(loop_options.poll_interval_s, 1.0, 30.0),
-            lost_after: secs(loop_options.lost_after_s, 10.0, 300.0),
+            poll_interval: secs(loop_options.poll_interval_s, defaults.poll_interval),
+            lost_after: secs(loop_options.lost_after_s, defaults.lost_after),
             loop_options,
             group_builds: group_builds(db, flags)?,
             config,

@@ -3,22 +3,86 @@ The Slurm backend: `sbatch --parsable`, `squeue`, `scancel`, and for final state
 `scontrol show job`, then the job's completion marker.
 */
 
+mod parse;
+
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{
-    tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn,
-};
-use super::slurm_parse::{
-    parse_sacct, parse_scontrol, parse_squeue, SlurmRecord, SACCT_FIELDS, SQUEUE_FORMAT,
-};
+use super::command::tail;
 use super::{
-    marker_or, Backend, JobHandle, JobScript, JobState, JobSubmission, QueuedJob, Scheduler,
-    SchedulerError, SchedulerJobId, SchedulerResult,
+    marker_or, submit_command, Backend, BackendKind, Call, CommandConfig, CommandOutput,
+    CommandRunner, JobHandle, JobScript, JobState, JobSubmission, ProgramConfig, QueuedJob,
+    Refusals, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, SchedulerResult,
+    ScriptConfig,
 };
+pub use parse::{parse_sacct, parse_scontrol, parse_squeue, slurm_state, SlurmRecord};
+use parse::{SACCT_FIELDS, SQUEUE_FORMAT};
+
+/// Built-in Slurm template.
+pub const SLURM_TEMPLATE: &str = "#!/bin/bash
+#SBATCH --job-name={job_name}
+#SBATCH --partition={queue}
+#SBATCH --account={account}
+#SBATCH --time={walltime}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --output={output}
+#SBATCH --error={error}
+#SBATCH --no-requeue
+{extra_directives}
+{module_lines}
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// What `sbatch` answers when repeating cannot help.
+const REFUSALS: Refusals = Refusals {
+    unknown_queue: &["invalid partition"],
+    permanent: &[
+        "invalid account",
+        "invalid qos",
+        "unable to open file",
+        "no such file",
+    ],
+    list_queues: "sinfo -s",
+};
+
+/// The Slurm backend's hooks.
+pub struct SlurmBackend;
+
+impl BackendKind for SlurmBackend {
+    fn build(&self, config: &SchedulerConfig) -> Box<dyn Scheduler> {
+        Box::new(SlurmScheduler::new(
+            config.slurm.clone(),
+            config.command.clone(),
+        ))
+    }
+
+    fn template(&self) -> &'static str {
+        SLURM_TEMPLATE
+    }
+
+    fn launcher(&self, nodes: usize) -> Option<String> {
+        Some(format!(
+            "srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1"
+        ))
+    }
+
+    fn cpu_job(&self, script: &mut ScriptConfig, cpus: u32, memory_mib: u64) {
+        script
+            .extra_directives
+            .push(format!("#SBATCH --cpus-per-task={cpus}"));
+        script
+            .extra_directives
+            .push(format!("#SBATCH --mem={memory_mib}M"));
+    }
+}
 
 /// Job ids per `squeue`/`sacct` call, to keep command lines short.
 const CHUNK: usize = 500;
@@ -212,45 +276,6 @@ fn unexpected(cmd: &str, reason: String, output: &str) -> SchedulerError {
     }
 }
 
-/// Maps "this queue does not exist" answers of `sbatch`/`qsub` to a clear error.
-pub(crate) fn unknown_queue(err: SchedulerError, job: &JobSubmission) -> SchedulerError {
-    let is_unknown = |s: &str| {
-        let s = s.to_lowercase();
-        s.contains("invalid partition")
-            || s.contains("unknown queue")
-            || s.contains("no such queue")
-    };
-    match err {
-        SchedulerError::CommandFailed {
-            ref stderr_tail, ..
-        } if is_unknown(stderr_tail) => SchedulerError::InvalidJob {
-            name: job.name.clone(),
-            reason: format!(
-                "queue `{}` does not exist on this scheduler (list queues with `sinfo -s` or \
-                     `qstat -Q`); scheduler said: {}",
-                job.queue,
-                stderr_tail.trim()
-            ),
-        },
-        other => other,
-    }
-}
-
-/// Submission failures that repeating cannot fix.
-pub(crate) fn permanent_submit_error(o: &CommandOutput) -> bool {
-    let s = o.stderr.to_lowercase();
-    [
-        "invalid partition",
-        "unknown queue",
-        "invalid account",
-        "invalid qos",
-        "unable to open file",
-        "no such file",
-    ]
-    .iter()
-    .any(|p| s.contains(p))
-}
-
 impl Scheduler for SlurmScheduler {
     fn backend(&self) -> Backend {
         Backend::Slurm
@@ -269,30 +294,15 @@ impl Scheduler for SlurmScheduler {
         if let Some(log) = &job.log {
             args.push(format!("--output={}", log.display()).into());
         }
-        let text;
-        let mut call = match &job.script {
+        let call = match &job.script {
             JobScript::Path(p) => {
                 args.push(p.into());
                 Call::new(args)
             }
-            JobScript::Text(t) => {
-                text = t.as_bytes();
-                Call::new(args).stdin(text)
-            }
+            JobScript::Text(t) => Call::new(args).stdin(t.as_bytes()),
         };
-        call = call
-            .retry(RetryOn::FailureNotTimeout)
-            .permanent(&permanent_submit_error);
-        let out = match self.runner.run(&self.config.sbatch, "sbatch", call) {
-            Ok(out) => out,
-            Err(e @ SchedulerError::CommandTimedOut { .. }) => {
-                return Err(SchedulerError::SubmitUncertain {
-                    name: job.name.clone(),
-                    source: Box::new(e),
-                })
-            }
-            Err(e) => return Err(unknown_queue(e, job)),
-        };
+        let sbatch = &self.config.sbatch;
+        let out = submit_command(&self.runner, sbatch, "sbatch", call, job, &REFUSALS)?;
         // `--parsable` prints `ID` or `ID;CLUSTER`.
         let id = out.stdout.trim().split(';').next().unwrap_or("").trim();
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit() || c == '_') {

@@ -3,7 +3,7 @@ Parsers for Slurm's `squeue`, `sacct` and `scontrol show job` output, and the ma
 state names onto [`JobState`]. Pure functions over text, so they are tested on captured output.
 */
 
-use super::state::JobState;
+use crate::scheduler::JobState;
 
 /// The `squeue -o` format [`parse_squeue`] reads: id, state, partition, reason, name (last, so
 /// a name may contain anything).

@@ -3,22 +3,90 @@ The PBS backend: `qsub`, `qstat`, `qdel`, for PBS Pro (Polaris) and Torque (incl
 `slurm-wlm-torque` wrappers over Slurm).
 */
 
+mod parse;
+
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{
-    tail, Call, CommandConfig, CommandOutput, CommandRunner, ProgramConfig, RetryOn,
-};
-use super::pbs_parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
-use super::slurm::{permanent_submit_error, unknown_queue};
+use super::command::tail;
 use super::{
-    marker_or, marker_state, write_script_file, Backend, JobHandle, JobScript, JobState,
-    JobSubmission, QueuedJob, Scheduler, SchedulerError, SchedulerJobId, SchedulerResult,
+    marker_or, marker_state, submit_command, Backend, BackendKind, Call, CommandConfig,
+    CommandOutput, CommandRunner, JobHandle, JobScript, JobState, JobSubmission, ProgramConfig,
+    QueuedJob, Refusals, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId,
+    SchedulerResult, ScriptConfig,
 };
+pub use parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
+
+/// Built-in PBS template (PBS Pro as on Polaris; Torque reads the same directives).
+pub const PBS_TEMPLATE: &str = "#!/bin/bash
+#PBS -N {job_name}
+#PBS -q {queue}
+#PBS -A {account}
+#PBS -l walltime={walltime}
+#PBS -l select={select}
+#PBS -o {output}
+#PBS -e {error}
+#PBS -j {join}
+#PBS -r n
+{extra_directives}
+cd \"${PBS_O_WORKDIR:-.}\"
+{module_lines}
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// Some PBS servers (older PBS Pro and Torque releases) refuse or cut job names longer than
+/// this.
+const PBS_NAME_MAX: usize = 15;
+
+/// What `qsub` answers when repeating cannot help; `slurm-wlm-torque`'s `qsub` answers with
+/// `sbatch`'s words.
+const REFUSALS: Refusals = Refusals {
+    unknown_queue: &["unknown queue", "no such queue", "invalid partition"],
+    permanent: &[
+        "invalid account",
+        "invalid qos",
+        "unable to open file",
+        "no such file",
+    ],
+    list_queues: "qstat -Q",
+};
+
+/// The PBS backend's hooks.
+pub struct PbsBackend;
+
+impl BackendKind for PbsBackend {
+    fn build(&self, config: &SchedulerConfig) -> Box<dyn Scheduler> {
+        Box::new(PbsScheduler::new(config.pbs.clone(), config.command.clone()))
+    }
+
+    fn template(&self) -> &'static str {
+        PBS_TEMPLATE
+    }
+
+    fn launcher(&self, nodes: usize) -> Option<String> {
+        Some(format!("mpiexec -n {nodes} --ppn 1"))
+    }
+
+    /// Cores and memory go into the select, before the site's own resources.
+    fn cpu_job(&self, script: &mut ScriptConfig, cpus: u32, memory_mib: u64) {
+        let resources = format!("ncpus={cpus}:mem={memory_mib}mb");
+        script.select_extra = Some(match script.select_extra.take().filter(|e| !e.is_empty()) {
+            Some(extra) => format!("{resources}:{extra}"),
+            None => resources,
+        });
+    }
+
+    fn max_job_name(&self) -> Option<usize> {
+        Some(PBS_NAME_MAX)
+    }
+}
 
 /// Job ids per `qstat` call.
 const CHUNK: usize = 200;
@@ -171,23 +239,13 @@ impl Scheduler for PbsScheduler {
             args.extend(["-o".into(), log.into(), "-j".into(), "oe".into()]);
         }
         args.push(script.into());
-        let mut call = Call::new(args)
-            .retry(RetryOn::FailureNotTimeout)
-            .permanent(&permanent_submit_error);
+        let mut call = Call::new(args);
         if let Some(dir) = &job.workdir {
             // PBS_O_WORKDIR is where qsub ran.
             call = call.cwd(dir);
         }
-        let out = match self.runner.run(&self.config.qsub, "qsub", call) {
-            Ok(out) => out,
-            Err(e @ SchedulerError::CommandTimedOut { .. }) => {
-                return Err(SchedulerError::SubmitUncertain {
-                    name: job.name.clone(),
-                    source: Box::new(e),
-                })
-            }
-            Err(e) => return Err(unknown_queue(e, job)),
-        };
+        let qsub = &self.config.qsub;
+        let out = submit_command(&self.runner, qsub, "qsub", call, job, &REFUSALS)?;
         match parse_qsub_id(&out.stdout) {
             Some(id) => Ok(SchedulerJobId::new(id)),
             None => Err(SchedulerError::UnexpectedOutput {
@@ -279,4 +337,19 @@ fn lookup<'a>(found: &'a HashMap<String, PbsJob>, id: &str) -> Option<&'a PbsJob
             .find(|(k, _)| extends(k, id) || extends(id, k))
             .map(|(_, v)| v)
     })
+}
+
+/// Writes script text to a file the scheduler can read (`qsub` of the Torque wrapper does not
+/// read stdin): `<dir>/.<name>.<pid>.<n>.sh`.
+fn write_script_file(dir: &Path, name: &str, text: &str) -> SchedulerResult<PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let path = dir.join(format!(".{name}.{}.{n}.sh", std::process::id()));
+    std::fs::write(&path, text).map_err(|source| SchedulerError::Io {
+        action: "write job script",
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
 }

@@ -11,7 +11,7 @@ Formats:
 
 use std::collections::BTreeMap;
 
-use super::state::JobState;
+use crate::scheduler::JobState;
 
 /// One job's attributes as `qstat -f` printed them; nested JSON objects are flattened to
 /// `Resource_List.walltime` like the text format.

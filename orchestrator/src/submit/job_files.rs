@@ -1,0 +1,97 @@
+//! A job's files in the run directory and how it is handed to the scheduler: its script is
+//! written (readable by its owner only), an old completion marker of its name removed, and
+//! the submission points the scheduler at the script, the log and the marker. The submit
+//! loop's embed jobs and the one-off jobs ([`crate::oneshot`]) go the same way.
+
+use std::path::{Path, PathBuf};
+
+use embedfleet_core::RunLayout;
+
+use super::{Result, SubmitError};
+use crate::scheduler::{JobScript, JobSubmission, ScriptConfig, ScriptJob};
+
+/// The files of the job named `name`: `jobs/<name>.sh`, `logs/<name>.log`, and the marker its
+/// script writes its exit code to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct JobFiles {
+    pub name: String,
+    pub script: PathBuf,
+    pub log: PathBuf,
+    pub marker: PathBuf,
+}
+
+impl JobFiles {
+    pub fn new(layout: &RunLayout, name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            script: layout.job_script(name),
+            log: layout.job_log(name),
+            marker: layout.job_marker(name),
+        }
+    }
+
+    /// What the job's script is rendered from: the job `embedfleet` runs in `run_dir` on
+    /// `queue` for `batches` (one per node), its output and marker these files.
+    pub fn script_job(
+        &self,
+        queue: &str,
+        run_dir: &Path,
+        batches: Vec<u64>,
+        embed_args: Vec<String>,
+    ) -> ScriptJob {
+        ScriptJob {
+            job_name: self.name.clone(),
+            queue: queue.to_string(),
+            run_dir: run_dir.to_path_buf(),
+            batches,
+            output: self.log.clone(),
+            error: None,
+            marker: Some(self.marker.clone()),
+            embed_args,
+        }
+    }
+
+    /// Writes the script and removes a marker an earlier job of the name may have left.
+    pub fn write_script(&self, text: &str) -> Result<()> {
+        write_private(&self.script, text).map_err(|source| SubmitError::Io {
+            action: "write job script",
+            path: self.script.clone(),
+            source,
+        })?;
+        let _ = std::fs::remove_file(&self.marker);
+        Ok(())
+    }
+
+    /// The job as the scheduler takes it: to `queue`, started in `run_dir`.
+    pub fn submission(&self, queue: &str, run_dir: &Path) -> JobSubmission {
+        JobSubmission::new(&self.name, queue, JobScript::Path(self.script.clone()))
+            .workdir(run_dir)
+            .log(&self.log)
+            .marker(&self.marker)
+    }
+}
+
+/// `config` with the binary its jobs run set to `exe` (this binary) unless it names one.
+pub(crate) fn with_binary(config: &ScriptConfig, exe: &Path) -> ScriptConfig {
+    let mut config = config.clone();
+    if config.embedfleet.is_none() {
+        config.embedfleet = Some(exe.display().to_string());
+    }
+    config
+}
+
+/// Writes a job script readable by its owner only: it holds the run config's `env` values,
+/// which may be secrets.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o700)
+        .open(path)?;
+    // An existing file keeps its mode at open: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o700))?;
+    file.write_all(text.as_bytes())
+}

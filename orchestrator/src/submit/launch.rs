@@ -1,0 +1,243 @@
+//! Sending jobs: each round fills the queues with room from the pending batches, and each job
+//! gets the next attempt number of its batches, a name, a script and a row in run.db before the
+//! scheduler sees it. A queue the scheduler refused gets no more jobs; one whose submission
+//! failed for now cools off, longer after each failure in a row.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use embedfleet_core::rundb::{JobRow, NewJob};
+use embedfleet_core::state::JobStatus;
+use embedfleet_core::RunLayout;
+
+use super::job_files::{with_binary, JobFiles};
+use super::{fill_queues, job_name, PlannedJob, Result, SubmitLoop};
+use crate::scheduler::{render_job_script, SchedulerError};
+
+/// The longest a queue whose submissions fail is left out of the rounds before it is tried again.
+const QUEUE_COOLING_MAX: Duration = Duration::from_secs(300);
+
+impl SubmitLoop<'_> {
+    pub(super) fn submit_round(&mut self) -> Result<()> {
+        let caps = self.caps()?;
+        let open = self.db.open_jobs()?;
+        let pending = self.in_scope(self.db.batches_without_job()?);
+        let now = Instant::now();
+        // A queue that is refused, or cooling after a failed submission, gets no job this
+        // round: its batches go to the queues that take them.
+        let disabled: BTreeSet<String> = self
+            .refused
+            .keys()
+            .chain(
+                self.cooling
+                    .iter()
+                    .filter(|(_, (until, _))| *until > now)
+                    .map(|(q, _)| q),
+            )
+            .cloned()
+            .collect();
+        let planned = fill_queues(
+            &caps,
+            &active_per_queue(&open),
+            &disabled,
+            &pending,
+            self.nodes(),
+        );
+        let mut failed_now: BTreeSet<String> = BTreeSet::new();
+        for job in planned {
+            if self.refused.contains_key(&job.queue) || failed_now.contains(&job.queue) {
+                continue;
+            }
+            if self.submit_job(&job)? {
+                self.cooling.remove(&job.queue);
+            } else {
+                // This queue is not taking jobs now (a drained partition, say): the others
+                // still are. Its batches wait for the next round, when they go elsewhere.
+                failed_now.insert(job.queue.clone());
+                let failures = self.cooling.get(&job.queue).map_or(0, |(_, n)| *n) + 1;
+                let wait = self
+                    .opts
+                    .poll_interval
+                    .saturating_mul(1 << (failures - 1).min(16))
+                    .min(QUEUE_COOLING_MAX);
+                self.cooling
+                    .insert(job.queue.clone(), (Instant::now() + wait, failures));
+                let when = if wait <= self.opts.poll_interval {
+                    "at the next poll".to_string()
+                } else {
+                    format!("in {}", crate::status::duration(wait.as_secs_f64()))
+                };
+                self.console.say(format!(
+                    "queue {}: not taking jobs now; tried again {when}, its batches go to the \
+                     other queues meanwhile",
+                    job.queue
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits one job; false if the scheduler failed in a way worth waiting out.
+    fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
+        let attempt = self.next_attempt(&job.batches)?;
+        let (files, text) = self.render(job, attempt)?;
+        files.write_script(&text)?;
+        let name = files.name.clone();
+        let text = |p: &Path| p.display().to_string();
+        self.db.insert_job(&NewJob {
+            batches: &job.batches,
+            attempt,
+            backend: self.scheduler.backend().name(),
+            queue: &job.queue,
+            name: &name,
+            script: &text(&files.script),
+            log: &text(&files.log),
+            marker: &text(&files.marker),
+        })?;
+        let submission = files.submission(&job.queue, &self.run_dir);
+        match self.scheduler.submit(&submission) {
+            Ok(id) => {
+                self.db.set_job_submitted(&name, id.as_str())?;
+                for b in &job.batches {
+                    *self.attempts.entry(*b).or_default() += 1;
+                }
+                self.report.submitted += 1;
+                tracing::info!(job = %name, id = %id, queue = %job.queue, "submitted");
+                Ok(true)
+            }
+            Err(SchedulerError::SubmitUncertain { .. }) => {
+                // Maybe queued: `settle_submitting` looks it up by name next round.
+                self.console.say(format!(
+                    "submitting {name} timed out; looking for it in the queue next round"
+                ));
+                Ok(false)
+            }
+            Err(SchedulerError::InvalidJob { reason, .. }) => {
+                self.not_submitted(&name, &reason)?;
+                self.console.say(format!(
+                    "queue {}: the scheduler refused it ({reason}); no more jobs go there in this \
+                     run (fix it with `embedfleet queues set`)",
+                    job.queue
+                ));
+                self.refused.insert(job.queue.clone(), reason);
+                Ok(true)
+            }
+            Err(e) if e.is_transient() => {
+                self.not_submitted(&name, &e.to_string())?;
+                self.console
+                    .say(format!("submitting {name} failed ({e}); will try again"));
+                Ok(false)
+            }
+            Err(e @ SchedulerError::UnexpectedOutput { .. }) => {
+                // The scheduler took the submission but its answer made no sense: the job may
+                // be queued. It stays `submitting`, for the next `submit` to look up by name.
+                Err(e.into())
+            }
+            Err(e) => {
+                self.not_submitted(&name, &e.to_string())?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The scheduler refused job `name`. Its rows stay, as failed, so that their attempt number
+    /// is never taken again (see [`Self::next_attempt`]).
+    fn not_submitted(&self, name: &str, why: &str) -> Result<()> {
+        let reason = format!("not submitted: {why}");
+        Ok(self
+            .db
+            .set_job_state(name, JobStatus::Failed, Some(&reason))?)
+    }
+
+    /// The attempt number of a new job of `batches`: above every number a job of any of them
+    /// was recorded under, whether it ran, was refused or its submission was uncertain (those
+    /// rows are kept for this). Two submissions thus never share a name, and so never a script,
+    /// a log or an exit marker that an untracked twin could write for the tracked job. Numbers
+    /// whose script is already in `jobs/` are skipped too: run.db of runs submitted before
+    /// this rule lost the rows of failed submissions, not their files.
+    pub(super) fn next_attempt(&self, batches: &[i64]) -> Result<u32> {
+        let mut attempt = 0;
+        for b in batches {
+            attempt = attempt.max(self.db.last_attempt(*b)?);
+        }
+        let layout = RunLayout::new(&self.run_dir);
+        loop {
+            attempt += 1;
+            let name = self.job_name(batches[0], attempt);
+            if !layout.job_script(&name).exists() {
+                return Ok(attempt);
+            }
+        }
+    }
+
+    fn job_name(&self, first_batch: i64, attempt: u32) -> String {
+        job_name(&self.tag, self.scheduler.backend(), first_batch, attempt)
+    }
+
+    /// The job's files and script text.
+    pub(super) fn render(&self, job: &PlannedJob, attempt: u32) -> Result<(JobFiles, String)> {
+        let name = self.job_name(job.batches[0], attempt);
+        let files = JobFiles::new(&RunLayout::new(&self.run_dir), &name);
+        let config = with_binary(&self.opts.scheduler.script, &self.opts.exe);
+        let batches = job.batches.iter().map(|b| *b as u64).collect();
+        let script_job = files.script_job(
+            &job.queue,
+            &self.run_dir,
+            batches,
+            self.opts.embed_args.clone(),
+        );
+        let text = render_job_script(self.scheduler.backend(), &config, &script_job)?;
+        Ok((files, text))
+    }
+
+    /// The queues and caps this loop fills: the run's, or the trial's one queue of cap 1.
+    pub(super) fn caps(&self) -> Result<BTreeMap<String, u32>> {
+        match &self.opts.trial {
+            Some(queue) => Ok(BTreeMap::from([(queue.clone(), 1)])),
+            None => Ok(self.db.queue_caps()?),
+        }
+    }
+
+    /// The batches this loop is about: all of them, or the trial's one.
+    pub(super) fn in_scope(&self, mut batches: Vec<i64>) -> Vec<i64> {
+        batches.retain(|&b| self.is_in_scope(b));
+        batches
+    }
+
+    pub(super) fn is_in_scope(&self, batch: i64) -> bool {
+        self.opts.trial.is_none() || self.trial_batch == Some(batch)
+    }
+
+    pub(super) fn all_refused(&self) -> Result<bool> {
+        let caps = self.caps()?;
+        Ok(caps
+            .iter()
+            .filter(|(_, cap)| **cap > 0)
+            .all(|(q, _)| self.refused.contains_key(q)))
+    }
+
+    pub(super) fn refused_text(&self) -> String {
+        let parts: Vec<String> = self
+            .refused
+            .iter()
+            .map(|(q, why)| format!("{q}: {why}"))
+            .collect();
+        parts.join("; ")
+    }
+}
+
+/// Jobs (not batches) each queue holds.
+pub(super) fn active_per_queue(open: &[JobRow]) -> BTreeMap<String, u32> {
+    let mut names: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+    for row in open {
+        names
+            .entry(row.queue.clone())
+            .or_default()
+            .insert(&row.name);
+    }
+    names
+        .into_iter()
+        .map(|(q, n)| (q, n.len() as u32))
+        .collect()
+}
