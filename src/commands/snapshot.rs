@@ -39,7 +39,7 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
     )?;
     let mut options = LoadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
-    options.spec.replication_factor = args.replication_factor;
+    options.spec.qdrant.replication_factor = args.replication_factor;
     options.in_flight = args.recoveries.max(1);
     options.build_missing = !args.no_build;
     options.progress = std::io::stderr().is_terminal();

@@ -8,8 +8,8 @@ use embedfleet_core::{exit, process};
 use embedfleet_upload::shard_keys::ShardKeys;
 use embedfleet_upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
 use embedfleet_upload::{
-    self as upload, query, ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink, UploadOptions,
-    UploadReport, WorkerCommand,
+    self as upload, query, ApiKey, CountRequest, DeleteRequest, QdrantEdge, QdrantServer,
+    ServerConfig, Sink, UploadOptions, UploadReport, WorkerCommand,
 };
 use std::io::IsTerminal;
 use std::path::Path;
@@ -55,8 +55,8 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
     let mut options = UploadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
     let spec = &mut options.spec;
-    spec.shard_number = args.shard_number;
-    spec.replication_factor = args.replication_factor;
+    spec.qdrant.shard_number = args.shard_number;
+    spec.qdrant.replication_factor = args.replication_factor;
     spec.bulk_load = !args.no_bulk_load;
     options.batch_size = args
         .batch_size
@@ -74,10 +74,10 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
 }
 
 pub(super) fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {
-    spec.hnsw.m = args.hnsw_m;
-    spec.hnsw.ef_construct = args.hnsw_ef_construct;
-    spec.on_disk_vectors = args.on_disk_vectors;
-    spec.int8_quantization = args.int8;
+    spec.qdrant.hnsw.m = args.hnsw_m;
+    spec.qdrant.hnsw.ef_construct = args.hnsw_ef_construct;
+    spec.qdrant.on_disk_vectors = args.on_disk_vectors;
+    spec.qdrant.int8_quantization = args.int8;
 }
 
 pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
@@ -151,7 +151,7 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
 pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, _) = open_sink(&args.run_dir, &args.target)?;
-    let keyed = sink.keyed(&args.collection)?;
+    let keyed = upload::is_keyed(sink.as_ref(), &args.collection)?;
     // Each paper is deleted from its batch's shard key (its group's, in a grouped load).
     let keys = ShardKeys::for_writes(&RunLayout::new(&args.run_dir))
         .context("failed to read the run's shard keys (snapshots/keys.json)")?;
@@ -203,11 +203,11 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
             .or_default()
             .push(upload::point_id(paper));
     }
-    let before = sink.count(&args.collection, None)?;
+    let before = sink.count(CountRequest::new(&args.collection))?;
     for (key, ids) in &by_key {
-        sink.delete(&args.collection, ids, key.as_deref())?;
+        sink.delete(DeleteRequest::new(&args.collection, ids).shard_key(key.as_deref()))?;
     }
-    let after = sink.count(&args.collection, None)?;
+    let after = sink.count(CountRequest::new(&args.collection))?;
     eprintln!(
         "deleted {} points from `{}` ({before} → {after} points); {new} papers newly tombstoned in run.db ({} in all): `upload`, `build-shard` and `publish` leave them out",
         before - after.min(before),

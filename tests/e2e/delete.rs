@@ -5,7 +5,7 @@
 //! batch accepted again and a whole collection sent again.
 
 use crate::util::{python, shard_rows, TestDir};
-use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
+use embedfleet_upload::{point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
 use std::path::Path;
 
 fn stderr(out: &std::process::Output) -> String {
@@ -21,8 +21,8 @@ fn holds(run: &Path, papers: &[String]) -> (u64, u64) {
     let sink = edge(run);
     let ids: Vec<_> = papers.iter().map(|p| point_id(p)).collect();
     (
-        sink.count("papers", None).unwrap(),
-        sink.count_ids("papers", &ids, None).unwrap(),
+        sink.count(CountRequest::new("papers")).unwrap(),
+        sink.count(CountRequest::new("papers").ids(&ids)).unwrap(),
     )
 }
 
@@ -167,8 +167,9 @@ fn deleted_papers_stay_deleted_through_upload_again_a_batch_resent_and_a_collect
             ..SearchOptions::new(10)
         };
         let hits = sink
-            .search_with("papers", &rows[paper].0, &options)
-            .unwrap();
+            .query(QueryRequest::one("papers", &rows[paper].0, options.clone()))
+            .unwrap()
+            .remove(0);
         assert_eq!(hits.len(), 10);
         assert!(
             hits.iter().all(|h| h.id != point_id(paper)),

@@ -9,7 +9,8 @@ use embedfleet_core::rundb::{RunDb, SnapshotStep};
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{BuiltShardManifest, ShardKeys, SNAPSHOT_TEST_DELAY_ENV};
 use embedfleet_upload::{
-    point_id, PayloadFilter, PointsBatch, QdrantServer, SearchOptions, ServerConfig, Sink,
+    point_id, CountRequest, PayloadFilter, PointsBatch, QdrantExtras, QdrantServer, QueryRequest,
+    SearchOptions, ServerConfig, Sink, UpsertRequest,
 };
 use std::path::Path;
 use std::process::Stdio;
@@ -531,16 +532,18 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
         .iter()
         .map(|s| s.rows)
         .sum();
-    assert_eq!(sink.count(&name, None).unwrap(), rows);
-    assert_eq!(sink.count(&upserted, None).unwrap(), rows);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows);
+    assert_eq!(sink.count(CountRequest::new(&upserted)).unwrap(), rows);
     for filter in [
         PayloadFilter::years(2000, 2015),
         PayloadFilter::source("s2orc/train"),
         PayloadFilter::year(2010),
     ] {
         assert_eq!(
-            sink.count(&name, Some(&filter)).unwrap(),
-            sink.count(&upserted, Some(&filter)).unwrap(),
+            sink.count(CountRequest::new(&name).filter(Some(&filter)))
+                .unwrap(),
+            sink.count(CountRequest::new(&upserted).filter(Some(&filter)))
+                .unwrap(),
             "{filter:?}"
         );
     }
@@ -550,14 +553,16 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
     };
     for v in query_vectors(&run, 50) {
         let a: Vec<_> = sink
-            .search_with(&name, &v, &exact)
+            .query(QueryRequest::one(&name, &v, exact.clone()))
             .unwrap()
+            .remove(0)
             .iter()
             .map(|h| h.id)
             .collect();
         let b: Vec<_> = sink
-            .search_with(&upserted, &v, &exact)
+            .query(QueryRequest::one(&upserted, &v, exact.clone()))
             .unwrap()
+            .remove(0)
             .iter()
             .map(|h| h.id)
             .collect();
@@ -579,11 +584,12 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
         for b in embedfleet_upload::shards::read_from(&run.join(&s.path), 0, 64).unwrap() {
             let b = b.unwrap();
             let points = PointsBatch::from_record_batch(&b).unwrap();
-            sink.upsert_in_key(&name, &key, &points).unwrap();
+            sink.upsert(UpsertRequest::new(&name, &points).shard_key(Some(&key)))
+                .unwrap();
         }
     }
     assert_eq!(
-        sink.count(&name, None).unwrap(),
+        sink.count(CountRequest::new(&name)).unwrap(),
         rows,
         "a re-upsert duplicates nothing"
     );
@@ -608,10 +614,15 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
         "{}",
         stderr(&out)
     );
-    assert_eq!(sink.count(&name, None).unwrap(), rows - 3);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows - 3);
     let hits = sink
-        .search_with(&name, &query_vectors(&run, 1)[0], &exact)
-        .unwrap();
+        .query(QueryRequest::one(
+            &name,
+            &query_vectors(&run, 1)[0],
+            exact.clone(),
+        ))
+        .unwrap()
+        .remove(0);
     assert!(hits.iter().all(|h| h.id != point_id(&ids[0])));
 
     // Upsert mode into the snapshot-loaded collection: nothing is left to send.
@@ -678,7 +689,7 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
         .sum();
     assert!(!err.contains(" 0 loaded before"), "{err}");
     assert!(err.contains(&format!("{rows} points")), "{err}");
-    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows);
     let db = RunDb::open(&run).unwrap();
     assert!(db
         .snapshot_loads(&key)
@@ -768,8 +779,9 @@ fn top_ids(
     queries
         .iter()
         .map(|v| {
-            sink.search_with(collection, v, &exact)
+            sink.query(QueryRequest::one(collection, v, exact.clone()))
                 .unwrap()
+                .remove(0)
                 .iter()
                 .map(|h| h.id.to_string())
                 .collect()
@@ -810,7 +822,7 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
         "{err}"
     );
     // Both runs' points, exactly: the second run's keys are its own.
-    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows1 + rows2);
     let keys1 = ShardKeys::pinned(&RunLayout::new(t.join("run")))
         .unwrap()
         .unwrap();
@@ -842,7 +854,7 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
         err.contains("0 recovered now") && err.contains("2 loaded before"),
         "{err}"
     );
-    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows1 + rows2);
 
     // A copy of the first run directory names the same keys: its load would replace the first
     // run's points, so it is refused, nothing changed; --replace-keys takes them over.
@@ -865,7 +877,7 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
         err.contains("belongs to another run") && err.contains("--replace-keys"),
         "{err}"
     );
-    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows1 + rows2);
     let err = upload_from(
         &t,
         "run-copy",
@@ -879,7 +891,7 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
         err.contains(&format!("{rows1} points of this run")),
         "{err}"
     );
-    assert_eq!(sink.count(&name, None).unwrap(), rows1 + rows2);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows1 + rows2);
     sink.delete_collection(&name).unwrap();
 }
 
@@ -935,7 +947,7 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
         0,
     );
     assert!(err.contains(&format!("{rows} points of this run")), "{err}");
-    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows);
     assert_eq!(sink.keyed_shards(&name).unwrap().len(), 4);
     let queries = query_vectors(&run, 40);
     assert_eq!(
@@ -946,7 +958,13 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
     let approx = |c: &str| -> Vec<String> {
         queries
             .iter()
-            .map(|v| sink.search(c, v, 1, None).unwrap()[0].id.to_string())
+            .map(|v| {
+                sink.query(QueryRequest::one(c, v, SearchOptions::new(1)))
+                    .unwrap()
+                    .remove(0)[0]
+                    .id
+                    .to_string()
+            })
             .collect()
     };
     assert_eq!(approx(&name), approx(&upserted));
@@ -969,7 +987,7 @@ fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_
     // What a load killed between creating the collection and its payload indexes leaves:
     // the collection, custom-sharded, with none of them.
     let mut made = embedfleet_upload::CollectionSpec::new(&name, dim);
-    made.custom_sharding = true;
+    made.qdrant.custom_sharding = true;
     made.payload_indexes.clear();
     sink.ensure_collection(&made).unwrap();
     let before = sink.server_collection(&name).unwrap().unwrap();
@@ -985,7 +1003,7 @@ fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_
         wanted.payload_indexes.len(),
         "{after:?}"
     );
-    assert_eq!(sink.count(&name, None).unwrap(), rows);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows);
     sink.delete_collection(&name).unwrap();
 }
 
@@ -1063,7 +1081,7 @@ fn cluster_groups_go_round_three_peers_and_survive_one_killed_under_replication_
     // Every peer answers the exact count from its replicas (or forwards).
     for url in &grpc {
         let peer = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
-        assert_eq!(peer.count(&name, None).unwrap(), rows, "{url}");
+        assert_eq!(peer.count(CountRequest::new(&name)).unwrap(), rows, "{url}");
     }
     let queries = query_vectors(&run, 20);
     let before = top_ids(&sink, &name, &queries, 10);
@@ -1071,14 +1089,20 @@ fn cluster_groups_go_round_three_peers_and_survive_one_killed_under_replication_
     // Peer 3 dies: counts stay exact and searches answer through peer 1.
     peer_cmd("QDRANT_PEER_KILL_CMD", 3);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        assert_eq!(sink.count(&name, None).unwrap(), rows);
+        assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), rows);
         for s in &placed {
-            let n = sink.count_in_key(&name, &s.key).unwrap();
+            let n = sink
+                .count(CountRequest::new(&name).shard_key(Some(&s.key)))
+                .unwrap();
             assert!(n > 0, "{}", s.key);
         }
         assert_eq!(top_ids(&sink, &name, &queries, 10), before);
         for v in &queries {
-            assert!(!sink.search(&name, v, 5, None).unwrap().is_empty());
+            assert!(!sink
+                .query(QueryRequest::one(&name, v, SearchOptions::new(5)))
+                .unwrap()
+                .remove(0)
+                .is_empty());
         }
     }));
     peer_cmd("QDRANT_PEER_START_CMD", 3);

@@ -9,7 +9,7 @@ use crate::util::{read_shard, TestDir};
 use embedfleet_core::rundb::TEST_KILL_ENV;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::ShardKeys;
-use embedfleet_upload::{point_id, QdrantEdge, SearchOptions, Sink};
+use embedfleet_upload::{point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -235,9 +235,20 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
     let edge = QdrantEdge::open(run.join("qdrant")).unwrap();
     let ids = |list: &[String]| list.iter().map(|p| point_id(p)).collect::<Vec<_>>();
     let all: Vec<String> = expected.iter().cloned().collect();
-    assert_eq!(edge.count("papers", None).unwrap(), expected.len() as u64);
-    assert_eq!(edge.count_ids("papers", &ids(&all), None).unwrap(), 1200);
-    assert_eq!(edge.count_ids("papers", &ids(&withdrawn), None).unwrap(), 0);
+    assert_eq!(
+        edge.count(CountRequest::new("papers")).unwrap(),
+        expected.len() as u64
+    );
+    assert_eq!(
+        edge.count(CountRequest::new("papers").ids(&ids(&all)))
+            .unwrap(),
+        1200
+    );
+    assert_eq!(
+        edge.count(CountRequest::new("papers").ids(&ids(&withdrawn)))
+            .unwrap(),
+        0
+    );
     // A changed paper's point is its new text's vector: an exact search with the fresh run's
     // vector finds it first, at a score of 1.
     let exact = SearchOptions {
@@ -246,7 +257,10 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
     };
     let old: BTreeMap<&String, &Vec<f32>> = release_1.values().flatten().collect();
     for id in &changed {
-        let hits = edge.search_with("papers", &fresh[id], &exact).unwrap();
+        let hits = edge
+            .query(QueryRequest::one("papers", &fresh[id], exact.clone()))
+            .unwrap()
+            .remove(0);
         assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()));
         assert!(hits[0].score > 0.9999, "{id}: {}", hits[0].score);
         assert!(
@@ -256,7 +270,10 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
     }
     // A withdrawn paper is never returned, even for its own vector.
     for id in &withdrawn {
-        let hits = edge.search_with("papers", old[id], &exact).unwrap();
+        let hits = edge
+            .query(QueryRequest::one("papers", old[id], exact.clone()))
+            .unwrap()
+            .remove(0);
         assert!(
             hits.iter()
                 .all(|h| h.paper_id.as_deref() != Some(id.as_str())),
@@ -493,15 +510,24 @@ fn an_update_killed_at_seeded_moments_in_each_stage_ends_exact() {
     let live = live_vectors(&run, &withdrawn);
     assert_eq!(live.len(), shape.release_1 - shape.withdrawn + shape.new);
     let edge = QdrantEdge::open(run.join("qdrant")).unwrap();
-    assert_eq!(edge.count("papers", None).unwrap(), live.len() as u64);
+    assert_eq!(
+        edge.count(CountRequest::new("papers")).unwrap(),
+        live.len() as u64
+    );
     let ids: Vec<_> = withdrawn.iter().map(|p| point_id(p)).collect();
-    assert_eq!(edge.count_ids("papers", &ids, None).unwrap(), 0);
+    assert_eq!(
+        edge.count(CountRequest::new("papers").ids(&ids)).unwrap(),
+        0
+    );
     let exact = SearchOptions {
         exact: true,
         ..SearchOptions::new(1)
     };
     for id in changed.iter().chain(&new) {
-        let hits = edge.search_with("papers", &live[id], &exact).unwrap();
+        let hits = edge
+            .query(QueryRequest::one("papers", &live[id], exact.clone()))
+            .unwrap()
+            .remove(0);
         assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()));
         assert!(hits[0].score > 0.9999, "{id}: {}", hits[0].score);
     }
@@ -556,7 +582,10 @@ fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_th
     // Release 1: batches 1-4 in two groups of two.
     let err = load(&["--groups", "2"]);
     assert!(err.contains("4 batches in 2 groups of 2"), "{err}");
-    assert_eq!(sink.count(&name, None).unwrap(), RELEASE_1 as u64);
+    assert_eq!(
+        sink.count(CountRequest::new(&name)).unwrap(),
+        RELEASE_1 as u64
+    );
     assert_eq!((builds_of_group(&run, 1), builds_of_group(&run, 3)), (1, 1));
 
     // Release 2: the withdrawn and changed papers are rows of batches 1 and 2 (group 1); the
@@ -577,27 +606,38 @@ fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_th
     assert_eq!((builds_of_group(&run, 1), builds_of_group(&run, 3)), (1, 1));
     let keys = ShardKeys::pinned(&RunLayout::new(&run)).unwrap().unwrap();
     assert_eq!(
-        sink.count_in_key(&name, &keys.key_of_group(1)).unwrap(),
+        sink.count(CountRequest::new(&name).shard_key(Some(&keys.key_of_group(1))))
+            .unwrap(),
         (500 - WITHDRAWN - CHANGED) as u64
     );
     assert_eq!(
-        sink.count_in_key(&name, &keys.key_of_group(2)).unwrap(),
+        sink.count(CountRequest::new(&name).shard_key(Some(&keys.key_of_group(2))))
+            .unwrap(),
         500
     );
     assert_eq!(
-        sink.count_in_key(&name, &keys.key_of_group(3)).unwrap(),
+        sink.count(CountRequest::new(&name).shard_key(Some(&keys.key_of_group(3))))
+            .unwrap(),
         (CHANGED + NEW) as u64
     );
 
     // Exactly release 2: every live paper once, with its newest vector; no withdrawn one.
     let live = live_vectors(&run, &withdrawn);
     assert_eq!(live.len(), RELEASE_1 - WITHDRAWN + NEW);
-    assert_eq!(sink.count(&name, None).unwrap(), live.len() as u64);
+    assert_eq!(
+        sink.count(CountRequest::new(&name)).unwrap(),
+        live.len() as u64
+    );
     let ids = |list: &[String]| list.iter().map(|p| point_id(p)).collect::<Vec<_>>();
-    assert_eq!(sink.count_ids(&name, &ids(&withdrawn), None).unwrap(), 0);
+    assert_eq!(
+        sink.count(CountRequest::new(&name).ids(&ids(&withdrawn)))
+            .unwrap(),
+        0
+    );
     let all: Vec<String> = live.keys().cloned().collect();
     assert_eq!(
-        sink.count_ids(&name, &ids(&all), None).unwrap(),
+        sink.count(CountRequest::new(&name).ids(&ids(&all)))
+            .unwrap(),
         live.len() as u64
     );
     let exact = SearchOptions {
@@ -605,7 +645,10 @@ fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_th
         ..SearchOptions::new(1)
     };
     for id in changed.iter().chain(new.iter().take(20)) {
-        let hits = sink.search_with(&name, &live[id], &exact).unwrap();
+        let hits = sink
+            .query(QueryRequest::one(&name, &live[id], exact.clone()))
+            .unwrap()
+            .remove(0);
         assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()));
         assert!(hits[0].score > 0.9999, "{id}: {}", hits[0].score);
     }
@@ -634,7 +677,14 @@ fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_th
         err.contains("0 recovered now") && !err.contains("built here"),
         "{err}"
     );
-    assert_eq!(sink.count(&name, None).unwrap(), live.len() as u64 - 1);
-    assert_eq!(sink.count_ids(&name, &ids(&[gone]), None).unwrap(), 0);
+    assert_eq!(
+        sink.count(CountRequest::new(&name)).unwrap(),
+        live.len() as u64 - 1
+    );
+    assert_eq!(
+        sink.count(CountRequest::new(&name).ids(&ids(&[gone])))
+            .unwrap(),
+        0
+    );
     sink.delete_collection(&name).unwrap();
 }

@@ -5,7 +5,10 @@
 
 use crate::util::TestDir;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::{parse_year, PayloadFilter, QdrantEdge, QdrantServer, ServerConfig, Sink};
+use embedfleet_upload::{
+    parse_year, CountRequest, PayloadFilter, QdrantEdge, QdrantExtras, QdrantServer, ServerConfig,
+    Sink,
+};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -46,7 +49,8 @@ fn shard_years(run_dir: &Path) -> Vec<Option<i64>> {
 
 fn edge_count(run_dir: &Path, collection: &str, filter: Option<&PayloadFilter>) -> u64 {
     let sink = QdrantEdge::open(run_dir.join("qdrant")).unwrap();
-    sink.count(collection, filter).unwrap()
+    sink.count(CountRequest::new(collection).filter(filter))
+        .unwrap()
 }
 
 fn stderr(out: &std::process::Output) -> String {
@@ -234,7 +238,7 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
         err.contains("60 points sent") && err.contains("by 3 worker processes"),
         "{err}"
     );
-    assert_eq!(sink.count(&name, None).unwrap(), 60);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), 60);
     let years = shard_years(&t.join("run"));
     let year = years
         .iter()
@@ -244,19 +248,20 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
         .expect("a dated paper");
     let of_year = years.iter().filter(|y| **y == Some(year)).count() as u64;
     assert_eq!(
-        sink.count(&name, Some(&PayloadFilter::year(year))).unwrap(),
+        sink.count(CountRequest::new(&name).filter(Some(&PayloadFilter::year(year))))
+            .unwrap(),
         of_year
     );
     let info = sink.collection_info(&name).unwrap().expect("collection");
     assert!(
-        info.green && info.hnsw.m == 16,
+        info.green && info.qdrant.is_some_and(|q| q.hnsw.m == 16),
         "index restored and built: {info:?}"
     );
     // A second run has nothing left to send.
     let out = t.run(&refs(&args(&name, &[])), 0);
     let err = stderr(&out);
     assert!(err.contains("60 already acknowledged"), "{err}");
-    assert_eq!(sink.count(&name, None).unwrap(), 60);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), 60);
 
     // Without --workers: one per peer holding the collection (a cluster), else one per core.
     let other = format!("{name}-default");
@@ -275,7 +280,7 @@ fn server_upload_with_worker_processes_sends_every_row_once() {
             "{peers} peers, {cores} cores: {err}"
         );
     }
-    assert_eq!(sink.count(&other, None).unwrap(), 60);
+    assert_eq!(sink.count(CountRequest::new(&other)).unwrap(), 60);
     sink.delete_collection(&other).unwrap();
     sink.delete_collection(&name).unwrap();
 }
@@ -322,7 +327,7 @@ fn server_upload_killed_mid_way_stops_its_workers_and_resumes_to_the_exact_count
     );
 
     rerun_resumes_from(&t, &args, &db, &key, at_kill);
-    assert_eq!(sink.count(&name, None).unwrap(), 60);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), 60);
     sink.delete_collection(&name).unwrap();
 }
 
@@ -337,7 +342,7 @@ fn progress_belongs_to_its_target_a_second_target_and_a_deleted_one_get_every_po
     let err = stderr(&t.run(&second, 0));
     assert!(err.contains("60 points sent"), "{err}");
     let sink = QdrantEdge::open(t.join("second")).unwrap();
-    assert_eq!(sink.count("papers", None).unwrap(), 60);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 60);
     drop(sink);
     assert_eq!(
         edge_count(&run, "papers", None),

@@ -3,8 +3,10 @@
 //! encodes it — no image crate, nothing from the system.
 
 mod glyphs;
+mod style;
 
 pub use glyphs::GlyphBackend;
+pub use style::{line_with_dots, LIGHT_GRID, SERIES_BLUE};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;

@@ -8,7 +8,7 @@ use crate::filter::parse_filters;
 use crate::search::{search_batched, Percentiles};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, RunLayout};
-use embedfleet_upload::{PayloadFilter, SearchOptions, Sink, UploadError};
+use embedfleet_upload::{CountRequest, PayloadFilter, SearchOptions, Sink, UploadError};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -96,8 +96,8 @@ pub fn eval(
     };
     let mut filters: Vec<(String, Option<PayloadFilter>)> = vec![("none".into(), None)];
     if let Some(f) = filter {
-        let all = sink.count(&options.collection, None)?.max(1);
-        let passing = sink.count(&options.collection, Some(&f))?;
+        let all = sink.count(CountRequest::new(&options.collection))?.max(1);
+        let passing = sink.count(CountRequest::new(&options.collection).filter(Some(&f)))?;
         report.filter_selectivity = Some(passing as f64 / all as f64);
         filters.push((options.filters.join(" & "), Some(f)));
     }

@@ -1,7 +1,7 @@
 //! Searches in batches with K requests in flight: the query workload's, eval's and tune's one
 //! way of talking to a collection (the uploader's K-in-flight pattern, for reads).
 
-use embedfleet_upload::{Hit, SearchOptions, Sink, UploadError};
+use embedfleet_upload::{Hit, QueryRequest, SearchOptions, Sink, UploadError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -44,7 +44,8 @@ pub fn search_batched(
                     return;
                 }
                 let sent = Instant::now();
-                match sink.search_batch(collection, chunks[i], options) {
+                let request = QueryRequest::new(collection, chunks[i], options.clone());
+                match sink.query(request) {
                     Ok(hits) => lock(&results)[i] = Some((hits, sent.elapsed())),
                     Err(e) => {
                         lock(&failed).get_or_insert(e);

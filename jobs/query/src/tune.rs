@@ -6,7 +6,7 @@
 use crate::eval::{sample_queries, EvalError};
 use crate::search::search_batched;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::tune::{pick, Trial};
+use embedfleet_upload::tune::{two_stage_sweep, SweepPlan, Trial};
 use embedfleet_upload::{SearchOptions, Sink};
 use serde::{Deserialize, Serialize};
 
@@ -83,26 +83,19 @@ pub fn tune_queries(
             secs: found.elapsed.as_secs_f64(),
         })
     };
-    let mut trials = Vec::new();
-    for &b in &options.batch_sizes {
-        trials.push(trial("batch", b, 1)?);
-    }
-    let batch_size = pick(&trials, options.within, |t| t.batch_size).unwrap_or(16);
-    let mut second = Vec::new();
-    for &k in &options.in_flights {
-        second.push(trial("in_flight", batch_size, k)?);
-    }
-    let in_flight = pick(&second, options.within, |t| t.in_flight).unwrap_or(1);
-    let queries_per_s = second
-        .iter()
-        .find(|t| t.in_flight == in_flight)
-        .map_or(0.0, Trial::points_per_s);
-    trials.extend(second);
+    let plan = SweepPlan {
+        batch_sizes: &options.batch_sizes,
+        in_flights: &options.in_flights,
+        within: options.within,
+        fallback_batch_size: 16,
+        reuse_one_in_flight: false,
+    };
+    let swept = two_stage_sweep(&plan, trial)?;
     Ok(QueryTuneReport {
-        trials,
-        batch_size,
-        in_flight,
-        queries_per_s,
+        trials: swept.trials,
+        batch_size: swept.batch_size,
+        in_flight: swept.in_flight,
+        queries_per_s: swept.per_s,
     })
 }
 

@@ -20,7 +20,7 @@ use super::manifest::{built_digest, BuildTimings, BuiltShardManifest, SourceShar
 use super::{io_err, pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
 use embedfleet_core::rundb::Tombstone;
 use embedfleet_upload::integrity::Tombstones;
-use embedfleet_upload::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink};
+use embedfleet_upload::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink, UpsertRequest};
 
 /// The collection name inside a build's scratch engine.
 const SCRATCH_COLLECTION: &str = "shard";
@@ -303,72 +303,16 @@ fn build_in(
     );
     let started = Instant::now();
     let cpu_start = cpu_seconds();
-    let (points, first_id, last_id, insert_s, optimize_s) = {
-        let engine = QdrantEdge::open(scratch.join("engine"))?;
-        // Bulk mode: no graph while inserting; `finish` builds it once, with the final settings.
-        let bulk = CollectionSpec {
-            bulk_load: true,
-            ..spec.clone()
-        };
-        engine.ensure_collection(&bulk)?;
-        let mut points = 0u64;
-        let (mut first_id, mut last_id) = (None, None);
-        // Papers whose older row a newer one replaces: the second insert is the same point.
-        let replaced: std::collections::HashSet<&str> =
-            replaced.iter().map(String::as_str).collect();
-        let mut replaced_seen = std::collections::HashSet::new();
-        for s in sources {
-            let path = layout.resolve(&s.file);
-            for record_batch in shards::read_from(&path, 0, INSERT_BATCH)? {
-                let record_batch = record_batch.map_err(|e| shards::ShardReadError {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?;
-                // `deleted` is by paper, whatever the batch.
-                for live in tombstones.live_slices(batch, &record_batch) {
-                    let batch_points = PointsBatch::from_record_batch(&live)?;
-                    if batch_points.is_empty() {
-                        continue;
-                    }
-                    if first_id.is_none() {
-                        first_id = Some(batch_points.point(0).id().to_string());
-                    }
-                    last_id = Some(batch_points.point(batch_points.len() - 1).id().to_string());
-                    engine.upsert(SCRATCH_COLLECTION, &batch_points)?;
-                    points += batch_points.len() as u64;
-                    if !replaced.is_empty() {
-                        for p in batch_points.iter() {
-                            if replaced.contains(p.paper_id)
-                                && !replaced_seen.insert(p.paper_id.to_owned())
-                            {
-                                points -= 1;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        engine.checkpoint(SCRATCH_COLLECTION)?;
-        let insert_s = started.elapsed().as_secs_f64();
-        let finish = engine.finish(spec)?;
-        if finish.points != points {
-            return Err(SnapshotError::Layout {
-                path: scratch.to_owned(),
-                message: format!(
-                    "the built shard holds {} points but its shards have {points} rows: paper ids repeat inside the batch",
-                    finish.points
-                ),
-            });
-        }
-        (
-            points,
-            first_id,
-            last_id,
-            insert_s,
-            finish.indexing.as_secs_f64(),
-        )
-        // The engine flushes and closes here, before its files are packed.
-    };
+    let inserted = insert_and_index(
+        layout,
+        batch,
+        sources,
+        &tombstones,
+        replaced,
+        spec,
+        scratch,
+        started,
+    )?;
 
     let pack_start = Instant::now();
     let snapshot = RunLayout::snapshot_file_name(batch, digest);
@@ -391,9 +335,9 @@ fn build_in(
         sources_digest: digest.to_owned(),
         sources: sources.to_vec(),
         deleted: deleted.to_vec(),
-        points,
-        first_id,
-        last_id,
+        points: inserted.points,
+        first_id: inserted.first_id,
+        last_id: inserted.last_id,
         settings: ShardSettings::of(spec),
         engine_version: EDGE_QDRANT_VERSION.into(),
         segment_format: packed.segment_format,
@@ -405,8 +349,8 @@ fn build_in(
         max_version: packed.max_version,
         host: embedfleet_core::handoff::host_name(),
         timings: BuildTimings {
-            insert_s,
-            optimize_s,
+            insert_s: inserted.insert_s,
+            optimize_s: inserted.optimize_s,
             pack_s,
             total_s: started.elapsed().as_secs_f64(),
             cpu_s: cpu_seconds() - cpu_start,
@@ -417,6 +361,95 @@ fn build_in(
     };
     manifest.write(layout)?;
     Ok(manifest)
+}
+
+/// What inserting a group's rows into the scratch engine made.
+struct Inserted {
+    points: u64,
+    first_id: Option<String>,
+    last_id: Option<String>,
+    /// Seconds from the build's start to the end of the inserts (durable).
+    insert_s: f64,
+    /// Seconds building the index.
+    optimize_s: f64,
+}
+
+/// The sources' rows the group serves into a fresh engine in `scratch`, then its index built
+/// with the final settings. The engine flushes and closes before this returns, so its
+/// files can be packed.
+#[allow(clippy::too_many_arguments)]
+fn insert_and_index(
+    layout: &RunLayout,
+    batch: i64,
+    sources: &[SourceShard],
+    tombstones: &Tombstones,
+    replaced: &[String],
+    spec: &CollectionSpec,
+    scratch: &Path,
+    started: Instant,
+) -> Result<Inserted, SnapshotError> {
+    let engine = QdrantEdge::open(scratch.join("engine"))?;
+    // Bulk mode: no graph while inserting; `finish` builds it once, with the final settings.
+    let bulk = CollectionSpec {
+        bulk_load: true,
+        ..spec.clone()
+    };
+    engine.ensure_collection(&bulk)?;
+    let mut points = 0u64;
+    let (mut first_id, mut last_id) = (None, None);
+    // Papers whose older row a newer one replaces: the second insert is the same point.
+    let replaced: std::collections::HashSet<&str> = replaced.iter().map(String::as_str).collect();
+    let mut replaced_seen = std::collections::HashSet::new();
+    for s in sources {
+        let path = layout.resolve(&s.file);
+        for record_batch in shards::read_from(&path, 0, INSERT_BATCH)? {
+            let record_batch = record_batch.map_err(|e| shards::ShardReadError {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            // `deleted` is by paper, whatever the batch.
+            for live in tombstones.live_slices(batch, &record_batch) {
+                let batch_points = PointsBatch::from_record_batch(&live)?;
+                if batch_points.is_empty() {
+                    continue;
+                }
+                if first_id.is_none() {
+                    first_id = Some(batch_points.point(0).id().to_string());
+                }
+                last_id = Some(batch_points.point(batch_points.len() - 1).id().to_string());
+                engine.upsert(UpsertRequest::new(SCRATCH_COLLECTION, &batch_points))?;
+                points += batch_points.len() as u64;
+                if !replaced.is_empty() {
+                    for p in batch_points.iter() {
+                        if replaced.contains(p.paper_id)
+                            && !replaced_seen.insert(p.paper_id.to_owned())
+                        {
+                            points -= 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    engine.checkpoint(SCRATCH_COLLECTION)?;
+    let insert_s = started.elapsed().as_secs_f64();
+    let finish = engine.finish(spec)?;
+    if finish.points != points {
+        return Err(SnapshotError::Layout {
+            path: scratch.to_owned(),
+            message: format!(
+                "the built shard holds {} points but its shards have {points} rows: paper ids repeat inside the batch",
+                finish.points
+            ),
+        });
+    }
+    Ok(Inserted {
+        points,
+        first_id,
+        last_id,
+        insert_s,
+        optimize_s: finish.indexing.as_secs_f64(),
+    })
 }
 
 /// `batch 7` or `batches 5-8`.

@@ -60,7 +60,7 @@ mod tests {
     #[test]
     fn settings_pin_once_and_other_settings_are_refused() {
         let mut spec = CollectionSpec::new("papers", 64);
-        spec.hnsw.m = 32;
+        spec.qdrant.hnsw.m = 32;
         let settings = ShardSettings::of(&spec);
         let dir = tempfile::tempdir().unwrap();
         let layout = RunLayout::new(dir.path());

@@ -16,7 +16,10 @@ use embedfleet_snapshot::{
     build_shard, build_shard_without, find_built, find_usable, group_rows, SnapshotError,
     SourceShard,
 };
-use embedfleet_upload::{point_id, CollectionSpec, PayloadFilter, QdrantEdge, SearchOptions, Sink};
+use embedfleet_upload::{
+    point_id, CollectionSpec, CountRequest, PayloadFilter, QdrantEdge, QueryRequest, SearchOptions,
+    Sink,
+};
 use upload_common::{paper_id, rows_in_years, source_of, vector_of, write_shard};
 
 const DIM: usize = 32;
@@ -41,10 +44,9 @@ fn write_shards(run: &Path, parts: &[(usize, usize)]) -> Vec<SourceShard> {
 
 /// A spec whose tiny test shards still get an HNSW graph (the threshold is in KB of vectors).
 fn indexed_spec() -> CollectionSpec {
-    CollectionSpec {
-        indexing_threshold_kb: 1,
-        ..CollectionSpec::new("papers", 0)
-    }
+    let mut spec = CollectionSpec::new("papers", 0);
+    spec.qdrant.indexing_threshold_kb = 1;
+    spec
 }
 
 /// Unpacks a shard snapshot the way the server does (streamable segments: `files/` moved up)
@@ -127,7 +129,7 @@ fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
     let root = tmp.path().join("unpacked");
     unpack_as_edge(&snapshot, &root, "papers");
     let engine = QdrantEdge::open(&root).unwrap();
-    assert_eq!(engine.count("papers", None).unwrap(), 500);
+    assert_eq!(engine.count(CountRequest::new("papers")).unwrap(), 500);
     let info = engine.collection_info("papers").unwrap().unwrap();
     assert_eq!(info.vector_size, DIM);
     assert_eq!(
@@ -136,13 +138,13 @@ fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
     );
     assert_eq!(
         engine
-            .count("papers", Some(&PayloadFilter::years(2019, 2020)))
+            .count(CountRequest::new("papers").filter(Some(&PayloadFilter::years(2019, 2020))))
             .unwrap(),
         rows_in_years(0, 500, 2019, 2020)
     );
     assert_eq!(
         engine
-            .count("papers", Some(&PayloadFilter::source("arxiv")))
+            .count(CountRequest::new("papers").filter(Some(&PayloadFilter::source("arxiv"))))
             .unwrap(),
         (0..500).filter(|&i| source_of(i) == "arxiv").count() as u64
     );
@@ -153,7 +155,10 @@ fn a_built_shard_is_a_loadable_qdrant_shard_with_every_point_and_its_index() {
                 exact,
                 ..SearchOptions::new(1)
             };
-            let hits = engine.search_with("papers", &v, &options).unwrap();
+            let hits = engine
+                .query(QueryRequest::one("papers", &v, options.clone()))
+                .unwrap()
+                .remove(0);
             assert_eq!(hits[0].id, point_id(&paper_id(i)), "row {i}, exact {exact}");
             assert_eq!(hits[0].paper_id.as_deref(), Some(paper_id(i).as_str()));
         }
@@ -202,12 +207,10 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
     );
 
     // Other settings than the built shard's: refused, naming the difference.
-    let other_m = CollectionSpec {
-        hnsw: embedfleet_upload::HnswParams {
-            m: 32,
-            ef_construct: 100,
-        },
-        ..spec.clone()
+    let mut other_m = spec.clone();
+    other_m.qdrant.hnsw = embedfleet_upload::HnswParams {
+        m: 32,
+        ef_construct: 100,
     };
     let err = build_shard(&layout, (1, 1), &sources, &other_m).unwrap_err();
     assert!(
@@ -260,7 +263,7 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     let run = synthetic_run(tmp.path(), 3, 2000, 128);
     let mut options = LoadOptions::new(&run, &name);
     // 2,000 × 128-d is 1 MB a batch: a 100 KB threshold gives every built shard its graph.
-    options.spec.indexing_threshold_kb = 100;
+    options.spec.qdrant.indexing_threshold_kb = 100;
     // A group per batch: three keys.
     options.groups = Some(3);
     let report = load_snapshots(&server, &rest, &options).unwrap();
@@ -289,7 +292,12 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     assert!(later.green && later.indexed_vectors == 6000, "{later:?}");
     for group in 1..=3 {
         let key = format!("{}-g{group}", report.run_id);
-        assert_eq!(server.count_in_key(&name, &key).unwrap(), 2000);
+        assert_eq!(
+            server
+                .count(CountRequest::new(&name).shard_key(Some(&key)))
+                .unwrap(),
+            2000
+        );
     }
     // The approximate (HNSW) search finds a point by its own vector.
     let db = embedfleet_core::rundb::RunDb::open(&run).unwrap();
@@ -301,7 +309,10 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
         .unwrap();
     let points = embedfleet_upload::PointsBatch::from_record_batch(&batch).unwrap();
     for p in points.iter() {
-        let hits = server.search(&name, p.vector, 1, None).unwrap();
+        let hits = server
+            .query(QueryRequest::one(&name, p.vector, SearchOptions::new(1)))
+            .unwrap()
+            .remove(0);
         assert_eq!(hits[0].id, point_id(p.paper_id));
     }
     // A second load finds everything done.
@@ -345,9 +356,12 @@ fn a_shard_built_without_deleted_papers_holds_none_of_them_and_has_another_name(
     let root = tmp.path().join("edge");
     unpack_as_edge(&layout.resolve(&m.snapshot), &root, "papers");
     let sink = QdrantEdge::open(&root).unwrap();
-    assert_eq!(sink.count("papers", None).unwrap(), 97);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 97);
     let dead: Vec<_> = deleted.iter().map(|p| point_id(p)).collect();
-    assert_eq!(sink.count_ids("papers", &dead, None).unwrap(), 0);
+    assert_eq!(
+        sink.count(CountRequest::new("papers").ids(&dead)).unwrap(),
+        0
+    );
 }
 
 /// Writes batch `batch`'s shard of rows `rows`, with vectors of `seed` (another seed: the
@@ -438,19 +452,32 @@ fn a_group_holding_a_papers_old_and_new_rows_keeps_one_point_with_the_new_vector
     let root = tmp.path().join("edge");
     unpack_as_edge(&layout.resolve(&built.manifest.snapshot), &root, "papers");
     let sink = QdrantEdge::open(&root).unwrap();
-    assert_eq!(sink.count("papers", None).unwrap(), 78);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 78);
     let gone: Vec<_> = [3, 70].iter().map(|&i| point_id(&paper_id(i))).collect();
-    assert_eq!(sink.count_ids("papers", &gone, None).unwrap(), 0);
+    assert_eq!(
+        sink.count(CountRequest::new("papers").ids(&gone)).unwrap(),
+        0
+    );
     for i in [50, 55, 59] {
         // The point holds release 2's vector, not release 1's.
         let new = sink
-            .search("papers", &vector_of(i, DIM, 9), 1, None)
-            .unwrap();
+            .query(QueryRequest::one(
+                "papers",
+                &vector_of(i, DIM, 9),
+                SearchOptions::new(1),
+            ))
+            .unwrap()
+            .remove(0);
         assert_eq!(new[0].id, point_id(&paper_id(i)));
         assert!(new[0].score > 0.999, "{:?}", new[0]);
         let old = sink
-            .search("papers", &vector_of(i, DIM, 7), 1, None)
-            .unwrap();
+            .query(QueryRequest::one(
+                "papers",
+                &vector_of(i, DIM, 7),
+                SearchOptions::new(1),
+            ))
+            .unwrap()
+            .remove(0);
         assert!(
             old[0].id != point_id(&paper_id(i)) || old[0].score < 0.99,
             "paper {i} kept its old vector: {:?}",

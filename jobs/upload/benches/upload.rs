@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{FixedSizeListArray, Float32Array, Int32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use embedfleet_upload::{build_point_structs, CollectionSpec, PointsBatch, QdrantEdge, Sink};
+use embedfleet_upload::{
+    build_point_structs, CollectionSpec, CountRequest, PointsBatch, QdrantEdge, Sink, UpsertRequest,
+};
 use prost::Message as _;
 use qdrant_client::qdrant::UpsertPointsBuilder;
 
@@ -152,12 +154,16 @@ fn edge_upsert() {
     let start = Instant::now();
     for rb in &batches {
         let points = PointsBatch::from_record_batch(rb).expect("valid");
-        sink.upsert("bench", &points).expect("upsert");
+        sink.upsert(UpsertRequest::new("bench", &points))
+            .expect("upsert");
     }
     let upserted = start.elapsed();
     sink.checkpoint("bench").expect("checkpoint");
     let durable = start.elapsed();
-    assert_eq!(sink.count("bench", None).expect("count"), total as u64);
+    assert_eq!(
+        sink.count(CountRequest::new("bench")).expect("count"),
+        total as u64
+    );
     let report = sink.finish(&spec).expect("finish");
     println!("edge upsert {total} x {dim}-d f32, batches of {size}");
     println!(

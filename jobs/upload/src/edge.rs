@@ -20,8 +20,8 @@ use std::time::Instant;
 use qdrant_edge::external::ordered_float::OrderedFloat;
 use qdrant_edge::external::serde_json::{Map, Value};
 use qdrant_edge::{
-    Condition, CountRequest, CreateIndex, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
-    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HasIdCondition,
+    Condition, CountRequest as EdgeCountRequest, CreateIndex, EdgeConfig, EdgeOptimizersConfig,
+    EdgeShard, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HasIdCondition,
     HnswIndexConfig, JsonPath, Match, OperationError, Payload, PayloadFieldSchema,
     PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted,
     QuantizationConfig, QueryEnum, Range, ScalarQuantizationConfig, ScalarType, ScoredPoint,
@@ -29,11 +29,17 @@ use qdrant_edge::{
     VectorStructPersisted, WithPayloadInterface, DEFAULT_VECTOR_NAME,
 };
 
-use super::{
+use crate::error::{UploadError, UploadResult};
+use crate::points::{
+    PointsBatch, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
+};
+use crate::request::{
+    CountRequest, DeleteRequest, Hit, PayloadFilter, QueryRequest, SearchOptions, UpsertRequest,
+};
+use crate::sink::{shard_keys_unsupported, QdrantExtras, Sink};
+use crate::spec::{
     check_collection_name, check_compatible, check_vector_size, CollectionInfo, CollectionSpec,
-    Distance, Ensured, FinishReport, Hit, HnswParams, PayloadFilter, PayloadIndexKind, PointsBatch,
-    SearchOptions, Sink, UploadError, UploadResult, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS,
-    PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
+    Distance, Ensured, FinishReport, HnswParams, PayloadIndexKind, QdrantIndex,
 };
 
 /// The file in a collection's directory holding the identity marker embedfleet gave it.
@@ -146,14 +152,14 @@ impl QdrantEdge {
         let dir = self.shard_dir(&spec.name);
         std::fs::create_dir_all(&dir).map_err(io_err("create the collection directory", &dir))?;
         let vector = EdgeVectorParams::builder(spec.vector_size, edge_distance(spec.distance))
-            .on_disk(spec.on_disk_vectors)
+            .on_disk(spec.qdrant.on_disk_vectors)
             .build();
         let mut config = EdgeConfig::builder()
             .vector(DEFAULT_VECTOR_NAME, vector)
             .hnsw_config(hnsw_config(spec))
-            .optimizers(optimizers(spec.indexing_threshold_kb))
+            .optimizers(optimizers(spec.qdrant.indexing_threshold_kb))
             .build();
-        if spec.int8_quantization {
+        if spec.qdrant.int8_quantization {
             config.quantization_config = Some(QuantizationConfig::from(ScalarQuantizationConfig {
                 r#type: ScalarType::Int8,
                 quantile: Some(0.99),
@@ -166,14 +172,56 @@ impl QdrantEdge {
             .insert(spec.name.clone(), Arc::clone(&shard));
         Ok(shard)
     }
+
+    /// Refuses a request naming a shard key: the engine has one shard per collection.
+    fn refuse_shard_key(&self, collection: &str, key: Option<&str>) -> UploadResult<()> {
+        match key {
+            None => Ok(()),
+            Some(_) => Err(shard_keys_unsupported(collection, &self.target())),
+        }
+    }
+
+    /// The nearest points to `vector` as `options` say, best first, with their payload.
+    fn search(
+        &self,
+        collection: &str,
+        vector: &[f32],
+        options: &SearchOptions,
+    ) -> UploadResult<Vec<Hit>> {
+        let shard = self.existing(collection)?;
+        check_vector_size(collection, shape(&read(&shard)).0, vector.len())?;
+        let request = SearchRequest {
+            query: QueryEnum::Nearest(qdrant_edge::NamedQuery {
+                query: VectorInternal::Dense(vector.to_vec()),
+                using: None,
+            }),
+            filter: options.filter.as_ref().map(edge_filter).transpose()?,
+            params: Some(SearchParams {
+                hnsw_ef: options.hnsw_ef.map(|ef| ef as usize),
+                exact: options.exact,
+                ..SearchParams::default()
+            }),
+            limit: options.k,
+            offset: 0,
+            with_payload: Some(WithPayloadInterface::Bool(true)),
+            with_vector: None,
+            score_threshold: None,
+        };
+        let points = read(&shard).search(request).map_err(edge_err("search"))?;
+        Ok(points.into_iter().map(hit_from_edge).collect())
+    }
 }
 
 fn hnsw_config(spec: &CollectionSpec) -> HnswIndexConfig {
     // Bulk load: m = 0 means "no graph", so an optimize before `finish` builds none.
-    let m = if spec.bulk_load { 0 } else { spec.hnsw.m };
+    let m = if spec.bulk_load {
+        0
+    } else {
+        spec.qdrant.hnsw.m
+    };
     HnswIndexConfig {
         m: m as usize,
-        ef_construct: spec.hnsw.ef_construct as usize,
+        ef_construct: spec.qdrant.hnsw.ef_construct as usize,
         ..HnswIndexConfig::default()
     }
 }
@@ -270,7 +318,11 @@ impl Sink for QdrantEdge {
         Ok(ensured)
     }
 
-    fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
+    fn upsert(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
+        let UpsertRequest {
+            collection, points, ..
+        } = request;
+        self.refuse_shard_key(collection, request.shard_key)?;
         let shard = self.existing(collection)?;
         let shard = read(&shard);
         check_vector_size(collection, shape(&shard).0, points.dim())?;
@@ -301,7 +353,7 @@ impl Sink for QdrantEdge {
             .set_hnsw_config(hnsw_config(&restored))
             .map_err(edge_err("restore the HNSW settings"))?;
         shard
-            .set_optimizers_config(optimizers(spec.indexing_threshold_kb))
+            .set_optimizers_config(optimizers(spec.qdrant.indexing_threshold_kb))
             .map_err(edge_err("restore the indexing threshold"))?;
         let start = Instant::now();
         shard.optimize().map_err(edge_err("build the index"))?;
@@ -315,45 +367,39 @@ impl Sink for QdrantEdge {
         })
     }
 
-    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
+    fn count(&self, request: CountRequest<'_>) -> UploadResult<u64> {
+        let collection = request.collection;
+        self.refuse_shard_key(collection, request.shard_key)?;
+        let mut filter = request.filter.map(edge_filter).transpose()?;
+        let action = match request.ids {
+            None => "count points",
+            Some([]) => return Ok(0),
+            Some(ids) => {
+                let has_id: HasIdCondition = ids.iter().map(|id| PointId::Uuid(*id)).collect();
+                let must = filter
+                    .get_or_insert_with(Filter::default)
+                    .must
+                    .get_or_insert_with(Vec::new);
+                must.push(Condition::HasId(has_id));
+                "count points by id"
+            }
+        };
         let shard = self.existing(collection)?;
-        let request = CountRequest {
-            filter: filter.map(edge_filter).transpose()?,
+        let request = EdgeCountRequest {
+            filter,
             exact: true,
         };
-        let n = read(&shard)
-            .count(request)
-            .map_err(edge_err("count points"))?;
+        let n = read(&shard).count(request).map_err(edge_err(action))?;
         Ok(n as u64)
     }
 
-    fn search_with(
-        &self,
-        collection: &str,
-        vector: &[f32],
-        options: &SearchOptions,
-    ) -> UploadResult<Vec<Hit>> {
-        let shard = self.existing(collection)?;
-        check_vector_size(collection, shape(&read(&shard)).0, vector.len())?;
-        let request = SearchRequest {
-            query: QueryEnum::Nearest(qdrant_edge::NamedQuery {
-                query: VectorInternal::Dense(vector.to_vec()),
-                using: None,
-            }),
-            filter: options.filter.as_ref().map(edge_filter).transpose()?,
-            params: Some(SearchParams {
-                hnsw_ef: options.hnsw_ef.map(|ef| ef as usize),
-                exact: options.exact,
-                ..SearchParams::default()
-            }),
-            limit: options.k,
-            offset: 0,
-            with_payload: Some(WithPayloadInterface::Bool(true)),
-            with_vector: None,
-            score_threshold: None,
-        };
-        let points = read(&shard).search(request).map_err(edge_err("search"))?;
-        Ok(points.into_iter().map(hit_from_edge).collect())
+    fn query(&self, request: QueryRequest<'_>) -> UploadResult<Vec<Vec<Hit>>> {
+        // The engine searches one vector at a time: one after another.
+        request
+            .vectors
+            .iter()
+            .map(|vector| self.search(request.collection, vector, &request.options))
+            .collect()
     }
 
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
@@ -369,23 +415,24 @@ impl Sink for QdrantEdge {
             distance,
             points: info.points_count as u64,
             indexed_vectors: info.indexed_vectors_count as u64,
-            hnsw: HnswParams {
-                m: config.hnsw_config.m as u64,
-                ef_construct: config.hnsw_config.ef_construct as u64,
-            },
-            indexing_threshold_kb: config.optimizers.get_indexing_threshold_kb() as u64,
             // Nothing runs in the background: what is stored is all there is.
             green: true,
             red: false,
+            qdrant: Some(QdrantIndex {
+                hnsw: HnswParams {
+                    m: config.hnsw_config.m as u64,
+                    ef_construct: config.hnsw_config.ef_construct as u64,
+                },
+                indexing_threshold_kb: config.optimizers.get_indexing_threshold_kb() as u64,
+            }),
         }))
     }
 
-    fn delete(&self, collection: &str, ids: &[uuid::Uuid], key: Option<&str>) -> UploadResult<()> {
-        if key.is_some() {
-            return Err(UploadError::Unsupported {
-                what: format!("shard keys (`{collection}` on {})", self.target()),
-            });
-        }
+    fn delete(&self, request: DeleteRequest<'_>) -> UploadResult<()> {
+        let DeleteRequest {
+            collection, ids, ..
+        } = request;
+        self.refuse_shard_key(collection, request.shard_key)?;
         if ids.is_empty() {
             return Ok(());
         }
@@ -397,32 +444,25 @@ impl Sink for QdrantEdge {
         result
     }
 
-    fn count_ids(
-        &self,
-        collection: &str,
-        ids: &[uuid::Uuid],
-        key: Option<&str>,
-    ) -> UploadResult<u64> {
-        if key.is_some() {
-            return Err(UploadError::Unsupported {
-                what: format!("shard keys (`{collection}` on {})", self.target()),
-            });
+    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
+        check_collection_name(collection)?;
+        // Dropping the last handle flushes the shard; then its files go.
+        drop(self.registry().remove(collection));
+        let dir = self.shard_dir(collection);
+        if !dir.exists() {
+            return Ok(false);
         }
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let shard = self.existing(collection)?;
-        let has_id: HasIdCondition = ids.iter().map(|id| PointId::Uuid(*id)).collect();
-        let request = CountRequest {
-            filter: Some(Filter::new_must(Condition::HasId(has_id))),
-            exact: true,
-        };
-        let n = read(&shard)
-            .count(request)
-            .map_err(edge_err("count points by id"))?;
-        Ok(n as u64)
+        std::fs::remove_dir_all(&dir).map_err(io_err("delete the collection directory", &dir))?;
+        Ok(true)
     }
 
+    fn qdrant(&self) -> Option<&dyn QdrantExtras> {
+        Some(self)
+    }
+}
+
+/// The engine has one shard per collection: no shard keys, no peers. The marker is a file.
+impl QdrantExtras for QdrantEdge {
     fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
         check_collection_name(collection)?;
         let path = self.shard_dir(collection).join(MARKER_FILE);
@@ -440,18 +480,6 @@ impl Sink for QdrantEdge {
         let path = self.shard_dir(collection).join(MARKER_FILE);
         embedfleet_core::atomic::write(&path, format!("{marker}\n").as_bytes())
             .map_err(io_err("write the collection marker", &path))
-    }
-
-    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
-        check_collection_name(collection)?;
-        // Dropping the last handle flushes the shard; then its files go.
-        drop(self.registry().remove(collection));
-        let dir = self.shard_dir(collection);
-        if !dir.exists() {
-            return Ok(false);
-        }
-        std::fs::remove_dir_all(&dir).map_err(io_err("delete the collection directory", &dir))?;
-        Ok(true)
     }
 }
 

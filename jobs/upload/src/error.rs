@@ -1,9 +1,14 @@
-//! The one error type of the upload layer.
+//! The errors of the upload layer: a sink's ([`UploadError`]) and an upload run's
+//! ([`UploadRunError`], a sink's among others).
 //!
 //! Every variant says what went wrong and what to do about it. Transient server errors are
 //! retried inside the sinks; what reaches the caller is either permanent or retries exhausted.
 
 use std::path::PathBuf;
+
+use embedfleet_core::rundb::RunDbError;
+
+use crate::shards::ShardReadError;
 
 /// Result of the upload layer.
 pub type UploadResult<T> = Result<T, UploadError>;
@@ -191,4 +196,64 @@ pub struct KeyConflict {
     pub owner_dir: String,
     /// This run's identity.
     pub run: String,
+}
+
+/// Why an upload could not run (rows that failed are not errors: see [`SendReport`]).
+#[derive(Debug, thiserror::Error)]
+pub enum UploadRunError {
+    /// run.db could not be read or written.
+    #[error(transparent)]
+    RunDb(#[from] RunDbError),
+    /// The sink refused or failed.
+    #[error(transparent)]
+    Sink(#[from] UploadError),
+    /// A shard's footer could not be read.
+    #[error(transparent)]
+    Shard(#[from] ShardReadError),
+    /// The run's shards do not all have one vector size.
+    #[error("shard {} has {found}-d vectors but {first} has {expected}-d; one collection holds one vector size: upload the runs of different models or dimensions into different collections", path.display())]
+    MixedDims {
+        /// The shard that differs.
+        path: PathBuf,
+        /// Its vector size.
+        found: usize,
+        /// The first shard.
+        first: PathBuf,
+        /// The first shard's vector size.
+        expected: usize,
+    },
+    /// The run's shard-key pin (`snapshots/keys.json`) could not be read.
+    #[error("failed to read the run's shard keys (snapshots/keys.json): {0}")]
+    ShardKeys(std::io::Error),
+    /// Too many batches in a row failed; the upload stopped.
+    #[error("the upload stopped after {failures} failed batches in a row (last: {last}); what was acknowledged is recorded, run `embedfleet upload` again once the cause is fixed")]
+    TooManyFailures {
+        /// Consecutive failed batches.
+        failures: usize,
+        /// The last error.
+        last: String,
+    },
+    /// A worker process failed.
+    #[error("upload worker {index} failed: {why}; run `embedfleet upload` again, it continues")]
+    Worker {
+        /// The worker's index.
+        index: u64,
+        /// Its exit status or spawn error.
+        why: String,
+    },
+}
+
+impl UploadRunError {
+    /// True when the target collection refused the run's vectors: exit code "refused".
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            UploadRunError::MixedDims { .. }
+                | UploadRunError::Sink(
+                    UploadError::CollectionMismatch { .. }
+                        | UploadError::VectorSizeMismatch { .. }
+                        | UploadError::KeyOfAnotherRun(_)
+                )
+        )
+    }
 }

@@ -23,8 +23,13 @@ use arrow_array::{Array, RecordBatch, StringArray};
 
 use embedfleet_core::rundb::{RunDb, RunDbError, Tombstone, WithheldRow};
 
-use crate::driver::{Prepared, UploadRunError};
-use crate::{point_id, shards, Sink};
+use crate::error::{UploadError, UploadRunError};
+use crate::points::point_id;
+use crate::prepared::Prepared;
+use crate::request::{CountRequest, DeleteRequest};
+use crate::shard_keys::ShardKeys;
+use crate::shards;
+use crate::sink::Sink;
 
 /// What no upload may send: the run's tombstones (papers deleted with `embedfleet delete`, by
 /// id, whatever batch holds them) and the rows later corpus releases withheld from their batch
@@ -166,8 +171,9 @@ pub fn new_marker() -> String {
 }
 
 /// Records in run.db which collection the progress under `key` is about: the marker `found` in
-/// it, or a new one stored now. A sink that does not keep it (a server older than 1.16 drops
-/// collection metadata) gets nothing recorded: the per-batch counts are the check left.
+/// it, or a new one stored now. A sink that does not keep it (one without Qdrant's extras, or a
+/// server older than 1.16, which drops collection metadata) gets nothing recorded: the
+/// per-batch counts are the check left.
 pub fn record_marker<E>(
     sink: &dyn Sink,
     db: &RunDb,
@@ -176,13 +182,14 @@ pub fn record_marker<E>(
     found: Option<String>,
 ) -> Result<(), E>
 where
-    E: From<crate::UploadError> + From<RunDbError>,
+    E: From<UploadError> + From<RunDbError>,
 {
-    let marker = match found {
-        Some(marker) => marker,
-        None => {
-            sink.set_collection_marker(name, &new_marker())?;
-            match sink.collection_marker(name)? {
+    let marker = match (found, sink.qdrant()) {
+        (Some(marker), _) => marker,
+        (None, None) => return Ok(()),
+        (None, Some(extras)) => {
+            extras.set_collection_marker(name, &new_marker())?;
+            match extras.collection_marker(name)? {
                 Some(marker) => marker,
                 None => return Ok(()),
             }
@@ -218,7 +225,7 @@ pub fn check_batches(
     collection: &str,
     prepared: &Prepared,
     tombstones: &Tombstones,
-    keys: Option<&crate::shard_keys::ShardKeys>,
+    keys: Option<&ShardKeys>,
 ) -> Result<BatchCheck, UploadRunError> {
     let mut check = BatchCheck::default();
     let mut batches: BTreeMap<i64, Vec<&embedfleet_core::rundb::UploadShard>> = BTreeMap::new();
@@ -236,7 +243,11 @@ pub fn check_batches(
                     .map(|id| point_id(id)),
             );
         }
-        let holds = sink.count_ids(collection, &live, shard_key.as_deref())?;
+        let holds = sink.count(
+            CountRequest::new(collection)
+                .ids(&live)
+                .shard_key(shard_key.as_deref()),
+        )?;
         if holds < live.len() as u64 {
             eprintln!(
                 "note: batch {batch} holds {holds} of its {} acknowledged points in `{collection}`: sending that batch again",
@@ -255,12 +266,16 @@ pub fn check_batches(
         .iter()
         .map(|id| point_id(id))
         .collect();
-        let back = sink.count_ids(collection, &dead, shard_key.as_deref())?;
+        let back = sink.count(
+            CountRequest::new(collection)
+                .ids(&dead)
+                .shard_key(shard_key.as_deref()),
+        )?;
         if back > 0 {
             eprintln!(
                 "note: batch {batch} holds {back} deleted or withdrawn papers in `{collection}`: deleting them (run.db's tombstones and releases)"
             );
-            sink.delete(collection, &dead, shard_key.as_deref())?;
+            sink.delete(DeleteRequest::new(collection, &dead).shard_key(shard_key.as_deref()))?;
             check.deleted_again += back;
         }
     }

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use embedfleet_core::rundb::{RunDb, RunDbError};
 
-use super::{Hit, Sink, UploadError};
+use crate::error::UploadError;
+use crate::request::{Hit, QueryRequest, SearchOptions};
+use crate::sink::Sink;
 
 /// Why a query failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +42,8 @@ pub fn search_with_text(
     k: usize,
     words: usize,
 ) -> Result<Vec<QueryHit>, QueryError> {
-    let hits = sink.search(collection, vector, k, None)?;
+    let request = QueryRequest::one(collection, vector, SearchOptions::new(k));
+    let hits = sink.query(request)?.into_iter().next().unwrap_or_default();
     let ids: Vec<&str> = hits.iter().filter_map(|h| h.paper_id.as_deref()).collect();
     let texts = first_words(db, &ids, words)?;
     Ok(hits

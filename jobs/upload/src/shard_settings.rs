@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CollectionSpec, Distance, PayloadIndexKind};
+use crate::spec::{CollectionSpec, Distance, HnswParams, PayloadIndexKind, QdrantSpec};
 
 /// What of a [`CollectionSpec`] decides a built shard's files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,11 +30,11 @@ impl ShardSettings {
         Self {
             vector_size: spec.vector_size,
             distance: spec.distance.to_string(),
-            hnsw_m: spec.hnsw.m,
-            hnsw_ef_construct: spec.hnsw.ef_construct,
-            indexing_threshold_kb: spec.indexing_threshold_kb,
-            on_disk_vectors: spec.on_disk_vectors,
-            int8_quantization: spec.int8_quantization,
+            hnsw_m: spec.qdrant.hnsw.m,
+            hnsw_ef_construct: spec.qdrant.hnsw.ef_construct,
+            indexing_threshold_kb: spec.qdrant.indexing_threshold_kb,
+            on_disk_vectors: spec.qdrant.on_disk_vectors,
+            int8_quantization: spec.qdrant.int8_quantization,
             payload_indexes: spec
                 .payload_indexes
                 .iter()
@@ -106,13 +106,6 @@ impl ShardSettings {
     pub fn apply(&self, spec: &CollectionSpec) -> CollectionSpec {
         CollectionSpec {
             distance: self.distance().unwrap_or(spec.distance),
-            hnsw: crate::HnswParams {
-                m: self.hnsw_m,
-                ef_construct: self.hnsw_ef_construct,
-            },
-            indexing_threshold_kb: self.indexing_threshold_kb,
-            on_disk_vectors: self.on_disk_vectors,
-            int8_quantization: self.int8_quantization,
             payload_indexes: self
                 .payload_indexes
                 .iter()
@@ -125,6 +118,16 @@ impl ShardSettings {
                     Some((f.clone(), kind))
                 })
                 .collect(),
+            qdrant: QdrantSpec {
+                hnsw: HnswParams {
+                    m: self.hnsw_m,
+                    ef_construct: self.hnsw_ef_construct,
+                },
+                indexing_threshold_kb: self.indexing_threshold_kb,
+                on_disk_vectors: self.on_disk_vectors,
+                int8_quantization: self.int8_quantization,
+                ..spec.qdrant.clone()
+            },
             ..spec.clone()
         }
     }
@@ -168,8 +171,8 @@ mod tests {
     #[test]
     fn settings_apply_back_to_a_spec() {
         let mut spec = CollectionSpec::new("papers", 64);
-        spec.hnsw.m = 32;
-        spec.int8_quantization = true;
+        spec.qdrant.hnsw.m = 32;
+        spec.qdrant.int8_quantization = true;
         let settings = ShardSettings::of(&spec);
         let back = settings.apply(&CollectionSpec::new("papers", 64));
         assert_eq!(ShardSettings::of(&back), settings);

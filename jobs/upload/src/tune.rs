@@ -9,6 +9,7 @@
 //! engine's flush is counted. The scratch collection is dropped at the end.
 
 mod plot;
+mod sweep;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,10 +19,15 @@ use arrow_array::RecordBatch;
 use embedfleet_core::rundb::{RunDb, RunDbError};
 use serde::{Deserialize, Serialize};
 
-use super::shards::{self, ShardReadError};
-use super::{CollectionSpec, PointsBatch, Sink, UploadError};
+use crate::error::UploadError;
+use crate::points::PointsBatch;
+use crate::request::UpsertRequest;
+use crate::shards::{self, ShardReadError};
+use crate::sink::Sink;
+use crate::spec::CollectionSpec;
 
 pub use plot::{write_png, PlotError};
+pub use sweep::{pick, two_stage_sweep, SweepPlan, Swept, Trial};
 
 /// The run.db setting that holds the tuned values ([`TunedUpload`]).
 pub const TUNED_SETTING: &str = "upload.tuned";
@@ -66,28 +72,6 @@ impl TuneOptions {
             scratch: scratch.into(),
             within: 0.05,
         }
-    }
-}
-
-/// One timed upload of the sample.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Trial {
-    /// `batch` (first sweep) or `in_flight` (second sweep).
-    pub sweep: &'static str,
-    /// Points per upsert.
-    pub batch_size: usize,
-    /// Upserts in flight.
-    pub in_flight: usize,
-    /// Points sent.
-    pub points: usize,
-    /// Seconds from the first upsert to the end of the checkpoint.
-    pub secs: f64,
-}
-
-impl Trial {
-    /// Points per second.
-    pub fn points_per_s(&self) -> f64 {
-        self.points as f64 / self.secs.max(1e-9)
     }
 }
 
@@ -157,46 +141,24 @@ fn sweeps(
         bulk_load: true,
         ..CollectionSpec::new(&options.scratch, dim)
     };
-    let mut trials = Vec::new();
-    for &b in &options.batch_sizes {
-        trials.push(trial(sink, &spec, sample, "batch", b, 1)?);
-    }
-    let batch_size = pick(&trials, options.within, |t| t.batch_size).unwrap_or(256);
-    let mut second = Vec::new();
-    for &k in &options.in_flights {
-        // The first sweep ran this one already.
-        let done = (k == 1).then(|| trials.iter().find(|t| t.batch_size == batch_size));
-        match done.flatten() {
-            Some(t) => second.push(Trial {
-                sweep: "in_flight",
-                ..*t
-            }),
-            None => second.push(trial(sink, &spec, sample, "in_flight", batch_size, k)?),
-        }
-    }
-    let in_flight = pick(&second, options.within, |t| t.in_flight).unwrap_or(1);
-    let points_per_s = second
-        .iter()
-        .find(|t| t.in_flight == in_flight)
-        .map_or(0.0, Trial::points_per_s);
-    trials.extend(second);
+    let plan = SweepPlan {
+        batch_sizes: &options.batch_sizes,
+        in_flights: &options.in_flights,
+        within: options.within,
+        fallback_batch_size: 256,
+        // The first sweep ran it already.
+        reuse_one_in_flight: true,
+    };
+    let swept = two_stage_sweep(&plan, |sweep, batch_size, in_flight| {
+        trial(sink, &spec, sample, sweep, batch_size, in_flight)
+    })?;
     Ok(TuneReport {
-        trials,
-        batch_size,
-        in_flight,
-        points_per_s,
+        trials: swept.trials,
+        batch_size: swept.batch_size,
+        in_flight: swept.in_flight,
+        points_per_s: swept.per_s,
         dim,
     })
-}
-
-/// The smallest `key` among the trials within `within` of the fastest.
-pub fn pick(trials: &[Trial], within: f64, key: impl Fn(&Trial) -> usize) -> Option<usize> {
-    let best = trials.iter().map(Trial::points_per_s).fold(0.0, f64::max);
-    trials
-        .iter()
-        .filter(|t| t.points_per_s() >= best * (1.0 - within))
-        .map(key)
-        .min()
 }
 
 /// The first `points` rows of the run's shards, in memory, as batches of at most 4,096 rows.
@@ -249,7 +211,7 @@ fn trial(
                         return Ok(());
                     };
                     let points = PointsBatch::from_record_batch(slice)?;
-                    sink.upsert(&spec.name, &points)?;
+                    sink.upsert(UpsertRequest::new(&spec.name, &points))?;
                 })
             })
             .collect();
@@ -334,33 +296,4 @@ pub fn write_outputs(report: &TuneReport, dir: &Path) -> Result<Vec<PathBuf>, Tu
         source: std::io::Error::other(e.to_string()),
     })?;
     Ok(vec![csv_path, md_path, png_path])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(batch_size: usize, secs: f64) -> Trial {
-        Trial {
-            sweep: "batch",
-            batch_size,
-            in_flight: 1,
-            points: 1000,
-            secs,
-        }
-    }
-
-    #[test]
-    fn pick_takes_the_smallest_within_the_margin_of_the_fastest() {
-        // 1000 pts: 64 -> 10,000/s, 128 -> 10,400/s, 256 -> 10,600/s (fastest), 512 -> 9,000/s.
-        let trials = [
-            t(64, 0.1),
-            t(128, 1.0 / 10.4),
-            t(256, 1.0 / 10.6),
-            t(512, 1.0 / 9.0),
-        ];
-        assert_eq!(pick(&trials, 0.05, |t| t.batch_size), Some(128));
-        assert_eq!(pick(&trials, 0.0, |t| t.batch_size), Some(256));
-        assert_eq!(pick(&[], 0.05, |t| t.batch_size), None);
-    }
 }

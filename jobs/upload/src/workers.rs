@@ -17,14 +17,17 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::driver::{
-    open_collection, send_and_finish, OpenCollection, SendReport, UploadOptions, UploadReport,
-    UploadRunError,
-};
-use super::progress::Progress;
-use super::Sink;
 use embedfleet_core::process;
 use embedfleet_core::rundb::RunDb;
+
+use crate::driver::{send_and_finish, UploadReport};
+use crate::error::UploadRunError;
+use crate::ledger::SendReport;
+use crate::open::{open_collection, OpenCollection};
+use crate::options::UploadOptions;
+use crate::prepared::{progress_key, Prepared};
+use crate::progress::Progress;
+use crate::sink::Sink;
 
 /// How long a worker gets to stop after SIGTERM before SIGKILL.
 const WORKER_GRACE: Duration = Duration::from_secs(5);
@@ -54,10 +57,13 @@ pub fn upload_with_workers(
         return Ok(UploadReport::nothing());
     };
     let collection = options.spec.name.as_str();
-    let key = super::driver::progress_key(sink, collection);
+    let key = progress_key(sink, collection);
     let workers = match command.workers {
         Some(n) => n.max(1),
-        None => default_workers(sink.peers(collection)?),
+        None => default_workers(match sink.qdrant() {
+            Some(extras) => extras.peers(collection)?,
+            None => None,
+        }),
     };
     if workers == 1 {
         return send_and_finish(sink, &open, options);
@@ -128,7 +134,7 @@ fn default_workers(peers: Option<usize>) -> u64 {
 fn watch(
     db: &RunDb,
     key: &str,
-    prepared: &super::Prepared,
+    prepared: &Prepared,
     dim: usize,
     mut children: Vec<(u64, Child)>,
     command: &WorkerCommand,

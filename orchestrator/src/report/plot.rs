@@ -5,7 +5,9 @@
 
 use super::table::BatchLine;
 use super::ReportError;
-use embedfleet_core::plot::{render, write_png, Area, PlotResult};
+use embedfleet_core::plot::{
+    line_with_dots, render, write_png, Area, PlotResult, LIGHT_GRID, SERIES_BLUE,
+};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -139,17 +141,11 @@ fn throughput(area: &Area, lines: &[BatchLine]) -> PlotResult {
         .build_cartesian_2d(0.0..right, 0.0..top)?;
     chart
         .configure_mesh()
-        .light_line_style(RGBColor(235, 235, 235))
+        .light_line_style(LIGHT_GRID)
         .x_desc("batch finished at (s from run start)")
         .y_desc("tokens/s")
         .draw()?;
-    let color = RGBColor(86, 119, 164);
-    chart.draw_series(LineSeries::new(
-        points.iter().copied(),
-        color.stroke_width(2),
-    ))?;
-    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
-    Ok(())
+    line_with_dots(&mut chart, &points, SERIES_BLUE)
 }
 
 #[cfg(test)]

@@ -33,11 +33,11 @@ fn recall_is_one_for_exact_search_less_for_a_weak_graph_and_filtered_on_its_own(
     let sink = QdrantEdge::open(run.join("qdrant")).unwrap();
     let mut options = UploadOptions::new(&run, "papers");
     // A small, cheap graph built for every segment: approximate enough to miss neighbours.
-    options.spec.hnsw = HnswParams {
+    options.spec.qdrant.hnsw = HnswParams {
         m: 4,
         ef_construct: 8,
     };
-    options.spec.indexing_threshold_kb = 1;
+    options.spec.qdrant.indexing_threshold_kb = 1;
     upload(&sink, &options).unwrap();
     let info = sink.collection_info("papers").unwrap().unwrap();
     assert_eq!(info.points, 4000);

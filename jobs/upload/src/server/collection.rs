@@ -9,7 +9,10 @@ use qdrant_client::qdrant::{
 };
 
 use super::QdrantServer;
-use crate::{CollectionInfo, CollectionSpec, Distance, HnswParams, PayloadIndexKind, UploadResult};
+use crate::error::UploadResult;
+use crate::spec::{
+    CollectionInfo, CollectionSpec, Distance, HnswParams, PayloadIndexKind, QdrantIndex,
+};
 
 impl QdrantServer {
     pub(super) fn set_indexing(
@@ -35,15 +38,22 @@ impl QdrantServer {
     }
 
     pub(super) fn create(&self, spec: &CollectionSpec) -> UploadResult<()> {
+        let qdrant = &spec.qdrant;
         let (hnsw, threshold) = if spec.bulk_load {
-            (HnswParams { m: 0, ..spec.hnsw }, 0)
+            (
+                HnswParams {
+                    m: 0,
+                    ..qdrant.hnsw
+                },
+                0,
+            )
         } else {
-            (spec.hnsw, spec.indexing_threshold_kb)
+            (qdrant.hnsw, qdrant.indexing_threshold_kb)
         };
         let mut request = CreateCollectionBuilder::new(&spec.name)
             .vectors_config(
                 VectorParamsBuilder::new(spec.vector_size as u64, grpc_distance(spec.distance))
-                    .on_disk(spec.on_disk_vectors),
+                    .on_disk(qdrant.on_disk_vectors),
             )
             .hnsw_config(
                 HnswConfigDiffBuilder::default()
@@ -53,7 +63,7 @@ impl QdrantServer {
             .optimizers_config(
                 OptimizersConfigDiffBuilder::default().indexing_threshold(threshold),
             );
-        if spec.int8_quantization {
+        if qdrant.int8_quantization {
             request = request.quantization_config(
                 ScalarQuantizationBuilder::default()
                     .r#type(qdrant::QuantizationType::Int8.into())
@@ -61,15 +71,15 @@ impl QdrantServer {
                     .always_ram(true),
             );
         }
-        if spec.custom_sharding {
+        if qdrant.custom_sharding {
             // One shard per shard key (each key is one built shard); keys are made later.
             request = request
                 .sharding_method(qdrant::ShardingMethod::Custom.into())
                 .shard_number(1);
-        } else if let Some(n) = spec.shard_number {
+        } else if let Some(n) = qdrant.shard_number {
             request = request.shard_number(n);
         }
-        if let Some(n) = spec.replication_factor {
+        if let Some(n) = qdrant.replication_factor {
             request = request.replication_factor(n);
         }
         let request = request.build();
@@ -105,6 +115,7 @@ fn grpc_distance(d: Distance) -> qdrant::Distance {
 
 pub(super) fn info_from_grpc(info: qdrant::CollectionInfo) -> CollectionInfo {
     let config = info.config.unwrap_or_default();
+    let index = index_from_grpc(&config);
     let params = config
         .params
         .and_then(|p| p.vectors_config)
@@ -120,23 +131,31 @@ pub(super) fn info_from_grpc(info: qdrant::CollectionInfo) -> CollectionInfo {
         ),
         _ => (0, None),
     };
-    let hnsw = config.hnsw_config.unwrap_or_default();
     let queue_empty = info.update_queue.is_none_or(|q| q.length == 0);
     CollectionInfo {
         vector_size,
         distance,
         points: info.points_count.unwrap_or(0),
         indexed_vectors: info.indexed_vectors_count.unwrap_or(0),
+        green: info.status == CollectionStatus::Green as i32 && queue_empty,
+        red: info.status == CollectionStatus::Red as i32,
+        qdrant: Some(index),
+    }
+}
+
+/// The collection's current HNSW parameters and indexing threshold.
+pub(super) fn index_from_grpc(config: &qdrant::CollectionConfig) -> QdrantIndex {
+    let hnsw = config.hnsw_config.as_ref();
+    QdrantIndex {
         hnsw: HnswParams {
-            m: hnsw.m.unwrap_or(0),
-            ef_construct: hnsw.ef_construct.unwrap_or(0),
+            m: hnsw.and_then(|h| h.m).unwrap_or(0),
+            ef_construct: hnsw.and_then(|h| h.ef_construct).unwrap_or(0),
         },
         indexing_threshold_kb: config
             .optimizer_config
+            .as_ref()
             .and_then(|o| o.indexing_threshold)
             .unwrap_or(0),
-        green: info.status == CollectionStatus::Green as i32 && queue_empty,
-        red: info.status == CollectionStatus::Red as i32,
     }
 }
 

@@ -8,19 +8,19 @@
 //!
 //! A module per concern: `config` (where the server is and its API key, and where that key may
 //! go), `collection` (creating and configuring collections, reading their state), `points`
-//! (points to and from gRPC, upserts, queries), `sharded` (custom sharding: shard keys and
-//! writes by key). This file holds the connection and the [`Sink`] implementation over them.
+//! (points to and from gRPC, upserts, queries), `sharded` (custom sharding: shard keys, where
+//! they live, their owners). This file holds the connection and the [`Sink`] and
+//! [`QdrantExtras`] implementations over them.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use qdrant_client::qdrant::{
-    value::Kind, Condition, CountPointsBuilder, Filter, PointId, QueryBatchPointsBuilder,
-    QueryPoints, UpdateCollectionBuilder,
+    value::Kind, Condition, CountPointsBuilder, DeletePointsBuilder, Filter, PointId,
+    PointsIdsList, QueryBatchPointsBuilder, QueryPoints, UpdateCollectionBuilder,
 };
 use qdrant_client::{Qdrant, QdrantError};
-use uuid::Uuid;
 
 mod collection;
 mod config;
@@ -35,10 +35,14 @@ use collection::info_from_grpc;
 use config::check_url;
 use points::{grpc_filter, hit_from_grpc, query_points, string_value};
 
-use super::retry::with_retry;
-use super::{
+use crate::error::{UploadError, UploadResult};
+use crate::request::{CountRequest, DeleteRequest, Hit, QueryRequest, UpsertRequest};
+use crate::retry::with_retry;
+use crate::shard_keys::KeyOwner;
+use crate::sink::{QdrantExtras, Sink};
+use crate::spec::{
     check_collection_name, check_compatible, CollectionInfo, CollectionSpec, Ensured, FinishReport,
-    Hit, HnswParams, PayloadFilter, PointsBatch, SearchOptions, Sink, UploadError, UploadResult,
+    HnswParams,
 };
 
 /// The key of the collection metadata entry holding embedfleet's identity marker.
@@ -176,7 +180,14 @@ impl Sink for QdrantServer {
             Some(info) => {
                 check_compatible(spec, info.vector_size, info.distance)?;
                 if spec.bulk_load {
-                    self.set_indexing(&spec.name, HnswParams { m: 0, ..spec.hnsw }, 0)?;
+                    self.set_indexing(
+                        &spec.name,
+                        HnswParams {
+                            m: 0,
+                            ..spec.qdrant.hnsw
+                        },
+                        0,
+                    )?;
                 }
                 Ensured::Existing
             }
@@ -191,8 +202,8 @@ impl Sink for QdrantServer {
         Ok(ensured)
     }
 
-    fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
-        self.upsert_to(collection, None, points)
+    fn upsert(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
+        self.upsert_points(request)
     }
 
     fn checkpoint(&self, _collection: &str) -> UploadResult<()> {
@@ -202,7 +213,11 @@ impl Sink for QdrantServer {
 
     fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
         let start = Instant::now();
-        self.set_indexing(&spec.name, spec.hnsw, spec.indexing_threshold_kb)?;
+        self.set_indexing(
+            &spec.name,
+            spec.qdrant.hnsw,
+            spec.qdrant.indexing_threshold_kb,
+        )?;
         // The optimizers may not have picked the change up yet: look again after a moment.
         std::thread::sleep(Duration::from_millis(500));
         loop {
@@ -237,48 +252,80 @@ impl Sink for QdrantServer {
         }
     }
 
-    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
-        let response = self.retry("count points", || {
-            let mut request = CountPointsBuilder::new(collection).exact(true);
-            if let Some(f) = filter {
-                request = request.filter(grpc_filter(f));
+    fn count(&self, request: CountRequest<'_>) -> UploadResult<u64> {
+        let mut filter = request.filter.map(grpc_filter);
+        let action = match request.ids {
+            None => "count points",
+            Some([]) => return Ok(0),
+            Some(ids) => {
+                let ids: Vec<PointId> = ids.iter().map(|id| id.to_string().into()).collect();
+                let filter = filter.get_or_insert_with(Filter::default);
+                filter.must.push(Condition::has_id(ids));
+                "count points by id"
             }
-            self.client.count(request)
+        };
+        let response = self.retry(action, || {
+            let mut count = CountPointsBuilder::new(request.collection).exact(true);
+            if let Some(filter) = &filter {
+                count = count.filter(filter.clone());
+            }
+            if let Some(key) = request.shard_key {
+                count = count.shard_key_selector(key.to_owned());
+            }
+            self.client.count(count)
         })?;
         Ok(response.result.map_or(0, |r| r.count))
     }
 
-    fn search_with(
-        &self,
-        collection: &str,
-        vector: &[f32],
-        options: &SearchOptions,
-    ) -> UploadResult<Vec<Hit>> {
-        let response = self.retry("search points", || {
-            self.client.query(query_points(collection, vector, options))
-        })?;
-        Ok(response.result.into_iter().map(hit_from_grpc).collect())
-    }
-
-    fn search_batch(
-        &self,
-        collection: &str,
-        vectors: &[Vec<f32>],
-        options: &SearchOptions,
-    ) -> UploadResult<Vec<Vec<Hit>>> {
+    fn query(&self, request: QueryRequest<'_>) -> UploadResult<Vec<Vec<Hit>>> {
+        let QueryRequest {
+            collection,
+            vectors,
+            options,
+        } = &request;
+        if vectors.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let [vector] = vectors.as_slice() {
+            let response = self.retry("search points", || {
+                self.client.query(query_points(collection, vector, options))
+            })?;
+            return Ok(vec![response
+                .result
+                .into_iter()
+                .map(hit_from_grpc)
+                .collect()]);
+        }
         let response = self.retry("search points in a batch", || {
             let queries: Vec<QueryPoints> = vectors
                 .iter()
                 .map(|v| query_points(collection, v, options).build())
                 .collect();
             self.client
-                .query_batch(QueryBatchPointsBuilder::new(collection, queries))
+                .query_batch(QueryBatchPointsBuilder::new(*collection, queries))
         })?;
         Ok(response
             .result
             .into_iter()
             .map(|r| r.result.into_iter().map(hit_from_grpc).collect())
             .collect())
+    }
+
+    fn delete(&self, request: DeleteRequest<'_>) -> UploadResult<()> {
+        if request.ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<PointId> = request.ids.iter().map(|id| id.to_string().into()).collect();
+        self.retry("delete points", || {
+            let mut delete = DeletePointsBuilder::new(request.collection)
+                .points(PointsIdsList { ids: ids.clone() })
+                .wait(true);
+            if let Some(key) = request.shard_key {
+                delete = delete.shard_key_selector(key.to_owned());
+            }
+            self.client.delete_points(delete)
+        })?;
+        Ok(())
     }
 
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
@@ -291,56 +338,38 @@ impl Sink for QdrantServer {
         Ok(response.result.map(info_from_grpc))
     }
 
+    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(collection);
+        if !self.exists(collection)? {
+            return Ok(false);
+        }
+        let response = self.retry("delete the collection", || {
+            self.client.delete_collection(collection)
+        })?;
+        Ok(response.result)
+    }
+
+    fn qdrant(&self) -> Option<&dyn QdrantExtras> {
+        Some(self)
+    }
+}
+
+impl QdrantExtras for QdrantServer {
     fn keyed(&self, collection: &str) -> UploadResult<bool> {
         Ok(self
             .server_collection(collection)?
             .is_some_and(|c| c.custom_sharding))
     }
 
-    fn ensure_shard_key(
-        &self,
-        collection: &str,
-        key: &str,
-        owner: &crate::shard_keys::KeyOwner,
-    ) -> UploadResult<()> {
+    fn ensure_shard_key(&self, collection: &str, key: &str, owner: &KeyOwner) -> UploadResult<()> {
         self.claim_shard_key(collection, key, owner, false)?;
         if self.keyed_shards(collection)?.iter().any(|s| s.key == key) {
             return Ok(());
         }
         self.create_shard_key(collection, key, &[], None)
-    }
-
-    fn upsert_keyed(
-        &self,
-        collection: &str,
-        key: Option<&str>,
-        points: &PointsBatch<'_>,
-    ) -> UploadResult<()> {
-        match key {
-            Some(key) => self.upsert_in_key(collection, key, points),
-            None => self.upsert(collection, points),
-        }
-    }
-
-    fn delete(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<()> {
-        self.delete_ids(collection, ids, key)
-    }
-
-    fn count_ids(&self, collection: &str, ids: &[Uuid], key: Option<&str>) -> UploadResult<u64> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let ids: Vec<PointId> = ids.iter().map(|id| id.to_string().into()).collect();
-        let response = self.retry("count points by id", || {
-            let mut request = CountPointsBuilder::new(collection)
-                .exact(true)
-                .filter(Filter::must([Condition::has_id(ids.clone())]));
-            if let Some(key) = key {
-                request = request.shard_key_selector(key.to_owned());
-            }
-            self.client.count(request)
-        })?;
-        Ok(response.result.map_or(0, |r| r.count))
     }
 
     fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
@@ -381,19 +410,5 @@ impl Sink for QdrantServer {
         peers.sort_unstable();
         peers.dedup();
         Ok(Some(peers.len().max(1)))
-    }
-
-    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
-        self.sizes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(collection);
-        if !self.exists(collection)? {
-            return Ok(false);
-        }
-        let response = self.retry("delete the collection", || {
-            self.client.delete_collection(collection)
-        })?;
-        Ok(response.result)
     }
 }

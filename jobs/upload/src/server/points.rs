@@ -10,20 +10,22 @@ use qdrant_client::qdrant::{
 use uuid::Uuid;
 
 use super::QdrantServer;
-use crate::{
-    check_vector_size, Hit, PayloadFilter, PointsBatch, SearchOptions, UploadResult,
-    PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
+use crate::error::UploadResult;
+use crate::points::{
+    PointsBatch, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
+use crate::request::{Hit, PayloadFilter, SearchOptions, UpsertRequest};
+use crate::spec::check_vector_size;
 
 impl QdrantServer {
-    /// Upserts `points`, into shard key `key` when given; refuses a batch of the wrong vector
-    /// size before sending it.
-    pub(super) fn upsert_to(
-        &self,
-        collection: &str,
-        key: Option<&str>,
-        points: &PointsBatch<'_>,
-    ) -> UploadResult<()> {
+    /// Upserts the request's points, into its shard key when it names one; refuses a batch of
+    /// the wrong vector size before sending it.
+    pub(super) fn upsert_points(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
+        let UpsertRequest {
+            collection,
+            points,
+            shard_key,
+        } = request;
         check_vector_size(collection, self.collection_size(collection)?, points.dim())?;
         if points.is_empty() {
             return Ok(());
@@ -32,7 +34,7 @@ impl QdrantServer {
         self.retry("upsert points", || {
             let mut request = UpsertPointsBuilder::new(collection, build_point_structs(points))
                 .wait(self.config.wait);
-            if let Some(key) = key {
+            if let Some(key) = shard_key {
                 request = request.shard_key_selector(key.to_owned());
             }
             self.client.upsert_points(request)

@@ -1,18 +1,17 @@
 //! What a custom-sharded (snapshot-loaded) collection needs of the server beyond the [`Sink`]
-//! calls: shard keys, where each lives, writes and counts routed by key, and the collection's
-//! settings in the form a built shard's manifest records them.
+//! and [`QdrantExtras`] calls: shard keys placed on chosen peers, where each lives, who owns
+//! each, and the collection's settings in the form a built shard's manifest records them. Writes,
+//! counts and deletes in a key are the [`Sink`]'s requests naming it.
+//!
+//! [`Sink`]: crate::Sink
+//! [`QdrantExtras`]: crate::QdrantExtras
 
-use qdrant_client::qdrant::{
-    self, shard_key, CountPointsBuilder, CreateShardKeyBuilder, CreateShardKeyRequestBuilder,
-    DeletePointsBuilder, PointId, PointsIdsList,
-};
-use uuid::Uuid;
+use qdrant_client::qdrant::{self, shard_key, CreateShardKeyBuilder, CreateShardKeyRequestBuilder};
 
 use super::QdrantServer;
+use crate::error::{KeyConflict, UploadError, UploadResult};
 use crate::shard_keys::{owner_metadata_key, KeyOwner};
 use crate::shard_settings::ShardSettings;
-use crate::UploadError;
-use crate::{PointsBatch, UploadResult};
 
 /// Where one shard key's shard is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +20,8 @@ pub struct KeyedShard {
     pub shard_id: u32,
     /// The peers holding a replica of it.
     pub peers: Vec<u64>,
-    /// Points in the replica the server reported first (exact counts come from `count_in_key`).
+    /// Points in the replica the server reported first (exact counts come from a
+    /// [`CountRequest`](crate::CountRequest) naming the key).
     pub points: u64,
     /// Every replica is active and no shard transfer involves the shard: each replica holds
     /// the shard's points and serves reads.
@@ -63,6 +63,7 @@ impl QdrantServer {
         };
         let basic = super::info_from_grpc(info.clone());
         let config = info.config.unwrap_or_default();
+        let index = super::collection::index_from_grpc(&config);
         let params = config.params.unwrap_or_default();
         #[allow(deprecated)] // the field `create` sets (VectorParamsBuilder::on_disk)
         let on_disk = match params.vectors_config.and_then(|v| v.config) {
@@ -92,9 +93,9 @@ impl QdrantServer {
                 distance: basic
                     .distance
                     .map_or_else(|| "other".to_owned(), |d| d.to_string()),
-                hnsw_m: basic.hnsw.m,
-                hnsw_ef_construct: basic.hnsw.ef_construct,
-                indexing_threshold_kb: basic.indexing_threshold_kb,
+                hnsw_m: index.hnsw.m,
+                hnsw_ef_construct: index.hnsw.ef_construct,
+                indexing_threshold_kb: index.indexing_threshold_kb,
                 on_disk_vectors: on_disk,
                 int8_quantization: int8,
                 payload_indexes,
@@ -176,52 +177,6 @@ impl QdrantServer {
         Ok(())
     }
 
-    /// Exact number of points under shard key `key`.
-    pub fn count_in_key(&self, collection: &str, key: &str) -> UploadResult<u64> {
-        let response = self.retry("count points", || {
-            self.client.count(
-                CountPointsBuilder::new(collection)
-                    .exact(true)
-                    .shard_key_selector(key.to_owned()),
-            )
-        })?;
-        Ok(response.result.map_or(0, |r| r.count))
-    }
-
-    /// Upserts `points` into shard key `key` of a custom-sharded collection.
-    pub fn upsert_in_key(
-        &self,
-        collection: &str,
-        key: &str,
-        points: &PointsBatch<'_>,
-    ) -> UploadResult<()> {
-        self.upsert_to(collection, Some(key), points)
-    }
-
-    /// Deletes points by id, from shard key `key` when given (a custom-sharded collection
-    /// needs it: without it the delete goes to no shard).
-    pub fn delete_ids(
-        &self,
-        collection: &str,
-        ids: &[Uuid],
-        key: Option<&str>,
-    ) -> UploadResult<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let ids: Vec<PointId> = ids.iter().map(|id| id.to_string().into()).collect();
-        self.retry("delete points", || {
-            let mut request = DeletePointsBuilder::new(collection)
-                .points(PointsIdsList { ids: ids.clone() })
-                .wait(true);
-            if let Some(key) = key {
-                request = request.shard_key_selector(key.to_owned());
-            }
-            self.client.delete_points(request)
-        })?;
-        Ok(())
-    }
-
     /// The owner of each shard key the collection records (keys made by a load or upload of
     /// this embedfleet; legacy `b<batch>` keys have none).
     pub fn key_owners(
@@ -260,15 +215,13 @@ impl QdrantServer {
         match owners.get(key) {
             Some(found) if found == owner => return Ok(()),
             Some(found) if !replace && (found.run != owner.run || found.dir != owner.dir) => {
-                return Err(UploadError::KeyOfAnotherRun(Box::new(
-                    crate::error::KeyConflict {
-                        collection: collection.to_owned(),
-                        key: key.to_owned(),
-                        owner_run: found.run.clone(),
-                        owner_dir: found.dir.clone(),
-                        run: owner.run.clone(),
-                    },
-                )));
+                return Err(UploadError::KeyOfAnotherRun(Box::new(KeyConflict {
+                    collection: collection.to_owned(),
+                    key: key.to_owned(),
+                    owner_run: found.run.clone(),
+                    owner_dir: found.dir.clone(),
+                    run: owner.run.clone(),
+                })));
             }
             _ => {}
         }

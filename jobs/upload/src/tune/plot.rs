@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::{Trial, TuneReport};
-use embedfleet_core::plot::{render, Area, PlotResult};
+use embedfleet_core::plot::{line_with_dots, render, Area, PlotResult, LIGHT_GRID, SERIES_BLUE};
 
 const SIZE: (u32, u32) = (1000, 420);
 
@@ -64,7 +64,7 @@ fn panel(
     let labels: Vec<String> = trials.iter().map(|t| key(t).to_string()).collect();
     chart
         .configure_mesh()
-        .light_line_style(RGBColor(235, 235, 235))
+        .light_line_style(LIGHT_GRID)
         .x_labels(trials.len().max(2))
         .x_label_formatter(&|i| labels.get(*i as usize).cloned().unwrap_or_default())
         .x_desc(x_name)
@@ -74,11 +74,5 @@ fn panel(
         .enumerate()
         .map(|(i, t)| (i as i32, t.points_per_s()))
         .collect();
-    let color = RGBColor(86, 119, 164);
-    chart.draw_series(LineSeries::new(
-        points.iter().copied(),
-        color.stroke_width(2),
-    ))?;
-    chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
-    Ok(())
+    line_with_dots(&mut chart, &points, SERIES_BLUE)
 }

@@ -176,7 +176,8 @@ pub fn rows_in_years(first: usize, n: usize, min: i64, max: i64) -> u64 {
 // ---- Assertions shared by the edge and the server suites ----
 
 use embedfleet_upload::{
-    point_id, CollectionSpec, Ensured, PayloadFilter, PointsBatch, Sink, UploadError,
+    point_id, CollectionSpec, CountRequest, DeleteRequest, Ensured, PayloadFilter, PointsBatch,
+    QueryRequest, SearchOptions, Sink, UploadError, UpsertRequest,
 };
 
 /// Upserts `batch` in slices of `size` rows, as the uploader does.
@@ -186,7 +187,8 @@ pub fn upsert_in_slices(sink: &dyn Sink, collection: &str, batch: &RecordBatch, 
         let len = size.min(batch.num_rows() - offset);
         let slice = batch.slice(offset, len);
         let points = PointsBatch::from_record_batch(&slice).expect("valid shard batch");
-        sink.upsert(collection, &points).expect("upsert");
+        sink.upsert(UpsertRequest::new(collection, &points))
+            .expect("upsert");
         offset += len;
     }
     sink.checkpoint(collection).expect("checkpoint");
@@ -202,10 +204,10 @@ pub fn check_count_and_idempotence(sink: &dyn Sink, name: &str) {
     );
     let batch = shard_batch(0, 150, dim);
     upsert_in_slices(sink, name, &batch, 32);
-    assert_eq!(sink.count(name, None).expect("count"), 150);
+    assert_eq!(sink.count(CountRequest::new(name)).expect("count"), 150);
     upsert_in_slices(sink, name, &batch, 64);
     assert_eq!(
-        sink.count(name, None).expect("count"),
+        sink.count(CountRequest::new(name)).expect("count"),
         150,
         "re-upload must not duplicate"
     );
@@ -215,7 +217,7 @@ pub fn check_count_and_idempotence(sink: &dyn Sink, name: &str) {
     );
     let more = shard_batch(150, 10, dim);
     upsert_in_slices(sink, name, &more, 32);
-    assert_eq!(sink.count(name, None).expect("count"), 160);
+    assert_eq!(sink.count(CountRequest::new(name)).expect("count"), 160);
 }
 
 /// Year and source filters select exactly the matching rows.
@@ -227,18 +229,18 @@ pub fn check_filters(sink: &dyn Sink, name: &str) {
     upsert_in_slices(sink, name, &shard_batch(0, n, dim), 50);
     for year in 2018..=2022 {
         let got = sink
-            .count(name, Some(&PayloadFilter::year(year)))
+            .count(CountRequest::new(name).filter(Some(&PayloadFilter::year(year))))
             .expect("count");
         assert_eq!(got, rows_in_years(0, n, year, year), "year {year}");
         assert!(got > 0);
     }
     let got = sink
-        .count(name, Some(&PayloadFilter::years(2019, 2020)))
+        .count(CountRequest::new(name).filter(Some(&PayloadFilter::years(2019, 2020))))
         .expect("count");
     assert_eq!(got, rows_in_years(0, n, 2019, 2020));
     let arxiv = (0..n).filter(|&i| source_of(i) == "arxiv").count() as u64;
     assert_eq!(
-        sink.count(name, Some(&PayloadFilter::source("arxiv")))
+        sink.count(CountRequest::new(name).filter(Some(&PayloadFilter::source("arxiv"))))
             .expect("count"),
         arxiv
     );
@@ -249,7 +251,11 @@ pub fn check_filters(sink: &dyn Sink, name: &str) {
     let expected = (0..n)
         .filter(|&i| source_of(i) == "arxiv" && year_of(i) == Some(2018))
         .count() as u64;
-    assert_eq!(sink.count(name, Some(&both)).expect("count"), expected);
+    assert_eq!(
+        sink.count(CountRequest::new(name).filter(Some(&both)))
+            .expect("count"),
+        expected
+    );
 }
 
 /// Each point is its own top hit, with its payload; a filter that excludes it hides it.
@@ -261,8 +267,13 @@ pub fn check_search(sink: &dyn Sink, name: &str) {
     upsert_in_slices(sink, name, &shard_batch(0, n, dim), 32);
     for i in [0, 1, 17, 64, 119] {
         let hits = sink
-            .search(name, &vector_of(i, dim, 7), 3, None)
-            .expect("search");
+            .query(QueryRequest::one(
+                name,
+                &vector_of(i, dim, 7),
+                SearchOptions::new(3),
+            ))
+            .expect("search")
+            .remove(0);
         let top = &hits[0];
         assert_eq!(top.id, point_id(&paper_id(i)), "row {i}");
         assert_eq!(top.paper_id.as_deref(), Some(paper_id(i).as_str()));
@@ -280,16 +291,56 @@ pub fn check_search(sink: &dyn Sink, name: &str) {
     let i = 17;
     let other_year = year_of(i).map_or(2018, |y| if y == 2018 { 2019 } else { 2018 });
     let hits = sink
-        .search(
+        .query(QueryRequest::one(
             name,
             &vector_of(i, dim, 7),
-            5,
-            Some(&PayloadFilter::year(other_year)),
-        )
-        .expect("search");
+            SearchOptions {
+                filter: Some(PayloadFilter::year(other_year)),
+                ..SearchOptions::new(5)
+            },
+        ))
+        .expect("search")
+        .remove(0);
     assert!(!hits.is_empty());
     assert!(hits.iter().all(|h| h.year == Some(other_year)));
     assert!(hits.iter().all(|h| h.id != point_id(&paper_id(i))));
+}
+
+/// The request types' conditions: a count by ids and a filter together counts the points
+/// matching both (an empty id list counts none); one query of several vectors answers each as
+/// a query of that vector alone, in order; a delete by id removes exactly those points.
+pub fn check_requests(sink: &dyn Sink, name: &str) {
+    let dim = 16;
+    sink.ensure_collection(&CollectionSpec::new(name, dim))
+        .expect("create");
+    let n = 60;
+    upsert_in_slices(sink, name, &shard_batch(0, n, dim), 25);
+    let ids: Vec<_> = (0..20).map(|i| point_id(&paper_id(i))).collect();
+    let count = |request: CountRequest<'_>| sink.count(request).expect("count");
+    assert_eq!(count(CountRequest::new(name).ids(&ids)), 20);
+    assert_eq!(count(CountRequest::new(name).ids(&[])), 0);
+    let year = year_of(4).expect("row 4 has a year");
+    let filter = PayloadFilter::year(year);
+    assert_eq!(
+        count(CountRequest::new(name).ids(&ids).filter(Some(&filter))),
+        rows_in_years(0, 20, year, year)
+    );
+    let vectors: Vec<Vec<f32>> = [0, 7, 33].iter().map(|&i| vector_of(i, dim, 7)).collect();
+    let together = sink
+        .query(QueryRequest::new(name, &vectors, SearchOptions::new(3)))
+        .expect("query");
+    assert_eq!(together.len(), vectors.len());
+    for (v, hits) in vectors.iter().zip(&together) {
+        let alone = sink
+            .query(QueryRequest::one(name, v, SearchOptions::new(3)))
+            .expect("query");
+        let ids = |hits: &[embedfleet_upload::Hit]| hits.iter().map(|h| h.id).collect::<Vec<_>>();
+        assert_eq!(ids(hits), ids(&alone[0]));
+    }
+    sink.delete(DeleteRequest::new(name, &ids[..5]))
+        .expect("delete");
+    assert_eq!(count(CountRequest::new(name).ids(&ids)), 15);
+    assert_eq!(count(CountRequest::new(name)), n as u64 - 5);
 }
 
 /// A batch of another vector size is refused before anything is written; so is a collection
@@ -299,7 +350,7 @@ pub fn check_refusals(sink: &dyn Sink, name: &str) {
         .expect("create");
     let wrong = shard_batch(0, 10, 8);
     let points = PointsBatch::from_record_batch(&wrong).expect("valid batch");
-    match sink.upsert(name, &points) {
+    match sink.upsert(UpsertRequest::new(name, &points)) {
         Err(UploadError::VectorSizeMismatch {
             expected: 16,
             found: 8,
@@ -307,7 +358,7 @@ pub fn check_refusals(sink: &dyn Sink, name: &str) {
         }) => {}
         other => panic!("expected VectorSizeMismatch, got {other:?}"),
     }
-    assert_eq!(sink.count(name, None).expect("count"), 0);
+    assert_eq!(sink.count(CountRequest::new(name)).expect("count"), 0);
     match sink.ensure_collection(&CollectionSpec::new(name, 32)) {
         Err(UploadError::CollectionMismatch {
             existing_size: 16,
@@ -324,7 +375,7 @@ pub fn check_refusals(sink: &dyn Sink, name: &str) {
         sink.ensure_collection(&dot),
         Err(UploadError::CollectionMismatch { .. })
     ));
-    match sink.count("no-such-collection", None) {
+    match sink.count(CountRequest::new("no-such-collection")) {
         Err(UploadError::NoSuchCollection { .. }) | Err(UploadError::Server { .. }) => {}
         other => panic!("expected an error for a missing collection, got {other:?}"),
     }
@@ -335,26 +386,33 @@ pub fn check_bulk_load(sink: &dyn Sink, name: &str) {
     let dim = 64;
     let mut spec = CollectionSpec::new(name, dim);
     spec.bulk_load = true;
-    spec.hnsw.m = 12;
-    spec.hnsw.ef_construct = 64;
+    spec.qdrant.hnsw.m = 12;
+    spec.qdrant.hnsw.ef_construct = 64;
     // Tiny threshold so that this small collection gets a graph.
-    spec.indexing_threshold_kb = 10;
+    spec.qdrant.indexing_threshold_kb = 10;
     sink.ensure_collection(&spec).expect("create");
     let during = sink.collection_info(name).expect("info").expect("exists");
+    let during = during.qdrant.expect("a Qdrant collection");
     assert_eq!(during.hnsw.m, 0, "HNSW deferred during the load");
     let n = 600;
     upsert_in_slices(sink, name, &shard_batch(0, n, dim), 100);
     let report = sink.finish(&spec).expect("finish");
     assert_eq!(report.points, n as u64);
     let after = sink.collection_info(name).expect("info").expect("exists");
-    assert_eq!(after.hnsw.m, 12);
-    assert_eq!(after.hnsw.ef_construct, 64);
-    assert_eq!(after.indexing_threshold_kb, 10);
+    let index = after.qdrant.expect("a Qdrant collection");
+    assert_eq!(index.hnsw.m, 12);
+    assert_eq!(index.hnsw.ef_construct, 64);
+    assert_eq!(index.indexing_threshold_kb, 10);
     assert!(after.green);
     assert!(after.indexed_vectors > 0, "an index was built: {after:?}");
     let hits = sink
-        .search(name, &vector_of(5, dim, 7), 1, None)
-        .expect("search");
+        .query(QueryRequest::one(
+            name,
+            &vector_of(5, dim, 7),
+            SearchOptions::new(1),
+        ))
+        .expect("search")
+        .remove(0);
     assert_eq!(hits[0].id, point_id(&paper_id(5)));
 }
 

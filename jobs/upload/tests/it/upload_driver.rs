@@ -12,9 +12,9 @@ use std::time::Duration;
 use embedfleet_core::rundb::{RunDb, ShardRow};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{
-    progress_key, upload, CollectionInfo, CollectionSpec, Ensured, FinishReport, Hit,
-    PayloadFilter, PointsBatch, QdrantEdge, QdrantServer, SearchOptions, Sink, UploadError,
-    UploadOptions, UploadResult, UploadRunError,
+    progress_key, upload, CollectionInfo, CollectionSpec, CountRequest, DeleteRequest, Ensured,
+    FinishReport, Hit, PayloadFilter, PointsBatch, QdrantEdge, QdrantExtras, QdrantServer,
+    QueryRequest, Sink, UploadError, UploadOptions, UploadResult, UploadRunError, UpsertRequest,
 };
 use upload_common::{paper_id, year_of};
 
@@ -66,14 +66,17 @@ fn check_upload_resume(sink: &dyn Sink, run: &Path, collection: &str) {
     let report = upload(sink, &options(run, collection)).expect("upload");
     assert_eq!(report.ensured, Some(Ensured::Created));
     assert_eq!((report.send.points, report.send.failed_points), (250, 0));
-    assert_eq!(sink.count(collection, None).expect("count"), 250);
+    assert_eq!(
+        sink.count(CountRequest::new(collection)).expect("count"),
+        250
+    );
     let status = RunDb::open(run).unwrap().status().unwrap();
     let u = &status.uploads_by_collection[&progress_key(sink, collection)];
     assert_eq!((u.acked, u.failed, u.missing), (250, 0, 0));
     // Filters on the payload index.
     for year in [2018, 2020] {
         let n = sink
-            .count(collection, Some(&PayloadFilter::year(year)))
+            .count(CountRequest::new(collection).filter(Some(&PayloadFilter::year(year))))
             .expect("filtered count");
         assert_eq!(n, rows_of_year(250, year), "year {year}");
     }
@@ -81,7 +84,10 @@ fn check_upload_resume(sink: &dyn Sink, run: &Path, collection: &str) {
     let again = upload(sink, &options(run, collection)).expect("upload again");
     assert_eq!(again.ensured, Some(Ensured::Existing));
     assert_eq!((again.already_acked, again.send.points), (250, 0));
-    assert_eq!(sink.count(collection, None).expect("count"), 250);
+    assert_eq!(
+        sink.count(CountRequest::new(collection)).expect("count"),
+        250
+    );
 }
 
 #[test]
@@ -105,8 +111,11 @@ fn a_partly_acknowledged_run_sends_only_the_rest() {
     let first =
         embedfleet_upload::shards::read_all(&run.join(&shards[0].path), 64, 64).expect("read");
     for batch in &first {
-        sink.upsert("papers", &PointsBatch::from_record_batch(batch).unwrap())
-            .unwrap();
+        sink.upsert(UpsertRequest::new(
+            "papers",
+            &PointsBatch::from_record_batch(batch).unwrap(),
+        ))
+        .unwrap();
     }
     sink.checkpoint("papers").unwrap();
     db.record_upload(shards[0].shard_id, &key, 64, 0).unwrap();
@@ -118,7 +127,7 @@ fn a_partly_acknowledged_run_sends_only_the_rest() {
         186,
         "sent once"
     );
-    assert_eq!(sink.count("papers", None).unwrap(), 250);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 250);
 }
 
 #[test]
@@ -141,7 +150,7 @@ fn failed_batches_are_recorded_shown_missing_and_sent_again() {
     let sink = edge(dir.path());
     let report = upload(&sink, &options(&run, "papers")).expect("second upload");
     assert_eq!(report.send.failed_points, 0);
-    assert_eq!(sink.count("papers", None).unwrap(), 250);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 250);
     let status = RunDb::open(&run).unwrap().status().unwrap();
     let u = &status.uploads_by_collection[&progress_key(&sink, "papers")];
     assert_eq!((u.acked, u.failed, u.missing), (250, 0, 0));
@@ -191,7 +200,7 @@ fn shards_of_mixed_sizes_and_a_collection_of_another_size_are_refused() {
     let err = upload(&sink, &options(&run, "papers24")).expect_err("other size");
     assert!(err.is_refusal(), "{err}");
     assert!(err.to_string().contains("24-d"), "{err}");
-    assert_eq!(sink.count("papers24", None).unwrap(), 0);
+    assert_eq!(sink.count(CountRequest::new("papers24")).unwrap(), 0);
 }
 
 #[test]
@@ -246,6 +255,7 @@ fn server_every_row_once_then_nothing_to_send() {
     let _ = sink.delete_collection(&name);
     check_upload_resume(&sink, &run, &name);
     let info = sink.collection_info(&name).unwrap().expect("exists");
+    let info = info.qdrant.expect("a Qdrant collection");
     assert_eq!(info.hnsw.m, 16, "bulk load restored m");
     assert!(
         info.indexing_threshold_kb > 0,
@@ -281,7 +291,7 @@ fn server_restarted_mid_upload_ends_with_the_exact_count() {
     // One upload, no manual step: the retries ride out the restart.
     let report = report.expect("upload");
     assert_eq!(report.send.failed_points, 0, "{report:?}");
-    assert_eq!(sink.count(&name, None).unwrap(), 4000);
+    assert_eq!(sink.count(CountRequest::new(&name)).unwrap(), 4000);
     sink.delete_collection(&name).unwrap();
 }
 
@@ -311,11 +321,51 @@ impl Counting {
     }
 }
 
+/// The calls a test sink passes to its edge engine as they are.
+macro_rules! pass_to_inner {
+    () => {
+        fn target(&self) -> String {
+            self.inner.target()
+        }
+        fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
+            self.inner.ensure_collection(spec)
+        }
+        fn checkpoint(&self, collection: &str) -> UploadResult<()> {
+            self.inner.checkpoint(collection)
+        }
+        fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
+            self.inner.finish(spec)
+        }
+        fn query(&self, request: QueryRequest<'_>) -> UploadResult<Vec<Vec<Hit>>> {
+            self.inner.query(request)
+        }
+        fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
+            self.inner.collection_info(collection)
+        }
+        fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
+            self.inner.delete_collection(collection)
+        }
+        fn qdrant(&self) -> Option<&dyn QdrantExtras> {
+            Some(self)
+        }
+    };
+}
+
+/// The collection marker of a test sink: its edge engine's.
+macro_rules! marker_of_inner {
+    () => {
+        fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+            self.inner.collection_marker(collection)
+        }
+        fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+            self.inner.set_collection_marker(collection, marker)
+        }
+    };
+}
+
 impl Sink for Counting {
-    fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
-        self.inner.ensure_collection(spec)
-    }
-    fn upsert(&self, collection: &str, points: &PointsBatch<'_>) -> UploadResult<()> {
+    pass_to_inner!();
+    fn upsert(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         if n < self.fail_first || n >= self.fail_from.load(Ordering::SeqCst) {
             return Err(UploadError::RetriesExhausted {
@@ -325,57 +375,20 @@ impl Sink for Counting {
                 message: "test".into(),
             });
         }
-        self.points.fetch_add(points.len(), Ordering::SeqCst);
-        self.inner.upsert(collection, points)
+        self.points
+            .fetch_add(request.points.len(), Ordering::SeqCst);
+        self.inner.upsert(request)
     }
-    fn checkpoint(&self, collection: &str) -> UploadResult<()> {
-        self.inner.checkpoint(collection)
+    fn count(&self, request: CountRequest<'_>) -> UploadResult<u64> {
+        self.inner.count(request.shard_key(None))
     }
-    fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
-        self.inner.finish(spec)
+    fn delete(&self, request: DeleteRequest<'_>) -> UploadResult<()> {
+        self.inner.delete(request)
     }
-    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
-        self.inner.count(collection, filter)
-    }
-    fn search_with(
-        &self,
-        collection: &str,
-        vector: &[f32],
-        options: &SearchOptions,
-    ) -> UploadResult<Vec<Hit>> {
-        self.inner.search_with(collection, vector, options)
-    }
-    fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
-        self.inner.collection_info(collection)
-    }
-    fn target(&self) -> String {
-        self.inner.target()
-    }
-    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
-        self.inner.delete_collection(collection)
-    }
-    fn delete(
-        &self,
-        collection: &str,
-        ids: &[embedfleet_upload::Uuid],
-        key: Option<&str>,
-    ) -> UploadResult<()> {
-        self.inner.delete(collection, ids, key)
-    }
-    fn count_ids(
-        &self,
-        collection: &str,
-        ids: &[embedfleet_upload::Uuid],
-        _key: Option<&str>,
-    ) -> UploadResult<u64> {
-        self.inner.count_ids(collection, ids, None)
-    }
-    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
-        self.inner.collection_marker(collection)
-    }
-    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
-        self.inner.set_collection_marker(collection, marker)
-    }
+}
+
+impl QdrantExtras for Counting {
+    marker_of_inner!();
 }
 
 /// A sink whose collection is custom-sharded: it records the shard key of every upsert (by the
@@ -387,12 +400,31 @@ struct Keyed {
 }
 
 impl Sink for Keyed {
-    fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
-        self.inner.ensure_collection(spec)
+    pass_to_inner!();
+    fn upsert(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
+        let Some(key) = request.shard_key else {
+            panic!("a keyed collection got an upsert without a shard key");
+        };
+        assert!(
+            self.keys_made.lock().unwrap().iter().any(|k| k == key),
+            "key {key} used before it was made"
+        );
+        let mut map = self.key_of_paper.lock().unwrap();
+        for p in request.points.iter() {
+            map.insert(p.paper_id.to_owned(), key.to_owned());
+        }
+        self.inner.upsert(request.shard_key(None))
     }
-    fn upsert(&self, _collection: &str, _points: &PointsBatch<'_>) -> UploadResult<()> {
-        panic!("a keyed collection got an upsert without a shard key");
+    fn count(&self, request: CountRequest<'_>) -> UploadResult<u64> {
+        self.inner.count(request.shard_key(None))
     }
+    fn delete(&self, request: DeleteRequest<'_>) -> UploadResult<()> {
+        self.inner.delete(request.shard_key(None))
+    }
+}
+
+impl QdrantExtras for Keyed {
+    marker_of_inner!();
     fn keyed(&self, _collection: &str) -> UploadResult<bool> {
         Ok(true)
     }
@@ -409,71 +441,6 @@ impl Sink for Keyed {
         );
         self.keys_made.lock().unwrap().push(key.to_owned());
         Ok(())
-    }
-    fn upsert_keyed(
-        &self,
-        collection: &str,
-        key: Option<&str>,
-        points: &PointsBatch<'_>,
-    ) -> UploadResult<()> {
-        let key = key.expect("a shard key").to_owned();
-        assert!(
-            self.keys_made.lock().unwrap().contains(&key),
-            "key {key} used before it was made"
-        );
-        let mut map = self.key_of_paper.lock().unwrap();
-        for p in points.iter() {
-            map.insert(p.paper_id.to_owned(), key.clone());
-        }
-        self.inner.upsert(collection, points)
-    }
-    fn checkpoint(&self, collection: &str) -> UploadResult<()> {
-        self.inner.checkpoint(collection)
-    }
-    fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {
-        self.inner.finish(spec)
-    }
-    fn count(&self, collection: &str, filter: Option<&PayloadFilter>) -> UploadResult<u64> {
-        self.inner.count(collection, filter)
-    }
-    fn search_with(
-        &self,
-        collection: &str,
-        vector: &[f32],
-        options: &SearchOptions,
-    ) -> UploadResult<Vec<Hit>> {
-        self.inner.search_with(collection, vector, options)
-    }
-    fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>> {
-        self.inner.collection_info(collection)
-    }
-    fn target(&self) -> String {
-        self.inner.target()
-    }
-    fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
-        self.inner.delete_collection(collection)
-    }
-    fn delete(
-        &self,
-        collection: &str,
-        ids: &[embedfleet_upload::Uuid],
-        _key: Option<&str>,
-    ) -> UploadResult<()> {
-        self.inner.delete(collection, ids, None)
-    }
-    fn count_ids(
-        &self,
-        collection: &str,
-        ids: &[embedfleet_upload::Uuid],
-        _key: Option<&str>,
-    ) -> UploadResult<u64> {
-        self.inner.count_ids(collection, ids, None)
-    }
-    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
-        self.inner.collection_marker(collection)
-    }
-    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
-        self.inner.set_collection_marker(collection, marker)
     }
 }
 

@@ -3,7 +3,8 @@
 use crate::upload_common;
 
 use embedfleet_upload::{
-    point_id, CollectionSpec, Ensured, PointsBatch, QdrantEdge, Sink, UploadError,
+    point_id, CollectionSpec, CountRequest, Ensured, PointsBatch, QdrantEdge, QueryRequest,
+    SearchOptions, Sink, UploadError, UpsertRequest,
 };
 use upload_common::*;
 
@@ -29,6 +30,12 @@ fn payload_filters_select_matching_rows() {
 fn search_finds_each_point_first_with_payload() {
     let (_dir, sink) = edge();
     check_search(&sink, "papers");
+}
+
+#[test]
+fn requests_count_by_ids_and_filter_query_several_vectors_delete_by_id() {
+    let (_dir, sink) = edge();
+    check_requests(&sink, "papers");
 }
 
 #[test]
@@ -60,19 +67,24 @@ fn data_persists_after_reopen() {
     drop(sink);
 
     let sink = QdrantEdge::open(dir.path().join("edge")).expect("reopen");
-    assert_eq!(sink.count("papers", None).expect("count"), 90);
+    assert_eq!(sink.count(CountRequest::new("papers")).expect("count"), 90);
     assert_eq!(
         sink.ensure_collection(&CollectionSpec::new("papers", dim))
             .expect("ensure"),
         Ensured::Existing
     );
     let hits = sink
-        .search("papers", &vector_of(42, dim, 7), 1, None)
-        .expect("search");
+        .query(QueryRequest::one(
+            "papers",
+            &vector_of(42, dim, 7),
+            SearchOptions::new(1),
+        ))
+        .expect("search")
+        .remove(0);
     assert_eq!(hits[0].id, point_id(&paper_id(42)));
     // Re-sending after a reopen overwrites (point versions continue), it does not duplicate.
     upsert_in_slices(&sink, "papers", &batch, 45);
-    assert_eq!(sink.count("papers", None).expect("count"), 90);
+    assert_eq!(sink.count(CountRequest::new("papers")).expect("count"), 90);
 }
 
 #[test]
@@ -92,10 +104,15 @@ fn f16_shards_upload_like_f32() {
         .expect("create");
     let batch = shard_batch_f16(0, 40, dim);
     upsert_in_slices(&sink, "half", &batch, 16);
-    assert_eq!(sink.count("half", None).expect("count"), 40);
+    assert_eq!(sink.count(CountRequest::new("half")).expect("count"), 40);
     let hits = sink
-        .search("half", &vector_of(9, dim, 7), 1, None)
-        .expect("search");
+        .query(QueryRequest::one(
+            "half",
+            &vector_of(9, dim, 7),
+            SearchOptions::new(1),
+        ))
+        .expect("search")
+        .remove(0);
     assert_eq!(hits[0].id, point_id(&paper_id(9)));
 }
 
@@ -124,7 +141,8 @@ fn crash_child() {
     upsert_in_slices(&sink, "papers", &shard_batch(0, 100, 16), 25);
     let more = shard_batch(100, 50, 16);
     let points = PointsBatch::from_record_batch(&more).expect("batch");
-    sink.upsert("papers", &points).expect("upsert");
+    sink.upsert(UpsertRequest::new("papers", &points))
+        .expect("upsert");
     // No destructor, no flush: like SIGKILL.
     std::process::abort();
 }
@@ -146,11 +164,11 @@ fn checkpointed_points_survive_a_crash() {
     assert!(!status.success(), "the child aborts");
 
     let sink = QdrantEdge::open(&edge_dir).expect("reopen after crash");
-    let n = sink.count("papers", None).expect("count");
+    let n = sink.count(CountRequest::new("papers")).expect("count");
     assert!((100..=150).contains(&n), "checkpointed points survive: {n}");
     // The uploader re-sends what was not recorded: the count is then exact.
     upsert_in_slices(&sink, "papers", &shard_batch(0, 150, 16), 50);
-    assert_eq!(sink.count("papers", None).expect("count"), 150);
+    assert_eq!(sink.count(CountRequest::new("papers")).expect("count"), 150);
 }
 
 #[test]
@@ -183,5 +201,8 @@ fn count_equals_parquet_rows() {
         upsert_in_slices(&sink, "papers", &rb, 32);
     }
     assert_eq!(rows, 377);
-    assert_eq!(sink.count("papers", None).expect("count"), rows);
+    assert_eq!(
+        sink.count(CountRequest::new("papers")).expect("count"),
+        rows
+    );
 }

@@ -8,7 +8,10 @@ use crate::upload_common;
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::rundb::{RunDb, ShardRow, Tombstone};
-use embedfleet_upload::{point_id, progress_key, upload, QdrantEdge, Sink, UploadOptions};
+use embedfleet_upload::{
+    point_id, progress_key, upload, CountRequest, DeleteRequest, QdrantEdge, QdrantExtras, Sink,
+    UploadOptions,
+};
 use upload_common::paper_id;
 
 /// A run directory with one batch per entry of `batches` (rows `first..first + n`, 16-d), each
@@ -65,7 +68,7 @@ fn tombstone(batch_id: i64, i: usize) -> Tombstone {
 
 fn holds(sink: &dyn Sink, papers: &[usize]) -> u64 {
     let ids: Vec<_> = papers.iter().map(|&i| point_id(&paper_id(i))).collect();
-    sink.count_ids("papers", &ids, None).unwrap()
+    sink.count(CountRequest::new("papers").ids(&ids)).unwrap()
 }
 
 #[test]
@@ -79,12 +82,12 @@ fn deleted_papers_stay_deleted_through_an_upload_again_and_a_resend_of_their_bat
     let dead = [tombstone(1, 3), tombstone(2, 45), tombstone(2, 50)];
     db.record_tombstones(&dead).unwrap();
     let ids: Vec<_> = dead.iter().map(|t| point_id(&t.paper_id)).collect();
-    sink.delete("papers", &ids, None).unwrap();
-    assert_eq!(sink.count("papers", None).unwrap(), 67);
+    sink.delete(DeleteRequest::new("papers", &ids)).unwrap();
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 67);
 
     let again = upload(&sink, &options(&run)).unwrap();
     assert_eq!(again.send.points, 0, "nothing is missing: nothing is sent");
-    assert_eq!(sink.count("papers", None).unwrap(), 67);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 67);
     assert_eq!(holds(&sink, &[3, 45, 50]), 0);
 
     // Batch 2's progress lost (a shard accepted again, say): it is sent again, less its dead.
@@ -95,7 +98,7 @@ fn deleted_papers_stay_deleted_through_an_upload_again_and_a_resend_of_their_bat
         resend.send.points, 28,
         "batch 2's 30 rows less its 2 tombstoned"
     );
-    assert_eq!(sink.count("papers", None).unwrap(), 67);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 67);
     assert_eq!(holds(&sink, &[3, 45, 50]), 0);
     assert_eq!(db.upload_totals(&key).unwrap(), (70, 0), "every row done");
 }
@@ -108,12 +111,12 @@ fn a_batch_that_lost_points_is_sent_again_alone() {
     upload(&sink, &options(&run)).unwrap();
     // Points lost behind the run's back (not deleted by it): two of batch 2.
     let lost = [point_id(&paper_id(41)), point_id(&paper_id(69))];
-    sink.delete("papers", &lost, None).unwrap();
-    assert_eq!(sink.count("papers", None).unwrap(), 88);
+    sink.delete(DeleteRequest::new("papers", &lost)).unwrap();
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 88);
     let repair = upload(&sink, &options(&run)).unwrap();
     assert_eq!(repair.send.points, 30, "batch 2 alone, not the run's 90");
     assert_eq!(repair.already_acked, 60);
-    assert_eq!(sink.count("papers", None).unwrap(), 90);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 90);
 }
 
 #[test]
@@ -131,7 +134,7 @@ fn a_tombstoned_paper_still_in_the_collection_is_deleted_by_the_next_upload() {
     let report = upload(&sink, &options(&run)).unwrap();
     assert_eq!(report.send.points, 0);
     assert_eq!(holds(&sink, &[7]), 0);
-    assert_eq!(sink.count("papers", None).unwrap(), 39);
+    assert_eq!(sink.count(CountRequest::new("papers")).unwrap(), 39);
 }
 
 #[test]

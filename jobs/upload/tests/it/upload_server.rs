@@ -7,7 +7,7 @@ use crate::upload_common;
 
 use std::time::Duration;
 
-use embedfleet_upload::{QdrantServer, ServerConfig, Sink};
+use embedfleet_upload::{CountRequest, QdrantServer, ServerConfig, Sink};
 use upload_common::*;
 
 fn server() -> QdrantServer {
@@ -46,6 +46,12 @@ fn server_search_finds_each_point_first_with_payload() {
 
 #[test]
 #[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_requests_count_by_ids_and_filter_query_several_vectors_delete_by_id() {
+    with_collection("requests", check_requests);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_refuses_wrong_vector_size_and_mismatched_collection() {
     with_collection("refusals", check_refusals);
 }
@@ -70,7 +76,7 @@ fn unreachable_server_is_a_typed_error_after_retries() {
     config.retry.max_attempts = 2;
     config.retry.base_delay = Duration::from_millis(10);
     let sink = QdrantServer::connect(config).expect("client");
-    match sink.count("x", None) {
+    match sink.count(CountRequest::new("x")) {
         Err(embedfleet_upload::UploadError::RetriesExhausted { attempts: 2, .. }) => {}
         other => panic!("expected RetriesExhausted, got {other:?}"),
     }

@@ -1,0 +1,103 @@
+//! The run's shard keys: which it has (pinned, legacy, or pinned now), and each group's key
+//! claimed for the run in the collection and made, placed on the cluster's peers in turn.
+
+use std::path::Path;
+
+use embedfleet_core::rundb::RunDb;
+use embedfleet_core::RunLayout;
+use embedfleet_upload::shard_keys::ShardKeys;
+use embedfleet_upload::{CollectionSpec, KeyedShard, QdrantServer};
+
+use super::groups::Group;
+use super::options::{LoadOptions, DEFAULT_GROUPS_PER_PEER};
+use crate::rest::Peer;
+use crate::SnapshotError;
+
+/// The run's shard keys: pinned ones; a run loaded before groups (its load rows under
+/// `progress` name `b<N>` keys and it pinned none) keeps its legacy key per batch; else new
+/// ones, pinned now as [`keys_to_pin`] says.
+pub(super) fn run_keys(
+    db: &RunDb,
+    layout: &RunLayout,
+    progress: &str,
+    options: &LoadOptions,
+    peers: usize,
+) -> Result<ShardKeys, SnapshotError> {
+    let io = |e: std::io::Error| SnapshotError::Io {
+        action: "read or pin",
+        path: layout.snapshot_dir().join("keys.json"),
+        source: e,
+    };
+    let (asked, wanted) = keys_to_pin(db, options, peers)?;
+    if let Some(keys) = ShardKeys::pinned(layout).map_err(io)? {
+        if options.groups.is_some() && keys.batches_per_group != wanted {
+            eprintln!(
+                "note: this run's keys are pinned at {} batches per group (snapshots/keys.json), so --groups {asked} is not applied: a run's shards are grouped one way",
+                keys.batches_per_group
+            );
+        }
+        return Ok(keys);
+    }
+    let legacy_rows = db.snapshot_loads(progress)?;
+    if !legacy_rows.is_empty()
+        && legacy_rows
+            .iter()
+            .all(|r| ShardKeys::is_legacy_key(&r.shard_key))
+    {
+        eprintln!(
+            "note: this run was loaded into this collection with a shard key per batch by an older embedfleet; it keeps them"
+        );
+        return Ok(ShardKeys::legacy());
+    }
+    ShardKeys::pin(layout, wanted).map_err(io)
+}
+
+/// How the load pins a run's keys when nothing pinned them yet: the groups asked for
+/// (`--groups`), else [`DEFAULT_GROUPS_PER_PEER`] per peer of the cluster; returned with the
+/// batches per group that makes of the run's batches.
+fn keys_to_pin(
+    db: &RunDb,
+    options: &LoadOptions,
+    peers: usize,
+) -> Result<(i64, i64), SnapshotError> {
+    let total = db.last_batch_id()?;
+    let asked = options
+        .groups
+        .unwrap_or(DEFAULT_GROUPS_PER_PEER * peers.max(1) as i64);
+    Ok((asked, ShardKeys::batches_per_group_for(total, asked)))
+}
+
+/// Claims each group's key for the run in `name`'s metadata (another run's key is refused
+/// unless `replace_keys`), then makes those the collection lacks: groups go round the peers,
+/// group n's first replica on peer n mod P, the others on the peers after it (the server takes
+/// a key's replicas from its placement). Returns where every key of the collection is.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn place_keys(
+    server: &QdrantServer,
+    name: &str,
+    spec: &CollectionSpec,
+    keys: &ShardKeys,
+    groups: &[Group],
+    peers: &[Peer],
+    run_dir: &Path,
+    replace_keys: bool,
+) -> Result<Vec<KeyedShard>, SnapshotError> {
+    let existing_keys = server.keyed_shards(name)?;
+    for g in groups {
+        let owner = keys.owner_of_group(g.group, run_dir);
+        server.claim_shard_key(name, &g.key, &owner, replace_keys)?;
+    }
+    for g in groups {
+        if !existing_keys.iter().any(|s| s.key == g.key) {
+            let replicas = spec.qdrant.replication_factor.unwrap_or(1).max(1) as usize;
+            let placement: Vec<u64> = (0..replicas.min(peers.len()))
+                .map(|i| {
+                    let at = (g.group - 1 + i as i64).rem_euclid(peers.len() as i64);
+                    peers[at as usize].id
+                })
+                .collect();
+            server.create_shard_key(name, &g.key, &placement, spec.qdrant.replication_factor)?;
+        }
+    }
+    Ok(server.keyed_shards(name)?)
+}
