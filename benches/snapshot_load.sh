@@ -103,7 +103,7 @@ echo "{\"phase\":\"build-shard\",\"batches\":$batches,\"batch_points\":$batch,\"
 
 # 3. Every built shard recovered on the server, until green.
 c0=$(server_cpu)
-read -r sn_wall sn_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build --groups "$batches")
+read -r sn_wall sn_client _ < <(timed "$bin" upload --run-dir "$work/run" --qdrant "$grpc" --qdrant-rest "$rest" --collection snapshot --mode snapshot --no-build --group-count "$batches")
 c1=$(server_cpu)
 echo "{\"phase\":\"recover+green\",\"points\":$points,\"wall_s\":$sn_wall,\"client_cpu_s\":$sn_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
 per_batch=(snapshot)
@@ -123,7 +123,7 @@ for g in ${GROUP_COUNTS:-}; do
     gb_rss=$(( rss > gb_rss ? rss : gb_rss ))
   done
   c0=$(server_cpu)
-  read -r gl_wall gl_client _ < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot --no-build --groups "$g")
+  read -r gl_wall gl_client _ < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot --no-build --group-count "$g")
   c1=$(server_cpu)
   echo "{\"phase\":\"grouped\",\"groups\":$g,\"build_wall_s_sum\":$gb_wall,\"build_wall_s_max_group\":$gb_max,\"build_cpu_s_sum\":$gb_cpu,\"build_peak_rss_mib\":$gb_rss,\"group_points\":$(( (batches + g - 1) / g * batch )),\"load_wall_s\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
   grouped+=("g$g")

@@ -80,7 +80,6 @@ impl GroupBuilds {
         let layout = RunLayout::new(&run_dir);
         let keys = crate::shard_keys::for_group_builds(
             db,
-            &layout,
             group_count,
             "--group-builds needs the run's shard keys: say how many groups its batches make (--group-count G, e.g. two per peer of the Qdrant cluster), or pin them with `build-shard --accepted --group-count G` or a first `upload --mode snapshot`",
         )?;

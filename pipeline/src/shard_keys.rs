@@ -1,38 +1,31 @@
 //! The run's shard keys as the pipeline's steps ask for them. How many batches a key holds is
-//! decided here for the pipeline's steps; each says what it wants when the run has
-//! pinned none yet (the snapshot load decides its own: `embedfleet_snapshot`).
+//! decided by [`ShardKeys::resolve`] alone (the snapshot load asks it too); each step only says
+//! which grouping it wants when the run has pinned none.
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
-use embedfleet_snapshot::ShardKeys;
+use embedfleet_snapshot::{GroupCount, ShardKeys};
 
 use crate::error::{io, PipelineError, Result};
 
 /// The keys of a run whose embed jobs build their batches' shards (`submit --build-shard`): a
 /// key per batch, unless the run pinned others.
-pub fn for_batch_builds(layout: &RunLayout) -> Result<ShardKeys> {
-    ShardKeys::pin(layout, 1).map_err(io("read or pin", &keys_file(layout)))
+pub fn for_batch_builds(db: &RunDb) -> Result<ShardKeys> {
+    Ok(resolve(db, Some(GroupCount::PerBatch))?
+        .expect("a grouping was asked for, so keys are pinned. This is a bug."))
 }
 
 /// The run's keys for a step that builds groups of batches (`submit --group-builds`,
 /// `build-shard --accepted --group N`): the pinned ones, else `group_count` groups over the
 /// run's batches, pinned now; with neither, the user is told how to give one (`how`).
-pub fn for_group_builds(
-    db: &RunDb,
-    layout: &RunLayout,
-    group_count: Option<i64>,
-    how: &str,
-) -> Result<ShardKeys> {
-    if let Some(keys) = ShardKeys::pinned(layout).map_err(io("read", &keys_file(layout)))? {
-        return Ok(keys);
-    }
-    let Some(groups) = group_count else {
-        return Err(PipelineError::Needs(how.to_string()));
-    };
-    let per_group = ShardKeys::batches_per_group_for(db.last_batch_id()?, groups);
-    ShardKeys::pin(layout, per_group).map_err(io("pin", &keys_file(layout)))
+pub fn for_group_builds(db: &RunDb, group_count: Option<i64>, how: &str) -> Result<ShardKeys> {
+    resolve(db, group_count.map(GroupCount::Given))?.ok_or_else(|| PipelineError::Needs(how.into()))
 }
 
-fn keys_file(layout: &RunLayout) -> std::path::PathBuf {
-    layout.snapshot_dir().join("keys.json")
+fn resolve(db: &RunDb, wanted: Option<GroupCount>) -> Result<Option<ShardKeys>> {
+    let layout: RunLayout = db.layout();
+    let path = layout.snapshot_dir().join("keys.json");
+    let resolved = ShardKeys::resolve(&layout, db.last_batch_id()?, wanted)
+        .map_err(io("read or pin", &path))?;
+    Ok(resolved.map(|r| r.keys))
 }

@@ -41,7 +41,7 @@ pub fn prepare(
         // Shards built beside the GPUs hold one batch each: the run's keys are a key per
         // batch (unless a grouped load pinned them already; then the jobs leave the building
         // to it).
-        let keys = crate::shard_keys::for_batch_builds(&db.layout())?;
+        let keys = crate::shard_keys::for_batch_builds(db)?;
         if keys.batches_per_group > 1 {
             notes.push(format!(
                 "note: this run's shard keys hold {} batches each (snapshots/keys.json): the embed jobs build no shards; `upload --mode snapshot` builds each group's",

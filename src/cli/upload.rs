@@ -93,12 +93,12 @@ pub struct UploadArgs {
     /// (`--mode snapshot`).
     #[arg(long)]
     pub no_build: bool,
-    /// Split the run's batches into G groups of consecutive batches, a built shard and a
-    /// shard key each (`--mode snapshot`; default: two per peer of the cluster). Fixed at the
-    /// run's first grouped build or load (snapshots/keys.json). Every search visits every
-    /// group: a few large groups search like an upserted collection.
-    #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
-    pub groups: Option<i64>,
+    /// The group count: split the run's batches into G groups of consecutive batches, a built
+    /// shard and a shard key each (`--mode snapshot`; default: two per peer of the cluster).
+    /// Fixed at the run's first grouped build or load (snapshots/keys.json). Every search
+    /// visits every group: a few large groups search like an upserted collection.
+    #[arg(long, alias = "groups", value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
+    pub group_count: Option<i64>,
     /// Take over shard keys the collection records as another run's (`--mode snapshot`;
     /// their points are replaced). Without it such a key is refused.
     #[arg(long)]
@@ -131,7 +131,7 @@ pub struct BuildShardArgs {
     #[arg(long = "group", value_name = "N", requires = "accepted")]
     pub groups: Vec<i64>,
     /// Groups to split the run's batches into, when its keys are not pinned yet (as
-    /// `upload --mode snapshot --groups`).
+    /// `upload --mode snapshot --group-count`).
     #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
     pub group_count: Option<i64>,
     /// Build from this attempt's shards (its result manifest) instead of the batch's first

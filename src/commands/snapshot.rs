@@ -43,7 +43,7 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
     options.in_flight = args.recoveries.max(1);
     options.build_missing = !args.no_build;
     options.progress = std::io::stderr().is_terminal();
-    options.groups = args.groups;
+    options.group_count = args.group_count;
     options.replace_keys = args.replace_keys;
     eprintln!(
         "snapshot load into `{}` ({url}, REST {rest_url}): {} recoveries at once",
@@ -126,7 +126,6 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
         // The login node pins the run's keys (as the first load would) when asked for groups.
         Some(db) if !args.groups.is_empty() => embedfleet_pipeline::shard_keys::for_group_builds(
             db,
-            &layout,
             args.group_count,
             "this run has no shard keys pinned yet: say how many groups its batches make (--group-count G), or let `upload --mode snapshot` choose (two per peer of the cluster)",
         )?,

@@ -74,7 +74,7 @@ fn build_shard_builds_each_batch_once_from_its_accepted_shards() {
     assert!(err.contains("built already"), "{err}");
     // The run's build settings are pinned: other ones are refused (exit 4), naming them.
     let err = build(&t, &["--batch", "1", "--hnsw-m", "32"], 4);
-    assert!(err.contains("hnsw m: 32 vs 16"), "{err}");
+    assert!(err.contains("hnsw m: the run's 16, here 32"), "{err}");
     // A batch nothing embedded yet is refused with what to do.
     let err = build(&t, &["--batch", "9"], 1);
     assert!(err.contains("embed it first"), "{err}");
@@ -515,7 +515,7 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
         &url,
         &rest,
         &name,
-        &["--mode", "snapshot", "--groups", "2"],
+        &["--mode", "snapshot", "--group-count", "2"],
         0,
     );
     assert!(
@@ -652,7 +652,14 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
             &rest,
             &name,
             // A group per batch: the shards built above, six recoveries to kill in between.
-            &["--mode", "snapshot", "--recoveries", "1", "--groups", "6"],
+            &[
+                "--mode",
+                "snapshot",
+                "--recoveries",
+                "1",
+                "--group-count",
+                "6",
+            ],
         ))
         .env(SNAPSHOT_TEST_DELAY_ENV, "700")
         .stderr(Stdio::null())
@@ -716,7 +723,7 @@ fn server_mismatched_snapshot_or_collection_is_refused() {
         4,
     );
     assert!(
-        err.contains("hnsw m: 32 vs 16") && err.contains("--mode upsert"),
+        err.contains("hnsw m: the run's 16, here 32") && err.contains("--mode upsert"),
         "{err}"
     );
     // A hash-sharded collection cannot take built shards.
@@ -737,7 +744,10 @@ fn server_mismatched_snapshot_or_collection_is_refused() {
         &["--mode", "snapshot", "--int8"],
         4,
     );
-    assert!(err.contains("int8 quantization: true vs false"), "{err}");
+    assert!(
+        err.contains("int8 quantization: the run's false, here true"),
+        "{err}"
+    );
     assert!(
         sink.collection_info(&other).unwrap().is_none(),
         "nothing was created"
@@ -802,7 +812,7 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
         &url,
         &rest,
         &name,
-        &["--mode", "snapshot", "--groups", "2"],
+        &["--mode", "snapshot", "--group-count", "2"],
         0,
     );
     assert!(err.contains("3 batches in 2 groups of 2"), "{err}");
@@ -812,7 +822,7 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
         &url,
         &rest,
         &name,
-        &["--mode", "snapshot", "--groups", "2"],
+        &["--mode", "snapshot", "--group-count", "2"],
         0,
     );
     assert!(
@@ -924,7 +934,14 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
                 &url,
                 &rest,
                 &name,
-                &["--mode", "snapshot", "--groups", "4", "--recoveries", "1"],
+                &[
+                    "--mode",
+                    "snapshot",
+                    "--group-count",
+                    "4",
+                    "--recoveries",
+                    "1",
+                ],
             ))
             .env(SNAPSHOT_TEST_DELAY_ENV, "800")
             .stderr(Stdio::null())
@@ -943,7 +960,7 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
         &url,
         &rest,
         &name,
-        &["--mode", "snapshot", "--groups", "4"],
+        &["--mode", "snapshot", "--group-count", "4"],
         0,
     );
     assert!(err.contains(&format!("{rows} points of this run")), "{err}");
@@ -1055,7 +1072,7 @@ fn cluster_groups_go_round_three_peers_and_survive_one_killed_under_replication_
         &[
             "--mode",
             "snapshot",
-            "--groups",
+            "--group-count",
             "6",
             "--replication-factor",
             "2",

@@ -580,7 +580,7 @@ fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_th
         String::from_utf8_lossy(&t.run(&args, 0).stderr).into_owned()
     };
     // Release 1: batches 1-4 in two groups of two.
-    let err = load(&["--groups", "2"]);
+    let err = load(&["--group-count", "2"]);
     assert!(err.contains("4 batches in 2 groups of 2"), "{err}");
     assert_eq!(
         sink.count(CountRequest::new(&name)).unwrap(),

@@ -240,7 +240,7 @@ pub fn build_shard_without(
     };
     let settings = ShardSettings::of(&spec);
     if let Some(found) = find_built(layout, batches, sources, deleted)? {
-        let diff = settings.differences(&found.settings);
+        let diff = settings.differences_from(&found.settings);
         if diff.is_empty() {
             return Ok(BuildOutcome {
                 manifest: found,

@@ -36,11 +36,9 @@ pub use build::{
     group_rows, sources_of_attempt, sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION,
     EDGE_VERSION,
 };
-pub use embedfleet_upload::shard_keys::{KeyOwner, ShardKeys};
+pub use embedfleet_upload::shard_keys::{GroupCount, KeyOwner, ShardKeys, DEFAULT_GROUPS_PER_PEER};
 pub use embedfleet_upload::shard_settings::ShardSettings;
-pub use load::{
-    load_snapshots, LoadOptions, LoadReport, DEFAULT_GROUPS_PER_PEER, SNAPSHOT_TEST_DELAY_ENV,
-};
+pub use load::{load_snapshots, LoadOptions, LoadReport, SNAPSHOT_TEST_DELAY_ENV};
 pub use manifest::{
     built_digest, sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
 };
@@ -124,10 +122,10 @@ pub enum SnapshotError {
     Layout { path: PathBuf, message: String },
     #[error("batch {batch}: {message}")]
     Sources { batch: i64, message: String },
-    #[error("{what} was made with other collection settings (asked vs made: {}); build it again with these settings (remove it from snapshots/) or load with `--mode upsert`", differences.join("; "))]
+    #[error("{what} was made with other collection settings ({}); build it again with these settings (remove it from snapshots/) or load with `--mode upsert`", embedfleet_core::pin::join(differences))]
     SettingsDiffer {
         what: String,
-        differences: Vec<String>,
+        differences: Vec<embedfleet_core::pin::Difference>,
     },
     #[error("built shards are in Qdrant {engine}'s segment format but the server runs {server}; load them into a {engine_minor}.x server (or a newer minor measured to recover them: README, \"Compatibility\"), or use `upload --mode upsert`", engine_minor = engine.rsplitn(2, '.').last().unwrap_or(engine))]
     VersionMismatch { engine: String, server: String },

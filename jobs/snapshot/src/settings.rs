@@ -5,7 +5,7 @@
 
 use embedfleet_core::RunLayout;
 
-use super::{io_err, read_json, write_json, ShardSettings, SnapshotError};
+use super::{io_err, read_json, ShardSettings, SnapshotError};
 
 /// Where the run's build settings are pinned, in the snapshot directory.
 const PINNED_FILE: &str = "settings.json";
@@ -29,26 +29,29 @@ impl PinnedSettings for ShardSettings {
     }
 
     fn pin(&self, layout: &RunLayout) -> Result<(), SnapshotError> {
-        let pinned = ShardSettings {
+        let asked = ShardSettings {
             vector_size: 0,
             ..self.clone()
         };
-        if let Some(existing) = Self::pinned(layout)? {
-            let differences = pinned.differences(&existing);
-            if differences.is_empty() {
-                return Ok(());
-            }
-            return Err(SnapshotError::SettingsDiffer {
-                what: format!(
-                    "this run's shards (pinned in {}/{PINNED_FILE})",
-                    RunLayout::SNAPSHOT_DIR
-                ),
-                differences,
-            });
-        }
         let dir = layout.snapshot_dir();
         std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
-        write_json(&dir.join(PINNED_FILE), &pinned)
+        // The first build to pin wins, on any host; every other compares with its pin.
+        let path = dir.join(PINNED_FILE);
+        let bytes = serde_json::to_vec_pretty(&asked).expect("settings serialise. This is a bug.");
+        embedfleet_core::pin::write_once(&path, &bytes).map_err(io_err("pin", &path))?;
+        let pinned =
+            Self::pinned(layout)?.expect("the pin is there: this build or another wrote it");
+        let differences = asked.differences_from(&pinned);
+        if differences.is_empty() {
+            return Ok(());
+        }
+        Err(SnapshotError::SettingsDiffer {
+            what: format!(
+                "this run's shards (pinned in {}/{PINNED_FILE})",
+                RunLayout::SNAPSHOT_DIR
+            ),
+            differences,
+        })
     }
 }
 
@@ -71,6 +74,6 @@ mod tests {
         assert_eq!(pinned.hnsw_m, 32);
         let other = ShardSettings::of(&CollectionSpec::new("papers", 64));
         let err = other.pin(&layout).unwrap_err().to_string();
-        assert!(err.contains("hnsw m: 16 vs 32"), "{err}");
+        assert!(err.contains("hnsw m: the run's 32, here 16"), "{err}");
     }
 }

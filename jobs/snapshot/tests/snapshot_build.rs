@@ -214,7 +214,7 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
     };
     let err = build_shard(&layout, (1, 1), &sources, &other_m).unwrap_err();
     assert!(
-        matches!(&err, SnapshotError::SettingsDiffer { differences, .. } if differences == &["hnsw m: 32 vs 16"]),
+        matches!(&err, SnapshotError::SettingsDiffer { differences, .. } if differences.iter().map(ToString::to_string).collect::<Vec<_>>() == ["hnsw m: the run's 16, here 32"]),
         "{err}"
     );
 
@@ -265,7 +265,7 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     // 2,000 × 128-d is 1 MB a batch: a 100 KB threshold gives every built shard its graph.
     options.spec.qdrant.indexing_threshold_kb = 100;
     // A group per batch: three keys.
-    options.groups = Some(3);
+    options.group_count = Some(3);
     let report = load_snapshots(&server, &rest, &options).unwrap();
     assert_eq!(
         (

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use embedfleet_core::RunLayout;
+use embedfleet_core::{pin, RunLayout};
 use serde::{Deserialize, Serialize};
 
 /// How a run's batches map to shard keys.
@@ -42,6 +42,44 @@ pub struct KeyOwner {
     pub dir: String,
     /// The batches of the group the key holds, first and last.
     pub batches: (i64, i64),
+}
+
+/// Groups per peer of the cluster a snapshot load makes when the run pinned no keys and no
+/// group count was given.
+pub const DEFAULT_GROUPS_PER_PEER: i64 = 2;
+
+/// How a step wants the run's batches grouped when the run has pinned no keys yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupCount {
+    /// `--group-count G` on the command line.
+    Given(i64),
+    /// The snapshot load's default: [`DEFAULT_GROUPS_PER_PEER`] per peer of the cluster.
+    PerPeer(usize),
+    /// A key per batch: embed jobs that build their own batch's shard
+    /// (`submit --build-shard`).
+    PerBatch,
+}
+
+impl GroupCount {
+    /// Batches per group over `batches` batches.
+    pub fn batches_per_group(self, batches: i64) -> i64 {
+        match self {
+            Self::Given(groups) => ShardKeys::batches_per_group_for(batches, groups),
+            Self::PerPeer(peers) => ShardKeys::batches_per_group_for(
+                batches,
+                DEFAULT_GROUPS_PER_PEER * peers.max(1) as i64,
+            ),
+            Self::PerBatch => 1,
+        }
+    }
+}
+
+/// The run's keys as [`ShardKeys::resolve`] found them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedKeys {
+    pub keys: ShardKeys,
+    /// Why a given group count was not applied (the keys were pinned another way).
+    pub note: Option<String>,
 }
 
 /// The file in `snapshots/` that pins a run's keys.
@@ -127,8 +165,8 @@ impl ShardKeys {
 
     /// Pins `batches_per_group` for the run with a new identity, unless keys are pinned
     /// already: then those are returned, whatever was asked (the caller compares). Two
-    /// processes pinning at once agree: the file is published with a hard link, which never
-    /// replaces, and the loser reads the winner's.
+    /// processes pinning at once agree: the first writer wins ([`pin::write_once`]) and the
+    /// other reads its keys.
     pub fn pin(layout: &RunLayout, batches_per_group: i64) -> std::io::Result<Self> {
         if let Some(pinned) = Self::pinned(layout)? {
             return Ok(pinned);
@@ -139,23 +177,41 @@ impl ShardKeys {
         };
         let dir = layout.snapshot_dir();
         std::fs::create_dir_all(&dir)?;
-        let path = dir.join(KEYS_FILE);
-        let tmp = dir.join(format!(
-            ".{KEYS_FILE}.{}.{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&keys).expect("plain data"))?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        let linked = std::fs::hard_link(&tmp, &path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(keys),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                Ok(Self::pinned(layout)?.expect("the file another process linked is there"))
-            }
-            Err(e) => Err(e),
+        let bytes = serde_json::to_vec_pretty(&keys).expect("plain data");
+        pin::write_once(&dir.join(KEYS_FILE), &bytes)?;
+        Ok(
+            Self::pinned(layout)?
+                .expect("the keys file is there: this process or another wrote it"),
+        )
+    }
+
+    /// The run's keys, decided here for every step that needs them: the pinned ones, else
+    /// `wanted` over the run's `batches` batches, pinned now. `None` when none are pinned and
+    /// the step wants no particular grouping: the step asks the user for a group count. A
+    /// count given on the command line that the pinned keys do not follow comes with a note.
+    pub fn resolve(
+        layout: &RunLayout,
+        batches: i64,
+        wanted: Option<GroupCount>,
+    ) -> std::io::Result<Option<ResolvedKeys>> {
+        let per_group = wanted.map(|w| w.batches_per_group(batches));
+        if let Some(keys) = Self::pinned(layout)? {
+            let note = match (wanted, per_group) {
+                (Some(GroupCount::Given(g)), Some(per)) if per != keys.batches_per_group => Some(format!(
+                    "this run's keys are pinned at {} batches per group (snapshots/keys.json), so --group-count {g} is not applied: a run's shards are grouped one way",
+                    keys.batches_per_group
+                )),
+                _ => None,
+            };
+            return Ok(Some(ResolvedKeys { keys, note }));
         }
+        let Some(per_group) = per_group else {
+            return Ok(None);
+        };
+        Ok(Some(ResolvedKeys {
+            keys: Self::pin(layout, per_group)?,
+            note: None,
+        }))
     }
 
     /// Batches per group for `groups` groups over `batches` batches (at least 1).
@@ -189,6 +245,48 @@ mod tests {
         assert_eq!(ShardKeys::batches_per_group_for(2075, 8), 260);
         assert_eq!(ShardKeys::batches_per_group_for(8, 8), 1);
         assert_eq!(ShardKeys::batches_per_group_for(3, 8), 1);
+    }
+
+    #[test]
+    fn every_step_gets_its_keys_from_one_decision() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        // Nothing pinned, nothing wanted: the step must ask the user.
+        assert_eq!(ShardKeys::resolve(&layout, 2075, None).unwrap(), None);
+        assert_eq!(GroupCount::Given(8).batches_per_group(2075), 260);
+        assert_eq!(GroupCount::PerPeer(3).batches_per_group(2075), 346);
+        assert_eq!(GroupCount::PerBatch.batches_per_group(2075), 1);
+        let first = ShardKeys::resolve(&layout, 2075, Some(GroupCount::PerPeer(4)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.keys.batches_per_group, 260);
+        assert_eq!(first.note, None);
+        // Pinned: every later step gets the same keys; a count given otherwise is noted.
+        for wanted in [
+            None,
+            Some(GroupCount::PerBatch),
+            Some(GroupCount::PerPeer(1)),
+        ] {
+            let again = ShardKeys::resolve(&layout, 2075, wanted).unwrap().unwrap();
+            assert_eq!((again.keys.clone(), again.note), (first.keys.clone(), None));
+        }
+        let given = ShardKeys::resolve(&layout, 2075, Some(GroupCount::Given(4)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(given.keys, first.keys);
+        assert!(
+            given
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("--group-count 4 is not applied")),
+            "{given:?}"
+        );
+        let same = ShardKeys::resolve(&layout, 2075, Some(GroupCount::Given(8))).unwrap();
+        assert_eq!(
+            same.unwrap().note,
+            None,
+            "260 per group is what 8 groups make"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! records them and `upload --mode snapshot` refuses a snapshot whose settings differ from the
 //! collection's.
 
+use embedfleet_core::pin::{Difference, Field, Pinned};
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{CollectionSpec, Distance, HnswParams, PayloadIndexKind, QdrantSpec};
@@ -52,52 +53,33 @@ impl ShardSettings {
         }
     }
 
-    /// Each setting that differs, as `name: ours vs theirs` (empty when none does).
-    pub fn differences(&self, theirs: &ShardSettings) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut check = |name: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{name}: {a} vs {b}"));
-            }
-        };
-        check(
-            "vector size",
-            self.vector_size.to_string(),
-            theirs.vector_size.to_string(),
-        );
-        check("distance", self.distance.clone(), theirs.distance.clone());
-        check("hnsw m", self.hnsw_m.to_string(), theirs.hnsw_m.to_string());
-        check(
-            "hnsw ef_construct",
-            self.hnsw_ef_construct.to_string(),
-            theirs.hnsw_ef_construct.to_string(),
-        );
-        check(
-            "indexing threshold (KB)",
-            self.indexing_threshold_kb.to_string(),
-            theirs.indexing_threshold_kb.to_string(),
-        );
-        check(
-            "vectors on disk",
-            self.on_disk_vectors.to_string(),
-            theirs.on_disk_vectors.to_string(),
-        );
-        check(
-            "int8 quantization",
-            self.int8_quantization.to_string(),
-            theirs.int8_quantization.to_string(),
-        );
-        let indexes = |s: &ShardSettings| {
-            let mut v: Vec<String> = s
-                .payload_indexes
-                .iter()
-                .map(|(f, k)| format!("{f}:{k}"))
-                .collect();
-            v.sort();
-            v.join(",")
-        };
-        check("payload indexes", indexes(self), indexes(theirs));
-        out
+    /// What differs between these settings (asked for now) and those something was `made`
+    /// with (a built shard, a collection, the run's pin): `name: the run's <made>, here
+    /// <asked>`, one per setting (empty when none does). The order of payload indexes does
+    /// not matter.
+    pub fn differences_from(&self, made: &ShardSettings) -> Vec<Difference> {
+        made.differences(self)
+    }
+}
+
+impl Pinned for ShardSettings {
+    fn fields(&self) -> Vec<Field> {
+        let mut indexes: Vec<String> = self
+            .payload_indexes
+            .iter()
+            .map(|(f, k)| format!("{f}:{k}"))
+            .collect();
+        indexes.sort();
+        vec![
+            Field::new("vector size", self.vector_size),
+            Field::new("distance", &self.distance),
+            Field::new("hnsw m", self.hnsw_m),
+            Field::new("hnsw ef_construct", self.hnsw_ef_construct),
+            Field::new("indexing threshold (KB)", self.indexing_threshold_kb),
+            Field::new("vectors on disk", self.on_disk_vectors),
+            Field::new("int8 quantization", self.int8_quantization),
+            Field::new("payload indexes", indexes.join(",")),
+        ]
     }
 }
 
@@ -148,22 +130,26 @@ mod tests {
     fn differences_name_each_setting_that_differs_and_ignore_index_order() {
         let spec = CollectionSpec::new("papers", 2560);
         let ours = ShardSettings::of(&spec);
-        assert!(ours.differences(&ours.clone()).is_empty());
+        assert!(ours.differences_from(&ours.clone()).is_empty());
         let mut reordered = ours.clone();
         reordered.payload_indexes.reverse();
-        assert!(ours.differences(&reordered).is_empty());
+        assert!(ours.differences_from(&reordered).is_empty());
 
         let mut theirs = ours.clone();
         theirs.vector_size = 1024;
         theirs.hnsw_m = 32;
         theirs.int8_quantization = true;
-        let diff = ours.differences(&theirs);
+        let diff: Vec<String> = ours
+            .differences_from(&theirs)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             diff,
             [
-                "vector size: 2560 vs 1024",
-                "hnsw m: 16 vs 32",
-                "int8 quantization: false vs true"
+                "vector size: the run's 1024, here 2560",
+                "hnsw m: the run's 32, here 16",
+                "int8 quantization: the run's true, here false"
             ]
         );
     }

@@ -129,7 +129,7 @@ pub(super) fn built_groups(
             }
         };
         check_engine_version(&manifest.engine_version, server_version)?;
-        let differences = wanted.differences(&manifest.settings);
+        let differences = wanted.differences_from(&manifest.settings);
         if !differences.is_empty() {
             return Err(SnapshotError::SettingsDiffer {
                 what: format!("the built shard of group {group} ({})", manifest.snapshot),

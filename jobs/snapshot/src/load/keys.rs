@@ -5,17 +5,18 @@ use std::path::Path;
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
-use embedfleet_upload::shard_keys::ShardKeys;
+use embedfleet_upload::shard_keys::{GroupCount, ShardKeys};
 use embedfleet_upload::{CollectionSpec, KeyedShard, QdrantServer};
 
 use super::groups::Group;
-use super::options::{LoadOptions, DEFAULT_GROUPS_PER_PEER};
+use super::options::LoadOptions;
 use crate::rest::Peer;
 use crate::SnapshotError;
 
-/// The run's shard keys: pinned ones; a run loaded before groups (its load rows under
-/// `progress` name `b<N>` keys and it pinned none) keeps its legacy key per batch; else new
-/// ones, pinned now as [`keys_to_pin`] says.
+/// The run's shard keys: a run loaded before groups (its load rows under `progress` name
+/// `b<N>` keys and it pinned none) keeps its legacy key per batch; else the keys
+/// [`ShardKeys::resolve`] decides: the pinned ones, or the group count asked for (else
+/// [`GroupCount::PerPeer`]) pinned now.
 pub(super) fn run_keys(
     db: &RunDb,
     layout: &RunLayout,
@@ -28,43 +29,29 @@ pub(super) fn run_keys(
         path: layout.snapshot_dir().join("keys.json"),
         source: e,
     };
-    let (asked, wanted) = keys_to_pin(db, options, peers)?;
-    if let Some(keys) = ShardKeys::pinned(layout).map_err(io)? {
-        if options.groups.is_some() && keys.batches_per_group != wanted {
+    if ShardKeys::pinned(layout).map_err(io)?.is_none() {
+        let legacy_rows = db.snapshot_loads(progress)?;
+        if !legacy_rows.is_empty()
+            && legacy_rows
+                .iter()
+                .all(|r| ShardKeys::is_legacy_key(&r.shard_key))
+        {
             eprintln!(
-                "note: this run's keys are pinned at {} batches per group (snapshots/keys.json), so --groups {asked} is not applied: a run's shards are grouped one way",
-                keys.batches_per_group
+                "note: this run was loaded into this collection with a shard key per batch by an older embedfleet; it keeps them"
             );
+            return Ok(ShardKeys::legacy());
         }
-        return Ok(keys);
     }
-    let legacy_rows = db.snapshot_loads(progress)?;
-    if !legacy_rows.is_empty()
-        && legacy_rows
-            .iter()
-            .all(|r| ShardKeys::is_legacy_key(&r.shard_key))
-    {
-        eprintln!(
-            "note: this run was loaded into this collection with a shard key per batch by an older embedfleet; it keeps them"
-        );
-        return Ok(ShardKeys::legacy());
+    let wanted = options
+        .group_count
+        .map_or(GroupCount::PerPeer(peers), GroupCount::Given);
+    let resolved = ShardKeys::resolve(layout, db.last_batch_id()?, Some(wanted))
+        .map_err(io)?
+        .expect("a load always wants a grouping. This is a bug.");
+    if let Some(note) = &resolved.note {
+        eprintln!("note: {note}");
     }
-    ShardKeys::pin(layout, wanted).map_err(io)
-}
-
-/// How the load pins a run's keys when nothing pinned them yet: the groups asked for
-/// (`--groups`), else [`DEFAULT_GROUPS_PER_PEER`] per peer of the cluster; returned with the
-/// batches per group that makes of the run's batches.
-fn keys_to_pin(
-    db: &RunDb,
-    options: &LoadOptions,
-    peers: usize,
-) -> Result<(i64, i64), SnapshotError> {
-    let total = db.last_batch_id()?;
-    let asked = options
-        .groups
-        .unwrap_or(DEFAULT_GROUPS_PER_PEER * peers.max(1) as i64);
-    Ok((asked, ShardKeys::batches_per_group_for(total, asked)))
+    Ok(resolved.keys)
 }
 
 /// Claims each group's key for the run in `name`'s metadata (another run's key is refused

@@ -51,7 +51,7 @@ use embedfleet_upload::{
     progress_key, shards, CollectionSpec, Ensured, QdrantExtras, QdrantServer, Sink,
 };
 
-pub use options::{LoadOptions, LoadReport, DEFAULT_GROUPS_PER_PEER};
+pub use options::{LoadOptions, LoadReport};
 pub use recover::SNAPSHOT_TEST_DELAY_ENV;
 
 use groups::{built_groups, group_sources, sources_by_batch, Group};
@@ -206,7 +206,7 @@ fn refuse_other_collection(
         });
     }
     let wanted = ShardSettings::of(spec);
-    let differences = wanted.differences(&with_indexes_to_come(&wanted, &existing.settings));
+    let differences = wanted.differences_from(&with_indexes_to_come(&wanted, &existing.settings));
     if !differences.is_empty() {
         return Err(SnapshotError::SettingsDiffer {
             what: format!("collection `{name}`"),
@@ -303,23 +303,23 @@ mod tests {
         let mut made = wanted.clone();
         made.payload_indexes.clear();
         assert!(wanted
-            .differences(&with_indexes_to_come(&wanted, &made))
+            .differences_from(&with_indexes_to_come(&wanted, &made))
             .is_empty());
         made.payload_indexes = wanted.payload_indexes[..1].to_vec();
         assert!(wanted
-            .differences(&with_indexes_to_come(&wanted, &made))
+            .differences_from(&with_indexes_to_come(&wanted, &made))
             .is_empty());
         // An index this load would not make, or another setting, still differs.
         made.payload_indexes.push(("lang".into(), "keyword".into()));
         assert!(!wanted
-            .differences(&with_indexes_to_come(&wanted, &made))
+            .differences_from(&with_indexes_to_come(&wanted, &made))
             .is_empty());
         let mut other = wanted.clone();
         other.payload_indexes.clear();
         other.hnsw_m = 32;
         assert_eq!(
             wanted
-                .differences(&with_indexes_to_come(&wanted, &other))
+                .differences_from(&with_indexes_to_come(&wanted, &other))
                 .len(),
             1
         );

@@ -5,10 +5,6 @@ use std::time::Duration;
 
 use embedfleet_upload::CollectionSpec;
 
-/// Groups per peer when the user names no group count: each peer searches its groups' shards
-/// in parallel, and more groups than that only add graphs to visit.
-pub const DEFAULT_GROUPS_PER_PEER: i64 = 2;
-
 /// What to load and how.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -25,9 +21,10 @@ pub struct LoadOptions {
     /// How long to wait for the collection to become green.
     pub green_timeout: Duration,
     pub progress: bool,
-    /// Groups (shard keys) to split the run's batches into when the run has no keys pinned
-    /// yet; `None`: [`DEFAULT_GROUPS_PER_PEER`] per peer of the cluster.
-    pub groups: Option<i64>,
+    /// The group count: groups (shard keys) to split the run's batches into when the run has
+    /// no keys pinned yet; `None`: the load's default
+    /// ([`GroupCount::PerPeer`](embedfleet_upload::shard_keys::GroupCount::PerPeer)).
+    pub group_count: Option<i64>,
     /// Take over shard keys the collection records as another run's (their points replaced).
     pub replace_keys: bool,
 }
@@ -42,7 +39,7 @@ impl LoadOptions {
             sample_searches: 50,
             green_timeout: Duration::from_secs(24 * 3600),
             progress: false,
-            groups: None,
+            group_count: None,
             replace_keys: false,
         }
     }
