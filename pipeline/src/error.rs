@@ -33,6 +33,14 @@ pub enum PipelineError {
     Query(#[from] QueryError),
     #[error(transparent)]
     QueryVectors(#[from] VectorsError),
+    #[error(transparent)]
+    Upload(#[from] embedfleet_upload::UploadError),
+    #[error(transparent)]
+    UploadRun(#[from] embedfleet_upload::UploadRunError),
+    #[error(transparent)]
+    UploadQuery(#[from] embedfleet_upload::query::QueryError),
+    #[error(transparent)]
+    EmbedQuery(#[from] embedfleet_embed::QueryEmbedError),
     /// A setup refused before anything was sent (exit code 4).
     #[error(transparent)]
     Refused(#[from] Refused),
@@ -55,6 +63,7 @@ impl PipelineError {
             Self::StoredConfig(e) => e.is_refusal(),
             Self::Snapshot(e) => e.is_refusal(),
             Self::Query(e) => e.is_refusal(),
+            Self::UploadRun(e) => e.is_refusal(),
             Self::Submit(e) => matches!(
                 e,
                 SubmitError::NotOwner(_) | SubmitError::LoopRunning { .. }

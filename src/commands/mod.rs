@@ -11,6 +11,7 @@ mod report;
 mod run;
 mod snapshot;
 mod submit;
+mod target;
 mod upload;
 
 use crate::cli::{Cli, Command};

@@ -1,6 +1,6 @@
 //! `query`, `eval`, `tune --queries` and `publish`: the stages after the upload.
 
-use super::upload::open_sink;
+use super::target::open_sink;
 use crate::cli::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs, TuneArgs};
 use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;

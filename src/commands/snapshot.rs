@@ -13,7 +13,7 @@ use embedfleet_upload::{self as upload, QdrantServer};
 use std::io::IsTerminal;
 use std::path::Path;
 
-use super::upload::{apply_collection_args, server_config};
+use super::target::{apply_collection_args, target_flags};
 use crate::cli::{BuildShardArgs, UploadArgs};
 
 /// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
@@ -24,7 +24,7 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
         }
         .into());
     };
-    let config = server_config(&args.target, url);
+    let config = target_flags(&args.target).server_config(url);
     let key = config.api_key.resolve()?;
     let server = QdrantServer::connect(config)?;
     let rest_url = args

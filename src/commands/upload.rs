@@ -1,45 +1,19 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
-use crate::cli::{CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode};
+use super::target::{apply_collection_args, open_sink};
+use crate::cli::{DeleteArgs, TuneArgs, UploadArgs, UploadMode};
 use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::{RunDb, Tombstone};
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
+use embedfleet_pipeline::run as pipeline_run;
 use embedfleet_upload::shard_keys::ShardKeys;
 use embedfleet_upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
 use embedfleet_upload::{
-    self as upload, query, ApiKey, CountRequest, DeleteRequest, QdrantEdge, QdrantServer,
-    ServerConfig, Sink, UploadOptions, UploadReport, WorkerCommand,
+    self as upload, CountRequest, DeleteRequest, UploadOptions, UploadReport, WorkerCommand,
 };
 use std::io::IsTerminal;
 use std::path::Path;
-
-/// How to reach the server at `url` with `target`'s API key and insecure-key consent.
-pub(super) fn server_config(target: &TargetArgs, url: &str) -> ServerConfig {
-    let api_key = match (&target.api_key_env, &target.api_key_file) {
-        (Some(var), _) => ApiKey::Env(var.clone()),
-        (None, Some(path)) => ApiKey::File(path.clone()),
-        (None, None) => ApiKey::None,
-    };
-    ServerConfig {
-        api_key,
-        allow_insecure: target.allow_insecure,
-        ..ServerConfig::new(url)
-    }
-}
-
-/// The sink of `target`, and its kind (`edge` or `server`) for the tuned settings.
-pub fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, &'static str)> {
-    if let Some(url) = &target.qdrant {
-        let server = QdrantServer::connect(server_config(target, url))?;
-        return Ok((Box::new(server), "server"));
-    }
-    let dir = target
-        .edge
-        .clone()
-        .unwrap_or_else(|| RunLayout::new(run_dir).edge_dir());
-    Ok((Box::new(QdrantEdge::open(dir)?), "edge"))
-}
 
 fn parse_share(s: &str) -> Result<(u64, u64)> {
     let parsed = s
@@ -71,13 +45,6 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
     options.checkpoint_every = args.checkpoint_every.max(1);
     options.progress = args.worker.is_none() && std::io::stderr().is_terminal();
     options
-}
-
-pub(super) fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {
-    spec.qdrant.hnsw.m = args.hnsw_m;
-    spec.qdrant.hnsw.ef_construct = args.hnsw_ef_construct;
-    spec.qdrant.on_disk_vectors = args.on_disk_vectors;
-    spec.qdrant.int8_quantization = args.int8;
 }
 
 pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
@@ -334,34 +301,22 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
     Ok(exit::SUCCESS)
 }
 
-/// The end of `embedfleet run`: the run's shards into the embedded engine (`<run-dir>/qdrant`,
-/// collection `papers`), then `query` embedded with the model and its top 5 papers printed.
-/// Points that failed are reported; `embedfleet status` shows them as missing.
+/// The end of `embedfleet run` (see `embedfleet_pipeline::run`): the upload reported, then the
+/// top 5 papers for the query.
 pub fn upload_and_query(
     run_dir: &Path,
     model_dir: &Path,
     dim: Option<usize>,
     query_text: &str,
 ) -> Result<()> {
-    const COLLECTION: &str = "papers";
-    let sink = QdrantEdge::open(RunLayout::new(run_dir).edge_dir())?;
-    let mut options = UploadOptions::new(run_dir, COLLECTION);
-    options.progress = std::io::stderr().is_terminal();
-    let report = upload::upload(&sink, &options)?;
-    print_report(COLLECTION, &report);
-    if report.ensured.is_none() {
+    let progress = std::io::stderr().is_terminal();
+    let done = pipeline_run::upload_and_query(run_dir, model_dir, dim, query_text, 5, progress)?;
+    print_report(pipeline_run::RUN_COLLECTION, &done.upload);
+    if done.upload.ensured.is_none() {
         return Ok(());
     }
-    let vector = embedfleet_embed::embed_query(
-        model_dir,
-        dim,
-        embedfleet_embed::DEFAULT_INSTRUCTION,
-        query_text,
-    )?;
-    let db = RunDb::open(run_dir)?;
-    let hits = query::search_with_text(&sink, &db, COLLECTION, &vector, 5, 12)?;
-    println!("top {} papers for \"{query_text}\":", hits.len());
-    for (rank, h) in hits.iter().enumerate() {
+    println!("top {} papers for \"{query_text}\":", done.hits.len());
+    for (rank, h) in done.hits.iter().enumerate() {
         println!(
             "{:>2}. {:.4}  {}  {}",
             rank + 1,

@@ -1,0 +1,67 @@
+//! Where points go: a Qdrant server (gRPC, with its API key and the consent to send it in
+//! clear text), or the in-process engine in a directory (by default the run's own).
+
+use std::path::{Path, PathBuf};
+
+use embedfleet_core::RunLayout;
+use embedfleet_upload::{ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink};
+
+use crate::error::Result;
+
+/// A target as typed.
+#[derive(Debug, Clone, Default)]
+pub struct TargetFlags {
+    /// A server's gRPC URL.
+    pub qdrant: Option<String>,
+    /// The in-process engine's directory (default: `<run-dir>/qdrant`).
+    pub edge: Option<PathBuf>,
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub allow_insecure: bool,
+}
+
+/// The kind of sink a target opened: what `tune` saves its settings for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    Edge,
+    Server,
+}
+
+impl SinkKind {
+    /// `edge` or `server`, as run.db's tuned settings record it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Edge => "edge",
+            Self::Server => "server",
+        }
+    }
+}
+
+impl TargetFlags {
+    /// How to reach the server at `url` with this target's API key and insecure-key consent.
+    pub fn server_config(&self, url: &str) -> ServerConfig {
+        let api_key = match (&self.api_key_env, &self.api_key_file) {
+            (Some(var), _) => ApiKey::Env(var.clone()),
+            (None, Some(path)) => ApiKey::File(path.clone()),
+            (None, None) => ApiKey::None,
+        };
+        ServerConfig {
+            api_key,
+            allow_insecure: self.allow_insecure,
+            ..ServerConfig::new(url)
+        }
+    }
+
+    /// The sink of this target for the run in `run_dir`, and its kind.
+    pub fn open(&self, run_dir: &Path) -> Result<(Box<dyn Sink>, SinkKind)> {
+        if let Some(url) = &self.qdrant {
+            let server = QdrantServer::connect(self.server_config(url))?;
+            return Ok((Box::new(server), SinkKind::Server));
+        }
+        let dir = self
+            .edge
+            .clone()
+            .unwrap_or_else(|| RunLayout::new(run_dir).edge_dir());
+        Ok((Box::new(QdrantEdge::open(dir)?), SinkKind::Edge))
+    }
+}

@@ -1,0 +1,36 @@
+//! The flags that say where points go (`--qdrant`, `--edge`, the API key) and the collection's
+//! settings, as the libraries take them: shared by `upload`, `delete`, `tune`, `query`, `eval`
+//! and the snapshot load.
+
+use crate::cli::{CollectionArgs, TargetArgs};
+use anyhow::Result;
+use embedfleet_pipeline::target::TargetFlags;
+use embedfleet_upload::{self as upload, Sink};
+use std::path::Path;
+
+/// `target`'s flags as the pipeline takes them.
+pub(super) fn target_flags(target: &TargetArgs) -> TargetFlags {
+    TargetFlags {
+        qdrant: target.qdrant.clone(),
+        edge: target.edge.clone(),
+        api_key_env: target.api_key_env.clone(),
+        api_key_file: target.api_key_file.clone(),
+        allow_insecure: target.allow_insecure,
+    }
+}
+
+/// The sink of `target`, and its kind (`edge` or `server`) for the tuned settings.
+pub(super) fn open_sink(
+    run_dir: &Path,
+    target: &TargetArgs,
+) -> Result<(Box<dyn Sink>, &'static str)> {
+    let (sink, kind) = target_flags(target).open(run_dir)?;
+    Ok((sink, kind.name()))
+}
+
+pub(super) fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {
+    spec.qdrant.hnsw.m = args.hnsw_m;
+    spec.qdrant.hnsw.ef_construct = args.hnsw_ef_construct;
+    spec.qdrant.on_disk_vectors = args.on_disk_vectors;
+    spec.qdrant.int8_quantization = args.int8;
+}
