@@ -1,13 +1,14 @@
 //! The two layers a vector database plugs in at.
 //!
 //! [`Sink`] is what every vector database can serve, and all the upload, the query workload,
-//! `eval` and `tune` need: create or check a collection, upsert, count, query and delete points
-//! (each a request type, see [`crate::request`]), make writes durable, restore the index after a
-//! bulk load. [`QdrantExtras`] is what embedfleet uses of Qdrant beyond that: shard keys (custom
-//! sharding, for collections loaded from built shards), the collection's identity marker, the
-//! peers of a cluster. A sink offers its extras through [`Sink::qdrant`]; callers ask for them
-//! there and do without where a sink has none (no marker: the per-batch counts are the upload's
-//! check; no keys: writes name none; no peers: one upload worker per core).
+//! `eval` and `tune` need: create or check a collection; upsert, count, query and delete points,
+//! each a request type ([`UpsertRequest`], [`CountRequest`], [`QueryRequest`],
+//! [`DeleteRequest`]); make writes durable; restore the index after a bulk load.
+//! [`QdrantExtras`] is what embedfleet uses of Qdrant beyond that: shard keys (custom sharding,
+//! for collections loaded from built shards), the collection's identity marker, the peers of a
+//! cluster. A sink offers its extras through [`Sink::qdrant`]; callers ask for them there and do
+//! without where a sink has none (no marker: the per-batch counts are the upload's check; no
+//! keys: writes name none; no peers: one upload worker per core).
 //!
 //! Both Qdrant sinks ([`QdrantEdge`](crate::QdrantEdge), [`QdrantServer`](crate::QdrantServer))
 //! implement both traits. A server's snapshot-load calls (placing shard keys, claiming them,

@@ -53,6 +53,7 @@ pub use template::TemplateError;
 
 use state::marker_or;
 
+// The backends: one line each (ARCHITECTURE.md, "How to add a scheduler backend").
 registry::backends! {
     /// Child processes on this machine (the default).
     Local => local::{LocalBackend, LocalConfig},
