@@ -74,9 +74,14 @@ pub enum ModelError {
     #[error("tokenizer {path}: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
 
-    /// The tokenizer has no `<|endoftext|>` token, which last-token pooling needs.
-    #[error("tokenizer {path} has no `<|endoftext|>` token; use the tokenizer.json shipped with the Qwen3 model")]
-    MissingEos { path: PathBuf },
+    /// The tokenizer has no end-of-sequence token (`<|endoftext|>` for Qwen3), which
+    /// last-token pooling needs.
+    #[error("tokenizer {path} has no `{token}` token; use the tokenizer.json shipped with the {family} model")]
+    MissingEos {
+        path: PathBuf,
+        token: &'static str,
+        family: &'static str,
+    },
 
     /// A batch handed to `embed` is malformed (bad `cu_seqlens`, empty sequence, id out of range).
     #[error("invalid token batch: {0}")]

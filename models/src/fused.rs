@@ -14,19 +14,20 @@
 //! work done: see [`crate::attention_plan`]). The packed q, k, v and output buffers have a
 //! zeroed tail up to a multiple of 64 tokens, so that no tile reads past an allocation.
 //!
-//! [`FusedAttention::self_test`] compares the kernel with the blockwise path on the device at
-//! start-up; the embedder refuses to run when they disagree.
+//! `crate::attention_check` compares the kernel with the blockwise path on the device at
+//! start-up; the embedder refuses to run when they disagree. This module takes its per-batch
+//! arguments ([`FusedBatch`]) directly, so it needs nothing of `crate::attention`.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage};
-use candle_core::{DType, Device, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{Device, Layout, Result, Shape, Storage, Tensor};
 use half::bf16;
 
-use crate::attention::{AttentionKernel, AttnContext, SeqSpan};
 use crate::attention_plan::{padded_tokens, PlanShape, ShimFailure};
+use crate::packed::SeqSpan;
 
 mod ffi {
     use std::ffi::{c_char, c_void};
@@ -181,6 +182,11 @@ impl FusedAttention {
         })
     }
 
+    /// Query heads, key/value heads and head dimension it was made for.
+    pub fn heads(&self) -> (usize, usize, usize) {
+        (self.n_heads, self.n_kv, self.head_dim)
+    }
+
     /// The cuDNN version loaded (e.g. 91300).
     pub fn cudnn_version(&self) -> i64 {
         self.cudnn_version
@@ -212,18 +218,16 @@ impl FusedAttention {
         })
     }
 
-    /// See [`AttentionKernel::attention`].
+    /// Causal attention of every sequence of `batch` to itself, as
+    /// `crate::attention::AttentionKernel::attention` describes it.
     pub fn forward(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        ctx: &AttnContext,
+        batch: &FusedBatch,
         scale: f64,
     ) -> Result<Tensor> {
-        let batch = ctx.fused.as_ref().ok_or_else(|| {
-            candle_core::Error::Msg("fused attention without its batch. This is a bug.".into())
-        })?;
         // One copy each, as `contiguous` would make of the narrowed projections, into buffers
         // with the zeroed tail.
         let tail = batch.padded - batch.total;
@@ -304,44 +308,6 @@ impl FusedAttention {
             );
         }
         Ok(started.elapsed().as_secs_f64())
-    }
-
-    /// Runs the kernel and the blockwise path on the same random problem on `device` (a few
-    /// sequences of mixed lengths, one of them a single token, across several tiles, and an
-    /// empty padded slot) and returns the largest difference, or why the kernel cannot run.
-    pub fn self_test(
-        kernel: &AttentionKernel,
-        device: &Device,
-        tile: usize,
-    ) -> std::result::Result<f32, String> {
-        let AttentionKernel::Fused(fused) = kernel else {
-            return Err("not the fused kernel".into());
-        };
-        let (nh, nkv, hd) = (fused.n_heads, fused.n_kv, fused.head_dim);
-        let lens = [1usize, 37, 3 * tile.min(256) + 5];
-        let mut spans = Vec::new();
-        let mut start = 0;
-        for len in lens {
-            spans.push(SeqSpan { start, len });
-            start += len;
-        }
-        let run = || -> Result<f32> {
-            let rand =
-                |heads| Tensor::randn(0f32, 1.0, (start, heads, hd), device)?.to_dtype(DType::BF16);
-            let (q, k, v) = (rand(nh)?, rand(nkv)?, rand(nkv)?);
-            let scale = 1.0 / (hd as f64).sqrt();
-            let fused_ctx = AttnContext::new(spans.clone(), tile, kernel.clone(), device)?;
-            let got = kernel.attention(&q, &k, &v, &fused_ctx, scale)?;
-            let block = AttentionKernel::Blockwise;
-            let block_ctx = AttnContext::new(spans.clone(), tile, block.clone(), device)?;
-            let want = block.attention(&q, &k, &v, &block_ctx, scale)?;
-            let diff = (got.to_dtype(DType::F32)? - want.to_dtype(DType::F32)?)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f32>()?;
-            Ok(diff)
-        };
-        run().map_err(|e| e.to_string())
     }
 }
 

@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, ModelResult};
+use crate::family::ModelShape;
 
 /// The fields of a Qwen3 `config.json` that the embedding model uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,6 +184,19 @@ impl Config {
         let mlp = 3 * h * i;
         let layer = attn + mlp + 2 * h;
         self.vocab_size as u64 * h + self.num_hidden_layers as u64 * layer + h
+    }
+
+    /// The dimensions in the words every family shares.
+    pub fn shape(&self) -> ModelShape {
+        ModelShape {
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            head_dim: self.head_dim(),
+            vocab_size: self.vocab_size,
+            max_position_embeddings: self.max_position_embeddings,
+            parameters: self.num_parameters(),
+        }
     }
 
     /// The Qwen3-Embedding-0.6B shape (used by benchmarks with random weights).
