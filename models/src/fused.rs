@@ -108,6 +108,50 @@ struct Handle {
 // worker thread that owns the device.
 unsafe impl Send for Handle {}
 
+/// A forward's shape as the shim takes it: sequences, longest sequence, tokens, query heads,
+/// key/value heads, head dimension.
+type ShimShape = (i32, i32, i32, i32, i32, i32);
+
+impl Handle {
+    /// Builds (or finds in the shim's cache) the plan of `shape`; returns the workspace bytes
+    /// a run of it needs.
+    fn plan(&mut self, shape: ShimShape, scale: f32) -> Result<usize> {
+        let mut err = [0 as c_char; ERR_LEN];
+        let mut workspace_bytes = 0i64;
+        // SAFETY: the handle is live and ours (the caller holds its lock); the buffer is
+        // ERR_LEN long.
+        let rc = unsafe {
+            ffi::ef_sdpa_prepare(
+                self.raw,
+                shape.0,
+                shape.1,
+                shape.2,
+                shape.3,
+                shape.4,
+                shape.5,
+                scale,
+                &mut workspace_bytes,
+                err.as_mut_ptr(),
+                ERR_LEN,
+            )
+        };
+        if rc != 0 {
+            return Err(shim_error(message(&err)));
+        }
+        Ok(workspace_bytes.max(0) as usize)
+    }
+
+    /// Grows the device workspace to at least `need` bytes.
+    fn reserve_workspace(&mut self, dev: &CudaDevice, need: usize) -> Result<()> {
+        if need > 0 && self.workspace.as_ref().is_none_or(|w| w.len() < need) {
+            self.workspace = None; // free the old one first
+                                   // SAFETY: workspace contents are the kernel's scratch.
+            self.workspace = Some(unsafe { dev.alloc::<u8>(need)? });
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: `raw` came from `ef_sdpa_create` and is destroyed once.
@@ -253,35 +297,25 @@ impl FusedAttention {
     /// forward builds one. Returns the seconds it took.
     pub fn prepare(&self, shapes: &[PlanShape], scale: f32) -> Result<f64> {
         let started = std::time::Instant::now();
-        let handle = self
+        let mut handle = self
             .handle
             .lock()
             .expect("fused attention lock. This is a bug.");
         for shape in shapes {
-            let mut err = [0 as c_char; ERR_LEN];
-            let mut workspace_bytes = 0i64;
             // The plan's key leaves the token count out; one sequence per slot of the longest
             // length is the bound's own shape.
             let total = (shape.batch * shape.max_seq).min(i32::MAX as usize) as i32;
-            // SAFETY: the handle is live and ours under the lock; the buffer is ERR_LEN long.
-            let rc = unsafe {
-                ffi::ef_sdpa_prepare(
-                    handle.raw,
+            let workspace_bytes = handle.plan(
+                (
                     shape.batch as i32,
                     shape.max_seq as i32,
                     total,
                     self.n_heads as i32,
                     self.n_kv as i32,
                     self.head_dim as i32,
-                    scale,
-                    &mut workspace_bytes,
-                    err.as_mut_ptr(),
-                    ERR_LEN,
-                )
-            };
-            if rc != 0 {
-                return Err(shim_error(message(&err)));
-            }
+                ),
+                scale,
+            )?;
             // SAFETY: the handle is live and ours; the shim returns a static string or NULL.
             let implementation = unsafe {
                 let name = ffi::ef_sdpa_plan_impl(
@@ -398,7 +432,7 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             .handle
             .lock()
             .expect("fused attention lock. This is a bug.");
-        let shape = (
+        let shape: ShimShape = (
             b.batch as i32,
             b.max_seq as i32,
             b.total as i32,
@@ -406,33 +440,9 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             a.n_kv as i32,
             a.head_dim as i32,
         );
+        let need = handle.plan(shape, self.scale)?;
+        handle.reserve_workspace(&dev, need)?;
         let mut err = [0 as c_char; ERR_LEN];
-        let mut workspace_bytes = 0i64;
-        // SAFETY: the handle is live and ours under the lock; the buffer is ERR_LEN long.
-        let rc = unsafe {
-            ffi::ef_sdpa_prepare(
-                handle.raw,
-                shape.0,
-                shape.1,
-                shape.2,
-                shape.3,
-                shape.4,
-                shape.5,
-                self.scale,
-                &mut workspace_bytes,
-                err.as_mut_ptr(),
-                ERR_LEN,
-            )
-        };
-        if rc != 0 {
-            return Err(shim_error(message(&err)));
-        }
-        let need = workspace_bytes.max(0) as usize;
-        if need > 0 && handle.workspace.as_ref().is_none_or(|w| w.len() < need) {
-            handle.workspace = None; // free the old one first
-                                     // SAFETY: workspace contents are the kernel's scratch.
-            handle.workspace = Some(unsafe { dev.alloc::<u8>(need)? });
-        }
         let raw = handle.raw;
         // The guards record the kernel's use of each buffer on the stream when they drop.
         let (qp, g1) = q.slice.device_ptr(&stream);

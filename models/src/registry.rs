@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::error::{ModelError, ModelResult};
+use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::{LoadOptions, ModelFamily, ModelSummary};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::Tokenizer;
@@ -49,16 +49,10 @@ struct ConfigHead {
 /// The family of the model directory `dir`, from its `config.json`.
 pub fn family_of(dir: &Path) -> ModelResult<&'static dyn ModelFamily> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => ModelError::MissingFile {
-            path: path.clone(),
-            hint: "a Hugging Face model directory has config.json beside its weights",
-        },
-        _ => ModelError::Io {
-            path: path.clone(),
-            source,
-        },
-    })?;
+    let text = read_model_file(
+        &path,
+        "a Hugging Face model directory has config.json beside its weights",
+    )?;
     let head: ConfigHead =
         serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
             path: path.clone(),

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ModelError, ModelResult};
+use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::ModelShape;
 
 /// The fields of a Qwen3 `config.json` that the embedding model uses.
@@ -57,16 +57,10 @@ fn default_act() -> String {
 impl Config {
     /// Reads and validates `config.json`.
     pub fn from_file(path: &Path) -> ModelResult<Config> {
-        let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => ModelError::MissingFile {
-                path: path.to_path_buf(),
-                hint: "a Hugging Face model directory has config.json next to the weights",
-            },
-            _ => ModelError::Io {
-                path: path.to_path_buf(),
-                source,
-            },
-        })?;
+        let text = read_model_file(
+            path,
+            "a Hugging Face model directory has config.json next to the weights",
+        )?;
         let cfg = Config::from_json(&text).map_err(|e| match e {
             ConfigError::Json(source) => ModelError::ConfigParse {
                 path: path.to_path_buf(),
