@@ -14,12 +14,9 @@ use std::path::Path;
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use embedfleet_models::qwen3::Qwen3Model;
-use embedfleet_models::tiny::random_weights;
+use embedfleet_models::qwen3::{random_weights, tiny_config, Config, Qwen3Embedder, Qwen3Model};
 use embedfleet_models::weights::Weights;
-use embedfleet_models::{
-    tiny_config, Config, Embedder, LoadOptions, PackedSequences, Qwen3Embedder,
-};
+use embedfleet_models::{Embedder, LoadOptions, PackedSequences};
 
 fn model(name: &str) -> Qwen3Embedder {
     let (cfg, tensors) = match name {

@@ -1,4 +1,5 @@
-//! Writes the tiny random Qwen3 used by tests and the golden script.
+//! Writes the tiny random model (the default family's: Qwen3) used by tests and the golden
+//! script.
 //!
 //! `cargo run -p embedfleet-models --example write_tiny_model -- DIR [SEED]`
 

@@ -16,16 +16,12 @@
 //!
 //! This blockwise path is the CPU kernel and the reference; on a GPU the model runs cuDNN's
 //! fused attention instead ([`AttentionKernel::Fused`], see `crate::fused`), after a start-up
-//! self-test against this one.
+//! self-test against this one (`crate::attention_check`). This module dispatches to the fused
+//! kernel; the fused kernel knows nothing of this one.
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
-/// Span of one sequence inside the packed batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeqSpan {
-    pub start: usize,
-    pub len: usize,
-}
+use crate::packed::SeqSpan;
 
 /// Which implementation computes attention.
 #[derive(Clone)]
@@ -69,7 +65,7 @@ impl AttentionKernel {
         match self {
             AttentionKernel::Blockwise => packed_attention(q, k, v, ctx, scale),
             #[cfg(feature = "cuda")]
-            AttentionKernel::Fused(fused) => fused.forward(q, k, v, ctx, scale),
+            AttentionKernel::Fused(fused) => fused.forward(q, k, v, ctx.fused_batch()?, scale),
         }
     }
 }
@@ -124,6 +120,14 @@ impl AttnContext {
                 })
             }
         }
+    }
+
+    /// The fused kernel's arguments of this forward.
+    #[cfg(feature = "cuda")]
+    fn fused_batch(&self) -> Result<&crate::fused::FusedBatch> {
+        self.fused.as_ref().ok_or_else(|| {
+            candle_core::Error::Msg("fused attention without its batch. This is a bug.".into())
+        })
     }
 
     fn mask(&self) -> Result<&Tensor> {

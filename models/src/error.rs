@@ -4,7 +4,7 @@
 //! the tensor, so a user with a broken model directory knows what to fix. Callers that act on
 //! an error (the embed job's out-of-memory fallback) match on the variant, never on the text.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Result alias used across the crate's public API.
 pub type ModelResult<T> = Result<T, ModelError>;
@@ -74,9 +74,14 @@ pub enum ModelError {
     #[error("tokenizer {path}: {reason}")]
     Tokenizer { path: PathBuf, reason: String },
 
-    /// The tokenizer has no `<|endoftext|>` token, which last-token pooling needs.
-    #[error("tokenizer {path} has no `<|endoftext|>` token; use the tokenizer.json shipped with the Qwen3 model")]
-    MissingEos { path: PathBuf },
+    /// The tokenizer has no end-of-sequence token (`<|endoftext|>` for Qwen3), which
+    /// last-token pooling needs.
+    #[error("tokenizer {path} has no `{token}` token; use the tokenizer.json shipped with the {family} model")]
+    MissingEos {
+        path: PathBuf,
+        token: &'static str,
+        family: &'static str,
+    },
 
     /// A batch handed to `embed` is malformed (bad `cu_seqlens`, empty sequence, id out of range).
     #[error("invalid token batch: {0}")]
@@ -119,6 +124,21 @@ pub enum ModelError {
     /// Any other failure inside the tensor backend.
     #[error("model backend failed: {0}")]
     Backend(Box<candle_core::Error>),
+}
+
+/// The text of a file of a model directory; a missing one is [`ModelError::MissingFile`] with
+/// `hint`, any other failure [`ModelError::Io`].
+pub fn read_model_file(path: &Path, hint: &'static str) -> ModelResult<String> {
+    std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => ModelError::MissingFile {
+            path: path.to_path_buf(),
+            hint,
+        },
+        _ => ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
 }
 
 impl From<candle_core::Error> for ModelError {

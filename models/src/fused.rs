@@ -14,19 +14,20 @@
 //! work done: see [`crate::attention_plan`]). The packed q, k, v and output buffers have a
 //! zeroed tail up to a multiple of 64 tokens, so that no tile reads past an allocation.
 //!
-//! [`FusedAttention::self_test`] compares the kernel with the blockwise path on the device at
-//! start-up; the embedder refuses to run when they disagree.
+//! `crate::attention_check` compares the kernel with the blockwise path on the device at
+//! start-up; the embedder refuses to run when they disagree. This module takes its per-batch
+//! arguments ([`FusedBatch`]) directly, so it needs nothing of `crate::attention`.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage};
-use candle_core::{DType, Device, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{Device, Layout, Result, Shape, Storage, Tensor};
 use half::bf16;
 
-use crate::attention::{AttentionKernel, AttnContext, SeqSpan};
 use crate::attention_plan::{padded_tokens, PlanShape, ShimFailure};
+use crate::packed::SeqSpan;
 
 mod ffi {
     use std::ffi::{c_char, c_void};
@@ -107,6 +108,50 @@ struct Handle {
 // worker thread that owns the device.
 unsafe impl Send for Handle {}
 
+/// A forward's shape as the shim takes it: sequences, longest sequence, tokens, query heads,
+/// key/value heads, head dimension.
+type ShimShape = (i32, i32, i32, i32, i32, i32);
+
+impl Handle {
+    /// Builds (or finds in the shim's cache) the plan of `shape`; returns the workspace bytes
+    /// a run of it needs.
+    fn plan(&mut self, shape: ShimShape, scale: f32) -> Result<usize> {
+        let mut err = [0 as c_char; ERR_LEN];
+        let mut workspace_bytes = 0i64;
+        // SAFETY: the handle is live and ours (the caller holds its lock); the buffer is
+        // ERR_LEN long.
+        let rc = unsafe {
+            ffi::ef_sdpa_prepare(
+                self.raw,
+                shape.0,
+                shape.1,
+                shape.2,
+                shape.3,
+                shape.4,
+                shape.5,
+                scale,
+                &mut workspace_bytes,
+                err.as_mut_ptr(),
+                ERR_LEN,
+            )
+        };
+        if rc != 0 {
+            return Err(shim_error(message(&err)));
+        }
+        Ok(workspace_bytes.max(0) as usize)
+    }
+
+    /// Grows the device workspace to at least `need` bytes.
+    fn reserve_workspace(&mut self, dev: &CudaDevice, need: usize) -> Result<()> {
+        if need > 0 && self.workspace.as_ref().is_none_or(|w| w.len() < need) {
+            self.workspace = None; // free the old one first
+                                   // SAFETY: workspace contents are the kernel's scratch.
+            self.workspace = Some(unsafe { dev.alloc::<u8>(need)? });
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: `raw` came from `ef_sdpa_create` and is destroyed once.
@@ -181,6 +226,11 @@ impl FusedAttention {
         })
     }
 
+    /// Query heads, key/value heads and head dimension it was made for.
+    pub fn heads(&self) -> (usize, usize, usize) {
+        (self.n_heads, self.n_kv, self.head_dim)
+    }
+
     /// The cuDNN version loaded (e.g. 91300).
     pub fn cudnn_version(&self) -> i64 {
         self.cudnn_version
@@ -212,18 +262,16 @@ impl FusedAttention {
         })
     }
 
-    /// See [`AttentionKernel::attention`].
+    /// Causal attention of every sequence of `batch` to itself, as
+    /// `crate::attention::AttentionKernel::attention` describes it.
     pub fn forward(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        ctx: &AttnContext,
+        batch: &FusedBatch,
         scale: f64,
     ) -> Result<Tensor> {
-        let batch = ctx.fused.as_ref().ok_or_else(|| {
-            candle_core::Error::Msg("fused attention without its batch. This is a bug.".into())
-        })?;
         // One copy each, as `contiguous` would make of the narrowed projections, into buffers
         // with the zeroed tail.
         let tail = batch.padded - batch.total;
@@ -249,35 +297,25 @@ impl FusedAttention {
     /// forward builds one. Returns the seconds it took.
     pub fn prepare(&self, shapes: &[PlanShape], scale: f32) -> Result<f64> {
         let started = std::time::Instant::now();
-        let handle = self
+        let mut handle = self
             .handle
             .lock()
             .expect("fused attention lock. This is a bug.");
         for shape in shapes {
-            let mut err = [0 as c_char; ERR_LEN];
-            let mut workspace_bytes = 0i64;
             // The plan's key leaves the token count out; one sequence per slot of the longest
             // length is the bound's own shape.
             let total = (shape.batch * shape.max_seq).min(i32::MAX as usize) as i32;
-            // SAFETY: the handle is live and ours under the lock; the buffer is ERR_LEN long.
-            let rc = unsafe {
-                ffi::ef_sdpa_prepare(
-                    handle.raw,
+            let workspace_bytes = handle.plan(
+                (
                     shape.batch as i32,
                     shape.max_seq as i32,
                     total,
                     self.n_heads as i32,
                     self.n_kv as i32,
                     self.head_dim as i32,
-                    scale,
-                    &mut workspace_bytes,
-                    err.as_mut_ptr(),
-                    ERR_LEN,
-                )
-            };
-            if rc != 0 {
-                return Err(shim_error(message(&err)));
-            }
+                ),
+                scale,
+            )?;
             // SAFETY: the handle is live and ours; the shim returns a static string or NULL.
             let implementation = unsafe {
                 let name = ffi::ef_sdpa_plan_impl(
@@ -304,44 +342,6 @@ impl FusedAttention {
             );
         }
         Ok(started.elapsed().as_secs_f64())
-    }
-
-    /// Runs the kernel and the blockwise path on the same random problem on `device` (a few
-    /// sequences of mixed lengths, one of them a single token, across several tiles, and an
-    /// empty padded slot) and returns the largest difference, or why the kernel cannot run.
-    pub fn self_test(
-        kernel: &AttentionKernel,
-        device: &Device,
-        tile: usize,
-    ) -> std::result::Result<f32, String> {
-        let AttentionKernel::Fused(fused) = kernel else {
-            return Err("not the fused kernel".into());
-        };
-        let (nh, nkv, hd) = (fused.n_heads, fused.n_kv, fused.head_dim);
-        let lens = [1usize, 37, 3 * tile.min(256) + 5];
-        let mut spans = Vec::new();
-        let mut start = 0;
-        for len in lens {
-            spans.push(SeqSpan { start, len });
-            start += len;
-        }
-        let run = || -> Result<f32> {
-            let rand =
-                |heads| Tensor::randn(0f32, 1.0, (start, heads, hd), device)?.to_dtype(DType::BF16);
-            let (q, k, v) = (rand(nh)?, rand(nkv)?, rand(nkv)?);
-            let scale = 1.0 / (hd as f64).sqrt();
-            let fused_ctx = AttnContext::new(spans.clone(), tile, kernel.clone(), device)?;
-            let got = kernel.attention(&q, &k, &v, &fused_ctx, scale)?;
-            let block = AttentionKernel::Blockwise;
-            let block_ctx = AttnContext::new(spans.clone(), tile, block.clone(), device)?;
-            let want = block.attention(&q, &k, &v, &block_ctx, scale)?;
-            let diff = (got.to_dtype(DType::F32)? - want.to_dtype(DType::F32)?)?
-                .abs()?
-                .max_all()?
-                .to_scalar::<f32>()?;
-            Ok(diff)
-        };
-        run().map_err(|e| e.to_string())
     }
 }
 
@@ -432,7 +432,7 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             .handle
             .lock()
             .expect("fused attention lock. This is a bug.");
-        let shape = (
+        let shape: ShimShape = (
             b.batch as i32,
             b.max_seq as i32,
             b.total as i32,
@@ -440,33 +440,9 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             a.n_kv as i32,
             a.head_dim as i32,
         );
+        let need = handle.plan(shape, self.scale)?;
+        handle.reserve_workspace(&dev, need)?;
         let mut err = [0 as c_char; ERR_LEN];
-        let mut workspace_bytes = 0i64;
-        // SAFETY: the handle is live and ours under the lock; the buffer is ERR_LEN long.
-        let rc = unsafe {
-            ffi::ef_sdpa_prepare(
-                handle.raw,
-                shape.0,
-                shape.1,
-                shape.2,
-                shape.3,
-                shape.4,
-                shape.5,
-                self.scale,
-                &mut workspace_bytes,
-                err.as_mut_ptr(),
-                ERR_LEN,
-            )
-        };
-        if rc != 0 {
-            return Err(shim_error(message(&err)));
-        }
-        let need = workspace_bytes.max(0) as usize;
-        if need > 0 && handle.workspace.as_ref().is_none_or(|w| w.len() < need) {
-            handle.workspace = None; // free the old one first
-                                     // SAFETY: workspace contents are the kernel's scratch.
-            handle.workspace = Some(unsafe { dev.alloc::<u8>(need)? });
-        }
         let raw = handle.raw;
         // The guards record the kernel's use of each buffer on the stream when they drop.
         let (qp, g1) = q.slice.device_ptr(&stream);

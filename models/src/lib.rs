@@ -1,132 +1,48 @@
-//! Qwen3-Embedding in candle: loading, tokenizer, the embedding forward pass, memory
-//! estimates and test assets.
+//! Embedding models in candle, a folder per model family: loading, tokenizer conventions, the
+//! forward pass, memory estimates and test assets.
 //!
 //! The embed job talks to a model through the small [`Embedder`] trait and
 //! [`PackedSequences`] (one mini-batch's flat ids plus cumulative sequence lengths, as TEI's
-//! `Batch`). The only
-//! implementation is [`Qwen3Embedder`]; [`write_tiny_model`] writes a small random model in
-//! the Hugging Face layout for tests.
+//! `Batch`). Which implementation serves a model directory is decided once, from the
+//! `model_type` of its `config.json`, by the [`registry`] (as TEI's candle backend matches on
+//! the model type): [`load_embedder`], [`load_tokenizer`], [`verify_model_dir`] and
+//! [`write_tiny_model`] go through it. Each family implements [`ModelFamily`]; the one family
+//! today is Qwen3 ([`qwen3`]).
 
 pub mod attention;
+pub mod attention_check;
 pub mod attention_plan;
-pub mod config;
 pub mod device;
-pub mod embedder;
 pub mod error;
+pub mod family;
 #[cfg(feature = "cuda")]
 pub mod fused;
 pub mod memory;
+pub mod packed;
 pub mod qwen3;
+pub mod registry;
 pub mod tiny;
 pub mod tokenizer;
 pub mod verify;
-pub mod vocab;
 pub mod weights;
 
 pub use attention::AttentionKernel;
+pub use attention_check::probe_attention;
 pub use candle_core::DType;
-pub use config::Config;
 pub use device::{
     driver_advice, driver_major, min_driver_for, parse_devices, supported_gpus, DeviceSpec,
     CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION,
 };
-pub use embedder::{
-    matryoshka, probe_attention, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE,
-};
 pub use error::{is_out_of_memory, ModelError, ModelResult};
-pub use memory::{estimate_memory, max_tokens_per_forward, token_budget, MemoryEstimate};
-pub use tiny::{tiny_config, write_tiny_model, write_tiny_model_with, TinyModelOptions};
-pub use tokenizer::{format_query, Tokenizer, EOS_TOKEN};
-pub use verify::{verify_model_dir, ModelSummary};
-
-use attention::SeqSpan;
-
-/// A mini-batch's sequences packed end to end (TEI's `Batch`): `ids`, and `cu_seqlens` with
-/// `cu_seqlens[0] == 0` and `cu_seqlens[i+1] - cu_seqlens[i]` the length of sequence `i`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PackedSequences {
-    pub ids: Vec<u32>,
-    pub cu_seqlens: Vec<u32>,
-}
-
-impl PackedSequences {
-    /// Packs sequences end to end.
-    pub fn from_sequences<S: AsRef<[u32]>>(seqs: &[S]) -> PackedSequences {
-        let mut batch = PackedSequences {
-            ids: Vec::new(),
-            cu_seqlens: vec![0],
-        };
-        for s in seqs {
-            batch.push(s.as_ref());
-        }
-        batch
-    }
-
-    /// Appends one sequence.
-    pub fn push(&mut self, seq: &[u32]) {
-        if self.cu_seqlens.is_empty() {
-            self.cu_seqlens.push(0);
-        }
-        self.ids.extend_from_slice(seq);
-        self.cu_seqlens.push(self.ids.len() as u32);
-    }
-
-    /// Number of sequences.
-    pub fn len(&self) -> usize {
-        self.cu_seqlens.len().saturating_sub(1)
-    }
-
-    /// True when the batch holds no sequence.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Checks the batch and returns each sequence's span in `ids`.
-    fn spans(&self, vocab_size: usize, max_len: usize) -> ModelResult<Vec<SeqSpan>> {
-        let bad = |m: String| Err(ModelError::InvalidBatch(m));
-        if self.cu_seqlens.is_empty() {
-            return if self.ids.is_empty() {
-                Ok(Vec::new())
-            } else {
-                bad("cu_seqlens is empty".into())
-            };
-        }
-        if self.cu_seqlens[0] != 0 {
-            return bad("cu_seqlens must start at 0".into());
-        }
-        if *self.cu_seqlens.last().unwrap_or(&0) as usize != self.ids.len() {
-            return bad(format!(
-                "cu_seqlens ends at {:?}, ids has {}",
-                self.cu_seqlens.last(),
-                self.ids.len()
-            ));
-        }
-        let mut spans = Vec::with_capacity(self.len());
-        for (index, w) in self.cu_seqlens.windows(2).enumerate() {
-            if w[1] <= w[0] {
-                return bad(format!("sequence {index} is empty or cu_seqlens decreases"));
-            }
-            let len = (w[1] - w[0]) as usize;
-            if len > max_len {
-                return Err(ModelError::SequenceTooLong {
-                    index,
-                    len,
-                    max: max_len,
-                });
-            }
-            spans.push(SeqSpan {
-                start: w[0] as usize,
-                len,
-            });
-        }
-        if let Some(id) = self.ids.iter().find(|&&id| id as usize >= vocab_size) {
-            return bad(format!(
-                "token id {id} is not below vocab_size {vocab_size}"
-            ));
-        }
-        Ok(spans)
-    }
-}
+pub use family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, DEFAULT_ATTENTION_TILE};
+pub use memory::MemoryEstimate;
+pub use packed::{PackedSequences, SeqSpan};
+pub use registry::{
+    default_family, family_of, known_model_types, load_embedder, load_tokenizer, verify_model_dir,
+    write_tiny_model, write_tiny_model_with,
+};
+pub use tiny::TinyModelOptions;
+pub use tokenizer::{TextFormat, Tokenizer};
 
 /// A model that turns packed token sequences into embeddings. Sync and object-safe: the
 /// embed job keeps one `Box<dyn Embedder>` per device, on that device's own thread.
@@ -144,6 +60,12 @@ pub trait Embedder: Send + Sync {
 
     /// Width of the returned vectors (`hidden_size` unless a Matryoshka dim was set).
     fn output_dim(&self) -> usize;
+
+    /// The dtype weights and activations are computed in (shard metadata records it); f32
+    /// unless the model says otherwise.
+    fn compute_dtype(&self) -> DType {
+        DType::F32
+    }
 
     /// Always false: batches are packed, so budget them by total tokens, not `max_len × n`.
     fn is_padded(&self) -> bool {
@@ -189,5 +111,26 @@ pub trait Embedder: Send + Sync {
     }
 }
 
+impl std::fmt::Debug for dyn Embedder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedder")
+            .field("output_dim", &self.output_dim())
+            .field("compute_dtype", &self.compute_dtype())
+            .field("attention", &self.attention_kernel())
+            .finish()
+    }
+}
+
 /// See [`Embedder::memory_probe`].
 pub type MemoryProbe = Box<dyn Fn() -> Option<(u64, u64)> + Send>;
+
+/// Keeps the first `dim` components of `v` and L2-normalises them (accumulated in f64): a
+/// Matryoshka output dimension. A zero vector stays zero.
+pub fn matryoshka(v: &[f32], dim: usize) -> Vec<f32> {
+    let v = &v[..dim.min(v.len())];
+    let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    if norm == 0.0 {
+        return v.to_vec();
+    }
+    v.iter().map(|&x| (x as f64 / norm) as f32).collect()
+}

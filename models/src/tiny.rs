@@ -1,47 +1,19 @@
-//! A tiny random Qwen3 in the exact Hugging Face layout, for tests and demos.
+//! What every family's tiny test model shares: the loader variations a test asks for
+//! ([`TinyModelOptions`]), a portable seeded generator of weights, and the safetensors writer
+//! that lays them out as one file or as shards with transformers' index.
 //!
-//! `config.json`, `model.safetensors` (names as transformers writes them for `Qwen3Model`,
-//! f32, `{"format": "pt"}` metadata) and a small byte-level BPE `tokenizer.json`. The same
-//! seed always gives the same bytes, so Rust tests and the Python golden script
-//! (`tests/golden/make_golden.py`) see identical weights.
-//!
-//! Weights are scaled so that attention is far from uniform (per-head norms near 1, linear
-//! layers ~ 1/sqrt(fan_in)): a masking or rotary bug changes the output visibly.
+//! Each family writes its own tiny model (Qwen3's: `qwen3/tiny.rs`) through
+//! `ModelFamily::write_tiny_model`; the same seed always gives the same bytes, so Rust tests and
+//! a Python golden script see identical weights.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
+use serde_json::Value;
 
-use crate::config::Config;
 use crate::error::{ModelError, ModelResult};
-use crate::vocab::{tiny_tokenizer_json, write_json};
-
-/// Merges learned by the tiny tokenizer (vocabulary: 256 bytes + merges + EOS).
-pub const TINY_MERGES: usize = 200;
-
-/// The tiny model's config: 3 layers, hidden 128, 6 query heads over 2 KV heads of 32
-/// (so `heads × head_dim` ≠ hidden, as in the real models), 2,048 positions.
-pub fn tiny_config() -> Config {
-    Config {
-        model_type: Some("qwen3".into()),
-        hidden_size: 128,
-        num_hidden_layers: 3,
-        num_attention_heads: 6,
-        num_key_value_heads: 2,
-        head_dim: Some(32),
-        intermediate_size: 256,
-        rms_norm_eps: 1e-6,
-        rope_theta: 1_000_000.0,
-        vocab_size: 512,
-        max_position_embeddings: 2048,
-        tie_word_embeddings: true,
-        hidden_act: "silu".into(),
-        attention_bias: false,
-        use_sliding_window: false,
-        rope_scaling: None,
-    }
-}
+use crate::weights::{INDEX_FILE, SINGLE_FILE};
 
 /// Variations used by tests of the loader.
 #[derive(Debug, Clone)]
@@ -49,7 +21,8 @@ pub struct TinyModelOptions {
     pub seed: u64,
     /// 1 writes `model.safetensors`; more writes `model-0000i-of-0000n.safetensors` + index.
     pub shards: usize,
-    /// Store names with the `model.` prefix, as `Qwen3ForCausalLM` checkpoints do.
+    /// Store names with the `model.` prefix, as `*ForCausalLM` checkpoints (`Qwen3ForCausalLM`)
+    /// do.
     pub model_prefix: bool,
 }
 
@@ -63,79 +36,22 @@ impl Default for TinyModelOptions {
     }
 }
 
-/// Writes the tiny model for `seed` into `dir` (created if needed). Returns the files written.
-pub fn write_tiny_model(dir: &Path, seed: u64) -> ModelResult<Vec<PathBuf>> {
-    write_tiny_model_with(
-        dir,
-        &TinyModelOptions {
-            seed,
-            ..Default::default()
-        },
-    )
+/// How a tensor of a random model is initialised.
+#[derive(Clone, Copy)]
+pub enum Init {
+    /// Normal with mean 0 and this standard deviation.
+    Normal(f32),
+    /// Near 1 (`1 + 0.1 × normal`): norm scales.
+    NearOne,
 }
 
-/// Writes the tiny model with loader variations.
-pub fn write_tiny_model_with(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let cfg = tiny_config();
-    let mut written = Vec::new();
-    let mut config = serde_json::to_value(&cfg).expect("Config serialises. This is a bug.");
-    config["architectures"] = serde_json::json!(["Qwen3Model"]);
-    config["torch_dtype"] = serde_json::json!("float32");
-    let (tok, eos) = tiny_tokenizer_json(TINY_MERGES);
-    config["eos_token_id"] = serde_json::json!(eos);
-    config["bos_token_id"] = serde_json::json!(eos);
-    written.push(dir.join("config.json"));
-    write_json(&written[0], &config)?;
-    written.push(dir.join("tokenizer.json"));
-    write_json(&written[1], &tok)?;
-    let prefix = if opts.model_prefix { "model." } else { "" };
-    let tensors = random_weights(&cfg, opts.seed)?
-        .into_iter()
-        .map(|(k, v)| (format!("{prefix}{k}"), v))
-        .collect();
-    written.extend(write_safetensors(dir, tensors, opts.shards.max(1))?);
-    Ok(written)
-}
-
-/// Every tensor of `Qwen3Model` with its transformers name, random for `seed`.
-pub fn random_weights(cfg: &Config, seed: u64) -> ModelResult<BTreeMap<String, Tensor>> {
+/// Random tensors for `specs` (name, shape, init), drawn in order from one generator seeded
+/// by `seed`: the same specs and seed give the same values on every platform.
+pub fn random_tensors(
+    specs: Vec<(String, Vec<usize>, Init)>,
+    seed: u64,
+) -> ModelResult<BTreeMap<String, Tensor>> {
     let mut rng = SplitMix64(seed ^ 0x9E37_79B9_7F4A_7C15);
-    let (h, hd, i) = (cfg.hidden_size, cfg.head_dim(), cfg.intermediate_size);
-    let (q, kv) = (cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd);
-    let mut specs: Vec<(String, Vec<usize>, Init)> = vec![(
-        "embed_tokens.weight".into(),
-        vec![cfg.vocab_size, h],
-        Init::Normal(1.0),
-    )];
-    for l in 0..cfg.num_hidden_layers {
-        let p = format!("layers.{l}");
-        let lin = |name: &str, o: usize, n: usize| {
-            (
-                format!("{p}.{name}.weight"),
-                vec![o, n],
-                Init::Normal(1.0 / (n as f32).sqrt()),
-            )
-        };
-        let norm = |name: &str, n: usize| (format!("{p}.{name}.weight"), vec![n], Init::NearOne);
-        specs.extend([
-            norm("input_layernorm", h),
-            lin("self_attn.q_proj", q, h),
-            lin("self_attn.k_proj", kv, h),
-            lin("self_attn.v_proj", kv, h),
-            lin("self_attn.o_proj", h, q),
-            norm("self_attn.q_norm", hd),
-            norm("self_attn.k_norm", hd),
-            norm("post_attention_layernorm", h),
-            lin("mlp.gate_proj", i, h),
-            lin("mlp.up_proj", i, h),
-            lin("mlp.down_proj", h, i),
-        ]);
-    }
-    specs.push(("norm.weight".into(), vec![h], Init::NearOne));
     let mut out = BTreeMap::new();
     for (name, shape, init) in specs {
         let n: usize = shape.iter().product();
@@ -150,12 +66,6 @@ pub fn random_weights(cfg: &Config, seed: u64) -> ModelResult<BTreeMap<String, T
         out.insert(name, t);
     }
     Ok(out)
-}
-
-#[derive(Clone, Copy)]
-enum Init {
-    Normal(f32),
-    NearOne,
 }
 
 /// SplitMix64 with Box–Muller normals: tiny, portable, and the same on every platform.
@@ -182,7 +92,7 @@ impl SplitMix64 {
 }
 
 /// Writes `tensors` as one file or as `shards` files plus the index transformers writes.
-fn write_safetensors(
+pub fn write_safetensors(
     dir: &Path,
     tensors: BTreeMap<String, Tensor>,
     shards: usize,
@@ -195,7 +105,7 @@ fn write_safetensors(
         })
     };
     if shards == 1 {
-        let path = dir.join(crate::weights::SINGLE_FILE);
+        let path = dir.join(SINGLE_FILE);
         save(&path, tensors.iter().collect())?;
         return Ok(vec![path]);
     }
@@ -214,8 +124,18 @@ fn write_safetensors(
     }
     let total: usize = tensors.values().map(|t| t.elem_count() * 4).sum();
     let index = serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
-    let path = dir.join(crate::weights::INDEX_FILE);
+    let path = dir.join(INDEX_FILE);
     write_json(&path, &index)?;
     paths.push(path);
     Ok(paths)
+}
+
+/// Writes `value` as compact JSON to `path`.
+pub fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
+    let text =
+        serde_json::to_string(value).expect("a JSON value always serialises. This is a bug.");
+    std::fs::write(path, text).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }

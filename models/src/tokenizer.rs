@@ -1,22 +1,34 @@
-//! The Qwen3 tokenizer as the embedding model uses it.
+//! A model's `tokenizer.json` as the embedding models use it, with its family's conventions
+//! ([`TextFormat`]).
 //!
-//! Qwen3-Embedding pools the hidden state of an appended `<|endoftext|>`, so every encoding
+//! The models pool the hidden state of an appended end-of-sequence token, so every encoding
 //! ends with that id. Texts are never truncated: a paper longer than the model's context is
-//! the caller's to split into chunks. Queries carry an instruction
-//! (`Instruct: {task}\nQuery:{text}`); documents carry none.
+//! the caller's to split into chunks. Queries carry an instruction in the family's format;
+//! documents carry none.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{ModelError, ModelResult};
 
-/// The end-of-text token appended to every input.
-pub const EOS_TOKEN: &str = "<|endoftext|>";
+/// How a family's inputs are written as text: the token that ends every input (its hidden
+/// state is the embedding: last-token pooling) and how a query carries its task instruction.
+/// Documents carry no instruction.
+#[derive(Debug, Clone, Copy)]
+pub struct TextFormat {
+    /// The family's name in messages about its tokenizer (`Qwen3`).
+    pub family: &'static str,
+    /// The end-of-sequence token appended to every input (`<|endoftext|>`).
+    pub eos_token: &'static str,
+    /// A query's text with its instruction (`Instruct: {instruction}\nQuery:{text}`).
+    pub query: fn(instruction: &str, text: &str) -> String,
+}
 
-/// `tokenizer.json` loaded with the `tokenizers` crate, plus the EOS id.
+/// `tokenizer.json` loaded with the `tokenizers` crate, plus the EOS id and the query format.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     eos_id: u32,
+    format: TextFormat,
     path: PathBuf,
 }
 
@@ -30,8 +42,8 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Loads `tokenizer.json`; fails if it has no `<|endoftext|>` token.
-    pub fn from_file(path: &Path) -> ModelResult<Tokenizer> {
+    /// Loads `tokenizer.json`; fails if it has no `format.eos_token`.
+    pub fn from_file(path: &Path, format: TextFormat) -> ModelResult<Tokenizer> {
         if !path.is_file() {
             return Err(ModelError::MissingFile {
                 path: path.to_path_buf(),
@@ -51,18 +63,21 @@ impl Tokenizer {
             })?;
         inner.with_padding(None);
         let eos_id = inner
-            .token_to_id(EOS_TOKEN)
+            .token_to_id(format.eos_token)
             .ok_or_else(|| ModelError::MissingEos {
                 path: path.to_path_buf(),
+                token: format.eos_token,
+                family: format.family,
             })?;
         Ok(Tokenizer {
             inner,
             eos_id,
+            format,
             path: path.to_path_buf(),
         })
     }
 
-    /// Id of `<|endoftext|>`.
+    /// Id of the end-of-sequence token.
     pub fn eos_id(&self) -> u32 {
         self.eos_id
     }
@@ -86,9 +101,14 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// Ids of a query with its task instruction, in Qwen3-Embedding's format, then EOS.
+    /// A query's text with its task instruction, in the family's format.
+    pub fn format_query(&self, instruction: &str, text: &str) -> String {
+        (self.format.query)(instruction, text)
+    }
+
+    /// Ids of a query with its task instruction, in the family's format, then EOS.
     pub fn encode_query(&self, instruction: &str, text: &str) -> ModelResult<Vec<u32>> {
-        self.encode_document(&format_query(instruction, text))
+        self.encode_document(&self.format_query(instruction, text))
     }
 
     /// Decodes ids back to text (special tokens kept), for diagnostics.
@@ -100,9 +120,4 @@ impl Tokenizer {
                 reason: format!("failed to decode: {e}"),
             })
     }
-}
-
-/// Qwen3-Embedding's query format: `Instruct: {task}\nQuery:{text}`.
-pub fn format_query(instruction: &str, text: &str) -> String {
-    format!("Instruct: {instruction}\nQuery:{text}")
 }

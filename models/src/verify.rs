@@ -1,59 +1,51 @@
-//! A model directory checked without loading its weights, as a login node can (no GPU, little
-//! memory): `config.json` valid for Qwen3, every weight file's safetensors header readable, the
-//! embedding table and the last layer present with the config's shapes, `tokenizer.json` usable.
+//! The checks of a model directory every family shares, made without loading its weights, as
+//! a login node can (no GPU, little memory): every weight file's safetensors header readable,
+//! the tensors the family names present with the shapes its config implies, `tokenizer.json`
+//! usable. A family's `ModelFamily::verify` reads its config and calls [`check_model_dir`].
 
-use crate::config::Config;
-use crate::error::{ModelError, ModelResult};
-use crate::tokenizer::Tokenizer;
-use crate::weights::Weights;
+use std::path::Path;
+
 use candle_core::{DType, Device};
-use std::path::{Path, PathBuf};
 
-/// What a checked model directory holds.
+use crate::error::{ModelError, ModelResult};
+use crate::family::{ModelShape, ModelSummary};
+use crate::tokenizer::{TextFormat, Tokenizer};
+use crate::weights::Weights;
+
+/// What a family expects of a directory whose `config.json` it has read and validated.
 #[derive(Debug, Clone)]
-pub struct ModelSummary {
-    pub config: Config,
-    pub weight_files: Vec<PathBuf>,
-    /// Bytes of the weight files.
-    pub weight_bytes: u64,
-    pub tensors: usize,
+pub struct Expected {
+    pub model_type: &'static str,
+    pub shape: ModelShape,
+    /// Tensors to find in the weight headers, with their shapes (a few: the first and the
+    /// last, so that a truncated download or a config of another size shows).
+    pub tensors: Vec<(String, Vec<usize>)>,
+    pub text_format: TextFormat,
 }
 
-/// Checks `dir` (see the module docs); the first problem is the error, naming the file.
-pub fn verify_model_dir(dir: &Path) -> ModelResult<ModelSummary> {
-    let config_path = dir.join("config.json");
-    if !config_path.is_file() {
-        return Err(ModelError::MissingFile {
-            path: config_path,
-            hint: "a Hugging Face model directory has config.json beside its weights",
-        });
-    }
-    let config = Config::from_file(&config_path)?;
+/// Checks `dir` against `expected`; the first problem is the error, naming the file.
+pub fn check_model_dir(dir: &Path, expected: Expected) -> ModelResult<ModelSummary> {
     let weights = Weights::open(dir, DType::F32, &Device::Cpu)?;
-    let (hidden, layers) = (config.hidden_size, config.num_hidden_layers);
-    let expect = |name: &str, shape: Vec<usize>| -> ModelResult<()> {
-        let actual = weights.shape_of(name)?;
-        if actual == shape {
-            return Ok(());
+    for (name, shape) in expected.tensors {
+        let actual = weights.shape_of(&name)?;
+        if actual != shape {
+            return Err(ModelError::TensorShape {
+                name,
+                path: dir.into(),
+                expected: shape,
+                actual,
+            });
         }
-        Err(ModelError::TensorShape {
-            name: name.into(),
-            path: dir.into(),
-            expected: shape,
-            actual,
-        })
-    };
-    expect("embed_tokens.weight", vec![config.vocab_size, hidden])?;
-    let last = format!("layers.{}.mlp.down_proj.weight", layers.saturating_sub(1));
-    expect(&last, vec![hidden, config.intermediate_size])?;
-    Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+    }
+    Tokenizer::from_file(&dir.join("tokenizer.json"), expected.text_format)?;
     let (weight_files, tensors) = weights.files();
     let weight_bytes = weight_files
         .iter()
         .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
         .sum();
     Ok(ModelSummary {
-        config,
+        model_type: expected.model_type,
+        shape: expected.shape,
         weight_files,
         weight_bytes,
         tensors,

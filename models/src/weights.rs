@@ -3,8 +3,9 @@
 //! Reads `model.safetensors`, or the shards listed in `model.safetensors.index.json`, without
 //! copying them into memory. We keep our own routing table (tensor name -> file) instead of
 //! candle's `VarBuilder::from_mmaped_safetensors` so that every error names the file and the
-//! tensor, and so that names resolve with or without the `model.` prefix that
-//! `Qwen3ForCausalLM` checkpoints carry and `Qwen3Model` checkpoints do not.
+//! tensor, and so that names resolve with or without the `model.` prefix that `*ForCausalLM`
+//! checkpoints carry (`Qwen3ForCausalLM`) and bare-model ones (`Qwen3Model`) do not. Every
+//! family reads its weights through this; the tensor names are the family's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

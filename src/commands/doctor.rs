@@ -135,7 +135,7 @@ fn model(dir: &Path, devices: &[DeviceSpec], tokens: usize, problems: &mut Vec<S
             return;
         }
     };
-    let c = &summary.config;
+    let c = &summary.shape;
     println!(
         "model: {}: {} layers, hidden {}, context {} tokens, {} weight file(s) ({:.1} MB), fingerprint {}",
         dir.display(),

@@ -111,7 +111,8 @@ pub fn embed(args: &EmbedArgs) -> Result<i32> {
 pub fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
     let files = embedfleet_models::write_tiny_model(&args.out, args.seed)?;
     eprintln!(
-        "wrote a tiny random Qwen3 ({} files) to {}",
+        "wrote a tiny random {} ({} files) to {}",
+        embedfleet_models::default_family().name(),
         files.len(),
         args.out.display()
     );

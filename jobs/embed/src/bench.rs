@@ -11,7 +11,7 @@ use crate::device::{self, Done, FallbackStats, Work};
 use crate::minibatch::{self, Item};
 use crate::LoadedModels;
 use embedfleet_core::settings::MiniBatchRule;
-use embedfleet_models::{Config, DeviceSpec, Embedder, ModelError, PackedSequences};
+use embedfleet_models::{DeviceSpec, Embedder, ModelError, ModelShape, PackedSequences};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,7 +87,7 @@ pub struct FidelityCase {
 /// A loaded model directory to measure.
 pub struct Bench {
     pub loaded: LoadedModels,
-    pub cfg: Config,
+    pub shape: ModelShape,
     /// Cap mini-batches by the device's free memory (the job's behaviour); off to exercise the
     /// out-of-memory fallback.
     pub memory_plan: bool,
@@ -102,11 +102,11 @@ impl Bench {
         memory_plan: bool,
         seed: u64,
     ) -> Result<Bench, ModelError> {
-        let cfg = Config::from_file(&model_dir.join("config.json"))?;
+        let shape = embedfleet_models::family_of(model_dir)?.shape(model_dir)?;
         let loaded = LoadedModels::load(model_dir, devices, None, None)?;
         Ok(Bench {
             loaded,
-            cfg,
+            shape,
             memory_plan,
             devices: devices
                 .iter()
@@ -119,10 +119,10 @@ impl Bench {
 
     /// The peer's useful FLOPs of sequences of these lengths.
     pub fn flops(&self, lengths: &[usize]) -> f64 {
-        let c = &self.cfg;
-        let non_embedding = c.num_parameters() - (c.vocab_size * c.hidden_size) as u64;
+        let c = &self.shape;
+        let non_embedding = c.non_embedding_parameters();
         let attention =
-            2.0 * c.num_hidden_layers as f64 * c.num_attention_heads as f64 * c.head_dim() as f64;
+            2.0 * c.num_hidden_layers as f64 * c.num_attention_heads as f64 * c.head_dim as f64;
         lengths
             .iter()
             .map(|&l| 2.0 * non_embedding as f64 * l as f64 + attention * (l * l) as f64)
@@ -132,7 +132,7 @@ impl Bench {
     /// Random token ids (seeded, not EOS-terminated: throughput does not care) per length.
     fn sequences(&self, lengths: &[usize], salt: u64) -> Vec<Arc<Vec<u32>>> {
         let mut state = self.seed ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let vocab = self.cfg.vocab_size as u64;
+        let vocab = self.shape.vocab_size as u64;
         lengths
             .iter()
             .map(|&l| {

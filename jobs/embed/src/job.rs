@@ -112,8 +112,8 @@ pub enum EmbedJobError {
 impl EmbedJobError {
     /// Errors that fail the same way on every attempt (exit code 4: the submit loop does not
     /// retry them): an unplanned run, a batch that is not there, settings other than the
-    /// run's, a device this build cannot open, a model directory that is not a usable Qwen3.
-    /// A read error is not among them.
+    /// run's, a device this build cannot open, a model directory that is not a usable model of
+    /// a family this build implements. A read error is not among them.
     pub fn is_refusal(&self) -> bool {
         match self {
             EmbedJobError::NotPlanned

@@ -16,7 +16,7 @@ pub mod pipeline;
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardRow, ShardWriter};
 use embedfleet_core::Paper;
-use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, Qwen3Embedder, Tokenizer};
+use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, Tokenizer};
 use pipeline::{Embedded, Encoding, PartOutcome};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -51,7 +51,8 @@ pub fn workers_per_device(devices: &[DeviceSpec]) -> Vec<usize> {
         .collect()
 }
 
-/// The query instruction of Qwen3-Embedding's model card, used where none is given.
+/// The task of a query where none is given: the web-search one of Qwen3-Embedding's model
+/// card. It is the task, not the format: the model family writes it into its query format.
 pub const DEFAULT_INSTRUCTION: &str =
     "Given a web search query, retrieve relevant passages that answer the query";
 
@@ -68,8 +69,9 @@ pub struct LoadedModels {
 }
 
 impl LoadedModels {
-    /// Loads the model directory on every device, in parallel. `memory_limit` caps the
-    /// model's own memory estimate per forward (a test hook for the out-of-memory fallback).
+    /// Loads the model directory on every device, in parallel, with the implementation of
+    /// its family (`config.json`'s `model_type`). `memory_limit` caps the model's own memory
+    /// estimate per forward (a test hook for the out-of-memory fallback).
     pub fn load(
         model_dir: &Path,
         devices: &[DeviceSpec],
@@ -77,7 +79,8 @@ impl LoadedModels {
         memory_limit: Option<u64>,
     ) -> Result<Self, ModelError> {
         let started = Instant::now();
-        let loaded: Vec<Result<Qwen3Embedder, ModelError>> = std::thread::scope(|scope| {
+        let family = embedfleet_models::family_of(model_dir)?;
+        let loaded: Vec<Result<Box<dyn Embedder>, ModelError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = devices
                 .iter()
                 .map(|device| {
@@ -87,7 +90,7 @@ impl LoadedModels {
                         memory_limit,
                         ..LoadOptions::default()
                     };
-                    scope.spawn(move || Qwen3Embedder::load(model_dir, &options))
+                    scope.spawn(move || family.load(model_dir, &options))
                 })
                 .collect();
             handles
@@ -100,21 +103,17 @@ impl LoadedModels {
             spec: String::new(),
             reason: "no device given".into(),
         })?;
-        let tokenizer = first.tokenizer()?;
+        let tokenizer = family.tokenizer(model_dir)?;
         let meta = ShardMeta {
             model: model_name(model_dir),
             model_revision: model_revision(model_dir),
-            compute_dtype: format!("{:?}", first.dtype()).to_lowercase(),
-            pooling: "last_token".into(),
+            compute_dtype: format!("{:?}", first.compute_dtype()).to_lowercase(),
+            pooling: family.pooling().into(),
             normalized: true,
             dim: first.output_dim(),
             embedfleet_version: env!("CARGO_PKG_VERSION").into(),
             timings: None,
         };
-        let models = models
-            .into_iter()
-            .map(|m| Box::new(m) as Box<dyn Embedder>)
-            .collect();
         Ok(LoadedModels {
             models,
             devices: devices.to_vec(),
@@ -176,7 +175,7 @@ impl LoadedModels {
         pipeline::embed_parts(&self.models, parts, encoding, on_part)
     }
 
-    /// Query vectors of `texts` (`Instruct: {instruction}\nQuery:{text}`), in order, through
+    /// Query vectors of `texts` (in the family's query format), in order, through
     /// the same pipeline as papers: a long query is embedded in chunks, never cut.
     pub fn embed_queries(
         &self,
@@ -348,7 +347,7 @@ mod tests {
     fn two_workers_on_one_gpu_each_plan_with_half_its_memory() {
         let dir = tempfile::tempdir().unwrap();
         embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
-        let tokenizer = Tokenizer::from_file(&dir.path().join("tokenizer.json")).unwrap();
+        let tokenizer = embedfleet_models::load_tokenizer(dir.path()).unwrap();
         let loaded = |devices: Vec<DeviceSpec>| LoadedModels {
             models: devices
                 .iter()

@@ -11,7 +11,7 @@ use super::device::{self, Done, FallbackStats, Work};
 use super::minibatch::{self, Item};
 use embedfleet_core::paper::{count_chars, Paper};
 use embedfleet_core::settings::MiniBatchRule;
-use embedfleet_models::{format_query, Embedder, Tokenizer};
+use embedfleet_models::{Embedder, Tokenizer};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +22,8 @@ pub struct Encoding<'a> {
     /// Longest sequence, EOS included: the model's context or `--max-tokens`.
     pub max_len: usize,
     pub rule: MiniBatchRule,
-    /// `Some(instruction)` embeds queries (`Instruct: {task}\nQuery:{text}`); documents get none.
+    /// `Some(instruction)` embeds queries (in the tokenizer's family's query format); documents
+    /// get none.
     pub query_instruction: Option<String>,
     pub tokenize_threads: usize,
 }
@@ -73,7 +74,9 @@ fn tokenize(papers: Vec<Paper>, enc: &Encoding) -> Tokenized {
                         .iter()
                         .map(|p| {
                             let text = match &enc.query_instruction {
-                                Some(instruction) => format_query(instruction, &p.text),
+                                Some(instruction) => {
+                                    enc.tokenizer.format_query(instruction, &p.text)
+                                }
                                 None => p.text.clone(),
                             };
                             let tokens =

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use embedfleet_models::{write_tiny_model, LoadOptions, Qwen3Embedder};
+use embedfleet_models::{load_embedder, write_tiny_model, Embedder, LoadOptions};
 
 /// The seed the committed golden vectors were made with.
 pub const GOLDEN_SEED: u64 = 0;
@@ -19,8 +19,8 @@ pub fn tiny_dir() -> &'static Path {
     .path()
 }
 
-pub fn load(opts: &LoadOptions) -> Qwen3Embedder {
-    Qwen3Embedder::load(tiny_dir(), opts).expect("load tiny model")
+pub fn load(opts: &LoadOptions) -> Box<dyn Embedder> {
+    load_embedder(tiny_dir(), opts).expect("load tiny model")
 }
 
 pub fn golden_path() -> PathBuf {

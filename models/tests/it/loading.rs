@@ -7,8 +7,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use common::max_abs_diff;
 use embedfleet_models::{
-    write_tiny_model, write_tiny_model_with, Embedder, LoadOptions, ModelError, PackedSequences,
-    Qwen3Embedder, TinyModelOptions,
+    load_embedder, load_tokenizer, write_tiny_model, write_tiny_model_with, LoadOptions,
+    ModelError, PackedSequences, TinyModelOptions,
 };
 
 fn fresh() -> tempfile::TempDir {
@@ -18,7 +18,7 @@ fn fresh() -> tempfile::TempDir {
 }
 
 fn load_err(dir: &Path) -> ModelError {
-    Qwen3Embedder::load(dir, &LoadOptions::default()).unwrap_err()
+    load_embedder(dir, &LoadOptions::default()).unwrap_err()
 }
 
 fn rewrite_weights(dir: &Path, edit: impl FnOnce(&mut std::collections::HashMap<String, Tensor>)) {
@@ -29,7 +29,7 @@ fn rewrite_weights(dir: &Path, edit: impl FnOnce(&mut std::collections::HashMap<
 }
 
 fn embed_one(dir: &Path) -> Vec<f32> {
-    let model = Qwen3Embedder::load(dir, &LoadOptions::default()).unwrap();
+    let model = load_embedder(dir, &LoadOptions::default()).unwrap();
     model
         .embed(&PackedSequences::from_sequences(&[[5u32, 80, 300, 7]]))
         .unwrap()
@@ -203,9 +203,9 @@ fn tokenizer_without_endoftext() {
         .unwrap()
         .replace("<|endoftext|>", "<|end|>");
     std::fs::write(&path, text).unwrap();
-    let model = Qwen3Embedder::load(dir.path(), &LoadOptions::default()).unwrap();
+    load_embedder(dir.path(), &LoadOptions::default()).unwrap();
     assert!(matches!(
-        model.tokenizer().unwrap_err(),
+        load_tokenizer(dir.path()).unwrap_err(),
         ModelError::MissingEos { .. }
     ));
 }
@@ -215,14 +215,14 @@ fn missing_or_broken_tokenizer() {
     let dir = fresh();
     let path = dir.path().join("tokenizer.json");
     std::fs::write(&path, "{}").unwrap();
-    let model = Qwen3Embedder::load(dir.path(), &LoadOptions::default()).unwrap();
+    load_embedder(dir.path(), &LoadOptions::default()).unwrap();
     assert!(matches!(
-        model.tokenizer().unwrap_err(),
+        load_tokenizer(dir.path()).unwrap_err(),
         ModelError::Tokenizer { .. }
     ));
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(
-        model.tokenizer().unwrap_err(),
+        load_tokenizer(dir.path()).unwrap_err(),
         ModelError::MissingFile { .. }
     ));
 }

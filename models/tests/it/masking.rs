@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::{cosine, load, max_abs_diff};
-use embedfleet_models::{matryoshka, Embedder, LoadOptions, ModelError, PackedSequences};
+use embedfleet_models::{matryoshka, LoadOptions, ModelError, PackedSequences};
 
 /// Deterministic pseudo-random ids below the tiny tokenizer's vocabulary.
 fn ids(len: usize, salt: u32) -> Vec<u32> {
@@ -119,7 +119,7 @@ fn matryoshka_dim_truncates_then_renormalises() {
         let norm: f32 = s.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5);
     }
-    let err = embedfleet_models::Qwen3Embedder::load(
+    let err = embedfleet_models::load_embedder(
         common::tiny_dir(),
         &LoadOptions {
             output_dim: Some(129),

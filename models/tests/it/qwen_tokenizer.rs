@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use embedfleet_models::vocab::{qwen_tokenizer_json, read_tiktoken, QWEN_EOS_ID};
+use embedfleet_models::qwen3::vocab::{qwen_tokenizer_json, read_tiktoken, QWEN_EOS_ID};
+use embedfleet_models::qwen3::TEXT_FORMAT;
 use embedfleet_models::Tokenizer;
 
 fn assets() -> &'static Path {
@@ -32,7 +33,7 @@ fn real_qwen_tokenizer_matches_tiktoken_ids() {
     let path = dir.path().join("tokenizer.json");
     let json = qwen_tokenizer_json(&tokens);
     std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
-    let tok = Tokenizer::from_file(&path).unwrap();
+    let tok = Tokenizer::from_file(&path, TEXT_FORMAT).unwrap();
     assert_eq!(tok.eos_id(), QWEN_EOS_ID);
 
     let text = std::fs::read_to_string(assets().join("qwen_tokenizer_cases.json")).unwrap();

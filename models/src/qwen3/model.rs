@@ -18,9 +18,10 @@
 use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::Linear;
 
-use crate::attention::{AttentionKernel, AttnContext, SeqSpan};
-use crate::config::Config;
+use super::config::Config;
+use crate::attention::{AttentionKernel, AttnContext};
 use crate::error::ModelResult;
+use crate::packed::SeqSpan;
 use crate::weights::Weights;
 
 /// RMSNorm with a learned scale; candle's fused op accumulates in f32 for half types.

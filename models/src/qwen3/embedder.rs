@@ -1,48 +1,19 @@
-//! [`Qwen3Embedder`]: a loaded model directory behind the [`Embedder`] trait.
+//! [`Qwen3Embedder`]: a loaded Qwen3 model directory behind the [`Embedder`] trait.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Device};
 
-use crate::attention::SeqSpan;
-use crate::config::Config;
-use crate::device::DeviceSpec;
+use super::config::Config;
+use super::memory::{check_tokens_per_forward, estimate_memory, token_budget};
+use super::model::Qwen3Model;
 use crate::error::{ModelError, ModelResult};
-use crate::memory::{estimate_memory, MemoryEstimate};
-use crate::qwen3::Qwen3Model;
-use crate::tokenizer::Tokenizer;
+use crate::family::LoadOptions;
+use crate::memory::{share_of_free, MemoryEstimate};
+use crate::packed::SeqSpan;
 use crate::weights::Weights;
-use crate::{Embedder, PackedSequences};
-
-/// Default attention tile (query and key tokens per tile).
-pub const DEFAULT_ATTENTION_TILE: usize = 512;
-
-/// How to load a model directory. `Default` is CPU, f32, full dimension, no memory cap.
-#[derive(Debug, Clone)]
-pub struct LoadOptions {
-    pub device: DeviceSpec,
-    /// Compute dtype; `None` picks f32 on CPU and bf16 on CUDA.
-    pub dtype: Option<DType>,
-    /// Matryoshka output dimension: keep the first `dim` components, then renormalise.
-    pub output_dim: Option<usize>,
-    /// Query/key tokens per attention tile; bounds the attention workspace.
-    pub attention_tile: usize,
-    /// When set, `embed` fails with `OutOfMemory` if a batch's estimate exceeds it (bytes).
-    pub memory_limit: Option<u64>,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        LoadOptions {
-            device: DeviceSpec::Cpu,
-            dtype: None,
-            output_dim: None,
-            attention_tile: DEFAULT_ATTENTION_TILE,
-            memory_limit: None,
-        }
-    }
-}
+use crate::{matryoshka, Embedder, PackedSequences};
 
 /// A Qwen3-Embedding model loaded from a Hugging Face directory.
 pub struct Qwen3Embedder {
@@ -86,7 +57,15 @@ impl Qwen3Embedder {
         drop(weights);
         #[cfg(feature = "cuda")]
         if matches!(device, Device::Cuda(_)) {
-            use_fused_attention(&mut model, &device, opts)?;
+            let heads = (
+                cfg.num_attention_heads,
+                cfg.num_key_value_heads,
+                cfg.head_dim(),
+            );
+            let fused = crate::attention_check::fused_kernel(heads, model.dtype(), &device, opts)?;
+            if let Some(kernel) = fused {
+                model.set_attention_kernel(kernel);
+            }
         }
         // The weights were uploaded on this thread's stream; the forwards run on the worker's
         // thread, another stream (cudarc's per-thread default). Waiting here orders the upload
@@ -128,11 +107,6 @@ impl Qwen3Embedder {
         })
     }
 
-    /// Loads `tokenizer.json` from the same directory.
-    pub fn tokenizer(&self) -> ModelResult<Tokenizer> {
-        Tokenizer::from_file(&self.dir.join("tokenizer.json"))
-    }
-
     /// The model's configuration.
     pub fn config(&self) -> &Config {
         self.model.config()
@@ -172,7 +146,7 @@ impl Qwen3Embedder {
         // Over candle's u32 element counts a kernel would index wrongly: refuse it as an
         // out-of-memory, so the caller halves the batch as it would for a real one.
         let tokens: u64 = spans.iter().map(|s| s.len as u64).sum();
-        crate::memory::check_tokens_per_forward(self.config(), tokens).map_err(|detail| {
+        check_tokens_per_forward(self.config(), tokens).map_err(|detail| {
             ModelError::OutOfMemory {
                 needed: None,
                 limit: None,
@@ -237,6 +211,10 @@ impl Embedder for Qwen3Embedder {
         self.output_dim
     }
 
+    fn compute_dtype(&self) -> DType {
+        self.dtype
+    }
+
     fn estimate_memory(&self, seq_lens: &[usize]) -> u64 {
         self.memory_estimate(seq_lens).total()
     }
@@ -270,106 +248,11 @@ impl Embedder for Qwen3Embedder {
 
     fn token_budget(&self, workers: usize) -> Option<u64> {
         let (free, _) = self.device_memory()?;
-        Some(crate::memory::token_budget(
+        Some(token_budget(
             self.config(),
             self.dtype.size_in_bytes() as u64,
             self.tile,
-            crate::memory::share_of_free(free, workers),
+            share_of_free(free, workers),
         ))
     }
-}
-
-/// Largest difference the start-up self-test accepts between the fused and the blockwise
-/// attention outputs (bf16 values of magnitude about 1; a layout or mask error gives
-/// differences of that magnitude).
-#[cfg(feature = "cuda")]
-pub const FUSED_SELF_TEST_TOLERANCE: f32 = 0.05;
-
-/// On a GPU, attention runs in cuDNN's fused kernel once it agrees with the blockwise one on
-/// the device; it is refused, saying why, when it cannot run or disagrees.
-/// `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel.
-#[cfg(feature = "cuda")]
-fn use_fused_attention(
-    model: &mut Qwen3Model,
-    device: &Device,
-    opts: &LoadOptions,
-) -> ModelResult<()> {
-    use crate::attention::AttentionKernel;
-    use crate::fused::FusedAttention;
-    if std::env::var("EMBEDFLEET_ATTENTION").as_deref() == Ok("blockwise") {
-        tracing::warn!(device = %opts.device, "EMBEDFLEET_ATTENTION=blockwise: the fused kernel is off");
-        return Ok(());
-    }
-    let refuse = |reason: String| ModelError::AttentionKernel {
-        device: opts.device.to_string(),
-        reason,
-    };
-    if model.dtype() != DType::BF16 {
-        return Err(refuse(format!(
-            "it computes in bf16, this model in {:?}",
-            model.dtype()
-        )));
-    }
-    let cfg = model.config();
-    let fused = FusedAttention::new(
-        cfg.num_attention_heads,
-        cfg.num_key_value_heads,
-        cfg.head_dim(),
-    )
-    .map_err(refuse)?;
-    let version = fused.cudnn_version();
-    let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
-    let tile = opts.attention_tile.max(1);
-    let diff = FusedAttention::self_test(&kernel, device, tile)
-        .map_err(|e| refuse(format!("its start-up self-test failed: {e}")))?;
-    if !(diff <= FUSED_SELF_TEST_TOLERANCE) {
-        return Err(refuse(format!(
-            "its start-up self-test differs from the blockwise kernel by {diff} \
-             (tolerance {FUSED_SELF_TEST_TOLERANCE})"
-        )));
-    }
-    tracing::info!(device = %opts.device, cudnn = version, self_test_max_diff = diff, "fused attention on");
-    model.set_attention_kernel(kernel);
-    Ok(())
-}
-
-/// Checks, in a few seconds and before any model is loaded, whether cuDNN's fused attention
-/// runs on `device`: the kernel for the 4B/8B head layout (32 query and 8 key/value heads of
-/// 128) and its start-up self-test. `Ok` names the kernel the device will run; `Err` says why
-/// the fused kernel is refused (`EMBEDFLEET_ATTENTION=blockwise` then runs the blockwise one).
-pub fn probe_attention(device: &DeviceSpec) -> Result<String, String> {
-    match device {
-        DeviceSpec::Cpu => Ok("blockwise (the CPU has no fused kernel)".into()),
-        #[cfg(feature = "cuda")]
-        DeviceSpec::Cuda(_) => {
-            use crate::attention::AttentionKernel;
-            use crate::fused::FusedAttention;
-            let opened = device.open().map_err(|e| e.to_string())?;
-            let fused = FusedAttention::new(32, 8, 128)?;
-            let version = fused.cudnn_version();
-            let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
-            let diff = FusedAttention::self_test(&kernel, &opened, DEFAULT_ATTENTION_TILE)?;
-            if !(diff <= FUSED_SELF_TEST_TOLERANCE) {
-                return Err(format!(
-                    "its self-test differs from the blockwise kernel by {diff} (tolerance {FUSED_SELF_TEST_TOLERANCE})"
-                ));
-            }
-            Ok(format!(
-                "cudnn-fused (cuDNN {version}, self-test max difference {diff})"
-            ))
-        }
-        #[cfg(not(feature = "cuda"))]
-        DeviceSpec::Cuda(_) => Err("this is a CPU build: no CUDA kernels".into()),
-    }
-}
-
-/// Keeps the first `dim` components of `v` and L2-normalises them (accumulated in f64).
-/// A zero vector stays zero.
-pub fn matryoshka(v: &[f32], dim: usize) -> Vec<f32> {
-    let v = &v[..dim.min(v.len())];
-    let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
-    if norm == 0.0 {
-        return v.to_vec();
-    }
-    v.iter().map(|&x| (x as f64 / norm) as f32).collect()
 }

@@ -19,6 +19,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::error::{ModelError, ModelResult};
+use crate::tiny::write_json;
 
 /// The Qwen2/Qwen3 pre-tokenizer split pattern (also tiktoken's `pat_str` for Qwen).
 pub const QWEN_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -185,15 +186,6 @@ pub fn qwen_tokenizer_json(tokens: &[Vec<u8>]) -> Value {
 pub fn write_qwen_tokenizer(tiktoken: &Path, out: &Path) -> ModelResult<()> {
     let json = qwen_tokenizer_json(&read_tiktoken(tiktoken)?);
     write_json(out, &json)
-}
-
-pub(crate) fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
-    let text =
-        serde_json::to_string(value).expect("a JSON value always serialises. This is a bug.");
-    std::fs::write(path, text).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// A byte-level BPE `tokenizer.json` in the layout of Qwen2/Qwen3's.

@@ -9,7 +9,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ModelError, ModelResult};
+use crate::error::{read_model_file, ModelError, ModelResult};
+use crate::family::ModelShape;
 
 /// The fields of a Qwen3 `config.json` that the embedding model uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,16 +57,10 @@ fn default_act() -> String {
 impl Config {
     /// Reads and validates `config.json`.
     pub fn from_file(path: &Path) -> ModelResult<Config> {
-        let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => ModelError::MissingFile {
-                path: path.to_path_buf(),
-                hint: "a Hugging Face model directory has config.json next to the weights",
-            },
-            _ => ModelError::Io {
-                path: path.to_path_buf(),
-                source,
-            },
-        })?;
+        let text = read_model_file(
+            path,
+            "a Hugging Face model directory has config.json next to the weights",
+        )?;
         let cfg = Config::from_json(&text).map_err(|e| match e {
             ConfigError::Json(source) => ModelError::ConfigParse {
                 path: path.to_path_buf(),
@@ -183,6 +178,19 @@ impl Config {
         let mlp = 3 * h * i;
         let layer = attn + mlp + 2 * h;
         self.vocab_size as u64 * h + self.num_hidden_layers as u64 * layer + h
+    }
+
+    /// The dimensions in the words every family shares.
+    pub fn shape(&self) -> ModelShape {
+        ModelShape {
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            num_attention_heads: self.num_attention_heads,
+            head_dim: self.head_dim(),
+            vocab_size: self.vocab_size,
+            max_position_embeddings: self.max_position_embeddings,
+            parameters: self.num_parameters(),
+        }
     }
 
     /// The Qwen3-Embedding-0.6B shape (used by benchmarks with random weights).

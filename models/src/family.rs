@@ -1,0 +1,125 @@
+//! What a model family is to the rest of the crate and to the embed job: the [`ModelFamily`]
+//! trait, and the family-neutral types it speaks in ([`LoadOptions`], [`ModelShape`],
+//! [`ModelSummary`], and the tokenizer's [`TextFormat`]).
+//!
+//! A family is one folder under `models/src/` (Qwen3's is `qwen3/`) with one type implementing
+//! [`ModelFamily`], listed once in [`crate::registry::FAMILIES`]. Everything that differs between
+//! architectures sits behind it: the `config.json` it reads, the tensors it loads, its memory
+//! model, its end-of-sequence and query conventions, the checks of a directory and the tiny test
+//! model. Inside a family, code works in `candle_core::Result`; the trait's methods return
+//! [`ModelError`](crate::ModelError).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::DType;
+
+use crate::device::DeviceSpec;
+use crate::error::ModelResult;
+use crate::tiny::TinyModelOptions;
+use crate::tokenizer::{TextFormat, Tokenizer};
+use crate::Embedder;
+
+/// Default attention tile (query and key tokens per tile).
+pub const DEFAULT_ATTENTION_TILE: usize = 512;
+
+/// How to load a model directory. `Default` is CPU, f32, full dimension, no memory cap.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub device: DeviceSpec,
+    /// Compute dtype; `None` picks f32 on CPU and bf16 on CUDA.
+    pub dtype: Option<DType>,
+    /// Matryoshka output dimension: keep the first `dim` components, then renormalise.
+    pub output_dim: Option<usize>,
+    /// Query/key tokens per attention tile; bounds the attention workspace.
+    pub attention_tile: usize,
+    /// When set, `embed` fails with `OutOfMemory` if a batch's estimate exceeds it (bytes).
+    pub memory_limit: Option<u64>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            device: DeviceSpec::Cpu,
+            dtype: None,
+            output_dim: None,
+            attention_tile: DEFAULT_ATTENTION_TILE,
+            memory_limit: None,
+        }
+    }
+}
+
+/// A model's dimensions as `config.json` gives them, in words every family shares: what
+/// `doctor` prints and `bench-gpu` counts FLOPs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelShape {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    /// Longest sequence the model takes, in tokens.
+    pub max_position_embeddings: usize,
+    /// Parameters, the embedding table included (no LM head).
+    pub parameters: u64,
+}
+
+impl ModelShape {
+    /// Parameters outside the embedding table (the ones a token's forward multiplies by).
+    pub fn non_embedding_parameters(&self) -> u64 {
+        self.parameters - (self.vocab_size * self.hidden_size) as u64
+    }
+}
+
+/// What a checked model directory holds (see [`ModelFamily::verify`]).
+#[derive(Debug, Clone)]
+pub struct ModelSummary {
+    /// The family's `model_type` (`qwen3`).
+    pub model_type: &'static str,
+    pub shape: ModelShape,
+    pub weight_files: Vec<PathBuf>,
+    /// Bytes of the weight files.
+    pub weight_bytes: u64,
+    pub tensors: usize,
+}
+
+/// One model architecture: everything that tells it from another, behind one type. The
+/// registry picks it by `config.json`'s `model_type`; callers never name the family.
+pub trait ModelFamily: Send + Sync {
+    /// The `model_type` of `config.json` this family implements (`qwen3`): the registry's key.
+    fn model_type(&self) -> &'static str;
+
+    /// The checkpoint classes (`config.json`'s `architectures`) whose weights it reads; the
+    /// registry names the family to a user whose `config.json` lacks a `model_type`.
+    fn architectures(&self) -> &'static [&'static str];
+
+    /// Its name in messages (`Qwen3`).
+    fn name(&self) -> &'static str;
+
+    /// Its end-of-sequence token and query format.
+    fn text_format(&self) -> TextFormat;
+
+    /// How the vector is read from the hidden states, as shard metadata records it
+    /// (`last_token`).
+    fn pooling(&self) -> &'static str;
+
+    /// Loads the model directory `dir` on `opts.device`, checking every weight against its
+    /// `config.json`; unsupported set-ups fail here, never mid-run.
+    fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>>;
+
+    /// The dimensions of `dir`'s `config.json`; no weight is read.
+    fn shape(&self, dir: &Path) -> ModelResult<ModelShape>;
+
+    /// Checks `dir` without loading its weights, as a login node can (no GPU, little memory):
+    /// `config.json` valid, every weight file's header readable, a few tensors present with
+    /// the config's shapes, `tokenizer.json` usable. The first problem is the error.
+    fn verify(&self, dir: &Path) -> ModelResult<ModelSummary>;
+
+    /// Writes a tiny random model of this family in the Hugging Face layout (for tests and
+    /// demos); the same options always give the same bytes. Returns the files written.
+    fn write_tiny_model(&self, dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>>;
+
+    /// `dir`'s `tokenizer.json`, with this family's conventions.
+    fn tokenizer(&self, dir: &Path) -> ModelResult<Tokenizer> {
+        Tokenizer::from_file(&dir.join("tokenizer.json"), self.text_format())
+    }
+}

@@ -1,0 +1,173 @@
+//! Which family serves a model directory: its `config.json`'s `model_type`, looked up in
+//! [`FAMILIES`] (as TEI's candle backend matches on the model type). An unknown `model_type`
+//! is refused with the list of known ones.
+//!
+//! Callers never name a family: [`load_embedder`], [`load_tokenizer`], [`verify_model_dir`]
+//! and [`family_of`] read the directory's `config.json` and go through its [`ModelFamily`].
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{read_model_file, ModelError, ModelResult};
+use crate::family::{LoadOptions, ModelFamily, ModelSummary};
+use crate::tiny::TinyModelOptions;
+use crate::tokenizer::Tokenizer;
+use crate::{qwen3, Embedder};
+
+/// Every family this build implements, one line each. The first is the default: the family
+/// whose tiny model `make-tiny-model`, `run` without `--model-dir` and the tests write.
+pub static FAMILIES: &[&dyn ModelFamily] = &[&qwen3::Qwen3];
+
+/// The `model_type`s of [`FAMILIES`], in order.
+pub fn known_model_types() -> Vec<&'static str> {
+    FAMILIES.iter().map(|f| f.model_type()).collect()
+}
+
+/// The family of this `model_type`, if this build implements it.
+pub fn family(model_type: &str) -> Option<&'static dyn ModelFamily> {
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| f.model_type() == model_type)
+}
+
+/// The first of [`FAMILIES`].
+pub fn default_family() -> &'static dyn ModelFamily {
+    FAMILIES[0]
+}
+
+/// The part of `config.json` that names the architecture.
+#[derive(Debug, Deserialize)]
+struct ConfigHead {
+    #[serde(default)]
+    model_type: Option<String>,
+    #[serde(default)]
+    architectures: Option<Vec<String>>,
+}
+
+/// The family of the model directory `dir`, from its `config.json`.
+pub fn family_of(dir: &Path) -> ModelResult<&'static dyn ModelFamily> {
+    let path = dir.join("config.json");
+    let text = read_model_file(
+        &path,
+        "a Hugging Face model directory has config.json beside its weights",
+    )?;
+    let head: ConfigHead =
+        serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
+            path: path.clone(),
+            source,
+        })?;
+    choose(&head).map_err(|reason| ModelError::UnsupportedConfig { path, reason })
+}
+
+/// The family `head` names, or why there is none.
+fn choose(head: &ConfigHead) -> Result<&'static dyn ModelFamily, String> {
+    let architectures = head.architectures.as_deref().unwrap_or_default();
+    let known = known_model_types().join(", ");
+    let todo = "use a model directory of one of those, or add the family (ARCHITECTURE.md, \
+                \"How to add a model family\")";
+    let Some(model_type) = &head.model_type else {
+        // transformers always writes `model_type`; without it, say which family the
+        // checkpoint classes point to.
+        let hint = FAMILIES
+            .iter()
+            .find(|f| {
+                architectures
+                    .iter()
+                    .any(|a| f.architectures().contains(&a.as_str()))
+            })
+            .map(|f| {
+                format!(
+                    "; its architectures ({}) are {}'s: add \"model_type\": \"{}\"",
+                    architectures.join(", "),
+                    f.name(),
+                    f.model_type()
+                )
+            })
+            .unwrap_or_else(|| format!("; known model types: {known}; {todo}"));
+        return Err(format!("config.json has no model_type{hint}"));
+    };
+    if let Some(family) = family(model_type) {
+        return Ok(family);
+    }
+    let classes = if architectures.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", architectures.join(", "))
+    };
+    Err(format!(
+        "model_type `{model_type}`{classes} is not a model family this build implements; \
+         known model types: {known}; {todo}"
+    ))
+}
+
+/// Loads the model directory `dir` on `opts.device` with its family's implementation.
+pub fn load_embedder(dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
+    family_of(dir)?.load(dir, opts)
+}
+
+/// `dir`'s `tokenizer.json`, with its family's end-of-sequence token and query format.
+pub fn load_tokenizer(dir: &Path) -> ModelResult<Tokenizer> {
+    family_of(dir)?.tokenizer(dir)
+}
+
+/// Checks `dir` without loading its weights (see [`ModelFamily::verify`]).
+pub fn verify_model_dir(dir: &Path) -> ModelResult<ModelSummary> {
+    family_of(dir)?.verify(dir)
+}
+
+/// Writes the [`default_family`]'s tiny model for `seed` into `dir`.
+pub fn write_tiny_model(dir: &Path, seed: u64) -> ModelResult<Vec<PathBuf>> {
+    write_tiny_model_with(
+        dir,
+        &TinyModelOptions {
+            seed,
+            ..Default::default()
+        },
+    )
+}
+
+/// Writes the [`default_family`]'s tiny model with loader variations.
+pub fn write_tiny_model_with(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>> {
+    default_family().write_tiny_model(dir, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> ConfigHead {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_model_type_picks_the_family() {
+        let family = choose(&head(r#"{"model_type": "qwen3"}"#)).unwrap();
+        assert_eq!(family.model_type(), "qwen3");
+        assert_eq!(known_model_types(), vec!["qwen3"]);
+        assert_eq!(default_family().model_type(), "qwen3");
+    }
+
+    #[test]
+    fn an_unknown_model_type_is_refused_with_the_known_ones() {
+        let why = choose(&head(
+            r#"{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}"#,
+        ))
+        .err()
+        .unwrap();
+        assert!(why.contains("`llama` (LlamaForCausalLM)"), "{why}");
+        assert!(why.contains("known model types: qwen3"), "{why}");
+        assert!(why.contains("How to add a model family"), "{why}");
+    }
+
+    #[test]
+    fn a_config_without_model_type_is_pointed_to_its_family() {
+        let why = choose(&head(r#"{"architectures": ["Qwen3ForCausalLM"]}"#))
+            .err()
+            .unwrap();
+        assert!(why.contains("add \"model_type\": \"qwen3\""), "{why}");
+        let why = choose(&head(r#"{"architectures": null}"#)).err().unwrap();
+        assert!(why.contains("known model types: qwen3"), "{why}");
+    }
+}
