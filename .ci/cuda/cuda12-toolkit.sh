@@ -36,6 +36,9 @@ if [ -f "$TREE/.stamp" ] && [ "$(cat "$TREE/.stamp")" = "$STAMP" ] && [ -x "$TRE
   exit 0
 fi
 
+# A venv cut short has python but no pip. First: --clear empties the whole directory.
+[ -x "$VENV/bin/pip" ] || python3 -m venv --clear "$VENV"
+
 # 1. The .deb, authenticated twice: by Debian's signed index (apt) and by the pinned sha256.
 APT=$VENV/apt
 deb=${CUDA12_DEB:-}
@@ -67,7 +70,6 @@ dpkg-deb -x "$deb" "$APT/x"
 X=$APT/x
 
 # 2. The wheels (headers and link-time libraries).
-[ -x "$VENV/bin/pip" ] || python3 -m venv --clear "$VENV"
 echo "cuda12-toolkit: ${WHEELS[*]} from PyPI" >&2
 "$VENV/bin/pip" install -q "${WHEELS[@]}" >&2
 NV=$("$VENV/bin/python" -c 'import site,os;print(os.path.join(site.getsitepackages()[0],"nvidia"))')
