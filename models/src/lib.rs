@@ -27,8 +27,10 @@ pub use attention::AttentionKernel;
 pub use candle_core::DType;
 pub use config::Config;
 pub use device::{
-    driver_advice, driver_major, min_driver_for, parse_devices, supported_gpus, DeviceSpec,
-    CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION,
+    build_cuda, build_for, build_table, driver_advice, driver_cuda, driver_cuda_version,
+    driver_major, min_driver_for, parse_devices, runs_on, supported_gpus, BuildChoice,
+    CudaVersion, DeviceSpec, KernelForm, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION,
+    KERNEL_FORM,
 };
 pub use embedder::{
     matryoshka, probe_attention, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE,
