@@ -225,7 +225,7 @@ peer_cmd() { # the model, the fidelity cases and the PyTorch peer, in one proces
   fi
   MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
     FIDELITY_LENGTHS=$LENGTHS FIDELITY_CU12_OUT=$WORK/fidelity-cu12.json CU12_LEN=$CU12_LEN \
-    MIX_OUT=$WORK/mix-peer.json UNIFORM_FORWARDS=2 UNIFORM_SHAPES=$SHAPES \
+    MIX_OUT=$WORK/mix-peer.json UNIFORM_FORWARDS=2 UNIFORM_SHAPES=$SHAPES DEVICE=${DEVICE%%:*} \
     python3 benches/torch_baseline.py
 }
 

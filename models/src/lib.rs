@@ -28,9 +28,8 @@ pub use candle_core::DType;
 pub use config::Config;
 pub use device::{
     build_cuda, build_for, build_table, driver_advice, driver_cuda, driver_cuda_version,
-    driver_major, min_driver_for, parse_devices, runs_on, supported_gpus, BuildChoice,
-    CudaVersion, DeviceSpec, KernelForm, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION,
-    KERNEL_FORM,
+    driver_major, min_driver_for, parse_devices, runs_on, supported_gpus, BuildChoice, CudaVersion,
+    DeviceSpec, KernelForm, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION, KERNEL_FORM,
 };
 pub use embedder::{
     matryoshka, probe_attention, LoadOptions, Qwen3Embedder, DEFAULT_ATTENTION_TILE,

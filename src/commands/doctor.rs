@@ -109,7 +109,9 @@ fn driver(
     let line = proc_text
         .as_deref()
         .and_then(|t| t.lines().next())
-        .map_or("(no /proc/driver/nvidia/version)".into(), |l| l.trim().to_string());
+        .map_or("(no /proc/driver/nvidia/version)".into(), |l| {
+            l.trim().to_string()
+        });
     let Some(supported) = supported else {
         println!("driver: {line}");
         return vec![

@@ -108,7 +108,10 @@ fn the_dry_run_takes_every_step_in_order_within_the_budget() {
         .as_str()
         .unwrap()
         .starts_with("embedfleet"));
-    assert!(attention(&report).starts_with("blockwise (the CPU"), "{report:#}");
+    assert!(
+        attention(&report).starts_with("blockwise (the CPU"),
+        "{report:#}"
+    );
 }
 
 #[test]

@@ -254,8 +254,14 @@ mod tests {
         let (ptx, cubin) = (KernelForm::Ptx, KernelForm::Cubin);
         assert!(runs_on(v("12.4"), ptx, v("12.4")));
         assert!(runs_on(v("12.4"), ptx, v("13.0")), "drivers run older CUDA");
-        assert!(!runs_on(v("12.4"), ptx, v("12.2")), "R535 refuses 12.4's PTX");
-        assert!(runs_on(v("12.4"), cubin, v("12.0")), "minor-version compatibility");
+        assert!(
+            !runs_on(v("12.4"), ptx, v("12.2")),
+            "R535 refuses 12.4's PTX"
+        );
+        assert!(
+            runs_on(v("12.4"), cubin, v("12.0")),
+            "minor-version compatibility"
+        );
         assert!(!runs_on(v("13.0"), cubin, v("12.9")));
         assert!(!runs_on(v("13.0"), ptx, v("12.9")));
     }
