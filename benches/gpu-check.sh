@@ -1,315 +1,115 @@
 #!/usr/bin/env bash
 # Every GPU check in one command, for a GPU machine with PyTorch (CUDA 13) and transformers but
-# no Rust and no network: the binaries come built (benches/gpu-pack.sh -> target-gpu/). Run it
-# with the device tool, whose limits it is sized for (15 min of device time in all, start-up
-# included; one command <= 540 s; at most 8 files back from $OUT; 64 MiB carried):
+# no Rust and no network: the binaries come built (benches/gpu-pack.sh -> target-gpu/). Sized
+# for the device tool: 15 min of device time in all, the machine's start (a minute or more) and
+# the transfers included; one command <= 600 s; at most 8 files back; 64 MiB travel:
 #
-#   run(command="bash benches/gpu-check.sh", carry=["target-gpu"], timeout_s=420)
+#   run(command="bash benches/gpu-check.sh", carry=["target-gpu"], timeout_s=600)
 #
-# Steps, in order, each under `timeout` (limit ~1.5x its H200 estimate; the plan_step table
-# below is the one source of both), each recorded in $WORK/steps.jsonl:
+# Steps, in order, each under `timeout` (the limit below, cut at HARD_LIMIT), each recorded in
+# $WORK/steps.jsonl; plan_step below is the one source of both columns:
 #
 #   step           est. s  limit s  what
-#   unpack              5       15  target-gpu/embedfleet.xz (CUDA 13) -> $WORK/embedfleet
-#   doctor             10       20  doctor --attention first: cuDNN's fused attention self-test; if
-#                                   refused, EMBEDFLEET_ATTENTION=blockwise for the rest of the run
-#   model              90      135  a random Qwen3-Embedding-4B-shape model written by PyTorch (HF
-#                                   layout, bf16, seed 0) and the fidelity cases (transformers fp32,
-#                                   1 to 32,768 tokens; a 2,048-token file for cu12)
-#   ours               50       75  bench-gpu: fidelity, uniform shapes (--forwards 2), the mix
-#                                   (MIX_PAPERS=120) the job's way and the study's way
-#   decode             10       20  bench-gpu on 64 one-token papers (1x1 attention shapes)
-#   oom_unplanned      25       40  GPU filled to leave weights + 6 GiB; the first SMALL_PAPERS=48 of
-#                                   the mix at --batch-tokens 262144 --no-memory-plan: FAILED in
-#                                   the report unless a fallback (split/sequential/chunked) is taken
-#   oom_planned        15       25  the same, planned by free memory
-#   two_workers        15       25  two workers on one GPU (cuda:0,0), same 48 papers, same vectors
-#   cu12               15       25  target-gpu/embedfleet-cu12.xz when present: doctor and the
-#                                   2,048-token fidelity case (skipped when absent)
-#   torch              55       85  the PyTorch peer (benches/torch_baseline.py): uniform shapes
-#                                   (2 forwards), the study's padded batches on 48 papers, the
-#                                   sorted token budget and one paper per forward on all 120
-#   total             290           + ~5 s of reports: <= 300 s on one H200 by estimate
+#   unpack              5       20  target-gpu/embedfleet.xz (CUDA 13) -> $WORK/embedfleet; its
+#                                   sha256 against target-gpu/build.json (the build's identity)
+#   doctor             25       60  doctor --attention: cuDNN's fused attention self-test. Only its
+#                                   attention verdict decides: a refusal ("the fused attention kernel
+#                                   cannot run") sets EMBEDFLEET_ATTENTION=blockwise for the rest; a
+#                                   timeout or any other failure keeps fused (the binary itself
+#                                   refuses to start when fused fails) and is recorded
+#   peer              140      210  one PyTorch process (benches/torch_baseline.py): writes the
+#                                   Qwen3-Embedding-4B-shape model (random, bf16, seed 0, HF layout)
+#                                   and the fidelity cases (transformers fp32, 1 to 32,768 tokens),
+#                                   then measures the same weights: uniform shapes (2 forwards), the
+#                                   study's padded batches on STUDY_PAPERS=24, the sorted token
+#                                   budget and one paper per forward on all MIX_PAPERS=120
+#   ours               90      135  bench-gpu: the mix (the job's token budget; its vectors saved at
+#                                   once), fidelity, uniform shapes (--forwards 2), the mix the
+#                                   study's way
+#   oom_unplanned      40       60  GPU filled to leave weights + 6 GiB; the first SMALL_PAPERS=48 of
+#                                   the mix at --batch-tokens 262144 --no-memory-plan: FAILED in the
+#                                   report unless a fallback (split/sequential/chunked) is taken
+#   oom_planned        35       55  the same, planned by free memory
+#   two_workers        40       60  two workers on one GPU (cuda:0,0), the same 48 papers and vectors
+#   decode             25       40  bench-gpu on 64 one-token papers (1x1 attention shapes)
+#   cu12               10       60  target-gpu/embedfleet-cu12.xz: doctor and the 2,048-token
+#                                   fidelity case, where the device has CUDA 12 libraries; skipped,
+#                                   saying so, where it has none (the H200's image is CUDA 13 only,
+#                                   and CUDA 12's cuBLAS alone is far over the 64 MiB that travels)
+#   total             410           <= TIME_LIMIT 540 s: no step starts after it
 #
-# TIME_LIMIT (default 300 s): a step not started by then is recorded as skipped; a running step
-# is cut at HARD_LIMIT (default TIME_LIMIT + 90 = 390 s), so the report is written before the
-# device tool's 420 s. A step that fails or times out is recorded and the others still run.
+# A running step is cut at HARD_LIMIT (570 s) and the report written, before the device tool's
+# 600 s. A step that fails or times out is recorded with why (its `problem:` line, or its last
+# line of output: a timed-out step's last progress) and with every JSON line it printed; the
+# others still run. CUDA_CACHE_PATH ($WORK/cuda-cache, 4 GiB) keeps the driver's compiled PTX
+# from one process to the next.
 #
-# Files returned in $OUT (4 of the 8 allowed): gpu-report.json (every step: status, seconds,
-# estimate, limit, and every JSON line it printed, under its name), gpu-report.md (the tables),
+# Files returned in $OUT (4 of the 8 allowed): gpu-report.json (the build's identity, every step:
+# status, seconds, estimate, limit, every JSON line it printed), gpu-report.md (the tables),
 # gpu-check.log (progress and each step's stderr tail), steps.tar.gz (the per-step stdout and
-# stderr files of $WORK, small text only: no weights, no vectors). The report and the archive are
+# stderr of $WORK, small text only). The report (benches/gpu_report.py) and the archive are
 # rewritten after every step and on exit (also on TERM/INT), so a kill still leaves them.
 #
 #   usage: bash benches/gpu-check.sh
-#   env:   OUT=/tmp/gpu-check WORK=/tmp/gpu-work MIX_PAPERS=120 SMALL_PAPERS=48 TIME_LIMIT=300
-#          HARD_LIMIT=390 OOM_HEADROOM_GIB=6 FAIL_STEP=<step> (that step's command becomes `false`)
+#   env:   OUT=/tmp/gpu-check WORK=/tmp/gpu-work MIX_PAPERS=120 SMALL_PAPERS=48 STUDY_PAPERS=24
+#          TIME_LIMIT=540 HARD_LIMIT=570 OOM_HEADROOM_GIB=6 STEPS="unpack doctor ..." (the others
+#          are recorded skipped) DOCTOR_LIMIT=60
+#   tests: FAIL_STEP=<step> (its command becomes `false`), SLOW_STEP=<step> (its command becomes
+#          `sleep 3600`: a timeout), DOCTOR_DEVICES (the doctor's --devices), DOCTOR_ARGS
 #
 # DRY_RUN=1 runs the same script on a CPU machine with BIN=path/to/embedfleet (debug or release)
-# and a tiny shape: unpack, oom_* and torch are skipped (no GPU); the model is written by PyTorch
-# when torch and transformers import, else by `$BIN make-tiny-model` (fidelity then skipped);
-# cu12 runs when BIN_CU12 is given. Checks of the script itself before GPU time is spent:
-#   DRY_RUN=1 BIN=/var/tmp/embedfleet-release OUT=/tmp/gc-out WORK=/tmp/gc-work bash benches/gpu-check.sh
-#   ... FAIL_STEP=ours ...                      (a failed step: still a report)
+# and a tiny shape: unpack and oom_* are skipped (no GPU); the peer writes the model and runs on
+# the CPU when torch and transformers import, else the model is `$BIN make-tiny-model` (no
+# fidelity cases, no peer); cu12 runs when BIN_CU12 is given. tests/e2e/gpu_check.rs runs it:
+#   DRY_RUN=1 BIN=target/debug/embedfleet OUT=/tmp/gc-out WORK=/tmp/gc-work bash benches/gpu-check.sh
+#   ... STEPS=doctor SLOW_STEP=doctor DOCTOR_LIMIT=2 ...    (doctor times out: fused kept)
+#   ... STEPS=doctor DOCTOR_DEVICES=cuda:0 ...              (an attention refusal: blockwise)
 #   timeout -s TERM 15 env DRY_RUN=1 ... bash benches/gpu-check.sh   (killed: still a report)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export OUT=${OUT:-/tmp/gpu-check} WORK=${WORK:-/tmp/gpu-work}
 mkdir -p "$OUT" "$WORK"
-export DRY_RUN=${DRY_RUN:-0} FAIL_STEP=${FAIL_STEP:-}
-export MIX_PAPERS=${MIX_PAPERS:-120} SMALL_PAPERS=${SMALL_PAPERS:-48}
-TIME_LIMIT=${TIME_LIMIT:-300}
-HARD_LIMIT=${HARD_LIMIT:-$((TIME_LIMIT + 90))}
+export DRY_RUN=${DRY_RUN:-0} FAIL_STEP=${FAIL_STEP:-} SLOW_STEP=${SLOW_STEP:-}
+export MIX_PAPERS=${MIX_PAPERS:-120} SMALL_PAPERS=${SMALL_PAPERS:-48} STUDY_PAPERS=${STUDY_PAPERS:-24}
+TIME_LIMIT=${TIME_LIMIT:-540}
+HARD_LIMIT=${HARD_LIMIT:-570}
+STEPS=${STEPS:-}
 export OOM_HEADROOM_GIB=${OOM_HEADROOM_GIB:-6}
 export LOG="$OUT/gpu-check.log"
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$WORK/cuda-cache} CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 START=$(date +%s)
 export START TIME_LIMIT HARD_LIMIT
 
 # A fresh run: only this script's own files, in $OUT and $WORK.
 rm -f "$OUT"/gpu-report.json "$OUT"/gpu-report.md "$OUT"/gpu-check.log "$OUT"/steps.tar.gz
 rm -f "$WORK"/steps.jsonl "$WORK"/plan.tsv "$WORK"/current "$WORK"/*.out "$WORK"/*.err \
-  "$WORK"/attention*.txt "$WORK"/gpu.txt "$WORK"/filled "$WORK"/model-note.txt \
-  "$WORK"/fidelity*.json "$WORK"/vectors*.json "$WORK"/mix*.json "$WORK"/decode.json
+  "$WORK"/*.skip "$WORK"/attention*.txt "$WORK"/gpu.txt "$WORK"/filled "$WORK"/model-note.txt \
+  "$WORK"/build.json "$WORK"/fidelity*.json "$WORK"/vectors*.json "$WORK"/mix*.json "$WORK"/decode.json
 
 elapsed() { echo $(( $(date +%s) - START )); }
 say() { echo "== $* ($(elapsed) s)" | tee -a "$LOG" >&2; }
 export -f elapsed say
 
-# ---- the plan: step, estimate on one H200 (s), limit (s, ~1.5x) --------------------------------
+# ---- the plan: step, estimate on one H200 (s), limit (s) -----------------------------------------
 declare -A EST LIMIT
-ORDER=()
-plan_step() { ORDER+=("$1"); EST[$1]=$2; LIMIT[$1]=$3; printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$WORK/plan.tsv"; }
-plan_step unpack         5   15
-plan_step doctor        10   20
-plan_step model         90  135
-plan_step ours          50   75
-plan_step decode        10   20
-plan_step oom_unplanned 25   40
-plan_step oom_planned   15   25
-plan_step two_workers   15   25
-plan_step cu12          15   25
-plan_step torch         55   85
-
-# ---- the report: $WORK -> $OUT/gpu-report.{json,md} and $OUT/steps.tar.gz ------------------------
-cat >"$WORK/report.py" <<'PY'
-import json, os, sys, time
-work, out, start, time_limit, dry_run, finished = sys.argv[1:7]
-start, time_limit, finished = int(start), int(time_limit), finished == "1"
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return default
-
-def jsonl(path):
-    rows = []
-    try:
-        with open(path, errors="replace") as f:
-            for l in f:
-                l = l.strip()
-                if l.startswith("{"):
-                    try:
-                        rows.append(json.loads(l))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return rows
-
-plan = []
-for l in (read(os.path.join(work, "plan.tsv"), "") or "").splitlines():
-    name, est, lim = l.split("\t")
-    plan.append({"step": name, "estimate_s": int(est), "limit_s": int(lim)})
-records = {}
-for r in jsonl(os.path.join(work, "steps.jsonl")):
-    records[r["step"]] = r  # the last record of a step wins
-current = (read(os.path.join(work, "current"), "") or "").split()
-steps = []
-for p in plan:
-    r = dict(p)
-    if p["step"] in records:
-        r.update(records[p["step"]])
-    elif current and current[0] == p["step"]:
-        r.update(status="running", secs=round(time.time() - float(current[1]), 1))
-    else:
-        r.update(status="not run")
-    steps.append(r)
-for name, r in records.items():  # recorded without a plan row (fidelity skipped, ...)
-    if name not in {p["step"] for p in plan}:
-        steps.append(r)
-
-report = {"finished": finished, "dry_run": dry_run == "1", "elapsed_s": int(time.time()) - start,
-          "time_limit_s": time_limit, "estimate_total_s": sum(p["estimate_s"] for p in plan),
-          "gpu": read(os.path.join(work, "gpu.txt")),
-          "attention": read(os.path.join(work, "attention.txt"), "not probed"),
-          "attention_cu12": read(os.path.join(work, "attention-cu12.txt")),
-          "model_note": read(os.path.join(work, "model-note.txt")),
-          "steps": steps}
-lines = {}
-for s in steps:
-    ls = jsonl(os.path.join(work, s["step"] + ".out"))
-    lines[s["step"]] = ls
-    report[s["step"]] = ls
-doctor = read(os.path.join(work, "doctor.out"))
-report["doctor_text"] = doctor.splitlines()[-40:] if doctor else None
-mix, mix_torch = read(os.path.join(work, "mix.json")), read(os.path.join(work, "mix-torch.json"))
-if mix and mix_torch:
-    report["mix_same_as_peer"] = json.loads(mix) == json.loads(mix_torch)
-report["attention_used"] = sorted({r["attention"] for ls in lines.values() for r in ls
-                                   if r.get("event") == "bench" and r.get("attention")})
-
-def mix_line(ls):
-    return next((r for r in ls if r.get("event") == "bench"
-                 and r.get("label") == "mix_packed_token_budget"), None)
-
-def fallbacks(r):
-    f = (r or {}).get("fallbacks") or {}
-    return sum(int(f.get(k, 0)) for k in ("split", "sequential", "chunked")), f
-
-# Checks that turn an ok exit into a failure: the out-of-memory run must fall back.
-for s in steps:
-    if s["step"] == "oom_unplanned" and s.get("status") == "ok":
-        m = mix_line(lines["oom_unplanned"])
-        n, _ = fallbacks(m)
-        if m is None:
-            s["status"], s["check"] = "failed", "no mix_packed_token_budget line"
-        elif n == 0:
-            s["status"], s["check"] = "failed", "no fallback taken: the fill left too much memory"
-
-def distinct_plans(ls):
-    # Each bench line names its attention plans, (sequences, longest length) each.
-    keys = set()
-    for r in ls:
-        if r.get("event") == "bench":
-            keys.update(tuple(p) for p in r.get("plans") or [])
-    return sorted(keys)
-
-def why(name):  # the reason a step failed, from its own output
-    err = (read(os.path.join(work, name + ".err"), "") or "").splitlines()
-    out = (read(os.path.join(work, name + ".out"), "") or "").splitlines()
-    problems = [l for l in out + err if l.startswith("problem:")]
-    tail = [l for l in err if l.strip()] or [l for l in out if l.strip() and not l.startswith("{")]
-    return (problems[0] if problems else tail[-1] if tail else "")[:300]
-
-for s in steps:
-    if s.get("status") in ("failed", "timed out", "interrupted") and not s.get("check"):
-        s["why"] = why(s["step"])
-
-def status_text(s):
-    st = s.get("status", "?")
-    if st == "failed":
-        return f"FAILED: {s['check']}" if s.get("check") else f"FAILED (rc {s.get('rc')})"
-    if st == "timed out":
-        return f"TIMED OUT ({s.get('limit_s')} s)"
-    return st
-
-def notes(name, s):
-    ls = lines.get(name, [])
-    n = []
-    errs = [r for r in ls if r.get("event") == "fidelity_error"]
-    if errs:
-        n.append(f"{len(errs)} fidelity errors")
-    berrs = [r for r in ls if r.get("event") == "bench_error"]
-    if berrs:
-        n.append(f"{len(berrs)} bench errors: " + ", ".join(
-            f"{r.get('label')}: {str(r.get('error'))[:120]}" for r in berrs).replace("|", "/"))
-    fid = [r for r in ls if r.get("event") == "fidelity"]
-    if fid:
-        n.append(f"fidelity min cos {min(r.get('cosine', 0) for r in fid):.6f}")
-    plans = distinct_plans(ls)
-    if plans:
-        shown = ", ".join(f"{b}x{t}" for b, t in plans[:6]) + (" ..." if len(plans) > 6 else "")
-        n.append(f"{len(plans)} attention plans ({shown})")
-    build_s = sum(r.get("plan_build_s") or 0 for r in ls if r.get("event") == "bench")
-    if build_s:
-        n.append(f"plans built in {build_s:.1f} s before timing")
-    m = mix_line(ls)
-    if m:
-        _, f = fallbacks(m)
-        n.append(f"fallbacks {f.get('split', 0)}/{f.get('sequential', 0)}/{f.get('chunked', 0)}")
-    cmp_ = next((r for r in ls if r.get("event") == "compare"), None)
-    if cmp_:
-        n.append(f"min cos vs unfilled {cmp_.get('min_cosine')}")
-    fill = next((r for r in ls if r.get("event") == "fill"), None)
-    if fill:
-        n.append(f"held {fill.get('held_gib')} GiB, left {fill.get('left_gib')} GiB")
-    if s.get("note"):
-        n.append(s["note"])
-    if s.get("why"):
-        n.append(s["why"].replace("|", "/"))
-    if name == "model" and report["model_note"]:
-        n.append(report["model_note"])
-    if name == "doctor" and report["attention"]:
-        n.append("attention: " + report["attention"])
-    if name == "cu12" and report["attention_cu12"]:
-        n.append("attention: " + report["attention_cu12"])
-    return "; ".join(n)
-
-rows = [f"# GPU check ({'dry run, CPU' if dry_run == '1' else report['gpu'] or 'GPU'})", "",
-        f"{'finished' if finished else 'NOT FINISHED'} after {report['elapsed_s']} s "
-        f"(time limit {time_limit} s, estimate {report['estimate_total_s']} s); "
-        f"attention: {report['attention']}"
-        + (f"; used: {', '.join(report['attention_used'])}" if report["attention_used"] else ""), "",
-        "| step | status | secs | est. s | limit s | JSON lines | notes |", "|---|---|---|---|---|---|---|"]
-for s in steps:
-    dash = lambda v: "-" if v is None else v
-    rows.append(f"| {s['step']} | {status_text(s)} | {dash(s.get('secs'))} | {dash(s.get('estimate_s'))} "
-                f"| {dash(s.get('limit_s'))} | {len(lines.get(s['step'], []))} | {notes(s['step'], s)} |")
-
-def num(v, fmt):
-    return format(v, fmt) if isinstance(v, (int, float)) else "-"
-
-torch = {r["label"]: r for r in lines.get("torch", []) if r.get("event") == "bench"}
-ours = {r["label"]: r for r in lines.get("ours", []) if r.get("event") == "bench"}
-if ours or torch:
-    rows += ["", "| run | embedfleet tokens/s | PyTorch tokens/s | ratio | our peak GB | est. GB | PyTorch peak GB |",
-             "|---|---|---|---|---|---|---|"]
-    best_torch_mix = max((r.get("real_tok_per_s", 0) for k, r in torch.items()
-                          if not k.startswith("uniform")), default=None)
-    for label, r in ours.items():
-        peer = torch.get(label)
-        if label.startswith("mix") and best_torch_mix:
-            peer = {"real_tok_per_s": best_torch_mix, "peak_mem_gb": None}
-        p = (peer or {}).get("real_tok_per_s")
-        mine = r.get("real_tok_per_s")
-        ratio = f"{mine / p:.2f}" if p and mine else "-"
-        rows.append(f"| {label} | {num(mine, '.0f')} | {num(p, '.0f')} | {ratio} | {num(r.get('peak_mem_gb'), '.1f')} "
-                    f"| {num(r.get('estimate_gb'), '.2f')} | {num((peer or {}).get('peak_mem_gb'), '.1f')} |")
-    for label, r in torch.items():
-        if label not in ours:
-            rows.append(f"| (PyTorch) {label} | - | {num(r.get('real_tok_per_s'), '.0f')} | - | - | - "
-                        f"| {num(r.get('peak_mem_gb'), '.1f')} |")
-    rows.append("")
-    rows.append("mix rows compare with PyTorch's best approach on the mix (max of its mix runs; its "
-                "study-padded run uses the first papers only).")
-fid = [(name, r) for name, ls in lines.items() for r in ls
-       if r.get("event") in ("fidelity", "fidelity_error")]
-if fid:
-    rows += ["", "| binary | fidelity case | tokens | cosine vs transformers fp32 |", "|---|---|---|---|"]
-    for name, r in fid:
-        cos = num(r.get("cosine"), ".6f") if r["event"] == "fidelity" else \
-            "ERROR: " + str(r.get("error") or r.get("err") or r.get("message") or r)[:200]
-        rows.append(f"| {'cu12' if name == 'cu12' else 'cu13'} ({name}) | {r.get('name')} | {r.get('tokens', '-')} | {cos} |")
-table = "\n".join(rows) + "\n"
-for path, text in ((os.path.join(out, "gpu-report.json"), json.dumps(report, indent=1)),
-                   (os.path.join(out, "gpu-report.md"), table)):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-if finished:
-    print(table)
-PY
+plan_step() { EST[$1]=$2; LIMIT[$1]=$3; printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$WORK/plan.tsv"; }
+plan_step unpack          5   20
+plan_step doctor         25   "${DOCTOR_LIMIT:-60}"
+plan_step peer          140  210
+plan_step ours           90  135
+plan_step oom_unplanned  40   60
+plan_step oom_planned    35   55
+plan_step two_workers    40   60
+plan_step decode         25   40
+plan_step cu12           10   60
 
 REPORTED_FINAL=0
 report() { # [final]: the report from what $WORK holds now; never fails the script
-  local final=${1:-0}
-  timeout 30 python3 "$WORK/report.py" "$WORK" "$OUT" "$START" "$TIME_LIMIT" "$DRY_RUN" "$final" \
+  timeout 30 python3 benches/gpu_report.py "$WORK" "$OUT" "$START" "$TIME_LIMIT" "$DRY_RUN" "${1:-0}" \
     || echo "report: python failed (rc $?)" >>"$LOG"
   # Small per-step text files only (no weights, no vectors): under 4 MiB each.
   (cd "$WORK" && find . -maxdepth 1 -type f \( -name '*.out' -o -name '*.err' -o -name '*.txt' \
-      -o -name '*.jsonl' -o -name '*.tsv' \) -size -4M -printf '%P\n' | sort \
+      -o -name '*.jsonl' -o -name '*.tsv' -o -name '*.json' \) -size -4M -printf '%P\n' | sort \
     | timeout 30 tar -czf "$OUT/steps.tar.gz.tmp" -T - 2>>"$LOG" \
     && mv -f "$OUT/steps.tar.gz.tmp" "$OUT/steps.tar.gz")
   rm -f "$OUT/steps.tar.gz.tmp"
@@ -323,17 +123,21 @@ record() { # STEP STATUS RC SECS NOTE [LIMIT]
 }
 skip() { record "$1" skipped "" 0 "$2"; say "step $1 skipped: $2"; report; }
 
-CUR="" CUR_PID="" CUR_T0=""
+CUR="" CUR_PID="" CUR_T0="" LAST_RC=""
 secs_since() { awk -v a="$1" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 step() { # NAME CMD...: CMD under timeout (the plan's limit, cut at HARD_LIMIT), stdout to
-         # $WORK/NAME.out, stderr to $WORK/NAME.err; records status and seconds; never aborts
+         # $WORK/NAME.out, stderr to $WORK/NAME.err; records status and seconds; never aborts.
+         # A command that writes $WORK/NAME.skip (the reason) is recorded skipped.
   local name=$1; shift
   local est=${EST[$name]:-0} lim=${LIMIT[$name]:-60} now rc status note=""
+  LAST_RC=""
+  if [ -n "$STEPS" ] && [[ " $STEPS " != *" $name "* ]]; then skip "$name" "not in STEPS ($STEPS)"; return 0; fi
   now=$(elapsed)
   if [ "$now" -ge "$TIME_LIMIT" ]; then skip "$name" "time limit ${TIME_LIMIT} s reached at ${now} s"; return 0; fi
   if [ $((HARD_LIMIT - now)) -lt "$lim" ]; then lim=$((HARD_LIMIT - now)); note="limit cut to ${lim} s by HARD_LIMIT"; fi
   if [ "$lim" -lt 1 ]; then skip "$name" "HARD_LIMIT ${HARD_LIMIT} s reached at ${now} s"; return 0; fi
   [ "$FAIL_STEP" = "$name" ] && { set -- false; note="FAIL_STEP=$name: command replaced by false"; }
+  [ "$SLOW_STEP" = "$name" ] && { set -- sleep 3600; note="SLOW_STEP=$name: command replaced by sleep 3600"; }
   say "step $name (estimate ${est} s, limit ${lim} s)"
   CUR=$name CUR_T0=$(date +%s%N)
   echo "$name $(date +%s.%N)" >"$WORK/current"
@@ -341,13 +145,14 @@ step() { # NAME CMD...: CMD under timeout (the plan's limit, cut at HARD_LIMIT),
   CUR_PID=$!
   wait "$CUR_PID"; rc=$?
   local secs; secs=$(secs_since "$CUR_T0")
-  CUR="" CUR_PID=""
+  CUR="" CUR_PID="" LAST_RC=$rc
   rm -f "$WORK/current"
   case $rc in
     0) status=ok ;;
-    124|137) status="timed out" ;;
+    124|137) status="timed out"; note="${note:+$note; }cut at ${lim} s" ;;
     *) status=failed ;;
   esac
+  if [ -s "$WORK/$name.skip" ]; then status=skipped; note="${note:+$note; }$(cat "$WORK/$name.skip")"; fi
   record "$name" "$status" "$rc" "$secs" "$note" "$lim"
   { echo "-- $name: $status (rc $rc, $secs s); stderr tail:"; tail -n 60 "$WORK/$name.err"; } >>"$LOG"
   say "step $name: $status (rc $rc, $secs s)"
@@ -383,75 +188,45 @@ trap 'on_signal 2' INT
 report
 
 # ---- the commands of the steps (run under `bash -c` by step: exported) -------------------------
-doctor_cmd() { # BIN ATTENTION_FILE: the fused attention's self-test first; plain doctor if the
-               # binary has no --attention. Writes the attention label to ATTENTION_FILE.
-  local bin=$1 file=$2 out rc
-  out=$("$bin" doctor --devices "$DEVICE" --attention 2>&1); rc=$?
-  echo "$out"
-  if [ "$rc" != 0 ] && grep -q -- "unexpected argument '--attention'" <<<"$out"; then
-    echo "(this binary's doctor has no --attention: plain doctor)"
-    echo "not probed (this binary's doctor has no --attention)" >"$file"
-    "$bin" doctor --devices "$DEVICE" 2>&1
-    return
-  fi
-  if [ "$rc" = 0 ]; then
-    if [ "$DRY_RUN" = 1 ]; then echo "cpu (no fused kernel on the CPU)" >"$file"; else echo fused >"$file"; fi
-  else
-    local why
-    why=$(grep -i -m1 -E 'attention|cudnn|fused' <<<"$out" || tail -n1 <<<"$out")
-    echo "blockwise (fused refused: ${why:0:300})" >"$file"
-  fi
-  return "$rc"
+unpack() { # XZ DEST: decompressed, executable
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2" \
+    && chmod +x "$2"
 }
 
-model_cmd() { # the model (and fidelity cases) in $MODEL, by PyTorch or, in a dry run without it,
-              # by make-tiny-model
+doctor_cmd() { # BIN: doctor with the fused attention's self-test, nothing else
+  # shellcheck disable=SC2086
+  "$1" doctor --devices "${DOCTOR_DEVICES:-$DEVICE}" --attention ${DOCTOR_ARGS:-}
+}
+
+attention_verdict() { # OUT_FILE RC: the attention label from doctor's verdict line alone
+  local out=$1 rc=$2 refused kernel first
+  refused=$(grep -m1 '^problem: the fused attention kernel cannot run on ' "$out" 2>/dev/null)
+  kernel=$(grep -m1 -E '^attention on [^ ]+: ' "$out" 2>/dev/null | sed -E 's/^attention on [^ ]+: //')
+  if [ -n "$refused" ]; then
+    refused=${refused#problem: the fused attention kernel cannot run on }
+    echo "blockwise (fused refused on ${refused%%; EMBEDFLEET_ATTENTION=*})"
+  elif [ -n "$kernel" ]; then
+    echo "$kernel"
+  else
+    first=$(grep -m1 '^problem: ' "$out" 2>/dev/null || tail -n1 "$out" 2>/dev/null)
+    case $rc in
+      124|137) echo "fused kept (doctor timed out before its attention verdict)" ;;
+      *) echo "fused kept (doctor exited $rc without an attention verdict${first:+: ${first:0:240}})" ;;
+    esac
+  fi
+}
+
+peer_cmd() { # the model, the fidelity cases and the PyTorch peer, in one process
   "$BIN" make-tiny-model --out "$WORK/tok" >/dev/null || return
   if [ "$DRY_RUN" = 1 ] && ! python3 -c 'import torch, transformers' 2>/dev/null; then
-    echo "no torch/transformers here: model by make-tiny-model, fidelity cases skipped" >"$WORK/model-note.txt"
+    echo "no torch/transformers here: model by make-tiny-model; no fidelity cases, no peer" >"$WORK/model-note.txt"
     "$BIN" make-tiny-model --out "$MODEL"
     return
   fi
-  python3 - "$MODEL" "$WORK/tok/tokenizer.json" "$WORK/fidelity.json" "$SHAPE" "$LENGTHS" \
-    "$WORK/fidelity-cu12.json" "$CU12_LEN" <<'PY'
-import json, shutil, sys, time, torch
-from transformers import Qwen3Config, Qwen3Model
-out, tokenizer, cases_path, shape, lengths, cu12_path, cu12_len = sys.argv[1:8]
-dims = dict(vocab_size=151665, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-            num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-            max_position_embeddings=40960)
-if shape == "tiny":
-    dims = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                max_position_embeddings=2048)
-cfg = Qwen3Config(**dims, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True)
-cfg._attn_implementation = "sdpa"
-device = "cuda" if torch.cuda.is_available() else "cpu"
-t = time.time()
-torch.manual_seed(0)
-with torch.device(device):
-    model = Qwen3Model(cfg).to(torch.bfloat16).eval()
-model.save_pretrained(out, safe_serialization=True)
-shutil.copy(tokenizer, f"{out}/tokenizer.json")
-print(json.dumps({"event": "model_written", "secs": round(time.time() - t, 1)}), flush=True)
-# The reference: the same weights in float32, one text per forward, last token, L2-normalised.
-t = time.time()
-model = model.float()
-g = torch.Generator().manual_seed(1)
-cases = []
-for n in map(int, lengths.split()):
-    ids = torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist()
-    with torch.inference_mode():
-        h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
-    emb = torch.nn.functional.normalize(h.double(), dim=0)
-    cases.append({"name": f"random_{n}", "ids": ids, "embedding": [float(x) for x in emb]})
-ref = f"transformers Qwen3Model, float32, sdpa, torch {torch.__version__}"
-json.dump({"reference": ref, "cases": cases}, open(cases_path, "w"))
-json.dump({"reference": ref, "cases": [c for c in cases if len(c["ids"]) == int(cu12_len)]},
-          open(cu12_path, "w"))
-print(json.dumps({"event": "fidelity_cases", "cases": len(cases), "secs": round(time.time() - t, 1)}),
-      flush=True)
-PY
+  MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
+    FIDELITY_LENGTHS=$LENGTHS FIDELITY_CU12_OUT=$WORK/fidelity-cu12.json CU12_LEN=$CU12_LEN \
+    MIX_OUT=$WORK/mix-peer.json UNIFORM_FORWARDS=2 UNIFORM_SHAPES=$SHAPES DEVICE=${DEVICE%%:*} \
+    python3 benches/torch_baseline.py
 }
 
 bench() { "$BIN" bench-gpu --model-dir "$MODEL" "$@"; }
@@ -468,18 +243,15 @@ oom_cmd() { # BENCH ARGS...: wait for the filler's hold, then the bench
   bench "$@"
 }
 
-cu12_cmd() { # doctor and one fidelity length on the CUDA 12 binary
-  local bin=$WORK/embedfleet-cu12 rc=0 libs
-  if [ -n "${BIN_CU12:-}" ]; then bin=$BIN_CU12; else
-    python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('target-gpu/embedfleet-cu12.xz'), open('$bin', 'wb'))" \
-      && chmod +x "$bin" || return
-  fi
+cu12_cmd() { # doctor and one fidelity length on the CUDA 12 binary, where CUDA 12 libraries are
+  local bin=$WORK/embedfleet-cu12 rc=0 libs missing
+  if [ -n "${BIN_CU12:-}" ]; then bin=$BIN_CU12; else unpack target-gpu/embedfleet-cu12.xz "$bin" || return; fi
   if [ "$DRY_RUN" != 1 ]; then # CUDA 12 libraries, where some python package ships them
     libs=$(python3 - <<'PY'
 import glob, os, site, sys
 dirs = []
 for sp in list(site.getsitepackages()) + sys.path:
-    for name in ("libcublas.so.12", "libcublasLt.so.12", "libcudart.so.12", "libcurand.so.10"):
+    for name in ("libcublas.so.12", "libcublasLt.so.12", "libcudart.so.12", "libcurand.so.10", "libnvrtc.so.12"):
         for f in glob.glob(os.path.join(sp, "nvidia", "*", "lib", name)):
             if os.path.dirname(f) not in dirs: dirs.append(os.path.dirname(f))
 print(":".join(dirs))
@@ -488,9 +260,17 @@ PY
     echo "CUDA 12 library dirs found: ${libs:-none}"
     [ -n "$libs" ] && export LD_LIBRARY_PATH="$libs:$LD_LIBRARY_PATH"
   fi
-  doctor_cmd "$bin" "$WORK/attention-cu12.txt" || rc=$?
+  missing=$(ldd "$bin" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
+  if [ -n "$missing" ]; then
+    echo "this device has no CUDA 12 libraries (${missing% }: not found); the CUDA 12 build is checked on a node with them" \
+      | tee "$WORK/cu12.skip"
+    return 0
+  fi
+  doctor_cmd "$bin" >"$WORK/doctor-cu12.out" 2>&1 || rc=$?
+  cat "$WORK/doctor-cu12.out"
+  attention_verdict "$WORK/doctor-cu12.out" "$rc" >"$WORK/attention-cu12.txt"
   if [ -s "$WORK/fidelity-cu12.json" ]; then
-    case $(cat "$WORK/attention-cu12.txt" 2>/dev/null) in blockwise*) export EMBEDFLEET_ATTENTION=blockwise ;; esac
+    case $(cat "$WORK/attention-cu12.txt") in "blockwise (fused refused"*) export EMBEDFLEET_ATTENTION=blockwise ;; esac
     "$bin" bench-gpu --model-dir "$MODEL" --devices "$DEVICE" --skip-uniform --skip-mix \
       --fidelity "$WORK/fidelity-cu12.json" || rc=$?
   else
@@ -498,43 +278,77 @@ PY
   fi
   return "$rc"
 }
-export -f doctor_cmd model_cmd bench oom_cmd cu12_cmd
+export -f unpack doctor_cmd attention_verdict peer_cmd bench oom_cmd cu12_cmd
 
 # ---- the run ----------------------------------------------------------------------------------
+identity() { # BIN BUILD_JSON_KEY: build.json from the packer (or made here), the binary's sha256
+  python3 - "$1" "$2" "$WORK/build.json" <<'PY'
+import hashlib, json, os, subprocess, sys
+binary, key, path = sys.argv[1:4]
+try:
+    build = json.load(open("target-gpu/build.json")) if key else {}
+except (OSError, ValueError) as e:
+    build = {"error": f"target-gpu/build.json: {e}"}
+if os.path.exists(path):
+    build = json.load(open(path))
+if not build.get("git_commit"):
+    try:
+        build["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+sha = hashlib.sha256(open(binary, "rb").read()).hexdigest()
+unpacked = build.setdefault("unpacked", {})
+unpacked[os.path.basename(binary)] = sha
+want = (build.get("binaries") or {}).get(key, {}).get("sha256")
+if want:
+    build["sha256_matches"] = build.get("sha256_matches", True) and want == sha
+try:
+    build.setdefault("version", {})[os.path.basename(binary)] = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
+except Exception as e:
+    build.setdefault("version", {})[os.path.basename(binary)] = f"--version failed: {e}"
+json.dump(build, open(path, "w"), indent=1)
+PY
+}
+
 if [ "$DRY_RUN" = 1 ]; then
   export DEVICE=cpu TWO_WORKERS=cpu:2 SHAPE=tiny SHAPES=2x64,1x256 LENGTHS="1 16 300 1000" CU12_LEN=300
   [ -n "${BIN:-}" ] || { echo "DRY_RUN=1 needs BIN=path/to/embedfleet" >&2; exit 2; }
   export BIN
   echo "dry run on the CPU: tiny shape" >"$WORK/gpu.txt"
   skip unpack "dry run: BIN=$BIN"
+  identity "$BIN" ""
 else
   export DEVICE=cuda:0 TWO_WORKERS=cuda:0,0 SHAPE=4b SHAPES=64x512,16x2048,4x8192,1x32768
   export LENGTHS="1 16 512 2048 8192 32768" CU12_LEN=2048
   export BIN="$WORK/embedfleet"
-  step unpack bash -c "python3 -c \"import lzma, shutil; shutil.copyfileobj(lzma.open('target-gpu/embedfleet.xz'), open('$BIN', 'wb'))\" && chmod +x '$BIN'"
+  step unpack unpack target-gpu/embedfleet.xz "$BIN"
+  [ -x "$BIN" ] && identity "$BIN" embedfleet.xz
   # shellcheck disable=SC1091
   source .ci/cuda/gpu-env.sh || say "gpu-env.sh found no CUDA 13 libraries"
   timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
     >"$WORK/gpu.txt" 2>>"$LOG" || say "nvidia-smi failed"
 fi
 export MODEL="$WORK/qwen3-$SHAPE-random"
+report
 
-step doctor doctor_cmd "$BIN" "$WORK/attention.txt"
-attention=$(cat "$WORK/attention.txt" 2>/dev/null || true)
-if [ "$DRY_RUN" != 1 ] && { [ -z "$attention" ] || [ "${attention#blockwise}" != "$attention" ]; }; then
-  [ -n "$attention" ] || echo "blockwise (fused not confirmed: doctor did not finish)" >"$WORK/attention.txt"
-  export EMBEDFLEET_ATTENTION=blockwise
-  say "attention: $(cat "$WORK/attention.txt"); EMBEDFLEET_ATTENTION=blockwise from here on"
+step doctor doctor_cmd "$BIN"
+if [ -n "$LAST_RC" ]; then
+  attention_verdict "$WORK/doctor.out" "$LAST_RC" >"$WORK/attention.txt"
+  case $(cat "$WORK/attention.txt") in
+    "blockwise (fused refused"*) export EMBEDFLEET_ATTENTION=blockwise
+      say "attention: $(cat "$WORK/attention.txt"); EMBEDFLEET_ATTENTION=blockwise from here on" ;;
+    *) say "attention: $(cat "$WORK/attention.txt")" ;;
+  esac
+  report
 fi
 
-step model model_cmd
-[ -s "$WORK/fidelity.json" ] || record fidelity skipped "" 0 "no fidelity cases (no torch/transformers, or the model step failed)"
-
-# The mix: the peer's own formula (pure python, so it exists whatever the peer does), its first
+# The mix: the peer's own formula (pure python: it exists whatever the peer does), its first
 # SMALL_PAPERS for the out-of-memory and two-worker checks, and 64 one-token papers.
 if [ "$DRY_RUN" = 1 ]; then
   echo "[5, 300, 17, 1000, 64, 64, 900]" >"$WORK/mix.json"
   SMALL_PAPERS=4
+  export STUDY_PAPERS=4 MIX_IN="$WORK/mix.json" # the peer embeds the very same papers
 else
   timeout 30 python3 - "$MIX_PAPERS" "$WORK/mix.json" <<'PY'
 import json, math, random, sys
@@ -546,6 +360,9 @@ fi
 python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1]))[:int(sys.argv[2])], open(sys.argv[3], 'w'))" \
   "$WORK/mix.json" "$SMALL_PAPERS" "$WORK/mix-small.json"
 python3 -c "import json; print(json.dumps([1] * 64))" >"$WORK/decode.json"
+
+step peer peer_cmd
+[ -s "$WORK/fidelity.json" ] || record fidelity skipped "" 0 "no fidelity cases (no torch/transformers, or the peer step failed)"
 
 fid=(); [ -s "$WORK/fidelity.json" ] && fid=(--fidelity "$WORK/fidelity.json")
 step ours bench --devices "$DEVICE" --shapes "$SHAPES" --forwards 2 --mix "$WORK/mix.json" \
@@ -561,13 +378,13 @@ json.dump({'lengths': v['lengths'][:n], 'vectors': v['vectors'][:n]}, open(sys.a
   cmp=(--compare-vectors "$WORK/vectors-small.json")
 fi
 
-step decode bench --devices "$DEVICE" --skip-uniform --skip-study --mix "$WORK/decode.json"
-
 if [ "$DRY_RUN" = 1 ]; then
   skip oom_unplanned "dry run: no GPU to fill"
   skip oom_planned "dry run: no GPU to fill"
 elif [ "$(elapsed)" -ge "$TIME_LIMIT" ]; then
   skip oom_unplanned "time limit ${TIME_LIMIT} s reached"; skip oom_planned "time limit ${TIME_LIMIT} s reached"
+elif [ -n "$STEPS" ] && [[ " $STEPS " != *" oom_unplanned "* ]] && [[ " $STEPS " != *" oom_planned "* ]]; then
+  skip oom_unplanned "not in STEPS ($STEPS)"; skip oom_planned "not in STEPS ($STEPS)"
 else
   # Leave the weights (their file size) + 1 GiB (contexts, cuDNN workspace) + OOM_HEADROOM_GIB
   # free: the unplanned mix's largest mini-batch (~259k padded tokens) needs far more.
@@ -597,18 +414,13 @@ fi
 step two_workers bench --devices "$TWO_WORKERS" --skip-uniform --skip-study \
   --mix "$WORK/mix-small.json" "${cmp[@]}"
 
+step decode bench --devices "$DEVICE" --skip-uniform --skip-study --mix "$WORK/decode.json"
+
 if [ -n "${BIN_CU12:-}" ] || { [ "$DRY_RUN" != 1 ] && [ -f target-gpu/embedfleet-cu12.xz ]; }; then
   step cu12 cu12_cmd
+  [ -x "$WORK/embedfleet-cu12" ] && identity "$WORK/embedfleet-cu12" embedfleet-cu12.xz
 else
   skip cu12 "no CUDA 12 binary (target-gpu/embedfleet-cu12.xz; BIN_CU12 in a dry run)"
-fi
-
-if [ "$DRY_RUN" = 1 ]; then
-  skip torch "dry run: the peer needs a GPU"
-else
-  # Trimmed: 2 timed forwards per uniform shape, the study's padded batches on SMALL_PAPERS.
-  step torch env MIX_OUT="$WORK/mix-torch.json" UNIFORM_FORWARDS=2 STUDY_PAPERS="$SMALL_PAPERS" \
-    python3 benches/torch_baseline.py
 fi
 
 say "done"

@@ -1,34 +1,94 @@
 # The PyTorch peer of `embedfleet bench-gpu` (the project's copy of the team's
 # shared/bench/torch_baseline.py; benches/gpu-check.sh runs both in one script).
-# MIX_PAPERS (default 240) sets the size of the paper mix, MIX_OUT writes its token lengths
-# (JSON) so `bench-gpu --mix` embeds the very same papers. To fit a short GPU session:
-# UNIFORM_FORWARDS (default 4) forwards per uniform shape (two of them warm up first; timed: all
-# of them), STUDY_PAPERS (default: all) runs the study's padded batches on the first N papers only.
-# Anchor: HF transformers Qwen3 (Qwen3-Embedding-4B shape, random bf16 weights) on one GPU.
-# Measures forward tokens/s for (a) uniform shapes, (b) a paper-like length mix batched
-# the way the HPC study did (<=8 papers, <=150k chars, padded) versus length-sorted token budgets,
+# Anchor: HF transformers Qwen3 (Qwen3-Embedding-4B shape, random bf16 weights, seed 0) on one
+# GPU. Measures forward tokens/s for (a) uniform shapes, (b) a paper-like length mix batched the
+# way the HPC study did (<=8 papers, <=150k chars, padded) versus length-sorted token budgets,
 # and (c) the same mix one paper per forward with no padding. Prints one JSON line per run.
-import json, time, math, random, sys, os
+#
+# With MODEL_OUT, the same process first writes the model it measures (HF layout, bf16,
+# save_pretrained) for embedfleet to load, and the fidelity cases: transformers' float32
+# embeddings (last token, L2-normalised) of random ids at FIDELITY_LENGTHS tokens. One process,
+# one set of weights: no second load of 8 GB.
+#
+# env: MODEL_OUT=dir (TOKENIZER=tokenizer.json copied in; FIDELITY_OUT, FIDELITY_LENGTHS="1 16 512
+#      2048 8192 32768", FIDELITY_CU12_OUT + CU12_LEN: the one case for the CUDA 12 binary)
+#      SHAPE=4b|tiny  DEVICE=cuda|cpu  BENCH=1 (0: model and cases only)
+#      UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768  UNIFORM_FORWARDS=4 (two warm up first; all timed)
+#      MIX_PAPERS=240  MIX_OUT=file (the mix's token lengths, for `bench-gpu --mix`)
+#      MIX_IN=file (a JSON list of token lengths instead of the seeded mix; characters ~4.2 a token)
+#      STUDY_PAPERS (default: all): the study's padded batches on the first N papers only
+import json, math, os, random, shutil, sys, time
 import torch
 from transformers import Qwen3Config, Qwen3Model
 
 def log(**kw):
     print(json.dumps(kw), flush=True)
 
-cfg = Qwen3Config(vocab_size=151665, hidden_size=2560, intermediate_size=9728,
-                  num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                  head_dim=128, max_position_embeddings=40960, rope_theta=1e6,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True)
+env = os.environ.get
+device = env("DEVICE", "cuda")
+dims = dict(vocab_size=151665, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+            num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+            max_position_embeddings=40960)
+if env("SHAPE", "4b") == "tiny":
+    dims = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=2048)
+cfg = Qwen3Config(**dims, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True)
 cfg._attn_implementation = "sdpa"
+
+def sync():
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+def peak_gb():
+    return round(torch.cuda.max_memory_allocated() / 2**30, 1) if device == "cuda" else None
+
 t0 = time.time()
 torch.manual_seed(0)
-with torch.device("cuda"):
+with torch.device(device):
     model = Qwen3Model(cfg).to(torch.bfloat16).eval()
-torch.cuda.synchronize()
+sync()
 nparams = sum(p.numel() for p in model.parameters())
 nonemb = nparams - cfg.vocab_size * cfg.hidden_size
 log(event="loaded", secs=round(time.time() - t0, 1), params=nparams, non_embedding=nonemb,
-    torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
+    torch=torch.__version__, gpu=torch.cuda.get_device_name(0) if device == "cuda" else "cpu")
+
+def write_model_and_cases(out):
+    global model
+    t = time.time()
+    model.save_pretrained(out, safe_serialization=True)
+    if env("TOKENIZER"):
+        shutil.copy(env("TOKENIZER"), os.path.join(out, "tokenizer.json"))
+    log(event="model_written", secs=round(time.time() - t, 1), dir=out)
+    if not env("FIDELITY_OUT"):
+        return
+    # The reference: the same weights in float32 (bf16 values are exact in it), one text per
+    # forward, last token, L2-normalised; then back to bf16, bit for bit, for the benches.
+    t = time.time()
+    model = model.float()
+    g = torch.Generator().manual_seed(1)
+    cases = []
+    for n in map(int, env("FIDELITY_LENGTHS", "1 16 512 2048 8192 32768").split()):
+        ids = torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist()
+        with torch.inference_mode():
+            h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
+        emb = torch.nn.functional.normalize(h.double(), dim=0)
+        cases.append({"name": f"random_{n}", "ids": ids, "embedding": [float(x) for x in emb]})
+    model = model.to(torch.bfloat16)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    ref = f"transformers Qwen3Model, float32, sdpa, torch {torch.__version__}"
+    json.dump({"reference": ref, "cases": cases}, open(env("FIDELITY_OUT"), "w"))
+    if env("FIDELITY_CU12_OUT"):
+        cu12 = [c for c in cases if len(c["ids"]) == int(env("CU12_LEN", "2048"))]
+        json.dump({"reference": ref, "cases": cu12}, open(env("FIDELITY_CU12_OUT"), "w"))
+    log(event="fidelity_cases", cases=len(cases), secs=round(time.time() - t, 1))
+
+if env("MODEL_OUT"):
+    write_model_and_cases(env("MODEL_OUT"))
+if env("BENCH", "1") != "1":
+    sys.exit(0)
 
 def flops(lengths):
     # 2*nonemb per token + causal attention (QK^T and PV): 2*2*layers*heads*hd*L^2/2 per seq
@@ -40,8 +100,8 @@ def flops(lengths):
 @torch.inference_mode()
 def run_batch(lengths, pad=True):
     B, T = len(lengths), max(lengths)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), device="cuda")
-    mask = torch.zeros((B, T), dtype=torch.long, device="cuda")
+    ids = torch.randint(0, cfg.vocab_size, (B, T), device=device)
+    mask = torch.zeros((B, T), dtype=torch.long, device=device)
     for i, L in enumerate(lengths):
         mask[i, T - L:] = 1  # left padding, as Qwen3-Embedding uses
     out = model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -51,40 +111,49 @@ def run_batch(lengths, pad=True):
 def timed(batches, label, iters=1):
     for b in batches[:2]:
         run_batch(b)
-    torch.cuda.synchronize()
+    sync()
     t = time.time()
     real = padded = 0
     for _ in range(iters):
         for b in batches:
             run_batch(b)
             real += sum(b); padded += len(b) * max(b)
-    torch.cuda.synchronize()
+    sync()
     dt = time.time() - t
     f = sum(flops(b) for b in batches) * iters
     log(event="bench", label=label, secs=round(dt, 3), real_tokens=real, padded_tokens=padded,
         real_tok_per_s=round(real / dt), tflops_useful=round(f / dt / 1e12, 1),
-        peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 1))
+        peak_mem_gb=peak_gb())
+
+def free():
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 # (a) uniform shapes, 32k tokens per forward
-UNIFORM_FORWARDS = int(os.environ.get("UNIFORM_FORWARDS", "4"))
-for B, T in [(64, 512), (16, 2048), (4, 8192), (1, 32768)]:
+UNIFORM_FORWARDS = int(env("UNIFORM_FORWARDS", "4"))
+for shape in env("UNIFORM_SHAPES", "64x512,16x2048,4x8192,1x32768").split(","):
+    B, T = map(int, shape.split("x"))
     try:
         timed([[T] * B] * UNIFORM_FORWARDS, f"uniform_b{B}_t{T}")
     except Exception as e:
         log(event="error", label=f"uniform_b{B}_t{T}", err=str(e)[:300])
-    torch.cuda.empty_cache()
+    free()
 
 # (b) paper-like mix: lognormal chars, ~4.2 chars/token, capped at 32k tokens
-random.seed(0)
-chars = [min(int(random.lognormvariate(math.log(20000), 0.8)), 130000)
-         for _ in range(int(os.environ.get("MIX_PAPERS", "240")))]
-toks = [max(16, min(32768, c * 10 // 42)) for c in chars]
-if os.environ.get("MIX_OUT"):
-    with open(os.environ["MIX_OUT"], "w") as f:
+if env("MIX_IN"):
+    toks = json.load(open(env("MIX_IN")))
+    chars = [t * 42 // 10 for t in toks]
+else:
+    random.seed(0)
+    chars = [min(int(random.lognormvariate(math.log(20000), 0.8)), 130000)
+             for _ in range(int(env("MIX_PAPERS", "240")))]
+    toks = [max(16, min(32768, c * 10 // 42)) for c in chars]
+if env("MIX_OUT"):
+    with open(env("MIX_OUT"), "w") as f:
         json.dump(toks, f)
 # study heuristic: consecutive papers, <=8 per batch, <=150k chars per batch (on the first
 # STUDY_PAPERS papers when set)
-study_n = int(os.environ.get("STUDY_PAPERS") or len(toks))
+study_n = int(env("STUDY_PAPERS") or len(toks))
 study, cur, cc = [], [], 0
 for c, t in zip(chars[:study_n], toks[:study_n]):
     if cur and (len(cur) == 8 or cc + c > 150000):
@@ -105,25 +174,25 @@ for label, bs in [("study_heuristic_padded", study), ("sorted_token_budget_64k",
         timed(bs, label)
     except Exception as e:
         log(event="error", label=label, err=str(e)[:300])
-    torch.cuda.empty_cache()
+    free()
 
 # (c) the best simple PyTorch approach on the same mix: one paper per forward, no padding,
 # no mask, so sdpa takes its causal flash kernel.
 @torch.inference_mode()
 def one(L):
-    ids = torch.randint(0, cfg.vocab_size, (1, L), device="cuda")
+    ids = torch.randint(0, cfg.vocab_size, (1, L), device=device)
     h = model(input_ids=ids).last_hidden_state[:, -1]
     return torch.nn.functional.normalize(h.float(), dim=-1)
 
 for L in toks[:3]:
     one(L)
-torch.cuda.synchronize()
+sync()
 t = time.time()
 for L in toks:
     one(L)
-torch.cuda.synchronize()
+sync()
 dt = time.time() - t
 log(event="bench", label="one_paper_per_forward_nopad", secs=round(dt, 3), real_tokens=sum(toks),
     padded_tokens=sum(toks), real_tok_per_s=round(sum(toks) / dt),
     tflops_useful=round(sum(flops([L]) for L in toks) / dt / 1e12, 1),
-    peak_mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 1))
+    peak_mem_gb=peak_gb())

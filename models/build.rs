@@ -1,7 +1,8 @@
-//! With the `cuda` feature, compiles the cuDNN fused-attention shim (`cuda/cudnn_sdpa.cpp`)
-//! over the header-only cuDNN frontend. Nothing is linked from CUDA or cuDNN at build time:
-//! the shim loads libcudnn when a model starts on a GPU. Without the feature this does
-//! nothing.
+//! Compiles the cuDNN shim's plan policy (`cuda/plan_policy.cpp`, plain C++: which plan builds
+//! a new attention key tries) into every build, so that the CPU build tests the code the GPU
+//! runs. With the `cuda` feature, also compiles the cuDNN fused-attention shim
+//! (`cuda/cudnn_sdpa.cpp`) over the header-only cuDNN frontend. Nothing is linked from CUDA or
+//! cuDNN at build time: the shim loads libcudnn when a model starts on a GPU.
 //!
 //! Headers come from NVIDIA's PyPI wheels (`cuda/fetch-headers.sh`, run by
 //! `.ci/cuda/build-cuda.sh`): `CUDNN_FRONTEND_INCLUDE`, `CUDNN_INCLUDE` and `CUDA_INCLUDE`
@@ -12,6 +13,8 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-changed=cuda/cudnn_sdpa.cpp");
     println!("cargo:rerun-if-changed=cuda/cudnn_sdpa.h");
+    println!("cargo:rerun-if-changed=cuda/plan_policy.cpp");
+    println!("cargo:rerun-if-changed=cuda/plan_policy.h");
     for var in [
         "CUDNN_FRONTEND_INCLUDE",
         "CUDNN_INCLUDE",
@@ -20,6 +23,13 @@ fn main() {
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .opt_level(2)
+        .warnings(true)
+        .file("cuda/plan_policy.cpp")
+        .compile("embedfleet_sdpa_plan_policy");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }

@@ -36,6 +36,15 @@
 //   version checks pass, else COMPOSITE, but does not fall back if the chosen
 //   one later fails to find an engine. Here "auto" builds UNIFIED and, on any
 //   failure, COMPOSITE (EF_SDPA_IMPL forces one of them for A/B testing).
+// * Dynamic shapes and one kernel cache per handle (cuDNN >= 9.4): every new
+//   (batch, max_seq_len) key is a new graph, and a COMPOSITE graph's engine is
+//   compiled at run time (NVRTC), 0.1-2 s a key. Built with
+//   set_dynamic_shape_enabled(true) and the handle's KernelCache, the keys share
+//   the kernel compiled for the first and only build a plan around it. The
+//   frontend refuses dynamic shapes on the UNIFIED node, so it stays static.
+//   A dynamic build that fails where the static one then succeeds is not tried
+//   again on the handle. The order of attempts is plan_policy.cpp's (tested on
+//   the CPU); EF_SDPA_DYNAMIC=0 turns dynamic shapes off for A/B testing.
 // * Dynamic loading: with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING every cudnn*
 //   call is resolved with dlsym on the global `cudnn_frontend::cudnn_dlhandle`,
 //   which the application must define and set (done in load_cudnn below) before
@@ -57,6 +66,7 @@
 //   captured) to surface sticky asynchronous faults; EF_SDPA_SYNC=1 synchronizes.
 
 #include "cudnn_sdpa.h"
+#include "plan_policy.h"
 
 #if !defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
 #error "cudnn_sdpa.cpp must be compiled with -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING (no libcudnn/libcudart at link time)"
@@ -75,7 +85,9 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -115,6 +127,9 @@ struct Plan {
     std::shared_ptr<fe::graph::Graph> graph;
     int64_t workspace = 0;
     fe::AttentionImplementation_t impl = fe::AttentionImplementation_t::AUTO;
+    bool dynamic_shapes = false;
+    // What ef_sdpa_plan_impl returns: the node, dynamic shapes or not, the build's seconds.
+    std::string label;
 };
 
 }  // namespace ef_sdpa_detail
@@ -492,6 +507,10 @@ struct ef_sdpa {
     int32_t sm = 0;  // major*10 + minor
     ef_sdpa_detail::Impl impl_pref = ef_sdpa_detail::Impl::Auto;
     bool sync_check = false;
+    bool dynamic_wanted = true;   // EF_SDPA_DYNAMIC
+    bool dynamic_failed = false;  // a dynamic build failed where the static one succeeded
+    // Shared by every dynamic-shape plan of this handle (one device, one model's heads).
+    std::shared_ptr<cudnn_frontend::KernelCache> kernel_cache = std::make_shared<cudnn_frontend::KernelCache>();
     std::map<ef_sdpa_detail::PlanKey, std::shared_ptr<ef_sdpa_detail::Plan>> cache;
 
     std::string
@@ -520,7 +539,8 @@ check_same_device(ef_sdpa const *s) {
 
 // Builds the graph for one shape with one implementation. On failure returns false and sets `why`.
 bool
-try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, Plan &plan, std::string &why) {
+try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, bool dynamic, Plan &plan,
+          std::string &why) {
     try {
         auto g = std::make_shared<fe::graph::Graph>();
         g->set_io_data_type(fe::DataType_t::BFLOAT16)
@@ -528,6 +548,9 @@ try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, Plan 
             .set_compute_data_type(fe::DataType_t::FLOAT);
         // Must precede sdpa(): nodes copy the graph's context when they are created.
         g->set_sm_version(s->sm);
+        if (dynamic) {
+            g->set_dynamic_shape_enabled(true).set_kernel_cache(s->kernel_cache);
+        }
         // No CUDA-graph user objects (and no cudart capture queries per execute); the plans live in the
         // ef_sdpa's cache until ef_sdpa_destroy, which is what NONE requires of captured graphs.
         g->set_cuda_graph_retention(fe::CudaGraphRetention_t::NONE);
@@ -615,9 +638,10 @@ try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, Plan 
             why = "get_workspace_size: " + describe(e);
             return false;
         }
-        plan.graph     = std::move(g);
-        plan.workspace = ws;
-        plan.impl      = impl;
+        plan.graph          = std::move(g);
+        plan.workspace      = ws;
+        plan.impl           = impl;
+        plan.dynamic_shapes = dynamic;
         return true;
     } catch (std::exception const &ex) {
         why = std::string("exception: ") + ex.what();
@@ -641,31 +665,39 @@ prepare_locked(ef_sdpa *s, Shape const &sh, int64_t *workspace_bytes, std::strin
         return 1;
     }
 
-    std::vector<fe::AttentionImplementation_t> order;
-    switch (s->impl_pref) {
-        case Impl::Auto:
-            order = {fe::AttentionImplementation_t::UNIFIED, fe::AttentionImplementation_t::COMPOSITE};
-            break;
-        case Impl::Unified:
-            order = {fe::AttentionImplementation_t::UNIFIED};
-            break;
-        case Impl::Composite:
-            order = {fe::AttentionImplementation_t::COMPOSITE};
-            break;
-    }
+    int32_t const preference = s->impl_pref == Impl::Composite ? EF_SDPA_PREFER_COMPOSITE
+                               : s->impl_pref == Impl::Unified ? EF_SDPA_PREFER_UNIFIED
+                                                                : EF_SDPA_PREFER_AUTO;
+    ef_sdpa_attempt attempts[4];
+    int32_t const n = ef_sdpa_plan_attempts(
+        preference, s->cudnn_version, s->dynamic_wanted ? 1 : 0, s->dynamic_failed ? 1 : 0, attempts, 4);
 
     std::string failures;
-    for (auto impl : order) {
-        auto plan = std::make_shared<Plan>();
+    bool dynamic_failed_here = false;
+    for (int32_t i = 0; i < n; ++i) {
+        auto const impl = attempts[i].node == EF_SDPA_NODE_UNIFIED ? fe::AttentionImplementation_t::UNIFIED
+                                                                   : fe::AttentionImplementation_t::COMPOSITE;
+        bool const dynamic = attempts[i].dynamic_shapes != 0;
+        auto plan          = std::make_shared<Plan>();
         std::string why;
-        if (try_build(s, sh, impl, *plan, why)) {
+        auto const started = std::chrono::steady_clock::now();
+        if (try_build(s, sh, impl, dynamic, *plan, why)) {
+            double const secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            if (dynamic_failed_here && !dynamic) {
+                s->dynamic_failed = true;  // this cuDNN builds the graph, but not with dynamic shapes
+            }
+            char built[48];
+            std::snprintf(built, sizeof(built), ", built in %.3f s", secs);
+            plan->label = std::string(impl_name(impl)) + (dynamic ? ", dynamic shapes" : "") + built +
+                          (dynamic_failed_here && !dynamic ? " (dynamic shapes refused: off for this handle)" : "");
             if (workspace_bytes != nullptr) {
                 *workspace_bytes = plan->workspace;
             }
             s->cache.emplace(key, std::move(plan));
             return 0;
         }
-        failures += std::string("\n  [") + impl_name(impl) + "] " + why;
+        dynamic_failed_here = dynamic_failed_here || dynamic;
+        failures += std::string("\n  [") + impl_name(impl) + (dynamic ? ", dynamic shapes" : "") + "] " + why;
     }
     msg = "ef_sdpa_prepare: unsupported shape or GPU: " + sh.str() + " " + s->where() + ":" + failures;
     return 1;
@@ -740,6 +772,10 @@ ef_sdpa_create(char *err, size_t err_len) {
         if (const char *e = std::getenv("EF_SDPA_SYNC"); e != nullptr) {
             sync_check = std::strcmp(e, "1") == 0 || std::strcmp(e, "true") == 0;
         }
+        bool dynamic_wanted = true;
+        if (const char *e = std::getenv("EF_SDPA_DYNAMIC"); e != nullptr) {
+            dynamic_wanted = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "false") == 0);
+        }
 
         cudnnHandle_t handle = nullptr;
         cudnnStatus_t const st = fe::detail::create_handle(&handle);
@@ -756,6 +792,7 @@ ef_sdpa_create(char *err, size_t err_len) {
         s->sm            = sm;
         s->impl_pref     = impl;
         s->sync_check    = sync_check;
+        s->dynamic_wanted = dynamic_wanted;
         return s.release();
     } catch (std::exception const &ex) {
         write_err(err, err_len, std::string("ef_sdpa_create: exception: ") + ex.what());
@@ -774,6 +811,7 @@ ef_sdpa_destroy(ef_sdpa *s) {
         {
             std::lock_guard<std::mutex> lock(s->mu);
             s->cache.clear();  // plans and graphs first: they hold backend descriptors
+            s->kernel_cache.reset();
             if (s->handle != nullptr) {
                 (void)fe::detail::destroy_handle(s->handle);
                 s->handle = nullptr;
@@ -842,7 +880,7 @@ ef_sdpa_plan_impl(ef_sdpa *s,
         Shape const sh{batch, max_seq_len, 0, n_heads, n_kv_heads, head_dim, scale};
         std::lock_guard<std::mutex> lock(s->mu);
         auto const it = s->cache.find(plan_key(sh));
-        return it == s->cache.end() ? nullptr : impl_name(it->second->impl);
+        return it == s->cache.end() ? nullptr : it->second->label.c_str();
     } catch (...) {
         return nullptr;
     }

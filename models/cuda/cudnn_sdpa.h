@@ -28,6 +28,10 @@
  *                      failed build is retried once with "composite".
  *   EF_SDPA_SYNC       "1": synchronize the stream after every ef_sdpa_run and
  *                      report asynchronous kernel faults (debugging/self-test).
+ *   EF_SDPA_DYNAMIC    "0": build every plan with static shapes. By default (cuDNN
+ *                      >= 9.4) composite plans are built with dynamic shapes and
+ *                      share one kernel cache, so a new key reuses the kernel
+ *                      compiled for an earlier one (plan_policy.h).
  *
  * Thread safety: every function may be called from any thread; calls on one
  * ef_sdpa are serialized by an internal mutex (it owns one cudnnHandle_t).
@@ -67,8 +71,10 @@ int ef_sdpa_prepare(ef_sdpa* s, int32_t batch, int32_t max_seq_len, int32_t tota
                     int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, float scale,
                     int64_t* workspace_bytes, char* err, size_t err_len);
 
-/* The attention implementation ("unified" or "composite") of the plan prepared for this key, or
-   NULL when none is prepared: cuDNN may pick different kernels per shape, so callers log it. */
+/* The plan prepared for this key, in words, or NULL when none is prepared: its implementation
+   first ("unified" or "composite"), then ", dynamic shapes" when it shares the kernel cache, and
+   the seconds its build took (e.g. "composite, dynamic shapes, built in 0.084 s"). cuDNN may
+   pick different kernels per shape, so callers log it. Valid until ef_sdpa_destroy. */
 const char* ef_sdpa_plan_impl(ef_sdpa* s, int32_t batch, int32_t max_seq_len, int32_t n_heads,
                               int32_t n_kv_heads, int32_t head_dim, float scale);
 

@@ -7,7 +7,9 @@
 //! longest length to a power of two of at least [`PLAN_LENGTH_FLOOR`]. The floor also keeps
 //! a mini-batch of 1-token sequences off cuDNN's decode-only shape (s_q = s_kv = 1), which its
 //! own tests skip as a known issue. The bound is not work: the kernel reads each sequence at
-//! its ragged length.
+//! its ragged length. From cuDNN 9.4 the shim builds composite plans with dynamic shapes and
+//! one kernel cache per handle, so the keys after the first reuse its compiled kernel and only
+//! build a plan around it ([`plan_attempts`]).
 
 use std::collections::BTreeSet;
 
@@ -47,6 +49,72 @@ pub fn planned_shapes<'a>(batches: impl IntoIterator<Item = &'a [usize]>) -> BTr
 /// [`PACKED_TOKEN_ALIGN`] (at least one alignment unit).
 pub fn padded_tokens(total: usize) -> usize {
     total.max(1).div_ceil(PACKED_TOKEN_ALIGN) * PACKED_TOKEN_ALIGN
+}
+
+/// Which cuDNN attention preference (`EF_SDPA_IMPL`) a handle has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdpaPreference {
+    Auto = 0,
+    Composite = 1,
+    Unified = 2,
+}
+
+/// One plan build the shim tries for a new key: the SDPA node, and whether the graph has
+/// dynamic shapes (so that it shares the handle's kernel cache with the other keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanAttempt {
+    pub unified: bool,
+    pub dynamic_shapes: bool,
+}
+
+mod policy_ffi {
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    pub struct Attempt {
+        pub node: i32,
+        pub dynamic_shapes: i32,
+    }
+
+    extern "C" {
+        pub fn ef_sdpa_plan_attempts(
+            preference: i32,
+            cudnn_version: i64,
+            dynamic_wanted: i32,
+            dynamic_failed: i32,
+            out: *mut Attempt,
+            cap: i32,
+        ) -> i32;
+    }
+}
+
+/// The plan builds the shim tries, in order, for a new key: the shim's own decision
+/// (`models/cuda/plan_policy.cpp`, compiled into every build), so that a CPU test checks what
+/// the GPU runs. `dynamic_failed`: a dynamic-shape build already failed on this handle.
+pub fn plan_attempts(
+    preference: SdpaPreference,
+    cudnn_version: i64,
+    dynamic_wanted: bool,
+    dynamic_failed: bool,
+) -> Vec<PlanAttempt> {
+    let mut out = [policy_ffi::Attempt::default(); 4];
+    // SAFETY: a pure function writing at most `cap` (4) attempts into `out`.
+    let n = unsafe {
+        policy_ffi::ef_sdpa_plan_attempts(
+            preference as i32,
+            cudnn_version,
+            i32::from(dynamic_wanted),
+            i32::from(dynamic_failed),
+            out.as_mut_ptr(),
+            out.len() as i32,
+        )
+    };
+    out[..n.clamp(0, 4) as usize]
+        .iter()
+        .map(|a| PlanAttempt {
+            unified: a.node == 2,
+            dynamic_shapes: a.dynamic_shapes != 0,
+        })
+        .collect()
 }
 
 /// What a failure of the fused kernel's C++ shim is: its errors cross the C ABI as text
@@ -126,6 +194,57 @@ mod tests {
         for b in &batches {
             assert!(shapes.contains(&PlanShape::of(b)));
         }
+    }
+
+    const COMPOSITE_DYNAMIC: PlanAttempt = PlanAttempt {
+        unified: false,
+        dynamic_shapes: true,
+    };
+    const COMPOSITE: PlanAttempt = PlanAttempt {
+        unified: false,
+        dynamic_shapes: false,
+    };
+    const UNIFIED: PlanAttempt = PlanAttempt {
+        unified: true,
+        dynamic_shapes: false,
+    };
+
+    #[test]
+    fn composite_plans_share_the_kernel_cache_from_cudnn_9_4() {
+        use SdpaPreference::*;
+        // Auto: the unified node (static: it refuses dynamic shapes), then composite with
+        // dynamic shapes, then composite static as the last resort.
+        assert_eq!(
+            plan_attempts(Auto, 91801, true, false),
+            [UNIFIED, COMPOSITE_DYNAMIC, COMPOSITE]
+        );
+        assert_eq!(
+            plan_attempts(Composite, 90400, true, false),
+            [COMPOSITE_DYNAMIC, COMPOSITE]
+        );
+        // The unified node is never built with dynamic shapes.
+        assert_eq!(plan_attempts(Unified, 92801, true, false), [UNIFIED]);
+        // Before cuDNN 9.4 there is no kernel cache: every key compiles its own kernel.
+        assert_eq!(plan_attempts(Composite, 90301, true, false), [COMPOSITE]);
+        // EF_SDPA_DYNAMIC=0.
+        assert_eq!(
+            plan_attempts(Auto, 92801, false, false),
+            [UNIFIED, COMPOSITE]
+        );
+    }
+
+    #[test]
+    fn a_refused_dynamic_build_is_not_retried_for_every_key() {
+        // Once a dynamic build failed where the static one then succeeded, later keys of the
+        // handle go straight to the static build: one failed build per handle, not per key.
+        assert_eq!(
+            plan_attempts(SdpaPreference::Composite, 91801, true, true),
+            [COMPOSITE]
+        );
+        assert_eq!(
+            plan_attempts(SdpaPreference::Auto, 91801, true, true),
+            [UNIFIED, COMPOSITE]
+        );
     }
 
     #[test]

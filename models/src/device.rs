@@ -8,6 +8,13 @@ use candle_core::Device;
 
 use crate::error::{ModelError, ModelResult};
 
+mod driver;
+pub use driver::{
+    build_for, build_table, driver_advice, driver_cuda, driver_cuda_version, driver_major,
+    min_driver_for, runs_on, BuildChoice, CudaVersion, KernelForm, CUDA12_BUILD, CUDA13_BUILD,
+    KERNEL_FORM,
+};
+
 /// True when this binary was built with the `cuda` feature (it can run on GPUs).
 pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
 
@@ -19,54 +26,13 @@ pub const CUDA_COMPUTE_CAP: Option<&str> = option_env!("CUDA_COMPUTE_CAP");
 /// `13.0` or `12.4`; `.ci/cuda/build-cuda.sh` sets it), when known.
 pub const CUDA_VERSION: Option<&str> = option_env!("EMBEDFLEET_CUDA_VERSION");
 
-/// The oldest driver (its major version) that loads the PTX of a CUDA `major.minor` toolkit:
-/// the driver compiles candle's PTX at load time and refuses PTX newer than itself.
-/// `None` for a version this table does not know.
-pub fn min_driver_for(cuda: &str) -> Option<u32> {
-    let (major, minor) = cuda.split_once('.')?;
-    let minor: u32 = minor.split('.').next()?.parse().ok()?;
-    match (major.parse::<u32>().ok()?, minor) {
-        (13, _) => Some(580),
-        (12, m) if m >= 8 => Some(570),
-        (12, 6 | 7) => Some(560),
-        (12, 5) => Some(555),
-        (12, 4) => Some(550),
-        (12, 3) => Some(545),
-        (12, 2) => Some(535),
-        (12, 1) => Some(530),
-        (12, 0) => Some(525),
-        _ => None,
-    }
-}
-
-/// The driver's major version from `/proc/driver/nvidia/version`'s text
-/// (`NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06 ...`).
-pub fn driver_major(proc_version: &str) -> Option<u32> {
-    let line = proc_version.lines().next()?;
-    line.split_whitespace().find_map(|word| {
-        let (major, rest) = word.split_once('.')?;
-        (rest.chars().all(|c| c.is_ascii_digit() || c == '.') && !rest.is_empty())
-            .then(|| major.parse().ok())
-            .flatten()
-    })
-}
-
-/// What a node whose driver is `driver` (major) should run, when a build of `cuda` cannot:
-/// `None` when the driver is new enough.
-pub fn driver_advice(cuda: &str, driver: u32) -> Option<String> {
-    let needed = min_driver_for(cuda)?;
-    if driver >= needed {
-        return None;
-    }
-    let cu12 = min_driver_for("12.4").expect("12.4 is in the table");
-    Some(if cuda.starts_with("13") && driver >= cu12 {
-        format!(
-            "driver {driver} is older than this CUDA {cuda} build needs (>= {needed}): use the CUDA 12.4 build on these nodes (README, \"GPU builds\")"
-        )
-    } else {
-        format!(
-            "driver {driver} is older than this CUDA {cuda} build needs (>= {needed}), and than any embedfleet build (>= {cu12}): ask for a node or module with a newer driver"
-        )
+/// This build's CUDA version (`CUDA_VERSION`; 13.0 when it was not recorded), `None` in a CPU
+/// build.
+pub fn build_cuda() -> Option<CudaVersion> {
+    CUDA_BUILD.then(|| {
+        CUDA_VERSION
+            .and_then(CudaVersion::parse)
+            .unwrap_or(CUDA13_BUILD)
     })
 }
 
@@ -184,31 +150,6 @@ pub fn parse_devices(spec: &str) -> ModelResult<Vec<DeviceSpec>> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_driver_too_old_for_the_build_is_told_which_build_to_use() {
-        let text = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\nGCC version: gcc 11";
-        assert_eq!(super::driver_major(text), Some(535));
-        assert_eq!(
-            super::driver_major(
-                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build"
-            ),
-            Some(580)
-        );
-        assert_eq!(super::driver_major(""), None);
-        assert_eq!(super::min_driver_for("13.0"), Some(580));
-        assert_eq!(super::min_driver_for("12.4"), Some(550));
-        assert_eq!(super::min_driver_for("11.8"), None);
-        assert_eq!(super::driver_advice("13.0", 580), None);
-        assert_eq!(super::driver_advice("12.4", 580), None);
-        let to_cu12 = super::driver_advice("13.0", 560).unwrap();
-        assert!(to_cu12.contains("CUDA 12.4 build"), "{to_cu12}");
-        let too_old = super::driver_advice("13.0", 535).unwrap();
-        assert!(too_old.contains("newer driver"), "{too_old}");
-        assert!(super::driver_advice("12.4", 545)
-            .unwrap()
-            .contains(">= 550"));
-    }
-
     use super::*;
 
     #[test]

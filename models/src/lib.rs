@@ -30,8 +30,9 @@ pub use attention::AttentionKernel;
 pub use attention_check::probe_attention;
 pub use candle_core::DType;
 pub use device::{
-    driver_advice, driver_major, min_driver_for, parse_devices, supported_gpus, DeviceSpec,
-    CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION,
+    build_cuda, build_for, build_table, driver_advice, driver_cuda, driver_cuda_version,
+    driver_major, min_driver_for, parse_devices, runs_on, supported_gpus, BuildChoice, CudaVersion,
+    DeviceSpec, KernelForm, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION, KERNEL_FORM,
 };
 pub use error::{is_out_of_memory, ModelError, ModelResult};
 pub use family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, DEFAULT_ATTENTION_TILE};

@@ -22,33 +22,18 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
     // A step that fails is a line (`fidelity_error`, `bench_error`) and the rest still runs:
     // a GPU check gets every figure it can, then exits non-zero.
     let mut failed = 0usize;
+    // The mix the job's way first, its vectors written at once: the run's main figure, and the
+    // vectors later checks compare with, survive a run cut short.
+    let lengths = if args.skip_mix {
+        None
+    } else {
+        Some(mix_lengths(args)?)
+    };
+    if let Some(lengths) = &lengths {
+        failed += mix_token_budget(&bench, args, lengths, &mut table)?;
+    }
     if let Some(path) = &args.fidelity {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("failed to read {}", path.display()))?;
-        let cases: FidelityCases = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{} is not a fidelity file (cases of name, ids, embedding)",
-                path.display()
-            )
-        })?;
-        for record in bench.fidelity(&cases) {
-            print_json(&record);
-            match (record.cosine, &record.error) {
-                (Some(cosine), _) => eprintln!(
-                    "fidelity {:<24} {:>6} tokens  cosine {cosine:.6}",
-                    record.name, record.tokens
-                ),
-                (None, error) => {
-                    eprintln!(
-                        "fidelity {:<24} {:>6} tokens  failed: {}",
-                        record.name,
-                        record.tokens,
-                        error.as_deref().unwrap_or("?")
-                    );
-                    failed += 1;
-                }
-            }
-        }
+        failed += fidelity(&bench, path)?;
     }
     if !args.skip_uniform {
         for shape in &args.shapes {
@@ -65,78 +50,16 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
             }
         }
     }
-    if !args.skip_mix {
-        let lengths = match &args.mix {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("failed to read {}", path.display()))?;
-                serde_json::from_str::<Vec<usize>>(&text).with_context(|| {
-                    format!("{} is not a JSON list of token lengths", path.display())
-                })?
-            }
-            None => paper_mix(args.mix_papers, args.seed),
-        };
-        let budget = MiniBatchRule::TokenBudget {
-            max_tokens: args.batch_tokens,
-        };
-        let vectors = match bench.mix("mix_packed_token_budget", &lengths, budget) {
-            Ok((record, vectors)) => {
+    if let Some(lengths) = lengths.as_ref().filter(|_| !args.skip_study) {
+        match bench.mix("mix_packed_study_batches", lengths, MiniBatchRule::STUDY) {
+            Ok((record, _)) => {
                 print_json(&record);
                 table.push(record);
-                vectors
             }
             Err(e) => {
-                bench_error("mix_packed_token_budget", &e);
+                bench_error("mix_packed_study_batches", &e);
                 failed += 1;
-                Vec::new()
             }
-        };
-        if !args.skip_study {
-            match bench.mix("mix_packed_study_batches", &lengths, MiniBatchRule::STUDY) {
-                Ok((record, _)) => {
-                    print_json(&record);
-                    table.push(record);
-                }
-                Err(e) => {
-                    bench_error("mix_packed_study_batches", &e);
-                    failed += 1;
-                }
-            }
-        }
-        if let Some(path) = args.save_vectors.as_ref().filter(|_| !vectors.is_empty()) {
-            let saved = SavedVectors {
-                lengths: lengths.clone(),
-                vectors: vectors.clone(),
-            };
-            std::fs::write(path, serde_json::to_vec(&saved)?)
-                .with_context(|| format!("failed to write {}", path.display()))?;
-        }
-        if let Some(path) = args
-            .compare_vectors
-            .as_ref()
-            .filter(|_| !vectors.is_empty())
-        {
-            let saved: SavedVectors = serde_json::from_slice(
-                &std::fs::read(path)
-                    .with_context(|| format!("failed to read {}", path.display()))?,
-            )?;
-            if saved.lengths != lengths {
-                bail!("{} holds vectors of another mix", path.display());
-            }
-            let lowest = saved
-                .vectors
-                .iter()
-                .zip(&vectors)
-                .map(|(a, b)| cosine(a, b))
-                .fold(f64::INFINITY, f64::min);
-            println!(
-                "{}",
-                serde_json::json!({"event": "compare", "papers": lengths.len(), "min_cosine": lowest})
-            );
-            eprintln!(
-                "compare: lowest cosine against {} is {lowest:.6}",
-                path.display()
-            );
         }
     }
     eprint!("{}", render(&table));
@@ -147,6 +70,104 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
         return Ok(exit::FAILURE);
     }
     Ok(exit::SUCCESS)
+}
+
+/// The mix's token lengths: `--mix`'s file, else the seeded paper mix.
+fn mix_lengths(args: &BenchGpuArgs) -> Result<Vec<usize>> {
+    let Some(path) = &args.mix else {
+        return Ok(paper_mix(args.mix_papers, args.seed));
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    serde_json::from_str::<Vec<usize>>(&text)
+        .with_context(|| format!("{} is not a JSON list of token lengths", path.display()))
+}
+
+/// The mix in the job's token-budget mini-batches; its vectors saved (`--save-vectors`) and
+/// compared (`--compare-vectors`) as soon as they exist. Returns the failures (0 or 1).
+fn mix_token_budget(
+    bench: &Bench,
+    args: &BenchGpuArgs,
+    lengths: &[usize],
+    table: &mut Vec<BenchRecord>,
+) -> Result<usize> {
+    let budget = MiniBatchRule::TokenBudget {
+        max_tokens: args.batch_tokens,
+    };
+    let vectors = match bench.mix("mix_packed_token_budget", lengths, budget) {
+        Ok((record, vectors)) => {
+            print_json(&record);
+            table.push(record);
+            vectors
+        }
+        Err(e) => {
+            bench_error("mix_packed_token_budget", &e);
+            return Ok(1);
+        }
+    };
+    if let Some(path) = &args.save_vectors {
+        let saved = SavedVectors {
+            lengths: lengths.to_vec(),
+            vectors: vectors.clone(),
+        };
+        std::fs::write(path, serde_json::to_vec(&saved)?)
+            .with_context(|| format!("failed to write {}", path.display()))?;
+    }
+    if let Some(path) = &args.compare_vectors {
+        let saved: SavedVectors = serde_json::from_slice(
+            &std::fs::read(path).with_context(|| format!("failed to read {}", path.display()))?,
+        )?;
+        if saved.lengths != lengths {
+            bail!("{} holds vectors of another mix", path.display());
+        }
+        let lowest = saved
+            .vectors
+            .iter()
+            .zip(&vectors)
+            .map(|(a, b)| cosine(a, b))
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "{}",
+            serde_json::json!({"event": "compare", "papers": lengths.len(), "min_cosine": lowest})
+        );
+        eprintln!(
+            "compare: lowest cosine against {} is {lowest:.6}",
+            path.display()
+        );
+    }
+    Ok(0)
+}
+
+/// Cosines against the reference vectors of `path`. Returns the failed cases.
+fn fidelity(bench: &Bench, path: &std::path::Path) -> Result<usize> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    let cases: FidelityCases = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a fidelity file (cases of name, ids, embedding)",
+            path.display()
+        )
+    })?;
+    let mut failed = 0;
+    for record in bench.fidelity(&cases) {
+        print_json(&record);
+        match (record.cosine, &record.error) {
+            (Some(cosine), _) => eprintln!(
+                "fidelity {:<24} {:>6} tokens  cosine {cosine:.6}",
+                record.name, record.tokens
+            ),
+            (None, error) => {
+                eprintln!(
+                    "fidelity {:<24} {:>6} tokens  failed: {}",
+                    record.name,
+                    record.tokens,
+                    error.as_deref().unwrap_or("?")
+                );
+                failed += 1;
+            }
+        }
+    }
+    Ok(failed)
 }
 
 /// A measurement that failed: a `bench_error` line on stdout, and a line on stderr.

@@ -6,7 +6,7 @@ use crate::cli::DoctorArgs;
 use anyhow::Result;
 use embedfleet_core::exit;
 use embedfleet_embed::LoadedModels;
-use embedfleet_models::{DeviceSpec, PackedSequences, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION};
+use embedfleet_models::{DeviceSpec, PackedSequences, CUDA_BUILD, CUDA_COMPUTE_CAP};
 use std::path::Path;
 use std::time::Instant;
 
@@ -70,37 +70,63 @@ pub fn doctor(args: &DoctorArgs) -> Result<i32> {
 
 fn build(problems: &mut Vec<String>) {
     let version = env!("CARGO_PKG_VERSION");
-    if !CUDA_BUILD {
+    let Some(cuda) = embedfleet_models::build_cuda() else {
         println!(
             "embedfleet {version}: CPU build (no CUDA kernels; runs on --devices cpu / cpu:N)"
         );
         println!("driver: not needed by a CPU build");
+        println!("GPU builds by driver: {}", embedfleet_models::build_table());
         return;
-    }
+    };
     let cap = CUDA_COMPUTE_CAP.unwrap_or("unknown");
-    let cuda = CUDA_VERSION.unwrap_or("13.0");
-    let major = cuda.split('.').next().unwrap_or("13");
-    let driver = embedfleet_models::min_driver_for(cuda)
+    let form = embedfleet_models::KERNEL_FORM;
+    let floor = embedfleet_models::min_driver_for(cuda)
         .map_or("a driver for it".into(), |d| format!("driver >= {d}"));
     println!(
-        "embedfleet {version}: CUDA {cuda} build (kernels for compute capability {cap}; needs {driver}, the CUDA {major} cuBLAS/cuRAND libraries and libcudnn 9 for CUDA {major})"
+        "embedfleet {version}: CUDA {cuda} build, kernels as {form} for compute capability {cap} (needs CUDA >= {cuda} in the driver: {floor}), the CUDA {} cuBLAS/cuRAND libraries and libcudnn 9 for CUDA {}",
+        cuda.major, cuda.major
     );
     if let Some(gpus) = embedfleet_models::supported_gpus() {
         println!("runs on: {gpus}");
     }
-    match std::fs::read_to_string("/proc/driver/nvidia/version") {
-        Ok(text) => {
-            println!("driver: {}", text.lines().next().unwrap_or("").trim());
-            let advice = embedfleet_models::driver_major(&text)
-                .and_then(|d| embedfleet_models::driver_advice(cuda, d));
-            if let Some(advice) = advice {
-                problems.push(advice);
-            }
-        }
-        Err(_) => problems.push(
-            "no NVIDIA driver on this node (/proc/driver/nvidia/version): run doctor on a GPU node (`submit --trial QUEUE` runs a job there)".into(),
-        ),
+    println!("GPU builds by driver: {}", embedfleet_models::build_table());
+    for problem in driver(cuda, form) {
+        problems.push(problem);
     }
+}
+
+/// The node's driver: its version line and the CUDA it supports, asked of the driver itself
+/// (cuDriverGetVersion), so that a sandbox hiding `/proc/driver/nvidia/version` is no problem.
+/// Returns the problems: a driver too old for this build, or none at all.
+fn driver(
+    cuda: embedfleet_models::CudaVersion,
+    form: embedfleet_models::KernelForm,
+) -> Vec<String> {
+    let proc_text = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
+    let from_proc = proc_text
+        .as_deref()
+        .and_then(embedfleet_models::driver_major)
+        .and_then(embedfleet_models::driver_cuda);
+    let supported = embedfleet_models::driver_cuda_version().or(from_proc);
+    let line = proc_text
+        .as_deref()
+        .and_then(|t| t.lines().next())
+        .map_or("(no /proc/driver/nvidia/version)".into(), |l| {
+            l.trim().to_string()
+        });
+    let Some(supported) = supported else {
+        println!("driver: {line}");
+        return vec![
+            "no NVIDIA driver answers on this node (cuDriverGetVersion, /proc/driver/nvidia/version): run doctor on a GPU node (`submit --trial QUEUE` runs a job there)".into(),
+        ];
+    };
+    println!(
+        "driver: {line}; supports CUDA {supported}; runs {}",
+        embedfleet_models::build_for(supported)
+    );
+    embedfleet_models::driver_advice(cuda, form, supported)
+        .into_iter()
+        .collect()
 }
 
 fn host() {

@@ -8,6 +8,7 @@ mod breaker;
 mod delete;
 mod doctor;
 mod embed;
+mod gpu_check;
 mod integrity;
 mod owner;
 mod pipes;

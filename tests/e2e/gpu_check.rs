@@ -1,0 +1,172 @@
+//! `benches/gpu-check.sh` on the CPU (`DRY_RUN=1`, this binary): the order of its steps, a
+//! budget its estimates fit, the build's identity in the report, and the attention verdict —
+//! only doctor's refusal line switches the run to blockwise; a doctor that times out or fails
+//! for another reason keeps the fused kernel, with the reason in the report.
+
+use crate::util::TestDir;
+use std::process::Command;
+
+/// Runs the script's dry run with `env` and returns its `gpu-report.json`.
+fn dry_run(t: &TestDir, env: &[(&str, &str)]) -> serde_json::Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/gpu-check.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .env("DRY_RUN", "1")
+        .env("BIN", env!("CARGO_BIN_EXE_embedfleet"))
+        .env("OUT", t.join("out"))
+        .env("WORK", t.join("work"))
+        .env_remove("EMBEDFLEET_ATTENTION")
+        .envs(env.iter().copied())
+        .output()
+        .expect("bash runs");
+    let report = std::fs::read_to_string(t.join("out/gpu-report.json")).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}); stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success(),
+        "gpu-check.sh exits 0 whatever its steps do:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&report).expect("the report is JSON")
+}
+
+fn step<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("no step {name} in {report:#}"))
+}
+
+fn attention(report: &serde_json::Value) -> String {
+    report["attention"].as_str().unwrap_or("").to_string()
+}
+
+fn log(t: &TestDir) -> String {
+    std::fs::read_to_string(t.join("out/gpu-check.log")).unwrap_or_default()
+}
+
+#[test]
+fn the_dry_run_takes_every_step_in_order_within_the_budget() {
+    let t = TestDir::new();
+    let report = dry_run(&t, &[]);
+    let order: Vec<&str> = report["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "unpack",
+            "doctor",
+            "peer",
+            "ours",
+            "oom_unplanned",
+            "oom_planned",
+            "two_workers",
+            "decode",
+            "cu12"
+        ],
+        "the peer before ours, the out-of-memory runs after ours' vectors"
+    );
+    // The estimates fit the time after which no step starts, which leaves the hard limit and
+    // the device tool's 600 s command limit (the machine's start is outside the command).
+    let estimate = report["estimate_total_s"].as_u64().unwrap();
+    let limit = report["time_limit_s"].as_u64().unwrap();
+    assert!(estimate <= limit && limit <= 570, "{estimate} s of {limit}");
+    assert_eq!(report["finished"], true);
+    for (name, status) in [
+        ("unpack", "skipped"),
+        ("doctor", "ok"),
+        ("peer", "ok"),
+        ("ours", "ok"),
+        ("oom_unplanned", "skipped"),
+        ("two_workers", "ok"),
+        ("decode", "ok"),
+        ("cu12", "skipped"),
+    ] {
+        assert_eq!(step(&report, name)["status"], status, "{name}: {report:#}");
+    }
+    // The mix's vectors are saved with the mix, and the two workers compare with them.
+    assert!(t.join("work/vectors.json").exists());
+    assert!(report["two_workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["event"] == "compare"));
+    // The build's identity: the binary's sha256, its version, the commit.
+    let build = &report["build"];
+    let sha = build["unpacked"]["embedfleet"].as_str().unwrap_or("");
+    assert_eq!(sha.len(), 64, "{build:#}");
+    assert!(build["version"]["embedfleet"]
+        .as_str()
+        .unwrap()
+        .starts_with("embedfleet"));
+    assert!(
+        attention(&report).starts_with("blockwise (the CPU"),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn a_doctor_that_times_out_keeps_the_fused_kernel() {
+    let t = TestDir::new();
+    let env = [
+        ("STEPS", "doctor"),
+        ("SLOW_STEP", "doctor"),
+        ("DOCTOR_LIMIT", "2"),
+    ];
+    let report = dry_run(&t, &env);
+    assert_eq!(step(&report, "doctor")["status"], "timed out");
+    assert!(
+        attention(&report).starts_with("fused kept (doctor timed out"),
+        "{report:#}"
+    );
+    assert!(!log(&t).contains("EMBEDFLEET_ATTENTION=blockwise"));
+    // The steps it was not asked for are skipped, saying why.
+    assert_eq!(step(&report, "ours")["status"], "skipped");
+    let md = std::fs::read_to_string(t.join("out/gpu-report.md")).unwrap();
+    assert!(md.contains("TIMED OUT at 2 s"), "{md}");
+}
+
+#[test]
+fn a_doctor_failing_for_another_reason_keeps_the_fused_kernel_and_says_why() {
+    let t = TestDir::new();
+    let report = dry_run(&t, &[("STEPS", "doctor"), ("DOCTOR_DEVICES", "tpu:0")]);
+    let doctor = step(&report, "doctor");
+    assert_eq!(doctor["status"], "failed");
+    assert!(
+        doctor["why"].as_str().unwrap().contains("--devices"),
+        "{doctor:#}"
+    );
+    let verdict = attention(&report);
+    assert!(
+        verdict.starts_with("fused kept (doctor exited 1 without an attention verdict")
+            && verdict.contains("problem: --devices"),
+        "{verdict}"
+    );
+    assert!(!log(&t).contains("EMBEDFLEET_ATTENTION=blockwise"));
+}
+
+#[test]
+fn only_a_refused_attention_verdict_switches_to_blockwise() {
+    let t = TestDir::new();
+    // A CPU build asked for cuda:0: the device cannot be opened (the first problem line) and
+    // the attention probe refuses; the verdict is the refusal's, not the first problem's.
+    let report = dry_run(&t, &[("STEPS", "doctor"), ("DOCTOR_DEVICES", "cuda:0")]);
+    assert_eq!(
+        attention(&report),
+        "blockwise (fused refused on cuda:0: this is a CPU build: no CUDA kernels)"
+    );
+    assert!(
+        log(&t).contains("EMBEDFLEET_ATTENTION=blockwise from here on"),
+        "{}",
+        log(&t)
+    );
+}
