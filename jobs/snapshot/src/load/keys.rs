@@ -1,8 +1,6 @@
 //! The run's shard keys: which it has (pinned, legacy, or pinned now), and each group's key
 //! claimed for the run in the collection and made, placed on the cluster's peers in turn.
 
-use std::path::Path;
-
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_upload::shard_keys::{GroupCount, ShardKeys};
@@ -10,7 +8,7 @@ use embedfleet_upload::{CollectionSpec, KeyedShard, QdrantServer};
 
 use super::groups::Group;
 use super::options::LoadOptions;
-use crate::rest::Peer;
+use super::recover::Place;
 use crate::SnapshotError;
 
 /// The run's shard keys: a run loaded before groups (its load rows under `progress` name
@@ -58,17 +56,15 @@ pub(super) fn run_keys(
 /// unless `replace_keys`), then makes those the collection lacks: groups go round the peers,
 /// group n's first replica on peer n mod P, the others on the peers after it (the server takes
 /// a key's replicas from its placement). Returns where every key of the collection is.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn place_keys(
     server: &QdrantServer,
-    name: &str,
+    at: &Place<'_>,
     spec: &CollectionSpec,
     keys: &ShardKeys,
     groups: &[Group],
-    peers: &[Peer],
-    run_dir: &Path,
     replace_keys: bool,
 ) -> Result<Vec<KeyedShard>, SnapshotError> {
+    let (name, peers, run_dir) = (at.name, at.peers, at.layout.root());
     let existing_keys = server.keyed_shards(name)?;
     for g in groups {
         let owner = keys.owner_of_group(g.group, run_dir);

@@ -42,7 +42,6 @@ mod recover;
 mod verify;
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
 
 use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
@@ -57,7 +56,7 @@ pub use recover::SNAPSHOT_TEST_DELAY_ENV;
 use groups::{built_groups, group_sources, sources_by_batch, Group};
 use keys::{place_keys, run_keys};
 use recover::{delete_extra_rows, recover_groups, Place};
-use verify::{check_counts, check_searches, wait_green, wait_replicas};
+use verify::{verify_load, Loaded};
 
 use super::manifest::SourceShard;
 use super::rest::RestClient;
@@ -107,18 +106,6 @@ pub fn load_snapshots(
     // 3. The collection, and each group's key: claimed for this run, then made.
     let (created, mut recorded) = open_collection(server, &db, &key, &spec)?;
     report.created = created;
-    let placed = place_keys(
-        server,
-        &name,
-        &spec,
-        &keys,
-        &groups,
-        &peers,
-        &options.run_dir,
-        options.replace_keys,
-    )?;
-
-    // 4. Recoveries, `in_flight` at once; this thread records each in run.db.
     let at = Place {
         db: &db,
         progress: &key,
@@ -127,6 +114,9 @@ pub fn load_snapshots(
         name: &name,
         layout: &layout,
     };
+    let placed = place_keys(server, &at, &spec, &keys, &groups, options.replace_keys)?;
+
+    // 4. Recoveries, `in_flight` at once; this thread records each in run.db.
     let in_flight = options.in_flight.max(1);
     let recovered = recover_groups(
         &at,
@@ -142,28 +132,13 @@ pub fn load_snapshots(
     report.deleted_after = delete_extra_rows(server, &name, &groups)?;
 
     // 5. Green, then counts and searches.
-    let green_start = Instant::now();
-    wait_green(server, &name, options.green_timeout)?;
-    report.green_s = green_start.elapsed().as_secs_f64();
-    wait_replicas(
-        server,
-        rest,
-        &peers,
-        &name,
-        &groups,
-        &placed,
-        options.green_timeout,
-    )?;
-    (report.points, report.collection_points) =
-        check_counts(server, &db, &key, &name, &groups, &recorded)?;
-    report.searches_checked = check_searches(
-        server,
-        &name,
-        &layout,
-        &groups,
-        &tombstones,
-        options.sample_searches,
-    )?;
+    let loaded = Loaded {
+        groups: &groups,
+        placed: &placed,
+        recorded: &recorded,
+        tombstones: &tombstones,
+    };
+    verify_load(server, &at, &loaded, options, &mut report)?;
 
     // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
     record_verified(&db, &key, &groups, &recorded)?;

@@ -14,16 +14,66 @@ use embedfleet_upload::{
 };
 
 use super::groups::Group;
-use super::recover::peer_url;
+use super::options::{LoadOptions, LoadReport};
+use super::recover::{peer_url, Place};
 use crate::build::describe_batches;
 use crate::rest::{Peer, RestClient};
 use crate::SnapshotError;
+
+/// What a load placed and recorded, for its checks.
+pub(super) struct Loaded<'a> {
+    pub groups: &'a [Group],
+    pub placed: &'a [KeyedShard],
+    pub recorded: &'a HashMap<i64, SnapshotLoadRow>,
+    pub tombstones: &'a Tombstones,
+}
+
+/// Step 5: waits for green and for every replica, then checks the counts and a sample of
+/// searches, filling the report's `green_s`, `points`, `collection_points` and
+/// `searches_checked`.
+pub(super) fn verify_load(
+    server: &QdrantServer,
+    at: &Place<'_>,
+    loaded: &Loaded<'_>,
+    options: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<(), SnapshotError> {
+    let green_start = Instant::now();
+    wait_green(server, at.name, options.green_timeout)?;
+    report.green_s = green_start.elapsed().as_secs_f64();
+    wait_replicas(
+        server,
+        at.rest,
+        at.peers,
+        at.name,
+        loaded.groups,
+        loaded.placed,
+        options.green_timeout,
+    )?;
+    (report.points, report.collection_points) = check_counts(
+        server,
+        at.db,
+        at.progress,
+        at.name,
+        loaded.groups,
+        loaded.recorded,
+    )?;
+    report.searches_checked = check_searches(
+        server,
+        at.name,
+        at.layout,
+        loaded.groups,
+        loaded.tombstones,
+        options.sample_searches,
+    )?;
+    Ok(())
+}
 
 /// Checks every key's count against its group's points, and the collection's total when it
 /// holds only these keys; returns the keys' total and the collection's. A key that counts
 /// otherwise gets its run.db row (under `progress`) set back, so the next load recovers it
 /// again instead of trusting the record.
-pub(super) fn check_counts(
+fn check_counts(
     server: &QdrantServer,
     db: &RunDb,
     progress: &str,
@@ -76,7 +126,7 @@ pub(super) fn check_counts(
 /// (which alone would then hold the group: a peer lost then loses it). So the end is both:
 /// every replica active with no transfer under way, and an exact count through every
 /// replica's peer equal to the manifest's.
-pub(super) fn wait_replicas(
+fn wait_replicas(
     server: &QdrantServer,
     rest: &RestClient,
     peers: &[Peer],
@@ -141,11 +191,7 @@ pub(super) fn wait_replicas(
     Ok(())
 }
 
-pub(super) fn wait_green(
-    server: &QdrantServer,
-    name: &str,
-    timeout: Duration,
-) -> Result<(), SnapshotError> {
+fn wait_green(server: &QdrantServer, name: &str, timeout: Duration) -> Result<(), SnapshotError> {
     let start = Instant::now();
     // Optimizers may start a moment after the last recovery: look twice before believing green.
     let mut green_seen = 0;
@@ -178,7 +224,7 @@ pub(super) fn wait_green(
 
 /// Exact searches for rows of the parquet shards (spread over the batches): each must find its
 /// own point first. Returns how many were checked.
-pub(super) fn check_searches(
+fn check_searches(
     server: &QdrantServer,
     name: &str,
     layout: &RunLayout,
