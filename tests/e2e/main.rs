@@ -28,4 +28,5 @@ mod snapshot_server;
 mod submit;
 mod submit_setup;
 mod update;
+mod update_moved;
 mod upload;

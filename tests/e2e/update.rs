@@ -44,11 +44,11 @@ fn paper_line(id: &str, seed: u64) -> String {
 }
 
 /// The shape of a test's two releases.
-struct Shape {
-    release_1: usize,
-    withdrawn: usize,
-    changed: usize,
-    new: usize,
+pub(crate) struct Shape {
+    pub release_1: usize,
+    pub withdrawn: usize,
+    pub changed: usize,
+    pub new: usize,
 }
 
 /// The issue's shape: 1,000 papers, then 50 withdrawn, 30 changed and 250 new.
@@ -63,7 +63,7 @@ const ISSUE: Shape = Shape {
 /// paper of the first half withdrawn, every 10th from the 5th on given a revised text (the
 /// second half untouched), and `shape.new` papers appended. Returns (withdrawn, changed, new)
 /// ids.
-fn make_releases(t: &TestDir, shape: &Shape) -> (Vec<String>, Vec<String>, Vec<String>) {
+pub(crate) fn make_releases(t: &TestDir, shape: &Shape) -> (Vec<String>, Vec<String>, Vec<String>) {
     let r1: String = (0..shape.release_1)
         .map(|i| paper_line(&format!("W{i:05}"), i as u64))
         .collect();

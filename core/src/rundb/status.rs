@@ -116,27 +116,7 @@ impl RunDb {
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)
         };
-        let mut jobs_by_queue: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-        {
-            let mut stmt = c
-                .prepare(
-                    "SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
-                     WHERE attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id)
-                     GROUP BY 1, 2",
-                )
-                .map_err(e)?;
-            let rows = stmt.query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, u64>(2)?,
-                ))
-            });
-            for row in rows.map_err(e)? {
-                let (queue, state, n) = row.map_err(e)?;
-                jobs_by_queue.entry(queue).or_default().insert(state, n);
-            }
-        }
+        let jobs_by_queue = self.jobs_by_queue()?;
         let corrupt_files: BTreeMap<String, String> = {
             let mut stmt = c
                 .prepare("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL")
@@ -149,27 +129,7 @@ impl RunDb {
         let papers_per_second = self.embed_rate()?;
         let eta_seconds = papers_per_second
             .map(|rate| papers_planned.saturating_sub(rows_in_shards) as f64 / rate);
-        let uploads_by_collection = {
-            let mut stmt = c
-                .prepare(
-                    "SELECT collection, sum(rows_acked), sum(failed_rows) FROM uploads GROUP BY 1",
-                )
-                .map_err(e)?;
-            let rows = stmt.query_map([], |r| {
-                let (acked, failed): (u64, u64) = (r.get(1)?, r.get(2)?);
-                let missing = rows_in_shards.saturating_sub(acked);
-                Ok((
-                    r.get(0)?,
-                    CollectionUpload {
-                        acked,
-                        failed,
-                        missing,
-                    },
-                ))
-            });
-            rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
-                .map_err(e)?
-        };
+        let uploads_by_collection = self.uploads_by_collection(rows_in_shards)?;
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
@@ -205,6 +165,57 @@ impl RunDb {
             live: self.live_attempts()?,
             releases: self.release_status()?,
         })
+    }
+
+    /// Jobs per queue and state, each batch counted at its latest attempt.
+    fn jobs_by_queue(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
+        let (c, e) = (&self.conn, |e| self.err(e));
+        let mut jobs_by_queue: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut stmt = c
+            .prepare(
+                "SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
+                 WHERE attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id)
+                 GROUP BY 1, 2",
+            )
+            .map_err(e)?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, u64>(2)?,
+            ))
+        });
+        for row in rows.map_err(e)? {
+            let (queue, state, n) = row.map_err(e)?;
+            jobs_by_queue.entry(queue).or_default().insert(state, n);
+        }
+        Ok(jobs_by_queue)
+    }
+
+    /// Rows acknowledged and failed per collection; `missing` counts against the
+    /// `rows_in_shards` of the run.
+    fn uploads_by_collection(
+        &self,
+        rows_in_shards: u64,
+    ) -> Result<BTreeMap<String, CollectionUpload>> {
+        let (c, e) = (&self.conn, |e| self.err(e));
+        let mut stmt = c
+            .prepare("SELECT collection, sum(rows_acked), sum(failed_rows) FROM uploads GROUP BY 1")
+            .map_err(e)?;
+        let rows = stmt.query_map([], |r| {
+            let (acked, failed): (u64, u64) = (r.get(1)?, r.get(2)?);
+            let missing = rows_in_shards.saturating_sub(acked);
+            Ok((
+                r.get(0)?,
+                CollectionUpload {
+                    acked,
+                    failed,
+                    missing,
+                },
+            ))
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(e)
     }
 
     /// Each release with its batches and what embedding them cost: one pass over the batches

@@ -13,7 +13,7 @@
 //! one found with another marker (or none) is not the one the progress is about.
 
 use super::{sqlite_err, Result, RunDb};
-use rusqlite::{params, OptionalExtension};
+use rusqlite::params;
 
 /// A paper deleted from the run, with the batch that holds its embedded copy.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -72,33 +72,6 @@ impl RunDb {
                 "DELETE FROM uploads WHERE collection = ?1
                      AND shard_id IN (SELECT id FROM shards WHERE batch_id = ?2)",
                 params![collection, batch_id],
-            )
-            .map(drop)
-            .map_err(sqlite_err(&self.dir))
-    }
-
-    /// The identity marker of the collection the run uploaded into under `collection`
-    /// (`name@target`), if it recorded one.
-    pub fn upload_marker(&self, collection: &str) -> Result<Option<String>> {
-        self.conn
-            .query_row(
-                "SELECT marker FROM upload_collections WHERE collection = ?1",
-                [collection],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sqlite_err(&self.dir))
-    }
-
-    /// Records which collection (by its marker) the progress under `collection` is about.
-    pub fn record_upload_marker(&self, collection: &str, marker: &str) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO upload_collections (collection, marker, recorded_at)
-                 VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-                 ON CONFLICT (collection) DO UPDATE
-                 SET marker = excluded.marker, recorded_at = excluded.recorded_at",
-                params![collection, marker],
             )
             .map(drop)
             .map_err(sqlite_err(&self.dir))

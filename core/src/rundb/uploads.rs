@@ -128,6 +128,64 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// The identity marker of the collection the run uploaded into under `collection`
+    /// (`name@target`), if it recorded one.
+    pub fn upload_marker(&self, collection: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT marker FROM upload_collections WHERE collection = ?1",
+                [collection],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Records which collection (by its marker) the progress under `collection` is about.
+    pub fn record_upload_marker(&self, collection: &str, marker: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO upload_collections (collection, marker, recorded_at)
+                 VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+                 ON CONFLICT (collection) DO UPDATE
+                 SET marker = excluded.marker, recorded_at = excluded.recorded_at",
+                params![collection, marker],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
+    }
+    /// The progress key other than `except` under which the run recorded `marker`: the same
+    /// collection, reached before by another path or URL. The latest recorded when several are.
+    pub fn upload_key_with_marker(&self, marker: &str, except: &str) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT collection FROM upload_collections WHERE marker = ?1 AND collection <> ?2
+                 ORDER BY recorded_at DESC LIMIT 1",
+                params![marker, except],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Moves what the run recorded of a collection under the progress key `from` (upload
+    /// progress, snapshot-load steps, identity marker) to `to`, replacing what `to` had, in one
+    /// transaction: the collection is reached by `to` now.
+    pub fn move_upload_progress(&self, from: &str, to: &str) -> Result<()> {
+        let err = sqlite_err(&self.dir);
+        let tx = self.conn.unchecked_transaction().map_err(&err)?;
+        for table in ["uploads", "snapshot_loads", "upload_collections"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE collection = ?1"), [to])
+                .map_err(&err)?;
+            tx.execute(
+                &format!("UPDATE {table} SET collection = ?2 WHERE collection = ?1"),
+                [from, to],
+            )
+            .map_err(&err)?;
+        }
+        tx.commit().map_err(&err)
+    }
+
     /// Rows acknowledged and rows failed into `collection`, over every shard.
     pub fn upload_totals(&self, collection: &str) -> Result<(u64, u64)> {
         self.conn
@@ -188,6 +246,33 @@ mod tests {
         let status = db.status().unwrap();
         let papers = &status.uploads_by_collection["papers"];
         assert_eq!((papers.acked, papers.failed, papers.missing), (10, 0, 20));
+    }
+
+    #[test]
+    fn progress_follows_its_collections_marker_to_a_new_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = run_with_shards(dir.path());
+        let shards = db.upload_shards("p@old").unwrap();
+        db.record_upload(shards[0].shard_id, "p@old", 10, 0)
+            .unwrap();
+        db.record_upload_marker("p@old", "m1").unwrap();
+        // The new key had progress of another collection: replaced, not added to.
+        db.record_upload(shards[1].shard_id, "p@new", 5, 0).unwrap();
+        db.record_upload_marker("p@new", "m2").unwrap();
+        assert_eq!(db.upload_key_with_marker("m1", "p@old").unwrap(), None);
+        let from = db.upload_key_with_marker("m1", "p@new").unwrap();
+        assert_eq!(from.as_deref(), Some("p@old"));
+        db.move_upload_progress("p@old", "p@new").unwrap();
+        assert_eq!(db.upload_totals("p@new").unwrap(), (10, 0));
+        assert_eq!(db.upload_totals("p@old").unwrap(), (0, 0));
+        assert_eq!(db.upload_marker("p@new").unwrap().as_deref(), Some("m1"));
+        assert_eq!(db.upload_marker("p@old").unwrap(), None);
+        let status = db.status().unwrap();
+        assert_eq!(
+            status.uploads_by_collection.keys().collect::<Vec<_>>(),
+            ["p@new"],
+            "no stale line for the old key"
+        );
     }
 
     #[test]

@@ -6,8 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::{FixedSizeListArray, Float32Array, Int32Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::{
+    new_null_array, FixedSizeListArray, Float32Array, Int16Array, Int32Array, RecordBatch,
+    StringArray,
+};
+use arrow_schema::{DataType, Field};
+use embedfleet_core::shardfile::{self, VectorDtype};
 use embedfleet_upload::{
     build_point_structs, CollectionSpec, CountRequest, PointsBatch, QdrantEdge, Sink, UpsertRequest,
 };
@@ -55,27 +59,22 @@ fn batch(first: usize, n: usize, dim: usize) -> RecordBatch {
     );
     let n_chars = Int32Array::from((0..n as i32).map(|i| 30_000 + i).collect::<Vec<_>>());
     let n_tokens = Int32Array::from((0..n as i32).map(|i| 8_000 + i).collect::<Vec<_>>());
-    let schema = Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new(
-            "embedding",
-            DataType::FixedSizeList(item, dim as i32),
-            false,
-        ),
-        Field::new("n_chars", DataType::Int32, false),
-        Field::new("n_tokens", DataType::Int32, false),
-        Field::new("source", DataType::Utf8, true),
-        Field::new("created", DataType::Utf8, true),
-    ]);
+    // The shard file's own schema (core::shardfile), so the bench converts what jobs write.
+    let schema = shardfile::schema(dim, VectorDtype::F32);
+    let nulls = || new_null_array(&DataType::Utf8, n);
     RecordBatch::try_new(
-        Arc::new(schema),
+        schema,
         vec![
             Arc::new(ids),
             Arc::new(emb),
             Arc::new(n_chars),
             Arc::new(n_tokens),
+            Arc::new(Int16Array::from(vec![1i16; n])),
             Arc::new(source),
             Arc::new(created),
+            nulls(),
+            nulls(),
+            nulls(),
         ],
     )
     .expect("batch")

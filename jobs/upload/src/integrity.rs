@@ -7,7 +7,10 @@
 //! (`upload_collections`). A collection found with another marker or none — dropped and made
 //! again, another run's, restored from elsewhere — is not the one the progress is about: the
 //! progress is forgotten and every point sent again (same ids). A marker is used rather than a
-//! reserved point because a point would be counted, searched and published like a paper.
+//! reserved point because a point would be counted, searched and published like a paper. The
+//! marker, not the path or URL, is what progress belongs to: a collection the run recorded under
+//! another key (the run directory moved or copied, another peer's URL) is recognised by its
+//! marker and its progress carried over ([`follow_marker`]).
 //!
 //! **Per batch.** Each batch's acknowledged rows are counted in the collection by their point
 //! ids (a `has_id` filter, in the batch's shard key where the collection is keyed). Points carry
@@ -197,6 +200,33 @@ where
     };
     db.record_upload_marker(key, &marker)?;
     Ok(())
+}
+
+/// Carries the run's progress over to `key` when the collection `name` found there (its
+/// `found` marker) is one the run recorded under another key: the same collection reached by
+/// another path or URL (a run directory moved or copied, another peer of a cluster, an
+/// address instead of a name). Progress belongs to the collection, not to the words used to
+/// reach it; the per-batch counts then check it as ever. Returns whether it moved.
+pub fn follow_marker(
+    db: &RunDb,
+    key: &str,
+    name: &str,
+    found: Option<&str>,
+) -> Result<bool, RunDbError> {
+    let Some(marker) = found else {
+        return Ok(false);
+    };
+    if db.upload_marker(key)?.as_deref() == Some(marker) {
+        return Ok(false);
+    }
+    let Some(from) = db.upload_key_with_marker(marker, key)? else {
+        return Ok(false);
+    };
+    eprintln!(
+        "note: `{name}` here is the collection this run uploaded into as `{from}` (the same identity marker): its progress carries over"
+    );
+    db.move_upload_progress(&from, key)?;
+    Ok(true)
 }
 
 /// True when the progress recorded under `key` is not about the collection found: it is gone,

@@ -44,6 +44,11 @@ pub(crate) fn open_collection(
         Some(extras) if exists => extras.collection_marker(name)?,
         _ => None,
     };
+    let prepared = if integrity::follow_marker(&db, &key, name, found_marker.as_deref())? {
+        prepare(&db, &key)?
+    } else {
+        prepared
+    };
     let prepared = trusted_progress(sink, &db, &key, name, prepared, exists, &found_marker)?;
     // Nothing left to send: indexing is not deferred again (on a server that could rebuild the
     // index), but `finish` still restores it, in case a killed upload left it deferred.

@@ -203,6 +203,7 @@ fn open_collection(
 ) -> Result<(bool, HashMap<i64, SnapshotLoadRow>), SnapshotError> {
     let created = server.ensure_collection(spec)? == Ensured::Created;
     let marker = server.collection_marker(&spec.name)?;
+    integrity::follow_marker(db, progress, &spec.name, marker.as_deref())?;
     integrity::record_marker::<SnapshotError>(server, db, progress, &spec.name, marker)?;
     if created {
         db.forget_snapshot_loads(progress)?;
