@@ -91,6 +91,35 @@ fn a_changed_corpus_is_refused_with_exit_code_4() {
     );
 }
 
+/// A second release given without `--update` names the first release's files as not given
+/// (they may only be left out of the command line), and `--update` into a directory never
+/// planned is refused leaving nothing behind.
+#[test]
+fn release_refusals_say_not_given_and_leave_nothing_behind() {
+    let t = TestDir::new();
+    std::fs::create_dir_all(t.join("r1")).unwrap();
+    std::fs::create_dir_all(t.join("r2")).unwrap();
+    t.sample("r1/a.jsonl.gz", 20, 1);
+    t.sample_seeded("r2/b.jsonl.gz", 20, 1, 7);
+    t.run(&["plan", "--corpus", "r1", "--run-dir", "run"], 0);
+    let out = t.run(&["plan", "--corpus", "r2", "--run-dir", "run"], 4);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a.jsonl.gz: not given") && stderr.contains("b.jsonl.gz: added"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("removed"), "{stderr}");
+
+    let out = t.run(&["plan", "--update", "r2", "--run-dir", "never"], 4);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no finished plan to update"), "{stderr}");
+    let left: Vec<_> = match std::fs::read_dir(t.join("never")) {
+        Ok(entries) => entries.map(|e| e.unwrap().file_name()).collect(),
+        Err(_) => Vec::new(),
+    };
+    assert!(left.is_empty(), "a refusal leaves nothing: {left:?}");
+}
+
 #[test]
 fn a_corrupt_file_is_reported_and_the_rest_planned_with_exit_code_3() {
     let t = TestDir::new();

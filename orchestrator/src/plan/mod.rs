@@ -153,6 +153,13 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     let started = Instant::now();
     let files = fingerprinted_corpus(&options.corpus)?;
     refuse_results_without_run_db(&options.run_dir)?;
+    // An update needs a planned run: refused before run.db and the owner's files are made, so
+    // the refusal leaves nothing behind.
+    if options.update.is_some() && !RunLayout::new(&options.run_dir).db().exists() {
+        return Err(PlanError::NothingToUpdate {
+            run_dir: options.run_dir.clone(),
+        });
+    }
     let mut db = RunDb::create(&options.run_dir)?;
     let options = &PlanOptions {
         settings: check_settings(&db, options)?,
@@ -414,7 +421,8 @@ fn check_corpus(
     let mut changes = Vec::new();
     for row in known {
         match files.iter().find(|(p, _)| *p == row.path) {
-            None => changes.push(format!("{}: removed", row.path)),
+            // Not among the files read now: deleted, or only left out of the command line.
+            None => changes.push(format!("{}: not given", row.path)),
             Some((_, fp)) => {
                 if let Some(why) = fp.difference(&row.fingerprint) {
                     changes.push(format!("{}: {why}", row.path));
