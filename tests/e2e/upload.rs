@@ -380,3 +380,44 @@ fn progress_belongs_to_its_target_a_second_target_and_a_deleted_one_get_every_po
     assert!(err.contains("holds this run's upload"), "{err}");
     assert_eq!(edge_count(&run, "papers", None), 60);
 }
+
+/// A server that is not running: `upload` says so about every 30 s while it tries, and gives
+/// up once every connection has been refused for about a minute, with the re-run advice,
+/// instead of going through every batch's retries (8 minutes before).
+#[test]
+fn an_upload_to_a_server_that_refuses_connections_says_so_and_gives_up() {
+    let t = TestDir::new();
+    small_run(&t, "run", 20, &[]);
+    // A port bound and closed again: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = t
+        .cmd(&[
+            "upload",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--batch-size",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let said = stderr(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("the Qdrant server at {url} has not answered for"))
+            && said.contains("connection refused: it is down or restarting"),
+        "said while trying: {said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "the Qdrant server at {url} refused every connection for"
+        )) && said.contains("re-run: finished batches are not sent again"),
+        "{said}"
+    );
+}

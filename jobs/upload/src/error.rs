@@ -151,6 +151,15 @@ pub enum UploadError {
         message: String,
     },
 
+    /// The server refused every connection for the give-up time: it is not running there.
+    #[error("the Qdrant server at {url} refused every connection for {seconds} s: it is not running there, or not on that port. Start it (or fix the URL), then re-run: finished batches are not sent again")]
+    ServerRefused {
+        /// The server's gRPC URL.
+        url: String,
+        /// How long it refused.
+        seconds: u64,
+    },
+
     /// A transient error persisted through every retry.
     #[error("Qdrant server kept failing to {action} after {attempts} attempts (last: {code:?}: {message}); check that the server is up and not overloaded, then re-run: finished batches are not sent again")]
     RetriesExhausted {

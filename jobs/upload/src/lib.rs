@@ -27,6 +27,7 @@ pub mod integrity;
 mod ledger;
 mod open;
 mod options;
+mod outage;
 mod points;
 mod prepared;
 mod progress;

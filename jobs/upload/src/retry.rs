@@ -12,6 +12,7 @@ use rand::Rng as _;
 use tonic::Code;
 
 use super::error::{UploadError, UploadResult};
+use super::outage::Outage;
 
 /// How often and how long to retry a transient failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,21 +25,40 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// Upper bound of a server-requested `retry-after` wait.
     pub max_retry_after: Duration,
+    /// A server that refuses every connection this long is not running: requests fail at once
+    /// (see `outage.rs`).
+    pub refused_give_up: Duration,
+    /// How often an outage is said while it lasts.
+    pub say_every: Duration,
 }
 
 impl Default for RetryPolicy {
-    /// 8 attempts, 250 ms doubling to at most 30 s (about 1 min of retries in all).
+    /// 8 attempts, 250 ms doubling to at most 30 s (about 1 min of retries in all); a server
+    /// refusing connections for 1 min is given up on; an outage said every 30 s.
     fn default() -> Self {
         Self {
             max_attempts: 8,
             base_delay: Duration::from_millis(250),
             max_delay: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(120),
+            refused_give_up: Duration::from_secs(60),
+            say_every: Duration::from_secs(30),
         }
     }
 }
 
 impl RetryPolicy {
+    /// The longest one request's retries wait in all (every backoff at its upper bound).
+    pub fn longest_retry(&self) -> Duration {
+        (0..self.max_attempts.saturating_sub(1))
+            .map(|retry| {
+                self.base_delay
+                    .saturating_mul(1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX))
+                    .min(self.max_delay)
+            })
+            .sum()
+    }
+
     /// The backoff before retry number `retry` (0-based): `base * 2^retry`, capped, with "equal
     /// jitter" (uniform in the upper half) so that many workers do not retry in lockstep.
     pub fn backoff(&self, retry: u32) -> Duration {
@@ -111,9 +131,11 @@ fn classify(err: QdrantError, action: &'static str) -> Failure {
     }
 }
 
-/// Runs `attempt` until it succeeds, fails permanently, or `policy.max_attempts` is reached.
+/// Runs `attempt` until it succeeds, fails permanently, or `policy.max_attempts` is reached;
+/// `outage` says a server that stops answering and fails at once on one that is not running.
 pub(crate) async fn with_retry<T, F, Fut>(
     policy: &RetryPolicy,
+    outage: &Outage,
     action: &'static str,
     mut attempt: F,
 ) -> UploadResult<T>
@@ -124,14 +146,25 @@ where
     let max_attempts = policy.max_attempts.max(1);
     let mut done = 0;
     loop {
+        outage.check()?;
         let err = match attempt().await {
-            Ok(value) => return Ok(value),
+            Ok(value) => {
+                outage.answered();
+                return Ok(value);
+            }
             Err(err) => err,
         };
         done += 1;
-        match classify(err, action) {
+        let failure = classify(err, action);
+        // A refused connection is retried until the outage's give-up time, whatever the
+        // attempt count: a restart takes longer than the attempts' backoff.
+        let refused = match &failure {
+            Failure::Transient { code, message, .. } => outage.failed(*code, message).await?,
+            Failure::Permanent(_) => false,
+        };
+        match failure {
             Failure::Permanent(err) => return Err(err),
-            Failure::Transient { code, message, .. } if done >= max_attempts => {
+            Failure::Transient { code, message, .. } if done >= max_attempts && !refused => {
                 return Err(UploadError::RetriesExhausted {
                     action,
                     attempts: done,
@@ -172,7 +205,13 @@ mod tests {
             base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(4),
             max_retry_after: Duration::from_millis(5),
+            ..RetryPolicy::default()
         }
+    }
+
+    /// An outage tracker with no address to probe (failures are never "refused").
+    fn no_probe() -> Outage {
+        Outage::new("", fast())
     }
 
     fn run<T>(fut: impl Future<Output = T>) -> T {
@@ -211,7 +250,7 @@ mod tests {
     #[test]
     fn retries_transient_until_success() {
         let calls = AtomicU32::new(0);
-        let out = run(with_retry(&fast(), "upsert points", || {
+        let out = run(with_retry(&fast(), &no_probe(), "upsert points", || {
             let n = calls.fetch_add(1, Ordering::SeqCst);
             async move {
                 if n < 2 {
@@ -228,7 +267,7 @@ mod tests {
     #[test]
     fn permanent_error_is_not_retried_and_keeps_its_code() {
         let calls = AtomicU32::new(0);
-        let out: UploadResult<()> = run(with_retry(&fast(), "upsert points", || {
+        let out: UploadResult<()> = run(with_retry(&fast(), &no_probe(), "upsert points", || {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Err(status(Code::InvalidArgument)) }
         }));
@@ -245,7 +284,7 @@ mod tests {
     #[test]
     fn gives_up_after_max_attempts_with_typed_error() {
         let calls = AtomicU32::new(0);
-        let out: UploadResult<()> = run(with_retry(&fast(), "count points", || {
+        let out: UploadResult<()> = run(with_retry(&fast(), &no_probe(), "count points", || {
             calls.fetch_add(1, Ordering::SeqCst);
             async { Err(status(Code::DeadlineExceeded)) }
         }));
@@ -262,7 +301,7 @@ mod tests {
     #[test]
     fn retry_after_header_is_read_and_retried() {
         let calls = AtomicU32::new(0);
-        let out = run(with_retry(&fast(), "upsert points", || {
+        let out = run(with_retry(&fast(), &no_probe(), "upsert points", || {
             let n = calls.fetch_add(1, Ordering::SeqCst);
             async move {
                 if n == 0 {
@@ -297,5 +336,12 @@ mod tests {
                 full / 2
             );
         }
+    }
+
+    #[test]
+    fn the_longest_retry_sums_the_capped_backoffs() {
+        let p = RetryPolicy::default();
+        // 0.25 + 0.5 + 1 + 2 + 4 + 8 + 16 s for the 7 retries of 8 attempts.
+        assert_eq!(p.longest_retry(), Duration::from_millis(31_750));
     }
 }

@@ -36,6 +36,7 @@ use config::check_url;
 use points::{grpc_filter, hit_from_grpc, query_points, string_value};
 
 use crate::error::{UploadError, UploadResult};
+use crate::outage::Outage;
 use crate::request::{CountRequest, DeleteRequest, Hit, QueryRequest, UpsertRequest};
 use crate::retry::with_retry;
 use crate::shard_keys::KeyOwner;
@@ -55,6 +56,8 @@ pub struct QdrantServer {
     config: ServerConfig,
     /// Vector sizes of the collections seen, to refuse a wrong batch before sending it.
     sizes: std::sync::Mutex<HashMap<String, usize>>,
+    /// Whether the server has stopped answering, shared by every request (`outage.rs`).
+    outage: Outage,
 }
 
 impl std::fmt::Debug for QdrantServer {
@@ -118,6 +121,7 @@ impl QdrantServer {
         Ok(Self {
             client,
             runtime,
+            outage: Outage::new(&config.url, config.retry),
             config,
             sizes: Default::default(),
         })
@@ -133,8 +137,12 @@ impl QdrantServer {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, QdrantError>>,
     {
-        self.runtime
-            .block_on(with_retry(&self.config.retry, action, attempt))
+        self.runtime.block_on(with_retry(
+            &self.config.retry,
+            &self.outage,
+            action,
+            attempt,
+        ))
     }
 
     fn exists(&self, name: &str) -> UploadResult<bool> {

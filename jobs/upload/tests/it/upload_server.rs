@@ -69,15 +69,24 @@ fn server_delete_collection_removes_it() {
 }
 
 #[test]
-fn unreachable_server_is_a_typed_error_after_retries() {
-    // A closed loopback port: connection refused (qdrant-client: Internal) → retried, then
-    // RetriesExhausted. Loopback only; nothing leaves the machine.
+fn unreachable_server_is_a_typed_error_once_it_has_refused_for_the_give_up_time() {
+    // A closed loopback port: connection refused (qdrant-client: Internal). The probe tells
+    // it refused, so it is retried past the attempt count until the give-up time, then
+    // ServerRefused. Loopback only; nothing leaves the machine.
     let mut config = ServerConfig::new("http://127.0.0.1:9");
     config.retry.max_attempts = 2;
     config.retry.base_delay = Duration::from_millis(10);
+    config.retry.refused_give_up = Duration::from_millis(300);
     let sink = QdrantServer::connect(config).expect("client");
     match sink.count(CountRequest::new("x")) {
-        Err(embedfleet_upload::UploadError::RetriesExhausted { attempts: 2, .. }) => {}
-        other => panic!("expected RetriesExhausted, got {other:?}"),
+        Err(embedfleet_upload::UploadError::ServerRefused { url, .. }) => {
+            assert_eq!(url, "http://127.0.0.1:9");
+        }
+        other => panic!("expected ServerRefused, got {other:?}"),
     }
+    // Refused for the give-up time: the next request fails at once, with no attempt made.
+    assert!(matches!(
+        sink.count(CountRequest::new("x")),
+        Err(embedfleet_upload::UploadError::ServerRefused { .. })
+    ));
 }

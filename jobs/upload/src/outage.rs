@@ -1,0 +1,257 @@
+//! A server that stops answering, said and bounded.
+//!
+//! Riding out a restart is right, but a command that retries in silence for minutes looks
+//! hung. While requests fail, [`Outage`] says so about every [`RetryPolicy::say_every`], with
+//! how long the upload goes on trying, and says when the server answers again.
+//!
+//! A refused connection is told from an overloaded server without reading any message text:
+//! after a failed request the server's address is probed with a plain TCP connect, whose error
+//! kind is typed. Refused on every probe for [`RetryPolicy::refused_give_up`], the server is
+//! not running there, and every request fails at once with [`UploadError::ServerRefused`]
+//! instead of going through all its retries (8 attempts, batches in a row).
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+
+use crate::error::{UploadError, UploadResult};
+use crate::retry::RetryPolicy;
+
+/// How long one probe may take: a refused connection answers at once.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The state of one server's outage, shared by every request to it (workers included).
+#[derive(Debug)]
+pub(crate) struct Outage {
+    url: String,
+    /// `host:port` of the server, probed after a failure; `None` when the URL names none.
+    address: Option<String>,
+    policy: RetryPolicy,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The first failure since the server last answered.
+    since: Option<Instant>,
+    /// The first of the probes that have all been refused since.
+    refused_since: Option<Instant>,
+    /// When the outage was last said.
+    said_at: Option<Instant>,
+}
+
+/// What a failed request's probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    Refused,
+    Other,
+}
+
+impl Outage {
+    /// The outage tracker of the server at `url` (a gRPC URL such as `http://q:6334`).
+    pub fn new(url: &str, policy: RetryPolicy) -> Self {
+        Self {
+            url: url.to_owned(),
+            address: address_of(url),
+            policy,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Fails at once when the server has refused every connection for the policy's
+    /// `refused_give_up`: retrying a server that is not running only hides that it is not.
+    pub fn check(&self) -> UploadResult<()> {
+        let state = self.state.lock().expect("outage lock. This is a bug.");
+        match state.refused_since {
+            Some(since) if since.elapsed() >= self.policy.refused_give_up => {
+                Err(self.refused(since.elapsed()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A request failed with the transient `code`: probes the server's address, says the
+    /// outage when it is time, and fails once connections have been refused long enough.
+    /// Returns whether the connection was refused: then the give-up time, not the request's
+    /// attempt count, bounds its retries.
+    pub async fn failed(&self, code: Code, message: &str) -> UploadResult<bool> {
+        let probe = self.probe().await;
+        let mut state = self.state.lock().expect("outage lock. This is a bug.");
+        let now = Instant::now();
+        let since = *state.since.get_or_insert(now);
+        match probe {
+            Probe::Refused => {
+                state.refused_since.get_or_insert(now);
+            }
+            Probe::Other => state.refused_since = None,
+        }
+        let refused_for = state.refused_since.map(|s| now - s);
+        if let Some(refused_for) = refused_for.filter(|d| *d >= self.policy.refused_give_up) {
+            return Err(self.refused(refused_for));
+        }
+        // The first word after a third of the interval: a user should not wait long to learn
+        // why nothing moves.
+        let due = match state.said_at {
+            Some(said) => now - said >= self.policy.say_every,
+            None => now - since >= self.policy.say_every / 3,
+        };
+        if due {
+            state.said_at = Some(now);
+            let plan = match refused_for {
+                Some(refused_for) => format!(
+                    "connection refused: it is down or restarting; giving up if it still refuses in {}",
+                    secs(self.policy.refused_give_up.saturating_sub(refused_for))
+                ),
+                None => format!(
+                    "{code:?}: {message}; each request is tried {} times, over up to {}",
+                    self.policy.max_attempts,
+                    secs(self.policy.longest_retry())
+                ),
+            };
+            eprintln!(
+                "warning: the Qdrant server at {} has not answered for {} ({plan})",
+                self.url,
+                secs(now - since)
+            );
+        }
+        Ok(refused_for.is_some())
+    }
+
+    /// A request succeeded: the outage, if there was one, is over.
+    pub fn answered(&self) {
+        let mut state = self.state.lock().expect("outage lock. This is a bug.");
+        if let (Some(since), Some(_)) = (state.since, state.said_at) {
+            eprintln!(
+                "note: the Qdrant server at {} answers again, after {}",
+                self.url,
+                secs(since.elapsed())
+            );
+        }
+        *state = State::default();
+    }
+
+    fn refused(&self, refused_for: Duration) -> UploadError {
+        UploadError::ServerRefused {
+            url: self.url.clone(),
+            seconds: refused_for.as_secs(),
+        }
+    }
+
+    /// Connects to the server's address: refused, or anything else (it answered, timed out,
+    /// or the name does not resolve now).
+    async fn probe(&self) -> Probe {
+        let Some(address) = &self.address else {
+            return Probe::Other;
+        };
+        let Ok(addresses) = tokio::net::lookup_host(address.as_str()).await else {
+            return Probe::Other;
+        };
+        let addresses: Vec<SocketAddr> = addresses.collect();
+        if addresses.is_empty() {
+            return Probe::Other;
+        }
+        for addr in addresses {
+            match tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await {
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                _ => return Probe::Other,
+            }
+        }
+        Probe::Refused
+    }
+}
+
+/// `host:port` of a gRPC URL (`http://host:port/...`; Qdrant's gRPC port when none is given).
+fn address_of(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    let host = uri.host()?;
+    let port = uri.port_u16().unwrap_or(6334);
+    // An IPv6 literal keeps its brackets for lookup_host.
+    Some(if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    })
+}
+
+/// Whole seconds, for a person.
+fn secs(d: Duration) -> String {
+    format!("{} s", d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_of_a_grpc_url() {
+        assert_eq!(address_of("http://q:6334").as_deref(), Some("q:6334"));
+        assert_eq!(
+            address_of("https://q.example/").as_deref(),
+            Some("q.example:6334")
+        );
+        assert_eq!(
+            address_of("http://[::1]:7000").as_deref(),
+            Some("[::1]:7000")
+        );
+        assert_eq!(address_of("not a url"), None);
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("test runtime")
+    }
+
+    #[test]
+    fn refused_for_the_give_up_time_fails_at_once_and_an_answer_resets_it() {
+        // A port bound and closed again: nothing listens there, so a connect is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let policy = RetryPolicy {
+            refused_give_up: Duration::from_millis(200),
+            ..RetryPolicy::default()
+        };
+        let outage = Outage::new(&format!("http://127.0.0.1:{port}"), policy);
+        let rt = runtime();
+        let refused = rt.block_on(outage.failed(Code::Internal, "boom")).unwrap();
+        assert!(refused, "nothing listens there");
+        assert!(outage.check().is_ok(), "not refused for long yet");
+        std::thread::sleep(Duration::from_millis(250));
+        let err = rt
+            .block_on(outage.failed(Code::Internal, "boom"))
+            .unwrap_err();
+        assert!(matches!(err, UploadError::ServerRefused { .. }), "{err:?}");
+        assert!(err
+            .to_string()
+            .contains("re-run: finished batches are not sent again"));
+        assert!(matches!(
+            outage.check(),
+            Err(UploadError::ServerRefused { .. })
+        ));
+        outage.answered();
+        assert!(outage.check().is_ok(), "answered: the outage is over");
+    }
+
+    #[test]
+    fn a_server_that_accepts_connections_is_not_refused() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let policy = RetryPolicy {
+            refused_give_up: Duration::ZERO,
+            ..RetryPolicy::default()
+        };
+        let outage = Outage::new(&format!("http://127.0.0.1:{port}"), policy);
+        // Overloaded, not down: a failure is only retried, within its attempts.
+        let refused = runtime()
+            .block_on(outage.failed(Code::Unavailable, "busy"))
+            .unwrap();
+        assert!(!refused);
+        assert!(outage.check().is_ok());
+    }
+}
