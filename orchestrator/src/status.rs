@@ -44,8 +44,8 @@ pub fn render(s: &RunStatus) -> String {
     );
     let _ = writeln!(
         out,
-        "papers     {} planned ({:.1} M chars), {} filtered out",
-        s.papers_planned,
+        "papers     {} ({:.1} M chars), {} filtered out",
+        papers_line(s),
         s.chars_planned as f64 / 1e6,
         s.papers_filtered
     );
@@ -81,6 +81,24 @@ pub fn render(s: &RunStatus) -> String {
     out
 }
 
+/// The papers planned; after an update, the live papers of the newest release first, and the
+/// rows withheld apart (still in their shards, in no collection or dataset).
+pub fn papers_line(s: &RunStatus) -> String {
+    let w = &s.rows_withheld;
+    if w.total() == 0 {
+        return format!("{} planned", s.papers_planned);
+    }
+    let release = s.releases.last().map_or(1, |r| r.release);
+    format!(
+        "{} live in release {release}, of {} rows planned ({} withheld: {} superseded, {} withdrawn)",
+        s.papers_live,
+        s.papers_planned,
+        w.total(),
+        w.superseded,
+        w.withdrawn
+    )
+}
+
 /// A line per queue: its cap and its jobs by state.
 fn render_queues(out: &mut String, s: &RunStatus) {
     let mut queues: std::collections::BTreeSet<&String> = s.jobs_by_queue.keys().collect();
@@ -110,14 +128,23 @@ fn render_results(out: &mut String, s: &RunStatus) {
         let _ = writeln!(out, "attempts   {total}{}", by(&s.attempts_by_state));
     }
     if s.uploads_by_collection.is_empty() {
-        let _ = writeln!(out, "uploaded   0 points");
+        let _ = writeln!(out, "uploaded   0 rows");
     }
     for (collection, u) in &s.uploads_by_collection {
         let _ = write!(
             out,
-            "uploaded   {collection}: {} of {} points",
+            "uploaded   {collection}: {} of {} rows",
             u.acked, s.rows_in_shards
         );
+        if s.rows_withheld.total() > 0 {
+            // Rows sent before a release withheld them were deleted from the collection since.
+            let _ = write!(
+                out,
+                " (the collection holds the {} live papers, not the {} withheld rows)",
+                s.papers_live,
+                s.rows_withheld.total()
+            );
+        }
         if u.failed > 0 {
             let _ = write!(out, ", {} failed", u.failed);
         }

@@ -10,6 +10,7 @@ mod doctor;
 mod embed;
 mod gpu_check;
 mod integrity;
+mod json_docs;
 mod owner;
 mod pipes;
 mod plan;

@@ -214,6 +214,30 @@ fn an_update_embeds_only_what_the_release_changed_and_the_collection_follows_it(
         report.contains("release 1   1000 papers; 4/4 batches embedded"),
         "{report}"
     );
+    // The live papers of release 2, and the rows it withheld apart, everywhere.
+    let live = (RELEASE_1 - WITHDRAWN + NEW) as u64;
+    assert_eq!(status["papers_live"].as_u64(), Some(live));
+    assert_eq!(
+        status["rows_withheld"],
+        serde_json::json!({"superseded": CHANGED, "withdrawn": WITHDRAWN})
+    );
+    assert!(
+        human.contains(&format!(
+            "papers     {live} live in release 2, of 1280 rows planned (80 withheld: 30 superseded, 50 withdrawn)"
+        )),
+        "{human}"
+    );
+    assert!(
+        report.contains(&format!(
+            "live: {live} papers; 80 rows withheld (30 superseded, 50 withdrawn)"
+        )),
+        "{report}"
+    );
+    let report_json: serde_json::Value =
+        serde_json::from_slice(&t.run(&["report", "--run-dir", "run", "--json"], 0).stdout)
+            .unwrap();
+    assert_eq!(report_json["papers_live"].as_u64(), Some(live));
+    assert_eq!(report_json["rows_withheld"]["withdrawn"].as_u64(), Some(50));
 
     // A fresh run of release 2, for the vectors its papers should have.
     t.run_corpus("fresh", "r2.jsonl", 250, &[]);

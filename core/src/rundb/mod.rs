@@ -31,7 +31,7 @@ pub use queues::PauseReason;
 pub use releases::{KnownPaper, Release, ReleaseCounts, WithheldRow};
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
-pub use status::{CollectionUpload, ReleaseStatus, RunStatus, STATUS_FORMAT_VERSION};
+pub use status::{CollectionUpload, ReleaseStatus, RunStatus, WithheldRows, STATUS_FORMAT_VERSION};
 pub use tombstones::Tombstone;
 pub use uploads::UploadShard;
 

@@ -70,6 +70,41 @@ pub struct RunStatus {
     /// each changed and cost (added with run.db v9; one for a run never updated).
     #[serde(default)]
     pub releases: Vec<ReleaseStatus>,
+    /// Papers the newest release serves: `papers_planned` less the rows later releases
+    /// withheld. What a collection and a published dataset of the run hold.
+    #[serde(default)]
+    pub papers_live: u64,
+    /// Rows of the run's batches that later releases no longer serve; they stay in their
+    /// shards and out of every collection and dataset.
+    #[serde(default)]
+    pub rows_withheld: WithheldRows,
+}
+
+/// Rows a corpus release withheld from their batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WithheldRows {
+    /// A newer row of the same paper serves it (its text changed).
+    pub superseded: u64,
+    /// The paper left the corpus.
+    pub withdrawn: u64,
+}
+
+impl WithheldRows {
+    /// Each changed paper supersedes one row, each withdrawn paper withholds one: counted from
+    /// the releases (one row each), never from the papers (millions of rows, at every poll).
+    pub fn of(releases: &[ReleaseStatus]) -> Self {
+        releases
+            .iter()
+            .filter(|r| r.planned)
+            .fold(Self::default(), |acc, r| Self {
+                superseded: acc.superseded + r.counts.changed,
+                withdrawn: acc.withdrawn + r.counts.withdrawn,
+            })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.superseded + self.withdrawn
+    }
 }
 
 /// One corpus release in `status`.
@@ -130,6 +165,8 @@ impl RunDb {
         let eta_seconds = papers_per_second
             .map(|rate| papers_planned.saturating_sub(rows_in_shards) as f64 / rate);
         let uploads_by_collection = self.uploads_by_collection(rows_in_shards)?;
+        let releases = self.release_status()?;
+        let rows_withheld = WithheldRows::of(&releases);
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
@@ -163,7 +200,9 @@ impl RunDb {
             uploads_by_collection,
             attempts_by_state: grouped("SELECT state, count(*) FROM attempts GROUP BY 1")?,
             live: self.live_attempts()?,
-            releases: self.release_status()?,
+            releases,
+            papers_live: papers_planned.saturating_sub(rows_withheld.total()),
+            rows_withheld,
         })
     }
 

@@ -24,6 +24,8 @@ pub struct RestClient {
     api_key: Option<String>,
     /// Send the API key over plain http to another machine (`--allow-insecure`).
     allow_insecure: bool,
+    /// Bounds each request.
+    timeout: Duration,
     agent: ureq::Agent,
 }
 
@@ -46,16 +48,14 @@ impl RestClient {
         allow_insecure: bool,
         timeout: Duration,
     ) -> Result<Self, SnapshotError> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build()
-            .into();
+        embedfleet_upload::check_url(url)?;
+        let url = url.trim_end_matches('/').to_owned();
         let client = Self {
-            url: url.trim_end_matches('/').to_owned(),
+            agent: agent_for(&url, timeout),
+            url,
             api_key,
             allow_insecure,
-            agent,
+            timeout,
         };
         client.check_key_goes_safely(&client.url)?;
         Ok(client)
@@ -78,9 +78,12 @@ impl RestClient {
     /// The same client (and API key) for another peer of the cluster; refused as
     /// [`RestClient::new`] refuses a URL the key would reach in clear text.
     pub fn for_peer(&self, url: &str) -> Result<Self, SnapshotError> {
+        embedfleet_upload::check_url(url)?;
         self.check_key_goes_safely(url)?;
+        let url = url.trim_end_matches('/').to_owned();
         Ok(Self {
-            url: url.trim_end_matches('/').to_owned(),
+            agent: agent_for(&url, self.timeout),
+            url,
             ..self.clone()
         })
     }
@@ -121,6 +124,22 @@ impl RestClient {
             .body_mut()
             .read_to_string()
             .map_err(|e| self.unreachable(what, e))?;
+        if (300..400).contains(&status) {
+            // No redirect is followed: a header such as `api-key` would go wherever it points.
+            let to = response
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("?")
+                .to_owned();
+            return Err(SnapshotError::Http {
+                what: what.to_owned(),
+                status,
+                body: format!(
+                    "a redirect to {to}, not followed (the API key goes only where it was sent): give the server's own URL"
+                ),
+            });
+        }
         if !(200..300).contains(&status) {
             return Err(SnapshotError::Http {
                 what: what.to_owned(),
@@ -282,6 +301,34 @@ impl RestClient {
     }
 }
 
+/// The HTTP agent for `url`: `timeout` per request, no redirect followed, and no proxy to this
+/// machine. To another machine the environment's proxy (`HTTPS_PROXY`, `ALL_PROXY`, ...) is
+/// used as everywhere else, and said once.
+fn agent_for(url: &str, timeout: Duration) -> ureq::Agent {
+    let this_machine = url
+        .parse::<ureq::http::Uri>()
+        .is_ok_and(|uri| embedfleet_upload::is_this_machine(&uri));
+    let proxy = if this_machine {
+        None
+    } else {
+        ureq::Proxy::try_from_env()
+    };
+    if let Some(proxy) = &proxy {
+        eprintln!(
+            "note: REST requests to {url} go through the proxy {}:{} (from the environment; NO_PROXY lists hosts that do not)",
+            proxy.host(),
+            proxy.port()
+        );
+    }
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .proxy(proxy)
+        .build()
+        .into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +487,70 @@ mod tests {
             text.contains("127.0.0.1:9") && text.contains("--qdrant-rest"),
             "{text}"
         );
+    }
+
+    /// A loopback HTTP server that answers every request with `reply` (a whole response) and
+    /// keeps each request's head, lowercased.
+    fn recording(reply: String) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let heads = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().take(8) {
+                let mut stream = stream.unwrap();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let (mut head, mut line) = (String::new(), String::new());
+                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    head.push_str(&line.to_lowercase());
+                    line.clear();
+                }
+                heads.lock().unwrap().push(head);
+                let _ = stream.write_all(reply.as_bytes());
+            }
+        });
+        (url, seen)
+    }
+
+    #[test]
+    fn a_redirect_is_not_followed_so_the_key_goes_nowhere_else() {
+        let (elsewhere, reached) = recording(String::new());
+        let (url, asked) = recording(format!(
+            "HTTP/1.1 302 Found\r\nLocation: {elsewhere}/cluster\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ));
+        let client =
+            RestClient::new(&url, Some("secret".into()), false, Duration::from_secs(5)).unwrap();
+        let err = client.peers().unwrap_err().to_string();
+        assert!(
+            err.contains("redirect") && err.contains(&elsewhere),
+            "{err}"
+        );
+        assert!(asked.lock().unwrap()[0].contains("api-key: secret"));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            reached.lock().unwrap().is_empty(),
+            "the redirect was followed"
+        );
+    }
+
+    #[test]
+    fn a_loopback_server_is_reached_directly_whatever_the_proxy_settings() {
+        let (proxy, proxied) = recording(String::new());
+        for var in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"] {
+            // This test's process only (nextest runs each test in a process of its own).
+            std::env::set_var(var, &proxy);
+        }
+        let body = r#"{"result":{"status":"disabled"},"status":"ok","time":0.0}"#;
+        let (url, asked) = recording(format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        let client =
+            RestClient::new(&url, Some("secret".into()), false, Duration::from_secs(5)).unwrap();
+        let err = client.peers().unwrap_err();
+        assert!(err.is_refusal(), "the server itself answered: {err}");
+        assert_eq!(asked.lock().unwrap().len(), 1);
+        assert!(proxied.lock().unwrap().is_empty(), "went through the proxy");
     }
 }

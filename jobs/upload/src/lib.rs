@@ -61,8 +61,8 @@ pub use request::{
 };
 pub use retry::{is_transient, RetryPolicy};
 pub use server::{
-    build_point_structs, sends_in_clear, ApiKey, KeyedShard, QdrantServer, ServerCollection,
-    ServerConfig,
+    build_point_structs, check_url, is_this_machine, sends_in_clear, ApiKey, KeyedShard,
+    QdrantServer, ServerCollection, ServerConfig,
 };
 pub use sink::{is_keyed, QdrantExtras, Sink};
 pub use spec::{

@@ -35,6 +35,10 @@ pub struct Report {
     pub node_hours_to_go: Option<f64>,
     /// The corpus releases (`plan --update`), with what each changed and cost.
     pub releases: Vec<embedfleet_core::rundb::ReleaseStatus>,
+    /// Papers the newest release serves, and the rows earlier releases' batches hold that it
+    /// withheld (as in `status`).
+    pub papers_live: u64,
+    pub rows_withheld: embedfleet_core::rundb::WithheldRows,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +66,8 @@ pub fn load(run_dir: &Path) -> Result<Report, ReportError> {
         .filter(|s| s.job_papers_per_s > 0.0)
         .map(|s| papers_to_go as f64 / s.job_papers_per_s / 3600.0);
     Ok(Report {
+        papers_live: status.papers_live,
+        rows_withheld: status.rows_withheld,
         releases: status.releases,
         papers_to_go,
         node_hours_to_go,
@@ -98,6 +104,15 @@ pub fn render(report: &Report) -> String {
         for r in &report.releases {
             let _ = writeln!(out, "  {}", crate::status::release_line(r));
         }
+        let w = &report.rows_withheld;
+        let _ = writeln!(
+            out,
+            "  live: {} papers; {} rows withheld ({} superseded, {} withdrawn)",
+            report.papers_live,
+            w.total(),
+            w.superseded,
+            w.withdrawn
+        );
     }
     if let Some(hours) = report.node_hours_to_go {
         let _ = writeln!(

@@ -82,46 +82,52 @@ impl ServerConfig {
 }
 
 /// True when `url` is plain `http://` to another machine: an API key would cross the network
-/// in clear text. Only a host whose every resolved address is loopback never leaves this
-/// machine; the text decides nothing (`127.0.0.1.example.org` is a name like any other), and a
-/// host that does not resolve is taken as another machine (the key is refused, not sent).
+/// in clear text. The URL is parsed, not matched as text (`HTTP://` is plain http too); a URL
+/// that does not parse is taken as another machine (the key is refused, not sent).
 pub fn sends_in_clear(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    // Credentials (`user:pass@`) are not the host.
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let (host, port) = match authority.strip_prefix('[') {
-        Some(v6) => {
-            let (host, tail) = v6.split_once(']').unwrap_or((v6, ""));
-            (host, tail.strip_prefix(':'))
-        }
-        None => match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        },
-    };
-    let port = port.and_then(|p| p.parse::<u16>().ok()).unwrap_or(80);
-    match std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) {
-        Ok(addrs) => {
-            let addrs: Vec<std::net::SocketAddr> = addrs.collect();
-            addrs.is_empty() || !addrs.iter().all(|a| a.ip().is_loopback())
+    match url.parse::<http::Uri>() {
+        Ok(uri) => {
+            uri.scheme_str()
+                .is_some_and(|s| s.eq_ignore_ascii_case("http"))
+                && !is_this_machine(&uri)
         }
         Err(_) => true,
     }
 }
 
-pub(super) fn check_url(url: &str) -> UploadResult<()> {
+/// True when `uri`'s host is this machine: every address it resolves to is loopback. The text
+/// decides nothing (`127.0.0.1.example.org` is a name like any other), and a host that does not
+/// resolve is taken as another machine.
+pub fn is_this_machine(uri: &http::Uri) -> bool {
+    let Some(host) = uri.host() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(80);
+    match std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) {
+        Ok(addrs) => {
+            let addrs: Vec<std::net::SocketAddr> = addrs.collect();
+            !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
+/// Refuses a server URL that is not `http(s)://host[:port]`: the scheme compared as a URL
+/// parser does, whatever its case.
+pub fn check_url(url: &str) -> UploadResult<()> {
     let invalid = |reason: &str| UploadError::InvalidUrl {
         url: url.to_owned(),
         reason: reason.to_owned(),
     };
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| invalid("the scheme must be http or https"))?;
-    if rest.trim_end_matches('/').is_empty() {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| invalid(&e.to_string()))?;
+    match uri.scheme_str() {
+        Some(s) if s.eq_ignore_ascii_case("http") || s.eq_ignore_ascii_case("https") => {}
+        _ => return Err(invalid("the scheme must be http or https")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
         return Err(invalid("no host"));
     }
     Ok(())
@@ -162,6 +168,13 @@ mod insecure_tests {
             "no key, nothing to leak"
         );
         assert!(!sends_in_clear("https://qdrant.example:6334"));
+        // The scheme is parsed, not matched as text.
+        assert!(sends_in_clear("HTTP://qdrant.example:6334"));
+        assert!(sends_in_clear("Http://qdrant.example:6334"));
+        assert!(!sends_in_clear("HTTPS://qdrant.example:6334"));
+        assert!(check_url("HTTP://qdrant.example:6334").is_ok());
+        assert!(check_url("ftp://qdrant.example").is_err());
+        assert!(check_url("http://").is_err());
     }
 
     #[test]

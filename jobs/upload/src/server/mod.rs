@@ -27,12 +27,11 @@ mod config;
 mod points;
 mod sharded;
 
-pub use config::{sends_in_clear, ApiKey, ServerConfig};
+pub use config::{check_url, is_this_machine, sends_in_clear, ApiKey, ServerConfig};
 pub use points::build_point_structs;
 pub use sharded::{KeyedShard, ServerCollection};
 
 use collection::info_from_grpc;
-use config::check_url;
 use points::{grpc_filter, hit_from_grpc, query_points, string_value};
 
 use crate::error::{UploadError, UploadResult};
