@@ -51,10 +51,43 @@ pub fn commit(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Creates the temporary file of `path` ([`tmp_path`]) for writing, never through a link: the
+/// name is predictable (host and pid), so another user who can write the directory could plant
+/// a symlink there, and a plain create would truncate its target. Whatever is at the name (a
+/// killed writer's leftover, or a planted link) is unlinked — the link itself, not its target
+/// — and the file is made with `O_CREAT|O_EXCL|O_NOFOLLOW`: anything planted again in between
+/// is an error, never followed.
+pub fn create_tmp(path: &Path) -> io::Result<File> {
+    create_fresh(&tmp_path(path))
+}
+
+/// Creates `path` anew for writing, never through a link (see [`create_tmp`]), for a caller
+/// that names its own temporary file.
+pub fn create_fresh(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// Writes `bytes` to `path` atomically.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    fs::write(tmp_path(path), bytes)?;
+    io::Write::write_all(&mut create_tmp(path)?, bytes)?;
     commit(path)
+}
+
+/// Copies the file `from` to `to` atomically.
+pub fn copy(from: &Path, to: &Path) -> io::Result<u64> {
+    let copied = io::copy(&mut File::open(from)?, &mut create_tmp(to)?)?;
+    commit(to)?;
+    Ok(copied)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -88,6 +121,23 @@ pub fn remove_leftovers(dir: &Path) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_planted_at_the_temporary_name_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("authorized_keys");
+        fs::write(&victim, b"the victim's key").unwrap();
+        let path = dir.path().join("owner-heartbeat.json");
+        std::os::unix::fs::symlink(&victim, tmp_path(&path)).unwrap();
+        write(&path, b"{}").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"the victim's key");
+        assert_eq!(fs::read(&path).unwrap(), b"{}");
+        assert!(!fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert!(
+            fs::symlink_metadata(tmp_path(&path)).is_err(),
+            "nothing left"
+        );
+    }
 
     #[test]
     fn write_replaces_and_leaves_no_temporary() {

@@ -105,7 +105,7 @@ impl BatchWriter {
             path: path.into(),
             source,
         };
-        let file = File::create(atomic::tmp_path(path)).map_err(|e| err(e.into()))?;
+        let file = atomic::create_tmp(path).map_err(|e| err(e.into()))?;
         let props = WriterProperties::builder()
             // Level 1: the batch files are scratch space read once or twice; speed beats size.
             .set_compression(Compression::ZSTD(

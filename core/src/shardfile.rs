@@ -150,7 +150,7 @@ impl ShardWriter {
             .set_max_row_group_size(ROWS_PER_GROUP)
             .set_key_value_metadata(Some(kvs))
             .build();
-        let file = File::create(atomic::tmp_path(path)).map_err(|e| err(e.into()))?;
+        let file = atomic::create_tmp(path).map_err(|e| err(e.into()))?;
         let writer =
             ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(|e| err(e.into()))?;
         let dim32 = meta.dim as i32;

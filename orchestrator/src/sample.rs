@@ -208,7 +208,7 @@ pub fn write(out: &Path, options: &SampleOptions) -> io::Result<Vec<PathBuf>> {
 }
 
 fn write_file(path: &Path, range: std::ops::Range<u64>, options: &SampleOptions) -> io::Result<()> {
-    let file = std::fs::File::create(embedfleet_core::atomic::tmp_path(path))?;
+    let file = embedfleet_core::atomic::create_tmp(path)?;
     let mut out: Box<dyn Write> = if path.extension().is_some_and(|e| e == "gz") {
         Box::new(GzEncoder::new(
             BufWriter::new(file),

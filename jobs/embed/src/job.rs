@@ -340,8 +340,9 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<(), EmbedJobError> {
     if std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }
-    std::fs::copy(from, embedfleet_core::atomic::tmp_path(to)).map_err(io)?;
-    embedfleet_core::atomic::commit(to).map_err(io)
+    embedfleet_core::atomic::copy(from, to)
+        .map(drop)
+        .map_err(io)
 }
 
 #[allow(clippy::too_many_arguments)]

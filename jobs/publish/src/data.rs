@@ -117,8 +117,7 @@ impl<'a> Output<'a> {
         schema: &SchemaRef,
         props: WriterProperties,
     ) -> Result<Self, PublishError> {
-        let tmp = atomic::tmp_path(path);
-        let file = File::create(&tmp).map_err(io(&tmp))?;
+        let file = atomic::create_tmp(path).map_err(io(&atomic::tmp_path(path)))?;
         let writer =
             ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(pq_err(path))?;
         Ok(Output { path, writer })

@@ -148,8 +148,7 @@ pub fn copy_queries(
             message: "is not a readable parquet file of query results; run `embedfleet query` again or leave it out".into(),
         })?;
         let path = staging.join(rel);
-        std::fs::copy(source, atomic::tmp_path(&path)).map_err(io(source))?;
-        atomic::commit(&path).map_err(io(&path))?;
+        atomic::copy(source, &path).map_err(io(&path))?;
         rows.push(n);
     }
     Ok(rows)

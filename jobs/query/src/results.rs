@@ -62,12 +62,11 @@ pub fn to_batch(terms: &[String], first_query: u64, hits: &[Vec<Hit>]) -> Record
 
 /// Writes `batches` to `path` atomically (zstd).
 pub fn write(path: &Path, batches: &[RecordBatch]) -> std::io::Result<()> {
-    let tmp = atomic::tmp_path(path);
     let props = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
         .build();
     let mut writer =
-        ArrowWriter::try_new(File::create(&tmp)?, schema(), Some(props)).map_err(io_err)?;
+        ArrowWriter::try_new(atomic::create_tmp(path)?, schema(), Some(props)).map_err(io_err)?;
     for b in batches {
         writer.write(b).map_err(io_err)?;
     }

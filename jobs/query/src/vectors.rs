@@ -284,8 +284,7 @@ fn write_part(path: &Path, terms: &[String], vectors: &[Vec<f32>]) -> std::io::R
     }
     let columns: Vec<ArrayRef> = vec![Arc::new(term.finish()), Arc::new(vector.finish())];
     let batch = RecordBatch::try_new(schema(dim), columns).map_err(std::io::Error::other)?;
-    let tmp = atomic::tmp_path(path);
-    let mut writer = ArrowWriter::try_new(File::create(&tmp)?, batch.schema(), None)
+    let mut writer = ArrowWriter::try_new(atomic::create_tmp(path)?, batch.schema(), None)
         .map_err(std::io::Error::other)?;
     writer.write(&batch).map_err(std::io::Error::other)?;
     writer.close().map_err(std::io::Error::other)?;

@@ -74,7 +74,8 @@ pub fn pack(shard_dir: &Path, out: &Path) -> Result<Packed, SnapshotError> {
         }
     }
 
-    let file = File::create(out).map_err(io_err("create", out))?;
+    // `out` is a temporary name others may predict: never written through a link.
+    let file = embedfleet_core::atomic::create_fresh(out).map_err(io_err("create", out))?;
     let mut hashing = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
     {
         let mut tar = tar::Builder::new(&mut hashing);
