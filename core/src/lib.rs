@@ -25,6 +25,7 @@ pub mod shardfile;
 pub mod state;
 pub mod status_snapshot;
 pub mod synthetic;
+pub mod untrusted;
 
 pub use layout::RunLayout;
 pub use paper::{BatchId, Paper};

@@ -44,14 +44,21 @@ pub enum HandoffError {
     },
 }
 
-/// Reads a JSON file written by [`write_json`].
+/// The most a handoff file may hold. A result manifest is kilobytes and the plan manifest of the
+/// full corpus megabytes; anything bigger (a link to `/dev/zero`, say) is not one of ours.
+const MAX_HANDOFF_BYTES: u64 = 256 << 20;
+
+/// Reads a JSON file written by [`write_json`]: a regular file only, capped (see
+/// [`crate::untrusted`]).
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     path: &std::path::Path,
 ) -> Result<T, HandoffError> {
-    let bytes = std::fs::read(path).map_err(|source| HandoffError::Io {
-        action: "read",
-        path: path.into(),
-        source,
+    let bytes = crate::untrusted::read_capped(path, MAX_HANDOFF_BYTES).map_err(|source| {
+        HandoffError::Io {
+            action: "read",
+            path: path.into(),
+            source,
+        }
     })?;
     serde_json::from_slice(&bytes).map_err(|source| HandoffError::Json {
         path: path.into(),
