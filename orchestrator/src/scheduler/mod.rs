@@ -61,6 +61,8 @@ registry::backends! {
     Slurm => slurm::{SlurmBackend, SlurmConfig},
     /// PBS Pro or Torque.
     Pbs => pbs::{PbsBackend, PbsConfig},
+    /// GPU machines over OpenSSH.
+    Ssh => ssh::{SshBackend, SshConfig},
 }
 
 impl SchedulerConfig {

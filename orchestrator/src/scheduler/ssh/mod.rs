@@ -1,0 +1,388 @@
+/*!
+The ssh backend: a fleet of GPU machines with no scheduler, sharing the run directory over a
+shared filesystem. Each host is a queue (`queues set` caps it; `status` and the breaker count
+per host); each of its slots runs one job at a time on its own devices.
+
+A job is started over OpenSSH (`remote.rs`: a bash script on ssh's stdin) detached with
+`setsid`, its output into its log in the run directory; its id is `HOST:SLOT:PID:START`, and
+it is the job only while that pid has that start time and carries the job's
+`EMBEDFLEET_JOB_NAME`. A host that does not answer a poll leaves its jobs unknown: the submit
+loop counts them lost after `--lost-after` and retries their batches on other hosts; one that
+answers again within that time still has them running (adopted, never run twice). A cancel a
+host did not take is sent again when it answers. The checks before the first job are in
+`preflight.rs`.
+*/
+
+mod config;
+mod connect;
+mod preflight;
+mod remote;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub use config::{HostConfig, SshConfig};
+
+use super::command::tail;
+use super::{
+    marker_or, Backend, BackendKind, CommandRunner, JobHandle, JobScript, JobState,
+    JobSubmission, QueueProblem, QueuedJob, Scheduler, SchedulerConfig, SchedulerError,
+    SchedulerJobId, SchedulerResult, ScriptConfig, SubmitDefaults,
+};
+use connect::{Retry, Ssh};
+
+/// Built-in ssh template: no directives (the host runs it with bash).
+pub const SSH_TEMPLATE: &str = "#!/bin/bash
+# embedfleet ssh job {job_name} (host {queue})
+{env_lines}
+{setup_lines}
+{command}
+{finish}
+";
+
+/// The ssh backend's hooks.
+pub struct SshBackend;
+
+impl BackendKind for SshBackend {
+    fn build(&self, config: &SchedulerConfig) -> Box<dyn Scheduler> {
+        Box::new(SshScheduler::new(config))
+    }
+
+    fn problems(&self, config: &SchedulerConfig) -> Vec<String> {
+        config.ssh.problems(config.backend == Backend::Ssh)
+    }
+
+    fn template(&self) -> &'static str {
+        SSH_TEMPLATE
+    }
+
+    /// The host's binary and environment.
+    fn queue_script(&self, config: &SchedulerConfig, queue: &str) -> ScriptConfig {
+        let mut script = config.script.clone();
+        if let Some(host) = config.ssh.host(queue) {
+            if host.embedfleet.is_some() {
+                script.embedfleet.clone_from(&host.embedfleet);
+            }
+            script.env.extend(host.env.clone());
+        }
+        script
+    }
+
+    /// Every host a queue of its slots; `cuda` unless every slot is a CPU's; polls every 5 s,
+    /// a job lost after a minute of its host not answering.
+    fn defaults(&self, config: &SchedulerConfig) -> SubmitDefaults {
+        let hosts = &config.ssh.hosts;
+        let caps: BTreeMap<String, u32> = hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.slots.len().max(1) as u32))
+            .collect();
+        let listed: Vec<String> = caps.iter().map(|(h, n)| format!("{h} ({n})")).collect();
+        let all_cpu = hosts.iter().flat_map(|h| &h.slots).all(|s| s.trim() == "cpu");
+        SubmitDefaults {
+            devices: if all_cpu && !hosts.is_empty() { "cpu" } else { "cuda" }.to_string(),
+            queues: Some((
+                caps,
+                format!(
+                    "one queue per ssh host, capped at its slots: {}",
+                    listed.join(", ")
+                ),
+            )),
+            poll_interval: Duration::from_secs(5),
+            lost_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A job as its id names it: `HOST:SLOT:PID:START`, and the name it was started under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct JobRef {
+    id: String,
+    pid: u32,
+    start: String,
+    name: String,
+}
+
+impl JobRef {
+    /// The host and the job, from a handle with a name (a job without one cannot be told
+    /// from a stranger with its pid).
+    fn of(handle: &JobHandle) -> Option<(String, Self)> {
+        let id = handle.id.as_str();
+        let mut parts = id.rsplitn(4, ':');
+        let start = parts.next()?.to_string();
+        let pid = parts.next()?.parse().ok()?;
+        let _slot: u32 = parts.next()?.parse().ok()?;
+        let host = parts.next()?.to_string();
+        let job = Self {
+            id: id.to_string(),
+            pid,
+            start,
+            name: handle.name.clone()?,
+        };
+        Some((host, job))
+    }
+}
+
+/// Jobs on hosts over ssh.
+#[derive(Debug)]
+pub struct SshScheduler {
+    config: SshConfig,
+    /// `[scheduler.script] embedfleet`, the binary preflight looks for where a host names none.
+    script_binary: Option<String>,
+    ssh: Ssh,
+    /// Jobs this process cancelled: gone without a marker, they were cancelled, not lost.
+    cancelled: Mutex<HashSet<SchedulerJobId>>,
+    /// Cancels a host did not take because it did not answer, per host: sent when it does.
+    owed: Mutex<BTreeMap<String, Vec<JobRef>>>,
+}
+
+impl SshScheduler {
+    /// The ssh backend of this run config.
+    pub fn new(config: &SchedulerConfig) -> Self {
+        Self {
+            config: config.ssh.clone(),
+            script_binary: config.script.embedfleet.clone(),
+            ssh: Ssh::new(config.ssh.clone(), CommandRunner::new(config.command.clone())),
+            cancelled: Mutex::default(),
+            owed: Mutex::default(),
+        }
+    }
+
+    fn host(&self, name: &str) -> SchedulerResult<&HostConfig> {
+        self.config
+            .host(name)
+            .ok_or_else(|| SchedulerError::UnknownJob {
+                id: format!("{name} (not a host of [scheduler.ssh] hosts)"),
+            })
+    }
+
+    /// The job script on the shared filesystem (script text is written next to the run's).
+    fn script_path(&self, job: &JobSubmission, run_dir: &Path) -> SchedulerResult<PathBuf> {
+        match &job.script {
+            JobScript::Path(p) => Ok(p.clone()),
+            JobScript::Text(text) => {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let path = run_dir.join(format!(".{}.ssh.sh", job.name));
+                let io = |source| SchedulerError::Io {
+                    action: "write job script",
+                    path: path.clone(),
+                    source,
+                };
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o700)
+                    .open(&path)
+                    .map_err(io)?;
+                file.write_all(text.as_bytes()).map_err(io)?;
+                Ok(path)
+            }
+        }
+    }
+
+    /// Sends the cancels `host` owes, now that it answered.
+    fn pay_owed(&self, host: &HostConfig) {
+        let owed = self.lock_owed().remove(&host.name).unwrap_or_default();
+        if owed.is_empty() {
+            return;
+        }
+        let jobs: Vec<&JobRef> = owed.iter().collect();
+        let script = remote::cancel(&jobs, self.config.grace_secs);
+        match self.ssh.run(host, &script, Retry::UnlessUnreachable, &|o| o.status.success()) {
+            Ok(out) => tracing::info!(host = %host.name, answer = %out.stdout.trim(), "sent the cancels the host owed"),
+            Err(_) => self.lock_owed().entry(host.name.clone()).or_default().extend(owed),
+        }
+    }
+
+    fn lock_owed(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<JobRef>>> {
+        self.owed
+            .lock()
+            .expect("owed cancels lock poisoned. This is a bug.")
+    }
+
+    fn was_cancelled(&self, id: &SchedulerJobId) -> bool {
+        self.cancelled
+            .lock()
+            .expect("cancel set lock poisoned. This is a bug.")
+            .contains(id)
+    }
+
+    /// The states of one host's jobs: from the host, or unknown when it does not answer.
+    fn poll_host(&self, host: &str, jobs: &[(&JobHandle, JobRef)]) -> Vec<(SchedulerJobId, JobState)> {
+        let answer = self.config.host(host).map(|h| {
+            let refs: Vec<&JobRef> = jobs.iter().map(|(_, j)| j).collect();
+            let out = self.ssh.run(h, &remote::poll(&refs), Retry::UnlessUnreachable, &|o| o.status.success());
+            if out.is_ok() {
+                self.pay_owed(h);
+            }
+            out
+        });
+        let running: HashSet<String> = match answer {
+            Some(Ok(out)) => out
+                .stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("running "))
+                .map(str::to_string)
+                .collect(),
+            Some(Err(e)) => {
+                tracing::warn!(%host, error = %e, "the host did not answer the poll; its jobs are unknown until it does");
+                HashSet::new()
+            }
+            None => HashSet::new(),
+        };
+        jobs.iter()
+            .map(|(handle, job)| {
+                let state = if running.contains(&job.id) {
+                    JobState::Running
+                } else if self.was_cancelled(&handle.id) {
+                    marker_or(handle, JobState::Cancelled)
+                } else {
+                    marker_or(handle, JobState::Unknown)
+                };
+                (handle.id.clone(), state)
+            })
+            .collect()
+    }
+}
+
+impl Scheduler for SshScheduler {
+    fn backend(&self) -> Backend {
+        Backend::Ssh
+    }
+
+    fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
+        job.validate()?;
+        let Some(host) = self.config.host(&job.queue) else {
+            return Err(SchedulerError::InvalidJob {
+                name: job.name.clone(),
+                reason: format!(
+                    "queue `{}` is not a host of [scheduler.ssh] hosts",
+                    job.queue
+                ),
+            });
+        };
+        let run_dir = job.workdir.clone().ok_or_else(|| SchedulerError::InvalidJob {
+            name: job.name.clone(),
+            reason: "an ssh job needs its run directory as its working directory".to_string(),
+        })?;
+        let script = self.script_path(job, &run_dir)?;
+        let log = job.log.clone().unwrap_or_else(|| PathBuf::from("/dev/null"));
+        let slots = host.parsed_slots().iter().map(|s| s.visible_devices()).collect();
+        let text = remote::launch(&remote::Launch {
+            host: &host.name,
+            name: &job.name,
+            run_dir: &run_dir,
+            script: &script,
+            log: &log,
+            slots,
+        });
+        let out = match self.ssh.run(host, &text, Retry::Never, &|o| o.status.success()) {
+            Ok(out) => out,
+            Err(e @ SchedulerError::CommandTimedOut { .. }) => {
+                return Err(uncertain(job, e));
+            }
+            Err(SchedulerError::CommandFailed { command, status, attempts, stderr_tail })
+                if status == "exit status 255" && !could_not_connect_text(&stderr_tail) =>
+            {
+                // The connection broke after it got in: the job may have started.
+                let e = SchedulerError::CommandFailed { command, status, attempts, stderr_tail };
+                return Err(uncertain(job, e));
+            }
+            Err(e) => return Err(e),
+        };
+        let started: Vec<&str> = out.stdout.split_whitespace().collect();
+        match started[..] {
+            ["started", slot, pid, start] => Ok(SchedulerJobId::new(format!(
+                "{}:{slot}:{pid}:{start}",
+                host.name
+            ))),
+            _ => Err(SchedulerError::UnexpectedOutput {
+                command: format!("ssh {} bash -s (start job {})", host.describe(), job.name),
+                reason: "expected `started SLOT PID START`".to_string(),
+                output_tail: tail(&out.stdout, 1000),
+            }),
+        }
+    }
+
+    fn poll(&self, jobs: &[JobHandle]) -> SchedulerResult<HashMap<SchedulerJobId, JobState>> {
+        let mut states = HashMap::with_capacity(jobs.len());
+        let mut by_host: BTreeMap<String, Vec<(&JobHandle, JobRef)>> = BTreeMap::new();
+        for handle in jobs {
+            match JobRef::of(handle) {
+                Some((host, job)) => by_host.entry(host).or_default().push((handle, job)),
+                None => {
+                    states.insert(handle.id.clone(), marker_or(handle, JobState::Unknown));
+                }
+            }
+        }
+        // Every host at once: one that does not answer costs its connect timeout, not more.
+        std::thread::scope(|scope| {
+            let asked: Vec<_> = by_host
+                .iter()
+                .map(|(host, jobs)| scope.spawn(move || self.poll_host(host, jobs)))
+                .collect();
+            for answer in asked {
+                states.extend(answer.join().expect("a host's poll panicked. This is a bug."));
+            }
+        });
+        Ok(states)
+    }
+
+    fn cancel(&self, handle: &JobHandle) -> SchedulerResult<()> {
+        let (host, job) = JobRef::of(handle).ok_or_else(|| SchedulerError::UnknownJob {
+            id: handle.id.to_string(),
+        })?;
+        let host = self.host(&host)?;
+        self.cancelled
+            .lock()
+            .expect("cancel set lock poisoned. This is a bug.")
+            .insert(handle.id.clone());
+        let script = remote::cancel(&[&job], self.config.grace_secs);
+        match self.ssh.run(host, &script, Retry::UnlessUnreachable, &|o| o.status.success()) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Sent again when the host answers: a job that comes back must not run beside
+                // its batch's next job.
+                self.lock_owed().entry(host.name.clone()).or_default().push(job);
+                Err(e)
+            }
+        }
+    }
+
+    fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
+        let mut jobs = Vec::new();
+        for host in &self.config.hosts {
+            let out = self.ssh.run(host, &remote::list(&host.name), Retry::UnlessUnreachable, &|o| o.status.success())?;
+            for line in out.stdout.lines() {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                if let ["job", slot, pid, start, name] = words[..] {
+                    jobs.push(QueuedJob {
+                        id: SchedulerJobId::new(format!("{}:{slot}:{pid}:{start}", host.name)),
+                        name: name.to_string(),
+                        queue: host.name.clone(),
+                        state: JobState::Running,
+                    });
+                }
+            }
+        }
+        Ok(jobs)
+    }
+
+    fn preflight(&self, run_dir: &Path) -> Vec<QueueProblem> {
+        preflight::check_hosts(&self.config, &self.ssh, self.script_binary.as_deref(), run_dir)
+    }
+}
+
+fn could_not_connect_text(stderr: &str) -> bool {
+    connect::unreachable(stderr).is_some()
+}
+
+fn uncertain(job: &JobSubmission, e: SchedulerError) -> SchedulerError {
+    SchedulerError::SubmitUncertain {
+        name: job.name.clone(),
+        source: Box::new(e),
+    }
+}
