@@ -1,6 +1,7 @@
 //! End-to-end tests of the `embedfleet` binary: one test binary, a module per area (as
 //! ripgrep's `tests/tests.rs`). Each test gets its own temporary directory.
 
+mod sshd;
 mod util;
 
 mod architecture;
@@ -23,6 +24,7 @@ mod run;
 mod run_config;
 mod shared_fs;
 mod snapshot;
+mod ssh;
 mod submit;
 mod update;
 mod upload;

@@ -124,6 +124,15 @@ impl JobRef {
     }
 }
 
+/// A cancel a host owes.
+#[derive(Debug, Clone)]
+enum Owed {
+    /// This job.
+    Job(JobRef),
+    /// Every job of this name there.
+    Named(String),
+}
+
 /// Jobs on hosts over ssh.
 #[derive(Debug)]
 pub struct SshScheduler {
@@ -134,7 +143,7 @@ pub struct SshScheduler {
     /// Jobs this process cancelled: gone without a marker, they were cancelled, not lost.
     cancelled: Mutex<HashSet<SchedulerJobId>>,
     /// Cancels a host did not take because it did not answer, per host: sent when it does.
-    owed: Mutex<BTreeMap<String, Vec<JobRef>>>,
+    owed: Mutex<BTreeMap<String, Vec<Owed>>>,
 }
 
 impl SshScheduler {
@@ -183,24 +192,59 @@ impl SshScheduler {
         }
     }
 
-    /// Sends the cancels `host` owes, now that it answered.
+    /// Sends the cancels `host` owes, now that it answered; those it still cannot take stay
+    /// owed.
     fn pay_owed(&self, host: &HostConfig) {
         let owed = self.lock_owed().remove(&host.name).unwrap_or_default();
-        if owed.is_empty() {
-            return;
-        }
-        let jobs: Vec<&JobRef> = owed.iter().collect();
-        let script = remote::cancel(&jobs, self.config.grace_secs);
-        match self.ssh.run(host, &script, Retry::UnlessUnreachable, &|o| o.status.success()) {
-            Ok(out) => tracing::info!(host = %host.name, answer = %out.stdout.trim(), "sent the cancels the host owed"),
-            Err(_) => self.lock_owed().entry(host.name.clone()).or_default().extend(owed),
+        for debt in owed {
+            let paid = match &debt {
+                Owed::Job(job) => self.cancel(&JobHandle::new(SchedulerJobId::new(&job.id)).with_name(&job.name)),
+                Owed::Named(name) => self.list_host(host).and_then(|listed| {
+                    listed
+                        .into_iter()
+                        .filter(|j| &j.name == name)
+                        .try_for_each(|j| self.cancel(&JobHandle::new(j.id).with_name(j.name)))
+                }),
+            };
+            match paid {
+                Ok(()) => tracing::info!(host = %host.name, ?debt, "sent a cancel the host owed"),
+                // `cancel` owes a job again itself.
+                Err(_) if matches!(debt, Owed::Job(_)) => {}
+                Err(_) => self.owe(&host.name, debt),
+            }
         }
     }
 
-    fn lock_owed(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<JobRef>>> {
+    fn owe(&self, host: &str, debt: Owed) {
+        self.lock_owed().entry(host.to_string()).or_default().push(debt);
+    }
+
+    fn lock_owed(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<Owed>>> {
         self.owed
             .lock()
             .expect("owed cancels lock poisoned. This is a bug.")
+    }
+
+    /// The jobs of `host` there.
+    fn list_host(&self, host: &HostConfig) -> SchedulerResult<Vec<QueuedJob>> {
+        let script = remote::list(&host.name);
+        let out = self.ssh.run(host, &script, Retry::UnlessUnreachable, &|o| o.status.success())?;
+        Ok(out
+            .stdout
+            .lines()
+            .filter_map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let ["job", slot, pid, start, name] = words[..] else {
+                    return None;
+                };
+                Some(QueuedJob {
+                    id: SchedulerJobId::new(format!("{}:{slot}:{pid}:{start}", host.name)),
+                    name: name.to_string(),
+                    queue: host.name.clone(),
+                    state: JobState::Running,
+                })
+            })
+            .collect())
     }
 
     fn was_cancelled(&self, id: &SchedulerJobId) -> bool {
@@ -346,29 +390,40 @@ impl Scheduler for SshScheduler {
             Err(e) => {
                 // Sent again when the host answers: a job that comes back must not run beside
                 // its batch's next job.
-                self.lock_owed().entry(host.name.clone()).or_default().push(job);
+                self.owe(&host.name, Owed::Job(job));
                 Err(e)
             }
         }
     }
 
+    /// The jobs of every host that answers (one that does not is left out, with a warning:
+    /// the submit loop's jobs there are polled by id, and a twin there is cancelled by
+    /// [`Scheduler::cancel_named`] when it answers).
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
         let mut jobs = Vec::new();
         for host in &self.config.hosts {
-            let out = self.ssh.run(host, &remote::list(&host.name), Retry::UnlessUnreachable, &|o| o.status.success())?;
-            for line in out.stdout.lines() {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                if let ["job", slot, pid, start, name] = words[..] {
-                    jobs.push(QueuedJob {
-                        id: SchedulerJobId::new(format!("{}:{slot}:{pid}:{start}", host.name)),
-                        name: name.to_string(),
-                        queue: host.name.clone(),
-                        state: JobState::Running,
-                    });
-                }
+            match self.list_host(host) {
+                Ok(listed) => jobs.extend(listed),
+                Err(e) => tracing::warn!(host = %host.name, error = %e, "the host did not answer; its jobs are not listed"),
             }
         }
         Ok(jobs)
+    }
+
+    /// As the default, but a host that does not answer owes the cancel: it is sent when it
+    /// answers, so that a twin there never runs beside its batch's next job.
+    fn cancel_named(&self, name: &str) -> SchedulerResult<()> {
+        for host in &self.config.hosts {
+            match self.list_host(host) {
+                Ok(listed) => {
+                    for twin in listed.into_iter().filter(|j| j.name == name) {
+                        self.cancel(&JobHandle::new(twin.id).with_name(twin.name))?;
+                    }
+                }
+                Err(_) => self.owe(&host.name, Owed::Named(name.to_string())),
+            }
+        }
+        Ok(())
     }
 
     fn preflight(&self, run_dir: &Path) -> Vec<QueueProblem> {
