@@ -64,8 +64,9 @@ fn free_port(address: &str) -> u16 {
 }
 
 impl Fleet {
-    /// `n` hosts named `h1`... on 127.0.0.2...; `None` (skipped) without sshd.
-    pub fn start(test: &str, n: usize) -> Option<Self> {
+    /// `n` hosts named `PREFIX1`... on 127.0.0.2...; `None` (skipped) without sshd. Tests that
+    /// may run at once use other prefixes: a host's slots are counted by its name.
+    pub fn start(test: &str, prefix: &str, n: usize) -> Option<Self> {
         if !sshd_here(test) {
             return None;
         }
@@ -90,7 +91,7 @@ impl Fleet {
         let mut known = String::new();
         for i in 0..n {
             let address = format!("127.0.0.{}", i + 2);
-            let host_dir = fleet.dir.path().join(format!("h{}", i + 1));
+            let host_dir = fleet.dir.path().join(format!("{prefix}{}", i + 1));
             std::fs::create_dir(&host_dir).unwrap();
             keygen(&host_dir.join("host_key"));
             let port = free_port(&address);
@@ -98,7 +99,7 @@ impl Fleet {
             let key: Vec<&str> = key.split_whitespace().take(2).collect();
             known.push_str(&format!("[{address}]:{port} {}\n", key.join(" ")));
             fleet.hosts.push(Host {
-                name: format!("h{}", i + 1),
+                name: format!("{prefix}{}", i + 1),
                 address,
                 port,
                 dir: host_dir,
@@ -224,16 +225,35 @@ impl Fleet {
 }
 
 impl Drop for Fleet {
+    /// Every sshd, and every job the hosts started (detached, they outlive their sshd).
     fn drop(&mut self) {
         for i in 0..self.hosts.len() {
             self.down(i);
+        }
+        let names: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| format!("EMBEDFLEET_SSH_HOST={}", h.name))
+            .collect();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let ours = environ
+                .split(|b| *b == 0)
+                .any(|kv| names.iter().any(|n| kv == n.as_bytes()));
+            if ours {
+                // SAFETY: kill only sends a signal.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
         }
     }
 }
 
 /// Every process below `pid`, from /proc's parent links.
 fn descendants(pid: i32) -> Vec<i32> {
-    let mut parents = Vec::new();
+    let mut parents: Vec<(i32, i32)> = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(p) = entry.file_name().to_string_lossy().parse::<i32>() else {
             continue;

@@ -158,11 +158,16 @@ impl SshScheduler {
         }
     }
 
-    fn host(&self, name: &str) -> SchedulerResult<&HostConfig> {
+    /// The host of job `id`.
+    fn host_of(&self, name: &str, id: &SchedulerJobId) -> SchedulerResult<&HostConfig> {
         self.config
             .host(name)
-            .ok_or_else(|| SchedulerError::UnknownJob {
-                id: format!("{name} (not a host of [scheduler.ssh] hosts)"),
+            .ok_or_else(|| SchedulerError::InvalidJob {
+                name: id.to_string(),
+                reason: format!(
+                    "its host `{name}` is not in [scheduler.ssh] hosts any more: put it back to \
+                     reach the job"
+                ),
             })
     }
 
@@ -376,10 +381,12 @@ impl Scheduler for SshScheduler {
     }
 
     fn cancel(&self, handle: &JobHandle) -> SchedulerResult<()> {
-        let (host, job) = JobRef::of(handle).ok_or_else(|| SchedulerError::UnknownJob {
-            id: handle.id.to_string(),
+        let (host, job) = JobRef::of(handle).ok_or_else(|| SchedulerError::InvalidJob {
+            name: handle.id.to_string(),
+            reason: "not an ssh job id (HOST:SLOT:PID:START), or its name is not known"
+                .to_string(),
         })?;
-        let host = self.host(&host)?;
+        let host = self.host_of(&host, &handle.id)?;
         self.cancelled
             .lock()
             .expect("cancel set lock poisoned. This is a bug.")
@@ -439,5 +446,47 @@ fn uncertain(job: &JobSubmission, e: SchedulerError) -> SchedulerError {
     SchedulerError::SubmitUncertain {
         name: job.name.clone(),
         source: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_ids_read_back_and_a_handle_without_a_name_is_no_job() {
+        let id = SchedulerJobId::new("gpu-a.lab:1:4242:998877");
+        let (host, job) = JobRef::of(&JobHandle::new(id.clone()).with_name("j")).unwrap();
+        assert_eq!(host, "gpu-a.lab");
+        assert_eq!((job.pid, job.start.as_str(), job.name.as_str()), (4242, "998877", "j"));
+        assert!(JobRef::of(&JobHandle::new(id)).is_none());
+        let local = JobHandle::new(SchedulerJobId::new("12345")).with_name("j");
+        assert!(JobRef::of(&local).is_none());
+    }
+
+    #[test]
+    fn hosts_are_the_default_queues_and_each_brings_its_binary_and_environment() {
+        let mut config = SchedulerConfig {
+            backend: Backend::Ssh,
+            ..SchedulerConfig::default()
+        };
+        config.ssh = toml::from_str(
+            r#"hosts = [
+                 { name = "a", slots = ["cpu", "cpu"], embedfleet = "/opt/ef", env = { K = "v" } },
+                 { name = "b", slots = ["cpu"] },
+               ]"#,
+        )
+        .unwrap();
+        assert!(SshBackend.problems(&config).is_empty());
+        let defaults = SshBackend.defaults(&config);
+        assert_eq!(defaults.devices, "cpu");
+        let caps = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 1)]);
+        assert_eq!(defaults.queues.unwrap().0, caps);
+        let a = SshBackend.queue_script(&config, "a");
+        assert_eq!(a.embedfleet.as_deref(), Some("/opt/ef"));
+        assert_eq!(a.env["K"], "v");
+        assert_eq!(SshBackend.queue_script(&config, "b"), config.script);
+        config.ssh.hosts[1].slots = vec!["cuda:0".to_string()];
+        assert_eq!(SshBackend.defaults(&config).devices, "cuda");
     }
 }
