@@ -69,7 +69,7 @@ impl OneShot<'_> {
 
     /// The job's files and its script's text.
     fn render(&self) -> Result<(JobFiles, String), SubmitError> {
-        let config = with_binary(&self.scheduler.script, self.exe);
+        let config = with_binary(self.scheduler, self.queue, self.exe);
         let files = JobFiles::new(&RunLayout::new(self.run_dir), &self.name());
         let job = files.script_job(self.queue, self.run_dir, vec![0], Vec::new());
         let backend = self.scheduler.backend;

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `embedfleet` binary: one test binary, a module per area (as
 //! ripgrep's `tests/tests.rs`). Each test gets its own temporary directory.
 
+mod sshd;
 mod util;
 
 mod architecture;
@@ -26,6 +27,7 @@ mod shared_fs;
 mod snapshot;
 mod snapshot_cluster;
 mod snapshot_server;
+mod ssh;
 mod submit;
 mod submit_setup;
 mod update;

@@ -1,6 +1,6 @@
 /*!
 What makes one backend different from another: [`BackendKind`], implemented by a unit struct
-in each backend's module (`LocalBackend`, `SlurmBackend`, `PbsBackend`) beside the
+in each backend's module (`LocalBackend`, `SlurmBackend`, `PbsBackend`, `SshBackend`) beside the
 [`Scheduler`] it builds. Code outside a backend's module asks [`Backend::kind`] and never
 matches on the backend.
 
@@ -42,6 +42,13 @@ pub trait BackendKind: Sync {
     /// form (`crate::submit::fit_job_name`). `None`: no limit.
     fn max_job_name(&self) -> Option<usize> {
         None
+    }
+
+    /// The script settings of a job on `queue`: `[scheduler.script]` as it is, unless the
+    /// backend's queues differ in what their jobs run (the ssh backend's hosts, each with its
+    /// own binary and environment).
+    fn queue_script(&self, config: &SchedulerConfig, _queue: &str) -> ScriptConfig {
+        config.script.clone()
     }
 
     /// What `submit` uses where neither the command line nor the run says.

@@ -4,13 +4,16 @@ Scheduler backends: submit a job script, poll job states, cancel a job.
 Each backend is a module of its own, listed once below, and everything that makes it different
 sits in it: its table of the run config (`[scheduler.<name>]`), the [`Scheduler`] that submits,
 polls and cancels, and the hooks of [`BackendKind`] (its job script template, its multi-node
-launcher, a CPU job's directives, its job-name limit, what `submit` uses by default). The three:
+launcher, a CPU job's directives, its job-name limit, a queue's own script settings, what
+`submit` uses by default). The four:
 - `local`: child processes on this machine, each in its own process group.
 - `slurm`: `sbatch --parsable`, `squeue`, `scancel`; final states from `sacct` when accounting
   works, else from `squeue --states=all`/`scontrol show job` while Slurm remembers the job, else
   from the job's completion marker.
 - `pbs`: `qsub`, `qstat`, `qdel`; PBS Pro (`qstat -x -f -F json`, with the text `qstat -x -f` as
   fallback) and Torque (`qstat -f`, including Slurm's `slurm-wlm-torque`).
+- `ssh`: GPU machines over OpenSSH, each host a queue: jobs detached with `setsid`, tracked by
+  pid, start time and name (docs/cluster.md, "A fleet without a scheduler").
 
 Every scheduler command goes through [`CommandRunner`]: configurable path and extra
 arguments, a timeout, retries with backoff; a command that fails or hangs is a
@@ -61,6 +64,8 @@ registry::backends! {
     Slurm => slurm::{SlurmBackend, SlurmConfig},
     /// PBS Pro or Torque.
     Pbs => pbs::{PbsBackend, PbsConfig},
+    /// GPU machines over OpenSSH.
+    Ssh => ssh::{SshBackend, SshConfig},
 }
 
 impl SchedulerConfig {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use embedfleet_core::RunLayout;
 
 use super::{Result, SubmitError};
-use crate::scheduler::{JobScript, JobSubmission, ScriptConfig, ScriptJob};
+use crate::scheduler::{JobScript, JobSubmission, SchedulerConfig, ScriptConfig, ScriptJob};
 
 /// The files of the job named `name`: `jobs/<name>.sh`, `logs/<name>.log`, and the marker its
 /// script writes its exit code to.
@@ -71,9 +71,11 @@ impl JobFiles {
     }
 }
 
-/// `config` with the binary its jobs run set to `exe` (this binary) unless it names one.
-pub(crate) fn with_binary(config: &ScriptConfig, exe: &Path) -> ScriptConfig {
-    let mut config = config.clone();
+/// The script settings of a job on `queue`: the backend's for that queue
+/// ([`BackendKind::queue_script`](crate::scheduler::BackendKind::queue_script)), with the
+/// binary its jobs run set to `exe` (this binary) unless they name one.
+pub(crate) fn with_binary(scheduler: &SchedulerConfig, queue: &str, exe: &Path) -> ScriptConfig {
+    let mut config = scheduler.backend.kind().queue_script(scheduler, queue);
     if config.embedfleet.is_none() {
         config.embedfleet = Some(exe.display().to_string());
     }

@@ -179,7 +179,7 @@ impl SubmitLoop<'_> {
     pub(super) fn render(&self, job: &PlannedJob, attempt: u32) -> Result<(JobFiles, String)> {
         let name = self.job_name(job.batches[0], attempt);
         let files = JobFiles::new(&RunLayout::new(&self.run_dir), &name);
-        let config = with_binary(&self.opts.scheduler.script, &self.opts.exe);
+        let config = with_binary(&self.opts.scheduler, &job.queue, &self.opts.exe);
         let batches = job.batches.iter().map(|b| *b as u64).collect();
         let script_job = files.script_job(
             &job.queue,
