@@ -40,7 +40,8 @@ pub struct JobAttempt {
     /// The owner's verdict on the attempt (`accepted`, `failed`, ...) and why.
     pub outcome: Option<String>,
     pub outcome_reason: Option<String>,
-    /// The embed run the attempt made (matched by batch and time), when it got that far.
+    /// The embed run the attempt made (by the job's name; in runs older than run.db v11 by
+    /// batch and time), when it got that far.
     pub papers: Option<u64>,
     pub tokens: Option<u64>,
     pub run_s: Option<f64>,
@@ -76,10 +77,13 @@ const SELECT: &str = concat!(
      FROM jobs j
      LEFT JOIN attempts a ON a.rowid = (SELECT rowid FROM attempts WHERE batch_id = j.batch_id
                                         AND job = j.name ORDER BY ingested_at DESC LIMIT 1)
-     LEFT JOIN batch_runs r ON r.id = (SELECT id FROM batch_runs WHERE batch_id = j.batch_id
-                                       AND started_at >= coalesce(j.submitted_at, '')
-                                       AND (j.finished_at IS NULL OR started_at <= j.finished_at)
-                                       ORDER BY id DESC LIMIT 1)"
+     LEFT JOIN batch_runs r ON r.id = coalesce(
+         (SELECT id FROM batch_runs WHERE batch_id = j.batch_id AND job = j.name
+          ORDER BY id DESC LIMIT 1),
+         (SELECT id FROM batch_runs WHERE batch_id = j.batch_id AND job IS NULL
+          AND started_at >= coalesce(j.submitted_at, '')
+          AND (j.finished_at IS NULL OR started_at <= j.finished_at)
+          ORDER BY id DESC LIMIT 1))"
 );
 
 impl RunDb {
@@ -200,7 +204,7 @@ mod tests {
             ..BatchTimings::default()
         };
         let now = crate::owner::unix_now();
-        db.record_batch_run(BatchId(2), now, now + 2.0, "cpu", &t, None)
+        db.record_batch_run(BatchId(2), Some("j2"), now, now + 2.0, "cpu", &t, None)
             .unwrap();
         db.conn
             .execute(

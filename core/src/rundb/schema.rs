@@ -269,8 +269,10 @@ ALTER TABLE batches ADD COLUMN results_settled INTEGER NOT NULL DEFAULT 0;
 
 /// v11: what the owner's report reads again each poll: the jobs changed and the attempts
 /// ingested since its last read (`RunDb::job_attempts_since`), by index, not by a scan of every
-/// job of the run.
+/// job of the run; and the job each embed run was part of (`batch_runs.job`, the job's name, as
+/// `attempts.job`), so an attempt's run is found by name (older rows: by batch and time).
 const V11: &str = r#"
+ALTER TABLE batch_runs ADD COLUMN job TEXT;
 CREATE INDEX IF NOT EXISTS jobs_by_updated ON jobs (updated_at);
 CREATE INDEX IF NOT EXISTS attempts_by_ingested ON attempts (ingested_at);
 "#;

@@ -81,6 +81,8 @@ pub struct SubmitOptions {
     pub breaker_after: u32,
     /// The notify hook (`[notify]` of the run config).
     pub notify: NotifyConfig,
+    /// Serve the run's metrics over HTTP here (`--metrics-listen`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// How a submit loop ended.
@@ -285,11 +287,28 @@ impl<'a> SubmitLoop<'a> {
             }
             _ => None,
         };
-        let watch = OwnerWatch::start(
+        let mut watch = OwnerWatch::start(
             &lp.run_dir,
             opts.poll_interval.as_secs_f64(),
             rebooted.as_deref(),
         )?;
+        if let Some(addr) = opts.metrics_listen {
+            let report = watch.report.get_or_insert_with(|| {
+                crate::report::owner::OwnerReport::new(
+                    &lp.run_dir,
+                    Duration::from_secs_f64(crate::report::owner::DEFAULT_REPORT_EVERY_S),
+                )
+            });
+            let bound = crate::report::listen::serve(addr, report.metrics.clone()).map_err(
+                |source| SubmitError::Io {
+                    action: "listen for metrics scrapes on",
+                    path: PathBuf::from(addr.to_string()),
+                    source,
+                },
+            )?;
+            lp.console
+                .say(format!("metrics: http://{bound}/metrics"));
+        }
         if let Some(why) = &watch.restart {
             lp.console.say(format!("restart: {why}"));
             lp.notify(&crate::notify::Event::OwnerRestarted {

@@ -9,10 +9,11 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::owner::{self, describe_age};
-use embedfleet_core::rundb::{LiveAttempt, RunStatus};
+use embedfleet_core::rundb::{LiveAttempt, RunDb, RunStatus};
 use embedfleet_core::status_snapshot::{self as snapshot, LoopState};
 
 use super::{Result, SubmitError};
+use crate::report::owner::OwnerReport;
 
 /// The file a running loop holds locked (`flock`): a second loop on the owner host refuses.
 pub const LOOP_LOCK_FILE: &str = "submit.lock";
@@ -31,6 +32,8 @@ pub(super) struct OwnerWatch {
     /// This process's CPU time and file operations when the loop started.
     cpu_at_start: std::time::Duration,
     ops_at_start: u64,
+    /// `report.html` and `metrics.prom` beside run.db (none with `EMBEDFLEET_REPORT_EVERY_S=0`).
+    pub report: Option<OwnerReport>,
 }
 
 impl OwnerWatch {
@@ -71,11 +74,13 @@ impl OwnerWatch {
             last_status: None,
             stalled_seen: HashSet::new(),
             restart,
+            report: OwnerReport::from_env(run_dir),
         })
     }
 
-    /// After each poll: stops when the run is no longer this host's, and writes the snapshot.
-    pub fn polled(&mut self, status: &RunStatus) -> Result<()> {
+    /// After each poll: stops when the run is no longer this host's, and writes the snapshot
+    /// (and the report's files).
+    pub fn polled(&mut self, db: &RunDb, status: &RunStatus) -> Result<()> {
         if !owner::still_owner(&self.run_dir)? {
             return Err(SubmitError::NotOwner(self.run_dir.clone()));
         }
@@ -87,6 +92,12 @@ impl OwnerWatch {
         self.state.result_file_ops = embedfleet_core::fsops::total() - self.ops_at_start;
         self.last_status = Some(status.clone());
         self.write();
+        if let Some(report) = &mut self.report {
+            // A report not refreshed this poll is a poll older; it does not stop the run.
+            if let Err(e) = report.polled(db, status, &self.state) {
+                tracing::warn!("report not refreshed: {e}");
+            }
+        }
         Ok(())
     }
 
@@ -117,6 +128,9 @@ impl Drop for OwnerWatch {
     fn drop(&mut self) {
         self.state.ended_unix_s = Some(owner::unix_now());
         self.write();
+        if let (Some(report), Some(status)) = (&mut self.report, &self.last_status) {
+            report.finish(status, &self.state);
+        }
     }
 }
 
