@@ -50,7 +50,7 @@
     var svg = document.getElementById("progress");
     var pts = D.progress;
     if (!pts.length) { return; }
-    var W = 1100, H = 220, L = 60, R = 50, T = 10, B = 28;
+    var W = 1100, H = 220, L = 60, R = 90, T = 10, B = 28;
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     var tMax = Math.max(pts[pts.length - 1][0], 1);
     var pMax = Math.max(D.papers_planned, pts[pts.length - 1][1], 1);
@@ -58,8 +58,10 @@
     var sx = function (t) { return L + (W - L - R) * t / tMax; };
     var curves = [["#3b8c4a", function (p) { return p[1] / pMax; }], ["#3a78c9", function (p) { return p[2] / rMax; }]];
     curves.forEach(function (spec) {
+      // Steps: a value holds until the next point.
       var d = pts.map(function (p, i) {
-        return (i ? "L" : "M") + sx(p[0]).toFixed(1) + "," + (T + (H - T - B) * (1 - spec[1](p))).toFixed(1);
+        var x = sx(p[0]).toFixed(1), y = (T + (H - T - B) * (1 - spec[1](p))).toFixed(1);
+        return i ? "H" + x + "V" + y : "M" + x + "," + y;
       }).join("");
       el("path", { d: d, fill: "none", stroke: spec[0], "stroke-width": 1.5 }, svg);
     });
@@ -87,7 +89,11 @@
       lane.items.push({ i: i, row: row, from: from, to: Math.max(to, from) });
     });
     order.sort();
-    return { lanes: order.map(function (k) { return lanes[k]; }), end: Math.max(now, 1) };
+    // The whole run: to its last end (or now, while an attempt is open), not to the day the
+    // page is read.
+    var end = 1;
+    order.forEach(function (k) { lanes[k].items.forEach(function (it) { end = Math.max(end, it.to); }); });
+    return { lanes: order.map(function (k) { return lanes[k]; }), end: end };
   }
   function describe(b) {
     var lines = ["job " + b.job + (b.native_id ? " (" + b.native_id + ")" : ""),
