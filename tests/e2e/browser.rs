@@ -41,9 +41,14 @@ pub fn render(page: &Path, screenshot: Option<&Path>) -> Option<Rendered> {
     let url = format!("file://{}", page.canonicalize().unwrap().display());
     let profile = tempfile::tempdir().unwrap();
     let base = |c: &mut Command| {
-        c.args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(["--virtual-time-budget=20000", "--window-size=1280,2400"]);
+        c.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--virtual-time-budget=20000", "--window-size=1280,2400"]);
     };
     let started = std::time::Instant::now();
     let mut dump = Command::new("chromium");
@@ -54,7 +59,11 @@ pub fn render(page: &Path, screenshot: Option<&Path>) -> Option<Rendered> {
         .output()
         .unwrap();
     let wall_s = started.elapsed().as_secs_f64();
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let console = String::from_utf8_lossy(&out.stderr)
         .lines()
         .filter(|l| l.contains("CONSOLE"))

@@ -129,8 +129,14 @@ fn report_in_a_browser(work: &std::path::Path) {
     let Some(r) = browser::render(&work.join("report.html"), Some(&shot)) else {
         return;
     };
-    assert!(r.dom.contains("data-rendered=\"1\""), "the page's script did not finish");
-    assert!(!r.dom.contains("data-js-errors=\""), "script errors in the page");
+    assert!(
+        r.dom.contains("data-rendered=\"1\""),
+        "the page's script did not finish"
+    );
+    assert!(
+        !r.dom.contains("data-js-errors=\""),
+        "script errors in the page"
+    );
     assert_eq!(r.dom.matches("<g class=\"bar\"").count(), attempts);
     assert_eq!(r.dom.matches("<tr class=\"failure\">").count(), failed);
     assert!(failed >= 1, "the hung job's walltime is a failure");

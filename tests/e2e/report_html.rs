@@ -39,7 +39,8 @@ fn run_with_planted_scripts(t: &TestDir) -> (i64, i64) {
     })
     .unwrap();
     db.set_job_submitted("planted", "4242").unwrap();
-    db.set_job_state("planted", JobStatus::Running, None).unwrap();
+    db.set_job_state("planted", JobStatus::Running, None)
+        .unwrap();
     db.set_job_state("planted", JobStatus::Failed, Some("failed (exit code 7)"))
         .unwrap();
     std::fs::write(
@@ -65,11 +66,26 @@ fn the_html_report_in_chromium_shows_every_attempt_and_runs_no_planted_script() 
     let (attempts, failed) = run_with_planted_scripts(&t);
     assert!(attempts >= 5 && failed == 1, "{attempts} {failed}");
     t.run(
-        &["report", "--run-dir", "run", "--html", "r.html", "--trace", "trace.tsv"],
+        &[
+            "report",
+            "--run-dir",
+            "run",
+            "--html",
+            "r.html",
+            "--trace",
+            "trace.tsv",
+        ],
         0,
     );
     let page = std::fs::read_to_string(t.join("r.html")).unwrap();
-    for loads in ["src=", "<link", "url(", "@import", "fetch(", "XMLHttpRequest"] {
+    for loads in [
+        "src=",
+        "<link",
+        "url(",
+        "@import",
+        "fetch(",
+        "XMLHttpRequest",
+    ] {
         assert!(!page.contains(loads), "the page fetches nothing: {loads}");
     }
     // The owner (the run's submit loop) wrote its own page and metrics beside run.db.
@@ -93,7 +109,11 @@ fn the_html_report_in_chromium_shows_every_attempt_and_runs_no_planted_script() 
     let Some(r) = browser::render(&t.join("r.html"), Some(&shot)) else {
         return;
     };
-    assert_eq!(attr(&r.dom, "data-rendered").as_deref(), Some("1"), "the script ran to its end");
+    assert_eq!(
+        attr(&r.dom, "data-rendered").as_deref(),
+        Some("1"),
+        "the script ran to its end"
+    );
     assert_eq!(attr(&r.dom, "data-js-errors"), None, "{}", r.dom);
     let uncaught: Vec<&String> = r
         .console
@@ -103,14 +123,20 @@ fn the_html_report_in_chromium_shows_every_attempt_and_runs_no_planted_script() 
     assert!(uncaught.is_empty(), "console: {uncaught:?}");
     assert_eq!(r.dom.matches("<g class=\"bar\"").count() as i64, attempts);
     assert_eq!(attr(&r.dom, "data-bars"), Some(attempts.to_string()));
-    assert_eq!(r.dom.matches("<tr class=\"failure\">").count() as i64, failed);
+    assert_eq!(
+        r.dom.matches("<tr class=\"failure\">").count() as i64,
+        failed
+    );
     let escaped_log = PLANTED_LOG.replace('<', "&lt;").replace('>', "&gt;");
     assert!(
-        r.dom.contains(&format!("<td class=\"first-error\">{escaped_log}</td>")),
+        r.dom
+            .contains(&format!("<td class=\"first-error\">{escaped_log}</td>")),
         "the failure's first error line as text"
     );
     let escaped_id = PLANTED_ID.replace('<', "&lt;").replace('>', "&gt;");
-    assert!(r.dom.contains(&format!("<td class=\"paper\">{escaped_id}</td>")));
+    assert!(r
+        .dom
+        .contains(&format!("<td class=\"paper\">{escaped_id}</td>")));
     assert!(!r.dom.contains("data-pwned=\""), "a planted script ran");
     let png = std::fs::read(&shot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");

@@ -185,9 +185,7 @@ mod tests {
         submit(&mut db, 1, 1, "j1");
         std::thread::sleep(std::time::Duration::from_millis(5));
         submit(&mut db, 2, 1, "j2");
-        let (all, cursor) = db
-            .job_attempts_since(&JobAttemptCursor::default())
-            .unwrap();
+        let (all, cursor) = db.job_attempts_since(&JobAttemptCursor::default()).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].native_id.as_deref(), Some("id-j1"));
         assert!(all[0].submit_s.unwrap() > 1.7e9, "{:?}", all[0]);

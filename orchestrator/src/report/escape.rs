@@ -49,7 +49,13 @@ pub fn tsv_field(text: &str) -> String {
         return "-".into();
     }
     text.chars()
-        .map(|c| if c == '\t' || c == '\n' || c == '\r' { ' ' } else { c })
+        .map(|c| {
+            if c == '\t' || c == '\n' || c == '\r' {
+                ' '
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

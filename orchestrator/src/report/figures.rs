@@ -202,7 +202,8 @@ fn queues(history: &AttemptHistory) -> Vec<QueueFigures> {
             Outcome::Pending | Outcome::Running => {}
         }
         if let (Some(s), Some(t)) = (a.submit_s, a.start_s) {
-            q.start_delays_s.push(((t - s).max(0.0) * 10.0).round() / 10.0);
+            q.start_delays_s
+                .push(((t - s).max(0.0) * 10.0).round() / 10.0);
         }
         if let (Some(t), Some(e)) = (a.start_s, a.end_s) {
             *run_sum += (e - t).max(0.0);

@@ -103,11 +103,7 @@ fn timeline(out: &mut String) {
          out</button><button id=\"zoom-reset\">whole run</button></div><div class=\"legend\">",
     );
     for o in Outcome::ALL {
-        let _ = write!(
-            out,
-            "<span><i class=\"o-{0}\"></i>{0}</span>",
-            o.as_str()
-        );
+        let _ = write!(out, "<span><i class=\"o-{0}\"></i>{0}</span>", o.as_str());
     }
     out.push_str("</div><div id=\"bar-info\"></div><svg id=\"timeline\"></svg>\n");
 }
@@ -143,11 +139,11 @@ fn queues(out: &mut String, f: &Figures) {
 fn hosts(out: &mut String, f: &Figures) {
     out.push_str("<h2>Hosts</h2><p class=\"sub\">throughput of each host's finished embed runs</p><svg id=\"hosts\"></svg>");
     if let Some(b) = &f.breakdown {
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<h2>Where a batch's time goes (Table 2)</h2><p class=\"sub\">mean over {} finished \
              runs: model load {:.2} s, I/O {:.2} s, tokenisation {:.2} s, inference {:.2} s; \
-             total {:.2} s</p><svg id=\"breakdown\"></svg>\n",
+             total {:.2} s</p><svg id=\"breakdown\"></svg>",
             b.runs, b.model_load_s, b.io_s, b.tokenize_s, b.inference_s, b.total_s
         );
     } else {

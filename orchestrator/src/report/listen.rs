@@ -107,6 +107,9 @@ mod tests {
         s.read_to_string(&mut reply).unwrap();
         assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
         assert!(reply.contains("embedfleet_papers_planned 3\n"), "{reply}");
-        assert!(reply.contains("embedfleet_status_snapshot_age_seconds "), "{reply}");
+        assert!(
+            reply.contains("embedfleet_status_snapshot_age_seconds "),
+            "{reply}"
+        );
     }
 }

@@ -45,7 +45,11 @@ mod tests {
     fn the_first_marked_line_else_the_last() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("a.log");
-        std::fs::write(&log, "loading\nError: <script>x</script> bad\npanicked at y\n").unwrap();
+        std::fs::write(
+            &log,
+            "loading\nError: <script>x</script> bad\npanicked at y\n",
+        )
+        .unwrap();
         assert_eq!(
             first_error_line(&log).as_deref(),
             Some("Error: <script>x</script> bad")

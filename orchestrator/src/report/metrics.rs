@@ -47,32 +47,76 @@ impl Out {
 pub fn render(input: &MetricsInput<'_>) -> String {
     let s = input.status;
     let mut out = Out(String::new());
-    out.gauge("embedfleet_papers_planned", "Papers to embed in the run.", s.papers_planned as f64);
-    out.gauge("embedfleet_papers_embedded", "Papers in the run's parquet shards.", s.rows_in_shards as f64);
-    out.gauge("embedfleet_papers_quarantined", "Papers set aside (unreadable, too long, failed).", s.papers_quarantined as f64);
+    out.gauge(
+        "embedfleet_papers_planned",
+        "Papers to embed in the run.",
+        s.papers_planned as f64,
+    );
+    out.gauge(
+        "embedfleet_papers_embedded",
+        "Papers in the run's parquet shards.",
+        s.rows_in_shards as f64,
+    );
+    out.gauge(
+        "embedfleet_papers_quarantined",
+        "Papers set aside (unreadable, too long, failed).",
+        s.papers_quarantined as f64,
+    );
     out.family("embedfleet_batches", "gauge", "Batches by state.");
     for (state, n) in &s.batches_by_state {
         out.sample("embedfleet_batches", &[("state", state)], *n as f64);
     }
-    out.family("embedfleet_jobs", "gauge", "Each batch's latest job by queue and state.");
+    out.family(
+        "embedfleet_jobs",
+        "gauge",
+        "Each batch's latest job by queue and state.",
+    );
     for (queue, states) in &s.jobs_by_queue {
         for (state, n) in states {
-            out.sample("embedfleet_jobs", &[("queue", queue), ("state", state)], *n as f64);
+            out.sample(
+                "embedfleet_jobs",
+                &[("queue", queue), ("state", state)],
+                *n as f64,
+            );
         }
     }
     attempts(&mut out, input.history);
-    out.gauge("embedfleet_points_uploaded", "Points acknowledged by the vector database, over every collection.", s.points_uploaded as f64);
-    out.gauge("embedfleet_points_failed", "Points whose upload failed after every retry.", s.points_failed as f64);
+    out.gauge(
+        "embedfleet_points_uploaded",
+        "Points acknowledged by the vector database, over every collection.",
+        s.points_uploaded as f64,
+    );
+    out.gauge(
+        "embedfleet_points_failed",
+        "Points whose upload failed after every retry.",
+        s.points_failed as f64,
+    );
     if let Some(eta) = s.eta_seconds {
-        out.gauge("embedfleet_eta_seconds", "Seconds until every planned paper is embedded at the run's rate.", eta);
+        out.gauge(
+            "embedfleet_eta_seconds",
+            "Seconds until every planned paper is embedded at the run's rate.",
+            eta,
+        );
     }
     if let Some(l) = input.submit_loop {
-        out.family("embedfleet_owner_cpu_seconds_total", "counter", "CPU time of the submit loop (the run's owner) since it started.");
+        out.family(
+            "embedfleet_owner_cpu_seconds_total",
+            "counter",
+            "CPU time of the submit loop (the run's owner) since it started.",
+        );
         out.sample("embedfleet_owner_cpu_seconds_total", &[], l.cpu_s);
-        out.family("embedfleet_owner_polls_total", "counter", "Polls of the submit loop since it started.");
+        out.family(
+            "embedfleet_owner_polls_total",
+            "counter",
+            "Polls of the submit loop since it started.",
+        );
         out.sample("embedfleet_owner_polls_total", &[], l.polls as f64);
         if l.polls > 0 {
-            out.gauge("embedfleet_owner_poll_cpu_seconds", "Mean CPU time of the submit loop per poll.", l.cpu_s / l.polls as f64);
+            out.gauge(
+                "embedfleet_owner_poll_cpu_seconds",
+                "Mean CPU time of the submit loop per poll.",
+                l.cpu_s / l.polls as f64,
+            );
         }
     }
     out.0
@@ -82,18 +126,34 @@ pub fn render(input: &MetricsInput<'_>) -> String {
 /// scrape is now's, not the poll's).
 pub fn age(status_unix_s: f64, now_unix_s: f64) -> String {
     let mut out = Out(String::new());
-    out.gauge("embedfleet_status_snapshot_timestamp_seconds", "When the run's status was last read (unix time).", status_unix_s);
-    out.gauge("embedfleet_status_snapshot_age_seconds", "Age of the run's status when these metrics were written or served.", (now_unix_s - status_unix_s).max(0.0));
+    out.gauge(
+        "embedfleet_status_snapshot_timestamp_seconds",
+        "When the run's status was last read (unix time).",
+        status_unix_s,
+    );
+    out.gauge(
+        "embedfleet_status_snapshot_age_seconds",
+        "Age of the run's status when these metrics were written or served.",
+        (now_unix_s - status_unix_s).max(0.0),
+    );
     out.0
 }
 
 /// Attempts by queue and outcome, and the failures and preemptions among them as counters.
 fn attempts(out: &mut Out, history: &AttemptHistory) {
-    out.family("embedfleet_job_attempts", "gauge", "Job attempts by queue and outcome.");
+    out.family(
+        "embedfleet_job_attempts",
+        "gauge",
+        "Job attempts by queue and outcome.",
+    );
     let mut failures: BTreeMap<&str, u64> = BTreeMap::new();
     let mut preemptions: BTreeMap<&str, u64> = BTreeMap::new();
     for ((queue, outcome), n) in history.counts() {
-        out.sample("embedfleet_job_attempts", &[("queue", queue), ("outcome", outcome.as_str())], *n as f64);
+        out.sample(
+            "embedfleet_job_attempts",
+            &[("queue", queue), ("outcome", outcome.as_str())],
+            *n as f64,
+        );
         if outcome.is_failure() {
             *failures.entry(queue).or_default() += n;
         }
@@ -103,12 +163,28 @@ fn attempts(out: &mut Out, history: &AttemptHistory) {
         failures.entry(queue).or_default();
         preemptions.entry(queue).or_default();
     }
-    out.family("embedfleet_job_failures_total", "counter", "Job attempts that failed, hit their walltime or were lost.");
+    out.family(
+        "embedfleet_job_failures_total",
+        "counter",
+        "Job attempts that failed, hit their walltime or were lost.",
+    );
     for (queue, n) in failures {
-        out.sample("embedfleet_job_failures_total", &[("queue", queue)], n as f64);
+        out.sample(
+            "embedfleet_job_failures_total",
+            &[("queue", queue)],
+            n as f64,
+        );
     }
-    out.family("embedfleet_job_preemptions_total", "counter", "Job attempts preempted or cancelled.");
+    out.family(
+        "embedfleet_job_preemptions_total",
+        "counter",
+        "Job attempts preempted or cancelled.",
+    );
     for (queue, n) in preemptions {
-        out.sample("embedfleet_job_preemptions_total", &[("queue", queue)], n as f64);
+        out.sample(
+            "embedfleet_job_preemptions_total",
+            &[("queue", queue)],
+            n as f64,
+        );
     }
 }

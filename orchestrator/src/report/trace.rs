@@ -14,8 +14,22 @@ use super::history::AttemptHistory;
 
 /// The header line's fields, in order.
 pub const FIELDS: [&str; 16] = [
-    "task_id", "native_id", "name", "status", "exit", "attempt", "queue", "submit", "start",
-    "complete", "duration", "realtime", "batch", "host", "papers", "tokens",
+    "task_id",
+    "native_id",
+    "name",
+    "status",
+    "exit",
+    "attempt",
+    "queue",
+    "submit",
+    "start",
+    "complete",
+    "duration",
+    "realtime",
+    "batch",
+    "host",
+    "papers",
+    "tokens",
 ];
 
 /// The trace of every attempt in `history`, header first.

@@ -299,15 +299,15 @@ impl<'a> SubmitLoop<'a> {
                     Duration::from_secs_f64(crate::report::owner::DEFAULT_REPORT_EVERY_S),
                 )
             });
-            let bound = crate::report::listen::serve(addr, report.metrics.clone()).map_err(
-                |source| SubmitError::Io {
-                    action: "listen for metrics scrapes on",
-                    path: PathBuf::from(addr.to_string()),
-                    source,
-                },
-            )?;
-            lp.console
-                .say(format!("metrics: http://{bound}/metrics"));
+            let bound =
+                crate::report::listen::serve(addr, report.metrics.clone()).map_err(|source| {
+                    SubmitError::Io {
+                        action: "listen for metrics scrapes on",
+                        path: PathBuf::from(addr.to_string()),
+                        source,
+                    }
+                })?;
+            lp.console.say(format!("metrics: http://{bound}/metrics"));
         }
         if let Some(why) = &watch.restart {
             lp.console.say(format!("restart: {why}"));

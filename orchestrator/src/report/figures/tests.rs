@@ -111,7 +111,11 @@ fn every_attempt_is_a_bar_and_the_failed_one_is_listed_with_its_first_error_line
     assert_eq!(q.start_delays_s.len(), 4);
     assert_eq!(f.hosts.len(), 1);
     assert_eq!(f.hosts[0].papers, 8);
-    assert!((f.hosts[0].papers_per_s - 2.0).abs() < 1e-9, "{:?}", f.hosts);
+    assert!(
+        (f.hosts[0].papers_per_s - 2.0).abs() < 1e-9,
+        "{:?}",
+        f.hosts
+    );
     let b = f.breakdown.as_ref().unwrap();
     assert_eq!(b.runs, 2);
     assert!((b.inference_s - 1.5).abs() < 1e-9);
@@ -129,7 +133,14 @@ fn the_page_holds_everything_from_outside_as_text() {
     assert!(page.contains("&lt;script&gt;document.body.dataset.pwned"));
     assert!(page.contains("gpu&quot;&lt;b&gt;"));
     // Nothing fetched: no element that loads (the SVG namespace is a name, not a fetch).
-    for loads in ["src=", "<link", "url(", "@import", "fetch(", "XMLHttpRequest"] {
+    for loads in [
+        "src=",
+        "<link",
+        "url(",
+        "@import",
+        "fetch(",
+        "XMLHttpRequest",
+    ] {
         assert!(!page.contains(loads), "{loads}");
     }
 }
@@ -169,7 +180,10 @@ fn metrics_count_by_queue_and_outcome_with_escaped_labels() {
         text.contains("embedfleet_job_preemptions_total{queue=\"gpu\\\"<b>\"} 1\n"),
         "{text}"
     );
-    assert!(text.contains("embedfleet_batches{state=\"planned\"} 3\n"), "{text}");
+    assert!(
+        text.contains("embedfleet_batches{state=\"planned\"} 3\n"),
+        "{text}"
+    );
     // The history's counts follow each change, not a recount.
     let mut history = history;
     db.set_job_state("j1", JobStatus::Failed, Some("later"))
