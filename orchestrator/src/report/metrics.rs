@@ -37,6 +37,13 @@ impl Out {
         }
         let _ = writeln!(self.0, " {value}");
     }
+    /// A counter with a sample per queue.
+    fn per_queue(&mut self, name: &str, help: &str, counts: BTreeMap<&str, u64>) {
+        self.family(name, "counter", help);
+        for (queue, n) in counts {
+            self.sample(name, &[("queue", queue)], n as f64);
+        }
+    }
     fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.family(name, "gauge", help);
         self.sample(name, &[], value);
@@ -163,28 +170,14 @@ fn attempts(out: &mut Out, history: &AttemptHistory) {
         failures.entry(queue).or_default();
         preemptions.entry(queue).or_default();
     }
-    out.family(
+    out.per_queue(
         "embedfleet_job_failures_total",
-        "counter",
         "Job attempts that failed, hit their walltime or were lost.",
+        failures,
     );
-    for (queue, n) in failures {
-        out.sample(
-            "embedfleet_job_failures_total",
-            &[("queue", queue)],
-            n as f64,
-        );
-    }
-    out.family(
+    out.per_queue(
         "embedfleet_job_preemptions_total",
-        "counter",
         "Job attempts preempted or cancelled.",
+        preemptions,
     );
-    for (queue, n) in preemptions {
-        out.sample(
-            "embedfleet_job_preemptions_total",
-            &[("queue", queue)],
-            n as f64,
-        );
-    }
 }

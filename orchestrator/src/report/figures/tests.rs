@@ -198,3 +198,45 @@ fn metrics_count_by_queue_and_outcome_with_escaped_labels() {
     assert_eq!(failed, 2);
     assert_eq!(history.counts().values().sum::<u64>(), 4);
 }
+
+#[test]
+fn the_owner_rewrites_the_metrics_every_poll_and_the_page_when_due() {
+    use crate::report::owner::{OwnerReport, METRICS_FILE, REPORT_FILE};
+    let (dir, db) = run_db();
+    let mut owner = OwnerReport::new(dir.path(), std::time::Duration::from_secs(3600));
+    let status = db.status().unwrap();
+    let now = embedfleet_core::owner::unix_now();
+    let mut state = embedfleet_core::status_snapshot::LoopState {
+        pid: 1,
+        started_unix_s: now,
+        poll_interval_s: 30.0,
+        last_poll_unix_s: now,
+        ended_unix_s: None,
+        polls: 1,
+        cpu_s: 0.02,
+        result_file_ops: 0,
+    };
+    owner.polled(&db, &status, &state).unwrap();
+    let page = dir.path().join(REPORT_FILE);
+    assert!(std::fs::read_to_string(&page)
+        .unwrap()
+        .contains("id=\"timeline\""));
+    std::fs::remove_file(&page).unwrap();
+    state.polls = 2;
+    owner.polled(&db, &status, &state).unwrap();
+    assert!(
+        !page.exists(),
+        "the page is rewritten every hour here, not every poll"
+    );
+    let metrics = std::fs::read_to_string(dir.path().join(METRICS_FILE)).unwrap();
+    assert!(
+        metrics.contains("embedfleet_owner_polls_total 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("embedfleet_owner_poll_cpu_seconds 0.01\n"),
+        "{metrics}"
+    );
+    owner.finish(&status, &state);
+    assert!(page.exists(), "written once more at the loop's end");
+}
