@@ -102,6 +102,8 @@ pub struct Figures {
     pub uploads: BTreeMap<String, CollectionUpload>,
     pub points_uploaded: u64,
     pub releases: Vec<ReleaseStatus>,
+    /// The run's latest `eval`, when it has one (set by the caller, who reads the file).
+    pub eval: Option<super::eval_table::EvalTable>,
 }
 
 /// The figures of a run. `first_error` finds an attempt's first error line (its log is read
@@ -172,6 +174,7 @@ pub fn compute(
         uploads: status.uploads_by_collection.clone(),
         points_uploaded: status.points_uploaded,
         releases: status.releases.clone(),
+        eval: None,
     }
 }
 

@@ -37,6 +37,7 @@ pub fn render(figures: &Figures) -> String {
     failures(&mut out, figures);
     quarantined(&mut out, figures);
     uploads_and_releases(&mut out, figures);
+    eval(&mut out, figures);
     let _ = write!(
         out,
         "<script type=\"application/json\" id=\"report-data\">{}</script>\n<script>{SCRIPT}</script>\n</body></html>\n",
@@ -233,4 +234,34 @@ fn uploads_and_releases(out: &mut String, f: &Figures) {
         }
         out.push_str("</table>\n");
     }
+}
+
+fn eval(out: &mut String, f: &Figures) {
+    let Some(e) = &f.eval else {
+        return;
+    };
+    let _ = write!(
+        out,
+        "<h2>Search quality (eval)</h2><p class=\"sub\">recall@{} of {} over {} queries against \
+         latency, per search setting</p><table id=\"eval\"><tr><th>filter</th><th>search</th>\
+         <th class=\"n\">recall</th><th class=\"n\">p50 ms</th><th class=\"n\">p95 ms</th>\
+         <th class=\"n\">queries/s</th></tr>",
+        e.k,
+        html(&e.collection),
+        e.queries
+    );
+    for r in &e.rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.4}</td><td class=\"n\">{:.2}</td>\
+             <td class=\"n\">{:.2}</td><td class=\"n\">{:.0}</td></tr>",
+            html(&r.filter),
+            html(&r.search),
+            r.recall,
+            r.latency.p50_ms,
+            r.latency.p95_ms,
+            r.queries_per_s
+        );
+    }
+    out.push_str("</table><svg id=\"eval-plot\"></svg>\n");
 }

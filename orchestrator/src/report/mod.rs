@@ -13,6 +13,7 @@
 
 mod clock;
 mod escape;
+mod eval_table;
 pub mod figures;
 pub mod history;
 mod html;
@@ -239,9 +240,10 @@ pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
     let history = history::AttemptHistory::load(&db)?;
     let quarantined = db.quarantine_sample(50)?;
     let mut cache = std::collections::HashMap::new();
-    let figures = figures::compute(&status, &history, quarantined, |a| {
+    let mut figures = figures::compute(&status, &history, quarantined, |a| {
         owner::first_error(run_dir, &mut cache, a)
     });
+    figures.eval = eval_table::latest(run_dir);
     Ok(html::render(&figures))
 }
 

@@ -98,9 +98,10 @@ impl OwnerReport {
     fn write_page(&mut self, status: &RunStatus) {
         let run_dir = self.run_dir.clone();
         let cache = &mut self.first_errors;
-        let figures = figures::compute(status, &self.history, self.quarantined.clone(), |a| {
+        let mut figures = figures::compute(status, &self.history, self.quarantined.clone(), |a| {
             first_error(&run_dir, cache, a)
         });
+        figures.eval = super::eval_table::latest(&run_dir);
         self.write(REPORT_FILE, html::render(&figures).as_bytes());
     }
 

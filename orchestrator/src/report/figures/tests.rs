@@ -240,3 +240,21 @@ fn the_owner_rewrites_the_metrics_every_poll_and_the_page_when_due() {
     owner.finish(&status, &state);
     assert!(page.exists(), "written once more at the loop's end");
 }
+
+#[test]
+fn the_page_shows_the_latest_eval_when_the_run_has_one() {
+    let (dir, _db) = run_db();
+    let page = crate::report::html_page(dir.path()).unwrap();
+    assert!(!page.contains("id=\"eval\""));
+    std::fs::create_dir_all(dir.path().join("eval")).unwrap();
+    let latest = serde_json::json!({"format_version": 1, "collection": "papers", "k": 10,
+        "queries": 200, "rows": [{"filter": "<i>year</i>", "search": "ef=64", "ef": 64,
+        "recall": 0.98, "short_share": 0.0, "queries_per_s": 900.0,
+        "latency": {"p50_ms": 1.0, "p95_ms": 2.5, "p99_ms": 3.0}}]});
+    std::fs::write(dir.path().join("eval/latest.json"), latest.to_string()).unwrap();
+    let page = crate::report::html_page(dir.path()).unwrap();
+    assert!(page.contains("id=\"eval\""));
+    assert!(
+        page.contains("<td>&lt;i&gt;year&lt;/i&gt;</td><td>ef=64</td><td class=\"n\">0.9800</td>")
+    );
+}

@@ -227,12 +227,34 @@
     });
   }
 
+  // Eval: recall against p95 latency, a point per search setting.
+  function drawEval() {
+    var svg = document.getElementById("eval-plot");
+    if (!svg || !D.eval || !D.eval.rows.length) { return; }
+    var rows = D.eval.rows, W = 600, H = 220, L = 50, R = 20, T = 10, B = 30;
+    var xMax = Math.max.apply(null, rows.map(function (r) { return r.latency.p95_ms; })) * 1.1 || 1;
+    var yMin = Math.min.apply(null, rows.map(function (r) { return r.recall; }).concat([0.9]));
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    svg.setAttribute("width", W);
+    axis(svg, L, W - R, H - B, 0, xMax, function (v) { return v.toFixed(2) + " ms"; }, 4);
+    label(svg, L - 4, T + 8, "1.0", "end");
+    label(svg, L - 4, H - B, yMin.toFixed(2), "end");
+    rows.forEach(function (r) {
+      var x = L + (W - L - R) * r.latency.p95_ms / xMax;
+      var y = T + (H - T - B) * (1 - (r.recall - yMin) / (1 - yMin || 1));
+      var c = el("circle", { cx: x, cy: y, r: 4, fill: "#3a78c9" }, svg);
+      el("title", {}, c).textContent = r.filter + ", " + r.search + ": recall " + r.recall.toFixed(4) + ", p95 " + r.latency.p95_ms.toFixed(2) + " ms";
+      label(svg, x + 6, y - 4, r.search);
+    });
+  }
+
   wireTimeline();
   drawProgress();
   drawTimeline();
   drawDelays();
   drawHosts();
   drawBreakdown();
+  drawEval();
   document.body.setAttribute("data-bars", String(document.querySelectorAll("#timeline g.bar").length));
   document.body.setAttribute("data-render-ms", (performance.now() - began).toFixed(1));
   document.body.setAttribute("data-rendered", "1");
