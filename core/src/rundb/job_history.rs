@@ -16,7 +16,9 @@ pub struct JobAttemptCursor {
     pub attempts_ingested: String,
 }
 
-/// One job attempt at one batch.
+/// One job attempt at one batch. Its result manifest names the job as the scheduler's
+/// environment gave it (`NAME (ID)`, `NAME` or `ID`: `AttemptManifest::job`); each form is
+/// matched, as the live view matches them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobAttempt {
     /// `jobs.id`: the row, unique in the run.
@@ -76,9 +78,11 @@ const SELECT: &str = concat!(
             a.ingested_at, r.model_load_s, r.io_s, r.tokenize_s, r.inference_s
      FROM jobs j
      LEFT JOIN attempts a ON a.rowid = (SELECT rowid FROM attempts WHERE batch_id = j.batch_id
-                                        AND job = j.name ORDER BY ingested_at DESC LIMIT 1)
+                                        AND job IN (j.name, j.name || ' (' || j.scheduler_id || ')', j.scheduler_id)
+                                        ORDER BY ingested_at DESC LIMIT 1)
      LEFT JOIN batch_runs r ON r.id = coalesce(
-         (SELECT id FROM batch_runs WHERE batch_id = j.batch_id AND job = j.name
+         (SELECT id FROM batch_runs WHERE batch_id = j.batch_id
+          AND job IN (j.name, j.name || ' (' || j.scheduler_id || ')', j.scheduler_id)
           ORDER BY id DESC LIMIT 1),
          (SELECT id FROM batch_runs WHERE batch_id = j.batch_id AND job IS NULL
           AND started_at >= coalesce(j.submitted_at, '')
@@ -97,7 +101,8 @@ impl RunDb {
             "{SELECT}
              WHERE j.id IN (SELECT id FROM jobs WHERE updated_at >= ?1
                             UNION SELECT j2.id FROM attempts a2 JOIN jobs j2
-                                  ON j2.batch_id = a2.batch_id AND j2.name = a2.job
+                                  ON j2.batch_id = a2.batch_id AND a2.job IN
+                                     (j2.name, j2.name || ' (' || j2.scheduler_id || ')', j2.scheduler_id)
                             WHERE a2.ingested_at >= ?2)
              ORDER BY j.id"
         );
@@ -202,12 +207,20 @@ mod tests {
             ..BatchTimings::default()
         };
         let now = crate::owner::unix_now();
-        db.record_batch_run(BatchId(2), Some("j2"), now, now + 2.0, "cpu", &t, None)
-            .unwrap();
+        db.record_batch_run(
+            BatchId(2),
+            Some("j2 (id-j2)"),
+            now,
+            now + 2.0,
+            "cpu",
+            &t,
+            None,
+        )
+        .unwrap();
         db.conn
             .execute(
                 "INSERT INTO attempts (batch_id, token, state, job, host, reason, ingested_at)
-                 VALUES (2, 't', 'accepted', 'j2', 'node7', '', strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+1 second'))",
+                 VALUES (2, 't', 'accepted', 'j2 (id-j2)', 'node7', '', strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+1 second'))",
                 [],
             )
             .unwrap();
