@@ -116,11 +116,11 @@ pub struct SubmitArgs {
     /// stalled job is only shown and reported.
     #[arg(long)]
     pub kill_stalled: bool,
-    /// Serve the run's Prometheus metrics at http://ADDR/metrics while the loop runs: a bare
-    /// port listens on loopback (127.0.0.1) only; name another address to be scraped from
+    /// Serve the run's Prometheus metrics at http://ADDR/metrics while the loop runs. ADDR is a
+    /// port (listened on loopback, 127.0.0.1, only) or ADDRESS:PORT to be scraped from
     /// elsewhere. `metrics.prom` beside run.db has the same for node_exporter's textfile
     /// collector.
-    #[arg(long, value_name = "PORT|ADDR:PORT", value_parser = embedfleet_orchestrator::report::listen::parse_listen)]
+    #[arg(long, value_name = "ADDR", value_parser = embedfleet_orchestrator::report::listen::parse_listen)]
     pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
