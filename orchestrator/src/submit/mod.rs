@@ -293,20 +293,7 @@ impl<'a> SubmitLoop<'a> {
             rebooted.as_deref(),
         )?;
         if let Some(addr) = opts.metrics_listen {
-            let report = watch.report.get_or_insert_with(|| {
-                crate::report::owner::OwnerReport::new(
-                    &lp.run_dir,
-                    Duration::from_secs_f64(crate::report::owner::DEFAULT_REPORT_EVERY_S),
-                )
-            });
-            let bound =
-                crate::report::listen::serve(addr, report.metrics.clone()).map_err(|source| {
-                    SubmitError::Io {
-                        action: "listen for metrics scrapes on",
-                        path: PathBuf::from(addr.to_string()),
-                        source,
-                    }
-                })?;
+            let bound = watch.listen(addr)?;
             lp.console.say(format!("metrics: http://{bound}/metrics"));
         }
         if let Some(why) = &watch.restart {

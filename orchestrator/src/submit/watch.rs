@@ -101,6 +101,25 @@ impl OwnerWatch {
         Ok(())
     }
 
+    /// Serves the run's metrics at `addr` (`--metrics-listen`) for the loop's life; returns the
+    /// address bound. The metrics come from the owner's report, kept for them (with its files)
+    /// even where `EMBEDFLEET_REPORT_EVERY_S=0` turned it off.
+    pub fn listen(&mut self, addr: std::net::SocketAddr) -> Result<std::net::SocketAddr> {
+        let report = self.report.get_or_insert_with(|| {
+            OwnerReport::new(
+                &self.run_dir,
+                std::time::Duration::from_secs_f64(crate::report::owner::DEFAULT_REPORT_EVERY_S),
+            )
+        });
+        crate::report::listen::serve(addr, report.metrics.clone()).map_err(|source| {
+            SubmitError::Io {
+                action: "listen for metrics scrapes on",
+                path: PathBuf::from(addr.to_string()),
+                source,
+            }
+        })
+    }
+
     /// The stalled attempts not reported before.
     pub fn newly_stalled<'s>(&mut self, status: &'s RunStatus) -> Vec<&'s LiveAttempt> {
         status
