@@ -1,6 +1,7 @@
-//! What the run's owner (the submit loop) keeps fresh beside run.db: `metrics.prom` at every
-//! poll and `report.html` every few minutes, both written atomically. Each poll reads only the
-//! job attempts that changed ([`AttemptHistory::refresh`]); a failed attempt's log is read once.
+//! What the run's owner (the submit loop) keeps fresh beside run.db: `metrics.prom` every 10 s
+//! and `report.html` every few minutes, each replaced whole. Each write reads only the job
+//! attempts that changed since the last ([`AttemptHistory::refresh`]); a failed attempt's log is
+//! read once.
 //! The page itself is built from that history in memory, never from a scan of run.db.
 
 use std::collections::HashMap;
@@ -21,6 +22,9 @@ pub const METRICS_FILE: &str = "metrics.prom";
 /// Seconds between two writes of `report.html` when `EMBEDFLEET_REPORT_EVERY_S` does not say
 /// (0 there: neither file is written, the owner as it was before).
 pub const DEFAULT_REPORT_EVERY_S: f64 = 300.0;
+/// How often `metrics.prom` is rewritten: about a scrape interval, not every poll (a local
+/// run polls twice a second).
+pub const METRICS_EVERY: Duration = Duration::from_secs(10);
 /// Quarantined papers the page lists by id.
 const QUARANTINE_SHOWN: u32 = 50;
 
@@ -33,6 +37,7 @@ pub struct OwnerReport {
     quarantined: Vec<(String, String, String)>,
     every: Duration,
     last_page: Option<Instant>,
+    last_metrics: Option<Instant>,
     /// The latest metrics text (without the age), for `--metrics-listen`.
     pub metrics: super::listen::SharedMetrics,
 }
@@ -55,21 +60,33 @@ impl OwnerReport {
             quarantined: Vec::new(),
             every,
             last_page: None,
+            last_metrics: None,
             metrics: Default::default(),
         }
     }
 
-    /// After a poll: the attempts that changed are taken in, `metrics.prom` rewritten, and
-    /// `report.html` when it is due.
+    /// After a poll: when `metrics.prom` (every [`METRICS_EVERY`]) or `report.html` (every
+    /// few minutes) is due, the attempts that changed since the last are taken in and the file
+    /// written; the polls between cost nothing.
     pub fn polled(
         &mut self,
         db: &RunDb,
         status: &RunStatus,
         submit_loop: &LoopState,
     ) -> Result<(), RunDbError> {
+        let due =
+            |last: Option<Instant>, every: Duration| last.is_none_or(|t| t.elapsed() >= every);
+        let metrics_due = due(self.last_metrics, METRICS_EVERY);
+        let page_due = due(self.last_page, self.every);
+        if !metrics_due && !page_due {
+            return Ok(());
+        }
         self.history.refresh(db)?;
-        self.write_metrics(status, submit_loop);
-        if self.last_page.is_none_or(|t| t.elapsed() >= self.every) {
+        if metrics_due {
+            self.write_metrics(status, submit_loop);
+            self.last_metrics = Some(Instant::now());
+        }
+        if page_due {
             self.quarantined = db.quarantine_sample(QUARANTINE_SHOWN)?;
             self.write_page(status);
             self.last_page = Some(Instant::now());
@@ -77,7 +94,13 @@ impl OwnerReport {
         Ok(())
     }
 
-    /// At the loop's end: both files once more, from what the last poll read.
+    /// Takes in the attempts changed since the last read: before [`OwnerReport::finish`] at
+    /// the loop's end, so the last files hold the last attempts.
+    pub fn refresh(&mut self, db: &RunDb) -> Result<(), RunDbError> {
+        self.history.refresh(db).map(drop)
+    }
+
+    /// At the loop's end: both files once more, from what the last read took in.
     pub fn finish(&mut self, status: &RunStatus, submit_loop: &LoopState) {
         self.write_metrics(status, submit_loop);
         self.write_page(status);
@@ -92,7 +115,13 @@ impl OwnerReport {
         });
         let text = format!("{body}{}", metrics::age(submit_loop.last_poll_unix_s, now));
         self.metrics.set(body, submit_loop.last_poll_unix_s);
-        self.write(METRICS_FILE, text.as_bytes());
+        // Replaced whole by a rename, not synced: a metrics file lost in a crash is rewritten
+        // at the next poll, and a sync per write would cost a loaded filesystem's latency.
+        let path = self.run_dir.join(METRICS_FILE);
+        let tmp = embedfleet_core::atomic::tmp_path(&path);
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+            tracing::warn!("{} not written: {e}", path.display());
+        }
     }
 
     fn write_page(&mut self, status: &RunStatus) {

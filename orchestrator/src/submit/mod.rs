@@ -432,6 +432,9 @@ impl<'a> SubmitLoop<'a> {
             std::thread::sleep(self.opts.poll_interval);
         }
         self.console.finish();
+        if let Some(watch) = self.watch.as_mut() {
+            watch.last_poll(&self.db);
+        }
         self.wait_for_notify();
         self.report.elapsed = started.elapsed();
         self.report.owner_cpu = embedfleet_core::process::own_cpu().saturating_sub(cpu_before);

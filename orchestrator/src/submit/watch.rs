@@ -120,6 +120,16 @@ impl OwnerWatch {
         })
     }
 
+    /// At the loop's orderly end: the report takes in the last attempts (its files are written
+    /// once more when the watch is dropped).
+    pub fn last_poll(&mut self, db: &RunDb) {
+        if let Some(report) = &mut self.report {
+            if let Err(e) = report.refresh(db) {
+                tracing::warn!("report not refreshed: {e}");
+            }
+        }
+    }
+
     /// The stalled attempts not reported before.
     pub fn newly_stalled<'s>(&mut self, status: &'s RunStatus) -> Vec<&'s LiveAttempt> {
         status
