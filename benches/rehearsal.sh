@@ -28,6 +28,7 @@
 #          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
 #          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
+#          BEFORE_ENV, AFTER_ENV, BEFORE_LABEL, AFTER_LABEL (the measured loops; see below)
 #   needs: a running Slurm (.ci/slurm/start-local-slurm.sh), python3 with pyarrow and
 #          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, procps, and for
 #          PEERS > 0 curl and a Qdrant server binary (docs/testing.md: build-qdrant.sh).
@@ -51,6 +52,13 @@ QDRANT_BIN=${QDRANT_BIN:-/var/tmp/qdrant-1.18.3}
 PORT_BASE=${PORT_BASE:-7400}
 MEASURE=${MEASURE:-1}
 WORK=${WORK:-/var/tmp/embedfleet-rehearsal}
+# What the measured loops run with (MEASURE=1): by default the scans before and after issue 25;
+# BEFORE_ENV=EMBEDFLEET_REPORT_EVERY_S=0 AFTER_ENV=EMBEDFLEET_REPORT_EVERY_S=10 measures the
+# owner without and with its report.html (every 10 s) and metrics.prom (issue 38).
+BEFORE_ENV=${BEFORE_ENV:-EMBEDFLEET_FULL_SWEEP_S=0}
+AFTER_ENV=${AFTER_ENV:-}
+BEFORE_LABEL=${BEFORE_LABEL:-full_sweep_every_poll}
+AFTER_LABEL=${AFTER_LABEL:-open_work_only}
 PAPERS=$((BATCHES * PAPERS_PER_BATCH))
 RANDOM=$SEED
 
@@ -221,7 +229,9 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     fault loop_killed "submit loop $loops (pid $loop_pid) SIGKILLed at $d of $BATCHES batches done"
     sleep 1
     if [ "$MEASURE" = 1 ] && [ "$kills" = 2 ]; then
-      start_loop EMBEDFLEET_FULL_SWEEP_S=0
+      start_loop $BEFORE_ENV
+    elif [ "$MEASURE" = 1 ] && [ "$kills" = 3 ]; then
+      start_loop $AFTER_ENV
     else
       start_loop
     fi
@@ -268,10 +278,10 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   fi
   # The cost windows: the "before" loop (third) and the current one (fourth).
   if [ "$MEASURE" = 1 ] && [ "$windows_started" = 0 ] && [ "$kills" = 2 ] && [ "$pct" -ge 60 ]; then
-    windows_started=1; measure full_sweep_every_poll 30 & measuring=$!
+    windows_started=1; measure "$BEFORE_LABEL" 30 & measuring=$!
   fi
   if [ "$MEASURE" = 1 ] && [ "$windows_started" = 1 ] && [ "$kills" = 3 ] && [ "$pct" -ge 80 ]; then
-    windows_started=2; measure open_work_only 30 & measuring=$!
+    windows_started=2; measure "$AFTER_LABEL" 30 & measuring=$!
   fi
 done
 wait "$loop_pid"; loop_exit=$?
@@ -350,6 +360,20 @@ timed eval "$BIN" eval --run-dir "$RUN" "${target[@]}" --sample 200 --ef 16,64 -
 timed publish "$BIN" publish --run-dir "$RUN" --out "$WORK/dataset"
 published=$(HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 python3 -c "import datasets; print(len(datasets.load_dataset('parquet', data_dir='$WORK/dataset/data', split='train')))" 2>/dev/null || echo 0)
 check published_rows "$published" "$good"
+
+# ---------------------------------------------------------------- report --html, --trace, metrics.prom
+# The page's size and time; the trace read by pandas (a row per job attempt in run.db); the
+# owner's metrics.prom checked by promtool where there is one.
+report_t0=$(date +%s.%N)
+"$BIN" report --run-dir "$RUN" --html "$WORK/report.html" --trace "$WORK/trace.tsv" 2>/dev/null
+report_rc=$?
+printf '{"stage": "report_html", "wall_s": %s, "cpu_s": 0, "exit": %s, "bytes": %s}\n' "$(calc "$(date +%s.%N) - $report_t0" 2)" "$report_rc" "$(stat -c %s "$WORK/report.html" 2>/dev/null || echo 0)" >> "$WORK/stages.jsonl"
+job_rows=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM jobs').fetchone()[0])" "$RUN/run.db")
+trace_rows=$(python3 -c "import pandas as pd,sys; print(len(pd.read_csv(sys.argv[1], sep='\t', na_values='-')))" "$WORK/trace.tsv" 2>/dev/null || echo 0)
+check trace_rows_are_job_attempts "$trace_rows" "$job_rows"
+if command -v promtool >/dev/null; then
+  check metrics_prom_passes_promtool "$(promtool check metrics < "$RUN/metrics.prom" >/dev/null 2>&1 && echo ok || echo failed)" ok
+fi
 
 # ---------------------------------------------------------------- the report
 python3 - "$WORK" "$BATCHES" "$PAPERS" "$failed" <<'PY' > "$WORK/report.json"

@@ -70,6 +70,7 @@ fn main() {
         kill_stalled: false,
         breaker_after: 0,
         notify: embedfleet_orchestrator::notify::NotifyConfig::default(),
+        metrics_listen: None,
     };
     let t = Instant::now();
     let report = submit(&options).unwrap();

@@ -79,6 +79,7 @@ pub fn prepare(
         kill_stalled: flags.kill_stalled,
         breaker_after: settings.breaker_after,
         notify: config.notify.clone(),
+        metrics_listen: flags.metrics_listen,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
     let builds = match (&settings.group_builds, write && flags.trial.is_none()) {

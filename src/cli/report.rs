@@ -1,4 +1,4 @@
-//! `report`: the study's Table 2 for a run, and its plots.
+//! `report`: the study's Table 2 for a run, its plots, its HTML page and its trace.
 
 use clap::Args;
 use std::path::PathBuf;
@@ -14,4 +14,14 @@ pub struct ReportArgs {
     /// Print the stable JSON form (docs/commands.md, "report --json") instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Write the run as one self-contained HTML page (progress, the timeline of every job
+    /// attempt, queues, hosts, Table 2, failures): no network needed to open it. Alone (without
+    /// --json or --plots) it writes only the files asked for, also while the run is young.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Write a trace: one tab-separated line per job attempt, in Nextflow's trace field names
+    /// (task_id, native_id, name, status, exit, attempt, queue, submit, start, complete,
+    /// duration, realtime) and ours (batch, host, papers, tokens).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }

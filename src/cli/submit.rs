@@ -116,6 +116,12 @@ pub struct SubmitArgs {
     /// stalled job is only shown and reported.
     #[arg(long)]
     pub kill_stalled: bool,
+    /// Serve the run's Prometheus metrics at http://ADDR/metrics while the loop runs. ADDR is a
+    /// port (listened on loopback, 127.0.0.1, only) or ADDRESS:PORT to be scraped from
+    /// elsewhere. `metrics.prom` beside run.db has the same for node_exporter's textfile
+    /// collector.
+    #[arg(long, value_name = "ADDR", value_parser = embedfleet_orchestrator::report::listen::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]

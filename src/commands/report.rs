@@ -1,12 +1,23 @@
-//! `embedfleet report`: the study's Table 2 for a run, and its plots.
+//! `embedfleet report`: the study's Table 2 for a run, its plots, its HTML page and its trace.
 
 use crate::cli::ReportArgs;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_orchestrator::report::{self, ReportError};
+use std::path::Path;
 
-/// Prints the report; a run with no finished batch is an error (exit code 1).
+/// Prints the report; a run with no finished batch is an error (exit code 1), unless only the
+/// page or the trace was asked for.
 pub fn report(args: &ReportArgs) -> Result<i32> {
+    if let Some(path) = &args.html {
+        write(path, &report::html_page(&args.run_dir)?)?;
+    }
+    if let Some(path) = &args.trace {
+        write(path, &report::trace_file(&args.run_dir)?)?;
+    }
+    if (args.html.is_some() || args.trace.is_some()) && !args.json && args.plots.is_none() {
+        return Ok(exit::SUCCESS);
+    }
     let report = report::load(&args.run_dir)?;
     if report.summary.is_none() {
         return Err(ReportError::NothingFinished(args.run_dir.clone()).into());
@@ -25,4 +36,11 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
         }
     }
     Ok(exit::SUCCESS)
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    embedfleet_core::atomic::write(path, text.as_bytes())
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }

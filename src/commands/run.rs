@@ -71,6 +71,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         // types; its two attempts per batch bound the cost of a setup that always fails.
         breaker_after: 0,
         notify: NotifyConfig::default(),
+        metrics_listen: None,
     };
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;

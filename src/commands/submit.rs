@@ -109,6 +109,7 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
             min_idle_s: args.stalled_min,
         },
         kill_stalled: args.kill_stalled,
+        metrics_listen: args.metrics_listen,
     })
 }
 

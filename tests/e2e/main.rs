@@ -1,6 +1,7 @@
 //! End-to-end tests of the `embedfleet` binary: one test binary, a module per area (as
 //! ripgrep's `tests/tests.rs`). Each test gets its own temporary directory.
 
+mod browser;
 mod sshd;
 mod util;
 
@@ -21,6 +22,7 @@ mod query_job;
 mod readme;
 mod rehearsal;
 mod report;
+mod report_html;
 mod run;
 mod run_config;
 mod shared_fs;

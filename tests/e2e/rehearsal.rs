@@ -7,6 +7,7 @@
 //! The drained partition is `rehearsal`, one no other test submits to (the CI cluster has it:
 //! .ci/slurm/start-local-slurm.sh), so the drain cannot fail a test running beside this one.
 
+use crate::browser;
 use crate::util::{python, slurm_up};
 use std::process::Command;
 
@@ -101,10 +102,42 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
         "points_are_good_papers",
         "query_rows",
         "published_rows",
+        "trace_rows_are_job_attempts",
     ] {
         assert!(
             checks.iter().any(|c| c == check),
             "{check} not checked: {checks:?}"
         );
     }
+    report_in_a_browser(&work.path().join("w"));
+}
+
+/// The rehearsal's `report --html` in headless Chromium: a bar per job attempt in run.db, the
+/// failed attempts listed, no script error.
+fn report_in_a_browser(work: &std::path::Path) {
+    let db = embedfleet_core::rundb::RunDb::open(&work.join("run")).unwrap();
+    let count = |sql: &str| -> usize {
+        db.conn()
+            .query_row(sql, [], |r| r.get::<_, i64>(0))
+            .unwrap() as usize
+    };
+    let attempts = count("SELECT count(*) FROM jobs");
+    let failed = count(
+        "SELECT count(*) FROM jobs WHERE state IN ('failed', 'node_fail', 'out_of_memory', 'timeout', 'lost')",
+    );
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("rehearsal-report.png");
+    let Some(r) = browser::render(&work.join("report.html"), Some(&shot)) else {
+        return;
+    };
+    assert!(
+        r.dom.contains("data-rendered=\"1\""),
+        "the page's script did not finish"
+    );
+    assert!(
+        !r.dom.contains("data-js-errors=\""),
+        "script errors in the page"
+    );
+    assert_eq!(r.dom.matches("<g class=\"bar\"").count(), attempts);
+    assert_eq!(r.dom.matches("<tr class=\"failure\">").count(), failed);
+    assert!(failed >= 1, "the hung job's walltime is a failure");
 }

@@ -44,11 +44,14 @@ pub struct BatchRunRecord {
 }
 
 impl RunDb {
-    /// Records an attempt's run of a batch as its result manifest tells it: when it started
-    /// and ended (unix seconds), where, its timings, and its error if it failed.
+    /// Records an attempt's run of a batch as its result manifest tells it: the scheduler job's
+    /// name (run.db's, when the manifest has it), when it started and ended (unix seconds),
+    /// where, its timings, and its error if it failed.
+    #[allow(clippy::too_many_arguments)]
     pub fn record_batch_run(
         &self,
         batch_id: BatchId,
+        job: Option<&str>,
         started_unix_s: f64,
         finished_unix_s: f64,
         devices: &str,
@@ -64,10 +67,10 @@ impl RunDb {
                 "INSERT INTO batch_runs (batch_id, started_at, finished_at, devices, state, error,
                      model_load_s, io_s, tokenize_s, inference_s, total_s, papers, tokens,
                      padding_tokens, fallback_split, fallback_sequential, fallback_chunked,
-                     long_chunked, peak_memory_bytes)
+                     long_chunked, peak_memory_bytes, job)
                  VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', ?2, 'unixepoch'),
                      strftime('%Y-%m-%dT%H:%M:%fZ', ?3, 'unixepoch'), ?4, ?5, ?6, ?7, ?8, ?9,
-                     ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                     ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
                 params![
                     batch_id,
                     started_unix_s,
@@ -87,7 +90,8 @@ impl RunDb {
                     t.fallback_sequential,
                     t.fallback_chunked,
                     t.long_chunked,
-                    t.peak_memory_bytes
+                    t.peak_memory_bytes,
+                    job
                 ],
             )
             .map(drop)

@@ -140,6 +140,21 @@ impl RunDb {
         Ok(())
     }
 
+    /// The first `limit` quarantined papers (paper id, reason, detail), oldest first: what a
+    /// report lists by name; `status` has the counts.
+    pub fn quarantine_sample(&self, limit: u32) -> Result<Vec<(String, String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT coalesce(paper_id, ''), reason, detail FROM quarantine
+                 ORDER BY rowid LIMIT ?1",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([limit], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
     pub fn corpus_files(&self) -> Result<Vec<CorpusFileRow>> {
         let mut stmt = self
             .conn

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -265,4 +265,14 @@ CREATE INDEX release_seen_by_file ON release_seen (file_id);
 /// work's folders only). A new job of the batch, or a change of its state, clears it.
 const V10: &str = r#"
 ALTER TABLE batches ADD COLUMN results_settled INTEGER NOT NULL DEFAULT 0;
+"#;
+
+/// v11: what the owner's report reads again each poll: the jobs changed and the attempts
+/// ingested since its last read (`RunDb::job_attempts_since`), by index, not by a scan of every
+/// job of the run; and the job each embed run was part of (`batch_runs.job`, the job's name, as
+/// `attempts.job`), so an attempt's run is found by name (older rows: by batch and time).
+const V11: &str = r#"
+ALTER TABLE batch_runs ADD COLUMN job TEXT;
+CREATE INDEX IF NOT EXISTS jobs_by_updated ON jobs (updated_at);
+CREATE INDEX IF NOT EXISTS attempts_by_ingested ON attempts (ingested_at);
 "#;

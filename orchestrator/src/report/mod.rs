@@ -5,9 +5,25 @@
 //! Each batch counts once, by its latest successful run (`RunDb::latest_batch_runs`). A re-run
 //! that only finished the parts a killed job left counts those papers only, as it should: its
 //! time was spent on them.
+//!
+//! Beside the table: `report --html` (a self-contained page: `figures` computed from the
+//! attempt `history`, drawn by `html`), `report --trace` (`trace`), and what the run's owner
+//! keeps fresh beside run.db (`owner`: `report.html`, `metrics.prom`; `listen` for
+//! `submit --metrics-listen`).
 
+mod clock;
+mod escape;
+mod eval_table;
+pub mod figures;
+pub mod history;
+mod html;
+pub mod listen;
+mod logline;
+pub mod metrics;
+pub mod owner;
 pub mod plot;
 pub mod table;
+pub mod trace;
 
 use embedfleet_core::rundb::{RunDb, RunDbError};
 use serde::Serialize;
@@ -230,6 +246,26 @@ fn render_totals(out: &mut String, s: &Summary) {
         s.full_corpus_papers as f64 / 1e6,
         s.full_corpus_job_hours
     );
+}
+
+/// The HTML page of the run in `run_dir` as it stands (`report --html`).
+pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
+    let db = RunDb::open(run_dir)?;
+    let status = db.status()?;
+    let history = history::AttemptHistory::load(&db)?;
+    let quarantined = db.quarantine_sample(50)?;
+    let mut cache = std::collections::HashMap::new();
+    let mut figures = figures::compute(&status, &history, quarantined, |a| {
+        owner::first_error(run_dir, &mut cache, a)
+    });
+    figures.eval = eval_table::latest(run_dir);
+    Ok(html::render(&figures))
+}
+
+/// The trace of the run in `run_dir`: a line per job attempt (`report --trace`).
+pub fn trace_file(run_dir: &Path) -> Result<String, ReportError> {
+    let db = RunDb::open(run_dir)?;
+    Ok(trace::render(&history::AttemptHistory::load(&db)?))
 }
 
 /// Writes the plots of [`plot::write_all`] into `dir` (created if needed); returns their paths.

@@ -24,7 +24,7 @@ impl SubmitLoop<'_> {
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
         let newly_stalled = match self.watch.as_mut() {
             Some(watch) => {
-                watch.polled(status)?;
+                watch.polled(&self.db, status)?;
                 watch.newly_stalled(status)
             }
             None => return Ok(()),

@@ -81,6 +81,8 @@ pub struct SubmitOptions {
     pub breaker_after: u32,
     /// The notify hook (`[notify]` of the run config).
     pub notify: NotifyConfig,
+    /// Serve the run's metrics over HTTP here (`--metrics-listen`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// How a submit loop ended.
@@ -285,11 +287,15 @@ impl<'a> SubmitLoop<'a> {
             }
             _ => None,
         };
-        let watch = OwnerWatch::start(
+        let mut watch = OwnerWatch::start(
             &lp.run_dir,
             opts.poll_interval.as_secs_f64(),
             rebooted.as_deref(),
         )?;
+        if let Some(addr) = opts.metrics_listen {
+            let bound = watch.listen(addr)?;
+            lp.console.say(format!("metrics: http://{bound}/metrics"));
+        }
         if let Some(why) = &watch.restart {
             lp.console.say(format!("restart: {why}"));
             lp.notify(&crate::notify::Event::OwnerRestarted {
@@ -426,6 +432,9 @@ impl<'a> SubmitLoop<'a> {
             std::thread::sleep(self.opts.poll_interval);
         }
         self.console.finish();
+        if let Some(watch) = self.watch.as_mut() {
+            watch.last_poll(&self.db);
+        }
         self.wait_for_notify();
         self.report.elapsed = started.elapsed();
         self.report.owner_cpu = embedfleet_core::process::own_cpu().saturating_sub(cpu_before);

@@ -138,6 +138,7 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         kill_stalled: false,
         breaker_after: 3,
         notify: NotifyConfig::default(),
+        metrics_listen: None,
     };
     (dir, options)
 }

@@ -9,10 +9,11 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::owner::{self, describe_age};
-use embedfleet_core::rundb::{LiveAttempt, RunStatus};
+use embedfleet_core::rundb::{LiveAttempt, RunDb, RunStatus};
 use embedfleet_core::status_snapshot::{self as snapshot, LoopState};
 
 use super::{Result, SubmitError};
+use crate::report::owner::OwnerReport;
 
 /// The file a running loop holds locked (`flock`): a second loop on the owner host refuses.
 pub const LOOP_LOCK_FILE: &str = "submit.lock";
@@ -31,6 +32,8 @@ pub(super) struct OwnerWatch {
     /// This process's CPU time and file operations when the loop started.
     cpu_at_start: std::time::Duration,
     ops_at_start: u64,
+    /// `report.html` and `metrics.prom` beside run.db (none with `EMBEDFLEET_REPORT_EVERY_S=0`).
+    pub report: Option<OwnerReport>,
 }
 
 impl OwnerWatch {
@@ -71,11 +74,13 @@ impl OwnerWatch {
             last_status: None,
             stalled_seen: HashSet::new(),
             restart,
+            report: OwnerReport::from_env(run_dir),
         })
     }
 
-    /// After each poll: stops when the run is no longer this host's, and writes the snapshot.
-    pub fn polled(&mut self, status: &RunStatus) -> Result<()> {
+    /// After each poll: stops when the run is no longer this host's, and writes the snapshot
+    /// (and the report's files).
+    pub fn polled(&mut self, db: &RunDb, status: &RunStatus) -> Result<()> {
         if !owner::still_owner(&self.run_dir)? {
             return Err(SubmitError::NotOwner(self.run_dir.clone()));
         }
@@ -87,7 +92,42 @@ impl OwnerWatch {
         self.state.result_file_ops = embedfleet_core::fsops::total() - self.ops_at_start;
         self.last_status = Some(status.clone());
         self.write();
+        if let Some(report) = &mut self.report {
+            // A report not refreshed this poll is a poll older; it does not stop the run.
+            if let Err(e) = report.polled(db, status, &self.state) {
+                tracing::warn!("report not refreshed: {e}");
+            }
+        }
         Ok(())
+    }
+
+    /// Serves the run's metrics at `addr` (`--metrics-listen`) for the loop's life; returns the
+    /// address bound. The metrics come from the owner's report, kept for them (with its files)
+    /// even where `EMBEDFLEET_REPORT_EVERY_S=0` turned it off.
+    pub fn listen(&mut self, addr: std::net::SocketAddr) -> Result<std::net::SocketAddr> {
+        let report = self.report.get_or_insert_with(|| {
+            OwnerReport::new(
+                &self.run_dir,
+                std::time::Duration::from_secs_f64(crate::report::owner::DEFAULT_REPORT_EVERY_S),
+            )
+        });
+        crate::report::listen::serve(addr, report.metrics.clone()).map_err(|source| {
+            SubmitError::Io {
+                action: "listen for metrics scrapes on",
+                path: PathBuf::from(addr.to_string()),
+                source,
+            }
+        })
+    }
+
+    /// At the loop's orderly end: the report takes in the last attempts (its files are written
+    /// once more when the watch is dropped).
+    pub fn last_poll(&mut self, db: &RunDb) {
+        if let Some(report) = &mut self.report {
+            if let Err(e) = report.refresh(db) {
+                tracing::warn!("report not refreshed: {e}");
+            }
+        }
     }
 
     /// The stalled attempts not reported before.
@@ -117,6 +157,9 @@ impl Drop for OwnerWatch {
     fn drop(&mut self) {
         self.state.ended_unix_s = Some(owner::unix_now());
         self.write();
+        if let (Some(report), Some(status)) = (&mut self.report, &self.last_status) {
+            report.finish(status, &self.state);
+        }
     }
 }
 

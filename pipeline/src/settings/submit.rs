@@ -51,6 +51,8 @@ pub struct SubmitFlags {
     pub trial: Option<String>,
     pub stall: StallRule,
     pub kill_stalled: bool,
+    /// `--metrics-listen`: serve the run's metrics over HTTP there.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The submit loop's options as given to the run's submits: `None` where none gave one. Kept

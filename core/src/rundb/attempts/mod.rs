@@ -465,6 +465,7 @@ impl RunDb {
     fn record_manifest_run(&self, m: &AttemptManifest, error: Option<&str>) -> Result<()> {
         self.record_batch_run(
             BatchId(m.batch),
+            m.job.as_deref(),
             m.started_unix_s,
             m.finished_unix_s.unwrap_or(m.started_unix_s),
             &m.devices,

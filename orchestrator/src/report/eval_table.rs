@@ -1,0 +1,39 @@
+//! The run's latest `eval` (`eval/latest.json`, written by `embedfleet eval`): recall against
+//! latency per search setting, for the report page. Read as plain JSON: the orchestrator does
+//! not link the query crate; only the fields shown are read, the rest is ignored.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalTable {
+    pub collection: String,
+    pub k: u32,
+    pub queries: u64,
+    pub rows: Vec<EvalRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalRow {
+    pub filter: String,
+    pub search: String,
+    pub recall: f64,
+    pub latency: EvalLatency,
+    pub queries_per_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalLatency {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+}
+
+/// The latest eval of the run in `run_dir`; `None` when it has none (or one this build cannot
+/// read: the page then leaves the section out).
+pub fn latest(run_dir: &Path) -> Option<EvalTable> {
+    let path = embedfleet_core::RunLayout::new(run_dir)
+        .eval_dir()
+        .join("latest.json");
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
