@@ -50,7 +50,8 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "TOKENS")]
     pub max_tokens: Option<usize>,
     /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N` (default:
-    /// the run's last submit's, else cuda on slurm and pbs, cpu locally).
+    /// the run's last submit's, else cuda on slurm and pbs, cpu locally; on ssh cuda, on the
+    /// GPUs of each host's slot, or cpu when every slot is a cpu slot).
     #[arg(long, value_name = "DEVICES")]
     pub devices: Option<String>,
     /// Papers per parquet shard (default: the run's, else 500).
