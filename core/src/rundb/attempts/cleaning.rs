@@ -51,18 +51,30 @@ impl RunDb {
         let accepted = self.accepted_attempt(batch)?;
         let tokens = manifest_tokens(layout, batch);
         let known = self.attempts_of(batch)?;
+        let max_parts: usize = self
+            .conn
+            .query_row(
+                "SELECT max(n_rows, 1) FROM batches WHERE id = ?1",
+                [batch],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(sqlite_err(&self.dir))?
+            .try_into()
+            .unwrap_or(1);
         let mut removed = 0;
         for token in &tokens {
             if Some(token) == accepted.as_ref() {
                 continue;
             }
             // Its own count of parts when its manifest reads, else the accepted attempt's:
-            // every attempt of one plan and settings has the same parts.
+            // every attempt of one plan and settings has the same parts. The manifest's count
+            // is bounded by the batch's rows (a shard holds at least one paper): anyone who
+            // can write `results/` could claim 4,294,967,295 parts, a path each.
             crate::fsops::count(1);
-            let parts = AttemptManifest::read(layout, batch, token)
+            let claimed = AttemptManifest::read(layout, batch, token)
                 .map(|m| m.parts as usize)
-                .unwrap_or(0)
-                .max(kept.len());
+                .unwrap_or(0);
+            let parts = claimed.min(max_parts).max(kept.len());
             let names: Vec<PathBuf> = (0..parts as u32)
                 .map(|part| layout.resolve(RunLayout::shard_file_name(batch, part, token)))
                 .filter(|p| !kept.iter().any(|k| layout.resolve(&k.path) == *p))
