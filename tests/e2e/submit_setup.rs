@@ -261,3 +261,40 @@ fn job_scripts_keep_env_values_private_and_dry_run_masks_them() {
         "the job itself gets the value"
     );
 }
+
+/// A run directory with a `%` in its name (`%u` is Slurm's pattern for the user name): the
+/// trial job's log lands in the run's own `logs/`, where the breaker and `status` look.
+#[test]
+fn a_run_directory_with_a_percent_keeps_its_slurm_logs() {
+    let t = TestDir::new();
+    if !slurm_up("a_run_directory_with_a_percent_keeps_its_slurm_logs") {
+        return;
+    }
+    t.plan_with_model(8, 8);
+    std::fs::rename(t.join("run"), t.join("r%un")).unwrap();
+    let out = t.run(
+        &[
+            "submit",
+            "--run-dir",
+            "r%un",
+            "--backend",
+            "slurm",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--trial",
+            "debug",
+            "--poll-interval",
+            "0.3",
+        ],
+        0,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("trial: batch 1 took"), "{stdout}");
+    let logs: Vec<_> = std::fs::read_dir(t.join("r%un").join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!logs.is_empty(), "the job's log is in the run's logs/");
+}

@@ -38,6 +38,12 @@ pub trait BackendKind: Sync {
     /// memory (directives where the backend reads them; nothing where it does not).
     fn cpu_job(&self, _script: &mut ScriptConfig, _cpus: u32, _memory_mib: u64) {}
 
+    /// A log file's path as the scheduler's output directive must spell it (Slurm reads `%`
+    /// as the start of a pattern such as `%j`); the path as it is by default.
+    fn log_path(&self, path: &str) -> String {
+        path.to_owned()
+    }
+
     /// The longest job name the backend keeps whole; a longer one is given a short hashed
     /// form (`crate::submit::fit_job_name`). `None`: no limit.
     fn max_job_name(&self) -> Option<usize> {

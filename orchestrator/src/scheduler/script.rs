@@ -164,10 +164,11 @@ pub fn script_vars(
             .unwrap_or_default(),
     );
     put("select", pbs_select(nodes, config));
-    put("output", one_line("output", path(&job.output))?);
+    let log = |p: &PathBuf| backend.kind().log_path(&path(p));
+    put("output", one_line("output", log(&job.output))?);
     put(
         "error",
-        one_line("error", job.error.as_ref().map(path).unwrap_or_default())?,
+        one_line("error", job.error.as_ref().map(log).unwrap_or_default())?,
     );
     put(
         "join",

@@ -295,6 +295,32 @@ exit $rc
     assert_eq!(s, expected);
 }
 
+/// sbatch reads `%` in `--output` as a pattern (`%j`): a run directory with a `%` has it
+/// doubled in Slurm's directives, and only there (PBS takes the path as it is).
+#[test]
+fn a_percent_in_the_run_directory_is_doubled_for_slurm_only() {
+    let job = ScriptJob {
+        output: "/runs/100%/logs/b42.log".into(),
+        error: Some("/runs/100%/logs/b42.err".into()),
+        ..job(vec![42])
+    };
+    let cfg = ScriptConfig::default();
+    let s = render_job_script(Backend::Slurm, &cfg, &job).unwrap();
+    assert!(
+        s.contains("#SBATCH --output=/runs/100%%/logs/b42.log\n"),
+        "{s}"
+    );
+    assert!(
+        s.contains("#SBATCH --error=/runs/100%%/logs/b42.err\n"),
+        "{s}"
+    );
+    let s = render_job_script(Backend::Pbs, &cfg, &job).unwrap();
+    assert!(
+        s.contains("/runs/100%/logs/b42.log") && !s.contains("%%"),
+        "{s}"
+    );
+}
+
 #[test]
 fn pbs_builtin_template_polaris_style() {
     let cfg = ScriptConfig {

@@ -74,6 +74,13 @@ impl BackendKind for SlurmBackend {
         ))
     }
 
+    /// `%%` for each `%`: sbatch reads `%` in `--output`/`--error` as a pattern (`%j`, `%x`),
+    /// so a run directory with a `%` in its path would send the log elsewhere, where the
+    /// breaker and `status` never find it.
+    fn log_path(&self, path: &str) -> String {
+        path.replace('%', "%%")
+    }
+
     fn cpu_job(&self, script: &mut ScriptConfig, cpus: u32, memory_mib: u64) {
         script
             .extra_directives
@@ -292,7 +299,8 @@ impl Scheduler for SlurmScheduler {
             args.push(format!("--chdir={}", dir.display()).into());
         }
         if let Some(log) = &job.log {
-            args.push(format!("--output={}", log.display()).into());
+            let log = SlurmBackend.log_path(&log.display().to_string());
+            args.push(format!("--output={log}").into());
         }
         let call = match &job.script {
             JobScript::Path(p) => {
