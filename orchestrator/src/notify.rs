@@ -251,7 +251,10 @@ impl Notifier {
         let run_dir = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
         let mut env = vec![
             ("EMBEDFLEET_EVENT", event.name().to_string()),
-            ("EMBEDFLEET_RUN_DIR", run_dir.display().to_string()),
+            (
+                "EMBEDFLEET_RUN_DIR",
+                one_line(&run_dir.display().to_string()),
+            ),
             ("EMBEDFLEET_MESSAGE", event.message()),
         ];
         env.extend(event.vars());
@@ -400,6 +403,36 @@ mod tests {
         ] {
             assert!(env.lines().any(|l| l == want), "{want} not in:\n{env}");
         }
+    }
+
+    #[test]
+    fn a_run_directory_with_a_line_break_reaches_the_hook_on_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run\nEMBEDFLEET_EVENT=forged");
+        std::fs::create_dir(&run).unwrap();
+        let out = dir.path().join("env.txt");
+        let n = notifier(
+            &format!(
+                "printf '%s|%s' \"$EMBEDFLEET_EVENT\" \"$EMBEDFLEET_RUN_DIR\" > {}",
+                out.display()
+            ),
+            10.0,
+        );
+        n.send(
+            &run,
+            &Event::Finished {
+                batches_done: 1,
+                batches_failed: 0,
+            },
+        );
+        assert!(n.wait(Duration::from_secs(10)));
+        let got = std::fs::read_to_string(&out).unwrap();
+        let (event, run_dir) = got.split_once('|').unwrap();
+        assert_eq!(event, "finished");
+        assert!(
+            !run_dir.contains('\n') && run_dir.ends_with("run EMBEDFLEET_EVENT=forged"),
+            "{run_dir:?}"
+        );
     }
 
     #[test]
