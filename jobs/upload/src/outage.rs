@@ -1,12 +1,12 @@
 //! A server that stops answering, said and bounded.
 //!
 //! Riding out a restart is right, but a command that retries in silence for minutes looks
-//! hung. While requests fail, [`Outage`] says so about every [`RetryPolicy::say_every`], with
+//! hung. While requests fail, [`Outage`] says so about every [`OutageLimits::say_every`], with
 //! how long the upload goes on trying, and says when the server answers again.
 //!
 //! A refused connection is told from an overloaded server without reading any message text:
 //! after a failed request the server's address is probed with a plain TCP connect, whose error
-//! kind is typed. Refused on every probe for [`RetryPolicy::refused_give_up`], the server is
+//! kind is typed. Refused on every probe for [`OutageLimits::refused_give_up`], the server is
 //! not running there, and every request fails at once with [`UploadError::ServerRefused`]
 //! instead of going through all its retries (8 attempts, batches in a row).
 
@@ -17,10 +17,21 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 
 use crate::error::{UploadError, UploadResult};
-use crate::retry::RetryPolicy;
 
 /// How long one probe may take: a refused connection answers at once.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How an outage is said and bounded (from the retry policy, `RetryPolicy::outage_limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutageLimits {
+    /// Refused this long, the server is taken as not running.
+    pub refused_give_up: Duration,
+    /// How often the outage is said while it lasts.
+    pub say_every: Duration,
+    /// Attempts of one request, and the longest its retries wait in all (said to the user).
+    pub max_attempts: u32,
+    pub longest_retry: Duration,
+}
 
 /// The state of one server's outage, shared by every request to it (workers included).
 #[derive(Debug)]
@@ -28,7 +39,7 @@ pub(crate) struct Outage {
     url: String,
     /// `host:port` of the server, probed after a failure; `None` when the URL names none.
     address: Option<String>,
-    policy: RetryPolicy,
+    policy: OutageLimits,
     state: Mutex<State>,
 }
 
@@ -51,7 +62,7 @@ enum Probe {
 
 impl Outage {
     /// The outage tracker of the server at `url` (a gRPC URL such as `http://q:6334`).
-    pub fn new(url: &str, policy: RetryPolicy) -> Self {
+    pub fn new(url: &str, policy: OutageLimits) -> Self {
         Self {
             url: url.to_owned(),
             address: address_of(url),
@@ -107,7 +118,7 @@ impl Outage {
                 None => format!(
                     "{code:?}: {message}; each request is tried {} times, over up to {}",
                     self.policy.max_attempts,
-                    secs(self.policy.longest_retry())
+                    secs(self.policy.longest_retry)
                 ),
             };
             eprintln!(
@@ -198,6 +209,16 @@ mod tests {
         assert_eq!(address_of("not a url"), None);
     }
 
+    /// The default retry policy's limits.
+    fn limits() -> OutageLimits {
+        OutageLimits {
+            refused_give_up: Duration::from_secs(60),
+            say_every: Duration::from_secs(30),
+            max_attempts: 8,
+            longest_retry: Duration::from_millis(31_750),
+        }
+    }
+
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -213,9 +234,9 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let policy = RetryPolicy {
+        let policy = OutageLimits {
             refused_give_up: Duration::from_millis(200),
-            ..RetryPolicy::default()
+            ..limits()
         };
         let outage = Outage::new(&format!("http://127.0.0.1:{port}"), policy);
         let rt = runtime();
@@ -242,9 +263,9 @@ mod tests {
     fn a_server_that_accepts_connections_is_not_refused() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let policy = RetryPolicy {
+        let policy = OutageLimits {
             refused_give_up: Duration::ZERO,
-            ..RetryPolicy::default()
+            ..limits()
         };
         let outage = Outage::new(&format!("http://127.0.0.1:{port}"), policy);
         // Overloaded, not down: a failure is only retried, within its attempts.

@@ -12,7 +12,7 @@ use rand::Rng as _;
 use tonic::Code;
 
 use super::error::{UploadError, UploadResult};
-use super::outage::Outage;
+use super::outage::{Outage, OutageLimits};
 
 /// How often and how long to retry a transient failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,16 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// What an [`Outage`] of a server this policy retries goes by.
+    pub(crate) fn outage_limits(&self) -> OutageLimits {
+        OutageLimits {
+            refused_give_up: self.refused_give_up,
+            say_every: self.say_every,
+            max_attempts: self.max_attempts,
+            longest_retry: self.longest_retry(),
+        }
+    }
+
     /// The longest one request's retries wait in all (every backoff at its upper bound).
     pub fn longest_retry(&self) -> Duration {
         (0..self.max_attempts.saturating_sub(1))
@@ -211,7 +221,7 @@ mod tests {
 
     /// An outage tracker with no address to probe (failures are never "refused").
     fn no_probe() -> Outage {
-        Outage::new("", fast())
+        Outage::new("", fast().outage_limits())
     }
 
     fn run<T>(fut: impl Future<Output = T>) -> T {

@@ -120,7 +120,7 @@ impl QdrantServer {
         Ok(Self {
             client,
             runtime,
-            outage: Outage::new(&config.url, config.retry),
+            outage: Outage::new(&config.url, config.retry.outage_limits()),
             config,
             sizes: Default::default(),
         })
