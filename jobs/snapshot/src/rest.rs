@@ -363,25 +363,15 @@ mod tests {
 
     /// A one-shot HTTP server on loopback answering every request with `body` (JSON, 200).
     fn answering(body: &'static str) -> String {
-        use std::io::{BufRead, BufReader, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        std::thread::spawn(move || {
-            for stream in listener.incoming().take(4) {
-                let mut stream = stream.unwrap();
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                    line.clear();
-                }
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        url
+        recording(ok_json(body)).0
+    }
+
+    /// A whole `200 OK` response carrying the JSON `body`.
+    fn ok_json(body: &str) -> String {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
     }
 
     #[test]
@@ -542,10 +532,7 @@ mod tests {
             std::env::set_var(var, &proxy);
         }
         let body = r#"{"result":{"status":"disabled"},"status":"ok","time":0.0}"#;
-        let (url, asked) = recording(format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ));
+        let (url, asked) = recording(ok_json(body));
         let client =
             RestClient::new(&url, Some("secret".into()), false, Duration::from_secs(5)).unwrap();
         let err = client.peers().unwrap_err();
