@@ -26,7 +26,6 @@ mod follow_up;
 mod job_files;
 mod launch;
 mod naming;
-mod round;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,13 +37,13 @@ use embedfleet_core::state::JobStatus;
 use embedfleet_core::{fsops, RunLayout};
 
 use crate::notify::{Notifier, NotifyConfig};
+pub use crate::route::{fill_queues, PlannedJob};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerError, TemplateError};
 pub use console::Console;
 pub use follow_up::{FollowUp, FollowUpRound};
 pub(crate) use job_files::{with_binary, JobFiles};
 use launch::active_per_queue;
 pub use naming::{fit_job_name, job_name, run_tag};
-pub use round::{fill_queues, PlannedJob};
 use watch::OwnerWatch;
 pub use watch::LOOP_LOCK_FILE;
 
