@@ -221,7 +221,8 @@ fn outlook_of(queues: &[Assessed], _round: &Round<'_>) -> Vec<QueueOutlook> {
                 "stopped"
             } else {
                 "ok"
-            },
+            }
+            .into(),
             jobs_started: q.model.start_delay.samples,
             finished: q.model.finished,
             preempted: q.model.preempted,

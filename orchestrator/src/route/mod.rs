@@ -23,13 +23,14 @@ mod tail;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+pub use embedfleet_core::status_snapshot::QueueOutlook;
 pub use fill::{fill_queues, PlannedJob};
 pub use model::{JobEnd, QueueModel, RecentMean};
 
 /// How free job slots are given batches (`submit --route`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Route {
     /// Every queue filled to its cap, queues taking turns.
@@ -107,31 +108,6 @@ pub struct Move {
     pub job: String,
     pub queue: String,
     pub why: String,
-}
-
-/// What one queue looks like to the router this round: `status` and `report` show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct QueueOutlook {
-    pub queue: String,
-    /// Learned submit-to-start, seconds (None: no job of it has started yet).
-    pub start_delay_s: Option<f64>,
-    /// The longest any of its queued jobs has waited so far.
-    pub longest_wait_s: f64,
-    /// The start delay a new job is expected to have: the learned one, or longer when its
-    /// queued jobs have waited longer than that.
-    pub expected_start_s: Option<f64>,
-    pub run_time_s: Option<f64>,
-    /// Share of its recent jobs preempted, killed at walltime or failed.
-    pub loss_share: f64,
-    /// Seconds from now to a new batch's end if sent there now (None: not a candidate).
-    pub expected_finish_s: Option<f64>,
-    /// `trial` (no job started yet), `stopped` (queued jobs overdue), `ok`, `unusable`.
-    pub state: &'static str,
-    pub jobs_started: u64,
-    pub finished: u64,
-    pub preempted: u64,
-    pub walltime: u64,
-    pub failed: u64,
 }
 
 /// A round's decision.

@@ -22,6 +22,20 @@ pub enum JobEnd {
     Cancelled,
 }
 
+impl JobEnd {
+    /// How a job that run.db recorded as `status` ended, for its queue's model.
+    pub fn of(status: embedfleet_core::state::JobStatus) -> Self {
+        use embedfleet_core::state::JobStatus as S;
+        match status {
+            S::Completed => Self::Finished,
+            S::Preempted => Self::Preempted,
+            S::Timeout => Self::Walltime,
+            S::Cancelled => Self::Cancelled,
+            _ => Self::Failed,
+        }
+    }
+}
+
 /// A mean weighted toward the recent: the first samples count equally, then each new one
 /// carries [`RECENT_WEIGHT`], so a queue that changes during a week is followed within a few
 /// jobs, while a single odd job moves the mean by a quarter of its difference.

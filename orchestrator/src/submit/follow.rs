@@ -22,8 +22,10 @@ impl SubmitLoop<'_> {
     /// The owner's chores after a poll: the snapshot, and stalled jobs reported (and cancelled
     /// when asked).
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
+        let routing = self.routing_state();
         let newly_stalled = match self.watch.as_mut() {
             Some(watch) => {
+                watch.set_routing(routing);
                 watch.polled(&self.db, status)?;
                 watch.newly_stalled(status)
             }
@@ -231,6 +233,7 @@ impl SubmitLoop<'_> {
             return self.ended(name, rows, &state, state.status());
         }
         if rows[0].state != state.status() {
+            self.route_saw(rows[0], state.status());
             self.db.set_job_state(name, state.status(), None)?;
         }
         Ok(())
@@ -252,7 +255,9 @@ impl SubmitLoop<'_> {
         // deciding (the other batches wait for the next round's ingest).
         let batches: Vec<i64> = rows.iter().map(|r| r.batch_id).collect();
         self.ingest(Some(&batches))?;
+        self.route_saw(rows[0], status);
         self.db.set_job_state(name, status, reason.as_deref())?;
+        self.cancel_twins_of(name, &batches)?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
         self.jobs_ended += 1;
         let mut all_done = true;
@@ -297,7 +302,7 @@ fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
     jobs
 }
 
-fn handle(row: &JobRow) -> Option<JobHandle> {
+pub(super) fn handle(row: &JobRow) -> Option<JobHandle> {
     let id = row.scheduler_id.as_deref()?;
     let mut h = JobHandle::new(SchedulerJobId::new(id)).with_name(&row.name);
     if let Some(marker) = &row.marker {

@@ -139,6 +139,8 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         breaker_after: 3,
         notify: NotifyConfig::default(),
         metrics_listen: None,
+        route: Default::default(),
+        speculate: true,
     };
     (dir, options)
 }

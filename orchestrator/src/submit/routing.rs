@@ -1,0 +1,202 @@
+//! The submit loop's side of routing ([`crate::route`]): the router learns each queue from the
+//! run's history once at the start, then from each job the loop sees start or end; each round
+//! it decides where batches go, which queued jobs move, and which batches get a speculative
+//! twin; the first of two twins to finish its batch has the other cancelled.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use embedfleet_core::owner::unix_now;
+use embedfleet_core::rundb::{JobAttemptCursor, JobRow};
+use embedfleet_core::state::{BatchState, JobStatus};
+use embedfleet_core::status_snapshot::RoutingState;
+use embedfleet_core::BatchId;
+
+use super::{Result, SubmitLoop};
+use crate::route::{JobEnd, OpenJob, QueueView, Round, RoutePlan, Router};
+
+/// What routing has done in this loop, for the snapshot and the report.
+#[derive(Debug, Default, Clone)]
+pub(super) struct RoutingTally {
+    pub twins: u64,
+    pub moves: u64,
+    pub twin_node_hours: f64,
+    pub next: Option<String>,
+    pub outlook: Vec<crate::route::QueueOutlook>,
+}
+
+impl SubmitLoop<'_> {
+    /// The router, taught every job of the run so far (once per loop: later jobs are taught
+    /// as the loop sees them).
+    pub(super) fn learned_router(&self) -> Result<Router> {
+        let mut router = Router::new(self.opts.route);
+        let (attempts, _) = self.db.job_attempts_since(&JobAttemptCursor::default())?;
+        let mut seen = BTreeSet::new();
+        for a in attempts {
+            if !seen.insert(a.name.clone()) {
+                continue; // a multi-node job: one row per batch, one job
+            }
+            if let (Some(submitted), Some(started)) = (a.submit_s, a.start_s) {
+                router.started(&a.queue, submitted, started);
+            }
+            if let (Some(end), false) = (a.end_s, a.state.is_open()) {
+                router.ended(&a.queue, JobEnd::of(a.state), a.start_s, end);
+            }
+        }
+        Ok(router)
+    }
+
+    /// The loop saw job `row` change from its recorded state to `now_status`.
+    pub(super) fn route_saw(&mut self, row: &JobRow, now_status: JobStatus) {
+        let now = unix_now();
+        match (row.state, now_status) {
+            (JobStatus::Running, JobStatus::Running) => {}
+            (_, JobStatus::Running) => {
+                let submitted = row.submitted_s.unwrap_or(now);
+                self.router.started(&row.queue, submitted, now);
+            }
+            // Back in the queue after running: the scheduler requeued it (a preemption).
+            (JobStatus::Running, JobStatus::Pending) => {
+                self.router
+                    .ended(&row.queue, JobEnd::Preempted, row.started_s, now);
+                self.report.requeued += 1;
+            }
+            (_, end) if !end.is_open() => {
+                self.router
+                    .ended(&row.queue, JobEnd::of(end), row.started_s, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// This round's plan: the open jobs by queue, the pending batches, and what is usable.
+    pub(super) fn route_round(
+        &mut self,
+        caps: &BTreeMap<String, u32>,
+        open: &[JobRow],
+        pending: &[i64],
+        disabled: &BTreeSet<String>,
+    ) -> RoutePlan {
+        let now = unix_now();
+        let mut jobs: BTreeMap<&str, BTreeMap<&str, OpenJob>> = BTreeMap::new();
+        for row in open {
+            let job = jobs
+                .entry(row.queue.as_str())
+                .or_default()
+                .entry(row.name.as_str())
+                .or_insert_with(|| OpenJob {
+                    name: row.name.clone(),
+                    batches: Vec::new(),
+                    submitted_s: row.submitted_s.unwrap_or(now),
+                    started_s: (row.state == JobStatus::Running)
+                        .then_some(row.started_s)
+                        .flatten(),
+                });
+            job.batches.push(row.batch_id);
+        }
+        let queues: Vec<QueueView> = caps
+            .iter()
+            .map(|(name, cap)| QueueView {
+                name: name.clone(),
+                cap: *cap,
+                usable: !disabled.contains(name),
+                jobs: jobs
+                    .remove(name.as_str())
+                    .map(|j| j.into_values().collect())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let plan = self.router.plan(&Round {
+            now_s: now,
+            queues: &queues,
+            pending,
+            nodes: self.nodes(),
+            speculate: self.opts.speculate,
+        });
+        self.routing.next = plan.next.clone();
+        self.routing.outlook = plan.outlook.clone();
+        plan
+    }
+
+    /// Cancels the queued jobs the route moves; their batches are routed again next round.
+    pub(super) fn apply_moves(&mut self, plan: &RoutePlan, open: &[JobRow]) -> Result<()> {
+        for mv in &plan.moves {
+            let Some(row) = open.iter().find(|r| r.name == mv.job) else {
+                continue;
+            };
+            let Some(handle) = super::follow::handle(row) else {
+                continue;
+            };
+            if let Err(e) = self.scheduler.cancel(&handle) {
+                self.console
+                    .say(format!("could not move job {} ({e}); it stays queued", mv.job));
+                continue;
+            }
+            let reason = format!("moved: {}", mv.why);
+            self.db
+                .set_job_state(&mv.job, JobStatus::Cancelled, Some(&reason))?;
+            let waited = unix_now() - row.submitted_s.unwrap_or_else(unix_now);
+            self.router.gave_up_waiting(&mv.queue, waited);
+            // A move is not a failed try of the batch.
+            for r in open.iter().filter(|r| r.name == mv.job) {
+                if let Some(n) = self.attempts.get_mut(&r.batch_id) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            self.routing.moves += 1;
+            self.console.say(format!("job {} {reason}", mv.job));
+        }
+        Ok(())
+    }
+
+    /// Job `finished` ended: every other open job of a batch it finished (a speculative twin)
+    /// is cancelled, and what that one ran is counted as the twins' cost.
+    pub(super) fn cancel_twins_of(&mut self, finished: &str, batches: &[i64]) -> Result<()> {
+        let mut done = Vec::new();
+        for &b in batches {
+            if self.db.batch_state(BatchId(b))? == Some(BatchState::Done) {
+                done.push(b);
+            }
+        }
+        if done.is_empty() {
+            return Ok(());
+        }
+        let open = self.db.open_jobs()?;
+        let twins: BTreeMap<&str, &JobRow> = open
+            .iter()
+            .filter(|r| r.name != finished && done.contains(&r.batch_id))
+            .map(|r| (r.name.as_str(), r))
+            .collect();
+        let now = unix_now();
+        for (name, row) in twins {
+            if let Some(handle) = super::follow::handle(row) {
+                if let Err(e) = self.scheduler.cancel(&handle) {
+                    tracing::info!(job = %name, "cancelling the slower twin: {e}");
+                }
+            }
+            let reason = format!("its batch was finished first by its twin {finished}");
+            self.db
+                .set_job_state(name, JobStatus::Cancelled, Some(&reason))?;
+            if row.state == JobStatus::Running {
+                let ran = now - row.started_s.unwrap_or(now);
+                self.routing.twin_node_hours += ran.max(0.0) / 3600.0 * self.nodes() as f64;
+            }
+            self.router
+                .ended(&row.queue, JobEnd::Cancelled, row.started_s, now);
+            self.console.say(format!("job {name} cancelled: {reason}"));
+        }
+        Ok(())
+    }
+
+    /// The routing part of the snapshot.
+    pub(super) fn routing_state(&self) -> RoutingState {
+        RoutingState {
+            route: self.opts.route.name().into(),
+            speculate: self.opts.speculate,
+            next: self.routing.next.clone(),
+            queues: self.routing.outlook.clone(),
+            twins: self.routing.twins,
+            moves: self.routing.moves,
+            twin_node_hours: self.routing.twin_node_hours,
+        }
+    }
+}
