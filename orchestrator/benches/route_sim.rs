@@ -118,7 +118,9 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
         for (k, end) in ended.iter().rev() {
             let job = open.remove(*k);
             let name = specs[job.queue].name;
-            let seen_start = job.seen.then_some(job.started.unwrap_or(t).max(job.submitted));
+            let seen_start = job
+                .seen
+                .then_some(job.started.unwrap_or(t).max(job.submitted));
             router.ended(name, *end, seen_start.map(|_| job.started.unwrap()), t);
             out.node_h += (t - job.started.unwrap_or(t)) / 3600.0;
             if *end == JobEnd::Finished {
@@ -178,7 +180,10 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
             speculate,
         });
         for mv in &plan.moves {
-            if let Some(k) = open.iter().position(|j| j.name == mv.job && j.started.is_none()) {
+            if let Some(k) = open
+                .iter()
+                .position(|j| j.name == mv.job && j.started.is_none())
+            {
                 let job = open.remove(k);
                 router.gave_up_waiting(&mv.queue, t - job.submitted);
                 out.moves += 1;
@@ -213,7 +218,10 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
                 });
             }
         }
-        assert!(t < 3600.0 * 24.0 * 60.0, "the simulated run did not end in 60 days");
+        assert!(
+            t < 3600.0 * 24.0 * 60.0,
+            "the simulated run did not end in 60 days"
+        );
     }
     out.wall_h = t / 3600.0;
     out
@@ -228,12 +236,18 @@ fn world(specs: &[QueueSpec], open: &mut [Job], rng: &mut Rng, t: f64, half_done
                 continue;
             }
         }
-        let running = open.iter().filter(|j| j.queue == q && j.started.is_some()).count();
+        let running = open
+            .iter()
+            .filter(|j| j.queue == q && j.started.is_some())
+            .count();
         let mut ready: Vec<usize> = (0..open.len())
             .filter(|&k| open[k].queue == q && open[k].started.is_none() && open[k].ready <= t)
             .collect();
         ready.sort_by(|&a, &b| open[a].ready.total_cmp(&open[b].ready));
-        for k in ready.into_iter().take((s.running as usize).saturating_sub(running)) {
+        for k in ready
+            .into_iter()
+            .take((s.running as usize).saturating_sub(running))
+        {
             let start = open[k].ready.max(t - POLL_S);
             let run = RUN_S * (1.0 + 0.03 * rng.normal()).max(0.5);
             open[k].started = Some(start);
@@ -260,50 +274,96 @@ fn q(name: &'static str, cap: u32, running: u32, wait_median_s: f64) -> QueueSpe
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<u64> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let seeds = args.first().copied().unwrap_or(5);
     let width = args.get(1).copied().unwrap_or(1) as u32;
     WIDTH.store(width, std::sync::atomic::Ordering::Relaxed);
     let hour = 3600.0;
     let scenarios: Vec<(&str, Vec<QueueSpec>)> = vec![
-        ("(a) two equal queues", vec![q("prod", 20, 10, 300.0), q("other", 20, 10, 300.0)]),
-        ("(b) one starts in 5 min, one in 3 h", vec![q("fast", 20, 10, 300.0), q("slow", 20, 10, 3.0 * hour)]),
-        ("(c) a preemptable queue losing 20 %", vec![
-            q("prod", 20, 10, 300.0),
-            QueueSpec { preempt: 0.2, ..q("preemptable", 20, 10, 300.0) },
-        ]),
-        ("(d) a queue closed for 6 h mid-run", vec![
-            q("prod", 20, 10, 300.0),
-            QueueSpec { closed_for_s: Some(6.0 * hour), ..q("other", 20, 10, 300.0) },
-        ]),
+        (
+            "(a) two equal queues",
+            vec![q("prod", 20, 10, 300.0), q("other", 20, 10, 300.0)],
+        ),
+        (
+            "(b) one starts in 5 min, one in 3 h",
+            vec![q("fast", 20, 10, 300.0), q("slow", 20, 10, 3.0 * hour)],
+        ),
+        (
+            "(c) a preemptable queue losing 20 %",
+            vec![
+                q("prod", 20, 10, 300.0),
+                QueueSpec {
+                    preempt: 0.2,
+                    ..q("preemptable", 20, 10, 300.0)
+                },
+            ],
+        ),
+        (
+            "(d) a queue closed for 6 h mid-run",
+            vec![
+                q("prod", 20, 10, 300.0),
+                QueueSpec {
+                    closed_for_s: Some(6.0 * hour),
+                    ..q("other", 20, 10, 300.0)
+                },
+            ],
+        ),
     ];
-    println!("route_sim: {BATCHES} batches of {:.0} min, poll {POLL_S} s, {seeds} seeds (mean)", RUN_S / 60.0);
+    println!(
+        "route_sim: {BATCHES} batches of {:.0} min, poll {POLL_S} s, {seeds} seeds (mean)",
+        RUN_S / 60.0
+    );
     println!("| scenario | static wall | adaptive wall | adaptive / static | moves | twins |");
     println!("|---|---|---|---|---|---|");
     for (label, specs) in &scenarios {
         let (s, a) = mean_pair(seeds, |seed| {
-            (simulate(specs, Route::Static, false, seed), simulate(specs, Route::Adaptive, true, seed))
+            (
+                simulate(specs, Route::Static, false, seed),
+                simulate(specs, Route::Adaptive, true, seed),
+            )
         });
         println!(
             "| {label} | {:.1} h | {:.1} h | **{:.3}** | {:.1} | {:.1} |",
-            s.wall_h, a.wall_h, a.wall_h / s.wall_h, a.moves, a.twins
+            s.wall_h,
+            a.wall_h,
+            a.wall_h / s.wall_h,
+            a.moves,
+            a.twins
         );
     }
     // (e) the tail: heavy-tailed waits (sigma 1.5: one job in ten waits over 7x the median).
     let tail = vec![
-        QueueSpec { wait_sigma: 1.5, ..q("a", 20, 10, 600.0) },
-        QueueSpec { wait_sigma: 1.5, ..q("b", 20, 10, 600.0) },
+        QueueSpec {
+            wait_sigma: 1.5,
+            ..q("a", 20, 10, 600.0)
+        },
+        QueueSpec {
+            wait_sigma: 1.5,
+            ..q("b", 20, 10, 600.0)
+        },
     ];
     let (off, on) = mean_pair(seeds, |seed| {
-        (simulate(&tail, Route::Adaptive, false, seed), simulate(&tail, Route::Adaptive, true, seed))
+        (
+            simulate(&tail, Route::Adaptive, false, seed),
+            simulate(&tail, Route::Adaptive, true, seed),
+        )
     });
     println!();
-    println!("| (e) the tail, adaptive | wall | node-hours | twins | node-hours on twins | share |");
+    println!(
+        "| (e) the tail, adaptive | wall | node-hours | twins | node-hours on twins | share |"
+    );
     println!("|---|---|---|---|---|---|");
     for (label, o) in [("without speculation", &off), ("with speculation", &on)] {
         println!(
             "| {label} | {:.2} h | {:.0} | {:.1} | {:.1} | {:.2} % |",
-            o.wall_h, o.node_h, o.twins, o.twin_node_h, 100.0 * o.twin_node_h / o.node_h
+            o.wall_h,
+            o.node_h,
+            o.twins,
+            o.twin_node_h,
+            100.0 * o.twin_node_h / o.node_h
         );
     }
     println!("with / without: {:.3}", on.wall_h / off.wall_h);

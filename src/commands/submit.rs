@@ -100,7 +100,12 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
             breaker_after: args.breaker_after,
             poll_interval_s: args.poll_interval,
             lost_after_s: args.lost_after,
-            route: args.route.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+            route: args
+                .route
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
             speculate: args.speculate,
         },
         watch: args.watch,

@@ -201,6 +201,9 @@ impl SubmitLoop<'_> {
     }
 
     pub(super) fn observe(&mut self, name: &str, rows: &[&JobRow], state: JobState) -> Result<()> {
+        if self.routing.cancelled.contains(name) {
+            return Ok(()); // a twin cancelled earlier in this poll
+        }
         if state == JobState::Unknown {
             let since = *self
                 .unknown_since

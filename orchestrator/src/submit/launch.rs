@@ -83,7 +83,7 @@ impl SubmitLoop<'_> {
     }
 
     /// Submits one job; false if the scheduler failed in a way worth waiting out.
-    fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
+    pub(super) fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
         let attempt = self.next_attempt(&job.batches)?;
         let (files, text) = self.render(job, attempt)?;
         files.write_script(&text)?;

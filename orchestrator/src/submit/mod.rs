@@ -191,7 +191,9 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
     lp.router = lp.learned_router()?;
     let open = lp.db.open_jobs()?;
     let pending = lp.db.batches_without_job()?;
-    let planned = lp.route_round(&caps, &open, &pending, &BTreeSet::new()).jobs;
+    let planned = lp
+        .route_round(&caps, &open, &pending, &BTreeSet::new())
+        .jobs;
     planned
         .iter()
         .map(|job| {

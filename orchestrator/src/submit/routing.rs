@@ -22,6 +22,9 @@ pub(super) struct RoutingTally {
     pub twin_node_hours: f64,
     pub next: Option<String>,
     pub outlook: Vec<crate::route::QueueOutlook>,
+    /// Twins cancelled because the other finished first: a poll that read them open before
+    /// the cancel must not record them again (few: twins are the tail's).
+    pub cancelled: BTreeSet<String>,
 }
 
 impl SubmitLoop<'_> {
@@ -127,8 +130,10 @@ impl SubmitLoop<'_> {
                 continue;
             };
             if let Err(e) = self.scheduler.cancel(&handle) {
-                self.console
-                    .say(format!("could not move job {} ({e}); it stays queued", mv.job));
+                self.console.say(format!(
+                    "could not move job {} ({e}); it stays queued",
+                    mv.job
+                ));
                 continue;
             }
             let reason = format!("moved: {}", mv.why);
@@ -182,6 +187,7 @@ impl SubmitLoop<'_> {
             }
             self.router
                 .ended(&row.queue, JobEnd::Cancelled, row.started_s, now);
+            self.routing.cancelled.insert(name.to_string());
             self.console.say(format!("job {name} cancelled: {reason}"));
         }
         Ok(())
