@@ -201,9 +201,6 @@ impl SubmitLoop<'_> {
     }
 
     pub(super) fn observe(&mut self, name: &str, rows: &[&JobRow], state: JobState) -> Result<()> {
-        if self.routing.cancelled.contains(name) {
-            return Ok(()); // a twin cancelled earlier in this poll
-        }
         if state == JobState::Unknown {
             let since = *self
                 .unknown_since
@@ -250,9 +247,12 @@ impl SubmitLoop<'_> {
         state: &JobState,
         status: JobStatus,
     ) -> Result<()> {
-        let reason = match state {
-            JobState::Completed => None,
-            other => Some(other.to_string()),
+        // A job this loop cancelled to move it, or as the slower twin, ended for that reason.
+        let routed = self.cancelled_by_routing(name, rows);
+        let reason = match (&routed, state) {
+            (Some(why), _) => Some(why.clone()),
+            (None, JobState::Completed) => None,
+            (None, other) => Some(other.to_string()),
         };
         // The job wrote its result manifest before it ended: take its batches' in before
         // deciding (the other batches wait for the next round's ingest).
@@ -267,7 +267,10 @@ impl SubmitLoop<'_> {
         for row in rows {
             let batch = row.batch_id;
             if self.db.batch_state(BatchId(batch))? == Some(BatchState::Done) {
-                self.report.batches_done += 1;
+                // A slower twin's batch was counted when its twin finished it.
+                if routed.is_none() {
+                    self.report.batches_done += 1;
+                }
                 continue;
             }
             all_done = false;

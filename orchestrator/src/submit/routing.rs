@@ -22,9 +22,10 @@ pub(super) struct RoutingTally {
     pub twin_node_hours: f64,
     pub next: Option<String>,
     pub outlook: Vec<crate::route::QueueOutlook>,
-    /// Twins cancelled because the other finished first: a poll that read them open before
-    /// the cancel must not record them again (few: twins are the tail's).
-    pub cancelled: BTreeSet<String>,
+    /// Jobs this loop cancelled to move them or as the slower twin, until the scheduler says
+    /// they ended (they hold their queue's place till then, as the scheduler counts them):
+    /// why, and whether it was a move (not a failed try of its batches).
+    pub cancelling: BTreeMap<String, (String, bool)>,
 }
 
 impl SubmitLoop<'_> {
@@ -120,7 +121,8 @@ impl SubmitLoop<'_> {
         plan
     }
 
-    /// Cancels the queued jobs the route moves; their batches are routed again next round.
+    /// Cancels the queued jobs the route moves; their batches are routed again once the
+    /// scheduler reports the job ended (till then it holds its queue's place).
     pub(super) fn apply_moves(&mut self, plan: &RoutePlan, open: &[JobRow]) -> Result<()> {
         for mv in &plan.moves {
             let Some(row) = open.iter().find(|r| r.name == mv.job) else {
@@ -129,6 +131,9 @@ impl SubmitLoop<'_> {
             let Some(handle) = super::follow::handle(row) else {
                 continue;
             };
+            if self.routing.cancelling.contains_key(&mv.job) {
+                continue;
+            }
             if let Err(e) = self.scheduler.cancel(&handle) {
                 self.console.say(format!(
                     "could not move job {} ({e}); it stays queued",
@@ -137,18 +142,13 @@ impl SubmitLoop<'_> {
                 continue;
             }
             let reason = format!("moved: {}", mv.why);
-            self.db
-                .set_job_state(&mv.job, JobStatus::Cancelled, Some(&reason))?;
             let waited = unix_now() - row.submitted_s.unwrap_or_else(unix_now);
             self.router.gave_up_waiting(&mv.queue, waited);
-            // A move is not a failed try of the batch.
-            for r in open.iter().filter(|r| r.name == mv.job) {
-                if let Some(n) = self.attempts.get_mut(&r.batch_id) {
-                    *n = n.saturating_sub(1);
-                }
-            }
             self.routing.moves += 1;
             self.console.say(format!("job {} {reason}", mv.job));
+            self.routing
+                .cancelling
+                .insert(mv.job.clone(), (reason, true));
         }
         Ok(())
     }
@@ -173,24 +173,39 @@ impl SubmitLoop<'_> {
             .collect();
         let now = unix_now();
         for (name, row) in twins {
+            if self.routing.cancelling.contains_key(name) {
+                continue;
+            }
             if let Some(handle) = super::follow::handle(row) {
                 if let Err(e) = self.scheduler.cancel(&handle) {
                     tracing::info!(job = %name, "cancelling the slower twin: {e}");
                 }
             }
             let reason = format!("its batch was finished first by its twin {finished}");
-            self.db
-                .set_job_state(name, JobStatus::Cancelled, Some(&reason))?;
             if row.state == JobStatus::Running {
                 let ran = now - row.started_s.unwrap_or(now);
                 self.routing.twin_node_hours += ran.max(0.0) / 3600.0 * self.nodes() as f64;
             }
-            self.router
-                .ended(&row.queue, JobEnd::Cancelled, row.started_s, now);
-            self.routing.cancelled.insert(name.to_string());
             self.console.say(format!("job {name} cancelled: {reason}"));
+            self.routing
+                .cancelling
+                .insert(name.to_string(), (reason, false));
         }
         Ok(())
+    }
+
+    /// Job `name` ended: if this loop cancelled it (a move, a slower twin), why; a move gives
+    /// its batches back the try it cost.
+    pub(super) fn cancelled_by_routing(&mut self, name: &str, rows: &[&JobRow]) -> Option<String> {
+        let (why, moved) = self.routing.cancelling.remove(name)?;
+        if moved {
+            for r in rows {
+                if let Some(n) = self.attempts.get_mut(&r.batch_id) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        Some(why)
     }
 
     /// The routing part of the snapshot.
