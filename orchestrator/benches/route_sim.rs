@@ -79,9 +79,9 @@ struct Outcome {
     node_h: f64,
     /// Node-hours of jobs cancelled because their batch's twin finished first.
     twin_node_h: f64,
-    twins: u64,
-    moves: u64,
-    lost: u64,
+    twins: f64,
+    moves: f64,
+    lost: f64,
 }
 
 fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Outcome {
@@ -126,7 +126,7 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
             if *end == JobEnd::Finished {
                 finished_batches.push(job.batch);
             } else {
-                out.lost += 1;
+                out.lost += 1.0;
                 if !open.iter().any(|j| j.batch == job.batch) && !done.contains(&job.batch) {
                     pending.insert(job.batch);
                 }
@@ -186,7 +186,7 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
             {
                 let job = open.remove(k);
                 router.gave_up_waiting(&mv.queue, t - job.submitted);
-                out.moves += 1;
+                out.moves += 1.0;
                 if !open.iter().any(|j| j.batch == job.batch) {
                     pending.insert(job.batch);
                 }
@@ -205,7 +205,7 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
             for &batch in &planned.batches {
                 pending.remove(&batch);
                 next_id += 1;
-                out.twins += u64::from(twin);
+                out.twins += f64::from(u8::from(twin));
                 open.push(Job {
                     name: format!("j{next_id}"),
                     queue: q,
@@ -378,14 +378,10 @@ fn mean_pair(seeds: u64, run: impl Fn(u64) -> (Outcome, Outcome)) -> (Outcome, O
             sum.wall_h += o.wall_h / seeds as f64;
             sum.node_h += o.node_h / seeds as f64;
             sum.twin_node_h += o.twin_node_h / seeds as f64;
-            sum.twins += o.twins;
-            sum.moves += o.moves;
-            sum.lost += o.lost;
+            sum.twins += o.twins / seeds as f64;
+            sum.moves += o.moves / seeds as f64;
+            sum.lost += o.lost / seeds as f64;
         }
     }
-    sums.0.twins /= seeds;
-    sums.1.twins /= seeds;
-    sums.0.moves /= seeds;
-    sums.1.moves /= seeds;
     sums
 }

@@ -435,7 +435,8 @@ fn the_first_twin_to_finish_its_batch_has_the_other_cancelled_and_the_batch_coun
     let open = db.open_jobs().unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].name, first);
-    lp.observe(&first, &[&open[0]], JobState::Cancelled).unwrap();
+    lp.observe(&first, &[&open[0]], JobState::Cancelled)
+        .unwrap();
     let rows = job_rows(&options);
     assert_eq!(rows[0].1, first);
     assert_eq!(rows[0].2, "cancelled");
