@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use embedfleet_orchestrator::route::{JobEnd, OpenJob, QueueView, Round, Route, Router};
+use embedfleet_orchestrator::sample::Rng;
 
 /// The study's batch: inference 2,382 s + model load 28 s + I/O 7.5 s.
 const RUN_S: f64 = 2_417.5;
@@ -38,26 +39,9 @@ struct QueueSpec {
     closed_for_s: Option<f64>,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.next().max(1e-12), self.next());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
-
-    fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        median * (sigma * self.normal()).exp()
-    }
+/// The world's draws: a log-normal wait around a median.
+fn lognormal(rng: &mut Rng, median: f64, sigma: f64) -> f64 {
+    median * (sigma * rng.normal()).exp()
 }
 
 struct Job {
@@ -211,7 +195,7 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
                     queue: q,
                     batch,
                     submitted: t,
-                    ready: t + rng.lognormal(s.wait_median_s, s.wait_sigma),
+                    ready: t + lognormal(&mut rng, s.wait_median_s, s.wait_sigma),
                     started: None,
                     seen: false,
                     ends: None,
@@ -251,8 +235,8 @@ fn world(specs: &[QueueSpec], open: &mut [Job], rng: &mut Rng, t: f64, half_done
             let start = open[k].ready.max(t - POLL_S);
             let run = RUN_S * (1.0 + 0.03 * rng.normal()).max(0.5);
             open[k].started = Some(start);
-            open[k].ends = Some(if rng.next() < s.preempt {
-                (start + run * rng.next(), JobEnd::Preempted)
+            open[k].ends = Some(if rng.unit() < s.preempt {
+                (start + run * rng.unit(), JobEnd::Preempted)
             } else {
                 (start + run, JobEnd::Finished)
             });
