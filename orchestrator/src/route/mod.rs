@@ -17,6 +17,7 @@ Caps stay upper bounds in both: a route decides where, never more than the user 
 */
 
 mod adaptive;
+mod assess;
 mod fill;
 mod model;
 mod tail;

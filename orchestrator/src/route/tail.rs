@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::adaptive::Assessed;
+use super::assess::Assessed;
 use super::{Move, PlannedJob, Round};
 
 /// A move must save at least this share of the time left where the job waits: cancelling
