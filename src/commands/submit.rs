@@ -202,6 +202,12 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
             report.result_file_ops as f64 / report.rounds as f64
         );
     }
+    if report.twins + report.moves + report.requeued > 0 {
+        eprintln!(
+            "routing ({}): {} speculative twins ({:.2} node-hours run by the slower ones), {} queued jobs moved, {} jobs requeued by the scheduler",
+            report.route, report.twins, report.twin_node_hours, report.moves, report.requeued
+        );
+    }
     if !report.failed.is_empty() {
         let ids: Vec<String> = report.failed.iter().map(|(b, _)| b.to_string()).collect();
         eprintln!(

@@ -114,6 +114,12 @@ pub struct SubmitReport {
     pub result_file_ops: u64,
     /// Jobs seen back in their queue after running: the scheduler requeued them (preempted).
     pub requeued: u64,
+    /// The route, the speculative twins it sent, the queued jobs it moved, and what the slower
+    /// twins ran before they were cancelled.
+    pub route: crate::route::Route,
+    pub twins: u64,
+    pub moves: u64,
+    pub twin_node_hours: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -447,6 +453,10 @@ impl<'a> SubmitLoop<'a> {
         self.report.elapsed = started.elapsed();
         self.report.owner_cpu = embedfleet_core::process::own_cpu().saturating_sub(cpu_before);
         self.report.result_file_ops = fsops::total() - ops_before;
+        self.report.route = self.opts.route;
+        self.report.twins = self.routing.twins;
+        self.report.moves = self.routing.moves;
+        self.report.twin_node_hours = self.routing.twin_node_hours;
         Ok(self.report)
     }
 }
