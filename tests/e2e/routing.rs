@@ -232,3 +232,145 @@ fn adaptive_routes_around_a_held_partition_and_finishes_in_fewer_rounds_than_sta
         "adaptive took {adaptive_polls} rounds, static {static_polls}"
     );
 }
+
+/// Whether the cluster preempts by partition priority (`.ci/slurm/start-local-slurm.sh`
+/// configures it; a cluster started by an older copy of that script does not).
+fn preemption_configured() -> bool {
+    let out = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with("PreemptType") && l.contains("partition_prio"))
+}
+
+#[test]
+fn a_batch_preempted_by_a_higher_priority_partition_is_retried_and_counted_as_preempted() {
+    if !slurm_up(
+        "a_batch_preempted_by_a_higher_priority_partition_is_retried_and_counted_as_preempted",
+    ) {
+        return;
+    }
+    assert!(
+        preemption_configured(),
+        "Slurm runs without PreemptType=preempt/partition_prio: start it again with \
+         .ci/slurm/stop-local-slurm.sh && .ci/slurm/start-local-slurm.sh"
+    );
+    let tag = std::process::id() % 100_000;
+    let (low, high) = (format!("rtlow{tag}"), format!("rthigh{tag}"));
+    let parts = Partitions::create(&[&low, &high]);
+    // The low partition's jobs may be preempted (requeued when a job allows it, else
+    // cancelled: ours ask not to be requeued, the loop retries them itself); the high one
+    // outranks it.
+    scontrol(&[
+        "update",
+        &format!("PartitionName={low}"),
+        "PriorityTier=1",
+        "PreemptMode=REQUEUE",
+    ]);
+    scontrol(&[
+        "update",
+        &format!("PartitionName={high}"),
+        "PriorityTier=100",
+        "PreemptMode=OFF",
+    ]);
+    let t = TestDir::new();
+    t.plan_with_model(8, 4);
+    // Each job takes the whole node, so that the high partition's one-CPU job can only start
+    // by preempting it; the first attempt lingers until it is.
+    let first = t.join("first-attempt");
+    let config = format!(
+        "[scheduler.script]\nextra_directives = [\"#SBATCH --exclusive\"]\n\
+         setup = [\"if mkdir {} 2>/dev/null; then sleep 300; fi\"]\n",
+        first.display()
+    );
+    std::fs::write(t.join("run.toml"), config).unwrap();
+    let mut child = t
+        .cmd(&[
+            "submit",
+            "--run-dir",
+            "run",
+            "--backend",
+            "slurm",
+            "--config",
+            "run.toml",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--queue",
+            &format!("{low}=1"),
+            "--poll-interval",
+            "0.5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first attempt to run, then outrank it.
+    let start = Instant::now();
+    while !first.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "the first job never started"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = Command::new("sbatch")
+        .args([
+            "-p",
+            &high,
+            "-n",
+            "1",
+            "-t",
+            "5",
+            "--wrap",
+            "sleep 2",
+            "--job-name",
+            "rt-filler",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(400),
+            "the submit loop did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "submit failed: {stderr}");
+    let st = t.status("run");
+    assert_eq!(st["batches_by_state"]["done"], 2, "{st}");
+    assert_eq!(st["rows_in_shards"], 8, "{st}");
+    // Three jobs: batch 1's preempted one and its retry, batch 2's.
+    let (rows, per_batch) = jobs(&t);
+    assert_eq!(per_batch, vec![2, 1], "{rows:?}");
+    let states: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(states, ["preempted", "completed", "completed"], "{stderr}");
+    // The queue's model counts it; status shows it.
+    let queue = st["routing"]["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == low.as_str())
+        .unwrap_or_else(|| panic!("{st}"))
+        .clone();
+    assert_eq!(queue["preempted"], 1, "{queue}");
+    assert_eq!(queue["finished"], 2, "{queue}");
+    assert!(
+        stderr.contains("preempted; submitting it again"),
+        "{stderr}"
+    );
+    drop(parts);
+}
