@@ -88,6 +88,10 @@ pub struct QueueOutlook {
     pub run_time_s: Option<f64>,
     /// Share of its recent jobs preempted, killed at walltime or failed (0 to 1).
     pub loss_share: f64,
+    /// How far the scheduler's start estimates of its jobs were off, seconds (none until one
+    /// could be checked against a start).
+    #[serde(default)]
+    pub estimate_error_s: Option<f64>,
     /// Seconds from sending a job there to its batch's end, rework of losses counted.
     pub expected_finish_s: Option<f64>,
     pub jobs_started: u64,

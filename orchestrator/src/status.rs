@@ -50,11 +50,14 @@ pub fn routing_lines(r: &embedfleet_core::status_snapshot::RoutingState) -> Stri
     for q in &r.queues {
         let _ = writeln!(
             out,
-            "  {:<14} {:<8} start ~{} (longest wait now {}), run ~{}, {:.0} % lost, done in ~{}; {} started: {} finished, {} preempted, {} at walltime, {} failed",
+            "  {:<14} {:<8} start ~{} (longest wait now {}{}), run ~{}, {:.0} % lost, done in ~{}; {} started: {} finished, {} preempted, {} at walltime, {} failed",
             q.queue,
             q.state,
             opt(q.expected_start_s),
             duration(q.longest_wait_s),
+            q.estimate_error_s
+                .map(|e| format!("; the scheduler's estimates off by ~{}", duration(e)))
+                .unwrap_or_default(),
             opt(q.run_time_s),
             100.0 * q.loss_share,
             opt(q.expected_finish_s),

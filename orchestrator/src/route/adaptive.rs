@@ -128,6 +128,7 @@ fn outlook_of(queues: &[Assessed], _round: &Round<'_>) -> Vec<QueueOutlook> {
             expected_start_s: q.start_s,
             run_time_s: q.model.run_time.get(),
             loss_share: q.model.loss_share(),
+            estimate_error_s: q.model.estimate_error.get(),
             expected_finish_s: (q.usable() && q.known()).then(|| q.cost_s()),
             state: if !q.usable() {
                 "unusable"

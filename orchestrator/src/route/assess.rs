@@ -2,7 +2,9 @@
 //! expected to have (the learned delay, or longer while its queued jobs already wait longer),
 //! and whether it looks stopped.
 
-use super::{QueueModel, QueueView, Round, Router};
+use std::collections::BTreeMap;
+
+use super::{OpenJob, QueueModel, QueueView, Round, Router};
 
 /// The run time assumed before any job of the run has finished (the study's batch took ~40 min).
 pub(super) const DEFAULT_RUN_S: f64 = 3600.0;
@@ -24,6 +26,8 @@ pub(super) struct Assessed<'a> {
     /// The start a new job there is expected to wait (None: no job of it started yet).
     pub start_s: Option<f64>,
     pub stopped: bool,
+    /// The scheduler's start estimates of its queued jobs, by job name.
+    pub estimates: BTreeMap<String, f64>,
 }
 
 impl Assessed<'_> {
@@ -38,12 +42,24 @@ impl Assessed<'_> {
         (self.start_s.unwrap_or(0.0) + self.run_s) / (1.0 - loss)
     }
 
-    /// Seconds until a queued job that has waited `waited_s` is expected to start: what is
-    /// left of the learned delay, or, past it, as long again as it has overstayed (waits are
-    /// heavy-tailed: a job that overstays is likely to overstay more).
-    pub fn start_left_s(&self, waited_s: f64) -> f64 {
+    /// Seconds until queued job `job` is expected to start. From the model: what is left of
+    /// the learned delay, or, past it, as long again as it has overstayed (waits are
+    /// heavy-tailed: a job that overstays is likely to overstay more). With the scheduler's
+    /// own estimate, a blend of the two, the estimate weighing more the closer the queue's
+    /// earlier estimates came (half and half before any could be checked).
+    pub fn start_left_s(&self, job: &OpenJob, now: f64) -> f64 {
+        let waited = now - job.submitted_s;
         let learned = self.model.start_delay.get().unwrap_or(0.0);
-        (learned - waited_s).abs()
+        let from_model = (learned - waited).abs();
+        let Some(estimate) = self.estimates.get(&job.name) else {
+            return from_model;
+        };
+        let scale = learned.max(60.0);
+        let trust = match self.model.estimate_error.get() {
+            None => 0.5,
+            Some(error) => scale / (scale + error),
+        };
+        trust * (estimate - now).max(0.0) + (1.0 - trust) * from_model
     }
 
     pub fn usable(&self) -> bool {
@@ -76,8 +92,15 @@ pub(super) fn assess<'a>(router: &Router, round: &Round<'a>) -> Vec<Assessed<'a>
             let learned = model.start_delay.get();
             let stopped =
                 learned.is_some_and(|d| longest_wait_s > STOPPED_FACTOR * d + STOPPED_SLACK_S);
+            let estimates = view
+                .jobs
+                .iter()
+                .filter(|j| j.started_s.is_none())
+                .filter_map(|j| Some((j.name.clone(), router.estimate(&j.name)?)))
+                .collect();
             Assessed {
                 view,
+                estimates,
                 run_s: model.run_time.get().unwrap_or(run_default),
                 longest_wait_s,
                 // A new job waits at least as long as the queue's oldest queued one has.

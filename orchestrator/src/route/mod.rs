@@ -130,6 +130,8 @@ pub struct RoutePlan {
 pub struct Router {
     pub route: Route,
     models: BTreeMap<String, QueueModel>,
+    /// The scheduler's latest start estimate of each queued job: (queue, unix seconds).
+    estimates: BTreeMap<String, (String, f64)>,
 }
 
 impl Router {
@@ -137,6 +139,7 @@ impl Router {
         Self {
             route,
             models: BTreeMap::new(),
+            estimates: BTreeMap::new(),
         }
     }
 
@@ -147,6 +150,33 @@ impl Router {
     /// A job of `queue` submitted at `submitted_s` was seen running at `started_s`.
     pub fn started(&mut self, queue: &str, submitted_s: f64, started_s: f64) {
         self.model_mut(queue).started(started_s - submitted_s);
+    }
+
+    /// The scheduler expects queued job `job` of `queue` to start at `start_s`.
+    pub fn estimated(&mut self, job: &str, queue: &str, start_s: f64) {
+        self.estimates
+            .insert(job.to_string(), (queue.to_string(), start_s));
+    }
+
+    /// The scheduler's latest start estimate of queued job `job`.
+    pub fn estimate(&self, job: &str) -> Option<f64> {
+        self.estimates.get(job).map(|(_, s)| *s)
+    }
+
+    /// Job `job` of `queue` was seen running at `started_s`: its start delay is learned, and
+    /// how far the scheduler's last estimate of its start was off.
+    pub fn job_started(&mut self, job: &str, queue: &str, submitted_s: f64, started_s: f64) {
+        self.started(queue, submitted_s, started_s);
+        if let Some((q, estimate)) = self.estimates.remove(job) {
+            self.model_mut(&q)
+                .estimate_error
+                .add((started_s - estimate).abs());
+        }
+    }
+
+    /// Job `job` ended or left its queue: its estimate is of no more use.
+    pub fn forget(&mut self, job: &str) {
+        self.estimates.remove(job);
     }
 
     /// A job of `queue` ended at `ended_s` (started at `started_s`, if it did).

@@ -71,6 +71,8 @@ pub struct QueueModel {
     pub start_delay: RecentMean,
     /// Start to end of a job that ran to its end, seconds.
     pub run_time: RecentMean,
+    /// How far the scheduler's start estimates (`squeue --start`) were off, seconds.
+    pub estimate_error: RecentMean,
     /// Ends, in counts: what the report shows.
     pub finished: u64,
     pub preempted: u64,

@@ -33,7 +33,7 @@ impl Slots {
                 let mut slots = vec![now; room];
                 slots.extend(q.view.jobs.iter().map(|j| match j.started_s {
                     Some(started) => (started + q.run_s).max(now),
-                    None => now + q.start_left_s(now - j.submitted_s) + q.run_s,
+                    None => now + q.start_left_s(j, now) + q.run_s,
                 }));
                 slots
             })
@@ -108,7 +108,7 @@ fn moves(queues: &[Assessed], slots: &mut Slots, now: f64) -> Vec<Move> {
         queued.pop();
         for job in queued {
             let waited = now - job.submitted_s;
-            let here = q.start_left_s(waited) + q.run_s;
+            let here = q.start_left_s(job, now) + q.run_s;
             let other = |i: usize| !queues[i].stopped && queues[i].view.name != q.view.name;
             let Some((at, i)) = slots.best_among(queues, other) else {
                 break;
@@ -166,7 +166,7 @@ fn twins(
     let mut twins = Vec::new();
     for (home, job) in waiting {
         let waited = now - job.submitted_s;
-        let here = queues[home].start_left_s(waited) + queues[home].run_s;
+        let here = queues[home].start_left_s(job, now) + queues[home].run_s;
         let free_elsewhere = |i: usize| i != home && !queues[i].stopped && slots.free_now(i);
         let Some((_, i)) = slots.best_among(queues, free_elsewhere) else {
             break;

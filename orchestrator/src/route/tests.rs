@@ -227,3 +227,41 @@ fn the_tail_gets_a_twin_of_a_long_waiting_batch_on_a_queue_with_a_free_slot() {
     r.speculate = false;
     assert!(router.plan(&r).twins.is_empty());
 }
+
+#[test]
+fn the_schedulers_start_estimate_weighs_by_how_close_its_earlier_ones_came() {
+    let job = queued("j", 1, 60.0);
+    let queues = [queue("fast", 2, vec![job.clone()])];
+    let left = |router: &Router| {
+        let r = round(&queues, &[]);
+        let assessed = assess::assess(router, &r);
+        assessed[0].start_left_s(&job, NOW)
+    };
+    let mut router = learned(&[("fast", 300.0)], 5);
+    // The model alone: 300 s learned, 60 s waited.
+    assert_eq!(left(&router), 240.0);
+    // The scheduler says two hours, and no estimate of this queue was checked yet: half each.
+    router.estimated("j", "fast", NOW + 7200.0);
+    assert_eq!(left(&router), 0.5 * 7200.0 + 0.5 * 240.0);
+    // Its earlier estimates came true to the second: the estimate is taken whole.
+    let mut exact = router.clone();
+    for i in 0..5 {
+        let name = format!("e{i}");
+        exact.estimated(&name, "fast", 1000.0);
+        exact.job_started(&name, "fast", 700.0, 1000.0);
+    }
+    assert_eq!(exact.model("fast").unwrap().estimate_error.get(), Some(0.0));
+    assert_eq!(left(&exact), 7200.0);
+    // They were ten hours off: the model is nearly all that counts.
+    let mut wrong = router.clone();
+    for i in 0..5 {
+        let name = format!("w{i}");
+        wrong.estimated(&name, "fast", 1000.0 + 36_000.0);
+        wrong.job_started(&name, "fast", 700.0, 1000.0);
+    }
+    let l = left(&wrong);
+    assert!(l > 240.0 && l < 300.0, "{l}");
+    // A started job's estimate is used up; an ended one's forgotten.
+    router.job_started("j", "fast", NOW - 60.0, NOW);
+    assert_eq!(router.estimate("j"), None);
+}

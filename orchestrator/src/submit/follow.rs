@@ -197,7 +197,7 @@ impl SubmitLoop<'_> {
                 .unwrap_or(JobState::Unknown);
             self.observe(&name, &rows, state)?;
         }
-        Ok(())
+        self.refresh_estimates()
     }
 
     pub(super) fn observe(&mut self, name: &str, rows: &[&JobRow], state: JobState) -> Result<()> {

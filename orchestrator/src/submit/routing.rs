@@ -26,7 +26,13 @@ pub(super) struct RoutingTally {
     /// they ended (they hold their queue's place till then, as the scheduler counts them):
     /// why, and whether it was a move (not a failed try of its batches).
     pub cancelling: BTreeMap<String, (String, bool)>,
+    /// When the scheduler was last asked for its start estimates.
+    pub estimates_at: Option<std::time::Instant>,
 }
+
+/// How often the scheduler is asked when it expects the queued jobs to start: an estimate
+/// moves slowly, and the question costs the controller a scheduling pass per job.
+const ESTIMATES_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl SubmitLoop<'_> {
     /// The router, taught every job of the run so far (once per loop: later jobs are taught
@@ -56,7 +62,8 @@ impl SubmitLoop<'_> {
             (JobStatus::Running, JobStatus::Running) => {}
             (_, JobStatus::Running) => {
                 let submitted = row.submitted_s.unwrap_or(now);
-                self.router.started(&row.queue, submitted, now);
+                self.router
+                    .job_started(&row.name, &row.queue, submitted, now);
             }
             // Back in the queue after running: the scheduler requeued it (a preemption).
             (JobStatus::Running, JobStatus::Pending) => {
@@ -65,11 +72,53 @@ impl SubmitLoop<'_> {
                 self.report.requeued += 1;
             }
             (_, end) if !end.is_open() => {
+                self.router.forget(&row.name);
                 self.router
                     .ended(&row.queue, JobEnd::of(end), row.started_s, now);
             }
             _ => {}
         }
+    }
+
+    /// Asks the scheduler, at most once a minute, when it expects the queued jobs among `open`
+    /// to start (adaptive route only). An error is only logged: estimates are a refinement.
+    pub(super) fn refresh_estimates(&mut self) -> Result<()> {
+        if self.opts.route != crate::route::Route::Adaptive
+            || self
+                .routing
+                .estimates_at
+                .is_some_and(|at| at.elapsed() < ESTIMATES_EVERY)
+        {
+            return Ok(());
+        }
+        let open = self.db.open_jobs()?;
+        let queued: Vec<&JobRow> = open
+            .iter()
+            .filter(|r| r.state == JobStatus::Pending)
+            .collect();
+        if queued.is_empty() {
+            return Ok(());
+        }
+        self.routing.estimates_at = Some(std::time::Instant::now());
+        let handles: Vec<_> = queued
+            .iter()
+            .filter_map(|r| super::follow::handle(r))
+            .collect();
+        match self.scheduler.start_estimates(&handles) {
+            Ok(estimates) => {
+                for row in queued {
+                    let id = row
+                        .scheduler_id
+                        .as_deref()
+                        .map(crate::scheduler::SchedulerJobId::new);
+                    if let Some(start) = id.and_then(|id| estimates.get(&id)) {
+                        self.router.estimated(&row.name, &row.queue, *start);
+                    }
+                }
+            }
+            Err(e) => tracing::info!("no start estimates from the scheduler this time: {e}"),
+        }
+        Ok(())
     }
 
     /// This round's plan: the open jobs by queue, the pending batches, and what is usable.
