@@ -320,6 +320,32 @@ mod tests {
     }
 
     #[test]
+    fn the_route_and_speculation_given_once_are_kept_by_a_restart() {
+        let (dir, db) = run();
+        let fresh = SubmitFlags {
+            run_dir: dir.path().into(),
+            model_dir: Some("m".into()),
+            ..Default::default()
+        };
+        let s = SubmitSettings::resolve(&db, &fresh).unwrap();
+        assert_eq!((s.route, s.speculate), (Route::Adaptive, true));
+        let first = SubmitFlags {
+            loop_options: LoopOptions {
+                route: Some(Route::Static),
+                speculate: Some(false),
+                ..Default::default()
+            },
+            ..fresh.clone()
+        };
+        let s = SubmitSettings::resolve(&db, &first).unwrap();
+        assert!(s.loop_options_changed(&db).unwrap());
+        db.set_setting(LOOP_SETTING, &s.loop_options).unwrap();
+        let again = SubmitSettings::resolve(&db, &fresh).unwrap();
+        assert_eq!((again.route, again.speculate), (Route::Static, false));
+        assert_eq!(again.kept, ["--route static", "--speculate false"]);
+    }
+
+    #[test]
     fn a_first_submit_without_a_model_is_told_to_give_one() {
         let (dir, db) = run();
         let flags = SubmitFlags {
