@@ -238,7 +238,7 @@ fi
 PARTLINES=""; first=1
 for p in $PARTITIONS; do
   if [ $first = 1 ]; then def=YES; first=0; else def=NO; fi
-  PARTLINES+="PartitionName=$p Nodes=$NODE Default=$def MaxTime=INFINITE State=UP"$'\n'
+  PARTLINES+="PartitionName=$p Nodes=$NODE Default=$def MaxTime=INFINITE State=UP PreemptMode=OFF"$'\n'
 done
 
 mkdir -p /etc/slurm/plugstack.conf.d
@@ -266,10 +266,12 @@ SlurmdDebug=info
 SchedulerType=sched/backfill
 SchedulerParameters=$SCHED_PARAMS
 # Preemption by partition priority, for the routing test's partitions of its own (a high tier
-# outranking a low one whose PreemptMode is REQUEUE); the partitions here share one tier and
-# preempt nothing (PreemptMode=OFF), so no other test's job is ever preempted.
+# outranking a low one whose PreemptMode is REQUEUE). Slurm refuses a cluster-wide
+# PreemptMode=OFF with partition_prio ("PreemptType and PreemptMode values incompatible"), so
+# the cluster-wide mode is REQUEUE and each partition here sets OFF: their jobs are never
+# preempted, whatever another test's partition outranks them.
 PreemptType=preempt/partition_prio
-PreemptMode=OFF
+PreemptMode=REQUEUE
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$DEFMEM

@@ -31,6 +31,8 @@ impl Partitions {
                 &format!("Nodes={node}"),
                 "MaxTime=INFINITE",
                 "State=UP",
+                // Never preempted by the preemption test's higher tier running beside it.
+                "PreemptMode=OFF",
             ]);
         }
         Self(names.iter().map(|n| n.to_string()).collect())
