@@ -9,6 +9,7 @@
 mod attempts;
 mod batch_runs;
 mod batches;
+mod counts;
 mod job_history;
 mod jobs;
 mod live;
@@ -25,6 +26,7 @@ mod uploads;
 pub use attempts::{IngestReport, TEST_KILL_ENV};
 pub use batch_runs::{BatchRunRecord, BatchTimings};
 pub use batches::BatchRow;
+pub use counts::STATUS_RECOUNT_ENV;
 pub use job_history::{JobAttempt, JobAttemptCursor};
 pub use jobs::{JobRow, NewJob};
 pub use live::{LiveAttempt, StallRule, STALL_RULE_SETTING};
