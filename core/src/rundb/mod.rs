@@ -108,6 +108,9 @@ pub(crate) fn stored_state<T>(text: String, parse: fn(&str) -> Option<T>) -> rus
     })
 }
 
+/// Prepared statements a connection keeps (see `RunDb::configure`).
+const STATEMENT_CACHE: usize = 64;
+
 pub struct RunDb {
     conn: Connection,
     dir: PathBuf,
@@ -173,6 +176,9 @@ impl RunDb {
         // of one host, so it is safe here, and it lets `status` read while the loop writes.
         // The busy timeout rides out the loop's short write transactions.
         self.conn.busy_timeout(Duration::from_secs(60))?;
+        // Each poll runs a few dozen distinct statements (the ingest, `status`): kept prepared
+        // rather than parsed again at every poll (rusqlite keeps 16 by default).
+        self.conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         self.conn
             .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
         self.conn
@@ -271,9 +277,8 @@ impl RunDb {
     pub fn setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
         let value: Option<String> = self
             .conn
-            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
+            .prepare_cached("SELECT value FROM settings WHERE key = ?1")
+            .and_then(|mut stmt| stmt.query_row([key], |r| r.get(0)))
             .optional()
             .map_err(|e| self.err(e))?;
         value
@@ -337,6 +342,7 @@ impl RunDb {
         db.conn
             .busy_timeout(Duration::from_secs(60))
             .map_err(|e| db.err(e))?;
+        db.conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let known = schema::MIGRATIONS.len() as i64;
         let found = db.schema_version()?;
         if found != known {

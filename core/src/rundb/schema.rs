@@ -541,6 +541,10 @@ BEGIN
             acked = acked + excluded.acked, failed = failed + excluded.failed;
 END;
 
--- The batches waiting for a job (`batches_without_job`, every poll) by index.
+-- What every poll looks up by index rather than by a pass over the run: the batches waiting
+-- for a job (`batches_without_job`), and those whose results folder an ingest reads
+-- (`unsettled_batches`: not settled, or with an attempt's files left).
 CREATE INDEX batches_by_state ON batches (state);
+CREATE INDEX batches_unsettled ON batches (id) WHERE state != 'done' OR results_settled = 0;
+CREATE INDEX attempts_uncleaned ON attempts (batch_id) WHERE cleaned = 0 AND state != 'accepted';
 "#;
