@@ -128,6 +128,8 @@ if alive slurmctld "$(pid_in "$RUN/slurmctld.pid")" && alive slurmd "$(pid_in "$
   want=$(printf '%s\n' $PARTITIONS | sort | paste -sd' ' -)
   if [ "$have" != "$want" ]; then
     say "daemons are up with partitions '$have', not '$want'; restarting"
+  elif ! scontrol show config 2>/dev/null | grep -Eq '^PreemptType +=.*partition_prio'; then
+    say "daemons are up without preemption by partition priority; restarting"
   else
     case $st in
       idle|mixed|allocated|completing|idle,*|mixed,*|allocated,*)
@@ -263,6 +265,11 @@ SlurmctldDebug=info
 SlurmdDebug=info
 SchedulerType=sched/backfill
 SchedulerParameters=$SCHED_PARAMS
+# Preemption by partition priority, for the routing test's partitions of its own (a high tier
+# outranking a low one whose PreemptMode is REQUEUE); the partitions here share one tier and
+# preempt nothing (PreemptMode=OFF), so no other test's job is ever preempted.
+PreemptType=preempt/partition_prio
+PreemptMode=OFF
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$DEFMEM

@@ -44,6 +44,61 @@ pub struct LoopState {
     pub cpu_s: f64,
     #[serde(default)]
     pub result_file_ops: u64,
+    /// How the loop routes batches to queues, and what it has learned of each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routing: Option<RoutingState>,
+}
+
+/// The submit loop's routing as of its last round (`submit --route`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoutingState {
+    /// `adaptive` or `static`.
+    pub route: String,
+    /// Whether the tail gets speculative twins.
+    pub speculate: bool,
+    /// Where the next batch goes and why, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    pub queues: Vec<QueueOutlook>,
+    /// Speculative twins this loop submitted, and queued jobs it moved to another queue.
+    #[serde(default)]
+    pub twins: u64,
+    #[serde(default)]
+    pub moves: u64,
+    /// Node-hours run by jobs cancelled because their batch's twin finished first.
+    #[serde(default)]
+    pub twin_node_hours: f64,
+}
+
+/// What one queue looks like to the router: learned from the run's own jobs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueOutlook {
+    pub queue: String,
+    /// `trial` (no job of it started yet), `stopped` (its queued jobs overdue), `ok`,
+    /// `unusable` (refused, cooling off after a failed submission, or cap 0).
+    pub state: String,
+    /// Learned submit-to-start, seconds (none until a job of it started).
+    pub start_delay_s: Option<f64>,
+    /// The longest any of its queued jobs has waited so far.
+    pub longest_wait_s: f64,
+    /// The start a new job is expected to wait: the learned delay, or longer when its queued
+    /// jobs have already waited longer.
+    pub expected_start_s: Option<f64>,
+    /// Learned start-to-end of a job that ran to its end.
+    pub run_time_s: Option<f64>,
+    /// Share of its recent jobs preempted, killed at walltime or failed (0 to 1).
+    pub loss_share: f64,
+    /// How far the scheduler's start estimates of its jobs were off, seconds (none until one
+    /// could be checked against a start).
+    #[serde(default)]
+    pub estimate_error_s: Option<f64>,
+    /// Seconds from sending a job there to its batch's end, rework of losses counted.
+    pub expected_finish_s: Option<f64>,
+    pub jobs_started: u64,
+    pub finished: u64,
+    pub preempted: u64,
+    pub walltime: u64,
+    pub failed: u64,
 }
 
 impl LoopState {
@@ -112,6 +167,7 @@ mod tests {
             polls: 3,
             cpu_s: 0.5,
             result_file_ops: 12,
+            routing: None,
         };
         write_snapshot(dir.path(), &status, Some(state.clone())).unwrap();
         write_snapshot(dir.path(), &status, None).unwrap();

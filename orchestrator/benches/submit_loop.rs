@@ -71,6 +71,8 @@ fn main() {
         breaker_after: 0,
         notify: embedfleet_orchestrator::notify::NotifyConfig::default(),
         metrics_listen: None,
+        route: Default::default(),
+        speculate: true,
     };
     let t = Instant::now();
     let report = submit(&options).unwrap();

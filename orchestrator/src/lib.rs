@@ -8,6 +8,7 @@ pub mod notify;
 pub mod oneshot;
 pub mod plan;
 pub mod report;
+pub mod route;
 pub mod sample;
 pub mod scheduler;
 pub mod status;

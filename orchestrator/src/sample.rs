@@ -22,25 +22,27 @@ pub struct SampleOptions {
     pub files: u32,
 }
 
-/// SplitMix64: tiny, fast and good enough for synthetic text; fixed so corpora never change
-/// between versions.
-struct Rng(u64);
+/// SplitMix64: tiny, fast and good enough for synthetic text (and the routing simulator's
+/// queues); fixed so corpora never change between versions.
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
-    fn normal(&mut self) -> f64 {
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
         let (u1, u2) = (self.unit().max(1e-12), self.unit());
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
     }

@@ -29,6 +29,48 @@ pub fn loop_line(state: &LoopState) -> String {
     }
 }
 
+/// The loop's routing as of its last round: the route and where the next batch goes, then one
+/// line per queue with what was learned of it.
+pub fn routing_lines(r: &embedfleet_core::status_snapshot::RoutingState) -> String {
+    let mut out = String::new();
+    let tail = if r.route == "adaptive" && r.speculate {
+        ", speculative tail"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "routing    {}{tail}: {} twins ({:.1} node-hours on the slower ones), {} jobs moved",
+        r.route, r.twins, r.twin_node_hours, r.moves
+    );
+    if let Some(next) = &r.next {
+        let _ = writeln!(out, "           next: {next}");
+    }
+    let opt = |s: Option<f64>| s.map(duration).unwrap_or_else(|| "?".into());
+    for q in &r.queues {
+        let _ = writeln!(
+            out,
+            "  {:<14} {:<8} start ~{} (longest wait now {}{}), run ~{}, {:.0} % lost, done in ~{}; {} started: {} finished, {} preempted, {} at walltime, {} failed",
+            q.queue,
+            q.state,
+            opt(q.expected_start_s),
+            duration(q.longest_wait_s),
+            q.estimate_error_s
+                .map(|e| format!("; the scheduler's estimates off by ~{}", duration(e)))
+                .unwrap_or_default(),
+            opt(q.run_time_s),
+            100.0 * q.loss_share,
+            opt(q.expected_finish_s),
+            q.jobs_started,
+            q.finished,
+            q.preempted,
+            q.walltime,
+            q.failed
+        );
+    }
+    out
+}
+
 pub fn render(s: &RunStatus) -> String {
     let mut out = String::new();
     let plan = if s.plan_complete {

@@ -80,6 +80,8 @@ pub fn prepare(
         breaker_after: settings.breaker_after,
         notify: config.notify.clone(),
         metrics_listen: flags.metrics_listen,
+        route: settings.route,
+        speculate: settings.speculate,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
     let builds = match (&settings.group_builds, write && flags.trial.is_none()) {

@@ -86,6 +86,20 @@ pub struct SubmitArgs {
     /// (default: the run's, else 3).
     #[arg(long, value_name = "K")]
     pub breaker_after: Option<u32>,
+    /// How free job slots are given batches: `adaptive` learns each queue from the run's own
+    /// jobs (start delay, run time, share lost to preemption or walltime) and sends each batch
+    /// where it finishes soonest, one trial job first to a queue with no history; `static`
+    /// fills every queue to its cap, queues taking turns. Caps are upper bounds either way.
+    /// `embedfleet status` shows what was learned and why the next batch goes where it goes.
+    /// (default: the run's, else adaptive; docs/cluster.md, "Routing between queues").
+    #[arg(long, value_name = "ROUTE", value_parser = ["adaptive", "static"])]
+    pub route: Option<String>,
+    /// With the adaptive route, at the tail (no batch left without a job): give a batch whose
+    /// job has waited over twice another queue's usual start a second job there; the first to
+    /// finish is kept, the other cancelled. `--speculate false` turns it off.
+    /// (default: the run's, else true).
+    #[arg(long, value_name = "BOOL")]
+    pub speculate: Option<bool>,
     /// Seconds between polls of the scheduler (default: 30, or 1 for local).
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub poll_interval: Option<f64>,

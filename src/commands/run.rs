@@ -72,6 +72,8 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         breaker_after: 0,
         notify: NotifyConfig::default(),
         metrics_listen: None,
+        route: Default::default(),
+        speculate: true,
     };
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;

@@ -100,6 +100,13 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
             breaker_after: args.breaker_after,
             poll_interval_s: args.poll_interval,
             lost_after_s: args.lost_after,
+            route: args
+                .route
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(anyhow::Error::msg)?,
+            speculate: args.speculate,
         },
         watch: args.watch,
         dry_run: args.dry_run,
@@ -193,6 +200,12 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
             report.rounds,
             report.owner_cpu.as_secs_f64() * 1e3 / report.rounds as f64,
             report.result_file_ops as f64 / report.rounds as f64
+        );
+    }
+    if report.twins + report.moves + report.requeued > 0 {
+        eprintln!(
+            "routing ({}): {} speculative twins ({:.2} node-hours run by the slower ones), {} queued jobs moved, {} jobs requeued by the scheduler",
+            report.route, report.twins, report.twin_node_hours, report.moves, report.requeued
         );
     }
     if !report.failed.is_empty() {
@@ -291,18 +304,31 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
                 None
             }
         };
+    let submit_loop = snapshot.as_ref().and_then(|s| s.submit_loop.as_ref());
+    let routing = submit_loop.and_then(|l| l.routing.as_ref());
     if args.json {
+        // The status, and the loop's routing beside it while a loop has run.
+        #[derive(serde::Serialize)]
+        struct WithRouting<'a> {
+            #[serde(flatten)]
+            status: &'a embedfleet_core::rundb::RunStatus,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            routing: Option<&'a embedfleet_core::status_snapshot::RoutingState>,
+        }
+        let out = WithRouting {
+            status: &status,
+            routing,
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&status).context("failed to serialise the status")?
+            serde_json::to_string_pretty(&out).context("failed to serialise the status")?
         );
     } else {
-        if let Some(line) = snapshot
-            .as_ref()
-            .and_then(|s| s.submit_loop.as_ref())
-            .map(status::loop_line)
-        {
-            println!("{line}");
+        if let Some(state) = submit_loop {
+            println!("{}", status::loop_line(state));
+        }
+        if let Some(routing) = routing {
+            print!("{}", status::routing_lines(routing));
         }
         print!("{}", status::render(&status));
     }
@@ -326,6 +352,8 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
             snapshot: SnapshotOrigin<'a>,
             #[serde(flatten)]
             status: &'a embedfleet_core::rundb::RunStatus,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            routing: Option<&'a embedfleet_core::status_snapshot::RoutingState>,
         }
         #[derive(serde::Serialize)]
         struct SnapshotOrigin<'a> {
@@ -342,6 +370,10 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
                 submit_loop: snapshot.submit_loop.as_ref(),
             },
             status: &snapshot.status,
+            routing: snapshot
+                .submit_loop
+                .as_ref()
+                .and_then(|l| l.routing.as_ref()),
         };
         println!(
             "{}",
@@ -356,6 +388,9 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
         );
         if let Some(state) = &snapshot.submit_loop {
             println!("{}", status::loop_line(state));
+            if let Some(routing) = &state.routing {
+                print!("{}", status::routing_lines(routing));
+            }
         }
         print!("{}", status::render(&snapshot.status));
     }

@@ -39,6 +39,15 @@ fn every_field_of_status_json_and_report_json_is_documented() {
     let mut all = keys(&status);
     all.extend(keys(&release));
     all.extend(keys(&withheld));
+    let routing = embedfleet_core::status_snapshot::RoutingState {
+        next: Some("batch 1 goes to debug".into()),
+        ..Default::default()
+    };
+    all.extend(keys(&serde_json::to_value(&routing).unwrap()));
+    all.extend(keys(
+        &serde_json::to_value(embedfleet_core::status_snapshot::QueueOutlook::default()).unwrap(),
+    ));
+    all.push("routing".into());
     let gaps = missing(&all, &doc);
     assert!(
         gaps.is_empty(),

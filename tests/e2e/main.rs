@@ -23,6 +23,7 @@ mod readme;
 mod rehearsal;
 mod report;
 mod report_html;
+mod routing;
 mod run;
 mod run_config;
 mod shared_fs;

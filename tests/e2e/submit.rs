@@ -47,6 +47,9 @@ fn spawn_submit(t: &TestDir, s: &Scenario, with_caps: bool) -> Child {
         for c in &caps {
             args.extend(["--queue", c]);
         }
+        // What is tested here is every queue kept filled to its cap, one job per batch: the
+        // static route. The restart (no options) must keep it from run.db.
+        args.extend(["--route", "static"]);
     }
     if let Some(config) = s.config {
         std::fs::write(t.join("run.toml"), config).unwrap();

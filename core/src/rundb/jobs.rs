@@ -7,7 +7,7 @@ use crate::state::JobStatus;
 use rusqlite::params;
 
 /// One row of `jobs`: one batch of one scheduler job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobRow {
     pub batch_id: i64,
     pub attempt: u32,
@@ -20,6 +20,9 @@ pub struct JobRow {
     pub exit_reason: Option<String>,
     pub log: Option<String>,
     pub marker: Option<String>,
+    /// Unix seconds: when the scheduler accepted it, and when the loop first saw it running.
+    pub submitted_s: Option<f64>,
+    pub started_s: Option<f64>,
 }
 
 /// A job about to be submitted (see [`RunDb::insert_job`]).
@@ -104,7 +107,9 @@ impl RunDb {
     pub fn open_jobs(&self) -> Result<Vec<JobRow>> {
         let sql = format!(
             "SELECT batch_id, attempt, backend, coalesce(queue, ''), coalesce(name, ''), scheduler_id,
-                    state, exit_reason, log, marker
+                    state, exit_reason, log, marker,
+                    (julianday(submitted_at) - 2440587.5) * 86400.0,
+                    (julianday(started_at) - 2440587.5) * 86400.0
              FROM jobs WHERE state IN {} ORDER BY id",
             JobStatus::open_sql()
         );
@@ -121,6 +126,8 @@ impl RunDb {
                 exit_reason: r.get(7)?,
                 log: r.get(8)?,
                 marker: r.get(9)?,
+                submitted_s: r.get(10)?,
+                started_s: r.get(11)?,
             })
         });
         rows.and_then(|r| r.collect())

@@ -118,6 +118,16 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
     /// adopt jobs after a restart and to count what a queue holds.
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>>;
 
+    /// The scheduler's own estimate of when each of these queued jobs starts (unix seconds),
+    /// for the jobs it has one for: Slurm's `squeue --start`. None by default; the router
+    /// weighs an estimate by how far the queue's earlier ones were off.
+    fn start_estimates(
+        &self,
+        _queued: &[JobHandle],
+    ) -> SchedulerResult<HashMap<SchedulerJobId, f64>> {
+        Ok(HashMap::new())
+    }
+
     /// Queues that cannot take jobs, each with the reason, found before the first job of a run
     /// in `run_dir`: `submit` sends none there, `doctor` shows them. A batch scheduler has
     /// none to report (its submit command says what is wrong with a queue).

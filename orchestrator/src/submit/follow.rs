@@ -22,8 +22,10 @@ impl SubmitLoop<'_> {
     /// The owner's chores after a poll: the snapshot, and stalled jobs reported (and cancelled
     /// when asked).
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
+        let routing = self.routing_state();
         let newly_stalled = match self.watch.as_mut() {
             Some(watch) => {
+                watch.set_routing(routing);
                 watch.polled(&self.db, status)?;
                 watch.newly_stalled(status)
             }
@@ -195,7 +197,7 @@ impl SubmitLoop<'_> {
                 .unwrap_or(JobState::Unknown);
             self.observe(&name, &rows, state)?;
         }
-        Ok(())
+        self.refresh_estimates()
     }
 
     pub(super) fn observe(&mut self, name: &str, rows: &[&JobRow], state: JobState) -> Result<()> {
@@ -231,6 +233,7 @@ impl SubmitLoop<'_> {
             return self.ended(name, rows, &state, state.status());
         }
         if rows[0].state != state.status() {
+            self.route_saw(rows[0], state.status());
             self.db.set_job_state(name, state.status(), None)?;
         }
         Ok(())
@@ -244,22 +247,30 @@ impl SubmitLoop<'_> {
         state: &JobState,
         status: JobStatus,
     ) -> Result<()> {
-        let reason = match state {
-            JobState::Completed => None,
-            other => Some(other.to_string()),
+        // A job this loop cancelled to move it, or as the slower twin, ended for that reason.
+        let routed = self.cancelled_by_routing(name, rows);
+        let reason = match (&routed, state) {
+            (Some(why), _) => Some(why.clone()),
+            (None, JobState::Completed) => None,
+            (None, other) => Some(other.to_string()),
         };
         // The job wrote its result manifest before it ended: take its batches' in before
         // deciding (the other batches wait for the next round's ingest).
         let batches: Vec<i64> = rows.iter().map(|r| r.batch_id).collect();
         self.ingest(Some(&batches))?;
+        self.route_saw(rows[0], status);
         self.db.set_job_state(name, status, reason.as_deref())?;
+        self.cancel_twins_of(name, &batches)?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
         self.jobs_ended += 1;
         let mut all_done = true;
         for row in rows {
             let batch = row.batch_id;
             if self.db.batch_state(BatchId(batch))? == Some(BatchState::Done) {
-                self.report.batches_done += 1;
+                // A slower twin's batch was counted when its twin finished it.
+                if routed.is_none() {
+                    self.report.batches_done += 1;
+                }
                 continue;
             }
             all_done = false;
@@ -297,7 +308,7 @@ fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
     jobs
 }
 
-fn handle(row: &JobRow) -> Option<JobHandle> {
+pub(super) fn handle(row: &JobRow) -> Option<JobHandle> {
     let id = row.scheduler_id.as_deref()?;
     let mut h = JobHandle::new(SchedulerJobId::new(id)).with_name(&row.name);
     if let Some(marker) = &row.marker {

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::{JobRow, NewJob};
+use embedfleet_core::rundb::NewJob;
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 
 use super::job_files::{with_binary, JobFiles};
-use super::{fill_queues, job_name, PlannedJob, Result, SubmitLoop};
+use super::{job_name, PlannedJob, Result, SubmitLoop};
 use crate::scheduler::{render_job_script, SchedulerError};
 
 /// The longest a queue whose submissions fail is left out of the rounds before it is tried again.
@@ -37,19 +37,23 @@ impl SubmitLoop<'_> {
             )
             .cloned()
             .collect();
-        let planned = fill_queues(
-            &caps,
-            &active_per_queue(&open),
-            &disabled,
-            &pending,
-            self.nodes(),
-        );
+        let plan = self.route_round(&caps, &open, &pending, &disabled);
+        self.apply_moves(&plan, &open)?;
         let mut failed_now: BTreeSet<String> = BTreeSet::new();
-        for job in planned {
+        for (k, job) in plan.jobs.iter().chain(&plan.twins).enumerate() {
+            let twin = k >= plan.jobs.len();
+            if twin {
+                self.console.say(format!(
+                    "batch {}: its job waits far longer than {} starts jobs; a speculative twin \
+                     goes there (the first to finish is kept, the other cancelled)",
+                    job.batches[0], job.queue
+                ));
+            }
             if self.refused.contains_key(&job.queue) || failed_now.contains(&job.queue) {
                 continue;
             }
-            if self.submit_job(&job)? {
+            if self.submit_job(job)? {
+                self.routing.twins += u64::from(twin);
                 self.cooling.remove(&job.queue);
             } else {
                 // This queue is not taking jobs now (a drained partition, say): the others
@@ -79,7 +83,7 @@ impl SubmitLoop<'_> {
     }
 
     /// Submits one job; false if the scheduler failed in a way worth waiting out.
-    fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
+    pub(super) fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
         let attempt = self.next_attempt(&job.batches)?;
         let (files, text) = self.render(job, attempt)?;
         files.write_script(&text)?;
@@ -225,19 +229,4 @@ impl SubmitLoop<'_> {
             .collect();
         parts.join("; ")
     }
-}
-
-/// Jobs (not batches) each queue holds.
-pub(super) fn active_per_queue(open: &[JobRow]) -> BTreeMap<String, u32> {
-    let mut names: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
-    for row in open {
-        names
-            .entry(row.queue.clone())
-            .or_default()
-            .insert(&row.name);
-    }
-    names
-        .into_iter()
-        .map(|(q, n)| (q, n.len() as u32))
-        .collect()
 }

@@ -26,7 +26,7 @@ mod follow_up;
 mod job_files;
 mod launch;
 mod naming;
-mod round;
+mod routing;
 mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,13 +38,12 @@ use embedfleet_core::state::JobStatus;
 use embedfleet_core::{fsops, RunLayout};
 
 use crate::notify::{Notifier, NotifyConfig};
+pub use crate::route::{fill_queues, PlannedJob};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerError, TemplateError};
 pub use console::Console;
 pub use follow_up::{FollowUp, FollowUpRound};
 pub(crate) use job_files::{with_binary, JobFiles};
-use launch::active_per_queue;
 pub use naming::{fit_job_name, job_name, run_tag};
-pub use round::{fill_queues, PlannedJob};
 use watch::OwnerWatch;
 pub use watch::LOOP_LOCK_FILE;
 
@@ -83,6 +82,10 @@ pub struct SubmitOptions {
     pub notify: NotifyConfig,
     /// Serve the run's metrics over HTTP here (`--metrics-listen`).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How free slots are given batches (`--route`).
+    pub route: crate::route::Route,
+    /// Whether the tail gets speculative twins (`--speculate`; adaptive route only).
+    pub speculate: bool,
 }
 
 /// How a submit loop ended.
@@ -109,6 +112,14 @@ pub struct SubmitReport {
     pub owner_cpu: Duration,
     /// Filesystem operations on the files jobs write (`embedfleet_core::fsops`) over the loop.
     pub result_file_ops: u64,
+    /// Jobs seen back in their queue after running: the scheduler requeued them (preempted).
+    pub requeued: u64,
+    /// The route, the speculative twins it sent, the queued jobs it moved, and what the slower
+    /// twins ran before they were cancelled.
+    pub route: crate::route::Route,
+    pub twins: u64,
+    pub moves: u64,
+    pub twin_node_hours: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +186,7 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
         *value = "***".into();
     }
     let options = &masked;
-    let lp = SubmitLoop::new_read_only(options)?;
+    let mut lp = SubmitLoop::new_read_only(options)?;
     let caps = match &options.queues {
         Some(q) => q.clone(),
         None => lp.db.queue_caps()?,
@@ -183,15 +194,12 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
     if caps.is_empty() {
         return Err(SubmitError::NoQueues);
     }
+    lp.router = lp.learned_router()?;
     let open = lp.db.open_jobs()?;
     let pending = lp.db.batches_without_job()?;
-    let planned = fill_queues(
-        &caps,
-        &active_per_queue(&open),
-        &BTreeSet::new(),
-        &pending,
-        lp.nodes(),
-    );
+    let planned = lp
+        .route_round(&caps, &open, &pending, &BTreeSet::new())
+        .jobs;
     planned
         .iter()
         .map(|job| {
@@ -238,6 +246,9 @@ struct SubmitLoop<'a> {
     watch: Option<OwnerWatch>,
     /// A later stage's work driven between rounds ([`submit_with`]).
     follow_up: Option<&'a mut dyn FollowUp>,
+    /// Where batches go ([`crate::route`]), and what routing did in this loop.
+    router: crate::route::Router,
+    routing: routing::RoutingTally,
 }
 
 impl<'a> SubmitLoop<'a> {
@@ -275,6 +286,8 @@ impl<'a> SubmitLoop<'a> {
             report: SubmitReport::default(),
             watch: None,
             follow_up: None,
+            router: crate::route::Router::new(opts.route),
+            routing: routing::RoutingTally::default(),
         })
     }
 
@@ -341,6 +354,7 @@ impl<'a> SubmitLoop<'a> {
                 }
             })?;
         }
+        lp.router = lp.learned_router()?;
         lp.tripped = lp.paused_by_breaker()?;
         let reset = lp.db.reset_failed_batches()?;
         if reset > 0 {
@@ -439,6 +453,10 @@ impl<'a> SubmitLoop<'a> {
         self.report.elapsed = started.elapsed();
         self.report.owner_cpu = embedfleet_core::process::own_cpu().saturating_sub(cpu_before);
         self.report.result_file_ops = fsops::total() - ops_before;
+        self.report.route = self.opts.route;
+        self.report.twins = self.routing.twins;
+        self.report.moves = self.routing.moves;
+        self.report.twin_node_hours = self.routing.twin_node_hours;
         Ok(self.report)
     }
 }

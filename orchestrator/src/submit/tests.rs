@@ -139,6 +139,8 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         breaker_after: 3,
         notify: NotifyConfig::default(),
         metrics_listen: None,
+        route: Default::default(),
+        speculate: true,
     };
     (dir, options)
 }
@@ -392,4 +394,92 @@ fn a_queue_that_is_not_taking_jobs_does_not_hold_up_the_others() {
         1,
         "the drained queue is left alone while it cools: {rows:?}"
     );
+}
+
+#[test]
+fn the_first_twin_to_finish_its_batch_has_the_other_cancelled_and_the_batch_counted_once() {
+    let (_dir, mut options) = planned_run(1);
+    options.queues = Some(BTreeMap::from([("a".to_string(), 1), ("b".to_string(), 1)]));
+    let scheduler = Scripted::answering(["11", "12"].map(|id| Ok(SchedulerJobId::new(id))).into());
+    let mut lp = submit_loop(&options, &scheduler);
+    // The batch's job on a, and its speculative twin on b (the next attempt number).
+    for queue in ["a", "b"] {
+        let job = PlannedJob {
+            queue: queue.into(),
+            batches: vec![1],
+        };
+        assert!(lp.submit_job(&job).unwrap());
+    }
+    let tag = run_tag(&options.run_dir);
+    let (first, twin) = (
+        job_name(&tag, Backend::Local, 1, 1),
+        job_name(&tag, Backend::Local, 1, 2),
+    );
+    // The twin finishes first: its attempt is the batch's (the owner accepts one attempt per
+    // batch), and it exits 0.
+    let db = RunDb::open(&options.run_dir).unwrap();
+    db.set_batch_state(
+        embedfleet_core::BatchId(1),
+        embedfleet_core::state::BatchState::Done,
+    )
+    .unwrap();
+    let layout = RunLayout::new(&options.run_dir);
+    std::fs::write(layout.job_marker(&twin), "0\n").unwrap();
+    lp.poll().unwrap();
+    assert!(
+        scheduler.calls().contains(&"cancel 11".to_string()),
+        "{:?}",
+        scheduler.calls()
+    );
+    // It holds its place in queue a until the scheduler says it ended.
+    let open = db.open_jobs().unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].name, first);
+    lp.observe(&first, &[&open[0]], JobState::Cancelled)
+        .unwrap();
+    let rows = job_rows(&options);
+    assert_eq!(rows[0].1, first);
+    assert_eq!(rows[0].2, "cancelled");
+    assert_eq!(rows[1].2, "completed");
+    let reason: String = db
+        .conn()
+        .query_row(
+            "SELECT exit_reason FROM jobs WHERE name = ?1",
+            [&first],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        reason.contains(&format!("finished first by its twin {twin}")),
+        "{reason}"
+    );
+    // Counted once, retried never, and a cancel is nothing against queue a.
+    assert_eq!(lp.report.batches_done, 1);
+    assert_eq!(lp.report.retried, 0);
+    assert!(db.open_jobs().unwrap().is_empty());
+    assert_eq!(lp.router.model("b").unwrap().finished, 1);
+    assert_eq!(
+        lp.router.model("a").map_or(0, |m| m.failed + m.preempted),
+        0
+    );
+}
+
+#[test]
+fn a_running_job_seen_queued_again_counts_as_preempted_on_its_queue() {
+    let (_dir, options) = planned_run(1);
+    let scheduler = Scripted::answering(vec![Ok(SchedulerJobId::new("11"))]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    let open = lp.db.open_jobs().unwrap();
+    let name = open[0].name.clone();
+    lp.observe(&name, &[&open[0]], JobState::Running).unwrap();
+    let open = lp.db.open_jobs().unwrap();
+    assert_eq!(open[0].state, JobStatus::Running);
+    assert!(open[0].started_s.is_some());
+    assert_eq!(lp.router.model("q").unwrap().start_delay.samples, 1);
+    // The scheduler requeued it (PreemptMode=REQUEUE): back to pending, the same job.
+    lp.observe(&name, &[&open[0]], JobState::Pending).unwrap();
+    assert_eq!(lp.report.requeued, 1);
+    assert_eq!(lp.router.model("q").unwrap().preempted, 1);
+    assert_eq!(lp.db.open_jobs().unwrap()[0].state, JobStatus::Pending);
 }

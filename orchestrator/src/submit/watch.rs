@@ -67,6 +67,7 @@ impl OwnerWatch {
                 polls: 0,
                 cpu_s: 0.0,
                 result_file_ops: 0,
+                routing: None,
             },
             cpu_at_start: embedfleet_core::process::own_cpu(),
             ops_at_start: embedfleet_core::fsops::total(),
@@ -76,6 +77,11 @@ impl OwnerWatch {
             restart,
             report: OwnerReport::from_env(run_dir),
         })
+    }
+
+    /// The routing the next snapshot shows.
+    pub fn set_routing(&mut self, routing: embedfleet_core::status_snapshot::RoutingState) {
+        self.state.routing = Some(routing);
     }
 
     /// After each poll: stops when the run is no longer this host's, and writes the snapshot

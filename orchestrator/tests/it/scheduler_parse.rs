@@ -588,3 +588,15 @@ OMP_NUM_THREADS = "8"
     assert_eq!(empty.backend, Backend::Local);
     assert!(toml::from_str::<SchedulerConfig>("backend = \"lsf\"").is_err());
 }
+
+#[test]
+fn squeue_start_estimates_are_local_times_and_na_is_no_estimate() {
+    use embedfleet_orchestrator::scheduler::parse_start_estimates;
+    let text = "101|2026-12-03T20:15:00\n102|N/A\n103|2026-12-03T21:15:00\n104|soon\n105_2|2026-12-04T00:00:05\n";
+    let got = parse_start_estimates(text);
+    let ids: Vec<&str> = got.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["101", "103", "105_2"]);
+    // An hour apart, whatever this host's zone (no daylight-saving change on that evening).
+    assert_eq!(got[1].1 - got[0].1, 3600.0);
+    assert_eq!(got[2].1 - got[0].1, 3.0 * 3600.0 + 45.0 * 60.0 + 5.0);
+}

@@ -11,6 +11,7 @@ use embedfleet_core::pin::{Resolved, Source};
 use embedfleet_core::rundb::{RunDb, StallRule};
 use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_orchestrator::config::RunConfig;
+use embedfleet_orchestrator::route::Route;
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig};
 use serde::{Deserialize, Serialize};
@@ -63,6 +64,10 @@ pub struct LoopOptions {
     pub breaker_after: Option<u32>,
     pub poll_interval_s: Option<f64>,
     pub lost_after_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<Route>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculate: Option<bool>,
 }
 
 /// Where group builds go, as `submit --group-builds` was given it.
@@ -90,6 +95,8 @@ pub struct SubmitSettings {
     pub breaker_after: u32,
     pub poll_interval: Duration,
     pub lost_after: Duration,
+    pub route: Route,
+    pub speculate: bool,
     /// The queue caps to set (`None` keeps run.db's).
     pub queues: Option<BTreeMap<String, u32>>,
     /// Group builds, as given or kept; `None` for none. A trial builds nothing.
@@ -131,6 +138,8 @@ impl SubmitSettings {
                 .poll_interval_s
                 .or(stored.poll_interval_s),
             lost_after_s: flags.loop_options.lost_after_s.or(stored.lost_after_s),
+            route: flags.loop_options.route.or(stored.route),
+            speculate: flags.loop_options.speculate.or(stored.speculate),
         };
         let secs =
             |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
@@ -151,6 +160,8 @@ impl SubmitSettings {
                 .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
             poll_interval: secs(loop_options.poll_interval_s, defaults.poll_interval),
             lost_after: secs(loop_options.lost_after_s, defaults.lost_after),
+            route: loop_options.route.unwrap_or_default(),
+            speculate: loop_options.speculate.unwrap_or(true),
             loop_options,
             group_builds: group_builds(db, flags)?,
             config,
@@ -241,6 +252,14 @@ fn kept_loop_flags(given: &LoopOptions, stored: &LoopOptions) -> Vec<String> {
             given.breaker_after.is_none(),
             stored.breaker_after.map(|k| format!("--breaker-after {k}")),
         ),
+        (
+            given.route.is_none(),
+            stored.route.map(|r| format!("--route {r}")),
+        ),
+        (
+            given.speculate.is_none(),
+            stored.speculate.map(|b| format!("--speculate {b}")),
+        ),
     ]
     .into_iter()
     .filter_map(|(not_given, value)| value.filter(|_| not_given))
@@ -298,6 +317,32 @@ mod tests {
         assert_eq!(again.poll_interval, Duration::from_millis(500));
         assert_eq!(again.kept, ["--poll-interval 0.5"]);
         assert!(!again.loop_options_changed(&db).unwrap());
+    }
+
+    #[test]
+    fn the_route_and_speculation_given_once_are_kept_by_a_restart() {
+        let (dir, db) = run();
+        let fresh = SubmitFlags {
+            run_dir: dir.path().into(),
+            model_dir: Some("m".into()),
+            ..Default::default()
+        };
+        let s = SubmitSettings::resolve(&db, &fresh).unwrap();
+        assert_eq!((s.route, s.speculate), (Route::Adaptive, true));
+        let first = SubmitFlags {
+            loop_options: LoopOptions {
+                route: Some(Route::Static),
+                speculate: Some(false),
+                ..Default::default()
+            },
+            ..fresh.clone()
+        };
+        let s = SubmitSettings::resolve(&db, &first).unwrap();
+        assert!(s.loop_options_changed(&db).unwrap());
+        db.set_setting(LOOP_SETTING, &s.loop_options).unwrap();
+        let again = SubmitSettings::resolve(&db, &fresh).unwrap();
+        assert_eq!((again.route, again.speculate), (Route::Static, false));
+        assert_eq!(again.kept, ["--route static", "--speculate false"]);
     }
 
     #[test]

@@ -18,7 +18,9 @@ use super::{
     Refusals, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, SchedulerResult,
     ScriptConfig,
 };
-pub use parse::{parse_sacct, parse_scontrol, parse_squeue, slurm_state, SlurmRecord};
+pub use parse::{
+    parse_sacct, parse_scontrol, parse_squeue, parse_start_estimates, slurm_state, SlurmRecord,
+};
 use parse::{SACCT_FIELDS, SQUEUE_FORMAT};
 
 /// Built-in Slurm template.
@@ -342,6 +344,38 @@ impl Scheduler for SlurmScheduler {
                 Call::new([job.id.as_str()]).accept(&ended),
             )
             .map(|_| ())
+    }
+
+    fn start_estimates(
+        &self,
+        queued: &[JobHandle],
+    ) -> SchedulerResult<HashMap<SchedulerJobId, f64>> {
+        let mut estimates = HashMap::new();
+        for chunk in queued.chunks(CHUNK) {
+            let ids: Vec<&str> = chunk.iter().map(|j| j.id.as_str()).collect();
+            let args = vec![
+                "--start".to_string(),
+                "-h".to_string(),
+                "-o".to_string(),
+                parse::SQUEUE_START_FORMAT.to_string(),
+                "-j".to_string(),
+                ids.join(","),
+            ];
+            // A job that started or ended meanwhile is simply not listed.
+            let accept = |o: &CommandOutput| {
+                o.status.success()
+                    || (o.status.code() == Some(1) && o.stderr.contains("Invalid job id"))
+            };
+            let out = self.runner.run(
+                &self.config.squeue,
+                "squeue --start",
+                Call::new(args).accept(&accept),
+            )?;
+            for (id, start_s) in parse_start_estimates(&out.stdout) {
+                estimates.insert(SchedulerJobId::new(id), start_s);
+            }
+        }
+        Ok(estimates)
     }
 
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {

@@ -9,6 +9,9 @@ use crate::scheduler::JobState;
 /// a name may contain anything).
 pub const SQUEUE_FORMAT: &str = "%i|%T|%P|%r|%j";
 
+/// The `squeue --start -o` format [`parse_start_estimates`] reads: id and expected start.
+pub const SQUEUE_START_FORMAT: &str = "%i|%S";
+
 /// The `sacct -o` fields [`parse_sacct`] reads.
 pub const SACCT_FIELDS: &str = "JobID,State,ExitCode,Reason";
 
@@ -175,4 +178,38 @@ fn failed(word: &str, exit: Option<(i32, i32)>, reason: &str) -> JobState {
         },
         reason: why,
     }
+}
+
+/// Parses `squeue --start -h -o '%i|%S'`: (job id, unix seconds) for each job whose expected
+/// start Slurm knows (`N/A` and unparsable times are left out: no estimate is no estimate).
+/// Slurm prints the controller's local time without a zone; it is read as this host's local
+/// time (a login node and its controller share the site's zone).
+pub fn parse_start_estimates(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|line| {
+            let (id, when) = line.trim().split_once('|')?;
+            Some((id.trim().to_string(), local_time_s(when.trim())?))
+        })
+        .collect()
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` in local time, as unix seconds.
+fn local_time_s(text: &str) -> Option<f64> {
+    let (date, time) = text.split_once('T')?;
+    let d: Vec<i32> = date.split('-').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let t: Vec<i32> = time.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let ([y, mo, da], [h, mi, se]) = (d.as_slice(), t.as_slice()) else {
+        return None;
+    };
+    // SAFETY: `tm` is a plain C struct, zeroed then filled; mktime only reads and normalises it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = y - 1900;
+    tm.tm_mon = mo - 1;
+    tm.tm_mday = *da;
+    tm.tm_hour = *h;
+    tm.tm_min = *mi;
+    tm.tm_sec = *se;
+    tm.tm_isdst = -1;
+    let secs = unsafe { libc::mktime(&mut tm) };
+    (secs != -1).then_some(secs as f64)
 }

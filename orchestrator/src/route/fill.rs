@@ -1,5 +1,5 @@
-//! One round's decision, with no I/O: which pending batches go to which queue, given the caps
-//! and what each queue already holds. Kept pure so the cap arithmetic is tested directly.
+//! The static route: every queue filled up to its cap, in batch order, queues taking turns. No
+//! I/O, so the cap arithmetic is tested directly.
 
 use std::collections::{BTreeMap, BTreeSet};
 

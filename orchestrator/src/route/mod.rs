@@ -1,0 +1,233 @@
+/*!
+Which queue each free job slot gives which batch: the submit loop asks a [`Router`] once per
+round, and tells it what it saw of each job (started, ended and how). The simulator
+(`cargo bench -p embedfleet-orchestrator --bench route_sim`) drives the same `Router` through
+queues of its own, so what it measures is this code, not a copy of it.
+
+Two routes:
+- [`Route::Static`]: every queue kept filled to its cap ([`fill_queues`]): what embedfleet did
+  before it learned queues.
+- [`Route::Adaptive`]: each free slot takes the batch that finishes soonest where it goes,
+  from a [`QueueModel`] of each queue learned from the run's own jobs ([`adaptive`]); a queue
+  with no history gets one trial job first; the pending jobs of a queue that stopped starting
+  jobs are moved when that is worth a new wait; and at the tail a batch whose job waits far
+  longer than another queue's start gets a speculative twin there ([`tail`]).
+
+Caps stay upper bounds in both: a route decides where, never more than the user allows.
+*/
+
+mod adaptive;
+mod assess;
+mod fill;
+mod model;
+mod tail;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use embedfleet_core::status_snapshot::QueueOutlook;
+pub use fill::{fill_queues, PlannedJob};
+pub use model::{JobEnd, QueueModel, RecentMean};
+
+/// How free job slots are given batches (`submit --route`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// Every queue filled to its cap, queues taking turns.
+    Static,
+    /// Each slot takes the batch that finishes soonest there, from each queue's learned model.
+    #[default]
+    Adaptive,
+}
+
+impl Route {
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Static => "static",
+            Route::Adaptive => "adaptive",
+        }
+    }
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Route {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "static" => Ok(Route::Static),
+            "adaptive" => Ok(Route::Adaptive),
+            other => Err(format!(
+                "unknown route {other:?}: `adaptive` (learn each queue) or `static` (fill every queue to its cap)"
+            )),
+        }
+    }
+}
+
+/// One open job (queued or running), as the router sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenJob {
+    pub name: String,
+    pub batches: Vec<i64>,
+    /// Unix seconds (or the simulator's clock).
+    pub submitted_s: f64,
+    pub started_s: Option<f64>,
+}
+
+/// One queue this round: its cap, whether it takes jobs now (not refused, not cooling off
+/// after a failed submission), and its open jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueView {
+    pub name: String,
+    pub cap: u32,
+    pub usable: bool,
+    pub jobs: Vec<OpenJob>,
+}
+
+/// What a round is decided from.
+#[derive(Debug, Clone)]
+pub struct Round<'a> {
+    pub now_s: f64,
+    pub queues: &'a [QueueView],
+    /// Batches with no open job, in order.
+    pub pending: &'a [i64],
+    /// Batches per job (one per node).
+    pub nodes: usize,
+    /// Whether the tail may get speculative twins (`--speculate`).
+    pub speculate: bool,
+}
+
+/// A job to cancel so that its batches go where they finish sooner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Move {
+    pub job: String,
+    pub queue: String,
+    pub why: String,
+}
+
+/// A round's decision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RoutePlan {
+    /// New jobs of batches that had none.
+    pub jobs: Vec<PlannedJob>,
+    /// Second jobs of batches whose first waits too long (the tail; adaptive only).
+    pub twins: Vec<PlannedJob>,
+    /// Queued jobs to cancel: their batches are routed again next round (adaptive only).
+    pub moves: Vec<Move>,
+    pub outlook: Vec<QueueOutlook>,
+    /// Where the next batch goes and why, in words.
+    pub next: Option<String>,
+}
+
+/// The route and what it has learned of each queue.
+#[derive(Debug, Clone, Default)]
+pub struct Router {
+    pub route: Route,
+    models: BTreeMap<String, QueueModel>,
+    /// The scheduler's latest start estimate of each queued job: (queue, unix seconds).
+    estimates: BTreeMap<String, (String, f64)>,
+}
+
+impl Router {
+    pub fn new(route: Route) -> Self {
+        Self {
+            route,
+            models: BTreeMap::new(),
+            estimates: BTreeMap::new(),
+        }
+    }
+
+    pub fn model(&self, queue: &str) -> Option<&QueueModel> {
+        self.models.get(queue)
+    }
+
+    /// A job of `queue` submitted at `submitted_s` was seen running at `started_s`.
+    pub fn started(&mut self, queue: &str, submitted_s: f64, started_s: f64) {
+        self.model_mut(queue).started(started_s - submitted_s);
+    }
+
+    /// The scheduler expects queued job `job` of `queue` to start at `start_s`.
+    pub fn estimated(&mut self, job: &str, queue: &str, start_s: f64) {
+        self.estimates
+            .insert(job.to_string(), (queue.to_string(), start_s));
+    }
+
+    /// The scheduler's latest start estimate of queued job `job`.
+    pub fn estimate(&self, job: &str) -> Option<f64> {
+        self.estimates.get(job).map(|(_, s)| *s)
+    }
+
+    /// Job `job` of `queue` was seen running at `started_s`: its start delay is learned, and
+    /// how far the scheduler's last estimate of its start was off.
+    pub fn job_started(&mut self, job: &str, queue: &str, submitted_s: f64, started_s: f64) {
+        self.started(queue, submitted_s, started_s);
+        if let Some((q, estimate)) = self.estimates.remove(job) {
+            self.model_mut(&q)
+                .estimate_error
+                .add((started_s - estimate).abs());
+        }
+    }
+
+    /// Job `job` ended or left its queue: its estimate is of no more use.
+    pub fn forget(&mut self, job: &str) {
+        self.estimates.remove(job);
+    }
+
+    /// A job of `queue` ended at `ended_s` (started at `started_s`, if it did).
+    pub fn ended(&mut self, queue: &str, end: JobEnd, started_s: Option<f64>, ended_s: f64) {
+        self.model_mut(queue)
+            .ended(end, started_s.map(|s| ended_s - s));
+    }
+
+    /// A queued job of `queue` was cancelled after waiting `waited_s` without starting (moved
+    /// elsewhere): at least that long is what a start there takes now, and it is learned as
+    /// such, or the queue would get the next batches as if nothing had happened.
+    pub fn gave_up_waiting(&mut self, queue: &str, waited_s: f64) {
+        self.model_mut(queue).started(waited_s);
+    }
+
+    fn model_mut(&mut self, queue: &str) -> &mut QueueModel {
+        self.models.entry(queue.to_string()).or_default()
+    }
+
+    /// This round's jobs, twins and moves.
+    pub fn plan(&self, round: &Round<'_>) -> RoutePlan {
+        match self.route {
+            Route::Static => RoutePlan {
+                jobs: static_jobs(round),
+                outlook: adaptive::outlook(self, round),
+                ..RoutePlan::default()
+            },
+            Route::Adaptive => adaptive::plan(self, round),
+        }
+    }
+}
+
+fn static_jobs(round: &Round<'_>) -> Vec<PlannedJob> {
+    let caps: BTreeMap<String, u32> = round
+        .queues
+        .iter()
+        .map(|q| (q.name.clone(), q.cap))
+        .collect();
+    let active: BTreeMap<String, u32> = round
+        .queues
+        .iter()
+        .map(|q| (q.name.clone(), q.jobs.len() as u32))
+        .collect();
+    let disabled = round
+        .queues
+        .iter()
+        .filter(|q| !q.usable)
+        .map(|q| q.name.clone())
+        .collect();
+    fill_queues(&caps, &active, &disabled, round.pending, round.nodes)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! The slots of the known queues, and what the adaptive route does beyond sending new jobs:
+//! moving the queued jobs of a queue that stopped starting jobs, and, at the tail, a
+//! speculative twin of a batch whose job waits far longer than another queue's start.
+
+use std::collections::BTreeMap;
+
+use super::assess::Assessed;
+use super::{Move, PlannedJob, Round};
+
+/// A move must save at least this share of the time left where the job waits: cancelling
+/// and sending again costs a new wait, and the estimate of either side is rough.
+const MOVE_SAVES: f64 = 0.25;
+/// A queued job gets a twin once it has waited this many times the other queue's expected
+/// start (and the twin is expected to finish first).
+const TWIN_AFTER_STARTS: f64 = 2.0;
+
+/// When each slot of each known, usable queue is expected to be free (unknown queues have
+/// none: they get their trial job only).
+pub(super) struct Slots {
+    free: Vec<Vec<f64>>,
+    now: f64,
+}
+
+impl Slots {
+    pub fn of(queues: &[Assessed], now: f64) -> Self {
+        let free = queues
+            .iter()
+            .map(|q| {
+                if !q.usable() || !q.known() {
+                    return Vec::new();
+                }
+                let room = (q.view.cap as usize).saturating_sub(q.view.jobs.len());
+                let mut slots = vec![now; room];
+                slots.extend(q.view.jobs.iter().map(|j| match j.started_s {
+                    Some(started) => (started + q.run_s).max(now),
+                    None => now + q.start_left_s(j, now) + q.run_s,
+                }));
+                slots
+            })
+            .collect();
+        Self { free, now }
+    }
+
+    pub fn earliest(&self, i: usize) -> Option<f64> {
+        self.free[i].iter().copied().reduce(f64::min)
+    }
+
+    /// The slot where a batch would finish soonest: (when it frees, which queue).
+    pub fn best(&self, queues: &[Assessed]) -> Option<(f64, usize)> {
+        self.best_among(queues, |_| true)
+    }
+
+    fn best_among(
+        &self,
+        queues: &[Assessed],
+        keep: impl Fn(usize) -> bool,
+    ) -> Option<(f64, usize)> {
+        (0..queues.len())
+            .filter(|&i| keep(i))
+            .filter_map(|i| Some((self.earliest(i)?, i)))
+            .min_by(|(a, i), (b, j)| {
+                let fa = a.max(self.now) + queues[*i].cost_s();
+                let fb = b.max(self.now) + queues[*j].cost_s();
+                fa.total_cmp(&fb)
+            })
+    }
+
+    pub fn free_now(&self, i: usize) -> bool {
+        self.earliest(i).is_some_and(|t| t <= self.now + 1e-9)
+    }
+
+    /// The earliest slot of queue `i` is taken by a job that holds it for `cost_s`.
+    pub fn take(&mut self, i: usize, cost_s: f64) {
+        let slots = &mut self.free[i];
+        if let Some(k) = (0..slots.len()).min_by(|&a, &b| slots[a].total_cmp(&slots[b])) {
+            slots[k] = slots[k].max(self.now) + cost_s;
+        }
+    }
+}
+
+pub(super) fn moves_and_twins(
+    queues: &[Assessed],
+    slots: &mut Slots,
+    round: &Round<'_>,
+    no_batch_waiting: bool,
+) -> (Vec<Move>, Vec<PlannedJob>) {
+    let moves = moves(queues, slots, round.now_s);
+    let twins = if round.speculate && no_batch_waiting {
+        twins(queues, slots, round, &moves)
+    } else {
+        Vec::new()
+    };
+    (moves, twins)
+}
+
+/// The queued jobs of stopped queues, oldest first, that would finish sooner sent elsewhere.
+/// Each stopped queue keeps its newest queued job, to notice when it starts jobs again.
+fn moves(queues: &[Assessed], slots: &mut Slots, now: f64) -> Vec<Move> {
+    let mut moves = Vec::new();
+    for q in queues.iter().filter(|q| q.stopped && q.usable()) {
+        let mut queued: Vec<_> = q
+            .view
+            .jobs
+            .iter()
+            .filter(|j| j.started_s.is_none())
+            .collect();
+        queued.sort_by(|a, b| a.submitted_s.total_cmp(&b.submitted_s));
+        queued.pop();
+        for job in queued {
+            let waited = now - job.submitted_s;
+            let here = q.start_left_s(job, now) + q.run_s;
+            let other = |i: usize| !queues[i].stopped && queues[i].view.name != q.view.name;
+            let Some((at, i)) = slots.best_among(queues, other) else {
+                break;
+            };
+            let there = at.max(now) - now + queues[i].cost_s();
+            if there > (1.0 - MOVE_SAVES) * here {
+                break;
+            }
+            slots.take(i, queues[i].cost_s());
+            moves.push(Move {
+                job: job.name.clone(),
+                queue: q.view.name.clone(),
+                why: format!(
+                    "queued on {} for {} (it usually starts jobs in {}): done sooner on {} (~{} against ~{})",
+                    q.view.name,
+                    crate::status::duration(waited),
+                    crate::status::duration(q.model.start_delay.get().unwrap_or(0.0)),
+                    queues[i].view.name,
+                    crate::status::duration(there),
+                    crate::status::duration(here),
+                ),
+            });
+        }
+    }
+    moves
+}
+
+/// Second jobs for the tail: a queued job whose batches have no other job, that has waited
+/// [`TWIN_AFTER_STARTS`] times another queue's expected start while that queue has a free
+/// slot and would finish it first.
+fn twins(
+    queues: &[Assessed],
+    slots: &mut Slots,
+    round: &Round<'_>,
+    moves: &[crate::route::Move],
+) -> Vec<PlannedJob> {
+    let now = round.now_s;
+    let mut jobs_of: BTreeMap<i64, u32> = BTreeMap::new();
+    for q in round.queues {
+        for j in &q.jobs {
+            for b in &j.batches {
+                *jobs_of.entry(*b).or_default() += 1;
+            }
+        }
+    }
+    let mut waiting: Vec<(usize, &crate::route::OpenJob)> = queues
+        .iter()
+        .enumerate()
+        .flat_map(|(i, q)| q.view.jobs.iter().map(move |j| (i, j)))
+        .filter(|(_, j)| j.started_s.is_none())
+        .filter(|(_, j)| j.batches.iter().all(|b| jobs_of.get(b) == Some(&1)))
+        .filter(|(_, j)| !moves.iter().any(|m| m.job == j.name))
+        .collect();
+    waiting.sort_by(|(_, a), (_, b)| a.submitted_s.total_cmp(&b.submitted_s));
+    let mut twins = Vec::new();
+    for (home, job) in waiting {
+        let waited = now - job.submitted_s;
+        let here = queues[home].start_left_s(job, now) + queues[home].run_s;
+        let free_elsewhere = |i: usize| i != home && !queues[i].stopped && slots.free_now(i);
+        let Some((_, i)) = slots.best_among(queues, free_elsewhere) else {
+            break;
+        };
+        let there = &queues[i];
+        if waited < TWIN_AFTER_STARTS * there.start_s.unwrap_or(0.0) || there.cost_s() >= here {
+            continue;
+        }
+        slots.take(i, there.cost_s());
+        twins.push(PlannedJob {
+            queue: there.view.name.clone(),
+            batches: job.batches.clone(),
+        });
+    }
+    twins
+}

@@ -1,0 +1,376 @@
+//! Routing between queues through the real one-node Slurm: two partitions of the test's own
+//! (made with `scontrol create` and removed after), one of them held down so its jobs wait.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{slurm_up, TestDir};
+
+const PAPERS: u64 = 24;
+const PER_BATCH: u64 = 4;
+const BATCHES: u64 = PAPERS / PER_BATCH;
+
+/// Partitions this test made, on the one node; cancelled and removed when dropped.
+struct Partitions(Vec<String>);
+
+impl Partitions {
+    fn create(names: &[&str]) -> Self {
+        let node = String::from_utf8(
+            Command::new("sinfo")
+                .args(["-h", "-o", "%N"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let node = node.lines().next().unwrap().trim().to_string();
+        for name in names {
+            scontrol(&[
+                "create",
+                &format!("PartitionName={name}"),
+                &format!("Nodes={node}"),
+                "MaxTime=INFINITE",
+                "State=UP",
+            ]);
+        }
+        Self(names.iter().map(|n| n.to_string()).collect())
+    }
+}
+
+impl Drop for Partitions {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = Command::new("scancel").args(["-p", p]).status();
+            let _ = Command::new("scontrol")
+                .args(["delete", &format!("PartitionName={p}")])
+                .status();
+        }
+    }
+}
+
+fn scontrol(args: &[&str]) {
+    let out = Command::new("scontrol").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "scontrol {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn set_state(partition: &str, state: &str) {
+    scontrol(&[
+        "update",
+        &format!("PartitionName={partition}"),
+        &format!("State={state}"),
+    ]);
+}
+
+fn db(t: &TestDir) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(t.join("run").join("run.db")).unwrap();
+    c.busy_timeout(Duration::from_secs(30)).unwrap();
+    c
+}
+
+/// Runs `submit` to its end over `fast=2` and `held=2`; `held` goes up `release_after` into
+/// the run (never, if None). Returns the loop's polls, its stderr and its wall time.
+fn submit(
+    t: &TestDir,
+    route: &str,
+    fast: &str,
+    held: &str,
+    release_after: Option<Duration>,
+) -> (u64, String, Duration) {
+    set_state(held, "DOWN");
+    let started = Instant::now();
+    let mut child = t
+        .cmd(&[
+            "submit",
+            "--run-dir",
+            "run",
+            "--backend",
+            "slurm",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--queue",
+            &format!("{fast}=2"),
+            "--queue",
+            &format!("{held}=2"),
+            "--route",
+            route,
+            "--poll-interval",
+            "0.5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut released = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if !released && release_after.is_some_and(|after| started.elapsed() >= after) {
+            set_state(held, "UP");
+            released = true;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(400),
+            "the {route} submit did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let wall = started.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{route} submit failed: {stderr}");
+    let polls = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("owner: ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `owner: N polls` line: {stderr}"));
+    (polls, stderr, wall)
+}
+
+/// (queue, state, exit reason) of every job, and the job count per batch.
+fn jobs(t: &TestDir) -> (Vec<(String, String, String)>, Vec<u64>) {
+    let c = db(t);
+    let mut stmt = c
+        .prepare("SELECT queue, state, coalesce(exit_reason, '') FROM jobs ORDER BY id")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut stmt = c
+        .prepare("SELECT count(*) FROM jobs GROUP BY batch_id ORDER BY batch_id")
+        .unwrap();
+    let per_batch = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (rows, per_batch)
+}
+
+fn in_queue<'a>(
+    rows: &'a [(String, String, String)],
+    queue: &str,
+) -> Vec<&'a (String, String, String)> {
+    rows.iter().filter(|r| r.0 == queue).collect()
+}
+
+#[test]
+fn adaptive_routes_around_a_held_partition_and_finishes_in_fewer_rounds_than_static() {
+    if !slurm_up("adaptive_routes_around_a_held_partition_and_finishes_in_fewer_rounds_than_static")
+    {
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let (fast, held) = (format!("rtfast{tag}"), format!("rtheld{tag}"));
+    let _partitions = Partitions::create(&[&fast, &held]);
+
+    // Adaptive, with the held partition never released: one trial job waits there; the other
+    // batches go to the partition that starts jobs; at the tail the trial's batch gets a twin
+    // there, and the trial is cancelled when the twin finishes it.
+    let a = TestDir::new();
+    a.plan_with_model(PAPERS, PER_BATCH);
+    let (adaptive_polls, stderr, adaptive_wall) = submit(&a, "adaptive", &fast, &held, None);
+    let st = a.status("run");
+    assert_eq!(st["batches_by_state"]["done"], BATCHES, "{st}");
+    assert_eq!(st["rows_in_shards"], PAPERS, "{st}");
+    let (rows, per_batch) = jobs(&a);
+    let trial = in_queue(&rows, &held);
+    assert_eq!(
+        trial.len(),
+        1,
+        "one trial job on the held partition: {rows:?}"
+    );
+    assert_eq!(trial[0].1, "cancelled", "{rows:?}");
+    assert!(
+        trial[0].2.contains("finished first by its twin"),
+        "{rows:?}"
+    );
+    assert_eq!(in_queue(&rows, &fast).len() as u64, BATCHES, "{rows:?}");
+    // Batch 1 (the trial's) has two jobs, every other batch one.
+    let mut expected = vec![1; BATCHES as usize];
+    expected[0] = 2;
+    assert_eq!(per_batch, expected);
+    assert!(stderr.contains("1 speculative twins"), "{stderr}");
+    // Each batch accepted once: the shards hold every paper once (counted above) and one
+    // accepted attempt per batch.
+    let accepted: u64 = db(&a)
+        .query_row(
+            "SELECT count(*) FROM attempts WHERE state = 'accepted'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(accepted, BATCHES);
+
+    // Static, with the held partition released a while after the adaptive run's whole time:
+    // its two jobs there wait for it, and the run with them.
+    let s = TestDir::new();
+    s.plan_with_model(PAPERS, PER_BATCH);
+    let release = adaptive_wall + Duration::from_secs(10);
+    let (static_polls, stderr, _) = submit(&s, "static", &fast, &held, Some(release));
+    let st = s.status("run");
+    assert_eq!(st["batches_by_state"]["done"], BATCHES, "{st}");
+    assert_eq!(st["rows_in_shards"], PAPERS, "{st}");
+    let (rows, per_batch) = jobs(&s);
+    let on_held = in_queue(&rows, &held);
+    assert_eq!(
+        on_held.len(),
+        2,
+        "static fills the held partition to its cap: {rows:?}"
+    );
+    assert!(on_held.iter().all(|r| r.1 == "completed"), "{rows:?}");
+    assert_eq!(per_batch, vec![1; BATCHES as usize], "{stderr}");
+    assert!(
+        adaptive_polls < static_polls,
+        "adaptive took {adaptive_polls} rounds, static {static_polls}"
+    );
+}
+
+/// Whether the cluster preempts by partition priority (`.ci/slurm/start-local-slurm.sh`
+/// configures it; a cluster started by an older copy of that script does not).
+fn preemption_configured() -> bool {
+    let out = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with("PreemptType") && l.contains("partition_prio"))
+}
+
+#[test]
+fn a_batch_preempted_by_a_higher_priority_partition_is_retried_and_counted_as_preempted() {
+    if !slurm_up(
+        "a_batch_preempted_by_a_higher_priority_partition_is_retried_and_counted_as_preempted",
+    ) {
+        return;
+    }
+    assert!(
+        preemption_configured(),
+        "Slurm runs without PreemptType=preempt/partition_prio: start it again with \
+         .ci/slurm/stop-local-slurm.sh && .ci/slurm/start-local-slurm.sh"
+    );
+    let tag = std::process::id() % 100_000;
+    let (low, high) = (format!("rtlow{tag}"), format!("rthigh{tag}"));
+    let parts = Partitions::create(&[&low, &high]);
+    // The low partition's jobs may be preempted (requeued when a job allows it, else
+    // cancelled: ours ask not to be requeued, the loop retries them itself); the high one
+    // outranks it.
+    scontrol(&[
+        "update",
+        &format!("PartitionName={low}"),
+        "PriorityTier=1",
+        "PreemptMode=REQUEUE",
+    ]);
+    scontrol(&[
+        "update",
+        &format!("PartitionName={high}"),
+        "PriorityTier=100",
+        "PreemptMode=OFF",
+    ]);
+    let t = TestDir::new();
+    t.plan_with_model(8, 4);
+    // Each job takes the whole node, so that the high partition's one-CPU job can only start
+    // by preempting it; the first attempt lingers until it is.
+    let first = t.join("first-attempt");
+    let config = format!(
+        "[scheduler.script]\nextra_directives = [\"#SBATCH --exclusive\"]\n\
+         setup = [\"if mkdir {} 2>/dev/null; then sleep 300; fi\"]\n",
+        first.display()
+    );
+    std::fs::write(t.join("run.toml"), config).unwrap();
+    let mut child = t
+        .cmd(&[
+            "submit",
+            "--run-dir",
+            "run",
+            "--backend",
+            "slurm",
+            "--config",
+            "run.toml",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--queue",
+            &format!("{low}=1"),
+            "--poll-interval",
+            "0.5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first attempt to run, then outrank it.
+    let start = Instant::now();
+    while !first.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "the first job never started"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = Command::new("sbatch")
+        .args([
+            "-p",
+            &high,
+            "-n",
+            "1",
+            "-t",
+            "5",
+            "--wrap",
+            "sleep 2",
+            "--job-name",
+            "rt-filler",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(400),
+            "the submit loop did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "submit failed: {stderr}");
+    let st = t.status("run");
+    assert_eq!(st["batches_by_state"]["done"], 2, "{st}");
+    assert_eq!(st["rows_in_shards"], 8, "{st}");
+    // Three jobs: batch 1's preempted one and its retry, batch 2's.
+    let (rows, per_batch) = jobs(&t);
+    assert_eq!(per_batch, vec![2, 1], "{rows:?}");
+    let states: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    assert_eq!(states, ["preempted", "completed", "completed"], "{stderr}");
+    // The queue's model counts it; status shows it.
+    let queue = st["routing"]["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["queue"] == low.as_str())
+        .unwrap_or_else(|| panic!("{st}"))
+        .clone();
+    assert_eq!(queue["preempted"], 1, "{queue}");
+    assert_eq!(queue["finished"], 2, "{queue}");
+    assert!(
+        stderr.contains("preempted; submitting it again"),
+        "{stderr}"
+    );
+    drop(parts);
+}
