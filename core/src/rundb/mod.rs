@@ -4,7 +4,8 @@
 //! are durable; on a re-run it reads what is done and does only the rest. A module per table
 //! (or per group of tables written together): `plan` (corpus_files, papers, quarantine, the
 //! plan's settings and state), `batches`, `shards`, `batch_runs`, `jobs`, `queues`,
-//! `uploads`, `tombstones` (with the collections' identity markers); `status` reads them all.
+//! `uploads`, `tombstones` (with the collections' identity markers); `status` reads them all,
+//! its aggregates from the running counts SQLite triggers keep beside them (`counts`).
 
 mod attempts;
 mod batch_runs;
