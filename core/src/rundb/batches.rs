@@ -21,10 +21,9 @@ pub struct BatchRow {
 impl RunDb {
     pub fn batch(&self, id: BatchId) -> Result<Option<BatchRow>> {
         self.conn
-            .query_row(
-                "SELECT id, path, n_rows, n_excluded, state FROM batches WHERE id = ?1",
-                [id],
-                |r| {
+            .prepare_cached("SELECT id, path, n_rows, n_excluded, state FROM batches WHERE id = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row([id], |r| {
                     Ok(BatchRow {
                         id: r.get(0)?,
                         path: r.get(1)?,
@@ -32,8 +31,8 @@ impl RunDb {
                         n_excluded: r.get(3)?,
                         state: stored_state(r.get::<_, String>(4)?, BatchState::parse)?,
                     })
-                },
-            )
+                })
+            })
             .optional()
             .map_err(sqlite_err(&self.dir))
     }

@@ -4,11 +4,13 @@
 //! are durable; on a re-run it reads what is done and does only the rest. A module per table
 //! (or per group of tables written together): `plan` (corpus_files, papers, quarantine, the
 //! plan's settings and state), `batches`, `shards`, `batch_runs`, `jobs`, `queues`,
-//! `uploads`, `tombstones` (with the collections' identity markers); `status` reads them all.
+//! `uploads`, `tombstones` (with the collections' identity markers); `status` reads them all,
+//! its aggregates from the running counts SQLite triggers keep beside them (`counts`).
 
 mod attempts;
 mod batch_runs;
 mod batches;
+mod counts;
 mod job_history;
 mod jobs;
 mod live;
@@ -25,6 +27,7 @@ mod uploads;
 pub use attempts::{IngestReport, TEST_KILL_ENV};
 pub use batch_runs::{BatchRunRecord, BatchTimings};
 pub use batches::BatchRow;
+pub use counts::STATUS_RECOUNT_ENV;
 pub use job_history::{JobAttempt, JobAttemptCursor};
 pub use jobs::{JobRow, NewJob};
 pub use live::{LiveAttempt, StallRule, STALL_RULE_SETTING};
@@ -106,6 +109,9 @@ pub(crate) fn stored_state<T>(text: String, parse: fn(&str) -> Option<T>) -> rus
     })
 }
 
+/// Prepared statements a connection keeps (see `RunDb::configure`).
+const STATEMENT_CACHE: usize = 64;
+
 pub struct RunDb {
     conn: Connection,
     dir: PathBuf,
@@ -171,6 +177,9 @@ impl RunDb {
         // of one host, so it is safe here, and it lets `status` read while the loop writes.
         // The busy timeout rides out the loop's short write transactions.
         self.conn.busy_timeout(Duration::from_secs(60))?;
+        // Each poll runs a few dozen distinct statements (the ingest, `status`): kept prepared
+        // rather than parsed again at every poll (rusqlite keeps 16 by default).
+        self.conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         self.conn
             .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
         self.conn
@@ -269,9 +278,8 @@ impl RunDb {
     pub fn setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
         let value: Option<String> = self
             .conn
-            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
+            .prepare_cached("SELECT value FROM settings WHERE key = ?1")
+            .and_then(|mut stmt| stmt.query_row([key], |r| r.get(0)))
             .optional()
             .map_err(|e| self.err(e))?;
         value
@@ -335,6 +343,7 @@ impl RunDb {
         db.conn
             .busy_timeout(Duration::from_secs(60))
             .map_err(|e| db.err(e))?;
+        db.conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let known = schema::MIGRATIONS.len() as i64;
         let found = db.schema_version()?;
         if found != known {

@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -275,4 +275,276 @@ const V11: &str = r#"
 ALTER TABLE batch_runs ADD COLUMN job TEXT;
 CREATE INDEX IF NOT EXISTS jobs_by_updated ON jobs (updated_at);
 CREATE INDEX IF NOT EXISTS attempts_by_ingested ON attempts (ingested_at);
+"#;
+
+/// v12: running counts of what `status` shows, kept by triggers in the transaction of each
+/// change (`rundb::counts`), so that the submit loop's poll reads a few rows instead of
+/// aggregating every batch, shard, job and attempt of the run. Each `tally_*` table holds one
+/// group of a `status` aggregate: the batches by release and state (count, papers, chars), the
+/// jobs of each batch's latest attempt by queue and state, the shards, the finished embed runs
+/// by release, the ingested attempts by state, the quarantined papers by reason, the upload
+/// rows by collection. A trigger keeps each in step with every writer (the loop, `queues set`,
+/// an upload, the `sqlite3` command), and dies with its transaction: a kill leaves no count
+/// behind its table. They are counted from the tables once here. A later migration that
+/// rebuilds a counted table (its triggers go with it) creates them again and recounts.
+const V12: &str = r#"
+CREATE TABLE tally_batches (
+    release INTEGER NOT NULL,            -- the release of the batch's corpus file (0: none)
+    state   TEXT NOT NULL,
+    batches INTEGER NOT NULL,
+    papers  INTEGER NOT NULL,            -- n_rows - n_excluded
+    chars   INTEGER NOT NULL,
+    PRIMARY KEY (release, state)
+) WITHOUT ROWID;
+INSERT INTO tally_batches
+    SELECT coalesce(f.release, 0), b.state, count(*), sum(b.n_rows - b.n_excluded), sum(b.n_chars)
+    FROM batches b LEFT JOIN corpus_files f ON f.id = b.file_id GROUP BY 1, 2;
+CREATE TRIGGER tally_batches_insert AFTER INSERT ON batches BEGIN
+    INSERT INTO tally_batches
+        VALUES (coalesce((SELECT release FROM corpus_files WHERE id = NEW.file_id), 0), NEW.state,
+                1, NEW.n_rows - NEW.n_excluded, NEW.n_chars)
+        ON CONFLICT (release, state) DO UPDATE SET batches = batches + excluded.batches,
+            papers = papers + excluded.papers, chars = chars + excluded.chars;
+END;
+CREATE TRIGGER tally_batches_delete AFTER DELETE ON batches BEGIN
+    INSERT INTO tally_batches
+        VALUES (coalesce((SELECT release FROM corpus_files WHERE id = OLD.file_id), 0), OLD.state,
+                -1, OLD.n_excluded - OLD.n_rows, -OLD.n_chars)
+        ON CONFLICT (release, state) DO UPDATE SET batches = batches + excluded.batches,
+            papers = papers + excluded.papers, chars = chars + excluded.chars;
+END;
+CREATE TRIGGER tally_batches_update
+AFTER UPDATE OF file_id, state, n_rows, n_excluded, n_chars ON batches BEGIN
+    INSERT INTO tally_batches
+        VALUES (coalesce((SELECT release FROM corpus_files WHERE id = OLD.file_id), 0), OLD.state,
+                -1, OLD.n_excluded - OLD.n_rows, -OLD.n_chars)
+        ON CONFLICT (release, state) DO UPDATE SET batches = batches + excluded.batches,
+            papers = papers + excluded.papers, chars = chars + excluded.chars;
+    INSERT INTO tally_batches
+        VALUES (coalesce((SELECT release FROM corpus_files WHERE id = NEW.file_id), 0), NEW.state,
+                1, NEW.n_rows - NEW.n_excluded, NEW.n_chars)
+        ON CONFLICT (release, state) DO UPDATE SET batches = batches + excluded.batches,
+            papers = papers + excluded.papers, chars = chars + excluded.chars;
+END;
+
+-- Each batch counts the job rows of its latest attempt: a change to a batch's jobs takes the
+-- batch's latest rows out before it (BEFORE) and puts them back after it (AFTER).
+CREATE TABLE tally_jobs (
+    queue TEXT NOT NULL,                 -- '-' for none
+    state TEXT NOT NULL,
+    jobs  INTEGER NOT NULL,
+    PRIMARY KEY (queue, state)
+) WITHOUT ROWID;
+INSERT INTO tally_jobs
+    SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
+    WHERE attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2;
+CREATE TRIGGER tally_jobs_before_insert BEFORE INSERT ON jobs BEGIN
+    INSERT INTO tally_jobs
+        SELECT coalesce(queue, '-'), state, -count(*) FROM jobs j
+        WHERE batch_id = NEW.batch_id
+          AND attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2
+        ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+END;
+CREATE TRIGGER tally_jobs_after_insert AFTER INSERT ON jobs BEGIN
+    INSERT INTO tally_jobs
+        SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
+        WHERE batch_id = NEW.batch_id
+          AND attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2
+        ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+END;
+CREATE TRIGGER tally_jobs_before_update BEFORE UPDATE OF batch_id, attempt, queue, state ON jobs
+BEGIN
+    INSERT INTO tally_jobs
+        SELECT coalesce(queue, '-'), state, -count(*) FROM jobs j
+        WHERE batch_id IN (OLD.batch_id, NEW.batch_id)
+          AND attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2
+        ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+END;
+CREATE TRIGGER tally_jobs_after_update AFTER UPDATE OF batch_id, attempt, queue, state ON jobs
+BEGIN
+    INSERT INTO tally_jobs
+        SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
+        WHERE batch_id IN (OLD.batch_id, NEW.batch_id)
+          AND attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2
+        ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+END;
+CREATE TRIGGER tally_jobs_before_delete BEFORE DELETE ON jobs BEGIN
+    INSERT INTO tally_jobs
+        SELECT coalesce(queue, '-'), state, -count(*) FROM jobs j
+        WHERE batch_id = OLD.batch_id
+          AND attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2
+        ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+END;
+CREATE TRIGGER tally_jobs_after_delete AFTER DELETE ON jobs BEGIN
+    INSERT INTO tally_jobs
+        SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
+        WHERE batch_id = OLD.batch_id
+          AND attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id) GROUP BY 1, 2
+        ON CONFLICT (queue, state) DO UPDATE SET jobs = jobs + excluded.jobs;
+END;
+
+CREATE TABLE tally_shards (
+    id     INTEGER PRIMARY KEY CHECK (id = 1),
+    shards INTEGER NOT NULL,
+    rows   INTEGER NOT NULL
+);
+INSERT INTO tally_shards SELECT 1, count(*), coalesce(sum(rows), 0) FROM shards;
+CREATE TRIGGER tally_shards_insert AFTER INSERT ON shards BEGIN
+    UPDATE tally_shards SET shards = shards + 1, rows = rows + NEW.rows;
+END;
+CREATE TRIGGER tally_shards_delete AFTER DELETE ON shards BEGIN
+    UPDATE tally_shards SET shards = shards - 1, rows = rows - OLD.rows;
+END;
+CREATE TRIGGER tally_shards_update AFTER UPDATE OF rows ON shards BEGIN
+    UPDATE tally_shards SET rows = rows - OLD.rows + NEW.rows;
+END;
+
+-- Finished (`done`) embed runs only, by the release of their batch's corpus file.
+CREATE TABLE tally_runs (
+    release INTEGER PRIMARY KEY,         -- 0: a run of a batch without a corpus file
+    papers  INTEGER NOT NULL,
+    tokens  INTEGER NOT NULL,
+    seconds REAL NOT NULL                -- total_s
+);
+INSERT INTO tally_runs
+    SELECT coalesce(f.release, 0), sum(coalesce(r.papers, 0)), sum(coalesce(r.tokens, 0)),
+           sum(coalesce(r.total_s, 0.0))
+    FROM batch_runs r LEFT JOIN batches b ON b.id = r.batch_id
+    LEFT JOIN corpus_files f ON f.id = b.file_id
+    WHERE r.state = 'done' GROUP BY 1;
+CREATE TRIGGER tally_runs_insert AFTER INSERT ON batch_runs WHEN NEW.state = 'done' BEGIN
+    INSERT INTO tally_runs
+        VALUES (coalesce((SELECT f.release FROM batches b JOIN corpus_files f ON f.id = b.file_id
+                          WHERE b.id = NEW.batch_id), 0),
+                coalesce(NEW.papers, 0), coalesce(NEW.tokens, 0), coalesce(NEW.total_s, 0.0))
+        ON CONFLICT (release) DO UPDATE SET papers = papers + excluded.papers,
+            tokens = tokens + excluded.tokens, seconds = seconds + excluded.seconds;
+END;
+CREATE TRIGGER tally_runs_delete AFTER DELETE ON batch_runs WHEN OLD.state = 'done' BEGIN
+    INSERT INTO tally_runs
+        VALUES (coalesce((SELECT f.release FROM batches b JOIN corpus_files f ON f.id = b.file_id
+                          WHERE b.id = OLD.batch_id), 0),
+                -coalesce(OLD.papers, 0), -coalesce(OLD.tokens, 0), -coalesce(OLD.total_s, 0.0))
+        ON CONFLICT (release) DO UPDATE SET papers = papers + excluded.papers,
+            tokens = tokens + excluded.tokens, seconds = seconds + excluded.seconds;
+END;
+CREATE TRIGGER tally_runs_update
+AFTER UPDATE OF batch_id, state, papers, tokens, total_s ON batch_runs
+WHEN OLD.state = 'done' OR NEW.state = 'done' BEGIN
+    INSERT INTO tally_runs
+        SELECT coalesce((SELECT f.release FROM batches b JOIN corpus_files f ON f.id = b.file_id
+                         WHERE b.id = OLD.batch_id), 0),
+               -coalesce(OLD.papers, 0), -coalesce(OLD.tokens, 0), -coalesce(OLD.total_s, 0.0)
+        WHERE OLD.state = 'done'
+        ON CONFLICT (release) DO UPDATE SET papers = papers + excluded.papers,
+            tokens = tokens + excluded.tokens, seconds = seconds + excluded.seconds;
+    INSERT INTO tally_runs
+        SELECT coalesce((SELECT f.release FROM batches b JOIN corpus_files f ON f.id = b.file_id
+                         WHERE b.id = NEW.batch_id), 0),
+               coalesce(NEW.papers, 0), coalesce(NEW.tokens, 0), coalesce(NEW.total_s, 0.0)
+        WHERE NEW.state = 'done'
+        ON CONFLICT (release) DO UPDATE SET papers = papers + excluded.papers,
+            tokens = tokens + excluded.tokens, seconds = seconds + excluded.seconds;
+END;
+-- The span of the finished runs (the embed rate) by index: first start, last finish.
+CREATE INDEX batch_runs_done_started ON batch_runs (started_at) WHERE state = 'done';
+CREATE INDEX batch_runs_done_finished ON batch_runs (finished_at) WHERE state = 'done';
+
+-- A corpus file moved to another release takes its batches and their runs along.
+CREATE TRIGGER tally_file_release AFTER UPDATE OF release ON corpus_files
+WHEN OLD.release IS NOT NEW.release BEGIN
+    INSERT INTO tally_batches
+        SELECT OLD.release, state, -count(*), -sum(n_rows - n_excluded), -sum(n_chars)
+        FROM batches WHERE file_id = NEW.id GROUP BY 2
+        ON CONFLICT (release, state) DO UPDATE SET batches = batches + excluded.batches,
+            papers = papers + excluded.papers, chars = chars + excluded.chars;
+    INSERT INTO tally_batches
+        SELECT NEW.release, state, count(*), sum(n_rows - n_excluded), sum(n_chars)
+        FROM batches WHERE file_id = NEW.id GROUP BY 2
+        ON CONFLICT (release, state) DO UPDATE SET batches = batches + excluded.batches,
+            papers = papers + excluded.papers, chars = chars + excluded.chars;
+    INSERT INTO tally_runs
+        SELECT OLD.release, -sum(coalesce(r.papers, 0)), -sum(coalesce(r.tokens, 0)),
+               -sum(coalesce(r.total_s, 0.0))
+        FROM batch_runs r JOIN batches b ON b.id = r.batch_id
+        WHERE b.file_id = NEW.id AND r.state = 'done' HAVING count(*) > 0
+        ON CONFLICT (release) DO UPDATE SET papers = papers + excluded.papers,
+            tokens = tokens + excluded.tokens, seconds = seconds + excluded.seconds;
+    INSERT INTO tally_runs
+        SELECT NEW.release, sum(coalesce(r.papers, 0)), sum(coalesce(r.tokens, 0)),
+               sum(coalesce(r.total_s, 0.0))
+        FROM batch_runs r JOIN batches b ON b.id = r.batch_id
+        WHERE b.file_id = NEW.id AND r.state = 'done' HAVING count(*) > 0
+        ON CONFLICT (release) DO UPDATE SET papers = papers + excluded.papers,
+            tokens = tokens + excluded.tokens, seconds = seconds + excluded.seconds;
+END;
+
+CREATE TABLE tally_attempts (
+    state    TEXT PRIMARY KEY,
+    attempts INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO tally_attempts SELECT state, count(*) FROM attempts GROUP BY 1;
+CREATE TRIGGER tally_attempts_insert AFTER INSERT ON attempts BEGIN
+    INSERT INTO tally_attempts VALUES (NEW.state, 1)
+        ON CONFLICT (state) DO UPDATE SET attempts = attempts + 1;
+END;
+CREATE TRIGGER tally_attempts_delete AFTER DELETE ON attempts BEGIN
+    UPDATE tally_attempts SET attempts = attempts - 1 WHERE state = OLD.state;
+END;
+CREATE TRIGGER tally_attempts_update AFTER UPDATE OF state ON attempts BEGIN
+    UPDATE tally_attempts SET attempts = attempts - 1 WHERE state = OLD.state;
+    INSERT INTO tally_attempts VALUES (NEW.state, 1)
+        ON CONFLICT (state) DO UPDATE SET attempts = attempts + 1;
+END;
+
+CREATE TABLE tally_quarantine (
+    reason TEXT PRIMARY KEY,
+    papers INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO tally_quarantine SELECT reason, count(*) FROM quarantine GROUP BY 1;
+CREATE TRIGGER tally_quarantine_insert AFTER INSERT ON quarantine BEGIN
+    INSERT INTO tally_quarantine VALUES (NEW.reason, 1)
+        ON CONFLICT (reason) DO UPDATE SET papers = papers + 1;
+END;
+CREATE TRIGGER tally_quarantine_delete AFTER DELETE ON quarantine BEGIN
+    UPDATE tally_quarantine SET papers = papers - 1 WHERE reason = OLD.reason;
+END;
+CREATE TRIGGER tally_quarantine_update AFTER UPDATE OF reason ON quarantine BEGIN
+    UPDATE tally_quarantine SET papers = papers - 1 WHERE reason = OLD.reason;
+    INSERT INTO tally_quarantine VALUES (NEW.reason, 1)
+        ON CONFLICT (reason) DO UPDATE SET papers = papers + 1;
+END;
+
+CREATE TABLE tally_uploads (
+    collection TEXT PRIMARY KEY,         -- `name@target`, as `uploads`
+    uploads    INTEGER NOT NULL,         -- rows of `uploads`: a collection with none is not shown
+    acked      INTEGER NOT NULL,
+    failed     INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO tally_uploads
+    SELECT collection, count(*), sum(rows_acked), sum(failed_rows) FROM uploads GROUP BY 1;
+CREATE TRIGGER tally_uploads_insert AFTER INSERT ON uploads BEGIN
+    INSERT INTO tally_uploads VALUES (NEW.collection, 1, NEW.rows_acked, NEW.failed_rows)
+        ON CONFLICT (collection) DO UPDATE SET uploads = uploads + 1,
+            acked = acked + excluded.acked, failed = failed + excluded.failed;
+END;
+CREATE TRIGGER tally_uploads_delete AFTER DELETE ON uploads BEGIN
+    UPDATE tally_uploads SET uploads = uploads - 1, acked = acked - OLD.rows_acked,
+        failed = failed - OLD.failed_rows WHERE collection = OLD.collection;
+END;
+CREATE TRIGGER tally_uploads_update AFTER UPDATE OF collection, rows_acked, failed_rows ON uploads
+BEGIN
+    UPDATE tally_uploads SET uploads = uploads - 1, acked = acked - OLD.rows_acked,
+        failed = failed - OLD.failed_rows WHERE collection = OLD.collection;
+    INSERT INTO tally_uploads VALUES (NEW.collection, 1, NEW.rows_acked, NEW.failed_rows)
+        ON CONFLICT (collection) DO UPDATE SET uploads = uploads + 1,
+            acked = acked + excluded.acked, failed = failed + excluded.failed;
+END;
+
+-- What every poll looks up by index rather than by a pass over the run: the batches waiting
+-- for a job (`batches_without_job`), and those whose results folder an ingest reads
+-- (`unsettled_batches`: not settled, or with an attempt's files left).
+CREATE INDEX batches_by_state ON batches (state);
+CREATE INDEX batches_unsettled ON batches (id) WHERE state != 'done' OR results_settled = 0;
+CREATE INDEX attempts_uncleaned ON attempts (batch_id) WHERE cleaned = 0 AND state != 'accepted';
 "#;

@@ -2,6 +2,7 @@
 //! (docs/commands.md, "status --json"): fields are only ever added, and `format_version` goes
 //! up when one that matters is.
 
+use super::counts::{Counts, ReleaseWork};
 use super::{PauseReason, Result, RunDb};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -138,7 +139,21 @@ pub struct CollectionUpload {
 }
 
 impl RunDb {
+    /// The run's state, its aggregates read from the counts run.db keeps
+    /// ([`super::counts`]; recounted from the tables with `EMBEDFLEET_STATUS_RECOUNT=1`).
     pub fn status(&self) -> Result<RunStatus> {
+        let counts = self.counts()?;
+        self.status_from(counts)
+    }
+
+    /// [`RunDb::status`] with every aggregate recounted from the tables, as embedfleet did
+    /// before run.db kept counts: what the counts are checked against.
+    pub fn status_recounted(&self) -> Result<RunStatus> {
+        let counts = self.counts_recounted()?;
+        self.status_from(counts)
+    }
+
+    fn status_from(&self, counts: Counts) -> Result<RunStatus> {
         let c = &self.conn;
         let e = |e| self.err(e);
         let scalar = |sql: &str| -> Result<u64> {
@@ -146,12 +161,6 @@ impl RunDb {
                 .map(|v| v.unwrap_or(0))
                 .map_err(e)
         };
-        let grouped = |sql: &str| -> Result<BTreeMap<String, u64>> {
-            let mut stmt = c.prepare(sql).map_err(e)?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
-            rows.and_then(|r| r.collect()).map_err(e)
-        };
-        let jobs_by_queue = self.jobs_by_queue()?;
         let corrupt_files: BTreeMap<String, String> = {
             let mut stmt = c
                 .prepare("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL")
@@ -159,13 +168,24 @@ impl RunDb {
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)?
         };
-        let rows_in_shards = scalar("SELECT sum(rows) FROM shards")?;
-        let papers_planned = scalar("SELECT sum(n_rows - n_excluded) FROM batches")?;
-        let papers_per_second = self.embed_rate()?;
+        let (rows_in_shards, papers_planned) = (counts.rows_in_shards, counts.papers_planned);
+        let papers_per_second = counts.papers_per_second;
         let eta_seconds = papers_per_second
             .map(|rate| papers_planned.saturating_sub(rows_in_shards) as f64 / rate);
-        let uploads_by_collection = self.uploads_by_collection(rows_in_shards)?;
-        let releases = self.release_status()?;
+        let uploads_by_collection = counts
+            .uploads
+            .iter()
+            .map(|(collection, &(acked, failed))| {
+                let missing = rows_in_shards.saturating_sub(acked);
+                let upload = CollectionUpload {
+                    acked,
+                    failed,
+                    missing,
+                };
+                (collection.clone(), upload)
+            })
+            .collect();
+        let releases = self.release_status(&counts.by_release)?;
         let rows_withheld = WithheldRows::of(&releases);
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
@@ -178,27 +198,25 @@ impl RunDb {
             )?,
             corrupt_files,
             papers_planned,
-            chars_planned: scalar("SELECT sum(n_chars) FROM batches")?,
+            chars_planned: counts.chars_planned,
             papers_filtered: scalar("SELECT sum(filtered) FROM corpus_files")?,
-            papers_quarantined: scalar("SELECT count(*) FROM quarantine")?,
-            quarantined_by_reason: grouped(
-                "SELECT reason, count(*) FROM quarantine GROUP BY reason",
-            )?,
-            batches: scalar("SELECT count(*) FROM batches")?,
-            batches_by_state: grouped("SELECT state, count(*) FROM batches GROUP BY state")?,
-            jobs_by_queue,
-            shards: scalar("SELECT count(*) FROM shards")?,
+            papers_quarantined: counts.papers_quarantined,
+            quarantined_by_reason: counts.quarantined_by_reason,
+            batches: counts.batches,
+            batches_by_state: counts.batches_by_state,
+            jobs_by_queue: counts.jobs_by_queue,
+            shards: counts.shards,
             rows_in_shards,
-            points_uploaded: scalar("SELECT sum(rows_acked) FROM uploads")?,
-            points_failed: scalar("SELECT sum(failed_rows) FROM uploads")?,
+            points_uploaded: counts.uploads.values().map(|u| u.0).sum(),
+            points_failed: counts.uploads.values().map(|u| u.1).sum(),
             queue_caps: self.queue_caps()?,
             paused: self.paused()?,
             pause_reason: self.pause_reason()?,
             papers_per_second,
             eta_seconds,
-            tokens_embedded: scalar("SELECT sum(tokens) FROM batch_runs WHERE state = 'done'")?,
+            tokens_embedded: counts.tokens_embedded,
             uploads_by_collection,
-            attempts_by_state: grouped("SELECT state, count(*) FROM attempts GROUP BY 1")?,
+            attempts_by_state: counts.attempts_by_state,
             live: self.live_attempts()?,
             releases,
             papers_live: papers_planned.saturating_sub(rows_withheld.total()),
@@ -206,133 +224,24 @@ impl RunDb {
         })
     }
 
-    /// Jobs per queue and state, each batch counted at its latest attempt.
-    fn jobs_by_queue(&self) -> Result<BTreeMap<String, BTreeMap<String, u64>>> {
-        let (c, e) = (&self.conn, |e| self.err(e));
-        let mut jobs_by_queue: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-        let mut stmt = c
-            .prepare(
-                "SELECT coalesce(queue, '-'), state, count(*) FROM jobs j
-                 WHERE attempt = (SELECT max(attempt) FROM jobs WHERE batch_id = j.batch_id)
-                 GROUP BY 1, 2",
-            )
-            .map_err(e)?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, u64>(2)?,
-            ))
-        });
-        for row in rows.map_err(e)? {
-            let (queue, state, n) = row.map_err(e)?;
-            jobs_by_queue.entry(queue).or_default().insert(state, n);
-        }
-        Ok(jobs_by_queue)
-    }
-
-    /// Rows acknowledged and failed per collection; `missing` counts against the
-    /// `rows_in_shards` of the run.
-    fn uploads_by_collection(
-        &self,
-        rows_in_shards: u64,
-    ) -> Result<BTreeMap<String, CollectionUpload>> {
-        let (c, e) = (&self.conn, |e| self.err(e));
-        let mut stmt = c
-            .prepare("SELECT collection, sum(rows_acked), sum(failed_rows) FROM uploads GROUP BY 1")
-            .map_err(e)?;
-        let rows = stmt.query_map([], |r| {
-            let (acked, failed): (u64, u64) = (r.get(1)?, r.get(2)?);
-            let missing = rows_in_shards.saturating_sub(acked);
-            Ok((
-                r.get(0)?,
-                CollectionUpload {
-                    acked,
-                    failed,
-                    missing,
-                },
-            ))
-        });
-        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
-            .map_err(e)
-    }
-
-    /// Each release with its batches and what embedding them cost: one pass over the batches
-    /// and one over the finished embed runs, grouped by release.
-    fn release_status(&self) -> Result<Vec<ReleaseStatus>> {
-        let mut out: BTreeMap<i64, ReleaseStatus> = self
+    /// Each release with its batches and what embedding them cost.
+    fn release_status(&self, work: &BTreeMap<i64, ReleaseWork>) -> Result<Vec<ReleaseStatus>> {
+        Ok(self
             .releases()?
             .into_iter()
             .map(|r| {
-                let status = ReleaseStatus {
+                let w = work.get(&r.id).copied().unwrap_or_default();
+                ReleaseStatus {
                     release: r.id,
                     command: r.command,
                     planned: r.planned_at.is_some(),
                     counts: r.counts.unwrap_or_default(),
-                    ..ReleaseStatus::default()
-                };
-                (r.id, status)
+                    batches: w.batches,
+                    batches_done: w.batches_done,
+                    papers_embedded: w.papers_embedded,
+                    embed_node_hours: w.embed_seconds / 3600.0,
+                }
             })
-            .collect();
-        let e = |e| self.err(e);
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT f.release, count(*), sum(b.state = 'done') FROM batches b
-                 JOIN corpus_files f ON f.id = b.file_id GROUP BY 1",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<(i64, u64, u64)>>>())
-            .map_err(e)?;
-        for (release, batches, done) in rows {
-            if let Some(s) = out.get_mut(&release) {
-                (s.batches, s.batches_done) = (batches, done);
-            }
-        }
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT f.release, sum(r.papers), sum(r.total_s) FROM batch_runs r
-                 JOIN batches b ON b.id = r.batch_id JOIN corpus_files f ON f.id = b.file_id
-                 WHERE r.state = 'done' GROUP BY 1",
-            )
-            .map_err(e)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, Option<u64>>(1)?.unwrap_or(0),
-                    r.get::<_, Option<f64>>(2)?.unwrap_or(0.0),
-                ))
-            })
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<(i64, u64, f64)>>>())
-            .map_err(e)?;
-        for (release, papers, seconds) in rows {
-            if let Some(s) = out.get_mut(&release) {
-                s.papers_embedded = papers;
-                s.embed_node_hours = seconds / 3600.0;
-            }
-        }
-        Ok(out.into_values().collect())
-    }
-
-    /// Papers per second of the finished embed runs over the span from the first start to the
-    /// last finish: with N jobs at once this is the run's rate, not one job's.
-    fn embed_rate(&self) -> Result<Option<f64>> {
-        let (papers, span): (Option<f64>, Option<f64>) = self
-            .conn
-            .query_row(
-                "SELECT sum(papers), (julianday(max(finished_at)) - julianday(min(started_at))) * 86400.0
-                 FROM batch_runs WHERE state = 'done'",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(match (papers, span) {
-            (Some(p), Some(s)) if p > 0.0 && s > 0.0 => Some(p / s),
-            _ => None,
-        })
+            .collect())
     }
 }

@@ -89,8 +89,8 @@ impl RunDb {
         let last = self.setting::<f64>(LAST_FULL_SWEEP_KEY)?;
         let full = last.is_none_or(|last| now - last >= full_sweep_interval_s() || now < last);
         if !full {
-            let settled = self.settled_batches()?;
-            batches.retain(|b| !settled.contains(b));
+            let unsettled = self.unsettled_batches()?;
+            batches.retain(|b| unsettled.contains(b));
         }
         let report = self.ingest_batches(&batches)?;
         if full {
@@ -117,6 +117,28 @@ impl RunDb {
             params![BatchState::Done.as_str(), AttemptState::Accepted.as_str()],
             |r| r.get(0),
         );
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The batches an ingest has to read, the complement of [`Self::settled_batches`] among
+    /// the run's batches: not done or not cleaned since (`batches_unsettled`), with a job open
+    /// (`jobs_by_state`), or with an attempt's files not cleaned (`attempts_uncleaned`). Each
+    /// part by an index (v12): as many rows as there is open work, not one per batch.
+    fn unsettled_batches(&self) -> Result<std::collections::HashSet<i64>> {
+        let sql = format!(
+            "SELECT id FROM batches WHERE state != '{done}' OR results_settled = 0
+             UNION SELECT batch_id FROM jobs WHERE state IN {open}
+             UNION SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != '{accepted}'",
+            done = BatchState::Done.as_str(),
+            open = JobStatus::open_sql(),
+            accepted = AttemptState::Accepted.as_str(),
+        );
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([], |r| r.get(0));
         rows.and_then(|r| r.collect())
             .map_err(sqlite_err(&self.dir))
     }
@@ -335,11 +357,8 @@ impl RunDb {
     /// Whether `batch` is done and its folder was cleaned with no job open (see V10).
     fn results_settled(&self, batch: i64) -> Result<bool> {
         self.conn
-            .query_row(
-                "SELECT results_settled FROM batches WHERE id = ?1",
-                [batch],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT results_settled FROM batches WHERE id = ?1")
+            .and_then(|mut stmt| stmt.query_row([batch], |r| r.get(0)))
             .or_else(|e| match e {
                 rusqlite::Error::QueryReturnedNoRows => Ok(true),
                 e => Err(e),
@@ -576,7 +595,8 @@ impl RunDb {
         );
         let n: i64 = self
             .conn
-            .query_row(&sql, [batch], |r| r.get(0))
+            .prepare_cached(&sql)
+            .and_then(|mut stmt| stmt.query_row([batch], |r| r.get(0)))
             .map_err(sqlite_err(&self.dir))?;
         Ok(n > 0)
     }
