@@ -19,7 +19,6 @@ Events and their variables (besides `EMBEDFLEET_EVENT`, `EMBEDFLEET_RUN_DIR` and
 | `owner_restarted` | the run's owner (the submit loop) started again | `EMBEDFLEET_HOST`, `EMBEDFLEET_REASON` |
 */
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -314,7 +313,10 @@ fn run_hook(
         .parent()
         .map(std::fs::create_dir_all)
         .and_then(Result::ok)
-        .and_then(|_| OpenOptions::new().create(true).append(true).open(&log).ok());
+        .and_then(|_| {
+            let reach = embedfleet_core::access::Reach::of_run_dir(run_dir);
+            embedfleet_core::access::open_append(&log, reach.file_mode()).ok()
+        });
     let (stdout, stderr) = match output.as_ref().map(|f| (f.try_clone(), f.try_clone())) {
         Some((Ok(out), Ok(err))) => (Stdio::from(out), Stdio::from(err)),
         _ => (Stdio::null(), Stdio::null()),

@@ -318,10 +318,13 @@ fn write_first(dir: &Path, record: &OwnerRecord) -> Result<bool> {
         path: path.clone(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(|e| io_err("create the directory of", e))?;
+    crate::access::create_run_dir(dir).map_err(|e| io_err("create the directory of", e))?;
     let tmp = atomic::tmp_path(&path);
     let bytes = serde_json::to_vec_pretty(record).expect("an owner record serialises");
-    std::fs::write(&tmp, &bytes).map_err(|e| io_err("write", e))?;
+    // Never through a link planted at the (predictable) temporary name.
+    atomic::create_fresh(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .map_err(|e| io_err("write", e))?;
     let linked = std::fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .and_then(|_| std::fs::hard_link(&tmp, &path));

@@ -117,7 +117,7 @@ impl RunDb {
     /// Opens the run directory's run.db, creating the directory and the database if needed,
     /// and migrates it to the current schema.
     pub fn create(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| RunDbError::Sqlite {
+        crate::access::create_run_dir(dir).map_err(|e| RunDbError::Sqlite {
             dir: dir.into(),
             source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
         })?;
@@ -149,6 +149,12 @@ impl RunDb {
             );
         }
         crate::owner::keep_heartbeat(dir);
+        // run.db holds the run config's secrets: its mode (and so its -wal's) is set, not left
+        // to the umask (crate::access).
+        crate::access::prepare_db(dir).map_err(|e| RunDbError::Sqlite {
+            dir: dir.into(),
+            source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+        })?;
         let conn =
             Connection::open(RunLayout::new(dir).db()).map_err(|source| RunDbError::Sqlite {
                 dir: dir.into(),
