@@ -396,7 +396,10 @@ mod tests {
             .env
             .insert("HF_TOKEN".into(), "hf_s3cret".into());
         let shown = to_toml(&config);
-        assert!(!shown.contains("T0KEN") && !shown.contains("s3cret"), "{shown}");
+        assert!(
+            !shown.contains("T0KEN") && !shown.contains("s3cret"),
+            "{shown}"
+        );
         assert!(shown.contains("HF_TOKEN"), "the name stays: {shown}");
     }
 

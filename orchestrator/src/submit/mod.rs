@@ -338,10 +338,12 @@ impl<'a> SubmitLoop<'a> {
         let layout = RunLayout::new(&lp.run_dir);
         let reach = embedfleet_core::access::Reach::of_run_dir(&lp.run_dir);
         for path in [layout.job_dir(), layout.log_dir()] {
-            embedfleet_core::access::create_dir_in_run(&path, reach).map_err(|source| SubmitError::Io {
-                action: "create",
-                path,
-                source,
+            embedfleet_core::access::create_dir_in_run(&path, reach).map_err(|source| {
+                SubmitError::Io {
+                    action: "create",
+                    path,
+                    source,
+                }
             })?;
         }
         if embedfleet_core::handoff::PlanManifest::is_stale(&lp.db) {
