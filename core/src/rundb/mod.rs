@@ -56,6 +56,10 @@ pub enum RunDbError {
         found: i64,
         known: i64,
     },
+    /// The owner process may no longer write run.db: its heartbeat could not be written for
+    /// too long, or the run was taken over (`owner::heartbeat::why_not_writing`).
+    #[error("run.db in {dir} not written: {why}")]
+    NotWriting { dir: PathBuf, why: String },
     #[error("run.db in {dir}: {source}")]
     Sqlite {
         dir: PathBuf,
@@ -89,7 +93,22 @@ pub type Result<T> = std::result::Result<T, RunDbError>;
 /// Wraps SQLite errors with the run directory they happened in. Borrows only the directory, so
 /// it can be used while a transaction holds the connection.
 pub(crate) fn sqlite_err(dir: &Path) -> impl Fn(rusqlite::Error) -> RunDbError + '_ {
-    move |source| RunDbError::Sqlite {
+    move |source| sqlite_error(dir, source)
+}
+
+/// An error of SQLite's on `dir`'s run.db; a commit the owner's commit hook refused says why.
+fn sqlite_error(dir: &Path, source: rusqlite::Error) -> RunDbError {
+    if let rusqlite::Error::SqliteFailure(e, _) = &source {
+        if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_COMMITHOOK {
+            if let Some(why) = crate::owner::heartbeat::why_not_writing(dir) {
+                return RunDbError::NotWriting {
+                    dir: dir.into(),
+                    why,
+                };
+            }
+        }
+    }
+    RunDbError::Sqlite {
         dir: dir.to_path_buf(),
         source,
     }
@@ -166,6 +185,13 @@ impl RunDb {
             ownership,
         };
         db.configure().map_err(|e| db.err(e))?;
+        // Every commit of this process first asks whether it may still write: a process whose
+        // heartbeat stopped, or whose run was taken over, writes nothing more (in memory: the
+        // heartbeat thread keeps the answer).
+        let hook_dir = db.dir.clone();
+        db.conn.commit_hook(Some(move || {
+            crate::owner::heartbeat::why_not_writing(&hook_dir).is_some()
+        }));
         db.migrate()?;
         Ok(db)
     }
@@ -266,10 +292,7 @@ impl RunDb {
 
     /// Wraps a SQLite error with the run directory it happened in.
     pub fn err(&self, source: rusqlite::Error) -> RunDbError {
-        RunDbError::Sqlite {
-            dir: self.dir.clone(),
-            source,
-        }
+        sqlite_error(&self.dir, source)
     }
 
     pub fn setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
