@@ -83,6 +83,16 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     commit(path)
 }
 
+/// [`write`] for a file that holds secrets: its mode is exactly `mode`, whatever the umask, from
+/// before its first byte is written.
+pub fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut file = create_tmp(path)?;
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
+    io::Write::write_all(&mut file, bytes)?;
+    commit(path)
+}
+
 /// Copies the file `from` to `to` atomically.
 pub fn copy(from: &Path, to: &Path) -> io::Result<u64> {
     let copied = io::copy(&mut File::open(from)?, &mut create_tmp(to)?)?;

@@ -4,6 +4,7 @@
 //! Both sides of the pipeline use this crate — the orchestrator that plans and submits, and the
 //! jobs that embed and upload — so it stays free of models, schedulers and network clients.
 
+pub mod access;
 pub mod atomic;
 pub mod batchfile;
 pub mod corpus;

@@ -19,7 +19,6 @@ Events and their variables (besides `EMBEDFLEET_EVENT`, `EMBEDFLEET_RUN_DIR` and
 | `owner_restarted` | the run's owner (the submit loop) started again | `EMBEDFLEET_HOST`, `EMBEDFLEET_REASON` |
 */
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -208,13 +207,22 @@ fn one_line(text: &str) -> String {
         .collect()
 }
 
+/// Hooks that run at once; further events wait for one to end.
+pub const MAX_HOOKS_RUNNING: usize = 4;
+/// Events sent and not yet ended (running or waiting); one more is not sent, with a warning: a
+/// storm of events (a node lost with hundreds of batches) must not start hundreds of threads.
+pub const MAX_HOOKS_PENDING: usize = 64;
+
 /// Runs the notify command on events, in the background (see the module's doc).
 #[derive(Debug, Clone)]
 pub struct Notifier {
     command: Option<String>,
     timeout: Duration,
-    /// Hooks still running; [`Notifier::wait`] waits for them to reach 0.
+    /// Hooks sent and not ended (running or waiting for a slot); [`Notifier::wait`] waits for
+    /// them to reach 0.
     in_flight: Arc<(Mutex<usize>, Condvar)>,
+    /// Hooks running now, at most [`MAX_HOOKS_RUNNING`].
+    running: Arc<(Mutex<usize>, Condvar)>,
 }
 
 impl Notifier {
@@ -229,6 +237,7 @@ impl Notifier {
             command: config.command.clone().filter(|c| !c.trim().is_empty()),
             timeout: Duration::from_secs_f64(secs),
             in_flight: Arc::default(),
+            running: Arc::default(),
         }
     }
 
@@ -261,9 +270,34 @@ impl Notifier {
         let name = event.name();
         let timeout = self.timeout;
         let in_flight = Arc::clone(&self.in_flight);
-        *in_flight.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        {
+            let mut pending = in_flight.0.lock().unwrap_or_else(|e| e.into_inner());
+            if *pending >= MAX_HOOKS_PENDING {
+                tracing::warn!(
+                    "notify: {pending} hooks still running or waiting; event {name} not sent \
+                     ({})",
+                    event.message()
+                );
+                return;
+            }
+            *pending += 1;
+        }
+        let running = Arc::clone(&self.running);
         thread::spawn(move || {
+            {
+                let (count, freed) = &*running;
+                let mut n = count.lock().unwrap_or_else(|e| e.into_inner());
+                while *n >= MAX_HOOKS_RUNNING {
+                    n = freed.wait(n).unwrap_or_else(|e| e.into_inner());
+                }
+                *n += 1;
+            }
             run_hook(&command, &run_dir, &env, name, timeout);
+            {
+                let (count, freed) = &*running;
+                *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+                freed.notify_one();
+            }
             let (count, done) = &*in_flight;
             *count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
             done.notify_all();
@@ -301,6 +335,30 @@ pub fn notify_log(run_dir: &Path) -> PathBuf {
     RunLayout::new(run_dir).log_dir().join("notify.log")
 }
 
+/// Waits for the hook's shell to exit (at most until `deadline`; `None` then, the group left
+/// for the caller to end), then kills what it left running in its group — a `curl &`, a
+/// `sleep &` — and reaps it. The shell is not reaped before the group is signalled, so the
+/// group id cannot have been reused.
+fn wait_then_end_group(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return child.wait().map(Some);
+    };
+    let mut nap = Duration::from_millis(5);
+    while !process::has_exited(pid) {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        thread::sleep(nap.min(deadline - now));
+        nap = (nap * 2).min(Duration::from_millis(200));
+    }
+    process::signal_group(pid, libc::SIGKILL);
+    child.wait().map(Some)
+}
+
 /// Runs one hook to its end or its timeout (then kills its process group).
 fn run_hook(
     command: &str,
@@ -314,7 +372,10 @@ fn run_hook(
         .parent()
         .map(std::fs::create_dir_all)
         .and_then(Result::ok)
-        .and_then(|_| OpenOptions::new().create(true).append(true).open(&log).ok());
+        .and_then(|_| {
+            let reach = embedfleet_core::access::Reach::of_run_dir(run_dir);
+            embedfleet_core::access::open_append(&log, reach.file_mode()).ok()
+        });
     let (stdout, stderr) = match output.as_ref().map(|f| (f.try_clone(), f.try_clone())) {
         Some((Ok(out), Ok(err))) => (Stdio::from(out), Stdio::from(err)),
         _ => (Stdio::null(), Stdio::null()),
@@ -337,8 +398,7 @@ fn run_hook(
         }
     };
     let deadline = Instant::now() + timeout;
-    let (first_nap, max_nap) = (Duration::from_millis(5), Duration::from_millis(200));
-    match crate::child::wait_until(&mut child, deadline, first_nap, max_nap) {
+    match wait_then_end_group(&mut child, deadline) {
         Ok(Some(status)) if status.success() => {}
         Ok(Some(status)) => tracing::warn!(
             "notify: the command for event {event} ended with {status}; its output is in {}",
@@ -369,6 +429,73 @@ mod tests {
             command: Some(command.into()),
             timeout_secs,
         })
+    }
+
+    fn finished() -> Event {
+        Event::Finished {
+            batches_done: 1,
+            batches_failed: 0,
+        }
+    }
+
+    #[test]
+    fn what_a_hook_leaves_running_in_the_background_ends_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let n = notifier(
+            &format!("sleep 300 & echo $! > {}", pid_file.display()),
+            10.0,
+        );
+        n.send(dir.path(), &finished());
+        assert!(n.wait(Duration::from_secs(10)));
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Killed with its hook (the shell reaps nothing: `sleep` is init's zombie at most).
+        let end = Instant::now() + Duration::from_secs(5);
+        let alive = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        while alive(pid) && Instant::now() < end {
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!alive(pid), "the hook's background sleep {pid} outlived it");
+    }
+
+    #[test]
+    fn at_most_four_hooks_run_at_once_and_every_event_is_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let running = dir.path().join("running");
+        std::fs::create_dir(&running).unwrap();
+        let counts = dir.path().join("counts");
+        let n = notifier(
+            &format!(
+                "touch {r}/$$; ls {r} | wc -l >> {c}; sleep 0.3; rm {r}/$$",
+                r = running.display(),
+                c = counts.display()
+            ),
+            10.0,
+        );
+        for _ in 0..10 {
+            n.send(dir.path(), &finished());
+        }
+        assert!(n.wait(Duration::from_secs(20)));
+        let seen: Vec<usize> = std::fs::read_to_string(&counts)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        assert_eq!(seen.len(), 10, "{seen:?}");
+        let most = seen.iter().max().copied().unwrap();
+        assert!(most <= MAX_HOOKS_RUNNING && most >= 2, "{seen:?}");
     }
 
     #[test]

@@ -21,10 +21,11 @@ Queue caps are not part of it: they stay live-editable in run.db (`queues set`).
 */
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use embedfleet_core::pin::{self, Difference, Field};
 use embedfleet_core::rundb::{RunDb, RunDbError};
+use embedfleet_core::RunLayout;
 use serde_json::Value;
 
 use crate::config::RunConfig;
@@ -111,6 +112,16 @@ pub enum StoredConfigError {
         given: Backend,
         example: String,
     },
+    #[error(
+        "{why}, and the run config stored in it (its notify command, its job scripts' setup and \
+         env) runs as you: someone else could have changed it, so it is not used. Look at it \
+         (`sqlite3 {db} \"SELECT value FROM settings WHERE key = 'run_config'\"`), then make \
+         run.db yours alone (`chmod go-w {db}*`), or give the config again with `--config FILE \
+         --replace-config`. See {doc}",
+        db = run_db.display(),
+        doc = embedfleet_core::access::DOC
+    )]
+    Untrusted { why: String, run_db: PathBuf },
     #[error("--replace-config needs the config to store: give --config FILE and/or --backend")]
     ReplaceWithoutConfig,
     #[error(
@@ -145,6 +156,9 @@ pub fn choose(db: &RunDb, given: &GivenConfig) -> Result<ChosenConfig, StoredCon
         return Err(StoredConfigError::ReplaceWithoutConfig);
     }
     let stored = stored(db)?;
+    if stored.is_some() && given.file.is_none() {
+        refuse_untrusted(db)?;
+    }
     let mut config = match (&given.file, &stored) {
         (Some(file), _) => file.clone(),
         (None, Some(stored)) => stored.clone(),
@@ -171,6 +185,18 @@ pub fn choose(db: &RunDb, given: &GivenConfig) -> Result<ChosenConfig, StoredCon
     };
     check_open_jobs(db, config.scheduler.backend)?;
     Ok(ChosenConfig { config, origin })
+}
+
+/// Refuses a run.db someone else could have written: its stored commands would run as this
+/// user (see `embedfleet_core::access::db_writable_by_others`).
+fn refuse_untrusted(db: &RunDb) -> Result<(), StoredConfigError> {
+    match embedfleet_core::access::db_writable_by_others(db.dir()) {
+        Some(why) => Err(StoredConfigError::Untrusted {
+            why,
+            run_db: RunLayout::new(db.dir()).db(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// For `run` (the pipeline on this machine): refuses a run whose stored config, or whose open
@@ -305,6 +331,10 @@ pub fn to_toml(config: &RunConfig) -> String {
     for value in masked.scheduler.script.env.values_mut() {
         *value = "***".into();
     }
+    // A webhook's URL or token is usually in the command itself.
+    if let Some(command) = masked.notify.command.as_mut() {
+        *command = "*** (not shown: it may carry a token)".into();
+    }
     toml::to_string(&masked).unwrap_or_else(|e| format!("# (cannot show it as TOML: {e})\n"))
 }
 
@@ -324,6 +354,53 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = RunDb::create(dir.path()).unwrap();
         (dir, db)
+    }
+
+    #[test]
+    fn a_stored_config_in_a_run_db_others_can_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let (d, db) = db();
+        let mut config = slurm();
+        config.notify.command = Some("curl -d @- https://hooks.example/T0KEN".into());
+        store(&db, &config).unwrap();
+        let run_db = RunLayout::new(d.path()).db();
+        std::fs::set_permissions(&run_db, std::fs::Permissions::from_mode(0o660)).unwrap();
+        let err = choose(&db, &GivenConfig::default()).unwrap_err();
+        assert!(err.is_refusal());
+        let text = err.to_string();
+        assert!(
+            text.contains("run.db can be written by its group (mode 660)")
+                && text.contains("chmod go-w")
+                && text.contains("--replace-config"),
+            "{text}"
+        );
+        // The user's own config, given again, is theirs: used (and stored over the other).
+        let given = GivenConfig {
+            file: Some(slurm()),
+            replace: true,
+            ..Default::default()
+        };
+        assert!(choose(&db, &given).is_ok());
+        // Made the owner's alone again, the stored one is used.
+        std::fs::set_permissions(&run_db, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(choose(&db, &GivenConfig::default()).unwrap().config, config);
+    }
+
+    #[test]
+    fn a_printed_config_shows_neither_env_values_nor_the_notify_command() {
+        let mut config = slurm();
+        config.notify.command = Some("curl https://hooks.example/T0KEN".into());
+        config
+            .scheduler
+            .script
+            .env
+            .insert("HF_TOKEN".into(), "hf_s3cret".into());
+        let shown = to_toml(&config);
+        assert!(
+            !shown.contains("T0KEN") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert!(shown.contains("HF_TOKEN"), "the name stays: {shown}");
     }
 
     #[test]

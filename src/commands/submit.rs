@@ -406,6 +406,16 @@ pub fn take_over(args: &TakeOverArgs) -> Result<i32> {
         );
     }
     let stale = Duration::from_secs_f64(args.stale_after);
+    let grace = owner::heartbeat::write_grace();
+    if stale < grace + owner::heartbeat::heartbeat_interval() {
+        tracing::warn!(
+            "--stale-after {:.0} s is shorter than an owner process may go on writing run.db \
+             with its heartbeat failing ({:.0} s) and one beat more: if one is still running \
+             there, both hosts may write run.db",
+            args.stale_after,
+            grace.as_secs_f64()
+        );
+    }
     let this = owner::Host::this().hostname;
     match owner::take_over(&args.run_dir, stale)? {
         owner::TakeOver::AlreadyOwner => {
@@ -420,7 +430,12 @@ pub fn take_over(args: &TakeOverArgs) -> Result<i32> {
         } => {
             let silent = heartbeat_age_s
                 .map(|a| format!("silent for {}", owner::describe_age(a)))
-                .unwrap_or_else(|| "no heartbeat ever recorded".into());
+                .unwrap_or_else(|| {
+                    format!(
+                        "no heartbeat appeared in {}",
+                        owner::describe_age(args.stale_after)
+                    )
+                });
             eprintln!(
                 "{} now belongs to {this} (it was {}'s, {silent}). Start the submit loop here \
                  (`embedfleet submit --run-dir {}` with its model options): it adopts the jobs still queued",

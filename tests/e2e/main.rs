@@ -5,6 +5,7 @@ mod browser;
 mod sshd;
 mod util;
 
+mod access;
 mod architecture;
 mod breaker;
 mod delete;

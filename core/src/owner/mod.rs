@@ -138,6 +138,17 @@ pub enum OwnerError {
         age_s: f64,
         stale_after_s: f64,
     },
+    #[error(
+        "{} is not a heartbeat embedfleet wrote ({source}): a process on {owner} may be \
+         rewriting it, so the run is not taken over. If {owner} is gone for good, delete the \
+         file and run `take-over` again: it then waits --stale-after for a heartbeat to appear",
+        path.display()
+    )]
+    GarbledHeartbeat {
+        path: PathBuf,
+        owner: String,
+        source: serde_json::Error,
+    },
     #[error("failed to {action} {}: {source}", path.display())]
     Io {
         action: &'static str,
@@ -278,7 +289,13 @@ pub fn take_over(dir: &Path, stale_after: Duration) -> Result<TakeOver> {
         check(dir)?;
         return Ok(TakeOver::AlreadyOwner);
     }
-    let beat = read_heartbeat(dir)?;
+    let beat = match heartbeat::read_strict(dir, &record.host.hostname)? {
+        Some(beat) => Some(beat),
+        // No heartbeat at all: an owner process that could not write one yet (or someone
+        // deleted it) is not proof of silence. Wait the silence out: one that appears meanwhile
+        // is a live owner.
+        None => heartbeat::wait_for_one(dir, &record.host.hostname, stale_after)?,
+    };
     let age = beat.as_ref().map(Heartbeat::age_s);
     // A heartbeat from the future (clocks apart) counts as fresh: better refuse than split.
     if let Some(age) = age.filter(|&a| a < stale_after.as_secs_f64()) {
@@ -318,10 +335,13 @@ fn write_first(dir: &Path, record: &OwnerRecord) -> Result<bool> {
         path: path.clone(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(|e| io_err("create the directory of", e))?;
+    crate::access::create_run_dir(dir).map_err(|e| io_err("create the directory of", e))?;
     let tmp = atomic::tmp_path(&path);
     let bytes = serde_json::to_vec_pretty(record).expect("an owner record serialises");
-    std::fs::write(&tmp, &bytes).map_err(|e| io_err("write", e))?;
+    // Never through a link planted at the (predictable) temporary name.
+    atomic::create_fresh(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+        .map_err(|e| io_err("write", e))?;
     let linked = std::fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .and_then(|_| std::fs::hard_link(&tmp, &path));

@@ -158,3 +158,112 @@ fn an_unreadable_record_is_an_error_not_a_claim() {
         "{err}"
     );
 }
+
+/// Makes the heartbeat's name a non-empty directory: every beat fails (as a full quota or a
+/// stale NFS handle would make it, even for root) until [`unblock_heartbeat`].
+fn block_heartbeat(dir: &Path) {
+    let path = RunLayout::new(dir).heartbeat_file();
+    let _ = std::fs::remove_file(&path);
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("x"), b"").unwrap();
+}
+
+fn unblock_heartbeat(dir: &Path) {
+    std::fs::remove_dir_all(RunLayout::new(dir).heartbeat_file()).unwrap();
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(std::time::Instant::now() < end, "waited 20 s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_heartbeat_that_fails_is_retried_and_the_process_stops_writing_until_it_beats_again() {
+    // Each test is its own process (nextest): the interval is this one's.
+    std::env::set_var(heartbeat::HEARTBEAT_INTERVAL_ENV, "0.1");
+    let dir = tempfile::tempdir().unwrap();
+    let db = RunDb::create(dir.path()).unwrap();
+    db.set_setting("k", &1).unwrap();
+    block_heartbeat(dir.path());
+    // Past the grace (0.23 s here) without a heartbeat, a commit is refused and says why.
+    std::thread::sleep(Duration::from_millis(500));
+    let err = db.set_setting("k", &2).unwrap_err();
+    assert!(matches!(err, RunDbError::NotWriting { .. }), "{err}");
+    assert!(
+        err.to_string().contains("has not written its heartbeat"),
+        "{err}"
+    );
+    assert_eq!(db.setting::<i32>("k").unwrap(), Some(1), "rolled back");
+    // The thread did not die: once the heartbeat can be written, it is, and writes go on.
+    unblock_heartbeat(dir.path());
+    wait_for("a heartbeat", || {
+        read_heartbeat(dir.path())
+            .ok()
+            .flatten()
+            .is_some_and(|b| b.age_s() < 1.0)
+    });
+    wait_for("writes allowed again", || db.set_setting("k", &3).is_ok());
+    assert_eq!(db.setting::<i32>("k").unwrap(), Some(3));
+}
+
+#[test]
+fn a_long_command_writes_nothing_more_once_its_run_was_taken_over() {
+    std::env::set_var(heartbeat::HEARTBEAT_INTERVAL_ENV, "0.1");
+    let dir = tempfile::tempdir().unwrap();
+    let db = RunDb::create(dir.path()).unwrap();
+    db.set_setting("k", &1).unwrap();
+    record_for(dir.path(), "login-05", "boot-2");
+    wait_for("the take-over noticed", || db.set_setting("k", &2).is_err());
+    let err = db.set_setting("k", &2).unwrap_err();
+    assert!(err.to_string().contains("taken over"), "{err}");
+    // And its heartbeat stopped: the new owner's are not overwritten.
+    heartbeat_for(dir.path(), "login-05", 0.0);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        read_heartbeat(dir.path()).unwrap().unwrap().host.hostname,
+        "login-05"
+    );
+}
+
+#[test]
+fn take_over_refuses_a_garbled_heartbeat_and_waits_out_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    record_for(dir.path(), "login-06", "boot-1");
+    let path = RunLayout::new(dir.path()).heartbeat_file();
+    std::fs::write(&path, b"{\"host\": ").unwrap();
+    let err = take_over(dir.path(), Duration::from_millis(200)).unwrap_err();
+    assert!(matches!(err, OwnerError::GarbledHeartbeat { .. }), "{err}");
+    assert!(err.to_string().contains("delete the file"), "{err}");
+    assert_eq!(
+        read_owner(dir.path()).unwrap().unwrap().host.hostname,
+        "login-06"
+    );
+
+    // None at all: it waits --stale-after; one appearing meanwhile is a live owner.
+    std::fs::remove_file(&path).unwrap();
+    let writer = {
+        let dir = dir.path().to_path_buf();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            heartbeat_for(&dir, "login-06", 0.0);
+        })
+    };
+    let started = std::time::Instant::now();
+    let err = take_over(dir.path(), Duration::from_secs(5)).unwrap_err();
+    writer.join().unwrap();
+    assert!(matches!(err, OwnerError::OwnerAlive { .. }), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // None through the whole wait: moved, after waiting it out.
+    std::fs::remove_file(&path).unwrap();
+    let started = std::time::Instant::now();
+    match take_over(dir.path(), Duration::from_millis(600)).unwrap() {
+        TakeOver::Moved {
+            heartbeat_age_s, ..
+        } => assert_eq!(heartbeat_age_s, None),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(600));
+}

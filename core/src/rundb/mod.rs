@@ -59,6 +59,10 @@ pub enum RunDbError {
         found: i64,
         known: i64,
     },
+    /// The owner process may no longer write run.db: its heartbeat could not be written for
+    /// too long, or the run was taken over (`owner::heartbeat::why_not_writing`).
+    #[error("run.db in {dir} not written: {why}")]
+    NotWriting { dir: PathBuf, why: String },
     #[error("run.db in {dir}: {source}")]
     Sqlite {
         dir: PathBuf,
@@ -92,7 +96,22 @@ pub type Result<T> = std::result::Result<T, RunDbError>;
 /// Wraps SQLite errors with the run directory they happened in. Borrows only the directory, so
 /// it can be used while a transaction holds the connection.
 pub(crate) fn sqlite_err(dir: &Path) -> impl Fn(rusqlite::Error) -> RunDbError + '_ {
-    move |source| RunDbError::Sqlite {
+    move |source| sqlite_error(dir, source)
+}
+
+/// An error of SQLite's on `dir`'s run.db; a commit the owner's commit hook refused says why.
+fn sqlite_error(dir: &Path, source: rusqlite::Error) -> RunDbError {
+    if let rusqlite::Error::SqliteFailure(e, _) = &source {
+        if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_COMMITHOOK {
+            if let Some(why) = crate::owner::heartbeat::why_not_writing(dir) {
+                return RunDbError::NotWriting {
+                    dir: dir.into(),
+                    why,
+                };
+            }
+        }
+    }
+    RunDbError::Sqlite {
         dir: dir.to_path_buf(),
         source,
     }
@@ -123,7 +142,7 @@ impl RunDb {
     /// Opens the run directory's run.db, creating the directory and the database if needed,
     /// and migrates it to the current schema.
     pub fn create(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| RunDbError::Sqlite {
+        crate::access::create_run_dir(dir).map_err(|e| RunDbError::Sqlite {
             dir: dir.into(),
             source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
         })?;
@@ -155,6 +174,12 @@ impl RunDb {
             );
         }
         crate::owner::keep_heartbeat(dir);
+        // run.db holds the run config's secrets: its mode (and so its -wal's) is set, not left
+        // to the umask (crate::access).
+        crate::access::prepare_db(dir).map_err(|e| RunDbError::Sqlite {
+            dir: dir.into(),
+            source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+        })?;
         let conn =
             Connection::open(RunLayout::new(dir).db()).map_err(|source| RunDbError::Sqlite {
                 dir: dir.into(),
@@ -166,6 +191,13 @@ impl RunDb {
             ownership,
         };
         db.configure().map_err(|e| db.err(e))?;
+        // Every commit of this process first asks whether it may still write: a process whose
+        // heartbeat stopped, or whose run was taken over, writes nothing more (in memory: the
+        // heartbeat thread keeps the answer).
+        let hook_dir = db.dir.clone();
+        db.conn.commit_hook(Some(move || {
+            crate::owner::heartbeat::why_not_writing(&hook_dir).is_some()
+        }));
         db.migrate()?;
         Ok(db)
     }
@@ -269,10 +301,7 @@ impl RunDb {
 
     /// Wraps a SQLite error with the run directory it happened in.
     pub fn err(&self, source: rusqlite::Error) -> RunDbError {
-        RunDbError::Sqlite {
-            dir: self.dir.clone(),
-            source,
-        }
+        sqlite_error(&self.dir, source)
     }
 
     pub fn setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {

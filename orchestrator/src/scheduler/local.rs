@@ -9,7 +9,6 @@ job's name in its environment (a pid alone may have been reused by another proce
 */
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::OpenOptions;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -254,7 +253,8 @@ impl Scheduler for LocalScheduler {
         }
         let (out, err) = match &job.log {
             Some(path) => {
-                let open = || OpenOptions::new().create(true).append(true).open(path);
+                // Never through a link someone planted at the log's name.
+                let open = || embedfleet_core::access::open_append(path, 0o600);
                 let io = |source| SchedulerError::Io {
                     action: "open log file",
                     path: path.clone(),

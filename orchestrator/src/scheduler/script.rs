@@ -178,7 +178,8 @@ pub fn script_vars(
             String::new()
         },
     );
-    put("run_dir", path(&job.run_dir));
+    // Paths go into custom templates as shell words: quoted when they need it (a space, a `$`).
+    put("run_dir", shell_quote(&path(&job.run_dir)));
     put("batch", job.batches[0].to_string());
     put(
         "batches",
@@ -188,7 +189,13 @@ pub fn script_vars(
             .collect::<Vec<_>>()
             .join(" "),
     );
-    put("marker", job.marker.as_ref().map(path).unwrap_or_default());
+    put(
+        "marker",
+        job.marker
+            .as_ref()
+            .map(|m| shell_quote(&path(m)))
+            .unwrap_or_default(),
+    );
     put("embedfleet", embedfleet(config));
     put("extra_directives", config.extra_directives.join("\n"));
     put(
@@ -298,13 +305,18 @@ fn command(backend: Backend, config: &ScriptConfig, job: &ScriptJob) -> String {
 const RANK_VARS: &str =
     "SLURM_PROCID:-${PMI_RANK:-${PMIX_RANK:-${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-}}}}";
 
-/// Lines that record the exit code in the marker (temporary file, then rename).
+/// Lines that record the exit code in the marker (temporary file, then rename). The temporary
+/// name is predictable, so it is created fresh (`set -C`: `O_EXCL`, never through a link someone
+/// planted there) after whatever was at it is removed.
 fn finish(job: &ScriptJob) -> String {
     match &job.marker {
         None => "exit $?".to_string(),
         Some(m) => {
+            let tmp = shell_quote(&format!("{}.tmp", m.display()));
             let m = shell_quote(&m.display().to_string());
-            format!("rc=$?\nprintf '%s\\n' \"$rc\" > {m}.tmp && mv -f {m}.tmp {m}\nexit $rc")
+            format!(
+                "rc=$?\nrm -f {tmp}; (set -C; printf '%s\\n' \"$rc\" > {tmp}) && mv -f {tmp} {m}\nexit $rc"
+            )
         }
     }
 }
@@ -334,5 +346,42 @@ fn one_line(name: &str, value: String) -> Result<String, TemplateError> {
         Err(bad(name, &value, "it must not contain a line break"))
     } else {
         Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_marker_is_never_written_through_a_link_planted_at_its_temporary_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("jobs/b 1.exit");
+        std::fs::create_dir(dir.path().join("jobs")).unwrap();
+        let victim = dir.path().join("authorized_keys");
+        std::fs::write(&victim, "the victim's key\n").unwrap();
+        std::os::unix::fs::symlink(&victim, marker.with_file_name("b 1.exit.tmp")).unwrap();
+        let job = ScriptJob {
+            job_name: "j".into(),
+            queue: "q".into(),
+            run_dir: dir.path().into(),
+            batches: vec![1],
+            output: dir.path().join("log"),
+            error: None,
+            marker: Some(marker.clone()),
+            embed_args: Vec::new(),
+        };
+        let script = format!("(exit 3)\n{}", finish(&job));
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&script)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the victim's key\n"
+        );
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "3\n");
     }
 }

@@ -82,18 +82,13 @@ pub(crate) fn with_binary(scheduler: &SchedulerConfig, queue: &str, exe: &Path) 
     config
 }
 
-/// Writes a job script readable by its owner only: it holds the run config's `env` values,
-/// which may be secrets.
+/// Writes a job script readable by its owner only (and the run's group, in a group run: see
+/// `embedfleet_core::access`): it holds the run config's `env` values, which may be secrets. A
+/// new file renamed over the old one, never opened through a link planted at either name.
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o700)
-        .open(path)?;
-    // An existing file keeps its mode at open: set it.
-    file.set_permissions(std::fs::Permissions::from_mode(0o700))?;
-    file.write_all(text.as_bytes())
+    use embedfleet_core::access::Reach;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    // The jobs folder was made with the run's reach; a script has the same.
+    let mode = Reach::of_run_dir(dir).script_mode();
+    embedfleet_core::atomic::write_with_mode(path, text.as_bytes(), mode)
 }

@@ -336,11 +336,14 @@ impl<'a> SubmitLoop<'a> {
             lp.refused.insert(problem.queue, problem.reason);
         }
         let layout = RunLayout::new(&lp.run_dir);
+        let reach = embedfleet_core::access::Reach::of_run_dir(&lp.run_dir);
         for path in [layout.job_dir(), layout.log_dir()] {
-            std::fs::create_dir_all(&path).map_err(|source| SubmitError::Io {
-                action: "create",
-                path,
-                source,
+            embedfleet_core::access::create_dir_in_run(&path, reach).map_err(|source| {
+                SubmitError::Io {
+                    action: "create",
+                    path,
+                    source,
+                }
             })?;
         }
         if embedfleet_core::handoff::PlanManifest::is_stale(&lp.db) {

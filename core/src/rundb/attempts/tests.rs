@@ -205,3 +205,42 @@ fn a_file_another_cleaner_removed_first_is_done_not_an_error() {
     assert_eq!(remove_files(&paths).unwrap(), 1);
     assert!(!paths.iter().any(|p| p.exists()));
 }
+
+#[test]
+fn a_manifest_that_is_a_fifo_or_a_link_is_rejected_with_a_reason_not_retried_for_ever() {
+    let (_dir, mut db) = run_at_scale(1, 1);
+    let layout = db.layout();
+    let fifo = layout.attempt_manifest(1, "a2");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", layout.attempt_manifest(1, "a3")).unwrap();
+    // Neither blocks the ingest nor is read: each is a verdict, recorded once with its reason.
+    db.ingest_results().unwrap();
+    let rows = |db: &RunDb| -> Vec<(String, String, String)> {
+        let mut stmt = db
+            .conn()
+            .prepare("SELECT token, state, reason FROM attempts WHERE batch_id = 1 ORDER BY token")
+            .unwrap();
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
+        rows.unwrap().map(Result::unwrap).collect()
+    };
+    let recorded = rows(&db);
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    assert_eq!(
+        (recorded[0].0.as_str(), recorded[0].1.as_str()),
+        ("a2", "rejected")
+    );
+    assert!(
+        recorded[0].2.contains("a FIFO, not a regular file"),
+        "{recorded:?}"
+    );
+    assert_eq!(
+        (recorded[1].0.as_str(), recorded[1].1.as_str()),
+        ("a3", "rejected")
+    );
+    assert!(recorded[1].2.contains("a symbolic link"), "{recorded:?}");
+    // The next poll does not read them again.
+    db.ingest_results().unwrap();
+    assert_eq!(rows(&db), recorded);
+}
