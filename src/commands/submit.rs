@@ -327,9 +327,7 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
         let out = WithRouting {
             status: &status,
             routing,
-            set_aside: submit_loop
-                .map(|l| &l.set_aside)
-                .filter(|s| !s.is_empty()),
+            set_aside: submit_loop.map(|l| &l.set_aside).filter(|s| !s.is_empty()),
         };
         println!(
             "{}",

@@ -115,7 +115,10 @@ impl SubmitLoop<'_> {
         job: &str,
         log: Option<String>,
     ) {
-        let message = format!("{} jobs in a row there failed the same way", reason.jobs.len());
+        let message = format!(
+            "{} jobs in a row there failed the same way",
+            reason.jobs.len()
+        );
         let why = format!(
             "set aside by the breaker: {message} ({}); `embedfleet resume` sends jobs there again",
             reason.signature
