@@ -7,6 +7,7 @@ use crate::owner::{unix_now, Host, Result};
 use crate::rundb::RunStatus;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The snapshot format this embedfleet writes and reads.
@@ -47,6 +48,10 @@ pub struct LoopState {
     /// How the loop routes batches to queues, and what it has learned of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingState>,
+    /// Queues the breaker set aside (their jobs failed alike while the other queues' did not),
+    /// with why; `embedfleet resume` brings them back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set_aside: BTreeMap<String, String>,
 }
 
 /// The submit loop's routing as of its last round (`submit --route`).
@@ -168,6 +173,7 @@ mod tests {
             cpu_s: 0.5,
             result_file_ops: 12,
             routing: None,
+            set_aside: Default::default(),
         };
         write_snapshot(dir.path(), &status, Some(state.clone())).unwrap();
         write_snapshot(dir.path(), &status, None).unwrap();

@@ -14,6 +14,7 @@ Events and their variables (besides `EMBEDFLEET_EVENT`, `EMBEDFLEET_RUN_DIR` and
 | --- | --- | --- |
 | `finished` | the loop ends (or, with `--watch`, goes idle) with every batch settled | `EMBEDFLEET_BATCHES_DONE`, `EMBEDFLEET_BATCHES_FAILED` |
 | `paused` | the breaker paused the run | `EMBEDFLEET_REASON` (the failure signature), `EMBEDFLEET_JOB` (the last failed job), `EMBEDFLEET_LOG` |
+| `queue_set_aside` | the breaker set one queue (an ssh host, a partition) aside: its jobs failed alike while the other queues' did not | `EMBEDFLEET_QUEUE`, `EMBEDFLEET_REASON`, `EMBEDFLEET_JOB`, `EMBEDFLEET_LOG` |
 | `batch_failed` | a batch failed for good (every attempt used, or refused) | `EMBEDFLEET_BATCH`, `EMBEDFLEET_JOB`, `EMBEDFLEET_REASON`, `EMBEDFLEET_LOG` |
 | `job_stalled` | a job wrote nothing for several of its shard times | `EMBEDFLEET_JOB`, `EMBEDFLEET_BATCH`, `EMBEDFLEET_HOST`, `EMBEDFLEET_REASON` |
 | `owner_restarted` | the run's owner (the submit loop) started again | `EMBEDFLEET_HOST`, `EMBEDFLEET_REASON` |
@@ -71,6 +72,16 @@ pub enum Event {
         job: String,
         log: Option<String>,
     },
+    /// The breaker set one queue aside (its jobs failed alike while the others' did not):
+    /// `signature` is what its failed jobs had in common.
+    QueueSetAside {
+        queue: String,
+        message: String,
+        signature: String,
+        /// The last failed job and its log.
+        job: String,
+        log: Option<String>,
+    },
     /// A batch failed for good: every attempt used, or its job was refused.
     BatchFailed {
         batch: i64,
@@ -91,12 +102,13 @@ pub enum Event {
 }
 
 impl Event {
-    /// `EMBEDFLEET_EVENT`: `finished`, `paused`, `batch_failed`, `job_stalled`,
-    /// `owner_restarted`.
+    /// `EMBEDFLEET_EVENT`: `finished`, `paused`, `queue_set_aside`, `batch_failed`,
+    /// `job_stalled`, `owner_restarted`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Finished { .. } => "finished",
             Self::Paused { .. } => "paused",
+            Self::QueueSetAside { .. } => "queue_set_aside",
             Self::BatchFailed { .. } => "batch_failed",
             Self::JobStalled { .. } => "job_stalled",
             Self::OwnerRestarted { .. } => "owner_restarted",
@@ -122,6 +134,15 @@ impl Event {
             } => format!(
                 "embedfleet: paused: {message}: {signature} (`embedfleet status` says what to \
                  check, `embedfleet resume` goes on)"
+            ),
+            Self::QueueSetAside {
+                queue,
+                message,
+                signature,
+                ..
+            } => format!(
+                "embedfleet: queue {queue} set aside: {message}: {signature} (the other queues \
+                 go on; `embedfleet resume` sends jobs there again)"
             ),
             Self::BatchFailed { batch, reason, .. } => {
                 format!("embedfleet: batch {batch} failed: {reason}")
@@ -164,6 +185,18 @@ impl Event {
                 log,
                 ..
             } => {
+                put("EMBEDFLEET_REASON", Some(signature.clone()));
+                put("EMBEDFLEET_JOB", Some(job.clone()));
+                put("EMBEDFLEET_LOG", log.clone());
+            }
+            Self::QueueSetAside {
+                queue,
+                signature,
+                job,
+                log,
+                ..
+            } => {
+                put("EMBEDFLEET_QUEUE", Some(queue.clone()));
                 put("EMBEDFLEET_REASON", Some(signature.clone()));
                 put("EMBEDFLEET_JOB", Some(job.clone()));
                 put("EMBEDFLEET_LOG", log.clone());
@@ -641,6 +674,13 @@ mod tests {
                 job: "j3".into(),
                 log: None,
             },
+            Event::QueueSetAside {
+                queue: "gpu-b".into(),
+                message: "3 jobs in a row there failed the same way".into(),
+                signature: "exit code 1; first error line: error: x".into(),
+                job: "j3".into(),
+                log: None,
+            },
             Event::BatchFailed {
                 batch: 1,
                 job: "j".into(),
@@ -664,6 +704,7 @@ mod tests {
             [
                 "finished",
                 "paused",
+                "queue_set_aside",
                 "batch_failed",
                 "job_stalled",
                 "owner_restarted"

@@ -71,6 +71,15 @@ pub fn routing_lines(r: &embedfleet_core::status_snapshot::RoutingState) -> Stri
     out
 }
 
+/// One line per queue the breaker set aside, with why.
+pub fn set_aside_lines(state: &LoopState) -> String {
+    let mut out = String::new();
+    for (queue, why) in &state.set_aside {
+        let _ = writeln!(out, "set aside  {queue}: {why}");
+    }
+    out
+}
+
 pub fn render(s: &RunStatus) -> String {
     let mut out = String::new();
     let plan = if s.plan_complete {

@@ -208,6 +208,13 @@ pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
             report.route, report.twins, report.twin_node_hours, report.moves, report.requeued
         );
     }
+    if !report.set_aside.is_empty() {
+        eprintln!(
+            "the breaker set aside {} (their jobs failed alike while the other queues' did not; \
+             `embedfleet status` says why); `embedfleet resume` sends jobs there again",
+            report.set_aside.join(", ")
+        );
+    }
     if !report.failed.is_empty() {
         let ids: Vec<String> = report.failed.iter().map(|(b, _)| b.to_string()).collect();
         eprintln!(
@@ -314,10 +321,13 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
             status: &'a embedfleet_core::rundb::RunStatus,
             #[serde(skip_serializing_if = "Option::is_none")]
             routing: Option<&'a embedfleet_core::status_snapshot::RoutingState>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            set_aside: Option<&'a std::collections::BTreeMap<String, String>>,
         }
         let out = WithRouting {
             status: &status,
             routing,
+            set_aside: submit_loop.map(|l| &l.set_aside).filter(|s| !s.is_empty()),
         };
         println!(
             "{}",
@@ -329,6 +339,9 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
         }
         if let Some(routing) = routing {
             print!("{}", status::routing_lines(routing));
+        }
+        if let Some(state) = submit_loop {
+            print!("{}", status::set_aside_lines(state));
         }
         print!("{}", status::render(&status));
     }
@@ -391,6 +404,7 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
             if let Some(routing) = &state.routing {
                 print!("{}", status::routing_lines(routing));
             }
+            print!("{}", status::set_aside_lines(state));
         }
         print!("{}", status::render(&snapshot.status));
     }

@@ -11,6 +11,7 @@ const PAUSED_KEY: &str = "submit.paused";
 /// The settings key of [`PauseReason`]; absent unless something other than `embedfleet pause`
 /// paused the run.
 const PAUSE_REASON_KEY: &str = "submit.pause_reason";
+const RESUMES_KEY: &str = "submit.resumes";
 
 /// Why the submit loop paused the run by itself (`embedfleet pause` records none). Shown by
 /// `status` (text and `--json`, field `pause_reason`) until `embedfleet resume` clears it.
@@ -92,7 +93,14 @@ impl RunDb {
         self.set_setting(PAUSED_KEY, &false)?;
         tx.execute("DELETE FROM settings WHERE key = ?1", [PAUSE_REASON_KEY])
             .map_err(sqlite_err(&self.dir))?;
+        self.set_setting(RESUMES_KEY, &(self.resumes()? + 1))?;
         tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// How many times `embedfleet resume` was given in this run: the submit loop brings back the
+    /// queues its breaker set aside when this changes, paused or not.
+    pub fn resumes(&self) -> Result<u64> {
+        Ok(self.setting::<u64>(RESUMES_KEY)?.unwrap_or(0))
     }
 
     /// Pauses, recording why, in one transaction: a reader never sees the reason without the

@@ -40,8 +40,10 @@ impl SubmitLoop<'_> {
         status: JobStatus,
         all_done: bool,
     ) -> Result<()> {
+        let queue = rows[0].queue.clone();
         if all_done {
             self.breaker.success();
+            self.queue_breakers.success(&queue);
             return Ok(());
         }
         if self.tripped {
@@ -58,6 +60,14 @@ impl SubmitLoop<'_> {
             log: log.clone(),
             signature,
         };
+        // One queue failing while others do not is that queue's fault: set it aside, and leave
+        // the run-wide count to failures the other queues share.
+        if let Some(reason) = self.queue_breakers.failed(&queue, &failure) {
+            if self.another_queue_usable(&queue)? {
+                self.set_queue_aside(&queue, &reason, name, log);
+                return Ok(());
+            }
+        }
         let Some(reason) = self.breaker.failed(failure) else {
             return Ok(());
         };
@@ -86,6 +96,71 @@ impl SubmitLoop<'_> {
             log,
         });
         Ok(())
+    }
+
+    /// Whether a queue other than `queue` can take jobs: a cap above 0, neither refused nor
+    /// set aside.
+    fn another_queue_usable(&self, queue: &str) -> Result<bool> {
+        Ok(self
+            .caps()?
+            .iter()
+            .any(|(q, cap)| q != queue && *cap > 0 && !self.refused.contains_key(q)))
+    }
+
+    /// Sends no more jobs to `queue`, saying why, until a `resume`.
+    fn set_queue_aside(
+        &mut self,
+        queue: &str,
+        reason: &embedfleet_core::rundb::PauseReason,
+        job: &str,
+        log: Option<String>,
+    ) {
+        let message = format!(
+            "{} jobs in a row there failed the same way",
+            reason.jobs.len()
+        );
+        let why = format!(
+            "set aside by the breaker: {message} ({}); `embedfleet resume` sends jobs there again",
+            reason.signature
+        );
+        let mut text = format!("queue {queue}: {why}");
+        for log in &reason.logs {
+            text.push_str(&format!("\n  log: {log}"));
+        }
+        text.push_str("\n  its batches go to the other queues");
+        self.console.say(text);
+        self.refused.insert(queue.to_string(), why.clone());
+        self.set_aside.insert(queue.to_string(), why);
+        self.report.set_aside.push(queue.to_string());
+        self.notify(&Event::QueueSetAside {
+            queue: queue.to_string(),
+            message,
+            signature: reason.signature.clone(),
+            job: job.to_string(),
+            log,
+        });
+    }
+
+    /// After a `resume` (paused or not), the queues the breaker set aside take jobs again.
+    pub(super) fn bring_back_set_aside(&mut self) -> Result<()> {
+        let resumes = self.db.resumes()?;
+        if resumes == self.resumes_seen {
+            return Ok(());
+        }
+        self.resumes_seen = resumes;
+        self.queue_breakers.clear();
+        for (queue, _) in std::mem::take(&mut self.set_aside) {
+            self.refused.remove(&queue);
+            self.console.say(format!(
+                "queue {queue}: resumed; the breaker's set-aside is lifted, jobs go there again"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The queues the breaker set aside, and why (for the snapshot).
+    pub(super) fn set_aside(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.set_aside
     }
 
     /// The user resumed a run the breaker paused: the batches that failed (for good, during

@@ -91,7 +91,8 @@ impl Signature {
         })
     }
 
-    fn pauses_at_first(&self) -> bool {
+    /// A refusal (exit 2 or 4): the settings every job shares, never one queue's.
+    pub fn pauses_at_first(&self) -> bool {
         self.exit_code.is_some_and(|c| PAUSE_AT_FIRST.contains(&c))
     }
 }
@@ -145,6 +146,47 @@ impl Breaker {
         }
         let streak = std::mem::take(&mut self.streak);
         Some(pause_reason(&streak, at_first))
+    }
+}
+
+/// Counts, per queue, jobs in a row there that failed alike: a queue (an ssh host, a partition
+/// whose nodes lack a library) whose jobs all fail while the other queues' succeed is set aside
+/// rather than fed every batch in turn; the run-wide [`Breaker`] would never trip, the other
+/// queues' successes resetting it.
+#[derive(Debug)]
+pub struct QueueBreakers {
+    after: u32,
+    by_queue: std::collections::BTreeMap<String, Breaker>,
+}
+
+impl QueueBreakers {
+    pub fn new(after: u32) -> Self {
+        Self {
+            after,
+            by_queue: Default::default(),
+        }
+    }
+
+    /// A job on `queue` finished its batches: that queue's count starts again.
+    pub fn success(&mut self, queue: &str) {
+        self.by_queue.remove(queue);
+    }
+
+    /// A job on `queue` failed; what its jobs had in common when this one trips the queue's
+    /// breaker. A refusal (exit 2 or 4) never trips one queue's: it is the run-wide breaker's.
+    pub fn failed(&mut self, queue: &str, failure: &Failure) -> Option<PauseReason> {
+        if self.after == 0 || failure.signature.pauses_at_first() {
+            return None;
+        }
+        self.by_queue
+            .entry(queue.to_string())
+            .or_insert_with(|| Breaker::new(self.after))
+            .failed(failure.clone())
+    }
+
+    /// Every queue's count starts again (a `resume`).
+    pub fn clear(&mut self) {
+        self.by_queue.clear();
     }
 }
 

@@ -23,9 +23,11 @@ impl SubmitLoop<'_> {
     /// when asked).
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
         let routing = self.routing_state();
+        let set_aside = self.set_aside().clone();
         let newly_stalled = match self.watch.as_mut() {
             Some(watch) => {
                 watch.set_routing(routing);
+                watch.set_set_aside(set_aside);
                 watch.polled(&self.db, status)?;
                 watch.newly_stalled(status)
             }

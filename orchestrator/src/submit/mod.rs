@@ -114,6 +114,8 @@ pub struct SubmitReport {
     pub result_file_ops: u64,
     /// Jobs seen back in their queue after running: the scheduler requeued them (preempted).
     pub requeued: u64,
+    /// Queues the breaker set aside in this loop (their jobs failed alike, the others' not).
+    pub set_aside: Vec<String>,
     /// The route, the speculative twins it sent, the queued jobs it moved, and what the slower
     /// twins ran before they were cancelled.
     pub route: crate::route::Route,
@@ -235,6 +237,11 @@ struct SubmitLoop<'a> {
     /// The run is paused by the breaker (this loop's or an earlier one's): a resume tries the
     /// batches that failed during the streak again.
     tripped: bool,
+    /// Counts jobs in a row failing alike on each queue, and the queues set aside by it (their
+    /// reason is in `refused` too, so no job goes there) until a `resume` (`resumes_seen`).
+    queue_breakers: breaker::QueueBreakers,
+    set_aside: BTreeMap<String, String>,
+    resumes_seen: u64,
     notifier: Notifier,
     /// Jobs that ended in this loop, and their number at the last `finished` event: a loop that
     /// had nothing to do sends none.
@@ -279,6 +286,13 @@ impl<'a> SubmitLoop<'a> {
                 opts.breaker_after
             }),
             tripped: false,
+            queue_breakers: breaker::QueueBreakers::new(if opts.trial.is_some() {
+                0
+            } else {
+                opts.breaker_after
+            }),
+            set_aside: BTreeMap::new(),
+            resumes_seen: 0,
             notifier: Notifier::new(&opts.notify),
             jobs_ended: 0,
             jobs_ended_at_finish: 0,
@@ -359,6 +373,7 @@ impl<'a> SubmitLoop<'a> {
         }
         lp.router = lp.learned_router()?;
         lp.tripped = lp.paused_by_breaker()?;
+        lp.resumes_seen = lp.db.resumes()?;
         let reset = lp.db.reset_failed_batches()?;
         if reset > 0 {
             lp.console.say(format!(
@@ -402,6 +417,7 @@ impl<'a> SubmitLoop<'a> {
             if self.tripped && !paused {
                 self.resumed_after_trip()?;
             }
+            self.bring_back_set_aside()?;
             if !paused {
                 self.submit_round()?;
             }

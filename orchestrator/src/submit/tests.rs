@@ -483,3 +483,66 @@ fn a_running_job_seen_queued_again_counts_as_preempted_on_its_queue() {
     assert_eq!(lp.router.model("q").unwrap().preempted, 1);
     assert_eq!(lp.db.open_jobs().unwrap()[0].state, JobStatus::Pending);
 }
+
+#[test]
+fn a_queue_whose_jobs_fail_alike_while_the_others_run_is_set_aside_until_a_resume() {
+    let (_dir, mut options) = planned_run(6);
+    options.queues = Some(BTreeMap::from([
+        ("bad".to_string(), 2),
+        ("good".to_string(), 2),
+    ]));
+    options.breaker_after = 2;
+    options.route = crate::route::Route::Static;
+    let scheduler = Scripted::answering(
+        (1..=8)
+            .map(|id| Ok(SchedulerJobId::new(id.to_string())))
+            .collect(),
+    );
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    let layout = RunLayout::new(&options.run_dir);
+    let db = RunDb::open(&options.run_dir).unwrap();
+    let on_bad: Vec<JobRow> = db
+        .open_jobs()
+        .unwrap()
+        .into_iter()
+        .filter(|j| j.queue == "bad")
+        .collect();
+    assert_eq!(on_bad.len(), 2);
+    // The host behind "bad" lacks cuDNN; "good"'s jobs run on.
+    for job in &on_bad {
+        let log = "loading\nerror: libcudnn.so.9: cannot open shared object file\n";
+        std::fs::write(layout.job_log(&job.name), log).unwrap();
+        std::fs::write(layout.job_marker(&job.name), "1\n").unwrap();
+    }
+    lp.poll().unwrap();
+    assert!(!db.paused().unwrap(), "one queue's fault pauses nothing");
+    assert!(!lp.tripped);
+    let why = lp.set_aside().get("bad").expect("bad set aside").clone();
+    assert!(
+        why.contains("2 jobs in a row there failed the same way")
+            && why.contains("cannot open shared object file"),
+        "{why}"
+    );
+    assert_eq!(lp.report.set_aside, ["bad"]);
+    // No job goes there: the retried batches wait for "good".
+    let before = scheduler.calls().len();
+    lp.submit_round().unwrap();
+    assert_eq!(
+        scheduler.calls().len(),
+        before,
+        "good is full, bad set aside"
+    );
+    // `embedfleet resume`, though the run is not paused, brings it back.
+    db.set_paused(false).unwrap();
+    lp.bring_back_set_aside().unwrap();
+    assert!(lp.set_aside().is_empty());
+    lp.submit_round().unwrap();
+    let open_bad = db
+        .open_jobs()
+        .unwrap()
+        .into_iter()
+        .filter(|j| j.queue == "bad")
+        .count();
+    assert_eq!(open_bad, 2, "jobs go to bad again");
+}

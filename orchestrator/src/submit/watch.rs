@@ -68,6 +68,7 @@ impl OwnerWatch {
                 cpu_s: 0.0,
                 result_file_ops: 0,
                 routing: None,
+                set_aside: Default::default(),
             },
             cpu_at_start: embedfleet_core::process::own_cpu(),
             ops_at_start: embedfleet_core::fsops::total(),
@@ -77,6 +78,11 @@ impl OwnerWatch {
             restart,
             report: OwnerReport::from_env(run_dir),
         })
+    }
+
+    /// The queues set aside by the breaker, as the next snapshot shows them.
+    pub fn set_set_aside(&mut self, set_aside: std::collections::BTreeMap<String, String>) {
+        self.state.set_aside = set_aside;
     }
 
     /// The routing the next snapshot shows.

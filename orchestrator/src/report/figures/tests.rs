@@ -216,6 +216,7 @@ fn the_owner_rewrites_its_files_when_due_not_every_poll() {
         cpu_s: 0.02,
         result_file_ops: 0,
         routing: None,
+        set_aside: Default::default(),
     };
     owner.polled(&db, &status, &state).unwrap();
     let page = dir.path().join(REPORT_FILE);
