@@ -211,7 +211,8 @@ impl RunDb {
         self.conn.busy_timeout(Duration::from_secs(60))?;
         // Each poll runs a few dozen distinct statements (the ingest, `status`): kept prepared
         // rather than parsed again at every poll (rusqlite keeps 16 by default).
-        self.conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        self.conn
+            .set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         self.conn
             .query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
         self.conn
@@ -372,7 +373,8 @@ impl RunDb {
         db.conn
             .busy_timeout(Duration::from_secs(60))
             .map_err(|e| db.err(e))?;
-        db.conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        db.conn
+            .set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let known = schema::MIGRATIONS.len() as i64;
         let found = db.schema_version()?;
         if found != known {

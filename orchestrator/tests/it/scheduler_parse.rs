@@ -600,3 +600,26 @@ fn squeue_start_estimates_are_local_times_and_na_is_no_estimate() {
     assert_eq!(got[1].1 - got[0].1, 3600.0);
     assert_eq!(got[2].1 - got[0].1, 3.0 * 3600.0 + 45.0 * 60.0 + 5.0);
 }
+
+#[test]
+fn pbs_pro_estimated_start_times_are_read_from_qstat_text_and_json() {
+    use embedfleet_orchestrator::scheduler::{parse_qstat_json, parse_qstat_text};
+    let text = "Job Id: 2871010.polaris-pbs-01\n    Job_Name = ef-b1\n    job_state = Q\n    queue = prod\n    estimated.exec_vnode = (x3005c0s13b0n0:ncpus=64)\n    estimated.start_time = Thu Dec  3 20:15:00 2026\n\nJob Id: 2871011.polaris-pbs-01\n    Job_Name = ef-b2\n    job_state = Q\n    queue = prod\n";
+    let jobs = parse_qstat_text(text).unwrap();
+    assert_eq!(jobs.len(), 2);
+    let first = jobs[0].estimated_start_s().unwrap();
+    assert_eq!(jobs[1].estimated_start_s(), None, "no estimate: none");
+    let json = r#"{"Jobs": {"2871012.polaris-pbs-01": {"job_state": "Q",
+        "estimated": {"exec_vnode": "(x1:ncpus=64)", "start_time": "Thu Dec  3 21:15:00 2026"}},
+        "2871013.polaris-pbs-01": {"job_state": "Q", "estimated": {"start_time": 1796342400}}}}"#;
+    let jobs = parse_qstat_json(json).unwrap();
+    let by_id = |id: &str| {
+        jobs.iter()
+            .find(|j| j.id == id)
+            .unwrap()
+            .estimated_start_s()
+    };
+    // An hour after the text one, whatever this host's zone.
+    assert_eq!(by_id("2871012.polaris-pbs-01").unwrap() - first, 3600.0);
+    assert_eq!(by_id("2871013.polaris-pbs-01"), Some(1796342400.0));
+}

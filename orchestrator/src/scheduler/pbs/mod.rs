@@ -226,6 +226,27 @@ impl Scheduler for PbsScheduler {
         Backend::Pbs
     }
 
+    /// PBS Pro's `estimated.start_time` of the queued jobs, where the site's scheduler sets it
+    /// (Torque and `slurm-wlm-torque` print none: no estimates, as before).
+    fn start_estimates(
+        &self,
+        queued: &[JobHandle],
+    ) -> SchedulerResult<HashMap<SchedulerJobId, f64>> {
+        let mut estimates = HashMap::new();
+        if self.config.flavor != PbsFlavor::Pro {
+            return Ok(estimates);
+        }
+        for chunk in queued.chunks(CHUNK) {
+            let ids: Vec<&str> = chunk.iter().map(|j| j.id.as_str()).collect();
+            for job in self.qstat(&ids, false)? {
+                if let Some(start) = job.estimated_start_s() {
+                    estimates.insert(SchedulerJobId::new(job.id), start);
+                }
+            }
+        }
+        Ok(estimates)
+    }
+
     fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
         job.validate()?;
         let script = self.script_path(job)?;

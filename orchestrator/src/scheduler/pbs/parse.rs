@@ -36,6 +36,34 @@ impl PbsJob {
     pub fn exit_status(&self) -> Option<i32> {
         self.get("Exit_status")?.trim().parse().ok()
     }
+
+    /// When PBS Pro's scheduler expects the queued job to start (`estimated.start_time`, set
+    /// where the site computes it: strict ordering or backfill), in unix seconds: the text form
+    /// `Thu Dec  3 22:40:00 2026` (this host's zone), or seconds as some JSON versions print.
+    pub fn estimated_start_s(&self) -> Option<f64> {
+        let text = self.get("estimated.start_time")?.trim();
+        if let Ok(secs) = text.parse::<i64>() {
+            return Some(secs as f64);
+        }
+        ctime_s(text)
+    }
+}
+
+/// `Thu Dec  3 22:40:00 2026` (ctime's form) in this host's zone, as unix seconds.
+fn ctime_s(text: &str) -> Option<f64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [_weekday, month, day, time, year] = parts.as_slice() else {
+        return None;
+    };
+    let month = MONTHS.iter().position(|m| m.eq_ignore_ascii_case(month))? as i32 + 1;
+    let t: Vec<i32> = time.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let [h, m, s] = t.as_slice() else {
+        return None;
+    };
+    crate::scheduler::state::local_unix_s(year.parse().ok()?, month, day.parse().ok()?, *h, *m, *s)
 }
 
 /// Parses `qstat -f -F json` output.

@@ -201,15 +201,5 @@ fn local_time_s(text: &str) -> Option<f64> {
     let ([y, mo, da], [h, mi, se]) = (d.as_slice(), t.as_slice()) else {
         return None;
     };
-    // SAFETY: `tm` is a plain C struct, zeroed then filled; mktime only reads and normalises it.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    tm.tm_year = y - 1900;
-    tm.tm_mon = mo - 1;
-    tm.tm_mday = *da;
-    tm.tm_hour = *h;
-    tm.tm_min = *mi;
-    tm.tm_sec = *se;
-    tm.tm_isdst = -1;
-    let secs = unsafe { libc::mktime(&mut tm) };
-    (secs != -1).then_some(secs as f64)
+    crate::scheduler::state::local_unix_s(*y, *mo, *da, *h, *mi, *se)
 }
