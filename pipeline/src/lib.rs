@@ -8,6 +8,7 @@
 //! The `embedfleet` binary maps its flags onto these and prints what comes back. No stage crate
 //! depends on this one (`tests/e2e/architecture.rs`).
 
+pub mod activity;
 pub mod error;
 pub mod group_builds;
 pub mod job_record;

@@ -36,6 +36,7 @@ pub fn upload_and_query(
     let mut options = UploadOptions::new(run_dir, RUN_COLLECTION);
     options.progress = progress;
     let upload = embedfleet_upload::upload(&sink, &options)?;
+    crate::activity::record_upload(&RunDb::open(run_dir)?, &sink, &options, &upload);
     if upload.ensured.is_none() {
         return Ok(UploadAndQuery {
             upload,

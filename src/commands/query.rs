@@ -91,6 +91,11 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     };
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
     record_output(&db, &args.output)?;
+    embedfleet_pipeline::activity::record_query(
+        &db,
+        &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
+        &report,
+    );
     if report.already_done == report.queries {
         eprintln!(
             "{} already holds the results of all {} queries; nothing to do",

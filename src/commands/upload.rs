@@ -104,6 +104,7 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
         upload::upload(sink.as_ref(), &options)?
     };
     print_report(&args.collection, &report);
+    embedfleet_pipeline::activity::record_upload(&db, sink.as_ref(), &options, &report);
     Ok(if report.send.failed_points > 0 {
         exit::PARTIAL
     } else {
@@ -283,6 +284,7 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
         .clone()
         .unwrap_or_else(|| RunLayout::new(&args.run_dir).tune_dir());
     let files = tune::write_outputs(&report, &out)?;
+    embedfleet_pipeline::activity::record_tune(&db, kind, &report);
     let saved = TunedUpload {
         sink: kind.into(),
         batch_size: report.batch_size,

@@ -104,6 +104,8 @@ pub struct Figures {
     pub releases: Vec<ReleaseStatus>,
     /// The run's latest `eval`, when it has one (set by the caller, who reads the file).
     pub eval: Option<super::eval_table::EvalTable>,
+    /// The upload's rate, `tune`'s trials and the query workload (set by the caller).
+    pub activity: super::activity::Activity,
 }
 
 /// The figures of a run. `first_error` finds an attempt's first error line (its log is read
@@ -175,6 +177,7 @@ pub fn compute(
         points_uploaded: status.points_uploaded,
         releases: status.releases.clone(),
         eval: None,
+        activity: Default::default(),
     }
 }
 

@@ -37,6 +37,7 @@ pub fn render(figures: &Figures) -> String {
     failures(&mut out, figures);
     quarantined(&mut out, figures);
     uploads_and_releases(&mut out, figures);
+    activity(&mut out, figures);
     eval(&mut out, figures);
     let _ = write!(
         out,
@@ -234,6 +235,129 @@ fn uploads_and_releases(out: &mut String, f: &Figures) {
         }
         out.push_str("</table>\n");
     }
+}
+
+/// The upload's rate, `tune`'s curve and the query workload, when the run has them.
+fn activity(out: &mut String, f: &Figures) {
+    let a = &f.activity;
+    if !a.upload_runs.is_empty() {
+        out.push_str(
+            "<h2>Upload rate</h2><p class=\"sub\">the last upload into each collection</p>\
+             <table id=\"upload-runs\"><tr><th>collection</th><th class=\"n\">points sent</th>\
+             <th class=\"n\">seconds</th><th class=\"n\">points/s</th><th class=\"n\">batch</th>\
+             <th class=\"n\">in flight</th><th class=\"n\">workers</th><th>ended (UTC)</th></tr>",
+        );
+        for u in &a.upload_runs {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.1}</td>\
+                 <td class=\"n\">{:.0}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{}</td><td>{}</td></tr>",
+                html(&u.collection),
+                u.points,
+                u.seconds,
+                u.points_per_s(),
+                u.batch_size,
+                u.in_flight,
+                u.workers,
+                html(&super::clock::utc(u.ended_unix_s))
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if let Some(t) = &a.tune {
+        let _ = write!(
+            out,
+            "<h2>Upload tuning (tune)</h2><p class=\"sub\">points/s into the {} sink per trial; \
+             chosen: batches of {}, {} in flight ({:.0} points/s)</p>",
+            html(&t.sink),
+            t.batch_size,
+            t.in_flight,
+            t.points_per_s
+        );
+        out.push_str(&tune_curve(t));
+        out.push_str(
+            "<table id=\"tune\"><tr><th>sweep</th><th class=\"n\">batch size</th>\
+             <th class=\"n\">in flight</th><th class=\"n\">points/s</th></tr>",
+        );
+        for trial in &t.trials {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+                 <td class=\"n\">{:.0}</td></tr>",
+                html(&trial.sweep),
+                trial.batch_size,
+                trial.in_flight,
+                trial.points_per_s
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if let Some(q) = &a.query {
+        let _ = write!(
+            out,
+            "<h2>Query workload</h2><p class=\"sub\">the last query run against {}: terms \
+             embedded with the query instruction, then searched in batches</p>\
+             <table id=\"query-run\"><tr><th class=\"n\">terms</th><th class=\"n\">searched \
+             now</th><th class=\"n\">result rows</th><th class=\"n\">embed s</th>\
+             <th class=\"n\">search s</th><th class=\"n\">queries/s</th><th class=\"n\">p50 ms\
+             </th><th class=\"n\">p95 ms</th><th class=\"n\">p99 ms</th></tr>\
+             <tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.0}</td>\
+             <td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td></tr>\
+             </table>\n",
+            html(&q.collection),
+            q.queries,
+            q.queries.saturating_sub(q.already_done),
+            q.rows,
+            q.embed_s,
+            q.search_s,
+            q.queries_per_s,
+            q.p50_ms,
+            q.p95_ms,
+            q.p99_ms
+        );
+    }
+}
+
+/// `tune`'s trials as bars of points/s, drawn here (no script needed), the chosen one darker.
+fn tune_curve(t: &super::activity::TuneRun) -> String {
+    let (w, h, gap) = (28.0, 120.0, 6.0);
+    let most = t
+        .trials
+        .iter()
+        .map(|x| x.points_per_s)
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    let width = t.trials.len() as f64 * (w + gap) + gap;
+    let mut svg = format!(
+        "<svg id=\"tune-plot\" width=\"{width:.0}\" height=\"{:.0}\" role=\"img\" \
+         aria-label=\"points per second per tune trial\">",
+        h + 30.0
+    );
+    for (i, trial) in t.trials.iter().enumerate() {
+        let bar = h * trial.points_per_s / most;
+        let x = gap + i as f64 * (w + gap);
+        let chosen = trial.batch_size == t.batch_size && trial.in_flight == t.in_flight;
+        let _ = write!(
+            svg,
+            "<rect class=\"tune-bar\" x=\"{x:.1}\" y=\"{:.1}\" width=\"{w}\" height=\"{bar:.1}\" \
+             fill=\"{}\"><title>{} sweep: batch {}, {} in flight: {:.0} points/s</title></rect>\
+             <text x=\"{:.1}\" y=\"{:.0}\" font-size=\"9\" text-anchor=\"middle\">{}/{}</text>",
+            h - bar,
+            if chosen { "#1f5f8b" } else { "#8fb8d8" },
+            html(&trial.sweep),
+            trial.batch_size,
+            trial.in_flight,
+            trial.points_per_s,
+            x + w / 2.0,
+            h + 14.0,
+            trial.batch_size,
+            trial.in_flight
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
 }
 
 fn eval(out: &mut String, f: &Figures) {

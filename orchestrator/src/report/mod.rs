@@ -11,6 +11,7 @@
 //! keeps fresh beside run.db (`owner`: `report.html`, `metrics.prom`; `listen` for
 //! `submit --metrics-listen`).
 
+pub mod activity;
 mod clock;
 mod escape;
 mod eval_table;
@@ -259,6 +260,7 @@ pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
         owner::first_error(run_dir, &mut cache, a)
     });
     figures.eval = eval_table::latest(run_dir);
+    figures.activity = activity::Activity::read(&db);
     Ok(html::render(&figures))
 }
 

@@ -35,6 +35,8 @@ pub struct OwnerReport {
     /// job row -> the first error line of its log (read once the attempt has failed).
     first_errors: HashMap<i64, Option<String>>,
     quarantined: Vec<(String, String, String)>,
+    /// What upload, tune and query last did (read with the page).
+    activity: super::activity::Activity,
     every: Duration,
     last_page: Option<Instant>,
     last_metrics: Option<Instant>,
@@ -58,6 +60,7 @@ impl OwnerReport {
             history: AttemptHistory::default(),
             first_errors: HashMap::new(),
             quarantined: Vec::new(),
+            activity: Default::default(),
             every,
             last_page: None,
             last_metrics: None,
@@ -88,6 +91,7 @@ impl OwnerReport {
         }
         if page_due {
             self.quarantined = db.quarantine_sample(QUARANTINE_SHOWN)?;
+            self.activity = super::activity::Activity::read(db);
             self.write_page(status);
             self.last_page = Some(Instant::now());
         }
@@ -117,9 +121,13 @@ impl OwnerReport {
         self.metrics.set(body, submit_loop.last_poll_unix_s);
         // Replaced whole by a rename, not synced: a metrics file lost in a crash is rewritten
         // at the next poll, and a sync per write would cost a loaded filesystem's latency.
+        // The temporary file is created fresh, never through a link planted at its name.
         let path = self.run_dir.join(METRICS_FILE);
         let tmp = embedfleet_core::atomic::tmp_path(&path);
-        if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        let written = embedfleet_core::atomic::create_tmp(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
             tracing::warn!("{} not written: {e}", path.display());
         }
     }
@@ -131,6 +139,7 @@ impl OwnerReport {
             first_error(&run_dir, cache, a)
         });
         figures.eval = super::eval_table::latest(&run_dir);
+        figures.activity = self.activity.clone();
         self.write(REPORT_FILE, html::render(&figures).as_bytes());
     }
 

@@ -261,3 +261,82 @@ fn the_page_shows_the_latest_eval_when_the_run_has_one() {
         page.contains("<td>&lt;i&gt;year&lt;/i&gt;</td><td>ef=64</td><td class=\"n\">0.9800</td>")
     );
 }
+
+#[test]
+fn the_page_shows_the_upload_rate_tunes_curve_and_the_query_workload_when_the_run_has_them() {
+    use crate::report::activity::*;
+    let (dir, db) = run_db();
+    let page = crate::report::html_page(dir.path()).unwrap();
+    for id in ["upload-runs", "tune-plot", "query-run"] {
+        assert!(
+            !page.contains(&format!("id=\"{id}\"")),
+            "{id} without a record"
+        );
+    }
+    let collection = format!("papers@{PLANTED}");
+    record_upload(
+        &db,
+        UploadRun {
+            collection: collection.clone(),
+            points: 8300,
+            seconds: 4.15,
+            batch_size: 256,
+            in_flight: 4,
+            workers: 3,
+            ended_unix_s: 1.8e9,
+        },
+    )
+    .unwrap();
+    let trial = |sweep: &str, batch_size, in_flight, points_per_s| TuneTrial {
+        sweep: sweep.into(),
+        batch_size,
+        in_flight,
+        points_per_s,
+    };
+    db.set_setting(
+        TUNE_RUN_SETTING,
+        &TuneRun {
+            sink: "server".into(),
+            trials: vec![
+                trial("batch", 64, 2, 900.0),
+                trial("batch", 256, 2, 1800.0),
+                trial("in_flight", 256, 4, 2400.0),
+            ],
+            batch_size: 256,
+            in_flight: 4,
+            points_per_s: 2400.0,
+            ended_unix_s: 1.8e9,
+        },
+    )
+    .unwrap();
+    db.set_setting(
+        QUERY_RUN_SETTING,
+        &QueryRun {
+            collection: collection.clone(),
+            queries: 22723,
+            already_done: 723,
+            rows: 220000,
+            embed_s: 30.0,
+            search_s: 11.0,
+            queries_per_s: 2000.0,
+            p50_ms: 1.5,
+            p95_ms: 4.0,
+            p99_ms: 7.25,
+            ended_unix_s: 1.8e9,
+        },
+    )
+    .unwrap();
+    let page = crate::report::html_page(dir.path()).unwrap();
+    // The rate (8,300 points in 4.15 s), escaped where it came from outside.
+    assert!(
+        page.contains("<td class=\"n\">8300</td><td class=\"n\">4.2</td><td class=\"n\">2000</td>"),
+        "{page}"
+    );
+    assert!(!page.contains(&format!("<td>{collection}")));
+    assert_eq!(page.matches("class=\"tune-bar\"").count(), 3);
+    assert!(page.contains("fill=\"#1f5f8b\"><title>in_flight sweep: batch 256, 4 in flight"));
+    assert!(page.contains("<td class=\"n\">22723</td><td class=\"n\">22000</td>"));
+    assert!(page.contains("<td class=\"n\">7.25</td>"));
+    // Still one script of its own, nothing run from the records.
+    assert_eq!(page.matches("<script").count(), 2);
+}
