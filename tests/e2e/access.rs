@@ -32,6 +32,20 @@ fn run_umask_002(t: &TestDir, args: &[&str], code: i32) -> Output {
     out
 }
 
+/// `plan` of `c.jsonl.gz` into `run` (2 papers a batch) under umask 002.
+fn plan_umask_002(t: &TestDir) {
+    let plan = [
+        "plan",
+        "--corpus",
+        "c.jsonl.gz",
+        "--run-dir",
+        "run",
+        "--papers-per-job",
+        "2",
+    ];
+    run_umask_002(t, &plan, 0);
+}
+
 /// `sh -c SCRIPT` as `nobody` (uid and gid 65534, no groups).
 fn as_nobody(dir: &Path, script: &str) -> Output {
     Command::new("setpriv")
@@ -67,19 +81,7 @@ fn access_another_user_cannot_read_a_runs_secrets_and_a_writable_run_db_runs_not
     // The test's own folder is tempfile's 0700: open it, as a project space is.
     std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     t.sample("c.jsonl.gz", 4, 1);
-    run_umask_002(
-        &t,
-        &[
-            "plan",
-            "--corpus",
-            "c.jsonl.gz",
-            "--run-dir",
-            "run",
-            "--papers-per-job",
-            "2",
-        ],
-        0,
-    );
+    plan_umask_002(&t);
     t.run(&["make-tiny-model", "--out", "model"], 0);
     let run = t.join("run");
     assert_eq!(mode(&run), 0o700, "a new run directory is its owner's");
@@ -189,19 +191,7 @@ fn access_a_run_directory_made_for_a_group_gives_it_read_never_write() {
     std::fs::create_dir(&run).unwrap();
     std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o750)).unwrap();
     t.sample("c.jsonl.gz", 2, 1);
-    run_umask_002(
-        &t,
-        &[
-            "plan",
-            "--corpus",
-            "c.jsonl.gz",
-            "--run-dir",
-            "run",
-            "--papers-per-job",
-            "2",
-        ],
-        0,
-    );
+    plan_umask_002(&t);
     assert_eq!(mode(&run), 0o750, "the user's choice is kept");
     assert_eq!(mode(&run.join("run.db")), 0o640);
 }
