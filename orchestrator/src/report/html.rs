@@ -294,7 +294,7 @@ fn activity(out: &mut String, f: &Figures) {
         out.push_str("</table>\n");
     }
     if let Some(q) = &a.query {
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<h2>Query workload</h2><p class=\"sub\">the last query run against {}: terms \
              embedded with the query instruction, then searched in batches</p>\
@@ -305,7 +305,7 @@ fn activity(out: &mut String, f: &Figures) {
              <tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
              <td class=\"n\">{:.1}</td><td class=\"n\">{:.1}</td><td class=\"n\">{:.0}</td>\
              <td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td></tr>\
-             </table>\n",
+             </table>",
             html(&q.collection),
             q.queries,
             q.queries.saturating_sub(q.already_done),
