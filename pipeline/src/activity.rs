@@ -12,13 +12,13 @@ use embedfleet_query::workload::QueryReport;
 use embedfleet_upload::tune::TuneReport;
 use embedfleet_upload::{Sink, UploadOptions, UploadReport};
 
-/// The upload `report` into `options.collection` of `sink`, when it sent anything.
+/// The upload `report` into `options.spec.name` of `sink`, when it sent anything.
 pub fn record_upload(db: &RunDb, sink: &dyn Sink, options: &UploadOptions, report: &UploadReport) {
     if report.send.points == 0 {
         return;
     }
     let run = UploadRun {
-        collection: embedfleet_upload::progress_key(sink, &options.collection),
+        collection: embedfleet_upload::progress_key(sink, &options.spec.name),
         points: report.send.points,
         seconds: report.send.elapsed.as_secs_f64(),
         batch_size: options.batch_size,
