@@ -57,6 +57,8 @@ fn main() {
         polls: 0,
         cpu_s: 0.0,
         result_file_ops: 0,
+        routing: None,
+        set_aside: Default::default(),
     };
     assert_eq!(db.status().unwrap(), db.status_recounted().unwrap());
     // [mode][part]: CPU seconds; mode 0 recounts ("before"), mode 1 reads the counters.
