@@ -209,6 +209,22 @@ pub(super) fn marker_or(handle: &JobHandle, fallback: JobState) -> JobState {
         .unwrap_or(fallback)
 }
 
+/// A wall-clock time of this host's zone, as the schedulers print their estimates, in unix
+/// seconds (`mktime`, daylight saving decided by the date).
+pub(crate) fn local_unix_s(year: i32, month: i32, day: i32, h: i32, m: i32, s: i32) -> Option<f64> {
+    // SAFETY: `tm` is a plain C struct, zeroed then filled; mktime only reads and normalises it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = year - 1900;
+    tm.tm_mon = month - 1;
+    tm.tm_mday = day;
+    tm.tm_hour = h;
+    tm.tm_min = m;
+    tm.tm_sec = s;
+    tm.tm_isdst = -1;
+    let secs = unsafe { libc::mktime(&mut tm) };
+    (secs != -1).then_some(secs as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,20 +264,4 @@ mod tests {
             }
         );
     }
-}
-
-/// A wall-clock time of this host's zone, as the schedulers print their estimates, in unix
-/// seconds (`mktime`, daylight saving decided by the date).
-pub(crate) fn local_unix_s(year: i32, month: i32, day: i32, h: i32, m: i32, s: i32) -> Option<f64> {
-    // SAFETY: `tm` is a plain C struct, zeroed then filled; mktime only reads and normalises it.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    tm.tm_year = year - 1900;
-    tm.tm_mon = month - 1;
-    tm.tm_mday = day;
-    tm.tm_hour = h;
-    tm.tm_min = m;
-    tm.tm_sec = s;
-    tm.tm_isdst = -1;
-    let secs = unsafe { libc::mktime(&mut tm) };
-    (secs != -1).then_some(secs as f64)
 }
