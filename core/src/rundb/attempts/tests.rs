@@ -223,7 +223,7 @@ fn a_manifest_that_is_a_fifo_or_a_link_is_rejected_with_a_reason_not_retried_for
             .prepare("SELECT token, state, reason FROM attempts WHERE batch_id = 1 ORDER BY token")
             .unwrap();
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
-        rows.unwrap().map(Result::unwrap).collect()
+        rows.unwrap().map(|r| r.unwrap()).collect()
     };
     let recorded = rows(&db);
     assert_eq!(recorded.len(), 2, "{recorded:?}");
