@@ -321,7 +321,11 @@ pub fn check_recorded(
     let unreadable = |e: &dyn std::fmt::Display| {
         ShardCheckError::Unreadable(format!("shard {name} cannot be read now: {e}"))
     };
-    let found = sha256_of(path).map_err(|e| unreadable(&e))?;
+    // A shard that is a link, a FIFO or another user's file stays so: a verdict, not a retry.
+    let found = sha256_of(path).map_err(|e| match crate::untrusted::is_lasting(&e) {
+        true => ShardCheckError::Wrong(format!("shard {name} is never read: {e}")),
+        false => unreadable(&e),
+    })?;
     if found != sha256 {
         return Err(ShardCheckError::Wrong(format!(
             "shard {name} changed after it was written (sha256 {found}, recorded {sha256})"

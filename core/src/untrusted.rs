@@ -23,17 +23,32 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
             _ => e,
         })?;
     let kind = file.metadata()?.file_type();
+    if kind.is_dir() {
+        // Not a lasting verdict: a name briefly a directory is what a stale NFS handle or a
+        // rename in flight looks like from here; it is read again later.
+        return Err(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "a directory, not a regular file (for now?)",
+        ));
+    }
     if !kind.is_file() {
         use std::os::unix::fs::FileTypeExt;
         return Err(not_regular(if kind.is_fifo() {
             "a FIFO"
-        } else if kind.is_dir() {
-            "a directory"
         } else {
             "a device or socket"
         }));
     }
     Ok(file)
+}
+
+/// Whether a failed read will fail the same way until someone changes the file: not a regular
+/// file (a link, a FIFO, a device: [`open_regular`]), larger than such a file can be
+/// ([`read_capped`]), or not readable by this user (`EACCES`: another user's file). Other
+/// errors (a stale NFS handle, `EIO`, a directory for now) are worth reading again.
+pub fn is_lasting(e: &io::Error) -> bool {
+    use io::ErrorKind::{InvalidData, InvalidInput, PermissionDenied};
+    matches!(e.kind(), InvalidData | InvalidInput | PermissionDenied)
 }
 
 /// The bytes of the regular file `path`, refused ([`io::ErrorKind::InvalidData`]) when it holds

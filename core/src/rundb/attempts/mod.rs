@@ -247,7 +247,7 @@ impl RunDb {
                 // the next poll reads it again. What will not go away by itself — a file that
                 // is not a regular one, one too large to be ours, one this user may not read —
                 // is a verdict, below: retried at every poll it would be warned about for ever.
-                Err(HandoffError::Io { source, .. }) if !lasting(&source) => {
+                Err(HandoffError::Io { source, .. }) if !crate::untrusted::is_lasting(&source) => {
                     tracing::warn!(
                         "batch {batch}: the manifest of attempt {token} cannot be read now ({source}); it is read again at the next poll"
                     );
@@ -641,15 +641,6 @@ fn manifest_stamp(layout: &RunLayout, batch: i64, token: &str) -> Option<String>
         meta.mtime(),
         meta.mtime_nsec()
     ))
-}
-
-/// Whether a manifest's read failed for a reason that stays until someone changes the file:
-/// not a regular file (a link, a FIFO, a device: [`crate::untrusted`]), larger than a manifest
-/// can be, or not readable by this user (`EACCES`: another user's file). A rewritten manifest
-/// is verified again, so such a rejection is not final.
-fn lasting(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::{InvalidData, InvalidInput, PermissionDenied};
-    matches!(e.kind(), InvalidData | InvalidInput | PermissionDenied)
 }
 
 #[cfg(test)]
