@@ -448,3 +448,28 @@ pub fn sha256_of(path: &Path) -> std::io::Result<String> {
         .map(|b| format!("{b:02x}"))
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_that_is_a_fifo_or_a_link_is_a_verdict_and_a_directory_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("b1-p0.parquet");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        let link = dir.path().join("b1-p1.parquet");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let folder = dir.path().join("b1-p2.parquet");
+        std::fs::create_dir(&folder).unwrap();
+        let check = |p: &Path| check_recorded(p, "s", 1, &"0".repeat(64));
+        // Neither blocks nor reads without end.
+        assert!(matches!(check(&fifo), Err(ShardCheckError::Wrong(w)) if w.contains("a FIFO")));
+        assert!(
+            matches!(check(&link), Err(ShardCheckError::Wrong(w)) if w.contains("symbolic link"))
+        );
+        assert!(check(&folder).unwrap_err().is_unreadable());
+    }
+}
