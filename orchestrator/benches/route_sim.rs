@@ -151,6 +151,7 @@ fn simulate(specs: &[QueueSpec], route: Route, speculate: bool, seed: u64) -> Ou
                         batches: vec![j.batch],
                         submitted_s: j.submitted,
                         started_s: j.started.filter(|_| j.seen),
+                        cancelling: false,
                     })
                     .collect(),
             })

@@ -78,6 +78,9 @@ pub struct OpenJob {
     /// Unix seconds (or the simulator's clock).
     pub submitted_s: f64,
     pub started_s: Option<f64>,
+    /// Cancelled by the loop (moved, or the slower twin), not yet ended by the scheduler: it
+    /// holds its queue's place, and is neither moved again nor given a twin.
+    pub cancelling: bool,
 }
 
 /// One queue this round: its cap, whether it takes jobs now (not refused, not cooling off

@@ -102,7 +102,7 @@ fn moves(queues: &[Assessed], slots: &mut Slots, now: f64) -> Vec<Move> {
             .view
             .jobs
             .iter()
-            .filter(|j| j.started_s.is_none())
+            .filter(|j| j.started_s.is_none() && !j.cancelling)
             .collect();
         queued.sort_by(|a, b| a.submitted_s.total_cmp(&b.submitted_s));
         queued.pop();
@@ -158,7 +158,7 @@ fn twins(
         .iter()
         .enumerate()
         .flat_map(|(i, q)| q.view.jobs.iter().map(move |j| (i, j)))
-        .filter(|(_, j)| j.started_s.is_none())
+        .filter(|(_, j)| j.started_s.is_none() && !j.cancelling)
         .filter(|(_, j)| j.batches.iter().all(|b| jobs_of.get(b) == Some(&1)))
         .filter(|(_, j)| !moves.iter().any(|m| m.job == j.name))
         .collect();

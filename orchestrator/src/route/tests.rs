@@ -19,6 +19,7 @@ fn queued(name: &str, batch: i64, waited_s: f64) -> OpenJob {
         batches: vec![batch],
         submitted_s: NOW - waited_s,
         started_s: None,
+        cancelling: false,
     }
 }
 
@@ -28,6 +29,7 @@ fn running(name: &str, batch: i64, for_s: f64) -> OpenJob {
         batches: vec![batch],
         submitted_s: NOW - for_s - 60.0,
         started_s: Some(NOW - for_s),
+        cancelling: false,
     }
 }
 
@@ -218,6 +220,15 @@ fn the_tail_gets_a_twin_of_a_long_waiting_batch_on_a_queue_with_a_free_slot() {
         queue("b", 4, vec![queued("b1", 2, 2400.0)]),
     ];
     assert!(router.plan(&round(&with_twin, &[])).twins.is_empty());
+    // The slower twin of a batch done already, still being cancelled, gets no new twin (its
+    // batch has one job open again, but it is finished).
+    let mut cancelling = queued("b1", 2, 2400.0);
+    cancelling.cancelling = true;
+    let done_batch = [
+        queue("a", 4, vec![running("a1", 1, 600.0)]),
+        queue("b", 4, vec![cancelling, queued("b2", 3, 100.0)]),
+    ];
+    assert!(router.plan(&round(&done_batch, &[])).twins.is_empty());
     assert!(router
         .plan(&round(&queues, &[9, 10, 11, 12, 13]))
         .twins

@@ -143,6 +143,7 @@ impl SubmitLoop<'_> {
                     started_s: (row.state == JobStatus::Running)
                         .then_some(row.started_s)
                         .flatten(),
+                    cancelling: self.routing.cancelling.contains_key(&row.name),
                 });
             job.batches.push(row.batch_id);
         }
