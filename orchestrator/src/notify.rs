@@ -714,9 +714,12 @@ mod tests {
             assert!(!e.message().contains('\n'));
             assert!(e.message().starts_with("embedfleet: "), "{}", e.message());
         }
-        assert!(events[3]
+        assert!(events[2]
+            .vars()
+            .contains(&("EMBEDFLEET_QUEUE", "gpu-b".into())));
+        assert!(events[4]
             .vars()
             .contains(&("EMBEDFLEET_HOST", "nid0001".into())));
-        assert!(events[3].vars().contains(&("EMBEDFLEET_BATCH", "4".into())));
+        assert!(events[4].vars().contains(&("EMBEDFLEET_BATCH", "4".into())));
     }
 }

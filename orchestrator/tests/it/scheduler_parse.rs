@@ -496,7 +496,8 @@ fn user_template_overrides_builtin() {
         ..ScriptConfig::default()
     };
     let s = render_job_script(Backend::Pbs, &cfg, &job(vec![5])).unwrap();
-    assert_eq!(s, "#!/bin/sh\n# embed-b000042 on debug\nexec embedfleet embed-job --run-dir /runs/my run --batch 5\n");
+    // The path with a space is one shell word.
+    assert_eq!(s, "#!/bin/sh\n# embed-b000042 on debug\nexec embedfleet embed-job --run-dir '/runs/my run' --batch 5\n");
 }
 
 #[test]
