@@ -127,7 +127,10 @@ impl Fleet {
         self.dir.path().join("known_hosts")
     }
 
-    /// Host `i`'s sshd_config, with `extra` lines (a `ForceCommand`, say).
+    /// Host `i`'s sshd_config, with `extra` lines (a `ForceCommand`, say). The machine's root
+    /// has `pyenv init` in its ~/.bashrc, which every ssh command runs: its rehash waits up to
+    /// 60 s for a lock that a login killed mid-way (a host these tests take down) leaves
+    /// behind, and every later command would hang that long. The hosts here wait 1 s at most.
     pub fn write_config(&self, i: usize, extra: &str) {
         let h = &self.hosts[i];
         let d = &h.dir;
@@ -135,7 +138,8 @@ impl Fleet {
             "ListenAddress {}:{}\nHostKey {}\nAuthorizedKeysFile {}\nPidFile {}\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
              PermitRootLogin prohibit-password\nStrictModes no\nLogLevel ERROR\n\
-             MaxStartups 100\nMaxSessions 100\n{extra}\n",
+             MaxStartups 100\nMaxSessions 100\n\
+             SetEnv PYENV_REHASH_TIMEOUT=1\n{extra}\n",
             h.address,
             h.port,
             d.join("host_key").display(),
