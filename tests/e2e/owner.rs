@@ -423,3 +423,104 @@ fn a_hung_job_is_shown_stalled_per_host_and_cancelled_only_when_asked() {
     assert_eq!(status["batches_by_state"]["done"], 2, "{said}");
     assert_eq!(status["rows_in_shards"], 24);
 }
+
+/// Makes the run's heartbeat file a non-empty directory: every beat fails (as a full quota or
+/// a stale handle would make it, even for root) until it is removed.
+fn block_heartbeat(run: &Path) -> std::path::PathBuf {
+    let beat = run.join("owner-heartbeat.json");
+    let _ = std::fs::remove_file(&beat);
+    std::fs::create_dir(&beat).unwrap();
+    std::fs::write(beat.join("x"), b"").unwrap();
+    beat
+}
+
+#[test]
+fn take_over_is_refused_while_an_upload_that_lost_its_heartbeat_for_a_while_still_runs() {
+    let t = TestDir::new();
+    if !namespaces_allowed(&t, "take_over_is_refused_while_an_upload_...") {
+        return;
+    }
+    t.small_run("run", 40, 10, &[]);
+    let run = t.join("run");
+    // An upload into a second collection, slowed to take a while (20 requests of 2 points,
+    // 300 ms each), its heartbeat every 0.3 s (so its grace is 0.7 s).
+    let upload = |collection: &str| {
+        t.cmd(&[
+            "upload",
+            "--run-dir",
+            "run",
+            "--collection",
+            collection,
+            "--batch-size",
+            "2",
+            "--in-flight",
+            "1",
+        ])
+        .env(embedfleet_upload::TEST_DELAY_ENV, "300")
+        .env("EMBEDFLEET_HEARTBEAT_INTERVAL_S", "0.3")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let mut first = upload("second");
+    std::thread::sleep(Duration::from_millis(1500));
+    // Its heartbeat cannot be written for a moment (shorter than the grace), then can again.
+    let beat = block_heartbeat(&run);
+    std::thread::sleep(Duration::from_millis(400));
+    std::fs::remove_dir_all(&beat).unwrap();
+    // The heartbeat thread did not die: the heartbeat is fresh again...
+    wait_until("a fresh heartbeat", 10, || {
+        std::fs::read(&beat)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["unix_s"].as_f64())
+            .is_some_and(|s| embedfleet_core::owner::unix_now() - s < 1.0)
+    });
+    // ... so another host is refused, though more than --stale-after passed since the gap.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(first.try_wait().unwrap().is_none(), "the upload still runs");
+    let out = on_host(
+        &t,
+        "login-2",
+        &["take-over", "--run-dir", "run", "--stale-after", "1"],
+    )
+    .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert!(text(&out).contains("still owned by host"), "{}", text(&out));
+    let status = first.wait().unwrap();
+    assert!(status.success(), "the upload finished its work");
+
+    // A heartbeat that stays unwritable past the grace: the upload stops writing run.db and
+    // says why, instead of writing on while another host could take the run.
+    let mut second = upload("third");
+    std::thread::sleep(Duration::from_millis(1500));
+    let beat = block_heartbeat(&run);
+    let end = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < end,
+            "the upload went on without a heartbeat"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::fs::remove_dir_all(&beat).unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(second.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success());
+    assert!(said.contains("has not written its heartbeat"), "{said}");
+    // Run again with its heartbeat back, it finishes exactly.
+    t.run(&["upload", "--run-dir", "run", "--collection", "third"], 0);
+    let st = t.status("run");
+    let collections = st["uploads_by_collection"].as_object().unwrap();
+    let third = collections
+        .iter()
+        .find(|(k, _)| k.starts_with("third@"))
+        .unwrap()
+        .1;
+    assert_eq!(third["acked"], 40, "{st}");
+    assert_eq!(third["missing"], 0, "{st}");
+}
