@@ -333,6 +333,9 @@ fn a_batch_preempted_by_a_higher_priority_partition_is_retried_and_counted_as_pr
             "sleep 2",
             "--job-name",
             "rt-filler",
+            // Its (empty) output nowhere near the checkout.
+            "--output",
+            "/dev/null",
         ])
         .output()
         .unwrap();
