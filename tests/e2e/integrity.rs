@@ -468,3 +468,69 @@ print(first, hashlib.sha256(open(p, "rb").read()).hexdigest())
         "{quarantine}"
     );
 }
+
+#[test]
+fn a_fifo_a_link_to_dev_zero_and_a_huge_parts_in_results_are_rejected_with_reasons_and_status_answers(
+) {
+    let t = TestDir::new();
+    let run = embedded(&t, 20, 20, "10");
+    let dir = run.join("results/b000001");
+    // Planted beside the job's own manifest by someone who can write the run directory.
+    let fifo = dir.join("fifo.json");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.json")).unwrap();
+    let huge = dir.join("huge.json");
+    std::fs::copy(manifest_of_own(&dir), &huge).unwrap();
+    edit_json(&huge, |m| {
+        m["attempt"] = Value::from("huge");
+        m["parts"] = Value::from(4_294_967_295u64);
+    });
+    // None of them blocks, feeds without end or builds four billion paths: status answers (a
+    // hang would show as this wait running out; the time is printed for the record).
+    let started = Instant::now();
+    status_within_a_minute(&t);
+    eprintln!(
+        "status answered in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(done_batches(&t), 1, "the job's own result is taken in");
+    let mut recorded = attempts(&run);
+    recorded.retain(|(state, _)| *state == AttemptState::Rejected);
+    let reasons: Vec<&str> = recorded.iter().map(|(_, why)| why.as_str()).collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("a FIFO")), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("symbolic link")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("4294967295")),
+        "{reasons:?}"
+    );
+    // Verdicts, not retries: the next look records nothing more.
+    done_batches(&t);
+    assert_eq!(
+        attempts(&run)
+            .iter()
+            .filter(|(s, _)| *s == AttemptState::Rejected)
+            .count(),
+        3
+    );
+}
+
+/// The one manifest in `dir` a job wrote (before anything was planted there).
+fn manifest_of_own(dir: &Path) -> PathBuf {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+                && !p.ends_with("huge.json")
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.pop().unwrap()
+}
