@@ -249,8 +249,15 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     fi
   fi
   # One job hung: its embed-job stopped (SIGSTOP) until Slurm's walltime kills it.
+  # (Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under a
+  # second, and one look a poll can miss them all.)
   if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
-    victim=$(pgrep -f -- "embed-job --run-dir $RUN " | head -n1)
+    victim=
+    for _ in $(seq 1 60); do
+      victim=$(pgrep -f -- "embed-job --run-dir $RUN " | head -n1)
+      [ -n "$victim" ] && break
+      sleep 0.05
+    done
     if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
       hung=1
       hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
