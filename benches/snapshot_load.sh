@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Snapshot bulk load beside the upsert load (issue 12): one synthetic run, one server, both ways.
 #
-#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUP_COUNTS="2 4 8"] [SKIP_PER_BATCH=1] \
+#   QDRANT_BIN=/path/to/qdrant-1.18.x [GROUP_COUNTS="default 2 4 8"] [SKIP_PER_BATCH=1] \
 #     benches/snapshot_load.sh POINTS [DIM] [BATCH_POINTS]
 #
 # 1. upsert:   `embedfleet upload` (bulk mode) into collection `upsert`, until green: wall, and the
@@ -14,6 +14,8 @@
 #              --group-count G` of each group, one process after another (on a cluster each is a
 #              CPU job of its own), then `upload --mode snapshot --no-build` into collection `gG`:
 #              build wall (sum and largest group), load wall and server CPU to green.
+#              `default` is the load's own choice of G (no --group-count; it builds the groups
+#              itself, so its load wall includes the builds).
 # Then the collections are compared (counts; exact top-10 of 50 queries), searched (p50/p95,
 # recall@10 of 200 queries at the collections' defaults), and one JSON line per phase goes to
 # stdout. Step 3's collection (`snapshot`) is a key per batch, as before groups. The server is started fresh in cluster mode under $WORK/qdrant and
@@ -116,6 +118,17 @@ for g in ${GROUP_COUNTS:-}; do
   rm -rf "$work/run-g$g" && cp -a "$work/run" "$work/run-g$g"
   rm -rf "$work/run-g$g/snapshots"
   gb_wall=0; gb_cpu=0; gb_max=0; gb_rss=0
+  if [ "$g" = default ]; then
+    # The load's own choice of G (no --group-count), its groups built inside the load: the
+    # load wall below includes the builds.
+    c0=$(server_cpu)
+    read -r gl_wall gl_client _ < <(timed "$bin" upload --run-dir "$work/run-g$g" --qdrant "$grpc" --qdrant-rest "$rest" --collection "g$g" --mode snapshot 2> >(tee "$work/gdefault.err" >&2))
+    c1=$(server_cpu)
+    chosen=$(python3 -c 'import json, sys; k = json.load(open(sys.argv[1])); print(-(-int(sys.argv[2]) // k["batches_per_group"]))' "$work/run-g$g/snapshots/keys.json" "$batches")
+    echo "{\"phase\":\"grouped\",\"groups\":\"default\",\"chosen\":$chosen,\"why\":$(grep -m1 '^groups:' "$work/gdefault.err" | python3 -c 'import json, sys; print(json.dumps(sys.stdin.read().strip()))'),\"load_wall_s_with_builds\":$gl_wall,\"client_cpu_s\":$gl_client,\"server_cpu_s\":$(echo "$c1 - $c0" | bc | awk '{ printf "%.2f", $1 }')}"
+    grouped+=("g$g")
+    continue
+  fi
   for n in $(seq 1 "$g"); do
     read -r w c rss < <(timed "$bin" build-shard --run-dir "$work/run-g$g" --accepted --group-count "$g" --group "$n")
     gb_wall=$(echo "$gb_wall + $w" | bc | awk '{ printf "%.2f", $1 }'); gb_cpu=$(echo "$gb_cpu + $c" | bc | awk '{ printf "%.2f", $1 }')

@@ -12,7 +12,7 @@ use embedfleet_upload::{
 
 /// The peers of the three-peer cluster the cluster tests run against, from the environment
 /// `qdrant-cluster.sh start` prints.
-fn cluster_peers() -> (Vec<String>, Vec<String>) {
+pub(crate) fn cluster_peers() -> (Vec<String>, Vec<String>) {
     let list = |var: &str| -> Vec<String> {
         std::env::var(var)
             .unwrap_or_else(|_| panic!("the cluster tests need {var}: eval \"$(.ci/qdrant/qdrant-cluster.sh start)\" (docs/testing.md, \"Server tests\")"))

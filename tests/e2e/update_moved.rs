@@ -5,7 +5,7 @@
 
 use crate::update::{make_releases, Shape};
 use crate::util::TestDir;
-use embedfleet_upload::{point_id, CountRequest, QdrantEdge, Sink};
+use embedfleet_upload::{point_id, CountRequest, QdrantEdge, QdrantServer, ServerConfig, Sink};
 use std::collections::BTreeSet;
 
 const SHAPE: Shape = Shape {
@@ -74,4 +74,71 @@ fn a_moved_and_a_copied_run_directory_update_their_collection_exactly() {
     std::fs::rename(t.join("run"), t.join("run-moved")).unwrap();
     update_and_check(&t, "run-moved", &release_2, &withdrawn);
     update_and_check(&t, "run-copy", &release_2, &withdrawn);
+}
+
+/// The same on a three-peer Qdrant cluster: release 1 uploaded through peer 1's URL, release 2
+/// through peer 2's. The collection is one, whichever peer is asked: its marker carries the
+/// progress over, and the update deletes what release 2 withdrew.
+#[test]
+#[ignore = "needs a three-peer Qdrant cluster: .ci/qdrant/qdrant-cluster.sh (docs/testing.md, \"Server tests\")"]
+fn cluster_an_update_uploaded_through_another_peers_url_ends_exact() {
+    let (grpc, _) = crate::snapshot_cluster::cluster_peers();
+    assert!(grpc.len() >= 2, "{grpc:?}");
+    let name = format!("embedfleet-update-peers-{}", std::process::id());
+    let peer = |i: usize| QdrantServer::connect(ServerConfig::new(grpc[i].clone())).unwrap();
+    let _ = peer(0).delete_collection(&name);
+    let t = TestDir::new();
+    let (withdrawn, _changed, new) = make_releases(&t, &SHAPE);
+    let release_2: Vec<String> = (0..SHAPE.release_1)
+        .map(|i| format!("W{i:05}"))
+        .filter(|id| !withdrawn.contains(id))
+        .chain(new.iter().cloned())
+        .collect();
+    let upload = |url: &str| -> String {
+        let out = t.run(
+            &[
+                "upload",
+                "--run-dir",
+                "run",
+                "--qdrant",
+                url,
+                "--collection",
+                &name,
+            ],
+            0,
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    t.run_corpus("run", "r1.jsonl", 50, &[]);
+    upload(&grpc[0]);
+    assert_eq!(
+        peer(0).count(CountRequest::new(&name)).unwrap(),
+        SHAPE.release_1 as u64
+    );
+    t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
+    t.run_corpus("run", "r2.jsonl", 50, &[]);
+    let said = upload(&grpc[1]);
+    assert!(said.contains("its progress carries over"), "{said}");
+    let ids = |list: &[String]| list.iter().map(|p| point_id(p)).collect::<Vec<_>>();
+    for i in 0..grpc.len() {
+        let p = peer(i);
+        assert_eq!(
+            p.count(CountRequest::new(&name)).unwrap(),
+            release_2.len() as u64,
+            "peer {}: exactly release 2",
+            i + 1
+        );
+        assert_eq!(
+            p.count(CountRequest::new(&name).ids(&ids(&release_2)))
+                .unwrap(),
+            release_2.len() as u64
+        );
+        assert_eq!(
+            p.count(CountRequest::new(&name).ids(&ids(&withdrawn)))
+                .unwrap(),
+            0,
+            "the withdrawn papers are deleted"
+        );
+    }
+    peer(0).delete_collection(&name).unwrap();
 }

@@ -44,17 +44,26 @@ pub struct KeyOwner {
     pub batches: (i64, i64),
 }
 
-/// Groups per peer of the cluster a snapshot load makes when the run pinned no keys and no
-/// group count was given.
+/// The most groups per peer of the cluster a snapshot load makes when the run pinned no keys
+/// and no group count was given.
 pub const DEFAULT_GROUPS_PER_PEER: i64 = 2;
+
+/// The fewest points a group holds before the snapshot load's default gives it a shard key of
+/// its own. Every search visits every key's graph, and a graph costs a search a fixed part
+/// besides the part that grows with its points: measured (BENCHMARKS.md, "Snapshot loads in
+/// groups"), groups of 100,000 points searched faster than one upserted collection of their
+/// sum, groups of 50,000 at 1.07-1.14x its p50, groups of 20,000 at 1.22x and of 10,000 at
+/// 1.38x. So a smaller collection is one group, which searches as an upserted one does.
+pub const MIN_POINTS_PER_GROUP: u64 = 50_000;
 
 /// How a step wants the run's batches grouped when the run has pinned no keys yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupCount {
     /// `--group-count G` on the command line.
     Given(i64),
-    /// The snapshot load's default: [`DEFAULT_GROUPS_PER_PEER`] per peer of the cluster.
-    PerPeer(usize),
+    /// The snapshot load's default for a collection of `points` on `peers` peers: see
+    /// [`GroupCount::default_groups`].
+    BySize { peers: usize, points: u64 },
     /// A key per batch: embed jobs that build their own batch's shard
     /// (`submit --build-shard`).
     PerBatch,
@@ -65,12 +74,34 @@ impl GroupCount {
     pub fn batches_per_group(self, batches: i64) -> i64 {
         match self {
             Self::Given(groups) => ShardKeys::batches_per_group_for(batches, groups),
-            Self::PerPeer(peers) => ShardKeys::batches_per_group_for(
-                batches,
-                DEFAULT_GROUPS_PER_PEER * peers.max(1) as i64,
-            ),
+            Self::BySize { peers, points } => {
+                ShardKeys::batches_per_group_for(batches, Self::default_groups(peers, points).0)
+            }
             Self::PerBatch => 1,
         }
+    }
+
+    /// The snapshot load's group count for a collection of `points` on `peers` peers, and why:
+    /// a group per [`MIN_POINTS_PER_GROUP`] points (one below that), never more than
+    /// [`DEFAULT_GROUPS_PER_PEER`] per peer (more keys than that add graphs to every search
+    /// and no parallelism to the recovery).
+    pub fn default_groups(peers: usize, points: u64) -> (i64, String) {
+        let most = DEFAULT_GROUPS_PER_PEER * peers.max(1) as i64;
+        let by_size = (points / MIN_POINTS_PER_GROUP).max(1) as i64;
+        let groups = by_size.min(most);
+        let why = if by_size <= 1 {
+            format!(
+                "{points} points: groups of under {MIN_POINTS_PER_GROUP} search slower than one graph"
+            )
+        } else if groups == most {
+            format!(
+                "{points} points: {MIN_POINTS_PER_GROUP} or more a group, at most {DEFAULT_GROUPS_PER_PEER} per peer of {}",
+                peers.max(1)
+            )
+        } else {
+            format!("{points} points: {MIN_POINTS_PER_GROUP} or more a group")
+        };
+        (groups, why)
     }
 }
 
@@ -254,18 +285,36 @@ mod tests {
         // Nothing pinned, nothing wanted: the step must ask the user.
         assert_eq!(ShardKeys::resolve(&layout, 2075, None).unwrap(), None);
         assert_eq!(GroupCount::Given(8).batches_per_group(2075), 260);
-        assert_eq!(GroupCount::PerPeer(3).batches_per_group(2075), 346);
+        let study = 8_300_000;
+        assert_eq!(
+            GroupCount::BySize {
+                peers: 3,
+                points: study
+            }
+            .batches_per_group(2075),
+            346
+        );
         assert_eq!(GroupCount::PerBatch.batches_per_group(2075), 1);
-        let first = ShardKeys::resolve(&layout, 2075, Some(GroupCount::PerPeer(4)))
-            .unwrap()
-            .unwrap();
+        let first = ShardKeys::resolve(
+            &layout,
+            2075,
+            Some(GroupCount::BySize {
+                peers: 4,
+                points: study,
+            }),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(first.keys.batches_per_group, 260);
         assert_eq!(first.note, None);
         // Pinned: every later step gets the same keys; a count given otherwise is noted.
         for wanted in [
             None,
             Some(GroupCount::PerBatch),
-            Some(GroupCount::PerPeer(1)),
+            Some(GroupCount::BySize {
+                peers: 1,
+                points: 40_000,
+            }),
         ] {
             let again = ShardKeys::resolve(&layout, 2075, wanted).unwrap().unwrap();
             assert_eq!((again.keys.clone(), again.note), (first.keys.clone(), None));
@@ -287,6 +336,39 @@ mod tests {
             None,
             "260 per group is what 8 groups make"
         );
+    }
+
+    #[test]
+    fn the_default_group_count_follows_the_collections_size_up_to_two_per_peer() {
+        let g = |peers, points| GroupCount::default_groups(peers, points);
+        // Under two groups' worth: one group, whatever the cluster (the 40,000-point shape
+        // whose groups searched 1.22x-1.73x slower than upsert).
+        assert_eq!(g(1, 40_000).0, 1);
+        assert_eq!(g(3, 40_000).0, 1);
+        assert_eq!(g(3, 99_999).0, 1);
+        assert!(
+            g(3, 40_000)
+                .1
+                .contains("groups of under 50000 search slower"),
+            "{:?}",
+            g(3, 40_000)
+        );
+        // Then a group per 50,000 points...
+        assert_eq!(g(3, 100_000).0, 2);
+        assert_eq!(g(3, 250_000).0, 5);
+        assert!(g(3, 250_000).1.ends_with("50000 or more a group"));
+        // ...up to two per peer: the study's 8.3 M points on three peers.
+        assert_eq!(g(3, 8_300_000).0, 6);
+        assert!(g(3, 8_300_000).1.contains("at most 2 per peer of 3"));
+        assert_eq!(g(0, 8_300_000).0, 2, "no peer listed counts as one");
+        // Every group the default makes holds at least MIN_POINTS_PER_GROUP, or is the only one.
+        for points in [1, 49_999, 50_000, 100_001, 333_333, 8_300_000] {
+            for peers in 1..=8 {
+                let (groups, _) = g(peers, points);
+                assert!(groups == 1 || points / groups as u64 >= MIN_POINTS_PER_GROUP);
+                assert!(groups <= DEFAULT_GROUPS_PER_PEER * peers as i64);
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,8 @@ use crate::SnapshotError;
 /// The run's shard keys: a run loaded before groups (its load rows under `progress` name
 /// `b<N>` keys and it pinned none) keeps its legacy key per batch; else the keys
 /// [`ShardKeys::resolve`] decides: the pinned ones, or the group count asked for (else
-/// [`GroupCount::PerPeer`]) pinned now.
+/// [`GroupCount::BySize`] for the run's live papers) pinned now. A default count is said, with
+/// why, when it is pinned.
 pub(super) fn run_keys(
     db: &RunDb,
     layout: &RunLayout,
@@ -40,12 +41,22 @@ pub(super) fn run_keys(
             return Ok(ShardKeys::legacy());
         }
     }
-    let wanted = options
-        .group_count
-        .map_or(GroupCount::PerPeer(peers), GroupCount::Given);
+    let pinned_before = ShardKeys::pinned(layout).map_err(io)?.is_some();
+    let wanted = match options.group_count {
+        Some(groups) => GroupCount::Given(groups),
+        // The whole run's papers, not the shards accepted so far: the keys are pinned for good.
+        None => GroupCount::BySize {
+            peers,
+            points: db.status()?.papers_live,
+        },
+    };
     let resolved = ShardKeys::resolve(layout, db.last_batch_id()?, Some(wanted))
         .map_err(io)?
         .expect("a load always wants a grouping. This is a bug.");
+    if let (GroupCount::BySize { peers, points }, false) = (wanted, pinned_before) {
+        let (groups, why) = GroupCount::default_groups(peers, points);
+        eprintln!("groups: {groups} ({why}; --group-count G to choose)");
+    }
     if let Some(note) = &resolved.note {
         eprintln!("note: {note}");
     }

@@ -23,7 +23,8 @@ pub struct LoadOptions {
     pub progress: bool,
     /// The group count: groups (shard keys) to split the run's batches into when the run has
     /// no keys pinned yet; `None`: the load's default
-    /// ([`GroupCount::PerPeer`](embedfleet_upload::shard_keys::GroupCount::PerPeer)).
+    /// ([`GroupCount::default_groups`](embedfleet_upload::shard_keys::GroupCount::default_groups):
+    /// by the run's live papers, at most two per peer).
     pub group_count: Option<i64>,
     /// Take over shard keys the collection records as another run's (their points replaced).
     pub replace_keys: bool,
