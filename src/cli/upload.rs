@@ -94,8 +94,8 @@ pub struct UploadArgs {
     #[arg(long)]
     pub no_build: bool,
     /// The group count: split the run's batches into G groups of consecutive batches, a built
-    /// shard and a shard key each (`--mode snapshot`; default: one per 50,000 of the run's
-    /// papers, one under 100,000, at most two per peer of the cluster; the load says which).
+    /// shard and a shard key each (`--mode snapshot`; default: one per 100,000 of the run's
+    /// papers, one under 200,000, at most two per peer of the cluster; the load says which).
     /// Fixed at the run's first grouped build or load (snapshots/keys.json). Every search
     /// visits every group: a few large groups search like an upserted collection.
     #[arg(long, alias = "groups", value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
