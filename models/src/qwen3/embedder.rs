@@ -176,9 +176,9 @@ impl Qwen3Embedder {
     /// Runs the model on a validated batch; rows are L2-normalised f32 of `output_dim`.
     fn forward(&self, batch: &PackedSequences, spans: Vec<SeqSpan>) -> ModelResult<Vec<Vec<f32>>> {
         let prepared = self.model.prepare(&batch.ids, spans.clone(), self.tile)?;
-        let hidden = self.model.layers(&prepared)?;
+        let hidden = self.model.layers(&prepared, &spans)?;
         drop(prepared);
-        let pooled = self.model.pool(&hidden, &spans)?;
+        let pooled = self.model.pool(&hidden)?;
         let rows = pooled.to_vec2::<f32>()?;
         Ok(rows
             .into_iter()

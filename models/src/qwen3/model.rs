@@ -160,6 +160,11 @@ impl Attention {
     }
 
     fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
+        self.o_proj.forward(&self.attend(x, rot, ctx)?)
+    }
+
+    /// Every token's attention output before `o_proj`: `[T, n_heads * head_dim]`.
+    fn attend(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
         let qkv = self.qkv_proj.forward(x)?.reshape((t, nh + 2 * nkv, hd))?;
@@ -170,8 +175,7 @@ impl Attention {
         let v = qkv.narrow(1, nh + nkv, nkv)?;
         // The softmax scale goes into the kernel: pre-scaling q in bf16 would round it.
         let scale = 1.0 / (hd as f64).sqrt();
-        let out = ctx.kernel.attention(&q, &k, &v, ctx, scale)?;
-        self.o_proj.forward(&out)
+        ctx.kernel.attention(&q, &k, &v, ctx, scale)
     }
 }
 
@@ -236,6 +240,27 @@ impl Layer {
             .self_attn
             .forward(&self.input_layernorm.forward(x)?, rot, ctx)?;
         let x = (x + h)?;
+        let h = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?;
+        x + h
+    }
+
+    /// The layer's output at the rows `rows` of `x` only (`[rows, H]`). Attention still reads
+    /// every token's keys and values; `o_proj`, the residual and the MLP run on those rows
+    /// alone. The last layer feeds nothing but the pooled tokens, so it needs no more.
+    fn forward_rows(
+        &self,
+        x: &Tensor,
+        rot: &Rotary,
+        ctx: &AttnContext,
+        rows: &Tensor,
+    ) -> Result<Tensor> {
+        let attended = self
+            .self_attn
+            .attend(&self.input_layernorm.forward(x)?, rot, ctx)?
+            .index_select(rows, 0)?;
+        let x = (x.index_select(rows, 0)? + self.self_attn.o_proj.forward(&attended)?)?;
         let h = self
             .mlp
             .forward(&self.post_attention_layernorm.forward(&x)?)?;
@@ -320,21 +345,27 @@ impl Qwen3Model {
         })
     }
 
-    /// Runs every decoder layer; returns the un-normed hidden states `[T, H]`.
-    pub fn layers(&self, prepared: &Prepared) -> Result<Tensor> {
-        let mut x = prepared.hidden.clone();
-        for layer in &self.layers {
-            x = layer.forward(&x, &prepared.rotary, &prepared.ctx)?;
-        }
-        Ok(x)
-    }
-
-    /// Final norm of each span's last token, computed in f32: `[n_spans, H]` (not yet L2-normalised).
-    /// The norm is per token, so normalising only the pooled rows equals normalising all.
-    pub fn pool(&self, hidden: &Tensor, spans: &[SeqSpan]) -> Result<Tensor> {
+    /// Runs every decoder layer; returns the un-normed hidden state of each span's last token
+    /// (the pooled one): `[n_spans, H]`. The last layer computes those rows only
+    /// ([`Layer::forward_rows`]): its other rows would be thrown away.
+    pub fn layers(&self, prepared: &Prepared, spans: &[SeqSpan]) -> Result<Tensor> {
         let last: Vec<u32> = spans.iter().map(|s| (s.start + s.len - 1) as u32).collect();
         let last = Tensor::new(last.as_slice(), &self.device)?;
-        let pooled = hidden.index_select(&last, 0)?.to_dtype(DType::F32)?;
+        let Some((final_layer, layers)) = self.layers.split_last() else {
+            return prepared.hidden.index_select(&last, 0);
+        };
+        let mut x = prepared.hidden.clone();
+        for layer in layers {
+            x = layer.forward(&x, &prepared.rotary, &prepared.ctx)?;
+        }
+        final_layer.forward_rows(&x, &prepared.rotary, &prepared.ctx, &last)
+    }
+
+    /// Final norm of the pooled rows `layers` returned, computed in f32: `[n_spans, H]` (not
+    /// yet L2-normalised). The norm is per token, so normalising only the pooled rows equals
+    /// normalising all.
+    pub fn pool(&self, pooled: &Tensor) -> Result<Tensor> {
+        let pooled = pooled.to_dtype(DType::F32)?;
         let weight = self.norm.weight.to_dtype(DType::F32)?;
         candle_nn::ops::rms_norm(&pooled, &weight, self.norm.eps)
     }
