@@ -28,7 +28,8 @@ pub(super) fn run_keys(
         path: layout.snapshot_dir().join("keys.json"),
         source: e,
     };
-    if ShardKeys::pinned(layout).map_err(io)?.is_none() {
+    let pinned_before = ShardKeys::pinned(layout).map_err(io)?.is_some();
+    if !pinned_before {
         let legacy_rows = db.snapshot_loads(progress)?;
         if !legacy_rows.is_empty()
             && legacy_rows
@@ -41,7 +42,6 @@ pub(super) fn run_keys(
             return Ok(ShardKeys::legacy());
         }
     }
-    let pinned_before = ShardKeys::pinned(layout).map_err(io)?.is_some();
     let wanted = match options.group_count {
         Some(groups) => GroupCount::Given(groups),
         // The whole run's papers, not the shards accepted so far: the keys are pinned for good.
