@@ -85,6 +85,12 @@ impl RunLayout {
         format!("{}/f{file_id:06}-{seq:05}.parquet", Self::BATCH_DIR)
     }
 
+    /// The batch file of the `seq`-th batch that packs an update's papers of several corpus
+    /// files (`release`'s), relative.
+    pub fn packed_batch_file_name(release: i64, seq: u64) -> String {
+        format!("{}/r{release:04}-{seq:05}.parquet", Self::BATCH_DIR)
+    }
+
     pub fn shard_dir(&self) -> PathBuf {
         self.root.join(Self::SHARD_DIR)
     }

@@ -97,6 +97,10 @@ pub struct QueueOutlook {
     /// could be checked against a start).
     #[serde(default)]
     pub estimate_error_s: Option<f64>,
+    /// The scheduler's own estimate of how long a job sent there now would wait to start
+    /// (`sbatch --test-only`), seconds; blended into `expected_start_s`.
+    #[serde(default)]
+    pub scheduler_start_s: Option<f64>,
     /// Seconds from sending a job there to its batch's end, rework of losses counted.
     pub expected_finish_s: Option<f64>,
     pub jobs_started: u64,

@@ -55,9 +55,12 @@ pub fn routing_lines(r: &embedfleet_core::status_snapshot::RoutingState) -> Stri
             q.state,
             opt(q.expected_start_s),
             duration(q.longest_wait_s),
-            q.estimate_error_s
-                .map(|e| format!("; the scheduler's estimates off by ~{}", duration(e)))
-                .unwrap_or_default(),
+            q.scheduler_start_s
+                .map(|e| format!("; the scheduler says ~{} for a job sent now", duration(e)))
+                .unwrap_or_default()
+                + &q.estimate_error_s
+                    .map(|e| format!("; its estimates off by ~{}", duration(e)))
+                    .unwrap_or_default(),
             opt(q.run_time_s),
             100.0 * q.loss_share,
             opt(q.expected_finish_s),
@@ -296,8 +299,12 @@ pub fn release_line(r: &embedfleet_core::rundb::ReleaseStatus) -> String {
     } else if r.release == 1 {
         format!("{} papers", r.counts.added)
     } else {
+        let restamped = match r.counts.restamped {
+            0 => String::new(),
+            n => format!(" ({n} with new metadata)"),
+        };
         format!(
-            "{} added, {} changed, {} withdrawn, {} unchanged",
+            "{} added, {} changed, {} withdrawn, {} unchanged{restamped}",
             r.counts.added, r.counts.changed, r.counts.withdrawn, r.counts.unchanged
         )
     };

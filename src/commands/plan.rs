@@ -108,12 +108,13 @@ fn plan_with(
             RunLayout::new(&options.run_dir).quarantine_file().display()
         ),
         (release, Some(counts)) => eprintln!(
-            "release {release}{}: {} added, {} changed, {} withdrawn, {} unchanged: {} papers to embed in {} new batches ({} quarantined in the run, see {})",
+            "release {release}{}: {} added, {} changed, {} withdrawn, {} unchanged{}: {} papers to embed in {} new batches ({} quarantined in the run, see {})",
             if report.already_planned { " already planned" } else { "" },
             counts.added,
             counts.changed,
             counts.withdrawn,
             counts.unchanged,
+            restamped_note(counts.restamped),
             counts.to_embed(),
             report.release_batches,
             report.quarantined,
@@ -176,5 +177,14 @@ fn size(bytes: u64) -> String {
         format!("{:.1} GB", bytes as f64 / 1e9)
     } else {
         format!("{:.1} MB", bytes as f64 / 1e6)
+    }
+}
+
+/// `" (N with new metadata)"` when a release restamped papers, else nothing.
+pub fn restamped_note(restamped: u64) -> String {
+    if restamped == 0 {
+        String::new()
+    } else {
+        format!(" ({restamped} with new metadata)")
     }
 }

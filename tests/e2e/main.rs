@@ -35,5 +35,7 @@ mod ssh;
 mod submit;
 mod submit_setup;
 mod update;
+mod update_metadata;
 mod update_moved;
+mod update_pack;
 mod upload;

@@ -24,16 +24,18 @@ mod status;
 mod tombstones;
 mod uploads;
 
-pub use attempts::{IngestReport, TEST_KILL_ENV};
+pub use attempts::{test_kill_point, IngestReport, TEST_KILL_ENV};
 pub use batch_runs::{BatchRunRecord, BatchTimings};
 pub use batches::BatchRow;
 pub use counts::STATUS_RECOUNT_ENV;
 pub use job_history::{JobAttempt, JobAttemptCursor};
 pub use jobs::{JobRow, NewJob};
 pub use live::{LiveAttempt, StallRule, STALL_RULE_SETTING};
-pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper};
+pub use plan::{BatchRecord, CorpusFileRow, PlannedPaper, ReleaseBatch};
 pub use queues::PauseReason;
-pub use releases::{KnownPaper, Release, ReleaseCounts, WithheldRow};
+pub use releases::{
+    KnownPaper, NewMetadata, PaperMetadata, Release, ReleaseCounts, Restamp, SeenPaper, WithheldRow,
+};
 pub use shards::ShardRow;
 pub use snapshot_loads::{SnapshotLoadRow, SnapshotStep};
 pub use status::{CollectionUpload, ReleaseStatus, RunStatus, WithheldRows, STATUS_FORMAT_VERSION};

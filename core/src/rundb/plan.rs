@@ -35,6 +35,22 @@ pub struct PlannedPaper {
     pub n_chars: u64,
     /// xxh3-64 of its text (see [`crate::paper::text_hash`]): what a later release compares.
     pub text_hash: u64,
+    /// Hash of its corpus metadata (see [`crate::paper::meta_hash`]).
+    pub meta_hash: u64,
+    /// Its corpus file, when the batch packs papers of several files (`None`: the batch's).
+    pub file_id: Option<i64>,
+}
+
+/// A batch of a release, as packing an update's batches reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseBatch {
+    pub id: i64,
+    /// Its corpus file (a packed batch's: its first paper's).
+    pub file_id: i64,
+    pub seq: u64,
+    /// Relative to the run directory.
+    pub path: String,
+    pub rows: u64,
 }
 
 /// A batch file that has been written and made durable.
@@ -131,7 +147,7 @@ impl RunDb {
             self.conn
                 .execute(
                     "INSERT INTO quarantine (file_id, line, reason, detail, paper_id)
-                     SELECT b.file_id, p.line, ?1, ?2, p.id FROM papers p JOIN batches b ON b.id = p.batch_id
+                     SELECT coalesce(p.file_id, b.file_id), p.line, ?1, ?2, p.id FROM papers p JOIN batches b ON b.id = p.batch_id
                      WHERE p.batch_id = ?3 AND p.id = ?4 AND p.duplicate_of IS NULL LIMIT 1",
                     params![reason, why, batch_id, id],
                 )
@@ -224,37 +240,63 @@ impl RunDb {
     /// Records a durable batch file and its papers in one transaction.
     pub fn record_batch(&mut self, batch: &BatchRecord) -> Result<i64> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
-        tx.execute(
-            "INSERT INTO batches (file_id, seq, path, n_rows, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                batch.file_id,
-                batch.seq,
-                batch.path,
-                batch.papers.len(),
-                batch.n_chars
-            ],
-        )
-        .map_err(sqlite_err(&self.dir))?;
-        let batch_id = tx.last_insert_rowid();
-        {
-            let mut insert = tx
-                .prepare_cached("INSERT INTO papers (id, batch_id, row, line, n_chars, text_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
-                .map_err(sqlite_err(&self.dir))?;
-            for (row, p) in batch.papers.iter().enumerate() {
-                insert
-                    .execute(params![
-                        p.id,
-                        batch_id,
-                        row,
-                        p.line,
-                        p.n_chars,
-                        p.text_hash as i64
-                    ])
-                    .map_err(sqlite_err(&self.dir))?;
-            }
-        }
+        let batch_id = insert_batch(&tx, batch).map_err(sqlite_err(&self.dir))?;
         tx.commit().map_err(sqlite_err(&self.dir))?;
         Ok(batch_id)
+    }
+
+    /// The batches planned from the files of `release`, in corpus order (file, then seq).
+    pub fn release_batches(&self, release: i64) -> Result<Vec<ReleaseBatch>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT b.id, b.file_id, b.seq, b.path, b.n_rows FROM batches b
+                 JOIN corpus_files f ON f.id = b.file_id WHERE f.release = ?1
+                 ORDER BY b.file_id, b.seq",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([release], |r| {
+            Ok(ReleaseBatch {
+                id: r.get(0)?,
+                file_id: r.get(1)?,
+                seq: r.get(2)?,
+                path: r.get(3)?,
+                rows: r.get(4)?,
+            })
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The corpus file of each row of a batch, in row order.
+    pub fn row_files(&self, batch_id: i64) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT coalesce(p.file_id, b.file_id) FROM papers p JOIN batches b ON b.id = p.batch_id
+                 WHERE p.batch_id = ?1 ORDER BY p.row",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([batch_id], |r| r.get(0));
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Replaces batches `old` (not yet embedded) by `new`, in one transaction: a kill leaves
+    /// either. Returns the new batches' ids.
+    pub fn replace_batches(&mut self, old: &[i64], new: &[BatchRecord]) -> Result<Vec<i64>> {
+        let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
+        let mut ids = Vec::with_capacity(new.len());
+        for batch in new {
+            ids.push(insert_batch(&tx, batch).map_err(sqlite_err(&self.dir))?);
+        }
+        for id in old {
+            tx.execute("DELETE FROM papers WHERE batch_id = ?1", [id])
+                .and_then(|_| tx.execute("DELETE FROM batches WHERE id = ?1", [id]))
+                .map_err(sqlite_err(&self.dir))?;
+        }
+        tx.commit().map_err(sqlite_err(&self.dir))?;
+        Ok(ids)
     }
 
     pub fn record_quarantine(&mut self, file_id: i64, entries: &[QuarantineEntry]) -> Result<()> {
@@ -349,4 +391,36 @@ impl RunDb {
         rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
             .map_err(sqlite_err(&self.dir))
     }
+}
+
+/// Inserts a batch and its paper rows; returns its id.
+fn insert_batch(tx: &rusqlite::Transaction, batch: &BatchRecord) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO batches (file_id, seq, path, n_rows, n_chars) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            batch.file_id,
+            batch.seq,
+            batch.path,
+            batch.papers.len(),
+            batch.n_chars
+        ],
+    )?;
+    let batch_id = tx.last_insert_rowid();
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO papers (id, batch_id, row, line, n_chars, text_hash, meta_hash, file_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for (row, p) in batch.papers.iter().enumerate() {
+        insert.execute(params![
+            p.id,
+            batch_id,
+            row,
+            p.line,
+            p.n_chars,
+            p.text_hash as i64,
+            p.meta_hash as i64,
+            p.file_id
+        ])?;
+    }
+    Ok(batch_id)
 }

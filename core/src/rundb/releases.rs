@@ -41,8 +41,12 @@ pub struct ReleaseCounts {
     pub changed: u64,
     /// Ids the release does not carry: their copy withdrawn.
     pub withdrawn: u64,
-    /// Ids carried with the same text: nothing to do.
+    /// Ids carried with the same text: nothing to embed.
     pub unchanged: u64,
+    /// Of `unchanged`, those whose corpus metadata changed (`version`, `added`, `created`,
+    /// `source`, kept fields): the new values are served without embedding them again.
+    #[serde(default)]
+    pub restamped: u64,
 }
 
 impl ReleaseCounts {
@@ -58,6 +62,9 @@ pub struct KnownPaper {
     pub id: String,
     /// xxh3-64 of its text; `None` for a row planned before text hashes were recorded.
     pub text_hash: Option<u64>,
+    /// Its metadata's hash as served now (a later release may have restamped it); `None` for
+    /// a row planned before metadata hashes were recorded.
+    pub meta_hash: Option<u64>,
     pub batch_id: i64,
     pub row: u64,
 }
@@ -67,6 +74,51 @@ fn in_release(column: &str, op: &str) -> String {
     format!(
         "{column} IN (SELECT b.id FROM batches b JOIN corpus_files f ON f.id = b.file_id WHERE f.release {op} ?1)"
     )
+}
+
+/// The corpus metadata of a paper, as a release gave it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PaperMetadata {
+    pub source: Option<String>,
+    pub created: Option<String>,
+    pub added: Option<String>,
+    pub version: Option<String>,
+    /// The kept fields (`--keep-field`), one JSON object.
+    pub extra: Option<String>,
+}
+
+/// A paper a release carries with the same text: where it was seen, and its new metadata when
+/// that changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenPaper {
+    pub line: u64,
+    pub id: String,
+    pub restamp: Option<NewMetadata>,
+}
+
+/// The metadata a release gives a paper it carries with the same text but other metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMetadata {
+    /// [`crate::paper::meta_hash`] of it.
+    pub meta_hash: u64,
+    /// What the collection's payload holds of it (`source`, the year) changed too.
+    pub payload_changed: bool,
+    pub metadata: PaperMetadata,
+}
+
+/// A live paper row whose metadata a later release changed: the values to serve instead of
+/// its shard's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restamp {
+    /// The batch of the live row (its shard holds the older metadata).
+    pub batch_id: i64,
+    pub paper_id: String,
+    /// The newest release that restamped it.
+    pub release: i64,
+    /// Some release since the row was planned changed its payload part (`source`, the year):
+    /// a collection's point needs its payload set.
+    pub payload_changed: bool,
+    pub metadata: PaperMetadata,
 }
 
 const LIVE: &str = "duplicate_of IS NULL AND superseded_in IS NULL AND withdrawn_in IS NULL";
@@ -113,7 +165,8 @@ impl RunDb {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, only_adds, command, started_at, planned_at, added, changed, withdrawn, unchanged
+                "SELECT id, only_adds, command, started_at, planned_at, added, changed, withdrawn,
+                     unchanged, coalesce(restamped, 0)
                  FROM releases ORDER BY id",
             )
             .map_err(sqlite_err(&self.dir))?;
@@ -124,6 +177,7 @@ impl RunDb {
                     changed: r.get(6)?,
                     withdrawn: r.get(7)?,
                     unchanged: r.get(8)?,
+                    restamped: r.get(9)?,
                 }),
                 None => None,
             };
@@ -162,7 +216,7 @@ impl RunDb {
     /// compare with, in batch and row order.
     pub fn known_papers(&self, release: i64) -> Result<Vec<KnownPaper>> {
         let sql = format!(
-            "SELECT id, text_hash, batch_id, row FROM papers WHERE {LIVE} AND {}
+            "SELECT id, text_hash, batch_id, row, meta_hash FROM papers WHERE {LIVE} AND {}
              ORDER BY batch_id, row",
             in_release("batch_id", "<")
         );
@@ -173,46 +227,120 @@ impl RunDb {
                 text_hash: r.get::<_, Option<i64>>(1)?.map(|h| h as u64),
                 batch_id: r.get(2)?,
                 row: r.get(3)?,
+                meta_hash: r.get::<_, Option<i64>>(4)?.map(|h| h as u64),
             })
         });
         rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// Records the text hashes of papers planned before they were recorded:
-    /// `(batch_id, row, hash)`.
-    pub fn record_text_hashes(&mut self, hashes: &[(i64, u64, u64)]) -> Result<()> {
+    /// Records the text and metadata hashes of papers planned before they were recorded:
+    /// `(batch_id, row, text hash, metadata hash)`. A hash recorded already is kept (a
+    /// restamped row's metadata hash is the release's, not its batch file's).
+    pub fn record_hashes(&mut self, hashes: &[(i64, u64, u64, u64)]) -> Result<()> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
         {
             let mut update = tx
-                .prepare_cached("UPDATE papers SET text_hash = ?3 WHERE batch_id = ?1 AND row = ?2")
+                .prepare_cached(
+                    "UPDATE papers SET text_hash = coalesce(text_hash, ?3),
+                         meta_hash = coalesce(meta_hash, ?4)
+                     WHERE batch_id = ?1 AND row = ?2",
+                )
                 .map_err(sqlite_err(&self.dir))?;
-            for (batch, row, hash) in hashes {
+            for (batch, row, text, meta) in hashes {
                 update
-                    .execute(params![batch, row, *hash as i64])
+                    .execute(params![batch, row, *text as i64, *meta as i64])
                     .map_err(sqlite_err(&self.dir))?;
             }
         }
         tx.commit().map_err(sqlite_err(&self.dir))
     }
 
-    /// Records papers of a corpus file that the release carries unchanged: `(line, id)`.
-    pub fn record_seen(&mut self, file_id: i64, seen: &[(u64, String)]) -> Result<()> {
+    /// Records papers of a corpus file that the release carries with the same text, with their
+    /// new metadata where it changed.
+    pub fn record_seen(&mut self, file_id: i64, seen: &[SeenPaper]) -> Result<()> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;
         {
             let mut insert = tx
                 .prepare_cached(
-                    "INSERT INTO release_seen (release, file_id, line, id)
-                     VALUES ((SELECT release FROM corpus_files WHERE id = ?1), ?1, ?2, ?3)",
+                    "INSERT INTO release_seen (release, file_id, line, id, meta_hash, payload_changed,
+                         source, created, added, version, extra)
+                     VALUES ((SELECT release FROM corpus_files WHERE id = ?1), ?1, ?2, ?3, ?4, ?5,
+                         ?6, ?7, ?8, ?9, ?10)",
                 )
                 .map_err(sqlite_err(&self.dir))?;
-            for (line, id) in seen {
+            for paper in seen {
+                let new = paper.restamp.as_ref();
+                let m = new.map(|n| &n.metadata);
                 insert
-                    .execute(params![file_id, line, id])
+                    .execute(params![
+                        file_id,
+                        paper.line,
+                        paper.id,
+                        new.map(|n| n.meta_hash as i64),
+                        new.is_some_and(|n| n.payload_changed),
+                        m.and_then(|m| m.source.as_deref()),
+                        m.and_then(|m| m.created.as_deref()),
+                        m.and_then(|m| m.added.as_deref()),
+                        m.and_then(|m| m.version.as_deref()),
+                        m.and_then(|m| m.extra.as_deref()),
+                    ])
                     .map_err(sqlite_err(&self.dir))?;
             }
         }
         tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// True when some release restamped a paper (a cheap look before [`RunDb::restamps`]).
+    pub fn has_restamps(&self) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM release_seen WHERE meta_hash IS NOT NULL)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The live rows whose metadata a settled release changed after they were planned, with
+    /// the newest values, in batch and paper order. Papers deleted from the run are left out.
+    pub fn restamps(&self) -> Result<Vec<Restamp>> {
+        const SETTLED: &str = "(SELECT id FROM releases WHERE planned_at IS NOT NULL)";
+        let sql = format!(
+            "SELECT p.batch_id, s.id, s.release,
+                 EXISTS (SELECT 1 FROM release_seen t WHERE t.id = s.id AND t.meta_hash IS NOT NULL
+                         AND t.duplicate_of IS NULL AND t.payload_changed AND t.release > f.release
+                         AND t.release IN {SETTLED}),
+                 s.source, s.created, s.added, s.version, s.extra
+             FROM release_seen s
+             JOIN papers p ON p.id = s.id AND p.{live}
+             JOIN batches b ON b.id = p.batch_id JOIN corpus_files f ON f.id = b.file_id
+             WHERE s.meta_hash IS NOT NULL AND s.duplicate_of IS NULL AND s.release > f.release
+               AND s.release = (SELECT max(t.release) FROM release_seen t WHERE t.id = s.id
+                                AND t.meta_hash IS NOT NULL AND t.duplicate_of IS NULL
+                                AND t.release IN {SETTLED})
+               AND s.id NOT IN (SELECT paper_id FROM tombstones)
+             ORDER BY p.batch_id, s.id",
+            live = LIVE.replace(" AND ", " AND p.")
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([], |r| {
+            Ok(Restamp {
+                batch_id: r.get(0)?,
+                paper_id: r.get(1)?,
+                release: r.get(2)?,
+                payload_changed: r.get(3)?,
+                metadata: PaperMetadata {
+                    source: r.get(4)?,
+                    created: r.get(5)?,
+                    added: r.get(6)?,
+                    version: r.get(7)?,
+                    extra: r.get(8)?,
+                },
+            })
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// Settles a release whose files are all planned (module docs): its duplicates, the older
@@ -255,6 +383,20 @@ impl RunDb {
             )
             .map_err(&err)?;
         }
+        // A restamped paper's live row now serves the release's metadata: the next release
+        // compares with it.
+        tx.execute(
+            &format!(
+                "UPDATE papers SET meta_hash = (SELECT s.meta_hash FROM release_seen s
+                     WHERE s.release = ?1 AND s.id = papers.id AND s.duplicate_of IS NULL
+                       AND s.meta_hash IS NOT NULL LIMIT 1)
+                 WHERE {LIVE} AND {} AND id IN (SELECT id FROM release_seen WHERE release = ?1
+                       AND duplicate_of IS NULL AND meta_hash IS NOT NULL)",
+                in_release("batch_id", "<")
+            ),
+            [release],
+        )
+        .map_err(&err)?;
         let count =
             |sql: &str| -> rusqlite::Result<u64> { tx.query_row(sql, [release], |r| r.get(0)) };
         let planned: u64 = count(&format!("SELECT count(*) FROM ({planned_now})")).map_err(&err)?;
@@ -268,21 +410,29 @@ impl RunDb {
             "SELECT count(DISTINCT id) FROM release_seen WHERE release = ?1 AND duplicate_of IS NULL",
         )
         .map_err(&err)?;
+        let restamped = count(
+            "SELECT count(DISTINCT id) FROM release_seen WHERE release = ?1 AND duplicate_of IS NULL
+             AND meta_hash IS NOT NULL",
+        )
+        .map_err(&err)?;
         let counts = ReleaseCounts {
             added: planned - changed,
             changed,
             withdrawn,
             unchanged,
+            restamped,
         };
         tx.execute(
             "UPDATE releases SET planned_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
-                 added = ?2, changed = ?3, withdrawn = ?4, unchanged = ?5 WHERE id = ?1",
+                 added = ?2, changed = ?3, withdrawn = ?4, unchanged = ?5, restamped = ?6
+             WHERE id = ?1",
             params![
                 release,
                 counts.added,
                 counts.changed,
                 counts.withdrawn,
-                counts.unchanged
+                counts.unchanged,
+                counts.restamped
             ],
         )
         .map_err(&err)?;
@@ -301,7 +451,8 @@ fn resolve_duplicates(tx: &rusqlite::Transaction, release: i64) -> rusqlite::Res
     let occurrences: Vec<(i64, i64, String, i64, i64, String)> = {
         let mut stmt = tx.prepare(
             "WITH occ AS (
-                 SELECT 0 AS kind, p.rowid AS rid, p.id AS id, b.file_id AS file_id, p.line AS line
+                 SELECT 0 AS kind, p.rowid AS rid, p.id AS id, coalesce(p.file_id, b.file_id) AS file_id,
+                        p.line AS line
                  FROM papers p JOIN batches b ON b.id = p.batch_id JOIN corpus_files f ON f.id = b.file_id
                  WHERE f.release = ?1
                  UNION ALL

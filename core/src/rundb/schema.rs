@@ -2,7 +2,7 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -547,4 +547,26 @@ END;
 CREATE INDEX batches_by_state ON batches (state);
 CREATE INDEX batches_unsettled ON batches (id) WHERE state != 'done' OR results_settled = 0;
 CREATE INDEX attempts_uncleaned ON attempts (batch_id) WHERE cleaned = 0 AND state != 'accepted';
+"#;
+
+/// v13: corpus metadata that follows a release without the text changing. Each paper row gets
+/// the hash of its metadata (`meta_hash`, `paper::meta_hash`); a paper a release carries with
+/// the same text but other metadata is *restamped*: its `release_seen` row holds the new
+/// metadata and its hash, and whether the payload part changed (`payload_changed`: the
+/// collection's `source` or `year`). Settling the release moves the live row's `meta_hash` to
+/// the new one, so the next release compares with it; `releases.restamped` counts them.
+/// `papers.file_id`: the corpus file of a row in a batch that packs an update's papers from
+/// several files (NULL: the batch's own `file_id`, as for every batch planned from one file).
+const V13: &str = r#"
+ALTER TABLE papers ADD COLUMN meta_hash INTEGER;
+ALTER TABLE papers ADD COLUMN file_id INTEGER;
+ALTER TABLE release_seen ADD COLUMN meta_hash INTEGER;
+ALTER TABLE release_seen ADD COLUMN payload_changed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE release_seen ADD COLUMN source TEXT;
+ALTER TABLE release_seen ADD COLUMN created TEXT;
+ALTER TABLE release_seen ADD COLUMN added TEXT;
+ALTER TABLE release_seen ADD COLUMN version TEXT;
+ALTER TABLE release_seen ADD COLUMN extra TEXT;
+ALTER TABLE releases ADD COLUMN restamped INTEGER;
+CREATE INDEX release_seen_restamped ON release_seen (id, release) WHERE meta_hash IS NOT NULL;
 "#;

@@ -168,19 +168,20 @@ fn releases(out: &mut String, facts: &Facts) {
     }
     let _ = write!(
         out,
-        "\n## Releases\n\nVersion {} of this dataset: the corpus in {} releases. Each release re-embedded only the papers it added or changed; a file of `data/` changes only when a release changed or withdrew one of its papers (release R's papers are in `data/train-rRRRR-*`).\n\n| release | added | changed | withdrawn | unchanged | planned with |\n|---|---|---|---|---|---|\n",
+        "\n## Releases\n\nVersion {} of this dataset: the corpus in {} releases. Each release re-embedded only the papers it added or changed; a file of `data/` changes only when a release changed, withdrew or gave new metadata to one of its papers (release R's papers are in `data/train-rRRRR-*`; a paper whose metadata alone changed keeps its vector and gets the release's `source`, `created`, `added` and `version`).\n\n| release | added | changed | withdrawn | unchanged | new metadata | planned with |\n|---|---|---|---|---|---|---|\n",
         releases.last().map_or(1, |r| r.release),
         releases.len()
     );
     for r in releases {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | `{}` |",
+            "| {} | {} | {} | {} | {} | {} | `{}` |",
             r.release,
             r.counts.added,
             r.counts.changed,
             r.counts.withdrawn,
             r.counts.unchanged,
+            r.counts.restamped,
             cell(r.command.as_deref().unwrap_or("-"))
         );
     }

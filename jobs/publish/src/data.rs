@@ -9,7 +9,7 @@ use crate::PublishOptions;
 use arrow_array::builder::StringBuilder;
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use embedfleet_core::rundb::RunDb;
+use embedfleet_core::rundb::{PaperMetadata, RunDb};
 use embedfleet_core::{atomic, batchfile, BatchId};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
@@ -18,7 +18,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The metadata key holding a data file's recipe ([`FilePlan::recipe_sha256`]).
@@ -62,7 +62,8 @@ pub fn write_all(
                 let batch = batch.map_err(pq_err(&shard_path))?;
                 let first = at;
                 at += batch.num_rows() as u64;
-                for batch in kept(&batch, first, &slice.deleted) {
+                for (first, batch) in kept(&batch, first, &slice.deleted) {
+                    let batch = restamp(&batch, first, &slice.restamped)?;
                     let mut columns = batch.columns().to_vec();
                     if options.with_text {
                         columns.push(texts.column(db, slice.shard.batch_id, &batch)?);
@@ -88,21 +89,75 @@ pub fn write_all(
 }
 
 /// The rows of `batch` (shard rows `first..`) not in `deleted` (sorted shard rows), as slices of
-/// it: the whole batch when none is deleted.
-fn kept(batch: &RecordBatch, first: u64, deleted: &[u64]) -> Vec<RecordBatch> {
+/// it, each with its first shard row: the whole batch when none is deleted.
+fn kept(batch: &RecordBatch, first: u64, deleted: &[u64]) -> Vec<(u64, RecordBatch)> {
     let end = first + batch.num_rows() as u64;
     let mut out = Vec::new();
     let mut start = first;
     for &row in deleted.iter().filter(|r| (first..end).contains(r)) {
         if row > start {
-            out.push(batch.slice((start - first) as usize, (row - start) as usize));
+            out.push((
+                start,
+                batch.slice((start - first) as usize, (row - start) as usize),
+            ));
         }
         start = row + 1;
     }
     if end > start {
-        out.push(batch.slice((start - first) as usize, (end - start) as usize));
+        out.push((
+            start,
+            batch.slice((start - first) as usize, (end - start) as usize),
+        ));
     }
     out
+}
+
+/// `batch` (shard rows `first..`) with the metadata columns of its `restamped` rows (sorted
+/// shard rows) replaced by the values a later release gave them.
+fn restamp(
+    batch: &RecordBatch,
+    first: u64,
+    restamped: &[(u64, PaperMetadata)],
+) -> Result<RecordBatch, PublishError> {
+    let end = first + batch.num_rows() as u64;
+    let here: HashMap<usize, &PaperMetadata> = restamped
+        .iter()
+        .filter(|(r, _)| (first..end).contains(r))
+        .map(|(r, m)| ((r - first) as usize, m))
+        .collect();
+    if here.is_empty() {
+        return Ok(batch.clone());
+    }
+    type Field = fn(&PaperMetadata) -> Option<&str>;
+    let fields: [(&str, Field); 5] = [
+        ("source", |m| m.source.as_deref()),
+        ("created", |m| m.created.as_deref()),
+        ("added", |m| m.added.as_deref()),
+        ("version", |m| m.version.as_deref()),
+        ("extra", |m| m.extra.as_deref()),
+    ];
+    let mut columns = batch.columns().to_vec();
+    for (name, value_of) in fields {
+        let Some(index) = batch.schema().index_of(name).ok() else {
+            continue;
+        };
+        let Some(old) = columns[index].as_any().downcast_ref::<StringArray>() else {
+            continue;
+        };
+        let mut new = StringBuilder::new();
+        for row in 0..old.len() {
+            match here.get(&row) {
+                Some(m) => new.append_option(value_of(m)),
+                None if old.is_null(row) => new.append_null(),
+                None => new.append_value(old.value(row)),
+            }
+        }
+        columns[index] = Arc::new(new.finish());
+    }
+    RecordBatch::try_new(batch.schema(), columns).map_err(|e| PublishError::Text {
+        path: PathBuf::new(),
+        message: format!("could not set a release's metadata on a shard's rows: {e}"),
+    })
 }
 
 /// A data file being written under its temporary name.

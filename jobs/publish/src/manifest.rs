@@ -60,6 +60,7 @@ pub fn render(facts: &Facts, options: &PublishOptions) -> String {
             "changed": r.counts.changed,
             "withdrawn": r.counts.withdrawn,
             "unchanged": r.counts.unchanged,
+            "restamped": r.counts.restamped,
             "command": r.command,
         })).collect::<Vec<_>>(),
         "partial": !facts.missing.is_empty(),

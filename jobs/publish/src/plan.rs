@@ -3,7 +3,7 @@
 //! publish, run again, plans the same files and keeps the ones it finished.
 
 use crate::run::Source;
-use embedfleet_core::rundb::ShardRow;
+use embedfleet_core::rundb::{PaperMetadata, ShardRow};
 use sha2::{Digest, Sha256};
 
 /// Bytes a row carries besides its vector and text (id, counts, corpus metadata), roughly.
@@ -21,6 +21,9 @@ pub struct Slice {
     /// Rows of the shard in `from..from + rows` whose paper was deleted from the run (sorted):
     /// not written.
     pub deleted: Vec<u64>,
+    /// Rows of the shard in the slice whose metadata a later release changed, with the new
+    /// values (sorted by row): written with these.
+    pub restamped: Vec<(u64, PaperMetadata)>,
 }
 
 impl Slice {
@@ -71,12 +74,13 @@ pub fn split(source: &Source, with_text: bool, target_bytes: u64) -> Plan {
                 .take_while(|&&r| r == release)
                 .count();
         let (shards, deleted) = (&source.shards[first..end], &source.deleted[first..end]);
+        let restamped = source.restamped.get(first..end).unwrap_or(&[]);
         let total: u64 = shards.iter().map(|s| s.rows).sum();
         let n_files = total.div_ceil(rows_per_file).max(1);
         for i in 0..n_files {
             let start = i * rows_per_file;
             let rows = rows_per_file.min(total - start.min(total));
-            let slices = slices(shards, deleted, start, rows);
+            let slices = slices(shards, deleted, restamped, start, rows);
             files.push(FilePlan {
                 path: file_name(release, i, n_files),
                 rows: slices.iter().map(Slice::kept).sum(),
@@ -101,8 +105,15 @@ fn file_name(release: i64, i: u64, n_files: u64) -> String {
 }
 
 /// The pieces of shards that make rows `start..start + rows` of the run, in order, each with
-/// its deleted rows (`deleted`: per shard, as [`Source::deleted`]).
-fn slices(shards: &[ShardRow], deleted: &[Vec<u64>], start: u64, rows: u64) -> Vec<Slice> {
+/// its deleted and restamped rows (`deleted`, `restamped`: per shard, as [`Source::deleted`]
+/// and [`Source::restamped`]).
+fn slices(
+    shards: &[ShardRow],
+    deleted: &[Vec<u64>],
+    restamped: &[Vec<(u64, PaperMetadata)>],
+    start: u64,
+    rows: u64,
+) -> Vec<Slice> {
     let (mut out, mut offset) = (Vec::new(), 0u64);
     let end = start + rows;
     for (i, shard) in shards.iter().enumerate() {
@@ -111,6 +122,7 @@ fn slices(shards: &[ShardRow], deleted: &[Vec<u64>], start: u64, rows: u64) -> V
             let from = start.max(lo) - lo;
             let rows = end.min(hi) - lo - from;
             let dead = deleted.get(i).map_or(&[][..], Vec::as_slice);
+            let new = restamped.get(i).map_or(&[][..], Vec::as_slice);
             out.push(Slice {
                 shard: shard.clone(),
                 from,
@@ -119,6 +131,11 @@ fn slices(shards: &[ShardRow], deleted: &[Vec<u64>], start: u64, rows: u64) -> V
                     .iter()
                     .copied()
                     .filter(|r| (from..from + rows).contains(r))
+                    .collect(),
+                restamped: new
+                    .iter()
+                    .filter(|(r, _)| (from..from + rows).contains(r))
+                    .cloned()
                     .collect(),
             });
         }
@@ -143,6 +160,15 @@ fn recipe(slices: &[Slice], with_text: bool) -> String {
         if !s.deleted.is_empty() {
             let rows: Vec<String> = s.deleted.iter().map(u64::to_string).collect();
             hasher.update(format!("deleted\t{}\n", rows.join(",")).as_bytes());
+        }
+        // Likewise: a file takes a new recipe only when a release gave one of its rows new
+        // metadata.
+        for (row, m) in &s.restamped {
+            let line = format!(
+                "restamped\t{row}\t{:?}\t{:?}\t{:?}\t{:?}\t{:?}\n",
+                m.source, m.created, m.added, m.version, m.extra
+            );
+            hasher.update(line.as_bytes());
         }
     }
     format!("{:x}", hasher.finalize())
@@ -175,6 +201,7 @@ mod tests {
             plan_sha256: String::new(),
             deleted: vec![Vec::new(); rows.len()],
             withheld: 0,
+            restamped: vec![Vec::new(); rows.len()],
             releases: vec![1; rows.len()],
         }
     }
@@ -266,6 +293,24 @@ mod tests {
             [(2, 0, 6)],
             "release 2's rows start a file of their own"
         );
+    }
+
+    #[test]
+    fn new_metadata_changes_the_recipe_of_its_rows_file_only() {
+        let mut source = source(&[10, 3, 7]);
+        let before = split(&source, false, 6 * 96);
+        let stamped = PaperMetadata {
+            version: Some("v3".into()),
+            ..PaperMetadata::default()
+        };
+        source.restamped[1] = vec![(2, stamped.clone())];
+        let plan = split(&source, false, 6 * 96);
+        // Shard 1's row 2 is row 12 of the run: the third file.
+        assert_eq!(plan.files[2].slices[0].restamped, [(2, stamped)]);
+        for (i, (a, b)) in before.files.iter().zip(&plan.files).enumerate() {
+            assert_eq!(a.rows, b.rows);
+            assert_eq!(a.recipe_sha256 == b.recipe_sha256, i != 2, "file {i}");
+        }
     }
 
     #[test]

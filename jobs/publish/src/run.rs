@@ -5,7 +5,7 @@
 use crate::error::{io, pq_err, MissingBatch, PublishError};
 use arrow_array::{Array, StringArray};
 use arrow_schema::{DataType, Schema, SchemaRef};
-use embedfleet_core::rundb::{RunDb, ShardRow};
+use embedfleet_core::rundb::{PaperMetadata, RunDb, ShardRow};
 use embedfleet_core::state::BatchState;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
@@ -41,6 +41,9 @@ pub struct Source {
     pub deleted: Vec<Vec<u64>>,
     /// How many of `deleted` are rows releases withheld (the rest are tombstones).
     pub withheld: u64,
+    /// Per shard (as `shards`), the rows whose corpus metadata a later release changed without
+    /// changing the text, with the values to write instead of the shard's, sorted by row.
+    pub restamped: Vec<Vec<(u64, PaperMetadata)>>,
     /// Per shard (as `shards`), the corpus release its batch was planned in: each release's
     /// rows go to data files of their own, so a later release leaves an earlier one's files as
     /// they were unless it took one of their papers out.
@@ -83,6 +86,7 @@ impl Source {
             }
         }
         let (deleted, withheld) = left_out_rows(db, &shards)?;
+        let restamped = restamped_rows(db, &shards)?;
         let release_of = release_of_batches(db)?;
         let releases = shards
             .iter()
@@ -90,6 +94,7 @@ impl Source {
             .collect();
         Ok(Source {
             withheld,
+            restamped,
             releases,
             shards,
             schema,
@@ -138,6 +143,34 @@ fn left_out_rows(db: &RunDb, shards: &[ShardRow]) -> Result<(Vec<Vec<u64>>, u64)
         })
         .collect::<Result<Vec<_>, PublishError>>()?;
     Ok((rows, withheld_rows))
+}
+
+/// Per shard, the rows a later release gave new metadata (see [`Source::restamped`]); only the
+/// shards of batches with such a row are read (their `id` column alone).
+fn restamped_rows(
+    db: &RunDb,
+    shards: &[ShardRow],
+) -> Result<Vec<Vec<(u64, PaperMetadata)>>, PublishError> {
+    let mut by_batch: HashMap<i64, HashMap<String, PaperMetadata>> = HashMap::new();
+    for r in db.restamps()? {
+        by_batch
+            .entry(r.batch_id)
+            .or_default()
+            .insert(r.paper_id, r.metadata);
+    }
+    shards
+        .iter()
+        .map(|shard| {
+            let Some(new) = by_batch.get(&shard.batch_id.0) else {
+                return Ok(Vec::new());
+            };
+            let ids = ids_of(&db.dir().join(&shard.path))?;
+            Ok((0u64..)
+                .zip(&ids)
+                .filter_map(|(row, id)| new.get(id.as_str()).map(|m| (row, m.clone())))
+                .collect())
+        })
+        .collect()
 }
 
 /// The corpus release of each batch.

@@ -96,6 +96,8 @@ pub(crate) fn send_and_finish(
     options: &UploadOptions,
 ) -> Result<UploadReport, UploadRunError> {
     let send = send(sink, &open.db, &open.prepared, options)?;
+    let key = crate::prepared::progress_key(sink, &options.spec.name);
+    crate::restamp::after_upload(sink, &open.db, &options.spec.name, &key)?;
     let finish = sink.finish(&open.spec)?;
     Ok(UploadReport {
         already_acked: open.prepared.acked(),

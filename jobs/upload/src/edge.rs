@@ -20,13 +20,14 @@ use std::time::Instant;
 use qdrant_edge::external::ordered_float::OrderedFloat;
 use qdrant_edge::external::serde_json::{Map, Value};
 use qdrant_edge::{
-    Condition, CountRequest as EdgeCountRequest, CreateIndex, EdgeConfig, EdgeOptimizersConfig,
-    EdgeShard, EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HasIdCondition,
-    HnswIndexConfig, JsonPath, Match, OperationError, Payload, PayloadFieldSchema,
-    PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted,
-    QuantizationConfig, QueryEnum, Range, ScalarQuantizationConfig, ScalarType, ScoredPoint,
-    SearchParams, SearchRequest, UpdateOperation, ValueVariants, VectorInternal,
-    VectorStructPersisted, WithPayloadInterface, DEFAULT_VECTOR_NAME,
+    Condition, CountRequest as EdgeCountRequest, CreateIndex, DeletePayloadOp, EdgeConfig,
+    EdgeOptimizersConfig, EdgeShard, EdgeVectorParams, FieldCondition, FieldIndexOperations,
+    Filter, HasIdCondition, HnswIndexConfig, JsonPath, Match, OperationError, Payload,
+    PayloadFieldSchema, PayloadOps, PayloadSchemaType, PointId, PointInsertOperations,
+    PointOperations, PointStructPersisted, QuantizationConfig, QueryEnum, Range,
+    ScalarQuantizationConfig, ScalarType, ScoredPoint, SearchParams, SearchRequest, SetPayloadOp,
+    UpdateOperation, ValueVariants, VectorInternal, VectorStructPersisted, WithPayloadInterface,
+    DEFAULT_VECTOR_NAME,
 };
 
 use crate::error::{UploadError, UploadResult};
@@ -34,7 +35,8 @@ use crate::points::{
     PointsBatch, PAYLOAD_N_CHARS, PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
 };
 use crate::request::{
-    CountRequest, DeleteRequest, Hit, PayloadFilter, QueryRequest, SearchOptions, UpsertRequest,
+    CountRequest, DeleteRequest, Hit, PayloadFilter, PayloadRequest, QueryRequest, SearchOptions,
+    UpsertRequest,
 };
 use crate::sink::{shard_keys_unsupported, QdrantExtras, Sink};
 use crate::spec::{
@@ -442,6 +444,46 @@ impl Sink for QdrantEdge {
         });
         let result = read(&shard).update(op).map_err(edge_err("delete points"));
         result
+    }
+
+    fn set_payload(&self, request: PayloadRequest<'_>) -> UploadResult<()> {
+        self.refuse_shard_key(request.collection, request.shard_key)?;
+        if request.ids.is_empty() {
+            return Ok(());
+        }
+        let shard = self.existing(request.collection)?;
+        let points: Vec<PointId> = request.ids.iter().map(|id| PointId::Uuid(*id)).collect();
+        let mut set = Map::new();
+        let mut remove = Vec::new();
+        match request.year {
+            Some(year) => drop(set.insert(PAYLOAD_YEAR.to_owned(), Value::from(year))),
+            None => remove.push(json_path(PAYLOAD_YEAR)?),
+        }
+        match request.source {
+            Some(source) => drop(set.insert(PAYLOAD_SOURCE.to_owned(), Value::from(source))),
+            None => remove.push(json_path(PAYLOAD_SOURCE)?),
+        }
+        if !set.is_empty() {
+            let op = UpdateOperation::PayloadOperation(PayloadOps::SetPayload(SetPayloadOp {
+                payload: Payload(set),
+                points: Some(points.clone()),
+                filter: None,
+                key: None,
+            }));
+            read(&shard).update(op).map_err(edge_err("set payload"))?;
+        }
+        if !remove.is_empty() {
+            let op =
+                UpdateOperation::PayloadOperation(PayloadOps::DeletePayload(DeletePayloadOp {
+                    keys: remove,
+                    points: Some(points),
+                    filter: None,
+                }));
+            read(&shard)
+                .update(op)
+                .map_err(edge_err("delete payload keys"))?;
+        }
+        Ok(())
     }
 
     fn delete_collection(&self, collection: &str) -> UploadResult<bool> {

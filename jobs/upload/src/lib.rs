@@ -33,6 +33,7 @@ mod prepared;
 mod progress;
 pub mod query;
 mod request;
+pub mod restamp;
 mod retry;
 mod server;
 pub mod shard_keys;
@@ -57,7 +58,8 @@ pub use points::{
 };
 pub use prepared::{prepare, progress_key, Prepared};
 pub use request::{
-    CountRequest, DeleteRequest, Hit, PayloadFilter, QueryRequest, SearchOptions, UpsertRequest,
+    CountRequest, DeleteRequest, Hit, PayloadFilter, PayloadRequest, QueryRequest, SearchOptions,
+    UpsertRequest,
 };
 pub use retry::{is_transient, RetryPolicy};
 pub use server::{

@@ -45,24 +45,7 @@ pub fn point_id(paper_id: &str) -> Uuid {
     Uuid::new_v5(&PAPER_NAMESPACE, paper_id.as_bytes())
 }
 
-/// The year of a `created` value such as `2019-05-02T00:00:00.000Z` or `2019-05-02`.
-///
-/// Returns `None` when the value does not start with four digits followed by the end or `-`.
-pub fn parse_year(created: &str) -> Option<i64> {
-    let bytes = created.trim_start().as_bytes();
-    let digits = bytes.get(..4)?;
-    if !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    if !matches!(bytes.get(4), None | Some(b'-')) {
-        return None;
-    }
-    Some(
-        digits
-            .iter()
-            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')),
-    )
-}
+pub use embedfleet_core::paper::parse_year;
 
 /// One point, borrowed from a [`PointsBatch`].
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -108,6 +108,43 @@ impl<'a> DeleteRequest<'a> {
     }
 }
 
+/// Sets what a point's payload holds of its paper's corpus metadata, `year` and `source`, on
+/// points by id: a `None` removes the key (as an upsert of the paper would leave it out). A
+/// corpus release that changes a paper's metadata but not its text (see `plan --update`).
+#[derive(Debug, Clone, Copy)]
+pub struct PayloadRequest<'a> {
+    pub collection: &'a str,
+    pub ids: &'a [Uuid],
+    pub year: Option<i64>,
+    pub source: Option<&'a str>,
+    /// The shard key holding them (custom sharding).
+    pub shard_key: Option<&'a str>,
+}
+
+impl<'a> PayloadRequest<'a> {
+    /// Sets `year` and `source` on the points `ids` of `collection`.
+    pub fn new(
+        collection: &'a str,
+        ids: &'a [Uuid],
+        year: Option<i64>,
+        source: Option<&'a str>,
+    ) -> Self {
+        Self {
+            collection,
+            ids,
+            year,
+            source,
+            shard_key: None,
+        }
+    }
+
+    /// In shard key `key` (`None`: no key).
+    pub fn shard_key(mut self, key: Option<&'a str>) -> Self {
+        self.shard_key = key;
+        self
+    }
+}
+
 /// One search per query vector, each as [`SearchOptions`] say. The answer is one list of hits
 /// per vector, in order, best first; a sink sends them in as few requests as its engine allows.
 #[derive(Debug, Clone)]

@@ -16,7 +16,9 @@
 //! Qdrant cluster loads built shards.
 
 use crate::error::{UploadError, UploadResult};
-use crate::request::{CountRequest, DeleteRequest, Hit, QueryRequest, UpsertRequest};
+use crate::request::{
+    CountRequest, DeleteRequest, Hit, PayloadRequest, QueryRequest, UpsertRequest,
+};
 use crate::shard_keys::KeyOwner;
 use crate::spec::{CollectionInfo, CollectionSpec, Ensured, FinishReport};
 
@@ -55,6 +57,9 @@ pub trait Sink: Send + Sync {
 
     /// Deletes the request's points (deleting a point that is not there is no error).
     fn delete(&self, request: DeleteRequest<'_>) -> UploadResult<()>;
+
+    /// Sets the request's payload keys on its points (every point must exist).
+    fn set_payload(&self, request: PayloadRequest<'_>) -> UploadResult<()>;
 
     /// The collection's live settings, `None` when it does not exist.
     fn collection_info(&self, collection: &str) -> UploadResult<Option<CollectionInfo>>;

@@ -111,6 +111,7 @@ pub fn upload_with_workers(
     if let Some(e) = failed_worker {
         return Err(e);
     }
+    crate::restamp::after_upload(sink, &db, collection, &key)?;
     let finish = sink.finish(&spec)?;
     Ok(UploadReport {
         already_acked: before,

@@ -12,10 +12,14 @@
 //! A corpus comes in releases (`plan --update`): the first plan is release 1, each update the
 //! next. An update streams the whole new release but plans only the papers whose id is new or
 //! whose text changed; what it carries unchanged is only noted, and run.db settles the release
-//! once all its files are planned (see `embedfleet_core::rundb`'s `releases`).
+//! once all its files are planned (see `embedfleet_core::rundb`'s `releases`), after packing its
+//! part-filled batches across files (`pack`).
 
 mod known;
+mod pack;
 mod worker;
+
+pub use pack::Packed;
 
 use embedfleet_core::corpus::{self, CorpusError, ReadOptions};
 use embedfleet_core::fingerprint::Fingerprint;
@@ -147,6 +151,8 @@ pub struct PlanReport {
     pub counts: Option<ReleaseCounts>,
     /// The batches of that release (all of them for release 1).
     pub release_batches: u64,
+    /// An update's part-filled batches packed across files.
+    pub packed: Packed,
 }
 
 pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
@@ -240,6 +246,12 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         known.as_ref(),
         bytes_read,
     )?;
+    // An update's papers are few and spread over every file: its part-filled batches are packed
+    // into full ones across files (a first plan keeps one per file).
+    if release.id > 1 {
+        report.packed =
+            pack::pack_release(&mut db, &options.run_dir, release.id, &options.settings)?;
+    }
     report.counts = Some(db.resolve_release(release.id)?);
     report.duplicates = db.duplicates()?;
     write_quarantine(&db, &options.run_dir)?;

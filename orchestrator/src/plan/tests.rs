@@ -414,11 +414,25 @@ fn release_two_is_recorded(run_dir: &Path) {
         .collect();
     assert_eq!(dups, [("p0", 5), ("p10", 7)]);
     let db = RunDb::open(run_dir).unwrap();
+    // The release's one batch packs both files' papers; p10's second row is its last.
     let last: embedfleet_core::BatchId = db
         .conn()
-        .query_row("SELECT id FROM batches WHERE file_id = 3", [], |r| r.get(0))
+        .query_row("SELECT max(id) FROM batches", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(db.excluded_rows(last).unwrap(), [1]);
+    assert_eq!(db.excluded_rows(last).unwrap(), [3]);
+    let files: Vec<(i64, i64)> = db
+        .conn()
+        .prepare("SELECT file_id, line FROM papers WHERE batch_id = ?1 ORDER BY row")
+        .unwrap()
+        .query_map([last], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        files,
+        [(2, 2), (2, 6), (3, 6), (3, 7)],
+        "each row keeps its file and line"
+    );
     let releases = db.releases().unwrap();
     assert_eq!(releases.len(), 2);
     assert!(releases.iter().all(|r| r.planned_at.is_some()));
@@ -448,7 +462,8 @@ fn an_update_plans_only_new_and_changed_papers_and_withdraws_those_the_release_l
             added: 2,
             changed: 1,
             withdrawn: 1,
-            unchanged: 8
+            unchanged: 8,
+            restamped: 0
         })
     );
     let got = batches(&first.run_dir);
@@ -459,8 +474,18 @@ fn an_update_plans_only_new_and_changed_papers_and_withdraws_those_the_release_l
     );
     assert_eq!(
         got[3..],
-        [vec!["p2", "p10"], vec!["p11", "p10"]],
-        "only the changed and new papers are planned, one batch set per file"
+        [vec!["p2", "p10", "p11", "p10"]],
+        "only the changed and new papers are planned, packed across the files in corpus order"
+    );
+    let batch_files: Vec<String> = std::fs::read_dir(first.run_dir.join("batches"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.starts_with("f000001-"))
+        .collect();
+    assert_eq!(
+        batch_files,
+        ["r0002-00000.parquet"],
+        "the per-file batches it packed are gone"
     );
     release_two_is_recorded(&first.run_dir);
 
@@ -511,9 +536,9 @@ fn an_update_killed_anywhere_resumes_to_the_same_plan() {
     plan(&update(&clean, vec![r2.clone()], false)).unwrap();
     let expected = (batches(&clean.run_dir), paper_rows(&clean.run_dir));
 
-    // Killed with the release's first file planned and its second half-way (one batch
-    // recorded, its sightings too), before the release was settled. Release 1 was planned by
-    // an embedfleet that recorded no text hashes.
+    // Killed while the release's files were being planned (before any packing), and again
+    // before the release was settled (`tests/e2e/update_pack.rs` kills one mid-pack). Release
+    // 1 was planned by an embedfleet that recorded no text or metadata hashes.
     let killed = PlanOptions {
         run_dir: dir.path().join("killed"),
         ..clean.clone()
@@ -528,11 +553,16 @@ fn an_update_killed_anywhere_resumes_to_the_same_plan() {
              UPDATE release_seen SET duplicate_of = NULL;
              DELETE FROM quarantine;
              UPDATE releases SET planned_at = NULL, added = NULL WHERE id = 2;
-             UPDATE corpus_files SET state = 'pending' WHERE id = 3;
              UPDATE settings SET value = '\"in_progress\"' WHERE key = 'plan_state';
-             UPDATE papers SET text_hash = NULL WHERE batch_id IN (SELECT id FROM batches WHERE file_id = 1);",
+             UPDATE papers SET text_hash = NULL, meta_hash = NULL WHERE batch_id IN (SELECT id FROM batches WHERE file_id = 1);",
         )
         .unwrap();
+    drop(db);
+    let mut db = RunDb::open(&killed.run_dir).unwrap();
+    // The packed batch records its first paper's file (2): forgetting file 2 forgets it.
+    for file in [2, 3] {
+        db.reset_file(file).unwrap();
+    }
     drop(db);
     // A plain `plan` of release 2's files finishes it too (a restart without --update).
     let resumed = PlanOptions {
@@ -551,14 +581,14 @@ fn an_update_killed_anywhere_resumes_to_the_same_plan() {
         .unwrap()
         .conn()
         .query_row(
-            "SELECT count(*) FROM papers WHERE text_hash IS NULL",
+            "SELECT count(*) FROM papers WHERE text_hash IS NULL OR meta_hash IS NULL",
             [],
             |r| r.get(0),
         )
         .unwrap();
     assert_eq!(
         hashes, 0,
-        "the missing text hashes were filled from the batch files"
+        "the missing text and metadata hashes were filled from the batch files"
     );
 
     // An update of other files while a release is unfinished is refused.
@@ -614,4 +644,91 @@ fn a_deleted_paper_stays_deleted_when_a_release_carries_it_again_with_new_text()
         })
     );
     assert_eq!(batches(&first.run_dir)[1], ["c"]);
+}
+
+#[test]
+fn a_release_that_changes_metadata_alone_restamps_its_papers_without_planning_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |id: &str, text: &str, created: &str, version: &str| {
+        format!(
+            "{{\"id\":\"{id}\",\"text\":\"{text}\",\"source\":\"s2orc\",\"created\":\"{created}\",\"version\":\"{version}\"}}\n"
+        )
+    };
+    let write = |name: &str, body: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    };
+    let r1 = write(
+        "r1.jsonl",
+        with("a", "alpha", "2019-01-01", "v2")
+            + &with("b", "beta", "2019-01-01", "v2")
+            + &with("c", "gamma", "2019-01-01", "v2"),
+    );
+    let first = options(dir.path(), vec![r1], PlanSettings::default());
+    plan(&first).unwrap();
+    // a: stamped v3 only; b: another year (the payload changes); c: as it was.
+    let r2 = write(
+        "r2.jsonl",
+        with("a", "alpha", "2019-01-01", "v3")
+            + &with("b", "beta", "2020-06-01", "v2")
+            + &with("c", "gamma", "2019-01-01", "v2"),
+    );
+    let report = plan(&update(&first, vec![r2.clone()], false)).unwrap();
+    assert_eq!(
+        report.counts,
+        Some(ReleaseCounts {
+            unchanged: 3,
+            restamped: 2,
+            ..ReleaseCounts::default()
+        })
+    );
+    assert_eq!(batches(&first.run_dir).len(), 1, "nothing planned");
+    let db = RunDb::open(&first.run_dir).unwrap();
+    let restamps = db.restamps().unwrap();
+    let got: Vec<(&str, bool, Option<&str>, Option<&str>)> = restamps
+        .iter()
+        .map(|r| {
+            (
+                r.paper_id.as_str(),
+                r.payload_changed,
+                r.metadata.created.as_deref(),
+                r.metadata.version.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a", false, Some("2019-01-01"), Some("v3")),
+            ("b", true, Some("2020-06-01"), Some("v2"))
+        ]
+    );
+    assert!(restamps.iter().all(|r| r.batch_id == 1 && r.release == 2));
+    drop(db);
+    // Planned again: the same. A release 3 equal to release 2 restamps nothing (the live
+    // rows serve release 2's metadata now); one that stamps `b` v4 restamps it again, and its
+    // payload still differs from its shard's.
+    assert!(
+        plan(&update(&first, vec![r2.clone()], false))
+            .unwrap()
+            .already_planned
+    );
+    let r3 = write("r3.jsonl", std::fs::read_to_string(&r2).unwrap());
+    let report = plan(&update(&first, vec![r3], false)).unwrap();
+    assert_eq!(report.counts.unwrap().restamped, 0);
+    let r4 = write(
+        "r4.jsonl",
+        with("a", "alpha", "2019-01-01", "v3")
+            + &with("b", "beta", "2020-06-01", "v4")
+            + &with("c", "gamma", "2019-01-01", "v2"),
+    );
+    let report = plan(&update(&first, vec![r4], false)).unwrap();
+    assert_eq!(report.counts.unwrap().restamped, 1);
+    let restamps = RunDb::open(&first.run_dir).unwrap().restamps().unwrap();
+    let b = restamps.iter().find(|r| r.paper_id == "b").unwrap();
+    assert_eq!((b.release, b.payload_changed), (4, true));
+    assert_eq!(b.metadata.version.as_deref(), Some("v4"));
+    let a = restamps.iter().find(|r| r.paper_id == "a").unwrap();
+    assert_eq!((a.release, a.payload_changed), (2, false));
 }

@@ -1,14 +1,16 @@
 //! The planning workers: each takes the next unplanned corpus file, reads it, writes its batch
 //! files and sends what it wrote to the one thread that owns run.db (this module's `run`).
 
-use super::known::KnownPapers;
+use super::known::{Held, KnownPapers};
 use super::{PlanError, PlanOptions};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use embedfleet_core::batchfile::BatchWriter;
 use embedfleet_core::corpus::{self, ReadError, ReadOptions, Record};
-use embedfleet_core::paper::{count_chars, text_hash, Paper};
+use embedfleet_core::paper::{count_chars, meta_hash, text_hash, Paper};
 use embedfleet_core::quarantine::QuarantineEntry;
-use embedfleet_core::rundb::{BatchRecord, PlannedPaper, RunDb};
+use embedfleet_core::rundb::{
+    BatchRecord, NewMetadata, PaperMetadata, PlannedPaper, RunDb, SeenPaper,
+};
 use embedfleet_core::RunLayout;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -30,8 +32,8 @@ pub(super) struct FileTask {
 enum Message {
     Batch(BatchRecord),
     Quarantine(i64, Vec<QuarantineEntry>),
-    /// Papers of a file the run holds already with the same text: (line, id).
-    Seen(i64, Vec<(u64, String)>),
+    /// Papers of a file the run holds already with the same text.
+    Seen(i64, Vec<SeenPaper>),
     FileDone {
         id: i64,
         summary: corpus::FileSummary,
@@ -167,7 +169,13 @@ struct FileBatches<'a> {
 impl FileBatches<'_> {
     /// Adds the paper at `line`, of `n_chars` characters, to the open batch, or to a new one
     /// when the open one is full.
-    fn add(&mut self, line: u64, paper: Paper, n_chars: u64, text_hash: u64) -> Result<(), String> {
+    fn add(
+        &mut self,
+        line: u64,
+        paper: Paper,
+        n_chars: u64,
+        hashes: (u64, u64),
+    ) -> Result<(), String> {
         let settings = &self.options.settings;
         if let Some(batch) = &self.open {
             let full = batch.papers.len() as u64 >= settings.papers_per_job
@@ -202,7 +210,9 @@ impl FileBatches<'_> {
             id: paper.id,
             line,
             n_chars,
-            text_hash,
+            text_hash: hashes.0,
+            meta_hash: hashes.1,
+            file_id: None,
         });
         Ok(())
     }
@@ -231,6 +241,30 @@ fn send(tx: &Sender<Message>, message: Message) -> Result<(), String> {
         .map_err(|_| "the run.db thread stopped".to_string())
 }
 
+/// A paper the run holds with the same text, as run.db records it: with its new metadata when
+/// that changed.
+fn seen_paper(line: u64, paper: Paper, held: Held, meta_hash: u64) -> SeenPaper {
+    let restamp = match held {
+        Held::Same => None,
+        Held::Restamped { payload_changed } => Some(NewMetadata {
+            meta_hash,
+            payload_changed,
+            metadata: PaperMetadata {
+                source: paper.source,
+                created: paper.created,
+                added: paper.added,
+                version: paper.version,
+                extra: paper.extra,
+            },
+        }),
+    };
+    SeenPaper {
+        line,
+        id: paper.id,
+        restamp,
+    }
+}
+
 fn plan_file(
     task: &FileTask,
     read_options: &ReadOptions,
@@ -250,16 +284,16 @@ fn plan_file(
     let summary = corpus::read_file(&task.path, read_options, |record| -> Result<(), String> {
         match record {
             Record::Paper { line, paper } => {
-                let text_hash = text_hash(&paper.text);
-                if known.is_some_and(|k| k.holds_unchanged(&paper.id, text_hash)) {
-                    seen.push((line, paper.id));
+                let hashes = (text_hash(&paper.text), meta_hash(&paper));
+                if let Some(held) = known.and_then(|k| k.holds(&paper.id, hashes.0, hashes.1)) {
+                    seen.push(seen_paper(line, paper, held, hashes.1));
                     if seen.len() >= SEEN_CHUNK {
                         send(tx, Message::Seen(task.id, std::mem::take(&mut seen)))?;
                     }
                     return Ok(());
                 }
                 let n_chars = count_chars(&paper.text);
-                batches.add(line, paper, n_chars, text_hash)?;
+                batches.add(line, paper, n_chars, hashes)?;
             }
             Record::Quarantined(entry) => {
                 quarantine.push(entry);

@@ -118,7 +118,7 @@ pub(super) fn outlook(router: &Router, round: &Round<'_>) -> Vec<QueueOutlook> {
     outlook_of(&assess(router, round), round)
 }
 
-fn outlook_of(queues: &[Assessed], _round: &Round<'_>) -> Vec<QueueOutlook> {
+fn outlook_of(queues: &[Assessed], round: &Round<'_>) -> Vec<QueueOutlook> {
     queues
         .iter()
         .map(|q| QueueOutlook {
@@ -129,6 +129,7 @@ fn outlook_of(queues: &[Assessed], _round: &Round<'_>) -> Vec<QueueOutlook> {
             run_time_s: q.model.run_time.get(),
             loss_share: q.model.loss_share(),
             estimate_error_s: q.model.estimate_error.get(),
+            scheduler_start_s: q.new_job_estimate.map(|at| (at - round.now_s).max(0.0)),
             expected_finish_s: (q.usable() && q.known()).then(|| q.cost_s()),
             state: if !q.usable() {
                 "unusable"

@@ -28,6 +28,8 @@ pub(super) struct Assessed<'a> {
     pub stopped: bool,
     /// The scheduler's start estimates of its queued jobs, by job name.
     pub estimates: BTreeMap<String, f64>,
+    /// The scheduler's estimate of when a job sent there now would start (unix seconds).
+    pub new_job_estimate: Option<f64>,
 }
 
 impl Assessed<'_> {
@@ -54,17 +56,23 @@ impl Assessed<'_> {
         let Some(estimate) = self.estimates.get(&job.name) else {
             return from_model;
         };
-        let scale = learned.max(60.0);
-        let trust = match self.model.estimate_error.get() {
-            None => 0.5,
-            Some(error) => scale / (scale + error),
-        };
-        trust * (estimate - now).max(0.0) + (1.0 - trust) * from_model
+        blend(&self.model, (estimate - now).max(0.0), from_model)
     }
 
     pub fn usable(&self) -> bool {
         self.view.usable && self.view.cap > 0
     }
+}
+
+/// The scheduler's estimate of a wait blended with the model's: the estimate weighs more the
+/// closer the queue's earlier estimates came (half and half before any could be checked).
+fn blend(model: &QueueModel, estimated_s: f64, from_model_s: f64) -> f64 {
+    let scale = model.start_delay.get().unwrap_or(0.0).max(60.0);
+    let trust = match model.estimate_error.get() {
+        None => 0.5,
+        Some(error) => scale / (scale + error),
+    };
+    trust * estimated_s + (1.0 - trust) * from_model_s
 }
 
 pub(super) fn assess<'a>(router: &Router, round: &Round<'a>) -> Vec<Assessed<'a>> {
@@ -98,13 +106,21 @@ pub(super) fn assess<'a>(router: &Router, round: &Round<'a>) -> Vec<Assessed<'a>
                 .filter(|j| j.started_s.is_none())
                 .filter_map(|j| Some((j.name.clone(), router.estimate(&j.name)?)))
                 .collect();
+            // A new job waits at least as long as the queue's oldest queued one has; the
+            // scheduler's own estimate for a job sent now (`sbatch --test-only`) is blended in.
+            let new_job_estimate = router.new_job_estimate(&view.name);
+            let new_job = new_job_estimate.map(|at| (at - round.now_s).max(0.0));
+            let start_s = learned.map(|d| {
+                let from_model = d.max(longest_wait_s);
+                new_job.map_or(from_model, |e| blend(&model, e, from_model))
+            });
             Assessed {
                 view,
                 estimates,
+                new_job_estimate,
                 run_s: model.run_time.get().unwrap_or(run_default),
                 longest_wait_s,
-                // A new job waits at least as long as the queue's oldest queued one has.
-                start_s: learned.map(|d| d.max(longest_wait_s)),
+                start_s,
                 stopped,
                 model,
             }

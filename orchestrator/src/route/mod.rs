@@ -135,6 +135,9 @@ pub struct Router {
     models: BTreeMap<String, QueueModel>,
     /// The scheduler's latest start estimate of each queued job: (queue, unix seconds).
     estimates: BTreeMap<String, (String, f64)>,
+    /// The scheduler's estimate of when a job sent to each queue now would start (unix
+    /// seconds; Slurm's `sbatch --test-only`).
+    new_job_estimates: BTreeMap<String, f64>,
 }
 
 impl Router {
@@ -143,6 +146,7 @@ impl Router {
             route,
             models: BTreeMap::new(),
             estimates: BTreeMap::new(),
+            new_job_estimates: BTreeMap::new(),
         }
     }
 
@@ -159,6 +163,24 @@ impl Router {
     pub fn estimated(&mut self, job: &str, queue: &str, start_s: f64) {
         self.estimates
             .insert(job.to_string(), (queue.to_string(), start_s));
+    }
+
+    /// The scheduler expects a job sent to `queue` now to start at `start_s`.
+    pub fn new_job_estimated(&mut self, queue: &str, start_s: f64) {
+        self.new_job_estimates.insert(queue.to_string(), start_s);
+    }
+
+    /// The scheduler's latest estimate of when a job sent to `queue` now would start.
+    pub fn new_job_estimate(&self, queue: &str) -> Option<f64> {
+        self.new_job_estimates.get(queue).copied()
+    }
+
+    /// Job `job` was sent to `queue`: the scheduler's estimate for a new job there is its
+    /// own until the scheduler gives one of the job itself, and is checked when it starts.
+    pub fn submitted(&mut self, job: &str, queue: &str) {
+        if let Some(&start) = self.new_job_estimates.get(queue) {
+            self.estimated(job, queue, start);
+        }
     }
 
     /// The scheduler's latest start estimate of queued job `job`.

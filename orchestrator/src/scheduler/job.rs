@@ -128,6 +128,14 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
         Ok(HashMap::new())
     }
 
+    /// The scheduler's own estimate of when `job` would start if it were submitted now (unix
+    /// seconds): Slurm's `sbatch --test-only`, which queues nothing. None by default. The
+    /// router takes it as the start of the next job sent to that queue, weighed by how far
+    /// the queue's earlier estimates were off.
+    fn new_job_start(&self, _job: &JobSubmission) -> SchedulerResult<Option<f64>> {
+        Ok(None)
+    }
+
     /// Queues that cannot take jobs, each with the reason, found before the first job of a run
     /// in `run_dir`: `submit` sends none there, `doctor` shows them. A batch scheduler has
     /// none to report (its submit command says what is wrong with a queue).

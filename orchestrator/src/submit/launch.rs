@@ -37,6 +37,7 @@ impl SubmitLoop<'_> {
             )
             .cloned()
             .collect();
+        self.refresh_new_job_estimates(&caps, &open, &pending, &disabled);
         let plan = self.route_round(&caps, &open, &pending, &disabled);
         self.apply_moves(&plan, &open)?;
         let mut failed_now: BTreeSet<String> = BTreeSet::new();
@@ -103,6 +104,7 @@ impl SubmitLoop<'_> {
         match self.scheduler.submit(&submission) {
             Ok(id) => {
                 self.db.set_job_submitted(&name, id.as_str())?;
+                self.router.submitted(&name, &job.queue);
                 for b in &job.batches {
                     *self.attempts.entry(*b).or_default() += 1;
                 }

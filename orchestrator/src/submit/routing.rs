@@ -28,6 +28,8 @@ pub(super) struct RoutingTally {
     pub cancelling: BTreeMap<String, (String, bool)>,
     /// When the scheduler was last asked for its start estimates.
     pub estimates_at: Option<std::time::Instant>,
+    /// When it was last asked when a new job would start in each queue.
+    pub new_job_estimates_at: BTreeMap<String, std::time::Instant>,
 }
 
 /// How often the scheduler is asked when it expects the queued jobs to start: an estimate
@@ -119,6 +121,65 @@ impl SubmitLoop<'_> {
             Err(e) => tracing::info!("no start estimates from the scheduler this time: {e}"),
         }
         Ok(())
+    }
+
+    /// Asks the scheduler, at most once a minute per queue, when a job sent now to each queue
+    /// with a free slot would start (adaptive route only; Slurm's `sbatch --test-only`, which
+    /// queues nothing), with the script the next job there would have. An error is only
+    /// logged: estimates are a refinement.
+    pub(super) fn refresh_new_job_estimates(
+        &mut self,
+        caps: &BTreeMap<String, u32>,
+        open: &[JobRow],
+        pending: &[i64],
+        disabled: &BTreeSet<String>,
+    ) {
+        if self.opts.route != crate::route::Route::Adaptive || pending.is_empty() {
+            return;
+        }
+        for (queue, cap) in caps {
+            // One row per batch of a multi-node job: jobs are counted by name.
+            let jobs: BTreeSet<&str> = open
+                .iter()
+                .filter(|r| &r.queue == queue)
+                .map(|r| r.name.as_str())
+                .collect();
+            let asked = self.routing.new_job_estimates_at.get(queue);
+            if disabled.contains(queue)
+                || jobs.len() as u32 >= *cap
+                || asked.is_some_and(|at| at.elapsed() < ESTIMATES_EVERY)
+            {
+                continue;
+            }
+            self.routing
+                .new_job_estimates_at
+                .insert(queue.clone(), std::time::Instant::now());
+            let nodes = self.nodes().max(1).min(pending.len());
+            let probe = crate::route::PlannedJob {
+                queue: queue.clone(),
+                batches: pending[..nodes].to_vec(),
+            };
+            let submission = match self.render(&probe, 0) {
+                Ok((files, text)) => crate::scheduler::JobSubmission::new(
+                    files.name,
+                    queue.as_str(),
+                    crate::scheduler::JobScript::Text(text),
+                )
+                .workdir(&self.run_dir),
+                Err(e) => {
+                    tracing::info!(queue = %queue, "no job to ask the scheduler about: {e}");
+                    continue;
+                }
+            };
+            match self.scheduler.new_job_start(&submission) {
+                Ok(Some(start)) => self.router.new_job_estimated(queue, start),
+                Ok(None) => {}
+                Err(e) => tracing::info!(
+                    queue = %queue,
+                    "no start estimate for a new job from the scheduler this time: {e}"
+                ),
+            }
+        }
     }
 
     /// This round's plan: the open jobs by queue, the pending batches, and what is usable.

@@ -50,11 +50,12 @@ impl IngestReport {
 /// The environment variable that makes the owner SIGKILL itself at a named point (tests of
 /// kill-anywhere resumption): `ingest` (inside the transaction accepting an attempt),
 /// `accepted` (just after it commits) or `resolve_duplicates` (inside the transaction that
-/// settles a planned release: its duplicates, the copies it supersedes or withdraws).
+/// settles a planned release: its duplicates, the copies it supersedes or withdraws), `pack`
+/// (an update's packed batch files written, run.db not yet swapped to them).
 pub const TEST_KILL_ENV: &str = "EMBEDFLEET_TEST_KILL_AT";
 
 /// SIGKILLs this process when [`TEST_KILL_ENV`] names `point`.
-pub(crate) fn test_kill_point(point: &str) {
+pub fn test_kill_point(point: &str) {
     if std::env::var(TEST_KILL_ENV).is_ok_and(|v| v == point) {
         // SAFETY: sends a signal to this very process.
         unsafe {

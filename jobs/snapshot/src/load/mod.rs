@@ -130,6 +130,11 @@ pub fn load_snapshots(
     report.recover_s = recovered.seconds;
     report.recovered = recovered.recovered;
     report.deleted_after = delete_extra_rows(server, &name, &groups)?;
+    // A built shard carries its batches' shard rows: a later release's new source or year for a
+    // paper it kept is set after (every load: a group built again brings the older values back).
+    let loaded: std::collections::HashSet<i64> = by_batch.iter().map(|(b, _)| *b).collect();
+    let restamps = embedfleet_upload::restamp::payload_restamps(&db, |b| loaded.contains(&b))?;
+    embedfleet_upload::restamp::apply(server, &name, &restamps, |b| Some(keys.key_of(b)))?;
 
     // 5. Green, then counts and searches.
     let loaded = Loaded {

@@ -17,8 +17,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use qdrant_client::qdrant::{
-    value::Kind, Condition, CountPointsBuilder, DeletePointsBuilder, Filter, PointId,
-    PointsIdsList, QueryBatchPointsBuilder, QueryPoints, UpdateCollectionBuilder,
+    value::Kind, Condition, CountPointsBuilder, DeletePayloadPointsBuilder, DeletePointsBuilder,
+    Filter, PointId, PointsIdsList, QueryBatchPointsBuilder, QueryPoints, SetPayloadPointsBuilder,
+    UpdateCollectionBuilder,
 };
 use qdrant_client::{Qdrant, QdrantError};
 
@@ -36,7 +37,10 @@ use points::{grpc_filter, hit_from_grpc, query_points, string_value};
 
 use crate::error::{UploadError, UploadResult};
 use crate::outage::Outage;
-use crate::request::{CountRequest, DeleteRequest, Hit, QueryRequest, UpsertRequest};
+use crate::points::{PAYLOAD_SOURCE, PAYLOAD_YEAR};
+use crate::request::{
+    CountRequest, DeleteRequest, Hit, PayloadRequest, QueryRequest, UpsertRequest,
+};
 use crate::retry::with_retry;
 use crate::shard_keys::KeyOwner;
 use crate::sink::{QdrantExtras, Sink};
@@ -332,6 +336,46 @@ impl Sink for QdrantServer {
             }
             self.client.delete_points(delete)
         })?;
+        Ok(())
+    }
+
+    fn set_payload(&self, request: PayloadRequest<'_>) -> UploadResult<()> {
+        if request.ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<PointId> = request.ids.iter().map(|id| id.to_string().into()).collect();
+        let mut set: HashMap<String, qdrant_client::qdrant::Value> = HashMap::new();
+        let mut remove = Vec::new();
+        match request.year {
+            Some(year) => drop(set.insert(PAYLOAD_YEAR.to_owned(), year.into())),
+            None => remove.push(PAYLOAD_YEAR.to_owned()),
+        }
+        match request.source {
+            Some(source) => drop(set.insert(PAYLOAD_SOURCE.to_owned(), source.into())),
+            None => remove.push(PAYLOAD_SOURCE.to_owned()),
+        }
+        if !set.is_empty() {
+            self.retry("set payload", || {
+                let mut op = SetPayloadPointsBuilder::new(request.collection, set.clone())
+                    .points_selector(PointsIdsList { ids: ids.clone() })
+                    .wait(true);
+                if let Some(key) = request.shard_key {
+                    op = op.shard_key_selector(key.to_owned());
+                }
+                self.client.set_payload(op)
+            })?;
+        }
+        if !remove.is_empty() {
+            self.retry("delete payload keys", || {
+                let mut op = DeletePayloadPointsBuilder::new(request.collection, remove.clone())
+                    .points_selector(PointsIdsList { ids: ids.clone() })
+                    .wait(true);
+                if let Some(key) = request.shard_key {
+                    op = op.shard_key_selector(key.to_owned());
+                }
+                self.client.delete_payload(op)
+            })?;
+        }
         Ok(())
     }
 

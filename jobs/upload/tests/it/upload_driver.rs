@@ -345,6 +345,9 @@ macro_rules! pass_to_inner {
         fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
             self.inner.delete_collection(collection)
         }
+        fn set_payload(&self, request: embedfleet_upload::PayloadRequest<'_>) -> UploadResult<()> {
+            self.inner.set_payload(request.shard_key(None))
+        }
         fn qdrant(&self) -> Option<&dyn QdrantExtras> {
             Some(self)
         }

@@ -256,6 +256,33 @@ impl SlurmScheduler {
 
 /// Takes a `sacct` row over what `squeue` said, unless `sacct` lags behind: slurmdbd may not
 /// have recorded the end of a job that slurmctld already reports as ended.
+/// What `sbatch` is told of `job` besides its script: name, partition, directory, log.
+fn sbatch_args(job: &JobSubmission) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        format!("--job-name={}", job.name).into(),
+        format!("--partition={}", job.queue).into(),
+    ];
+    if let Some(dir) = &job.workdir {
+        args.push(format!("--chdir={}", dir.display()).into());
+    }
+    if let Some(log) = &job.log {
+        let log = SlurmBackend.log_path(&log.display().to_string());
+        args.push(format!("--output={log}").into());
+    }
+    args
+}
+
+/// `sbatch ARGS` with `job`'s script: its path as the last argument, or its text on stdin.
+fn with_script(mut args: Vec<OsString>, job: &JobSubmission) -> Call<'_> {
+    match &job.script {
+        JobScript::Path(p) => {
+            args.push(p.into());
+            Call::new(args)
+        }
+        JobScript::Text(t) => Call::new(args).stdin(t.as_bytes()),
+    }
+}
+
 fn merge_sacct(known: &mut HashMap<String, SlurmRecord>, mut row: SlurmRecord) {
     let row_final = row.job_state().is_terminal();
     if known.contains_key(&row.id) && !row_final {
@@ -292,25 +319,9 @@ impl Scheduler for SlurmScheduler {
 
     fn submit(&self, job: &JobSubmission) -> SchedulerResult<SchedulerJobId> {
         job.validate()?;
-        let mut args: Vec<OsString> = vec![
-            "--parsable".into(),
-            format!("--job-name={}", job.name).into(),
-            format!("--partition={}", job.queue).into(),
-        ];
-        if let Some(dir) = &job.workdir {
-            args.push(format!("--chdir={}", dir.display()).into());
-        }
-        if let Some(log) = &job.log {
-            let log = SlurmBackend.log_path(&log.display().to_string());
-            args.push(format!("--output={log}").into());
-        }
-        let call = match &job.script {
-            JobScript::Path(p) => {
-                args.push(p.into());
-                Call::new(args)
-            }
-            JobScript::Text(t) => Call::new(args).stdin(t.as_bytes()),
-        };
+        let mut args: Vec<OsString> = vec!["--parsable".into()];
+        args.extend(sbatch_args(job));
+        let call = with_script(args, job);
         let sbatch = &self.config.sbatch;
         let out = submit_command(&self.runner, sbatch, "sbatch", call, job, &REFUSALS)?;
         // `--parsable` prints `ID` or `ID;CLUSTER`.
@@ -344,6 +355,21 @@ impl Scheduler for SlurmScheduler {
                 Call::new([job.id.as_str()]).accept(&ended),
             )
             .map(|_| ())
+    }
+
+    fn new_job_start(&self, job: &JobSubmission) -> SchedulerResult<Option<f64>> {
+        job.validate()?;
+        let mut args: Vec<OsString> = vec!["--test-only".into()];
+        args.extend(sbatch_args(job));
+        // A partition that would never start it, or refuses it, says so on stderr with a
+        // non-zero exit: that is no estimate, not an error of the loop's.
+        let any = |_: &CommandOutput| true;
+        let out = self.runner.run(
+            &self.config.sbatch,
+            "sbatch --test-only",
+            with_script(args, job).accept(&any),
+        )?;
+        Ok(parse::parse_test_only(&out.stderr).or_else(|| parse::parse_test_only(&out.stdout)))
     }
 
     fn start_estimates(

@@ -193,6 +193,16 @@ pub fn parse_start_estimates(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Parses what `sbatch --test-only` says (on stderr) of a job it would queue:
+/// `sbatch: Job 12 to start at 2026-12-04T10:20:03 using 1 processors on nodes n1 in partition
+/// debug`, as unix seconds (local time, as [`parse_start_estimates`]).
+pub fn parse_test_only(text: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let (_, rest) = line.split_once(" to start at ")?;
+        local_time_s(rest.split_whitespace().next()?)
+    })
+}
+
 /// `YYYY-MM-DDTHH:MM:SS` in local time, as unix seconds.
 fn local_time_s(text: &str) -> Option<f64> {
     let (date, time) = text.split_once('T')?;
