@@ -276,3 +276,32 @@ fn the_schedulers_start_estimate_weighs_by_how_close_its_earlier_ones_came() {
     router.job_started("j", "fast", NOW - 60.0, NOW);
     assert_eq!(router.estimate("j"), None);
 }
+
+#[test]
+fn the_schedulers_estimate_for_a_job_not_yet_sent_moves_where_the_next_batch_goes() {
+    // Two queues learned alike (5 min to start). The scheduler says a job sent to `b` now
+    // would wait three hours (`sbatch --test-only`): the next batches go to `a`.
+    let queues = [queue("a", 1, vec![]), queue("b", 1, vec![])];
+    let mut router = learned(&[("a", 300.0), ("b", 300.0)], 5);
+    let pending = [1, 2];
+    let before = router.plan(&round(&queues, &pending));
+    assert_eq!(before.jobs.len(), 2, "one to each while they look alike");
+    router.new_job_estimated("b", NOW + 3.0 * 3600.0);
+    let r = round(&queues, &pending);
+    let assessed = assess::assess(&router, &r);
+    // No estimate of `b` was checked yet: half the scheduler's, half the model's.
+    assert_eq!(assessed[1].start_s, Some(0.5 * 3.0 * 3600.0 + 0.5 * 300.0));
+    assert_eq!(assessed[0].start_s, Some(300.0));
+    let after = router.plan(&r);
+    assert_eq!(sent_to(&after, "a"), [1]);
+    assert!(sent_to(&after, "b").is_empty(), "{after:?}");
+    let outlook = &after.outlook[1];
+    assert_eq!(outlook.scheduler_start_s, Some(3.0 * 3600.0));
+
+    // A job sent to `b` takes that estimate as its own, checked when it starts.
+    router.submitted("b-job", "b");
+    assert_eq!(router.estimate("b-job"), Some(NOW + 3.0 * 3600.0));
+    router.job_started("b-job", "b", NOW, NOW + 600.0);
+    let error = router.model("b").unwrap().estimate_error.get().unwrap();
+    assert_eq!(error, 3.0 * 3600.0 - 600.0);
+}

@@ -47,8 +47,8 @@ pub use pbs::{
 };
 pub use script::{render_command_script, render_job_script, script_vars, ScriptConfig, ScriptJob};
 pub use slurm::{
-    parse_sacct, parse_scontrol, parse_squeue, parse_start_estimates, slurm_state, SacctMode,
-    SlurmRecord, SlurmScheduler, SLURM_TEMPLATE,
+    parse_sacct, parse_scontrol, parse_squeue, parse_start_estimates, parse_test_only, slurm_state,
+    SacctMode, SlurmRecord, SlurmScheduler, SLURM_TEMPLATE,
 };
 pub use state::{marker_state, JobHandle, JobState, QueuedJob, SchedulerJobId};
 pub use submit_command::{submit_command, Refusals};

@@ -603,6 +603,22 @@ fn squeue_start_estimates_are_local_times_and_na_is_no_estimate() {
 }
 
 #[test]
+fn sbatch_test_only_says_when_a_job_not_yet_sent_would_start() {
+    use embedfleet_orchestrator::scheduler::{parse_start_estimates, parse_test_only};
+    let said = "sbatch: Job 12 to start at 2026-12-03T20:15:00 using 1 processors on nodes vm in partition debug\n";
+    let at = parse_test_only(said).unwrap();
+    let squeue = parse_start_estimates("1|2026-12-03T20:15:00\n");
+    assert_eq!(at, squeue[0].1, "the same local time as squeue --start's");
+    for refused in [
+        "sbatch: error: invalid partition specified: nosuch\nallocation failure: Invalid partition name specified\n",
+        "",
+        "sbatch: Job 12 to start at soon using 1 processors\n",
+    ] {
+        assert_eq!(parse_test_only(refused), None, "{refused:?}");
+    }
+}
+
+#[test]
 fn pbs_pro_estimated_start_times_are_read_from_qstat_text_and_json() {
     use embedfleet_orchestrator::scheduler::{parse_qstat_json, parse_qstat_text};
     let text = "Job Id: 2871010.polaris-pbs-01\n    Job_Name = ef-b1\n    job_state = Q\n    queue = prod\n    estimated.exec_vnode = (x3005c0s13b0n0:ncpus=64)\n    estimated.start_time = Thu Dec  3 20:15:00 2026\n\nJob Id: 2871011.polaris-pbs-01\n    Job_Name = ef-b2\n    job_state = Q\n    queue = prod\n";

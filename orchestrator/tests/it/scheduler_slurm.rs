@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use embedfleet_orchestrator::scheduler::{
     render_job_script, Backend, CommandConfig, JobHandle, JobScript, JobState, JobSubmission,
-    PbsConfig, PbsFlavor, PbsScheduler, SacctMode, Scheduler, SchedulerError, ScriptConfig,
-    ScriptJob, SlurmConfig, SlurmScheduler,
+    PbsConfig, PbsFlavor, PbsScheduler, SacctMode, Scheduler, SchedulerError, SchedulerJobId,
+    ScriptConfig, ScriptJob, SlurmConfig, SlurmScheduler,
 };
 
 /// Prints a skip note past libtest's output capture, so a skipped test is visible in the log.
@@ -223,6 +223,37 @@ fn slurm_job_runs_and_completes_in_each_partition() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&part.stdout).trim(), "gpu");
+}
+
+#[test]
+fn slurm_test_only_estimates_a_job_not_yet_sent_and_queues_nothing() {
+    if !slurm_up("slurm_test_only_estimates_a_job_not_yet_sent_and_queues_nothing") {
+        return;
+    }
+    let run = Run::new();
+    let s = slurm();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let job = run.job(Backend::Slurm, "debug", 7);
+    let start = s
+        .new_job_start(&job)
+        .unwrap()
+        .expect("Slurm estimates a job it would queue");
+    // The idle one-node cluster would start it at once.
+    assert!((start - now).abs() < 120.0, "{start} vs {now}");
+    assert!(
+        s.list_jobs().unwrap().iter().all(|j| j.name != job.name),
+        "--test-only queues nothing"
+    );
+    // A partition that does not exist: no estimate, and no error for the loop.
+    let nowhere = run.job(Backend::Slurm, "no-such-partition", 8);
+    assert_eq!(s.new_job_start(&nowhere).unwrap(), None);
+    // `squeue --start` of a job Slurm no longer knows: no estimate, and no error either (the
+    // command is `squeue`, as configured: it was once looked up under a wrong name).
+    let gone = JobHandle::new(SchedulerJobId::new("999999"));
+    assert!(s.start_estimates(&[gone]).unwrap().is_empty());
 }
 
 #[test]

@@ -19,7 +19,7 @@ use super::{
     ScriptConfig,
 };
 pub use parse::{
-    parse_sacct, parse_scontrol, parse_squeue, parse_start_estimates, slurm_state, SlurmRecord,
+    parse_sacct, parse_scontrol, parse_squeue, parse_start_estimates, parse_test_only, slurm_state, SlurmRecord,
 };
 use parse::{SACCT_FIELDS, SQUEUE_FORMAT};
 
@@ -366,7 +366,7 @@ impl Scheduler for SlurmScheduler {
         let any = |_: &CommandOutput| true;
         let out = self.runner.run(
             &self.config.sbatch,
-            "sbatch --test-only",
+            "sbatch",
             with_script(args, job).accept(&any),
         )?;
         Ok(parse::parse_test_only(&out.stderr).or_else(|| parse::parse_test_only(&out.stdout)))
@@ -394,7 +394,7 @@ impl Scheduler for SlurmScheduler {
             };
             let out = self.runner.run(
                 &self.config.squeue,
-                "squeue --start",
+                "squeue",
                 Call::new(args).accept(&accept),
             )?;
             for (id, start_s) in parse_start_estimates(&out.stdout) {
