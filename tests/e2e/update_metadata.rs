@@ -109,25 +109,33 @@ fn published(dir: &Path) -> BTreeMap<String, Meta> {
     out
 }
 
-/// Checks every point of `collection` in the engine at `dir` against `release`: the set of
-/// ids, and each point's `year` and `source` payload.
+/// Checks every point of the edge collection at `dir` against `release`.
 fn check_collection(dir: &Path, release: &Release) {
     let edge = QdrantEdge::open(dir).unwrap();
+    check_points(&edge, "papers", release, &dir.display().to_string());
+}
+
+/// Checks every point of `collection` against `release`: the set of ids, and each point's
+/// `year` and `source` payload.
+fn check_points(sink: &dyn Sink, collection: &str, release: &Release, what: &str) {
     assert_eq!(
-        edge.count(CountRequest::new("papers")).unwrap(),
+        sink.count(CountRequest::new(collection)).unwrap(),
         release.len() as u64,
-        "{}",
-        dir.display()
+        "{what}"
     );
     // Every point, with its payload: an exact search with k above the count.
-    let dim = edge.collection_info("papers").unwrap().unwrap().vector_size;
+    let dim = sink
+        .collection_info(collection)
+        .unwrap()
+        .unwrap()
+        .vector_size;
     let probe = vec![1.0f32; dim];
     let every = SearchOptions {
         exact: true,
         ..SearchOptions::new(10 * release.len())
     };
-    let hits = edge
-        .query(QueryRequest::one("papers", &probe, every))
+    let hits = sink
+        .query(QueryRequest::one(collection, &probe, every))
         .unwrap()
         .remove(0);
     assert_eq!(hits.len(), release.len());
@@ -141,8 +149,7 @@ fn check_collection(dir: &Path, release: &Release) {
                 m.created.as_deref().and_then(parse_year),
                 m.source.as_deref()
             ),
-            "{id} in {}",
-            dir.display()
+            "{id} in {what}"
         );
     }
 }
@@ -161,10 +168,9 @@ fn papers_embedded_in(run: &Path, release: i64) -> i64 {
     value
 }
 
-#[test]
-fn metadata_a_release_changes_without_the_text_follows_it_into_the_collection_and_the_dataset() {
-    let t = TestDir::new();
-    let r1: Release = (0..PAPERS)
+/// Release 1: `PAPERS` papers, all `s2orc`, created 2019, stamped v2.
+fn release_1() -> Release {
+    (0..PAPERS)
         .map(|i| {
             (
                 format!("M{i:03}"),
@@ -174,14 +180,13 @@ fn metadata_a_release_changes_without_the_text_follows_it_into_the_collection_an
                 ),
             )
         })
-        .collect();
-    write_release(&t, "r1.jsonl", &r1);
-    t.run_corpus("run", "r1.jsonl", 25, &[]);
-    let run = t.join("run");
-    check_collection(&run.join("qdrant"), &r1);
+        .collect()
+}
 
-    // Release 2 stamps every paper v3; 10 get another year, 5 another source, one loses its
-    // `created`; one is withdrawn, one changes its text, two are new.
+/// Release 2 stamps every paper v3; 10 get another year, 5 another source, one loses its
+/// `created`, one gets another date of the same year; one is withdrawn, one changes its text,
+/// two are new.
+fn release_2(r1: &Release) -> Release {
     let mut r2 = r1.clone();
     for (i, (_, m)) in r2.values_mut().enumerate() {
         m.version = Some("v3".into());
@@ -205,6 +210,19 @@ fn metadata_a_release_changes_without_the_text_follows_it_into_the_collection_an
             ),
         );
     }
+    r2
+}
+
+#[test]
+fn metadata_a_release_changes_without_the_text_follows_it_into_the_collection_and_the_dataset() {
+    let t = TestDir::new();
+    let r1 = release_1();
+    write_release(&t, "r1.jsonl", &r1);
+    t.run_corpus("run", "r1.jsonl", 25, &[]);
+    let run = t.join("run");
+    check_collection(&run.join("qdrant"), &r1);
+
+    let r2 = release_2(&r1);
     write_release(&t, "r2.jsonl", &r2);
     let out = t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
     let said = String::from_utf8_lossy(&out.stderr);
@@ -285,4 +303,49 @@ fn metadata_a_release_changes_without_the_text_follows_it_into_the_collection_an
         0,
     );
     check_collection(&t.join("second"), &r3);
+}
+
+#[test]
+#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_metadata_a_release_changes_follows_into_an_upserted_and_a_snapshot_loaded_collection() {
+    let (url, rest, upserted, name) = crate::snapshot_server::server("restamp-upsert");
+    let (_, _, loaded, snap) = crate::snapshot_server::server("restamp-snapshot");
+    let t = TestDir::new();
+    let r1 = release_1();
+    write_release(&t, "r1.jsonl", &r1);
+    t.run_corpus("run", "r1.jsonl", 25, &[]);
+    let upload = |collection: &str, snapshot: bool| {
+        let mut args = vec![
+            "upload",
+            "--run-dir",
+            "run",
+            "--qdrant",
+            &url,
+            "--collection",
+            collection,
+        ];
+        if snapshot {
+            args.extend_from_slice(&["--qdrant-rest", &rest, "--mode", "snapshot"]);
+            args.extend_from_slice(&["--group-count", "2"]);
+        }
+        t.run(&args, 0);
+    };
+    upload(&name, false);
+    upload(&snap, true);
+    check_points(&upserted, &name, &r1, "the upserted collection");
+    check_points(&loaded, &snap, &r1, "the loaded collection");
+
+    let r2 = release_2(&r1);
+    write_release(&t, "r2.jsonl", &r2);
+    t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
+    t.run_corpus("run", "r2.jsonl", 25, &[]);
+    upload(&name, false);
+    // The last group (batches of release 1 and 2) is built again from its shards: its kept
+    // papers' older values come back with it, and are set again after the load.
+    upload(&snap, true);
+    check_points(&upserted, &name, &r2, "the upserted collection");
+    check_points(&loaded, &snap, &r2, "the loaded collection");
+    for collection in [&name, &snap] {
+        upserted.delete_collection(collection).unwrap();
+    }
 }
