@@ -291,11 +291,12 @@ impl RunDb {
         tx.commit().map_err(sqlite_err(&self.dir))
     }
 
-    /// True when some release restamped a paper (a cheap look before [`RunDb::restamps`]).
-    pub fn has_restamps(&self) -> Result<bool> {
+    /// True when some release changed a paper's payload part (`source`, the year) without its
+    /// text: a look by index before [`RunDb::payload_restamps`], which every upload makes.
+    pub fn has_payload_restamps(&self) -> Result<bool> {
         self.conn
             .query_row(
-                "SELECT EXISTS (SELECT 1 FROM release_seen WHERE meta_hash IS NOT NULL)",
+                "SELECT EXISTS (SELECT 1 FROM release_seen WHERE payload_changed)",
                 [],
                 |r| r.get(0),
             )
@@ -304,13 +305,35 @@ impl RunDb {
 
     /// The live rows whose metadata a settled release changed after they were planned, with
     /// the newest values, in batch and paper order. Papers deleted from the run are left out.
+    /// What a published dataset writes: for a release that stamps every paper, every paper.
     pub fn restamps(&self) -> Result<Vec<Restamp>> {
+        self.restamps_where(false)
+    }
+
+    /// [`RunDb::restamps`] of the rows whose payload part changed since they were planned:
+    /// what a collection needs set. Few, whatever the release stamps: found from the rows that
+    /// changed the payload (by index), not from every restamped paper.
+    pub fn payload_restamps(&self) -> Result<Vec<Restamp>> {
+        self.restamps_where(true)
+    }
+
+    fn restamps_where(&self, payload_only: bool) -> Result<Vec<Restamp>> {
         const SETTLED: &str = "(SELECT id FROM releases WHERE planned_at IS NOT NULL)";
+        // The papers to look at: every restamped one, or those a release changed the payload
+        // of (by the partial index on `payload_changed`).
+        let papers = if payload_only {
+            "AND s.id IN (SELECT id FROM release_seen WHERE payload_changed)"
+        } else {
+            ""
+        };
+        // Some settled release since the live row's changed the payload part.
+        let payload_changed = format!(
+            "EXISTS (SELECT 1 FROM release_seen t WHERE t.id = s.id AND t.meta_hash IS NOT NULL
+                     AND t.duplicate_of IS NULL AND t.payload_changed AND t.release > f.release
+                     AND t.release IN {SETTLED})"
+        );
         let sql = format!(
-            "SELECT p.batch_id, s.id, s.release,
-                 EXISTS (SELECT 1 FROM release_seen t WHERE t.id = s.id AND t.meta_hash IS NOT NULL
-                         AND t.duplicate_of IS NULL AND t.payload_changed AND t.release > f.release
-                         AND t.release IN {SETTLED}),
+            "SELECT p.batch_id, s.id, s.release, {payload_changed},
                  s.source, s.created, s.added, s.version, s.extra
              FROM release_seen s
              JOIN papers p ON p.id = s.id AND p.{live}
@@ -320,8 +343,14 @@ impl RunDb {
                                 AND t.meta_hash IS NOT NULL AND t.duplicate_of IS NULL
                                 AND t.release IN {SETTLED})
                AND s.id NOT IN (SELECT paper_id FROM tombstones)
+               {papers} {payload}
              ORDER BY p.batch_id, s.id",
-            live = LIVE.replace(" AND ", " AND p.")
+            live = LIVE.replace(" AND ", " AND p."),
+            payload = if payload_only {
+                format!("AND {payload_changed}")
+            } else {
+                String::new()
+            },
         );
         let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| {

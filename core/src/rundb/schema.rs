@@ -569,4 +569,5 @@ ALTER TABLE release_seen ADD COLUMN version TEXT;
 ALTER TABLE release_seen ADD COLUMN extra TEXT;
 ALTER TABLE releases ADD COLUMN restamped INTEGER;
 CREATE INDEX release_seen_restamped ON release_seen (id, release) WHERE meta_hash IS NOT NULL;
+CREATE INDEX release_seen_payload ON release_seen (id) WHERE payload_changed;
 "#;

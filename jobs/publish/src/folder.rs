@@ -197,19 +197,33 @@ fn list_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), Publ
     Ok(())
 }
 
-/// Puts the finished staging folder in place of `out`. An earlier publish of the same run
-/// goes first; a kill between the two leaves the complete staging folder, which a re-run
-/// keeps whole.
+/// Where an earlier publish waits, inside the folder that replaces it, to be removed.
+pub const PREVIOUS: &str = ".previous";
+
+/// Puts the finished staging folder in place of `out`. An earlier publish of the same run is
+/// moved into the staging folder first (one rename), the staging folder renamed to `out`, and
+/// only then the earlier one removed: a kill at any point leaves either `out` whole or the
+/// complete staging folder (which a re-run keeps), never a half-removed `out` that a re-run
+/// would take for a folder not its own. A leftover `.previous` is always inside a folder of
+/// ours: the next publish prunes it from staging, or removes it here.
 pub fn replace(staging: &Path, out: &Path) -> Result<(), PublishError> {
+    let previous = staging.join(PREVIOUS);
     if out.exists() {
-        std::fs::remove_dir_all(out).map_err(io(out))?;
+        if previous.exists() {
+            std::fs::remove_dir_all(&previous).map_err(io(&previous))?;
+        }
+        std::fs::rename(out, &previous).map_err(io(out))?;
     }
     std::fs::rename(staging, out).map_err(io(out))?;
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        // Makes the rename durable; some filesystems refuse a directory fsync, which is fine.
+        // Makes the renames durable; some filesystems refuse a directory fsync, which is fine.
         let _ = File::open(parent).and_then(|d| d.sync_all());
     }
-    Ok(())
+    let left = out.join(PREVIOUS);
+    match std::fs::remove_dir_all(&left) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&left)(e)),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +236,49 @@ mod tests {
             staging_dir(Path::new("/x/ds")),
             PathBuf::from("/x/ds.partial")
         );
+    }
+
+    /// A published folder of this run at `dir`: a manifest of ours and a data file.
+    fn publish_at(dir: &Path, version: &str) {
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let manifest =
+            serde_json::json!({"generator": GENERATOR, "plan_sha256": "p", "v": version});
+        std::fs::write(dir.join(MANIFEST), manifest.to_string()).unwrap();
+        std::fs::write(dir.join("data/x.parquet"), version).unwrap();
+    }
+
+    fn version_at(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("data/x.parquet")).unwrap()
+    }
+
+    #[test]
+    fn replacing_a_publish_leaves_out_whole_or_the_staging_folder_at_any_kill() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (out, staging) = (tmp.path().join("ds"), staging_dir(&tmp.path().join("ds")));
+        publish_at(&out, "v1");
+        publish_at(&staging, "v2");
+        replace(&staging, &out).unwrap();
+        assert_eq!(version_at(&out), "v2");
+        assert!(!staging.exists() && !out.join(PREVIOUS).exists());
+
+        // Killed after the earlier publish went into the staging folder: `out` is gone, the
+        // re-run finds no folder in the way and its staging folder complete (`.previous` pruned).
+        publish_at(&staging, "v3");
+        std::fs::rename(&out, staging.join(PREVIOUS)).unwrap();
+        check_out(&out, "p").unwrap();
+        prepare(&staging, &["data/x.parquet".into()], &[]).unwrap();
+        assert!(!staging.join(PREVIOUS).exists());
+        replace(&staging, &out).unwrap();
+        assert_eq!(version_at(&out), "v3");
+
+        // Killed while the earlier one was being removed (a half-removed folder inside `out`):
+        // `out` is whole and ours, and the next replace removes what was left.
+        std::fs::create_dir_all(out.join(PREVIOUS).join("data")).unwrap();
+        check_out(&out, "p").unwrap();
+        publish_at(&staging, "v4");
+        replace(&staging, &out).unwrap();
+        assert_eq!(version_at(&out), "v4");
+        assert!(!out.join(PREVIOUS).exists() && !staging.exists());
     }
 
     #[test]

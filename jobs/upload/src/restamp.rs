@@ -26,10 +26,13 @@ pub fn payload_restamps(
     db: &RunDb,
     served: impl Fn(i64) -> bool,
 ) -> Result<Vec<Restamp>, RunDbError> {
+    if !db.has_payload_restamps()? {
+        return Ok(Vec::new());
+    }
     Ok(db
-        .restamps()?
+        .payload_restamps()?
         .into_iter()
-        .filter(|r| r.payload_changed && served(r.batch_id))
+        .filter(|r| served(r.batch_id))
         .collect())
 }
 
@@ -77,7 +80,7 @@ pub fn after_upload(
     collection: &str,
     key: &str,
 ) -> Result<u64, UploadRunError> {
-    if !db.has_restamps()? {
+    if !db.has_payload_restamps()? {
         return Ok(0);
     }
     let mut complete: BTreeMap<i64, bool> = BTreeMap::new();

@@ -705,6 +705,15 @@ fn a_release_that_changes_metadata_alone_restamps_its_papers_without_planning_th
         ]
     );
     assert!(restamps.iter().all(|r| r.batch_id == 1 && r.release == 2));
+    // What a collection needs: `b` only (a's stamp is not in its payload).
+    assert!(db.has_payload_restamps().unwrap());
+    let payload: Vec<String> = db
+        .payload_restamps()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.paper_id)
+        .collect();
+    assert_eq!(payload, ["b"]);
     drop(db);
     // Planned again: the same. A release 3 equal to release 2 restamps nothing (the live
     // rows serve release 2's metadata now); one that stamps `b` v4 restamps it again, and its
@@ -731,4 +740,16 @@ fn a_release_that_changes_metadata_alone_restamps_its_papers_without_planning_th
     assert_eq!(b.metadata.version.as_deref(), Some("v4"));
     let a = restamps.iter().find(|r| r.paper_id == "a").unwrap();
     assert_eq!((a.release, a.payload_changed), (2, false));
+    let payload = RunDb::open(&first.run_dir)
+        .unwrap()
+        .payload_restamps()
+        .unwrap();
+    assert_eq!(
+        payload
+            .iter()
+            .map(|r| (r.paper_id.as_str(), r.release))
+            .collect::<Vec<_>>(),
+        [("b", 4)],
+        "b's newest values (release 4's), its payload changed in release 2"
+    );
 }
