@@ -119,6 +119,8 @@ pub struct Restamp {
     /// a collection's point needs its payload set.
     pub payload_changed: bool,
     pub metadata: PaperMetadata,
+    /// [`crate::paper::meta_hash`] of `metadata`.
+    pub meta_hash: u64,
 }
 
 const LIVE: &str = "duplicate_of IS NULL AND superseded_in IS NULL AND withdrawn_in IS NULL";
@@ -291,6 +293,17 @@ impl RunDb {
         tx.commit().map_err(sqlite_err(&self.dir))
     }
 
+    /// True when some release restamped a paper (by index).
+    pub fn has_restamps(&self) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM release_seen WHERE meta_hash IS NOT NULL)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// True when some release changed a paper's payload part (`source`, the year) without its
     /// text: a look by index before [`RunDb::payload_restamps`], which every upload makes.
     pub fn has_payload_restamps(&self) -> Result<bool> {
@@ -307,17 +320,23 @@ impl RunDb {
     /// the newest values, in batch and paper order. Papers deleted from the run are left out.
     /// What a published dataset writes: for a release that stamps every paper, every paper.
     pub fn restamps(&self) -> Result<Vec<Restamp>> {
-        self.restamps_where(false)
+        self.restamps_where(false, None)
+    }
+
+    /// [`RunDb::restamps`] of batch `batch` alone (by index: a batch at a time, so that a
+    /// release restamping the whole corpus is never held in memory at once).
+    pub fn restamps_of_batch(&self, batch: i64) -> Result<Vec<Restamp>> {
+        self.restamps_where(false, Some(batch))
     }
 
     /// [`RunDb::restamps`] of the rows whose payload part changed since they were planned:
     /// what a collection needs set. Few, whatever the release stamps: found from the rows that
     /// changed the payload (by index), not from every restamped paper.
     pub fn payload_restamps(&self) -> Result<Vec<Restamp>> {
-        self.restamps_where(true)
+        self.restamps_where(true, None)
     }
 
-    fn restamps_where(&self, payload_only: bool) -> Result<Vec<Restamp>> {
+    fn restamps_where(&self, payload_only: bool, batch: Option<i64>) -> Result<Vec<Restamp>> {
         const SETTLED: &str = "(SELECT id FROM releases WHERE planned_at IS NOT NULL)";
         // The papers to look at: every restamped one, or those a release changed the payload
         // of (by the partial index on `payload_changed`).
@@ -334,16 +353,16 @@ impl RunDb {
         );
         let sql = format!(
             "SELECT p.batch_id, s.id, s.release, {payload_changed},
-                 s.source, s.created, s.added, s.version, s.extra
-             FROM release_seen s
-             JOIN papers p ON p.id = s.id AND p.{live}
+                 s.source, s.created, s.added, s.version, s.extra, s.meta_hash
+             FROM papers p
+             JOIN release_seen s ON s.id = p.id AND p.{live}
              JOIN batches b ON b.id = p.batch_id JOIN corpus_files f ON f.id = b.file_id
              WHERE s.meta_hash IS NOT NULL AND s.duplicate_of IS NULL AND s.release > f.release
                AND s.release = (SELECT max(t.release) FROM release_seen t WHERE t.id = s.id
                                 AND t.meta_hash IS NOT NULL AND t.duplicate_of IS NULL
                                 AND t.release IN {SETTLED})
                AND s.id NOT IN (SELECT paper_id FROM tombstones)
-               {papers} {payload}
+               {papers} {payload} {of_batch}
              ORDER BY p.batch_id, s.id",
             live = LIVE.replace(" AND ", " AND p."),
             payload = if payload_only {
@@ -351,6 +370,7 @@ impl RunDb {
             } else {
                 String::new()
             },
+            of_batch = batch.map_or(String::new(), |b| format!("AND p.batch_id = {b}")),
         );
         let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| {
@@ -366,6 +386,7 @@ impl RunDb {
                     version: r.get(7)?,
                     extra: r.get(8)?,
                 },
+                meta_hash: r.get::<_, i64>(9)? as u64,
             })
         });
         rows.and_then(|r| r.collect::<rusqlite::Result<_>>())

@@ -35,6 +35,7 @@ pub fn write_all(
 ) -> Result<usize, PublishError> {
     let schema = output_schema(&source.schema, options.with_text);
     let mut texts = TextSource::default();
+    let mut stamps = Restamps::default();
     let (mut reused, mut written) = (0, 0);
     for (i, file) in plan.files.iter().enumerate() {
         let path = staging.join(&file.path);
@@ -63,7 +64,12 @@ pub fn write_all(
                 let first = at;
                 at += batch.num_rows() as u64;
                 for (first, batch) in kept(&batch, first, &slice.deleted) {
-                    let batch = restamp(&batch, first, &slice.restamped)?;
+                    let batch = if slice.restamped.is_empty() {
+                        batch
+                    } else {
+                        let new = stamps.of(db, slice.shard.batch_id)?;
+                        restamp(&batch, first, &slice.restamped, new)?
+                    };
                     let mut columns = batch.columns().to_vec();
                     if options.with_text {
                         columns.push(texts.column(db, slice.shard.batch_id, &batch)?);
@@ -112,19 +118,51 @@ fn kept(batch: &RecordBatch, first: u64, deleted: &[u64]) -> Vec<(u64, RecordBat
     out
 }
 
+/// The metadata later releases gave a batch's papers, one batch at a time (a release that
+/// stamps the whole corpus is never held at once).
+#[derive(Default)]
+struct Restamps {
+    batch: Option<BatchId>,
+    by_id: HashMap<String, PaperMetadata>,
+}
+
+impl Restamps {
+    fn of(
+        &mut self,
+        db: &RunDb,
+        batch: BatchId,
+    ) -> Result<&HashMap<String, PaperMetadata>, PublishError> {
+        if self.batch != Some(batch) {
+            self.by_id = db
+                .restamps_of_batch(batch.0)?
+                .into_iter()
+                .map(|r| (r.paper_id, r.metadata))
+                .collect();
+            self.batch = Some(batch);
+        }
+        Ok(&self.by_id)
+    }
+}
+
 /// `batch` (shard rows `first..`) with the metadata columns of its `restamped` rows (sorted
-/// shard rows) replaced by the values a later release gave them.
+/// shard rows) replaced by the values a later release gave them (`new`, by paper id).
 fn restamp(
     batch: &RecordBatch,
     first: u64,
-    restamped: &[(u64, PaperMetadata)],
+    restamped: &[(u64, u64)],
+    new: &HashMap<String, PaperMetadata>,
 ) -> Result<RecordBatch, PublishError> {
     let end = first + batch.num_rows() as u64;
-    let here: HashMap<usize, &PaperMetadata> = restamped
-        .iter()
-        .filter(|(r, _)| (first..end).contains(r))
-        .map(|(r, m)| ((r - first) as usize, m))
-        .collect();
+    let ids = batch
+        .column_by_name("id")
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>());
+    let mut here: HashMap<usize, &PaperMetadata> = HashMap::new();
+    for (row, _) in restamped.iter().filter(|(r, _)| (first..end).contains(r)) {
+        let i = (row - first) as usize;
+        if let Some(m) = ids.and_then(|ids| new.get(ids.value(i))) {
+            here.insert(i, m);
+        }
+    }
     if here.is_empty() {
         return Ok(batch.clone());
     }

@@ -3,7 +3,7 @@
 //! publish, run again, plans the same files and keeps the ones it finished.
 
 use crate::run::Source;
-use embedfleet_core::rundb::{PaperMetadata, ShardRow};
+use embedfleet_core::rundb::ShardRow;
 use sha2::{Digest, Sha256};
 
 /// Bytes a row carries besides its vector and text (id, counts, corpus metadata), roughly.
@@ -22,8 +22,8 @@ pub struct Slice {
     /// not written.
     pub deleted: Vec<u64>,
     /// Rows of the shard in the slice whose metadata a later release changed, with the new
-    /// values (sorted by row): written with these.
-    pub restamped: Vec<(u64, PaperMetadata)>,
+    /// metadata's hash (sorted by row): written with the release's values.
+    pub restamped: Vec<(u64, u64)>,
 }
 
 impl Slice {
@@ -110,7 +110,7 @@ fn file_name(release: i64, i: u64, n_files: u64) -> String {
 fn slices(
     shards: &[ShardRow],
     deleted: &[Vec<u64>],
-    restamped: &[Vec<(u64, PaperMetadata)>],
+    restamped: &[Vec<(u64, u64)>],
     start: u64,
     rows: u64,
 ) -> Vec<Slice> {
@@ -163,12 +163,8 @@ fn recipe(slices: &[Slice], with_text: bool) -> String {
         }
         // Likewise: a file takes a new recipe only when a release gave one of its rows new
         // metadata.
-        for (row, m) in &s.restamped {
-            let line = format!(
-                "restamped\t{row}\t{:?}\t{:?}\t{:?}\t{:?}\t{:?}\n",
-                m.source, m.created, m.added, m.version, m.extra
-            );
-            hasher.update(line.as_bytes());
+        for (row, meta_hash) in &s.restamped {
+            hasher.update(format!("restamped\t{row}\t{meta_hash:016x}\n").as_bytes());
         }
     }
     format!("{:x}", hasher.finalize())
@@ -299,11 +295,8 @@ mod tests {
     fn new_metadata_changes_the_recipe_of_its_rows_file_only() {
         let mut source = source(&[10, 3, 7]);
         let before = split(&source, false, 6 * 96);
-        let stamped = PaperMetadata {
-            version: Some("v3".into()),
-            ..PaperMetadata::default()
-        };
-        source.restamped[1] = vec![(2, stamped.clone())];
+        let stamped = 0x5eed;
+        source.restamped[1] = vec![(2, stamped)];
         let plan = split(&source, false, 6 * 96);
         // Shard 1's row 2 is row 12 of the run: the third file.
         assert_eq!(plan.files[2].slices[0].restamped, [(2, stamped)]);

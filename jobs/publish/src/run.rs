@@ -5,7 +5,7 @@
 use crate::error::{io, pq_err, MissingBatch, PublishError};
 use arrow_array::{Array, StringArray};
 use arrow_schema::{DataType, Schema, SchemaRef};
-use embedfleet_core::rundb::{PaperMetadata, RunDb, ShardRow};
+use embedfleet_core::rundb::{RunDb, ShardRow};
 use embedfleet_core::state::BatchState;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
@@ -42,8 +42,9 @@ pub struct Source {
     /// How many of `deleted` are rows releases withheld (the rest are tombstones).
     pub withheld: u64,
     /// Per shard (as `shards`), the rows whose corpus metadata a later release changed without
-    /// changing the text, with the values to write instead of the shard's, sorted by row.
-    pub restamped: Vec<Vec<(u64, PaperMetadata)>>,
+    /// changing the text, each with the new metadata's hash (the values are read a batch at a
+    /// time when the file is written), sorted by row.
+    pub restamped: Vec<Vec<(u64, u64)>>,
     /// Per shard (as `shards`), the corpus release its batch was planned in: each release's
     /// rows go to data files of their own, so a later release leaves an earlier one's files as
     /// they were unless it took one of their papers out.
@@ -145,29 +146,34 @@ fn left_out_rows(db: &RunDb, shards: &[ShardRow]) -> Result<(Vec<Vec<u64>>, u64)
     Ok((rows, withheld_rows))
 }
 
-/// Per shard, the rows a later release gave new metadata (see [`Source::restamped`]); only the
-/// shards of batches with such a row are read (their `id` column alone).
-fn restamped_rows(
-    db: &RunDb,
-    shards: &[ShardRow],
-) -> Result<Vec<Vec<(u64, PaperMetadata)>>, PublishError> {
-    let mut by_batch: HashMap<i64, HashMap<String, PaperMetadata>> = HashMap::new();
-    for r in db.restamps()? {
-        by_batch
-            .entry(r.batch_id)
-            .or_default()
-            .insert(r.paper_id, r.metadata);
+/// Per shard, the rows a later release gave new metadata (see [`Source::restamped`]): run.db
+/// is asked a batch at a time, and only the shards of batches with such a row are read (their
+/// `id` column alone).
+fn restamped_rows(db: &RunDb, shards: &[ShardRow]) -> Result<Vec<Vec<(u64, u64)>>, PublishError> {
+    if !db.has_restamps()? {
+        return Ok(vec![Vec::new(); shards.len()]);
     }
+    let mut batch: Option<(i64, HashMap<String, u64>)> = None;
     shards
         .iter()
         .map(|shard| {
-            let Some(new) = by_batch.get(&shard.batch_id.0) else {
+            let id = shard.batch_id.0;
+            if batch.as_ref().is_none_or(|(b, _)| *b != id) {
+                let hashes = db
+                    .restamps_of_batch(id)?
+                    .into_iter()
+                    .map(|r| (r.paper_id, r.meta_hash))
+                    .collect();
+                batch = Some((id, hashes));
+            }
+            let new = &batch.as_ref().expect("set above").1;
+            if new.is_empty() {
                 return Ok(Vec::new());
-            };
+            }
             let ids = ids_of(&db.dir().join(&shard.path))?;
             Ok((0u64..)
                 .zip(&ids)
-                .filter_map(|(row, id)| new.get(id.as_str()).map(|m| (row, m.clone())))
+                .filter_map(|(row, id)| new.get(id.as_str()).map(|h| (row, *h)))
                 .collect())
         })
         .collect()
