@@ -86,9 +86,11 @@ for tool in ptxas fatbinary cudafe++ nvlink cuobjdump nvdisasm bin2c nvprune; do
 done
 chmod +x "$TREE"/bin/* "$TREE/nvvm/bin/cicc" 2>/dev/null || true
 cp -r "$NV/cuda_runtime/include/." "$NV/cuda_cccl/include/." "$TREE/include/"
-cp -r "$NV/cuda_nvcc/include/crt" "$TREE/include/"
+# nvcc's own headers: crt/, and fatbinary_section.h, which every object nvcc builds with device
+# code includes (candle's quantized-MoE kernels are such objects; PTX alone does not need it).
+cp -r "$NV/cuda_nvcc/include/." "$TREE/include/"
 cp "$NV/cuda_nvrtc/include/nvrtc.h" "$NV/cublas/include/"*.h "$NV/curand/include/"*.h "$TREE/include/"
-rm -f "$TREE/include/__init__.py"
+rm -rf "$TREE/include/__init__.py" "$TREE/include/__pycache__"
 # The libraries stay in the venv: links under their sonames and the unversioned names ld wants.
 for lib in cuda_runtime/lib/libcudart.so.12 cublas/lib/libcublas.so.12 cublas/lib/libcublasLt.so.12 \
   curand/lib/libcurand.so.10 cuda_nvrtc/lib/libnvrtc.so.12; do
