@@ -30,7 +30,10 @@ WHEELS=(nvidia-cuda-runtime-cu12==12.4.127 nvidia-cuda-nvcc-cu12==12.4.131
   nvidia-cuda-cccl-cu12==12.6.77 nvidia-cublas-cu12==12.4.5.8 nvidia-curand-cu12==10.3.5.147
   nvidia-cuda-nvrtc-cu12==12.4.127)
 TREE=$VENV/cuda12
-STAMP="$DEB_VERSION ${WHEELS[*]}"
+# The tree's layout version is part of the stamp: a tree assembled by an older script (one that
+# copied fewer headers) is assembled again, not reused.
+LAYOUT=2
+STAMP="layout $LAYOUT $DEB_VERSION ${WHEELS[*]}"
 if [ -f "$TREE/.stamp" ] && [ "$(cat "$TREE/.stamp")" = "$STAMP" ] && [ -x "$TREE/bin/nvcc" ]; then
   echo "$TREE"
   exit 0
