@@ -86,8 +86,11 @@ impl Source {
                 return Err(PublishError::MixedShards { path, what });
             }
         }
-        let (deleted, withheld) = left_out_rows(db, &shards)?;
-        let restamped = restamped_rows(db, &shards)?;
+        let RowMarks {
+            deleted,
+            withheld,
+            restamped,
+        } = row_marks(db, &shards)?;
         let release_of = release_of_batches(db)?;
         let releases = shards
             .iter()
@@ -109,9 +112,18 @@ impl Source {
     }
 }
 
-/// Per shard, the rows left out (see [`Source::deleted`]), and how many of them a release
-/// withheld; only the shards of batches with such a row are read (their `id` column alone).
-fn left_out_rows(db: &RunDb, shards: &[ShardRow]) -> Result<(Vec<Vec<u64>>, u64), PublishError> {
+/// What [`row_marks`] finds per shard: the fields of [`Source`] of the same names.
+struct RowMarks {
+    deleted: Vec<Vec<u64>>,
+    withheld: u64,
+    restamped: Vec<Vec<(u64, u64)>>,
+}
+
+/// Per shard, the rows left out (see [`Source::deleted`]), how many of them a release withheld,
+/// and the rows a later release gave new metadata (see [`Source::restamped`]; run.db is asked
+/// for those a batch at a time). Only the shards of batches with such a row are read, once
+/// each, their `id` column alone.
+fn row_marks(db: &RunDb, shards: &[ShardRow]) -> Result<RowMarks, PublishError> {
     let mut by_batch: HashMap<i64, HashSet<String>> = HashMap::new();
     for t in db.tombstones()? {
         by_batch.entry(t.batch_id).or_default().insert(t.paper_id);
@@ -120,63 +132,44 @@ fn left_out_rows(db: &RunDb, shards: &[ShardRow]) -> Result<(Vec<Vec<u64>>, u64)
     for w in db.withheld_rows()? {
         withheld.entry(w.batch_id).or_default().insert(w.paper_id);
     }
-    let mut withheld_rows = 0;
-    let rows = shards
-        .iter()
-        .map(|shard| {
-            let batch = shard.batch_id.0;
-            let (dead, held) = (by_batch.get(&batch), withheld.get(&batch));
-            if dead.is_none() && held.is_none() {
-                return Ok(Vec::new());
-            }
+    let any_restamps = db.has_restamps()?;
+    let mut stamps: Option<(i64, HashMap<String, u64>)> = None;
+    let mut marks = RowMarks {
+        deleted: Vec::with_capacity(shards.len()),
+        withheld: 0,
+        restamped: Vec::with_capacity(shards.len()),
+    };
+    for shard in shards {
+        let batch = shard.batch_id.0;
+        if any_restamps && stamps.as_ref().is_none_or(|(b, _)| *b != batch) {
+            let hashes = db
+                .restamps_of_batch(batch)?
+                .into_iter()
+                .map(|r| (r.paper_id, r.meta_hash))
+                .collect();
+            stamps = Some((batch, hashes));
+        }
+        let new = stamps.as_ref().map(|(_, h)| h).filter(|h| !h.is_empty());
+        let (dead, held) = (by_batch.get(&batch), withheld.get(&batch));
+        let (mut left_out, mut restamped) = (Vec::new(), Vec::new());
+        if dead.is_some() || held.is_some() || new.is_some() {
             let ids = ids_of(&db.dir().join(&shard.path))?;
-            let mut rows = Vec::new();
             for (row, id) in (0u64..).zip(&ids) {
                 let id = id.as_str();
                 if dead.is_some_and(|d| d.contains(id)) {
-                    rows.push(row);
+                    left_out.push(row);
                 } else if held.is_some_and(|h| h.contains(id)) {
-                    rows.push(row);
-                    withheld_rows += 1;
+                    left_out.push(row);
+                    marks.withheld += 1;
+                } else if let Some(hash) = new.and_then(|n| n.get(id)) {
+                    restamped.push((row, *hash));
                 }
             }
-            Ok(rows)
-        })
-        .collect::<Result<Vec<_>, PublishError>>()?;
-    Ok((rows, withheld_rows))
-}
-
-/// Per shard, the rows a later release gave new metadata (see [`Source::restamped`]): run.db
-/// is asked a batch at a time, and only the shards of batches with such a row are read (their
-/// `id` column alone).
-fn restamped_rows(db: &RunDb, shards: &[ShardRow]) -> Result<Vec<Vec<(u64, u64)>>, PublishError> {
-    if !db.has_restamps()? {
-        return Ok(vec![Vec::new(); shards.len()]);
+        }
+        marks.deleted.push(left_out);
+        marks.restamped.push(restamped);
     }
-    let mut batch: Option<(i64, HashMap<String, u64>)> = None;
-    shards
-        .iter()
-        .map(|shard| {
-            let id = shard.batch_id.0;
-            if batch.as_ref().is_none_or(|(b, _)| *b != id) {
-                let hashes = db
-                    .restamps_of_batch(id)?
-                    .into_iter()
-                    .map(|r| (r.paper_id, r.meta_hash))
-                    .collect();
-                batch = Some((id, hashes));
-            }
-            let new = &batch.as_ref().expect("set above").1;
-            if new.is_empty() {
-                return Ok(Vec::new());
-            }
-            let ids = ids_of(&db.dir().join(&shard.path))?;
-            Ok((0u64..)
-                .zip(&ids)
-                .filter_map(|(row, id)| new.get(id.as_str()).map(|h| (row, *h)))
-                .collect())
-        })
-        .collect()
+    Ok(marks)
 }
 
 /// The corpus release of each batch.
