@@ -52,8 +52,9 @@ impl AttentionKernel {
 
     /// Causal attention of every sequence of the batch to itself. `q`: `[T, n_heads, hd]`;
     /// `k`, `v`: `[T, n_kv, hd]`, token-major as the projections give them; `scale`
-    /// multiplies q·k (applied in f32, never to q in the model dtype). Returns
-    /// `[T, n_heads * hd]`.
+    /// multiplies q·k (applied in f32, never to q in the model dtype). `q` and `k` may carry
+    /// zero rows past the tokens, up to [`AttnContext::rows`] (the fused kernel's padded
+    /// buffers, made at the one copy they need anyway). Returns `[T, n_heads * hd]`.
     pub fn attention(
         &self,
         q: &Tensor,
@@ -74,6 +75,10 @@ impl AttentionKernel {
 pub struct AttnContext {
     pub spans: Vec<SeqSpan>,
     pub tile: usize,
+    /// The rows the kernel takes q and k in: the tokens, or for the fused kernel its padded
+    /// buffer's length (a multiple of 64 tokens), so that the model's normed and rotated q and
+    /// k are made in that buffer and not copied into it again.
+    pub rows: usize,
     /// The kernel every layer of this forward runs.
     pub kernel: AttentionKernel,
     /// `[t, t]` additive causal mask (0 on and below the diagonal, -inf above), f32, where
@@ -95,6 +100,7 @@ impl AttnContext {
         kernel: AttentionKernel,
         device: &Device,
     ) -> Result<AttnContext> {
+        let tokens = spans.iter().map(|s| s.len).sum();
         match &kernel {
             AttentionKernel::Blockwise => {
                 let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
@@ -102,6 +108,7 @@ impl AttnContext {
                 Ok(AttnContext {
                     spans,
                     tile,
+                    rows: tokens,
                     kernel,
                     mask: Some(mask),
                     #[cfg(feature = "cuda")]
@@ -114,6 +121,7 @@ impl AttnContext {
                 Ok(AttnContext {
                     spans,
                     tile,
+                    rows: batch.padded_rows().max(tokens),
                     kernel,
                     mask: None,
                     fused: Some(batch),
@@ -154,7 +162,8 @@ fn causal_mask(t: usize, device: &Device) -> Result<Tensor> {
 /// Attention for a packed batch, tile by tile (see the module docs).
 ///
 /// `q`: `[T, n_heads, hd]`; `k`, `v`: `[T, n_kv, hd]`; `scale` multiplies the scores (in f32).
-/// Returns `[T, n_heads * hd]`.
+/// `q` and `k` may have padding rows past the `T` of `v` (left out here). Returns
+/// `[T, n_heads * hd]`.
 pub fn packed_attention(
     q: &Tensor,
     k: &Tensor,
@@ -162,7 +171,9 @@ pub fn packed_attention(
     ctx: &AttnContext,
     scale: f64,
 ) -> Result<Tensor> {
-    let (total, n_heads, hd) = q.dims3()?;
+    let total = v.dim(0)?;
+    let (q, k) = (q.narrow(0, 0, total)?, k.narrow(0, 0, total)?);
+    let (_, n_heads, hd) = q.dims3()?;
     let n_kv = k.dim(1)?;
     let g = n_heads / n_kv;
     // Head-major for the per-head matrix products of this path.

@@ -24,6 +24,12 @@ use candle_core::{DType, Device, Tensor};
 #[cfg(feature = "cuda")]
 pub const FUSED_SELF_TEST_TOLERANCE: f32 = 0.05;
 
+/// The self-test passes: its difference is within the tolerance (a NaN is not).
+#[cfg(feature = "cuda")]
+fn within_tolerance(diff: f32) -> bool {
+    diff <= FUSED_SELF_TEST_TOLERANCE
+}
+
 /// The fused kernel for a model of `heads` (query heads, key/value heads, head dimension)
 /// computing in `dtype` on `device`, once its self-test passes; `None` when
 /// `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel. The error says why the fused
@@ -55,7 +61,7 @@ pub fn fused_kernel(
     let tile = opts.attention_tile.max(1);
     let diff = self_test(&kernel, device, tile)
         .map_err(|e| refuse(format!("its start-up self-test failed: {e}")))?;
-    if !(diff <= FUSED_SELF_TEST_TOLERANCE) {
+    if !within_tolerance(diff) {
         return Err(refuse(format!(
             "its start-up self-test differs from the blockwise kernel by {diff} \
              (tolerance {FUSED_SELF_TEST_TOLERANCE})"
@@ -114,7 +120,7 @@ pub fn probe_attention(device: &DeviceSpec) -> Result<String, String> {
             let version = fused.cudnn_version();
             let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
             let diff = self_test(&kernel, &opened, crate::DEFAULT_ATTENTION_TILE)?;
-            if !(diff <= FUSED_SELF_TEST_TOLERANCE) {
+            if !within_tolerance(diff) {
                 return Err(format!(
                     "its self-test differs from the blockwise kernel by {diff} (tolerance {FUSED_SELF_TEST_TOLERANCE})"
                 ));

@@ -12,7 +12,8 @@
 //! shapes few, a batch's sequence count is padded to a power of two with empty sequences and
 //! its longest length rounded up to a power of two of at least 1,024 (the plan's bound, not
 //! work done: see [`crate::attention_plan`]). The packed q, k, v and output buffers have a
-//! zeroed tail up to a multiple of 64 tokens, so that no tile reads past an allocation.
+//! zeroed tail up to a multiple of 64 tokens, so that no tile reads past an allocation; the
+//! model makes q and k in such buffers (`AttnContext::rows`), so only v is copied into one.
 //!
 //! `crate::attention_check` compares the kernel with the blockwise path on the device at
 //! start-up; the embedder refuses to run when they disagree. This module takes its per-batch
@@ -22,7 +23,7 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
-use candle_core::cuda_backend::{CudaDevice, CudaStorage};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Device, Layout, Result, Shape, Storage, Tensor};
 use half::bf16;
 
@@ -202,6 +203,13 @@ pub struct FusedBatch {
     kv_offsets: Tensor,
 }
 
+impl FusedBatch {
+    /// Tokens the packed buffers hold: the batch's tokens and a zeroed tail (a multiple of 64).
+    pub fn padded_rows(&self) -> usize {
+        self.padded
+    }
+}
+
 impl FusedAttention {
     /// Loads cuDNN and creates the kernel's handle on the current device. The error says what
     /// is missing (libcudnn, a version too old).
@@ -272,14 +280,21 @@ impl FusedAttention {
         batch: &FusedBatch,
         scale: f64,
     ) -> Result<Tensor> {
-        // One copy each, as `contiguous` would make of the narrowed projections, into buffers
-        // with the zeroed tail.
-        let tail = batch.padded - batch.total;
+        // Buffers of `padded` rows with a zeroed tail. The model makes q and k in them already
+        // (`AttnContext::rows`): taken as they are. v (a view of the projections) and a
+        // caller's unpadded tensors take one copy each, as `contiguous` would make.
         let pad = |t: &Tensor| -> Result<Tensor> {
-            if tail == 0 {
+            let rows = t.dim(0)?;
+            if rows == batch.padded {
                 t.contiguous()
+            } else if rows == batch.total {
+                t.pad_with_zeros(0, 0, batch.padded - rows)
             } else {
-                t.pad_with_zeros(0, 0, tail)
+                candle_core::bail!(
+                    "fused attention: {rows} rows for {} tokens padded to {}. This is a bug.",
+                    batch.total,
+                    batch.padded
+                )
             }
         };
         let (q, k, v) = (pad(q)?, pad(k)?, pad(v)?);
@@ -423,8 +438,15 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
                 q.end - q.start
             );
         }
-        // Zeroed: the kernel writes the real tokens, the tail stays zero.
-        let out = dev.alloc_zeros::<bf16>(out_len)?;
+        // The kernel writes every real token's rows; only the tail past them (under 64 rows)
+        // is zeroed, not the whole buffer (268 MB a layer at 32,768 tokens of the 4B model).
+        let written = b.total * a.n_heads * a.head_dim;
+        // SAFETY: rows [0, total) are written by the kernel below before anything reads them;
+        // the rest is zeroed here, on the same stream.
+        let mut out = unsafe { dev.alloc::<bf16>(out_len)? };
+        if written < out_len {
+            stream.memset_zeros(&mut out.slice_mut(written..)).w()?;
+        }
         let (seq_len, _) = b.seq_len.storage_and_layout();
         let (q_off, _) = b.q_offsets.storage_and_layout();
         let (kv_off, _) = b.kv_offsets.storage_and_layout();

@@ -97,9 +97,12 @@ impl RotaryTable {
         Ok(RotaryTable { cos, sin })
     }
 
-    /// The rows of the tokens of a packed batch: positions restart at 0 for every span.
-    fn gather(&self, spans: &[SeqSpan]) -> Result<Rotary> {
-        let positions: Vec<u32> = spans.iter().flat_map(|s| 0..s.len as u32).collect();
+    /// The rows of the tokens of a packed batch: positions restart at 0 for every span. Rows
+    /// past the tokens, up to `rows` (the attention kernel's padding), take position 0: they
+    /// rotate the zero rows there, which stay zero.
+    fn gather(&self, spans: &[SeqSpan], rows: usize) -> Result<Rotary> {
+        let mut positions: Vec<u32> = spans.iter().flat_map(|s| 0..s.len as u32).collect();
+        positions.resize(rows.max(positions.len()), 0);
         let positions = Tensor::new(positions.as_slice(), self.cos.device())?;
         Ok(Rotary {
             cos: self.cos.index_select(&positions, 0)?,
@@ -163,13 +166,36 @@ impl Attention {
         self.o_proj.forward(&self.attend(x, rot, ctx)?)
     }
 
+    /// q and k of the packed `qkv`, normed per head and rotated, in `rows` rows (the kernel's:
+    /// the fused kernel's padded buffers). The copy that makes each narrowed part contiguous
+    /// for the norm is the one that pads it, so the kernel takes them as they are; zero rows
+    /// stay zero through the norm and the rotary.
+    fn normed_rotated_qk(
+        &self,
+        qkv: &Tensor,
+        rot: &Rotary,
+        rows: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (nh, nkv) = (self.n_heads, self.n_kv);
+        let q = rot.apply(
+            &self
+                .q_norm
+                .forward(&pad_rows(&qkv.narrow(1, 0, nh)?, rows)?)?,
+        )?;
+        let k = rot.apply(
+            &self
+                .k_norm
+                .forward(&pad_rows(&qkv.narrow(1, nh, nkv)?, rows)?)?,
+        )?;
+        Ok((q, k))
+    }
+
     /// Every token's attention output before `o_proj`: `[T, n_heads * head_dim]`.
     fn attend(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
         let qkv = self.qkv_proj.forward(x)?.reshape((t, nh + 2 * nkv, hd))?;
-        let q = rot.apply(&self.q_norm.forward(&qkv.narrow(1, 0, nh)?)?)?;
-        let k = rot.apply(&self.k_norm.forward(&qkv.narrow(1, nh, nkv)?)?)?;
+        let (q, k) = self.normed_rotated_qk(&qkv, rot, ctx.rows)?;
         // v stays a view: each kernel makes the one copy it needs (the blockwise path its
         // head-major copy, the fused one its padded buffer), not a second one here.
         let v = qkv.narrow(1, nh + nkv, nkv)?;
@@ -177,6 +203,16 @@ impl Attention {
         let scale = 1.0 / (hd as f64).sqrt();
         ctx.kernel.attention(&q, &k, &v, ctx, scale)
     }
+}
+
+/// `x` (`[T, heads, hd]`, a view) with zero rows appended up to `rows`: one copy, contiguous.
+/// With no rows to add, `x` as it is (the norm makes its own contiguous copy).
+fn pad_rows(x: &Tensor, rows: usize) -> Result<Tensor> {
+    let t = x.dim(0)?;
+    if rows <= t {
+        return Ok(x.clone());
+    }
+    x.pad_with_zeros(0, 0, rows - t)
 }
 
 /// The SwiGLU MLP with gate and up projected by one matrix product.
@@ -336,8 +372,8 @@ impl Qwen3Model {
     pub fn prepare(&self, ids: &[u32], spans: Vec<SeqSpan>, tile: usize) -> Result<Prepared> {
         let ids = Tensor::new(ids, &self.device)?;
         let hidden = self.embed_tokens.index_select(&ids, 0)?;
-        let rotary = self.rotary.gather(&spans)?;
         let ctx = AttnContext::new(spans, tile, self.kernel.clone(), &self.device)?;
+        let rotary = self.rotary.gather(&ctx.spans, ctx.rows)?;
         Ok(Prepared {
             hidden,
             rotary,
@@ -368,5 +404,79 @@ impl Qwen3Model {
         let pooled = pooled.to_dtype(DType::F32)?;
         let weight = self.norm.weight.to_dtype(DType::F32)?;
         candle_nn::ops::rms_norm(&pooled, &weight, self.norm.eps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qwen3::tiny::{random_weights, tiny_config};
+
+    fn tiny_model() -> Qwen3Model {
+        let cfg = tiny_config();
+        let tensors = random_weights(&cfg, 7).unwrap().into_iter().collect();
+        let w = Weights::from_tensors(tensors, "tiny", DType::F32, &Device::Cpu);
+        Qwen3Model::new(&cfg, &w).unwrap()
+    }
+
+    fn spans_and_ids() -> (Vec<SeqSpan>, Vec<u32>) {
+        let spans = vec![
+            SeqSpan { start: 0, len: 37 },
+            SeqSpan { start: 37, len: 1 },
+            SeqSpan { start: 38, len: 4 },
+        ];
+        let ids = (0..42u32).map(|i| (i * 131 + 7) % 500).collect();
+        (spans, ids)
+    }
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        t.flatten_all().unwrap().to_vec1().unwrap()
+    }
+
+    /// The fused kernel's rows on the CPU: q and k made in a padded buffer hold the unpadded
+    /// ones' values in their first rows and zeros after.
+    #[test]
+    fn q_and_k_made_in_padded_rows_are_the_tokens_then_zeros() {
+        let model = tiny_model();
+        let (spans, ids) = spans_and_ids();
+        let prepared = model.prepare(&ids, spans.clone(), 16).unwrap();
+        let attn = &model.layers[0].self_attn;
+        let (t, nh, nkv, hd) = (42, attn.n_heads, attn.n_kv, attn.head_dim);
+        let qkv = attn
+            .qkv_proj
+            .forward(&prepared.hidden)
+            .unwrap()
+            .reshape((t, nh + 2 * nkv, hd))
+            .unwrap();
+        let (q, k) = attn.normed_rotated_qk(&qkv, &prepared.rotary, t).unwrap();
+        let padded_rot = model.rotary.gather(&spans, 64).unwrap();
+        let (qp, kp) = attn.normed_rotated_qk(&qkv, &padded_rot, 64).unwrap();
+        for (plain, padded, heads) in [(&q, &qp, nh), (&k, &kp, nkv)] {
+            assert_eq!(padded.dims(), &[64, heads, hd]);
+            assert!(padded.is_contiguous());
+            assert_eq!(values(&padded.narrow(0, 0, t).unwrap()), values(plain));
+            let tail = values(&padded.narrow(0, t, 64 - t).unwrap());
+            assert!(
+                tail.iter().all(|&v| v == 0.0),
+                "the padded tail is not zero"
+            );
+        }
+    }
+
+    /// A whole forward with q and k in padded rows (as the fused kernel takes them) gives the
+    /// same pooled rows as the unpadded one.
+    #[test]
+    fn a_forward_with_padded_q_and_k_pools_the_same_rows() {
+        let model = tiny_model();
+        let (spans, ids) = spans_and_ids();
+        let plain = model.prepare(&ids, spans.clone(), 16).unwrap();
+        let mut padded = model.prepare(&ids, spans.clone(), 16).unwrap();
+        assert_eq!(padded.ctx.rows, 42);
+        padded.ctx.rows = 64;
+        padded.rotary = model.rotary.gather(&spans, 64).unwrap();
+        let a = values(&model.layers(&plain, &spans).unwrap());
+        let b = values(&model.layers(&padded, &spans).unwrap());
+        assert_eq!(a.len(), 3 * 128);
+        assert_eq!(a, b);
     }
 }
