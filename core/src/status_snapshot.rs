@@ -45,6 +45,13 @@ pub struct LoopState {
     pub cpu_s: f64,
     #[serde(default)]
     pub result_file_ops: u64,
+    /// The part of `cpu_s` spent taking in the results jobs wrote (manifests, shard checks,
+    /// run.db), and the results it accepted: that work is per new result, the rest of a poll
+    /// per open job.
+    #[serde(default)]
+    pub ingest_cpu_s: f64,
+    #[serde(default)]
+    pub taken_in: u64,
     /// How the loop routes batches to queues, and what it has learned of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingState>,
@@ -176,6 +183,8 @@ mod tests {
             polls: 3,
             cpu_s: 0.5,
             result_file_ops: 12,
+            ingest_cpu_s: 0.0,
+            taken_in: 0,
             routing: None,
             set_aside: Default::default(),
         };

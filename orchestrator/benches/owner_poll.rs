@@ -57,6 +57,8 @@ fn main() {
         polls: 0,
         cpu_s: 0.0,
         result_file_ops: 0,
+        ingest_cpu_s: 0.0,
+        taken_in: 0,
         routing: None,
         set_aside: Default::default(),
     };

@@ -33,6 +33,17 @@ fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
     assert_eq!(status["papers_planned"], 240);
     assert_eq!(status["rows_in_shards"], 240);
     assert_eq!(status["batches_by_state"]["done"], 3);
+    // The loop's own account: the results it took in, and the part of its CPU that took.
+    let snapshot: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.join("run/status-snapshot.json")).unwrap())
+            .unwrap();
+    let owner = &snapshot["submit_loop"];
+    assert_eq!(owner["taken_in"], 3, "{owner}");
+    let (ingest, all) = (owner["ingest_cpu_s"].as_f64(), owner["cpu_s"].as_f64());
+    assert!(
+        matches!((ingest, all), (Some(i), Some(a)) if i <= a),
+        "{owner}"
+    );
     let rows = shard_rows(&t.join("run"));
     let mut ids: Vec<String> = rows.keys().cloned().collect();
     ids.sort();

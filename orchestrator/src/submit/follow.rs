@@ -86,10 +86,15 @@ impl SubmitLoop<'_> {
     /// Takes in the result manifests jobs wrote since the last look — of every batch, or of
     /// `only` these — saying what became of each attempt.
     pub(super) fn ingest(&mut self, only: Option<&[i64]>) -> Result<()> {
+        let cpu = embedfleet_core::process::own_cpu();
         let report = match only {
             None => self.db.ingest_results()?,
             Some(batches) => self.db.ingest_batches(batches)?,
         };
+        if let Some(watch) = self.watch.as_mut() {
+            let spent = embedfleet_core::process::own_cpu().saturating_sub(cpu);
+            watch.took_in(spent, report.accepted.len());
+        }
         for (batch, attempt) in &report.accepted {
             tracing::info!(batch, attempt, "result accepted");
         }

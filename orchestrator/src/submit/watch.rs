@@ -67,6 +67,8 @@ impl OwnerWatch {
                 polls: 0,
                 cpu_s: 0.0,
                 result_file_ops: 0,
+                ingest_cpu_s: 0.0,
+                taken_in: 0,
                 routing: None,
                 set_aside: Default::default(),
             },
@@ -78,6 +80,13 @@ impl OwnerWatch {
             restart,
             report: OwnerReport::from_env(run_dir),
         })
+    }
+
+    /// An ingest took `cpu` and accepted `accepted` results (the snapshot's `ingest_cpu_s`,
+    /// `taken_in`).
+    pub fn took_in(&mut self, cpu: std::time::Duration, accepted: usize) {
+        self.state.ingest_cpu_s += cpu.as_secs_f64();
+        self.state.taken_in += accepted as u64;
     }
 
     /// The queues set aside by the breaker, as the next snapshot shows them.

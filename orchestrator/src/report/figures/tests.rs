@@ -215,6 +215,8 @@ fn the_owner_rewrites_its_files_when_due_not_every_poll() {
         polls: 1,
         cpu_s: 0.02,
         result_file_ops: 0,
+        ingest_cpu_s: 0.0,
+        taken_in: 0,
         routing: None,
         set_aside: Default::default(),
     };
