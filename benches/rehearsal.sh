@@ -160,9 +160,9 @@ start_loop() { # [ENV=VALUE...]: the submit loop in the background; the first wi
 loop_cpu_s() { # CPU seconds of process $1 so far
   awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
-loop_state() { # polls cpu_s result_file_ops pid ingest_cpu_s taken_in of the loop, from its own counters
-  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s.get("polls",0), s.get("cpu_s",0), s.get("result_file_ops",0), s["pid"], s.get("ingest_cpu_s",0), s.get("taken_in",0))' \
-    "$RUN/status-snapshot.json" 2>/dev/null || echo "0 0 0 0 0 0"
+loop_state() { # polls cpu_s result_file_ops pid ingest_cpu_s taken_in cpu_by_part_s (JSON) of the loop, from its own counters
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s.get("polls",0), s.get("cpu_s",0), s.get("result_file_ops",0), s["pid"], s.get("ingest_cpu_s",0), s.get("taken_in",0), json.dumps(s.get("cpu_by_part_s",{}), separators=(",",":")))' \
+    "$RUN/status-snapshot.json" 2>/dev/null || echo "0 0 0 0 0 0 {}"
 }
 measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own counters), then
   # its syscalls per poll under `strace -c` for as long (polls counted by the loop again)
@@ -173,7 +173,8 @@ measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own cou
   python3 - "$label" "$a" "$b" "$c" "$(open_jobs)" "$(done_batches)" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
 import json, sys
 label, a, b, c, open_jobs, done, path = sys.argv[1:8]
-(p0, c0, o0, pid0, i0, t0), (p1, c1, o1, pid1, i1, t1), (p2, _, _, pid2, _, _) = [[float(x) for x in s.split()] for s in (a, b, c)]
+state = lambda s: [float(x) for x in s.split()[:6]] + [json.loads(s.split()[6]) if len(s.split()) > 6 else {}]
+(p0, c0, o0, pid0, i0, t0, parts0), (p1, c1, o1, pid1, i1, t1, parts1), (p2, _, _, pid2, _, _, _) = [state(s) for s in (a, b, c)]
 polls, traced = p1 - p0, p2 - p1
 calls = {}
 for line in open(path):
@@ -190,6 +191,7 @@ print(json.dumps({"window": label, "same_loop": pid0 == pid1 == pid2, "polls": p
   "results_per_poll": per(t1 - t0, polls),
   "ingest_ms_per_result": per(1e3 * (i1 - i0), t1 - t0),
   "cpu_ms_per_poll_apart_from_ingest": per(1e3 * ((c1 - c0) - (i1 - i0)), polls),
+  "cpu_ms_per_poll_by_part": {k: per(1e3 * (v - parts0.get(k, 0)), polls) for k, v in parts1.items()},
   "result_file_ops_per_poll": per(o1 - o0, polls),
   "open_jobs": int(open_jobs), "batches_done": int(done),
   "strace_polls": traced,

@@ -52,6 +52,11 @@ pub struct LoopState {
     pub ingest_cpu_s: f64,
     #[serde(default)]
     pub taken_in: u64,
+    /// `cpu_s` by part of the round: `poll` (the scheduler's listing and the ingest of the
+    /// jobs it found ended, `ingest_cpu_s` included), `submit` (the round's submissions), and
+    /// `progress` (status, console, this snapshot and the report).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cpu_by_part_s: BTreeMap<String, f64>,
     /// How the loop routes batches to queues, and what it has learned of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingState>,
@@ -185,6 +190,7 @@ mod tests {
             result_file_ops: 12,
             ingest_cpu_s: 0.0,
             taken_in: 0,
+            cpu_by_part_s: Default::default(),
             routing: None,
             set_aside: Default::default(),
         };

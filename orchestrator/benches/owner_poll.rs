@@ -59,6 +59,7 @@ fn main() {
         result_file_ops: 0,
         ingest_cpu_s: 0.0,
         taken_in: 0,
+        cpu_by_part_s: Default::default(),
         routing: None,
         set_aside: Default::default(),
     };

@@ -409,10 +409,12 @@ impl<'a> SubmitLoop<'a> {
         }
         loop {
             let round = Instant::now();
+            let cpu_at_round = embedfleet_core::process::own_cpu();
             self.ingest(None)?;
             self.settle_submitting()?;
             self.poll()?;
             let polled = Instant::now();
+            let cpu_at_polled = embedfleet_core::process::own_cpu();
             let paused = self.db.paused()?;
             if self.tripped && !paused {
                 self.resumed_after_trip()?;
@@ -432,6 +434,11 @@ impl<'a> SubmitLoop<'a> {
                 None => false,
             };
             let submitted = Instant::now();
+            let cpu_at_submitted = embedfleet_core::process::own_cpu();
+            if let Some(watch) = self.watch.as_mut() {
+                watch.spent("poll", cpu_at_polled.saturating_sub(cpu_at_round));
+                watch.spent("submit", cpu_at_submitted.saturating_sub(cpu_at_polled));
+            }
             let open = self.db.open_jobs()?;
             let pending = self.in_scope(self.db.batches_without_job()?);
             match self.db.status() {
@@ -446,6 +453,10 @@ impl<'a> SubmitLoop<'a> {
                 .into_iter()
                 .filter(|j| self.is_in_scope(j.batch_id))
                 .collect();
+            if let Some(watch) = self.watch.as_mut() {
+                let progress = embedfleet_core::process::own_cpu().saturating_sub(cpu_at_submitted);
+                watch.spent("progress", progress);
+            }
             self.report.busy_poll += polled - round;
             self.report.busy_submit += submitted - polled;
             self.report.busy_progress += submitted.elapsed();

@@ -69,6 +69,7 @@ impl OwnerWatch {
                 result_file_ops: 0,
                 ingest_cpu_s: 0.0,
                 taken_in: 0,
+                cpu_by_part_s: Default::default(),
                 routing: None,
                 set_aside: Default::default(),
             },
@@ -87,6 +88,11 @@ impl OwnerWatch {
     pub fn took_in(&mut self, cpu: std::time::Duration, accepted: usize) {
         self.state.ingest_cpu_s += cpu.as_secs_f64();
         self.state.taken_in += accepted as u64;
+    }
+
+    /// A part of a round took `cpu` (the snapshot's `cpu_by_part_s`).
+    pub fn spent(&mut self, part: &str, cpu: std::time::Duration) {
+        *self.state.cpu_by_part_s.entry(part.into()).or_default() += cpu.as_secs_f64();
     }
 
     /// The queues set aside by the breaker, as the next snapshot shows them.

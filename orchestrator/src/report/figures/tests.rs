@@ -217,6 +217,7 @@ fn the_owner_rewrites_its_files_when_due_not_every_poll() {
         result_file_ops: 0,
         ingest_cpu_s: 0.0,
         taken_in: 0,
+        cpu_by_part_s: Default::default(),
         routing: None,
         set_aside: Default::default(),
     };
