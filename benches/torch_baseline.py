@@ -19,7 +19,7 @@
 #      STUDY_PAPERS (default: all): the study's padded batches on the first N papers only
 import json, math, os, random, shutil, sys, time
 import torch
-from transformers import Qwen3Config, Qwen3Model
+from transformers import AttentionInterface, Qwen3Config, Qwen3Model
 
 def log(**kw):
     print(json.dumps(kw), flush=True)
@@ -53,6 +53,30 @@ nonemb = nparams - cfg.vocab_size * cfg.hidden_size
 log(event="loaded", secs=round(time.time() - t0, 1), params=nparams, non_embedding=nonemb,
     torch=torch.__version__, gpu=torch.cuda.get_device_name(0) if device == "cuda" else "cpu")
 
+def exact_attention_by_blocks(module, query, key, value, attention_mask, scaling=None,
+                              dropout=0.0, **kwargs):
+    # The float32 reference's attention: exact causal softmax, 2,048 queries at a time. SDPA has
+    # no fused float32 kernel for grouped-query attention, so its math path builds the whole
+    # score matrix: 128 GiB at 32,768 tokens (the first GPU run ran out of memory there).
+    # One sequence per forward, no padding: the causal mask is the only mask.
+    _, heads, q_len, dim = query.shape
+    group = heads // key.shape[1]
+    key = key.repeat_interleave(group, dim=1)
+    value = value.repeat_interleave(group, dim=1)
+    scale = scaling if scaling is not None else dim ** -0.5
+    offset = key.shape[2] - q_len
+    out = torch.empty_like(query)
+    for s in range(0, q_len, 2048):
+        e = min(q_len, s + 2048)
+        scores = torch.matmul(query[:, :, s:e], key[:, :, :offset + e].transpose(-1, -2)) * scale
+        rows = torch.arange(s, e, device=query.device)[:, None] + offset
+        cols = torch.arange(offset + e, device=query.device)[None, :]
+        scores.masked_fill_(cols > rows, float("-inf"))
+        out[:, :, s:e] = torch.matmul(scores.softmax(-1), value[:, :, :offset + e])
+    return out.transpose(1, 2).contiguous(), None
+
+AttentionInterface.register("exact_by_blocks", exact_attention_by_blocks)
+
 def write_model_and_cases(out):
     global model
     t = time.time()
@@ -66,6 +90,7 @@ def write_model_and_cases(out):
     # forward, last token, L2-normalised; then back to bf16, bit for bit, for the benches.
     t = time.time()
     model = model.float()
+    model.config._attn_implementation = "exact_by_blocks"
     g = torch.Generator().manual_seed(1)
     cases = []
     for n in map(int, env("FIDELITY_LENGTHS", "1 16 512 2048 8192 32768").split()):
@@ -75,10 +100,11 @@ def write_model_and_cases(out):
         emb = torch.nn.functional.normalize(h.double(), dim=0)
         cases.append({"name": f"random_{n}", "ids": ids, "embedding": [float(x) for x in emb]})
     model = model.to(torch.bfloat16)
+    model.config._attn_implementation = "sdpa"
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    ref = f"transformers Qwen3Model, float32, sdpa, torch {torch.__version__}"
+    ref = f"transformers Qwen3Model, float32, exact attention by blocks, torch {torch.__version__}"
     json.dump({"reference": ref, "cases": cases}, open(env("FIDELITY_OUT"), "w"))
     if env("FIDELITY_CU12_OUT"):
         cu12 = [c for c in cases if len(c["ids"]) == int(env("CU12_LEN", "2048"))]
