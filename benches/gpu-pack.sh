@@ -22,7 +22,9 @@ rm -f target-gpu/build.json target-gpu/embedfleet target-gpu/embedfleet-cu12
 entries=()
 pack() { # BINARY DEST.xz CUDA BUILD_SECONDS: stripped, xz -9, and its line of build.json
   local bin=$1 dest=$2 cuda=$3 secs=$4 size unstripped stripped sha
-  strip -o "${dest%.xz}" "$bin"
+  # The symbol table stays (2 MiB more after xz): a backtrace from the GPU machine names its
+  # functions. Only the line tables go.
+  strip --strip-debug -o "${dest%.xz}" "$bin"
   stripped=$(stat -c %s "${dest%.xz}")
   sha=$(sha256sum "${dest%.xz}" | cut -d' ' -f1)
   xz -9 -T0 -f "${dest%.xz}"

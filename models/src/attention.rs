@@ -121,7 +121,13 @@ impl AttnContext {
                 Ok(AttnContext {
                     spans,
                     tile,
-                    rows: batch.padded_rows().max(tokens),
+                    // EF_FUSED_QK_COPY=1 (an A/B switch for the GPU check): q and k made in
+                    // rows of their own and copied into the padded buffers by the kernel.
+                    rows: if crate::fused::ab_switch("EF_FUSED_QK_COPY") {
+                        tokens
+                    } else {
+                        batch.padded_rows().max(tokens)
+                    },
                     kernel,
                     mask: None,
                     fused: Some(batch),

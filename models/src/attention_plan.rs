@@ -39,6 +39,18 @@ impl PlanShape {
     }
 }
 
+impl PlanShape {
+    /// The token count a plan is built with: the shape's bound (a sequence of the longest
+    /// length in every slot), cut to what int32 ragged offsets of `row_width` values a token
+    /// (query heads × head dim) can address. The plan's key leaves the count out, so the cut
+    /// changes no plan; without it a 16 × 32,768 key of the 4B model (2^31 values) was refused
+    /// although no batch under a 524,287-token budget comes near it.
+    pub fn plan_tokens(&self, row_width: usize) -> usize {
+        let addressable = i32::MAX as usize / row_width.max(1);
+        (self.batch * self.max_seq).min(addressable)
+    }
+}
+
 /// The distinct plans of a run's mini-batches (each a list of sequence lengths): what a
 /// warm-up prepares before anything is timed.
 pub fn planned_shapes<'a>(batches: impl IntoIterator<Item = &'a [usize]>) -> BTreeSet<PlanShape> {
@@ -280,5 +292,20 @@ mod tests {
             ShimFailure::classify(other),
             ShimFailure::Other(other.into())
         );
+    }
+    #[test]
+    fn plan_tokens_stay_addressable_by_int32_offsets() {
+        let key = PlanShape {
+            batch: 16,
+            max_seq: 32768,
+        };
+        // The 4B model: 32 heads of 128. The bound, 2^19 tokens, is 2^31 values: one too many.
+        assert_eq!(key.plan_tokens(4096), (i32::MAX as usize) / 4096);
+        assert!(key.plan_tokens(4096) * 4096 <= i32::MAX as usize);
+        let small = PlanShape {
+            batch: 4,
+            max_seq: 1024,
+        };
+        assert_eq!(small.plan_tokens(4096), 4096);
     }
 }

@@ -317,9 +317,9 @@ impl FusedAttention {
             .lock()
             .expect("fused attention lock. This is a bug.");
         for shape in shapes {
-            // The plan's key leaves the token count out; one sequence per slot of the longest
-            // length is the bound's own shape.
-            let total = (shape.batch * shape.max_seq).min(i32::MAX as usize) as i32;
+            // The plan's key leaves the token count out: the bound's own shape, cut to what
+            // int32 offsets address.
+            let total = shape.plan_tokens(self.n_heads * self.head_dim) as i32;
             let workspace_bytes = handle.plan(
                 (
                     shape.batch as i32,
@@ -443,8 +443,14 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
         let written = b.total * a.n_heads * a.head_dim;
         // SAFETY: rows [0, total) are written by the kernel below before anything reads them;
         // the rest is zeroed here, on the same stream.
-        let mut out = unsafe { dev.alloc::<bf16>(out_len)? };
-        if written < out_len {
+        // EF_FUSED_ZERO_ALL=1 (an A/B switch for the GPU check) zeroes the whole buffer.
+        let zero_all = ab_switch("EF_FUSED_ZERO_ALL");
+        let mut out = if zero_all {
+            dev.alloc_zeros::<bf16>(out_len)?
+        } else {
+            unsafe { dev.alloc::<bf16>(out_len)? }
+        };
+        if !zero_all && written < out_len {
             stream.memset_zeros(&mut out.slice_mut(written..)).w()?;
         }
         let (seq_len, _) = b.seq_len.storage_and_layout();
@@ -513,6 +519,12 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             Shape::from((b.padded, a.n_heads, a.head_dim)),
         ))
     }
+}
+
+/// An A/B switch of the fused path (`NAME=1`), for the GPU check to compare a change with the
+/// way before it in one build: off unless set to 1.
+pub(crate) fn ab_switch(name: &str) -> bool {
+    std::env::var(name).as_deref() == Ok("1")
 }
 
 /// The element offset of a tensor's first value in its storage.

@@ -394,6 +394,13 @@ impl Qwen3Model {
         for layer in layers {
             x = layer.forward(&x, &prepared.rotary, &prepared.ctx)?;
         }
+        // EF_LAST_LAYER_ALL_ROWS=1 (an A/B switch for the GPU check): the last layer on every
+        // row, as the others, and its pooled rows taken after.
+        if std::env::var("EF_LAST_LAYER_ALL_ROWS").as_deref() == Ok("1") {
+            return final_layer
+                .forward(&x, &prepared.rotary, &prepared.ctx)?
+                .index_select(&last, 0);
+        }
         final_layer.forward_rows(&x, &prepared.rotary, &prepared.ctx, &last)
     }
 

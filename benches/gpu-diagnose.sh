@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# A GPU fault, cornered in one device run: the same few measurements, each in a fresh process,
+# under A/B switches, so that one run says which kernel faults and which change brings it. For
+# the GPU machine of the device tool (no Rust; the binary comes packed by benches/gpu-pack.sh):
+#
+#   run(command="bash benches/gpu-diagnose.sh", carry=["target-gpu"], timeout_s=560)
+#
+# Setup: the binary (target-gpu/embedfleet.xz), the 4B-shape random model and the fidelity
+# cases (benches/torch_baseline.py with BENCH=0: no peer timings), the mix of gpu-check.sh.
+# Then each experiment NAME is `bench-gpu ARGS` under ENV, cut at EXP_LIMIT s; a line of
+# $OUT/diag.jsonl says how it ended, its first error, and the named frames of its backtrace.
+#
+#   fid_*     the fidelity cases alone (one sequence a forward, 1 to 32,768 tokens)
+#   small_*   the first 48 papers of the mix at --batch-tokens 262144 (planned by free memory)
+#   seq_*     the mix, then the fidelity cases, in one process (how the first run faulted)
+#   *_sync    CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1: the faulting launch reports its own error
+#   *_static  EF_SDPA_DYNAMIC=0: no dynamic-shape plans sharing one kernel cache
+#   *_before  EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1: q/k copied into the padded buffers and the
+#             whole output zeroed, as before 7ec9ae7
+#   *_lastall EF_LAST_LAYER_ALL_ROWS=1: the last layer on every row
+#   *_blockwise EMBEDFLEET_ATTENTION=blockwise: no cuDNN at all
+#   best      `ours` of gpu-check.sh under the first switch set whose fid_ and small_ runs passed
+#
+#   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
+#        HARD_LIMIT=530 (every experiment ends by then) EXP_LIMIT=60 (best: 150) EXPERIMENTS="fid_default fid_sync ..." (default: all, in the order above)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+export OUT=${OUT:-/tmp/gpu-diag} WORK=${WORK:-/tmp/gpu-work}
+mkdir -p "$OUT" "$WORK"
+TIME_LIMIT=${TIME_LIMIT:-400}
+HARD_LIMIT=${HARD_LIMIT:-530}
+EXP_LIMIT=${EXP_LIMIT:-60}
+START=$(date +%s)
+LOG=$OUT/diag.log
+: >"$LOG"
+: >"$OUT/diag.jsonl"
+export RUST_BACKTRACE=1 CUDA_CACHE_PATH=$WORK/cuda-cache CUDA_CACHE_MAXSIZE=4294967296
+say() { echo "== $* ($(($(date +%s) - START)) s)" | tee -a "$LOG" >&2; }
+pack() {
+  (cd "$WORK" && find . -maxdepth 1 -type f \( -name '*.out' -o -name '*.err' -o -name '*.txt' \) \
+    -size -4M -printf '%P\n' | sort | timeout 30 tar -czf "$OUT/diag.tar.gz" -T -) 2>>"$LOG"
+}
+trap pack EXIT
+
+MODEL=$WORK/qwen3-4b-random
+if [ -z "${BIN:-}" ]; then # BIN=path: a binary of your own (and a model and cases already in $WORK)
+  BIN=$WORK/embedfleet
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+    target-gpu/embedfleet.xz "$BIN" && chmod +x "$BIN" || { say "unpack failed"; exit 1; }
+fi
+cp target-gpu/build.json "$OUT/build.json" 2>/dev/null
+# shellcheck disable=SC1091
+source .ci/cuda/gpu-env.sh || say "gpu-env.sh found no CUDA 13 libraries"
+timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$WORK/gpu.txt" 2>&1
+say "gpu: $(cat "$WORK/gpu.txt")"
+
+timeout 30 python3 - "$WORK/mix.json" "$WORK/mix-small.json" <<'PY'
+import json, math, random, sys
+random.seed(0)
+chars = [min(int(random.lognormvariate(math.log(20000), 0.8)), 130000) for _ in range(120)]
+mix = [max(16, min(32768, c * 10 // 42)) for c in chars]
+json.dump(mix, open(sys.argv[1], "w"))
+json.dump(mix[:48], open(sys.argv[2], "w"))
+PY
+
+if [ ! -s "$MODEL/config.json" ] || [ ! -s "$WORK/fidelity.json" ]; then
+  say "model and fidelity cases (torch, BENCH=0)"
+  "$BIN" make-tiny-model --out "$WORK/tok" >/dev/null
+  MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
+    FIDELITY_LENGTHS="1 16 512 2048 8192 32768" BENCH=0 DEVICE=cuda \
+    timeout 200 python3 benches/torch_baseline.py >"$WORK/model.out" 2>"$WORK/model.err"
+  say "model: rc $?"
+fi
+[ -s "$WORK/fidelity.json" ] || { say "no fidelity cases: $(tail -n3 "$WORK/model.err")"; pack; exit 1; }
+
+summarize() { # NAME RC SECS ENV: one line of diag.jsonl from NAME.out / NAME.err
+  python3 - "$WORK/$1.out" "$WORK/$1.err" "$1" "$2" "$3" "$4" >>"$OUT/diag.jsonl" <<'PY'
+import json, re, sys
+out, err, name, rc, secs, env = sys.argv[1:7]
+text = open(out, errors="replace").read() + "\n" + open(err, errors="replace").read()
+lines = [json.loads(l) for l in open(out, errors="replace") if l.startswith("{")]
+errors = [l for l in lines if l.get("event", "").endswith("_error")]
+first = errors[0] if errors else None
+frames = []
+if first:
+    for f in re.findall(r"\d+: (\S+)", first.get("error", "")):
+        if f != "<unknown>" and not f.startswith(("std::", "core::", "__libc", "_start")) and f not in frames:
+            frames.append(f)
+print(json.dumps({
+    "experiment": name, "env": env, "rc": int(rc), "secs": float(secs),
+    "measured": [l.get("label") or l.get("name") for l in lines if l.get("event") in ("bench", "fidelity")],
+    "cosines": {l["name"]: l.get("cosine") for l in lines if l.get("event") == "fidelity"},
+    "tok_per_s": {l["label"]: round(l["real_tok_per_s"]) for l in lines if l.get("event") == "bench"},
+    "failed": [l.get("label") or l.get("name") for l in errors],
+    "first_error": (first or {}).get("error", "").split("\n")[0][:600] or None,
+    "frames": frames[:25],
+    "problem": next((l for l in text.splitlines() if l.startswith(("problem:", "Error", "thread '"))), None),
+}))
+PY
+}
+
+declare -A ENVS=(
+  [default]="" [sync]="CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1" [static]="EF_SDPA_DYNAMIC=0"
+  [before]="EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1" [lastall]="EF_LAST_LAYER_ALL_ROWS=1"
+  [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
+)
+FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
+SMALL=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --batch-tokens 262144 --mix "$WORK/mix-small.json")
+SEQ=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --mix "$WORK/mix.json" --fidelity "$WORK/fidelity.json")
+OURS=(--devices ${DEVICE:-cuda:0} --shapes 64x512,16x2048,4x8192,1x32768 --forwards 2 --mix "$WORK/mix.json"
+  --fidelity "$WORK/fidelity.json")
+
+experiment() { # NAME: runs it, records it
+  local name=$1 kind=${1%%_*} switch=${1#*_} args env now t0 rc secs limit=$EXP_LIMIT
+  case $kind in
+    fid) args=("${FID[@]}") ;; small) args=("${SMALL[@]}") ;; seq) args=("${SEQ[@]}") ;;
+    best) args=("${OURS[@]}"); switch=$(best_switch); limit=150 ;;
+    *) say "unknown experiment $name"; return ;;
+  esac
+  env=${ENVS[$switch]-}
+  now=$(($(date +%s) - START))
+  if [ "$now" -ge "$TIME_LIMIT" ]; then say "$name skipped: time limit $TIME_LIMIT s"; return; fi
+  [ $((HARD_LIMIT - now)) -lt "$limit" ] && limit=$((HARD_LIMIT - now))
+  say "$name: ${env:-no switch} bench-gpu ${args[*]}"
+  t0=$(date +%s%N)
+  # shellcheck disable=SC2086
+  timeout -k 5 "$limit" env $env "$BIN" bench-gpu --model-dir "$MODEL" "${args[@]}" \
+    >"$WORK/$name.out" 2>"$WORK/$name.err" </dev/null
+  rc=$?
+  secs=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+  summarize "$name" "$rc" "$secs" "$env" || echo "{\"experiment\": \"$name\", \"rc\": $rc}" >>"$OUT/diag.jsonl"
+  say "$name: rc $rc in $secs s"
+  pack
+}
+
+best_switch() { # the first switch set whose fid_ and small_ experiments both exited 0
+  python3 - "$OUT/diag.jsonl" <<'PY'
+import json, sys
+rc = {}
+for line in open(sys.argv[1]):
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
+    rc[d["experiment"]] = d["rc"]
+for s in ("default", "static", "before", "lastall", "blockwise"):
+    if rc.get("fid_" + s) == 0 and rc.get("small_" + s) == 0:
+        print(s)
+        break
+else:
+    print("static")
+PY
+}
+
+EXPERIMENTS=${EXPERIMENTS:-"fid_default fid_sync seq_sync fid_static seq_static fid_before fid_lastall small_default small_sync small_static small_before best"}
+for e in $EXPERIMENTS; do experiment "$e"; done
+say "done"
