@@ -77,6 +77,16 @@ def exact_attention_by_blocks(module, query, key, value, attention_mask, scaling
 
 AttentionInterface.register("exact_by_blocks", exact_attention_by_blocks)
 
+def embed_cosine(ids, ref, attn):
+    # Cosine of the model's last-token embedding (attention `attn`, the model's dtype) with `ref`.
+    saved = model.config._attn_implementation
+    model.config._attn_implementation = attn
+    with torch.inference_mode():
+        h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
+    model.config._attn_implementation = saved
+    got = torch.nn.functional.normalize(h.double(), dim=0)
+    return float(torch.dot(got, ref.to(got.device)))
+
 def write_model_and_cases(out):
     global model
     t = time.time()
@@ -99,8 +109,17 @@ def write_model_and_cases(out):
             h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
         emb = torch.nn.functional.normalize(h.double(), dim=0)
         cases.append({"name": f"random_{n}", "ids": ids, "embedding": [float(x) for x in emb]})
+        if n <= int(env("REF_CHECK_MAX", "8192")):
+            # The reference's own check: float32 SDPA (its math path) where it fits.
+            log(event="reference_check", name=f"random_{n}", tokens=n,
+                cosine_fp32_sdpa=embed_cosine(ids, emb, "sdpa"))
     model = model.to(torch.bfloat16)
     model.config._attn_implementation = "sdpa"
+    # PyTorch's own bf16 forward (SDPA) against the same reference: what bf16 arithmetic on
+    # these random weights allows, beside which embedfleet's cosines are read.
+    for c in cases:
+        log(event="peer_fidelity", name=c["name"], tokens=len(c["ids"]),
+            cosine=embed_cosine(c["ids"], torch.tensor(c["embedding"], dtype=torch.float64), "sdpa"))
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()

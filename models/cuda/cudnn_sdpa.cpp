@@ -44,7 +44,9 @@
 //   frontend refuses dynamic shapes on the UNIFIED node, so it stays static.
 //   A dynamic build that fails where the static one then succeeds is not tried
 //   again on the handle. The order of attempts is plan_policy.cpp's (tested on
-//   the CPU); EF_SDPA_DYNAMIC=0 turns dynamic shapes off for A/B testing.
+//   the CPU). Off by default, EF_SDPA_DYNAMIC=1 turns them on: the first GPU runs (H200,
+//   cuDNN 9.19) faulted with a misaligned address in a dynamic-shape plan, on the key it
+//   was compiled for, at 16 tokens after 1; static plans built in ~0.05 s a key there.
 // * Dynamic loading: with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING every cudnn*
 //   call is resolved with dlsym on the global `cudnn_frontend::cudnn_dlhandle`,
 //   which the application must define and set (done in load_cudnn below) before
@@ -772,9 +774,12 @@ ef_sdpa_create(char *err, size_t err_len) {
         if (const char *e = std::getenv("EF_SDPA_SYNC"); e != nullptr) {
             sync_check = std::strcmp(e, "1") == 0 || std::strcmp(e, "true") == 0;
         }
-        bool dynamic_wanted = true;
+        // Off unless asked for: on an H200 with cuDNN 9.19 a dynamic-shape composite plan
+        // faulted (misaligned address, err 716) on its own key at 16 tokens after running at
+        // 1, and static plans build in ~0.05 s a key there anyway (BENCHMARKS.md).
+        bool dynamic_wanted = false;
         if (const char *e = std::getenv("EF_SDPA_DYNAMIC"); e != nullptr) {
-            dynamic_wanted = !(std::strcmp(e, "0") == 0 || std::strcmp(e, "false") == 0);
+            dynamic_wanted = std::strcmp(e, "1") == 0 || std::strcmp(e, "true") == 0;
         }
 
         cudnnHandle_t handle = nullptr;

@@ -28,10 +28,11 @@
  *                      failed build is retried once with "composite".
  *   EF_SDPA_SYNC       "1": synchronize the stream after every ef_sdpa_run and
  *                      report asynchronous kernel faults (debugging/self-test).
- *   EF_SDPA_DYNAMIC    "0": build every plan with static shapes. By default (cuDNN
- *                      >= 9.4) composite plans are built with dynamic shapes and
- *                      share one kernel cache, so a new key reuses the kernel
- *                      compiled for an earlier one (plan_policy.h).
+ *   EF_SDPA_DYNAMIC    "1": build composite plans with dynamic shapes (cuDNN
+ *                      >= 9.4), sharing one kernel cache, so a new key reuses
+ *                      the kernel compiled for an earlier one (plan_policy.h).
+ *                      Off by default: on an H200 with cuDNN 9.19 such a plan
+ *                      faulted with a misaligned address (err 716).
  *
  * Thread safety: every function may be called from any thread; calls on one
  * ef_sdpa are serialized by an internal mutex (it owns one cudnnHandle_t).

@@ -32,7 +32,7 @@ typedef struct ef_sdpa_attempt {
 } ef_sdpa_attempt;
 
 /* The builds to try for a new key, at most `cap` into `out`; returns how many. `dynamic_wanted`
-   is EF_SDPA_DYNAMIC (default on); `dynamic_failed` is set once a dynamic-shape build failed
+   is EF_SDPA_DYNAMIC (default off); `dynamic_failed` is set once a dynamic-shape build failed
    on this handle, so that a cuDNN without dynamic shapes for this graph costs one failed build,
    not one per key. */
 int32_t ef_sdpa_plan_attempts(int32_t preference, int64_t cudnn_version, int32_t dynamic_wanted,

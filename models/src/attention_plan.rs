@@ -7,9 +7,9 @@
 //! longest length to a power of two of at least [`PLAN_LENGTH_FLOOR`]. The floor also keeps
 //! a mini-batch of 1-token sequences off cuDNN's decode-only shape (s_q = s_kv = 1), which its
 //! own tests skip as a known issue. The bound is not work: the kernel reads each sequence at
-//! its ragged length. From cuDNN 9.4 the shim builds composite plans with dynamic shapes and
-//! one kernel cache per handle, so the keys after the first reuse its compiled kernel and only
-//! build a plan around it ([`plan_attempts`]).
+//! its ragged length. With `EF_SDPA_DYNAMIC=1` (cuDNN 9.4 on) the shim builds composite plans
+//! with dynamic shapes and one kernel cache per handle, so the keys after the first reuse its
+//! compiled kernel ([`plan_attempts`]); off by default, since such a plan faulted on an H200.
 
 use std::collections::BTreeSet;
 
@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(plan_attempts(Unified, 92801, true, false), [UNIFIED]);
         // Before cuDNN 9.4 there is no kernel cache: every key compiles its own kernel.
         assert_eq!(plan_attempts(Composite, 90301, true, false), [COMPOSITE]);
-        // EF_SDPA_DYNAMIC=0.
+        // EF_SDPA_DYNAMIC unset (the default) or 0.
         assert_eq!(
             plan_attempts(Auto, 92801, false, false),
             [UNIFIED, COMPOSITE]
