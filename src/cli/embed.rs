@@ -152,6 +152,28 @@ pub struct BenchGpuArgs {
     /// Seed of the random token ids and of the generated mix.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Compute dtype (default: bf16 on a GPU, f32 on the CPU). `--dtype f32` on a GPU, or
+    /// `--dtype bf16` on the CPU, tells a numeric drift from a kernel's fault in --fidelity.
+    #[arg(long, value_enum)]
+    pub dtype: Option<ComputeDtype>,
+}
+
+/// A model's compute dtype on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ComputeDtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl ComputeDtype {
+    pub fn dtype(self) -> embedfleet_models::DType {
+        match self {
+            ComputeDtype::F32 => embedfleet_models::DType::F32,
+            ComputeDtype::Bf16 => embedfleet_models::DType::BF16,
+            ComputeDtype::F16 => embedfleet_models::DType::F16,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

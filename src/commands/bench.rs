@@ -17,7 +17,13 @@ struct SavedVectors {
 
 pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
     let devices = embedfleet_embed::parse_devices(&args.devices)?;
-    let bench = Bench::load(&args.model_dir, &devices, !args.no_memory_plan, args.seed)?;
+    let bench = Bench::load(
+        &args.model_dir,
+        &devices,
+        !args.no_memory_plan,
+        args.seed,
+        args.dtype.map(|d| d.dtype()),
+    )?;
     let mut table = Vec::new();
     // A step that fails is a line (`fidelity_error`, `bench_error`) and the rest still runs:
     // a GPU check gets every figure it can, then exits non-zero.

@@ -273,3 +273,55 @@ fn bench_gpu_measures_in_the_peers_fields_and_checks_fidelity_on_any_device() {
     );
     assert!(lines.iter().any(|l| l["label"] == "uniform_b1_t64"));
 }
+
+/// The 4B/8B attention layout (32 query heads of 128 over 8 key/value heads), transformers'
+/// init and lengths across many tiles, against an independent float64 implementation of
+/// transformers' Qwen3 math (`tests/golden/qwen3_numpy_reference.py`): the golden file above
+/// is the tiny layout only. f32 must match it; bf16 (on the CPU) must stay within bf16's drift,
+/// which is how a GPU's loss of fidelity with length was told from precision (issue 40).
+#[test]
+fn bench_gpu_matches_a_float64_reference_on_the_4b_attention_layout() {
+    let t = TestDir::new();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/qwen3_numpy_reference.py");
+    let out = t.join("model");
+    let code = format!(
+        "import os, runpy, sys; os.environ.update(HIDDEN='512', INTER='1024'); \
+         sys.argv = [{script:?}, {out:?}, '1,700,1100', '2']; runpy.run_path({script:?}, run_name='__main__')",
+        script = script.to_str().unwrap(),
+        out = out.to_str().unwrap(),
+    );
+    if crate::util::python(&code, "numpy", "EMBEDFLEET_REQUIRE_PANDAS").is_none() {
+        return;
+    }
+    t.run(&["make-tiny-model", "--out", "tiny"], 0);
+    std::fs::copy(t.join("tiny/tokenizer.json"), out.join("tokenizer.json")).unwrap();
+    for (dtype, floor) in [("f32", 0.9999999), ("bf16", 0.9999)] {
+        let lines = json_lines(&t.run(
+            &[
+                "bench-gpu",
+                "--model-dir",
+                "model",
+                "--devices",
+                "cpu",
+                "--dtype",
+                dtype,
+                "--skip-uniform",
+                "--skip-mix",
+                "--fidelity",
+                "model/fidelity.json",
+            ],
+            0,
+        ));
+        let cosines: Vec<f64> = lines
+            .iter()
+            .filter(|l| l["event"] == "fidelity")
+            .map(|l| l["cosine"].as_f64().unwrap())
+            .collect();
+        assert_eq!(cosines.len(), 3, "{lines:?}");
+        assert!(
+            cosines.iter().all(|&c| c >= floor),
+            "{dtype}: cosines {cosines:?} below {floor}"
+        );
+    }
+}

@@ -101,9 +101,10 @@ impl Bench {
         devices: &[DeviceSpec],
         memory_plan: bool,
         seed: u64,
+        dtype: Option<embedfleet_models::DType>,
     ) -> Result<Bench, ModelError> {
         let shape = embedfleet_models::family_of(model_dir)?.shape(model_dir)?;
-        let loaded = LoadedModels::load(model_dir, devices, None, None)?;
+        let loaded = LoadedModels::load_as(model_dir, devices, None, None, dtype)?;
         Ok(Bench {
             loaded,
             shape,

@@ -78,6 +78,18 @@ impl LoadedModels {
         output_dim: Option<usize>,
         memory_limit: Option<u64>,
     ) -> Result<Self, ModelError> {
+        Self::load_as(model_dir, devices, output_dim, memory_limit, None)
+    }
+
+    /// [`LoadedModels::load`] in compute dtype `dtype` (`None`: f32 on the CPU, bf16 on CUDA):
+    /// `bench-gpu --dtype` compares a device's bf16 with its f32, or the CPU's.
+    pub fn load_as(
+        model_dir: &Path,
+        devices: &[DeviceSpec],
+        output_dim: Option<usize>,
+        memory_limit: Option<u64>,
+        dtype: Option<embedfleet_models::DType>,
+    ) -> Result<Self, ModelError> {
         let started = Instant::now();
         let family = embedfleet_models::family_of(model_dir)?;
         let loaded: Vec<Result<Box<dyn Embedder>, ModelError>> = std::thread::scope(|scope| {
@@ -88,6 +100,7 @@ impl LoadedModels {
                         device: *device,
                         output_dim,
                         memory_limit,
+                        dtype,
                         ..LoadOptions::default()
                     };
                     scope.spawn(move || family.load(model_dir, &options))
