@@ -160,9 +160,9 @@ start_loop() { # [ENV=VALUE...]: the submit loop in the background; the first wi
 loop_cpu_s() { # CPU seconds of process $1 so far
   awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
-loop_state() { # polls cpu_s result_file_ops pid ingest_cpu_s taken_in cpu_by_part_s (JSON) of the loop, from its own counters
-  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s.get("polls",0), s.get("cpu_s",0), s.get("result_file_ops",0), s["pid"], s.get("ingest_cpu_s",0), s.get("taken_in",0), json.dumps(s.get("cpu_by_part_s",{}), separators=(",",":")))' \
-    "$RUN/status-snapshot.json" 2>/dev/null || echo "0 0 0 0 0 0 {}"
+loop_state() { # polls cpu_s result_file_ops pid ingest_cpu_s taken_in cpu_by_part_s (JSON) quiet_polls quiet_cpu_s of the loop, from its own counters
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s.get("polls",0), s.get("cpu_s",0), s.get("result_file_ops",0), s["pid"], s.get("ingest_cpu_s",0), s.get("taken_in",0), json.dumps(s.get("cpu_by_part_s",{}), separators=(",",":")), s.get("quiet_polls",0), s.get("quiet_cpu_s",0))' \
+    "$RUN/status-snapshot.json" 2>/dev/null || echo "0 0 0 0 0 0 {} 0 0"
 }
 measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own counters), then
   # its syscalls per poll under `strace -c` for as long (polls counted by the loop again)
@@ -173,8 +173,9 @@ measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own cou
   python3 - "$label" "$a" "$b" "$c" "$(open_jobs)" "$(done_batches)" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
 import json, sys
 label, a, b, c, open_jobs, done, path = sys.argv[1:8]
-state = lambda s: [float(x) for x in s.split()[:6]] + [json.loads(s.split()[6]) if len(s.split()) > 6 else {}]
-(p0, c0, o0, pid0, i0, t0, parts0), (p1, c1, o1, pid1, i1, t1, parts1), (p2, _, _, pid2, _, _, _) = [state(s) for s in (a, b, c)]
+state = lambda s: ([float(x) for x in s.split()[:6]] + [json.loads(s.split()[6]) if len(s.split()) > 6 else {}]
+                  + [float(x) for x in (s.split()[7:9] + ["0", "0"])[:2]])
+(p0, c0, o0, pid0, i0, t0, parts0, q0, qc0), (p1, c1, o1, pid1, i1, t1, parts1, q1, qc1), (p2, _, _, pid2, _, _, _, _, _) = [state(s) for s in (a, b, c)]
 polls, traced = p1 - p0, p2 - p1
 calls = {}
 for line in open(path):
@@ -192,6 +193,8 @@ print(json.dumps({"window": label, "same_loop": pid0 == pid1 == pid2, "polls": p
   "ingest_ms_per_result": per(1e3 * (i1 - i0), t1 - t0),
   "cpu_ms_per_poll_apart_from_ingest": per(1e3 * ((c1 - c0) - (i1 - i0)), polls),
   "cpu_ms_per_poll_by_part": {k: per(1e3 * (v - parts0.get(k, 0)), polls) for k, v in parts1.items()},
+  # Rounds that changed nothing in run.db: a poll's cost whatever arrives.
+  "quiet_polls": q1 - q0, "cpu_ms_per_quiet_poll": per(1e3 * (qc1 - qc0), q1 - q0),
   "result_file_ops_per_poll": per(o1 - o0, polls),
   "open_jobs": int(open_jobs), "batches_done": int(done),
   "strace_polls": traced,
@@ -300,8 +303,11 @@ while kill -0 "$loop_pid" 2>/dev/null; do
 done
 wait "$loop_pid"; loop_exit=$?
 # The last loop's own count of its CPU (it ended by itself and wrote it at its end).
-read -r _ last_cpu _ _ < <(loop_state)
+read -r last_polls last_cpu _ _ _ _ _ last_quiet last_quiet_cpu < <(loop_state)
 total_loop_cpu=$(calc "$total_loop_cpu + $last_cpu")
+# Its quiet rounds (run.db unchanged: nothing taken in, ended or submitted), over its whole life.
+python3 -c 'import json,sys; p,c,q,qc=map(float,sys.argv[1:5]); print(json.dumps({"stage":"last_loop","polls":p,"cpu_ms_per_poll":1e3*c/p if p else None,"quiet_polls":q,"cpu_ms_per_quiet_poll":1e3*qc/q if q else None}))' \
+  "${last_polls:-0}" "${last_cpu:-0}" "${last_quiet:-0}" "${last_quiet_cpu:-0}" >> "$WORK/windows.jsonl"
 wait
 submit_wall=$(calc "$(date +%s.%N) - $submit_t0")
 printf '{"stage": "submit", "wall_s": %.1f, "cpu_s": %.2f, "exit": %s, "loops": %s}\n' "$submit_wall" "$total_loop_cpu" "$loop_exit" "$loops" >> "$WORK/stages.jsonl"

@@ -57,6 +57,13 @@ pub struct LoopState {
     /// `progress` (status, console, this snapshot and the report).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cpu_by_part_s: BTreeMap<String, f64>,
+    /// Rounds in which run.db did not change (nothing taken in, no job found ended, nothing
+    /// submitted), and the CPU they took (all parts): what a poll costs whatever arrives, the
+    /// part that must not grow with the run.
+    #[serde(default)]
+    pub quiet_polls: u64,
+    #[serde(default)]
+    pub quiet_cpu_s: f64,
     /// How the loop routes batches to queues, and what it has learned of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routing: Option<RoutingState>,
@@ -191,6 +198,8 @@ mod tests {
             ingest_cpu_s: 0.0,
             taken_in: 0,
             cpu_by_part_s: Default::default(),
+            quiet_polls: 0,
+            quiet_cpu_s: 0.0,
             routing: None,
             set_aside: Default::default(),
         };

@@ -60,6 +60,8 @@ fn main() {
         ingest_cpu_s: 0.0,
         taken_in: 0,
         cpu_by_part_s: Default::default(),
+        quiet_polls: 0,
+        quiet_cpu_s: 0.0,
         routing: None,
         set_aside: Default::default(),
     };

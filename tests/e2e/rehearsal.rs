@@ -109,6 +109,22 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
             "{check} not checked: {checks:?}"
         );
     }
+    // The last loop's own account of its rounds, the quiet ones (run.db unchanged) apart.
+    let last = report["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["stage"] == "last_loop")
+        .unwrap_or_else(|| panic!("no last_loop line: {}", report["windows"]));
+    let (polls, quiet) = (
+        last["polls"].as_f64().unwrap(),
+        last["quiet_polls"].as_f64().unwrap(),
+    );
+    assert!(polls >= 1.0 && quiet <= polls, "{last}");
+    assert!(
+        quiet == 0.0 || last["cpu_ms_per_quiet_poll"].as_f64().unwrap() > 0.0,
+        "{last}"
+    );
     report_in_a_browser(&work.path().join("w"));
 }
 

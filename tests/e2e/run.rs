@@ -44,6 +44,15 @@ fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
         matches!((ingest, all), (Some(i), Some(a)) if i <= a),
         "{owner}"
     );
+    // Rounds that changed nothing in run.db (jobs still running) are counted apart, with their
+    // CPU; taking in three results was not one of them.
+    let (quiet, polls) = (owner["quiet_polls"].as_u64(), owner["polls"].as_u64());
+    assert!(
+        matches!((quiet, polls), (Some(q), Some(p)) if q >= 1 && q + 3 <= p),
+        "{owner}"
+    );
+    let quiet_cpu = owner["quiet_cpu_s"].as_f64().unwrap();
+    assert!(quiet_cpu > 0.0 && quiet_cpu <= all.unwrap(), "{owner}");
     let rows = shard_rows(&t.join("run"));
     let mut ids: Vec<String> = rows.keys().cloned().collect();
     ids.sort();

@@ -410,6 +410,9 @@ impl<'a> SubmitLoop<'a> {
         loop {
             let round = Instant::now();
             let cpu_at_round = embedfleet_core::process::own_cpu();
+            // Rows this connection changed so far: unchanged at the round's end, the round
+            // was quiet (its CPU is the poll's fixed cost).
+            let changes_at_round = self.db.conn().total_changes();
             self.ingest(None)?;
             self.settle_submitting()?;
             self.poll()?;
@@ -454,8 +457,11 @@ impl<'a> SubmitLoop<'a> {
                 .filter(|j| self.is_in_scope(j.batch_id))
                 .collect();
             if let Some(watch) = self.watch.as_mut() {
-                let progress = embedfleet_core::process::own_cpu().saturating_sub(cpu_at_submitted);
-                watch.spent("progress", progress);
+                let cpu_now = embedfleet_core::process::own_cpu();
+                watch.spent("progress", cpu_now.saturating_sub(cpu_at_submitted));
+                if self.db.conn().total_changes() == changes_at_round {
+                    watch.quiet_round(cpu_now.saturating_sub(cpu_at_round));
+                }
             }
             self.report.busy_poll += polled - round;
             self.report.busy_submit += submitted - polled;

@@ -70,6 +70,8 @@ impl OwnerWatch {
                 ingest_cpu_s: 0.0,
                 taken_in: 0,
                 cpu_by_part_s: Default::default(),
+                quiet_polls: 0,
+                quiet_cpu_s: 0.0,
                 routing: None,
                 set_aside: Default::default(),
             },
@@ -93,6 +95,13 @@ impl OwnerWatch {
     /// A part of a round took `cpu` (the snapshot's `cpu_by_part_s`).
     pub fn spent(&mut self, part: &str, cpu: std::time::Duration) {
         *self.state.cpu_by_part_s.entry(part.into()).or_default() += cpu.as_secs_f64();
+    }
+
+    /// A round in which run.db did not change took `cpu` (the snapshot's `quiet_polls`,
+    /// `quiet_cpu_s`).
+    pub fn quiet_round(&mut self, cpu: std::time::Duration) {
+        self.state.quiet_polls += 1;
+        self.state.quiet_cpu_s += cpu.as_secs_f64();
     }
 
     /// The queues set aside by the breaker, as the next snapshot shows them.

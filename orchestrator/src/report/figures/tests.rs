@@ -218,6 +218,8 @@ fn the_owner_rewrites_its_files_when_due_not_every_poll() {
         ingest_cpu_s: 0.0,
         taken_in: 0,
         cpu_by_part_s: Default::default(),
+        quiet_polls: 0,
+        quiet_cpu_s: 0.0,
         routing: None,
         set_aside: Default::default(),
     };
