@@ -26,6 +26,10 @@
 #   ours               90      135  bench-gpu: the mix (the job's token budget; its vectors saved at
 #                                   once), fidelity, uniform shapes (--forwards 2), the mix the
 #                                   study's way
+#   fidelity_blockwise 30       60  the fidelity cases again with EMBEDFLEET_ATTENTION=blockwise:
+#                                   tells the fused kernel's error from the rest of the forward's
+#                                   (the second GPU session lost fidelity with length); skipped,
+#                                   saying so, without fidelity cases
 #   oom_unplanned      40       60  GPU filled to leave weights + 6 GiB; the first SMALL_PAPERS=48 of
 #                                   the mix at --batch-tokens 262144 --no-memory-plan: FAILED in the
 #                                   report unless a fallback (split/sequential/chunked) is taken
@@ -36,7 +40,7 @@
 #                                   fidelity case, where the device has CUDA 12 libraries; skipped,
 #                                   saying so, where it has none (the H200's image is CUDA 13 only,
 #                                   and CUDA 12's cuBLAS alone is far over the 64 MiB that travels)
-#   total             410           <= TIME_LIMIT 540 s: no step starts after it
+#   total             440           <= TIME_LIMIT 540 s: no step starts after it
 #
 # A running step is cut at HARD_LIMIT (570 s) and the report written, before the device tool's
 # 600 s. A step that fails or times out is recorded with why (its `problem:` line, or its last
@@ -97,6 +101,7 @@ plan_step unpack          5   20
 plan_step doctor         25   "${DOCTOR_LIMIT:-60}"
 plan_step peer          140  210
 plan_step ours           90  135
+plan_step fidelity_blockwise 30 60
 plan_step oom_unplanned  40   60
 plan_step oom_planned    35   55
 plan_step two_workers    40   60
@@ -367,6 +372,12 @@ step peer peer_cmd
 fid=(); [ -s "$WORK/fidelity.json" ] && fid=(--fidelity "$WORK/fidelity.json")
 step ours bench --devices "$DEVICE" --shapes "$SHAPES" --forwards 2 --mix "$WORK/mix.json" \
   "${fid[@]}" --save-vectors "$WORK/vectors.json"
+if [ -s "$WORK/fidelity.json" ]; then
+  step fidelity_blockwise env EMBEDFLEET_ATTENTION=blockwise "$BIN" bench-gpu --model-dir "$MODEL" \
+    --devices "$DEVICE" --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json"
+else
+  skip fidelity_blockwise "no fidelity cases (no torch/transformers, or the peer step failed)"
+fi
 # The reference for the small mix: the first papers of ours (token ids are one seeded stream, so
 # a prefix of the mix has the same ids).
 cmp=()

@@ -193,7 +193,7 @@ print(json.dumps({"window": label, "same_loop": pid0 == pid1 == pid2, "polls": p
   "ingest_ms_per_result": per(1e3 * (i1 - i0), t1 - t0),
   "cpu_ms_per_poll_apart_from_ingest": per(1e3 * ((c1 - c0) - (i1 - i0)), polls),
   "cpu_ms_per_poll_by_part": {k: per(1e3 * (v - parts0.get(k, 0)), polls) for k, v in parts1.items()},
-  # Rounds that changed nothing in run.db: a poll's cost whatever arrives.
+  # Rounds in which nothing arrived: a poll's cost whatever arrives.
   "quiet_polls": q1 - q0, "cpu_ms_per_quiet_poll": per(1e3 * (qc1 - qc0), q1 - q0),
   "result_file_ops_per_poll": per(o1 - o0, polls),
   "open_jobs": int(open_jobs), "batches_done": int(done),
@@ -305,7 +305,7 @@ wait "$loop_pid"; loop_exit=$?
 # The last loop's own count of its CPU (it ended by itself and wrote it at its end).
 read -r last_polls last_cpu _ _ _ _ _ last_quiet last_quiet_cpu < <(loop_state)
 total_loop_cpu=$(calc "$total_loop_cpu + $last_cpu")
-# Its quiet rounds (run.db unchanged: nothing taken in, ended or submitted), over its whole life.
+# Its quiet rounds (nothing taken in, ended or submitted), over its whole life.
 python3 -c 'import json,sys; p,c,q,qc=map(float,sys.argv[1:5]); print(json.dumps({"stage":"last_loop","polls":p,"cpu_ms_per_poll":1e3*c/p if p else None,"quiet_polls":q,"cpu_ms_per_quiet_poll":1e3*qc/q if q else None}))' \
   "${last_polls:-0}" "${last_cpu:-0}" "${last_quiet:-0}" "${last_quiet_cpu:-0}" >> "$WORK/windows.jsonl"
 wait

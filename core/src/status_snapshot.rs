@@ -57,7 +57,7 @@ pub struct LoopState {
     /// `progress` (status, console, this snapshot and the report).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cpu_by_part_s: BTreeMap<String, f64>,
-    /// Rounds in which run.db did not change (nothing taken in, no job found ended, nothing
+    /// Rounds in which nothing arrived (no result taken in, no job found ended, nothing
     /// submitted), and the CPU they took (all parts): what a poll costs whatever arrives, the
     /// part that must not grow with the run.
     #[serde(default)]

@@ -109,7 +109,7 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
             "{check} not checked: {checks:?}"
         );
     }
-    // The last loop's own account of its rounds, the quiet ones (run.db unchanged) apart.
+    // The last loop's own account of its rounds, the quiet ones (nothing arrived) apart.
     let last = report["windows"]
         .as_array()
         .unwrap()

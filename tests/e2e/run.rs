@@ -44,8 +44,8 @@ fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
         matches!((ingest, all), (Some(i), Some(a)) if i <= a),
         "{owner}"
     );
-    // Rounds that changed nothing in run.db (jobs still running) are counted apart, with their
-    // CPU; taking in three results was not one of them.
+    // Rounds in which nothing arrived (jobs still running) are counted apart, with their CPU;
+    // the rounds that submitted the three jobs and took their results in are not among them.
     let (quiet, polls) = (owner["quiet_polls"].as_u64(), owner["polls"].as_u64());
     assert!(
         matches!((quiet, polls), (Some(q), Some(p)) if q >= 1 && q + 3 <= p),

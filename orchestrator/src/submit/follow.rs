@@ -91,6 +91,7 @@ impl SubmitLoop<'_> {
             None => self.db.ingest_results()?,
             Some(batches) => self.db.ingest_batches(batches)?,
         };
+        self.results_taken_in += report.accepted.len() as u64;
         if let Some(watch) = self.watch.as_mut() {
             let spent = embedfleet_core::process::own_cpu().saturating_sub(cpu);
             watch.took_in(spent, report.accepted.len());

@@ -247,6 +247,9 @@ struct SubmitLoop<'a> {
     /// had nothing to do sends none.
     jobs_ended: u64,
     jobs_ended_at_finish: u64,
+    /// Results the ingests accepted in this loop (a round that took none in, found no job
+    /// ended and submitted nothing is a quiet round).
+    results_taken_in: u64,
     console: Console,
     report: SubmitReport,
     /// The owner's side of the loop (snapshot, stalls, the loop lock); none in a dry run.
@@ -296,6 +299,7 @@ impl<'a> SubmitLoop<'a> {
             notifier: Notifier::new(&opts.notify),
             jobs_ended: 0,
             jobs_ended_at_finish: 0,
+            results_taken_in: 0,
             console: Console::new(false),
             report: SubmitReport::default(),
             watch: None,
@@ -410,9 +414,15 @@ impl<'a> SubmitLoop<'a> {
         loop {
             let round = Instant::now();
             let cpu_at_round = embedfleet_core::process::own_cpu();
-            // Rows this connection changed so far: unchanged at the round's end, the round
-            // was quiet (its CPU is the poll's fixed cost).
-            let changes_at_round = self.db.conn().total_changes();
+            // What happened so far: unchanged at the round's end (nothing taken in, no job
+            // ended, nothing submitted), the round was quiet: its CPU is the poll's fixed cost.
+            // (Not "run.db unchanged": a job seen starting, or the scheduler's start estimates,
+            // write rows in rounds where nothing arrives.)
+            let events_at_round = (
+                self.jobs_ended,
+                self.report.submitted,
+                self.results_taken_in,
+            );
             self.ingest(None)?;
             self.settle_submitting()?;
             self.poll()?;
@@ -459,7 +469,12 @@ impl<'a> SubmitLoop<'a> {
             if let Some(watch) = self.watch.as_mut() {
                 let cpu_now = embedfleet_core::process::own_cpu();
                 watch.spent("progress", cpu_now.saturating_sub(cpu_at_submitted));
-                if self.db.conn().total_changes() == changes_at_round {
+                if (
+                    self.jobs_ended,
+                    self.report.submitted,
+                    self.results_taken_in,
+                ) == events_at_round
+                {
                     watch.quiet_round(cpu_now.saturating_sub(cpu_at_round));
                 }
             }

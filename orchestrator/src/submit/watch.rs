@@ -97,8 +97,8 @@ impl OwnerWatch {
         *self.state.cpu_by_part_s.entry(part.into()).or_default() += cpu.as_secs_f64();
     }
 
-    /// A round in which run.db did not change took `cpu` (the snapshot's `quiet_polls`,
-    /// `quiet_cpu_s`).
+    /// A round in which nothing arrived (no result taken in, no job ended, nothing submitted)
+    /// took `cpu` (the snapshot's `quiet_polls`, `quiet_cpu_s`).
     pub fn quiet_round(&mut self, cpu: std::time::Duration) {
         self.state.quiet_polls += 1;
         self.state.quiet_cpu_s += cpu.as_secs_f64();
