@@ -17,6 +17,7 @@
 #   *_static  EF_SDPA_DYNAMIC=0: no dynamic-shape plans sharing one kernel cache (the default)
 #   *_dynamic EF_SDPA_DYNAMIC=1: dynamic-shape plans sharing one kernel cache
 #   *_f32     --dtype f32: the model in f32 on the GPU (a numeric drift of bf16, or a fault)
+#   *_dense   EF_SDPA_DENSE_SINGLE=1: one sequence as a plain BSHD tensor, no ragged offsets
 #   *_before  EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1: q/k copied into the padded buffers and the
 #             whole output zeroed, as before 7ec9ae7
 #   *_lastall EF_LAST_LAYER_ALL_ROWS=1: the last layer on every row
@@ -105,6 +106,7 @@ declare -A ENVS=(
   [default]="" [sync]="CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1" [static]="EF_SDPA_DYNAMIC=0"
   [dynamic]="EF_SDPA_DYNAMIC=1" [before]="EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1"
   [lastall]="EF_LAST_LAYER_ALL_ROWS=1" [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
+  [dense]="EF_SDPA_DENSE_SINGLE=1"
 )
 declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
@@ -159,6 +161,6 @@ PY
 
 # The default: why the fidelity falls with length (1, 16 tokens: 0.9997, as PyTorch's bf16; 512:
 # 0.964; 32,768: 0.495, where PyTorch's bf16 keeps 0.999), then the faults of the first run.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default fid_blockwise fid_f32 fid_before fid_lastall fid_sync fid_dynamic seq_default small_default best"}
+EXPERIMENTS=${EXPERIMENTS:-"fid_default fid_blockwise fid_dense fid_f32 fid_before fid_lastall fid_sync fid_dynamic seq_default small_default best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

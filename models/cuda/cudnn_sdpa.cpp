@@ -123,7 +123,8 @@ struct DeviceInfo {
 enum class Impl { Auto, Composite, Unified };
 
 // Everything that shapes the cuDNN graph. total_tokens is deliberately absent (see the notes at the top).
-using PlanKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t>;
+// (batch, max_seq_len, heads, kv heads, head dim, scale bits, dense)
+using PlanKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t, bool>;
 
 struct Plan {
     std::shared_ptr<fe::graph::Graph> graph;
@@ -440,12 +441,16 @@ struct Shape {
     int32_t n_kv_heads  = 0;
     int32_t head_dim    = 0;
     float scale         = 0.0f;
+    // EF_SDPA_DENSE_SINGLE: one sequence as a plain BSHD tensor of exactly its length (no
+    // ragged offsets, no padding mask), max_seq_len == total. An A/B switch for the GPU check.
+    bool dense = false;
 
     std::string
     str() const {
         return "batch=" + std::to_string(batch) + " max_seq_len=" + std::to_string(max_seq_len) +
                " total_tokens=" + std::to_string(total) + " n_heads=" + std::to_string(n_heads) +
-               " n_kv_heads=" + std::to_string(n_kv_heads) + " head_dim=" + std::to_string(head_dim);
+               " n_kv_heads=" + std::to_string(n_kv_heads) + " head_dim=" + std::to_string(head_dim) +
+               (dense ? " dense" : "");
     }
 };
 
@@ -454,7 +459,7 @@ plan_key(Shape const &sh) {
     uint32_t scale_bits = 0;
     static_assert(sizeof(scale_bits) == sizeof(sh.scale), "float is not 32-bit");
     std::memcpy(&scale_bits, &sh.scale, sizeof(scale_bits));
-    return PlanKey{sh.batch, sh.max_seq_len, sh.n_heads, sh.n_kv_heads, sh.head_dim, scale_bits};
+    return PlanKey{sh.batch, sh.max_seq_len, sh.n_heads, sh.n_kv_heads, sh.head_dim, scale_bits, sh.dense};
 }
 
 // Argument checks shared by prepare and run. Returns an empty string when valid.
@@ -509,7 +514,8 @@ struct ef_sdpa {
     int32_t sm = 0;  // major*10 + minor
     ef_sdpa_detail::Impl impl_pref = ef_sdpa_detail::Impl::Auto;
     bool sync_check = false;
-    bool dynamic_wanted = true;   // EF_SDPA_DYNAMIC
+    bool dynamic_wanted = false;  // EF_SDPA_DYNAMIC
+    bool dense_single = false;    // EF_SDPA_DENSE_SINGLE
     bool dynamic_failed = false;  // a dynamic build failed where the static one succeeded
     // Shared by every dynamic-shape plan of this handle (one device, one model's heads).
     std::shared_ptr<cudnn_frontend::KernelCache> kernel_cache = std::make_shared<cudnn_frontend::KernelCache>();
@@ -524,6 +530,17 @@ struct ef_sdpa {
 };
 
 namespace {
+
+// `sh` as the handle builds it: with EF_SDPA_DENSE_SINGLE=1 a single sequence is a dense BSHD
+// tensor of exactly its tokens (its own plan per length), not a ragged batch.
+Shape
+with_dense(ef_sdpa const *s, Shape sh) {
+    if (s->dense_single && sh.batch == 1 && sh.total > 0) {
+        sh.dense       = true;
+        sh.max_seq_len = sh.total;
+    }
+    return sh;
+}
 
 // Checks that the context current on this thread (if any) belongs to the device the handle was made for.
 std::string
@@ -581,30 +598,27 @@ try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, bool 
                 .set_stride({sq * heads * d, d, heads * d, 1});
         };
 
-        auto seq_q    = index_tensor("seq_len_q", kUidSeqLenQ, b);
-        auto seq_kv   = index_tensor("seq_len_kv", kUidSeqLenKV, b);
-        auto off_q    = index_tensor("ragged_offset_q", kUidOffsetQ, b + 1);
-        auto off_k    = index_tensor("ragged_offset_k", kUidOffsetK, b + 1);
-        auto off_v    = index_tensor("ragged_offset_v", kUidOffsetV, b + 1);
-        auto off_o    = index_tensor("ragged_offset_o", kUidOffsetO, b + 1);
-
         auto Q = g->tensor(thd_attrs("Q", kUidQ, h));
-        Q->set_ragged_offset(off_q);
         auto K = g->tensor(thd_attrs("K", kUidK, hkv));
-        K->set_ragged_offset(off_k);
         auto V = g->tensor(thd_attrs("V", kUidV, hkv));
-        V->set_ragged_offset(off_v);
 
         auto opts = fe::graph::SDPA_attributes()
                         .set_name("ef_causal_thd_sdpa")
                         .set_generate_stats(false)  // inference: no softmax stats output
                         .set_attn_scale(sh.scale)
-                        .set_padding_mask(true)
-                        .set_seq_len_q(seq_q)
-                        .set_seq_len_kv(seq_kv)
                         .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                         .set_diagonal_band_right_bound(0)
                         .set_implementation(impl);
+        std::shared_ptr<fe::graph::Tensor_attributes> off_o;
+        if (!sh.dense) {
+            auto seq_q  = index_tensor("seq_len_q", kUidSeqLenQ, b);
+            auto seq_kv = index_tensor("seq_len_kv", kUidSeqLenKV, b);
+            Q->set_ragged_offset(index_tensor("ragged_offset_q", kUidOffsetQ, b + 1));
+            K->set_ragged_offset(index_tensor("ragged_offset_k", kUidOffsetK, b + 1));
+            V->set_ragged_offset(index_tensor("ragged_offset_v", kUidOffsetV, b + 1));
+            off_o = index_tensor("ragged_offset_o", kUidOffsetO, b + 1);
+            opts.set_padding_mask(true).set_seq_len_q(seq_q).set_seq_len_kv(seq_kv);
+        }
 
         auto outs = g->sdpa(Q, K, V, opts);
         auto O    = outs[0];
@@ -612,8 +626,10 @@ try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, bool 
             .set_uid(kUidO)
             .set_data_type(fe::DataType_t::BFLOAT16)
             .set_dim({b, h, sq, d})
-            .set_stride({sq * h * d, d, h * d, 1})
-            .set_ragged_offset(off_o);
+            .set_stride({sq * h * d, d, h * d, 1});
+        if (off_o) {
+            O->set_ragged_offset(off_o);
+        }
 
         if (auto e = g->validate(); e.is_bad()) {
             why = "validate: " + describe(e);
@@ -781,6 +797,10 @@ ef_sdpa_create(char *err, size_t err_len) {
         if (const char *e = std::getenv("EF_SDPA_DYNAMIC"); e != nullptr) {
             dynamic_wanted = std::strcmp(e, "1") == 0 || std::strcmp(e, "true") == 0;
         }
+        bool dense_single = false;
+        if (const char *e = std::getenv("EF_SDPA_DENSE_SINGLE"); e != nullptr) {
+            dense_single = std::strcmp(e, "1") == 0;
+        }
 
         cudnnHandle_t handle = nullptr;
         cudnnStatus_t const st = fe::detail::create_handle(&handle);
@@ -798,6 +818,7 @@ ef_sdpa_create(char *err, size_t err_len) {
         s->impl_pref     = impl;
         s->sync_check    = sync_check;
         s->dynamic_wanted = dynamic_wanted;
+        s->dense_single   = dense_single;
         return s.release();
     } catch (std::exception const &ex) {
         write_err(err, err_len, std::string("ef_sdpa_create: exception: ") + ex.what());
@@ -850,7 +871,7 @@ ef_sdpa_prepare(ef_sdpa *s,
             write_err(err, err_len, "ef_sdpa_prepare: null ef_sdpa");
             return 1;
         }
-        Shape const sh{batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale};
+        Shape const sh = with_dense(s, Shape{batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale});
         if (std::string e = check_shape(sh); !e.empty()) {
             write_err(err, err_len, "ef_sdpa_prepare: unsupported shape (" + sh.str() + "): " + e);
             return 1;
@@ -916,7 +937,7 @@ ef_sdpa_run(ef_sdpa *s,
             write_err(err, err_len, "ef_sdpa_run: null ef_sdpa");
             return 1;
         }
-        Shape const sh{batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale};
+        Shape const sh = with_dense(s, Shape{batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale});
         if (std::string e = check_shape(sh); !e.empty()) {
             write_err(err, err_len, "ef_sdpa_run: invalid shape (" + sh.str() + "): " + e);
             return 1;
@@ -971,13 +992,15 @@ ef_sdpa_run(ef_sdpa *s,
             {kUidK, const_cast<void *>(k)},
             {kUidV, const_cast<void *>(v)},
             {kUidO, o},
-            {kUidSeqLenQ, const_cast<int32_t *>(seq_len)},
-            {kUidSeqLenKV, const_cast<int32_t *>(seq_len)},
-            {kUidOffsetQ, const_cast<int32_t *>(q_offsets)},
-            {kUidOffsetO, const_cast<int32_t *>(q_offsets)},
-            {kUidOffsetK, const_cast<int32_t *>(kv_offsets)},
-            {kUidOffsetV, const_cast<int32_t *>(kv_offsets)},
         };
+        if (!sh.dense) {
+            pack.insert({{kUidSeqLenQ, const_cast<int32_t *>(seq_len)},
+                         {kUidSeqLenKV, const_cast<int32_t *>(seq_len)},
+                         {kUidOffsetQ, const_cast<int32_t *>(q_offsets)},
+                         {kUidOffsetO, const_cast<int32_t *>(q_offsets)},
+                         {kUidOffsetK, const_cast<int32_t *>(kv_offsets)},
+                         {kUidOffsetV, const_cast<int32_t *>(kv_offsets)}});
+        }
         if (auto e = plan.graph->execute(s->handle, pack, workspace); e.is_bad()) {
             write_err(err,
                       err_len,

@@ -33,6 +33,10 @@
  *                      the kernel compiled for an earlier one (plan_policy.h).
  *                      Off by default: on an H200 with cuDNN 9.19 such a plan
  *                      faulted with a misaligned address (err 716).
+ *   EF_SDPA_DENSE_SINGLE "1": a batch of one sequence runs as a plain BSHD tensor
+ *                      of exactly its length (no ragged offsets, no padding mask;
+ *                      a plan per length). An A/B switch for the GPU check: it
+ *                      tells the ragged graph's error from the kernel's.
  *
  * Thread safety: every function may be called from any thread; calls on one
  * ef_sdpa are serialized by an internal mutex (it owns one cudnnHandle_t).
