@@ -16,7 +16,9 @@
 # work (EMBEDFLEET_FULL_SWEEP_S=0: every batch's results folder read at every poll) and the
 # fourth as it does now; a window of each gives the owner's CPU and file operations per poll
 # (from the loop's own counters in status-snapshot.json) and its syscalls per poll
-# (`strace -c`), a ratio in one run at about the same batch count.
+# (`strace -c`), a ratio in one run at about the same batch count; then a third window with
+# the run's jobs held and suspended (`scontrol hold`/`suspend`), in which nothing arrives: the
+# fourth loop's quiet rounds, what a poll costs whatever arrives (`cpu_ms_per_quiet_poll`).
 #
 # The end counts are checked by readers that are not ours: pyarrow (shard rows, no id twice),
 # Qdrant's REST API or qdrant-edge-py (points), `datasets` (published rows); query rows must be
@@ -205,6 +207,17 @@ print(json.dumps({"window": label, "same_loop": pid0 == pid1 == pid2, "polls": p
 PY
   echo "[$(since) s] measured window $label: $(tail -n1 "$WORK/windows.jsonl")"
 }
+quiet_window() { # SECONDS: the run's jobs held (pending) and suspended (running), so that
+  # nothing arrives for a window: the rounds then cost what a poll costs whatever arrives
+  local secs=$1 ids id
+  mapfile -t ids < <(squeue -h -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}')
+  [ "${#ids[@]}" -gt 0 ] || return 0
+  for id in "${ids[@]}"; do scontrol hold "$id" 2>/dev/null; scontrol suspend "$id" 2>/dev/null; done
+  fault quiet "${#ids[@]} open jobs held or suspended for a cost window"
+  sleep $((POLL + 1)) # the round under way ends, and what it took in
+  measure quiet "$secs"
+  for id in "${ids[@]}"; do scontrol resume "$id" 2>/dev/null; scontrol release "$id" 2>/dev/null; done
+}
 last_status_json=$WORK/status.json
 poll_status() { # status --json as a user would run it, timed (its latency goes in the report)
   local t0 t1
@@ -299,6 +312,10 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   fi
   if [ "$MEASURE" = 1 ] && [ "$windows_started" = 1 ] && [ "$kills" = 3 ] && [ "$pct" -ge 80 ]; then
     windows_started=2; measure "$AFTER_LABEL" 30 & measuring=$!
+  fi
+  # Then a window in which nothing arrives (jobs held and suspended): the poll's fixed cost.
+  if [ "$MEASURE" = 1 ] && [ "$windows_started" = 2 ] && ! kill -0 "$measuring" 2>/dev/null && [ "$pct" -lt 97 ]; then
+    windows_started=3; quiet_window 20 & measuring=$!
   fi
 done
 wait "$loop_pid"; loop_exit=$?
