@@ -16,9 +16,9 @@
 # work (EMBEDFLEET_FULL_SWEEP_S=0: every batch's results folder read at every poll) and the
 # fourth as it does now; a window of each gives the owner's CPU and file operations per poll
 # (from the loop's own counters in status-snapshot.json) and its syscalls per poll
-# (`strace -c`), a ratio in one run at about the same batch count; then a third window with
-# the run's jobs held and suspended (`scontrol hold`/`suspend`), in which nothing arrives: the
-# fourth loop's quiet rounds, what a poll costs whatever arrives (`cpu_ms_per_quiet_poll`).
+# (`strace -c`), a ratio in one run at about the same batch count; then a third window in
+# which nothing arrives (the loop paused, the run's pending jobs held, its embed-jobs stopped):
+# the fourth loop's quiet rounds, what a poll costs whatever arrives (`cpu_ms_per_quiet_poll`).
 #
 # The end counts are checked by readers that are not ours: pyarrow (shard rows, no id twice),
 # Qdrant's REST API or qdrant-edge-py (points), `datasets` (published rows); query rows must be
@@ -207,16 +207,21 @@ print(json.dumps({"window": label, "same_loop": pid0 == pid1 == pid2, "polls": p
 PY
   echo "[$(since) s] measured window $label: $(tail -n1 "$WORK/windows.jsonl")"
 }
-quiet_window() { # SECONDS: the run's jobs held (pending) and suspended (running), so that
-  # nothing arrives for a window: the rounds then cost what a poll costs whatever arrives
-  local secs=$1 ids id
-  mapfile -t ids < <(squeue -h -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}')
-  [ "${#ids[@]}" -gt 0 ] || return 0
-  for id in "${ids[@]}"; do scontrol hold "$id" 2>/dev/null; scontrol suspend "$id" 2>/dev/null; done
-  fault quiet "${#ids[@]} open jobs held or suspended for a cost window"
+quiet_window() { # SECONDS: nothing arrives for a window — the loop paused (`embedfleet pause`),
+  # the run's pending jobs held, its embed-jobs stopped (SIGSTOP; Slurm still runs them) — so
+  # that its rounds cost what a poll costs whatever arrives
+  local secs=$1 pending
+  "$BIN" pause --run-dir "$RUN" >/dev/null 2>&1
+  pending=$(squeue -h -t PD -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}' | paste -sd, -)
+  [ -n "$pending" ] && scontrol hold "$pending" >/dev/null 2>&1
+  pkill -STOP -f -- "embed-job --run-dir $RUN "
+  fault quiet "loop paused, pending jobs held, embed-jobs stopped for a cost window"
   sleep $((POLL + 1)) # the round under way ends, and what it took in
   measure quiet "$secs"
-  for id in "${ids[@]}"; do scontrol resume "$id" 2>/dev/null; scontrol release "$id" 2>/dev/null; done
+  pkill -CONT -f -- "embed-job --run-dir $RUN "
+  [ -n "${hung_pid:-}" ] && kill -STOP "$hung_pid" 2>/dev/null # the hung job stays hung
+  [ -n "$pending" ] && scontrol release "$pending" >/dev/null 2>&1
+  "$BIN" resume --run-dir "$RUN" >/dev/null 2>&1
 }
 last_status_json=$WORK/status.json
 poll_status() { # status --json as a user would run it, timed (its latency goes in the report)
@@ -282,7 +287,7 @@ while kill -0 "$loop_pid" 2>/dev/null; do
       sleep 0.05
     done
     if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
-      hung=1
+      hung=1 hung_pid=$victim
       hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
       hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n 's/^SLURM_JOB_ID=//p')
       fault hang "embed-job pid $victim (job $hung_job, batch $hung_batch) stopped until its walltime $WALLTIME"
@@ -315,7 +320,7 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   fi
   # Then a window in which nothing arrives (jobs held and suspended): the poll's fixed cost.
   if [ "$MEASURE" = 1 ] && [ "$windows_started" = 2 ] && ! kill -0 "$measuring" 2>/dev/null && [ "$pct" -lt 97 ]; then
-    windows_started=3; quiet_window 20 & measuring=$!
+    windows_started=3; quiet_window 15 & measuring=$!
   fi
 done
 wait "$loop_pid"; loop_exit=$?
