@@ -122,6 +122,9 @@ experiment() { # NAME: runs it, records it
     best) args=("${OURS[@]}"); switch=$(best_switch); limit=150 ;;
     *) say "unknown experiment $name"; return ;;
   esac
+  if [ -z "${ENVS[$switch]+set}" ] && [ -z "${EXTRA[$switch]+set}" ]; then
+    say "unknown experiment $name (switch $switch: one of ${!ENVS[*]} ${!EXTRA[*]})"; return
+  fi
   env=${ENVS[$switch]-}
   # shellcheck disable=SC2206
   args+=(${EXTRA[$switch]-})

@@ -179,3 +179,75 @@ fn only_a_refused_attention_verdict_switches_to_blockwise() {
         log(&t)
     );
 }
+
+/// `benches/gpu-diagnose.sh` on the CPU with the tiny model and its golden cases in place of
+/// the 4B model PyTorch writes: each experiment runs in its own process under its switches
+/// (`--dtype f32` appended for `_f32`, the environment for the others), and `diag.jsonl` has a
+/// line per experiment with its exit code and cosines; a failing one is recorded with its
+/// first error, and the rest still run.
+#[test]
+fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
+    let t = TestDir::new();
+    t.run(&["make-tiny-model", "--out", "work/qwen3-4b-random"], 0);
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/tiny_seed0.json"),
+        t.join("work/fidelity.json"),
+    )
+    .unwrap();
+    let out = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/gpu-diagnose.sh"
+        ))
+        .env("BIN", env!("CARGO_BIN_EXE_embedfleet"))
+        .env("DEVICE", "cpu")
+        .env("OUT", t.join("out"))
+        .env("WORK", t.join("work"))
+        .env(
+            "EXPERIMENTS",
+            "fid_default fid_blockwise fid_f32 fid_nosuch small_default",
+        )
+        .env_remove("EMBEDFLEET_ATTENTION")
+        .output()
+        .expect("bash runs");
+    let log = std::fs::read_to_string(t.join("out/diag.log")).unwrap_or_default();
+    assert!(out.status.success(), "{log}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(t.join("out/diag.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["experiment"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["fid_default", "fid_blockwise", "fid_f32", "small_default"],
+        "{log}"
+    );
+    for fid in &lines[..3] {
+        assert_eq!(fid["rc"], 0, "{fid}");
+        let cosines = fid["cosines"].as_object().unwrap();
+        assert_eq!(cosines.len(), 8, "{fid}");
+        assert!(
+            cosines.values().all(|c| c.as_f64().unwrap() >= 0.99999),
+            "{fid}"
+        );
+    }
+    assert_eq!(lines[1]["env"], "EMBEDFLEET_ATTENTION=blockwise");
+    assert!(
+        log.contains("fid_f32: no env bench-gpu") && log.contains("--dtype f32"),
+        "{log}"
+    );
+    assert!(log.contains("unknown experiment fid_nosuch"), "{log}");
+    // The tiny model has 2,048 positions: the mix's longest papers are refused, and said so.
+    let small = &lines[3];
+    assert_ne!(small["rc"], 0, "{small}");
+    assert!(
+        small["first_error"].as_str().unwrap().contains("positions"),
+        "{small}"
+    );
+    // The per-experiment output comes back in one archive.
+    assert!(t.join("out/diag.tar.gz").exists());
+}
