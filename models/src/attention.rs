@@ -123,7 +123,7 @@ impl AttnContext {
                     tile,
                     // EF_FUSED_QK_COPY=1 (an A/B switch for the GPU check): q and k made in
                     // rows of their own and copied into the padded buffers by the kernel.
-                    rows: if crate::fused::ab_switch("EF_FUSED_QK_COPY") {
+                    rows: if crate::ab_switch::AbSwitch::FusedQkCopy.on() {
                         tokens
                     } else {
                         batch.padded_rows().max(tokens)

@@ -55,13 +55,17 @@ pub fn max_relative_row_diff(got: &[f32], want: &[f32], width: usize) -> f32 {
                 diff.sqrt()
             }
         })
-        .fold(0.0f32, |m, d| {
-            if d.is_nan() || m.is_nan() {
-                f32::NAN
-            } else {
-                m.max(d)
-            }
-        })
+        .fold(0.0f32, max_keeping_nan)
+}
+
+/// The larger of two differences, NaN if either is (`f32::max` would drop a NaN: a kernel
+/// writing NaN would pass).
+fn max_keeping_nan(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
 }
 
 /// The fused kernel for a model of `heads` (query heads, key/value heads, head dimension)
@@ -137,11 +141,7 @@ pub fn self_test(kernel: &AttentionKernel, device: &Device, tile: usize) -> Resu
     let mut worst = 0.0f32;
     for lens in self_test_batches(tile) {
         let diff = one(&lens).map_err(|e| format!("{e} (sequences of {lens:?} tokens)"))?;
-        worst = if diff.is_nan() {
-            f32::NAN
-        } else {
-            worst.max(diff)
-        };
+        worst = max_keeping_nan(worst, diff);
     }
     Ok(worst)
 }
@@ -179,6 +179,7 @@ mod tests {
     use super::*;
     use crate::attention::{AttentionKernel, AttnContext};
     use crate::packed::SeqSpan;
+    use crate::tiny::{random_tensors, Init};
     use candle_core::{DType, Device, Tensor};
 
     /// The blockwise kernel's output for one sequence of q, k and v (`[T, heads, 128]`).
@@ -202,29 +203,11 @@ mod tests {
     #[test]
     fn the_relative_tolerance_separates_lost_keys_from_bf16_rounding() {
         let (t, dev) = (600, Device::Cpu);
-        let rand = |heads: usize, seed: u64| {
-            let n = t * heads * 128;
-            let mut state = seed;
-            let vals: Vec<f32> = (0..n)
-                .map(|_| {
-                    // Sum of 4 uniforms: roughly normal, deterministic.
-                    (0..4)
-                        .map(|_| {
-                            state = state
-                                .wrapping_mul(6364136223846793005)
-                                .wrapping_add(1442695040888963407);
-                            (state >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-                        })
-                        .sum::<f32>()
-                        * 1.7
-                })
-                .collect();
-            Tensor::from_vec(vals, (t, heads, 128), &dev)
-                .unwrap()
-                .to_dtype(DType::BF16)
-                .unwrap()
-        };
-        let (q, k, v) = (rand(32, 1), rand(8, 2), rand(8, 3));
+        let spec =
+            |name: &str, heads: usize| (name.to_string(), vec![t, heads, 128], Init::Normal(1.0));
+        let mut qkv = random_tensors(vec![spec("q", 32), spec("k", 8), spec("v", 8)], 1).unwrap();
+        let mut take = |name: &str| qkv.remove(name).unwrap().to_dtype(DType::BF16).unwrap();
+        let (q, k, v) = (take("q"), take("k"), take("v"));
         let reference = blockwise(&q, &k, &v, 512);
         let other_tiles = blockwise(&q, &k, &v, 64);
         let correct = max_relative_row_diff(&other_tiles, &reference, 128);

@@ -37,9 +37,7 @@ impl PlanShape {
             max_seq: longest.max(PLAN_LENGTH_FLOOR).next_power_of_two(),
         }
     }
-}
 
-impl PlanShape {
     /// The token count a plan is built with: the shape's bound (a sequence of the longest
     /// length in every slot), cut to what int32 ragged offsets of `row_width` values a token
     /// (query heads × head dim) can address. The plan's key leaves the count out, so the cut

@@ -444,7 +444,7 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
         // SAFETY: rows [0, total) are written by the kernel below before anything reads them;
         // the rest is zeroed here, on the same stream.
         // EF_FUSED_ZERO_ALL=1 (an A/B switch for the GPU check) zeroes the whole buffer.
-        let zero_all = ab_switch("EF_FUSED_ZERO_ALL");
+        let zero_all = crate::ab_switch::AbSwitch::FusedZeroAll.on();
         let mut out = if zero_all {
             dev.alloc_zeros::<bf16>(out_len)?
         } else {
@@ -519,12 +519,6 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             Shape::from((b.padded, a.n_heads, a.head_dim)),
         ))
     }
-}
-
-/// An A/B switch of the fused path (`NAME=1`), for the GPU check to compare a change with the
-/// way before it in one build: off unless set to 1.
-pub(crate) fn ab_switch(name: &str) -> bool {
-    std::env::var(name).as_deref() == Ok("1")
 }
 
 /// The element offset of a tensor's first value in its storage.

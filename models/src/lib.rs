@@ -9,6 +9,7 @@
 //! [`write_tiny_model`] go through it. Each family implements [`ModelFamily`]; the one family
 //! today is Qwen3 ([`qwen3`]).
 
+mod ab_switch;
 pub mod attention;
 pub mod attention_check;
 pub mod attention_plan;

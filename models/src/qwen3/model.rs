@@ -396,7 +396,7 @@ impl Qwen3Model {
         }
         // EF_LAST_LAYER_ALL_ROWS=1 (an A/B switch for the GPU check): the last layer on every
         // row, as the others, and its pooled rows taken after.
-        if std::env::var("EF_LAST_LAYER_ALL_ROWS").as_deref() == Ok("1") {
+        if crate::ab_switch::AbSwitch::LastLayerAllRows.on() {
             return final_layer
                 .forward(&x, &prepared.rotary, &prepared.ctx)?
                 .index_select(&last, 0);

@@ -391,6 +391,18 @@ impl<'a> SubmitLoop<'a> {
         self.opts.scheduler.script.nodes.max(1) as usize
     }
 
+    /// Jobs found ended, jobs submitted and results taken in so far: unchanged over a round,
+    /// the round was quiet (nothing arrived), and its CPU is the poll's fixed cost. (Not "run.db
+    /// unchanged": a job seen starting, or the scheduler's start estimates, write rows in rounds
+    /// where nothing arrives.)
+    fn events(&self) -> (u64, u64, u64) {
+        (
+            self.jobs_ended,
+            self.report.submitted,
+            self.results_taken_in,
+        )
+    }
+
     fn run(mut self) -> Result<SubmitReport> {
         let started = Instant::now();
         let (cpu_before, ops_before) = (embedfleet_core::process::own_cpu(), fsops::total());
@@ -414,15 +426,7 @@ impl<'a> SubmitLoop<'a> {
         loop {
             let round = Instant::now();
             let cpu_at_round = embedfleet_core::process::own_cpu();
-            // What happened so far: unchanged at the round's end (nothing taken in, no job
-            // ended, nothing submitted), the round was quiet: its CPU is the poll's fixed cost.
-            // (Not "run.db unchanged": a job seen starting, or the scheduler's start estimates,
-            // write rows in rounds where nothing arrives.)
-            let events_at_round = (
-                self.jobs_ended,
-                self.report.submitted,
-                self.results_taken_in,
-            );
+            let events_at_round = self.events();
             self.ingest(None)?;
             self.settle_submitting()?;
             self.poll()?;
@@ -466,15 +470,11 @@ impl<'a> SubmitLoop<'a> {
                 .into_iter()
                 .filter(|j| self.is_in_scope(j.batch_id))
                 .collect();
+            let quiet = self.events() == events_at_round;
             if let Some(watch) = self.watch.as_mut() {
                 let cpu_now = embedfleet_core::process::own_cpu();
                 watch.spent("progress", cpu_now.saturating_sub(cpu_at_submitted));
-                if (
-                    self.jobs_ended,
-                    self.report.submitted,
-                    self.results_taken_in,
-                ) == events_at_round
-                {
+                if quiet {
                     watch.quiet_round(cpu_now.saturating_sub(cpu_at_round));
                 }
             }

@@ -1,0 +1,32 @@
+//! A/B switches of the forward for the GPU check (`benches/gpu-diagnose.sh`): each puts back
+//! the way before a change, in one build, so that one device run compares both. Off unless
+//! the variable is `1`; read once per process, not per layer.
+
+use std::sync::OnceLock;
+
+#[derive(Debug, Clone, Copy)]
+// The fused kernel's switches are read in the CUDA build only.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) enum AbSwitch {
+    /// `EF_FUSED_QK_COPY`: q and k made in rows of their own and copied into the fused
+    /// kernel's padded buffers.
+    FusedQkCopy,
+    /// `EF_FUSED_ZERO_ALL`: the fused kernel's whole output buffer zeroed, not its tail.
+    FusedZeroAll,
+    /// `EF_LAST_LAYER_ALL_ROWS`: the last layer on every row, its pooled rows taken after.
+    LastLayerAllRows,
+}
+
+const NAMES: [&str; 3] = [
+    "EF_FUSED_QK_COPY",
+    "EF_FUSED_ZERO_ALL",
+    "EF_LAST_LAYER_ALL_ROWS",
+];
+
+impl AbSwitch {
+    pub(crate) fn on(self) -> bool {
+        static ON: OnceLock<[bool; 3]> = OnceLock::new();
+        ON.get_or_init(|| NAMES.map(|name| std::env::var(name).as_deref() == Ok("1")))
+            [self as usize]
+    }
+}
