@@ -36,6 +36,20 @@ if env("SHAPE", "4b") == "tiny":
 cfg = Qwen3Config(**dims, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True)
 cfg._attn_implementation = "sdpa"
 
+def with_rope_in_f32(m):
+    # `.to(dtype)` casts every floating buffer, the rotary frequencies too: in bf16 they are off
+    # by up to 2^-9, so the angle at position p is off by p times that (52 rad at 32,768 on the
+    # 4B shape). `from_pretrained` keeps them in f32, as the real model runs; so do we, after
+    # every cast (it made the reference, and PyTorch's bf16 with it, fall to 0.47 at 32,768).
+    rot = m.rotary_emb
+    theta = cfg.rope_parameters["rope_theta"] if getattr(cfg, "rope_parameters", None) else cfg.rope_theta
+    hd = cfg.head_dim
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float) / hd))
+    rot.inv_freq = inv.to(rot.inv_freq.device)
+    if hasattr(rot, "original_inv_freq"):
+        rot.original_inv_freq = inv.clone().to(rot.inv_freq.device)
+    return m
+
 def sync():
     if device == "cuda":
         torch.cuda.synchronize()
@@ -46,7 +60,7 @@ def peak_gb():
 t0 = time.time()
 torch.manual_seed(0)
 with torch.device(device):
-    model = Qwen3Model(cfg).to(torch.bfloat16).eval()
+    model = with_rope_in_f32(Qwen3Model(cfg).to(torch.bfloat16).eval())
 sync()
 nparams = sum(p.numel() for p in model.parameters())
 nonemb = nparams - cfg.vocab_size * cfg.hidden_size
@@ -99,7 +113,7 @@ def write_model_and_cases(out):
     # The reference: the same weights in float32 (bf16 values are exact in it), one text per
     # forward, last token, L2-normalised; then back to bf16, bit for bit, for the benches.
     t = time.time()
-    model = model.float()
+    model = with_rope_in_f32(model.float())
     model.config._attn_implementation = "exact_by_blocks"
     g = torch.Generator().manual_seed(1)
     cases = []
@@ -113,7 +127,7 @@ def write_model_and_cases(out):
             # The reference's own check: float32 SDPA (its math path) where it fits.
             log(event="reference_check", name=f"random_{n}", tokens=n,
                 cosine_fp32_sdpa=embed_cosine(ids, emb, "sdpa"))
-    model = model.to(torch.bfloat16)
+    model = with_rope_in_f32(model.to(torch.bfloat16))
     model.config._attn_implementation = "sdpa"
     # PyTorch's own bf16 forward (SDPA) against the same reference: what bf16 arithmetic on
     # these random weights allows, beside which embedfleet's cosines are read.
