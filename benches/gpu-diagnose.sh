@@ -13,6 +13,8 @@
 #   fid_*     the fidelity cases alone (one sequence a forward, 1 to 32,768 tokens)
 #   small_*   the first 48 papers of the mix at --batch-tokens 262144 (planned by free memory)
 #   seq_*     the mix, then the fidelity cases, in one process (how the first run faulted)
+#   prof_*    EF_PROFILE_STAGES=1 on the PROFILE_SHAPES: each stage of the forward timed between
+#             two synchronizations, beside PyTorch's profiler on the same shapes (model.out)
 #   *_sync    CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1: the faulting launch reports its own error
 #   *_static  EF_SDPA_DYNAMIC=0: no dynamic-shape plans sharing one kernel cache (the default)
 #   *_dynamic EF_SDPA_DYNAMIC=1: dynamic-shape plans sharing one kernel cache
@@ -25,6 +27,7 @@
 #   best      `ours` of gpu-check.sh under the first switch set whose fid_ and small_ runs passed
 #
 #   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
+#        PROFILE_SHAPES=64x512,16x2048,1x32768
 #        HARD_LIMIT=530 (every experiment ends by then) EXP_LIMIT=60 (best: 150) EXPERIMENTS="fid_default fid_sync ..." (default: all, in the order above)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -33,6 +36,7 @@ mkdir -p "$OUT" "$WORK"
 TIME_LIMIT=${TIME_LIMIT:-400}
 HARD_LIMIT=${HARD_LIMIT:-530}
 EXP_LIMIT=${EXP_LIMIT:-60}
+PROFILE_SHAPES=${PROFILE_SHAPES:-64x512,16x2048,1x32768}
 START=$(date +%s)
 LOG=$OUT/diag.log
 : >"$LOG"
@@ -71,6 +75,7 @@ if [ ! -s "$MODEL/config.json" ] || [ ! -s "$WORK/fidelity.json" ]; then
   "$BIN" make-tiny-model --out "$WORK/tok" >/dev/null
   MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
     FIDELITY_LENGTHS="1 16 64 100 500 512 2048 8192 32768" BENCH=0 DEVICE=cuda \
+    PROFILE_SHAPES="${PROFILE_SHAPES//,/ }" \
     timeout 200 python3 benches/torch_baseline.py >"$WORK/model.out" 2>"$WORK/model.err"
   say "model: rc $?"
 fi
@@ -94,6 +99,7 @@ print(json.dumps({
     "measured": [l.get("label") or l.get("name") for l in lines if l.get("event") in ("bench", "fidelity")],
     "cosines": {l["name"]: l.get("cosine") for l in lines if l.get("event") == "fidelity"},
     "tok_per_s": {l["label"]: round(l["real_tok_per_s"]) for l in lines if l.get("event") == "bench"},
+    "stages": {l["label"]: l["stages"] for l in lines if l.get("event") == "bench" and l.get("stages")},
     "failed": [l.get("label") or l.get("name") for l in errors],
     "first_error": (first or {}).get("error", "").split("\n")[0][:600] or None,
     "frames": frames[:25],
@@ -112,6 +118,7 @@ declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
 SMALL=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --batch-tokens 262144 --mix "$WORK/mix-small.json")
 SEQ=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --mix "$WORK/mix.json" --fidelity "$WORK/fidelity.json")
+PROF=(--devices ${DEVICE:-cuda:0} --shapes "$PROFILE_SHAPES" --forwards 2 --skip-mix --skip-study)
 OURS=(--devices ${DEVICE:-cuda:0} --shapes 64x512,16x2048,4x8192,1x32768 --forwards 2 --mix "$WORK/mix.json"
   --fidelity "$WORK/fidelity.json")
 
@@ -119,6 +126,7 @@ experiment() { # NAME: runs it, records it
   local name=$1 kind=${1%%_*} switch=${1#*_} args env now t0 rc secs limit=$EXP_LIMIT
   case $kind in
     fid) args=("${FID[@]}") ;; small) args=("${SMALL[@]}") ;; seq) args=("${SEQ[@]}") ;;
+    prof) args=("${PROF[@]}") ;;
     best) args=("${OURS[@]}"); switch=$(best_switch); limit=150 ;;
     *) say "unknown experiment $name"; return ;;
   esac
@@ -126,6 +134,7 @@ experiment() { # NAME: runs it, records it
     say "unknown experiment $name (switch $switch: one of ${!ENVS[*]} ${!EXTRA[*]})"; return
   fi
   env=${ENVS[$switch]-}
+  [ "$kind" = prof ] && env="EF_PROFILE_STAGES=1 $env"
   # shellcheck disable=SC2206
   args+=(${EXTRA[$switch]-})
   now=$(($(date +%s) - START))
@@ -162,8 +171,9 @@ else:
 PY
 }
 
-# The default: why the fidelity falls with length (1, 16 tokens: 0.9997, as PyTorch's bf16; 512:
-# 0.964; 32,768: 0.495, where PyTorch's bf16 keeps 0.999), then the faults of the first run.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default fid_blockwise fid_dense fid_f32 fid_before fid_lastall fid_sync fid_dynamic seq_default small_default best"}
+# The default: the fidelity against the corrected reference (the fall with length was the
+# reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, then the
+# rest of the forward's paths.
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default fid_f32 fid_dense seq_default small_default best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

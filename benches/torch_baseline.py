@@ -13,6 +13,7 @@
 # env: MODEL_OUT=dir (TOKENIZER=tokenizer.json copied in; FIDELITY_OUT, FIDELITY_LENGTHS="1 16 512
 #      2048 8192 32768", FIDELITY_CU12_OUT + CU12_LEN: the one case for the CUDA 12 binary)
 #      SHAPE=4b|tiny  DEVICE=cuda|cpu  BENCH=1 (0: model and cases only)
+#      PROFILE_SHAPES="16x2048 ...": PyTorch's profiler, op by op, on those uniform shapes (before BENCH)
 #      UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768  UNIFORM_FORWARDS=4 (two warm up first; all timed)
 #      MIX_PAPERS=240  MIX_OUT=file (the mix's token lengths, for `bench-gpu --mix`)
 #      MIX_IN=file (a JSON list of token lengths instead of the seeded mix; characters ~4.2 a token)
@@ -146,8 +147,6 @@ def write_model_and_cases(out):
 
 if env("MODEL_OUT"):
     write_model_and_cases(env("MODEL_OUT"))
-if env("BENCH", "1") != "1":
-    sys.exit(0)
 
 def flops(lengths):
     # 2*nonemb per token + causal attention (QK^T and PV): 2*2*layers*heads*hd*L^2/2 per seq
@@ -166,6 +165,25 @@ def run_batch(lengths, pad=True):
     out = model(input_ids=ids, attention_mask=mask).last_hidden_state
     emb = torch.nn.functional.normalize(out[:, -1].float(), dim=-1)
     return emb
+
+def profile(shape):
+    # Where PyTorch's forward spends the device's time, op by op: self time over 2 forwards
+    # after a warm-up, beside embedfleet's stages of the same shape (EF_PROFILE_STAGES=1).
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    B, T = map(int, shape.split("x"))
+    run_batch([T] * B)
+    sync()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    t = time.time()
+    with torch_profile(activities=acts) as prof:
+        for _ in range(2):
+            run_batch([T] * B)
+        sync()
+    secs = time.time() - t
+    own = (lambda e: e.self_device_time_total) if device == "cuda" else (lambda e: e.self_cpu_time_total)
+    rows = sorted(prof.key_averages(), key=lambda e: -own(e))[:25]
+    log(event="torch_profile", label=f"uniform_b{B}_t{T}", forwards=2, secs=round(secs, 3),
+        ops=[{"op": e.key, "calls": e.count, "self_ms": round(own(e) / 1e3, 2)} for e in rows])
 
 def timed(batches, label, iters=1):
     for b in batches[:2]:
@@ -187,6 +205,12 @@ def timed(batches, label, iters=1):
 def free():
     if device == "cuda":
         torch.cuda.empty_cache()
+
+for shape in env("PROFILE_SHAPES", "").split():
+    profile(shape)
+    free()
+if env("BENCH", "1") != "1":
+    sys.exit(0)
 
 # (a) uniform shapes, 32k tokens per forward
 UNIFORM_FORWARDS = int(env("UNIFORM_FORWARDS", "4"))

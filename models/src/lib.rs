@@ -22,6 +22,7 @@ pub mod memory;
 pub mod packed;
 pub mod qwen3;
 pub mod registry;
+pub mod stage_profile;
 pub mod tiny;
 pub mod tokenizer;
 pub mod verify;

@@ -205,8 +205,9 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
         .env("WORK", t.join("work"))
         .env(
             "EXPERIMENTS",
-            "fid_default fid_blockwise fid_f32 fid_nosuch small_default",
+            "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default",
         )
+        .env("PROFILE_SHAPES", "2x64,1x128")
         .env_remove("EMBEDFLEET_ATTENTION")
         .output()
         .expect("bash runs");
@@ -223,7 +224,13 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
         .collect();
     assert_eq!(
         names,
-        ["fid_default", "fid_blockwise", "fid_f32", "small_default"],
+        [
+            "fid_default",
+            "fid_blockwise",
+            "fid_f32",
+            "small_default",
+            "prof_default"
+        ],
         "{log}"
     );
     for fid in &lines[..3] {
@@ -248,6 +255,31 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
         small["first_error"].as_str().unwrap().contains("positions"),
         "{small}"
     );
+    // prof_: every stage of the forward timed on each shape, under EF_PROFILE_STAGES=1.
+    let prof = &lines[4];
+    assert_eq!(prof["rc"], 0, "{prof}");
+    assert!(prof["env"]
+        .as_str()
+        .unwrap()
+        .contains("EF_PROFILE_STAGES=1"));
+    for shape in ["uniform_b2_t64", "uniform_b1_t128"] {
+        let stages: Vec<&str> = prof["stages"][shape]
+            .as_array()
+            .unwrap_or_else(|| panic!("{shape}: {prof}"))
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        for want in [
+            "qkv_proj",
+            "attention",
+            "gate_up_proj",
+            "swiglu",
+            "down_proj",
+            "norm",
+        ] {
+            assert!(stages.contains(&want), "{shape} lacks {want}: {prof}");
+        }
+    }
     // The per-experiment output comes back in one archive.
     assert!(t.join("out/diag.tar.gz").exists());
 }

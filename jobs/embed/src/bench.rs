@@ -11,6 +11,7 @@ use crate::device::{self, Done, FallbackStats, Work};
 use crate::minibatch::{self, Item};
 use crate::LoadedModels;
 use embedfleet_core::settings::MiniBatchRule;
+use embedfleet_models::stage_profile::{self, StageTime};
 use embedfleet_models::{DeviceSpec, Embedder, ModelError, ModelShape, PackedSequences};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -47,6 +48,10 @@ pub struct BenchRecord {
     /// Seconds spent building those plans before the timed forwards (0 where the kernel
     /// plans nothing: the blockwise one), apart from `secs`.
     pub plan_build_s: f64,
+    /// The timed forwards' stages (`EF_PROFILE_STAGES=1`: each stage between two device
+    /// synchronizations, so `secs` is not the bench's), longest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<Vec<StageTime>>,
 }
 
 /// The distinct attention plans of mini-batches of these lengths.
@@ -169,6 +174,7 @@ impl Bench {
         for _ in 0..2 {
             model.embed(&packed)?;
         }
+        stage_profile::take();
         let sampler = MemorySampler::start(model);
         let started = Instant::now();
         for _ in 0..forwards {
@@ -192,6 +198,7 @@ impl Bench {
             devices: self.devices.clone(),
             plans: plans_of(&planned),
             plan_build_s,
+            stages: stage_profile::take(),
         })
     }
 
@@ -244,6 +251,7 @@ impl Bench {
             device::embed_with_fallback(model, &warm, &mut FallbackStats::default())
                 .map_err(|e| e.to_string())?;
         }
+        stage_profile::take();
         let sampler = MemorySampler::start(model);
         let started = Instant::now();
         let (vectors, fallbacks) = run_on_devices(&self.loaded.models, &seqs, &batches)?;
@@ -264,6 +272,7 @@ impl Bench {
             devices: self.devices.clone(),
             plans: plans_of(&batch_lengths),
             plan_build_s,
+            stages: stage_profile::take(),
         };
         Ok((record, vectors))
     }

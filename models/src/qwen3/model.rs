@@ -22,6 +22,7 @@ use super::config::Config;
 use crate::attention::{AttentionKernel, AttnContext};
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
+use crate::stage_profile::stage;
 use crate::weights::Weights;
 
 /// RMSNorm with a learned scale; candle's fused op accumulates in f32 for half types.
@@ -163,7 +164,8 @@ impl Attention {
     }
 
     fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
-        self.o_proj.forward(&self.attend(x, rot, ctx)?)
+        let attended = self.attend(x, rot, ctx)?;
+        stage("o_proj", x.device(), || self.o_proj.forward(&attended))
     }
 
     /// q and k of the packed `qkv`, normed per head and rotated, in `rows` rows (the kernel's:
@@ -194,14 +196,20 @@ impl Attention {
     fn attend(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
-        let qkv = self.qkv_proj.forward(x)?.reshape((t, nh + 2 * nkv, hd))?;
-        let (q, k) = self.normed_rotated_qk(&qkv, rot, ctx.rows)?;
+        let dev = x.device();
+        let qkv =
+            stage("qkv_proj", dev, || self.qkv_proj.forward(x))?.reshape((t, nh + 2 * nkv, hd))?;
+        let (q, k) = stage("qk_norm_rope", dev, || {
+            self.normed_rotated_qk(&qkv, rot, ctx.rows)
+        })?;
         // v stays a view: each kernel makes the one copy it needs (the blockwise path its
         // head-major copy, the fused one its padded buffer), not a second one here.
         let v = qkv.narrow(1, nh + nkv, nkv)?;
         // The softmax scale goes into the kernel: pre-scaling q in bf16 would round it.
         let scale = 1.0 / (hd as f64).sqrt();
-        ctx.kernel.attention(&q, &k, &v, ctx, scale)
+        stage("attention", dev, || {
+            ctx.kernel.attention(&q, &k, &v, ctx, scale)
+        })
     }
 }
 
@@ -238,7 +246,10 @@ impl Mlp {
 impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // silu(gate) * up over the two halves of one product.
-        candle_nn::ops::swiglu(&self.gate_up_proj.forward(x)?)?.apply(&self.down_proj)
+        let dev = x.device();
+        let gate_up = stage("gate_up_proj", dev, || self.gate_up_proj.forward(x))?;
+        let h = stage("swiglu", dev, || candle_nn::ops::swiglu(&gate_up))?;
+        stage("down_proj", dev, || self.down_proj.forward(&h))
     }
 }
 
@@ -272,14 +283,13 @@ impl Layer {
     }
 
     fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
-        let h = self
-            .self_attn
-            .forward(&self.input_layernorm.forward(x)?, rot, ctx)?;
-        let x = (x + h)?;
-        let h = self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&x)?)?;
-        x + h
+        let dev = x.device();
+        let normed = stage("norm", dev, || self.input_layernorm.forward(x))?;
+        let h = self.self_attn.forward(&normed, rot, ctx)?;
+        let x = stage("residual", dev, || x + h)?;
+        let normed = stage("norm", dev, || self.post_attention_layernorm.forward(&x))?;
+        let h = self.mlp.forward(&normed)?;
+        stage("residual", dev, || x + h)
     }
 
     /// The layer's output at the rows `rows` of `x` only (`[rows, H]`). Attention still reads
@@ -292,15 +302,17 @@ impl Layer {
         ctx: &AttnContext,
         rows: &Tensor,
     ) -> Result<Tensor> {
+        let dev = x.device();
+        let normed = stage("norm", dev, || self.input_layernorm.forward(x))?;
         let attended = self
             .self_attn
-            .attend(&self.input_layernorm.forward(x)?, rot, ctx)?
+            .attend(&normed, rot, ctx)?
             .index_select(rows, 0)?;
-        let x = (x.index_select(rows, 0)? + self.self_attn.o_proj.forward(&attended)?)?;
-        let h = self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&x)?)?;
-        x + h
+        let h = stage("o_proj", dev, || self.self_attn.o_proj.forward(&attended))?;
+        let x = stage("residual", dev, || x.index_select(rows, 0)? + h)?;
+        let normed = stage("norm", dev, || self.post_attention_layernorm.forward(&x))?;
+        let h = self.mlp.forward(&normed)?;
+        stage("residual", dev, || x + h)
     }
 }
 
