@@ -12,7 +12,7 @@
 #
 # env: MODEL_OUT=dir (TOKENIZER=tokenizer.json copied in; FIDELITY_OUT, FIDELITY_LENGTHS="1 16 512
 #      2048 8192 32768", FIDELITY_CU12_OUT + CU12_LEN: the one case for the CUDA 12 binary)
-#      SHAPE=4b|tiny  DEVICE=cuda|cpu  BENCH=1 (0: model and cases only)
+#      SHAPE=4b|tiny  LAYERS=N (that shape's width, N layers)  DEVICE=cuda|cpu  BENCH=1 (0: model and cases only)
 #      PROFILE_SHAPES="16x2048 ...": PyTorch's profiler, op by op, on those uniform shapes (before BENCH)
 #      UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768  UNIFORM_FORWARDS=4 (two warm up first; all timed)
 #      MIX_PAPERS=240  MIX_OUT=file (the mix's token lengths, for `bench-gpu --mix`)
@@ -34,6 +34,8 @@ if env("SHAPE", "4b") == "tiny":
     dims = dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                 max_position_embeddings=2048)
+if env("LAYERS"):  # fewer layers of the same width: a fidelity check that fits a CPU
+    dims["num_hidden_layers"] = int(env("LAYERS"))
 cfg = Qwen3Config(**dims, rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=True)
 cfg._attn_implementation = "sdpa"
 
