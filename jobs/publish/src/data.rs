@@ -81,6 +81,7 @@ pub fn write_all(
             }
         }
         out.finish()?;
+        embedfleet_core::rundb::test_kill_point("publish_file");
         written += 1;
         if options.progress {
             eprintln!(

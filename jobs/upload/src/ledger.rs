@@ -120,6 +120,9 @@ impl Ledger {
             return Ok(());
         }
         sink.checkpoint(collection)?;
+        // The points are durable in the collection and run.db does not know yet: a re-run
+        // sends them again, idempotently.
+        embedfleet_core::rundb::test_kill_point("upload_checkpoint");
         let key = progress_key(sink, collection);
         for s in self.shards.iter_mut().filter(|s| s.dirty) {
             db.record_upload(s.shard_id, &key, s.prefix.min(s.rows), s.failed)?;

@@ -51,7 +51,9 @@ impl IngestReport {
 /// kill-anywhere resumption): `ingest` (inside the transaction accepting an attempt),
 /// `accepted` (just after it commits) or `resolve_duplicates` (inside the transaction that
 /// settles a planned release: its duplicates, the copies it supersedes or withdraws), `pack`
-/// (an update's packed batch files written, run.db not yet swapped to them).
+/// (an update's packed batch files written, run.db not yet swapped to them),
+/// `upload_checkpoint` (upserted points made durable, run.db not yet told) or `publish_file`
+/// (a published data file finished, the folder not).
 pub const TEST_KILL_ENV: &str = "EMBEDFLEET_TEST_KILL_AT";
 
 /// SIGKILLs this process when [`TEST_KILL_ENV`] names `point`.
