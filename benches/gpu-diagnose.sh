@@ -13,6 +13,7 @@
 #   fid_*     the fidelity cases alone (one sequence a forward, 1 to 32,768 tokens)
 #   small_*   the first 48 papers of the mix at --batch-tokens 262144 (planned by free memory)
 #   seq_*     the mix, then the fidelity cases, in one process (how the first run faulted)
+#   uni_*     the uniform shapes of gpu-check.sh alone, 4 forwards each (throughput, no profile)
 #   prof_*    EF_PROFILE_STAGES=1 on the PROFILE_SHAPES: each stage of the forward timed between
 #             two synchronizations, beside PyTorch's profiler on the same shapes (model.out)
 #   *_sync    CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1: the faulting launch reports its own error
@@ -24,10 +25,12 @@
 #             whole output zeroed, as before 7ec9ae7
 #   *_lastall EF_LAST_LAYER_ALL_ROWS=1: the last layer on every row
 #   *_blockwise EMBEDFLEET_ATTENTION=blockwise: no cuDNN at all
+#   *_release EF_POOL_RELEASE=1: the memory pool hands freed memory back at every synchronization
+#             (CUDA's default, and ours before the pool kept it)
 #   best      `ours` of gpu-check.sh under the first switch set whose fid_ and small_ runs passed
 #
 #   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
-#        PROFILE_SHAPES=64x512,16x2048,1x32768
+#        PROFILE_SHAPES=64x512,16x2048,1x32768 UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768
 #        HARD_LIMIT=530 (every experiment ends by then) EXP_LIMIT=60 (best: 150) EXPERIMENTS="fid_default fid_sync ..." (default: all, in the order above)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -37,6 +40,7 @@ TIME_LIMIT=${TIME_LIMIT:-400}
 HARD_LIMIT=${HARD_LIMIT:-530}
 EXP_LIMIT=${EXP_LIMIT:-60}
 PROFILE_SHAPES=${PROFILE_SHAPES:-64x512,16x2048,1x32768}
+UNIFORM_SHAPES=${UNIFORM_SHAPES:-64x512,16x2048,4x8192,1x32768}
 START=$(date +%s)
 LOG=$OUT/diag.log
 : >"$LOG"
@@ -112,12 +116,13 @@ declare -A ENVS=(
   [default]="" [sync]="CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1" [static]="EF_SDPA_DYNAMIC=0"
   [dynamic]="EF_SDPA_DYNAMIC=1" [before]="EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1"
   [lastall]="EF_LAST_LAYER_ALL_ROWS=1" [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
-  [dense]="EF_SDPA_DENSE_SINGLE=1"
+  [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1"
 )
 declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
 SMALL=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --batch-tokens 262144 --mix "$WORK/mix-small.json")
 SEQ=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --mix "$WORK/mix.json" --fidelity "$WORK/fidelity.json")
+UNI=(--devices ${DEVICE:-cuda:0} --shapes "$UNIFORM_SHAPES" --forwards 4 --skip-mix --skip-study)
 PROF=(--devices ${DEVICE:-cuda:0} --shapes "$PROFILE_SHAPES" --forwards 2 --skip-mix --skip-study)
 OURS=(--devices ${DEVICE:-cuda:0} --shapes 64x512,16x2048,4x8192,1x32768 --forwards 2 --mix "$WORK/mix.json"
   --fidelity "$WORK/fidelity.json")
@@ -126,7 +131,7 @@ experiment() { # NAME: runs it, records it
   local name=$1 kind=${1%%_*} switch=${1#*_} args env now t0 rc secs limit=$EXP_LIMIT
   case $kind in
     fid) args=("${FID[@]}") ;; small) args=("${SMALL[@]}") ;; seq) args=("${SEQ[@]}") ;;
-    prof) args=("${PROF[@]}") ;;
+    prof) args=("${PROF[@]}") ;; uni) args=("${UNI[@]}") ;;
     best) args=("${OURS[@]}"); switch=$(best_switch); limit=150 ;;
     *) say "unknown experiment $name"; return ;;
   esac
@@ -172,8 +177,8 @@ PY
 }
 
 # The default: the fidelity against the corrected reference (the fall with length was the
-# reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, then the
-# rest of the forward's paths.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default fid_f32 fid_dense seq_default small_default best"}
+# reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, the
+# memory pool kept against handed back, then the mix and the fidelity cases in one process.
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release prof_release seq_default best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

@@ -9,6 +9,7 @@ use candle_core::Device;
 use crate::error::{ModelError, ModelResult};
 
 mod driver;
+pub mod pool;
 pub use driver::{
     build_for, build_table, driver_advice, driver_cuda, driver_cuda_version, driver_major,
     min_driver_for, runs_on, BuildChoice, CudaVersion, KernelForm, CUDA12_BUILD, CUDA13_BUILD,
@@ -74,10 +75,16 @@ impl DeviceSpec {
                             .into(),
                     });
                 }
-                Device::new_cuda(*n).map_err(|e| ModelError::InvalidDevice {
+                let device = Device::new_cuda(*n).map_err(|e| ModelError::InvalidDevice {
                     spec: self.to_string(),
                     reason: e.to_string(),
-                })
+                })?;
+                #[cfg(feature = "cuda")]
+                if let Device::Cuda(d) = &device {
+                    let kept = pool::keep_freed_memory(&d.cuda_stream().context().clone());
+                    tracing::debug!(device = %self, kept, "memory pool keeps freed memory");
+                }
+                Ok(device)
             }
         }
     }

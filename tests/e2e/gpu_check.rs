@@ -205,9 +205,10 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
         .env("WORK", t.join("work"))
         .env(
             "EXPERIMENTS",
-            "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default",
+            "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default uni_release",
         )
         .env("PROFILE_SHAPES", "2x64,1x128")
+        .env("UNIFORM_SHAPES", "2x64")
         .env_remove("EMBEDFLEET_ATTENTION")
         .output()
         .expect("bash runs");
@@ -229,7 +230,8 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
             "fid_blockwise",
             "fid_f32",
             "small_default",
-            "prof_default"
+            "prof_default",
+            "uni_release"
         ],
         "{log}"
     );
@@ -280,6 +282,15 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
             assert!(stages.contains(&want), "{shape} lacks {want}: {prof}");
         }
     }
+    // uni_: the uniform shapes' throughput, here with the pool handing memory back.
+    let uni = &lines[5];
+    assert_eq!(uni["rc"], 0, "{uni}");
+    assert_eq!(uni["env"], "EF_POOL_RELEASE=1");
+    assert!(
+        uni["tok_per_s"]["uniform_b2_t64"].as_f64().unwrap() > 0.0,
+        "{uni}"
+    );
+    assert!(uni["stages"].as_object().unwrap().is_empty(), "{uni}");
     // The per-experiment output comes back in one archive.
     assert!(t.join("out/diag.tar.gz").exists());
 }

@@ -123,10 +123,13 @@ impl Qwen3Embedder {
         if let Device::Cuda(d) = self.model.device() {
             let context = d.cuda_stream().context().clone();
             return Some(Box::new(move || {
+                // What our pool holds idle is ours to use: free for planning, though the
+                // driver counts it as used.
+                let idle = crate::device::pool::idle_bytes(&context);
                 context
                     .mem_get_info()
                     .ok()
-                    .map(|(free, total)| (free as u64, total as u64))
+                    .map(|(free, total)| ((free as u64 + idle).min(total as u64), total as u64))
             }));
         }
         None
@@ -196,7 +199,14 @@ impl Embedder for Qwen3Embedder {
         let _span =
             tracing::debug_span!("embed", seqs = spans.len(), tokens = batch.ids.len()).entered();
         self.check_memory(&spans)?;
-        self.forward(batch, spans)
+        let out = self.forward(batch, spans);
+        #[cfg(feature = "cuda")]
+        if let (Err(ModelError::OutOfMemory { .. }), Device::Cuda(d)) = (&out, self.model.device())
+        {
+            // The smaller retry, or another process, gets back what the pool kept.
+            crate::device::pool::trim(d.cuda_stream().context());
+        }
+        out
     }
 
     fn max_position_embeddings(&self) -> usize {
