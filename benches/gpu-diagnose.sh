@@ -27,6 +27,8 @@
 #   *_blockwise EMBEDFLEET_ATTENTION=blockwise: no cuDNN at all
 #   *_release EF_POOL_RELEASE=1: the memory pool hands freed memory back at every synchronization
 #             (CUDA's default, and ours before the pool kept it)
+#   *_noevents EF_NO_EVENT_TRACKING=1: no CUDA event recorded per tensor use (cudarc's tracking)
+#   *_gemmlt  EF_GEMM_LT=1: the projections through cuBLASLt, not candle's cuBLAS call
 #   best      `ours` of gpu-check.sh under the first switch set whose fid_ and small_ runs passed
 #
 #   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
@@ -116,7 +118,8 @@ declare -A ENVS=(
   [default]="" [sync]="CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1" [static]="EF_SDPA_DYNAMIC=0"
   [dynamic]="EF_SDPA_DYNAMIC=1" [before]="EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1"
   [lastall]="EF_LAST_LAYER_ALL_ROWS=1" [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
-  [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1"
+  [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1" [noevents]="EF_NO_EVENT_TRACKING=1"
+  [gemmlt]="EF_GEMM_LT=1"
 )
 declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
@@ -178,7 +181,8 @@ PY
 
 # The default: the fidelity against the corrected reference (the fall with length was the
 # reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, the
-# memory pool kept against handed back, then the mix and the fidelity cases in one process.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release prof_release seq_default best"}
+# memory pool kept against handed back, without event tracking, the projections through
+# cuBLASLt (fidelity, then throughput), then gpu-check.sh's `ours` (the mix) as it stands.
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release uni_noevents fid_gemmlt uni_gemmlt best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

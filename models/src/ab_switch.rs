@@ -15,17 +15,23 @@ pub(crate) enum AbSwitch {
     FusedZeroAll,
     /// `EF_LAST_LAYER_ALL_ROWS`: the last layer on every row, its pooled rows taken after.
     LastLayerAllRows,
+    /// `EF_NO_EVENT_TRACKING`: the device's tensors record no CUDA event per use.
+    NoEventTracking,
+    /// `EF_GEMM_LT`: bf16 projections through cuBLASLt instead of candle's cuBLAS call.
+    GemmLt,
 }
 
-const NAMES: [&str; 3] = [
+const NAMES: [&str; 5] = [
     "EF_FUSED_QK_COPY",
     "EF_FUSED_ZERO_ALL",
     "EF_LAST_LAYER_ALL_ROWS",
+    "EF_NO_EVENT_TRACKING",
+    "EF_GEMM_LT",
 ];
 
 impl AbSwitch {
     pub(crate) fn on(self) -> bool {
-        static ON: OnceLock<[bool; 3]> = OnceLock::new();
+        static ON: OnceLock<[bool; NAMES.len()]> = OnceLock::new();
         ON.get_or_init(|| NAMES.map(|name| std::env::var(name).as_deref() == Ok("1")))
             [self as usize]
     }

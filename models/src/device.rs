@@ -83,6 +83,13 @@ impl DeviceSpec {
                 if let Device::Cuda(d) = &device {
                     let kept = pool::keep_freed_memory(&d.cuda_stream().context().clone());
                     tracing::debug!(device = %self, kept, "memory pool keeps freed memory");
+                    // EF_NO_EVENT_TRACKING=1 (an A/B switch for the GPU check): no CUDA event
+                    // recorded per tensor use. Each worker computes on its own stream with
+                    // tensors of its own, so the events order nothing here.
+                    if crate::ab_switch::AbSwitch::NoEventTracking.on() {
+                        // SAFETY: no tensor of this device is shared with another stream.
+                        unsafe { d.disable_event_tracking() };
+                    }
                 }
                 Ok(device)
             }

@@ -20,6 +20,7 @@ pub mod family;
 pub mod fused;
 pub mod memory;
 pub mod packed;
+pub mod projection;
 pub mod qwen3;
 pub mod registry;
 pub mod stage_profile;

@@ -22,6 +22,7 @@ use super::config::Config;
 use crate::attention::{AttentionKernel, AttnContext};
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
+use crate::projection::project;
 use crate::stage_profile::stage;
 use crate::weights::Weights;
 
@@ -165,7 +166,7 @@ impl Attention {
 
     fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
         let attended = self.attend(x, rot, ctx)?;
-        stage("o_proj", x.device(), || self.o_proj.forward(&attended))
+        stage("o_proj", x.device(), || project(&self.o_proj, &attended))
     }
 
     /// q and k of the packed `qkv`, normed per head and rotated, in `rows` rows (the kernel's:
@@ -197,8 +198,11 @@ impl Attention {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
         let dev = x.device();
-        let qkv =
-            stage("qkv_proj", dev, || self.qkv_proj.forward(x))?.reshape((t, nh + 2 * nkv, hd))?;
+        let qkv = stage("qkv_proj", dev, || project(&self.qkv_proj, x))?.reshape((
+            t,
+            nh + 2 * nkv,
+            hd,
+        ))?;
         let (q, k) = stage("qk_norm_rope", dev, || {
             self.normed_rotated_qk(&qkv, rot, ctx.rows)
         })?;
@@ -247,9 +251,9 @@ impl Module for Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // silu(gate) * up over the two halves of one product.
         let dev = x.device();
-        let gate_up = stage("gate_up_proj", dev, || self.gate_up_proj.forward(x))?;
+        let gate_up = stage("gate_up_proj", dev, || project(&self.gate_up_proj, x))?;
         let h = stage("swiglu", dev, || candle_nn::ops::swiglu(&gate_up))?;
-        stage("down_proj", dev, || self.down_proj.forward(&h))
+        stage("down_proj", dev, || project(&self.down_proj, &h))
     }
 }
 
@@ -308,7 +312,7 @@ impl Layer {
             .self_attn
             .attend(&normed, rot, ctx)?
             .index_select(rows, 0)?;
-        let h = stage("o_proj", dev, || self.self_attn.o_proj.forward(&attended))?;
+        let h = stage("o_proj", dev, || project(&self.self_attn.o_proj, &attended))?;
         let x = stage("residual", dev, || x.index_select(rows, 0)? + h)?;
         let normed = stage("norm", dev, || self.post_attention_layernorm.forward(&x))?;
         let h = self.mlp.forward(&normed)?;

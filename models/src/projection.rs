@@ -1,0 +1,122 @@
+//! The model's linear projections (`x · Wᵀ`, no bias). candle runs them through cuBLAS'
+//! `cublasGemmStridedBatchedEx`; `EF_GEMM_LT=1` (an A/B switch for the GPU check) runs bf16
+//! ones on a GPU through cuBLASLt instead, with its heuristic and a workspace (32 MiB on sm_90),
+//! the route TEI takes for its candle backend. Same arithmetic (bf16 in and out, f32
+//! accumulation); measured against candle's by `gpu-diagnose.sh` before it can be a default.
+
+use candle_core::{Module, Result, Tensor};
+use candle_nn::Linear;
+
+/// `x · Wᵀ` for a `[T, in]` input.
+pub fn project(lin: &Linear, x: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if crate::ab_switch::AbSwitch::GemmLt.on() && lt::applies(lin.weight(), x) {
+        return x.apply_op2_no_bwd(lin.weight(), &lt::LtMatmul);
+    }
+    lin.forward(x)
+}
+
+#[cfg(feature = "cuda")]
+mod lt {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    use candle_core::cuda_backend::cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
+    use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId};
+    use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
+    use half::bf16;
+
+    /// bf16, on a GPU, a 2-D input and weight, both contiguous.
+    pub(super) fn applies(weight: &Tensor, x: &Tensor) -> bool {
+        x.dtype() == DType::BF16
+            && weight.dtype() == DType::BF16
+            && x.device().is_cuda()
+            && x.rank() == 2
+            && weight.rank() == 2
+            && x.is_contiguous()
+            && weight.is_contiguous()
+    }
+
+    /// One cuBLASLt handle and workspace per device, made at its first projection.
+    fn handle(dev: &CudaDevice) -> Result<Arc<CudaBlasLT>> {
+        static HANDLES: OnceLock<Mutex<HashMap<DeviceId, Arc<CudaBlasLT>>>> = OnceLock::new();
+        let mut handles = HANDLES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = handles.get(&dev.id()) {
+            return Ok(h.clone());
+        }
+        let h = CudaBlasLT::new(dev.cuda_stream())
+            .map_err(|e| candle_core::Error::Msg(format!("cuBLASLt handle: {e:?}")))?;
+        let h = Arc::new(h);
+        handles.insert(dev.id(), h.clone());
+        Ok(h)
+    }
+
+    pub(super) struct LtMatmul;
+
+    impl candle_core::CustomOp2 for LtMatmul {
+        fn name(&self) -> &'static str {
+            "cublaslt-projection"
+        }
+
+        fn cpu_fwd(
+            &self,
+            _: &CpuStorage,
+            _: &Layout,
+            _: &CpuStorage,
+            _: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            candle_core::bail!("the cuBLASLt projection runs on CUDA only")
+        }
+
+        fn cuda_fwd(
+            &self,
+            x: &CudaStorage,
+            x_l: &Layout,
+            w: &CudaStorage,
+            w_l: &Layout,
+        ) -> Result<(CudaStorage, Shape)> {
+            let dev = x.device.clone();
+            let (t, k) = x_l.shape().dims2()?;
+            let (n, k_w) = w_l.shape().dims2()?;
+            if k != k_w {
+                candle_core::bail!("projection: input of {k} columns against a weight of {k_w}");
+            }
+            let (Some((x0, x1)), Some((w0, w1))) =
+                (x_l.contiguous_offsets(), w_l.contiguous_offsets())
+            else {
+                candle_core::bail!("the cuBLASLt projection takes contiguous tensors");
+            };
+            let xs = x.as_cuda_slice::<bf16>()?.slice(x0..x1);
+            let ws = w.as_cuda_slice::<bf16>()?.slice(w0..w1);
+            // SAFETY: every element of `out` is written by the matmul below.
+            let mut out = unsafe { dev.alloc::<bf16>(t * n)? };
+            // Row-major [T, K] · [N, K]ᵀ is, column-major, [N, T] = Wᵀ(op T) · X(op N).
+            let cfg = MatmulConfig {
+                transa: true,
+                transb: false,
+                transc: false,
+                m: n as u64,
+                n: t as u64,
+                k: k as u64,
+                alpha: 1.0,
+                lda: k as i64,
+                ldb: k as i64,
+                beta: 0.0,
+                ldc: n as i64,
+                stride_a: None,
+                stride_b: None,
+                stride_c: None,
+                stride_bias: None,
+                batch_size: None,
+            };
+            let lt = handle(&dev)?;
+            // SAFETY: the views hold n·k and t·k values, `out` t·n, all on the handle's stream.
+            unsafe { lt.matmul(cfg, &ws, &xs, &mut out, None, None) }
+                .map_err(|e| candle_core::Error::Msg(format!("cuBLASLt matmul: {e:?}")))?;
+            Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((t, n))))
+        }
+    }
+}
