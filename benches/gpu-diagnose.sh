@@ -29,7 +29,8 @@
 #             (CUDA's default, and ours before the pool kept it)
 #   *_noevents EF_NO_EVENT_TRACKING=1: no CUDA event recorded per tensor use (cudarc's tracking)
 #   *_gemmlt  EF_GEMM_LT=1: the projections through cuBLASLt, not candle's cuBLAS call
-#   best      `ours` of gpu-check.sh under the first switch set whose fid_ and small_ runs passed
+#   best      `ours` of gpu-check.sh under the switches this run found faster (uni_) by 1 % or
+#             more without losing fidelity (fid_ ≥ 0.999 where run); none: the defaults
 #
 #   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
 #        PROFILE_SHAPES=64x512,16x2048,1x32768 UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768
@@ -135,13 +136,14 @@ experiment() { # NAME: runs it, records it
   case $kind in
     fid) args=("${FID[@]}") ;; small) args=("${SMALL[@]}") ;; seq) args=("${SEQ[@]}") ;;
     prof) args=("${PROF[@]}") ;; uni) args=("${UNI[@]}") ;;
-    best) args=("${OURS[@]}"); switch=$(best_switch); limit=150 ;;
+    best) args=("${OURS[@]}"); switch=default; limit=150 ;;
     *) say "unknown experiment $name"; return ;;
   esac
   if [ -z "${ENVS[$switch]+set}" ] && [ -z "${EXTRA[$switch]+set}" ]; then
     say "unknown experiment $name (switch $switch: one of ${!ENVS[*]} ${!EXTRA[*]})"; return
   fi
   env=${ENVS[$switch]-}
+  [ "$kind" = best ] && env=$(best_env)
   [ "$kind" = prof ] && env="EF_PROFILE_STAGES=1 $env"
   # shellcheck disable=SC2206
   args+=(${EXTRA[$switch]-})
@@ -160,22 +162,33 @@ experiment() { # NAME: runs it, records it
   pack
 }
 
-best_switch() { # the first switch set whose fid_ and small_ experiments both exited 0
+best_env() { # the switches this run measured worth it: faster (uni_) by 1 % or more on the
+  # uniform shapes' mean, and no fidelity case of theirs (fid_, where run) below 0.999
   python3 - "$OUT/diag.jsonl" <<'PY'
 import json, sys
-rc = {}
+runs = {}
 for line in open(sys.argv[1]):
     try:
         d = json.loads(line)
     except ValueError:
         continue
-    rc[d["experiment"]] = d["rc"]
-for s in ("default", "static", "before", "lastall", "blockwise"):
-    if rc.get("fid_" + s) == 0 and rc.get("small_" + s) == 0:
-        print(s)
-        break
-else:
-    print("static")
+    runs[d["experiment"]] = d
+ENV = {"gemmlt": "EF_GEMM_LT=1", "noevents": "EF_NO_EVENT_TRACKING=1", "release": "EF_POOL_RELEASE=1"}
+base = runs.get("uni_default", {})
+chosen = []
+for switch, env in ENV.items():
+    uni, fid = runs.get("uni_" + switch), runs.get("fid_" + switch)
+    if not uni or uni.get("rc") != 0 or base.get("rc") != 0:
+        continue
+    shapes = [k for k in base.get("tok_per_s", {}) if k in uni.get("tok_per_s", {})]
+    if not shapes:
+        continue
+    gain = sum(uni["tok_per_s"][k] / base["tok_per_s"][k] for k in shapes) / len(shapes)
+    faithful = fid is None or (fid.get("rc") == 0 and fid.get("cosines")
+                               and min(fid["cosines"].values()) >= 0.999)
+    if gain >= 1.01 and faithful:
+        chosen.append(env)
+print(" ".join(chosen))
 PY
 }
 

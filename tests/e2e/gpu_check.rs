@@ -294,3 +294,43 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
     // The per-experiment output comes back in one archive.
     assert!(t.join("out/diag.tar.gz").exists());
 }
+
+/// `gpu-diagnose.sh`'s `best` runs under the switches its run measured faster by 1 % or more on
+/// the uniform shapes' mean, and only those whose fidelity cases all stayed at 0.999.
+#[test]
+fn the_diagnosis_best_run_takes_the_switches_measured_faster_and_faithful() {
+    let t = TestDir::new();
+    let best_env = |lines: &str| {
+        std::fs::write(t.join("diag.jsonl"), lines).unwrap();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(concat!(
+                "eval \"$(sed -n '/^best_env() {/,/^}/p' ",
+                env!("CARGO_MANIFEST_DIR"),
+                "/benches/gpu-diagnose.sh)\"; best_env"
+            ))
+            .env("OUT", t.path())
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let measured = r#"{"experiment": "uni_default", "rc": 0, "tok_per_s": {"a": 100, "b": 200}}
+{"experiment": "uni_release", "rc": 0, "tok_per_s": {"a": 90, "b": 180}}
+{"experiment": "uni_noevents", "rc": 0, "tok_per_s": {"a": 101, "b": 201}}
+{"experiment": "fid_gemmlt", "rc": 0, "cosines": {"x": 0.9995, "y": 0.998}}
+{"experiment": "uni_gemmlt", "rc": 0, "tok_per_s": {"a": 120, "b": 240}}
+"#;
+    // noevents gains 0.75 %: not enough; gemmlt is faster but loses fidelity; release is slower.
+    assert_eq!(best_env(measured), "");
+    let faithful = measured
+        .replace("\"y\": 0.998", "\"y\": 0.9991")
+        .replace("\"a\": 101", "\"a\": 103");
+    assert_eq!(best_env(&faithful), "EF_GEMM_LT=1 EF_NO_EVENT_TRACKING=1");
+    // Nothing measured: the defaults.
+    assert_eq!(best_env(""), "");
+}
