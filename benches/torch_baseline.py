@@ -94,14 +94,18 @@ def exact_attention_by_blocks(module, query, key, value, attention_mask, scaling
 
 AttentionInterface.register("exact_by_blocks", exact_attention_by_blocks)
 
+def last_token_embedding(ids):
+    # One text per forward, its last token, L2-normalised in float64.
+    with torch.inference_mode():
+        h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
+    return torch.nn.functional.normalize(h.double(), dim=0)
+
 def embed_cosine(ids, ref, attn):
     # Cosine of the model's last-token embedding (attention `attn`, the model's dtype) with `ref`.
     saved = model.config._attn_implementation
     model.config._attn_implementation = attn
-    with torch.inference_mode():
-        h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
+    got = last_token_embedding(ids)
     model.config._attn_implementation = saved
-    got = torch.nn.functional.normalize(h.double(), dim=0)
     return float(torch.dot(got, ref.to(got.device)))
 
 def write_model_and_cases(out):
@@ -122,9 +126,7 @@ def write_model_and_cases(out):
     cases = []
     for n in map(int, env("FIDELITY_LENGTHS", "1 16 512 2048 8192 32768").split()):
         ids = torch.randint(0, cfg.vocab_size, (n,), generator=g).tolist()
-        with torch.inference_mode():
-            h = model(input_ids=torch.tensor([ids], device=device)).last_hidden_state[0, -1]
-        emb = torch.nn.functional.normalize(h.double(), dim=0)
+        emb = last_token_embedding(ids)
         cases.append({"name": f"random_{n}", "ids": ids, "embedding": [float(x) for x in emb]})
         if n <= int(env("REF_CHECK_MAX", "8192")):
             # The reference's own check: float32 SDPA (its math path) where it fits.
