@@ -325,3 +325,75 @@ fn bench_gpu_matches_a_float64_reference_on_the_4b_attention_layout() {
         );
     }
 }
+
+/// Against transformers itself, not a copy of its math: `benches/torch_baseline.py` (the GPU
+/// check's reference) builds a random Qwen3 with PyTorch on the CPU and writes its f32
+/// embeddings of 1 to 2,048 random tokens; ours must equal them in f32 to float rounding and
+/// stay within bf16's drift in bf16. It caught the reference's own bug: `.to(bf16)` had rounded
+/// the rotary frequencies, which moved the reference 9e-6 off at 2,048 tokens here and to 0.47
+/// at 32,768 on the 4B shape (issue 40).
+#[test]
+fn bench_gpu_matches_transformers_from_one_to_2048_tokens() {
+    let Some(python) = crate::util::torch_python() else {
+        return;
+    };
+    let t = TestDir::new();
+    t.run(&["make-tiny-model", "--out", "tok"], 0);
+    let out = std::process::Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/torch_baseline.py"
+        ))
+        .env("MODEL_OUT", t.join("model"))
+        .env("TOKENIZER", t.join("tok/tokenizer.json"))
+        .env("FIDELITY_OUT", t.join("fidelity.json"))
+        .env("FIDELITY_LENGTHS", "1 16 512 2048")
+        .env("SHAPE", "tiny")
+        .env("DEVICE", "cpu")
+        .env("BENCH", "0")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "torch_baseline.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The reference is sound: PyTorch's own bf16 forward stays near it at every length.
+    let peer = json_lines(&out);
+    let peer: Vec<f64> = peer
+        .iter()
+        .filter(|l| l["event"] == "peer_fidelity")
+        .map(|l| l["cosine"].as_f64().unwrap())
+        .collect();
+    assert_eq!(peer.len(), 4, "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(peer.iter().all(|&c| c >= 0.9999), "PyTorch bf16: {peer:?}");
+    for (dtype, floor) in [("f32", 1.0 - 1e-9), ("bf16", 0.999)] {
+        let lines = json_lines(&t.run(
+            &[
+                "bench-gpu",
+                "--model-dir",
+                "model",
+                "--devices",
+                "cpu",
+                "--dtype",
+                dtype,
+                "--skip-uniform",
+                "--skip-mix",
+                "--fidelity",
+                "fidelity.json",
+            ],
+            0,
+        ));
+        let cosines: Vec<f64> = lines
+            .iter()
+            .filter(|l| l["event"] == "fidelity")
+            .map(|l| l["cosine"].as_f64().unwrap())
+            .collect();
+        assert_eq!(cosines.len(), 4, "{lines:?}");
+        assert!(
+            cosines.iter().all(|&c| c >= floor),
+            "{dtype}: cosines {cosines:?} below {floor}"
+        );
+    }
+}

@@ -230,6 +230,25 @@ pub fn python(code: &str, module: &str, required_env: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// A Python with PyTorch and transformers: `EMBEDFLEET_TORCH_PYTHON` (CI makes a venv of its
+/// own for them), else `python3`; `None` when it has neither and `EMBEDFLEET_REQUIRE_TORCH` is
+/// not set.
+pub fn torch_python() -> Option<String> {
+    let python = std::env::var("EMBEDFLEET_TORCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = std::process::Command::new(&python)
+        .args(["-c", "import torch, transformers"])
+        .output();
+    if probe.is_ok_and(|o| o.status.success()) {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("EMBEDFLEET_REQUIRE_TORCH").is_none(),
+        "EMBEDFLEET_REQUIRE_TORCH is set but {python} cannot import torch and transformers"
+    );
+    eprintln!("skipping the transformers check: {python} has no torch/transformers");
+    None
+}
+
 /// id -> (vector, n_chunks) of every shard recorded in run.db; panics on a duplicate id.
 pub fn shard_rows(run_dir: &Path) -> std::collections::BTreeMap<String, (Vec<f32>, i16)> {
     let db = embedfleet_core::rundb::RunDb::open(run_dir).unwrap();
