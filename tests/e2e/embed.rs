@@ -297,33 +297,42 @@ fn bench_gpu_matches_a_float64_reference_on_the_4b_attention_layout() {
     t.run(&["make-tiny-model", "--out", "tiny"], 0);
     std::fs::copy(t.join("tiny/tokenizer.json"), out.join("tokenizer.json")).unwrap();
     for (dtype, floor) in [("f32", 0.9999999), ("bf16", 0.9999)] {
-        let lines = json_lines(&t.run(
-            &[
-                "bench-gpu",
-                "--model-dir",
-                "model",
-                "--devices",
-                "cpu",
-                "--dtype",
-                dtype,
-                "--skip-uniform",
-                "--skip-mix",
-                "--fidelity",
-                "model/fidelity.json",
-            ],
-            0,
-        ));
-        let cosines: Vec<f64> = lines
-            .iter()
-            .filter(|l| l["event"] == "fidelity")
-            .map(|l| l["cosine"].as_f64().unwrap())
-            .collect();
-        assert_eq!(cosines.len(), 3, "{lines:?}");
+        let cosines = fidelity_cosines(&t, dtype, "model/fidelity.json");
+        assert_eq!(cosines.len(), 3);
         assert!(
             cosines.iter().all(|&c| c >= floor),
             "{dtype}: cosines {cosines:?} below {floor}"
         );
     }
+}
+
+/// `bench-gpu --fidelity` of the model in `model/` on the CPU in `dtype`: each case's cosine.
+fn fidelity_cosines(t: &TestDir, dtype: &str, cases: &str) -> Vec<f64> {
+    let lines = json_lines(&t.run(
+        &[
+            "bench-gpu",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--dtype",
+            dtype,
+            "--skip-uniform",
+            "--skip-mix",
+            "--fidelity",
+            cases,
+        ],
+        0,
+    ));
+    assert!(
+        lines.iter().all(|l| l["event"] != "fidelity_error"),
+        "{lines:?}"
+    );
+    lines
+        .iter()
+        .filter(|l| l["event"] == "fidelity")
+        .map(|l| l["cosine"].as_f64().unwrap())
+        .collect()
 }
 
 /// Against transformers itself, not a copy of its math: `benches/torch_baseline.py` (the GPU
@@ -369,28 +378,8 @@ fn bench_gpu_matches_transformers_from_one_to_2048_tokens() {
     assert_eq!(peer.len(), 4, "{}", String::from_utf8_lossy(&out.stdout));
     assert!(peer.iter().all(|&c| c >= 0.9999), "PyTorch bf16: {peer:?}");
     for (dtype, floor) in [("f32", 1.0 - 1e-9), ("bf16", 0.999)] {
-        let lines = json_lines(&t.run(
-            &[
-                "bench-gpu",
-                "--model-dir",
-                "model",
-                "--devices",
-                "cpu",
-                "--dtype",
-                dtype,
-                "--skip-uniform",
-                "--skip-mix",
-                "--fidelity",
-                "fidelity.json",
-            ],
-            0,
-        ));
-        let cosines: Vec<f64> = lines
-            .iter()
-            .filter(|l| l["event"] == "fidelity")
-            .map(|l| l["cosine"].as_f64().unwrap())
-            .collect();
-        assert_eq!(cosines.len(), 4, "{lines:?}");
+        let cosines = fidelity_cosines(&t, dtype, "fidelity.json");
+        assert_eq!(cosines.len(), 4);
         assert!(
             cosines.iter().all(|&c| c >= floor),
             "{dtype}: cosines {cosines:?} below {floor}"
