@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A GPU fault, cornered in one device run: the same few measurements, each in a fresh process,
-# under A/B switches, so that one run says which kernel faults and which change brings it. For
-# the GPU machine of the device tool (no Rust; the binary comes packed by benches/gpu-pack.sh):
+# A GPU question, cornered in one device run: the same few measurements, each in a fresh
+# process, under A/B switches, so that one run says which kernel faults, which change brings
+# it, or which is faster. For the GPU machine of the device tool (no Rust; the binary comes
+# packed by benches/gpu-pack.sh):
 #
 #   run(command="bash benches/gpu-diagnose.sh", carry=["target-gpu"], timeout_s=560)
 #
-# Setup: the binary (target-gpu/embedfleet.xz), the 4B-shape random model and the fidelity
-# cases (benches/torch_baseline.py with BENCH=0: no peer timings), the mix of gpu-check.sh.
+# Setup: the binary (target-gpu/embedfleet.xz), the 4B-shape random model, the fidelity cases,
+# PyTorch's profile of PROFILE_SHAPES and its throughput on UNIFORM_SHAPES (one
+# benches/torch_baseline.py process, PEER_MIX=0: no mix; the `peer` line of diag.jsonl), the
+# mix of gpu-check.sh.
 # Then each experiment NAME is `bench-gpu ARGS` under ENV, cut at EXP_LIMIT s; a line of
 # $OUT/diag.jsonl says how it ended, its first error, and the named frames of its backtrace.
 #
@@ -34,6 +37,7 @@
 #
 #   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
 #        PROFILE_SHAPES=64x512,16x2048,1x32768 UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768
+#        FIDELITY_LENGTHS="1 16 … 32768" PYTHON=python3 TORCH_DEVICE=cuda SHAPE=4b (the torch step)
 #        HARD_LIMIT=530 (every experiment ends by then) EXP_LIMIT=60 (best: 150) EXPERIMENTS="fid_default fid_sync ..." (default: all, in the order above)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -44,6 +48,9 @@ HARD_LIMIT=${HARD_LIMIT:-530}
 EXP_LIMIT=${EXP_LIMIT:-60}
 PROFILE_SHAPES=${PROFILE_SHAPES:-64x512,16x2048,1x32768}
 UNIFORM_SHAPES=${UNIFORM_SHAPES:-64x512,16x2048,4x8192,1x32768}
+FIDELITY_LENGTHS=${FIDELITY_LENGTHS:-1 16 64 100 500 512 2048 8192 32768}
+# The PyTorch side (a CPU dry run: PYTHON=venv/bin/python TORCH_DEVICE=cpu SHAPE=tiny)
+PYTHON=${PYTHON:-python3} TORCH_DEVICE=${TORCH_DEVICE:-cuda} SHAPE=${SHAPE:-4b}
 START=$(date +%s)
 LOG=$OUT/diag.log
 : >"$LOG"
@@ -78,13 +85,20 @@ json.dump(mix[:48], open(sys.argv[2], "w"))
 PY
 
 if [ ! -s "$MODEL/config.json" ] || [ ! -s "$WORK/fidelity.json" ]; then
-  say "model and fidelity cases (torch, BENCH=0)"
+  say "model, fidelity cases, PyTorch's profile and its uniform shapes (torch)"
   "$BIN" make-tiny-model --out "$WORK/tok" >/dev/null
   MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
-    FIDELITY_LENGTHS="1 16 64 100 500 512 2048 8192 32768" BENCH=0 DEVICE=cuda \
-    PROFILE_SHAPES="${PROFILE_SHAPES//,/ }" \
-    timeout 200 python3 benches/torch_baseline.py >"$WORK/model.out" 2>"$WORK/model.err"
+    FIDELITY_LENGTHS=$FIDELITY_LENGTHS DEVICE=$TORCH_DEVICE SHAPE=$SHAPE \
+    PROFILE_SHAPES="${PROFILE_SHAPES//,/ }" UNIFORM_SHAPES=$UNIFORM_SHAPES PEER_MIX=0 \
+    timeout 240 "$PYTHON" benches/torch_baseline.py >"$WORK/model.out" 2>"$WORK/model.err"
   say "model: rc $?"
+  # PyTorch's uniform shapes from this run, beside which the uni_ experiments are read.
+  python3 - "$WORK/model.out" >>"$OUT/diag.jsonl" <<'PY' || true
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1], errors="replace") if l.startswith("{")]
+print(json.dumps({"experiment": "peer", "rc": 0, "tok_per_s": {
+    l["label"]: l["real_tok_per_s"] for l in lines if l.get("event") == "bench"}}))
+PY
 fi
 [ -s "$WORK/fidelity.json" ] || { say "no fidelity cases: $(tail -n3 "$WORK/model.err")"; pack; exit 1; }
 

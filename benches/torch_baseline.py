@@ -15,6 +15,7 @@
 #      SHAPE=4b|tiny  LAYERS=N (that shape's width, N layers)  DEVICE=cuda|cpu  BENCH=1 (0: model and cases only)
 #      PROFILE_SHAPES="16x2048 ...": PyTorch's profiler, op by op, on those uniform shapes (before BENCH)
 #      UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768  UNIFORM_FORWARDS=4 (two warm up first; all timed)
+#      PEER_MIX=0: stop after the uniform shapes (no mix, no study batches)
 #      MIX_PAPERS=240  MIX_OUT=file (the mix's token lengths, for `bench-gpu --mix`)
 #      MIX_IN=file (a JSON list of token lengths instead of the seeded mix; characters ~4.2 a token)
 #      STUDY_PAPERS (default: all): the study's padded batches on the first N papers only
@@ -231,6 +232,9 @@ for shape in env("UNIFORM_SHAPES", "64x512,16x2048,4x8192,1x32768").split(","):
     except Exception as e:
         log(event="error", label=f"uniform_b{B}_t{T}", err=str(e)[:300])
     free()
+
+if env("PEER_MIX", "1") != "1":  # the uniform shapes only (gpu-diagnose.sh's same-run peer)
+    sys.exit(0)
 
 # (b) paper-like mix: lognormal chars, ~4.2 chars/token, capped at 32k tokens
 if env("MIX_IN"):

@@ -194,31 +194,17 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
         t.join("work/fidelity.json"),
     )
     .unwrap();
-    let out = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/gpu-diagnose.sh"
-        ))
-        .env("BIN", env!("CARGO_BIN_EXE_embedfleet"))
-        .env("DEVICE", "cpu")
-        .env("OUT", t.join("out"))
-        .env("WORK", t.join("work"))
-        .env(
-            "EXPERIMENTS",
-            "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default uni_release",
-        )
-        .env("PROFILE_SHAPES", "2x64,1x128")
-        .env("UNIFORM_SHAPES", "2x64")
-        .env_remove("EMBEDFLEET_ATTENTION")
-        .output()
-        .expect("bash runs");
-    let log = std::fs::read_to_string(t.join("out/diag.log")).unwrap_or_default();
-    assert!(out.status.success(), "{log}");
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(t.join("out/diag.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (lines, log) = run_diagnosis(
+        &t,
+        &[
+            (
+                "EXPERIMENTS",
+                "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default uni_release",
+            ),
+            ("PROFILE_SHAPES", "2x64,1x128"),
+            ("UNIFORM_SHAPES", "2x64"),
+        ],
+    );
     let names: Vec<&str> = lines
         .iter()
         .map(|l| l["experiment"].as_str().unwrap())
@@ -333,4 +319,77 @@ fn the_diagnosis_best_run_takes_the_switches_measured_faster_and_faithful() {
     assert_eq!(best_env(&faithful), "EF_GEMM_LT=1 EF_NO_EVENT_TRACKING=1");
     // Nothing measured: the defaults.
     assert_eq!(best_env(""), "");
+}
+
+/// `gpu-diagnose.sh` whole, the PyTorch side included, as a CPU dry run (tiny shape): one
+/// torch process writes the model and transformers' fidelity cases, profiles a shape and
+/// times the uniform shapes (the `peer` line); then ours is read beside it, and matches
+/// transformers to float rounding from 1 to 2,048 tokens.
+#[test]
+fn the_diagnosis_script_runs_the_pytorch_side_and_ours_beside_it() {
+    let Some(python) = crate::util::torch_python() else {
+        return;
+    };
+    let t = TestDir::new();
+    let (lines, log) = run_diagnosis(
+        &t,
+        &[
+            ("PYTHON", python.as_str()),
+            ("TORCH_DEVICE", "cpu"),
+            ("SHAPE", "tiny"),
+            ("FIDELITY_LENGTHS", "1 16 512 2048"),
+            ("UNIFORM_SHAPES", "2x64,1x128"),
+            ("PROFILE_SHAPES", "2x64"),
+            ("EXPERIMENTS", "fid_default uni_default"),
+            ("HF_HUB_OFFLINE", "1"),
+        ],
+    );
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l["experiment"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["peer", "fid_default", "uni_default"], "{log}");
+    for shape in ["uniform_b2_t64", "uniform_b1_t128"] {
+        for line in [&lines[0], &lines[2]] {
+            assert!(line["tok_per_s"][shape].as_f64().unwrap() > 0.0, "{line}");
+        }
+    }
+    let cosines = lines[1]["cosines"].as_object().unwrap();
+    assert_eq!(cosines.len(), 4, "{}", lines[1]);
+    assert!(
+        cosines.values().all(|c| c.as_f64().unwrap() >= 1.0 - 1e-9),
+        "{}",
+        lines[1]
+    );
+    let model_out = std::fs::read_to_string(t.join("work/model.out")).unwrap();
+    assert!(
+        model_out.contains("\"event\": \"torch_profile\""),
+        "{model_out}"
+    );
+}
+
+/// Runs `benches/gpu-diagnose.sh` on the CPU with the test binary, `out/` and `work/` in `t`,
+/// under `envs`; its `diag.jsonl` lines and its log, once it exited 0.
+fn run_diagnosis(t: &TestDir, envs: &[(&str, &str)]) -> (Vec<serde_json::Value>, String) {
+    let out = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/gpu-diagnose.sh"
+        ))
+        .env("BIN", env!("CARGO_BIN_EXE_embedfleet"))
+        .env("DEVICE", "cpu")
+        .env("OUT", t.join("out"))
+        .env("WORK", t.join("work"))
+        .envs(envs.iter().copied())
+        .env_remove("EMBEDFLEET_ATTENTION")
+        .output()
+        .expect("bash runs");
+    let log = std::fs::read_to_string(t.join("out/diag.log")).unwrap_or_default();
+    assert!(out.status.success(), "{log}");
+    let lines = std::fs::read_to_string(t.join("out/diag.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (lines, log)
 }
