@@ -18,7 +18,7 @@
 #   seq_*     the mix, then the fidelity cases, in one process (how the first run faulted)
 #   uni_*     the uniform shapes of gpu-check.sh alone, 4 forwards each (throughput, no profile)
 #   prof_*    EF_PROFILE_STAGES=1 on the PROFILE_SHAPES: each stage of the forward timed between
-#             two synchronizations, beside PyTorch's profiler on the same shapes (model.out)
+#             two synchronizations, beside PyTorch's profiler on the same shapes (peer.out)
 #   *_sync    CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1: the faulting launch reports its own error
 #   *_static  EF_SDPA_DYNAMIC=0: no dynamic-shape plans sharing one kernel cache (the default)
 #   *_dynamic EF_SDPA_DYNAMIC=1: dynamic-shape plans sharing one kernel cache
@@ -64,7 +64,7 @@ pack() {
 trap pack EXIT
 
 MODEL=$WORK/qwen3-4b-random
-if [ -z "${BIN:-}" ]; then # BIN=path: a binary of your own (and a model and cases already in $WORK)
+if [ -z "${BIN:-}" ]; then # BIN=path: a binary of your own (a CPU dry run)
   BIN=$WORK/embedfleet
   python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
     target-gpu/embedfleet.xz "$BIN" && chmod +x "$BIN" || { say "unpack failed"; exit 1; }
@@ -83,24 +83,6 @@ mix = [max(16, min(32768, c * 10 // 42)) for c in chars]
 json.dump(mix, open(sys.argv[1], "w"))
 json.dump(mix[:48], open(sys.argv[2], "w"))
 PY
-
-if [ ! -s "$MODEL/config.json" ] || [ ! -s "$WORK/fidelity.json" ]; then
-  say "model, fidelity cases, PyTorch's profile and its uniform shapes (torch)"
-  "$BIN" make-tiny-model --out "$WORK/tok" >/dev/null
-  MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
-    FIDELITY_LENGTHS=$FIDELITY_LENGTHS DEVICE=$TORCH_DEVICE SHAPE=$SHAPE \
-    PROFILE_SHAPES="${PROFILE_SHAPES//,/ }" UNIFORM_SHAPES=$UNIFORM_SHAPES PEER_MIX=0 \
-    timeout 240 "$PYTHON" benches/torch_baseline.py >"$WORK/model.out" 2>"$WORK/model.err"
-  say "model: rc $?"
-  # PyTorch's uniform shapes from this run, beside which the uni_ experiments are read.
-  python3 - "$WORK/model.out" >>"$OUT/diag.jsonl" <<'PY' || true
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1], errors="replace") if l.startswith("{")]
-print(json.dumps({"experiment": "peer", "rc": 0, "tok_per_s": {
-    l["label"]: l["real_tok_per_s"] for l in lines if l.get("event") == "bench"}}))
-PY
-fi
-[ -s "$WORK/fidelity.json" ] || { say "no fidelity cases: $(tail -n3 "$WORK/model.err")"; pack; exit 1; }
 
 summarize() { # NAME RC SECS ENV: one line of diag.jsonl from NAME.out / NAME.err
   python3 - "$WORK/$1.out" "$WORK/$1.err" "$1" "$2" "$3" "$4" >>"$OUT/diag.jsonl" <<'PY'
@@ -128,6 +110,22 @@ print(json.dumps({
 }))
 PY
 }
+
+if [ ! -s "$MODEL/config.json" ] || [ ! -s "$WORK/fidelity.json" ]; then
+  say "model, fidelity cases, PyTorch's profile and its uniform shapes (torch)"
+  "$BIN" make-tiny-model --out "$WORK/tok" >/dev/null
+  t0=$(date +%s)
+  MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
+    FIDELITY_LENGTHS=$FIDELITY_LENGTHS DEVICE=$TORCH_DEVICE SHAPE=$SHAPE \
+    PROFILE_SHAPES="${PROFILE_SHAPES//,/ }" UNIFORM_SHAPES=$UNIFORM_SHAPES PEER_MIX=0 \
+    timeout 240 "$PYTHON" benches/torch_baseline.py >"$WORK/peer.out" 2>"$WORK/peer.err"
+  rc=$?
+  say "peer: rc $rc"
+  # PyTorch's uniform shapes from this run, beside which the uni_ experiments are read.
+  summarize peer "$rc" "$(($(date +%s) - t0))" "PEER_MIX=0" || true
+fi
+[ -s "$WORK/fidelity.json" ] || { say "no fidelity cases: $(tail -n3 "$WORK/peer.err")"; pack; exit 1; }
+
 
 declare -A ENVS=(
   [default]="" [sync]="CUDA_LAUNCH_BLOCKING=1 EF_SDPA_SYNC=1" [static]="EF_SDPA_DYNAMIC=0"

@@ -1,6 +1,6 @@
-//! A/B switches of the forward for the GPU check (`benches/gpu-diagnose.sh`): each puts back
-//! the way before a change, in one build, so that one device run compares both. Off unless
-//! the variable is `1`; read once per process, not per layer.
+//! Switches of the forward for the GPU check (`benches/gpu-diagnose.sh`): the A/B ones put back
+//! the way before a change, in one build, so that one device run compares both; one turns the
+//! stage profile on. Off unless the variable is `1`; read once per process, not per layer.
 
 use std::sync::OnceLock;
 
@@ -19,14 +19,21 @@ pub(crate) enum AbSwitch {
     NoEventTracking,
     /// `EF_GEMM_LT`: bf16 projections through cuBLASLt instead of candle's cuBLAS call.
     GemmLt,
+    /// `EF_POOL_RELEASE`: the GPU's memory pool keeps CUDA's default (freed memory handed
+    /// back at every synchronization).
+    PoolRelease,
+    /// `EF_PROFILE_STAGES`: each stage of the forward timed between two synchronizations.
+    ProfileStages,
 }
 
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 7] = [
     "EF_FUSED_QK_COPY",
     "EF_FUSED_ZERO_ALL",
     "EF_LAST_LAYER_ALL_ROWS",
     "EF_NO_EVENT_TRACKING",
     "EF_GEMM_LT",
+    "EF_POOL_RELEASE",
+    "EF_PROFILE_STAGES",
 ];
 
 impl AbSwitch {

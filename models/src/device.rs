@@ -81,7 +81,7 @@ impl DeviceSpec {
                 })?;
                 #[cfg(feature = "cuda")]
                 if let Device::Cuda(d) = &device {
-                    let kept = pool::keep_freed_memory(&d.cuda_stream().context().clone());
+                    let kept = pool::keep_freed_memory(d.cuda_stream().context());
                     tracing::debug!(device = %self, kept, "memory pool keeps freed memory");
                     // EF_NO_EVENT_TRACKING=1 (an A/B switch for the GPU check): no CUDA event
                     // recorded per tensor use. Each worker computes on its own stream with

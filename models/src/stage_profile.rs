@@ -18,8 +18,7 @@ pub struct StageTime {
 }
 
 fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EF_PROFILE_STAGES").as_deref() == Ok("1"))
+    crate::ab_switch::AbSwitch::ProfileStages.on()
 }
 
 fn table() -> &'static Mutex<BTreeMap<&'static str, (u64, f64)>> {

@@ -205,10 +205,7 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
             ("UNIFORM_SHAPES", "2x64"),
         ],
     );
-    let names: Vec<&str> = lines
-        .iter()
-        .map(|l| l["experiment"].as_str().unwrap())
-        .collect();
+    let names = experiments(&lines);
     assert_eq!(
         names,
         [
@@ -344,10 +341,7 @@ fn the_diagnosis_script_runs_the_pytorch_side_and_ours_beside_it() {
             ("HF_HUB_OFFLINE", "1"),
         ],
     );
-    let names: Vec<&str> = lines
-        .iter()
-        .map(|l| l["experiment"].as_str().unwrap())
-        .collect();
+    let names = experiments(&lines);
     assert_eq!(names, ["peer", "fid_default", "uni_default"], "{log}");
     for shape in ["uniform_b2_t64", "uniform_b1_t128"] {
         for line in [&lines[0], &lines[2]] {
@@ -361,10 +355,10 @@ fn the_diagnosis_script_runs_the_pytorch_side_and_ours_beside_it() {
         "{}",
         lines[1]
     );
-    let model_out = std::fs::read_to_string(t.join("work/model.out")).unwrap();
+    let peer_out = std::fs::read_to_string(t.join("work/peer.out")).unwrap();
     assert!(
-        model_out.contains("\"event\": \"torch_profile\""),
-        "{model_out}"
+        peer_out.contains("\"event\": \"torch_profile\""),
+        "{peer_out}"
     );
 }
 
@@ -392,4 +386,12 @@ fn run_diagnosis(t: &TestDir, envs: &[(&str, &str)]) -> (Vec<serde_json::Value>,
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     (lines, log)
+}
+
+/// The `experiment` of each `diag.jsonl` line, in order.
+fn experiments(lines: &[serde_json::Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|l| l["experiment"].as_str().unwrap())
+        .collect()
 }

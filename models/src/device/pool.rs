@@ -33,7 +33,7 @@ mod cuda {
     /// Raises the release threshold of the device's default pool to keep freed memory (unless
     /// `EF_POOL_RELEASE=1`); returns whether it did.
     pub fn keep_freed_memory(ctx: &CudaContext) -> bool {
-        if std::env::var("EF_POOL_RELEASE").as_deref() == Ok("1") {
+        if crate::ab_switch::AbSwitch::PoolRelease.on() {
             return false;
         }
         let Some(pool) = default_pool(ctx) else {

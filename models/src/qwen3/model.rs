@@ -291,7 +291,13 @@ impl Layer {
         let normed = stage("norm", dev, || self.input_layernorm.forward(x))?;
         let h = self.self_attn.forward(&normed, rot, ctx)?;
         let x = stage("residual", dev, || x + h)?;
-        let normed = stage("norm", dev, || self.post_attention_layernorm.forward(&x))?;
+        self.mlp_residual(&x)
+    }
+
+    /// The layer's second half: `x` plus the MLP of its post-attention norm.
+    fn mlp_residual(&self, x: &Tensor) -> Result<Tensor> {
+        let dev = x.device();
+        let normed = stage("norm", dev, || self.post_attention_layernorm.forward(x))?;
         let h = self.mlp.forward(&normed)?;
         stage("residual", dev, || x + h)
     }
@@ -314,9 +320,7 @@ impl Layer {
             .index_select(rows, 0)?;
         let h = stage("o_proj", dev, || project(&self.self_attn.o_proj, &attended))?;
         let x = stage("residual", dev, || x.index_select(rows, 0)? + h)?;
-        let normed = stage("norm", dev, || self.post_attention_layernorm.forward(&x))?;
-        let h = self.mlp.forward(&normed)?;
-        stage("residual", dev, || x + h)
+        self.mlp_residual(&x)
     }
 }
 
