@@ -32,6 +32,8 @@
 #             (CUDA's default, and ours before the pool kept it)
 #   *_noevents EF_NO_EVENT_TRACKING=1: no CUDA event recorded per tensor use (cudarc's tracking)
 #   *_gemmlt  EF_GEMM_LT=1: the projections through cuBLASLt, not candle's cuBLAS call
+#   *_fusedew EF_FUSED_ELEMENTWISE=1: SwiGLU, and each residual add with the norm after it, one
+#             kernel each (ours, models/cuda/elementwise.cu), not candle's ops
 #   best      `ours` of gpu-check.sh under the switches this run found faster (uni_) by 1 % or
 #             more without losing fidelity (fid_ ≥ 0.999 where run); none: the defaults
 #
@@ -132,7 +134,7 @@ declare -A ENVS=(
   [dynamic]="EF_SDPA_DYNAMIC=1" [before]="EF_FUSED_QK_COPY=1 EF_FUSED_ZERO_ALL=1"
   [lastall]="EF_LAST_LAYER_ALL_ROWS=1" [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
   [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1" [noevents]="EF_NO_EVENT_TRACKING=1"
-  [gemmlt]="EF_GEMM_LT=1"
+  [gemmlt]="EF_GEMM_LT=1" [fusedew]="EF_FUSED_ELEMENTWISE=1"
 )
 declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
@@ -185,7 +187,8 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     runs[d["experiment"]] = d
-ENV = {"gemmlt": "EF_GEMM_LT=1", "noevents": "EF_NO_EVENT_TRACKING=1", "release": "EF_POOL_RELEASE=1"}
+ENV = {"gemmlt": "EF_GEMM_LT=1", "noevents": "EF_NO_EVENT_TRACKING=1", "release": "EF_POOL_RELEASE=1",
+       "fusedew": "EF_FUSED_ELEMENTWISE=1"}
 base = runs.get("uni_default", {})
 chosen = []
 for switch, env in ENV.items():
@@ -207,7 +210,8 @@ PY
 # The default: the fidelity against the corrected reference (the fall with length was the
 # reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, the
 # memory pool kept against handed back, without event tracking, the projections through
-# cuBLASLt (fidelity, then throughput), then gpu-check.sh's `ours` (the mix) as it stands.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release uni_noevents fid_gemmlt uni_gemmlt best"}
+# cuBLASLt and our fused elementwise kernels (fidelity, then throughput each), then
+# gpu-check.sh's `ours` (the mix) under the switches found worth it.
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release uni_noevents fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

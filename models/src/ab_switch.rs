@@ -24,9 +24,12 @@ pub(crate) enum AbSwitch {
     PoolRelease,
     /// `EF_PROFILE_STAGES`: each stage of the forward timed between two synchronizations.
     ProfileStages,
+    /// `EF_FUSED_ELEMENTWISE`: SwiGLU, and each residual add with the norm after it, as one
+    /// kernel each (`elementwise.rs`) instead of candle's ops.
+    FusedElementwise,
 }
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     "EF_FUSED_QK_COPY",
     "EF_FUSED_ZERO_ALL",
     "EF_LAST_LAYER_ALL_ROWS",
@@ -34,6 +37,7 @@ const NAMES: [&str; 7] = [
     "EF_GEMM_LT",
     "EF_POOL_RELEASE",
     "EF_PROFILE_STAGES",
+    "EF_FUSED_ELEMENTWISE",
 ];
 
 impl AbSwitch {

@@ -14,6 +14,7 @@ pub mod attention;
 pub mod attention_check;
 pub mod attention_plan;
 pub mod device;
+pub mod elementwise;
 pub mod error;
 pub mod family;
 #[cfg(feature = "cuda")]

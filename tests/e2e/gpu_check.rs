@@ -307,13 +307,24 @@ fn the_diagnosis_best_run_takes_the_switches_measured_faster_and_faithful() {
 {"experiment": "uni_noevents", "rc": 0, "tok_per_s": {"a": 101, "b": 201}}
 {"experiment": "fid_gemmlt", "rc": 0, "cosines": {"x": 0.9995, "y": 0.998}}
 {"experiment": "uni_gemmlt", "rc": 0, "tok_per_s": {"a": 120, "b": 240}}
+{"experiment": "fid_fusedew", "rc": 1, "cosines": {}}
+{"experiment": "uni_fusedew", "rc": 0, "tok_per_s": {"a": 110, "b": 220}}
 "#;
-    // noevents gains 0.75 %: not enough; gemmlt is faster but loses fidelity; release is slower.
+    // noevents gains 0.75 %: not enough; gemmlt is faster but loses fidelity; release is
+    // slower; fusedew is faster but its fidelity run failed.
     assert_eq!(best_env(measured), "");
     let faithful = measured
         .replace("\"y\": 0.998", "\"y\": 0.9991")
         .replace("\"a\": 101", "\"a\": 103");
     assert_eq!(best_env(&faithful), "EF_GEMM_LT=1 EF_NO_EVENT_TRACKING=1");
+    let fused_ran = faithful.replace(
+        r#""fid_fusedew", "rc": 1, "cosines": {}"#,
+        r#""fid_fusedew", "rc": 0, "cosines": {"x": 0.9993}"#,
+    );
+    assert_eq!(
+        best_env(&fused_ran),
+        "EF_GEMM_LT=1 EF_NO_EVENT_TRACKING=1 EF_FUSED_ELEMENTWISE=1"
+    );
     // Nothing measured: the defaults.
     assert_eq!(best_env(""), "");
 }
@@ -337,12 +348,25 @@ fn the_diagnosis_script_runs_the_pytorch_side_and_ours_beside_it() {
             ("FIDELITY_LENGTHS", "1 16 512 2048"),
             ("UNIFORM_SHAPES", "2x64,1x128"),
             ("PROFILE_SHAPES", "2x64"),
-            ("EXPERIMENTS", "fid_default uni_default"),
+            ("EXPERIMENTS", "fid_default uni_default fid_fusedew"),
             ("HF_HUB_OFFLINE", "1"),
         ],
     );
     let names = experiments(&lines);
-    assert_eq!(names, ["peer", "fid_default", "uni_default"], "{log}");
+    assert_eq!(
+        names,
+        ["peer", "fid_default", "uni_default", "fid_fusedew"],
+        "{log}"
+    );
+    // Our fused elementwise arithmetic (on the CPU under the same switch) keeps the fidelity.
+    assert_eq!(lines[3]["env"], "EF_FUSED_ELEMENTWISE=1", "{}", lines[3]);
+    let fused = lines[3]["cosines"].as_object().unwrap();
+    assert_eq!(fused.len(), 4, "{}", lines[3]);
+    assert!(
+        fused.values().all(|c| c.as_f64().unwrap() >= 1.0 - 1e-9),
+        "{}",
+        lines[3]
+    );
     for shape in ["uniform_b2_t64", "uniform_b1_t128"] {
         for line in [&lines[0], &lines[2]] {
             assert!(line["tok_per_s"][shape].as_f64().unwrap() > 0.0, "{line}");

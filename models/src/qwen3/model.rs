@@ -20,6 +20,7 @@ use candle_nn::Linear;
 
 use super::config::Config;
 use crate::attention::{AttentionKernel, AttnContext};
+use crate::elementwise::Elementwise;
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
 use crate::projection::project;
@@ -247,12 +248,12 @@ impl Mlp {
     }
 }
 
-impl Module for Mlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl Mlp {
+    fn forward(&self, x: &Tensor, ew: Elementwise) -> Result<Tensor> {
         // silu(gate) * up over the two halves of one product.
         let dev = x.device();
         let gate_up = stage("gate_up_proj", dev, || project(&self.gate_up_proj, x))?;
-        let h = stage("swiglu", dev, || candle_nn::ops::swiglu(&gate_up))?;
+        let h = stage("swiglu", dev, || ew.swiglu(&gate_up))?;
         stage("down_proj", dev, || project(&self.down_proj, &h))
     }
 }
@@ -286,20 +287,21 @@ impl Layer {
         })
     }
 
-    fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
-        let dev = x.device();
-        let normed = stage("norm", dev, || self.input_layernorm.forward(x))?;
-        let h = self.self_attn.forward(&normed, rot, ctx)?;
-        let x = stage("residual", dev, || x + h)?;
-        self.mlp_residual(&x)
-    }
-
-    /// The layer's second half: `x` plus the MLP of its post-attention norm.
-    fn mlp_residual(&self, x: &Tensor) -> Result<Tensor> {
-        let dev = x.device();
-        let normed = stage("norm", dev, || self.post_attention_layernorm.forward(x))?;
-        let h = self.mlp.forward(&normed)?;
-        stage("residual", dev, || x + h)
+    /// The layer on `x`, whose input norm `normed` the step before computed (fused with its
+    /// residual add); returns the layer's output and `next` (the next layer's input norm) of it.
+    fn forward(
+        &self,
+        x: &Tensor,
+        normed: &Tensor,
+        rot: &Rotary,
+        ctx: &AttnContext,
+        next: &RmsNorm,
+        ew: Elementwise,
+    ) -> Result<(Tensor, Tensor)> {
+        let h = self.self_attn.forward(normed, rot, ctx)?;
+        let (x, normed) = add_then_norm(x, &h, &self.post_attention_layernorm, ew)?;
+        let h = self.mlp.forward(&normed, ew)?;
+        add_then_norm(&x, &h, next, ew)
     }
 
     /// The layer's output at the rows `rows` of `x` only (`[rows, H]`). Attention still reads
@@ -308,20 +310,40 @@ impl Layer {
     fn forward_rows(
         &self,
         x: &Tensor,
+        normed: &Tensor,
         rot: &Rotary,
         ctx: &AttnContext,
         rows: &Tensor,
+        ew: Elementwise,
     ) -> Result<Tensor> {
         let dev = x.device();
-        let normed = stage("norm", dev, || self.input_layernorm.forward(x))?;
         let attended = self
             .self_attn
-            .attend(&normed, rot, ctx)?
+            .attend(normed, rot, ctx)?
             .index_select(rows, 0)?;
         let h = stage("o_proj", dev, || project(&self.self_attn.o_proj, &attended))?;
-        let x = stage("residual", dev, || x.index_select(rows, 0)? + h)?;
-        self.mlp_residual(&x)
+        let (x, normed) = add_then_norm(
+            &x.index_select(rows, 0)?,
+            &h,
+            &self.post_attention_layernorm,
+            ew,
+        )?;
+        let h = self.mlp.forward(&normed, ew)?;
+        stage("residual", dev, || x + h)
     }
+}
+
+/// The residual `x + h` and `norm` of it: one kernel with [`Elementwise::Fused`], an add and
+/// candle's norm otherwise.
+fn add_then_norm(
+    x: &Tensor,
+    h: &Tensor,
+    norm: &RmsNorm,
+    ew: Elementwise,
+) -> Result<(Tensor, Tensor)> {
+    stage("residual_norm", x.device(), || {
+        ew.add_rms_norm(x, h, &norm.weight, norm.eps)
+    })
 }
 
 /// Everything `layers` needs, computed once per forward.
@@ -339,6 +361,7 @@ pub struct Qwen3Model {
     norm: RmsNorm,
     rotary: RotaryTable,
     kernel: AttentionKernel,
+    elementwise: Elementwise,
     dtype: DType,
     device: Device,
 }
@@ -357,6 +380,7 @@ impl Qwen3Model {
             norm: RmsNorm::load(w, "norm", cfg.hidden_size, cfg.rms_norm_eps)?,
             rotary: RotaryTable::new(cfg, w.dtype(), w.device())?,
             kernel: AttentionKernel::Blockwise,
+            elementwise: Elementwise::from_env(),
             dtype: w.dtype(),
             device: w.device().clone(),
         })
@@ -366,6 +390,12 @@ impl Qwen3Model {
     /// after its self-test).
     pub fn set_attention_kernel(&mut self, kernel: AttentionKernel) {
         self.kernel = kernel;
+    }
+
+    /// Runs the elementwise steps (SwiGLU, residual add and norm) with `ew` from now on (the
+    /// default: [`Elementwise::from_env`]).
+    pub fn set_elementwise(&mut self, ew: Elementwise) {
+        self.elementwise = ew;
     }
 
     /// The attention kernel in use.
@@ -410,18 +440,24 @@ impl Qwen3Model {
         let Some((final_layer, layers)) = self.layers.split_last() else {
             return prepared.hidden.index_select(&last, 0);
         };
+        let (rot, ctx) = (&prepared.rotary, &prepared.ctx);
         let mut x = prepared.hidden.clone();
-        for layer in layers {
-            x = layer.forward(&x, &prepared.rotary, &prepared.ctx)?;
+        let mut normed = stage("norm", &self.device, || {
+            self.layers[0].input_layernorm.forward(&x)
+        })?;
+        for (i, layer) in layers.iter().enumerate() {
+            let next = &self.layers[i + 1].input_layernorm;
+            (x, normed) = layer.forward(&x, &normed, rot, ctx, next, self.elementwise)?;
         }
         // EF_LAST_LAYER_ALL_ROWS=1 (an A/B switch for the GPU check): the last layer on every
         // row, as the others, and its pooled rows taken after.
         if crate::ab_switch::AbSwitch::LastLayerAllRows.on() {
+            let all = Tensor::arange(0u32, x.dim(0)? as u32, &self.device)?;
             return final_layer
-                .forward(&x, &prepared.rotary, &prepared.ctx)?
+                .forward_rows(&x, &normed, rot, ctx, &all, self.elementwise)?
                 .index_select(&last, 0);
         }
-        final_layer.forward_rows(&x, &prepared.rotary, &prepared.ctx, &last)
+        final_layer.forward_rows(&x, &normed, rot, ctx, &last, self.elementwise)
     }
 
     /// Final norm of the pooled rows `layers` returned, computed in f32: `[n_spans, H]` (not
@@ -440,9 +476,13 @@ mod tests {
     use crate::qwen3::tiny::{random_weights, tiny_config};
 
     fn tiny_model() -> Qwen3Model {
+        tiny_model_in(DType::F32)
+    }
+
+    fn tiny_model_in(dtype: DType) -> Qwen3Model {
         let cfg = tiny_config();
         let tensors = random_weights(&cfg, 7).unwrap().into_iter().collect();
-        let w = Weights::from_tensors(tensors, "tiny", DType::F32, &Device::Cpu);
+        let w = Weights::from_tensors(tensors, "tiny", dtype, &Device::Cpu);
         Qwen3Model::new(&cfg, &w).unwrap()
     }
 
@@ -505,5 +545,39 @@ mod tests {
         let b = values(&model.layers(&padded, &spans).unwrap());
         assert_eq!(a.len(), 3 * 128);
         assert_eq!(a, b);
+    }
+
+    /// The fused elementwise steps give the pooled rows of candle's ops: to f32 rounding in
+    /// f32, within bf16's drift in bf16 (where they round at other points, so not bit-equal:
+    /// the fused path did run).
+    #[test]
+    fn the_fused_elementwise_forward_pools_the_rows_of_candles_ops() {
+        let (spans, ids) = spans_and_ids();
+        for (dtype, floor) in [(DType::F32, 1.0 - 1e-9), (DType::BF16, 0.999)] {
+            let mut model = tiny_model_in(dtype);
+            let run = |model: &Qwen3Model| {
+                let prepared = model.prepare(&ids, spans.clone(), 16).unwrap();
+                let pooled = model.layers(&prepared, &spans).unwrap();
+                let rows = model.pool(&pooled).unwrap();
+                rows.to_vec2::<f32>().unwrap()
+            };
+            model.set_elementwise(Elementwise::Candle);
+            let candle = run(&model);
+            model.set_elementwise(Elementwise::Fused);
+            let fused = run(&model);
+            assert_eq!(fused.len(), 3);
+            for (a, b) in candle.iter().zip(&fused) {
+                let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+                let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+                let cosine = dot / (norm(a) * norm(b));
+                assert!(cosine >= floor, "{dtype:?}: cosine {cosine}");
+            }
+            if dtype == DType::BF16 {
+                assert_ne!(
+                    candle, fused,
+                    "bf16: the fused path rounds at its own points"
+                );
+            }
+        }
     }
 }
