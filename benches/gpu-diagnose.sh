@@ -32,6 +32,7 @@
 #             (CUDA's default, and ours before the pool kept it)
 #   *_noevents EF_NO_EVENT_TRACKING=1: no CUDA event recorded per tensor use (cudarc's tracking)
 #   *_gemmlt  EF_GEMM_LT=1: the projections through cuBLASLt, not candle's cuBLAS call
+#   *_cublasws EF_CUBLAS_WORKSPACE=1: candle's cuBLAS handle given a 32 MiB workspace (PyTorch's)
 #   *_fusedew EF_FUSED_ELEMENTWISE=1: SwiGLU, and each residual add with the norm after it, one
 #             kernel each (ours, models/cuda/elementwise.cu), not candle's ops
 #   best      `ours` of gpu-check.sh under the switches this run found faster (uni_) by 1 % or
@@ -135,6 +136,7 @@ declare -A ENVS=(
   [lastall]="EF_LAST_LAYER_ALL_ROWS=1" [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
   [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1" [noevents]="EF_NO_EVENT_TRACKING=1"
   [gemmlt]="EF_GEMM_LT=1" [fusedew]="EF_FUSED_ELEMENTWISE=1"
+  [cublasws]="EF_CUBLAS_WORKSPACE=1"
 )
 declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
@@ -188,7 +190,7 @@ for line in open(sys.argv[1]):
         continue
     runs[d["experiment"]] = d
 ENV = {"gemmlt": "EF_GEMM_LT=1", "noevents": "EF_NO_EVENT_TRACKING=1", "release": "EF_POOL_RELEASE=1",
-       "fusedew": "EF_FUSED_ELEMENTWISE=1"}
+       "fusedew": "EF_FUSED_ELEMENTWISE=1", "cublasws": "EF_CUBLAS_WORKSPACE=1"}
 base = runs.get("uni_default", {})
 chosen = []
 for switch, env in ENV.items():
@@ -209,9 +211,9 @@ PY
 
 # The default: the fidelity against the corrected reference (the fall with length was the
 # reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, the
-# memory pool kept against handed back, without event tracking, the projections through
-# cuBLASLt and our fused elementwise kernels (fidelity, then throughput each), then
-# gpu-check.sh's `ours` (the mix) under the switches found worth it.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release uni_noevents fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best"}
+# memory pool kept against handed back, without event tracking, cuBLAS with a workspace, the
+# projections through cuBLASLt and our fused elementwise kernels (fidelity, then throughput
+# each), then gpu-check.sh's `ours` (the mix) under the switches found worth it.
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release uni_noevents uni_cublasws fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

@@ -27,9 +27,11 @@ pub(crate) enum AbSwitch {
     /// `EF_FUSED_ELEMENTWISE`: SwiGLU, and each residual add with the norm after it, as one
     /// kernel each (`elementwise.rs`) instead of candle's ops.
     FusedElementwise,
+    /// `EF_CUBLAS_WORKSPACE`: candle's cuBLAS handle given a 32 MiB workspace.
+    CublasWorkspace,
 }
 
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 9] = [
     "EF_FUSED_QK_COPY",
     "EF_FUSED_ZERO_ALL",
     "EF_LAST_LAYER_ALL_ROWS",
@@ -38,6 +40,7 @@ const NAMES: [&str; 8] = [
     "EF_POOL_RELEASE",
     "EF_PROFILE_STAGES",
     "EF_FUSED_ELEMENTWISE",
+    "EF_CUBLAS_WORKSPACE",
 ];
 
 impl AbSwitch {

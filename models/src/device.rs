@@ -90,6 +90,10 @@ impl DeviceSpec {
                         // SAFETY: no tensor of this device is shared with another stream.
                         unsafe { d.disable_event_tracking() };
                     }
+                    match crate::projection::give_cublas_a_workspace(d) {
+                        Ok(given) => tracing::debug!(device = %self, given, "cuBLAS workspace"),
+                        Err(e) => tracing::warn!(device = %self, "no cuBLAS workspace: {e}"),
+                    }
                 }
                 Ok(device)
             }

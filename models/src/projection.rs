@@ -3,6 +3,11 @@
 //! ones on a GPU through cuBLASLt instead, with its heuristic and a workspace (32 MiB on sm_90),
 //! the route TEI takes for its candle backend. Same arithmetic (bf16 in and out, f32
 //! accumulation); measured against candle's by `gpu-diagnose.sh` before it can be a default.
+//!
+//! `EF_CUBLAS_WORKSPACE=1` (another A/B switch) keeps candle's cuBLAS call but gives its handle
+//! a 32 MiB workspace, as PyTorch gives its own handles: candle sets none, and cuBLAS then
+//! runs without the workspace NVIDIA recommends on Hopper (32 MiB), where some of its faster
+//! kernels (split-K, stream-K) need one.
 
 use candle_core::{Module, Result, Tensor};
 use candle_nn::Linear;
@@ -14,6 +19,40 @@ pub fn project(lin: &Linear, x: &Tensor) -> Result<Tensor> {
         return x.apply_op2_no_bwd(lin.weight(), &lt::LtMatmul);
     }
     lin.forward(x)
+}
+
+/// Gives the cuBLAS handle of `dev` (candle's, which every candle matmul on it uses) a
+/// workspace of its own, under `EF_CUBLAS_WORKSPACE=1`; returns whether it did. The buffer
+/// lives as long as the process: the handle keeps using it.
+#[cfg(feature = "cuda")]
+pub fn give_cublas_a_workspace(dev: &candle_core::cuda_backend::CudaDevice) -> Result<bool> {
+    use candle_core::cuda_backend::cudarc::cublas::sys;
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
+    use std::sync::{Mutex, OnceLock};
+
+    const WORKSPACE: usize = 32 << 20;
+    if !crate::ab_switch::AbSwitch::CublasWorkspace.on() {
+        return Ok(false);
+    }
+    static KEPT: OnceLock<Mutex<Vec<CudaSlice<u8>>>> = OnceLock::new();
+    let buffer = dev.alloc_zeros::<u8>(WORKSPACE)?;
+    let stream = dev.cuda_stream();
+    let (ptr, guard) = buffer.device_ptr(&stream);
+    let blas = dev.cublas_handle();
+    // SAFETY: a live device buffer of WORKSPACE bytes, kept for the rest of the process, on
+    // the stream the handle computes on.
+    let rc = unsafe {
+        sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut std::ffi::c_void, WORKSPACE)
+    };
+    drop(guard);
+    if rc != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        candle_core::bail!("cublasSetWorkspace: {rc:?}");
+    }
+    KEPT.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(buffer);
+    Ok(true)
 }
 
 #[cfg(feature = "cuda")]
