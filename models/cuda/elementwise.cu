@@ -136,7 +136,54 @@ __device__ void add_rms_norm(const __nv_bfloat16* __restrict__ x,
     }
 }
 
+// One warp per (row, head): the head's RMSNorm (`w`, f32 sum of squares, rounded to bf16 as
+// candle's norm rounds), then the rotary of that row's position (rotate-half, f32, rounded once),
+// written into `out` [rows, heads, hd]; rows at or past `tokens` (the fused attention's padding)
+// are zeros. `qkv` rows hold `row_heads` heads; this one's start at head `first`. hd is even.
+__device__ void qk_norm_rope(const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ w,
+                             const __nv_bfloat16* __restrict__ cos, const __nv_bfloat16* __restrict__ sin,
+                             __nv_bfloat16* __restrict__ out, uint64_t tokens, uint64_t rows,
+                             uint32_t row_heads, uint32_t first, uint32_t heads, uint32_t hd, float eps) {
+    const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const unsigned lane = threadIdx.x % 32;
+    if (warp >= rows * heads) return;  // whole warps leave together: blockDim is a multiple of 32
+    const uint64_t row = warp / heads;
+    const uint32_t head = warp % heads;
+    __nv_bfloat16* dst = out + warp * hd;
+    if (row >= tokens) {
+        for (uint32_t i = lane; i < hd; i += 32) dst[i] = __float2bfloat16(0.0f);
+        return;
+    }
+    const __nv_bfloat16* src = qkv + (row * row_heads + first + head) * hd;
+    float squares = 0.0f;
+    for (uint32_t i = lane; i < hd; i += 32) {
+        const float v = __bfloat162float(src[i]);
+        squares += v * v;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    const float inv = rsqrtf(squares / (float)hd + eps);
+    const uint32_t half = hd / 2;
+    for (uint32_t i = lane; i < half; i += 32) {
+        const float a = __bfloat162float(__float2bfloat16(__bfloat162float(src[i]) * inv * __bfloat162float(w[i])));
+        const float b = __bfloat162float(
+            __float2bfloat16(__bfloat162float(src[i + half]) * inv * __bfloat162float(w[i + half])));
+        const float c = __bfloat162float(cos[row * half + i]);
+        const float s = __bfloat162float(sin[row * half + i]);
+        dst[i] = __float2bfloat16(a * c - b * s);
+        dst[i + half] = __float2bfloat16(a * s + b * c);
+    }
+}
+
 }  // namespace
+
+extern "C" __global__ void ef_qk_norm_rope_bf16(const __nv_bfloat16* qkv, const __nv_bfloat16* w,
+                                                const __nv_bfloat16* cos, const __nv_bfloat16* sin,
+                                                __nv_bfloat16* out, uint64_t tokens, uint64_t rows,
+                                                uint32_t row_heads, uint32_t first, uint32_t heads,
+                                                uint32_t hd, float eps) {
+    qk_norm_rope(qkv, w, cos, sin, out, tokens, rows, row_heads, first, heads, hd, eps);
+}
 
 // `gate_up` is [rows, 2 * inter] (gate then up), `out` [rows, inter]. The _v8 kernels take
 // 16-byte aligned rows (inter a multiple of 8, aligned pointers); the host checks.

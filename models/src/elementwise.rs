@@ -66,10 +66,40 @@ impl Elementwise {
     /// Fused, and `t` a 2-D tensor of a dtype the kernels take, on a device whose kernels
     /// passed their first-use check.
     fn fuses(self, t: &Tensor) -> bool {
-        self == Elementwise::Fused
-            && t.rank() == 2
-            && matches!(t.dtype(), DType::BF16 | DType::F32)
-            && trusted(t)
+        t.rank() == 2 && self.fuses_any_rank(t)
+    }
+
+    fn fuses_any_rank(self, t: &Tensor) -> bool {
+        self == Elementwise::Fused && matches!(t.dtype(), DType::BF16 | DType::F32) && trusted(t)
+    }
+
+    /// Per-head RMSNorm (weight `norm`, `[hd]`) then rotary (`cos`, `sin`: `[rows, hd / 2]`, a
+    /// row per token's position) of the heads `first..first + heads` of `qkv`
+    /// (`[T, row_heads, hd]`, contiguous), in `rows ≥ T` rows, zeros past `T`: `[rows, heads,
+    /// hd]`. `None` where this mode does not fuse it (the caller runs candle's ops).
+    #[allow(clippy::too_many_arguments)]
+    pub fn qk_norm_rope(
+        self,
+        qkv: &Tensor,
+        first: usize,
+        heads: usize,
+        norm: &Tensor,
+        eps: f32,
+        cos: &Tensor,
+        sin: &Tensor,
+        rows: usize,
+    ) -> Result<Option<Tensor>> {
+        if !(self.fuses_any_rank(qkv) && qkv.rank() == 3 && qkv.is_contiguous()) {
+            return Ok(None);
+        }
+        let op = QkNormRope {
+            first,
+            heads,
+            rows: rows.max(qkv.dim(0)?),
+            eps,
+            sin: sin.clone(),
+        };
+        qkv.apply_op3_no_bwd(norm, cos, &op).map(Some)
     }
 }
 
@@ -88,6 +118,15 @@ fn trusted(t: &Tensor) -> bool {
 }
 
 struct Swiglu;
+
+/// See [`Elementwise::qk_norm_rope`]; `sin` rides along (a custom op takes three tensors).
+struct QkNormRope {
+    first: usize,
+    heads: usize,
+    rows: usize,
+    eps: f32,
+    sin: Tensor,
+}
 
 struct AddRmsNorm {
     eps: f32,
@@ -144,6 +183,44 @@ pub mod cpu {
         }
         sums.extend(normed);
         sums
+    }
+
+    /// `qkv`: `tokens × row_heads × hd`; `cos`, `sin`: `rows × hd/2` (at least `tokens` rows);
+    /// returns `rows × heads × hd`, heads `first..first + heads` normed and rotated, zeros past
+    /// `tokens`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qk_norm_rope<T: WithDType>(
+        qkv: &[T],
+        row_heads: usize,
+        first: usize,
+        heads: usize,
+        w: &[T],
+        eps: f32,
+        cos: &[T],
+        sin: &[T],
+        rows: usize,
+    ) -> Vec<T> {
+        let hd = w.len();
+        let half = hd / 2;
+        let tokens = qkv.len() / (row_heads * hd);
+        let mut out = vec![T::zero(); rows * heads * hd];
+        for t in 0..tokens {
+            for h in 0..heads {
+                let src = &qkv[(t * row_heads + first + h) * hd..][..hd];
+                let f = |v: &T| v.to_f64() as f32;
+                let squares: f32 = src.iter().map(|v| f(v) * f(v)).sum();
+                let inv = 1.0 / (squares / hd as f32 + eps).sqrt();
+                let dst = &mut out[(t * heads + h) * hd..][..hd];
+                for i in 0..half {
+                    let a = round::<T>(f(&src[i]) * inv * f(&w[i]));
+                    let b = round::<T>(f(&src[i + half]) * inv * f(&w[i + half]));
+                    let (c, s) = (f(&cos[t * half + i]), f(&sin[t * half + i]));
+                    dst[i] = T::from_f64((a * c - b * s) as f64);
+                    dst[i + half] = T::from_f64((a * s + b * c) as f64);
+                }
+            }
+        }
+        out
     }
 }
 
@@ -218,6 +295,109 @@ impl candle_core::CustomOp3 for AddRmsNorm {
     }
 }
 
+impl QkNormRope {
+    /// `(tokens, row_heads, hd)` of `qkv`, checked against the weight, the tables and the op.
+    fn dims(&self, qkv_l: &Layout, w_l: &Layout, cos_l: &Layout) -> Result<(usize, usize, usize)> {
+        let (tokens, row_heads, hd) = qkv_l.shape().dims3()?;
+        let (sin_l, half) = (self.sin.layout(), hd / 2);
+        let fits = hd % 2 == 0
+            && self.first + self.heads <= row_heads
+            && w_l.shape().dims() == [hd]
+            && cos_l.shape().dims() == [self.rows, half]
+            && sin_l.shape().dims() == [self.rows, half]
+            && self.rows >= tokens;
+        if !fits {
+            candle_core::bail!(
+                "qk_norm_rope: qkv {:?}, heads {}..{}, norm {:?}, cos {:?}, sin {:?}, {} rows",
+                qkv_l.shape(),
+                self.first,
+                self.first + self.heads,
+                w_l.shape(),
+                cos_l.shape(),
+                sin_l.shape(),
+                self.rows
+            );
+        }
+        Ok((tokens, row_heads, hd))
+    }
+}
+
+impl candle_core::CustomOp3 for QkNormRope {
+    fn name(&self) -> &'static str {
+        "fused-qk-norm-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        qkv: &CpuStorage,
+        qkv_l: &Layout,
+        w: &CpuStorage,
+        w_l: &Layout,
+        cos: &CpuStorage,
+        cos_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (_, row_heads, hd) = self.dims(qkv_l, w_l, cos_l)?;
+        let (sin_storage, sin_l) = self.sin.storage_and_layout();
+        let candle_core::Storage::Cpu(sin) = &*sin_storage else {
+            candle_core::bail!("qk_norm_rope: the sin table is not on the CPU");
+        };
+        let (first, heads, rows, eps) = (self.first, self.heads, self.rows, self.eps);
+        let out = match (qkv, w, cos, sin) {
+            (
+                CpuStorage::BF16(_),
+                CpuStorage::BF16(_),
+                CpuStorage::BF16(_),
+                CpuStorage::BF16(_),
+            ) => CpuStorage::BF16(cpu::qk_norm_rope(
+                values(qkv, qkv_l)?,
+                row_heads,
+                first,
+                heads,
+                values(w, w_l)?,
+                eps,
+                values(cos, cos_l)?,
+                values(sin, sin_l)?,
+                rows,
+            )),
+            (CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_)) => {
+                CpuStorage::F32(cpu::qk_norm_rope(
+                    values(qkv, qkv_l)?,
+                    row_heads,
+                    first,
+                    heads,
+                    values(w, w_l)?,
+                    eps,
+                    values(cos, cos_l)?,
+                    values(sin, sin_l)?,
+                    rows,
+                ))
+            }
+            _ => candle_core::bail!("qk_norm_rope: every tensor of one dtype, bf16 or f32"),
+        };
+        Ok((out, Shape::from((rows, heads, hd))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        qkv: &candle_core::cuda_backend::CudaStorage,
+        qkv_l: &Layout,
+        w: &candle_core::cuda_backend::CudaStorage,
+        w_l: &Layout,
+        cos: &candle_core::cuda_backend::CudaStorage,
+        cos_l: &Layout,
+    ) -> Result<(candle_core::cuda_backend::CudaStorage, Shape)> {
+        let (tokens, row_heads, hd) = self.dims(qkv_l, w_l, cos_l)?;
+        gpu::qk_norm_rope(
+            self,
+            (tokens, row_heads, hd),
+            (qkv, qkv_l),
+            (w, w_l),
+            (cos, cos_l),
+        )
+    }
+}
+
 fn check_shapes(x_l: &Layout, h_l: &Layout, w_l: &Layout) -> Result<()> {
     let (_, hidden) = x_l.shape().dims2()?;
     if x_l.shape() != h_l.shape() || w_l.shape().dims() != [hidden] {
@@ -252,6 +432,7 @@ mod gpu {
         swiglu_v1: CudaFunction,
         add_norm_v8: CudaFunction,
         add_norm_v1: CudaFunction,
+        qk_norm_rope: CudaFunction,
     }
 
     fn kernels(dev: &CudaDevice) -> Result<Arc<Kernels>> {
@@ -274,6 +455,7 @@ mod gpu {
             swiglu_v1: f("ef_swiglu_bf16_v1")?,
             add_norm_v8: f("ef_add_rms_norm_bf16_v8")?,
             add_norm_v1: f("ef_add_rms_norm_bf16_v1")?,
+            qk_norm_rope: f("ef_qk_norm_rope_bf16")?,
         });
         loaded.insert(dev.id(), k.clone());
         Ok(k)
@@ -351,6 +533,67 @@ mod gpu {
         Ok((
             CudaStorage::wrap_cuda_slice(out, dev),
             Shape::from((rows as usize, inter as usize)),
+        ))
+    }
+
+    type Arg<'a> = (&'a CudaStorage, &'a Layout);
+
+    pub(super) fn qk_norm_rope(
+        op: &super::QkNormRope,
+        (tokens, row_heads, hd): (usize, usize, usize),
+        (qkv, qkv_l): Arg<'_>,
+        (w, w_l): Arg<'_>,
+        (cos, cos_l): Arg<'_>,
+    ) -> Result<(CudaStorage, Shape)> {
+        let dev = qkv.device.clone();
+        let (sin_storage, sin_l) = op.sin.storage_and_layout();
+        let candle_core::Storage::Cuda(sin) = &*sin_storage else {
+            candle_core::bail!("qk_norm_rope: the sin table is not on the GPU");
+        };
+        let (qv, wv, cv, sv) = (
+            view(qkv, qkv_l)?,
+            view(w, w_l)?,
+            view(cos, cos_l)?,
+            view(sin, sin_l)?,
+        );
+        let k = kernels(&dev)?;
+        let out_len = op.rows * op.heads * hd;
+        // SAFETY: the kernel writes every value: the tokens' rows, and zeros past them.
+        let out = unsafe { dev.alloc::<bf16>(out_len)? };
+        let warps = (op.rows * op.heads) as u64;
+        let blocks = (warps * 32).div_ceil(256) as u32;
+        let (tokens, rows) = (tokens as u64, op.rows as u64);
+        let (row_heads, first, heads, hd32) = (
+            row_heads as u32,
+            op.first as u32,
+            op.heads as u32,
+            hd as u32,
+        );
+        let stream = dev.cuda_stream();
+        let mut launch = stream.launch_builder(&k.qk_norm_rope);
+        launch
+            .arg(&qv)
+            .arg(&wv)
+            .arg(&cv)
+            .arg(&sv)
+            .arg(&out)
+            .arg(&tokens)
+            .arg(&rows)
+            .arg(&row_heads)
+            .arg(&first)
+            .arg(&heads)
+            .arg(&hd32)
+            .arg(&op.eps);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: as the kernel's signature; the shapes were checked by `QkNormRope::dims`.
+        unsafe { launch.launch(cfg) }.w()?;
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, dev),
+            Shape::from((op.rows, op.heads, hd)),
         ))
     }
 
@@ -437,6 +680,36 @@ pub fn self_check(dev: &candle_core::Device) -> Result<()> {
         let got = on(&x)?.apply_op3_no_bwd(&on(&h)?, &on(&w)?, &op)?;
         close("add_rms_norm", &want, &got)?;
     }
+    // q/k norm and rotary: heads 2..5 of rows of 6 heads of 16, 9 tokens in 12 rows.
+    let (tokens, rows, row_heads, hd) = (9usize, 12usize, 6usize, 16usize);
+    let table = |seed: u64, n: usize, shape: (usize, usize)| -> Result<Tensor> {
+        let v: Vec<f32> = (0..n as u64)
+            .map(|i| ((i * 2_654_435_761 + seed * 97) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        Tensor::from_vec(v, shape, &cpu)?.to_dtype(DType::BF16)
+    };
+    let qkv = table(5, tokens * row_heads * hd, (tokens * row_heads, hd))?
+        .affine(3.0, 0.0)?
+        .reshape((tokens, row_heads, hd))?;
+    let w = table(6, hd, (1, hd))?.reshape(hd)?;
+    let (cos, sin) = (
+        table(7, rows * hd / 2, (rows, hd / 2))?,
+        table(8, rows * hd / 2, (rows, hd / 2))?,
+    );
+    let op = |sin: &Tensor| QkNormRope {
+        first: 2,
+        heads: 3,
+        rows,
+        eps: 1e-6,
+        sin: sin.clone(),
+    };
+    let want = qkv.apply_op3_no_bwd(&w, &cos, &op(&sin))?;
+    let got = qkv.to_device(dev)?.apply_op3_no_bwd(
+        &w.to_device(dev)?,
+        &cos.to_device(dev)?,
+        &op(&sin.to_device(dev)?),
+    )?;
+    close("qk_norm_rope", &want, &got)?;
     Ok(())
 }
 
@@ -548,6 +821,60 @@ mod tests {
         let got = tensor(&[1.0, 2.0, 3.1], (1, 3), DType::F32);
         let err = close("swiglu", &want, &got).unwrap_err().to_string();
         assert!(err.contains("swiglu: value 2"), "{err}");
+    }
+
+    /// q/k norm and rotary in one op: the heads asked for, normed by candle's rms_norm and
+    /// rotated by candle's rope_thd (to f32 rounding; within a bf16 step in bf16), then zero rows
+    /// up to the padded count.
+    #[test]
+    fn qk_norm_rope_is_candles_norm_then_rope_in_padded_rows() {
+        let (tokens, rows, row_heads, hd, first, heads) = (5, 8, 6, 8, 4, 2);
+        for (dtype, tol) in [(DType::F32, 1e-5f32), (DType::BF16, 1.0 / 64.0)] {
+            let qkv = tensor(
+                &pseudo(tokens * row_heads * hd, 9),
+                (tokens * row_heads, hd),
+                dtype,
+            )
+            .reshape((tokens, row_heads, hd))
+            .unwrap();
+            let w = tensor(&pseudo(hd, 10), (1, hd), dtype).reshape(hd).unwrap();
+            let angles = |f: fn(f32) -> f32| -> Tensor {
+                let v: Vec<f32> = (0..rows * hd / 2).map(|i| f(i as f32 * 0.37)).collect();
+                tensor(&v, (rows, hd / 2), dtype)
+            };
+            let (cos, sin) = (angles(f32::cos), angles(f32::sin));
+            let fused = Elementwise::Fused
+                .qk_norm_rope(&qkv, first, heads, &w, 1e-6, &cos, &sin, rows)
+                .unwrap()
+                .expect("the CPU fuses");
+            assert_eq!(fused.dims(), &[rows, heads, hd]);
+            assert_eq!(
+                Elementwise::Candle
+                    .qk_norm_rope(&qkv, first, heads, &w, 1e-6, &cos, &sin, rows)
+                    .unwrap()
+                    .map(|t| t.dims().to_vec()),
+                None
+            );
+            let part = qkv.narrow(1, first, heads).unwrap().contiguous().unwrap();
+            let normed = candle_nn::ops::rms_norm(&part, &w, 1e-6).unwrap();
+            let t_cos = cos.narrow(0, 0, tokens).unwrap();
+            let t_sin = sin.narrow(0, 0, tokens).unwrap();
+            let plain =
+                candle_nn::rotary_emb::rope_thd(&normed.unsqueeze(0).unwrap(), &t_cos, &t_sin)
+                    .unwrap();
+            let got = flat(&fused);
+            let want = flat(&plain);
+            for (a, b) in got[..want.len()].iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= tol * b.abs().max(1.0),
+                    "{dtype:?} {a} vs {b}"
+                );
+            }
+            assert!(
+                got[want.len()..].iter().all(|v| *v == 0.0),
+                "{dtype:?}: padding"
+            );
+        }
     }
 
     /// `Candle` is candle's ops; `Fused` the fused ones, which round differently in bf16.

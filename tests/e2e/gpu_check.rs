@@ -261,6 +261,7 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
             "swiglu",
             "down_proj",
             "norm",
+            "residual_norm",
         ] {
             assert!(stages.contains(&want), "{shape} lacks {want}: {prof}");
         }

@@ -165,8 +165,14 @@ impl Attention {
         })
     }
 
-    fn forward(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
-        let attended = self.attend(x, rot, ctx)?;
+    fn forward(
+        &self,
+        x: &Tensor,
+        rot: &Rotary,
+        ctx: &AttnContext,
+        ew: Elementwise,
+    ) -> Result<Tensor> {
+        let attended = self.attend(x, rot, ctx, ew)?;
         stage("o_proj", x.device(), || project(&self.o_proj, &attended))
     }
 
@@ -179,23 +185,27 @@ impl Attention {
         qkv: &Tensor,
         rot: &Rotary,
         rows: usize,
+        ew: Elementwise,
     ) -> Result<(Tensor, Tensor)> {
+        let one = |first: usize, heads: usize, norm: &RmsNorm| -> Result<Tensor> {
+            let (w, eps) = (&norm.weight, norm.eps);
+            if let Some(t) = ew.qk_norm_rope(qkv, first, heads, w, eps, &rot.cos, &rot.sin, rows)? {
+                return Ok(t);
+            }
+            rot.apply(&norm.forward(&pad_rows(&qkv.narrow(1, first, heads)?, rows)?)?)
+        };
         let (nh, nkv) = (self.n_heads, self.n_kv);
-        let q = rot.apply(
-            &self
-                .q_norm
-                .forward(&pad_rows(&qkv.narrow(1, 0, nh)?, rows)?)?,
-        )?;
-        let k = rot.apply(
-            &self
-                .k_norm
-                .forward(&pad_rows(&qkv.narrow(1, nh, nkv)?, rows)?)?,
-        )?;
-        Ok((q, k))
+        Ok((one(0, nh, &self.q_norm)?, one(nh, nkv, &self.k_norm)?))
     }
 
     /// Every token's attention output before `o_proj`: `[T, n_heads * head_dim]`.
-    fn attend(&self, x: &Tensor, rot: &Rotary, ctx: &AttnContext) -> Result<Tensor> {
+    fn attend(
+        &self,
+        x: &Tensor,
+        rot: &Rotary,
+        ctx: &AttnContext,
+        ew: Elementwise,
+    ) -> Result<Tensor> {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
         let dev = x.device();
@@ -205,7 +215,7 @@ impl Attention {
             hd,
         ))?;
         let (q, k) = stage("qk_norm_rope", dev, || {
-            self.normed_rotated_qk(&qkv, rot, ctx.rows)
+            self.normed_rotated_qk(&qkv, rot, ctx.rows, ew)
         })?;
         // v stays a view: each kernel makes the one copy it needs (the blockwise path its
         // head-major copy, the fused one its padded buffer), not a second one here.
@@ -298,7 +308,7 @@ impl Layer {
         next: &RmsNorm,
         ew: Elementwise,
     ) -> Result<(Tensor, Tensor)> {
-        let h = self.self_attn.forward(normed, rot, ctx)?;
+        let h = self.self_attn.forward(normed, rot, ctx, ew)?;
         let (x, normed) = add_then_norm(x, &h, &self.post_attention_layernorm, ew)?;
         let h = self.mlp.forward(&normed, ew)?;
         add_then_norm(&x, &h, next, ew)
@@ -319,7 +329,7 @@ impl Layer {
         let dev = x.device();
         let attended = self
             .self_attn
-            .attend(normed, rot, ctx)?
+            .attend(normed, rot, ctx, ew)?
             .index_select(rows, 0)?;
         let h = stage("o_proj", dev, || project(&self.self_attn.o_proj, &attended))?;
         let (x, normed) = add_then_norm(
@@ -504,6 +514,12 @@ mod tests {
     /// ones' values in their first rows and zeros after.
     #[test]
     fn q_and_k_made_in_padded_rows_are_the_tokens_then_zeros() {
+        for ew in [Elementwise::Candle, Elementwise::Fused] {
+            q_and_k_in_padded_rows(ew);
+        }
+    }
+
+    fn q_and_k_in_padded_rows(ew: Elementwise) {
         let model = tiny_model();
         let (spans, ids) = spans_and_ids();
         let prepared = model.prepare(&ids, spans.clone(), 16).unwrap();
@@ -515,9 +531,11 @@ mod tests {
             .unwrap()
             .reshape((t, nh + 2 * nkv, hd))
             .unwrap();
-        let (q, k) = attn.normed_rotated_qk(&qkv, &prepared.rotary, t).unwrap();
+        let (q, k) = attn
+            .normed_rotated_qk(&qkv, &prepared.rotary, t, ew)
+            .unwrap();
         let padded_rot = model.rotary.gather(&spans, 64).unwrap();
-        let (qp, kp) = attn.normed_rotated_qk(&qkv, &padded_rot, 64).unwrap();
+        let (qp, kp) = attn.normed_rotated_qk(&qkv, &padded_rot, 64, ew).unwrap();
         for (plain, padded, heads) in [(&q, &qp, nh), (&k, &kp, nkv)] {
             assert_eq!(padded.dims(), &[64, heads, hd]);
             assert!(padded.is_contiguous());
