@@ -33,8 +33,8 @@
 #   *_noevents EF_NO_EVENT_TRACKING=1: no CUDA event recorded per tensor use (cudarc's tracking)
 #   *_gemmlt  EF_GEMM_LT=1: the projections through cuBLASLt, not candle's cuBLAS call
 #   *_cublasws EF_CUBLAS_WORKSPACE=1: candle's cuBLAS handle given a 32 MiB workspace (PyTorch's)
-#   *_fusedew EF_FUSED_ELEMENTWISE=1: SwiGLU, and each residual add with the norm after it, one
-#             kernel each (ours, models/cuda/elementwise.cu), not candle's ops
+#   *_fusedew EF_FUSED_ELEMENTWISE=1: SwiGLU, each residual add with the norm after it, and q/k's
+#             head norm with the rotary, one kernel each (ours, models/cuda/elementwise.cu)
 #   best      `ours` of gpu-check.sh under the switches this run found faster (uni_) by 1 % or
 #             more without losing fidelity (fid_ ≥ 0.999 where run); none: the defaults
 #

@@ -24,8 +24,8 @@ pub(crate) enum AbSwitch {
     PoolRelease,
     /// `EF_PROFILE_STAGES`: each stage of the forward timed between two synchronizations.
     ProfileStages,
-    /// `EF_FUSED_ELEMENTWISE`: SwiGLU, and each residual add with the norm after it, as one
-    /// kernel each (`elementwise.rs`) instead of candle's ops.
+    /// `EF_FUSED_ELEMENTWISE`: SwiGLU, each residual add with the RMSNorm after it, and q/k's
+    /// head norm with the rotary, one kernel each (`elementwise.rs`) instead of candle's ops.
     FusedElementwise,
     /// `EF_CUBLAS_WORKSPACE`: candle's cuBLAS handle given a 32 MiB workspace.
     CublasWorkspace,

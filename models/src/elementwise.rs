@@ -1,9 +1,11 @@
-//! The forward's two elementwise steps, each as one pass over memory: SwiGLU over the halves of
-//! the gate/up product, and a residual add together with the RMSNorm that reads its sum.
+//! The forward's elementwise steps, each as one pass over memory: SwiGLU over the halves of the
+//! gate/up product, a residual add together with the RMSNorm that reads its sum, and q's and
+//! k's head norm together with the rotary, written into the attention's padded rows.
 //!
 //! candle's SwiGLU (`candle_nn::ops::swiglu`) is a silu then a multiply over strided halves:
 //! two passes, per-element index arithmetic, and a copy of the strides to the device each; a
-//! residual add then a norm read and write the hidden state twice. On a GPU these are our own
+//! residual add then a norm read and write the hidden state twice; q and k are copied into the
+//! padded rows, normed, then rotated: three passes. On a GPU these are our own
 //! kernels (`cuda/elementwise.cu`, cubins for sm_80 and sm_90 built by `build.rs`, loaded from
 //! bytes: no NVRTC). `EF_FUSED_ELEMENTWISE=1` (an A/B switch for the GPU check) turns them on,
 //! on any device: the CPU runs the same arithmetic ([`cpu`]), which is what the tests check and
@@ -12,7 +14,9 @@
 //!
 //! Arithmetic (bf16 in and out, f32 inside, rounded where transformers rounds):
 //! `act = bf16(silu(gate))`, `out = bf16(act · up)`; `sum = bf16(x + h)`,
-//! `normed = bf16(sum · rsqrt(mean(sum²) + eps) · w)` with the mean over the rounded sum.
+//! `normed = bf16(sum · rsqrt(mean(sum²) + eps) · w)` with the mean over the rounded sum; q/k:
+//! `n = bf16(x · rsqrt(mean(x²) + eps) · w)` per head, then `bf16(n₁·cos − n₂·sin)`,
+//! `bf16(n₁·sin + n₂·cos)` in f32 (candle's rope rounds each product: we round once).
 
 use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor, WithDType};
 
