@@ -136,6 +136,24 @@ struct AddRmsNorm {
     eps: f32,
 }
 
+/// `$body` with `$t` the element type of the storage `$s` (bf16 or f32), its `Vec` wrapped back
+/// into a storage of that type. The other inputs' `values::<$t>` fail on another dtype.
+macro_rules! bf16_or_f32 {
+    ($s:expr, $what:literal, |$t:ident| $body:expr) => {
+        match $s {
+            CpuStorage::BF16(_) => {
+                type $t = half::bf16;
+                CpuStorage::BF16($body)
+            }
+            CpuStorage::F32(_) => {
+                type $t = f32;
+                CpuStorage::F32($body)
+            }
+            _ => candle_core::bail!(concat!($what, ": bf16 or f32 only")),
+        }
+    };
+}
+
 /// The values of a contiguous CPU tensor.
 fn values<'a, T: WithDType>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [T]> {
     let Some((start, end)) = l.contiguous_offsets() else {
@@ -238,11 +256,7 @@ impl candle_core::CustomOp1 for Swiglu {
         if cols % 2 != 0 {
             candle_core::bail!("swiglu: {cols} columns do not split into gate and up");
         }
-        let out = match s {
-            CpuStorage::BF16(_) => CpuStorage::BF16(cpu::swiglu(values(s, l)?, cols / 2)),
-            CpuStorage::F32(_) => CpuStorage::F32(cpu::swiglu(values(s, l)?, cols / 2)),
-            _ => candle_core::bail!("swiglu: bf16 or f32 only"),
-        };
+        let out = bf16_or_f32!(s, "swiglu", |T| cpu::swiglu::<T>(values(s, l)?, cols / 2));
         Ok((out, Shape::from((rows, cols / 2))))
     }
 
@@ -272,15 +286,12 @@ impl candle_core::CustomOp3 for AddRmsNorm {
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, hidden) = x_l.shape().dims2()?;
         check_shapes(x_l, h_l, w_l)?;
-        let out = match (x, h, w) {
-            (CpuStorage::BF16(_), CpuStorage::BF16(_), CpuStorage::BF16(_)) => CpuStorage::BF16(
-                cpu::add_rms_norm(values(x, x_l)?, values(h, h_l)?, values(w, w_l)?, self.eps),
-            ),
-            (CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_)) => CpuStorage::F32(
-                cpu::add_rms_norm(values(x, x_l)?, values(h, h_l)?, values(w, w_l)?, self.eps),
-            ),
-            _ => candle_core::bail!("add_rms_norm: x, h and w of one dtype, bf16 or f32"),
-        };
+        let out = bf16_or_f32!(x, "add_rms_norm", |T| cpu::add_rms_norm::<T>(
+            values(x, x_l)?,
+            values(h, h_l)?,
+            values(w, w_l)?,
+            self.eps
+        ));
         Ok((out, Shape::from((2, rows, hidden))))
     }
 
@@ -346,38 +357,17 @@ impl candle_core::CustomOp3 for QkNormRope {
             candle_core::bail!("qk_norm_rope: the sin table is not on the CPU");
         };
         let (first, heads, rows, eps) = (self.first, self.heads, self.rows, self.eps);
-        let out = match (qkv, w, cos, sin) {
-            (
-                CpuStorage::BF16(_),
-                CpuStorage::BF16(_),
-                CpuStorage::BF16(_),
-                CpuStorage::BF16(_),
-            ) => CpuStorage::BF16(cpu::qk_norm_rope(
-                values(qkv, qkv_l)?,
-                row_heads,
-                first,
-                heads,
-                values(w, w_l)?,
-                eps,
-                values(cos, cos_l)?,
-                values(sin, sin_l)?,
-                rows,
-            )),
-            (CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_), CpuStorage::F32(_)) => {
-                CpuStorage::F32(cpu::qk_norm_rope(
-                    values(qkv, qkv_l)?,
-                    row_heads,
-                    first,
-                    heads,
-                    values(w, w_l)?,
-                    eps,
-                    values(cos, cos_l)?,
-                    values(sin, sin_l)?,
-                    rows,
-                ))
-            }
-            _ => candle_core::bail!("qk_norm_rope: every tensor of one dtype, bf16 or f32"),
-        };
+        let out = bf16_or_f32!(qkv, "qk_norm_rope", |T| cpu::qk_norm_rope::<T>(
+            values(qkv, qkv_l)?,
+            row_heads,
+            first,
+            heads,
+            values(w, w_l)?,
+            eps,
+            values(cos, cos_l)?,
+            values(sin, sin_l)?,
+            rows
+        ));
         Ok((out, Shape::from((rows, heads, hd))))
     }
 
@@ -790,9 +780,16 @@ mod tests {
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
-            let both = x
-                .apply_op3_no_bwd(&h, &w, &AddRmsNorm { eps: 1e-6 })
-                .unwrap();
+            // Inputs of two dtypes are an error, not a misread.
+            let other = if dtype == DType::F32 {
+                DType::BF16
+            } else {
+                DType::F32
+            };
+            let mixed = h.to_dtype(other).unwrap();
+            let op = AddRmsNorm { eps: 1e-6 };
+            assert!(x.apply_op3_no_bwd(&mixed, &w, &op).is_err());
+            let both = x.apply_op3_no_bwd(&h, &w, &op).unwrap();
             assert_eq!(both.dims(), &[2, rows, hidden]);
             let sum = (&x + &h).unwrap();
             assert_eq!(
