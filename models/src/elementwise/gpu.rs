@@ -1,0 +1,235 @@
+//! The kernels of `cuda/elementwise.cu` on a GPU: loaded once per device from the embedded
+//! fatbin, checked against the CPU at first use, launched with the widest loads the rows allow.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaView, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
+use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId, WrapErr};
+use candle_core::{Layout, Result, Shape};
+use half::bf16;
+
+/// sm_80 and sm_90 cubins and compute_80 PTX of `cuda/elementwise.cu`.
+static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/elementwise.fatbin"));
+
+struct Kernels {
+    swiglu_v8: CudaFunction,
+    swiglu_v1: CudaFunction,
+    add_norm_v8: CudaFunction,
+    add_norm_v1: CudaFunction,
+    qk_norm_rope: CudaFunction,
+}
+
+fn kernels(dev: &CudaDevice) -> Result<Arc<Kernels>> {
+    static LOADED: OnceLock<Mutex<HashMap<DeviceId, Arc<Kernels>>>> = OnceLock::new();
+    let mut loaded = LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = loaded.get(&dev.id()) {
+        return Ok(k.clone());
+    }
+    let module = dev
+        .cuda_stream()
+        .context()
+        .load_module(Ptx::from_binary(FATBIN.to_vec()))
+        .w()?;
+    let f = |name: &str| module.load_function(name).w();
+    let k = Arc::new(Kernels {
+        swiglu_v8: f("ef_swiglu_bf16_v8")?,
+        swiglu_v1: f("ef_swiglu_bf16_v1")?,
+        add_norm_v8: f("ef_add_rms_norm_bf16_v8")?,
+        add_norm_v1: f("ef_add_rms_norm_bf16_v1")?,
+        qk_norm_rope: f("ef_qk_norm_rope_bf16")?,
+    });
+    loaded.insert(dev.id(), k.clone());
+    Ok(k)
+}
+
+/// Whether `dev`'s kernels agree with the CPU's arithmetic, checked once per device at
+/// first use (a kernel that loads but computes wrong must not write a run's vectors): on
+/// a mismatch, or a kernel that does not load, the forward keeps candle's ops, saying why.
+pub(super) fn trusted(dev: &CudaDevice) -> bool {
+    static CHECKED: OnceLock<Mutex<HashMap<DeviceId, bool>>> = OnceLock::new();
+    let mut checked = CHECKED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *checked.entry(dev.id()).or_insert_with(|| {
+        match super::self_check(&candle_core::Device::Cuda(dev.clone())) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "the fused elementwise kernels failed their check on this GPU and are \
+                     not used (candle's ops instead): {e}"
+                );
+                false
+            }
+        }
+    })
+}
+
+fn view<'a>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, bf16>> {
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("the fused elementwise kernels take contiguous tensors");
+    };
+    Ok(s.as_cuda_slice::<bf16>()?.slice(start..end))
+}
+
+/// 16-byte loads apply: every view starts 16-byte aligned and rows are whole 8-value groups.
+fn aligned(dev: &CudaDevice, views: &[&CudaView<'_, bf16>], row: usize) -> bool {
+    let stream = dev.cuda_stream();
+    row.is_multiple_of(8)
+        && views
+            .iter()
+            .all(|v| v.device_ptr(&stream).0.is_multiple_of(16))
+}
+
+pub(super) fn swiglu(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+    let dev = s.device.clone();
+    let (rows, cols) = l.shape().dims2()?;
+    let inter = cols / 2;
+    if cols % 2 != 0 || rows == 0 {
+        candle_core::bail!("swiglu: a [rows > 0, 2·inter] input, not [{rows}, {cols}]");
+    }
+    let gate_up = view(s, l)?;
+    let k = kernels(&dev)?;
+    let (func, vec) = if aligned(&dev, &[&gate_up], inter) {
+        (&k.swiglu_v8, 8)
+    } else {
+        (&k.swiglu_v1, 1)
+    };
+    // SAFETY: the kernel writes every one of the rows · inter values.
+    let out = unsafe { dev.alloc::<bf16>(rows * inter)? };
+    let groups = (rows * inter / vec) as u64;
+    let blocks = groups.div_ceil(256).min(1 << 20) as u32;
+    let (rows, inter) = (rows as u64, inter as u64);
+    let stream = dev.cuda_stream();
+    let mut launch = stream.launch_builder(func);
+    launch.arg(&gate_up).arg(&out).arg(&rows).arg(&inter);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the arguments are the kernel's (pointers, two u64), the buffers of the sizes
+    // it reads and writes.
+    unsafe { launch.launch(cfg) }.w()?;
+    Ok((
+        CudaStorage::wrap_cuda_slice(out, dev),
+        Shape::from((rows as usize, inter as usize)),
+    ))
+}
+
+type Arg<'a> = (&'a CudaStorage, &'a Layout);
+
+pub(super) fn qk_norm_rope(
+    op: &super::QkNormRope,
+    (tokens, row_heads, hd): (usize, usize, usize),
+    (qkv, qkv_l): Arg<'_>,
+    (w, w_l): Arg<'_>,
+    (cos, cos_l): Arg<'_>,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = qkv.device.clone();
+    let (sin_storage, sin_l) = op.sin.storage_and_layout();
+    let candle_core::Storage::Cuda(sin) = &*sin_storage else {
+        candle_core::bail!("qk_norm_rope: the sin table is not on the GPU");
+    };
+    let (qv, wv, cv, sv) = (
+        view(qkv, qkv_l)?,
+        view(w, w_l)?,
+        view(cos, cos_l)?,
+        view(sin, sin_l)?,
+    );
+    let k = kernels(&dev)?;
+    let out_len = op.rows * op.heads * hd;
+    // SAFETY: the kernel writes every value: the tokens' rows, and zeros past them.
+    let out = unsafe { dev.alloc::<bf16>(out_len)? };
+    let warps = (op.rows * op.heads) as u64;
+    let blocks = (warps * 32).div_ceil(256) as u32;
+    let (tokens, rows) = (tokens as u64, op.rows as u64);
+    let (row_heads, first, heads, hd32) = (
+        row_heads as u32,
+        op.first as u32,
+        op.heads as u32,
+        hd as u32,
+    );
+    let stream = dev.cuda_stream();
+    let mut launch = stream.launch_builder(&k.qk_norm_rope);
+    launch
+        .arg(&qv)
+        .arg(&wv)
+        .arg(&cv)
+        .arg(&sv)
+        .arg(&out)
+        .arg(&tokens)
+        .arg(&rows)
+        .arg(&row_heads)
+        .arg(&first)
+        .arg(&heads)
+        .arg(&hd32)
+        .arg(&op.eps);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: as the kernel's signature; the shapes were checked by `QkNormRope::dims`.
+    unsafe { launch.launch(cfg) }.w()?;
+    Ok((
+        CudaStorage::wrap_cuda_slice(out, dev),
+        Shape::from((op.rows, op.heads, hd)),
+    ))
+}
+
+pub(super) fn add_rms_norm(
+    x: &CudaStorage,
+    x_l: &Layout,
+    h: &CudaStorage,
+    h_l: &Layout,
+    w: &CudaStorage,
+    w_l: &Layout,
+    eps: f32,
+) -> Result<(CudaStorage, Shape)> {
+    let dev = x.device.clone();
+    let (rows, hidden) = x_l.shape().dims2()?;
+    if rows == 0 {
+        candle_core::bail!("add_rms_norm: no rows");
+    }
+    let (xv, hv, wv) = (view(x, x_l)?, view(h, h_l)?, view(w, w_l)?);
+    let k = kernels(&dev)?;
+    let (func, vec) = if aligned(&dev, &[&xv, &hv, &wv], hidden) {
+        (&k.add_norm_v8, 8)
+    } else {
+        (&k.add_norm_v1, 1)
+    };
+    // SAFETY: the kernel writes every value of both halves (sums, then normed rows).
+    let out = unsafe { dev.alloc::<bf16>(2 * rows * hidden)? };
+    // A thread per `vec` values of a row, in whole warps, at most 1,024.
+    let threads = (hidden / vec).div_ceil(32).clamp(1, 32) as u32 * 32;
+    let (rows_arg, hidden_arg) = (rows as u64, hidden as u64);
+    let stream = dev.cuda_stream();
+    let mut launch = stream.launch_builder(func);
+    launch
+        .arg(&xv)
+        .arg(&hv)
+        .arg(&wv)
+        .arg(&out)
+        .arg(&rows_arg)
+        .arg(&hidden_arg)
+        .arg(&eps);
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: as the kernel's signature; `out` holds 2 · rows · hidden values.
+    unsafe { launch.launch(cfg) }.w()?;
+    Ok((
+        CudaStorage::wrap_cuda_slice(out, dev),
+        Shape::from((2, rows, hidden)),
+    ))
+}

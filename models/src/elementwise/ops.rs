@@ -1,0 +1,193 @@
+//! The ops as candle custom ops: the CPU side runs the twins of [`super::cpu`], the CUDA side
+//! launches [`super::gpu`]'s kernels.
+
+use candle_core::{CpuStorage, Layout, Result, Shape, WithDType};
+
+#[cfg(feature = "cuda")]
+use super::gpu;
+use super::{cpu, AddRmsNorm, QkNormRope, Swiglu};
+
+/// `$body` with `$t` the element type of the storage `$s` (bf16 or f32), its `Vec` wrapped back
+/// into a storage of that type. The other inputs' `values::<$t>` fail on another dtype.
+macro_rules! bf16_or_f32 {
+    ($s:expr, $what:literal, |$t:ident| $body:expr) => {
+        match $s {
+            CpuStorage::BF16(_) => {
+                type $t = half::bf16;
+                CpuStorage::BF16($body)
+            }
+            CpuStorage::F32(_) => {
+                type $t = f32;
+                CpuStorage::F32($body)
+            }
+            _ => candle_core::bail!(concat!($what, ": bf16 or f32 only")),
+        }
+    };
+}
+
+/// The values of a contiguous CPU tensor.
+fn values<'a, T: WithDType>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [T]> {
+    let Some((start, end)) = l.contiguous_offsets() else {
+        candle_core::bail!("the fused elementwise ops take contiguous tensors");
+    };
+    Ok(&s.as_slice::<T>()?[start..end])
+}
+
+impl candle_core::CustomOp1 for Swiglu {
+    fn name(&self) -> &'static str {
+        "fused-swiglu"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (rows, cols) = l.shape().dims2()?;
+        if cols % 2 != 0 {
+            candle_core::bail!("swiglu: {cols} columns do not split into gate and up");
+        }
+        let out = bf16_or_f32!(s, "swiglu", |T| cpu::swiglu::<T>(values(s, l)?, cols / 2));
+        Ok((out, Shape::from((rows, cols / 2))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::cuda_backend::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::cuda_backend::CudaStorage, Shape)> {
+        gpu::swiglu(s, l)
+    }
+}
+
+impl candle_core::CustomOp3 for AddRmsNorm {
+    fn name(&self) -> &'static str {
+        "fused-add-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_l: &Layout,
+        h: &CpuStorage,
+        h_l: &Layout,
+        w: &CpuStorage,
+        w_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (rows, hidden) = x_l.shape().dims2()?;
+        check_shapes(x_l, h_l, w_l)?;
+        let out = bf16_or_f32!(x, "add_rms_norm", |T| cpu::add_rms_norm::<T>(
+            values(x, x_l)?,
+            values(h, h_l)?,
+            values(w, w_l)?,
+            self.eps
+        ));
+        Ok((out, Shape::from((2, rows, hidden))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        x: &candle_core::cuda_backend::CudaStorage,
+        x_l: &Layout,
+        h: &candle_core::cuda_backend::CudaStorage,
+        h_l: &Layout,
+        w: &candle_core::cuda_backend::CudaStorage,
+        w_l: &Layout,
+    ) -> Result<(candle_core::cuda_backend::CudaStorage, Shape)> {
+        check_shapes(x_l, h_l, w_l)?;
+        gpu::add_rms_norm(x, x_l, h, h_l, w, w_l, self.eps)
+    }
+}
+
+impl QkNormRope {
+    /// `(tokens, row_heads, hd)` of `qkv`, checked against the weight, the tables and the op.
+    fn dims(&self, qkv_l: &Layout, w_l: &Layout, cos_l: &Layout) -> Result<(usize, usize, usize)> {
+        let (tokens, row_heads, hd) = qkv_l.shape().dims3()?;
+        let (sin_l, half) = (self.sin.layout(), hd / 2);
+        let fits = hd % 2 == 0
+            && self.first + self.heads <= row_heads
+            && w_l.shape().dims() == [hd]
+            && cos_l.shape().dims() == [self.rows, half]
+            && sin_l.shape().dims() == [self.rows, half]
+            && self.rows >= tokens;
+        if !fits {
+            candle_core::bail!(
+                "qk_norm_rope: qkv {:?}, heads {}..{}, norm {:?}, cos {:?}, sin {:?}, {} rows",
+                qkv_l.shape(),
+                self.first,
+                self.first + self.heads,
+                w_l.shape(),
+                cos_l.shape(),
+                sin_l.shape(),
+                self.rows
+            );
+        }
+        Ok((tokens, row_heads, hd))
+    }
+}
+
+impl candle_core::CustomOp3 for QkNormRope {
+    fn name(&self) -> &'static str {
+        "fused-qk-norm-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        qkv: &CpuStorage,
+        qkv_l: &Layout,
+        w: &CpuStorage,
+        w_l: &Layout,
+        cos: &CpuStorage,
+        cos_l: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (_, row_heads, hd) = self.dims(qkv_l, w_l, cos_l)?;
+        let (sin_storage, sin_l) = self.sin.storage_and_layout();
+        let candle_core::Storage::Cpu(sin) = &*sin_storage else {
+            candle_core::bail!("qk_norm_rope: the sin table is not on the CPU");
+        };
+        let (first, heads, rows, eps) = (self.first, self.heads, self.rows, self.eps);
+        let out = bf16_or_f32!(qkv, "qk_norm_rope", |T| cpu::qk_norm_rope::<T>(
+            values(qkv, qkv_l)?,
+            row_heads,
+            first,
+            heads,
+            values(w, w_l)?,
+            eps,
+            values(cos, cos_l)?,
+            values(sin, sin_l)?,
+            rows
+        ));
+        Ok((out, Shape::from((rows, heads, hd))))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        qkv: &candle_core::cuda_backend::CudaStorage,
+        qkv_l: &Layout,
+        w: &candle_core::cuda_backend::CudaStorage,
+        w_l: &Layout,
+        cos: &candle_core::cuda_backend::CudaStorage,
+        cos_l: &Layout,
+    ) -> Result<(candle_core::cuda_backend::CudaStorage, Shape)> {
+        let (tokens, row_heads, hd) = self.dims(qkv_l, w_l, cos_l)?;
+        gpu::qk_norm_rope(
+            self,
+            (tokens, row_heads, hd),
+            (qkv, qkv_l),
+            (w, w_l),
+            (cos, cos_l),
+        )
+    }
+}
+
+fn check_shapes(x_l: &Layout, h_l: &Layout, w_l: &Layout) -> Result<()> {
+    let (_, hidden) = x_l.shape().dims2()?;
+    if x_l.shape() != h_l.shape() || w_l.shape().dims() != [hidden] {
+        candle_core::bail!(
+            "add_rms_norm: x {:?}, h {:?} and w {:?} do not match",
+            x_l.shape(),
+            h_l.shape(),
+            w_l.shape()
+        );
+    }
+    Ok(())
+}
