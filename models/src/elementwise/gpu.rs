@@ -12,6 +12,15 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId, WrapErr};
 use candle_core::{Layout, Result, Shape};
 use half::bf16;
 
+/// `blocks` blocks of `threads` threads, no dynamic shared memory.
+fn grid(blocks: u32, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// sm_80 and sm_90 cubins and compute_80 PTX of `cuda/elementwise.cu`.
 static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/elementwise.fatbin"));
 
@@ -110,11 +119,7 @@ pub(super) fn swiglu(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)
     let stream = dev.cuda_stream();
     let mut launch = stream.launch_builder(func);
     launch.arg(&gate_up).arg(&out).arg(&rows).arg(&inter);
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid(blocks, 256);
     // SAFETY: the arguments are the kernel's (pointers, two u64), the buffers of the sizes
     // it reads and writes.
     unsafe { launch.launch(cfg) }.w()?;
@@ -172,11 +177,7 @@ pub(super) fn qk_norm_rope(
         .arg(&heads)
         .arg(&hd32)
         .arg(&op.eps);
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid(blocks, 256);
     // SAFETY: as the kernel's signature; the shapes were checked by `QkNormRope::dims`.
     unsafe { launch.launch(cfg) }.w()?;
     Ok((
@@ -221,11 +222,7 @@ pub(super) fn add_rms_norm(
         .arg(&rows_arg)
         .arg(&hidden_arg)
         .arg(&eps);
-    let cfg = LaunchConfig {
-        grid_dim: (rows as u32, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = grid(rows as u32, threads);
     // SAFETY: as the kernel's signature; `out` holds 2 · rows · hidden values.
     unsafe { launch.launch(cfg) }.w()?;
     Ok((
