@@ -32,13 +32,15 @@
 #             (CUDA's default, and ours before the pool kept it)
 #   *_noevents EF_NO_EVENT_TRACKING=1: no CUDA event recorded per tensor use (cudarc's tracking)
 #   *_gemmlt  EF_GEMM_LT=1: the projections through cuBLASLt, not candle's cuBLAS call
+#   *_sampler EF_MEMORY_SAMPLER=1: the peak memory polled from a second thread every millisecond
+#             during the timed forwards (every figure before this switch), not the pool's mark
 #   *_cublasws EF_CUBLAS_WORKSPACE=1: candle's cuBLAS handle given a 32 MiB workspace (PyTorch's)
 #   *_fusedew EF_FUSED_ELEMENTWISE=1: SwiGLU, each residual add with the norm after it, and q/k's
 #             head norm with the rotary, one kernel each (ours, models/cuda/elementwise.cu)
 #   best      `ours` of gpu-check.sh under the switches this run found faster (uni_) by 1 % or
 #             more without losing fidelity (fid_ ≥ 0.999 where run); none: the defaults
 #
-#   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=400 (no experiment starts after it)
+#   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=420 (no experiment starts after it)
 #        PROFILE_SHAPES=64x512,16x2048,1x32768 UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768
 #        FIDELITY_LENGTHS="1 16 … 32768" PYTHON=python3 TORCH_DEVICE=cuda SHAPE=4b (the torch step)
 #        HARD_LIMIT=530 (every experiment ends by then) EXP_LIMIT=60 (best: 150) EXPERIMENTS="fid_default fid_sync ..." (default: all, in the order above)
@@ -46,7 +48,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export OUT=${OUT:-/tmp/gpu-diag} WORK=${WORK:-/tmp/gpu-work}
 mkdir -p "$OUT" "$WORK"
-TIME_LIMIT=${TIME_LIMIT:-400}
+TIME_LIMIT=${TIME_LIMIT:-420}
 HARD_LIMIT=${HARD_LIMIT:-530}
 EXP_LIMIT=${EXP_LIMIT:-60}
 PROFILE_SHAPES=${PROFILE_SHAPES:-64x512,16x2048,1x32768}
@@ -136,7 +138,7 @@ declare -A ENVS=(
   [lastall]="EF_LAST_LAYER_ALL_ROWS=1" [blockwise]="EMBEDFLEET_ATTENTION=blockwise"
   [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1" [noevents]="EF_NO_EVENT_TRACKING=1"
   [gemmlt]="EF_GEMM_LT=1" [fusedew]="EF_FUSED_ELEMENTWISE=1"
-  [cublasws]="EF_CUBLAS_WORKSPACE=1"
+  [cublasws]="EF_CUBLAS_WORKSPACE=1" [sampler]="EF_MEMORY_SAMPLER=1"
 )
 declare -A EXTRA=([f32]="--dtype f32")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
@@ -211,9 +213,10 @@ PY
 
 # The default: the fidelity against the corrected reference (the fall with length was the
 # reference's bf16 rotary frequencies), where the time goes beside PyTorch's profiler, the
+# peak memory polled as every earlier figure was (does the poll cost throughput?), the
 # memory pool kept against handed back, without event tracking, cuBLAS with a workspace, the
 # projections through cuBLASLt and our fused elementwise kernels (fidelity, then throughput
 # each), then gpu-check.sh's `ours` (the mix) under the switches found worth it.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_release uni_noevents uni_cublasws fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best"}
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_sampler uni_release uni_noevents uni_cublasws fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

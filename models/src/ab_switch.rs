@@ -29,9 +29,12 @@ pub(crate) enum AbSwitch {
     FusedElementwise,
     /// `EF_CUBLAS_WORKSPACE`: candle's cuBLAS handle given a 32 MiB workspace.
     CublasWorkspace,
+    /// `EF_MEMORY_SAMPLER`: a benchmark's peak memory polled from a second thread every
+    /// millisecond while the forwards run, not read from the pool's high-water mark.
+    MemorySampler,
 }
 
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 10] = [
     "EF_FUSED_QK_COPY",
     "EF_FUSED_ZERO_ALL",
     "EF_LAST_LAYER_ALL_ROWS",
@@ -41,6 +44,7 @@ const NAMES: [&str; 9] = [
     "EF_PROFILE_STAGES",
     "EF_FUSED_ELEMENTWISE",
     "EF_CUBLAS_WORKSPACE",
+    "EF_MEMORY_SAMPLER",
 ];
 
 impl AbSwitch {

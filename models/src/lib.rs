@@ -102,6 +102,13 @@ pub trait Embedder: Send + Sync {
         None
     }
 
+    /// Starts watching the peak of [`Embedder::device_memory`]'s use without polling (a GPU
+    /// pool's high-water mark); the returned call gives the peak bytes in use since. `None`
+    /// where there is none to read (the CPU): poll [`Embedder::memory_probe`] instead.
+    fn watch_peak_memory(&self) -> Option<PeakWatch> {
+        None
+    }
+
     /// The attention kernel it runs (`blockwise`, `cudnn-fused`).
     fn attention_kernel(&self) -> &'static str {
         "blockwise"
@@ -128,6 +135,9 @@ impl std::fmt::Debug for dyn Embedder {
 
 /// See [`Embedder::memory_probe`].
 pub type MemoryProbe = Box<dyn Fn() -> Option<(u64, u64)> + Send>;
+
+/// See [`Embedder::watch_peak_memory`].
+pub type PeakWatch = Box<dyn FnOnce() -> Option<u64>>;
 
 /// Keeps the first `dim` components of `v` and L2-normalises them (accumulated in f64): a
 /// Matryoshka output dimension. A zero vector stays zero.

@@ -363,17 +363,27 @@ fn run_on_devices(
 
 /// The lowest free memory of a device seen while a measurement runs, sampled every
 /// millisecond from the driver on a thread of its own.
-struct MemorySampler {
-    stop: Arc<AtomicBool>,
-    handle: Option<std::thread::JoinHandle<Option<(u64, u64)>>>,
+/// A timed stretch's peak device memory: the GPU pool's high-water mark where there is one
+/// (nothing runs beside the forwards), else free memory polled every millisecond from a
+/// second thread (`EF_MEMORY_SAMPLER=1`, or a device without the mark).
+enum MemorySampler {
+    Watch(embedfleet_models::PeakWatch),
+    Poll {
+        stop: Arc<AtomicBool>,
+        handle: std::thread::JoinHandle<Option<(u64, u64)>>,
+    },
+    Nothing,
 }
 
 impl MemorySampler {
     fn start(model: &dyn Embedder) -> MemorySampler {
-        let stop = Arc::new(AtomicBool::new(false));
+        if let Some(watch) = model.watch_peak_memory() {
+            return MemorySampler::Watch(watch);
+        }
         let Some(probe) = model.memory_probe() else {
-            return MemorySampler { stop, handle: None };
+            return MemorySampler::Nothing;
         };
+        let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut lowest: Option<(u64, u64)> = None;
@@ -385,17 +395,21 @@ impl MemorySampler {
             }
             lowest
         });
-        MemorySampler {
-            stop,
-            handle: Some(handle),
-        }
+        MemorySampler::Poll { stop, handle }
     }
 
     /// Peak bytes in use (total less the lowest free), in GiB.
     fn stop(self) -> Option<f64> {
-        self.stop.store(true, Ordering::Relaxed);
-        let (free, total) = self.handle?.join().ok()??;
-        Some(total.saturating_sub(free) as f64 / GIB)
+        let peak = match self {
+            MemorySampler::Watch(watch) => watch()?,
+            MemorySampler::Poll { stop, handle } => {
+                stop.store(true, Ordering::Relaxed);
+                let (free, total) = handle.join().ok()??;
+                total.saturating_sub(free)
+            }
+            MemorySampler::Nothing => return None,
+        };
+        Some(peak as f64 / GIB)
     }
 }
 
@@ -433,6 +447,80 @@ mod tests {
         let mean = a.iter().sum::<usize>() / a.len();
         // exp(mu + sigma²/2) = 20,000 × 1.377 chars ≈ 6,500 tokens (the peer's mix: 6,408).
         assert!((4_500..8_500).contains(&mean), "mean {mean}");
+    }
+
+    /// A device model that offers a high-water mark, a probe of free memory, or neither.
+    struct Device {
+        mark: Option<u64>,
+        free: Option<Arc<std::sync::Mutex<Vec<u64>>>>,
+    }
+
+    impl Embedder for Device {
+        fn embed(
+            &self,
+            _: &embedfleet_models::PackedSequences,
+        ) -> Result<Vec<Vec<f32>>, ModelError> {
+            Ok(Vec::new())
+        }
+        fn max_position_embeddings(&self) -> usize {
+            16
+        }
+        fn hidden_size(&self) -> usize {
+            4
+        }
+        fn output_dim(&self) -> usize {
+            4
+        }
+        fn estimate_memory(&self, _: &[usize]) -> u64 {
+            0
+        }
+        fn set_memory_limit(&self, _: Option<u64>) {}
+        fn watch_peak_memory(&self) -> Option<embedfleet_models::PeakWatch> {
+            let mark = self.mark?;
+            Some(Box::new(move || Some(mark)))
+        }
+        fn memory_probe(&self) -> Option<embedfleet_models::MemoryProbe> {
+            let free = self.free.clone()?;
+            // Each poll takes the next reading (the last one repeats): 10 GiB total.
+            Some(Box::new(move || {
+                let mut readings = free.lock().unwrap();
+                let now = if readings.len() > 1 {
+                    readings.remove(0)
+                } else {
+                    readings[0]
+                };
+                Some((now, 10 << 30))
+            }))
+        }
+    }
+
+    /// The peak comes from the high-water mark where the model has one (no polling thread);
+    /// else from the lowest free memory polled; else there is none.
+    #[test]
+    fn the_peak_is_the_mark_else_the_lowest_polled_free_else_none() {
+        let readings = Arc::new(std::sync::Mutex::new(vec![8 << 30, 3 << 30, 6 << 30]));
+        let polled = Device {
+            mark: None,
+            free: Some(readings.clone()),
+        };
+        let sampler = MemorySampler::start(&polled);
+        assert!(matches!(sampler, MemorySampler::Poll { .. }));
+        while readings.lock().unwrap().len() > 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(sampler.stop(), Some(7.0), "10 GiB less the lowest free, 3");
+        let marked = Device {
+            mark: Some(5 << 30),
+            free: Some(readings),
+        };
+        let sampler = MemorySampler::start(&marked);
+        assert!(matches!(sampler, MemorySampler::Watch(_)));
+        assert_eq!(sampler.stop(), Some(5.0));
+        let cpu = Device {
+            mark: None,
+            free: None,
+        };
+        assert_eq!(MemorySampler::start(&cpu).stop(), None);
     }
 
     #[test]

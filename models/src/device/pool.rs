@@ -9,9 +9,15 @@
 //! memory, and an out-of-memory trims the pool before the smaller retry.
 //!
 //! `EF_POOL_RELEASE=1` keeps CUDA's default (an A/B switch for the GPU check).
+//!
+//! The pool also keeps a high-water mark of the memory its allocations use, which a benchmark
+//! reads for its peak ([`watch_peak`]) instead of polling the driver from a second thread
+//! while the forwards run (`EF_MEMORY_SAMPLER=1` polls, as before).
 
 #[cfg(feature = "cuda")]
 mod cuda {
+    use std::sync::Arc;
+
     use candle_core::cuda_backend::cudarc::driver::{sys, CudaContext};
 
     fn default_pool(ctx: &CudaContext) -> Option<sys::CUmemoryPool> {
@@ -24,7 +30,7 @@ mod cuda {
 
     fn attribute(pool: sys::CUmemoryPool, attr: sys::CUmemPool_attribute) -> Option<u64> {
         let mut value: u64 = 0;
-        // SAFETY: the three attributes read here are cuuint64_t.
+        // SAFETY: the attributes read here are cuuint64_t.
         let rc =
             unsafe { sys::cuMemPoolGetAttribute(pool, attr, &mut value as *mut u64 as *mut _) };
         (rc == sys::CUresult::CUDA_SUCCESS).then_some(value)
@@ -67,6 +73,41 @@ mod cuda {
         }
     }
 
+    /// Starts watching the peak of the device memory in use, as `total − free − idle pool
+    /// bytes` counts it (other processes and our context included), from the pool's
+    /// high-water mark: what is in use outside the pool now, plus the most the pool's
+    /// allocations use from here on. The returned call reads it. `None` where the driver
+    /// gives no mark, or under `EF_MEMORY_SAMPLER=1`.
+    pub fn watch_peak(ctx: &Arc<CudaContext>) -> Option<impl FnOnce() -> Option<u64>> {
+        use sys::CUmemPool_attribute::*;
+        if crate::ab_switch::AbSwitch::MemorySampler.on() {
+            return None;
+        }
+        let pool = default_pool(ctx)?;
+        let (free, total) = ctx.mem_get_info().ok()?;
+        let reserved = attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
+        let outside = (total as u64)
+            .saturating_sub(free as u64)
+            .saturating_sub(reserved);
+        let mut zero: u64 = 0;
+        // SAFETY: the high-water mark is a cuuint64_t; 0 resets it to the use now.
+        let rc = unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                &mut zero as *mut u64 as *mut _,
+            )
+        };
+        if rc != sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        let ctx = ctx.clone();
+        Some(move || {
+            let pool = default_pool(&ctx)?;
+            attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH).map(|high| outside + high)
+        })
+    }
+
     /// Waits for the device, then gives every idle byte of the pool back to the driver.
     pub fn trim(ctx: &CudaContext) {
         if ctx.synchronize().is_err() {
@@ -80,4 +121,4 @@ mod cuda {
 }
 
 #[cfg(feature = "cuda")]
-pub use cuda::{idle_bytes, keep_freed_memory, trim};
+pub use cuda::{idle_bytes, keep_freed_memory, trim, watch_peak};

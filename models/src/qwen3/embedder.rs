@@ -238,6 +238,15 @@ impl Embedder for Qwen3Embedder {
         Qwen3Embedder::memory_probe(self)
     }
 
+    fn watch_peak_memory(&self) -> Option<crate::PeakWatch> {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = self.model.device() {
+            let watch = crate::device::pool::watch_peak(d.cuda_stream().context())?;
+            return Some(Box::new(watch));
+        }
+        None
+    }
+
     fn attention_kernel(&self) -> &'static str {
         self.model.attention_kernel().name()
     }
