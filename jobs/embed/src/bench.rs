@@ -437,6 +437,7 @@ pub fn paper_mix(papers: usize, seed: u64) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_device::FakeDevice;
 
     #[test]
     fn the_paper_mix_is_seeded_and_within_the_peers_bounds() {
@@ -449,59 +450,14 @@ mod tests {
         assert!((4_500..8_500).contains(&mean), "mean {mean}");
     }
 
-    /// A device model that offers a high-water mark, a probe of free memory, or neither.
-    struct Device {
-        mark: Option<u64>,
-        free: Option<Arc<std::sync::Mutex<Vec<u64>>>>,
-    }
-
-    impl Embedder for Device {
-        fn embed(
-            &self,
-            _: &embedfleet_models::PackedSequences,
-        ) -> Result<Vec<Vec<f32>>, ModelError> {
-            Ok(Vec::new())
-        }
-        fn max_position_embeddings(&self) -> usize {
-            16
-        }
-        fn hidden_size(&self) -> usize {
-            4
-        }
-        fn output_dim(&self) -> usize {
-            4
-        }
-        fn estimate_memory(&self, _: &[usize]) -> u64 {
-            0
-        }
-        fn set_memory_limit(&self, _: Option<u64>) {}
-        fn watch_peak_memory(&self) -> Option<embedfleet_models::PeakWatch> {
-            let mark = self.mark?;
-            Some(Box::new(move || Some(mark)))
-        }
-        fn memory_probe(&self) -> Option<embedfleet_models::MemoryProbe> {
-            let free = self.free.clone()?;
-            // Each poll takes the next reading (the last one repeats): 10 GiB total.
-            Some(Box::new(move || {
-                let mut readings = free.lock().unwrap();
-                let now = if readings.len() > 1 {
-                    readings.remove(0)
-                } else {
-                    readings[0]
-                };
-                Some((now, 10 << 30))
-            }))
-        }
-    }
-
     /// The peak comes from the high-water mark where the model has one (no polling thread);
     /// else from the lowest free memory polled; else there is none.
     #[test]
     fn the_peak_is_the_mark_else_the_lowest_polled_free_else_none() {
         let readings = Arc::new(std::sync::Mutex::new(vec![8 << 30, 3 << 30, 6 << 30]));
-        let polled = Device {
-            mark: None,
-            free: Some(readings.clone()),
+        let polled = FakeDevice {
+            readings: Some(readings.clone()),
+            ..FakeDevice::default()
         };
         let sampler = MemorySampler::start(&polled);
         assert!(matches!(sampler, MemorySampler::Poll { .. }));
@@ -509,17 +465,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(sampler.stop(), Some(7.0), "10 GiB less the lowest free, 3");
-        let marked = Device {
+        let marked = FakeDevice {
             mark: Some(5 << 30),
-            free: Some(readings),
+            readings: Some(readings),
+            ..FakeDevice::default()
         };
         let sampler = MemorySampler::start(&marked);
         assert!(matches!(sampler, MemorySampler::Watch(_)));
         assert_eq!(sampler.stop(), Some(5.0));
-        let cpu = Device {
-            mark: None,
-            free: None,
-        };
+        let cpu = FakeDevice::default();
         assert_eq!(MemorySampler::start(&cpu).stop(), None);
     }
 

@@ -8,6 +8,8 @@
 pub mod bench;
 pub mod chunk;
 pub mod device;
+#[cfg(test)]
+mod fake_device;
 pub mod files;
 pub mod job;
 pub mod minibatch;
@@ -300,6 +302,7 @@ pub fn model_revision(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_device::FakeDevice;
 
     #[test]
     fn the_device_caps_a_token_budget_and_leaves_the_study_rule_alone() {
@@ -325,37 +328,6 @@ mod tests {
         assert_eq!(workers_per_device(&[Cpu]), vec![1]);
     }
 
-    /// A GPU model whose budget is its device's free memory (a token a byte) shared by the
-    /// workers it is told of.
-    struct FakeGpu {
-        free: u64,
-    }
-
-    impl Embedder for FakeGpu {
-        fn embed(
-            &self,
-            _: &embedfleet_models::PackedSequences,
-        ) -> Result<Vec<Vec<f32>>, ModelError> {
-            Ok(Vec::new())
-        }
-        fn max_position_embeddings(&self) -> usize {
-            1024
-        }
-        fn hidden_size(&self) -> usize {
-            4
-        }
-        fn output_dim(&self) -> usize {
-            4
-        }
-        fn estimate_memory(&self, _: &[usize]) -> u64 {
-            0
-        }
-        fn set_memory_limit(&self, _: Option<u64>) {}
-        fn token_budget(&self, workers: usize) -> Option<u64> {
-            Some(embedfleet_models::memory::share_of_free(self.free, workers))
-        }
-    }
-
     #[test]
     fn two_workers_on_one_gpu_each_plan_with_half_its_memory() {
         let dir = tempfile::tempdir().unwrap();
@@ -364,7 +336,12 @@ mod tests {
         let loaded = |devices: Vec<DeviceSpec>| LoadedModels {
             models: devices
                 .iter()
-                .map(|_| Box::new(FakeGpu { free: 40_000 }) as Box<dyn Embedder>)
+                .map(|_| {
+                    Box::new(FakeDevice {
+                        free: Some(40_000),
+                        ..FakeDevice::default()
+                    }) as Box<dyn Embedder>
+                })
                 .collect(),
             devices,
             tokenizer: tokenizer.clone(),
