@@ -57,13 +57,14 @@ pub fn give_cublas_a_workspace(dev: &candle_core::cuda_backend::CudaDevice) -> R
 
 #[cfg(feature = "cuda")]
 mod lt {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
+    use std::sync::Arc;
 
     use candle_core::cuda_backend::cudarc::cublaslt::{CudaBlasLT, Matmul, MatmulConfig};
-    use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId};
+    use candle_core::cuda_backend::{CudaDevice, CudaStorage};
     use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
     use half::bf16;
+
+    use crate::device::PerDevice;
 
     /// bf16, on a GPU, a 2-D input and weight, both contiguous.
     pub(super) fn applies(weight: &Tensor, x: &Tensor) -> bool {
@@ -78,19 +79,12 @@ mod lt {
 
     /// One cuBLASLt handle and workspace per device, made at its first projection.
     fn handle(dev: &CudaDevice) -> Result<Arc<CudaBlasLT>> {
-        static HANDLES: OnceLock<Mutex<HashMap<DeviceId, Arc<CudaBlasLT>>>> = OnceLock::new();
-        let mut handles = HANDLES
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(h) = handles.get(&dev.id()) {
-            return Ok(h.clone());
-        }
-        let h = CudaBlasLT::new(dev.cuda_stream())
-            .map_err(|e| candle_core::Error::Msg(format!("cuBLASLt handle: {e:?}")))?;
-        let h = Arc::new(h);
-        handles.insert(dev.id(), h.clone());
-        Ok(h)
+        static HANDLES: PerDevice<Arc<CudaBlasLT>> = PerDevice::new();
+        HANDLES.get_or_make(dev, || {
+            CudaBlasLT::new(dev.cuda_stream())
+                .map(Arc::new)
+                .map_err(|e| candle_core::Error::Msg(format!("cuBLASLt handle: {e:?}")))
+        })
     }
 
     pub(super) struct LtMatmul;

@@ -359,27 +359,22 @@ fn the_diagnosis_script_runs_the_pytorch_side_and_ours_beside_it() {
         ["peer", "fid_default", "uni_default", "fid_fusedew"],
         "{log}"
     );
-    // Our fused elementwise arithmetic (on the CPU under the same switch) keeps the fidelity.
+    // Our fused elementwise arithmetic (on the CPU under the same switch) keeps the fidelity
+    // of the default forward: both match transformers to float rounding.
     assert_eq!(lines[3]["env"], "EF_FUSED_ELEMENTWISE=1", "{}", lines[3]);
-    let fused = lines[3]["cosines"].as_object().unwrap();
-    assert_eq!(fused.len(), 4, "{}", lines[3]);
-    assert!(
-        fused.values().all(|c| c.as_f64().unwrap() >= 1.0 - 1e-9),
-        "{}",
-        lines[3]
-    );
+    for fid in [&lines[1], &lines[3]] {
+        let cosines = fid["cosines"].as_object().unwrap();
+        assert_eq!(cosines.len(), 4, "{fid}");
+        assert!(
+            cosines.values().all(|c| c.as_f64().unwrap() >= 1.0 - 1e-9),
+            "{fid}"
+        );
+    }
     for shape in ["uniform_b2_t64", "uniform_b1_t128"] {
         for line in [&lines[0], &lines[2]] {
             assert!(line["tok_per_s"][shape].as_f64().unwrap() > 0.0, "{line}");
         }
     }
-    let cosines = lines[1]["cosines"].as_object().unwrap();
-    assert_eq!(cosines.len(), 4, "{}", lines[1]);
-    assert!(
-        cosines.values().all(|c| c.as_f64().unwrap() >= 1.0 - 1e-9),
-        "{}",
-        lines[1]
-    );
     let peer_out = std::fs::read_to_string(t.join("work/peer.out")).unwrap();
     assert!(
         peer_out.contains("\"event\": \"torch_profile\""),

@@ -361,8 +361,6 @@ fn run_on_devices(
     })
 }
 
-/// The lowest free memory of a device seen while a measurement runs, sampled every
-/// millisecond from the driver on a thread of its own.
 /// A timed stretch's peak device memory: the GPU pool's high-water mark where there is one
 /// (nothing runs beside the forwards), else free memory polled every millisecond from a
 /// second thread (`EF_MEMORY_SAMPLER=1`, or a device without the mark).

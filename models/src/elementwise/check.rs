@@ -8,26 +8,17 @@ use super::{AddRmsNorm, QkNormRope, Swiglu};
 /// 16-byte path takes and one it does not, and a view that starts off alignment. Each value
 /// within one bf16 rounding (plus the f32 noise of a different summation order).
 pub fn self_check(dev: &candle_core::Device) -> Result<()> {
-    let cpu = candle_core::Device::Cpu;
     for (rows, width, offset) in [(37usize, 136usize, 0usize), (5, 44, 0), (9, 64, 3)] {
-        let n = rows * width + offset;
-        let data = |seed: u64, scale: f32| -> Result<Tensor> {
-            let v: Vec<f32> = (0..2 * n as u64)
-                .map(|i| {
-                    let z = (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed)
-                        .wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                    ((z >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-                })
-                .collect();
-            Tensor::from_vec(v, 2 * n, &cpu)?.to_dtype(DType::BF16)
+        // `rows × cols` values from `offset` on: a view that starts there.
+        let rows_of = |seed: u64, scale: f32, cols: usize| -> Result<Tensor> {
+            random(seed, offset + rows * cols, scale)?
+                .narrow(0, offset, rows * cols)?
+                .reshape((rows, cols))
         };
-        let rows_of = |t: &Tensor, cols: usize| -> Result<Tensor> {
-            t.narrow(0, offset, rows * cols)?.reshape((rows, cols))
-        };
-        let gate_up = rows_of(&data(1, 12.0)?, 2 * width)?;
-        let x = rows_of(&data(2, 4.0)?, width)?;
-        let h = rows_of(&data(3, 4.0)?, width)?;
-        let w = data(4, 2.0)?.narrow(0, 0, width)?;
+        let gate_up = rows_of(1, 12.0, 2 * width)?;
+        let x = rows_of(2, 4.0, width)?;
+        let h = rows_of(3, 4.0, width)?;
+        let w = random(4, width, 2.0)?;
         let on = |t: &Tensor| t.to_device(dev);
         let want = gate_up.apply_op1_no_bwd(&Swiglu)?;
         let got = on(&gate_up)?.apply_op1_no_bwd(&Swiglu)?;
@@ -39,19 +30,11 @@ pub fn self_check(dev: &candle_core::Device) -> Result<()> {
     }
     // q/k norm and rotary: heads 2..5 of rows of 6 heads of 16, 9 tokens in 12 rows.
     let (tokens, rows, row_heads, hd) = (9usize, 12usize, 6usize, 16usize);
-    let table = |seed: u64, n: usize, shape: (usize, usize)| -> Result<Tensor> {
-        let v: Vec<f32> = (0..n as u64)
-            .map(|i| ((i * 2_654_435_761 + seed * 97) % 1000) as f32 / 500.0 - 1.0)
-            .collect();
-        Tensor::from_vec(v, shape, &cpu)?.to_dtype(DType::BF16)
-    };
-    let qkv = table(5, tokens * row_heads * hd, (tokens * row_heads, hd))?
-        .affine(3.0, 0.0)?
-        .reshape((tokens, row_heads, hd))?;
-    let w = table(6, hd, (1, hd))?.reshape(hd)?;
+    let qkv = random(5, tokens * row_heads * hd, 6.0)?.reshape((tokens, row_heads, hd))?;
+    let w = random(6, hd, 2.0)?;
     let (cos, sin) = (
-        table(7, rows * hd / 2, (rows, hd / 2))?,
-        table(8, rows * hd / 2, (rows, hd / 2))?,
+        random(7, rows * hd / 2, 2.0)?.reshape((rows, hd / 2))?,
+        random(8, rows * hd / 2, 2.0)?.reshape((rows, hd / 2))?,
     );
     let op = |sin: &Tensor| QkNormRope {
         first: 2,
@@ -68,6 +51,18 @@ pub fn self_check(dev: &candle_core::Device) -> Result<()> {
     )?;
     close("qk_norm_rope", &want, &got)?;
     Ok(())
+}
+
+/// `n` seeded bf16 values on the CPU, spread evenly over `[-scale/2, scale/2)`.
+fn random(seed: u64, n: usize, scale: f32) -> Result<Tensor> {
+    let v: Vec<f32> = (0..n as u64)
+        .map(|i| {
+            let z =
+                (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            ((z >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+        })
+        .collect();
+    Tensor::from_vec(v, n, &candle_core::Device::Cpu)?.to_dtype(DType::BF16)
 }
 
 /// Every value of `got` within `|want|/128 + max|want|/64` of `want`: two bf16 roundings of its

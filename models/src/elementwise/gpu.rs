@@ -1,16 +1,18 @@
 //! The kernels of `cuda/elementwise.cu` on a GPU: loaded once per device from the embedded
 //! fatbin, checked against the CPU at first use, launched with the widest loads the rows allow.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::convert::Infallible;
+use std::sync::Arc;
 
 use candle_core::cuda_backend::cudarc::driver::{
     CudaFunction, CudaView, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
-use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId, WrapErr};
+use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Result, Shape};
 use half::bf16;
+
+use crate::device::PerDevice;
 
 /// `blocks` blocks of `threads` threads, no dynamic shared memory.
 fn grid(blocks: u32, threads: u32) -> LaunchConfig {
@@ -33,52 +35,42 @@ struct Kernels {
 }
 
 fn kernels(dev: &CudaDevice) -> Result<Arc<Kernels>> {
-    static LOADED: OnceLock<Mutex<HashMap<DeviceId, Arc<Kernels>>>> = OnceLock::new();
-    let mut loaded = LOADED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(k) = loaded.get(&dev.id()) {
-        return Ok(k.clone());
-    }
-    let module = dev
-        .cuda_stream()
-        .context()
-        .load_module(Ptx::from_binary(FATBIN.to_vec()))
-        .w()?;
-    let f = |name: &str| module.load_function(name).w();
-    let k = Arc::new(Kernels {
-        swiglu_v8: f("ef_swiglu_bf16_v8")?,
-        swiglu_v1: f("ef_swiglu_bf16_v1")?,
-        add_norm_v8: f("ef_add_rms_norm_bf16_v8")?,
-        add_norm_v1: f("ef_add_rms_norm_bf16_v1")?,
-        qk_norm_rope: f("ef_qk_norm_rope_bf16")?,
-    });
-    loaded.insert(dev.id(), k.clone());
-    Ok(k)
+    static LOADED: PerDevice<Arc<Kernels>> = PerDevice::new();
+    LOADED.get_or_make(dev, || {
+        let module = dev
+            .cuda_stream()
+            .context()
+            .load_module(Ptx::from_binary(FATBIN.to_vec()))
+            .w()?;
+        let f = |name: &str| module.load_function(name).w();
+        Ok(Arc::new(Kernels {
+            swiglu_v8: f("ef_swiglu_bf16_v8")?,
+            swiglu_v1: f("ef_swiglu_bf16_v1")?,
+            add_norm_v8: f("ef_add_rms_norm_bf16_v8")?,
+            add_norm_v1: f("ef_add_rms_norm_bf16_v1")?,
+            qk_norm_rope: f("ef_qk_norm_rope_bf16")?,
+        }))
+    })
 }
 
 /// Whether `dev`'s kernels agree with the CPU's arithmetic, checked once per device at
 /// first use (a kernel that loads but computes wrong must not write a run's vectors): on
 /// a mismatch, or a kernel that does not load, the forward keeps candle's ops, saying why.
 pub(super) fn trusted(dev: &CudaDevice) -> bool {
-    static CHECKED: OnceLock<Mutex<HashMap<DeviceId, bool>>> = OnceLock::new();
-    let mut checked = CHECKED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    *checked.entry(dev.id()).or_insert_with(|| {
+    static CHECKED: PerDevice<bool> = PerDevice::new();
+    let Ok(trusted) = CHECKED.get_or_make(dev, || -> std::result::Result<bool, Infallible> {
         match super::self_check(&candle_core::Device::Cuda(dev.clone())) {
-            Ok(()) => true,
+            Ok(()) => Ok(true),
             Err(e) => {
                 tracing::warn!(
                     "the fused elementwise kernels failed their check on this GPU and are \
                      not used (candle's ops instead): {e}"
                 );
-                false
+                Ok(false)
             }
         }
-    })
+    });
+    trusted
 }
 
 fn view<'a>(s: &'a CudaStorage, l: &Layout) -> Result<CudaView<'a, bf16>> {
@@ -97,12 +89,18 @@ fn aligned(dev: &CudaDevice, views: &[&CudaView<'_, bf16>], row: usize) -> bool 
             .all(|v| v.device_ptr(&stream).0.is_multiple_of(16))
 }
 
-pub(super) fn swiglu(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+/// A device tensor and its layout, as a custom op receives them.
+type Arg<'a> = (&'a CudaStorage, &'a Layout);
+
+/// `(rows, inter)`: the op's, checked there.
+pub(super) fn swiglu(
+    s: &CudaStorage,
+    l: &Layout,
+    (rows, inter): (usize, usize),
+) -> Result<(CudaStorage, Shape)> {
     let dev = s.device.clone();
-    let (rows, cols) = l.shape().dims2()?;
-    let inter = cols / 2;
-    if cols % 2 != 0 || rows == 0 {
-        candle_core::bail!("swiglu: a [rows > 0, 2·inter] input, not [{rows}, {cols}]");
+    if rows == 0 {
+        candle_core::bail!("swiglu: no rows");
     }
     let gate_up = view(s, l)?;
     let k = kernels(&dev)?;
@@ -128,8 +126,6 @@ pub(super) fn swiglu(s: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)
         Shape::from((rows as usize, inter as usize)),
     ))
 }
-
-type Arg<'a> = (&'a CudaStorage, &'a Layout);
 
 pub(super) fn qk_norm_rope(
     op: &super::QkNormRope,
@@ -187,12 +183,9 @@ pub(super) fn qk_norm_rope(
 }
 
 pub(super) fn add_rms_norm(
-    x: &CudaStorage,
-    x_l: &Layout,
-    h: &CudaStorage,
-    h_l: &Layout,
-    w: &CudaStorage,
-    w_l: &Layout,
+    (x, x_l): Arg<'_>,
+    (h, h_l): Arg<'_>,
+    (w, w_l): Arg<'_>,
     eps: f32,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = x.device.clone();

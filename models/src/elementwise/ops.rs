@@ -39,12 +39,9 @@ impl candle_core::CustomOp1 for Swiglu {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (rows, cols) = l.shape().dims2()?;
-        if cols % 2 != 0 {
-            candle_core::bail!("swiglu: {cols} columns do not split into gate and up");
-        }
-        let out = bf16_or_f32!(s, "swiglu", |T| cpu::swiglu::<T>(values(s, l)?, cols / 2));
-        Ok((out, Shape::from((rows, cols / 2))))
+        let (rows, inter) = halves(l)?;
+        let out = bf16_or_f32!(s, "swiglu", |T| cpu::swiglu::<T>(values(s, l)?, inter));
+        Ok((out, Shape::from((rows, inter))))
     }
 
     #[cfg(feature = "cuda")]
@@ -53,8 +50,17 @@ impl candle_core::CustomOp1 for Swiglu {
         s: &candle_core::cuda_backend::CudaStorage,
         l: &Layout,
     ) -> Result<(candle_core::cuda_backend::CudaStorage, Shape)> {
-        gpu::swiglu(s, l)
+        gpu::swiglu(s, l, halves(l)?)
     }
+}
+
+/// `(rows, inter)` of a `[rows, 2·inter]` gate/up product.
+fn halves(l: &Layout) -> Result<(usize, usize)> {
+    let (rows, cols) = l.shape().dims2()?;
+    if cols % 2 != 0 {
+        candle_core::bail!("swiglu: {cols} columns do not split into gate and up");
+    }
+    Ok((rows, cols / 2))
 }
 
 impl candle_core::CustomOp3 for AddRmsNorm {
@@ -93,7 +99,7 @@ impl candle_core::CustomOp3 for AddRmsNorm {
         w_l: &Layout,
     ) -> Result<(candle_core::cuda_backend::CudaStorage, Shape)> {
         check_shapes(x_l, h_l, w_l)?;
-        gpu::add_rms_norm(x, x_l, h, h_l, w, w_l, self.eps)
+        gpu::add_rms_norm((x, x_l), (h, h_l), (w, w_l), self.eps)
     }
 }
 
