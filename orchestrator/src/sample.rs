@@ -144,6 +144,17 @@ fn paper_length(rng: &mut Rng, index: u64, mean: u64) -> usize {
     (median * (sigma * rng.normal()).exp()).clamp(200.0, MAX_CHARS) as usize
 }
 
+/// The most papers one corpus may have: its ids give the index ten digits.
+const MAX_PAPERS: u64 = 10_000_000_000;
+
+/// A paper's id: numeric like peS2o's, the seed's digits then the index in ten, so corpora of
+/// two seeds share no id (a second release made with another seed is all new papers) and the
+/// same seed gives the same ids. Ten digits hold any corpus this generator can write.
+fn paper_id(seed: u64, index: u64) -> String {
+    debug_assert!(index < MAX_PAPERS);
+    format!("{seed}{index:010}")
+}
+
 /// The `index`-th paper as one JSON line (with its newline).
 fn paper_line(seed: u64, index: u64, mean: u64) -> String {
     let mut rng = Rng(seed ^ index.wrapping_mul(0xA24B_AED4_963E_E407));
@@ -166,7 +177,7 @@ fn paper_line(seed: u64, index: u64, mean: u64) -> String {
     }
     let year = 1990 + rng.below(34);
     let record = serde_json::json!({
-        "id": format!("{}", 100_000_000 + index * 7 + seed % 7),
+        "id": paper_id(seed, index),
         "text": text,
         "source": SOURCES[rng.below(SOURCES.len())],
         "created": format!("{year}-{:02}-{:02}T00:00:00.000Z", 1 + rng.below(12), 1 + rng.below(28)),
@@ -180,6 +191,12 @@ fn paper_line(seed: u64, index: u64, mean: u64) -> String {
 
 /// Writes the corpus; returns the files written.
 pub fn write(out: &Path, options: &SampleOptions) -> io::Result<Vec<PathBuf>> {
+    if options.papers > MAX_PAPERS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("--papers {} is over the generator's {MAX_PAPERS} (ids hold ten digits of index); use fewer", options.papers),
+        ));
+    }
     let files = options.files.max(1) as u64;
     let targets: Vec<PathBuf> = if files == 1 {
         vec![out.to_path_buf()]
@@ -236,6 +253,27 @@ mod tests {
         let b: Vec<String> = (0..600).map(|i| paper_line(7, i, 4000)).collect();
         assert_eq!(a, b);
         assert_ne!(a[0], paper_line(8, 0, 4000), "the seed changes the corpus");
+    }
+
+    #[test]
+    fn seeds_share_no_paper_id() {
+        // Seeds equal modulo 7 once gave the same ids (7 and 0, 49 and 42).
+        let ids: std::collections::HashSet<String> = [0, 7, 42, 49, 4, 420]
+            .iter()
+            .flat_map(|&seed| (0..100).map(move |i| paper_id(seed, i)))
+            .collect();
+        assert_eq!(ids.len(), 600);
+        let line: serde_json::Value = serde_json::from_str(&paper_line(42, 3, 4000)).unwrap();
+        assert_eq!(line["id"], "420000000003");
+        assert!(
+            line["id"].as_str().unwrap().parse::<u64>().is_ok(),
+            "numeric, as peS2o's"
+        );
+    }
+
+    #[test]
+    fn long_tail_and_mean_length() {
+        let a: Vec<String> = (0..600).map(|i| paper_line(7, i, 4000)).collect();
         let lens: Vec<usize> = a
             .iter()
             .map(|l| {
