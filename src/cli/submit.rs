@@ -100,11 +100,11 @@ pub struct SubmitArgs {
     /// (default: the run's, else true).
     #[arg(long, value_name = "BOOL")]
     pub speculate: Option<bool>,
-    /// Seconds between polls of the scheduler (default: 30, or 1 for local).
+    /// Seconds between polls of the scheduler (default: 30; 5 for ssh, 1 for local).
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub poll_interval: Option<f64>,
     /// Seconds a job may be unknown to the scheduler, with no completion marker, before it
-    /// counts as lost and is retried (default: 300, or 10 for local).
+    /// counts as lost and is retried (default: 300; 60 for ssh, 10 for local).
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
     pub lost_after: Option<f64>,
     /// Run as a daemon: do not exit when every batch is settled; stop it with a signal.

@@ -19,12 +19,10 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-fn help_reference(t: &TestDir) -> String {
-    let top = t.run(&["--help"], 0);
-    let top = String::from_utf8(top.stdout).unwrap();
-    // The subcommands are the indented words between "Commands:" and the next blank line.
-    let commands: Vec<String> = top
-        .lines()
+/// The subcommands a `--help` text lists: the indented words between "Commands:" and the
+/// next blank line, `help` left out.
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
         .skip_while(|l| !l.starts_with("Commands:"))
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
@@ -32,15 +30,31 @@ fn help_reference(t: &TestDir) -> String {
         .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .filter(|c| c != "help")
-        .collect();
+        .collect()
+}
+
+/// Every command's `--help`, each subcommand's (`queues set`) after its command's.
+fn help_reference(t: &TestDir) -> String {
+    let help = |args: &[&str]| {
+        let mut args = args.to_vec();
+        args.push("--help");
+        String::from_utf8(t.run(&args, 0).stdout).unwrap()
+    };
+    let top = help(&[]);
+    let commands = subcommands(&top);
     assert!(commands.len() >= 3, "{top}");
     let mut out = format!("### `embedfleet --help`\n\n```text\n{}```\n", top);
     for command in commands {
-        let help = t.run(&[&command, "--help"], 0);
+        let text = help(&[&command]);
         out.push_str(&format!(
-            "\n### `embedfleet {command}`\n\n```text\n{}```\n",
-            String::from_utf8(help.stdout).unwrap()
+            "\n### `embedfleet {command}`\n\n```text\n{text}```\n"
         ));
+        for sub in subcommands(&text) {
+            out.push_str(&format!(
+                "\n### `embedfleet {command} {sub}`\n\n```text\n{}```\n",
+                help(&[&command, &sub])
+            ));
+        }
     }
     out
 }
