@@ -340,6 +340,19 @@ fn main() {
                 },
             ],
         ),
+        (
+            // A queue the user may submit to that runs nothing of theirs (no allocation
+            // left, a reservation not yet begun): what a queue with no history costs when
+            // the guess that it starts jobs at once is wrong.
+            "(f) a queue that starts nothing for 200 h",
+            vec![
+                q("prod", 20, 10, 300.0),
+                QueueSpec {
+                    wait_sigma: 0.01,
+                    ..q("dead", 20, 10, 200.0 * hour)
+                },
+            ],
+        ),
     ];
     println!(
         "route_sim: {BATCHES} batches of {:.0} min, poll {POLL_S} s, {seeds} seeds (mean)",

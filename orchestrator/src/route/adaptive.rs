@@ -3,7 +3,8 @@
 //! where they would finish soonest: a slot's free time plus the queue's cost (expected start
 //! delay plus run time, stretched by the rework of the jobs it loses). A batch whose best slot
 //! is free now is sent now; one whose best slot frees later waits for it, and nothing is sent
-//! to a slow queue that a faster one would finish first. List scheduling on expected times: it
+//! to a slow queue that a faster one would finish first. A queue with nothing learned yet takes
+//! part with a guessed start (`assess.rs`). List scheduling on expected times: it
 //! needs no tuning, and a round stops as soon as no slot is free now (at most one pass over the
 //! pending batches, each against every queue's slots).
 
@@ -25,14 +26,6 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
     }
     let nodes = round.nodes.max(1);
     let mut chunks = round.pending.chunks(nodes).peekable();
-    // A queue no job of which has started yet gets one, to learn from, and no more.
-    for q in usable
-        .iter()
-        .filter(|q| !q.known() && q.view.jobs.is_empty())
-    {
-        let Some(chunk) = chunks.next() else { break };
-        plan.jobs.push(job(q, chunk));
-    }
     let mut slots = Slots::of(&queues, round.now_s);
     // Batches whose best slot frees later wait for it (taking it on paper), so that a later
     // batch may still find a slower queue's free slot the better one.
@@ -79,7 +72,7 @@ fn goes_why(batch: i64, queues: &[Assessed], i: usize, slots: &Slots, now: f64) 
         "batch {batch} goes to {}: done in ~{} (start ~{}, run ~{}",
         q.view.name,
         crate::status::duration(q.cost_s()),
-        crate::status::duration(q.start_s.unwrap_or(0.0)),
+        crate::status::duration(q.start_s),
         crate::status::duration(q.run_s),
     );
     if q.model.loss_share() > 0.0 {
@@ -89,7 +82,7 @@ fn goes_why(batch: i64, queues: &[Assessed], i: usize, slots: &Slots, now: f64) 
     let others: Vec<String> = queues
         .iter()
         .enumerate()
-        .filter(|(j, o)| *j != i && o.usable() && o.known())
+        .filter(|(j, o)| *j != i && o.usable())
         .filter_map(|(j, o)| {
             let at = slots.earliest(j)?;
             Some(format!(
@@ -125,18 +118,18 @@ fn outlook_of(queues: &[Assessed], round: &Round<'_>) -> Vec<QueueOutlook> {
             queue: q.view.name.clone(),
             start_delay_s: q.model.start_delay.get(),
             longest_wait_s: q.longest_wait_s,
-            expected_start_s: q.start_s,
+            expected_start_s: Some(q.start_s),
             run_time_s: q.model.run_time.get(),
             loss_share: q.model.loss_share(),
             estimate_error_s: q.model.estimate_error.get(),
             scheduler_start_s: q.new_job_estimate.map(|at| (at - round.now_s).max(0.0)),
-            expected_finish_s: (q.usable() && q.known()).then(|| q.cost_s()),
+            expected_finish_s: q.usable().then(|| q.cost_s()),
             state: if !q.usable() {
                 "unusable"
-            } else if !q.known() {
-                "trial"
             } else if q.stopped {
                 "stopped"
+            } else if !q.known() {
+                "new"
             } else {
                 "ok"
             }

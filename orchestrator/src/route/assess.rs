@@ -1,6 +1,14 @@
 //! One queue as a round sees it: its model, the run time and start delay a new job there is
 //! expected to have (the learned delay, or longer while its queued jobs already wait longer),
 //! and whether it looks stopped.
+//!
+//! A queue no job of which has started yet has nothing learned: a new job there is expected
+//! to start as soon as its oldest queued job could still start (no sooner than that job has
+//! waited already, or than the scheduler says for a job sent now). Optimistic, as the static
+//! route is, and corrected every round the wait goes on; once it has waited three times what
+//! the fastest known queue takes, it counts as stopped like a known queue. A single trial job
+//! first (the way before) cost the hours of that first wait on every new queue: measured in
+//! BENCHMARKS.md, "Routing between queues".
 
 use std::collections::BTreeMap;
 
@@ -23,8 +31,9 @@ pub(super) struct Assessed<'a> {
     pub run_s: f64,
     /// The longest any queued (not started) job has waited.
     pub longest_wait_s: f64,
-    /// The start a new job there is expected to wait (None: no job of it started yet).
-    pub start_s: Option<f64>,
+    /// The start a new job there is expected to wait: from what was learned, or, while no job
+    /// of it has started, the optimistic guess of the module's header.
+    pub start_s: f64,
     pub stopped: bool,
     /// The scheduler's start estimates of its queued jobs, by job name.
     pub estimates: BTreeMap<String, f64>,
@@ -33,15 +42,16 @@ pub(super) struct Assessed<'a> {
 }
 
 impl Assessed<'_> {
+    /// Whether a job of it has started: its start delay is learned, not guessed.
     pub fn known(&self) -> bool {
-        self.start_s.is_some()
+        self.model.known()
     }
 
     /// Seconds from sending a job here to its batch's end, counting the rework of losses:
     /// each try costs a start and a run, and a share `p` of tries are lost (1/(1-p) tries).
     pub fn cost_s(&self) -> f64 {
         let loss = self.model.loss_share().min(MAX_LOSS);
-        (self.start_s.unwrap_or(0.0) + self.run_s) / (1.0 - loss)
+        (self.start_s + self.run_s) / (1.0 - loss)
     }
 
     /// Seconds until queued job `job` is expected to start. From the model: what is left of
@@ -86,6 +96,13 @@ pub(super) fn assess<'a>(router: &Router, round: &Round<'a>) -> Vec<Assessed<'a>
     } else {
         known_runs.iter().sum::<f64>() / known_runs.len() as f64
     };
+    // What a queue with nothing learned is measured against to count as stopped: the fastest
+    // start any queue of the run has shown.
+    let fastest_start = round
+        .queues
+        .iter()
+        .filter_map(|q| router.model(&q.name)?.start_delay.get())
+        .reduce(f64::min);
     round
         .queues
         .iter()
@@ -98,8 +115,9 @@ pub(super) fn assess<'a>(router: &Router, round: &Round<'a>) -> Vec<Assessed<'a>
                 .map(|j| (round.now_s - j.submitted_s).max(0.0))
                 .fold(0.0, f64::max);
             let learned = model.start_delay.get();
-            let stopped =
-                learned.is_some_and(|d| longest_wait_s > STOPPED_FACTOR * d + STOPPED_SLACK_S);
+            let stopped = learned
+                .or(fastest_start)
+                .is_some_and(|d| longest_wait_s > STOPPED_FACTOR * d + STOPPED_SLACK_S);
             let estimates = view
                 .jobs
                 .iter()
@@ -110,10 +128,13 @@ pub(super) fn assess<'a>(router: &Router, round: &Round<'a>) -> Vec<Assessed<'a>
             // scheduler's own estimate for a job sent now (`sbatch --test-only`) is blended in.
             let new_job_estimate = router.new_job_estimate(&view.name);
             let new_job = new_job_estimate.map(|at| (at - round.now_s).max(0.0));
-            let start_s = learned.map(|d| {
-                let from_model = d.max(longest_wait_s);
-                new_job.map_or(from_model, |e| blend(&model, e, from_model))
-            });
+            let start_s = match learned {
+                Some(d) => {
+                    let from_model = d.max(longest_wait_s);
+                    new_job.map_or(from_model, |e| blend(&model, e, from_model))
+                }
+                None => new_job.map_or(longest_wait_s, |e| e.max(longest_wait_s)),
+            };
             Assessed {
                 view,
                 estimates,

@@ -128,7 +128,7 @@ impl QueueModel {
         }
     }
 
-    /// True once a job of this queue has started: until then it gets a trial job only.
+    /// True once a job of this queue has started: until then its start is guessed.
     pub fn known(&self) -> bool {
         self.start_delay.samples > 0
     }

@@ -14,8 +14,7 @@ const MOVE_SAVES: f64 = 0.25;
 /// start (and the twin is expected to finish first).
 const TWIN_AFTER_STARTS: f64 = 2.0;
 
-/// When each slot of each known, usable queue is expected to be free (unknown queues have
-/// none: they get their trial job only).
+/// When each slot of each usable queue is expected to be free.
 pub(super) struct Slots {
     free: Vec<Vec<f64>>,
     now: f64,
@@ -26,7 +25,7 @@ impl Slots {
         let free = queues
             .iter()
             .map(|q| {
-                if !q.usable() || !q.known() {
+                if !q.usable() {
                     return Vec::new();
                 }
                 let room = (q.view.cap as usize).saturating_sub(q.view.jobs.len());
@@ -118,14 +117,17 @@ fn moves(queues: &[Assessed], slots: &mut Slots, now: f64) -> Vec<Move> {
                 break;
             }
             slots.take(i, queues[i].cost_s());
+            let usually = match q.model.start_delay.get() {
+                Some(d) => format!("it usually starts jobs in {}", crate::status::duration(d)),
+                None => "it has started none of the run's jobs yet".to_string(),
+            };
             moves.push(Move {
                 job: job.name.clone(),
                 queue: q.view.name.clone(),
                 why: format!(
-                    "queued on {} for {} (it usually starts jobs in {}): done sooner on {} (~{} against ~{})",
+                    "queued on {} for {} ({usually}): done sooner on {} (~{} against ~{})",
                     q.view.name,
                     crate::status::duration(waited),
-                    crate::status::duration(q.model.start_delay.get().unwrap_or(0.0)),
                     queues[i].view.name,
                     crate::status::duration(there),
                     crate::status::duration(here),
@@ -172,7 +174,7 @@ fn twins(
             break;
         };
         let there = &queues[i];
-        if waited < TWIN_AFTER_STARTS * there.start_s.unwrap_or(0.0) || there.cost_s() >= here {
+        if waited < TWIN_AFTER_STARTS * there.start_s || there.cost_s() >= here {
             continue;
         }
         slots.take(i, there.cost_s());

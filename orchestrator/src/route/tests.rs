@@ -93,28 +93,55 @@ fn a_slow_queue_gets_only_the_batches_a_fast_one_would_finish_later() {
 }
 
 #[test]
-fn a_queue_with_no_history_gets_one_trial_job_and_no_more_until_it_starts_one() {
+fn a_queue_with_no_history_is_expected_to_start_jobs_at_once_until_its_wait_says_otherwise() {
     let router = learned(&[("fast", 300.0)], 3);
     let pending: Vec<i64> = (1..=50).collect();
-    let queues = [queue("fast", 2, vec![]), queue("new", 8, vec![])];
+    // Nothing has waited there yet: a job there is expected to start at once, sooner than
+    // fast's 5 min, so it is filled to its cap first, as the static route would fill it.
+    let queues = [queue("fast", 2, vec![]), queue("new", 4, vec![])];
     let plan = router.plan(&round(&queues, &pending));
-    assert_eq!(sent_to(&plan, "new"), vec![1]);
-    assert_eq!(sent_to(&plan, "fast"), vec![2, 3]);
-    assert_eq!(plan.outlook[1].state, "trial");
-    // Its trial still queued: nothing more goes there.
+    assert_eq!(sent_to(&plan, "new"), vec![1, 2, 3, 4]);
+    assert_eq!(sent_to(&plan, "fast"), vec![5, 6]);
+    assert_eq!(plan.outlook[1].state, "new");
+    assert_eq!(plan.outlook[1].expected_start_s, Some(0.0));
+    // Its first job has waited 10 min: a new job there is expected to wait at least that
+    // (3,000 s to a batch's end), so fast's free slots (2,700 s) go first, and it takes the
+    // batches fast would finish later.
     let queues = [
         queue("fast", 4, vec![]),
-        queue("new", 8, vec![queued("t", 1, 50.0)]),
+        queue("new", 4, vec![queued("n1", 1, 600.0)]),
     ];
     let plan = router.plan(&round(&queues, &pending[1..]));
-    assert!(sent_to(&plan, "new").is_empty());
-    // Two queues with no history: one trial each, and the rest waits for a start.
+    assert_eq!(sent_to(&plan, "fast"), vec![2, 3, 4, 5]);
+    assert_eq!(sent_to(&plan, "new"), vec![6, 7, 8]);
+    assert_eq!(plan.outlook[1].state, "new");
+    assert_eq!(plan.outlook[1].expected_start_s, Some(600.0));
+    // Waiting over three times the fastest queue's start (plus a minute), it counts as
+    // stopped, and its queued jobs move as a known queue's do, the newest kept.
+    let queues = [
+        queue("fast", 4, vec![]),
+        queue(
+            "new",
+            4,
+            vec![queued("n1", 1, 7200.0), queued("n2", 2, 7000.0)],
+        ),
+    ];
+    let plan = router.plan(&round(&queues, &[]));
+    assert_eq!(plan.outlook[1].state, "stopped");
+    let moved: Vec<&str> = plan.moves.iter().map(|m| m.job.as_str()).collect();
+    assert_eq!(moved, ["n1"]);
+    assert!(
+        plan.moves[0].why.contains("started none of the run's jobs"),
+        "{}",
+        plan.moves[0].why
+    );
+    // Two queues with no history: both filled, the first listed first.
     let fresh = Router::new(Route::Adaptive);
-    let queues = [queue("a", 8, vec![]), queue("b", 8, vec![])];
+    let queues = [queue("a", 3, vec![]), queue("b", 3, vec![])];
     let plan = fresh.plan(&round(&queues, &pending));
     assert_eq!(
         (sent_to(&plan, "a"), sent_to(&plan, "b")),
-        (vec![1], vec![2])
+        (vec![1, 2, 3], vec![4, 5, 6])
     );
 }
 
@@ -290,8 +317,8 @@ fn the_schedulers_estimate_for_a_job_not_yet_sent_moves_where_the_next_batch_goe
     let r = round(&queues, &pending);
     let assessed = assess::assess(&router, &r);
     // No estimate of `b` was checked yet: half the scheduler's, half the model's.
-    assert_eq!(assessed[1].start_s, Some(0.5 * 3.0 * 3600.0 + 0.5 * 300.0));
-    assert_eq!(assessed[0].start_s, Some(300.0));
+    assert_eq!(assessed[1].start_s, 0.5 * 3.0 * 3600.0 + 0.5 * 300.0);
+    assert_eq!(assessed[0].start_s, 300.0);
     let after = router.plan(&r);
     assert_eq!(sent_to(&after, "a"), [1]);
     assert!(sent_to(&after, "b").is_empty(), "{after:?}");
