@@ -9,9 +9,10 @@ Two routes:
   before it learned queues.
 - [`Route::Adaptive`]: each free slot takes the batch that finishes soonest where it goes,
   from a [`QueueModel`] of each queue learned from the run's own jobs ([`adaptive`]); a queue
-  with no history is expected to start jobs as soon as its queued ones could; the pending jobs of a queue that stopped starting
-  jobs are moved when that is worth a new wait; and at the tail a batch whose job waits far
-  longer than another queue's start gets a speculative twin there ([`tail`]).
+  with no history is expected to start jobs as soon as its queued ones could; the pending
+  jobs of a queue that stopped starting jobs are moved when that is worth a new wait; and at
+  the tail a batch whose job waits far longer than another queue's start gets a speculative
+  twin there ([`tail`]).
 
 Caps stay upper bounds in both: a route decides where, never more than the user allows.
 */
