@@ -64,7 +64,7 @@ mod lt {
     use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
     use half::bf16;
 
-    use crate::device::PerDevice;
+    use crate::device::per_device::PerDevice;
 
     /// bf16, on a GPU, a 2-D input and weight, both contiguous.
     pub(super) fn applies(weight: &Tensor, x: &Tensor) -> bool {

@@ -12,7 +12,7 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Result, Shape};
 use half::bf16;
 
-use crate::device::PerDevice;
+use crate::device::per_device::PerDevice;
 
 /// `blocks` blocks of `threads` threads, no dynamic shared memory.
 fn grid(blocks: u32, threads: u32) -> LaunchConfig {
