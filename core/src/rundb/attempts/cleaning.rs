@@ -71,9 +71,8 @@ impl RunDb {
             // is bounded by the batch's rows (a shard holds at least one paper): anyone who
             // can write `results/` could claim 4,294,967,295 parts, a path each.
             crate::fsops::count(1);
-            let claimed = AttemptManifest::read(layout, batch, token)
-                .map(|m| m.parts as usize)
-                .unwrap_or(0);
+            let manifest = AttemptManifest::read(layout, batch, token).ok();
+            let claimed = manifest.as_ref().map_or(0, |m| m.parts as usize);
             let parts = claimed.min(max_parts).max(kept.len());
             let names: Vec<PathBuf> = (0..parts as u32)
                 .map(|part| layout.resolve(RunLayout::shard_file_name(batch, part, token)))
@@ -81,8 +80,12 @@ impl RunDb {
                 .collect();
             removed += remove_files(&names)?;
             if !known.contains_key(token) {
+                // Its job and host from its unfinished manifest, where it reads: the report
+                // counts attempts per host, a killed host's included.
                 let why = "it did not finish and another attempt did the batch";
-                self.record_attempt(batch, token, AttemptState::Abandoned, None, None, why)?;
+                let job = manifest.as_ref().and_then(|m| m.job.as_deref());
+                let host = manifest.as_ref().map(|m| m.host.as_str());
+                self.record_attempt(batch, token, AttemptState::Abandoned, job, host, why)?;
             }
         }
         crate::fsops::count(1);

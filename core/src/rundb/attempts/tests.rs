@@ -133,6 +133,14 @@ fn cleaning_removes_the_other_attempts_shards_by_name_and_keeps_the_accepted_one
             .any(|(b, t, s, _)| *b == 2 && t == "k9" && *s == AttemptState::Abandoned),
         "{states:?}"
     );
+    // Its host is the one its unfinished manifest names (a killed host's attempts count).
+    let host: Option<String> = db
+        .conn()
+        .query_row("SELECT host FROM attempts WHERE token = 'k9'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(host.as_deref(), Some(killed.host.as_str()));
     // The first ingest of this run was a full sweep: the temporary file went too.
     assert!(!temporary.exists());
     // A temporary file of a batch still open stays: its writer may be alive.
