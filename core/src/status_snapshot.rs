@@ -98,15 +98,17 @@ pub struct RoutingState {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueueOutlook {
     pub queue: String,
-    /// `trial` (no job of it started yet), `stopped` (its queued jobs overdue), `ok`,
-    /// `unusable` (refused, cooling off after a failed submission, or cap 0).
+    /// `new` (no job of it started yet: its start is guessed), `stopped` (its queued jobs
+    /// overdue), `ok`, `unusable` (refused, cooling off after a failed submission, or cap 0).
     pub state: String,
     /// Learned submit-to-start, seconds (none until a job of it started).
     pub start_delay_s: Option<f64>,
     /// The longest any of its queued jobs has waited so far.
     pub longest_wait_s: f64,
     /// The start a new job is expected to wait: the learned delay, or longer when its queued
-    /// jobs have already waited longer.
+    /// jobs have already waited longer (a `new` queue: the longest wait, or the scheduler's
+    /// estimate for a job sent now when later). Always set by the router since 2026-12-05;
+    /// optional for snapshots written before.
     pub expected_start_s: Option<f64>,
     /// Learned start-to-end of a job that ran to its end.
     pub run_time_s: Option<f64>,
