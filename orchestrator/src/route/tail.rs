@@ -83,18 +83,44 @@ pub(super) fn moves_and_twins(
     round: &Round<'_>,
     no_batch_waiting: bool,
 ) -> (Vec<Move>, Vec<PlannedJob>) {
-    let moves = moves(queues, slots, round.now_s);
+    let jobs_of = jobs_per_batch(round);
+    let moves = moves(queues, slots, round.now_s, &jobs_of);
     let twins = if round.speculate && no_batch_waiting {
-        twins(queues, slots, round, &moves)
+        twins(queues, slots, round, &moves, &jobs_of)
     } else {
         Vec::new()
     };
     (moves, twins)
 }
 
+/// How many open jobs each batch has: two while a speculative twin runs beside the first.
+fn jobs_per_batch(round: &Round<'_>) -> BTreeMap<i64, u32> {
+    let mut jobs_of: BTreeMap<i64, u32> = BTreeMap::new();
+    for q in round.queues {
+        for j in &q.jobs {
+            for b in &j.batches {
+                *jobs_of.entry(*b).or_default() += 1;
+            }
+        }
+    }
+    jobs_of
+}
+
+/// Whether `job`'s batches have no other open job (no twin).
+fn alone(job: &crate::route::OpenJob, jobs_of: &BTreeMap<i64, u32>) -> bool {
+    job.batches.iter().all(|b| jobs_of.get(b) == Some(&1))
+}
+
 /// The queued jobs of stopped queues, oldest first, that would finish sooner sent elsewhere.
-/// Each stopped queue keeps its newest queued job, to notice when it starts jobs again.
-fn moves(queues: &[Assessed], slots: &mut Slots, now: f64) -> Vec<Move> {
+/// Each stopped queue keeps its newest queued job, to notice when it starts jobs again. A job
+/// whose batch has a twin already is not moved: the twin is the batch's second job, and a
+/// move would send a third.
+fn moves(
+    queues: &[Assessed],
+    slots: &mut Slots,
+    now: f64,
+    jobs_of: &BTreeMap<i64, u32>,
+) -> Vec<Move> {
     let mut moves = Vec::new();
     for q in queues.iter().filter(|q| q.stopped && q.usable()) {
         let mut queued: Vec<_> = q
@@ -105,7 +131,7 @@ fn moves(queues: &[Assessed], slots: &mut Slots, now: f64) -> Vec<Move> {
             .collect();
         queued.sort_by(|a, b| a.submitted_s.total_cmp(&b.submitted_s));
         queued.pop();
-        for job in queued {
+        for job in queued.into_iter().filter(|j| alone(j, jobs_of)) {
             let waited = now - job.submitted_s;
             let here = q.start_left_s(job, now) + q.run_s;
             let other = |i: usize| !queues[i].stopped && queues[i].view.name != q.view.name;
@@ -146,22 +172,15 @@ fn twins(
     slots: &mut Slots,
     round: &Round<'_>,
     moves: &[crate::route::Move],
+    jobs_of: &BTreeMap<i64, u32>,
 ) -> Vec<PlannedJob> {
     let now = round.now_s;
-    let mut jobs_of: BTreeMap<i64, u32> = BTreeMap::new();
-    for q in round.queues {
-        for j in &q.jobs {
-            for b in &j.batches {
-                *jobs_of.entry(*b).or_default() += 1;
-            }
-        }
-    }
     let mut waiting: Vec<(usize, &crate::route::OpenJob)> = queues
         .iter()
         .enumerate()
         .flat_map(|(i, q)| q.view.jobs.iter().map(move |j| (i, j)))
         .filter(|(_, j)| j.started_s.is_none() && !j.cancelling)
-        .filter(|(_, j)| j.batches.iter().all(|b| jobs_of.get(b) == Some(&1)))
+        .filter(|(_, j)| alone(j, jobs_of))
         .filter(|(_, j)| !moves.iter().any(|m| m.job == j.name))
         .collect();
     waiting.sort_by(|(_, a), (_, b)| a.submitted_s.total_cmp(&b.submitted_s));

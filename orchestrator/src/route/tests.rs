@@ -212,6 +212,28 @@ fn a_queue_that_stopped_starting_jobs_gets_none_and_its_queued_jobs_move_when_wo
 }
 
 #[test]
+fn a_queued_job_whose_batch_has_a_twin_running_is_not_moved() {
+    let router = learned(&[("a", 300.0), ("b", 300.0)], 5);
+    // b stopped, its three queued jobs overdue; batch 1's already has a twin running on a.
+    let b_jobs = vec![
+        queued("b1", 1, 7200.0),
+        queued("b2", 2, 7000.0),
+        queued("b3", 3, 6900.0),
+    ];
+    let queues = [
+        queue("a", 8, vec![running("a-twin-1", 1, 100.0)]),
+        queue("b", 4, b_jobs),
+    ];
+    let plan = router.plan(&round(&queues, &[]));
+    assert_eq!(plan.outlook[1].state, "stopped");
+    // b1 keeps its place (its twin finishes the batch, or it does); b2 moves; b3, the newest,
+    // stays to notice when b starts jobs again.
+    let moved: Vec<&str> = plan.moves.iter().map(|m| m.job.as_str()).collect();
+    assert_eq!(moved, ["b2"]);
+    assert!(plan.twins.iter().all(|t| t.batches != vec![1]), "{plan:?}");
+}
+
+#[test]
 fn the_tail_gets_a_twin_of_a_long_waiting_batch_on_a_queue_with_a_free_slot() {
     let router = learned(&[("a", 300.0), ("b", 300.0)], 5);
     // Nothing left to send; b's job has waited 40 min (not yet "stopped": 3×5 min + 1 min is
