@@ -176,15 +176,20 @@ fn a_queue_that_loses_jobs_costs_its_rework() {
     assert_eq!(out.preempted, 20);
 }
 
+/// b's three queued jobs, of batches 1 to 3, waiting 2 h, 1 h 57 min and 1 h 55 min.
+fn overdue_on_b() -> Vec<OpenJob> {
+    vec![
+        queued("b1", 1, 7200.0),
+        queued("b2", 2, 7000.0),
+        queued("b3", 3, 6900.0),
+    ]
+}
+
 #[test]
 fn a_queue_that_stopped_starting_jobs_gets_none_and_its_queued_jobs_move_when_worth_it() {
     let router = learned(&[("a", 300.0), ("b", 300.0)], 5);
     // b's three queued jobs have waited 2 h (its jobs usually start in 5 min); a has room.
-    let b_jobs = vec![
-        queued("b1", 1, 7200.0),
-        queued("b2", 2, 7000.0),
-        queued("b3", 3, 6900.0),
-    ];
+    let b_jobs = overdue_on_b();
     let queues = [
         queue("a", 8, vec![running("a1", 4, 100.0)]),
         queue("b", 4, b_jobs),
@@ -215,11 +220,7 @@ fn a_queue_that_stopped_starting_jobs_gets_none_and_its_queued_jobs_move_when_wo
 fn a_queued_job_whose_batch_has_a_twin_running_is_not_moved() {
     let router = learned(&[("a", 300.0), ("b", 300.0)], 5);
     // b stopped, its three queued jobs overdue; batch 1's already has a twin running on a.
-    let b_jobs = vec![
-        queued("b1", 1, 7200.0),
-        queued("b2", 2, 7000.0),
-        queued("b3", 3, 6900.0),
-    ];
+    let b_jobs = overdue_on_b();
     let queues = [
         queue("a", 8, vec![running("a-twin-1", 1, 100.0)]),
         queue("b", 4, b_jobs),
