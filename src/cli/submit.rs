@@ -89,8 +89,8 @@ pub struct SubmitArgs {
     /// How free job slots are given batches: `adaptive` learns each queue from the run's own
     /// jobs (start delay, run time, share lost to preemption or walltime) and sends each batch
     /// where it finishes soonest (a queue with no history is expected to start jobs at once
-    /// until its waits say otherwise); `static`
-    /// fills every queue to its cap, queues taking turns. Caps are upper bounds either way.
+    /// until its waits say otherwise); `static` fills every queue to its cap, queues taking
+    /// turns. Caps are upper bounds either way.
     /// `embedfleet status` shows what was learned and why the next batch goes where it goes.
     /// (default: the run's, else adaptive; docs/cluster.md, "Routing between queues").
     #[arg(long, value_name = "ROUTE", value_parser = ["adaptive", "static"])]

@@ -14,12 +14,12 @@ use super::{PlannedJob, QueueOutlook, Round, RoutePlan, Router};
 
 pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
     let queues = assess(router, round);
-    let usable: Vec<&Assessed> = queues.iter().filter(|q| q.usable()).collect();
+    let usable = queues.iter().filter(|q| q.usable()).count();
     let mut plan = RoutePlan {
         outlook: outlook_of(&queues, round),
         ..RoutePlan::default()
     };
-    if usable.len() <= 1 {
+    if usable <= 1 {
         // One queue: nothing to choose between; it is filled as the static route fills it.
         plan.jobs = super::static_jobs(round);
         return plan;
