@@ -18,8 +18,16 @@ fn main() {
                 exit::SUCCESS
             } else {
                 eprintln!("error: {err}");
+                // A wrapper that prints its cause in its own message (`#[error("…: {0}")]`,
+                // transparent ones) would repeat it: each cause is said once.
+                let mut said = err.to_string();
                 for cause in err.chain().skip(1) {
-                    eprintln!("  caused by: {cause}");
+                    let line = cause.to_string();
+                    if !said.contains(&line) {
+                        eprintln!("  caused by: {line}");
+                        said.push('\n');
+                        said.push_str(&line);
+                    }
                 }
                 commands::exit_code(&err)
             }

@@ -190,15 +190,7 @@ fn render_results(out: &mut String, s: &RunStatus) {
             "uploaded   {collection}: {} of {} rows",
             u.acked, s.rows_in_shards
         );
-        if s.rows_withheld.total() > 0 {
-            // Rows sent before a release withheld them were deleted from the collection since.
-            let _ = write!(
-                out,
-                " (the collection holds the {} live papers, not the {} withheld rows)",
-                s.papers_live,
-                s.rows_withheld.total()
-            );
-        }
+        out.push_str(&release_held(s, u.release));
         if u.failed > 0 {
             let _ = write!(out, ", {} failed", u.failed);
         }
@@ -211,6 +203,50 @@ fn render_results(out: &mut String, s: &RunStatus) {
         }
         out.push('\n');
     }
+}
+
+/// What a collection holds of the run's releases, from the release its last complete upload
+/// brought it to: a release planned since is not in it until `upload` applies it (its
+/// withdrawals are deleted, its changed papers sent once embedded).
+fn release_held(s: &RunStatus, held: Option<i64>) -> String {
+    let newest = s
+        .releases
+        .iter()
+        .filter(|r| r.planned)
+        .map(|r| r.release)
+        .max()
+        .unwrap_or(1);
+    if s.rows_withheld.total() == 0 && newest <= 1 {
+        return String::new();
+    }
+    let Some(held) = held else {
+        return format!(
+            " (no complete upload recorded: the collection may still hold some of the {} rows later releases withheld; `embedfleet upload` deletes them)",
+            s.rows_withheld.total()
+        );
+    };
+    if held >= newest {
+        return format!(
+            " (the collection holds release {newest}: the {} live papers, not the {} withheld rows)",
+            s.papers_live,
+            s.rows_withheld.total()
+        );
+    }
+    let later = s.releases.iter().filter(|r| r.planned && r.release > held);
+    let (withdrawn, to_embed) = later.fold((0, 0), |(w, e), r| {
+        (w + r.counts.withdrawn, e + r.counts.to_embed())
+    });
+    let mut line = format!(
+        " (the collection holds release {held}, not {newest}: {withdrawn} withdrawals not yet applied: `embedfleet upload`"
+    );
+    if to_embed > 0 {
+        let _ = write!(
+            line,
+            "; {to_embed} new or changed papers to embed, then upload"
+        );
+    }
+    line.push(')');
+    line
 }
 
 /// The rate, and the running jobs with their progress.

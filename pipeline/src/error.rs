@@ -53,6 +53,13 @@ pub enum PipelineError {
     /// Something the command needs that was not given, and how to give it.
     #[error("{0}")]
     Needs(String),
+    /// A search of a collection that does not exist (exit code 4).
+    #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`embedfleet upload --run-dir {}`), or name the collection and target the run uploaded into", run_dir.display())]
+    NotUploaded {
+        collection: String,
+        target: String,
+        run_dir: PathBuf,
+    },
 }
 
 impl PipelineError {
@@ -68,7 +75,7 @@ impl PipelineError {
                 e,
                 SubmitError::NotOwner(_) | SubmitError::LoopRunning { .. }
             ),
-            Self::Refused(_) => true,
+            Self::Refused(_) | Self::NotUploaded { .. } => true,
             _ => false,
         }
     }

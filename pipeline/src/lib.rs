@@ -15,6 +15,7 @@ pub mod job_record;
 pub mod preflight;
 pub mod query_job;
 pub mod run;
+pub mod searched;
 pub mod settings;
 pub mod shard_keys;
 pub mod submit;

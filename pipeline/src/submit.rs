@@ -60,7 +60,7 @@ pub fn prepare(
             pin: write,
         },
     )?;
-    if write {
+    if write && !flags.preset {
         store_kept(db, flags, &settings)?;
     }
     let options = SubmitOptions {

@@ -35,9 +35,17 @@ pub struct QueryArgs {
     /// The run directory.
     #[arg(long, value_name = "DIR")]
     pub run_dir: PathBuf,
+    /// Terms to search for, given here (`embedfleet query --run-dir R "protein folding"`);
+    /// without `--output` their top hits are printed.
+    #[arg(
+        value_name = "TERM",
+        required_unless_present = "terms",
+        conflicts_with = "terms"
+    )]
+    pub term_args: Vec<String>,
     /// The terms: a text file (one term per line), a CSV file (a column) or JSON lines (a field).
     #[arg(long, value_name = "FILE")]
-    pub terms: PathBuf,
+    pub terms: Option<PathBuf>,
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
@@ -58,9 +66,14 @@ pub struct QueryArgs {
     /// Search requests in flight (default: what `tune --queries` saved, else 2).
     #[arg(long, value_name = "K")]
     pub in_flight: Option<usize>,
-    /// The parquet file of results: term, query_id, rank, paper_id, score, year, source.
+    /// The parquet file of results: term, query_id, rank, paper_id, score, year, source. It
+    /// records the request it answers (terms, collection contents, settings, model): the same
+    /// request again does nothing, another one is refused (default: print the top hits).
     #[arg(long, value_name = "FILE")]
-    pub output: PathBuf,
+    pub output: Option<PathBuf>,
+    /// Overwrite an --output (or its unfinished parts) that another request made.
+    #[arg(long, requires = "output")]
+    pub replace: bool,
     /// Terms per part (the unit written at once, and redone after a kill).
     #[arg(long, default_value_t = DEFAULT_PART_QUERIES, value_name = "N", hide = true)]
     pub part_queries: usize,
@@ -69,7 +82,7 @@ pub struct QueryArgs {
     /// its vectors and search here: run.db and the output are written only by this process,
     /// the run's owner. Run the same command again after a failed or killed job: the parts
     /// it finished are kept (README, "On a cluster, step by step").
-    #[arg(long, requires = "queue")]
+    #[arg(long, requires_all = ["queue", "output"])]
     pub submit: bool,
     /// The queue (PBS) or partition (Slurm) of the query job.
     #[arg(long, value_name = "NAME", requires = "submit")]

@@ -23,18 +23,35 @@ pub const HISTORY_SETTING: &str = "history";
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Some(dir) = owned_run_dir(&cli.command) {
+        if let Some(why) = not_a_run_dir(dir) {
+            // The command line was wrong (exit code 2), as clap says of a bad flag.
+            eprintln!("error: {why}");
+            return Ok(exit::USAGE);
+        }
         // Before anything opens run.db: on a host that does not own the run, refuse with where
         // the owner is (exit 4), whatever the command would have done first.
         embedfleet_core::owner::check_read_only(dir)?;
     }
     let run_dir = recorded_run_dir(&cli.command);
     let code = dispatch(cli)?;
+    // A command that found its work done made nothing: the card's "How it was made" lists
+    // what made the data, not what was typed again.
+    let run_dir = run_dir.filter(|_| !WROTE_NOTHING.load(std::sync::atomic::Ordering::Relaxed));
     if let Some(dir) = run_dir {
         if let Err(e) = record_command(&dir) {
             tracing::warn!("could not record the command line in run.db: {e}");
         }
     }
     Ok(code)
+}
+
+/// Set by a command that found nothing to do ([`wrote_nothing`]).
+static WROTE_NOTHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says that this command changed nothing of the run's outputs: it is not added to the run's
+/// history (the dataset card's "How it was made").
+pub(crate) fn wrote_nothing() {
+    WROTE_NOTHING.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The run directory of a command worth remembering: those that make or change the run's
@@ -77,6 +94,18 @@ fn owned_run_dir(command: &Command) -> Option<&std::path::Path> {
         Command::Publish(a) => Some(&a.run_dir),
         _ => None,
     }
+}
+
+/// Why `dir` cannot be a `--run-dir`: it names something other than a directory (a file, say:
+/// the corpus given by mistake). Said as such, before anything opens files inside it.
+fn not_a_run_dir(dir: &std::path::Path) -> Option<String> {
+    let meta = std::fs::metadata(dir).ok()?;
+    (!meta.is_dir()).then(|| {
+        format!(
+            "--run-dir {} is a file, not a run directory: give the directory `embedfleet plan` made (a new path makes a new run)",
+            dir.display()
+        )
+    })
 }
 
 /// Appends this process's command line to the run's history (once per distinct line in a row).

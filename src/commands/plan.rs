@@ -21,6 +21,9 @@ pub fn plan(args: &PlanArgs) -> Result<i32> {
         args.corpus.clone()
     };
     let report = plan_with(corpus, args.run_dir.clone(), &args.plan, update)?;
+    if report.already_planned {
+        super::wrote_nothing();
+    }
     Ok(report_code(&report))
 }
 

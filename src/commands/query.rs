@@ -43,16 +43,52 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
 pub fn query(args: &QueryArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+    let terms = match &args.terms {
+        Some(path) => embedfleet_query::read_terms(path, args.model.field.as_deref())?,
+        None => args.term_args.clone(),
+    };
+    let model = model_settings(&args.run_dir, &args.model)?;
+    let filter = embedfleet_query::parse_filters(&args.filters).map_err(anyhow::Error::msg)?;
+    let search = SearchOptions {
+        filter,
+        ..SearchOptions::new(args.top_k.max(1))
+    };
+    // What the results answer: the collection as it is now, and the model. A collection that
+    // was never uploaded is refused here, before anything is embedded or written.
+    let searched = embedfleet_pipeline::searched::searched(
+        &db,
+        sink.as_ref(),
+        &args.collection,
+        &model.model_dir,
+        model.dim,
+    )?;
+    let Some(output) = &args.output else {
+        return print_top_hits(&db, sink.as_ref(), args, &terms, &model, &search);
+    };
     let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
     let tuned = tuned.filter(|t| t.sink == kind);
-    let terms = embedfleet_query::read_terms(&args.terms, args.model.field.as_deref())?;
-    let model = model_settings(&args.run_dir, &args.model)?;
-    let output_done =
-        args.output.is_file() && !embedfleet_query::workload::parts_dir(&args.output).exists();
+    let (batch_size, in_flight) = settings::query::batching(
+        (args.batch_size, args.in_flight),
+        tuned.as_ref().map(|t| (t.batch_size, t.in_flight)),
+        (DEFAULT_QUERY_BATCH, DEFAULT_QUERY_IN_FLIGHT),
+    );
+    let options = QueryOptions {
+        collection: args.collection.clone(),
+        terms,
+        instruction: model.instruction.clone(),
+        search,
+        batch_size: batch_size.value,
+        in_flight: in_flight.value,
+        output: output.clone(),
+        part_queries: args.part_queries.max(1),
+        progress: std::io::stderr().is_terminal(),
+        searched,
+        replace: args.replace,
+    };
     // The query vectors: embedded here, or by a scheduler job whose files this owner collects.
     let mut embedder: Box<dyn EmbedQueries> = if !args.submit {
         Box::new(query_model(&model)?)
-    } else if output_done {
+    } else if embedfleet_query::workload::is_answered(&options) {
         Box::new(PrecomputedVectors::default())
     } else {
         let request = QueryJobRequest {
@@ -65,51 +101,33 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
             part_terms: args.part_terms,
             poll_interval_s: args.poll_interval,
         };
-        let vectors =
-            query_job::embed_on_cluster(&db, &request, &terms, &mut |line| eprintln!("{line}"))?;
+        let vectors = query_job::embed_on_cluster(&db, &request, &options.terms, &mut |line| {
+            eprintln!("{line}")
+        })?;
         Box::new(vectors)
     };
-    let (batch_size, in_flight) = settings::query::batching(
-        (args.batch_size, args.in_flight),
-        tuned.as_ref().map(|t| (t.batch_size, t.in_flight)),
-        (DEFAULT_QUERY_BATCH, DEFAULT_QUERY_IN_FLIGHT),
-    );
-    let filter = embedfleet_query::parse_filters(&args.filters).map_err(anyhow::Error::msg)?;
-    let options = QueryOptions {
-        collection: args.collection.clone(),
-        terms,
-        instruction: model.instruction.clone(),
-        search: SearchOptions {
-            filter,
-            ..SearchOptions::new(args.top_k.max(1))
-        },
-        batch_size: batch_size.value,
-        in_flight: in_flight.value,
-        output: args.output.clone(),
-        part_queries: args.part_queries.max(1),
-        progress: std::io::stderr().is_terminal(),
-    };
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
-    record_output(&db, &args.output)?;
+    record_output(&db, output)?;
+    if report.already_done == report.queries {
+        super::wrote_nothing();
+        eprintln!(
+            "{} already holds the results of this request ({} queries, the same terms, collection contents, settings and model); nothing to do",
+            output.display(),
+            report.queries
+        );
+        return Ok(exit::SUCCESS);
+    }
     embedfleet_pipeline::activity::record_query(
         &db,
         &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
         &report,
     );
-    if report.already_done == report.queries {
-        eprintln!(
-            "{} already holds the results of all {} queries; nothing to do",
-            args.output.display(),
-            report.queries
-        );
-        return Ok(exit::SUCCESS);
-    }
     let l = report.latency;
     eprintln!(
         "{} queries ({} done before) into {}: {:.0} queries/s searching (batches of {}, {} in flight), embedding {:.1} s; per request p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
         report.queries,
         report.already_done,
-        args.output.display(),
+        output.display(),
         report.queries_per_s(),
         options.batch_size,
         options.in_flight,
@@ -118,6 +136,42 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         l.p95_ms,
         l.p99_ms
     );
+    Ok(exit::SUCCESS)
+}
+
+/// `query` with no `--output`: each term's top hits, with the first words of each paper, on
+/// the terminal. Nothing is written.
+fn print_top_hits(
+    db: &RunDb,
+    sink: &dyn embedfleet_upload::Sink,
+    args: &QueryArgs,
+    terms: &[String],
+    model: &QueryModelSettings,
+    search: &SearchOptions,
+) -> Result<i32> {
+    let vectors = query_model(model)?.embed(&model.instruction, terms)?;
+    for (term, vector) in terms.iter().zip(&vectors) {
+        let hits = embedfleet_upload::query::search_with_text_as(
+            sink,
+            db,
+            &args.collection,
+            vector,
+            search,
+            12,
+        )?;
+        println!("top {} papers for \"{term}\":", hits.len());
+        for (rank, h) in hits.iter().enumerate() {
+            println!(
+                "{:>2}. {:.4}  {}  {}",
+                rank + 1,
+                h.hit.score,
+                h.hit.paper_id.as_deref().unwrap_or("?"),
+                h.first_words.as_deref().unwrap_or("")
+            );
+        }
+    }
+    eprintln!("(printed, not saved: `--output FILE.parquet` writes every hit to a file)");
+    super::wrote_nothing();
     Ok(exit::SUCCESS)
 }
 

@@ -5,15 +5,9 @@ use super::{submit, upload};
 use crate::cli::RunArgs;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
-use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::RunLayout;
-use embedfleet_orchestrator::notify::NotifyConfig;
-use embedfleet_orchestrator::scheduler::SchedulerConfig;
-use embedfleet_orchestrator::submit::SubmitOptions;
-use embedfleet_pipeline::settings::JobSettings;
-use std::collections::BTreeMap;
+use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
 use std::io::IsTerminal;
-use std::time::Duration;
 
 /// Plans (if not planned), embeds every batch as local jobs through the submit loop, uploads
 /// into the embedded Qdrant, runs one query and prints the status.
@@ -24,7 +18,6 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
     // batches to this machine instead.
     let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
     embedfleet_orchestrator::stored_config::check_local(&db)?;
-    drop(db);
     let model_dir = match &args.model_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -39,42 +32,37 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
             dir
         }
     };
-    let job = JobSettings {
-        devices: args.devices.clone(),
-        // Absolute: jobs start in the run directory.
-        model_dir: std::path::absolute(&model_dir)?,
-        dim: args.dim,
-        vector_dtype: VectorDtype::F32,
-        max_tokens: None,
-        shard_papers: args.shard_papers,
-        memory_limit: None,
-        build_shard: false,
-    };
-    let options = SubmitOptions {
+    // `run` is `submit` with a preset of its flags, through the same set-up and preflight:
+    // local jobs, two attempts a batch, a quick poll, and no breaker (`run` is unattended and
+    // ends on its own: a pause would wait for a `resume` nobody types; two attempts per batch
+    // bound the cost of a setup that always fails).
+    let flags = SubmitFlags {
         run_dir: run_dir.clone(),
-        scheduler: SchedulerConfig::default(),
-        queues: Some(BTreeMap::from([(
-            "local".to_string(),
-            args.local_jobs.max(1) as u32,
-        )])),
-        max_attempts: 2,
-        poll_interval: Duration::from_millis(500),
-        lost_after: Duration::from_secs(10),
-        watch: false,
-        embed_args: job.to_args(),
-        exe: std::env::current_exe().context("failed to find the embedfleet binary")?,
-        progress: std::io::stderr().is_terminal(),
-        trial: None,
-        stall: Default::default(),
-        kill_stalled: false,
-        // `run` is unattended and ends on its own: a pause would wait for a `resume` nobody
-        // types; its two attempts per batch bound the cost of a setup that always fails.
-        breaker_after: 0,
-        notify: NotifyConfig::default(),
-        metrics_listen: None,
-        route: Default::default(),
-        speculate: true,
+        queues: vec![("local".to_string(), args.local_jobs.max(1) as u32)],
+        devices: Some(args.devices.clone()),
+        // Absolute: jobs start in the run directory.
+        model_dir: Some(std::path::absolute(&model_dir)?),
+        dim: args.dim,
+        shard_papers: Some(args.shard_papers),
+        loop_options: LoopOptions {
+            max_attempts: Some(2),
+            breaker_after: Some(0),
+            poll_interval_s: Some(0.5),
+            lost_after_s: Some(10.0),
+            route: None,
+            speculate: Some(true),
+        },
+        preset: true,
+        ..SubmitFlags::default()
     };
+    let exe = std::env::current_exe().context("failed to find the embedfleet binary")?;
+    let prepared =
+        embedfleet_pipeline::submit::prepare(&db, &flags, exe, std::io::stderr().is_terminal())?;
+    for note in &prepared.notes {
+        eprintln!("{note}");
+    }
+    drop(db);
+    let options = prepared.options;
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;
     let code = submit::summarise(&options, &report)?;

@@ -117,6 +117,7 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
         },
         kill_stalled: args.kill_stalled,
         metrics_listen: args.metrics_listen,
+        preset: false,
     })
 }
 

@@ -233,5 +233,9 @@ fn a_killed_query_run_resumes_without_duplicate_rows() {
         "other.parquet",
     ];
     let refused = t.run(&other, 4);
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("other terms or settings"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("unfinished query run of another request") && stderr.contains("--replace"),
+        "{stderr}"
+    );
 }

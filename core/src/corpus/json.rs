@@ -48,7 +48,47 @@ pub(super) fn parse_line(line: &[u8], options: &ReadOptions) -> Parsed {
             }
         }
     };
-    fields.into_paper(options)
+    match fields.into_paper(options) {
+        // A record without the fields every paper needs is most often a corpus that names them
+        // otherwise (`paper_id`, `body`): the detail lists the fields it has.
+        Parsed::Bad {
+            reason: reason @ (QuarantineReason::MissingId | QuarantineReason::MissingText),
+            detail,
+            id,
+        } => Parsed::Bad {
+            reason,
+            detail: format!("{detail} (its fields: {})", field_names(text)),
+            id,
+        },
+        parsed => parsed,
+    }
+}
+
+/// The top-level field names of a JSON object, in order, joined by ", " (the first 20).
+fn field_names(text: &str) -> String {
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::new();
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                map.next_value::<IgnoredAny>()?;
+                if keys.len() < 20 {
+                    keys.push(key.into_owned());
+                }
+            }
+            Ok(keys)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    match de::Deserializer::deserialize_map(&mut de, Keys) {
+        Ok(keys) if keys.is_empty() => "none".into(),
+        Ok(keys) => keys.join(", "),
+        Err(_) => "unreadable".into(),
+    }
 }
 
 /// A field that should be a string: anything else is remembered as its JSON type name.

@@ -171,6 +171,8 @@ pub struct FileSummary {
     pub filtered: u64,
     /// Set when the file broke off: where and why. The records before it were delivered.
     pub corrupt: Option<String>,
+    /// The kept fields (`ReadOptions::keep_fields`) that no record of the file had.
+    pub kept_fields_missing: Vec<String>,
 }
 
 /// Reads one corpus file, handing each record to `visit` in order. Errors from `visit` stop the
@@ -184,18 +186,35 @@ pub fn read_file<E>(
     let format = Format::of(path)
         .ok_or_else(|| ReadError::Corpus(CorpusError::UnknownFormat(path.into())))?;
     let mut summary = FileSummary::default();
+    // Each kept field as a paper's `extra` object names it: looked for until found, so a field
+    // every record has costs one search.
+    let mut unseen: Vec<(&String, String)> = options
+        .keep_fields
+        .iter()
+        .map(|f| (f, format!("{}:", serde_json::Value::String(f.clone()))))
+        .collect();
+    let (mut papers, mut quarantined, mut filtered) = (0, 0, 0);
     let mut count = |record: Record| {
         match &record {
-            Record::Paper { .. } => summary.papers += 1,
-            Record::Quarantined(_) => summary.quarantined += 1,
+            Record::Paper { paper, .. } => {
+                papers += 1;
+                if let (false, Some(extra)) = (unseen.is_empty(), &paper.extra) {
+                    unseen.retain(|(_, named)| !extra.contains(named.as_str()));
+                }
+            }
+            Record::Quarantined(_) => quarantined += 1,
         }
         visit(record)
     };
     let corrupt = match format {
-        Format::Parquet => parquet_input::read(path, options, &mut count, &mut summary.filtered)?,
-        _ => lines::read(path, format, options, &mut count, &mut summary.filtered)?,
+        Format::Parquet => parquet_input::read(path, options, &mut count, &mut filtered)?,
+        _ => lines::read(path, format, options, &mut count, &mut filtered)?,
     };
+    summary.papers = papers;
+    summary.quarantined = quarantined;
+    summary.filtered = filtered;
     summary.corrupt = corrupt;
+    summary.kept_fields_missing = unseen.into_iter().map(|(f, _)| f.clone()).collect();
     Ok(summary)
 }
 

@@ -51,6 +51,16 @@ pub(super) fn read<E>(
             return Ok(Some(detail));
         }
     };
+    // Said when a record lacks `id` or `text`: a file that names them otherwise is the usual
+    // cause, and its columns show it.
+    let all_columns: Vec<&str> = builder
+        .schema()
+        .fields()
+        .iter()
+        .take(20)
+        .map(|f| f.name().as_str())
+        .collect();
+    let all_columns = all_columns.join(", ");
     let wanted: Vec<usize> = builder
         .schema()
         .fields()
@@ -80,7 +90,7 @@ pub(super) fn read<E>(
         };
         let columns = Columns::of(&batch, options);
         for i in 0..batch.num_rows() {
-            match columns.record(i, row, &file_name, options) {
+            match columns.record(i, row, &file_name, options, &all_columns) {
                 Some(record) => visit(record).map_err(ReadError::Visit)?,
                 None => *filtered += 1,
             }
@@ -138,7 +148,14 @@ impl Columns {
         }
     }
 
-    fn record(&self, i: usize, row: u64, file: &str, options: &ReadOptions) -> Option<Record> {
+    fn record(
+        &self,
+        i: usize,
+        row: u64,
+        file: &str,
+        options: &ReadOptions,
+        all_columns: &str,
+    ) -> Option<Record> {
         let get = |col: &Option<StringArray>| {
             col.as_ref()
                 .filter(|c| c.is_valid(i))
@@ -155,11 +172,16 @@ impl Columns {
             }))
         };
         let Some(id) = get(&self.id).filter(|id| !id.is_empty()) else {
-            return quarantine(QuarantineReason::MissingId, "no `id` value".into(), None);
+            let detail = match &self.id {
+                None => format!("no `id` column (its columns: {all_columns})"),
+                Some(_) => "no `id` value".into(),
+            };
+            return quarantine(QuarantineReason::MissingId, detail, None);
         };
         let Some(text) = get(&self.text) else {
             let detail = match &self.text_type {
                 Some(t) if self.text.is_none() => format!("`text` column is {t}, not a string"),
+                None => format!("no `text` column (its columns: {all_columns})"),
                 _ => "no `text` value".into(),
             };
             return quarantine(QuarantineReason::MissingText, detail, Some(id));

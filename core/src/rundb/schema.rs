@@ -2,7 +2,8 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13];
+pub(super) const MIGRATIONS: &[&str] =
+    &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -570,4 +571,17 @@ ALTER TABLE release_seen ADD COLUMN extra TEXT;
 ALTER TABLE releases ADD COLUMN restamped INTEGER;
 CREATE INDEX release_seen_restamped ON release_seen (id, release) WHERE meta_hash IS NOT NULL;
 CREATE INDEX release_seen_payload ON release_seen (id) WHERE payload_changed;
+"#;
+
+/// v14: `upload_releases`: per progress key (a collection at a target), the newest corpus
+/// release the collection was brought up to: every shard's rows acknowledged, none failed, and
+/// so (the upload's check deletes them) no point a release withdrew or a tombstone deleted.
+/// `status` says from it whether a release's withdrawals reached the collection; `query` ties
+/// its results to it.
+const V14: &str = r#"
+CREATE TABLE upload_releases (
+    collection  TEXT PRIMARY KEY,
+    release     INTEGER NOT NULL,
+    recorded_at TEXT NOT NULL
+);
 "#;

@@ -136,6 +136,11 @@ pub struct CollectionUpload {
     pub failed: u64,
     /// Rows of the run's shards not acknowledged yet (failed ones included).
     pub missing: u64,
+    /// The newest corpus release the collection was brought up to (every row sent, every
+    /// withdrawal and delete applied); `None` when no upload has completed since run.db
+    /// recorded it. Below the run's newest release, that release's changes are not in it yet.
+    #[serde(default)]
+    pub release: Option<i64>,
 }
 
 impl RunDb {
@@ -172,6 +177,14 @@ impl RunDb {
         let papers_per_second = counts.papers_per_second;
         let eta_seconds = papers_per_second
             .map(|rate| papers_planned.saturating_sub(rows_in_shards) as f64 / rate);
+        // One row per collection the run uploaded into: a few, whatever the run's size.
+        let released: BTreeMap<String, i64> = {
+            let mut stmt = c
+                .prepare("SELECT collection, release FROM upload_releases")
+                .map_err(e)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
+            rows.and_then(|r| r.collect()).map_err(e)?
+        };
         let uploads_by_collection = counts
             .uploads
             .iter()
@@ -181,6 +194,7 @@ impl RunDb {
                     acked,
                     failed,
                     missing,
+                    release: released.get(collection).copied(),
                 };
                 (collection.clone(), upload)
             })

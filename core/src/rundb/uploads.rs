@@ -122,9 +122,67 @@ impl RunDb {
     /// Forgets the progress recorded under `collection` (a collection found holding fewer points
     /// than that progress says: dropped, recreated, restored from an older snapshot).
     pub fn forget_uploads(&self, collection: &str) -> Result<()> {
+        let err = sqlite_err(&self.dir);
+        let tx = self.conn.unchecked_transaction().map_err(&err)?;
+        for table in ["uploads", "upload_releases"] {
+            tx.execute(
+                &format!("DELETE FROM {table} WHERE collection = ?1"),
+                [collection],
+            )
+            .map_err(&err)?;
+        }
+        tx.commit().map_err(&err)
+    }
+
+    /// Records that the collection under `collection` (a progress key) is brought up to the
+    /// run's newest planned release, when it is: every shard's rows acknowledged and none
+    /// failed. Call it at the end of an upload, whose check deleted every point a release
+    /// withheld or a tombstone deleted. Returns the release recorded, if any.
+    pub fn record_upload_release(&self, collection: &str) -> Result<Option<i64>> {
+        let err = sqlite_err(&self.dir);
+        let behind: u64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM shards s LEFT JOIN uploads u ON u.shard_id = s.id
+                     AND u.collection = ?1 AND u.shard_sha256 = s.sha256
+                 WHERE coalesce(u.rows_acked, 0) < s.rows OR coalesce(u.failed_rows, 0) > 0",
+                [collection],
+                |r| r.get(0),
+            )
+            .map_err(&err)?;
+        let release: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT max(id) FROM releases WHERE planned_at IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(&err)?;
+        let (0, Some(release)) = (behind, release) else {
+            return Ok(None);
+        };
         self.conn
-            .execute("DELETE FROM uploads WHERE collection = ?1", [collection])
-            .map(drop)
+            .execute(
+                "INSERT INTO upload_releases (collection, release, recorded_at)
+                 VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+                 ON CONFLICT (collection) DO UPDATE
+                 SET release = excluded.release, recorded_at = excluded.recorded_at",
+                params![collection, release],
+            )
+            .map_err(&err)?;
+        Ok(Some(release))
+    }
+
+    /// The release the collection under `collection` was last brought up to
+    /// ([`RunDb::record_upload_release`]); `None` when never (or before run.db recorded it).
+    pub fn upload_release(&self, collection: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT release FROM upload_releases WHERE collection = ?1",
+                [collection],
+                |r| r.get(0),
+            )
+            .optional()
             .map_err(sqlite_err(&self.dir))
     }
 
@@ -174,7 +232,12 @@ impl RunDb {
     pub fn move_upload_progress(&self, from: &str, to: &str) -> Result<()> {
         let err = sqlite_err(&self.dir);
         let tx = self.conn.unchecked_transaction().map_err(&err)?;
-        for table in ["uploads", "snapshot_loads", "upload_collections"] {
+        for table in [
+            "uploads",
+            "snapshot_loads",
+            "upload_collections",
+            "upload_releases",
+        ] {
             tx.execute(&format!("DELETE FROM {table} WHERE collection = ?1"), [to])
                 .map_err(&err)?;
             tx.execute(

@@ -34,6 +34,8 @@ pub enum EvalError {
     NoShards,
     #[error("{0}")]
     Filter(String),
+    #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`embedfleet upload --run-dir DIR`), or give the collection and target the run uploaded into")]
+    NoCollection { collection: String, target: String },
 }
 
 /// What to evaluate.
@@ -76,6 +78,58 @@ pub struct EvalReport {
     /// Share of the run's papers the filter lets through (`None` without a filter).
     pub filter_selectivity: Option<f64>,
     pub rows: Vec<EvalRow>,
+    /// How much of the collection an HNSW graph served when it was searched (absent in
+    /// reports made before it was recorded, and for a database that does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<IndexCoverage>,
+}
+
+/// The collection's points and how many of them sit in HNSW-indexed segments. Below Qdrant's
+/// indexing threshold a segment has no graph and every search of it is exact, whatever its
+/// `ef`: a table of such searches says nothing of HNSW's recall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexCoverage {
+    pub points: u64,
+    pub indexed_vectors: u64,
+    /// Qdrant's indexing threshold in KB (`None` where the database has none).
+    pub indexing_threshold_kb: Option<u64>,
+    /// True when no point is in an indexed segment: every row is an exact search.
+    pub exact_only: bool,
+}
+
+impl IndexCoverage {
+    fn of(info: &embedfleet_upload::CollectionInfo) -> Self {
+        Self {
+            points: info.points,
+            indexed_vectors: info.indexed_vectors,
+            indexing_threshold_kb: info.qdrant.map(|q| q.indexing_threshold_kb),
+            exact_only: info.points > 0 && info.indexed_vectors == 0,
+        }
+    }
+
+    /// One sentence on what the table measured, `None` when every point is indexed.
+    pub fn caveat(&self) -> Option<String> {
+        let threshold = self
+            .indexing_threshold_kb
+            .map(|t| format!(", indexing threshold {t} KB"))
+            .unwrap_or_default();
+        if self.exact_only {
+            Some(format!(
+                "exact search: the collection has no HNSW index ({} points{threshold}), so every \
+                 row below searched exactly, whatever its ef; its recall says nothing of HNSW \
+                 (a collection this small is never indexed: evaluate a bigger one)",
+                self.points
+            ))
+        } else if self.indexed_vectors < self.points {
+            Some(format!(
+                "partly indexed: {} of {} points are in HNSW-indexed segments{threshold}; the \
+                 rest are searched exactly",
+                self.indexed_vectors, self.points
+            ))
+        } else {
+            None
+        }
+    }
 }
 
 /// Evaluates `queries` (see the module docs); writes `eval/latest.json` and `eval/latest.md`.
@@ -86,6 +140,12 @@ pub fn eval(
     options: &EvalOptions,
 ) -> Result<EvalReport, EvalError> {
     let filter = parse_filters(&options.filters).map_err(EvalError::Filter)?;
+    let info =
+        sink.collection_info(&options.collection)?
+            .ok_or_else(|| EvalError::NoCollection {
+                collection: options.collection.clone(),
+                target: sink.target(),
+            })?;
     let mut report = EvalReport {
         format_version: 1,
         collection: options.collection.clone(),
@@ -93,6 +153,7 @@ pub fn eval(
         queries: queries.len(),
         filter_selectivity: None,
         rows: Vec::new(),
+        index: Some(IndexCoverage::of(&info)),
     };
     let mut filters: Vec<(String, Option<PayloadFilter>)> = vec![("none".into(), None)];
     if let Some(f) = filter {
@@ -229,6 +290,10 @@ pub fn render(report: &EvalReport) -> String {
             .unwrap_or_default(),
         report.k
     );
+    if let Some(caveat) = report.index.as_ref().and_then(IndexCoverage::caveat) {
+        // Above the table, where a reader of the dataset card meets it first.
+        out = format!("**{caveat}**\n\n{out}");
+    }
     for r in &report.rows {
         out.push_str(&format!(
             "| {} | {} | {:.4} | {:.1} % | {:.2} | {:.2} | {:.2} | {:.0} |\n",

@@ -8,6 +8,10 @@ use embedfleet_core::atomic;
 use embedfleet_upload::Hit;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
+use parquet::file::metadata::KeyValue;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+
+use crate::request::REQUEST_METADATA_KEY;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -60,10 +64,15 @@ pub fn to_batch(terms: &[String], first_query: u64, hits: &[Vec<Hit>]) -> Record
     RecordBatch::try_new(schema(), columns).expect("columns match the schema. This is a bug.")
 }
 
-/// Writes `batches` to `path` atomically (zstd).
-pub fn write(path: &Path, batches: &[RecordBatch]) -> std::io::Result<()> {
+/// Writes `batches` to `path` atomically (zstd), with `request` (the JSON of the request they
+/// answer) in the footer's key-value metadata.
+pub fn write(path: &Path, batches: &[RecordBatch], request: &str) -> std::io::Result<()> {
     let props = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            REQUEST_METADATA_KEY.to_string(),
+            request.to_string(),
+        )]))
         .build();
     let mut writer =
         ArrowWriter::try_new(atomic::create_tmp(path)?, schema(), Some(props)).map_err(io_err)?;
@@ -72,6 +81,19 @@ pub fn write(path: &Path, batches: &[RecordBatch]) -> std::io::Result<()> {
     }
     writer.close().map_err(io_err)?;
     atomic::commit(path)
+}
+
+/// The request stored in a results file's footer: `Ok(None)` for a parquet file without one
+/// (written by something else, or by an embedfleet before requests were stored).
+pub fn read_request(path: &Path) -> std::io::Result<Option<String>> {
+    let reader = SerializedFileReader::new(File::open(path)?).map_err(io_err)?;
+    let found = reader
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == REQUEST_METADATA_KEY))
+        .and_then(|e| e.value.clone());
+    Ok(found)
 }
 
 /// Every record batch of a results file.

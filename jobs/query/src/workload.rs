@@ -7,6 +7,7 @@
 //! run continues with the parts not written. When every part is there, they are joined into
 //! `<output>` (atomically) and the parts folder goes.
 
+use crate::request::{QueryRequest, Searched};
 use crate::results;
 use crate::search::{search_batched, Percentiles};
 use embedfleet_core::atomic;
@@ -14,7 +15,6 @@ use embedfleet_embed::{LoadedModels, QueryEmbedError};
 use embedfleet_models::DeviceSpec;
 use embedfleet_upload::{SearchOptions, Sink, UploadError};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,11 @@ pub struct QueryOptions {
     pub output: PathBuf,
     pub part_queries: usize,
     pub progress: bool,
+    /// Where the collection is, what it held and which model embeds the terms: with the above,
+    /// the request stored with the results.
+    pub searched: Searched,
+    /// Overwrite an output (and drop a parts folder) made by another request.
+    pub replace: bool,
 }
 
 /// What a query run came to.
@@ -139,41 +144,29 @@ pub enum QueryError {
     },
     #[error("the query job's vectors have none for the term {term:?}: run the same command again")]
     NoVector { term: String },
-    #[error("{parts} holds an unfinished query run with other terms or settings: finish it with the same command, or remove it (or pick another --output)")]
-    Changed { parts: PathBuf },
+    #[error("{} holds an unfinished query run of another request ({}): run that request again to finish it, add --replace to start this one over, or give another --output", parts.display(), differences.join("; "))]
+    Changed {
+        parts: PathBuf,
+        differences: Vec<String>,
+    },
+    #[error("{} holds the results of another query request ({}): add --replace to overwrite it, or give another --output", output.display(), differences.join("; "))]
+    OtherRequest {
+        output: PathBuf,
+        differences: Vec<String>,
+    },
+    #[error("{} exists but is not a results file this embedfleet wrote ({why}): add --replace to overwrite it, or give another --output", output.display())]
+    NotResults { output: PathBuf, why: String },
 }
 
 impl QueryError {
     /// Refusals (exit code 4) as opposed to failures.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, QueryError::Changed { .. })
-    }
-}
-
-/// What the parts folder was made for; a resumed run must match it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct PartsKey {
-    terms: String,
-    collection: String,
-    search: String,
-    instruction: String,
-    part_queries: usize,
-}
-
-impl PartsKey {
-    fn of(o: &QueryOptions) -> Self {
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
-        for t in &o.terms {
-            h.update(t.as_bytes());
-            h.update(b"\n");
-        }
-        PartsKey {
-            terms: format!("{:016x}", h.digest()),
-            collection: o.collection.clone(),
-            search: format!("{:?}", o.search),
-            instruction: o.instruction.clone(),
-            part_queries: o.part_queries,
-        }
+        matches!(
+            self,
+            QueryError::Changed { .. }
+                | QueryError::OtherRequest { .. }
+                | QueryError::NotResults { .. }
+        )
     }
 }
 
@@ -202,11 +195,27 @@ pub fn run(
         queries: total,
         ..QueryReport::default()
     };
-    if options.output.is_file() && !parts_dir(&options.output).exists() {
+    let request = QueryRequest::new(
+        &options.terms,
+        &options.collection,
+        &options.search,
+        &options.instruction,
+        options.part_queries,
+        &options.searched,
+    );
+    if answered(&options.output, &request, options.replace)? {
+        // A join that was killed before it removed the parts leaves them: they are this
+        // request's, and done.
+        let parts = parts_dir(&options.output);
+        if parts_request(&parts).is_some_and(|r| r == request) {
+            std::fs::remove_dir_all(&parts).map_err(io(&parts))?;
+        }
         report.already_done = total;
         return Ok(report);
     }
-    let parts = open_parts(options)?;
+    let parts = open_parts(options, &request)?;
+    let request_json =
+        serde_json::to_string(&request).expect("the request serialises. This is a bug.");
     let per = options.part_queries.max(1);
     let chunks: Vec<&[String]> = options.terms.chunks(per).collect();
     let bar = progress_bar(options.progress, total);
@@ -233,7 +242,7 @@ pub fn run(
         latencies.extend(found.batch_latencies);
         let batch = results::to_batch(terms, (index * per) as u64, &found.hits);
         report.rows += batch.num_rows() as u64;
-        results::write(&path, &[batch]).map_err(io(&path))?;
+        results::write(&path, &[batch], &request_json).map_err(io(&path))?;
         bar.inc(terms.len() as u64);
         if let Some(ms) = std::env::var(TEST_DELAY_ENV)
             .ok()
@@ -243,34 +252,102 @@ pub fn run(
         }
     }
     bar.finish_and_clear();
-    join_parts(&parts, chunks.len(), &options.output)?;
+    join_parts(&parts, chunks.len(), &options.output, &request)?;
     report.latency = Percentiles::of(&latencies);
     Ok(report)
 }
 
-fn open_parts(options: &QueryOptions) -> Result<PathBuf, QueryError> {
+/// True when `options.output` already holds the answer to the request `options` makes
+/// (nothing to embed); false otherwise, refusals included (`run` says them).
+pub fn is_answered(options: &QueryOptions) -> bool {
+    let request = QueryRequest::new(
+        &options.terms,
+        &options.collection,
+        &options.search,
+        &options.instruction,
+        options.part_queries,
+        &options.searched,
+    );
+    matches!(answered(&options.output, &request, false), Ok(true))
+}
+
+/// True when `output` holds the answer to `request`; false when it is missing, or made by
+/// another request and `replace` allows overwriting it; refused otherwise.
+fn answered(output: &Path, request: &QueryRequest, replace: bool) -> Result<bool, QueryError> {
+    let not_results = |why: String| QueryError::NotResults {
+        output: output.into(),
+        why,
+    };
+    let meta = match std::fs::symlink_metadata(output) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io(output)(e)),
+        Ok(meta) => meta,
+    };
+    // A directory, a FIFO or a device is never opened, and never replaced.
+    if !meta.is_file() && !meta.file_type().is_symlink() {
+        return Err(not_results("not a regular file".into()));
+    }
+    let stored = match results::read_request(output) {
+        Ok(Some(json)) => serde_json::from_str::<QueryRequest>(&json).ok(),
+        Ok(None) => None,
+        Err(_) if replace => None,
+        Err(e) => return Err(not_results(format!("not a parquet file: {e}"))),
+    };
+    match stored {
+        Some(stored) if stored == *request => Ok(true),
+        _ if replace => Ok(false),
+        Some(stored) => Err(QueryError::OtherRequest {
+            output: output.into(),
+            differences: stored.differences(request),
+        }),
+        None => Err(not_results("its footer names no query request".into())),
+    }
+}
+
+/// The request a parts folder was made for, when it has one that reads.
+fn parts_request(parts: &Path) -> Option<QueryRequest> {
+    let bytes = std::fs::read(parts.join("key.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn open_parts(options: &QueryOptions, request: &QueryRequest) -> Result<PathBuf, QueryError> {
     let parts = parts_dir(&options.output);
+    if parts.exists() {
+        match parts_request(&parts) {
+            Some(stored) if stored == *request => {}
+            _ if options.replace => std::fs::remove_dir_all(&parts).map_err(io(&parts))?,
+            Some(stored) => {
+                return Err(QueryError::Changed {
+                    differences: stored.differences(request),
+                    parts,
+                })
+            }
+            None => {
+                return Err(QueryError::Changed {
+                    parts,
+                    differences: vec!["its key.json is missing or unreadable".into()],
+                })
+            }
+        }
+    }
     std::fs::create_dir_all(&parts).map_err(io(&parts))?;
     atomic::remove_leftovers(&parts).map_err(io(&parts))?;
     let key_path = parts.join("key.json");
-    let key = PartsKey::of(options);
-    match std::fs::read(&key_path) {
-        Ok(bytes) => {
-            let stored: Option<PartsKey> = serde_json::from_slice(&bytes).ok();
-            if stored.as_ref() != Some(&key) {
-                return Err(QueryError::Changed { parts });
-            }
-        }
-        Err(_) => {
-            let json = serde_json::to_vec_pretty(&key).expect("the key serialises. This is a bug.");
-            atomic::write(&key_path, &json).map_err(io(&key_path))?;
-        }
+    if !key_path.is_file() {
+        let json = serde_json::to_vec_pretty(request).expect("the key serialises. This is a bug.");
+        atomic::write(&key_path, &json).map_err(io(&key_path))?;
     }
     Ok(parts)
 }
 
-/// Joins the parts into `output` (atomically), then removes the parts folder.
-fn join_parts(parts: &Path, count: usize, output: &Path) -> Result<(), QueryError> {
+/// Joins the parts into `output` (atomically, the request in its footer), then removes the
+/// parts folder.
+fn join_parts(
+    parts: &Path,
+    count: usize,
+    output: &Path,
+    request: &QueryRequest,
+) -> Result<(), QueryError> {
     let mut batches = Vec::new();
     for index in 0..count {
         let path = parts.join(format!("part-{index:06}.parquet"));
@@ -279,7 +356,8 @@ fn join_parts(parts: &Path, count: usize, output: &Path) -> Result<(), QueryErro
     if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
     }
-    results::write(output, &batches).map_err(io(output))?;
+    let json = serde_json::to_string(request).expect("the request serialises. This is a bug.");
+    results::write(output, &batches, &json).map_err(io(output))?;
     std::fs::remove_dir_all(parts).map_err(io(parts))
 }
 

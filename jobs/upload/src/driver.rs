@@ -98,6 +98,9 @@ pub(crate) fn send_and_finish(
     let send = send(sink, &open.db, &open.prepared, options)?;
     let key = crate::prepared::progress_key(sink, &options.spec.name);
     crate::restamp::after_upload(sink, &open.db, &options.spec.name, &key)?;
+    // Every point sent and none failed: the collection now holds the newest release (the
+    // check before sending deleted what releases withdrew). `status` and `query` read it.
+    open.db.record_upload_release(&key)?;
     let finish = sink.finish(&open.spec)?;
     Ok(UploadReport {
         already_acked: open.prepared.acked(),

@@ -42,7 +42,20 @@ pub fn search_with_text(
     k: usize,
     words: usize,
 ) -> Result<Vec<QueryHit>, QueryError> {
-    let request = QueryRequest::one(collection, vector, SearchOptions::new(k));
+    let search = SearchOptions::new(k);
+    search_with_text_as(sink, db, collection, vector, &search, words)
+}
+
+/// [`search_with_text`] with the search's filter and settings.
+pub fn search_with_text_as(
+    sink: &dyn Sink,
+    db: &RunDb,
+    collection: &str,
+    vector: &[f32],
+    search: &SearchOptions,
+    words: usize,
+) -> Result<Vec<QueryHit>, QueryError> {
+    let request = QueryRequest::one(collection, vector, search.clone());
     let hits = sink.query(request)?.into_iter().next().unwrap_or_default();
     let ids: Vec<&str> = hits.iter().filter_map(|h| h.paper_id.as_deref()).collect();
     let texts = first_words(db, &ids, words)?;

@@ -112,6 +112,9 @@ pub fn upload_with_workers(
         return Err(e);
     }
     crate::restamp::after_upload(sink, &db, collection, &key)?;
+    // Every point sent and none failed: the collection now holds the newest release (the
+    // check before sending deleted what releases withdrew). `status` and `query` read it.
+    db.record_upload_release(&key)?;
     let finish = sink.finish(&spec)?;
     Ok(UploadReport {
         already_acked: before,

@@ -12,6 +12,19 @@ pub struct EvalTable {
     pub k: u32,
     pub queries: u64,
     pub rows: Vec<EvalRow>,
+    /// How much of the collection an HNSW graph served (absent from older evals).
+    #[serde(default)]
+    pub index: Option<EvalIndex>,
+}
+
+/// `eval`'s `index`: with no point in an indexed segment every row was an exact search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalIndex {
+    pub points: u64,
+    pub indexed_vectors: u64,
+    #[serde(default)]
+    pub indexing_threshold_kb: Option<u64>,
+    pub exact_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

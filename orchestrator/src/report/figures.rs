@@ -87,6 +87,10 @@ pub struct Figures {
     pub t0: f64,
     pub papers_planned: u64,
     pub papers_embedded: u64,
+    /// Papers the newest release serves, and the rows later releases withheld (superseded or
+    /// withdrawn; still in `papers_planned` and, once embedded, in `papers_embedded`).
+    pub papers_live: u64,
+    pub rows_withheld: u64,
     pub batches_by_state: BTreeMap<String, u64>,
     pub eta_s: Option<f64>,
     pub node_hours_to_go: Option<f64>,
@@ -162,6 +166,8 @@ pub fn compute(
         t0,
         papers_planned: status.papers_planned,
         papers_embedded: status.rows_in_shards,
+        papers_live: status.papers_live,
+        rows_withheld: status.rows_withheld.total(),
         batches_by_state: status.batches_by_state.clone(),
         eta_s: status.eta_seconds,
         node_hours_to_go,

@@ -66,15 +66,35 @@ fn hours(seconds: f64) -> String {
 
 fn cards(out: &mut String, f: &Figures) {
     out.push_str("<div class=\"cards\">");
-    let share = if f.papers_planned > 0 {
-        100.0 * f.papers_embedded as f64 / f.papers_planned as f64
+    // After `plan --update` the rows include older copies no release serves: the headline
+    // counts the live papers, and says how many rows it left out.
+    let (embedded, of, what) = if f.rows_withheld == 0 {
+        (
+            f.papers_embedded,
+            f.papers_planned,
+            "papers embedded".to_string(),
+        )
+    } else {
+        (
+            f.papers_embedded
+                .saturating_sub(f.rows_withheld)
+                .min(f.papers_live),
+            f.papers_live,
+            format!(
+                "live papers embedded, not counting {} older rows later releases withheld",
+                f.rows_withheld
+            ),
+        )
+    };
+    let share = if of > 0 {
+        100.0 * embedded as f64 / of as f64
     } else {
         0.0
     };
     card(
         out,
-        &format!("{} / {}", f.papers_embedded, f.papers_planned),
-        &format!("papers embedded ({share:.1} %)"),
+        &format!("{embedded} / {of}"),
+        &format!("{what} ({share:.1} %)"),
     );
     for (state, n) in &f.batches_by_state {
         card(out, &n.to_string(), &format!("batches {state}"));
@@ -367,12 +387,27 @@ fn eval(out: &mut String, f: &Figures) {
     let _ = write!(
         out,
         "<h2>Search quality (eval)</h2><p class=\"sub\">recall@{} of {} over {} queries against \
-         latency, per search setting</p><table id=\"eval\"><tr><th>filter</th><th>search</th>\
-         <th class=\"n\">recall</th><th class=\"n\">p50 ms</th><th class=\"n\">p95 ms</th>\
-         <th class=\"n\">queries/s</th></tr>",
+         latency, per search setting</p>",
         e.k,
         html(&e.collection),
         e.queries
+    );
+    if let Some(index) = e.index.as_ref().filter(|i| i.exact_only) {
+        // Below the indexing threshold there is no graph: recall 1.0 at every ef is no result.
+        let _ = write!(
+            out,
+            "<p class=\"warn\" id=\"eval-exact\">exact search: the collection has no HNSW index \
+             ({} points{}), so every row searched exactly, whatever its ef</p>",
+            index.points,
+            index
+                .indexing_threshold_kb
+                .map(|t| format!(", indexing threshold {t} KB"))
+                .unwrap_or_default()
+        );
+    }
+    out.push_str(
+        "<table id=\"eval\"><tr><th>filter</th><th>search</th><th class=\"n\">recall</th>\
+         <th class=\"n\">p50 ms</th><th class=\"n\">p95 ms</th><th class=\"n\">queries/s</th></tr>",
     );
     for r in &e.rows {
         let _ = write!(

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::pin::Resolved;
 use embedfleet_core::RunLayout;
 
@@ -31,22 +32,28 @@ pub struct QueryModelSettings {
 }
 
 impl QueryModelSettings {
+    /// As given, else as the run's shards were made (`output-settings.json`: the model and
+    /// its dimension), else the tiny model `run` wrote.
     pub fn resolve(run_dir: &Path, flags: &QueryModelFlags) -> Result<Self> {
-        let model_dir = match &flags.model_dir {
-            Some(dir) => dir.clone(),
-            None => {
-                let tiny = RunLayout::new(run_dir).tiny_model_dir();
-                if !tiny.is_dir() {
-                    return Err(PipelineError::Needs(
-                        "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)".into(),
-                    ));
-                }
-                tiny
-            }
+        let layout = RunLayout::new(run_dir);
+        let made_with = OutputSettings::read(&layout)?;
+        let recorded = made_with
+            .as_ref()
+            .map(|s| PathBuf::from(&s.model_dir))
+            .filter(|dir| dir.is_dir());
+        let tiny = Some(layout.tiny_model_dir()).filter(|dir| dir.is_dir());
+        let Some(model_dir) = flags.model_dir.clone().or(recorded).or(tiny) else {
+            return Err(PipelineError::Needs(match made_with {
+                Some(s) => format!(
+                    "give --model-dir: the run's shards were made with the model in {}, which is not there now (queries must be embedded by the same model)",
+                    s.model_dir
+                ),
+                None => "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)".into(),
+            }));
         };
         Ok(Self {
             model_dir,
-            dim: flags.dim,
+            dim: flags.dim.or(made_with.and_then(|s| s.dim)),
             devices: flags.devices.clone(),
             instruction: flags
                 .instruction

@@ -54,6 +54,10 @@ pub struct SubmitFlags {
     pub kill_stalled: bool,
     /// `--metrics-listen`: serve the run's metrics over HTTP there.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// A preset of these flags (`run`'s), not a user's choice: the set-up pins the output
+    /// settings but keeps nothing for the run's later submits (run config, devices, loop
+    /// options), which a `submit` on a cluster chooses for itself.
+    pub preset: bool,
 }
 
 /// The submit loop's options as given to the run's submits: `None` where none gave one. Kept

@@ -148,6 +148,9 @@ pub fn load_snapshots(
     // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
     record_verified(&db, &key, &groups, &recorded)?;
     record_loaded_shards(&db, &key, &loaded_shards)?;
+    // The withheld and deleted rows were deleted in their keys above: with every shard loaded,
+    // the collection holds the newest release.
+    db.record_upload_release(&key)?;
     Ok(report)
 }
 

@@ -56,7 +56,9 @@
     var pMax = Math.max(D.papers_planned, pts[pts.length - 1][1], 1);
     var rMax = Math.max.apply(null, pts.map(function (p) { return p[2]; }).concat([1]));
     var sx = function (t) { return L + (W - L - R) * t / tMax; };
-    var curves = [["#3b8c4a", function (p) { return p[1] / pMax; }], ["#3a78c9", function (p) { return p[2] / rMax; }]];
+    // Jobs running first, papers embedded over it: at the end of a run both reach the top, and
+    // the papers are the line that matters.
+    var curves = [["#3a78c9", function (p) { return p[2] / rMax; }], ["#3b8c4a", function (p) { return p[1] / pMax; }]];
     curves.forEach(function (spec) {
       // Steps: a value holds until the next point.
       var d = pts.map(function (p, i) {
@@ -68,7 +70,9 @@
     axis(svg, L, W - R, H - B, 0, tMax, dur, 6);
     label(svg, L - 4, T + 8, num(pMax), "end");
     label(svg, L - 4, H - B, "0", "end");
-    label(svg, W - R + 4, T + 8, num(rMax) + " running");
+    // The right scale's top is the most jobs that ran at once, not what runs now.
+    label(svg, W - R + 4, T + 8, "peak " + num(rMax)).setAttribute("id", "progress-peak");
+    label(svg, W - R + 4, T + 22, "running");
   }
 
   // The timeline: one bar per job attempt, queued (light) then running (its outcome's colour),
@@ -239,12 +243,17 @@
     axis(svg, L, W - R, H - B, 0, xMax, function (v) { return v.toFixed(2) + " ms"; }, 4);
     label(svg, L - 4, T + 8, "1.0", "end");
     label(svg, L - 4, H - B, yMin.toFixed(2), "end");
+    // Settings with the same recall and latency land on one spot: a label is drawn only where
+    // it overlaps none drawn before (each point keeps its tooltip).
+    var placed = [];
     rows.forEach(function (r) {
       var x = L + (W - L - R) * r.latency.p95_ms / xMax;
       var y = T + (H - T - B) * (1 - (r.recall - yMin) / (1 - yMin || 1));
       var c = el("circle", { cx: x, cy: y, r: 4, fill: "#3a78c9" }, svg);
       el("title", {}, c).textContent = r.filter + ", " + r.search + ": recall " + r.recall.toFixed(4) + ", p95 " + r.latency.p95_ms.toFixed(2) + " ms";
-      label(svg, x + 6, y - 4, r.search);
+      var box = { x0: x + 6, x1: x + 6 + 6.5 * r.search.length, y0: y - 15, y1: y - 1 };
+      var clash = placed.some(function (p) { return box.x0 < p.x1 && p.x0 < box.x1 && box.y0 < p.y1 && p.y0 < box.y1; });
+      if (!clash) { placed.push(box); label(svg, box.x0, y - 4, r.search).setAttribute("class", "eval-label"); }
     });
   }
 

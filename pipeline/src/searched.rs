@@ -1,0 +1,54 @@
+//! What a query request says of the collection it searched and the model that embedded its
+//! terms (`embedfleet_query::Searched`): read from the sink and run.db, so that a results file
+//! made against one release of the collection is never taken for the answer against the next.
+
+use std::path::Path;
+
+use embedfleet_core::rundb::RunDb;
+use embedfleet_query::Searched;
+use embedfleet_upload::{progress_key, CountRequest, Sink};
+
+use crate::error::{PipelineError, Result};
+
+/// The collection `collection` of `sink` as the run knows it, and the model of `model_dir` at
+/// `dim`. A collection that does not exist is refused with the upload that makes it.
+pub fn searched(
+    db: &RunDb,
+    sink: &dyn Sink,
+    collection: &str,
+    model_dir: &Path,
+    dim: Option<usize>,
+) -> Result<Searched> {
+    if sink.collection_info(collection)?.is_none() {
+        return Err(nothing_uploaded(db, sink, collection));
+    }
+    let key = progress_key(sink, collection);
+    let points = sink.count(CountRequest::new(collection))?;
+    let (acked, _) = db.upload_totals(&key)?;
+    let contents = match db.upload_release(&key)? {
+        Some(release) => format!("release {release}, {acked} rows sent, {points} points"),
+        None if acked > 0 => format!("no complete upload, {acked} rows sent, {points} points"),
+        None => format!("not uploaded by this run, {points} points"),
+    };
+    let marker = match sink.qdrant() {
+        Some(extras) => extras.collection_marker(collection)?,
+        None => None,
+    };
+    Ok(Searched {
+        target: sink.target(),
+        marker,
+        contents,
+        model: embedfleet_embed::model_revision(model_dir),
+        dim,
+    })
+}
+
+/// The refusal of a search of a collection that does not exist: most often nothing was
+/// uploaded yet.
+pub fn nothing_uploaded(db: &RunDb, sink: &dyn Sink, collection: &str) -> PipelineError {
+    PipelineError::NotUploaded {
+        collection: collection.to_string(),
+        target: sink.target(),
+        run_dir: db.dir().to_path_buf(),
+    }
+}
