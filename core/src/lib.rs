@@ -25,6 +25,7 @@ pub mod settings;
 pub mod shardfile;
 pub mod state;
 pub mod status_snapshot;
+pub mod stop_signal;
 pub mod synthetic;
 pub mod untrusted;
 

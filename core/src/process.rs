@@ -88,6 +88,27 @@ pub fn own_cpu() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// When process `pid` of this machine started, in unix seconds (to about a second: the boot
+/// time's resolution); `None` when no such process runs.
+pub fn started_unix_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces or parentheses: the
+    // fields are counted from its last `)`. The start time is field 22, in clock ticks since
+    // the boot.
+    let after = stat.get(stat.rfind(')')? + 1..)?;
+    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| boot as f64 + ticks as f64 / hz as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +116,23 @@ mod tests {
     fn alive(pid: i32) -> bool {
         // SAFETY: signal 0 only checks that the process exists.
         unsafe { libc::kill(pid, 0) == 0 }
+    }
+
+    #[test]
+    fn this_process_started_a_moment_ago_and_a_dead_pid_never() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let started = started_unix_s(std::process::id()).expect("this process runs");
+        assert!(
+            started <= now + 2.0 && started > now - 3600.0,
+            "{started} vs {now}"
+        );
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert_eq!(started_unix_s(pid), None, "reaped: no such process");
     }
 
     #[test]

@@ -132,6 +132,12 @@ pub struct QueueOutlook {
 }
 
 impl LoopState {
+    /// On the host the loop ran on: whether its process still runs (the same pid, started no
+    /// later than the loop: a pid reused since belongs to a process started after it).
+    pub fn process_runs_here(&self) -> bool {
+        crate::process::started_unix_s(self.pid).is_some_and(|s| s <= self.started_unix_s + 2.0)
+    }
+
     /// Whether the loop should still be polling: not ended, and its last poll less than a few
     /// poll intervals ago.
     pub fn is_polling(&self, now_unix_s: f64) -> bool {

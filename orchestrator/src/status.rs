@@ -5,11 +5,18 @@ use embedfleet_core::rundb::{PauseReason, RunStatus};
 use embedfleet_core::status_snapshot::LoopState;
 use std::fmt::Write;
 
-/// One line on the submit loop, from the snapshot it keeps.
-pub fn loop_line(state: &LoopState) -> String {
+/// One line on the submit loop, from the snapshot it keeps. `here`: the status is read on
+/// the host the loop ran on, whose processes can be looked at.
+pub fn loop_line(state: &LoopState, here: bool) -> String {
     let now = embedfleet_core::owner::unix_now();
     let last = describe_age(now - state.last_poll_unix_s);
     match state.ended_unix_s {
+        // Polled a moment ago, but its process is gone (killed, or its terminal closed).
+        None if here && !state.process_runs_here() => format!(
+            "loop       STOPPED: its process (pid {}) no longer runs, last poll {last} ago; \
+             `embedfleet submit` (or `run`) starts it again and adopts its jobs",
+            state.pid
+        ),
         Some(ended) => format!(
             "loop       ended {} ago (pid {}); `embedfleet submit` starts it again",
             describe_age(now - ended),

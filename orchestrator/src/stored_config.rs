@@ -79,7 +79,7 @@ impl ChosenConfig {
                 "using the run's stored run config (backend {backend}); `--config FILE --replace-config` changes it"
             ),
             Origin::First => format!(
-                "this run's first submit: its run config (backend {backend}) is stored in run.db, and later commands use it"
+                "this run's first submit: its run config (backend {backend}) is stored in run.db with its first job, and later commands use it"
             ),
             Origin::Replacing(d) => format!(
                 "replacing the run's stored run config (backend {backend}): {}",

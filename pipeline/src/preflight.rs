@@ -6,7 +6,7 @@
 use embedfleet_core::handoff::{OutputSettings, PinError};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::state::BatchState;
-use embedfleet_models::{DeviceSpec, CUDA_BUILD};
+use embedfleet_models::{DeviceSpec, ModelShape, CUDA_BUILD};
 use std::path::Path;
 
 /// A setup refused before any job: every problem, each saying what to do.
@@ -40,10 +40,12 @@ pub struct JobSetup<'a> {
     pub pin: bool,
 }
 
-/// Checks `setup` against this build and the run; fixes the run's output settings the first
-/// time (`output-settings.json`) unless `setup.pin` is false.
-pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
+/// Checks `setup` against this build, the model and the run; fixes the run's output settings
+/// the first time (`output-settings.json`) unless `setup.pin` is false, and replaces them
+/// while no job's results were taken in with them. Returns what the user should hear of.
+pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<Vec<String>, Refused> {
     let mut problems = Vec::new();
+    let mut notes = Vec::new();
     match embedfleet_embed::parse_devices(setup.devices) {
         Err(e) => problems.push(format!("--devices: {e}")),
         Ok(devices) => {
@@ -56,13 +58,40 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<(), Refused> {
             "the model directory {} is not usable: {e} (docs/cluster.md, \"The model, offline\")",
             setup.model_dir.display()
         )),
-        Ok(_) => check_output(db, &setup.output, setup.pin, &mut problems),
+        Ok(summary) => {
+            let before = problems.len();
+            check_against_model(&summary.shape, setup, &mut problems);
+            // Settings the model cannot take are never pinned: the run stays open to good ones.
+            if problems.len() == before {
+                check_output(db, setup, &mut problems, &mut notes);
+            }
+        }
     }
     check_batch_files(db, &mut problems);
     if problems.is_empty() {
-        Ok(())
+        Ok(notes)
     } else {
         Err(Refused { problems })
+    }
+}
+
+/// The output settings the model of `setup` cannot give, each with the values it can.
+fn check_against_model(shape: &ModelShape, setup: &JobSetup, problems: &mut Vec<String>) {
+    let dir = setup.model_dir.display();
+    let hidden = shape.hidden_size;
+    if let Some(dim) = setup.output.dim.filter(|&d| d == 0 || d > hidden) {
+        problems.push(format!(
+            "--dim {dim}: the model in {dir} gives {hidden}-dimensional vectors (its config.json's \
+             hidden_size); give --dim from 1 to {hidden} (its first N components, renormalised), \
+             or leave it out for all {hidden}"
+        ));
+    }
+    let context = shape.max_position_embeddings;
+    if let Some(max) = setup.output.max_tokens.filter(|&m| m == 0 || m > context) {
+        problems.push(format!(
+            "--max-tokens {max}: the model in {dir} takes at most {context} tokens (its \
+             config.json's max_position_embeddings); give at most that, or leave it out"
+        ));
     }
 }
 
@@ -88,15 +117,32 @@ pub fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &
     }
 }
 
-/// The jobs' output settings against the ones the run's parquet shards were made with.
-fn check_output(db: &RunDb, output: &OutputSettings, pin: bool, problems: &mut Vec<String>) {
-    let outcome = if pin {
+/// The jobs' output settings against the ones the run's parquet shards were made with. Settings
+/// pinned by a submit whose jobs left nothing taken in (they failed, or never ran) made no
+/// vector yet: they are replaced, not held against the new ones.
+fn check_output(db: &RunDb, setup: &JobSetup, problems: &mut Vec<String>, notes: &mut Vec<String>) {
+    let output = &setup.output;
+    let outcome = if setup.pin {
         output.pin(&db.layout())
     } else {
         compare_output(db, output)
     };
     match outcome {
         Ok(()) => {}
+        Err(PinError::Differs { differences, .. }) if made_no_vector(db) => {
+            let what = embedfleet_core::pin::join(&differences);
+            if !setup.pin {
+                notes.push(format!(
+                    "note: a real submit would replace the run's output settings ({what}): no job's results were taken in with them"
+                ));
+            } else if let Err(e) = output.replace(&db.layout()) {
+                problems.push(format!("could not replace the run's output settings: {e}"));
+            } else {
+                notes.push(format!(
+                    "replaced the run's output settings ({what}): no job's results were taken in with them"
+                ));
+            }
+        }
         Err(PinError::Differs { differences, .. }) => problems.push(format!(
             "the run's parquet shards were made with other settings ({}): vectors made two ways \
              would mix; use the run's, or plan into a new run directory",
@@ -104,6 +150,13 @@ fn check_output(db: &RunDb, output: &OutputSettings, pin: bool, problems: &mut V
         )),
         Err(e) => problems.push(format!("could not fix the run's output settings: {e}")),
     }
+}
+
+/// True when no result of the run was taken in, nor waits in `results/` to be: its output
+/// settings have made no vector.
+fn made_no_vector(db: &RunDb) -> bool {
+    matches!(db.has_shards(), Ok(false))
+        && matches!(crate::submit::manifests_not_taken_in(db), Ok(m) if m.is_empty())
 }
 
 fn check_batch_files(db: &RunDb, problems: &mut Vec<String>) {

@@ -50,7 +50,7 @@ pub fn prepare(
         }
     }
     let config = &settings.config.config;
-    preflight::check_submit(
+    let checked = preflight::check_submit(
         db,
         &JobSetup {
             binary: config.scheduler.script.embedfleet.as_deref(),
@@ -60,9 +60,14 @@ pub fn prepare(
             pin: write,
         },
     )?;
-    if write && !flags.preset {
-        store_kept(db, flags, &settings)?;
-    }
+    notes.extend(checked);
+    // Kept for the run's later submits only once a job went out with them: a first submit
+    // that fails before any (no queue given, a refused partition) leaves the run as it was.
+    let keep_on_first_job = if write && !flags.preset {
+        kept_settings(db, flags, &settings)?
+    } else {
+        Vec::new()
+    };
     let options = SubmitOptions {
         run_dir: flags.run_dir.clone(),
         scheduler: config.scheduler.clone(),
@@ -82,6 +87,7 @@ pub fn prepare(
         metrics_listen: flags.metrics_listen,
         route: settings.route,
         speculate: settings.speculate,
+        keep_on_first_job,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
     let builds = match (&settings.group_builds, write && flags.trial.is_none()) {
@@ -117,23 +123,40 @@ pub fn prepare(
     })
 }
 
-/// Stores what later submits of the run take when given nothing: the run config (the first
-/// submit's, or a replacement), the devices, the loop options, the group builds.
-fn store_kept(db: &RunDb, flags: &SubmitFlags, settings: &SubmitSettings) -> Result<()> {
+/// What later submits of the run take when given nothing, as run.db settings for the loop to
+/// store with its first job: the run config (the first submit's, or a replacement), the
+/// devices, the loop options, the group builds.
+fn kept_settings(
+    db: &RunDb,
+    flags: &SubmitFlags,
+    settings: &SubmitSettings,
+) -> Result<Vec<(String, serde_json::Value)>> {
+    let mut kept = Vec::new();
     if settings.config.to_store() {
         stored_config::check_renders(&settings.config.config)?;
-        stored_config::store(db, &settings.config.config)?;
+        kept.push((
+            stored_config::RUN_CONFIG_SETTING.to_string(),
+            json(&settings.config.config),
+        ));
     }
     if let Some(devices) = &flags.devices {
-        db.set_setting(DEVICES_SETTING, devices)?;
+        kept.push((DEVICES_SETTING.to_string(), json(devices)));
     }
     if flags.trial.is_none() && settings.loop_options_changed(db)? {
-        db.set_setting(LOOP_SETTING, &settings.loop_options)?;
+        kept.push((LOOP_SETTING.to_string(), json(&settings.loop_options)));
     }
     if flags.group_builds.is_some() {
-        db.set_setting(GROUP_BUILDS_SETTING, &settings.group_builds)?;
+        kept.push((
+            GROUP_BUILDS_SETTING.to_string(),
+            json(&settings.group_builds),
+        ));
     }
-    Ok(())
+    Ok(kept)
+}
+
+/// A kept setting as the JSON run.db stores.
+fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).expect("settings serialise. This is a bug.")
 }
 
 /// Batches not done in run.db that have result manifests in `results/` (what a dry run, which

@@ -157,11 +157,25 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 /// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
 /// error of its chain is a refusal, else [`exit::FAILURE`].
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(is_refusal) {
+    let interrupted = err.chain().find_map(|e| match e.downcast_ref() {
+        Some(embedfleet_orchestrator::submit::SubmitError::Interrupted { code, .. }) => Some(*code),
+        _ => None,
+    });
+    if let Some(code) = interrupted {
+        code
+    } else if err.chain().any(is_refusal) {
         exit::REFUSED
+    } else if err.chain().any(is_unusable_input) {
+        exit::PARTIAL
     } else {
         exit::FAILURE
     }
+}
+
+/// Whether `e` says some input could not be used (exit code 3, as a corrupt corpus file is).
+fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<PlanError>()
+        .is_some_and(|e| matches!(e, PlanError::Unusable { .. }))
 }
 
 /// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its

@@ -336,7 +336,7 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
         );
     } else {
         if let Some(state) = submit_loop {
-            println!("{}", status::loop_line(state));
+            println!("{}", status::loop_line(state, true));
         }
         if let Some(routing) = routing {
             print!("{}", status::routing_lines(routing));
@@ -401,7 +401,7 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
             owner::Host::this().hostname
         );
         if let Some(state) = &snapshot.submit_loop {
-            println!("{}", status::loop_line(state));
+            println!("{}", status::loop_line(state, false));
             if let Some(routing) = &state.routing {
                 print!("{}", status::routing_lines(routing));
             }

@@ -114,6 +114,20 @@ impl OutputSettings {
     }
 }
 
+impl OutputSettings {
+    /// Replaces the run's settings with these. Only for settings no result was taken in with
+    /// (the caller checks): a job still running with the old ones is refused at ingest.
+    pub fn replace(&self, layout: &RunLayout) -> Result<(), HandoffError> {
+        let path = layout.output_settings_file();
+        let bytes = serde_json::to_vec_pretty(self).expect("settings serialise. This is a bug.");
+        crate::atomic::write(&path, &bytes).map_err(|source| HandoffError::Io {
+            action: "replace",
+            path,
+            source,
+        })
+    }
+}
+
 /// Settings of a document embedding of `shard_papers` papers per shard, for the tests.
 #[cfg(test)]
 pub(crate) fn settings_for_tests(shard_papers: usize) -> OutputSettings {

@@ -237,6 +237,77 @@ impl RunDb {
         Ok(paths)
     }
 
+    /// Forgets the run's first plan, so that the next `plan` is a first plan again (other files,
+    /// other settings): for a plan that could use none of its input. Only while nothing
+    /// depends on it: one release, and no job ever sent. Returns the batch files to remove
+    /// (relative to the run directory), `None` when the plan is kept.
+    pub fn discard_first_plan(&mut self) -> Result<Option<Vec<String>>> {
+        let err = sqlite_err(&self.dir);
+        let tx = self.conn.transaction().map_err(&err)?;
+        let kept: bool = tx
+            .query_row(
+                "SELECT (SELECT count(*) FROM releases) > 1 OR EXISTS (SELECT 1 FROM jobs)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(&err)?;
+        if kept {
+            return Ok(None);
+        }
+        let paths = {
+            let mut stmt = tx.prepare("SELECT path FROM batches").map_err(&err)?;
+            let paths = stmt
+                .query_map([], |r| r.get(0))
+                .and_then(|r| r.collect::<rusqlite::Result<Vec<String>>>());
+            paths.map_err(&err)?
+        };
+        tx.execute_batch(
+            "DELETE FROM papers; DELETE FROM batches; DELETE FROM quarantine;
+             DELETE FROM release_seen; DELETE FROM corpus_files; DELETE FROM releases;",
+        )
+        .map_err(&err)?;
+        for key in [PLAN_SETTINGS_KEY, PLAN_STATE_KEY, PLAN_ID_KEY] {
+            tx.execute("DELETE FROM settings WHERE key = ?1", [key])
+                .map_err(&err)?;
+        }
+        tx.commit().map_err(&err)?;
+        Ok(Some(paths))
+    }
+
+    /// The corpus files of `release` from which no record could be used, each with its first
+    /// quarantined record's reason and detail.
+    pub fn unusable_files(&self, release: i64) -> Result<Vec<(String, String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT f.path, q.reason, q.detail FROM corpus_files f
+                 JOIN quarantine q ON q.rowid =
+                     (SELECT min(rowid) FROM quarantine WHERE file_id = f.id)
+                 WHERE f.release = ?1 AND f.state = 'planned' AND f.papers = 0
+                     AND f.quarantined > 0
+                 ORDER BY f.id",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([release], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Takes the new fingerprints of corpus files nothing is planned from yet (see
+    /// `reset_file`): they are read anew, as they are now.
+    pub fn refresh_fingerprints(&self, files: &[(i64, Fingerprint)]) -> Result<()> {
+        for (id, fp) in files {
+            self.conn
+                .execute(
+                    "UPDATE corpus_files SET size = ?2, mtime_ns = ?3, edges = ?4
+                     WHERE id = ?1 AND state = 'pending'",
+                    params![id, fp.size, fp.mtime_ns, fp.edges],
+                )
+                .map_err(sqlite_err(&self.dir))?;
+        }
+        Ok(())
+    }
+
     /// Records a durable batch file and its papers in one transaction.
     pub fn record_batch(&mut self, batch: &BatchRecord) -> Result<i64> {
         let tx = self.conn.transaction().map_err(sqlite_err(&self.dir))?;

@@ -19,6 +19,13 @@ impl RunDb {
         self.query_shards("WHERE batch_id = ?1 ORDER BY part", [batch_id])
     }
 
+    /// True when any result of the run was taken in (a shard recorded).
+    pub fn has_shards(&self) -> Result<bool> {
+        self.conn
+            .query_row("SELECT EXISTS (SELECT 1 FROM shards)", [], |r| r.get(0))
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Every shard of the run, in batch and part order.
     pub fn all_shards(&self) -> Result<Vec<ShardRow>> {
         self.query_shards("ORDER BY batch_id, part", [])

@@ -348,7 +348,10 @@ fn collect(
                     // A wrong vector size is the run's fault, not the batch's: stop.
                     Err(e @ UploadError::VectorSizeMismatch { .. }) => return Err(e.into()),
                     // A server that is not running: no batch after this one can do better.
-                    Err(e @ UploadError::ServerRefused { .. }) => return Err(e.into()),
+                    Err(
+                        e
+                        @ (UploadError::ServerRefused { .. } | UploadError::NothingListens { .. }),
+                    ) => return Err(e.into()),
                     Err(e) => {
                         consecutive_failures += 1;
                         ledger.failed(shard, len, &e.to_string());

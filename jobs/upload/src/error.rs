@@ -160,6 +160,15 @@ pub enum UploadError {
         seconds: u64,
     },
 
+    /// The server refused every connection since the command started: nothing listens there.
+    #[error("nothing listens at {url}: every connection was refused for {seconds} s since this command started. Start the Qdrant server, or fix the URL (its gRPC port is 6334 by default, the REST one 6333)")]
+    NothingListens {
+        /// The server's gRPC URL.
+        url: String,
+        /// How long it refused.
+        seconds: u64,
+    },
+
     /// A transient error persisted through every retry.
     #[error("Qdrant server kept failing to {action} after {attempts} attempts (last: {code:?}: {message}); check that the server is up and not overloaded, then re-run: finished batches are not sent again")]
     RetriesExhausted {

@@ -26,6 +26,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) struct OutageLimits {
     /// Refused this long, the server is taken as not running.
     pub refused_give_up: Duration,
+    /// The same for a server that has not answered once since the command started: nothing
+    /// listens there (a wrong port, a server not started), and a minute of patience, meant
+    /// for a restart, only hides it.
+    pub never_answered_give_up: Duration,
     /// How often the outage is said while it lasts.
     pub say_every: Duration,
     /// Attempts of one request, and the longest its retries wait in all (said to the user).
@@ -51,6 +55,19 @@ struct State {
     refused_since: Option<Instant>,
     /// When the outage was last said.
     said_at: Option<Instant>,
+    /// The server has answered a request of this command (kept across outages).
+    answered_once: bool,
+}
+
+impl State {
+    /// How long refused connections are borne: less for a server that never answered.
+    fn give_up(&self, limits: &OutageLimits) -> Duration {
+        if self.answered_once {
+            limits.refused_give_up
+        } else {
+            limits.never_answered_give_up.min(limits.refused_give_up)
+        }
+    }
 }
 
 /// What a failed request's probe found.
@@ -76,8 +93,8 @@ impl Outage {
     pub fn check(&self) -> UploadResult<()> {
         let state = self.state.lock().expect("outage lock. This is a bug.");
         match state.refused_since {
-            Some(since) if since.elapsed() >= self.policy.refused_give_up => {
-                Err(self.refused(since.elapsed()))
+            Some(since) if since.elapsed() >= state.give_up(&self.policy) => {
+                Err(self.refused(since.elapsed(), state.answered_once))
             }
             _ => Ok(()),
         }
@@ -99,21 +116,27 @@ impl Outage {
             Probe::Other => state.refused_since = None,
         }
         let refused_for = state.refused_since.map(|s| now - s);
-        if let Some(refused_for) = refused_for.filter(|d| *d >= self.policy.refused_give_up) {
-            return Err(self.refused(refused_for));
+        let give_up = state.give_up(&self.policy);
+        if let Some(refused_for) = refused_for.filter(|d| *d >= give_up) {
+            return Err(self.refused(refused_for, state.answered_once));
         }
         // The first word after a third of the interval: a user should not wait long to learn
-        // why nothing moves.
+        // why nothing moves. A server that never answered is said at once.
+        let never = !state.answered_once && refused_for.is_some();
         let due = match state.said_at {
             Some(said) => now - said >= self.policy.say_every,
-            None => now - since >= self.policy.say_every / 3,
+            None => never || now - since >= self.policy.say_every / 3,
         };
         if due {
             state.said_at = Some(now);
             let plan = match refused_for {
+                Some(refused_for) if never => format!(
+                    "connection refused: nothing listens there (not started, or not its gRPC port, 6334 by default); giving up in {}",
+                    secs(give_up.saturating_sub(refused_for))
+                ),
                 Some(refused_for) => format!(
                     "connection refused: it is down or restarting; giving up if it still refuses in {}",
-                    secs(self.policy.refused_give_up.saturating_sub(refused_for))
+                    secs(give_up.saturating_sub(refused_for))
                 ),
                 None => format!(
                     "{code:?}: {message}; each request is tried {} times, over up to {}",
@@ -140,13 +163,19 @@ impl Outage {
                 secs(since.elapsed())
             );
         }
-        *state = State::default();
+        *state = State {
+            answered_once: true,
+            ..State::default()
+        };
     }
 
-    fn refused(&self, refused_for: Duration) -> UploadError {
-        UploadError::ServerRefused {
-            url: self.url.clone(),
-            seconds: refused_for.as_secs(),
+    fn refused(&self, refused_for: Duration, answered_once: bool) -> UploadError {
+        let url = self.url.clone();
+        let seconds = refused_for.as_secs();
+        if answered_once {
+            UploadError::ServerRefused { url, seconds }
+        } else {
+            UploadError::NothingListens { url, seconds }
         }
     }
 
@@ -213,6 +242,7 @@ mod tests {
     fn limits() -> OutageLimits {
         OutageLimits {
             refused_give_up: Duration::from_secs(60),
+            never_answered_give_up: Duration::from_secs(10),
             say_every: Duration::from_secs(30),
             max_attempts: 8,
             longest_retry: Duration::from_millis(31_750),
@@ -239,6 +269,8 @@ mod tests {
             ..limits()
         };
         let outage = Outage::new(&format!("http://127.0.0.1:{port}"), policy);
+        // A server that was up, then went away.
+        outage.answered();
         let rt = runtime();
         let refused = rt.block_on(outage.failed(Code::Internal, "boom")).unwrap();
         assert!(refused, "nothing listens there");
@@ -257,6 +289,33 @@ mod tests {
         ));
         outage.answered();
         assert!(outage.check().is_ok(), "answered: the outage is over");
+    }
+
+    #[test]
+    fn a_server_that_never_answered_is_given_up_on_sooner_and_said_as_nothing_listening() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let policy = OutageLimits {
+            never_answered_give_up: Duration::from_millis(150),
+            ..limits()
+        };
+        let outage = Outage::new(&format!("http://127.0.0.1:{port}"), policy);
+        let rt = runtime();
+        assert!(rt.block_on(outage.failed(Code::Internal, "boom")).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+        // Well before the minute a server that went away gets.
+        let err = rt
+            .block_on(outage.failed(Code::Internal, "boom"))
+            .unwrap_err();
+        assert!(matches!(err, UploadError::NothingListens { .. }), "{err:?}");
+        assert!(err.to_string().contains("nothing listens at"), "{err}");
+        assert!(matches!(
+            outage.check(),
+            Err(UploadError::NothingListens { .. })
+        ));
     }
 
     #[test]

@@ -28,13 +28,16 @@ pub struct RetryPolicy {
     /// A server that refuses every connection this long is not running: requests fail at once
     /// (see `outage.rs`).
     pub refused_give_up: Duration,
+    /// The same for a server that has not answered once since the command started.
+    pub never_answered_give_up: Duration,
     /// How often an outage is said while it lasts.
     pub say_every: Duration,
 }
 
 impl Default for RetryPolicy {
     /// 8 attempts, 250 ms doubling to at most 30 s (about 1 min of retries in all); a server
-    /// refusing connections for 1 min is given up on; an outage said every 30 s.
+    /// refusing connections for 1 min is given up on (10 s when it never answered); an outage
+    /// said every 30 s.
     fn default() -> Self {
         Self {
             max_attempts: 8,
@@ -42,6 +45,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(120),
             refused_give_up: Duration::from_secs(60),
+            never_answered_give_up: Duration::from_secs(10),
             say_every: Duration::from_secs(30),
         }
     }
@@ -52,6 +56,7 @@ impl RetryPolicy {
     pub(crate) fn outage_limits(&self) -> OutageLimits {
         OutageLimits {
             refused_give_up: self.refused_give_up,
+            never_answered_give_up: self.never_answered_give_up,
             say_every: self.say_every,
             max_attempts: self.max_attempts,
             longest_retry: self.longest_retry(),

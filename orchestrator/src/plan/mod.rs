@@ -109,6 +109,20 @@ pub enum PlanError {
         run_dir: PathBuf,
         found: Vec<String>,
     },
+    #[error(
+        "some input could not be used:\n{}\n{}",
+        .problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"),
+        if *.discarded {
+            "nothing was planned: fix the files or the flags and plan again (the run directory takes them)"
+        } else {
+            "the release is not planned: fix the files or the flags and plan again"
+        }
+    )]
+    Unusable {
+        problems: Vec<String>,
+        /// The first plan was forgotten: the run directory plans anew.
+        discarded: bool,
+    },
     #[error("failed to write in {path}: {source}")]
     Io {
         path: PathBuf,
@@ -238,7 +252,7 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         sources: options.settings.sources.clone(),
         bytes_read: Some(bytes_read.clone()),
     };
-    worker::run(
+    let kept_missing = worker::run(
         &mut db,
         &pending,
         &read_options,
@@ -246,6 +260,14 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         known.as_ref(),
         bytes_read,
     )?;
+    // Only when this plan read every file of the release: a file planned by an earlier, killed
+    // plan may have had the field.
+    let kept_missing = if pending.len() == files.len() {
+        kept_missing.fields()
+    } else {
+        Vec::new()
+    };
+    refuse_unusable_input(&mut db, options, release.id, &kept_missing)?;
     // An update's papers are few and spread over every file: its part-filled batches are packed
     // into full ones across files (a first plan keeps one per file).
     if release.id > 1 {
@@ -282,7 +304,8 @@ fn first_release(
         .into_iter()
         .filter(|f| f.release == latest.id)
         .collect();
-    check_corpus(&options.run_dir, &known, files)?;
+    let refreshed = check_corpus(&options.run_dir, &known, files)?;
+    db.refresh_fingerprints(&refreshed)?;
     Ok(latest)
 }
 
@@ -306,7 +329,10 @@ fn next_release(
         .collect();
     let same_files = check_corpus(&options.run_dir, &of_latest, files);
     match (latest.planned_at.is_some(), same_files) {
-        (_, Ok(())) => Ok(latest),
+        (_, Ok(refreshed)) => {
+            db.refresh_fingerprints(&refreshed)?;
+            Ok(latest)
+        }
         // The first plan never finished: there is no release to update yet.
         (false, Err(PlanError::CorpusChanged { .. })) if latest.id == 1 => {
             Err(PlanError::NothingToUpdate {
@@ -425,21 +451,73 @@ fn check_settings(db: &RunDb, options: &PlanOptions) -> Result<PlanSettings, Pla
     }
 }
 
+/// Stops a plan whose input could not be used: a file from which no record could be (most often
+/// its fields are named otherwise: `paper_id` for `id`), or a `--keep-field` no record has. A
+/// first plan is forgotten, so that the fixed files or settings plan into the same directory.
+fn refuse_unusable_input(
+    db: &mut RunDb,
+    options: &PlanOptions,
+    release: i64,
+    kept_missing: &[String],
+) -> Result<(), PlanError> {
+    let mut problems: Vec<String> = db
+        .unusable_files(release)?
+        .into_iter()
+        .map(|(path, reason, detail)| {
+            format!("{path}: no record could be used: {detail} ({reason})")
+        })
+        .collect();
+    problems.extend(kept_missing.iter().map(|field| {
+        format!("--keep-field {field}: no record has a field `{field}` (a misspelt name?)")
+    }));
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let discarded = match db.discard_first_plan()? {
+        Some(batches) => {
+            for path in batches {
+                remove_if_exists(&options.run_dir.join(path))?;
+            }
+            true
+        }
+        None => {
+            // A later release: its unusable files are read again by the next plan (their new
+            // fingerprint taken), the rest of it stays planned.
+            for (path, _, _) in db.unusable_files(release)? {
+                let id = db.corpus_files()?.into_iter().find(|f| f.path == path);
+                if let Some(file) = id {
+                    db.reset_file(file.id)?;
+                }
+            }
+            false
+        }
+    };
+    write_quarantine(db, &options.run_dir)?;
+    Err(PlanError::Unusable {
+        problems,
+        discarded,
+    })
+}
+
+/// The given files against those of the release: the same paths, unchanged, or refused. A file
+/// with nothing planned from it (reset after no record of it could be used) may have changed:
+/// it is read anew, and its new fingerprint is returned for run.db.
 fn check_corpus(
     run_dir: &Path,
     known: &[CorpusFileRow],
     files: &[(String, Fingerprint)],
-) -> Result<(), PlanError> {
+) -> Result<Vec<(i64, Fingerprint)>, PlanError> {
     let mut changes = Vec::new();
+    let mut refreshed = Vec::new();
     for row in known {
         match files.iter().find(|(p, _)| *p == row.path) {
             // Not among the files read now: deleted, or only left out of the command line.
             None => changes.push(format!("{}: not given", row.path)),
-            Some((_, fp)) => {
-                if let Some(why) = fp.difference(&row.fingerprint) {
-                    changes.push(format!("{}: {why}", row.path));
-                }
-            }
+            Some((_, fp)) => match fp.difference(&row.fingerprint) {
+                Some(_) if !row.planned => refreshed.push((row.id, fp.clone())),
+                Some(why) => changes.push(format!("{}: {why}", row.path)),
+                None => {}
+            },
         }
     }
     for (path, _) in files {
@@ -448,7 +526,7 @@ fn check_corpus(
         }
     }
     if changes.is_empty() {
-        Ok(())
+        Ok(refreshed)
     } else {
         Err(PlanError::CorpusChanged {
             run_dir: run_dir.into(),

@@ -60,9 +60,9 @@ pub(super) fn run(
     options: &PlanOptions,
     known: Option<&KnownPapers>,
     bytes_read: Arc<AtomicU64>,
-) -> Result<(), PlanError> {
+) -> Result<KeptFieldsMissing, PlanError> {
     if tasks.is_empty() {
-        return Ok(());
+        return Ok(KeptFieldsMissing::default());
     }
     // Biggest files first, so the last file to finish is a small one.
     let mut order: Vec<&FileTask> = tasks.iter().collect();
@@ -70,7 +70,7 @@ pub(super) fn run(
     let next = AtomicUsize::new(0);
     let (tx, rx) = crossbeam_channel::bounded(64);
     let progress = progress_bar(options.progress, tasks.iter().map(|t| t.size).sum());
-    std::thread::scope(|scope| {
+    let recorded = std::thread::scope(|scope| {
         for _ in 0..options.threads.clamp(1, tasks.len()) {
             let tx = tx.clone();
             let (order, next) = (&order, &next);
@@ -89,9 +89,32 @@ pub(super) fn run(
         // channel: without a receiver their sends fail and they stop.
         drop(rx);
         recorded
-    })?;
+    });
     progress.finish_and_clear();
-    Ok(())
+    recorded
+}
+
+/// The kept fields (`--keep-field`) that no paper of the files read had; files no paper of
+/// which could be used say nothing of them.
+#[derive(Debug, Default)]
+pub(super) struct KeptFieldsMissing(Option<std::collections::BTreeSet<String>>);
+
+impl KeptFieldsMissing {
+    fn file(&mut self, summary: &corpus::FileSummary) {
+        if summary.papers == 0 {
+            return;
+        }
+        let missing: std::collections::BTreeSet<String> =
+            summary.kept_fields_missing.iter().cloned().collect();
+        self.0 = Some(match self.0.take() {
+            None => missing,
+            Some(before) => before.intersection(&missing).cloned().collect(),
+        });
+    }
+
+    pub(super) fn fields(self) -> Vec<String> {
+        self.0.unwrap_or_default().into_iter().collect()
+    }
 }
 
 /// Owns run.db while the workers run: records what they send, updates the progress bar.
@@ -100,8 +123,9 @@ fn record(
     rx: &Receiver<Message>,
     progress: &ProgressBar,
     bytes: &AtomicU64,
-) -> Result<(), PlanError> {
+) -> Result<KeptFieldsMissing, PlanError> {
     let mut failures = Vec::new();
+    let mut kept = KeptFieldsMissing::default();
     loop {
         progress.set_position(bytes.load(Ordering::Relaxed));
         let message = match rx.recv_timeout(Duration::from_millis(200)) {
@@ -116,6 +140,7 @@ fn record(
             Message::Quarantine(file_id, entries) => db.record_quarantine(file_id, &entries)?,
             Message::Seen(file_id, seen) => db.record_seen(file_id, &seen)?,
             Message::FileDone { id, summary } => {
+                kept.file(&summary);
                 if let Some(corrupt) = &summary.corrupt {
                     progress.println(format!("warning: corpus file {id} broke off: {corrupt}"));
                 }
@@ -131,7 +156,7 @@ fn record(
         }
     }
     if failures.is_empty() {
-        Ok(())
+        Ok(kept)
     } else {
         Err(PlanError::Worker(failures.join("\n")))
     }

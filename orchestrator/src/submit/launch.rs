@@ -109,6 +109,11 @@ impl SubmitLoop<'_> {
                     *self.attempts.entry(*b).or_default() += 1;
                 }
                 self.report.submitted += 1;
+                if self.report.submitted == 1 {
+                    for (key, value) in &self.opts.keep_on_first_job {
+                        self.db.set_setting(key, value)?;
+                    }
+                }
                 tracing::info!(job = %name, id = %id, queue = %job.queue, "submitted");
                 Ok(true)
             }

@@ -23,6 +23,7 @@ pub mod breaker;
 mod console;
 mod follow;
 mod follow_up;
+mod interrupt;
 mod job_files;
 mod launch;
 mod naming;
@@ -86,6 +87,10 @@ pub struct SubmitOptions {
     pub route: crate::route::Route,
     /// Whether the tail gets speculative twins (`--speculate`; adaptive route only).
     pub speculate: bool,
+    /// run.db settings this submit keeps for the run's later ones (its run config, devices,
+    /// loop options), stored when its first job is submitted: a submit that sends none keeps
+    /// nothing.
+    pub keep_on_first_job: Vec<(String, serde_json::Value)>,
 }
 
 /// How a submit loop ended.
@@ -135,6 +140,14 @@ pub enum SubmitError {
          `embedfleet queues set --run-dir DIR NAME=CAP`"
     )]
     NoQueues,
+    /// Stopped by a signal: `said` tells what became of the run's jobs; the process exits
+    /// with `code` (128 + the signal, as a shell reports it).
+    #[error("stopped by {signal}: {said}")]
+    Interrupted {
+        signal: String,
+        code: i32,
+        said: String,
+    },
     #[error("every queue was refused by the scheduler ({0}); fix the queue names with `embedfleet queues set`")]
     AllQueuesRefused(String),
     #[error("the job script template does not work: {0}")]
@@ -423,7 +436,12 @@ impl<'a> SubmitLoop<'a> {
                 adopted.len()
             ));
         }
+        // Ctrl-C and SIGTERM end the loop at a round's edge, saying what they leave running.
+        let _signals = embedfleet_core::stop_signal::StopSignals::catch();
         loop {
+            if let Some(signal) = embedfleet_core::stop_signal::requested() {
+                self.interrupted(signal)?;
+            }
             let round = Instant::now();
             let cpu_at_round = embedfleet_core::process::own_cpu();
             let events_at_round = self.events();
@@ -494,7 +512,11 @@ impl<'a> SubmitLoop<'a> {
             if open.is_empty() && !pending.is_empty() && !paused && self.all_refused()? {
                 return Err(SubmitError::AllQueuesRefused(self.refused_text()));
             }
-            std::thread::sleep(self.opts.poll_interval);
+            if let Some(signal) =
+                embedfleet_core::stop_signal::sleep_unless_stopped(self.opts.poll_interval)
+            {
+                self.interrupted(signal)?;
+            }
         }
         self.console.finish();
         if let Some(watch) = self.watch.as_mut() {

@@ -141,6 +141,7 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         metrics_listen: None,
         route: Default::default(),
         speculate: true,
+        keep_on_first_job: Vec::new(),
     };
     (dir, options)
 }

@@ -72,21 +72,27 @@ fn server_delete_collection_removes_it() {
 fn unreachable_server_is_a_typed_error_once_it_has_refused_for_the_give_up_time() {
     // A closed loopback port: connection refused (qdrant-client: Internal). The probe tells
     // it refused, so it is retried past the attempt count until the give-up time, then
-    // ServerRefused. Loopback only; nothing leaves the machine.
+    // NothingListens (it never answered this command). Loopback only; nothing leaves the machine.
     let mut config = ServerConfig::new("http://127.0.0.1:9");
     config.retry.max_attempts = 2;
     config.retry.base_delay = Duration::from_millis(10);
-    config.retry.refused_give_up = Duration::from_millis(300);
+    config.retry.never_answered_give_up = Duration::from_millis(300);
     let sink = QdrantServer::connect(config).expect("client");
+    let started = std::time::Instant::now();
     match sink.count(CountRequest::new("x")) {
-        Err(embedfleet_upload::UploadError::ServerRefused { url, .. }) => {
+        Err(embedfleet_upload::UploadError::NothingListens { url, .. }) => {
             assert_eq!(url, "http://127.0.0.1:9");
         }
-        other => panic!("expected ServerRefused, got {other:?}"),
+        other => panic!("expected NothingListens, got {other:?}"),
     }
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not the minute a server that went away gets: {:?}",
+        started.elapsed()
+    );
     // Refused for the give-up time: the next request fails at once, with no attempt made.
     assert!(matches!(
         sink.count(CountRequest::new("x")),
-        Err(embedfleet_upload::UploadError::ServerRefused { .. })
+        Err(embedfleet_upload::UploadError::NothingListens { .. })
     ));
 }

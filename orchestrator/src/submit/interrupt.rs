@@ -1,0 +1,47 @@
+//! The loop stopped by Ctrl-C or SIGTERM (`embedfleet_core::stop_signal`): this machine's own
+//! jobs (the local backend's child processes, in groups of their own) are stopped, since
+//! nothing would watch them and they would keep the CPU busy; a scheduler's jobs keep running,
+//! and the next `submit` adopts them. Either way the user is told which, and how to go on.
+
+use embedfleet_core::stop_signal;
+
+use super::{follow, Result, SubmitError, SubmitLoop};
+use crate::scheduler::Backend;
+
+impl SubmitLoop<'_> {
+    /// Ends the loop for `signal` (see the module docs).
+    pub(super) fn interrupted(&mut self, signal: i32) -> Result<()> {
+        let open = self.db.open_jobs()?;
+        let backend = self.scheduler.backend();
+        let said = if backend == Backend::Local {
+            for row in &open {
+                if let Some(job) = follow::handle(row) {
+                    if let Err(e) = self.scheduler.cancel(&job) {
+                        tracing::warn!(job = %row.name, "stopping the local job: {e}");
+                    }
+                }
+            }
+            // The stopped jobs' ends, recorded now: the next loop retries their batches at
+            // once instead of waiting out their "lost" time.
+            if let Err(e) = self.poll() {
+                tracing::warn!("the stopped jobs' ends are not recorded: {e}");
+            }
+            format!(
+                "stopped {} local job(s); `embedfleet run` (or `submit`) again embeds what they had not finished",
+                open.len()
+            )
+        } else {
+            format!(
+                "{} job(s) keep running on {backend}; `embedfleet submit --run-dir {}` again adopts them",
+                open.len(),
+                self.run_dir.display()
+            )
+        };
+        self.console.finish();
+        Err(SubmitError::Interrupted {
+            signal: stop_signal::name(signal),
+            code: 128 + signal,
+            said,
+        })
+    }
+}
