@@ -74,7 +74,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     if args.trial.is_some() {
         return trial_summary(&options, &report);
     }
-    summarise(&options, &report)
+    summarise(&options, &report, false)
 }
 
 /// `submit`'s flags as the pipeline takes them.
@@ -182,25 +182,37 @@ fn trial_summary(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
 }
 
 /// Prints how the loop ended and the run's status; the exit code says whether every batch
-/// was embedded.
-pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> {
+/// was embedded. `run` passes `jobs_behind_verbose`: its user asked for results, not for the
+/// loop's job counts and the owner's costs, which `-v` shows.
+pub fn summarise(
+    options: &SubmitOptions,
+    report: &SubmitReport,
+    jobs_behind_verbose: bool,
+) -> Result<i32> {
     let status = RunDb::open(&options.run_dir)?.status()?;
     print!("{}", status::render(&status));
-    eprintln!(
+    let mut lines = vec![format!(
         "submitted {} jobs ({} retries, {} adopted) in {}; {} batches finished now",
         report.submitted,
         report.retried,
         report.adopted,
         status::duration(report.elapsed.as_secs_f64()),
         report.batches_done
-    );
+    )];
     if report.rounds > 0 {
-        eprintln!(
+        lines.push(format!(
             "owner: {} polls, {:.1} ms CPU and {:.1} result-file operations per poll",
             report.rounds,
             report.owner_cpu.as_secs_f64() * 1e3 / report.rounds as f64,
             report.result_file_ops as f64 / report.rounds as f64
-        );
+        ));
+    }
+    for line in lines {
+        if jobs_behind_verbose {
+            tracing::info!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
     }
     if report.twins + report.moves + report.requeued > 0 {
         eprintln!(
