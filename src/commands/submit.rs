@@ -346,8 +346,10 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
             serde_json::to_string_pretty(&out).context("failed to serialise the status")?
         );
     } else {
+        // The run's headline first; how the loop routes its jobs after it.
+        print!("{}", status::render(&status));
         if let Some(state) = submit_loop {
-            println!("{}", status::loop_line(state));
+            println!("{}", status::loop_line(state, &status));
         }
         if let Some(routing) = routing {
             print!("{}", status::routing_lines(routing));
@@ -355,7 +357,6 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
         if let Some(state) = submit_loop {
             print!("{}", status::set_aside_lines(state));
         }
-        print!("{}", status::render(&status));
     }
     Ok(exit::SUCCESS)
 }
@@ -411,14 +412,14 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
             snapshot.host.hostname,
             owner::Host::this().hostname
         );
+        print!("{}", status::render(&snapshot.status));
         if let Some(state) = &snapshot.submit_loop {
-            println!("{}", status::loop_line(state));
+            println!("{}", status::loop_line(state, &snapshot.status));
             if let Some(routing) = &state.routing {
                 print!("{}", status::routing_lines(routing));
             }
             print!("{}", status::set_aside_lines(state));
         }
-        print!("{}", status::render(&snapshot.status));
     }
     Ok(exit::SUCCESS)
 }

@@ -80,3 +80,23 @@ fn issue50_run_ends_with_where_the_results_are_and_what_comes_next() {
     let (_, stderr) = t.run_corpus("demo", "demo-corpus.jsonl.gz", 15, &["-v"]);
     assert!(stderr.contains("owner: "), "{stderr}");
 }
+
+#[test]
+fn issue50_status_of_a_finished_run_says_it_is_complete_headline_first() {
+    let t = TestDir::new();
+    t.small_run("run", 30, 15, &[]);
+    let out = t.run(&["status", "--run-dir", "run"], 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("run        run: complete"),
+        "the headline first:\n{text}"
+    );
+    let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix));
+    let loop_line = at("loop ").unwrap_or_else(|| panic!("no loop line:\n{text}"));
+    assert!(lines[loop_line].ends_with("the run is complete"), "{text}");
+    assert!(!text.contains("starts it again"), "{text}");
+    if let Some(routing) = at("routing ") {
+        assert!(routing > loop_line, "routing after the headline:\n{text}");
+    }
+}
