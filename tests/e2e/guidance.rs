@@ -2,7 +2,7 @@
 //! loop's progress in a log without a terminal, the end of `run` (where the results are, what
 //! comes next), `status` of a finished run, and how to load a dataset published again.
 
-use crate::util::TestDir;
+use crate::util::{python, TestDir};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -99,4 +99,58 @@ fn issue50_status_of_a_finished_run_says_it_is_complete_headline_first() {
     if let Some(routing) = at("routing ") {
         assert!(routing > loop_line, "routing after the headline:\n{text}");
     }
+}
+
+#[test]
+fn issue50_a_dataset_published_again_loads_as_the_card_and_publish_say() {
+    let t = TestDir::new();
+    t.small_run("run", 30, 15, &[]);
+    let out = t.run(&["publish", "--run-dir", "run", "--out", "ds"], 0);
+    let said = String::from_utf8_lossy(&out.stderr);
+    let call = "load_dataset(\"parquet\", data_dir=\"ds/data\", split=\"train\")";
+    assert!(said.contains(call), "{said}");
+    assert!(said.contains("published into this folder again"), "{said}");
+    assert!(
+        said.contains("download_mode=\"force_redownload\""),
+        "{said}"
+    );
+    let card = std::fs::read_to_string(t.join("ds/README.md")).unwrap();
+    for needle in [
+        "**A new version in the same folder.**",
+        "download_mode=\"force_redownload\", verification_mode=\"no_checks\"",
+        "publish each version into a folder of its own",
+    ] {
+        assert!(card.contains(needle), "{needle}:\n{card}");
+    }
+    // What publish says, done: the folder loaded (into a cache of this test's own), published
+    // again with another column, loaded again the same way: the new version.
+    let load = || {
+        let code = format!(
+            "import os; os.environ['HF_HOME'] = '{}'\nimport datasets\n\
+             d = datasets.{call}\nprint(sorted(d.column_names))",
+            t.join("hf").display()
+        );
+        let out = std::process::Command::new("python3")
+            .args(["-c", &code])
+            .current_dir(t.path())
+            .env("HF_DATASETS_OFFLINE", "1")
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    if python("import datasets", "datasets", "EMBEDFLEET_REQUIRE_DATASETS").is_none() {
+        return;
+    }
+    assert!(!load().contains("'text'"), "the first version has no text");
+    t.run(
+        &["publish", "--run-dir", "run", "--out", "ds", "--with-text"],
+        0,
+    );
+    assert!(load().contains("'text'"), "the new version has its text");
 }
