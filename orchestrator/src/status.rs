@@ -100,10 +100,11 @@ pub fn is_complete(s: &RunStatus) -> bool {
 pub fn headline(s: &RunStatus) -> String {
     let count = |state: BatchState| s.batches_by_state.get(state.as_str()).copied();
     let done = count(BatchState::Done).unwrap_or(0);
+    let batches = if s.batches == 1 { "batch" } else { "batches" };
+    let mut line = format!("{done}/{} {batches} embedded", s.batches);
     if is_complete(s) {
-        return format!("complete: all {} batches embedded", s.batches);
+        return format!("complete: {line}");
     }
-    let mut line = format!("{done}/{} batches embedded", s.batches);
     if let Some(failed) = count(BatchState::Failed) {
         let _ = write!(line, ", {failed} failed");
     }
@@ -389,7 +390,7 @@ mod tests {
         assert_eq!(headline(&s), "2/3 batches embedded, 1 failed");
         s.batches_by_state = [("done".to_string(), 3)].into();
         assert!(is_complete(&s));
-        assert_eq!(headline(&s), "complete: all 3 batches embedded");
+        assert_eq!(headline(&s), "complete: 3/3 batches embedded");
         assert!(
             render(&s).starts_with("run        : complete"),
             "{}",

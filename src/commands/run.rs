@@ -109,7 +109,8 @@ fn where_and_next(run_dir: &Path) -> Result<String> {
         }
     };
     let status = RunDb::open(run_dir)?.status()?;
-    let mut out = String::from("\nresults\n");
+    // After the status, which ends with a blank line.
+    let mut out = String::from("results\n");
     let _ = writeln!(
         out,
         "  collection  `{RUN_COLLECTION}` in the embedded Qdrant, {}",
