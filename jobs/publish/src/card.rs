@@ -101,8 +101,8 @@ pub fn render(facts: &Facts, options: &PublishOptions) -> String {
 /// their change.
 const NEW_VERSION: &str = "\n**A new version in the same folder.** `embedfleet publish` into the folder of an earlier version (after `plan --update` and a new run) replaces its files. `load_dataset(\"parquet\", data_dir=...)`, as above, reads the new version; `load_dataset(folder)` goes on returning the version `datasets` cached first. To load the folder itself afresh, `load_dataset(folder, split=\"train\", download_mode=\"force_redownload\", verification_mode=\"no_checks\")` (while the columns stay the same), or publish each version into a folder of its own.\n";
 
-/// What `publish` says about loading the folder at `out`, which the card says too
-/// ([`NEW_VERSION`]).
+/// What `publish` says about loading the folder at `out`: what the card's paragraph on a new
+/// version says, with the folder's own path.
 pub fn load_hint(out: &std::path::Path) -> String {
     let data = out.join("data");
     format!(
