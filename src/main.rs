@@ -4,12 +4,11 @@
 mod cli;
 mod commands;
 
-use clap::Parser;
 use embedfleet_core::exit;
 
 fn main() {
     end_quietly_when_the_reader_goes();
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     init_tracing(cli.verbose);
     let code = match commands::run(cli) {
         Ok(code) => code,

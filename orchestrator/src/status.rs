@@ -2,12 +2,14 @@
 
 use embedfleet_core::owner::describe_age;
 use embedfleet_core::rundb::{PauseReason, RunStatus};
+use embedfleet_core::state::BatchState;
 use embedfleet_core::status_snapshot::LoopState;
 use std::fmt::Write;
 
-/// One line on the submit loop, from the snapshot it keeps. `here`: the status is read on
-/// the host the loop ran on, whose processes can be looked at.
-pub fn loop_line(state: &LoopState, here: bool) -> String {
+/// One line on the submit loop, from the snapshot it keeps; a loop that ended with the run
+/// complete says so (nothing is left to start it for). `here`: the status is read on the host
+/// the loop ran on, whose processes can be looked at.
+pub fn loop_line(state: &LoopState, s: &RunStatus, here: bool) -> String {
     let now = embedfleet_core::owner::unix_now();
     let last = describe_age(now - state.last_poll_unix_s);
     match state.ended_unix_s {
@@ -15,6 +17,11 @@ pub fn loop_line(state: &LoopState, here: bool) -> String {
         None if here && !state.process_runs_here() => format!(
             "loop       STOPPED: its process (pid {}) no longer runs, last poll {last} ago; \
              `embedfleet submit` (or `run`) starts it again and adopts its jobs",
+            state.pid
+        ),
+        Some(ended) if is_complete(s) => format!(
+            "loop       ended {} ago (pid {}): the run is complete",
+            describe_age(now - ended),
             state.pid
         ),
         Some(ended) => format!(
@@ -90,6 +97,30 @@ pub fn set_aside_lines(state: &LoopState) -> String {
     out
 }
 
+/// Every batch of a fully planned run embedded: nothing is left for a submit loop.
+pub fn is_complete(s: &RunStatus) -> bool {
+    let done = s.batches_by_state.get(BatchState::Done.as_str());
+    s.plan_complete && s.batches > 0 && done == Some(&s.batches)
+}
+
+/// The run in a few words, on its first line: complete, or how far its batches are.
+pub fn headline(s: &RunStatus) -> String {
+    let count = |state: BatchState| s.batches_by_state.get(state.as_str()).copied();
+    let done = count(BatchState::Done).unwrap_or(0);
+    let batches = if s.batches == 1 { "batch" } else { "batches" };
+    let mut line = format!("{done}/{} {batches} embedded", s.batches);
+    if is_complete(s) {
+        return format!("complete: {line}");
+    }
+    if let Some(failed) = count(BatchState::Failed) {
+        let _ = write!(line, ", {failed} failed");
+    }
+    if !s.plan_complete {
+        line.push_str(", planning unfinished");
+    }
+    line
+}
+
 pub fn render(s: &RunStatus) -> String {
     let mut out = String::new();
     let plan = if s.plan_complete {
@@ -97,7 +128,7 @@ pub fn render(s: &RunStatus) -> String {
     } else {
         "incomplete (run `embedfleet plan` again to finish it)"
     };
-    let _ = writeln!(out, "run        {}", s.run_dir);
+    let _ = writeln!(out, "run        {}: {}", s.run_dir, headline(s));
     let _ = writeln!(
         out,
         "plan       {plan}: {}/{} corpus files",
@@ -387,6 +418,29 @@ mod tests {
         assert!(text.contains("jobs       gpu cap 2: (running 2)"), "{text}");
         assert!(text.contains("paused"), "{text}");
         assert!(text.contains("2.00 papers/s; 1m 30s to go"), "{text}");
+    }
+
+    #[test]
+    fn the_headline_says_complete_only_when_every_batch_is_done() {
+        let mut s = RunStatus {
+            plan_complete: true,
+            batches: 3,
+            ..RunStatus::default()
+        };
+        s.batches_by_state.insert("done".into(), 2);
+        s.batches_by_state.insert("failed".into(), 1);
+        assert!(!is_complete(&s));
+        assert_eq!(headline(&s), "2/3 batches embedded, 1 failed");
+        s.batches_by_state = [("done".to_string(), 3)].into();
+        assert!(is_complete(&s));
+        assert_eq!(headline(&s), "complete: 3/3 batches embedded");
+        assert!(
+            render(&s).starts_with("run        : complete"),
+            "{}",
+            render(&s)
+        );
+        s.plan_complete = false;
+        assert_eq!(headline(&s), "3/3 batches embedded, planning unfinished");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The embedding commands: `embed-job` (one planned batch), `embed` (any files),
 //! `make-tiny-model`, `doctor` and `bench-gpu`.
 
-use super::{ModelArgs, RunDirArgs};
+use super::{help, ModelArgs, RunDirArgs};
 use clap::{Args, Parser};
 use embedfleet_core::settings::DEFAULT_BATCH_TOKENS;
 use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
@@ -26,12 +26,12 @@ pub struct EmbedJobArgs {
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct EmbedJobSettings {
     /// Devices, one worker each: `cuda:0,1,2,3`, `cuda`, `cpu`, or `cpu:N` (N CPU workers).
-    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    #[arg(long, default_value = "cpu", value_name = "DEVICES", help_heading = help::MODEL)]
     pub devices: String,
     #[command(flatten)]
     pub model: ModelArgs,
     /// Papers per parquet shard: a killed job loses at most one shard of work.
-    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N", help_heading = help::MODEL)]
     pub shard_papers: usize,
     /// Fail mini-batches whose estimated memory exceeds this many bytes, as an out-of-memory
     /// on a GPU would (exercises the fallback without a GPU).
@@ -39,7 +39,7 @@ pub struct EmbedJobSettings {
     pub memory_limit: Option<u64>,
     /// After the batch, build its Qdrant shard (`build-shard`, with the run's pinned build
     /// settings) on this node's cores, for `upload --mode snapshot`.
-    #[arg(long)]
+    #[arg(long, help_heading = help::MODEL)]
     pub build_shard: bool,
 }
 
@@ -78,7 +78,7 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "FILE")]
     pub output: PathBuf,
     /// Devices: `cpu`, `cpu:N`, `cuda`, `cuda:0,1`.
-    #[arg(long, alias = "device", default_value = "cpu", value_name = "DEVICES")]
+    #[arg(long, alias = "device", default_value = "cpu", value_name = "DEVICES", help_heading = help::MODEL)]
     pub devices: String,
     /// Inputs are plain text, one text per line (id = file:line).
     #[arg(long)]
@@ -90,7 +90,7 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "TEXT")]
     pub instruction: Option<String>,
     /// Token budget of one mini-batch (one forward pass).
-    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS, value_name = "TOKENS")]
+    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS, value_name = "TOKENS", help_heading = help::MODEL)]
     pub batch_tokens: u64,
 }
 
@@ -109,45 +109,46 @@ pub struct BenchGpuArgs {
         long,
         value_delimiter = ',',
         default_value = "64x512,16x2048,4x8192,1x32768",
-        value_name = "BxT,..."
+        value_name = "BxT,...",
+        help_heading = help::BENCH_UNIFORM
     )]
     pub shapes: Vec<String>,
     /// Timed forwards per uniform shape (after two warm-up forwards).
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(long, default_value_t = 4, value_name = "N", help_heading = help::BENCH_UNIFORM)]
     pub forwards: usize,
     /// The paper mix: a JSON list of token lengths (`gpu-check.sh` writes the peer's); without
     /// it, --mix-papers lengths of the peer's distribution, seeded.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = help::BENCH_MIX)]
     pub mix: Option<PathBuf>,
     /// Papers of the generated mix.
-    #[arg(long, default_value_t = 240, value_name = "N")]
+    #[arg(long, default_value_t = 240, value_name = "N", help_heading = help::BENCH_MIX)]
     pub mix_papers: usize,
     /// Padded tokens per mini-batch of the mix (the job's --batch-tokens), capped by the
     /// device's free memory unless --no-memory-plan.
-    #[arg(long, default_value_t = 65_536, value_name = "TOKENS")]
+    #[arg(long, default_value_t = 65_536, value_name = "TOKENS", help_heading = help::BENCH_MIX)]
     pub batch_tokens: u64,
     /// Do not cap mini-batches by the device's free memory (exercises the out-of-memory
     /// fallback).
-    #[arg(long)]
+    #[arg(long, help_heading = help::BENCH_MIX)]
     pub no_memory_plan: bool,
     /// Reference vectors (JSON: cases of name, ids with EOS, embedding): prints the cosine of
     /// ours against each.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = help::BENCH_FIDELITY)]
     pub fidelity: Option<PathBuf>,
     /// Writes the mix's vectors (JSON) for a later --compare-vectors.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = help::BENCH_FIDELITY)]
     pub save_vectors: Option<PathBuf>,
     /// Compares the mix's vectors with a --save-vectors file: prints the lowest cosine.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = help::BENCH_FIDELITY)]
     pub compare_vectors: Option<PathBuf>,
     /// Skip the uniform shapes.
-    #[arg(long)]
+    #[arg(long, help_heading = help::BENCH_UNIFORM)]
     pub skip_uniform: bool,
     /// Skip the paper mix.
-    #[arg(long)]
+    #[arg(long, help_heading = help::BENCH_MIX)]
     pub skip_mix: bool,
     /// Skip the mix in the study's mini-batches (keep the job's token-budget batching only).
-    #[arg(long)]
+    #[arg(long, help_heading = help::BENCH_MIX)]
     pub skip_study: bool,
     /// Seed of the random token ids and of the generated mix.
     #[arg(long, default_value_t = 0)]

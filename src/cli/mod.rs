@@ -3,6 +3,7 @@
 //! crate.
 
 mod embed;
+pub mod help;
 mod plan;
 mod query;
 mod report;
@@ -18,26 +19,44 @@ pub use upload::{
     BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
 };
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Turn a corpus of full-text papers into published embeddings on HPC clusters.
-///
-/// A run lives in one run directory: `plan` cuts the corpus into per-node jobs, `status` shows
-/// where the run stands. Every step can be killed and run again; it continues where it stopped.
+// The help and version flags are declared here, not clap's own, so that they come last in
+// every command's help, under their own heading (clap puts its own under "Options" first).
 #[derive(Debug, Parser)]
 #[command(
     name = "embedfleet",
     version,
     propagate_version = true,
-    max_term_width = 100
+    max_term_width = 100,
+    disable_help_flag = true,
+    disable_version_flag = true
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// More log output on stderr (-v info, -vv debug); EMBEDFLEET_LOG=<filter> overrides.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    /// Log more on stderr: -v info, -vv debug (EMBEDFLEET_LOG=<filter> overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = help::GLOBAL)]
     pub verbose: u8,
+    /// Print help.
+    #[arg(short, long, global = true, action = clap::ArgAction::Help, help_heading = help::GLOBAL)]
+    help: Option<bool>,
+    /// Print version.
+    #[arg(short = 'V', long, global = true, action = clap::ArgAction::Version, help_heading = help::GLOBAL)]
+    version: Option<bool>,
+}
+
+/// The command line, its top-level help grouped ([`help::grouped`]).
+pub fn command() -> clap::Command {
+    help::grouped(Cli::command())
+}
+
+/// Parses the process's arguments; exits on `--help`, `--version` or a usage error.
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,18 +84,22 @@ pub enum Command {
     /// Show or change the queues the submit loop fills and their caps (jobs queued + running);
     /// a running loop picks changes up within one poll.
     Queues(QueuesArgs),
-    /// The study's Table 2 for a run: mean ± std per batch of model load, I/O, tokenisation and
-    /// inference; throughput, padding, fallbacks; optional PNG plots.
+    /// Timings, throughput and failures of a run: model load, I/O, tokenisation and inference
+    /// per batch (mean ± std), throughput, padding and fallbacks as a table or --json; the whole
+    /// run, its failed jobs with their first error line included, as one HTML page (--html);
+    /// PNG plots; a trace.
     Report(ReportArgs),
     /// Write a deterministic synthetic peS2o-like corpus (JSON lines, gzip).
     SampleCorpus(SampleCorpusArgs),
     /// Embed one planned batch on this node: parquet shards in <run-dir>/shards and a result
     /// manifest in <run-dir>/results, which the run's owner (submit, status, ...) takes into
     /// run.db; the job itself never opens run.db (docs/cluster.md, "On a shared filesystem").
+    #[command(hide = true)]
     EmbedJob(EmbedJobArgs),
     /// Embed files of records (or text lines) straight to one parquet file.
     Embed(EmbedArgs),
     /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
+    #[command(hide = true)]
     MakeTinyModel(MakeTinyModelArgs),
     /// Check this binary and this node as a job would use them: the build, the driver, the
     /// devices, the model directory (one forward on each device), the run directory. Run it on
@@ -86,6 +109,7 @@ pub enum Command {
     /// (benches/torch_baseline.py): uniform batches, a paper-length mix batched the embed job's
     /// way and the study's way, fidelity against reference vectors. JSON lines on stdout, a
     /// table on stderr. `benches/gpu-check.sh` runs it beside the peer.
+    #[command(hide = true)]
     BenchGpu(BenchGpuArgs),
     /// Upload the run's parquet shards into Qdrant (a server, or the embedded engine), resumably.
     /// `--mode snapshot` recovers built shards instead of sending points (a cluster-mode server).
@@ -107,6 +131,7 @@ pub enum Command {
     /// Embed the terms of a query job's work folder (written by `query --submit`) on this
     /// node, in parts written atomically beside them; resumable. Run by the query job's script;
     /// never opens run.db.
+    #[command(hide = true)]
     QueryJob(QueryJobArgs),
     /// Recall@k of the collection against exact search over the run's parquet shards, per
     /// HNSW ef, filtered too; latency percentiles; a table, --json, and a PNG.
@@ -120,17 +145,17 @@ pub enum Command {
 pub struct ModelArgs {
     /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered pieces,
     /// tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
     pub model_dir: PathBuf,
     /// Output dimension (Matryoshka): the first N components, renormalised.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::MODEL)]
     pub dim: Option<usize>,
     /// Element type of the stored vectors.
-    #[arg(long, value_enum, default_value_t = VectorDtypeArg::F32)]
+    #[arg(long, value_enum, default_value_t = VectorDtypeArg::F32, help_heading = help::MODEL)]
     pub vector_dtype: VectorDtypeArg,
     /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
     /// combined (default: the model's context).
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]
     pub max_tokens: Option<usize>,
 }
 
@@ -159,10 +184,9 @@ pub struct RunDirArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 }

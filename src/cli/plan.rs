@@ -1,5 +1,6 @@
 //! Planning: `plan`, `run` (which plans first), and `sample-corpus`.
 
+use super::help;
 use clap::{Args, ValueEnum};
 use embedfleet_core::settings::{
     DEFAULT_BATCH_TOKENS, DEFAULT_PAPERS_PER_JOB, STUDY_MAX_CHARS, STUDY_MAX_PAPERS,
@@ -45,34 +46,34 @@ pub struct PlanArgs {
 #[derive(Debug, Args)]
 pub struct PlanSettingsArgs {
     /// Papers per per-node job (one batch file each).
-    #[arg(long, default_value_t = DEFAULT_PAPERS_PER_JOB, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_PAPERS_PER_JOB, value_name = "N", help_heading = help::PLANNING)]
     pub papers_per_job: u64,
     /// Characters per per-node job (a paper longer than this gets a job of its own).
-    #[arg(long, value_name = "CHARS")]
+    #[arg(long, value_name = "CHARS", help_heading = help::PLANNING)]
     pub max_job_chars: Option<u64>,
     /// Only records whose `source` is this, or starts with this and '/' (repeatable):
     /// `--source s2orc` selects `s2orc/train`.
-    #[arg(long = "source", value_name = "SOURCE")]
+    #[arg(long = "source", value_name = "SOURCE", help_heading = help::PLANNING)]
     pub sources: Vec<String>,
     /// Keep this record field besides id, text, source, created, added, version (repeatable).
-    #[arg(long = "keep-field", value_name = "FIELD")]
+    #[arg(long = "keep-field", value_name = "FIELD", help_heading = help::PLANNING)]
     pub keep_fields: Vec<String>,
     /// How a job's papers are cut into per-device mini-batches: `tokens` sorts the papers of
     /// each part (one parquet shard's worth) by length and fills a token budget (little padding
     /// waste); `chars` is the study's rule, in corpus order.
-    #[arg(long, value_enum, default_value_t = Batching::Tokens)]
+    #[arg(long, value_enum, default_value_t = Batching::Tokens, help_heading = help::PLANNING)]
     pub batching: Batching,
     /// Token budget of one mini-batch (`--batching tokens`): papers × the longest one's tokens.
-    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS, value_name = "TOKENS")]
+    #[arg(long, default_value_t = DEFAULT_BATCH_TOKENS, value_name = "TOKENS", help_heading = help::PLANNING)]
     pub batch_tokens: u64,
     /// Characters of one mini-batch (`--batching chars`).
-    #[arg(long, default_value_t = STUDY_MAX_CHARS, value_name = "CHARS")]
+    #[arg(long, default_value_t = STUDY_MAX_CHARS, value_name = "CHARS", help_heading = help::PLANNING)]
     pub batch_chars: u64,
     /// Papers of one mini-batch (`--batching chars`).
-    #[arg(long, default_value_t = STUDY_MAX_PAPERS, value_name = "N")]
+    #[arg(long, default_value_t = STUDY_MAX_PAPERS, value_name = "N", help_heading = help::PLANNING)]
     pub batch_max: u32,
     /// Corpus files planned at once (default: the number of cores).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::PLANNING)]
     pub threads: Option<usize>,
 }
 
@@ -86,27 +87,27 @@ pub enum Batching {
 pub struct RunArgs {
     #[command(flatten)]
     pub corpus: CorpusArgs,
-    #[command(flatten)]
-    pub plan: PlanSettingsArgs,
     /// The model directory; without it a tiny random Qwen3 is written to <run-dir>/tiny-model
     /// and used, so the pipeline runs with no download (its vectors mean nothing).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
     pub model_dir: Option<PathBuf>,
     /// Embed jobs at once (local child processes).
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub local_jobs: usize,
     /// Devices of each job: `cpu`, `cpu:N`, `cuda:0,1,2,3`.
-    #[arg(long, default_value = "cpu", value_name = "DEVICES")]
+    #[arg(long, default_value = "cpu", value_name = "DEVICES", help_heading = help::MODEL)]
     pub devices: String,
     /// Output dimension (Matryoshka).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::MODEL)]
     pub dim: Option<usize>,
     /// Papers per parquet shard.
-    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_SHARD_PAPERS, value_name = "N", help_heading = help::MODEL)]
     pub shard_papers: usize,
     /// The sample query run against the uploaded collection at the end.
     #[arg(long, default_value = "protein folding", value_name = "TEXT")]
     pub query: String,
+    #[command(flatten)]
+    pub plan: PlanSettingsArgs,
 }
 
 #[derive(Debug, Args)]

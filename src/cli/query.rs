@@ -1,6 +1,7 @@
 //! The stages after the upload: `query` (the query workload), `eval` (recall against exact
 //! search) and `publish` (a dataset folder).
 
+use super::help;
 use super::TargetArgs;
 use clap::Args;
 use embedfleet_query::vectors::DEFAULT_PART_TERMS;
@@ -12,17 +13,17 @@ use std::path::PathBuf;
 pub struct QueryModelArgs {
     /// The model directory the run was embedded with (default: <run-dir>/tiny-model, which
     /// `run` writes when it is given none).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
     pub model_dir: Option<PathBuf>,
     /// Output dimension (Matryoshka), as the run's `--dim`.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::MODEL)]
     pub dim: Option<usize>,
     /// Devices that embed the queries: `cpu`, `cpu:N`, `cuda:0,1`, `cuda` (default: cpu; with
     /// `query --submit` on slurm or pbs, cuda: every GPU of the job's node).
-    #[arg(long, value_name = "DEVICES")]
+    #[arg(long, value_name = "DEVICES", help_heading = help::MODEL)]
     pub devices: Option<String>,
     /// The query instruction (default: the model's retrieval instruction, as `embed --query`).
-    #[arg(long, value_name = "TEXT")]
+    #[arg(long, value_name = "TEXT", help_heading = help::MODEL)]
     pub instruction: Option<String>,
     /// The CSV column or JSON-lines field that holds the terms (default: the first column;
     /// `term`).
@@ -49,7 +50,7 @@ pub struct QueryArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
-    #[arg(long, default_value = "papers", value_name = "NAME")]
+    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Results per query.
     #[arg(long, default_value_t = 10, value_name = "K")]
@@ -61,10 +62,10 @@ pub struct QueryArgs {
     #[command(flatten)]
     pub model: QueryModelArgs,
     /// Queries per search request (default: what `tune --queries` saved, else 16).
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", help_heading = help::SPEED)]
     pub batch_size: Option<usize>,
     /// Search requests in flight (default: what `tune --queries` saved, else 2).
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", help_heading = help::SPEED)]
     pub in_flight: Option<usize>,
     /// The parquet file of results: term, query_id, rank, paper_id, score, year, source. It
     /// records the request it answers (terms, collection contents, settings, model): the same
@@ -82,17 +83,17 @@ pub struct QueryArgs {
     /// its vectors and search here: run.db and the output are written only by this process,
     /// the run's owner. Run the same command again after a failed or killed job: the parts
     /// it finished are kept (README, "On a cluster, step by step").
-    #[arg(long, requires_all = ["queue", "output"])]
+    #[arg(long, requires_all = ["queue", "output"], help_heading = help::QUERY_JOB)]
     pub submit: bool,
     /// The queue (PBS) or partition (Slurm) of the query job.
-    #[arg(long, value_name = "NAME", requires = "submit")]
+    #[arg(long, value_name = "NAME", requires = "submit", help_heading = help::QUERY_JOB)]
     pub queue: Option<String>,
     /// Terms per part of the query job, each written as soon as it is embedded (a killed job
     /// loses at most one).
-    #[arg(long, default_value_t = DEFAULT_PART_TERMS, value_name = "N", requires = "submit")]
+    #[arg(long, default_value_t = DEFAULT_PART_TERMS, value_name = "N", requires = "submit", help_heading = help::QUERY_JOB)]
     pub part_terms: usize,
     /// Seconds between polls of the query job (default: 30, or 1 for local).
-    #[arg(long, value_name = "SECS", requires = "submit")]
+    #[arg(long, value_name = "SECS", requires = "submit", help_heading = help::QUERY_JOB)]
     pub poll_interval: Option<f64>,
 }
 
@@ -114,7 +115,7 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
-    #[arg(long, default_value = "papers", value_name = "NAME")]
+    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Query terms (a file as `query --terms` takes), embedded with the model.
     #[arg(long, value_name = "FILE", conflicts_with = "sample")]
@@ -137,10 +138,10 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 10, value_name = "K")]
     pub top_k: usize,
     /// Queries per search request (1: each latency is one query's).
-    #[arg(long, default_value_t = 1, value_name = "B")]
+    #[arg(long, default_value_t = 1, value_name = "B", help_heading = help::SPEED)]
     pub batch_size: usize,
     /// Search requests in flight.
-    #[arg(long, default_value_t = 1, value_name = "K")]
+    #[arg(long, default_value_t = 1, value_name = "K", help_heading = help::SPEED)]
     pub in_flight: usize,
     /// Print the stable JSON form instead of the table.
     #[arg(long)]

@@ -1,5 +1,6 @@
 //! The scheduler-facing commands: `submit`, `pause`, `resume`, `queues`, `status`.
 
+use super::help;
 use super::RunDirArgs;
 use super::VectorDtypeArg;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -33,58 +34,51 @@ pub struct SubmitArgs {
     /// (the differences are printed). Queues are not part of it (`embedfleet queues set`).
     #[arg(long)]
     pub replace_config: bool,
+    /// Print what a submit would fix for the run (the run config it would store, the output
+    /// settings the first job would pin) and the job scripts the first round would submit;
+    /// write nothing: the run directory is left byte-identical.
+    #[arg(long, help_heading = help::TRY_FIRST)]
+    pub dry_run: bool,
+    /// Run one trial job (the first batch that needs one) on this queue, wait for it and print
+    /// its time per batch — what to set `walltime` from (README, "On a cluster, step by
+    /// step"). The run's queues are left as they are.
+    #[arg(long, value_name = "QUEUE", conflicts_with_all = ["queues", "watch", "dry_run"], help_heading = help::TRY_FIRST)]
+    pub trial: Option<String>,
     /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered
     /// pieces, tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B (default: the
     /// run's, which its first submit fixed: a restart needs none of the output options).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
     pub model_dir: Option<PathBuf>,
     /// Output dimension (Matryoshka): the first N components, renormalised (default: the
     /// run's, else the model's own).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::MODEL)]
     pub dim: Option<usize>,
     /// Element type of the stored vectors (default: the run's, else f32).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = help::MODEL)]
     pub vector_dtype: Option<VectorDtypeArg>,
     /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
     /// combined (default: the run's, else the model's context).
-    #[arg(long, value_name = "TOKENS")]
+    #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]
     pub max_tokens: Option<usize>,
     /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N` (default:
     /// the run's last submit's, else cuda on slurm and pbs, cpu locally; on ssh cuda, on the
     /// GPUs of each host's slot, or cpu when every slot is a cpu slot).
-    #[arg(long, value_name = "DEVICES")]
+    #[arg(long, value_name = "DEVICES", help_heading = help::MODEL)]
     pub devices: Option<String>,
     /// Papers per parquet shard (default: the run's, else 500).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::MODEL)]
     pub shard_papers: Option<usize>,
-    /// After each batch, its job builds the batch's Qdrant shard on the node's cores
-    /// (`embed-job --build-shard`), for `upload --mode snapshot`.
-    #[arg(long, conflicts_with = "group_builds")]
-    pub build_shard: bool,
-    /// Build each group's Qdrant shard (for `upload --mode snapshot`) in a CPU job of its own
-    /// as soon as the group's batches are done, on this queue of the run's scheduler; `local`
-    /// runs them as processes on this host, `off` stops them. Each job asks for --build-cpus
-    /// cores and memory sized from its group's points. Kept for the run's later submits.
-    #[arg(long, value_name = "QUEUE|local|off")]
-    pub group_builds: Option<String>,
-    /// Groups to split the run's batches into for --group-builds, when its shard keys are not
-    /// pinned yet (`snapshots/keys.json`); e.g. two per peer of the target Qdrant cluster.
-    #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
-    pub group_count: Option<i64>,
-    /// Cores each group build job asks for (the engine builds the graph on all of them).
-    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub build_cpus: u32,
     /// Jobs per batch before it is marked failed (walltime kills, node failures, cancelled
     /// jobs are retried; exit codes 2 and 4 of embed-job are not).
     /// Kept for the run's later submits, as --breaker-after, --poll-interval and --lost-after
     /// are (default: the run's, else 3).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::LOOP)]
     pub max_attempts: Option<u32>,
     /// Pause the run after this many jobs in a row failed the same way (same exit code and
     /// first error line of the log), at the first for a refusal (exit code 4 or 2); 0: never.
     /// `embedfleet status` says why; `embedfleet resume` goes on after the fix.
     /// (default: the run's, else 3).
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", help_heading = help::LOOP)]
     pub breaker_after: Option<u32>,
     /// How free job slots are given batches: `adaptive` learns each queue from the run's own
     /// jobs (start delay, run time, share lost to preemption or walltime) and sends each batch
@@ -93,51 +87,58 @@ pub struct SubmitArgs {
     /// turns. Caps are upper bounds either way.
     /// `embedfleet status` shows what was learned and why the next batch goes where it goes.
     /// (default: the run's, else adaptive; docs/cluster.md, "Routing between queues").
-    #[arg(long, value_name = "ROUTE", value_parser = ["adaptive", "static"])]
+    #[arg(long, value_name = "ROUTE", value_parser = ["adaptive", "static"], help_heading = help::ROUTING)]
     pub route: Option<String>,
     /// With the adaptive route, at the tail (no batch left without a job): give a batch whose
     /// job has waited over twice another queue's usual start a second job there; the first to
     /// finish is kept, the other cancelled. `--speculate false` turns it off.
     /// (default: the run's, else true).
-    #[arg(long, value_name = "BOOL")]
+    #[arg(long, value_name = "BOOL", help_heading = help::ROUTING)]
     pub speculate: Option<bool>,
     /// Seconds between polls of the scheduler (default: 30; 5 for ssh, 1 for local).
-    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    #[arg(long, value_name = "SECS", value_parser = positive_secs, help_heading = help::LOOP)]
     pub poll_interval: Option<f64>,
     /// Seconds a job may be unknown to the scheduler, with no completion marker, before it
     /// counts as lost and is retried (default: 300; 60 for ssh, 10 for local).
-    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    #[arg(long, value_name = "SECS", value_parser = positive_secs, help_heading = help::LOOP)]
     pub lost_after: Option<f64>,
     /// Run as a daemon: do not exit when every batch is settled; stop it with a signal.
-    #[arg(long)]
+    #[arg(long, help_heading = help::LOOP)]
     pub watch: bool,
-    /// Print what a submit would fix for the run (the run config it would store, the output
-    /// settings the first job would pin) and the job scripts the first round would submit;
-    /// write nothing: the run directory is left byte-identical.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Run one trial job (the first batch that needs one) on this queue, wait for it and print
-    /// its time per batch — what to set `walltime` from (README, "On a cluster, step by
-    /// step"). The run's queues are left as they are.
-    #[arg(long, value_name = "QUEUE", conflicts_with_all = ["queues", "watch", "dry_run"])]
-    pub trial: Option<String>,
     /// A running job counts as stalled when it has written no shard for this many of its own
     /// shard times (and at least --stalled-min): shown by `status`, said once by the loop.
-    #[arg(long, default_value_t = 4.0, value_name = "N", value_parser = positive_secs)]
+    #[arg(long, default_value_t = 4.0, value_name = "N", value_parser = positive_secs, help_heading = help::STALLS)]
     pub stalled_after_shards: f64,
     /// The least silence, in seconds, that counts as a stall (model loads, slow shards).
-    #[arg(long, default_value_t = 600.0, value_name = "SECS", value_parser = positive_secs)]
+    #[arg(long, default_value_t = 600.0, value_name = "SECS", value_parser = positive_secs, help_heading = help::STALLS)]
     pub stalled_min: f64,
     /// Cancel stalled jobs; their batches are retried like any cancelled job's. Without it a
     /// stalled job is only shown and reported.
-    #[arg(long)]
+    #[arg(long, help_heading = help::STALLS)]
     pub kill_stalled: bool,
     /// Serve the run's Prometheus metrics at http://ADDR/metrics while the loop runs. ADDR is a
     /// port (listened on loopback, 127.0.0.1, only) or ADDRESS:PORT to be scraped from
     /// elsewhere. `metrics.prom` beside run.db has the same for node_exporter's textfile
     /// collector.
-    #[arg(long, value_name = "ADDR", value_parser = embedfleet_orchestrator::report::listen::parse_listen)]
+    #[arg(long, value_name = "ADDR", value_parser = embedfleet_orchestrator::report::listen::parse_listen, help_heading = help::LOOP)]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// After each batch, its job builds the batch's Qdrant shard on the node's cores
+    /// (`embed-job --build-shard`), for `upload --mode snapshot`.
+    #[arg(long, conflicts_with = "group_builds", help_heading = help::SHARD_BUILDS)]
+    pub build_shard: bool,
+    /// Build each group's Qdrant shard (for `upload --mode snapshot`) in a CPU job of its own
+    /// as soon as the group's batches are done, on this queue of the run's scheduler; `local`
+    /// runs them as processes on this host, `off` stops them. Each job asks for --build-cpus
+    /// cores and memory sized from its group's points. Kept for the run's later submits.
+    #[arg(long, value_name = "QUEUE|local|off", help_heading = help::SHARD_BUILDS)]
+    pub group_builds: Option<String>,
+    /// Groups to split the run's batches into for --group-builds, when its shard keys are not
+    /// pinned yet (`snapshots/keys.json`); e.g. two per peer of the target Qdrant cluster.
+    #[arg(long, value_name = "G", value_parser = clap::value_parser!(i64).range(1..), help_heading = help::SHARD_BUILDS)]
+    pub group_count: Option<i64>,
+    /// Cores each group build job asks for (the engine builds the graph on all of them).
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = help::SHARD_BUILDS)]
+    pub build_cpus: u32,
 }
 
 #[derive(Debug, Args)]

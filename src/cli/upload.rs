@@ -1,5 +1,6 @@
 //! The upload stage: `upload` and `tune`.
 
+use super::help;
 use clap::Args;
 use embedfleet_upload::DEFAULT_CHECKPOINT_EVERY;
 use std::path::PathBuf;
@@ -8,20 +9,20 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct TargetArgs {
     /// A Qdrant server or cluster, its gRPC port: http://host:6334 (https for TLS).
-    #[arg(long, value_name = "URL", conflicts_with = "edge")]
+    #[arg(long, value_name = "URL", conflicts_with = "edge", help_heading = help::QDRANT)]
     pub qdrant: Option<String>,
     /// The embedded Qdrant engine's directory (default: <run-dir>/qdrant).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = help::QDRANT)]
     pub edge: Option<PathBuf>,
     /// Read the server's API key from this environment variable (never printed).
-    #[arg(long, value_name = "VAR", conflicts_with = "api_key_file")]
+    #[arg(long, value_name = "VAR", conflicts_with = "api_key_file", help_heading = help::QDRANT)]
     pub api_key_env: Option<String>,
     /// Read the server's API key from the first line of this file (never printed).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = help::QDRANT)]
     pub api_key_file: Option<PathBuf>,
     /// Send the API key over plain http:// to another machine (it travels in clear text;
     /// without this such a target is refused: use https://).
-    #[arg(long)]
+    #[arg(long, help_heading = help::QDRANT)]
     pub allow_insecure: bool,
 }
 
@@ -29,27 +30,25 @@ pub struct TargetArgs {
 #[derive(Debug, Clone, Args)]
 pub struct CollectionArgs {
     /// HNSW edges per node, restored after the load.
-    #[arg(long, default_value_t = 16, value_name = "M")]
+    #[arg(long, default_value_t = 16, value_name = "M", help_heading = help::COLLECTION)]
     pub hnsw_m: u64,
     /// HNSW build candidates, restored after the load.
-    #[arg(long, default_value_t = 100, value_name = "N")]
+    #[arg(long, default_value_t = 100, value_name = "N", help_heading = help::COLLECTION)]
     pub hnsw_ef_construct: u64,
     /// Keep the vectors on disk (mmap) instead of RAM.
-    #[arg(long)]
+    #[arg(long, help_heading = help::COLLECTION)]
     pub on_disk_vectors: bool,
     /// Add int8 scalar quantization.
-    #[arg(long)]
+    #[arg(long, help_heading = help::COLLECTION)]
     pub int8: bool,
 }
 
-/// How the points reach a server.
+/// How the points reach a server (`--mode` says what each does).
+// No doc comments on the variants: clap would list them in a long help of its own, laid out
+// unlike every other command's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum UploadMode {
-    /// Send the points (gRPC upserts); the server builds the index.
     Upsert,
-    /// Recover built shards (`build-shard`), one per group of consecutive batches, each into
-    /// its own shard key of a custom-sharded collection: the index arrives built. Needs a
-    /// server in cluster mode.
     Snapshot,
 }
 
@@ -61,57 +60,60 @@ pub struct UploadArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection (created if absent; an existing one must have the run's vector size).
-    #[arg(long, default_value = "papers", value_name = "NAME")]
+    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Points per upsert batch (default: what `tune` saved, else 256).
-    #[arg(long, value_name = "B")]
+    #[arg(long, value_name = "B", help_heading = help::SPEED)]
     pub batch_size: Option<usize>,
     /// Upsert batches in flight per worker (default: what `tune` saved, else 4).
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", help_heading = help::SPEED)]
     pub in_flight: Option<usize>,
     /// Worker processes, each with its own client (server only; default: one per peer holding
     /// the collection's Qdrant shards, or one per core on a single server). The embedded
     /// engine is one process: its upload uses K threads.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::SPEED)]
     pub workers: Option<u64>,
     /// Make the sent points durable and record them in run.db every N upsert batches.
-    #[arg(long, default_value_t = DEFAULT_CHECKPOINT_EVERY, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_CHECKPOINT_EVERY, value_name = "N", help_heading = help::SPEED)]
     pub checkpoint_every: usize,
     #[command(flatten)]
     pub collection_settings: CollectionArgs,
-    /// `upsert` sends points; `snapshot` recovers built shards (a cluster-mode server only).
-    #[arg(long, value_enum, default_value_t = UploadMode::Upsert)]
+    /// `upsert` sends the points (gRPC upserts) and the server builds the index; `snapshot`
+    /// recovers built shards (`build-shard`), one per group of consecutive batches, each into
+    /// its own shard key of a custom-sharded collection: the index arrives built (a server in
+    /// cluster mode only).
+    #[arg(long, value_enum, default_value_t = UploadMode::Upsert, help_heading = help::SNAPSHOT)]
     pub mode: UploadMode,
     /// The server's REST address, for `--mode snapshot` (default: --qdrant with its port minus
     /// one, as Qdrant's 6334 → 6333).
-    #[arg(long, value_name = "URL", requires = "qdrant")]
+    #[arg(long, value_name = "URL", requires = "qdrant", help_heading = help::SNAPSHOT)]
     pub qdrant_rest: Option<String>,
     /// Snapshot recoveries at once, across the cluster's peers (`--mode snapshot`).
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    #[arg(long, default_value_t = 4, value_name = "N", help_heading = help::SNAPSHOT)]
     pub recoveries: usize,
     /// Refuse groups no job built a shard for, instead of building them here
     /// (`--mode snapshot`).
-    #[arg(long)]
+    #[arg(long, help_heading = help::SNAPSHOT)]
     pub no_build: bool,
     /// The group count: split the run's batches into G groups of consecutive batches, a built
     /// shard and a shard key each (`--mode snapshot`; default: one per 100,000 of the run's
     /// papers, one under 200,000, at most two per peer of the cluster; the load says which).
     /// Fixed at the run's first grouped build or load (snapshots/keys.json). Every search
     /// visits every group: a few large groups search like an upserted collection.
-    #[arg(long, alias = "groups", value_name = "G", value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, alias = "groups", value_name = "G", value_parser = clap::value_parser!(i64).range(1..), help_heading = help::SNAPSHOT)]
     pub group_count: Option<i64>,
     /// Take over shard keys the collection records as another run's (`--mode snapshot`;
     /// their points are replaced). Without it such a key is refused.
-    #[arg(long)]
+    #[arg(long, help_heading = help::SNAPSHOT)]
     pub replace_keys: bool,
     /// Qdrant shards of a new collection (server).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::COLLECTION)]
     pub shard_number: Option<u32>,
     /// Copies of each Qdrant shard of a new collection (server).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = help::COLLECTION)]
     pub replication_factor: Option<u32>,
     /// Build the HNSW index while loading instead of once at the end.
-    #[arg(long)]
+    #[arg(long, help_heading = help::COLLECTION)]
     pub no_bulk_load: bool,
     /// Internal: this process is worker I of N of a multi-process upload.
     #[arg(long, value_name = "I/N", hide = true)]
@@ -160,7 +162,7 @@ pub struct DeleteArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
-    #[arg(long, default_value = "papers", value_name = "NAME")]
+    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Paper ids (the corpus's `id`) to delete.
     #[arg(value_name = "PAPER_ID", required = true)]
@@ -191,6 +193,6 @@ pub struct TuneArgs {
     #[arg(long)]
     pub queries: bool,
     /// The collection searched by --queries.
-    #[arg(long, default_value = "papers", value_name = "NAME")]
+    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
 }

@@ -283,6 +283,7 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
             ""
         }
     );
+    eprintln!("{}", embedfleet_publish::load_hint(&report.out));
     Ok(if report.partial {
         exit::PARTIAL
     } else {

@@ -5,9 +5,14 @@ use super::{submit, upload};
 use crate::cli::RunArgs;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
+use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
+use embedfleet_orchestrator::report::{self, owner::REPORT_FILE};
+use embedfleet_pipeline::run::RUN_COLLECTION;
 use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
+use std::fmt::Write as _;
 use std::io::IsTerminal;
+use std::path::Path;
 
 /// Plans (if not planned), embeds every batch as local jobs through the submit loop, uploads
 /// into the embedded Qdrant, runs one query and prints the status.
@@ -65,9 +70,59 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
     let options = prepared.options;
     let report = embedfleet_orchestrator::submit::submit(&options)?;
     upload::upload_and_query(run_dir, &model_dir, args.dim, &args.query)?;
-    let code = submit::summarise(&options, &report)?;
+    let code = submit::summarise(&options, &report, true)?;
     if code != exit::SUCCESS {
         return Ok(code);
     }
+    print!("{}", where_and_next(run_dir)?);
     Ok(report_code(&plan_report))
+}
+
+/// The end of a finished `run`: where its results are (the collection, the parquet shards,
+/// the report page, written now so it holds the upload and the query too) and the commands
+/// that come next.
+fn where_and_next(run_dir: &Path) -> Result<String> {
+    let layout = RunLayout::new(run_dir);
+    let dir = run_dir.display();
+    let path = run_dir.join(REPORT_FILE);
+    let written = report::html_page(run_dir)
+        .map_err(|e| e.to_string())
+        .and_then(|html| {
+            embedfleet_core::atomic::write(&path, html.as_bytes()).map_err(|e| e.to_string())
+        });
+    let page = match written {
+        Ok(()) => path.display().to_string(),
+        Err(e) => {
+            format!("not written ({e}); `embedfleet report --run-dir {dir} --html FILE` writes one")
+        }
+    };
+    let status = RunDb::open(run_dir)?.status()?;
+    // After the status, which ends with a blank line.
+    let mut out = String::from("results\n");
+    let _ = writeln!(
+        out,
+        "  collection  `{RUN_COLLECTION}` in the embedded Qdrant, {}",
+        layout.edge_dir().display()
+    );
+    let _ = writeln!(
+        out,
+        "  shards      {} ({} parquet shard{}, {} papers)",
+        layout.shard_dir().display(),
+        status.shards,
+        if status.shards == 1 { "" } else { "s" },
+        status.rows_in_shards
+    );
+    let _ = writeln!(out, "  report      {page}");
+    let _ = writeln!(out, "next");
+    let _ = writeln!(
+        out,
+        "  embedfleet query --run-dir {dir} \"protein folding\"  # the top papers of a term"
+    );
+    let _ = writeln!(
+        out,
+        "  embedfleet query --run-dir {dir} --terms terms.txt --output hits.parquet  # a term a line"
+    );
+    let _ = writeln!(out, "  embedfleet eval --run-dir {dir}");
+    let _ = writeln!(out, "  embedfleet publish --run-dir {dir} --out dataset");
+    Ok(out)
 }

@@ -74,7 +74,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     if args.trial.is_some() {
         return trial_summary(&options, &report);
     }
-    summarise(&options, &report)
+    summarise(&options, &report, false)
 }
 
 /// `submit`'s flags as the pipeline takes them.
@@ -183,25 +183,37 @@ fn trial_summary(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
 }
 
 /// Prints how the loop ended and the run's status; the exit code says whether every batch
-/// was embedded.
-pub fn summarise(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> {
+/// was embedded. `run` passes `jobs_behind_verbose`: its user asked for results, not for the
+/// loop's job counts and the owner's costs, which `-v` shows.
+pub fn summarise(
+    options: &SubmitOptions,
+    report: &SubmitReport,
+    jobs_behind_verbose: bool,
+) -> Result<i32> {
     let status = RunDb::open(&options.run_dir)?.status()?;
     print!("{}", status::render(&status));
-    eprintln!(
+    let mut lines = vec![format!(
         "submitted {} jobs ({} retries, {} adopted) in {}; {} batches finished now",
         report.submitted,
         report.retried,
         report.adopted,
         status::duration(report.elapsed.as_secs_f64()),
         report.batches_done
-    );
+    )];
     if report.rounds > 0 {
-        eprintln!(
+        lines.push(format!(
             "owner: {} polls, {:.1} ms CPU and {:.1} result-file operations per poll",
             report.rounds,
             report.owner_cpu.as_secs_f64() * 1e3 / report.rounds as f64,
             report.result_file_ops as f64 / report.rounds as f64
-        );
+        ));
+    }
+    for line in lines {
+        if jobs_behind_verbose {
+            tracing::info!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
     }
     if report.twins + report.moves + report.requeued > 0 {
         eprintln!(
@@ -335,8 +347,10 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
             serde_json::to_string_pretty(&out).context("failed to serialise the status")?
         );
     } else {
+        // The run's headline first; how the loop routes its jobs after it.
+        print!("{}", status::render(&status));
         if let Some(state) = submit_loop {
-            println!("{}", status::loop_line(state, true));
+            println!("{}", status::loop_line(state, &status, true));
         }
         if let Some(routing) = routing {
             print!("{}", status::routing_lines(routing));
@@ -344,7 +358,6 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
         if let Some(state) = submit_loop {
             print!("{}", status::set_aside_lines(state));
         }
-        print!("{}", status::render(&status));
     }
     Ok(exit::SUCCESS)
 }
@@ -400,14 +413,14 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
             snapshot.host.hostname,
             owner::Host::this().hostname
         );
+        print!("{}", status::render(&snapshot.status));
         if let Some(state) = &snapshot.submit_loop {
-            println!("{}", status::loop_line(state, false));
+            println!("{}", status::loop_line(state, &snapshot.status, false));
             if let Some(routing) = &state.routing {
                 print!("{}", status::routing_lines(routing));
             }
             print!("{}", status::set_aside_lines(state));
         }
-        print!("{}", status::render(&snapshot.status));
     }
     Ok(exit::SUCCESS)
 }

@@ -12,6 +12,7 @@ mod delete;
 mod doctor;
 mod embed;
 mod gpu_check;
+mod guidance;
 mod integrity;
 mod json_docs;
 mod owner;

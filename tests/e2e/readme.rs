@@ -19,18 +19,32 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
-/// The subcommands a `--help` text lists: the indented words between "Commands:" and the
-/// next blank line, `help` left out.
+/// The subcommands a `--help` text lists, `help` left out: the first word of each line of a
+/// section of commands (clap's "Commands:", or one of the top-level help's groups), and the
+/// internal ones the top-level help names in its "Internal ...: a, b" line.
 fn subcommands(help: &str) -> Vec<String> {
-    help.lines()
-        .skip_while(|l| !l.starts_with("Commands:"))
-        .skip(1)
-        .take_while(|l| !l.trim().is_empty())
-        // Command lines are indented by two spaces; wrapped descriptions by more.
-        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .filter(|c| c != "help")
-        .collect()
+    const NOT_COMMANDS: [&str; 5] = [
+        "Arguments:",
+        "Options:",
+        "Global options:",
+        "Examples:",
+        "Usage:",
+    ];
+    let mut out = Vec::new();
+    let mut in_commands = false;
+    for line in help.lines() {
+        if line.starts_with("Internal") {
+            let (_, names) = line.split_once("): ").expect("Internal (...): a, b");
+            out.extend(names.split(", ").map(str::to_owned));
+        } else if !line.starts_with(' ') && !line.is_empty() {
+            in_commands = line.ends_with(':') && !NOT_COMMANDS.iter().any(|h| line.starts_with(h));
+        } else if in_commands && line.starts_with("  ") && !line.starts_with("   ") {
+            // Command lines are indented by two spaces; wrapped descriptions by more.
+            out.extend(line.split_whitespace().next().map(str::to_owned));
+        }
+    }
+    out.retain(|c| c != "help");
+    out
 }
 
 /// Every command's `--help`, each subcommand's (`queues set`) after its command's.

@@ -89,7 +89,30 @@ pub fn render(facts: &Facts, options: &PublishOptions) -> String {
     }
     made(&mut out, options);
     out.push_str("\n## Files\n\n`data/*.parquet` (`embedfleet.*` key-value metadata on each file says how the vectors were made), `manifest.json` (every file with its rows, bytes and SHA-256; the counts), `SHA256SUMS` (check the folder with `sha256sum -c SHA256SUMS`).\n\n```python\nfrom datasets import load_dataset\nds = load_dataset(\"parquet\", data_dir=\"data\", split=\"train\")  # or the Hub repository's name\n```\n");
+    out.push_str(NEW_VERSION);
     out
+}
+
+/// The card's paragraph on a version published into the folder of an earlier one. Hugging
+/// Face `datasets` keeps a folder's first load in its cache: `load_dataset(folder)` returns
+/// that version again, and forcing a fresh read (`download_mode="force_redownload"`) fails on
+/// what the cache recorded (the rows, the columns) unless told not to check, and still when
+/// the columns changed (both seen with datasets 5.2). Reading the data files themselves sees
+/// their change.
+const NEW_VERSION: &str = "\n**A new version in the same folder.** `embedfleet publish` into the folder of an earlier version (after `plan --update` and a new run) replaces its files. `load_dataset(\"parquet\", data_dir=...)`, as above, reads the new version; `load_dataset(folder)` goes on returning the version `datasets` cached first. To load the folder itself afresh, `load_dataset(folder, split=\"train\", download_mode=\"force_redownload\", verification_mode=\"no_checks\")` (while the columns stay the same), or publish each version into a folder of its own.\n";
+
+/// What `publish` says about loading the folder at `out`: what the card's paragraph on a new
+/// version says, with the folder's own path.
+pub fn load_hint(out: &std::path::Path) -> String {
+    let data = out.join("data");
+    format!(
+        "load it with `datasets.load_dataset(\"parquet\", data_dir=\"{}\", split=\"train\")`: \
+         that reads a version published into this folder again, where `load_dataset(\"{}\")` \
+         returns the one `datasets` cached first (or use `download_mode=\"force_redownload\"`, \
+         or a new folder per version: the dataset card says how)",
+        data.display(),
+        out.display()
+    )
 }
 
 fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {

@@ -31,6 +31,7 @@ mod run;
 use embedfleet_core::rundb::RunDb;
 use std::path::PathBuf;
 
+pub use card::load_hint;
 pub use error::{MissingBatch, PublishError};
 pub use facts::FileEntry;
 pub use folder::staging_dir;

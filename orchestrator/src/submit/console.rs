@@ -1,5 +1,6 @@
 //! What the submit loop tells its user: a progress bar on a terminal (papers embedded,
-//! tokens/s, jobs per state, ETA), plain lines otherwise (logs of cluster runs stay readable).
+//! tokens/s, jobs per state, ETA), plain lines otherwise (logs of cluster runs stay readable),
+//! one at least every [`LINE_EVERY`] so a log shows the loop is alive while nothing changes.
 
 use std::time::{Duration, Instant};
 
@@ -7,11 +8,17 @@ use embedfleet_core::rundb::{JobRow, RunStatus};
 use embedfleet_core::state::JobStatus;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::status::duration;
+
+/// The longest a log without a terminal goes without a progress line.
+pub const LINE_EVERY: Duration = Duration::from_secs(10);
+
 pub struct Console {
     bar: Option<ProgressBar>,
     started: Instant,
     tokens_at_start: Option<u64>,
-    last_line: Option<(Instant, String)>,
+    /// When the last line was printed, without a terminal.
+    last_line: Option<Instant>,
 }
 
 impl Console {
@@ -19,7 +26,9 @@ impl Console {
         let bar = progress.then(|| {
             let bar = ProgressBar::new(0);
             bar.set_style(
-                ProgressStyle::with_template("{bar:30} {pos}/{len} papers  {msg}  eta {eta}")
+                // The ETA is the run's own (`eta`), not the bar's guess from its position: that
+                // says 0s before a paper is done.
+                ProgressStyle::with_template("{bar:30} {pos}/{len} papers  {msg}")
                     .expect("the template is valid. This is a bug."),
             );
             bar.enable_steady_tick(Duration::from_millis(500));
@@ -52,8 +61,9 @@ impl Console {
             .filter(|j| j.state == JobStatus::Running)
             .count();
         let mut msg = format!(
-            "{tok_s:.0} tok/s  jobs: {running} running, {} queued",
-            open.len() - running
+            "{tok_s:.0} tok/s  jobs: {running} running, {} queued  {}",
+            open.len() - running,
+            eta(status)
         );
         if paused {
             msg.push_str("  PAUSED");
@@ -65,18 +75,14 @@ impl Console {
                 bar.set_message(msg);
             }
             None => {
-                let line = format!(
-                    "{}/{} papers embedded; {msg}",
-                    status.rows_in_shards, status.papers_planned
-                );
-                // Without a terminal: a line when something changed, at most every 10 s.
-                let due = match &self.last_line {
-                    Some((at, last)) => *last != line && at.elapsed() >= Duration::from_secs(10),
-                    None => true,
-                };
-                if due {
-                    eprintln!("{line}");
-                    self.last_line = Some((Instant::now(), line));
+                if self.last_line.is_none_or(|at| at.elapsed() >= LINE_EVERY) {
+                    eprintln!(
+                        "{}/{} papers embedded after {}; {msg}",
+                        status.rows_in_shards,
+                        status.papers_planned,
+                        duration(self.started.elapsed().as_secs_f64())
+                    );
+                    self.last_line = Some(Instant::now());
                 }
             }
         }
@@ -86,5 +92,13 @@ impl Console {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+/// `eta 12m 30s` from the run's rate, or `eta —` before a job has finished (no rate yet).
+fn eta(status: &RunStatus) -> String {
+    match status.eta_seconds {
+        Some(secs) => format!("eta {}", duration(secs)),
+        None => "eta —".to_string(),
     }
 }
