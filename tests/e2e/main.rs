@@ -11,6 +11,7 @@ mod breaker;
 mod delete;
 mod doctor;
 mod embed;
+mod first_hour;
 mod gpu_check;
 mod guidance;
 mod integrity;

@@ -308,7 +308,7 @@ impl SubmitLoop<'_> {
 }
 
 /// Open job rows grouped by job name (a multi-node job has one row per batch).
-fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
+pub(super) fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
     let mut jobs: BTreeMap<String, Vec<&JobRow>> = BTreeMap::new();
     for row in rows {
         jobs.entry(row.name.clone()).or_default().push(row);

@@ -88,8 +88,8 @@ pub struct SubmitOptions {
     /// Whether the tail gets speculative twins (`--speculate`; adaptive route only).
     pub speculate: bool,
     /// run.db settings this submit keeps for the run's later ones (its run config, devices,
-    /// loop options), stored when its first job is submitted: a submit that sends none keeps
-    /// nothing.
+    /// loop options), stored when its first job is submitted, or at the loop's orderly end
+    /// when it had none to send: a submit that fails before any job keeps nothing.
     pub keep_on_first_job: Vec<(String, serde_json::Value)>,
 }
 
@@ -519,6 +519,13 @@ impl<'a> SubmitLoop<'a> {
             }
         }
         self.console.finish();
+        if self.report.submitted == 0 {
+            // An orderly end with nothing to send (every batch done): the settings were not
+            // refused by anything, and later commands (`query --submit`) take them.
+            for (key, value) in &self.opts.keep_on_first_job {
+                self.db.set_setting(key, value)?;
+            }
+        }
         if let Some(watch) = self.watch.as_mut() {
             watch.last_poll(&self.db);
         }
