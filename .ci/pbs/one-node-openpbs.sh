@@ -132,7 +132,13 @@ PBS_LEAF_NAME=$PBS_HOSTNAME
 PBS_MOM_NODE_NAME=$PBS_HOSTNAME
 EOF
   # job .o/.e files are copied back with cp (no sshd for scp)
-  grep -q '^\$usecp' /var/spool/pbs/mom_priv/config || echo '$usecp *:/ /' >> /var/spool/pbs/mom_priv/config
+  local mom=/var/spool/pbs/mom_priv/config changed=
+  grep -q '^\$usecp' $mom || { echo '$usecp *:/ /' >> $mom; changed=1; }
+  # The MOM looks at its jobs' walltime every 10 to 120 s by default: a walltime test would
+  # wait minutes for its kill. Every 1 to 3 s here.
+  grep -q '^\$max_check_poll' $mom || { printf '$min_check_poll 1\n$max_check_poll 3\n' >> $mom; changed=1; }
+  local pid; pid=$(cat /var/spool/pbs/mom_priv/mom.lock 2>/dev/null || true)
+  [ -z "$changed" ] || [ -z "$pid" ] || kill -HUP "$pid" 2>/dev/null || true
   # The scheduler schedules on the custom resources Polaris asks for (`site`).
   local conf=/var/spool/pbs/sched_priv/sched_config
   if ! grep -q '^resources: .*ngpus' "$conf"; then
