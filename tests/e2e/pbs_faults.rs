@@ -298,10 +298,13 @@ fn pbs_preemption_by_requeue_is_counted_once_and_the_run_ends_exact() {
     );
     std::fs::write(t.join("run.toml"), run_config(&config)).unwrap();
     let mut child = spawn_submit(&t, &["--queue", "preemptable=1"]);
+    // Preempted once the loop has seen it run (one preempted before that only waited longer).
     let mut victim = None;
-    wait_for(&mut child, "the first job runs", 120, || {
+    wait_for(&mut child, "the loop sees the first job run", 120, || {
         victim = id_in(&first);
-        victim.is_some()
+        victim
+            .as_deref()
+            .is_some_and(|id| state_of(&t, id).as_deref() == Some("running"))
     });
     let victim = victim.unwrap();
     let urgent = pbs_ok(
@@ -336,6 +339,5 @@ fn pbs_preemption_by_requeue_is_counted_once_and_the_run_ends_exact() {
     assert_eq!(qstat_job(urgent.trim())["Exit_status"], 0);
     let queue = route_of(&t, "preemptable");
     assert_eq!(queue["preempted"], 1, "{queue}");
-    let out = std::fs::read_to_string(t.join("submit.out")).unwrap();
-    assert!(out.contains("1 jobs requeued by the scheduler"), "{out}");
+    assert!(err.contains("1 jobs requeued by the scheduler"), "{err}");
 }

@@ -1,9 +1,11 @@
 /*!
 The PBS Pro checks before a run's first job, from the server itself: every queue of the run
-exists (`qstat -Q -f -F json`), takes jobs (`enabled`) and runs them (`started`); and a loop
-running as root may submit at all (`qstat -B -f -F json`: the server refuses root's jobs, "Bad
-UID for job execution", unless its `acl_roots` names root). A queue that fails one is named with
-the reason, and `submit` sends it no job; `doctor --run-dir` prints the same lines.
+exists (`qstat -Q -f -F json`) and takes jobs (`enabled`); and a loop running as root may submit
+at all (`qstat -B -f -F json`: the server refuses root's jobs, "Bad UID for job execution",
+unless its `acl_roots` names root). A queue that fails one is named with the reason, and
+`submit` sends it no job; `doctor --run-dir` prints the same lines. A queue that is only stopped
+(`started = False`, as for a maintenance) takes jobs, which wait until it is started: no
+refusal (the adaptive route weighs its wait).
 
 Torque and `slurm-wlm-torque` print no JSON: nothing is checked there (their `qsub` says what
 is wrong with a queue).
@@ -72,10 +74,6 @@ impl PbsScheduler {
                 Some(q) if !q.enabled => Some(format!(
                     "queue `{queue}` is disabled on the PBS server (enabled = False): it takes \
                      no jobs"
-                )),
-                Some(q) if !q.started => Some(format!(
-                    "queue `{queue}` is stopped on the PBS server (started = False): its jobs \
-                     would wait until an administrator starts it"
                 )),
                 Some(_) if root_refused => Some(format!(
                     "this loop runs as root, and {}",
