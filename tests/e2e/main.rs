@@ -17,6 +17,7 @@ mod json_docs;
 mod owner;
 mod pbs;
 mod pbs_faults;
+mod pbs_routing;
 mod pbs_util;
 mod pipes;
 mod plan;

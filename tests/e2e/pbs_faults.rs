@@ -8,41 +8,11 @@
 //! `EMBEDFLEET_REQUIRE_PBS=1` (CI) makes them fail.
 
 use crate::pbs_util::{
-    assert_exact, finish, jobs, pbs, pbs_ok, pbs_up, qmgr, qstat_job, route_of, run_config,
-    spawn_submit, state_of, wait_for,
+    assert_exact, finish, jobs, pbs_ok, pbs_up, qstat_job, route_of, run_config, spawn_submit,
+    state_of, wait_for, StoppedQueue,
 };
 use crate::util::TestDir;
 use std::time::{Duration, Instant};
-
-/// A queue of the test's own (execution, enabled, not started: its jobs wait), deleted with
-/// its jobs when dropped.
-struct StoppedQueue(String);
-
-impl StoppedQueue {
-    fn create() -> Self {
-        let name = format!("efstop{}", std::process::id() % 100_000);
-        qmgr(&format!("create queue {name} queue_type=execution"));
-        qmgr(&format!("set queue {name} enabled = True"));
-        Self(name)
-    }
-
-    fn start(&self) {
-        qmgr(&format!("set queue {} started = True", self.0));
-    }
-}
-
-impl Drop for StoppedQueue {
-    fn drop(&mut self) {
-        let left = pbs("qselect").args(["-q", &self.0]).output();
-        let left = left.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-        for id in left.unwrap_or_default().split_whitespace() {
-            let _ = pbs("qdel").args(["-W", "force", id]).output();
-        }
-        let _ = pbs("qmgr")
-            .args(["-c", &format!("delete queue {}", self.0)])
-            .output();
-    }
-}
 
 /// The PBS id a job wrote to `<dir>/id` once it started (see `one_job_each`).
 fn id_in(dir: &std::path::Path) -> Option<String> {
@@ -76,7 +46,7 @@ fn pbs_walltime_and_jobs_deleted_running_or_queued_are_retried_and_counted() {
     let (batches, per) = (5, 4);
     let t = TestDir::new();
     t.plan_with_model(batches * per, per);
-    let stopped = StoppedQueue::create();
+    let stopped = StoppedQueue::create("efstop");
     let setup = one_job_each(t.path(), ("hang", "sleep 300"), ("slow", "sleep 300"));
     std::fs::write(
         t.join("run.toml"),

@@ -260,3 +260,33 @@ pub fn route_of(t: &TestDir, queue: &str) -> serde_json::Value {
         .and_then(|qs| qs.iter().find(|q| q["queue"] == queue).cloned())
         .unwrap_or_else(|| panic!("no routing line for {queue}: {st}"))
 }
+
+/// A queue of the test's own, `PREFIX<pid>`: it takes jobs (enabled) but starts none until
+/// [`StoppedQueue::start`]; deleted with its jobs when dropped.
+pub struct StoppedQueue(pub String);
+
+impl StoppedQueue {
+    pub fn create(prefix: &str) -> Self {
+        let name = format!("{prefix}{}", std::process::id() % 100_000);
+        qmgr(&format!("create queue {name} queue_type=execution"));
+        qmgr(&format!("set queue {name} enabled = True"));
+        Self(name)
+    }
+
+    pub fn start(&self) {
+        qmgr(&format!("set queue {} started = True", self.0));
+    }
+}
+
+impl Drop for StoppedQueue {
+    fn drop(&mut self) {
+        let left = pbs("qselect").args(["-q", &self.0]).output();
+        let left = left.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        for id in left.unwrap_or_default().split_whitespace() {
+            let _ = pbs("qdel").args(["-W", "force", id]).output();
+        }
+        let _ = pbs("qmgr")
+            .args(["-c", &format!("delete queue {}", self.0)])
+            .output();
+    }
+}
