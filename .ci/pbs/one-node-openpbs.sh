@@ -157,7 +157,9 @@ start() {
   for i in $(seq 1 120); do in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
   in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" >/dev/null 2>&1 || qmgr "create node $PBS_HOSTNAME"
   qmgr "set node $PBS_HOSTNAME resources_available.ncpus = $NODE_NCPUS"
-  for queue in debug preemptable; do
+  # `rehearsal` is disabled for a while by the reduced rehearsal (tests/e2e/rehearsal.rs), and
+  # no other test submits to it
+  for queue in debug preemptable rehearsal; do
     qmgr "list queue $queue" >/dev/null 2>&1 || qmgr "create queue $queue queue_type=execution"
     qmgr "set queue $queue enabled = True"; qmgr "set queue $queue started = True"
   done
