@@ -331,7 +331,7 @@ impl Scheduler for PbsScheduler {
                     Some(job) => {
                         let marker = handle.marker.as_deref().and_then(marker_state);
                         let state = pbs_state(job, self.was_cancelled(&handle.id), marker);
-                        if job.can_never_run().is_some() {
+                        if job.get("job_state") == Some("Q") && job.can_never_run().is_some() {
                             self.delete_never_running(handle);
                         }
                         state
