@@ -50,7 +50,7 @@ fn pbs_walltime_and_jobs_deleted_running_or_queued_are_retried_and_counted() {
     let setup = one_job_each(t.path(), ("hang", "sleep 300"), ("slow", "sleep 300"));
     std::fs::write(
         t.join("run.toml"),
-        run_config(&format!("walltime = \"00:00:30\"\n{setup}")),
+        run_config(&format!("walltime = \"00:00:20\"\n{setup}")),
     )
     .unwrap();
     let held_cap = format!("{}=1", stopped.0);
@@ -125,7 +125,7 @@ fn pbs_server_restarted_mid_run_ends_exact() {
     let marks = t.join("first-runs");
     std::fs::create_dir(&marks).unwrap();
     let setup = format!(
-        "setup = [\"if mkdir {}/$PBS_JOBID 2>/dev/null; then sleep 15; fi\"]",
+        "setup = [\"if mkdir {}/$PBS_JOBID 2>/dev/null; then sleep 10; fi\"]",
         marks.display()
     );
     std::fs::write(
