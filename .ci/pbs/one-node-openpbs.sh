@@ -139,14 +139,18 @@ EOF
   grep -q '^\$max_check_poll' $mom || { printf '$min_check_poll 1\n$max_check_poll 3\n' >> $mom; changed=1; }
   local pid; pid=$(cat /var/spool/pbs/mom_priv/mom.lock 2>/dev/null || true)
   [ -z "$changed" ] || [ -z "$pid" ] || kill -HUP "$pid" 2>/dev/null || true
-  # The scheduler schedules on the custom resources Polaris asks for (`site`).
-  local conf=/var/spool/pbs/sched_priv/sched_config
-  if ! grep -q '^resources: .*ngpus' "$conf"; then
-    sed -i 's/^resources: "\(.*\)"/resources: "\1, ngpus, system"/' "$conf"
-    # a running scheduler reads its config again on SIGHUP
-    local pid; pid=$(cat /var/spool/pbs/sched_priv/sched.lock 2>/dev/null || true)
-    [ -z "$pid" ] || kill -HUP "$pid" 2>/dev/null || true
-  fi
+}
+
+# The scheduler schedules on the custom resources Polaris asks for (`site`). Its config is
+# written by the first start (not by the install): edited once the daemons run.
+sched_resources() {
+  local conf=/var/spool/pbs/sched_priv/sched_config pid
+  [ -f "$conf" ] || { echo "openpbs: no $conf after the start" >&2; return 1; }
+  grep -q '^resources: .*ngpus' "$conf" && return 0
+  sed -i 's/^resources: "\(.*\)"/resources: "\1, ngpus, system"/' "$conf"
+  # the scheduler reads its config again on SIGHUP
+  pid=$(cat /var/spool/pbs/sched_priv/sched.lock 2>/dev/null || true)
+  [ -z "$pid" ] || kill -HUP "$pid" 2>/dev/null || true
 }
 
 start() {
@@ -154,7 +158,10 @@ start() {
   # first start: initdb of the datastore (port 15007, inside the namespace)
   in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 || in_ns /etc/init.d/pbs start >/dev/null 2>&1
   local i
-  for i in $(seq 1 120); do in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
+  # (minutes on a loaded machine: the first start creates the datastore)
+  for i in $(seq 1 600); do in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
+  in_ns $PREFIX/bin/qstat -B >/dev/null || { echo "openpbs: the server did not answer in 5 min; see /var/spool/pbs/server_logs" >&2; return 1; }
+  sched_resources
   in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" >/dev/null 2>&1 || qmgr "create node $PBS_HOSTNAME"
   qmgr "set node $PBS_HOSTNAME resources_available.ncpus = $NODE_NCPUS"
   # `rehearsal` is disabled for a while by the reduced rehearsal (tests/e2e/rehearsal.rs), and
@@ -169,7 +176,7 @@ start() {
   # without events the scheduler runs every 600 s; a job sent before the MOM reported in waits
   qmgr "set server scheduler_iteration = 10"
   site
-  for i in $(seq 1 120); do in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" 2>/dev/null | grep -q '^ *state = free' && break; sleep 0.5; done
+  for i in $(seq 1 600); do in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" 2>/dev/null | grep -q '^ *state = free' && break; sleep 0.5; done
   qmgr "set server scheduling = True"
   # A clean slate: no job left queued or running by an earlier run takes the node's CPUs.
   local left
@@ -207,7 +214,7 @@ stop() {
 smoke() {
   local id st i
   id=$(in_ns su - "$PBS_USER" -c "echo 'sleep 1' | $PREFIX/bin/qsub -q debug -l select=1:ncpus=1 -l walltime=00:01:00")
-  for i in $(seq 1 60); do
+  for i in $(seq 1 180); do
     st=$(in_ns $PREFIX/bin/qstat -x -f -F json "$id" | python3 -c 'import json,sys; j=next(iter(json.load(sys.stdin)["Jobs"].values())); print(j["job_state"], j.get("Exit_status",""))')
     [ "${st%% *}" = F ] && break; sleep 1
   done
