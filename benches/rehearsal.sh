@@ -271,15 +271,19 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   # (while there are still running jobs to pick from).
   if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES * 3)) -le $((cancel_target * d * 4)) ]; then
     mapfile -t running < <(running_jobs | grep -vx "${hung_job:-none}")
-    if [ "${#running[@]}" -gt 0 ]; then
-      victim=${running[$((RANDOM % ${#running[@]}))]}
+    # From a random one on, until a cancel is taken: a job of a few seconds (PBS starts the
+    # next at once) may have ended between the listing and its cancel.
+    first=$((RANDOM % (${#running[@]} + 1)))
+    for ((k = 0; k < ${#running[@]}; k++)); do
+      victim=${running[$(( (first + k) % ${#running[@]} ))]}
       if cancel_job "$victim"; then
         cancelled=$((cancelled + 1))
         fault "$CANCEL_KIND" "job $victim cancelled while running ($cancelled of $cancel_target)"
+        break
       fi
-    fi
+    done
   fi
-  # One job hung: its embed-job stopped (SIGSTOP) until Slurm's walltime kills it.
+  # One job hung: its embed-job stopped (SIGSTOP) until the scheduler's walltime kills it.
   # (Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under a
   # second, and one look a poll can miss them all.)
   if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
