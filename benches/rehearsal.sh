@@ -2,16 +2,17 @@
 # A dress rehearsal of the whole product at the study's *shape* with tiny work: 2,075 batches of
 # 4 short papers (8,300 papers over several gzip files and one pyarrow-written parquet file)
 # through the real one-node Slurm (.ci/slurm/start-local-slurm.sh; partitions debug and gpu,
-# each with a cap), with seeded faults, into a three-peer Qdrant cluster as grouped shards
+# each with a cap), or with SCHEDULER=pbs the real one-node OpenPBS (.ci/pbs/start-local-pbs.sh;
+# benches/rehearsal-scheduler.sh holds each one's commands), with seeded faults, into a three-peer Qdrant cluster as grouped shards
 # (`upload --mode snapshot`), then 22,723 query terms, `eval` and `publish` (the published
 # folder loaded by Hugging Face `datasets`). CPU only: the tiny random Qwen3 stands for the 4B.
 #
 # Faults, each listed in the report with when it struck and what it hit:
-#   - CANCEL_PCT % of the batches' jobs cancelled with `scancel` while running;
+#   - CANCEL_PCT % of the batches' jobs cancelled with `scancel` (`qdel`) while running;
 #   - the submit loop SIGKILLed three times and started again with no options;
-#   - partition DRAIN_PARTITION drained for DRAIN_S seconds;
+#   - partition (queue) DRAIN_PARTITION drained for DRAIN_S seconds;
 #   - one result manifest unreadable for one poll (a directory in its place, as ESTALE);
-#   - one job hung (SIGSTOP) until Slurm kills it at its walltime (WALLTIME).
+#   - one job hung (SIGSTOP) until the scheduler kills it at its walltime (WALLTIME).
 # With MEASURE=1 the third loop runs as embedfleet did before it kept its scans to the open
 # work (EMBEDFLEET_FULL_SWEEP_S=0: every batch's results folder read at every poll) and the
 # fourth as it does now; a window of each gives the owner's CPU and file operations per poll
@@ -30,8 +31,10 @@
 #          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
 #          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
+#          SCHEDULER=slurm (or pbs) PBS_NS=embedfleet-pbs
 #          BEFORE_ENV, AFTER_ENV, BEFORE_LABEL, AFTER_LABEL (the measured loops; see below)
-#   needs: a running Slurm (.ci/slurm/start-local-slurm.sh), python3 with pyarrow and
+#   needs: a running Slurm (.ci/slurm/start-local-slurm.sh) or PBS (.ci/pbs/start-local-pbs.sh,
+#          as root: its commands run inside its namespace), python3 with pyarrow and
 #          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, procps, and for
 #          PEERS > 0 curl and a Qdrant server binary (docs/testing.md: build-qdrant.sh).
 set -uo pipefail
@@ -64,14 +67,16 @@ AFTER_LABEL=${AFTER_LABEL:-open_work_only}
 PAPERS=$((BATCHES * PAPERS_PER_BATCH))
 RANDOM=$SEED
 
-sinfo -h >/dev/null 2>&1 || { echo "no Slurm: run .ci/slurm/start-local-slurm.sh" >&2; exit 2; }
+# shellcheck source=benches/rehearsal-scheduler.sh
+. "$HERE/benches/rehearsal-scheduler.sh"
+sched_up || exit 2
 # Nothing of an earlier rehearsal may still run on these directories or ports.
 pkill -KILL -f -- "$WORK/" 2>/dev/null || true
 [ -d "$WORK/qdrant" ] && QDRANT_HOME=$WORK/qdrant QDRANT_PEERS=$PEERS QDRANT_BASE_PORT=$PORT_BASE \
   bash "$HERE/.ci/qdrant/qdrant-cluster.sh" stop >/dev/null 2>&1
 # Its jobs only: other runs (the test suite's) may share the cluster.
-squeue -h -o '%i %o' 2>/dev/null | awk -v w="$WORK/" 'index($2, w) == 1 {print $1}' | xargs -r scancel 2>/dev/null || true
-scontrol update PartitionName="$DRAIN_PARTITION" State=UP 2>/dev/null || true
+for id in $(jobs_of "$WORK"); do cancel_job "$id" || true; done
+undrain_queue "$DRAIN_PARTITION" >/dev/null 2>&1 || true
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 RUN=$WORK/run
@@ -128,9 +133,7 @@ pq.write_table(pa.Table.from_pylist(rows), f"{work}/corpus/extra.parquet")  # py
 PY
 rm extra.jsonl
 "$BIN" make-tiny-model --out MODEL >/dev/null 2>&1
-cat > run.toml <<TOML
-[scheduler]
-backend = "slurm"
+{ config_table; cat <<TOML; } > run.toml
 [scheduler.script]
 embedfleet = "$BIN"
 walltime = "$WALLTIME"
@@ -212,15 +215,15 @@ quiet_window() { # SECONDS: nothing arrives for a window — the loop paused (`e
   # that its rounds cost what a poll costs whatever arrives
   local secs=$1 pending
   "$BIN" pause --run-dir "$RUN" >/dev/null 2>&1
-  pending=$(squeue -h -t PD -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}' | paste -sd, -)
-  [ -n "$pending" ] && scontrol hold "$pending" >/dev/null 2>&1
+  mapfile -t pending < <(jobs_of "$RUN" pending)
+  hold_jobs "${pending[@]}"
   pkill -STOP -f -- "embed-job --run-dir $RUN "
   fault quiet "loop paused, pending jobs held, embed-jobs stopped for a cost window"
   sleep $((POLL + 1)) # the round under way ends, and what it took in
   measure quiet "$secs"
   pkill -CONT -f -- "embed-job --run-dir $RUN "
   [ -n "${hung_pid:-}" ] && kill -STOP "$hung_pid" 2>/dev/null # the hung job stays hung
-  [ -n "$pending" ] && scontrol release "$pending" >/dev/null 2>&1
+  release_jobs "${pending[@]}"
   "$BIN" resume --run-dir "$RUN" >/dev/null 2>&1
 }
 last_status_json=$WORK/status.json
@@ -233,8 +236,8 @@ poll_status() { # status --json as a user would run it, timed (its latency goes 
 }
 done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
 # This run's jobs: their scripts are under $RUN/jobs.
-open_jobs() { squeue -h -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1' | wc -l; }
-running_jobs() { squeue -h -t R -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}'; }
+open_jobs() { jobs_of "$RUN" | wc -l; }
+running_jobs() { jobs_of "$RUN" running; }
 
 echo "== submit: $BATCHES batches to ${QUEUES}, with faults"
 submit_t0=$(date +%s.%N)
@@ -268,15 +271,19 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   # (while there are still running jobs to pick from).
   if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES * 3)) -le $((cancel_target * d * 4)) ]; then
     mapfile -t running < <(running_jobs | grep -vx "${hung_job:-none}")
-    if [ "${#running[@]}" -gt 0 ]; then
-      victim=${running[$((RANDOM % ${#running[@]}))]}
-      if scancel "$victim" 2>/dev/null; then
+    # From a random one on, until a cancel is taken: a job of a few seconds (PBS starts the
+    # next at once) may have ended between the listing and its cancel.
+    first=$((RANDOM % (${#running[@]} + 1)))
+    for ((k = 0; k < ${#running[@]}; k++)); do
+      victim=${running[$(( (first + k) % ${#running[@]} ))]}
+      if cancel_job "$victim"; then
         cancelled=$((cancelled + 1))
-        fault scancel "job $victim cancelled while running ($cancelled of $cancel_target)"
+        fault "$CANCEL_KIND" "job $victim cancelled while running ($cancelled of $cancel_target)"
+        break
       fi
-    fi
+    done
   fi
-  # One job hung: its embed-job stopped (SIGSTOP) until Slurm's walltime kills it.
+  # One job hung: its embed-job stopped (SIGSTOP) until the scheduler's walltime kills it.
   # (Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under a
   # second, and one look a poll can miss them all.)
   if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
@@ -289,17 +296,17 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
       hung=1 hung_pid=$victim
       hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
-      hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n 's/^SLURM_JOB_ID=//p')
+      hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n "s/^$(job_id_var)=//p")
       fault hang "embed-job pid $victim (job $hung_job, batch $hung_batch) stopped until its walltime $WALLTIME"
     fi
   fi
   # Partition DRAIN_PARTITION drained for DRAIN_S seconds.
   if [ "$drained" = 0 ] && [ "$pct" -ge 30 ]; then
-    scontrol update PartitionName="$DRAIN_PARTITION" State=DRAIN && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
+    drain_queue "$DRAIN_PARTITION" && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
     fault drain "partition $DRAIN_PARTITION drained for $DRAIN_S s"
   fi
   if [ "$drained" = 1 ] && [ "$(date +%s)" -ge "$drain_until" ]; then
-    scontrol update PartitionName="$DRAIN_PARTITION" State=UP && drained=2
+    undrain_queue "$DRAIN_PARTITION" && drained=2
     fault drain_end "partition $DRAIN_PARTITION up again"
   fi
   # One result manifest unreadable for one poll: the newest one, a directory in its place.
@@ -334,17 +341,18 @@ wait
 submit_wall=$(calc "$(date +%s.%N) - $submit_t0")
 printf '{"stage": "submit", "wall_s": %.1f, "cpu_s": %.2f, "exit": %s, "loops": %s}\n' "$submit_wall" "$total_loop_cpu" "$loop_exit" "$loops" >> "$WORK/stages.jsonl"
 echo "[$(since) s] submit: the last loop exited $loop_exit; $(grep 'owner:' "loop$loops.err")"
-[ "$drained" = 1 ] && scontrol update PartitionName="$DRAIN_PARTITION" State=UP
+[ "$drained" = 1 ] && undrain_queue "$DRAIN_PARTITION"
 [ "$loop_exit" = 0 ] || { failed=$((failed + 1)); tail -n 5 "loop$loops.err"; }
 poll_status
 check batches_done "$(done_batches)" "$BATCHES"
 check faults_injected "$kills $([ "$cancelled" -gt 0 ] && echo cancel) $drained $unreadable $hung" "3 cancel 2 1 1"
+[ -n "${hung_pid:-}" ] && release_hung "$hung_pid"
 check embed_jobs_left "$(pgrep -fc -- "embed-job --run-dir $RUN " || true)" 0
 if [ -n "$hung_batch" ]; then
-  # Slurm's accounting records a job's end a moment after it.
+  # The scheduler records a job's end a moment after it (Slurm's accounting, PBS's history).
   for _ in $(seq 1 30); do
-    hung_state=$(sacct -n -X -j "$hung_job" -o State 2>/dev/null | tr -d ' ')
-    [ -n "$hung_state" ] && [ "$hung_state" != RUNNING ] && break
+    hung_state=$(timed_out_state "$hung_job")
+    [ -n "$hung_state" ] && break
     sleep 1
   done
   check hung_job_timed_out "$hung_state" TIMEOUT

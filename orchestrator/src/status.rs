@@ -320,7 +320,7 @@ fn render_live(out: &mut String, s: &RunStatus) {
             "           {:<20} {:>7} {:<24} {:>9} {:>10}  {last}",
             a.host,
             a.batch,
-            a.job,
+            a.label(),
             format!("{}/{}", a.shards_done, a.parts),
             rate
         );
