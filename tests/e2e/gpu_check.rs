@@ -426,7 +426,10 @@ fn the_packed_pytorch_peer_embeds_each_paper_as_alone_and_is_timed() {
         return;
     };
     let out = Command::new(&python)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_baseline.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/torch_baseline.py"
+        ))
         .envs([
             ("DEVICE", "cpu"),
             ("SHAPE", "tiny"),
@@ -466,8 +469,5 @@ fn the_packed_pytorch_peer_embeds_each_paper_as_alone_and_is_timed() {
         .find(|l| l["event"] == "bench" && l["label"] == "packed_token_budget")
         .expect("the packed mix timed");
     assert!(packed["real_tok_per_s"].as_f64().unwrap() > 0.0, "{packed}");
-    assert!(
-        !lines.iter().any(|l| l["event"] == "error"),
-        "{stdout}"
-    );
+    assert!(!lines.iter().any(|l| l["event"] == "error"), "{stdout}");
 }

@@ -161,7 +161,11 @@ fn pbs_unknown_queue_is_refused_before_any_job_and_doctor_lists_the_servers_queu
         jobs(&t).iter().all(|j| j.1.is_empty()),
         "no job reached PBS"
     );
-    let out = t.cmd(&["doctor", "--run-dir", "run"]).output().unwrap();
+    // The failed submit kept no run config (none of its jobs went out): doctor is given it.
+    let out = t
+        .cmd(&["doctor", "--run-dir", "run", "--config", "run.toml"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
