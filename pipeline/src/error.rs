@@ -41,6 +41,9 @@ pub enum PipelineError {
     UploadQuery(#[from] embedfleet_upload::query::QueryError),
     #[error(transparent)]
     EmbedQuery(#[from] embedfleet_embed::QueryEmbedError),
+    /// The model directory's family, read from its `config.json`.
+    #[error(transparent)]
+    Model(#[from] embedfleet_models::ModelError),
     /// A setup refused before anything was sent (exit code 4).
     #[error(transparent)]
     Refused(#[from] Refused),

@@ -98,7 +98,8 @@ pub enum Command {
     EmbedJob(EmbedJobArgs),
     /// Embed files of records (or text lines) straight to one parquet file.
     Embed(EmbedArgs),
-    /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
+    /// Write a small random model of the default family in the Hugging Face layout (for tests
+    /// and the demo).
     #[command(hide = true)]
     MakeTinyModel(MakeTinyModelArgs),
     /// Check this binary and this node as a job would use them: the build, the driver, the
@@ -143,9 +144,8 @@ pub enum Command {
 
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct ModelArgs {
-    /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered pieces,
-    /// tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B.
-    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
+    // The families this build implements answer the help (`help::model_dir`).
+    #[arg(long, value_name = "DIR", help = help::model_dir(""), help_heading = help::MODEL)]
     pub model_dir: PathBuf,
     /// Output dimension (Matryoshka): the first N components, renormalised.
     #[arg(long, value_name = "N", help_heading = help::MODEL)]

@@ -44,10 +44,15 @@ pub struct SubmitArgs {
     /// step"). The run's queues are left as they are.
     #[arg(long, value_name = "QUEUE", conflicts_with_all = ["queues", "watch", "dry_run"], help_heading = help::TRY_FIRST)]
     pub trial: Option<String>,
-    /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered
-    /// pieces, tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B (default: the
-    /// run's, which its first submit fixed: a restart needs none of the output options).
-    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
+    // The families this build implements answer the help (`help::model_dir`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        help = help::model_dir(
+            " (default: the run's, which its first submit fixed: a restart needs none of the output options)"
+        ),
+        help_heading = help::MODEL
+    )]
     pub model_dir: Option<PathBuf>,
     /// Output dimension (Matryoshka): the first N components, renormalised (default: the
     /// run's, else the model's own).

@@ -6,6 +6,7 @@ use embedfleet_core::exit;
 use embedfleet_core::BatchId;
 use embedfleet_embed::files::{self as embed_files, EmbedFilesOptions};
 use embedfleet_embed::job::{self, EmbedJobOptions};
+use embedfleet_pipeline::settings::query as query_settings;
 
 pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
     let settings = args.settings.job_settings();
@@ -75,11 +76,14 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
 }
 
 pub fn embed(args: &EmbedArgs) -> Result<i32> {
-    let instruction = args.query.then(|| {
-        args.instruction
-            .clone()
-            .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.into())
-    });
+    let instruction = if args.query {
+        Some(query_settings::instruction(
+            &args.model.model_dir,
+            args.instruction.as_deref(),
+        )?)
+    } else {
+        None
+    };
     let options = EmbedFilesOptions {
         model_dir: args.model.model_dir.clone(),
         inputs: args.input.clone(),

@@ -262,7 +262,12 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
         .map(|r| embedfleet_orchestrator::report::render(&r));
     let eval_md = RunLayout::new(&args.run_dir).eval_dir().join("latest.md");
     options.eval_summary = std::fs::read_to_string(eval_md).ok();
-    options.instruction = Some(embedfleet_embed::DEFAULT_INSTRUCTION.to_string());
+    let family = settings::query::run_model_family(&args.run_dir);
+    options.instruction = family.map(|f| f.default_instruction().to_string());
+    options.query_format = family.map(|f| embedfleet_publish::QueryFormat {
+        family: f.name().into(),
+        example: f.query_example(),
+    });
     options.commands = db.setting(super::HISTORY_SETTING)?.unwrap_or_default();
     let report = embedfleet_publish::publish(&options)
         .with_context(|| format!("failed to publish into {}", args.out.display()))?;

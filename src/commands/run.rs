@@ -30,7 +30,8 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
             if !dir.join("model.safetensors").is_file() {
                 embedfleet_models::write_tiny_model(&dir, 0)?;
                 eprintln!(
-                    "no --model-dir: using a tiny random Qwen3 written to {}",
+                    "no --model-dir: using a tiny random {} written to {}",
+                    embedfleet_models::default_family().name(),
                     dir.display()
                 );
             }

@@ -57,7 +57,10 @@ impl EmbedJobOptions {
     }
 }
 
-/// The output settings of documents embedded with these options (see [`OutputSettings`]).
+/// The output settings of documents embedded with these options (see [`OutputSettings`]); the
+/// pooling is the one of `model_dir`'s family. A directory whose family cannot be read has
+/// none (empty), and nothing is pinned from it: the embed job refuses it before pinning
+/// ([`run`]), `submit`'s preflight before any job.
 pub fn output_settings(
     model_dir: &Path,
     dim: Option<usize>,
@@ -75,7 +78,9 @@ pub fn output_settings(
         vector_dtype,
         max_tokens,
         shard_papers: shard_papers.max(1),
-        pooling: "last_token".into(),
+        pooling: embedfleet_models::family_of(model_dir)
+            .map(|family| family.pooling().to_string())
+            .unwrap_or_default(),
         normalized: true,
         instruction: None,
     }
@@ -164,6 +169,9 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
         .batches
         .get(&options.batch.0)
         .ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
+    // The family decides the pooling the run pinned: a directory without one is refused here,
+    // not as other settings than the run's.
+    embedfleet_models::family_of(&options.model_dir)?;
     let settings = options.output_settings();
     settings.pin(&layout)?;
     let mut timings = BatchTimings::default();

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::pin::Resolved;
 use embedfleet_core::RunLayout;
+use embedfleet_models::ModelFamily;
 
 use crate::error::{PipelineError, Result};
 
@@ -52,15 +53,36 @@ impl QueryModelSettings {
             }));
         };
         Ok(Self {
-            model_dir,
             dim: flags.dim.or(made_with.and_then(|s| s.dim)),
             devices: flags.devices.clone(),
-            instruction: flags
-                .instruction
-                .clone()
-                .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.to_string()),
+            instruction: instruction(&model_dir, flags.instruction.as_deref())?,
+            model_dir,
         })
     }
+}
+
+/// A query's instruction: as given, else the default of the model family that `model_dir`'s
+/// `config.json` names (each family has its own retrieval task).
+pub fn instruction(model_dir: &Path, given: Option<&str>) -> Result<String> {
+    Ok(match given {
+        Some(text) => text.to_string(),
+        None => embedfleet_models::family_of(model_dir)?
+            .default_instruction()
+            .to_string(),
+    })
+}
+
+/// The family of the model the run's shards were made with (`output-settings.json`), else of
+/// the tiny model `run` wrote; `None` when neither directory can be read (a card then names no
+/// query format).
+pub fn run_model_family(run_dir: &Path) -> Option<&'static dyn ModelFamily> {
+    let layout = RunLayout::new(run_dir);
+    let made_with = OutputSettings::read(&layout).ok().flatten();
+    made_with
+        .map(|s| PathBuf::from(s.model_dir))
+        .into_iter()
+        .chain([layout.tiny_model_dir()])
+        .find_map(|dir| embedfleet_models::family_of(&dir).ok())
 }
 
 /// A batch size and requests in flight: as given, else as `tune` saved them for this kind of
@@ -98,9 +120,17 @@ mod tests {
             .to_string();
         assert!(err.contains("give --model-dir"), "{err}");
         let tiny = RunLayout::new(dir.path()).tiny_model_dir();
-        std::fs::create_dir_all(&tiny).unwrap();
+        embedfleet_models::write_tiny_model(&tiny, 0).unwrap();
         let s = QueryModelSettings::resolve(dir.path(), &QueryModelFlags::default()).unwrap();
         assert_eq!(s.model_dir, tiny);
-        assert_eq!(s.instruction, embedfleet_embed::DEFAULT_INSTRUCTION);
+        assert_eq!(
+            s.instruction,
+            embedfleet_models::default_family().default_instruction(),
+            "the instruction is the model family's"
+        );
+        assert_eq!(
+            run_model_family(dir.path()).map(|f| f.model_type()),
+            Some(embedfleet_models::default_family().model_type())
+        );
     }
 }
