@@ -8,10 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use embedfleet_core::rundb::RunDb;
-use embedfleet_core::RunLayout;
 use embedfleet_models::DeviceSpec;
 use embedfleet_orchestrator::oneshot::{self, OneShot, OneShotJob};
-use embedfleet_orchestrator::scheduler::{JobState, Scheduler, SchedulerConfig};
+use embedfleet_orchestrator::scheduler::{Scheduler, SchedulerConfig};
 use embedfleet_orchestrator::stored_config::{self, GivenConfig, Origin};
 use embedfleet_query::{PrecomputedVectors, QueryWork, QueryWorkDir};
 
@@ -104,13 +103,13 @@ pub fn embed_on_cluster(
         )?;
         let missing = wd.missing_parts();
         if !missing.is_empty() {
-            return Err(PipelineError::Needs(format!(
-                "the query job {} ended ({end}) with {} of {parts} parts written; its log: {}. \
-                 Run the same command again to go on: the parts written are kept",
-                job.name,
-                parts - missing.len(),
-                job.log.display()
-            )));
+            return Err(PipelineError::QueryJobIncomplete {
+                job: job.name.clone(),
+                end,
+                written: parts - missing.len(),
+                parts,
+                log: job.log.clone(),
+            });
         }
     }
     say(format!(
@@ -131,13 +130,12 @@ fn open_or_submit(
     say: &mut dyn FnMut(String),
 ) -> Result<OneShotJob> {
     let record = wd.root.join(JOB_RECORD);
-    let earlier = job_record::read(&record);
-    let open = earlier.as_ref().and_then(|job| {
-        oneshot::state(scheduler, job)
-            .ok()
-            .filter(|s| matches!(s, JobState::Pending | JobState::Running))
-    });
-    if let (Some(job), Some(state)) = (&earlier, open) {
+    let earlier = job_record::recorded(&record, scheduler);
+    if let Some(job_record::Recorded {
+        job,
+        open: Some(state),
+    }) = &earlier
+    {
         say(format!(
             "query job {} ({}) of an earlier `query --submit` is {state}: waiting for it",
             job.name, job.scheduler_id
@@ -146,13 +144,13 @@ fn open_or_submit(
     }
     let exe = crate::current_exe()?;
     let kind = format!("q{}-a", &wd.work.key()[..8]);
-    let mut one = OneShot {
+    let one = OneShot {
         run_dir,
         scheduler: config,
         exe: &exe,
         queue: &request.queue,
         kind: &kind,
-        attempt: earlier.map_or(1, |j| j.attempt + 1),
+        attempt: earlier.map_or(1, |r| r.job.attempt + 1),
         args: vec![
             "query-job".into(),
             "--work".into(),
@@ -161,13 +159,7 @@ fn open_or_submit(
             devices.to_string(),
         ],
     };
-    // A name is never used twice (its script, log and marker are its own).
-    let layout = RunLayout::new(run_dir);
-    while layout.job_script(&one.name()).exists() {
-        one.attempt += 1;
-    }
-    let job = one.submit(scheduler)?;
-    job_record::write(&record, &job)?;
+    let job = job_record::submit(one, scheduler, &record)?;
     say(format!(
         "submitted query job {} ({}) to {} queue {} on {devices}: {} terms in {} parts of {}; log: {}",
         job.name,

@@ -198,7 +198,7 @@ fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
         embedfleet_pipeline::preflight::Refused => |_| true,
         embedfleet_pipeline::PipelineError => embedfleet_pipeline::PipelineError::is_refusal,
         OwnerError => |e| matches!(e, OwnerError::OtherHost { .. } | OwnerError::OwnerAlive { .. }),
-        SubmitError => |e| matches!(e, SubmitError::NotOwner(_) | SubmitError::LoopRunning { .. }),
+        SubmitError => embedfleet_pipeline::error::submit_refuses,
         embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
         PlanError => PlanError::is_refusal,
         embedfleet_upload::UploadRunError => embedfleet_upload::UploadRunError::is_refusal,

@@ -260,7 +260,7 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
         .ok()
         .filter(|r| r.summary.is_some())
         .map(|r| embedfleet_orchestrator::report::render(&r));
-    let eval_md = RunLayout::new(&args.run_dir).eval_dir().join("latest.md");
+    let eval_md = RunLayout::new(&args.run_dir).eval_latest_md();
     options.eval_summary = std::fs::read_to_string(eval_md).ok();
     let family = settings::query::run_model_family(&args.run_dir);
     options.instruction = family.map(|f| f.default_instruction().to_string());

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
-use embedfleet_orchestrator::report::{self, owner::REPORT_FILE};
+use embedfleet_orchestrator::report;
 use embedfleet_pipeline::run::RUN_COLLECTION;
 use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
 use std::fmt::Write as _;
@@ -85,7 +85,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
 fn where_and_next(run_dir: &Path) -> Result<String> {
     let layout = RunLayout::new(run_dir);
     let dir = run_dir.display();
-    let path = run_dir.join(REPORT_FILE);
+    let path = layout.report_page();
     let written = report::html_page(run_dir)
         .map_err(|e| e.to_string())
         .and_then(|html| {

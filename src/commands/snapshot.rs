@@ -127,7 +127,7 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
         Some(db) if !args.groups.is_empty() => embedfleet_pipeline::shard_keys::for_group_builds(
             db,
             args.group_count,
-            "this run has no shard keys pinned yet: say how many groups its batches make (--group-count G), or let `upload --mode snapshot` choose (two per peer of the cluster)",
+            embedfleet_pipeline::error::GroupStep::BuildShard,
         )?,
         _ => ShardKeys::pinned(&layout)
             .context("failed to read the run's shard keys (snapshots/keys.json)")?

@@ -44,13 +44,9 @@ impl QueryModelSettings {
             .filter(|dir| dir.is_dir());
         let tiny = Some(layout.tiny_model_dir()).filter(|dir| dir.is_dir());
         let Some(model_dir) = flags.model_dir.clone().or(recorded).or(tiny) else {
-            return Err(PipelineError::Needs(match made_with {
-                Some(s) => format!(
-                    "give --model-dir: the run's shards were made with the model in {}, which is not there now (queries must be embedded by the same model)",
-                    s.model_dir
-                ),
-                None => "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)".into(),
-            }));
+            return Err(PipelineError::NoQueryModel {
+                recorded: made_with.map(|s| s.model_dir),
+            });
         };
         Ok(Self {
             dim: flags.dim.or(made_with.and_then(|s| s.dim)),

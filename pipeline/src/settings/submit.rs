@@ -193,10 +193,7 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
         PathBuf::new,
     );
     if model_dir.source == Source::Default {
-        return Err(PipelineError::Needs(
-            "give --model-dir: this run's first submit chooses its model (later ones use the run's)"
-                .into(),
-        ));
+        return Err(PipelineError::NoModelForFirstSubmit);
     }
     let model_dir = std::path::absolute(&model_dir.value).map_err(crate::error::io(
         "find the absolute path of",
