@@ -74,6 +74,10 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     if args.trial.is_some() {
         return trial_summary(&options, &report);
     }
+    if report.submitted == 0 && report.adopted == 0 && report.batches_done == 0 {
+        // Every batch was done already: not a step of the dataset card's "How it was made".
+        super::wrote_nothing();
+    }
     summarise(&options, &report, false)
 }
 
