@@ -26,6 +26,7 @@ mod rehearsal;
 mod report;
 mod report_html;
 mod routing;
+mod routing_limits;
 mod run;
 mod run_config;
 mod shared_fs;

@@ -96,10 +96,29 @@ fn shares(queues: &[Assessed], round: &Round<'_>) -> Option<Vec<usize>> {
         .filter(|&i| queues[i].usable() && !queues[i].stopped)
         .collect();
     order.sort_by(|&a, &b| rate(&queues[b]).total_cmp(&rate(&queues[a])));
+    // Queues alike (within 1 %: new ones, all guessed alike) take turns, as the static route
+    // fills them: which of them is better is not known yet.
     let mut share = vec![0; queues.len()];
-    for i in order {
-        share[i] = (queues[i].view.cap as usize).min(left);
-        left -= share[i];
+    let mut k = 0;
+    while k < order.len() {
+        let alike: Vec<usize> = order[k..]
+            .iter()
+            .copied()
+            .take_while(|&i| rate(&queues[i]) >= 0.99 * rate(&queues[order[k]]))
+            .collect();
+        k += alike.len();
+        while left > 0 {
+            let before = left;
+            for &i in &alike {
+                if left > 0 && share[i] < queues[i].view.cap as usize {
+                    share[i] += 1;
+                    left -= 1;
+                }
+            }
+            if left == before {
+                break;
+            }
+        }
     }
     let per_round: usize = (0..queues.len())
         .map(|i| share[i] * queues[i].view.nodes.max(1))

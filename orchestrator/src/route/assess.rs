@@ -31,6 +31,9 @@ const MAX_LOSS: f64 = 0.9;
 /// once, is taken to have stopped starting jobs.
 pub(super) const STOPPED_FACTOR: f64 = 3.0;
 pub(super) const STOPPED_SLACK_S: f64 = 60.0;
+/// A wait longer than all but this share of the learned shape's is not taken to be one of
+/// them (see [`Assessed::left_by_model_s`]).
+const BEYOND_SHAPE: f64 = 1e-3;
 
 /// One queue as this round assesses it.
 #[derive(Debug, Clone)]
@@ -69,10 +72,13 @@ impl Assessed<'_> {
         (self.start_s + self.run_s) / (1.0 - loss)
     }
 
-    /// [`Self::cost_s`] of a new job whose wait is the mean of the shape of the queue's waits:
-    /// what a straggler sent again to its own queue is weighed at, beside what is left of its
-    /// wait by the same shape.
+    /// [`Self::cost_s`] of a new job whose wait is the mean of the shape of the queue's waits
+    /// (once it has one): what a straggler sent again is weighed at, beside what is left of its
+    /// wait by the same kind of estimate.
     pub fn fresh_cost_s(&self) -> f64 {
+        if self.model.wait_shape.samples < SHAPE_SAMPLES {
+            return self.cost_s();
+        }
         let loss = self.model.loss_share().min(MAX_LOSS);
         (self.model.wait_shape.mean_s() + self.run_s) / (1.0 - loss)
     }
@@ -94,8 +100,13 @@ impl Assessed<'_> {
     /// [`Self::start_left_s`] from the model alone.
     pub fn left_by_model_s(&self, job: &OpenJob, now: f64) -> f64 {
         let waited = (now - job.submitted_s).max(0.0);
-        let left = if self.model.wait_shape.samples >= SHAPE_SAMPLES {
-            self.model.wait_shape.left_after_s(waited)
+        let shape = &self.model.wait_shape;
+        let left = if shape.samples >= SHAPE_SAMPLES {
+            // A wait the shape all but rules out (one in a thousand) is not one of its waits:
+            // a held job, a queue that changed. It is then expected to overstay as long again.
+            let beyond = shape.longer_than(waited) < BEYOND_SHAPE;
+            let overstayed = if beyond { waited - shape.mean_s() } else { 0.0 };
+            shape.left_after_s(waited).max(overstayed)
         } else {
             let learned = self.model.start_delay.get().unwrap_or(0.0);
             (learned - waited).abs()

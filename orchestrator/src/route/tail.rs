@@ -220,8 +220,9 @@ fn straggler_moves(
                     && queues[i].view.nodes == q.view.nodes
             };
             if let Some((at, i)) = slots.best_among(queues, other) {
-                let t = at.max(now) - now + queues[i].cost_s();
-                if t < there {
+                // Elsewhere when it does as well: a queue that passed a job over once may again.
+                let t = at.max(now) - now + queues[i].fresh_cost_s();
+                if t <= there {
                     (there, to) = (t, i);
                 }
             }

@@ -76,8 +76,8 @@ fn sent_to(plan: &RoutePlan, queue: &str) -> usize {
 }
 
 /// Queue `a`: three of the run's jobs running (it ran four at once before), one queued for
-/// three hours though a job sent an hour ago has started; `b` alike with room.
-fn with_a_straggler(router: &mut Router) -> Vec<QueueView> {
+/// `waited_s` though a job sent an hour ago has started; `b` alike with room.
+fn with_a_straggler(router: &mut Router, waited_s: f64) -> Vec<QueueView> {
     let four = (0..4)
         .map(|i| running(&format!("r{i}"), 90 + i, 60.0))
         .collect();
@@ -90,7 +90,7 @@ fn with_a_straggler(router: &mut Router) -> Vec<QueueView> {
             running("a1", 1, 600.0),
             running("a2", 2, 900.0),
             running("a3", 3, 1200.0),
-            queued("a-old", 4, 3.0 * 3600.0),
+            queued("a-old", 4, waited_s),
         ],
     );
     let b = queue("b", 8, 1, vec![running("b1", 5, 600.0)]);
@@ -104,7 +104,7 @@ fn a_straggler_does_not_stop_its_queue_and_is_sent_again_where_waits_are_long_ta
     let mut heavy = Router::new(Route::Adaptive);
     learn(&mut heavy, "a", 600.0, 1.5, 3600.0);
     learn(&mut heavy, "b", 600.0, 1.5, 3600.0);
-    let queues = with_a_straggler(&mut heavy);
+    let queues = with_a_straggler(&mut heavy, 3.0 * 3600.0);
     let plan = heavy.plan(&round(&queues, &[], None));
     assert_eq!(plan.outlook[0].state, "ok", "{:?}", plan.outlook[0]);
     let moved: Vec<(&str, MoveKind)> = plan
@@ -119,14 +119,25 @@ fn a_straggler_does_not_stop_its_queue_and_is_sent_again_where_waits_are_long_ta
         plan.moves[0].why
     );
 
-    // Narrow waits (sigma 0.3): one that has waited long is about to start; it stays.
+    // Narrow waits (sigma 0.3): one that has waited long (a few in a hundred wait as long) is
+    // about to start; it stays.
     let mut narrow = Router::new(Route::Adaptive);
     learn(&mut narrow, "a", 600.0, 0.3, 3600.0);
     learn(&mut narrow, "b", 600.0, 0.3, 3600.0);
-    let queues = with_a_straggler(&mut narrow);
+    let queues = with_a_straggler(&mut narrow, 1000.0);
     let plan = narrow.plan(&round(&queues, &[], None));
     assert_eq!(plan.outlook[0].state, "ok");
     assert!(plan.moves.is_empty(), "{plan:?}");
+    // A wait the narrow shape all but rules out (three hours: a held job) goes on as long
+    // again: sent again, to `b`'s slot free now (elsewhere, when it does as well).
+    let queues = with_a_straggler(&mut narrow, 3.0 * 3600.0);
+    let plan = narrow.plan(&round(&queues, &[], None));
+    assert_eq!(plan.moves.len(), 1, "{plan:?}");
+    assert!(
+        plan.moves[0].why.contains("a new job on b"),
+        "{}",
+        plan.moves[0].why
+    );
 
     // A long wait the queue did not pass over (no job sent after it has started: it may
     // wait for a place of the run's own) is no straggler; nor is one while the queue runs
@@ -134,9 +145,9 @@ fn a_straggler_does_not_stop_its_queue_and_is_sent_again_where_waits_are_long_ta
     let mut unpassed = Router::new(Route::Adaptive);
     learn(&mut unpassed, "a", 600.0, 1.5, 4.0 * 3600.0);
     learn(&mut unpassed, "b", 600.0, 1.5, 4.0 * 3600.0);
-    let queues = with_a_straggler(&mut unpassed);
+    let queues = with_a_straggler(&mut unpassed, 3.0 * 3600.0);
     assert!(unpassed.plan(&round(&queues, &[], None)).moves.is_empty());
-    let mut at_limit = with_a_straggler(&mut heavy);
+    let mut at_limit = with_a_straggler(&mut heavy, 3.0 * 3600.0);
     at_limit[0].jobs.push(running("a4", 6, 60.0));
     assert!(heavy.plan(&round(&at_limit, &[], None)).moves.is_empty());
 }

@@ -143,13 +143,24 @@ pub(super) fn lowest(
     })
 }
 
+/// This process's user: `$USER`, else `$LOGNAME`, else `id -un` (a job's or a daemon's
+/// environment may have neither).
+fn user_name() -> Option<String> {
+    let from_env = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty());
+    from_env.or_else(|| {
+        let out = std::process::Command::new("id").arg("-un").output().ok()?;
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !name.is_empty()).then_some(name)
+    })
+}
+
 impl SlurmScheduler {
     /// See [`crate::scheduler::Scheduler::job_limit`].
     pub(super) fn read_job_limit(&self, queues: &[String]) -> SchedulerResult<Option<JobLimit>> {
-        let Some(user) = std::env::var("USER")
-            .or_else(|_| std::env::var("LOGNAME"))
-            .ok()
-        else {
+        let Some(user) = user_name() else {
             return Ok(None);
         };
         let sacctmgr = |args: Vec<String>| {
