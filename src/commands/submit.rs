@@ -111,6 +111,7 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
             speculate: args.speculate,
+            max_jobs: args.max_jobs,
         },
         watch: args.watch,
         dry_run: args.dry_run,
