@@ -123,7 +123,10 @@ pub struct SlurmConfig {
     pub sacct: ProgramConfig,
     /// `scontrol`.
     pub scontrol: ProgramConfig,
-    /// `sacctmgr` (the job limits of the user's association and QOS).
+    /// `sacctmgr` (the job limits of the user's association and QOS). Added after runs had
+    /// stored their configs: left unset, it is not written, so such a config reads back and is
+    /// written again key for key.
+    #[serde(skip_serializing_if = "ProgramConfig::is_unset")]
     pub sacctmgr: ProgramConfig,
     /// Whether to use `sacct`.
     pub use_sacct: SacctMode,
