@@ -21,6 +21,13 @@
 # which nothing arrives (the loop paused, the run's pending jobs held, its embed-jobs stopped):
 # the fourth loop's quiet rounds, what a poll costs whatever arrives (`cpu_ms_per_quiet_poll`).
 #
+# Paced like the study (PACE_S > 0): during each measured window every embed job sleeps PACE_S
+# seconds before it embeds, so that about (running jobs) x POLL / PACE_S results arrive a poll
+# (the study: 64 jobs of ~40 min, a poll every 30 s: ~0.8 a poll; here ~40 jobs of 100 s, a
+# poll every 2 s); the window starts once every running job is a paced one. BEFORE_BIN runs
+# the first three loops (the "before" build; the stored run config is then its own), BIN the
+# fourth: before and after in one run, at about the same batch count.
+#
 # The end counts are checked by readers that are not ours: pyarrow (shard rows, no id twice),
 # Qdrant's REST API or qdrant-edge-py (points), `datasets` (published rows); query rows must be
 # terms x 10. Writes $WORK/report.json and prints a table; exits 1 when a check fails.
@@ -33,6 +40,7 @@
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
 #          SCHEDULER=slurm (or pbs) PBS_NS=embedfleet-pbs
 #          BEFORE_ENV, AFTER_ENV, BEFORE_LABEL, AFTER_LABEL (the measured loops; see below)
+#          BEFORE_BIN=BIN PACE_S=0 JOB_MEM= (e.g. 150M: sbatch --mem) QUIET_WINDOW=1 SUBMIT_ONLY=0
 #   needs: a running Slurm (.ci/slurm/start-local-slurm.sh) or PBS (.ci/pbs/start-local-pbs.sh,
 #          as root: its commands run inside its namespace), python3 with pyarrow and
 #          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, procps, and for
@@ -64,6 +72,11 @@ BEFORE_ENV=${BEFORE_ENV:-EMBEDFLEET_FULL_SWEEP_S=0}
 AFTER_ENV=${AFTER_ENV:-}
 BEFORE_LABEL=${BEFORE_LABEL:-full_sweep_every_poll}
 AFTER_LABEL=${AFTER_LABEL:-open_work_only}
+BEFORE_BIN=$(realpath "${BEFORE_BIN:-$BIN}")
+PACE_S=${PACE_S:-0}
+JOB_MEM=${JOB_MEM:-}
+QUIET_WINDOW=${QUIET_WINDOW:-1}
+SUBMIT_ONLY=${SUBMIT_ONLY:-0}
 PAPERS=$((BATCHES * PAPERS_PER_BATCH))
 RANDOM=$SEED
 
@@ -71,7 +84,7 @@ RANDOM=$SEED
 . "$HERE/benches/rehearsal-scheduler.sh"
 sched_up || exit 2
 # Nothing of an earlier rehearsal may still run on these directories or ports.
-pkill -KILL -f -- "$WORK/" 2>/dev/null || true
+[ -d "$WORK" ] && pkill -KILL -f -- "$WORK/" 2>/dev/null
 [ -d "$WORK/qdrant" ] && QDRANT_HOME=$WORK/qdrant QDRANT_PEERS=$PEERS QDRANT_BASE_PORT=$PORT_BASE \
   bash "$HERE/.ci/qdrant/qdrant-cluster.sh" stop >/dev/null 2>&1
 # Its jobs only: other runs (the test suite's) may share the cluster.
@@ -138,6 +151,8 @@ rm extra.jsonl
 embedfleet = "$BIN"
 walltime = "$WALLTIME"
 TOML
+[ -n "$JOB_MEM" ] && echo "extra_directives = [\"#SBATCH --mem=$JOB_MEM\"]" >> run.toml
+[ "$PACE_S" != 0 ] && echo "setup = [\"if [ -e $WORK/pace ]; then sleep $PACE_S; fi\"]" >> run.toml
 queue_args=()
 for q in $QUEUES; do queue_args+=(--queue "$q"); done
 
@@ -151,13 +166,15 @@ loop_pid=
 loops=0
 start_loop() { # [ENV=VALUE...]: the submit loop in the background; the first with its options
   loops=$((loops + 1))
+  local bin=$BIN
+  [ "$MEASURE" = 1 ] && [ "$loops" -lt 4 ] && bin=$BEFORE_BIN
   if [ "$loops" = 1 ]; then
-    env "$@" "$BIN" submit --run-dir "$RUN" --config run.toml --model-dir "$WORK/MODEL" --devices cpu \
+    env "$@" "$bin" submit --run-dir "$RUN" --config run.toml --model-dir "$WORK/MODEL" --devices cpu \
       "${queue_args[@]}" --shard-papers "$SHARD_PAPERS" --poll-interval "$POLL" --max-attempts 4 \
       --lost-after 60 >"loop$loops.out" 2>"loop$loops.err" &
   else
     # Restarted as an operator would after a crash: no options, the run's stored ones.
-    env "$@" "$BIN" submit --run-dir "$RUN" >"loop$loops.out" 2>"loop$loops.err" &
+    env "$@" "$bin" submit --run-dir "$RUN" >"loop$loops.out" 2>"loop$loops.err" &
   fi
   loop_pid=$!
   echo "[$(since) s] submit loop $loops started (pid $loop_pid${1:+, $*})"
@@ -172,9 +189,14 @@ loop_state() { # polls cpu_s result_file_ops pid ingest_cpu_s taken_in cpu_by_pa
 measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own counters), then
   # its syscalls per poll under `strace -c` for as long (polls counted by the loop again)
   local label=$1 secs=$2 pid=$loop_pid a b c
+  if [ "$PACE_S" != 0 ]; then
+    touch "$WORK/pace"
+    sleep $((PACE_S + 4 * POLL)) # every running job a paced one
+  fi
   a=$(loop_state); sleep "$secs"; b=$(loop_state)
   timeout -s INT "$secs" strace -c -p "$pid" -o "$WORK/strace-$label.txt" 2>/dev/null
   c=$(loop_state)
+  rm -f "$WORK/pace"
   python3 - "$label" "$a" "$b" "$c" "$(open_jobs)" "$(done_batches)" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
 import json, sys
 label, a, b, c, open_jobs, done, path = sys.argv[1:8]
@@ -326,7 +348,7 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     windows_started=2; measure "$AFTER_LABEL" 30 & measuring=$!
   fi
   # Then a window in which nothing arrives (jobs held and suspended): the poll's fixed cost.
-  if [ "$MEASURE" = 1 ] && [ "$windows_started" = 2 ] && ! kill -0 "$measuring" 2>/dev/null && [ "$pct" -lt 97 ]; then
+  if [ "$MEASURE" = 1 ] && [ "$QUIET_WINDOW" = 1 ] && [ "$windows_started" = 2 ] && ! kill -0 "$measuring" 2>/dev/null && [ "$pct" -lt 97 ]; then
     windows_started=3; quiet_window 15 & measuring=$!
   fi
 done
@@ -373,6 +395,11 @@ PY
 )
 check shard_rows_are_good_papers "$shard_rows" "$good"
 check shard_ids_unique "$shard_unique" "$shard_rows"
+if [ "$SUBMIT_ONLY" = 1 ]; then
+  for w in $(cat "$WORK/windows.jsonl" 2>/dev/null | tr -d ' '); do echo "window: $w"; done
+  echo "checks failed: $failed"
+  exit $((failed > 0))
+fi
 
 # ---------------------------------------------------------------- upload
 target=()

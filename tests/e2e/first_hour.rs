@@ -388,6 +388,11 @@ fn issue50_a_failed_first_submit_keeps_no_settings() {
         "local",
         "kept with its first job"
     );
+    drop(db);
+    // The same submit again finds every batch done: not a step of "How it was made".
+    let before = history(&t, "run");
+    t.run(&["submit", "--run-dir", "run"], 0);
+    assert_eq!(history(&t, "run"), before);
 }
 
 #[test]

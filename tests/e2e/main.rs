@@ -31,6 +31,7 @@ mod rehearsal;
 mod report;
 mod report_html;
 mod routing;
+mod routing_limits;
 mod run;
 mod run_config;
 mod shared_fs;

@@ -40,7 +40,7 @@ pub use command::{
     RetryOn,
 };
 pub use error::{SchedulerError, SchedulerResult};
-pub use job::{JobScript, JobSubmission, Scheduler};
+pub use job::{JobLimit, JobScript, JobSubmission, Scheduler};
 pub use local::{LocalScheduler, LOCAL_TEMPLATE};
 pub use pbs::{
     parse_acl_roots, parse_qstat_json, parse_qstat_text, parse_queues_json, pbs_state, PbsFlavor,
