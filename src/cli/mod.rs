@@ -189,4 +189,25 @@ mod tests {
     fn the_command_line_is_consistent() {
         command().debug_assert();
     }
+
+    /// `plan` with no planning flag plans with the settings layer's defaults (a plan tells a
+    /// given setting from a default by comparing with them).
+    #[test]
+    fn plan_flags_left_out_are_the_settings_defaults() {
+        #[derive(clap::Parser)]
+        struct Plan {
+            #[command(flatten)]
+            plan: PlanSettingsArgs,
+        }
+        let parsed = <Plan as clap::Parser>::parse_from(["embedfleet"]).plan;
+        assert_eq!(
+            crate::commands::plan::plan_settings(&parsed),
+            embedfleet_core::settings::PlanSettings::default()
+        );
+        let given = <Plan as clap::Parser>::parse_from(["embedfleet", "--batch-tokens", "8192"]);
+        assert_ne!(
+            crate::commands::plan::plan_settings(&given.plan),
+            embedfleet_core::settings::PlanSettings::default()
+        );
+    }
 }

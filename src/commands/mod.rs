@@ -4,7 +4,7 @@
 mod bench;
 mod doctor;
 mod embed;
-mod plan;
+pub(crate) mod plan;
 mod query;
 mod query_job;
 mod report;

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use embedfleet_core::rundb::JobRow;
 use embedfleet_core::state::PlanState;
 
 use super::follow::log_tail;
