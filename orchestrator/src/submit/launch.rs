@@ -132,7 +132,11 @@ impl SubmitLoop<'_> {
                      run (fix it with `embedfleet queues set`)",
                     job.queue
                 ));
-                self.refused.insert(job.queue.clone(), reason);
+                // The queue's own remedy goes with its reason: the run's last line repeats it
+                // when every queue ends up refused.
+                let remedy = "fix the queue with `embedfleet queues set`";
+                self.refused
+                    .insert(job.queue.clone(), format!("{reason}; {remedy}"));
                 Ok(Sent::Refused)
             }
             Err(e) if e.is_transient() => {

@@ -154,7 +154,8 @@ pub enum SubmitError {
         code: i32,
         said: String,
     },
-    #[error("every queue was refused by the scheduler ({0}); fix the queue names with `embedfleet queues set`")]
+    /// Each queue's reason says its own remedy (a host key to add, a queue to fix).
+    #[error("no queue can take the run's jobs: {0}")]
     AllQueuesRefused(String),
     #[error("the job script template does not work: {0}")]
     Template(#[from] TemplateError),
