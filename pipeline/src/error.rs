@@ -78,6 +78,13 @@ pub enum PipelineError {
         parts: usize,
         log: PathBuf,
     },
+    /// A group's shard asked of run.db's accepted shards before any of its batches has one.
+    #[error("{batches} has no accepted shards in run.db yet: embed it first (`embedfleet status` lists the batches)")]
+    NothingAccepted { batches: String },
+    /// A shard of several batches asked without `--accepted` (only run.db knows a group's
+    /// accepted shards).
+    #[error("this run's shard keys hold {per_group} batches each ({batches}): a group's shard is built from the shards run.db accepted, with --accepted on the login node")]
+    GroupNeedsAccepted { per_group: i64, batches: String },
     /// A search of a collection that does not exist (exit code 4).
     #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`embedfleet upload --run-dir {}`), or name the collection and target the run uploaded into", run_dir.display())]
     NotUploaded {
