@@ -16,6 +16,7 @@ pub mod group_builds;
 pub mod job_record;
 pub mod preflight;
 pub mod query_job;
+pub mod records;
 pub mod run;
 pub mod searched;
 pub mod settings;

@@ -18,9 +18,6 @@ use crate::cli::{Cli, Command};
 use embedfleet_core::exit;
 use embedfleet_orchestrator::plan::PlanError;
 
-/// The run.db setting listing the command lines that changed the run (for `publish`'s card).
-pub const HISTORY_SETTING: &str = "history";
-
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let named_run_dir = match &cli.command {
         Command::Status(a) => Some(a.run_dir.as_path()),
@@ -122,11 +119,7 @@ fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
         .map(|a| embedfleet_orchestrator::scheduler::shell_quote(&a))
         .collect::<Vec<_>>()
         .join(" ");
-    let mut history: Vec<String> = db.setting(HISTORY_SETTING)?.unwrap_or_default();
-    if history.last() != Some(&line) {
-        history.push(line);
-        db.set_setting(HISTORY_SETTING, &history)?;
-    }
+    embedfleet_pipeline::records::record_command(&db, &line)?;
     Ok(())
 }
 

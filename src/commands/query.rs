@@ -6,15 +6,14 @@ use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{exit, RunLayout};
 use embedfleet_pipeline::query_job::{self, QueryJobRequest};
+use embedfleet_pipeline::records;
 use embedfleet_pipeline::settings::{self, QueryModelFlags, QueryModelSettings};
 use embedfleet_query::tune::{self, QueryTuneOptions, TunedQueries, TUNED_QUERIES_SETTING};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_upload::SearchOptions;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The run.db setting listing the outputs of the run's `query` commands (for `publish`).
-const QUERY_OUTPUTS_SETTING: &str = "query.outputs";
 /// The study's best query settings: 16 queries a request, 2 requests in flight.
 const DEFAULT_QUERY_BATCH: usize = 16;
 const DEFAULT_QUERY_IN_FLIGHT: usize = 2;
@@ -107,7 +106,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         Box::new(vectors)
     };
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
-    record_output(&db, output)?;
+    records::record_query_output(&db, output)?;
     if report.already_done == report.queries {
         super::wrote_nothing();
         eprintln!(
@@ -175,17 +174,6 @@ fn print_top_hits(
     Ok(exit::SUCCESS)
 }
 
-/// Remembers a query output for `publish`.
-fn record_output(db: &RunDb, output: &Path) -> Result<()> {
-    let path = std::path::absolute(output)?;
-    let mut outputs: Vec<PathBuf> = db.setting(QUERY_OUTPUTS_SETTING)?.unwrap_or_default();
-    if !outputs.contains(&path) {
-        outputs.push(path);
-        db.set_setting(QUERY_OUTPUTS_SETTING, &outputs)?;
-    }
-    Ok(())
-}
-
 pub fn eval(args: &EvalArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, _) = open_sink(&args.run_dir, &args.target)?;
@@ -250,12 +238,7 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
     options.with_text = args.with_text;
     options.license = args.license.clone();
     options.progress = std::io::stderr().is_terminal();
-    options.query_results = if args.query_results.is_empty() {
-        let recorded: Vec<PathBuf> = db.setting(QUERY_OUTPUTS_SETTING)?.unwrap_or_default();
-        recorded.into_iter().filter(|p| p.is_file()).collect()
-    } else {
-        args.query_results.clone()
-    };
+    options.query_results = records::query_results(&db, &args.query_results)?;
     options.report_table = embedfleet_orchestrator::report::load(&args.run_dir)
         .ok()
         .filter(|r| r.summary.is_some())
@@ -268,7 +251,7 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
         family: f.name().into(),
         example: f.query_example(),
     });
-    options.commands = db.setting(super::HISTORY_SETTING)?.unwrap_or_default();
+    options.commands = records::history(&db)?;
     let report = embedfleet_publish::publish(&options)
         .with_context(|| format!("failed to publish into {}", args.out.display()))?;
     eprintln!(
