@@ -5,19 +5,17 @@
 //! `embedfleet_query::vectors` for the files and `embedfleet_orchestrator::oneshot` for the job.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_models::DeviceSpec;
 use embedfleet_orchestrator::oneshot::{self, OneShot, OneShotJob};
 use embedfleet_orchestrator::scheduler::{Scheduler, SchedulerConfig};
-use embedfleet_orchestrator::stored_config::{self, GivenConfig, Origin};
 use embedfleet_query::{PrecomputedVectors, QueryWork, QueryWorkDir};
 
 use crate::error::{io, PipelineError, Result};
 use crate::job_record;
 use crate::preflight::{self, Refused};
-use crate::settings::QueryModelSettings;
+use crate::settings::{QueryJobSettings, QueryModelSettings};
 
 /// Where the owner keeps the job it submitted for a work folder (to find it after a restart).
 const JOB_RECORD: &str = "job.json";
@@ -43,24 +41,15 @@ pub fn embed_on_cluster(
     terms: &[String],
     say: &mut dyn FnMut(String),
 ) -> Result<PrecomputedVectors> {
-    let chosen = stored_config::choose(db, &GivenConfig::default())?;
-    if chosen.origin == Origin::First {
-        say("this run has no stored run config (no `submit` has run yet): the query job goes to the local backend".into());
+    let settings =
+        QueryJobSettings::resolve(db, request.model.devices.clone(), request.poll_interval_s)?;
+    for note in &settings.notes {
+        say(note.clone());
     }
-    let config = chosen.config.scheduler;
-    // What the backend uses where the command line says nothing.
-    let defaults = config.backend.kind().defaults(&config);
+    let config = settings.scheduler;
+    let devices = settings.devices.value;
     let run_dir = absolute(&request.run_dir)?;
     let model_dir = absolute(&request.model.model_dir)?;
-    let devices = request
-        .model
-        .devices
-        .clone()
-        // This host's CPU where jobs run on it, else every GPU of the job's node.
-        .unwrap_or_else(|| {
-            let cpu = defaults.devices.starts_with("cpu");
-            if cpu { "cpu" } else { "cuda" }.to_string()
-        });
     check_setup(&devices, &model_dir, config.script.embedfleet.as_deref())?;
     let work = QueryWork::new(
         model_dir,
@@ -82,14 +71,12 @@ pub fn embed_on_cluster(
             &devices,
             say,
         )?;
-        let secs =
-            |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
         let mut shown = usize::MAX;
         let end = oneshot::wait(
             scheduler.as_ref(),
             &job,
-            secs(request.poll_interval_s, defaults.poll_interval),
-            defaults.lost_after,
+            settings.poll_interval.value,
+            settings.lost_after,
             |state| {
                 let done = parts - wd.missing_parts().len();
                 if done != shown {
