@@ -54,10 +54,16 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
         eprintln!("the run has no shards yet: nothing to load");
         return Ok(exit::SUCCESS);
     }
+    eprintln!("{}", load_summary(&args.collection, &report));
+    Ok(exit::SUCCESS)
+}
+
+/// The snapshot load's last line: what it recovered, built and checked.
+fn load_summary(collection: &str, report: &snapshot::LoadReport) -> String {
     let others = report.collection_points.saturating_sub(report.points);
-    eprintln!(
+    format!(
         "collection `{}` {}: {} batches in {} groups of {} (keys {}-g*), {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points of this run (every key's count = its built shard's{}){}, {} exact searches found their own paper",
-        args.collection,
+        collection,
         if report.created { "created" } else { "existed" },
         report.batches,
         report.groups,
@@ -87,8 +93,7 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
             String::new()
         },
         report.searches_checked,
-    );
-    Ok(exit::SUCCESS)
+    )
 }
 
 /// `embedfleet build-shard`: each asked group's shard built and packed under
