@@ -85,6 +85,10 @@ pub enum PipelineError {
     /// accepted shards).
     #[error("this run's shard keys hold {per_group} batches each ({batches}): a group's shard is built from the shards run.db accepted, with --accepted on the login node")]
     GroupNeedsAccepted { per_group: i64, batches: String },
+    /// A delete from a collection of grouped shard keys naming papers of no batch of the run
+    /// (their key is unknown).
+    #[error("{} papers are not in this run, so their shard key is unknown: {}", papers.len(), papers.join(", "))]
+    UnknownPapersInKeyed { papers: Vec<String> },
     /// A search of a collection that does not exist (exit code 4).
     #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`embedfleet upload --run-dir {}`), or name the collection and target the run uploaded into", run_dir.display())]
     NotUploaded {

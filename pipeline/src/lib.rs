@@ -11,6 +11,7 @@
 
 pub mod activity;
 pub mod build_shard;
+pub mod delete;
 pub mod error;
 pub mod group_builds;
 pub mod job_record;
@@ -23,6 +24,7 @@ pub mod settings;
 pub mod shard_keys;
 pub mod submit;
 pub mod target;
+pub mod tuned;
 
 pub use error::{PipelineError, Result};
 

@@ -27,7 +27,19 @@ pub enum SinkKind {
     Server,
 }
 
+impl std::fmt::Display for SinkKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl SinkKind {
+    /// Whether an upload into it runs worker processes (a server takes writes from many
+    /// clients; the embedded engine is one process).
+    pub fn has_worker_processes(self) -> bool {
+        matches!(self, Self::Server)
+    }
+
     /// `edge` or `server`, as run.db's tuned settings record it.
     pub fn name(self) -> &'static str {
         match self {

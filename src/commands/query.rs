@@ -8,15 +8,11 @@ use embedfleet_core::{exit, RunLayout};
 use embedfleet_pipeline::query_job::{self, QueryJobRequest};
 use embedfleet_pipeline::records;
 use embedfleet_pipeline::settings::{self, QueryModelFlags, QueryModelSettings};
-use embedfleet_query::tune::{self, QueryTuneOptions, TunedQueries, TUNED_QUERIES_SETTING};
+use embedfleet_query::tune::{self, QueryTuneOptions};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_upload::SearchOptions;
 use std::io::IsTerminal;
 use std::path::Path;
-
-/// The study's best query settings: 16 queries a request, 2 requests in flight.
-const DEFAULT_QUERY_BATCH: usize = 16;
-const DEFAULT_QUERY_IN_FLIGHT: usize = 2;
 
 /// The query model's settings of `args`.
 fn model_settings(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModelSettings> {
@@ -64,20 +60,15 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     let Some(output) = &args.output else {
         return print_top_hits(&db, sink.as_ref(), args, &terms, &model, &search);
     };
-    let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
-    let tuned = tuned.filter(|t| t.sink == kind);
-    let (batch_size, in_flight) = settings::query::batching(
-        (args.batch_size, args.in_flight),
-        tuned.as_ref().map(|t| (t.batch_size, t.in_flight)),
-        (DEFAULT_QUERY_BATCH, DEFAULT_QUERY_IN_FLIGHT),
-    );
+    let batching =
+        embedfleet_pipeline::tuned::query_batching(&db, kind, (args.batch_size, args.in_flight))?;
     let options = QueryOptions {
         collection: args.collection.clone(),
         terms,
         instruction: model.instruction.clone(),
         search,
-        batch_size: batch_size.value,
-        in_flight: in_flight.value,
+        batch_size: batching.batch_size.value,
+        in_flight: batching.in_flight.value,
         output: output.clone(),
         part_queries: args.part_queries.max(1),
         progress: std::io::stderr().is_terminal(),
@@ -216,13 +207,7 @@ pub fn tune_queries(args: &TuneArgs) -> Result<i32> {
     let options = QueryTuneOptions::new(&args.collection);
     let report = tune::tune_queries(sink.as_ref(), &db, &options)?;
     print!("{}", tune::markdown(&report));
-    let saved = TunedQueries {
-        sink: kind.into(),
-        batch_size: report.batch_size,
-        in_flight: report.in_flight,
-        queries_per_s: report.queries_per_s,
-    };
-    db.set_setting(TUNED_QUERIES_SETTING, &saved)?;
+    embedfleet_pipeline::tuned::save_queries(&db, kind, &report)?;
     eprintln!(
         "chosen: {} queries a request, {} in flight ({:.0} queries/s into the {kind} sink); saved in run.db, `embedfleet query` uses it",
         report.batch_size, report.in_flight, report.queries_per_s

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::handoff::OutputSettings;
-use embedfleet_core::pin::Resolved;
 use embedfleet_core::RunLayout;
 use embedfleet_models::ModelFamily;
 
@@ -81,32 +80,9 @@ pub fn run_model_family(run_dir: &Path) -> Option<&'static dyn ModelFamily> {
         .find_map(|dir| embedfleet_models::family_of(&dir).ok())
 }
 
-/// A batch size and requests in flight: as given, else as `tune` saved them for this kind of
-/// sink, else the defaults; never below 1.
-pub fn batching(
-    given: (Option<usize>, Option<usize>),
-    tuned: Option<(usize, usize)>,
-    defaults: (usize, usize),
-) -> (Resolved<usize>, Resolved<usize>) {
-    let size = Resolved::of(given.0, tuned.map(|t| t.0), || defaults.0).map(|v| v.max(1));
-    let in_flight = Resolved::of(given.1, tuned.map(|t| t.1), || defaults.1).map(|v| v.max(1));
-    (size, in_flight)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use embedfleet_core::pin::Source;
-
-    #[test]
-    fn batching_is_as_given_else_as_tuned_else_the_default() {
-        let (b, k) = batching((Some(64), None), Some((32, 4)), (16, 2));
-        assert_eq!((b.value, b.source), (64, Source::Given));
-        assert_eq!((k.value, k.source), (4, Source::Run));
-        let (b, k) = batching((None, Some(0)), None, (16, 2));
-        assert_eq!((b.value, b.source), (16, Source::Default));
-        assert_eq!(k.value, 1, "never below one");
-    }
 
     #[test]
     fn the_query_model_is_the_runs_tiny_model_when_none_is_given() {
