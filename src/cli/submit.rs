@@ -104,9 +104,10 @@ pub struct SubmitArgs {
     /// site's per-user limit (Slurm's `MaxSubmitJobs` of a QOS or association, PBS's
     /// `max_queued`). Each queue's cap still holds; under the limit the adaptive route gives
     /// each free place to the queue that finishes a batch soonest with it. Where the scheduler
-    /// states such a limit (`sacctmgr`, `qmgr`), the loop reads it and keeps under the lower
-    /// of the two; `status` shows it. 0: none of the run's own. Also `[scheduler] max_jobs`
-    /// in the run config. (default: the run's, else the run config's, else none).
+    /// states such a limit (Slurm: `sacctmgr`; PBS Pro: `qstat -B -f`, and a queue's own
+    /// `max_queued` from `qstat -Q -f` lowers that queue's cap), the loop reads it and keeps
+    /// under the lower of the two; `status` shows it. 0: none of the run's own. Also
+    /// `[scheduler] max_jobs` in the run config. (default: the run's, else the run config's, else none).
     #[arg(long, value_name = "N", help_heading = help::ROUTING)]
     pub max_jobs: Option<u32>,
     /// Seconds between polls of the scheduler (default: 30; 5 for ssh, 1 for local).

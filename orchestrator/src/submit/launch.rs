@@ -211,7 +211,16 @@ impl SubmitLoop<'_> {
     pub(super) fn caps(&self) -> Result<BTreeMap<String, u32>> {
         match &self.opts.trial {
             Some(queue) => Ok(BTreeMap::from([(queue.clone(), 1)])),
-            None => Ok(self.db.queue_caps()?),
+            None => {
+                let mut caps = self.db.queue_caps()?;
+                // A queue's own stated limit (PBS's `max_queued` of a queue) lowers its cap.
+                for (queue, n) in self.job_limit.iter().flat_map(|l| &l.queues) {
+                    if let Some(cap) = caps.get_mut(queue) {
+                        *cap = (*cap).min(*n);
+                    }
+                }
+                Ok(caps)
+            }
         }
     }
 

@@ -413,7 +413,7 @@ impl<'a> SubmitLoop<'a> {
     /// The most jobs the run may hold over all queues: `--max-jobs`, or the scheduler's
     /// stated limit where lower.
     fn max_jobs(&self) -> Option<u32> {
-        let stated = self.job_limit.as_ref().map(|l| l.jobs);
+        let stated = self.job_limit.as_ref().and_then(|l| l.jobs);
         match (self.opts.max_jobs, stated) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -426,12 +426,8 @@ impl<'a> SubmitLoop<'a> {
         let queues: Vec<String> = self.caps()?.into_keys().collect();
         match self.scheduler.job_limit(&queues) {
             Ok(Some(limit)) => {
-                self.console.say(format!(
-                    "the scheduler limits your jobs over these queues to {} ({}); the run keeps under {}",
-                    limit.jobs,
-                    limit.said,
-                    self.opts.max_jobs.map_or(limit.jobs, |m| m.min(limit.jobs))
-                ));
+                self.console
+                    .say(stated_limit_line(&limit, self.opts.max_jobs));
                 self.job_limit = Some(limit);
             }
             Ok(None) => {}
@@ -628,6 +624,30 @@ impl RoundClock {
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// What the loop says of a limit the scheduler states, and what it keeps under.
+fn stated_limit_line(limit: &crate::scheduler::JobLimit, max_jobs: Option<u32>) -> String {
+    let mut line = match limit.jobs {
+        Some(jobs) => format!(
+            "the scheduler limits your jobs over these queues to {jobs} ({}); the run keeps under {}",
+            limit.said,
+            max_jobs.map_or(jobs, |m| m.min(jobs))
+        ),
+        None => format!("the scheduler limits your jobs ({})", limit.said),
+    };
+    if !limit.queues.is_empty() {
+        let queues: Vec<String> = limit
+            .queues
+            .iter()
+            .map(|(q, n)| format!("{q} at most {n}"))
+            .collect();
+        line.push_str(&format!(
+            "; queues kept under their own: {}",
+            queues.join(", ")
+        ));
+    }
+    line
 }
 
 #[cfg(test)]
