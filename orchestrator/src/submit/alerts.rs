@@ -42,11 +42,11 @@ impl SubmitLoop<'_> {
     ) -> Result<()> {
         let queue = rows[0].queue.clone();
         if all_done {
-            self.breaker.success();
-            self.queue_breakers.success(&queue);
+            self.trips.breaker.success();
+            self.trips.queues.success(&queue);
             return Ok(());
         }
-        if self.tripped {
+        if self.trips.tripped {
             // Jobs that were already queued when the breaker tripped fail the same way: the
             // pause and its reason stand, and one `paused` event is enough.
             return Ok(());
@@ -62,17 +62,17 @@ impl SubmitLoop<'_> {
         };
         // One queue failing while others do not is that queue's fault: set it aside, and leave
         // the run-wide count to failures the other queues share.
-        if let Some(reason) = self.queue_breakers.failed(&queue, &failure) {
+        if let Some(reason) = self.trips.queues.failed(&queue, &failure) {
             if self.another_queue_usable(&queue)? {
                 self.set_queue_aside(&queue, &reason, name, log);
                 return Ok(());
             }
         }
-        let Some(reason) = self.breaker.failed(failure) else {
+        let Some(reason) = self.trips.breaker.failed(failure) else {
             return Ok(());
         };
         self.db.pause_for(&reason)?;
-        self.tripped = true;
+        self.trips.tripped = true;
         let mut text = format!(
             "paused by the breaker: {}\n  failure: {}",
             reason.message, reason.signature
@@ -130,7 +130,7 @@ impl SubmitLoop<'_> {
         text.push_str("\n  its batches go to the other queues");
         self.console.say(text);
         self.refused.insert(queue.to_string(), why.clone());
-        self.set_aside.insert(queue.to_string(), why);
+        self.trips.set_aside.insert(queue.to_string(), why);
         self.report.set_aside.push(queue.to_string());
         self.notify(&Event::QueueSetAside {
             queue: queue.to_string(),
@@ -144,12 +144,12 @@ impl SubmitLoop<'_> {
     /// After a `resume` (paused or not), the queues the breaker set aside take jobs again.
     pub(super) fn bring_back_set_aside(&mut self) -> Result<()> {
         let resumes = self.db.resumes()?;
-        if resumes == self.resumes_seen {
+        if resumes == self.trips.resumes_seen {
             return Ok(());
         }
-        self.resumes_seen = resumes;
-        self.queue_breakers.clear();
-        for (queue, _) in std::mem::take(&mut self.set_aside) {
+        self.trips.resumes_seen = resumes;
+        self.trips.queues.clear();
+        for (queue, _) in std::mem::take(&mut self.trips.set_aside) {
             self.refused.remove(&queue);
             self.console.say(format!(
                 "queue {queue}: resumed; the breaker's set-aside is lifted, jobs go there again"
@@ -160,14 +160,14 @@ impl SubmitLoop<'_> {
 
     /// The queues the breaker set aside, and why (for the snapshot).
     pub(super) fn set_aside(&self) -> &std::collections::BTreeMap<String, String> {
-        &self.set_aside
+        &self.trips.set_aside
     }
 
     /// The user resumed a run the breaker paused: the batches that failed (for good, during
     /// the streak or before) get a fresh set of attempts, as a new `submit` would give them.
     pub(super) fn resumed_after_trip(&mut self) -> Result<()> {
-        self.tripped = false;
-        self.breaker.success();
+        self.trips.tripped = false;
+        self.trips.breaker.success();
         let reset = self.db.reset_failed_batches()?;
         let open: BTreeSet<i64> = self.db.open_jobs()?.iter().map(|j| j.batch_id).collect();
         self.attempts.retain(|batch, _| open.contains(batch));
@@ -191,10 +191,10 @@ impl SubmitLoop<'_> {
     /// Every batch is done or failed and no job is open: `finished`, once per stretch of work
     /// (a loop that found nothing to do sends none; a trial is not the run's end).
     pub(super) fn settled(&mut self) -> Result<()> {
-        if self.opts.trial.is_some() || self.jobs_ended == self.jobs_ended_at_finish {
+        if self.opts.trial.is_some() || self.counts.jobs_ended == self.counts.jobs_ended_at_finish {
             return Ok(());
         }
-        self.jobs_ended_at_finish = self.jobs_ended;
+        self.counts.jobs_ended_at_finish = self.counts.jobs_ended;
         let by_state = self.db.status()?.batches_by_state;
         let count = |state: BatchState| by_state.get(state.as_str()).copied().unwrap_or(0);
         self.notify(&Event::Finished {

@@ -97,7 +97,7 @@ impl SubmitLoop<'_> {
             None => self.db.ingest_results()?,
             Some(batches) => self.db.ingest_batches(batches)?,
         };
-        self.results_taken_in += report.accepted.len() as u64;
+        self.counts.results_taken_in += report.accepted.len() as u64;
         if let Some(watch) = self.watch.as_mut() {
             let spent = embedfleet_core::process::own_cpu().saturating_sub(cpu);
             watch.took_in(spent, report.accepted.len());
@@ -276,7 +276,7 @@ impl SubmitLoop<'_> {
         self.db.set_job_state(name, status, reason.as_deref())?;
         self.cancel_twins_of(name, &batches)?;
         let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
-        self.jobs_ended += 1;
+        self.counts.jobs_ended += 1;
         let mut all_done = true;
         for row in rows {
             let batch = row.batch_id;

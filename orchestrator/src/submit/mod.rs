@@ -248,24 +248,11 @@ struct SubmitLoop<'a> {
     refused: BTreeMap<String, String>,
     /// The batch a trial runs (see [`SubmitOptions::trial`]).
     trial_batch: Option<i64>,
-    /// Counts jobs in a row failing alike.
-    breaker: breaker::Breaker,
-    /// The run is paused by the breaker (this loop's or an earlier one's): a resume tries the
-    /// batches that failed during the streak again.
-    tripped: bool,
-    /// Counts jobs in a row failing alike on each queue, and the queues set aside by it (their
-    /// reason is in `refused` too, so no job goes there) until a `resume` (`resumes_seen`).
-    queue_breakers: breaker::QueueBreakers,
-    set_aside: BTreeMap<String, String>,
-    resumes_seen: u64,
+    /// The run's breaker and each queue's: what they counted and what they tripped.
+    trips: Trips,
     notifier: Notifier,
-    /// Jobs that ended in this loop, and their number at the last `finished` event: a loop that
-    /// had nothing to do sends none.
-    jobs_ended: u64,
-    jobs_ended_at_finish: u64,
-    /// Results the ingests accepted in this loop (a round that took none in, found no job
-    /// ended and submitted nothing is a quiet round).
-    results_taken_in: u64,
+    /// What this loop saw end and took in.
+    counts: LoopCounts,
     console: Console,
     report: SubmitReport,
     /// The owner's side of the loop (snapshot, stalls, the loop lock); none in a dry run.
@@ -300,23 +287,13 @@ impl<'a> SubmitLoop<'a> {
             refused: BTreeMap::new(),
             trial_batch: None,
             // A trial is one job whose end the user waits for: nothing to break.
-            breaker: breaker::Breaker::new(if opts.trial.is_some() {
+            trips: Trips::new(if opts.trial.is_some() {
                 0
             } else {
                 opts.breaker_after
             }),
-            tripped: false,
-            queue_breakers: breaker::QueueBreakers::new(if opts.trial.is_some() {
-                0
-            } else {
-                opts.breaker_after
-            }),
-            set_aside: BTreeMap::new(),
-            resumes_seen: 0,
             notifier: Notifier::new(&opts.notify),
-            jobs_ended: 0,
-            jobs_ended_at_finish: 0,
-            results_taken_in: 0,
+            counts: LoopCounts::default(),
             console: Console::new(false),
             report: SubmitReport::default(),
             watch: None,
@@ -395,8 +372,8 @@ impl<'a> SubmitLoop<'a> {
         }
         lp.read_job_limit()?;
         lp.routing = lp.learned_routing()?;
-        lp.tripped = lp.paused_by_breaker()?;
-        lp.resumes_seen = lp.db.resumes()?;
+        lp.trips.tripped = lp.paused_by_breaker()?;
+        lp.trips.resumes_seen = lp.db.resumes()?;
         let reset = lp.db.reset_failed_batches()?;
         if reset > 0 {
             lp.console.say(format!(
@@ -442,9 +419,9 @@ impl<'a> SubmitLoop<'a> {
     /// where nothing arrives.)
     fn events(&self) -> (u64, u64, u64) {
         (
-            self.jobs_ended,
+            self.counts.jobs_ended,
             self.report.submitted,
-            self.results_taken_in,
+            self.counts.results_taken_in,
         )
     }
 
@@ -522,7 +499,7 @@ impl<'a> SubmitLoop<'a> {
         self.poll()?;
         clock.mark();
         let paused = self.db.paused()?;
-        if self.tripped && !paused {
+        if self.trips.tripped && !paused {
             self.resumed_after_trip()?;
         }
         self.bring_back_set_aside()?;
@@ -555,7 +532,7 @@ impl<'a> SubmitLoop<'a> {
         clock.end(&mut self.report, self.watch.as_mut(), quiet);
         // Paused by the breaker, the loop waits for `resume` even with every batch
         // settled: the batches that failed during the streak are tried again then.
-        if !open_in_scope && pending.is_empty() && !self.tripped && !follow_up_busy {
+        if !open_in_scope && pending.is_empty() && !self.trips.tripped && !follow_up_busy {
             self.settled()?;
             if !self.opts.watch {
                 return Ok(RoundEnd::Settled);
@@ -566,6 +543,45 @@ impl<'a> SubmitLoop<'a> {
         }
         Ok(RoundEnd::GoOn)
     }
+}
+
+/// The run's breaker and each queue's.
+struct Trips {
+    /// Counts jobs in a row failing alike.
+    breaker: breaker::Breaker,
+    /// The run is paused by the breaker (this loop's or an earlier one's): a resume tries the
+    /// batches that failed during the streak again.
+    tripped: bool,
+    /// Counts jobs in a row failing alike on each queue, and the queues set aside by it (their
+    /// reason is in `refused` too, so no job goes there) until a `resume` (`resumes_seen`).
+    queues: breaker::QueueBreakers,
+    set_aside: BTreeMap<String, String>,
+    resumes_seen: u64,
+}
+
+impl Trips {
+    /// Breakers that trip after `after` jobs in a row fail alike (0: never).
+    fn new(after: u32) -> Self {
+        Self {
+            breaker: breaker::Breaker::new(after),
+            tripped: false,
+            queues: breaker::QueueBreakers::new(after),
+            set_aside: BTreeMap::new(),
+            resumes_seen: 0,
+        }
+    }
+}
+
+/// What a loop saw end and took in.
+#[derive(Debug, Default)]
+struct LoopCounts {
+    /// Jobs that ended in this loop, and their number at the last `finished` event: a loop that
+    /// had nothing to do sends none.
+    jobs_ended: u64,
+    jobs_ended_at_finish: u64,
+    /// Results the ingests accepted in this loop (a round that took none in, found no job
+    /// ended and submitted nothing is a quiet round).
+    results_taken_in: u64,
 }
 
 /// Whether the loop ends after a round.

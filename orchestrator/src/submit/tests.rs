@@ -358,11 +358,11 @@ fn jobs_in_flight_when_the_breaker_trips_do_not_pause_the_run_twice() {
         reason.signature,
         "exit code 1; first error line: error: libcudnn.so.# missing on nid#"
     );
-    assert!(lp.tripped);
+    assert!(lp.trips.tripped);
     // Resumed: a fresh count, and the batches get their attempts again.
     db.set_paused(false).unwrap();
     lp.resumed_after_trip().unwrap();
-    assert!(!lp.tripped);
+    assert!(!lp.trips.tripped);
     assert!(lp.attempts.is_empty(), "{:?}", lp.attempts);
     assert_eq!(db.pause_reason().unwrap(), None);
 }
@@ -553,7 +553,7 @@ fn a_queue_whose_jobs_fail_alike_while_the_others_run_is_set_aside_until_a_resum
     }
     lp.poll().unwrap();
     assert!(!db.paused().unwrap(), "one queue's fault pauses nothing");
-    assert!(!lp.tripped);
+    assert!(!lp.trips.tripped);
     let why = lp.set_aside().get("bad").expect("bad set aside").clone();
     assert!(
         why.contains("2 jobs in a row there failed the same way")
