@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# start-local-pg.sh - a PostgreSQL 15 cluster of embedfleet's own, with pgvector, for the
+# pgvector sink's tests (jobs/upload/tests/it/upload_pg.rs, tests/e2e/pgvector.rs) and
+# benches/pgvector.sh. .ci/run calls it; safe to run by hand (as root).
+#
+#   - installs Debian's postgresql-15 and postgresql-server-dev-15 when missing;
+#   - builds pgvector 0.8.6 from the tarball beside this file when the server has no
+#     `vector` 0.8.6 (about a minute on 2 cores);
+#   - `initdb` as the `postgres` user in $EMBEDFLEET_PG_DIR/data (outside the clone), listening on
+#     127.0.0.1 only, port $EMBEDFLEET_PG_PORT; Debian's own cluster (5432) and OpenPBS's
+#     datastore (15007) are never touched;
+#   - a role `embedfleet` with a random password (scram-sha-256 over TCP), owner of the
+#     database `embedfleet`, with the `vector` extension; the password goes only into the
+#     pgpass file $EMBEDFLEET_PG_DIR/pgpass (mode 0600), never onto a command line.
+#
+# Prints the environment the tests read (EMBEDFLEET_PG_URL, PGPASSFILE). Idempotent: a cluster
+# already running is kept. Stop it with stop-local-pg.sh (next to this file).
+set -euo pipefail
+
+DIR=${EMBEDFLEET_PG_DIR:-/var/tmp/embedfleet-pg}
+PORT=${EMBEDFLEET_PG_PORT:-55432}
+PGVECTOR_VERSION=0.8.6
+HERE=$(cd "$(dirname "$0")" && pwd)
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+export DEBIAN_FRONTEND=noninteractive
+
+[ "$(id -u)" = 0 ] || { echo "start-local-pg.sh: run as root (it installs packages and runs initdb as postgres)" >&2; exit 1; }
+
+if [ ! -x "$PGBIN/initdb" ] || [ ! -x "$PG_CONFIG" ]; then
+  apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >/dev/null 2>&1 \
+    || { apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null \
+         && apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >/dev/null; }
+fi
+
+control="$($PG_CONFIG --sharedir)/extension/vector.control"
+if ! grep -q "default_version = '$PGVECTOR_VERSION'" "$control" 2>/dev/null; then
+  echo "building pgvector $PGVECTOR_VERSION (about a minute)"
+  build=$(mktemp -d)
+  tar xzf "$HERE/pgvector-$PGVECTOR_VERSION.tar.gz" -C "$build"
+  make -s -C "$build/pgvector-$PGVECTOR_VERSION" -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >/dev/null
+  make -s -C "$build/pgvector-$PGVECTOR_VERSION" install PG_CONFIG="$PG_CONFIG" >/dev/null
+  rm -rf "$build"
+fi
+
+mkdir -p "$DIR"
+chown postgres:postgres "$DIR"
+chmod 0700 "$DIR"
+as_pg() { runuser -u postgres -- "$@"; }
+
+if [ ! -f "$DIR/data/PG_VERSION" ]; then
+  as_pg "$PGBIN/initdb" -D "$DIR/data" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
+    --encoding=UTF8 --locale=C >/dev/null
+  cat >>"$DIR/data/postgresql.conf" <<CONF
+# embedfleet's test cluster: loopback only, its own port and socket directory.
+listen_addresses = '127.0.0.1'
+port = $PORT
+unix_socket_directories = '$DIR'
+max_connections = 100
+shared_buffers = 512MB
+maintenance_work_mem = 256MB
+max_parallel_maintenance_workers = 2
+fsync = on
+CONF
+fi
+
+if ! as_pg "$PGBIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
+  as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 start >/dev/null
+fi
+
+psql_pg() { as_pg "$PGBIN/psql" -h "$DIR" -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+
+# The password: made once, kept only in the pgpass file (the tests' PGPASSFILE).
+if [ ! -s "$DIR/pgpass" ]; then
+  password=$(head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 24)
+  umask 077
+  printf '127.0.0.1:%s:*:embedfleet:%s\n' "$PORT" "$password" >"$DIR/pgpass.new"
+  mv "$DIR/pgpass.new" "$DIR/pgpass"
+fi
+chmod 0600 "$DIR/pgpass"
+password=$(cut -d: -f5 "$DIR/pgpass")
+# The statement goes on psql's stdin, not its command line (ps would show it).
+if [ "$(psql_pg -d postgres -c "SELECT 1 FROM pg_roles WHERE rolname = 'embedfleet'")" != 1 ]; then
+  printf "CREATE ROLE embedfleet LOGIN CREATEDB PASSWORD '%s';\n" "$password" | psql_pg -d postgres
+else
+  printf "ALTER ROLE embedfleet PASSWORD '%s';\n" "$password" | psql_pg -d postgres
+fi
+if [ "$(psql_pg -d postgres -c "SELECT 1 FROM pg_database WHERE datname = 'embedfleet'")" != 1 ]; then
+  psql_pg -d postgres -c "CREATE DATABASE embedfleet OWNER embedfleet"
+fi
+psql_pg -d embedfleet -c "SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS vector; ALTER EXTENSION vector UPDATE"
+echo "postgresql $(psql_pg -d embedfleet -c 'SHOW server_version') with pgvector $(psql_pg -d embedfleet -c "SELECT extversion FROM pg_extension WHERE extname = 'vector'") on 127.0.0.1:$PORT ($DIR)"
+echo "export EMBEDFLEET_PG_URL=postgresql://embedfleet@127.0.0.1:$PORT/embedfleet PGPASSFILE=$DIR/pgpass"

@@ -1,0 +1,110 @@
+//! An upsert batch into a table: binary `COPY` into a temporary staging table of the session,
+//! then one `INSERT … ON CONFLICT (id) DO UPDATE` into the table, in one transaction. A batch
+//! sent twice (a retry, a resumed upload) leaves one row per paper: the second copy updates the
+//! first. The staging table is the session's own (`pg_temp`: no WAL, no other session sees it)
+//! and empties itself at each commit.
+
+use pgvector::{HalfVector, Vector};
+use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::types::{ToSql, Type};
+
+use super::connect::Session;
+use super::pg_err;
+use super::table::{Storage, COLUMNS};
+use crate::error::UploadResult;
+use crate::points::PointsBatch;
+
+/// Test hook: milliseconds each COPY pauses half-way through its rows, so that a test can kill
+/// an upload mid-COPY. Not for production use.
+pub const TEST_COPY_DELAY_ENV: &str = "EMBEDFLEET_PG_TEST_COPY_DELAY_MS";
+
+/// The staging table of a session for vectors stored as `storage`.
+fn staging_name(storage: Storage) -> String {
+    format!("embedfleet_stage_{}", storage.sql())
+}
+
+/// The column types of the staging table for `storage`, making it on the session's first use.
+/// Its vector column has no size: the insert into the table checks it.
+fn staging_types(session: &mut Session, storage: Storage) -> UploadResult<Vec<Type>> {
+    if let Some(types) = session.staged.get(&storage) {
+        return Ok(types.clone());
+    }
+    let name = staging_name(storage);
+    session
+        .client
+        .batch_execute(&format!(
+            "CREATE TEMP TABLE IF NOT EXISTS {name} (id uuid, paper_id text, embedding {}, \
+             year integer, source text, n_chars integer, n_tokens integer) ON COMMIT DELETE ROWS",
+            storage.sql()
+        ))
+        .map_err(pg_err("make the staging table"))?;
+    let statement = session
+        .statement(&format!("SELECT {COLUMNS} FROM {name} LIMIT 0"))
+        .map_err(pg_err("make the staging table"))?;
+    let types: Vec<Type> = statement
+        .columns()
+        .iter()
+        .map(|c| c.type_().clone())
+        .collect();
+    session.staged.insert(storage, types.clone());
+    Ok(types)
+}
+
+/// Copies `points` into the staging table and upserts them into `table` (quoted), in one
+/// transaction: all of the batch or none of it.
+pub(super) fn upsert(
+    session: &mut Session,
+    table: &str,
+    storage: Storage,
+    points: &PointsBatch<'_>,
+) -> UploadResult<()> {
+    let types = staging_types(session, storage)?;
+    let staging = staging_name(storage);
+    let insert = format!(
+        "INSERT INTO {table} ({COLUMNS}) SELECT {COLUMNS} FROM {staging} \
+         ON CONFLICT (id) DO UPDATE SET paper_id = EXCLUDED.paper_id, \
+         embedding = EXCLUDED.embedding, year = EXCLUDED.year, source = EXCLUDED.source, \
+         n_chars = EXCLUDED.n_chars, n_tokens = EXCLUDED.n_tokens"
+    );
+    let insert = session.statement(&insert).map_err(pg_err("upsert rows"))?;
+    let mut tx = session
+        .client
+        .transaction()
+        .map_err(pg_err("upsert rows"))?;
+    let sink = tx
+        .copy_in(&format!(
+            "COPY {staging} ({COLUMNS}) FROM STDIN (FORMAT binary)"
+        ))
+        .map_err(pg_err("copy rows"))?;
+    let mut writer = BinaryCopyInWriter::new(sink, &types);
+    let pause = std::env::var(TEST_COPY_DELAY_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(std::time::Duration::from_millis);
+    for (row, p) in points.iter().enumerate() {
+        if let Some(pause) = pause.filter(|_| row == points.len() / 2) {
+            // The server is in the COPY, half the rows written: a kill now is mid-COPY.
+            std::thread::sleep(pause);
+        }
+        let id = p.id();
+        let year = p.year.and_then(|y| i32::try_from(y).ok());
+        let vector: Box<dyn ToSql + Sync> = match storage {
+            Storage::Vector => Box::new(Vector::from(p.vector.to_vec())),
+            Storage::Halfvec => Box::new(HalfVector::from_f32_slice(p.vector)),
+        };
+        writer
+            .write(&[
+                &id,
+                &p.paper_id,
+                vector.as_ref(),
+                &year,
+                &p.source,
+                &p.n_chars,
+                &p.n_tokens,
+            ])
+            .map_err(pg_err("copy rows"))?;
+    }
+    writer.finish().map_err(pg_err("copy rows"))?;
+    tx.execute(&insert, &[]).map_err(pg_err("upsert rows"))?;
+    tx.commit().map_err(pg_err("upsert rows"))
+}
