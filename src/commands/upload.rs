@@ -71,10 +71,15 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
         });
     }
     // A server gets worker processes (by default one per peer holding the collection, else one
-    // per core, decided once the collection exists); the embedded engine is one process.
+    // per core, decided once the collection exists); the embedded engine is one process, and
+    // so is a PostgreSQL upload (K sessions: the server, not the client, is its bottleneck).
     let server = kind == "server";
     if !server && args.workers.is_some_and(|n| n > 1) {
-        eprintln!("note: the embedded engine is one process; --workers is ignored, --in-flight sets its threads");
+        let why = match kind {
+            "postgres" => "a PostgreSQL upload is one process, a session per request in flight",
+            _ => "the embedded engine is one process",
+        };
+        eprintln!("note: {why}; --workers is ignored, --in-flight sets its threads");
     }
     eprintln!(
         "upload into `{}` ({kind}): batches of {}, {} in flight{}{}",

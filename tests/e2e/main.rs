@@ -16,6 +16,7 @@ mod guidance;
 mod integrity;
 mod json_docs;
 mod owner;
+mod pgvector;
 mod pipes;
 mod plan;
 mod publish;

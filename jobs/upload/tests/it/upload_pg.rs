@@ -9,7 +9,10 @@
 
 use crate::upload_common;
 
-use embedfleet_upload::{CollectionSpec, PgConfig, PgVector, Sink};
+use embedfleet_upload::{
+    CollectionSpec, IterativeScan, PayloadFilter, PgConfig, PgIndex, PgVector, QueryRequest,
+    SearchOptions, Sink, UploadError, VectorDtype, VectorIndex,
+};
 use upload_common::*;
 
 /// The server's URL, or `None` (the test is skipped, saying why).
@@ -95,5 +98,228 @@ fn pg_the_marker_goes_with_the_table() {
         sink.ensure_collection(&CollectionSpec::new(name, 8))
             .expect("made again");
         assert_eq!(sink.collection_marker(name).unwrap(), None, "a new table");
+    });
+}
+
+/// A plain client of the test server.
+fn client(sink: &PgVector) -> postgres::Client {
+    let url = std::env::var("EMBEDFLEET_PG_URL").expect("the sink was connected");
+    let _ = sink;
+    embedfleet_upload::pg::client(&PgConfig::new(url)).expect("connect")
+}
+
+fn column_type(c: &mut postgres::Client, table: &str) -> Option<String> {
+    c.query_opt(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
+         WHERE attrelid = to_regclass($1) AND attname = 'embedding'",
+        &[&format!("\"{table}\"")],
+    )
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+#[test]
+fn pg_f16_runs_go_to_halfvec_exactly_and_wide_f32_too_past_4000_nothing_is_made() {
+    with_table_config("types", PgConfig::new(""), |sink, name| {
+        let mut c = client(sink);
+        // f16 shards: halfvec, every value as the shard holds it.
+        let spec = CollectionSpec {
+            vector_dtype: VectorDtype::F16,
+            ..CollectionSpec::new(name, 24)
+        };
+        sink.ensure_collection(&spec).unwrap();
+        assert_eq!(column_type(&mut c, name).as_deref(), Some("halfvec(24)"));
+        upsert_in_slices(sink, name, &shard_batch_f16(0, 30, 24), 16);
+        let sql = format!("SELECT paper_id, embedding FROM \"{name}\"");
+        for row in c.query(&sql, &[]).unwrap() {
+            let id: String = row.get(0);
+            let i: usize = id[1..].parse::<usize>().unwrap() - 1_000_000;
+            let stored: pgvector::HalfVector = row.get(1);
+            let want: Vec<half::f16> = vector_of(i, 24, 7)
+                .into_iter()
+                .map(half::f16::from_f32)
+                .collect();
+            assert_eq!(stored.to_vec(), want, "{id}");
+        }
+        sink.delete_collection(name).unwrap();
+        // 2,560-d f32 (Qwen3-Embedding-4B): past vector's 2,000, so halfvec.
+        sink.ensure_collection(&CollectionSpec::new(name, 2560))
+            .unwrap();
+        assert_eq!(column_type(&mut c, name).as_deref(), Some("halfvec(2560)"));
+        sink.delete_collection(name).unwrap();
+        // 4,096-d (8B): refused before anything is made.
+        match sink.ensure_collection(&CollectionSpec::new(name, 4096)) {
+            Err(UploadError::PgTooManyDims { dim: 4096, .. }) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert_eq!(column_type(&mut c, name), None, "no table made");
+        assert!(sink.collection_info(name).unwrap().is_none());
+    });
+}
+
+#[test]
+fn pg_an_invalid_index_is_reported_red_then_dropped_and_built_again() {
+    with_table("invalid", |sink, name| {
+        let dim = 16;
+        let spec = CollectionSpec {
+            bulk_load: true,
+            ..CollectionSpec::new(name, dim)
+        };
+        sink.ensure_collection(&spec).unwrap();
+        upsert_in_slices(sink, name, &shard_batch(0, 200, dim), 100);
+        // A concurrent build that fails half-way (row 0's n_chars is 1000: division by zero)
+        // leaves its index behind, INVALID.
+        let url = std::env::var("EMBEDFLEET_PG_URL").unwrap();
+        let mut c = embedfleet_upload::pg::client(&PgConfig::new(url)).unwrap();
+        let failed = c.batch_execute(&format!(
+            "CREATE INDEX CONCURRENTLY ON \"{name}\" USING hnsw (embedding vector_cosine_ops) \
+             WHERE 1 / (n_chars - 1000) >= 0"
+        ));
+        assert!(failed.is_err(), "the build fails");
+        let info = sink.collection_info(name).unwrap().unwrap();
+        assert!(info.red && !info.green, "an INVALID index: {info:?}");
+        assert_eq!(
+            info.indexed_vectors, 0,
+            "no valid index: searches are exact"
+        );
+        let report = sink.finish(&spec).unwrap();
+        assert_eq!(report.indexed_vectors, 200);
+        let info = sink.collection_info(name).unwrap().unwrap();
+        assert!(info.green && !info.red, "{info:?}");
+        let invalid: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_index WHERE indrelid = to_regclass($1) AND NOT indisvalid",
+                &[&format!("\"{name}\"")],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(invalid, 0, "the INVALID index was dropped");
+    });
+}
+
+/// Queries with a filter passing about a sixth of the rows, `k` = 10: pgvector's default scan
+/// (40 candidates, then the filter: ~7 pass) answers short; iterative scans answer in full.
+fn short_answers(sink: &PgVector, name: &str) -> (usize, usize) {
+    let filter = PayloadFilter::year(2019);
+    let mut short = 0;
+    let queries = 30;
+    for i in 0..queries {
+        let v = vector_of(10_000 + i, 32, 11);
+        let options = SearchOptions {
+            filter: Some(filter.clone()),
+            ..SearchOptions::new(10)
+        };
+        let hits = sink
+            .query(QueryRequest::one(name, &v, options))
+            .unwrap()
+            .remove(0);
+        assert!(hits.iter().all(|h| h.year == Some(2019)));
+        assert!(
+            hits.windows(2).all(|w| w[0].score >= w[1].score),
+            "best first"
+        );
+        short += usize::from(hits.len() < 10);
+    }
+    (short, queries)
+}
+
+#[test]
+fn pg_filtered_searches_are_short_without_iterative_scans_and_full_with_them() {
+    with_table_config(
+        "iterative",
+        PgConfig {
+            iterative_scan: IterativeScan::Off,
+            ..PgConfig::new("")
+        },
+        |off, name| {
+            let spec = CollectionSpec {
+                bulk_load: true,
+                ..CollectionSpec::new(name, 32)
+            };
+            off.ensure_collection(&spec).unwrap();
+            // Enough rows that the planner takes the HNSW index under the filter (on a small
+            // table it sorts the filtered rows instead: exact, and never short).
+            upsert_in_slices(off, name, &shard_batch(0, 20_000, 32), 2000);
+            off.finish(&spec).unwrap();
+            let (short, n) = short_answers(off, name);
+            assert!(short > n / 3, "pgvector's defaults: {short} of {n} short");
+            let url = std::env::var("EMBEDFLEET_PG_URL").unwrap();
+            let relaxed = PgVector::connect(PgConfig::new(url.clone())).unwrap();
+            assert_eq!(short_answers(&relaxed, name).0, 0, "relaxed_order");
+            let strict = PgVector::connect(PgConfig {
+                iterative_scan: IterativeScan::Strict,
+                ..PgConfig::new(url)
+            })
+            .unwrap();
+            assert_eq!(short_answers(&strict, name).0, 0, "strict_order");
+        },
+    );
+}
+
+#[test]
+fn pg_ivfflat_gets_lists_from_the_row_count_and_probes_per_query() {
+    with_table_config(
+        "ivfflat",
+        PgConfig {
+            index: PgIndex::IvfFlat,
+            ..PgConfig::new("")
+        },
+        |sink, name| {
+            let spec = CollectionSpec {
+                bulk_load: true,
+                ..CollectionSpec::new(name, 16)
+            };
+            sink.ensure_collection(&spec).unwrap();
+            upsert_in_slices(sink, name, &shard_batch(0, 3000, 16), 1000);
+            sink.finish(&spec).unwrap();
+            let info = sink.collection_info(name).unwrap().unwrap();
+            assert_eq!(
+                info.index,
+                Some(VectorIndex::IvfFlat { lists: 3 }),
+                "3,000 rows / 1,000"
+            );
+            // Every list probed: the exact answer.
+            let v = vector_of(5, 16, 7);
+            let all = SearchOptions {
+                probes: Some(3),
+                ..SearchOptions::new(1)
+            };
+            let hits = sink
+                .query(QueryRequest::one(name, &v, all))
+                .unwrap()
+                .remove(0);
+            assert_eq!(hits[0].paper_id.as_deref(), Some(paper_id(5).as_str()));
+        },
+    );
+}
+
+#[test]
+fn pg_restamps_set_the_payload_columns_and_none_clears_them() {
+    with_table("restamp", |sink, name| {
+        sink.ensure_collection(&CollectionSpec::new(name, 8))
+            .unwrap();
+        upsert_in_slices(sink, name, &shard_batch(0, 20, 8), 10);
+        let ids: Vec<_> = (0..5)
+            .map(|i| embedfleet_upload::point_id(&paper_id(i)))
+            .collect();
+        let request =
+            embedfleet_upload::PayloadRequest::new(name, &ids, Some(1999), Some("pubmed"));
+        sink.set_payload(request).unwrap();
+        let count = |f: PayloadFilter| {
+            sink.count(embedfleet_upload::CountRequest::new(name).filter(Some(&f)))
+                .unwrap()
+        };
+        assert_eq!(count(PayloadFilter::year(1999)), 5);
+        assert_eq!(count(PayloadFilter::source("pubmed")), 5);
+        let cleared = embedfleet_upload::PayloadRequest::new(name, &ids[..2], None, None);
+        sink.set_payload(cleared).unwrap();
+        assert_eq!(count(PayloadFilter::year(1999)), 3);
+        let v = vector_of(0, 8, 7);
+        let hit = sink
+            .query(QueryRequest::one(name, &v, SearchOptions::new(1)))
+            .unwrap()
+            .remove(0)
+            .remove(0);
+        assert_eq!((hit.year, hit.source.as_deref()), (None, None), "{hit:?}");
     });
 }
