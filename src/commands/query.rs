@@ -136,6 +136,17 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         l.p95_ms,
         l.p99_ms
     );
+    if report.short > 0 {
+        eprintln!(
+            "warning: {} of these queries got fewer than {} results although the collection holds that many matching papers: the index gave up early (pgvector: search with --pg-iterative-scan relaxed, or a higher ef)",
+            report.short, args.top_k
+        );
+    } else {
+        eprintln!(
+            "short results: none (every query got {} results, or every matching paper)",
+            args.top_k
+        );
+    }
     Ok(exit::SUCCESS)
 }
 
@@ -188,7 +199,7 @@ fn record_output(db: &RunDb, output: &Path) -> Result<()> {
 
 pub fn eval(args: &EvalArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
-    let (sink, _) = open_sink(&args.run_dir, &args.target)?;
+    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let queries = match &args.queries {
         Some(path) => {
             let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
@@ -197,6 +208,9 @@ pub fn eval(args: &EvalArgs) -> Result<i32> {
         }
         None => embedfleet_query::sample_queries(&db, args.sample.unwrap_or(100), args.seed)?,
     };
+    if let Some(url) = &args.compare_postgres {
+        return super::compare::eval_compare(args, &db, sink.as_ref(), kind, &queries, url);
+    }
     let options = EvalOptions {
         collection: args.collection.clone(),
         k: args.top_k.max(1),

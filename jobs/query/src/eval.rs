@@ -180,6 +180,7 @@ pub fn eval(
                 filter: filter.clone(),
                 hnsw_ef: ef,
                 exact,
+                ..SearchOptions::default()
             };
             let found = search_batched(
                 sink,
@@ -206,7 +207,10 @@ pub fn eval(
 }
 
 /// Mean recall and the share of short answers.
-fn score(truth: &[Vec<ExactHit>], answers: &[Vec<embedfleet_upload::Hit>]) -> (f64, f64) {
+pub(crate) fn score(
+    truth: &[Vec<ExactHit>],
+    answers: &[Vec<embedfleet_upload::Hit>],
+) -> (f64, f64) {
     let (mut recall, mut short, mut counted) = (0.0, 0usize, 0usize);
     for (exact, got) in truth.iter().zip(answers) {
         if exact.is_empty() {
@@ -227,7 +231,7 @@ fn score(truth: &[Vec<ExactHit>], answers: &[Vec<embedfleet_upload::Hit>]) -> (f
 
 /// The exact top-k, from `eval/exact-<key>.json` when an earlier eval computed it for the same
 /// queries, k, filter and parquet shards.
-fn cached_truth(
+pub(crate) fn cached_truth(
     db: &RunDb,
     queries: &[Vec<f32>],
     k: usize,

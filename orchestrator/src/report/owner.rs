@@ -139,6 +139,7 @@ impl OwnerReport {
             first_error(&run_dir, cache, a)
         });
         figures.eval = super::eval_table::latest(&run_dir);
+        figures.compare = super::eval_table::compare(&run_dir);
         figures.activity = self.activity.clone();
         self.write(REPORT_FILE, html::render(&figures).as_bytes());
     }
