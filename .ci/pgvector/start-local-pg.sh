@@ -11,9 +11,10 @@
 #     datastore (15007) are never touched;
 #   - a role `embedfleet` with a random password (scram-sha-256 over TCP), owner of the
 #     database `embedfleet`, with the `vector` extension; the password goes only into the
-#     pgpass file $EMBEDFLEET_PG_DIR/pgpass (mode 0600), never onto a command line.
+#     pgpass file $EMBEDFLEET_PG_DIR/pgpass (mode 0600), never onto a command line;
+#   - TLS with a CA of its own ($EMBEDFLEET_PG_DIR/ca.crt), plain connections allowed too.
 #
-# Prints the environment the tests read (EMBEDFLEET_PG_URL, PGPASSFILE). Idempotent: a cluster
+# Prints the environment the tests read (EMBEDFLEET_PG_URL, PGPASSFILE, EMBEDFLEET_PG_CA). Idempotent: a cluster
 # already running is kept. Stop it with stop-local-pg.sh (next to this file).
 set -euo pipefail
 
@@ -64,17 +65,39 @@ fsync = on
 CONF
 fi
 
+# TLS: a CA of the cluster's own ($DIR/ca.crt, for the tests of sslmode verify-ca and
+# verify-full) and a server certificate for 127.0.0.1 only (so that `localhost` fails
+# verify-full's host check and passes verify-ca). Plain connections stay allowed.
+if [ ! -s "$DIR/ca.crt" ] || [ ! -s "$DIR/data/server.crt" ]; then
+  tmp=$(mktemp -d)
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=embedfleet test CA" \
+    -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$tmp/ext"
+  openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" -CAcreateserial \
+    -days 3650 -extfile "$tmp/ext" -out "$tmp/server.crt" 2>/dev/null
+  install -o postgres -g postgres -m 0600 "$tmp/server.key" "$DIR/data/server.key"
+  install -o postgres -g postgres -m 0644 "$tmp/server.crt" "$DIR/data/server.crt"
+  install -m 0644 "$tmp/ca.crt" "$DIR/ca.crt"
+  rm -rf "$tmp"
+fi
+grep -q '^ssl = on' "$DIR/data/postgresql.conf" || echo "ssl = on" >>"$DIR/data/postgresql.conf"
+
 if ! as_pg "$PGBIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
   as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 start >/dev/null
+else
+  as_pg "$PGBIN/pg_ctl" -D "$DIR/data" reload >/dev/null
 fi
 
 psql_pg() { as_pg "$PGBIN/psql" -h "$DIR" -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
 
 # The password: made once, kept only in the pgpass file (the tests' PGPASSFILE).
-if [ ! -s "$DIR/pgpass" ]; then
+# Any host name: the TLS tests reach the server as `localhost` too.
+if [ ! -s "$DIR/pgpass" ] || ! grep -q '^\*:' "$DIR/pgpass"; then
   password=$(head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 24)
   umask 077
-  printf '127.0.0.1:%s:*:embedfleet:%s\n' "$PORT" "$password" >"$DIR/pgpass.new"
+  printf '*:%s:*:embedfleet:%s\n' "$PORT" "$password" >"$DIR/pgpass.new"
   mv "$DIR/pgpass.new" "$DIR/pgpass"
 fi
 chmod 0600 "$DIR/pgpass"
@@ -90,4 +113,4 @@ if [ "$(psql_pg -d postgres -c "SELECT 1 FROM pg_database WHERE datname = 'embed
 fi
 psql_pg -d embedfleet -c "SET client_min_messages = warning; CREATE EXTENSION IF NOT EXISTS vector; ALTER EXTENSION vector UPDATE"
 echo "postgresql $(psql_pg -d embedfleet -c 'SHOW server_version') with pgvector $(psql_pg -d embedfleet -c "SELECT extversion FROM pg_extension WHERE extname = 'vector'") on 127.0.0.1:$PORT ($DIR)"
-echo "export EMBEDFLEET_PG_URL=postgresql://embedfleet@127.0.0.1:$PORT/embedfleet PGPASSFILE=$DIR/pgpass"
+echo "export EMBEDFLEET_PG_URL=postgresql://embedfleet@127.0.0.1:$PORT/embedfleet PGPASSFILE=$DIR/pgpass EMBEDFLEET_PG_CA=$DIR/ca.crt"

@@ -391,6 +391,52 @@ fn pgvector_query_eval_and_delete_work_on_the_table() {
     let exact = &report["rows"][0];
     assert_eq!(exact["search"], "exact");
     assert_eq!(exact["recall"], 1.0);
+    // eval side by side: the run's embedded collection (too small to be indexed: exact) and
+    // the table, each at the least effort reaching the floor, unfiltered and filtered, with
+    // pgvector's defaults beside them.
+    let args = [
+        "eval",
+        "--run-dir",
+        "run",
+        "--sample",
+        "20",
+        "--json",
+        "--compare-postgres",
+        &url,
+        "--compare-table",
+        name,
+    ];
+    let out = t.run(&args, 0);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(report["floor"], 0.95);
+    assert!(rows.len() >= 6 && rows.len().is_multiple_of(3), "{report}");
+    let filters: BTreeSet<&str> = rows.iter().map(|r| r["filter"].as_str().unwrap()).collect();
+    assert!(
+        filters.contains("none") && filters.len() >= 2,
+        "{filters:?}"
+    );
+    for row in rows {
+        match row["database"].as_str().unwrap() {
+            "qdrant (embedded)" => {
+                assert_eq!(row["index"], "none (exact search)");
+                assert_eq!(row["recall"], 1.0);
+            }
+            "pgvector" => {
+                assert!(row["index"].as_str().unwrap().starts_with("hnsw"), "{row}");
+                assert!(row["tuning"].as_str().unwrap().starts_with("ef="), "{row}");
+                assert_eq!(row["short_share"], 0.0, "iterative scans: {row}");
+            }
+            other => {
+                assert!(other.starts_with("pgvector, defaults"), "{other}");
+                assert_eq!(row["tuning"], "defaults");
+            }
+        }
+    }
+    assert!(t.join("run/eval/compare.md").is_file());
+    t.run(&["report", "--run-dir", "run", "--html", "report.html"], 0);
+    let page = std::fs::read_to_string(t.join("report.html")).unwrap();
+    assert!(page.contains("id=\"compare\""), "the report shows it");
     // delete: exactly those rows, and tombstoned for later uploads.
     let ids: Vec<String> = tables.rows(0).keys().take(3).cloned().collect();
     let mut args = vec!["delete", "--run-dir", "run"];

@@ -47,7 +47,8 @@ pub struct CompareOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompareRow {
     pub database: String,
-    /// `hnsw (m=16, ef_construction=100)`, `ivfflat (lists=200)`, or `none (exact)`.
+    /// `hnsw (m=16, ef_construction=100)`, `ivfflat (lists=200)`, or `none (exact search)`:
+    /// no index, or one that covers no point yet.
     pub index: String,
     /// `none`, or the filter's expressions.
     pub filter: String,
@@ -228,7 +229,9 @@ fn measure(
             .sink
             .count(CountRequest::new(&target.collection).filter(Some(f)))?,
     };
-    let index = info.index.as_ref();
+    // An index that covers nothing (Qdrant below its indexing threshold) is not searched:
+    // every search is exact, whatever its effort.
+    let index = info.index.as_ref().filter(|_| info.indexed_vectors > 0);
     let ladder: Vec<Option<u64>> = if target.defaults_only {
         vec![None]
     } else {
@@ -260,7 +263,7 @@ fn measure(
         let (recall, short_share) = score(truth, &found.hits);
         let row = CompareRow {
             database: target.database.clone(),
-            index: index.map_or_else(|| "none (exact)".to_owned(), ToString::to_string),
+            index: index.map_or_else(|| "none (exact search)".to_owned(), ToString::to_string),
             filter: filter_name.to_owned(),
             selectivity: passing as f64 / all as f64,
             tuning,

@@ -114,10 +114,16 @@ impl IndexCoverage {
             .map(|t| format!(", indexing threshold {t} KB"))
             .unwrap_or_default();
         if self.exact_only {
+            let why = if self.indexing_threshold_kb.is_some() {
+                "a collection this small is never indexed: evaluate a bigger one"
+            } else {
+                // A database without a threshold (pgvector) has none until the load's end built it.
+                "its load did not finish: `embedfleet upload` again builds the index"
+            };
             Some(format!(
                 "exact search: the collection has no HNSW index ({} points{threshold}), so every \
                  row below searched exactly, whatever its ef; its recall says nothing of HNSW \
-                 (a collection this small is never indexed: evaluate a bigger one)",
+                 ({why})",
                 self.points
             ))
         } else if self.indexed_vectors < self.points {

@@ -194,9 +194,22 @@ fn connect_error(target: &str, e: &postgres::Error) -> UploadError {
             message: format!("{target}: {}{hint}", db.message()),
         };
     }
+    // The client's error, then what caused it (a TLS handshake's error says why there).
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    if message.contains("TLS") || message.contains("certificate") {
+        return UploadError::PgUrl {
+            url: target.to_owned(),
+            reason: format!("the TLS handshake failed ({message}): check sslmode and sslrootcert (verify-full checks the host name against the server's certificate)"),
+        };
+    }
     UploadError::PgUnreachable {
         target: target.to_owned(),
-        message: e.to_string(),
+        message,
     }
 }
 
@@ -366,8 +379,8 @@ impl Pool {
             Some(s) => s,
             None => {
                 let mut client = self.connector.connect()?;
-                // An acknowledged upsert must survive a server crash, whatever the server's
-                // default: the upload records it as sent.
+                // What is acknowledged must survive a server crash, whatever the server's
+                // default (an upsert batch alone waits for its WAL at the next checkpoint).
                 client
                     .batch_execute("SET synchronous_commit = on")
                     .map_err(super::pg_err("start a session"))?;

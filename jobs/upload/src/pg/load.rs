@@ -1,5 +1,6 @@
 //! An upsert batch into a table: binary `COPY` into a temporary staging table of the session,
-//! then one `INSERT … ON CONFLICT (id) DO UPDATE` into the table, in one transaction. A batch
+//! then one `INSERT … ON CONFLICT (id) DO UPDATE` into the table, in one transaction, committed
+//! without waiting for the disk (`Sink::checkpoint` does, for every batch before it). A batch
 //! sent twice (a retry, a resumed upload) leaves one row per paper: the second copy updates the
 //! first. The staging table is the session's own (`pg_temp`: no WAL, no other session sees it)
 //! and empties itself at each commit.
@@ -70,6 +71,10 @@ pub(super) fn upsert(
     let mut tx = session
         .client
         .transaction()
+        .map_err(pg_err("upsert rows"))?;
+    // No fsync per batch: `Sink::checkpoint` makes every acknowledged batch durable at once
+    // (the upload records progress only after it), as Qdrant's flush does.
+    tx.batch_execute("SET LOCAL synchronous_commit = off")
         .map_err(pg_err("upsert rows"))?;
     let sink = tx
         .copy_in(&format!(

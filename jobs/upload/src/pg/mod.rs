@@ -355,8 +355,15 @@ impl Sink for PgVector {
     }
 
     fn checkpoint(&self, _collection: &str) -> UploadResult<()> {
-        // Each upsert is a committed transaction (sessions run with synchronous_commit on).
-        Ok(())
+        // Upserts commit without waiting for their WAL to reach the disk (`load.rs`). This
+        // commit waits (sessions run with synchronous_commit on), and the WAL is flushed in
+        // order: every upsert acknowledged before it is durable after it. Assigning a
+        // transaction id is what gives the commit a WAL record to wait for.
+        let mut session = self.pool.get()?;
+        session
+            .client
+            .batch_execute("BEGIN; SELECT txid_current(); COMMIT")
+            .map_err(pg_err("make the upserts durable"))
     }
 
     fn finish(&self, spec: &CollectionSpec) -> UploadResult<FinishReport> {

@@ -323,3 +323,60 @@ fn pg_restamps_set_the_payload_columns_and_none_clears_them() {
         assert_eq!((hit.year, hit.source.as_deref()), (None, None), "{hit:?}");
     });
 }
+
+/// Whether the session of `config` is encrypted, or why it could not be opened.
+fn encrypted(config: PgConfig) -> Result<bool, String> {
+    let mut c = embedfleet_upload::pg::client(&config).map_err(|e| e.to_string())?;
+    let row = c
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(row.get(0))
+}
+
+#[test]
+fn pg_tls_follows_libpqs_sslmode_and_root_certificates() {
+    let Some(url) = pg_url("pg_tls") else {
+        return;
+    };
+    let Ok(ca) = std::env::var("EMBEDFLEET_PG_CA") else {
+        if std::env::var("EMBEDFLEET_REQUIRE_PG").as_deref() == Ok("1") {
+            panic!("pg_tls: EMBEDFLEET_PG_CA is not set but EMBEDFLEET_REQUIRE_PG=1");
+        }
+        eprintln!("skipping pg_tls: no EMBEDFLEET_PG_CA (the server's CA certificate)");
+        return;
+    };
+    let with = |url: &str, query: &str| PgConfig::new(format!("{url}?{query}"));
+    assert_eq!(encrypted(with(&url, "sslmode=disable")), Ok(false));
+    assert_eq!(encrypted(with(&url, "sslmode=prefer")), Ok(true));
+    assert_eq!(
+        encrypted(with(&url, "sslmode=require")),
+        Ok(true),
+        "no root: not checked"
+    );
+    let full = format!("sslmode=verify-full&sslrootcert={ca}");
+    assert_eq!(encrypted(with(&url, &full)), Ok(true));
+    // The server's certificate names 127.0.0.1 only: `localhost` is the right server (the CA
+    // signed it) under another name.
+    let localhost = url.replace("127.0.0.1", "localhost");
+    let wrong_name = encrypted(with(&localhost, &full)).unwrap_err();
+    assert!(wrong_name.contains("ertificate"), "{wrong_name}");
+    let ca_only = format!("sslmode=verify-ca&sslrootcert={ca}");
+    assert_eq!(
+        encrypted(with(&localhost, &ca_only)),
+        Ok(true),
+        "verify-ca: chain only"
+    );
+    // Roots that did not sign it (the system's) refuse it.
+    let system = encrypted(with(&url, "sslmode=verify-full&sslrootcert=system")).unwrap_err();
+    assert!(system.contains("ertificate"), "{system}");
+    // verify-full with no root certificate at all is refused before connecting.
+    let none = PgConfig::new(format!("{url}?sslmode=verify-full"));
+    let refused = match embedfleet_upload::pg::client(&none) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("verify-full with no root certificate connected"),
+    };
+    assert!(refused.contains("sslrootcert"), "{refused}");
+}
