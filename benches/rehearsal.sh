@@ -2,16 +2,17 @@
 # A dress rehearsal of the whole product at the study's *shape* with tiny work: 2,075 batches of
 # 4 short papers (8,300 papers over several gzip files and one pyarrow-written parquet file)
 # through the real one-node Slurm (.ci/slurm/start-local-slurm.sh; partitions debug and gpu,
-# each with a cap), with seeded faults, into a three-peer Qdrant cluster as grouped shards
+# each with a cap), or with SCHEDULER=pbs the real one-node OpenPBS (.ci/pbs/start-local-pbs.sh;
+# benches/rehearsal-scheduler.sh holds each one's commands), with seeded faults, into a three-peer Qdrant cluster as grouped shards
 # (`upload --mode snapshot`), then 22,723 query terms, `eval` and `publish` (the published
 # folder loaded by Hugging Face `datasets`). CPU only: the tiny random Qwen3 stands for the 4B.
 #
 # Faults, each listed in the report with when it struck and what it hit:
-#   - CANCEL_PCT % of the batches' jobs cancelled with `scancel` while running;
+#   - CANCEL_PCT % of the batches' jobs cancelled with `scancel` (`qdel`) while running;
 #   - the submit loop SIGKILLed three times and started again with no options;
-#   - partition DRAIN_PARTITION drained for DRAIN_S seconds;
+#   - partition (queue) DRAIN_PARTITION drained for DRAIN_S seconds;
 #   - one result manifest unreadable for one poll (a directory in its place, as ESTALE);
-#   - one job hung (SIGSTOP) until Slurm kills it at its walltime (WALLTIME).
+#   - one job hung (SIGSTOP) until the scheduler kills it at its walltime (WALLTIME).
 # With MEASURE=1 the third loop runs as embedfleet did before it kept its scans to the open
 # work (EMBEDFLEET_FULL_SWEEP_S=0: every batch's results folder read at every poll) and the
 # fourth as it does now; a window of each gives the owner's CPU and file operations per poll
@@ -19,6 +20,13 @@
 # (`strace -c`), a ratio in one run at about the same batch count; then a third window in
 # which nothing arrives (the loop paused, the run's pending jobs held, its embed-jobs stopped):
 # the fourth loop's quiet rounds, what a poll costs whatever arrives (`cpu_ms_per_quiet_poll`).
+#
+# Paced like the study (PACE_S > 0): during each measured window every embed job sleeps PACE_S
+# seconds before it embeds, so that about (running jobs) x POLL / PACE_S results arrive a poll
+# (the study: 64 jobs of ~40 min, a poll every 30 s: ~0.8 a poll; here ~40 jobs of 100 s, a
+# poll every 2 s); the window starts once every running job is a paced one. BEFORE_BIN runs
+# the first three loops (the "before" build; the stored run config is then its own), BIN the
+# fourth: before and after in one run, at about the same batch count.
 #
 # The end counts are checked by readers that are not ours: pyarrow (shard rows, no id twice),
 # Qdrant's REST API or qdrant-edge-py (points), `datasets` (published rows); query rows must be
@@ -30,8 +38,11 @@
 #          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
 #          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
+#          SCHEDULER=slurm (or pbs) PBS_NS=embedfleet-pbs
 #          BEFORE_ENV, AFTER_ENV, BEFORE_LABEL, AFTER_LABEL (the measured loops; see below)
-#   needs: a running Slurm (.ci/slurm/start-local-slurm.sh), python3 with pyarrow and
+#          BEFORE_BIN=BIN PACE_S=0 JOB_MEM= (e.g. 150M: sbatch --mem) QUIET_WINDOW=1 SUBMIT_ONLY=0
+#   needs: a running Slurm (.ci/slurm/start-local-slurm.sh) or PBS (.ci/pbs/start-local-pbs.sh,
+#          as root: its commands run inside its namespace), python3 with pyarrow and
 #          datasets (and qdrant-edge-py for PEERS=0), strace for MEASURE=1, procps, and for
 #          PEERS > 0 curl and a Qdrant server binary (docs/testing.md: build-qdrant.sh).
 set -uo pipefail
@@ -61,17 +72,24 @@ BEFORE_ENV=${BEFORE_ENV:-EMBEDFLEET_FULL_SWEEP_S=0}
 AFTER_ENV=${AFTER_ENV:-}
 BEFORE_LABEL=${BEFORE_LABEL:-full_sweep_every_poll}
 AFTER_LABEL=${AFTER_LABEL:-open_work_only}
+BEFORE_BIN=$(realpath "${BEFORE_BIN:-$BIN}")
+PACE_S=${PACE_S:-0}
+JOB_MEM=${JOB_MEM:-}
+QUIET_WINDOW=${QUIET_WINDOW:-1}
+SUBMIT_ONLY=${SUBMIT_ONLY:-0}
 PAPERS=$((BATCHES * PAPERS_PER_BATCH))
 RANDOM=$SEED
 
-sinfo -h >/dev/null 2>&1 || { echo "no Slurm: run .ci/slurm/start-local-slurm.sh" >&2; exit 2; }
+# shellcheck source=benches/rehearsal-scheduler.sh
+. "$HERE/benches/rehearsal-scheduler.sh"
+sched_up || exit 2
 # Nothing of an earlier rehearsal may still run on these directories or ports.
-pkill -KILL -f -- "$WORK/" 2>/dev/null || true
+[ -d "$WORK" ] && pkill -KILL -f -- "$WORK/" 2>/dev/null
 [ -d "$WORK/qdrant" ] && QDRANT_HOME=$WORK/qdrant QDRANT_PEERS=$PEERS QDRANT_BASE_PORT=$PORT_BASE \
   bash "$HERE/.ci/qdrant/qdrant-cluster.sh" stop >/dev/null 2>&1
 # Its jobs only: other runs (the test suite's) may share the cluster.
-squeue -h -o '%i %o' 2>/dev/null | awk -v w="$WORK/" 'index($2, w) == 1 {print $1}' | xargs -r scancel 2>/dev/null || true
-scontrol update PartitionName="$DRAIN_PARTITION" State=UP 2>/dev/null || true
+for id in $(jobs_of "$WORK"); do cancel_job "$id" || true; done
+undrain_queue "$DRAIN_PARTITION" >/dev/null 2>&1 || true
 rm -rf "$WORK" && mkdir -p "$WORK"
 cd "$WORK"
 RUN=$WORK/run
@@ -128,13 +146,13 @@ pq.write_table(pa.Table.from_pylist(rows), f"{work}/corpus/extra.parquet")  # py
 PY
 rm extra.jsonl
 "$BIN" make-tiny-model --out MODEL >/dev/null 2>&1
-cat > run.toml <<TOML
-[scheduler]
-backend = "slurm"
+{ config_table; cat <<TOML; } > run.toml
 [scheduler.script]
 embedfleet = "$BIN"
 walltime = "$WALLTIME"
 TOML
+[ -n "$JOB_MEM" ] && echo "extra_directives = [\"#SBATCH --mem=$JOB_MEM\"]" >> run.toml
+[ "$PACE_S" != 0 ] && echo "setup = [\"if [ -e $WORK/pace ]; then sleep $PACE_S; fi\"]" >> run.toml
 queue_args=()
 for q in $QUEUES; do queue_args+=(--queue "$q"); done
 
@@ -148,13 +166,15 @@ loop_pid=
 loops=0
 start_loop() { # [ENV=VALUE...]: the submit loop in the background; the first with its options
   loops=$((loops + 1))
+  local bin=$BIN
+  [ "$MEASURE" = 1 ] && [ "$loops" -lt 4 ] && bin=$BEFORE_BIN
   if [ "$loops" = 1 ]; then
-    env "$@" "$BIN" submit --run-dir "$RUN" --config run.toml --model-dir "$WORK/MODEL" --devices cpu \
+    env "$@" "$bin" submit --run-dir "$RUN" --config run.toml --model-dir "$WORK/MODEL" --devices cpu \
       "${queue_args[@]}" --shard-papers "$SHARD_PAPERS" --poll-interval "$POLL" --max-attempts 4 \
       --lost-after 60 >"loop$loops.out" 2>"loop$loops.err" &
   else
     # Restarted as an operator would after a crash: no options, the run's stored ones.
-    env "$@" "$BIN" submit --run-dir "$RUN" >"loop$loops.out" 2>"loop$loops.err" &
+    env "$@" "$bin" submit --run-dir "$RUN" >"loop$loops.out" 2>"loop$loops.err" &
   fi
   loop_pid=$!
   echo "[$(since) s] submit loop $loops started (pid $loop_pid${1:+, $*})"
@@ -169,9 +189,14 @@ loop_state() { # polls cpu_s result_file_ops pid ingest_cpu_s taken_in cpu_by_pa
 measure() { # LABEL SECONDS: the loop's cost per poll over a window (its own counters), then
   # its syscalls per poll under `strace -c` for as long (polls counted by the loop again)
   local label=$1 secs=$2 pid=$loop_pid a b c
+  if [ "$PACE_S" != 0 ]; then
+    touch "$WORK/pace"
+    sleep $((PACE_S + 4 * POLL)) # every running job a paced one
+  fi
   a=$(loop_state); sleep "$secs"; b=$(loop_state)
   timeout -s INT "$secs" strace -c -p "$pid" -o "$WORK/strace-$label.txt" 2>/dev/null
   c=$(loop_state)
+  rm -f "$WORK/pace"
   python3 - "$label" "$a" "$b" "$c" "$(open_jobs)" "$(done_batches)" "$WORK/strace-$label.txt" >> "$WORK/windows.jsonl" <<'PY'
 import json, sys
 label, a, b, c, open_jobs, done, path = sys.argv[1:8]
@@ -212,15 +237,15 @@ quiet_window() { # SECONDS: nothing arrives for a window — the loop paused (`e
   # that its rounds cost what a poll costs whatever arrives
   local secs=$1 pending
   "$BIN" pause --run-dir "$RUN" >/dev/null 2>&1
-  pending=$(squeue -h -t PD -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}' | paste -sd, -)
-  [ -n "$pending" ] && scontrol hold "$pending" >/dev/null 2>&1
+  mapfile -t pending < <(jobs_of "$RUN" pending)
+  hold_jobs "${pending[@]}"
   pkill -STOP -f -- "embed-job --run-dir $RUN "
   fault quiet "loop paused, pending jobs held, embed-jobs stopped for a cost window"
   sleep $((POLL + 1)) # the round under way ends, and what it took in
   measure quiet "$secs"
   pkill -CONT -f -- "embed-job --run-dir $RUN "
   [ -n "${hung_pid:-}" ] && kill -STOP "$hung_pid" 2>/dev/null # the hung job stays hung
-  [ -n "$pending" ] && scontrol release "$pending" >/dev/null 2>&1
+  release_jobs "${pending[@]}"
   "$BIN" resume --run-dir "$RUN" >/dev/null 2>&1
 }
 last_status_json=$WORK/status.json
@@ -233,8 +258,8 @@ poll_status() { # status --json as a user would run it, timed (its latency goes 
 }
 done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
 # This run's jobs: their scripts are under $RUN/jobs.
-open_jobs() { squeue -h -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1' | wc -l; }
-running_jobs() { squeue -h -t R -o '%i %o' 2>/dev/null | awk -v w="$RUN/" 'index($2, w) == 1 {print $1}'; }
+open_jobs() { jobs_of "$RUN" | wc -l; }
+running_jobs() { jobs_of "$RUN" running; }
 
 echo "== submit: $BATCHES batches to ${QUEUES}, with faults"
 submit_t0=$(date +%s.%N)
@@ -268,15 +293,19 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   # (while there are still running jobs to pick from).
   if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES * 3)) -le $((cancel_target * d * 4)) ]; then
     mapfile -t running < <(running_jobs | grep -vx "${hung_job:-none}")
-    if [ "${#running[@]}" -gt 0 ]; then
-      victim=${running[$((RANDOM % ${#running[@]}))]}
-      if scancel "$victim" 2>/dev/null; then
+    # From a random one on, until a cancel is taken: a job of a few seconds (PBS starts the
+    # next at once) may have ended between the listing and its cancel.
+    first=$((RANDOM % (${#running[@]} + 1)))
+    for ((k = 0; k < ${#running[@]}; k++)); do
+      victim=${running[$(( (first + k) % ${#running[@]} ))]}
+      if cancel_job "$victim"; then
         cancelled=$((cancelled + 1))
-        fault scancel "job $victim cancelled while running ($cancelled of $cancel_target)"
+        fault "$CANCEL_KIND" "job $victim cancelled while running ($cancelled of $cancel_target)"
+        break
       fi
-    fi
+    done
   fi
-  # One job hung: its embed-job stopped (SIGSTOP) until Slurm's walltime kills it.
+  # One job hung: its embed-job stopped (SIGSTOP) until the scheduler's walltime kills it.
   # (Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under a
   # second, and one look a poll can miss them all.)
   if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
@@ -289,17 +318,17 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
       hung=1 hung_pid=$victim
       hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
-      hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n 's/^SLURM_JOB_ID=//p')
+      hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n "s/^$(job_id_var)=//p")
       fault hang "embed-job pid $victim (job $hung_job, batch $hung_batch) stopped until its walltime $WALLTIME"
     fi
   fi
   # Partition DRAIN_PARTITION drained for DRAIN_S seconds.
   if [ "$drained" = 0 ] && [ "$pct" -ge 30 ]; then
-    scontrol update PartitionName="$DRAIN_PARTITION" State=DRAIN && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
+    drain_queue "$DRAIN_PARTITION" && drained=1 && drain_until=$(( $(date +%s) + DRAIN_S ))
     fault drain "partition $DRAIN_PARTITION drained for $DRAIN_S s"
   fi
   if [ "$drained" = 1 ] && [ "$(date +%s)" -ge "$drain_until" ]; then
-    scontrol update PartitionName="$DRAIN_PARTITION" State=UP && drained=2
+    undrain_queue "$DRAIN_PARTITION" && drained=2
     fault drain_end "partition $DRAIN_PARTITION up again"
   fi
   # One result manifest unreadable for one poll: the newest one, a directory in its place.
@@ -319,7 +348,7 @@ while kill -0 "$loop_pid" 2>/dev/null; do
     windows_started=2; measure "$AFTER_LABEL" 30 & measuring=$!
   fi
   # Then a window in which nothing arrives (jobs held and suspended): the poll's fixed cost.
-  if [ "$MEASURE" = 1 ] && [ "$windows_started" = 2 ] && ! kill -0 "$measuring" 2>/dev/null && [ "$pct" -lt 97 ]; then
+  if [ "$MEASURE" = 1 ] && [ "$QUIET_WINDOW" = 1 ] && [ "$windows_started" = 2 ] && ! kill -0 "$measuring" 2>/dev/null && [ "$pct" -lt 97 ]; then
     windows_started=3; quiet_window 15 & measuring=$!
   fi
 done
@@ -334,17 +363,18 @@ wait
 submit_wall=$(calc "$(date +%s.%N) - $submit_t0")
 printf '{"stage": "submit", "wall_s": %.1f, "cpu_s": %.2f, "exit": %s, "loops": %s}\n' "$submit_wall" "$total_loop_cpu" "$loop_exit" "$loops" >> "$WORK/stages.jsonl"
 echo "[$(since) s] submit: the last loop exited $loop_exit; $(grep 'owner:' "loop$loops.err")"
-[ "$drained" = 1 ] && scontrol update PartitionName="$DRAIN_PARTITION" State=UP
+[ "$drained" = 1 ] && undrain_queue "$DRAIN_PARTITION"
 [ "$loop_exit" = 0 ] || { failed=$((failed + 1)); tail -n 5 "loop$loops.err"; }
 poll_status
 check batches_done "$(done_batches)" "$BATCHES"
 check faults_injected "$kills $([ "$cancelled" -gt 0 ] && echo cancel) $drained $unreadable $hung" "3 cancel 2 1 1"
+[ -n "${hung_pid:-}" ] && release_hung "$hung_pid"
 check embed_jobs_left "$(pgrep -fc -- "embed-job --run-dir $RUN " || true)" 0
 if [ -n "$hung_batch" ]; then
-  # Slurm's accounting records a job's end a moment after it.
+  # The scheduler records a job's end a moment after it (Slurm's accounting, PBS's history).
   for _ in $(seq 1 30); do
-    hung_state=$(sacct -n -X -j "$hung_job" -o State 2>/dev/null | tr -d ' ')
-    [ -n "$hung_state" ] && [ "$hung_state" != RUNNING ] && break
+    hung_state=$(timed_out_state "$hung_job")
+    [ -n "$hung_state" ] && break
     sleep 1
   done
   check hung_job_timed_out "$hung_state" TIMEOUT
@@ -365,6 +395,11 @@ PY
 )
 check shard_rows_are_good_papers "$shard_rows" "$good"
 check shard_ids_unique "$shard_unique" "$shard_rows"
+if [ "$SUBMIT_ONLY" = 1 ]; then
+  for w in $(cat "$WORK/windows.jsonl" 2>/dev/null | tr -d ' '); do echo "window: $w"; done
+  echo "checks failed: $failed"
+  exit $((failed > 0))
+fi
 
 # ---------------------------------------------------------------- upload
 target=()

@@ -19,6 +19,11 @@
 #      MIX_PAPERS=240  MIX_OUT=file (the mix's token lengths, for `bench-gpu --mix`)
 #      MIX_IN=file (a JSON list of token lengths instead of the seeded mix; characters ~4.2 a token)
 #      STUDY_PAPERS (default: all): the study's padded batches on the first N papers only
+#      MIX_MAX_TOKENS=32768: the mix's longest paper (a tiny model's context is shorter)
+#      PACKED=1: (d) the papers packed into one forward per token budget, attention per paper
+#      (flash_attn_varlen_func where flash-attn is installed, else SDPA's causal kernel per
+#      paper); COMPILE=1 (default on CUDA) also times it under torch.compile; PACK_CHECK=1 first
+#      compares packed and one-paper-per-forward embeddings in float32 (the `packed_check` line)
 import json, math, os, random, shutil, sys, time
 import torch
 from transformers import AttentionInterface, Qwen3Config, Qwen3Model
@@ -244,7 +249,7 @@ else:
     random.seed(0)
     chars = [min(int(random.lognormvariate(math.log(20000), 0.8)), 130000)
              for _ in range(int(env("MIX_PAPERS", "240")))]
-    toks = [max(16, min(32768, c * 10 // 42)) for c in chars]
+    toks = [max(16, min(int(env("MIX_MAX_TOKENS", "32768")), c * 10 // 42)) for c in chars]
 if env("MIX_OUT"):
     with open(env("MIX_OUT"), "w") as f:
         json.dump(toks, f)
@@ -293,3 +298,123 @@ log(event="bench", label="one_paper_per_forward_nopad", secs=round(dt, 3), real_
     padded_tokens=sum(toks), real_tok_per_s=round(sum(toks) / dt),
     tflops_useful=round(sum(flops([L]) for L in toks) / dt / 1e12, 1),
     peak_mem_gb=peak_gb())
+
+# (d) the strongest PyTorch this image allows on the same mix, as embedfleet runs it: the papers
+# length-sorted and packed end to end into one forward per token budget (no padding, no mask),
+# position ids restarting at each paper, attention within each paper only. The projections and
+# the MLP see the whole budget at once (big GEMMs); the attention is flash-attn's varlen kernel
+# where it is installed, else SDPA's causal kernel paper by paper. Then the same under
+# torch.compile where it works.
+if env("PACKED", "1") != "1":
+    sys.exit(0)
+import torch.nn.functional as F
+try:
+    from flash_attn import flash_attn_varlen_func
+except Exception:  # not in every image: SDPA per paper instead
+    flash_attn_varlen_func = None
+PACK = {}
+
+def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                     **kwargs):
+    # query (1, heads, total, dim), key and value (1, kv_heads, total, dim); the papers'
+    # bounds in PACK["cu"]. Returns (1, total, heads, dim), as transformers' attentions do.
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if flash_attn_varlen_func is not None and query.is_cuda:
+        cu = PACK["cu_dev"]
+        out = flash_attn_varlen_func(query[0].transpose(0, 1), key[0].transpose(0, 1),
+                                     value[0].transpose(0, 1), cu, cu, PACK["max"], PACK["max"],
+                                     softmax_scale=scale, causal=True)
+        return out.unsqueeze(0), None
+    group = query.shape[1] // key.shape[1]
+    key = key.repeat_interleave(group, dim=1)
+    value = value.repeat_interleave(group, dim=1)
+    out = torch.empty_like(query)
+    bounds = PACK["cu"]
+    for s, e in zip(bounds, bounds[1:]):
+        out[:, :, s:e] = F.scaled_dot_product_attention(
+            query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True, scale=scale)
+    return out.transpose(1, 2).contiguous(), None
+
+AttentionInterface.register("packed_varlen", packed_attention)
+try:  # no mask at all: the attention keeps to each paper itself
+    from transformers.masking_utils import AttentionMaskInterface
+    AttentionMaskInterface.register("packed_varlen", lambda *args, **kwargs: None)
+except Exception:
+    pass
+
+@torch.inference_mode()
+def run_packed(ids_per_paper, forward):
+    # One forward over the papers end to end; each paper's last token, L2-normalised.
+    lengths = [len(x) for x in ids_per_paper]
+    bounds = [0]
+    for L in lengths:
+        bounds.append(bounds[-1] + L)
+    PACK["cu"], PACK["max"] = bounds, max(lengths)
+    PACK["cu_dev"] = torch.tensor(bounds, dtype=torch.int32, device=device)
+    ids = torch.tensor([[t for x in ids_per_paper for t in x]], device=device)
+    pos = torch.tensor([[p for L in lengths for p in range(L)]], device=device)
+    h = forward(input_ids=ids, position_ids=pos).last_hidden_state[0]
+    last = torch.tensor(bounds[1:], device=device) - 1
+    return torch.nn.functional.normalize(h[last].float(), dim=-1)
+
+def packs(lengths, budget):
+    # Length-sorted, up to `budget` real tokens a forward (a paper longer than it alone).
+    out, cur = [], []
+    for L in sorted(lengths):
+        if cur and sum(cur) + L > budget:
+            out.append(cur); cur = []
+        cur.append(L)
+    if cur: out.append(cur)
+    return out
+
+def random_ids(lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, cfg.vocab_size, (L,), generator=g).tolist() for L in lengths]
+
+saved_attn = model.config._attn_implementation
+model.config._attn_implementation = "packed_varlen"
+if env("PACK_CHECK") == "1":
+    # Packing changes nothing but the batching: each paper's embedding, packed, is its
+    # embedding alone (float32, so only the summation order differs).
+    import copy
+    m32 = with_rope_in_f32(copy.deepcopy(model).float())
+    papers = random_ids(sorted(toks)[:6], 2)
+    packed = run_packed(papers, m32)
+    m32.config._attn_implementation = "sdpa"
+    with torch.inference_mode():
+        alone = [torch.nn.functional.normalize(
+            m32(input_ids=torch.tensor([x], device=device)).last_hidden_state[0, -1].float(),
+            dim=-1) for x in papers]
+        cos = [float(torch.dot(packed[i], alone[i])) for i in range(len(papers))]
+    log(event="packed_check", papers=len(papers), min_cosine=min(cos))
+    del m32
+budget = int(env("PACK_BUDGET", "65536"))
+batches = packs(toks, budget)
+log(event="packed_mix", batches=len(batches), budget=budget,
+    attention="flash_attn_varlen_func" if flash_attn_varlen_func is not None and device == "cuda"
+    else "sdpa per paper")
+ways = [("packed_token_budget", model)]
+if env("COMPILE", "1" if device == "cuda" else "0") == "1":
+    try:
+        ways.append(("packed_token_budget_compiled", torch.compile(model, dynamic=True)))
+    except Exception as e:
+        log(event="error", label="torch.compile", err=str(e)[:300])
+for label, forward in ways:
+    try:
+        inputs = [random_ids(b, 3 + i) for i, b in enumerate(batches)]
+        for papers in inputs[:2]:  # warm-up (and the compile, where there is one)
+            run_packed(papers, forward)
+        sync()
+        t = time.time()
+        for papers in inputs:
+            run_packed(papers, forward)
+        sync()
+        dt = time.time() - t
+        real = sum(toks)
+        log(event="bench", label=label, secs=round(dt, 3), real_tokens=real, padded_tokens=real,
+            real_tok_per_s=round(real / dt), tflops_useful=round(flops(toks) / dt / 1e12, 1),
+            peak_mem_gb=peak_gb())
+    except Exception as e:
+        log(event="error", label=label, err=str(e)[:300])
+    free()
+model.config._attn_implementation = saved_attn

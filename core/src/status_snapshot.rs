@@ -92,6 +92,15 @@ pub struct RoutingState {
     /// Node-hours run by jobs cancelled because their batch's twin finished first.
     #[serde(default)]
     pub twin_node_hours: f64,
+    /// Node-hours run by moved jobs that had started before their cancel took effect.
+    #[serde(default)]
+    pub move_node_hours: f64,
+    /// The most jobs the run holds over all its queues (`--max-jobs`, or the scheduler's own
+    /// limit where lower), and the scheduler's limit in words where it states one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_limit: Option<String>,
 }
 
 /// What one queue looks like to the router: learned from the run's own jobs.

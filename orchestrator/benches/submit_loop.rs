@@ -73,6 +73,7 @@ fn main() {
         metrics_listen: None,
         route: Default::default(),
         speculate: true,
+        max_jobs: None,
         keep_on_first_job: Vec::new(),
     };
     let t = Instant::now();

@@ -57,6 +57,17 @@ pub fn routing_lines(r: &embedfleet_core::status_snapshot::RoutingState) -> Stri
         "routing    {}{tail}: {} twins ({:.1} node-hours on the slower ones), {} jobs moved",
         r.route, r.twins, r.twin_node_hours, r.moves
     );
+    if r.max_jobs.is_some() || r.scheduler_limit.is_some() {
+        let held = r.max_jobs.map_or("no limit".to_string(), |n| {
+            format!("at most {n} jobs over all queues")
+        });
+        let stated = r
+            .scheduler_limit
+            .as_ref()
+            .map(|s| format!("; the scheduler states {s}"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "           limit: {held}{stated}");
+    }
     if let Some(next) = &r.next {
         let _ = writeln!(out, "           next: {next}");
     }
@@ -320,7 +331,7 @@ fn render_live(out: &mut String, s: &RunStatus) {
             "           {:<20} {:>7} {:<24} {:>9} {:>10}  {last}",
             a.host,
             a.batch,
-            a.job,
+            a.label(),
             format!("{}/{}", a.shards_done, a.parts),
             rate
         );

@@ -228,14 +228,17 @@ pub fn check_renders(config: &RunConfig) -> Result<(), crate::submit::SubmitErro
     Ok(())
 }
 
-/// What the backend of the run's stored config finds wrong before the first job (see
-/// [`Scheduler::preflight`](crate::scheduler::Scheduler::preflight)), a line per queue: for
-/// `doctor`. Nothing when the run has no stored config, or its run.db cannot be read here.
-pub fn preflight(run_dir: &Path) -> Vec<String> {
-    let Ok(db) = RunDb::open_read_only(run_dir) else {
-        return Vec::new();
+/// What the backend of `given`, else of the run's stored config, finds wrong before the first
+/// job (see [`Scheduler::preflight`](crate::scheduler::Scheduler::preflight)), a line per
+/// queue: for `doctor`. Nothing without a config, or when run.db cannot be read here.
+pub fn preflight(run_dir: &Path, given: Option<&RunConfig>) -> Vec<String> {
+    let stored = match given {
+        Some(_) => None,
+        None => RunDb::open_read_only(run_dir)
+            .ok()
+            .and_then(|db| stored(&db).ok().flatten()),
     };
-    let Ok(Some(config)) = stored(&db) else {
+    let Some(config) = given.or(stored.as_ref()) else {
         return Vec::new();
     };
     config

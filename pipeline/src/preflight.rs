@@ -53,21 +53,21 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<Vec<String>, Refused
             check_binary(setup.binary, gpus, setup.devices, &mut problems);
         }
     }
-    match embedfleet_models::verify_model_dir(setup.model_dir) {
+    let model = embedfleet_models::verify_model_dir(setup.model_dir);
+    match &model {
         Err(e) => problems.push(format!(
             "the model directory {} is not usable: {e} (docs/cluster.md, \"The model, offline\")",
             setup.model_dir.display()
         )),
-        Ok(summary) => {
-            let before = problems.len();
-            check_against_model(&summary.shape, setup, &mut problems);
-            // Settings the model cannot take are never pinned: the run stays open to good ones.
-            if problems.len() == before {
-                check_output(db, setup, &mut problems, &mut notes);
-            }
-        }
+        Ok(summary) => check_against_model(&summary.shape, setup, &mut problems),
     }
     check_batch_files(db, &mut problems);
+    if model.is_ok() {
+        // A refused submit pins nothing (the run stays open to settings that work); its
+        // settings are still compared with the run's, so every difference is said at once.
+        let pin = setup.pin && problems.is_empty();
+        check_output(db, setup, pin, &mut problems, &mut notes);
+    }
     if problems.is_empty() {
         Ok(notes)
     } else {
@@ -120,9 +120,15 @@ pub fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &
 /// The jobs' output settings against the ones the run's parquet shards were made with. Settings
 /// pinned by a submit whose jobs left nothing taken in (they failed, or never ran) made no
 /// vector yet: they are replaced, not held against the new ones.
-fn check_output(db: &RunDb, setup: &JobSetup, problems: &mut Vec<String>, notes: &mut Vec<String>) {
+fn check_output(
+    db: &RunDb,
+    setup: &JobSetup,
+    pin: bool,
+    problems: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) {
     let output = &setup.output;
-    let outcome = if setup.pin {
+    let outcome = if pin {
         output.pin(&db.layout())
     } else {
         compare_output(db, output)
@@ -131,7 +137,7 @@ fn check_output(db: &RunDb, setup: &JobSetup, problems: &mut Vec<String>, notes:
         Ok(()) => {}
         Err(PinError::Differs { differences, .. }) if made_no_vector(db) => {
             let what = embedfleet_core::pin::join(&differences);
-            if !setup.pin {
+            if !pin {
                 notes.push(format!(
                     "note: a real submit would replace the run's output settings ({what}): no job's results were taken in with them"
                 ));

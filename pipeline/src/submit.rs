@@ -87,6 +87,7 @@ pub fn prepare(
         metrics_listen: flags.metrics_listen,
         route: settings.route,
         speculate: settings.speculate,
+        max_jobs: settings.max_jobs,
         keep_on_first_job,
     };
     // A trial is one embed job whose end the user waits for: no group builds.

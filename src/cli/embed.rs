@@ -185,9 +185,14 @@ pub struct DoctorArgs {
     /// The devices the jobs will use (default: `cuda` in a CUDA build, else `cpu`).
     #[arg(long, value_name = "DEVICES")]
     pub devices: Option<String>,
-    /// The run directory: is it writable from here, and on which filesystem.
+    /// The run directory: is it writable from here, and on which filesystem; and its queues
+    /// checked by the run's scheduler (as `submit` checks them before its first job).
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
+    /// The run config whose scheduler checks the queues (default: the one the run keeps,
+    /// stored with its first job): a config not used yet, checked before any job.
+    #[arg(long, value_name = "FILE", requires = "run_dir")]
+    pub config: Option<PathBuf>,
     /// Tokens of the test forward.
     #[arg(long, default_value_t = 512, value_name = "N")]
     pub tokens: usize,

@@ -95,6 +95,15 @@ pub struct SubmitArgs {
     /// (default: the run's, else true).
     #[arg(long, value_name = "BOOL", help_heading = help::ROUTING)]
     pub speculate: Option<bool>,
+    /// The most jobs the run may hold queued or running over all its queues together: a
+    /// site's per-user limit (Slurm's `MaxSubmitJobs` of a QOS or association, PBS's
+    /// `max_queued`). Each queue's cap still holds; under the limit the adaptive route gives
+    /// each free place to the queue that finishes a batch soonest with it. Where the scheduler
+    /// states such a limit (`sacctmgr`, `qmgr`), the loop reads it and keeps under the lower
+    /// of the two; `status` shows it. 0: none of the run's own. Also `[scheduler] max_jobs`
+    /// in the run config. (default: the run's, else the run config's, else none).
+    #[arg(long, value_name = "N", help_heading = help::ROUTING)]
+    pub max_jobs: Option<u32>,
     /// Seconds between polls of the scheduler (default: 30; 5 for ssh, 1 for local).
     #[arg(long, value_name = "SECS", value_parser = positive_secs, help_heading = help::LOOP)]
     pub poll_interval: Option<f64>,

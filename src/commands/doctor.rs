@@ -55,8 +55,17 @@ pub fn doctor(args: &DoctorArgs) -> Result<i32> {
     }
     if let Some(dir) = &args.run_dir {
         run_dir(dir, &mut problems);
-        // The run's scheduler backend's own checks (none for local, Slurm and PBS).
-        problems.extend(embedfleet_orchestrator::stored_config::preflight(dir));
+        // The scheduler's own checks of the run's queues: the given run config's, else the
+        // one the run keeps.
+        let given = args
+            .config
+            .as_deref()
+            .map(embedfleet_orchestrator::config::RunConfig::load)
+            .transpose()?;
+        problems.extend(embedfleet_orchestrator::stored_config::preflight(
+            dir,
+            given.as_ref(),
+        ));
     }
     if problems.is_empty() {
         println!("no problems found");

@@ -23,12 +23,17 @@ use embedfleet_orchestrator::plan::PlanError;
 pub const HISTORY_SETTING: &str = "history";
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    let named_run_dir = match &cli.command {
+        Command::Status(a) => Some(a.run_dir.as_path()),
+        Command::TakeOver(a) => Some(a.run_dir.as_path()),
+        other => owned_run_dir(other),
+    };
+    if let Some(why) = named_run_dir.and_then(not_a_run_dir) {
+        // The command line was wrong (exit code 2), as clap says of a bad flag.
+        eprintln!("error: {why}");
+        return Ok(exit::USAGE);
+    }
     if let Some(dir) = owned_run_dir(&cli.command) {
-        if let Some(why) = not_a_run_dir(dir) {
-            // The command line was wrong (exit code 2), as clap says of a bad flag.
-            eprintln!("error: {why}");
-            return Ok(exit::USAGE);
-        }
         // Before anything opens run.db: on a host that does not own the run, refuse with where
         // the owner is (exit 4), whatever the command would have done first.
         embedfleet_core::owner::check_read_only(dir)?;

@@ -56,6 +56,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
             lost_after_s: Some(10.0),
             route: None,
             speculate: Some(true),
+            max_jobs: None,
         },
         preset: true,
         ..SubmitFlags::default()

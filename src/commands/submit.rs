@@ -74,6 +74,10 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     if args.trial.is_some() {
         return trial_summary(&options, &report);
     }
+    if report.submitted == 0 && report.adopted == 0 && report.batches_done == 0 {
+        // Every batch was done already: not a step of the dataset card's "How it was made".
+        super::wrote_nothing();
+    }
     summarise(&options, &report, false)
 }
 
@@ -107,6 +111,7 @@ fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
                 .transpose()
                 .map_err(anyhow::Error::msg)?,
             speculate: args.speculate,
+            max_jobs: args.max_jobs,
         },
         watch: args.watch,
         dry_run: args.dry_run,

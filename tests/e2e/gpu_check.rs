@@ -415,3 +415,59 @@ fn experiments(lines: &[serde_json::Value]) -> Vec<&str> {
         .map(|l| l["experiment"].as_str().unwrap())
         .collect()
 }
+
+/// The packed PyTorch peer (#55), on the CPU at the tiny shape: the papers end to end in one
+/// forward per token budget, position ids restarting at each paper and attention kept to it,
+/// give each paper the embedding it has alone (float32: only the summation order differs), and
+/// the packed mix is timed beside the other PyTorch approaches.
+#[test]
+fn the_packed_pytorch_peer_embeds_each_paper_as_alone_and_is_timed() {
+    let Some(python) = crate::util::torch_python() else {
+        return;
+    };
+    let out = Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/torch_baseline.py"
+        ))
+        .envs([
+            ("DEVICE", "cpu"),
+            ("SHAPE", "tiny"),
+            ("UNIFORM_SHAPES", "1x32"),
+            ("UNIFORM_FORWARDS", "1"),
+            ("MIX_PAPERS", "8"),
+            ("MIX_MAX_TOKENS", "64"),
+            ("STUDY_PAPERS", "2"),
+            ("PACK_CHECK", "1"),
+            ("PACK_BUDGET", "128"),
+            ("COMPILE", "0"),
+            ("HF_HUB_OFFLINE", "1"),
+        ])
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let event = |name: &str| lines.iter().find(|l| l["event"] == name).cloned();
+    let check = event("packed_check").expect("the packing check ran");
+    assert!(
+        check["min_cosine"].as_f64().unwrap() >= 1.0 - 1e-5,
+        "{check}"
+    );
+    let mix = event("packed_mix").expect("the packed mix");
+    assert!(mix["batches"].as_u64().unwrap() >= 2, "{mix}");
+    assert_eq!(mix["attention"], "sdpa per paper");
+    let packed = lines
+        .iter()
+        .find(|l| l["event"] == "bench" && l["label"] == "packed_token_budget")
+        .expect("the packed mix timed");
+    assert!(packed["real_tok_per_s"].as_f64().unwrap() > 0.0, "{packed}");
+    assert!(!lines.iter().any(|l| l["event"] == "error"), "{stdout}");
+}

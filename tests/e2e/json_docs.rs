@@ -41,6 +41,8 @@ fn every_field_of_status_json_and_report_json_is_documented() {
     all.extend(keys(&withheld));
     let routing = embedfleet_core::status_snapshot::RoutingState {
         next: Some("batch 1 goes to debug".into()),
+        max_jobs: Some(24),
+        scheduler_limit: Some("24 jobs (Slurm: QOS normal MaxSubmitJobsPerUser=24)".into()),
         ..Default::default()
     };
     all.extend(keys(&serde_json::to_value(&routing).unwrap()));

@@ -6,8 +6,13 @@
 //!
 //! The drained partition is `rehearsal`, one no other test submits to (the CI cluster has it:
 //! .ci/slurm/start-local-slurm.sh), so the drain cannot fail a test running beside this one.
+//!
+//! The same rehearsal runs through the real one-node OpenPBS (`SCHEDULER=pbs`,
+//! .ci/pbs/start-local-pbs.sh): jobs deleted with `qdel`, the queue `rehearsal` disabled for a
+//! while, the hung job killed by PBS at its walltime (Exit_status -29).
 
 use crate::browser;
+use crate::pbs_util::pbs_up;
 use crate::util::{python, slurm_up};
 use std::process::Command;
 
@@ -34,6 +39,32 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
         );
         return;
     }
+    rehearse("slurm", "scancel");
+}
+
+#[test]
+fn a_reduced_rehearsal_through_pbs_with_every_fault_kind_ends_with_exact_counts() {
+    let test = "a_reduced_rehearsal_through_pbs_with_every_fault_kind_ends_with_exact_counts";
+    if !pbs_up(test) {
+        return;
+    }
+    let queue = crate::pbs_util::pbs("qstat")
+        .args(["-Q", "rehearsal"])
+        .output();
+    if !queue.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var("EMBEDFLEET_REQUIRE_PBS").as_deref() != Ok("1"),
+            "{test}: the PBS server has no queue `rehearsal`: start it again with .ci/pbs/start-local-pbs.sh"
+        );
+        eprintln!("skipping {test}: no queue `rehearsal` (start .ci/pbs/start-local-pbs.sh again)");
+        return;
+    }
+    rehearse("pbs", "qdel");
+}
+
+/// benches/rehearsal.sh at 100 batches through `scheduler`, whose job cancels the report
+/// names `cancel_kind`; its report checked.
+fn rehearse(scheduler: &str, cancel_kind: &str) {
     // The readers that are not ours must be there (or the test is skipped, outside CI).
     for (module, env) in [
         ("pyarrow", "EMBEDFLEET_REQUIRE_PYARROW"),
@@ -51,6 +82,7 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
         .arg(env!("CARGO_BIN_EXE_embedfleet"))
         .env("WORK", work.path().join("w"))
         .envs([
+            ("SCHEDULER", scheduler),
             ("BATCHES", "100"),
             ("QUEUES", "debug=8 rehearsal=8"),
             ("DRAIN_PARTITION", "rehearsal"),
@@ -88,7 +120,7 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
     let kinds = fields("faults", "kind");
     let count = |k: &str| kinds.iter().filter(|x| *x == k).count();
     assert_eq!(count("loop_killed"), 3, "{kinds:?}");
-    assert_eq!(count("scancel"), 3, "{kinds:?}");
+    assert_eq!(count(cancel_kind), 3, "{kinds:?}");
     for kind in ["drain", "drain_end", "unreadable_manifest", "hang"] {
         assert_eq!(count(kind), 1, "{kind}: {kinds:?}");
     }

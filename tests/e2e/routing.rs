@@ -11,10 +11,15 @@ const PER_BATCH: u64 = 4;
 const BATCHES: u64 = PAPERS / PER_BATCH;
 
 /// Partitions this test made, on the one node; cancelled and removed when dropped.
-struct Partitions(Vec<String>);
+pub(crate) struct Partitions(Vec<String>);
 
 impl Partitions {
-    fn create(names: &[&str]) -> Self {
+    pub(crate) fn create(names: &[&str]) -> Self {
+        Self::create_with(names, &[])
+    }
+
+    /// Partitions with more settings each, e.g. `QOS=NAME`.
+    pub(crate) fn create_with(names: &[&str], extra: &[&str]) -> Self {
         let node = String::from_utf8(
             Command::new("sinfo")
                 .args(["-h", "-o", "%N"])
@@ -25,15 +30,19 @@ impl Partitions {
         .unwrap();
         let node = node.lines().next().unwrap().trim().to_string();
         for name in names {
-            scontrol(&[
+            let partition = format!("PartitionName={name}");
+            let nodes = format!("Nodes={node}");
+            let mut args = vec![
                 "create",
-                &format!("PartitionName={name}"),
-                &format!("Nodes={node}"),
+                &partition,
+                &nodes,
                 "MaxTime=INFINITE",
                 "State=UP",
                 // Never preempted by the preemption test's higher tier running beside it.
                 "PreemptMode=OFF",
-            ]);
+            ];
+            args.extend(extra);
+            scontrol(&args);
         }
         Self(names.iter().map(|n| n.to_string()).collect())
     }
@@ -50,7 +59,7 @@ impl Drop for Partitions {
     }
 }
 
-fn scontrol(args: &[&str]) {
+pub(crate) fn scontrol(args: &[&str]) {
     let out = Command::new("scontrol").args(args).output().unwrap();
     assert!(
         out.status.success(),
@@ -59,7 +68,7 @@ fn scontrol(args: &[&str]) {
     );
 }
 
-fn set_state(partition: &str, state: &str) {
+pub(crate) fn set_state(partition: &str, state: &str) {
     scontrol(&[
         "update",
         &format!("PartitionName={partition}"),
@@ -67,7 +76,7 @@ fn set_state(partition: &str, state: &str) {
     ]);
 }
 
-fn db(t: &TestDir) -> rusqlite::Connection {
+pub(crate) fn db(t: &TestDir) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(t.join("run").join("run.db")).unwrap();
     c.busy_timeout(Duration::from_secs(30)).unwrap();
     c
@@ -135,7 +144,7 @@ fn submit(
 }
 
 /// (queue, state, exit reason) of every job, and the job count per batch.
-fn jobs(t: &TestDir) -> (Vec<(String, String, String)>, Vec<u64>) {
+pub(crate) fn jobs(t: &TestDir) -> (Vec<(String, String, String)>, Vec<u64>) {
     let c = db(t);
     let mut stmt = c
         .prepare("SELECT queue, state, coalesce(exit_reason, '') FROM jobs ORDER BY id")
@@ -156,7 +165,7 @@ fn jobs(t: &TestDir) -> (Vec<(String, String, String)>, Vec<u64>) {
     (rows, per_batch)
 }
 
-fn in_queue<'a>(
+pub(crate) fn in_queue<'a>(
     rows: &'a [(String, String, String)],
     queue: &str,
 ) -> Vec<&'a (String, String, String)> {

@@ -160,8 +160,16 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("config.json"), "{err}");
     assert_eq!(jobs_submitted(&t), 0);
-    // Another model, or another shard size, than the run's first submit fixed: refused,
-    // naming what differs.
+    // The refused submits pinned nothing: the run's settings are still open.
+    assert!(!t.join("run/output-settings.json").exists());
+    assert_eq!(jobs_submitted(&t), 0);
+    // Once results were taken in with the run's settings, another model or another shard
+    // size is refused, naming what differs.
+    std::fs::write(t.join("model/config.json"), &config).unwrap();
+    let mut first = submit_args("local", "model");
+    first.extend(["--queue", "local=1", "--devices", "cpu"]);
+    t.run(&first, 0);
+    let embedded = jobs_submitted(&t);
     t.run(&["make-tiny-model", "--out", "other", "--seed", "1"], 0);
     let mut other = submit_args("local", "other");
     other.extend(["--queue", "local=1", "--devices", "cpu"]);
@@ -171,23 +179,19 @@ fn submit_refuses_a_setup_every_job_would_fail_on_before_sending_any() {
         err.contains("would mix") && err.contains("model: the run's"),
         "{err}"
     );
-    let mut shard_size = submit_args("local", "model");
-    std::fs::write(t.join("model/config.json"), &config).unwrap();
-    shard_size.extend([
-        "--queue",
-        "local=1",
-        "--devices",
-        "cpu",
-        "--shard-papers",
-        "7",
-    ]);
+    let mut shard_size = first.clone();
+    shard_size.extend(["--shard-papers", "7"]);
     let out = t.run(&shard_size, 4);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("--shard-papers: the run's 500, here 7"),
         "{err}"
     );
-    assert_eq!(jobs_submitted(&t), 0);
+    assert_eq!(
+        jobs_submitted(&t),
+        embedded,
+        "nothing sent by the refused ones"
+    );
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub struct LiveAttempt {
     pub batch: i64,
     /// The scheduler job's name (run.db's).
     pub job: String,
+    /// The id the scheduler gave the job (`1234.pbshost`, a Slurm job id, a pid), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_id: Option<String>,
     pub attempt: String,
     pub shards_done: u32,
     pub parts: u32,
@@ -70,6 +73,17 @@ pub struct LiveAttempt {
     /// Seconds of silence allowed before it counts as stalled.
     pub allowed_idle_s: f64,
     pub stalled: bool,
+}
+
+impl LiveAttempt {
+    /// The job as a user looks for it: `NAME (ID)`, or its name before the scheduler's id is
+    /// known.
+    pub fn label(&self) -> String {
+        match &self.scheduler_id {
+            Some(id) => format!("{} ({id})", self.job),
+            None => self.job.clone(),
+        }
+    }
 }
 
 impl RunDb {
@@ -98,13 +112,16 @@ impl RunDb {
                         || job.scheduler_id.as_deref() == Some(label)
                 });
                 if ours && manifest.finished_unix_s.is_none() {
-                    found.push((job.name.clone(), manifest));
+                    found.push((job.name.clone(), job.scheduler_id.clone(), manifest));
                 }
             }
         }
         let mut live: Vec<LiveAttempt> = found
             .into_iter()
-            .map(|(job, m)| measure(job, &m, now))
+            .map(|(job, id, m)| LiveAttempt {
+                scheduler_id: id,
+                ..measure(job, &m, now)
+            })
             .collect();
         // Before its first shard an attempt is judged by the run's typical shard time.
         let mut typical: Vec<f64> = live.iter().filter_map(|a| a.shard_time_s).collect();
@@ -151,6 +168,7 @@ fn measure(job: String, m: &AttemptManifest, now: f64) -> LiveAttempt {
         host: m.host.clone(),
         batch: m.batch,
         job,
+        scheduler_id: None,
         attempt: m.attempt.clone(),
         shards_done: m.shards.len() as u32,
         parts: m.parts,

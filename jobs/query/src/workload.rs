@@ -293,13 +293,15 @@ fn answered(output: &Path, request: &QueryRequest, replace: bool) -> Result<bool
         output: output.into(),
         why,
     };
-    let meta = match std::fs::symlink_metadata(output) {
+    // What the path leads to (a link followed: a dangling one is no file, and the results
+    // replace the link, never what it points at). A directory, a FIFO or a device is never
+    // opened, and never replaced.
+    let meta = match std::fs::metadata(output) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(io(output)(e)),
         Ok(meta) => meta,
     };
-    // A directory, a FIFO or a device is never opened, and never replaced.
-    if !meta.is_file() && !meta.file_type().is_symlink() {
+    if !meta.is_file() {
         return Err(not_results("not a regular file".into()));
     }
     let stored = match results::read_request(output) {

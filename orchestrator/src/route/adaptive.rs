@@ -7,6 +7,13 @@
 //! part with a guessed start (`assess.rs`). List scheduling on expected times: it
 //! needs no tuning, and a round stops as soon as no slot is free now (at most one pass over the
 //! pending batches, each against every queue's slots).
+//!
+//! Under a limit of jobs over all queues (`--max-jobs`) a place is what is scarce, not a slot:
+//! a place given to a queue whose jobs wait three hours is one not given to a queue whose jobs
+//! start in five minutes. The places are then shared out by what a place finishes there per
+//! hour (its jobs' batches over their cost), the best queue first up to its cap; each queue
+//! gets new jobs only within its share, until the batches left fit in one job per place: then,
+//! at the tail, each batch goes where it finishes soonest again.
 
 use super::assess::{assess, Assessed};
 use super::tail::{moves_and_twins, Slots};
@@ -24,19 +31,28 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
         plan.jobs = super::static_jobs(round);
         return plan;
     }
-    let nodes = round.nodes.max(1);
-    let mut chunks = round.pending.chunks(nodes).peekable();
     let mut slots = Slots::of(&queues, round.now_s);
+    let mut places = round.places();
+    let share = shares(&queues, round);
+    let mut sent = vec![0usize; queues.len()];
+    let mut next = 0;
     // Batches whose best slot frees later wait for it (taking it on paper), so that a later
     // batch may still find a slower queue's free slot the better one.
     let mut waiting = false;
-    while let Some(chunk) = chunks.peek() {
-        if !(0..queues.len()).any(|i| slots.free_now(i)) {
+    while next < round.pending.len() && places > 0 {
+        let allowed = |i: usize| {
+            share
+                .as_ref()
+                .is_none_or(|s| queues[i].view.jobs.len() + sent[i] < s[i])
+        };
+        if !(0..queues.len()).any(|i| allowed(i) && slots.free_now(i)) {
             break;
         }
-        let Some((at, i)) = slots.best(&queues) else {
+        let Some((at, i)) = slots.best_among(&queues, allowed) else {
             break;
         };
+        let end = (next + queues[i].view.nodes.max(1)).min(round.pending.len());
+        let chunk = &round.pending[next..end];
         if plan.next.is_none() {
             plan.next = Some(if slots.free_now(i) {
                 goes_why(chunk[0], &queues, i, &slots, round.now_s)
@@ -46,17 +62,68 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
         }
         if slots.free_now(i) {
             plan.jobs.push(job(&queues[i], chunk));
+            places -= 1;
+            sent[i] += 1;
         } else {
             waiting = true;
         }
         slots.take(i, queues[i].cost_s());
-        chunks.next();
+        next = end;
     }
-    let no_batch_waiting = !waiting && chunks.peek().is_none();
-    let (moves, twins) = moves_and_twins(&queues, &mut slots, round, no_batch_waiting);
+    if plan.next.is_none() && places == 0 && next < round.pending.len() {
+        plan.next = Some(format!(
+            "batch {} waits for a place: the run holds the {} jobs it may (--max-jobs)",
+            round.pending[next],
+            round.open_jobs()
+        ));
+    }
+    let no_batch_waiting = !waiting && next >= round.pending.len();
+    let (moves, twins) = moves_and_twins(&queues, &mut slots, round, no_batch_waiting, places);
     plan.moves = moves;
     plan.twins = twins;
     plan
+}
+
+/// Each queue's share of the run's places under `max_jobs`: given out by the batches a place
+/// finishes there per second, the best queue first, each up to its cap (the share that
+/// finishes the most batches per hour: a fractional knapsack). `None` without a limit, and at
+/// the tail, where the batches left fit in one job per place of the share: each then goes
+/// where it finishes soonest.
+fn shares(queues: &[Assessed], round: &Round<'_>) -> Option<Vec<usize>> {
+    let mut left = round.max_jobs? as usize;
+    let rate = |q: &Assessed| q.view.nodes.max(1) as f64 / q.cost_s().max(1.0);
+    let mut order: Vec<usize> = (0..queues.len())
+        .filter(|&i| queues[i].usable() && !queues[i].stopped)
+        .collect();
+    order.sort_by(|&a, &b| rate(&queues[b]).total_cmp(&rate(&queues[a])));
+    // Queues alike (within 1 %: new ones, all guessed alike) take turns, as the static route
+    // fills them: which of them is better is not known yet.
+    let mut share = vec![0; queues.len()];
+    let mut k = 0;
+    while k < order.len() {
+        let alike: Vec<usize> = order[k..]
+            .iter()
+            .copied()
+            .take_while(|&i| rate(&queues[i]) >= 0.99 * rate(&queues[order[k]]))
+            .collect();
+        k += alike.len();
+        while left > 0 {
+            let before = left;
+            for &i in &alike {
+                if left > 0 && share[i] < queues[i].view.cap as usize {
+                    share[i] += 1;
+                    left -= 1;
+                }
+            }
+            if left == before {
+                break;
+            }
+        }
+    }
+    let per_round: usize = (0..queues.len())
+        .map(|i| share[i] * queues[i].view.nodes.max(1))
+        .sum();
+    (round.pending.len() > per_round).then_some(share)
 }
 
 fn job(q: &Assessed, chunk: &[i64]) -> PlannedJob {

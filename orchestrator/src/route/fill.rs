@@ -1,7 +1,8 @@
-//! The static route: every queue filled up to its cap, in batch order, queues taking turns. No
-//! I/O, so the cap arithmetic is tested directly.
+//! The static route: every queue filled up to its cap, in batch order, queues taking turns
+//! (in name order), and no more jobs in all than the run's `max_jobs`. No I/O, so the cap
+//! arithmetic is tested directly.
 
-use std::collections::{BTreeMap, BTreeSet};
+use super::Round;
 
 /// One job to submit: its queue and its batches (one per node).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,48 +11,74 @@ pub struct PlannedJob {
     pub batches: Vec<i64>,
 }
 
-/// Fills every queue up to its cap with jobs of `nodes` batches, in batch order; queues take
-/// turns one job at a time (in name order), so work spreads over queues rather than filling the
-/// first one and starving the rest. `active` is the jobs each queue holds now (queued or
-/// running); queues in `disabled` (a scheduler refused them this run) get nothing.
-pub fn fill_queues(
-    caps: &BTreeMap<String, u32>,
-    active: &BTreeMap<String, u32>,
-    disabled: &BTreeSet<String>,
-    pending: &[i64],
-    nodes: usize,
-) -> Vec<PlannedJob> {
-    let nodes = nodes.max(1);
-    let mut room: Vec<(&String, u32)> = caps
+/// Fills every usable queue up to its cap with jobs of its `nodes` batches, in batch order;
+/// queues take turns one job at a time (in the order given: name order), so work spreads over
+/// queues rather than filling the first one and starving the rest. A queue's open jobs (queued,
+/// running or being cancelled) count toward its cap, and every queue's toward `max_jobs`.
+pub fn fill_queues(round: &Round<'_>) -> Vec<PlannedJob> {
+    let mut room: Vec<(&str, usize, u32)> = round
+        .queues
         .iter()
-        .filter(|(q, _)| !disabled.contains(*q))
-        .map(|(q, cap)| (q, cap.saturating_sub(active.get(q).copied().unwrap_or(0))))
-        .filter(|(_, room)| *room > 0)
+        .filter(|q| q.usable)
+        .map(|q| {
+            let left = q.cap.saturating_sub(q.jobs.len() as u32);
+            (q.name.as_str(), q.nodes.max(1), left)
+        })
+        .filter(|(_, _, left)| *left > 0)
         .collect();
-    let mut batches = pending.chunks(nodes);
+    let mut places = round.places();
+    let mut next = 0;
     let mut jobs = Vec::new();
     while !room.is_empty() {
-        for (queue, left) in room.iter_mut() {
-            let Some(chunk) = batches.next() else {
+        for (queue, nodes, left) in room.iter_mut() {
+            if next >= round.pending.len() || places == 0 {
                 return jobs;
-            };
+            }
+            let end = (next + *nodes).min(round.pending.len());
             jobs.push(PlannedJob {
                 queue: queue.to_string(),
-                batches: chunk.to_vec(),
+                batches: round.pending[next..end].to_vec(),
             });
+            next = end;
+            places -= 1;
             *left -= 1;
         }
-        room.retain(|(_, left)| *left > 0);
+        room.retain(|(_, _, left)| *left > 0);
     }
     jobs
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{OpenJob, QueueView};
     use super::*;
 
-    fn map(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
-        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    fn view(name: &str, cap: u32, open: usize, nodes: usize) -> QueueView {
+        QueueView {
+            name: name.into(),
+            cap,
+            usable: true,
+            nodes,
+            jobs: (0..open)
+                .map(|i| OpenJob {
+                    name: format!("{name}{i}"),
+                    batches: vec![1000 + i as i64],
+                    submitted_s: 0.0,
+                    started_s: None,
+                    cancelling: false,
+                })
+                .collect(),
+        }
+    }
+
+    fn fill(queues: &[QueueView], pending: &[i64], max_jobs: Option<u32>) -> Vec<PlannedJob> {
+        fill_queues(&Round {
+            now_s: 0.0,
+            queues,
+            pending,
+            speculate: false,
+            max_jobs,
+        })
     }
 
     fn count(jobs: &[PlannedJob], queue: &str) -> usize {
@@ -60,9 +87,8 @@ mod tests {
 
     #[test]
     fn never_exceeds_a_cap_and_takes_batches_in_order() {
-        let caps = map(&[("debug", 1), ("gpu", 3)]);
-        let active = map(&[("gpu", 1)]);
-        let jobs = fill_queues(&caps, &active, &BTreeSet::new(), &[4, 5, 6, 7, 8], 1);
+        let queues = [view("debug", 1, 0, 1), view("gpu", 3, 1, 1)];
+        let jobs = fill(&queues, &[4, 5, 6, 7, 8], None);
         assert_eq!(count(&jobs, "debug"), 1);
         assert_eq!(count(&jobs, "gpu"), 2);
         let order: Vec<i64> = jobs.iter().flat_map(|j| j.batches.clone()).collect();
@@ -73,37 +99,51 @@ mod tests {
     }
 
     #[test]
-    fn full_zero_and_disabled_queues_get_nothing() {
-        let caps = map(&[("a", 2), ("b", 0), ("c", 5)]);
-        let active = map(&[("a", 2)]);
-        let disabled: BTreeSet<String> = ["c".to_string()].into();
-        assert!(fill_queues(&caps, &active, &disabled, &[1, 2], 1).is_empty());
+    fn full_zero_and_unusable_queues_get_nothing() {
+        let mut queues = [view("a", 2, 2, 1), view("b", 0, 0, 1), view("c", 5, 0, 1)];
+        queues[2].usable = false;
+        assert!(fill(&queues, &[1, 2], None).is_empty());
         // An over-full queue (cap lowered below what it holds) is not an underflow.
-        let active = map(&[("a", 7)]);
-        assert!(fill_queues(&caps, &active, &BTreeSet::new(), &[1], 1)
-            .iter()
-            .all(|j| j.queue == "c"));
+        let queues = [view("a", 2, 7, 1), view("c", 5, 0, 1)];
+        assert!(fill(&queues, &[1], None).iter().all(|j| j.queue == "c"));
     }
 
     #[test]
-    fn multi_node_jobs_take_several_batches_and_the_last_may_be_short() {
-        let caps = map(&[("prod", 8)]);
-        let jobs = fill_queues(
-            &caps,
-            &BTreeMap::new(),
-            &BTreeSet::new(),
-            &[1, 2, 3, 4, 5],
-            2,
+    fn each_queue_takes_its_own_batches_per_job_and_the_last_may_be_short() {
+        let queues = [view("debug", 1, 0, 1), view("prod", 8, 0, 2)];
+        let got: Vec<(String, Vec<i64>)> = fill(&queues, &[1, 2, 3, 4, 5, 6], None)
+            .into_iter()
+            .map(|j| (j.queue, j.batches))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("debug".to_string(), vec![1]),
+                ("prod".to_string(), vec![2, 3]),
+                ("prod".to_string(), vec![4, 5]),
+                ("prod".to_string(), vec![6]),
+            ]
         );
-        let got: Vec<Vec<i64>> = jobs.into_iter().map(|j| j.batches).collect();
-        assert_eq!(got, vec![vec![1, 2], vec![3, 4], vec![5]]);
+    }
+
+    #[test]
+    fn the_runs_job_limit_holds_over_all_queues_together() {
+        // 24 places over two queues of cap 20: twelve each, taking turns.
+        let queues = [view("fast", 20, 0, 1), view("slow", 20, 0, 1)];
+        let pending: Vec<i64> = (1..=100).collect();
+        let jobs = fill(&queues, &pending, Some(24));
+        assert_eq!((count(&jobs, "fast"), count(&jobs, "slow")), (12, 12));
+        // Open jobs anywhere, one being cancelled too, take places.
+        let queues = [view("fast", 20, 3, 1), view("slow", 20, 18, 1)];
+        let jobs = fill(&queues, &pending, Some(24));
+        assert_eq!((count(&jobs, "fast"), count(&jobs, "slow")), (2, 1));
+        assert!(fill(&queues, &pending, Some(20)).is_empty());
     }
 
     #[test]
     fn stops_when_batches_run_out() {
-        let caps = map(&[("a", 10), ("b", 10)]);
-        let jobs = fill_queues(&caps, &BTreeMap::new(), &BTreeSet::new(), &[1, 2, 3], 1);
-        assert_eq!(jobs.len(), 3);
-        assert!(fill_queues(&caps, &BTreeMap::new(), &BTreeSet::new(), &[], 1).is_empty());
+        let queues = [view("a", 10, 0, 1), view("b", 10, 0, 1)];
+        assert_eq!(fill(&queues, &[1, 2, 3], None).len(), 3);
+        assert!(fill(&queues, &[], None).is_empty());
     }
 }

@@ -1,8 +1,9 @@
 /*!
 Which queue each free job slot gives which batch: the submit loop asks a [`Router`] once per
-round, and tells it what it saw of each job (started, ended and how). The simulator
-(`cargo bench -p embedfleet-orchestrator --bench route_sim`) drives the same `Router` through
-queues of its own, so what it measures is this code, not a copy of it.
+round, and tells it what it saw of each job (started, ended and how), through [`Routing`]: the
+loop's side of it, without I/O. The simulator (`cargo bench -p embedfleet-orchestrator --bench
+route_sim`) drives the same `Routing` through queues of its own, so what it measures is this
+code, not a copy of it.
 
 Two routes:
 - [`Route::Static`]: every queue kept filled to its cap ([`fill_queues`]): what embedfleet did
@@ -10,16 +11,21 @@ Two routes:
 - [`Route::Adaptive`]: each free slot takes the batch that finishes soonest where it goes,
   from a [`QueueModel`] of each queue learned from the run's own jobs ([`adaptive`]); a queue
   with no history is expected to start jobs as soon as its queued ones could; the pending
-  jobs of a queue that stopped starting jobs are moved when that is worth a new wait; and at
-  the tail a batch whose job waits far longer than another queue's start gets a speculative
-  twin there ([`tail`]).
+  jobs of a queue that stopped starting jobs are moved when that is worth a new wait; a job
+  the queue passed over that, by the shape of the queue's waits, is likely to wait longer
+  than a new job would is sent again (long-tailed waits); and at the tail a batch whose job
+  waits far longer than another queue's start gets a speculative twin there ([`tail`]).
 
-Caps stay upper bounds in both: a route decides where, never more than the user allows.
+Caps stay upper bounds in both, and so does the run's limit over all queues (`--max-jobs`):
+a route decides where, never more than the user or the site allows. Under that limit the
+adaptive route decides which queue gets each scarce place: the one that finishes a batch
+soonest with it.
 */
 
 mod adaptive;
 mod assess;
 mod fill;
+mod loop_side;
 mod model;
 mod tail;
 
@@ -29,7 +35,8 @@ use serde::{Deserialize, Serialize};
 
 pub use embedfleet_core::status_snapshot::QueueOutlook;
 pub use fill::{fill_queues, PlannedJob};
-pub use model::{JobEnd, QueueModel, RecentMean};
+pub use loop_side::{Routing, Seen};
+pub use model::{JobEnd, QueueModel, RecentMean, WaitShape};
 
 /// How free job slots are given batches (`submit --route`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -76,7 +83,8 @@ impl std::str::FromStr for Route {
 pub struct OpenJob {
     pub name: String,
     pub batches: Vec<i64>,
-    /// Unix seconds (or the simulator's clock).
+    /// Unix seconds (or the simulator's clock): when it was sent, or when the scheduler put it
+    /// back in its queue after it ran (a requeue): when its present wait began.
     pub submitted_s: f64,
     pub started_s: Option<f64>,
     /// Cancelled by the loop (moved, or the slower twin), not yet ended by the scheduler: it
@@ -85,12 +93,13 @@ pub struct OpenJob {
 }
 
 /// One queue this round: its cap, whether it takes jobs now (not refused, not cooling off
-/// after a failed submission), and its open jobs.
+/// after a failed submission), the batches a job of it takes (one per node), and its open jobs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueView {
     pub name: String,
     pub cap: u32,
     pub usable: bool,
+    pub nodes: usize,
     pub jobs: Vec<OpenJob>,
 }
 
@@ -101,10 +110,37 @@ pub struct Round<'a> {
     pub queues: &'a [QueueView],
     /// Batches with no open job, in order.
     pub pending: &'a [i64],
-    /// Batches per job (one per node).
-    pub nodes: usize,
     /// Whether the tail may get speculative twins (`--speculate`).
     pub speculate: bool,
+    /// The most jobs the run may hold queued or running over all its queues together (a
+    /// site's per-user limit, `--max-jobs`): every queue's cap still holds too.
+    pub max_jobs: Option<u32>,
+}
+
+impl Round<'_> {
+    /// Open jobs over every queue: each holds one of the `max_jobs` places, a job being
+    /// cancelled too until the scheduler says it ended.
+    pub fn open_jobs(&self) -> usize {
+        self.queues.iter().map(|q| q.jobs.len()).sum()
+    }
+
+    /// Places left under `max_jobs` (no limit: as many as there could be).
+    pub fn places(&self) -> usize {
+        match self.max_jobs {
+            Some(max) => (max as usize).saturating_sub(self.open_jobs()),
+            None => usize::MAX,
+        }
+    }
+}
+
+/// Why a queued job is cancelled and its batches sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveKind {
+    /// Its queue stopped starting jobs.
+    Stopped,
+    /// Its queue starts others (it was passed over), and by the shape of the queue's waits
+    /// one that has waited this long is likely to wait longer than a new job would.
+    Straggler,
 }
 
 /// A job to cancel so that its batches go where they finish sooner.
@@ -112,6 +148,7 @@ pub struct Round<'a> {
 pub struct Move {
     pub job: String,
     pub queue: String,
+    pub kind: MoveKind,
     pub why: String,
 }
 
@@ -122,7 +159,7 @@ pub struct RoutePlan {
     pub jobs: Vec<PlannedJob>,
     /// Second jobs of batches whose first waits too long (the tail; adaptive only).
     pub twins: Vec<PlannedJob>,
-    /// Queued jobs to cancel: their batches are routed again next round (adaptive only).
+    /// Queued jobs to cancel: their batches are routed again once they ended (adaptive only).
     pub moves: Vec<Move>,
     pub outlook: Vec<QueueOutlook>,
     /// Where the next batch goes and why, in words.
@@ -157,7 +194,7 @@ impl Router {
 
     /// A job of `queue` submitted at `submitted_s` was seen running at `started_s`.
     pub fn started(&mut self, queue: &str, submitted_s: f64, started_s: f64) {
-        self.model_mut(queue).started(started_s - submitted_s);
+        self.model_mut(queue).started_at(submitted_s, started_s);
     }
 
     /// The scheduler expects queued job `job` of `queue` to start at `start_s`.
@@ -211,11 +248,39 @@ impl Router {
             .ended(end, started_s.map(|s| ended_s - s));
     }
 
-    /// A queued job of `queue` was cancelled after waiting `waited_s` without starting (moved
-    /// elsewhere): at least that long is what a start there takes now, and it is learned as
-    /// such, or the queue would get the next batches as if nothing had happened.
-    pub fn gave_up_waiting(&mut self, queue: &str, waited_s: f64) {
-        self.model_mut(queue).started(waited_s);
+    /// A queued job of `queue` that the queue passed over was cancelled after waiting
+    /// `waited_s`, to be sent again: its wait would have been longer, and the shape of the
+    /// queue's waits learns it so (see [`WaitShape::add_censored`]).
+    pub fn gave_up_straggling(&mut self, queue: &str, waited_s: f64) {
+        self.model_mut(queue)
+            .wait_shape
+            .add_censored(waited_s.max(0.0));
+    }
+
+    /// This round's running jobs of each queue: the most seen at once is the run's running
+    /// limit there, as far as the run can tell.
+    pub fn saw_running(&mut self, queues: &[QueueView]) {
+        for q in queues {
+            let running = q
+                .jobs
+                .iter()
+                .filter(|j| j.started_s.is_some() && !j.cancelling)
+                .count() as u32;
+            if running > self.model(&q.name).map_or(0, |m| m.most_running) {
+                self.model_mut(&q.name).most_running = running;
+            }
+        }
+    }
+
+    /// The round at `now_s` found `queue` stopped, its longest queued job waiting
+    /// `longest_wait_s`: the jobs caught in the stop are not learned into the shape of its
+    /// waits.
+    pub fn saw_stopped(&mut self, queue: &str, now_s: f64, longest_wait_s: f64) {
+        let model = self.model_mut(queue);
+        let since = model
+            .last_start_s
+            .map_or(now_s - longest_wait_s, |s| s.max(now_s - longest_wait_s));
+        model.stopped_since(since);
     }
 
     fn model_mut(&mut self, queue: &str) -> &mut QueueModel {
@@ -236,24 +301,10 @@ impl Router {
 }
 
 fn static_jobs(round: &Round<'_>) -> Vec<PlannedJob> {
-    let caps: BTreeMap<String, u32> = round
-        .queues
-        .iter()
-        .map(|q| (q.name.clone(), q.cap))
-        .collect();
-    let active: BTreeMap<String, u32> = round
-        .queues
-        .iter()
-        .map(|q| (q.name.clone(), q.jobs.len() as u32))
-        .collect();
-    let disabled = round
-        .queues
-        .iter()
-        .filter(|q| !q.usable)
-        .map(|q| q.name.clone())
-        .collect();
-    fill_queues(&caps, &active, &disabled, round.pending, round.nodes)
+    fill_queues(round)
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_limits;

@@ -9,6 +9,7 @@ fn queue(name: &str, cap: u32, jobs: Vec<OpenJob>) -> QueueView {
         name: name.into(),
         cap,
         usable: true,
+        nodes: 1,
         jobs,
     }
 }
@@ -50,8 +51,8 @@ fn round<'a>(queues: &'a [QueueView], pending: &'a [i64]) -> Round<'a> {
         now_s: NOW,
         queues,
         pending,
-        nodes: 1,
         speculate: true,
+        max_jobs: None,
     }
 }
 
@@ -187,7 +188,7 @@ fn overdue_on_b() -> Vec<OpenJob> {
 
 #[test]
 fn a_queue_that_stopped_starting_jobs_gets_none_and_its_queued_jobs_move_when_worth_it() {
-    let router = learned(&[("a", 300.0), ("b", 300.0)], 5);
+    let router = learned(&[("a", 300.0), ("b", 300.0)], 10);
     // b's three queued jobs have waited 2 h (its jobs usually start in 5 min); a has room.
     let b_jobs = overdue_on_b();
     let queues = [
@@ -218,7 +219,7 @@ fn a_queue_that_stopped_starting_jobs_gets_none_and_its_queued_jobs_move_when_wo
 
 #[test]
 fn a_queued_job_whose_batch_has_a_twin_running_is_not_moved() {
-    let router = learned(&[("a", 300.0), ("b", 300.0)], 5);
+    let router = learned(&[("a", 300.0), ("b", 300.0)], 10);
     // b stopped, its three queued jobs overdue; batch 1's already has a twin running on a.
     let b_jobs = overdue_on_b();
     let queues = [

@@ -97,6 +97,13 @@ pub struct ProgramConfig {
     pub extra_args: Vec<String>,
 }
 
+impl ProgramConfig {
+    /// Neither a path nor an argument given: the backend's default program as it is.
+    pub fn is_unset(&self) -> bool {
+        self.path.is_none() && self.extra_args.is_empty()
+    }
+}
+
 /// Which failures of a call may be retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOn {

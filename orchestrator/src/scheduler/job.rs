@@ -98,6 +98,17 @@ impl JobSubmission {
     }
 }
 
+/// A limit of jobs over queues that the scheduler states (see [`Scheduler::job_limit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLimit {
+    /// Jobs queued and running.
+    pub jobs: u32,
+    /// Jobs running at once, where also stated (it holds jobs back; it refuses none).
+    pub running: Option<u32>,
+    /// Where it is stated, in words (`Slurm: QOS rtq MaxSubmitJobsPerUser=3`).
+    pub said: String,
+}
+
 /// A batch scheduler: submit, poll, cancel. Object-safe; all methods block.
 pub trait Scheduler: Send + Sync + fmt::Debug {
     /// Which backend this is.
@@ -133,6 +144,14 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
     /// router takes it as the start of the next job sent to that queue, weighed by how far
     /// the queue's earlier estimates were off.
     fn new_job_start(&self, _job: &JobSubmission) -> SchedulerResult<Option<f64>> {
+        Ok(None)
+    }
+
+    /// The most jobs the scheduler lets the run's user hold queued or running over all of
+    /// `queues` together, where it states such a limit (Slurm: `MaxSubmitJobs` of the user's
+    /// association or QOS), and where it is stated. `None` by default: none stated, or the
+    /// backend cannot tell. The submit loop keeps under it as under `--max-jobs`.
+    fn job_limit(&self, _queues: &[String]) -> SchedulerResult<Option<JobLimit>> {
         Ok(None)
     }
 

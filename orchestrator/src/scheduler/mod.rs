@@ -40,10 +40,11 @@ pub use command::{
     RetryOn,
 };
 pub use error::{SchedulerError, SchedulerResult};
-pub use job::{JobScript, JobSubmission, Scheduler};
+pub use job::{JobLimit, JobScript, JobSubmission, Scheduler};
 pub use local::{LocalScheduler, LOCAL_TEMPLATE};
 pub use pbs::{
-    parse_qstat_json, parse_qstat_text, pbs_state, PbsFlavor, PbsJob, PbsScheduler, PBS_TEMPLATE,
+    parse_acl_roots, parse_qstat_json, parse_qstat_text, parse_queues_json, pbs_state, PbsFlavor,
+    PbsJob, PbsQueue, PbsScheduler, PBS_TEMPLATE,
 };
 pub use script::{render_command_script, render_job_script, script_vars, ScriptConfig, ScriptJob};
 pub use slurm::{

@@ -68,6 +68,10 @@ macro_rules! backends {
             pub backend: Backend,
             /// Timeout and retries of every scheduler command.
             pub command: $crate::scheduler::CommandConfig,
+            /// The most jobs the run may hold queued or running over all its queues together
+            /// (a site's per-user limit; `submit --max-jobs` overrides it).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub max_jobs: Option<u32>,
             $(
                 /// That backend's own table, `[scheduler.<its name>]`.
                 pub $module: $module::$settings,

@@ -22,7 +22,11 @@ impl SubmitLoop<'_> {
     /// The owner's chores after a poll: the snapshot, and stalled jobs reported (and cancelled
     /// when asked).
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
-        let routing = self.routing_state();
+        let mut routing = self.routing.state();
+        routing.scheduler_limit = self.job_limit.as_ref().map(|l| match l.running {
+            Some(r) => format!("{} jobs, {r} running ({})", l.jobs, l.said),
+            None => format!("{} jobs ({})", l.jobs, l.said),
+        });
         let set_aside = self.set_aside().clone();
         let newly_stalled = match self.watch.as_mut() {
             Some(watch) => {
@@ -256,7 +260,7 @@ impl SubmitLoop<'_> {
         status: JobStatus,
     ) -> Result<()> {
         // A job this loop cancelled to move it, or as the slower twin, ended for that reason.
-        let routed = self.cancelled_by_routing(name, rows);
+        let routed = self.cancelled_by_routing(rows);
         let reason = match (&routed, state) {
             (Some(why), _) => Some(why.clone()),
             (None, JobState::Completed) => None,
@@ -308,7 +312,7 @@ impl SubmitLoop<'_> {
 }
 
 /// Open job rows grouped by job name (a multi-node job has one row per batch).
-fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
+pub(super) fn by_name(rows: &[JobRow]) -> BTreeMap<String, Vec<&JobRow>> {
     let mut jobs: BTreeMap<String, Vec<&JobRow>> = BTreeMap::new();
     for row in rows {
         jobs.entry(row.name.clone()).or_default().push(row);

@@ -6,7 +6,8 @@
 use embedfleet_core::stop_signal;
 
 use super::{follow, Result, SubmitError, SubmitLoop};
-use crate::scheduler::Backend;
+use crate::scheduler::{Backend, JobState};
+use embedfleet_core::state::JobStatus;
 
 impl SubmitLoop<'_> {
     /// Ends the loop for `signal` (see the module docs).
@@ -14,21 +15,21 @@ impl SubmitLoop<'_> {
         let open = self.db.open_jobs()?;
         let backend = self.scheduler.backend();
         let said = if backend == Backend::Local {
-            for row in &open {
-                if let Some(job) = follow::handle(row) {
+            let jobs = follow::by_name(&open);
+            for (name, rows) in &jobs {
+                if let Some(job) = follow::handle(rows[0]) {
                     if let Err(e) = self.scheduler.cancel(&job) {
-                        tracing::warn!(job = %row.name, "stopping the local job: {e}");
+                        tracing::warn!(job = %name, "stopping the local job: {e}");
+                        continue;
                     }
                 }
-            }
-            // The stopped jobs' ends, recorded now: the next loop retries their batches at
-            // once instead of waiting out their "lost" time.
-            if let Err(e) = self.poll() {
-                tracing::warn!("the stopped jobs' ends are not recorded: {e}");
+                // Ended now, as cancelled: what it finished is taken in, and the next loop
+                // sends its batches again at once instead of waiting out a "lost" time.
+                self.ended(name, rows, &JobState::Cancelled, JobStatus::Cancelled)?;
             }
             format!(
                 "stopped {} local job(s); `embedfleet run` (or `submit`) again embeds what they had not finished",
-                open.len()
+                jobs.len()
             )
         } else {
             format!(

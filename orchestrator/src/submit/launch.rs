@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::NewJob;
 use embedfleet_core::state::JobStatus;
@@ -15,26 +14,30 @@ use super::job_files::{with_binary, JobFiles};
 use super::{job_name, PlannedJob, Result, SubmitLoop};
 use crate::scheduler::{render_job_script, SchedulerError};
 
-/// The longest a queue whose submissions fail is left out of the rounds before it is tried again.
-const QUEUE_COOLING_MAX: Duration = Duration::from_secs(300);
+/// What became of a submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// The scheduler took job NAME.
+    Yes(String),
+    /// It failed in a way worth waiting out (or may have queued it: the next round looks):
+    /// the queue cools off.
+    NotNow,
+    /// The scheduler refused the queue for good: no more jobs go there.
+    Refused,
+}
 
 impl SubmitLoop<'_> {
     pub(super) fn submit_round(&mut self) -> Result<()> {
         let caps = self.caps()?;
         let open = self.db.open_jobs()?;
         let pending = self.in_scope(self.db.batches_without_job()?);
-        let now = Instant::now();
+        let now = embedfleet_core::owner::unix_now();
         // A queue that is refused, or cooling after a failed submission, gets no job this
         // round: its batches go to the queues that take them.
         let disabled: BTreeSet<String> = self
             .refused
             .keys()
-            .chain(
-                self.cooling
-                    .iter()
-                    .filter(|(_, (until, _))| *until > now)
-                    .map(|(q, _)| q),
-            )
+            .chain(self.routing.cooling(now))
             .cloned()
             .collect();
         self.refresh_new_job_estimates(&caps, &open, &pending, &disabled);
@@ -53,25 +56,24 @@ impl SubmitLoop<'_> {
             if self.refused.contains_key(&job.queue) || failed_now.contains(&job.queue) {
                 continue;
             }
-            if self.submit_job(job)? {
-                self.routing.twins += u64::from(twin);
-                self.cooling.remove(&job.queue);
-            } else {
+            let sent = self.submit_job(job)?;
+            if let Sent::Yes(name) = &sent {
+                self.routing.sent(name, &job.queue, twin);
+            }
+            if sent == Sent::NotNow {
                 // This queue is not taking jobs now (a drained partition, say): the others
                 // still are. Its batches wait for the next round, when they go elsewhere.
                 failed_now.insert(job.queue.clone());
-                let failures = self.cooling.get(&job.queue).map_or(0, |(_, n)| *n) + 1;
-                let wait = self
-                    .opts
-                    .poll_interval
-                    .saturating_mul(1 << (failures - 1).min(16))
-                    .min(QUEUE_COOLING_MAX);
-                self.cooling
-                    .insert(job.queue.clone(), (Instant::now() + wait, failures));
-                let when = if wait <= self.opts.poll_interval {
+                let poll = self.opts.poll_interval.as_secs_f64();
+                let wait = self.routing.submission_failed(
+                    &job.queue,
+                    embedfleet_core::owner::unix_now(),
+                    poll,
+                );
+                let when = if wait <= poll {
                     "at the next poll".to_string()
                 } else {
-                    format!("in {}", crate::status::duration(wait.as_secs_f64()))
+                    format!("in {}", crate::status::duration(wait))
                 };
                 self.console.say(format!(
                     "queue {}: not taking jobs now; tried again {when}, its batches go to the \
@@ -83,8 +85,8 @@ impl SubmitLoop<'_> {
         Ok(())
     }
 
-    /// Submits one job; false if the scheduler failed in a way worth waiting out.
-    pub(super) fn submit_job(&mut self, job: &PlannedJob) -> Result<bool> {
+    /// Submits one job.
+    pub(super) fn submit_job(&mut self, job: &PlannedJob) -> Result<Sent> {
         let attempt = self.next_attempt(&job.batches)?;
         let (files, text) = self.render(job, attempt)?;
         files.write_script(&text)?;
@@ -104,7 +106,6 @@ impl SubmitLoop<'_> {
         match self.scheduler.submit(&submission) {
             Ok(id) => {
                 self.db.set_job_submitted(&name, id.as_str())?;
-                self.router.submitted(&name, &job.queue);
                 for b in &job.batches {
                     *self.attempts.entry(*b).or_default() += 1;
                 }
@@ -115,14 +116,14 @@ impl SubmitLoop<'_> {
                     }
                 }
                 tracing::info!(job = %name, id = %id, queue = %job.queue, "submitted");
-                Ok(true)
+                Ok(Sent::Yes(name))
             }
             Err(SchedulerError::SubmitUncertain { .. }) => {
                 // Maybe queued: `settle_submitting` looks it up by name next round.
                 self.console.say(format!(
                     "submitting {name} timed out; looking for it in the queue next round"
                 ));
-                Ok(false)
+                Ok(Sent::NotNow)
             }
             Err(SchedulerError::InvalidJob { reason, .. }) => {
                 self.not_submitted(&name, &reason)?;
@@ -132,13 +133,13 @@ impl SubmitLoop<'_> {
                     job.queue
                 ));
                 self.refused.insert(job.queue.clone(), reason);
-                Ok(true)
+                Ok(Sent::Refused)
             }
             Err(e) if e.is_transient() => {
                 self.not_submitted(&name, &e.to_string())?;
                 self.console
                     .say(format!("submitting {name} failed ({e}); will try again"));
-                Ok(false)
+                Ok(Sent::NotNow)
             }
             Err(e @ SchedulerError::UnexpectedOutput { .. }) => {
                 // The scheduler took the submission but its answer made no sense: the job may

@@ -87,9 +87,13 @@ pub struct SubmitOptions {
     pub route: crate::route::Route,
     /// Whether the tail gets speculative twins (`--speculate`; adaptive route only).
     pub speculate: bool,
+    /// The most jobs the run may hold queued or running over all its queues together
+    /// (`--max-jobs`: a site's per-user limit); the scheduler's own, where it states a lower
+    /// one, holds too.
+    pub max_jobs: Option<u32>,
     /// run.db settings this submit keeps for the run's later ones (its run config, devices,
-    /// loop options), stored when its first job is submitted: a submit that sends none keeps
-    /// nothing.
+    /// loop options), stored when its first job is submitted, or at the loop's orderly end
+    /// when it had none to send: a submit that fails before any job keeps nothing.
     pub keep_on_first_job: Vec<(String, serde_json::Value)>,
 }
 
@@ -127,6 +131,8 @@ pub struct SubmitReport {
     pub twins: u64,
     pub moves: u64,
     pub twin_node_hours: f64,
+    /// What moved jobs ran before their cancel took effect (they had just started).
+    pub move_node_hours: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +215,7 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
     if caps.is_empty() {
         return Err(SubmitError::NoQueues);
     }
-    lp.router = lp.learned_router()?;
+    lp.routing = lp.learned_routing()?;
     let open = lp.db.open_jobs()?;
     let pending = lp.db.batches_without_job()?;
     let planned = lp
@@ -239,10 +245,6 @@ struct SubmitLoop<'a> {
     unknown_since: HashMap<String, Instant>,
     /// Queues the scheduler refused this run (e.g. no such partition).
     refused: BTreeMap<String, String>,
-    /// Queues whose last submission failed in a way worth waiting out (a drained partition, a
-    /// slow controller): until when their jobs go to the other queues, and how many failed in
-    /// a row (the wait doubles with each, from one poll interval up to five minutes).
-    cooling: BTreeMap<String, (Instant, u32)>,
     /// The batch a trial runs (see [`SubmitOptions::trial`]).
     trial_batch: Option<i64>,
     /// Counts jobs in a row failing alike.
@@ -270,8 +272,10 @@ struct SubmitLoop<'a> {
     /// A later stage's work driven between rounds ([`submit_with`]).
     follow_up: Option<&'a mut dyn FollowUp>,
     /// Where batches go ([`crate::route`]), and what routing did in this loop.
-    router: crate::route::Router,
-    routing: routing::RoutingTally,
+    routing: crate::route::Routing,
+    estimates_asked: routing::EstimatesAsked,
+    /// The limit of jobs over the run's queues the scheduler states, if it does.
+    job_limit: Option<crate::scheduler::JobLimit>,
 }
 
 impl<'a> SubmitLoop<'a> {
@@ -293,7 +297,6 @@ impl<'a> SubmitLoop<'a> {
             attempts: HashMap::new(),
             unknown_since: HashMap::new(),
             refused: BTreeMap::new(),
-            cooling: BTreeMap::new(),
             trial_batch: None,
             // A trial is one job whose end the user waits for: nothing to break.
             breaker: breaker::Breaker::new(if opts.trial.is_some() {
@@ -317,8 +320,9 @@ impl<'a> SubmitLoop<'a> {
             report: SubmitReport::default(),
             watch: None,
             follow_up: None,
-            router: crate::route::Router::new(opts.route),
-            routing: routing::RoutingTally::default(),
+            routing: crate::route::Routing::new(opts.route, opts.speculate, opts.max_jobs),
+            estimates_asked: routing::EstimatesAsked::default(),
+            job_limit: None,
         })
     }
 
@@ -388,7 +392,8 @@ impl<'a> SubmitLoop<'a> {
                 }
             })?;
         }
-        lp.router = lp.learned_router()?;
+        lp.read_job_limit()?;
+        lp.routing = lp.learned_routing()?;
         lp.tripped = lp.paused_by_breaker()?;
         lp.resumes_seen = lp.db.resumes()?;
         let reset = lp.db.reset_failed_batches()?;
@@ -402,6 +407,36 @@ impl<'a> SubmitLoop<'a> {
 
     fn nodes(&self) -> usize {
         self.opts.scheduler.script.nodes.max(1) as usize
+    }
+
+    /// The most jobs the run may hold over all queues: `--max-jobs`, or the scheduler's
+    /// stated limit where lower.
+    fn max_jobs(&self) -> Option<u32> {
+        let stated = self.job_limit.as_ref().map(|l| l.jobs);
+        match (self.opts.max_jobs, stated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Reads the limit of jobs the scheduler states over the run's queues (once per loop; a
+    /// failure only says so: `--max-jobs` still holds).
+    fn read_job_limit(&mut self) -> Result<()> {
+        let queues: Vec<String> = self.caps()?.into_keys().collect();
+        match self.scheduler.job_limit(&queues) {
+            Ok(Some(limit)) => {
+                self.console.say(format!(
+                    "the scheduler limits your jobs over these queues to {} ({}); the run keeps under {}",
+                    limit.jobs,
+                    limit.said,
+                    self.opts.max_jobs.map_or(limit.jobs, |m| m.min(limit.jobs))
+                ));
+                self.job_limit = Some(limit);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::info!("no job limit read from the scheduler: {e}"),
+        }
+        Ok(())
     }
 
     /// Jobs found ended, jobs submitted and results taken in so far: unchanged over a round,
@@ -519,6 +554,13 @@ impl<'a> SubmitLoop<'a> {
             }
         }
         self.console.finish();
+        if self.report.submitted == 0 {
+            // An orderly end with nothing to send (every batch done): the settings were not
+            // refused by anything, and later commands (`query --submit`) take them.
+            for (key, value) in &self.opts.keep_on_first_job {
+                self.db.set_setting(key, value)?;
+            }
+        }
         if let Some(watch) = self.watch.as_mut() {
             watch.last_poll(&self.db);
         }
@@ -530,6 +572,7 @@ impl<'a> SubmitLoop<'a> {
         self.report.twins = self.routing.twins;
         self.report.moves = self.routing.moves;
         self.report.twin_node_hours = self.routing.twin_node_hours;
+        self.report.move_node_hours = self.routing.move_node_hours;
         Ok(self.report)
     }
 }

@@ -1,35 +1,27 @@
-//! The submit loop's side of routing ([`crate::route`]): the router learns each queue from the
-//! run's history once at the start, then from each job the loop sees start or end; each round
-//! it decides where batches go, which queued jobs move, and which batches get a speculative
-//! twin; the first of two twins to finish its batch has the other cancelled.
+//! The submit loop's side of routing ([`crate::route`]): the scheduler's and run.db's part
+//! around [`Routing`], which holds the decisions and the bookkeeping (the simulator calls the
+//! same). The router learns each queue from the run's history once at the start, then from
+//! each job the loop sees start or end; each round it decides where batches go, which queued
+//! jobs move, and which batches get a speculative twin; the first of two twins to finish its
+//! batch has the other cancelled.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use embedfleet_core::owner::unix_now;
 use embedfleet_core::rundb::{JobAttemptCursor, JobRow};
 use embedfleet_core::state::{BatchState, JobStatus};
-use embedfleet_core::status_snapshot::RoutingState;
 use embedfleet_core::BatchId;
 
 use super::{Result, SubmitLoop};
-use crate::route::{JobEnd, OpenJob, QueueView, Round, RoutePlan, Router};
+use crate::route::{JobEnd, RoutePlan, Routing, Seen};
 
-/// What routing has done in this loop, for the snapshot and the report.
+/// When the scheduler was last asked for start estimates.
 #[derive(Debug, Default, Clone)]
-pub(super) struct RoutingTally {
-    pub twins: u64,
-    pub moves: u64,
-    pub twin_node_hours: f64,
-    pub next: Option<String>,
-    pub outlook: Vec<crate::route::QueueOutlook>,
-    /// Jobs this loop cancelled to move them or as the slower twin, until the scheduler says
-    /// they ended (they hold their queue's place till then, as the scheduler counts them):
-    /// why, and whether it was a move (not a failed try of its batches).
-    pub cancelling: BTreeMap<String, (String, bool)>,
-    /// When the scheduler was last asked for its start estimates.
-    pub estimates_at: Option<std::time::Instant>,
-    /// When it was last asked when a new job would start in each queue.
-    pub new_job_estimates_at: BTreeMap<String, std::time::Instant>,
+pub(super) struct EstimatesAsked {
+    /// Of the queued jobs.
+    pub queued: Option<std::time::Instant>,
+    /// When a new job would start, per queue.
+    pub new_job: BTreeMap<String, std::time::Instant>,
 }
 
 /// How often the scheduler is asked when it expects the queued jobs to start: an estimate
@@ -37,10 +29,11 @@ pub(super) struct RoutingTally {
 const ESTIMATES_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl SubmitLoop<'_> {
-    /// The router, taught every job of the run so far (once per loop: later jobs are taught
-    /// as the loop sees them).
-    pub(super) fn learned_router(&self) -> Result<Router> {
-        let mut router = Router::new(self.opts.route);
+    /// The loop's routing, its router taught every job of the run so far (once per loop:
+    /// later jobs are taught as the loop sees them).
+    pub(super) fn learned_routing(&self) -> Result<Routing> {
+        let mut routing = Routing::new(self.opts.route, self.opts.speculate, self.max_jobs());
+        let router = &mut routing.router;
         let (attempts, _) = self.db.job_attempts_since(&JobAttemptCursor::default())?;
         let mut seen = BTreeSet::new();
         for a in attempts {
@@ -54,31 +47,13 @@ impl SubmitLoop<'_> {
                 router.ended(&a.queue, JobEnd::of(a.state), a.start_s, end);
             }
         }
-        Ok(router)
+        Ok(routing)
     }
 
     /// The loop saw job `row` change from its recorded state to `now_status`.
     pub(super) fn route_saw(&mut self, row: &JobRow, now_status: JobStatus) {
-        let now = unix_now();
-        match (row.state, now_status) {
-            (JobStatus::Running, JobStatus::Running) => {}
-            (_, JobStatus::Running) => {
-                let submitted = row.submitted_s.unwrap_or(now);
-                self.router
-                    .job_started(&row.name, &row.queue, submitted, now);
-            }
-            // Back in the queue after running: the scheduler requeued it (a preemption).
-            (JobStatus::Running, JobStatus::Pending) => {
-                self.router
-                    .ended(&row.queue, JobEnd::Preempted, row.started_s, now);
-                self.report.requeued += 1;
-            }
-            (_, end) if !end.is_open() => {
-                self.router.forget(&row.name);
-                self.router
-                    .ended(&row.queue, JobEnd::of(end), row.started_s, now);
-            }
-            _ => {}
+        if self.routing.saw(row, now_status, unix_now()) == Seen::Requeued {
+            self.report.requeued += 1;
         }
     }
 
@@ -87,8 +62,8 @@ impl SubmitLoop<'_> {
     pub(super) fn refresh_estimates(&mut self) -> Result<()> {
         if self.opts.route != crate::route::Route::Adaptive
             || self
-                .routing
-                .estimates_at
+                .estimates_asked
+                .queued
                 .is_some_and(|at| at.elapsed() < ESTIMATES_EVERY)
         {
             return Ok(());
@@ -101,7 +76,7 @@ impl SubmitLoop<'_> {
         if queued.is_empty() {
             return Ok(());
         }
-        self.routing.estimates_at = Some(std::time::Instant::now());
+        self.estimates_asked.queued = Some(std::time::Instant::now());
         let handles: Vec<_> = queued
             .iter()
             .filter_map(|r| super::follow::handle(r))
@@ -114,7 +89,7 @@ impl SubmitLoop<'_> {
                         .as_deref()
                         .map(crate::scheduler::SchedulerJobId::new);
                     if let Some(start) = id.and_then(|id| estimates.get(&id)) {
-                        self.router.estimated(&row.name, &row.queue, *start);
+                        self.routing.router.estimated(&row.name, &row.queue, *start);
                     }
                 }
             }
@@ -144,15 +119,15 @@ impl SubmitLoop<'_> {
                 .filter(|r| &r.queue == queue)
                 .map(|r| r.name.as_str())
                 .collect();
-            let asked = self.routing.new_job_estimates_at.get(queue);
+            let asked = self.estimates_asked.new_job.get(queue);
             if disabled.contains(queue)
                 || jobs.len() as u32 >= *cap
                 || asked.is_some_and(|at| at.elapsed() < ESTIMATES_EVERY)
             {
                 continue;
             }
-            self.routing
-                .new_job_estimates_at
+            self.estimates_asked
+                .new_job
                 .insert(queue.clone(), std::time::Instant::now());
             let nodes = self.nodes().max(1).min(pending.len());
             let probe = crate::route::PlannedJob {
@@ -172,7 +147,7 @@ impl SubmitLoop<'_> {
                 }
             };
             match self.scheduler.new_job_start(&submission) {
-                Ok(Some(start)) => self.router.new_job_estimated(queue, start),
+                Ok(Some(start)) => self.routing.router.new_job_estimated(queue, start),
                 Ok(None) => {}
                 Err(e) => tracing::info!(
                     queue = %queue,
@@ -190,46 +165,9 @@ impl SubmitLoop<'_> {
         pending: &[i64],
         disabled: &BTreeSet<String>,
     ) -> RoutePlan {
-        let now = unix_now();
-        let mut jobs: BTreeMap<&str, BTreeMap<&str, OpenJob>> = BTreeMap::new();
-        for row in open {
-            let job = jobs
-                .entry(row.queue.as_str())
-                .or_default()
-                .entry(row.name.as_str())
-                .or_insert_with(|| OpenJob {
-                    name: row.name.clone(),
-                    batches: Vec::new(),
-                    submitted_s: row.submitted_s.unwrap_or(now),
-                    started_s: (row.state == JobStatus::Running)
-                        .then_some(row.started_s)
-                        .flatten(),
-                    cancelling: self.routing.cancelling.contains_key(&row.name),
-                });
-            job.batches.push(row.batch_id);
-        }
-        let queues: Vec<QueueView> = caps
-            .iter()
-            .map(|(name, cap)| QueueView {
-                name: name.clone(),
-                cap: *cap,
-                usable: !disabled.contains(name),
-                jobs: jobs
-                    .remove(name.as_str())
-                    .map(|j| j.into_values().collect())
-                    .unwrap_or_default(),
-            })
-            .collect();
-        let plan = self.router.plan(&Round {
-            now_s: now,
-            queues: &queues,
-            pending,
-            nodes: self.nodes(),
-            speculate: self.opts.speculate,
-        });
-        self.routing.next = plan.next.clone();
-        self.routing.outlook = plan.outlook.clone();
-        plan
+        let nodes = self.nodes();
+        self.routing
+            .round(caps, |_| nodes, open, pending, disabled, unix_now())
     }
 
     /// Cancels the queued jobs the route moves; their batches are routed again once the
@@ -242,7 +180,7 @@ impl SubmitLoop<'_> {
             let Some(handle) = super::follow::handle(row) else {
                 continue;
             };
-            if self.routing.cancelling.contains_key(&mv.job) {
+            if self.routing.cancelling(&mv.job) {
                 continue;
             }
             if let Err(e) = self.scheduler.cancel(&handle) {
@@ -252,14 +190,8 @@ impl SubmitLoop<'_> {
                 ));
                 continue;
             }
-            let reason = format!("moved: {}", mv.why);
-            let waited = unix_now() - row.submitted_s.unwrap_or_else(unix_now);
-            self.router.gave_up_waiting(&mv.queue, waited);
-            self.routing.moves += 1;
+            let reason = self.routing.moved(mv, row, unix_now());
             self.console.say(format!("job {} {reason}", mv.job));
-            self.routing
-                .cancelling
-                .insert(mv.job.clone(), (reason, true));
         }
         Ok(())
     }
@@ -277,38 +209,23 @@ impl SubmitLoop<'_> {
             return Ok(());
         }
         let open = self.db.open_jobs()?;
-        let twins: BTreeMap<&str, &JobRow> = open
-            .iter()
-            .filter(|r| r.name != finished && done.contains(&r.batch_id))
-            .map(|r| (r.name.as_str(), r))
-            .collect();
-        let now = unix_now();
-        for (name, row) in twins {
-            if self.routing.cancelling.contains_key(name) {
-                continue;
-            }
-            if let Some(handle) = super::follow::handle(row) {
+        for rows in self.routing.twins_to_cancel(finished, &done, &open) {
+            let name = rows[0].name.clone();
+            if let Some(handle) = super::follow::handle(rows[0]) {
                 if let Err(e) = self.scheduler.cancel(&handle) {
                     tracing::info!(job = %name, "cancelling the slower twin: {e}");
                 }
             }
-            let reason = format!("its batch was finished first by its twin {finished}");
-            if row.state == JobStatus::Running {
-                let ran = now - row.started_s.unwrap_or(now);
-                self.routing.twin_node_hours += ran.max(0.0) / 3600.0 * self.nodes() as f64;
-            }
+            let reason = self.routing.twin_cancelled(&rows, finished, unix_now());
             self.console.say(format!("job {name} cancelled: {reason}"));
-            self.routing
-                .cancelling
-                .insert(name.to_string(), (reason, false));
         }
         Ok(())
     }
 
     /// Job `name` ended: if this loop cancelled it (a move, a slower twin), why; a move gives
     /// its batches back the try it cost.
-    pub(super) fn cancelled_by_routing(&mut self, name: &str, rows: &[&JobRow]) -> Option<String> {
-        let (why, moved) = self.routing.cancelling.remove(name)?;
+    pub(super) fn cancelled_by_routing(&mut self, rows: &[&JobRow]) -> Option<String> {
+        let (why, moved) = self.routing.ended_by_routing(rows, unix_now())?;
         if moved {
             for r in rows {
                 if let Some(n) = self.attempts.get_mut(&r.batch_id) {
@@ -317,18 +234,5 @@ impl SubmitLoop<'_> {
             }
         }
         Some(why)
-    }
-
-    /// The routing part of the snapshot.
-    pub(super) fn routing_state(&self) -> RoutingState {
-        RoutingState {
-            route: self.opts.route.name().into(),
-            speculate: self.opts.speculate,
-            next: self.routing.next.clone(),
-            queues: self.routing.outlook.clone(),
-            twins: self.routing.twins,
-            moves: self.routing.moves,
-            twin_node_hours: self.routing.twin_node_hours,
-        }
     }
 }

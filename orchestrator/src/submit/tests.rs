@@ -141,6 +141,7 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         metrics_listen: None,
         route: Default::default(),
         speculate: true,
+        max_jobs: None,
         keep_on_first_job: Vec::new(),
     };
     (dir, options)
@@ -409,7 +410,7 @@ fn the_first_twin_to_finish_its_batch_has_the_other_cancelled_and_the_batch_coun
             queue: queue.into(),
             batches: vec![1],
         };
-        assert!(lp.submit_job(&job).unwrap());
+        assert!(matches!(lp.submit_job(&job).unwrap(), launch::Sent::Yes(_)));
     }
     let tag = run_tag(&options.run_dir);
     let (first, twin) = (
@@ -458,9 +459,12 @@ fn the_first_twin_to_finish_its_batch_has_the_other_cancelled_and_the_batch_coun
     assert_eq!(lp.report.batches_done, 1);
     assert_eq!(lp.report.retried, 0);
     assert!(db.open_jobs().unwrap().is_empty());
-    assert_eq!(lp.router.model("b").unwrap().finished, 1);
+    assert_eq!(lp.routing.router.model("b").unwrap().finished, 1);
     assert_eq!(
-        lp.router.model("a").map_or(0, |m| m.failed + m.preempted),
+        lp.routing
+            .router
+            .model("a")
+            .map_or(0, |m| m.failed + m.preempted),
         0
     );
 }
@@ -477,11 +481,11 @@ fn a_running_job_seen_queued_again_counts_as_preempted_on_its_queue() {
     let open = lp.db.open_jobs().unwrap();
     assert_eq!(open[0].state, JobStatus::Running);
     assert!(open[0].started_s.is_some());
-    assert_eq!(lp.router.model("q").unwrap().start_delay.samples, 1);
+    assert_eq!(lp.routing.router.model("q").unwrap().start_delay.samples, 1);
     // The scheduler requeued it (PreemptMode=REQUEUE): back to pending, the same job.
     lp.observe(&name, &[&open[0]], JobState::Pending).unwrap();
     assert_eq!(lp.report.requeued, 1);
-    assert_eq!(lp.router.model("q").unwrap().preempted, 1);
+    assert_eq!(lp.routing.router.model("q").unwrap().preempted, 1);
     assert_eq!(lp.db.open_jobs().unwrap()[0].state, JobStatus::Pending);
 }
 

@@ -461,13 +461,15 @@ fn a_multi_node_task_without_a_rank_refuses_to_start_instead_of_taking_the_first
 }
 
 #[test]
-fn job_scripts_ask_the_scheduler_not_to_requeue() {
-    // A requeued job would race the replacement the submit loop already sent.
+fn slurm_jobs_ask_not_to_be_requeued_and_pbs_jobs_to_be_rerunnable() {
+    // A requeued Slurm job would race the replacement the submit loop already sent.
     let cfg = ScriptConfig::default();
     let s = render_job_script(Backend::Slurm, &cfg, &job(vec![1])).unwrap();
     assert!(s.contains("#SBATCH --no-requeue\n"), "{s}");
+    // PBS Pro preempts (preempt_order R) and survives a MOM restart only by rerunning a job,
+    // the same job id: the loop follows it through (see PBS_TEMPLATE).
     let p = render_job_script(Backend::Pbs, &cfg, &job(vec![1])).unwrap();
-    assert!(p.contains("#PBS -r n\n"), "{p}");
+    assert!(p.contains("#PBS -r y\n"), "{p}");
 }
 
 #[test]

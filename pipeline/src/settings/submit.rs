@@ -72,6 +72,9 @@ pub struct LoopOptions {
     pub route: Option<Route>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculate: Option<bool>,
+    /// `--max-jobs`: 0 for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<u32>,
 }
 
 /// Where group builds go, as `submit --group-builds` was given it.
@@ -101,6 +104,9 @@ pub struct SubmitSettings {
     pub lost_after: Duration,
     pub route: Route,
     pub speculate: bool,
+    /// The most jobs over all queues: `--max-jobs` as given or kept, else the run config's
+    /// `[scheduler] max_jobs`; `None` for no limit of the run's own.
+    pub max_jobs: Option<u32>,
     /// The queue caps to set (`None` keeps run.db's).
     pub queues: Option<BTreeMap<String, u32>>,
     /// Group builds, as given or kept; `None` for none. A trial builds nothing.
@@ -144,6 +150,7 @@ impl SubmitSettings {
             lost_after_s: flags.loop_options.lost_after_s.or(stored.lost_after_s),
             route: flags.loop_options.route.or(stored.route),
             speculate: flags.loop_options.speculate.or(stored.speculate),
+            max_jobs: flags.loop_options.max_jobs.or(stored.max_jobs),
         };
         let secs =
             |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
@@ -166,6 +173,10 @@ impl SubmitSettings {
             lost_after: secs(loop_options.lost_after_s, defaults.lost_after),
             route: loop_options.route.unwrap_or_default(),
             speculate: loop_options.speculate.unwrap_or(true),
+            max_jobs: loop_options
+                .max_jobs
+                .or(config.config.scheduler.max_jobs)
+                .filter(|n| *n > 0),
             loop_options,
             group_builds: group_builds(db, flags)?,
             config,
@@ -263,6 +274,10 @@ fn kept_loop_flags(given: &LoopOptions, stored: &LoopOptions) -> Vec<String> {
         (
             given.speculate.is_none(),
             stored.speculate.map(|b| format!("--speculate {b}")),
+        ),
+        (
+            given.max_jobs.is_none(),
+            stored.max_jobs.map(|n| format!("--max-jobs {n}")),
         ),
     ]
     .into_iter()

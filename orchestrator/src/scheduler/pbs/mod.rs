@@ -4,6 +4,7 @@ The PBS backend: `qsub`, `qstat`, `qdel`, for PBS Pro (Polaris) and Torque (incl
 */
 
 mod parse;
+mod preflight;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -16,12 +17,23 @@ use super::command::tail;
 use super::{
     marker_or, marker_state, submit_command, Backend, BackendKind, Call, CommandConfig,
     CommandOutput, CommandRunner, JobHandle, JobScript, JobState, JobSubmission, ProgramConfig,
-    QueuedJob, Refusals, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId,
-    SchedulerResult, ScriptConfig,
+    QueueProblem, QueuedJob, Refusals, Scheduler, SchedulerConfig, SchedulerError,
+    SchedulerJobId, SchedulerResult, ScriptConfig,
 };
-pub use parse::{parse_qstat_json, parse_qstat_text, pbs_state, PbsJob};
+pub use parse::{
+    parse_acl_roots, parse_qstat_json, parse_qstat_text, parse_queues_json, pbs_state, PbsJob,
+    PbsQueue,
+};
 
 /// Built-in PBS template (PBS Pro as on Polaris; Torque reads the same directives).
+///
+/// The job is rerunnable (`-r y`): PBS Pro preempts a job by requeueing it (`preempt_order R`,
+/// as for Polaris's `preemptable` queue) and reruns one whose server and MOM restarted, and it
+/// can do either only to a rerunnable job; a job that may not be rerun is not preempted at all
+/// under `preempt_order R`, and is killed by a MOM restart. A rerun is the same job id run
+/// again: the loop sees it back in its queue (counted as preempted on that queue) and follows it
+/// to its end. Each run of `embed-job` is an attempt of its own (its own token in every file
+/// name), so a rerun takes over the shards the killed run finished and never mixes with it.
 pub const PBS_TEMPLATE: &str = "#!/bin/bash
 #PBS -N {job_name}
 #PBS -q {queue}
@@ -31,7 +43,7 @@ pub const PBS_TEMPLATE: &str = "#!/bin/bash
 #PBS -o {output}
 #PBS -e {error}
 #PBS -j {join}
-#PBS -r n
+#PBS -r y
 {extra_directives}
 cd \"${PBS_O_WORKDIR:-.}\"
 {module_lines}
@@ -54,6 +66,7 @@ const REFUSALS: Refusals = Refusals {
         "invalid qos",
         "unable to open file",
         "no such file",
+        preflight::BAD_UID,
     ],
     list_queues: "qstat -Q",
 };
@@ -196,6 +209,18 @@ impl PbsScheduler {
         })
     }
 
+    /// PBS keeps a job that can never run queued forever, and `poll` reports it failed: it is
+    /// deleted, so that it holds no place in the queue. A failed `qdel` is only logged (the loop
+    /// counts the job as ended either way).
+    fn delete_never_running(&self, handle: &JobHandle) {
+        if self.was_cancelled(&handle.id) {
+            return;
+        }
+        if let Err(e) = self.cancel(handle) {
+            tracing::warn!(job = %handle.id, error = %e, "could not delete a job PBS can never run");
+        }
+    }
+
     fn was_cancelled(&self, id: &SchedulerJobId) -> bool {
         self.cancelled
             .lock()
@@ -266,7 +291,22 @@ impl Scheduler for PbsScheduler {
             call = call.cwd(dir);
         }
         let qsub = &self.config.qsub;
-        let out = submit_command(&self.runner, qsub, "qsub", call, job, &REFUSALS)?;
+        let out = match submit_command(&self.runner, qsub, "qsub", call, job, &REFUSALS) {
+            Err(SchedulerError::CommandFailed { stderr_tail, .. })
+                if stderr_tail.to_lowercase().contains(preflight::BAD_UID) =>
+            {
+                // Exit 175 says only "Bad UID for job execution": say what it means.
+                return Err(SchedulerError::InvalidJob {
+                    name: job.name.clone(),
+                    reason: format!(
+                        "{} (qsub said: {})",
+                        preflight::bad_uid_hint(),
+                        stderr_tail.trim()
+                    ),
+                });
+            }
+            other => other?,
+        };
         match parse_qsub_id(&out.stdout) {
             Some(id) => Ok(SchedulerJobId::new(id)),
             None => Err(SchedulerError::UnexpectedOutput {
@@ -290,7 +330,11 @@ impl Scheduler for PbsScheduler {
                 let state = match lookup(&found, handle.id.as_str()) {
                     Some(job) => {
                         let marker = handle.marker.as_deref().and_then(marker_state);
-                        pbs_state(job, self.was_cancelled(&handle.id), marker)
+                        let state = pbs_state(job, self.was_cancelled(&handle.id), marker);
+                        if job.get("job_state") == Some("Q") && job.can_never_run().is_some() {
+                            self.delete_never_running(handle);
+                        }
+                        state
                     }
                     None => marker_or(handle, JobState::Unknown),
                 };
@@ -321,6 +365,10 @@ impl Scheduler for PbsScheduler {
             }
             Err(err) => Err(err),
         }
+    }
+
+    fn preflight(&self, run_dir: &Path) -> Vec<QueueProblem> {
+        self.check_queues(run_dir)
     }
 
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {

@@ -2,11 +2,23 @@
 Parsers for `qstat` output and the mapping of PBS states onto [`JobState`].
 
 Formats:
-- PBS Pro `qstat -f -F json` (and `-x` for finished jobs), as on Polaris: `{"Jobs": {ID: {...}}}`
-  with nested `Resource_List`/`resources_used` objects and numeric `Exit_status`.
-- The text `qstat -f` of PBS Pro (`Job Id: ID`, attributes indented four spaces, long values
-  continued on lines starting with a tab) and of Torque and Slurm's `slurm-wlm-torque`
-  (attributes indented by a tab, lowercase `exit_status` when present).
+- PBS Pro `qstat -f -F json` (and `-x` for finished jobs), as on Polaris: `{"timestamp",
+  "pbs_version", "pbs_server", "Jobs": {ID: {...}}}` with nested `Resource_List`,
+  `resources_used`, `Variable_List` and `estimated` objects, numbers as numbers, times as
+  ctime text and booleans as `"True"`. For ids it does not know it prints no `Jobs` key at all
+  (and exits 153, printing the ones it knows).
+- The text `qstat -f` of PBS Pro (`Job Id: ID`, attributes indented four spaces, values wrapped
+  at about 80 columns onto lines starting with a tab) and of Torque and Slurm's
+  `slurm-wlm-torque` (attributes indented by a tab, lowercase `exit_status` when present).
+- `qstat -Q -f -F json`: `{"Queue": {NAME: {"enabled": "True", "started": "True", ...}}}`.
+
+What a real OpenPBS 23.06 prints (the fixtures of `tests/fixtures/scheduler/pbs-real/`, made
+by `.ci/pbs/collect-fixtures.sh`) decides the mapping: states `Q H W T M U` wait, `R E B S` run
+(`B` is an array that began), `F` (with `-x`) and `X` (a subjob done while its array runs) are
+ends; there is no `C`, which only Torque prints. An `Exit_status` is not an end by itself: a job
+PBS requeued (preempted, or rerun after its server and MOM restarted) keeps its last run's
+status (`-11`, `-4`) while it waits and runs again. A queued job whose `comment` says "Can Never
+Run" is never started by PBS, which keeps it queued forever: it is a failure with PBS's words.
 */
 
 use std::collections::BTreeMap;
@@ -32,9 +44,25 @@ impl PbsJob {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The job's exit status, when PBS recorded one.
+    /// The job's exit status, when PBS recorded one (of its last run: see the module's doc).
     pub fn exit_status(&self) -> Option<i32> {
         self.get("Exit_status")?.trim().parse().ok()
+    }
+
+    /// PBS Pro's substate of a finished job says how it ended, where `Exit_status` may not: 91
+    /// deleted (`qdel`, queued or running: a running one may show `Exit_status` 0), 92 finished,
+    /// 93 failed.
+    fn substate(&self) -> Option<u32> {
+        self.get("substate")?.trim().parse().ok()
+    }
+
+    /// Why PBS will never start this queued job, in its words: the part of its `comment` after
+    /// "Can Never Run: " (`Insufficient amount of resource: ncpus (R: 64 A: 16 T: 16)`).
+    pub fn can_never_run(&self) -> Option<&str> {
+        let comment = self.get("comment")?;
+        let at = comment.find("Can Never Run")?;
+        let why = comment[at + "Can Never Run".len()..].trim_start_matches([':', ' ']);
+        Some(why.trim())
     }
 
     /// When PBS Pro's scheduler expects the queued job to start (`estimated.start_time`, set
@@ -157,13 +185,17 @@ pub fn parse_qstat_text(text: &str) -> Result<Vec<PbsJob>, String> {
     Ok(jobs)
 }
 
-/// PBS Pro `JOB_EXEC_*` exit statuses that are not the script's own.
+/// PBS Pro `JOB_EXEC_*` exit statuses that are not the script's own (src/include/job.h).
 fn exec_code_state(code: i32) -> JobState {
     match code {
         -29 => JobState::Timeout,
         -26 | -27 => JobState::OutOfMemory,
-        // Mother superior or sister node failed; JOB_EXEC_RETRY: failed before it could run.
-        -20 | -14 | -3 => JobState::NodeFail,
+        // Mother superior or sister node failed; JOB_EXEC_RETRY: failed before it could run;
+        // JOB_EXEC_INITABT/INITRST/INITRMG: its MOM restarted under it (a job that may not be
+        // rerun ends so).
+        -20 | -14 | -3 | -4 | -5 | -6 => JobState::NodeFail,
+        // JOB_EXEC_RERUN as an end: requeued for a preemption, and then not run again.
+        -11 => JobState::Preempted,
         _ => JobState::Failed {
             exit_code: Some(code),
             reason: format!("PBS could not run the job (JOB_EXEC code {code})"),
@@ -176,7 +208,16 @@ fn exec_code_state(code: i32) -> JobState {
 pub fn pbs_state(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState {
     let state = job.get("job_state").unwrap_or("").trim();
     match state {
-        "Q" | "H" | "W" | "T" | "M" | "U" => JobState::Pending,
+        // PBS keeps a job it can never run queued forever; the backend deletes it.
+        "Q" => match job.can_never_run() {
+            Some(why) => JobState::Failed {
+                exit_code: None,
+                reason: format!("PBS can never run it: {why}"),
+            },
+            None => JobState::Pending,
+        },
+        "H" | "W" | "T" | "M" | "U" => JobState::Pending,
+        // Whatever `Exit_status` says: a running job's is its last run's.
         "R" | "E" | "B" | "S" => JobState::Running,
         "F" | "X" | "C" => finished(job, cancelled, marker),
         other => JobState::Failed {
@@ -189,8 +230,18 @@ pub fn pbs_state(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> Job
 fn finished(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState {
     let comment = job.get("comment").unwrap_or("").to_lowercase();
     let walltime = comment.contains("walltime") && comment.contains("exceeded");
-    let deleted = comment.contains("qdel") || comment.contains("deleted");
+    // A real OpenPBS says "... and terminated" (queued) or "... and terminated by USER@HOST"
+    // (running), with substate 91; others have said "deleted ... via qdel".
+    let deleted = job.substate() == Some(91)
+        || comment.contains("terminated")
+        || comment.contains("qdel")
+        || comment.contains("deleted");
     match job.exit_status() {
+        // A running job deleted may end with status 0 (its shell killed first): the marker
+        // says whether its script got to the end.
+        Some(0) if (cancelled || deleted) && marker != Some(JobState::Completed) => {
+            JobState::Cancelled
+        }
         Some(0) => JobState::Completed,
         Some(code) if code < 0 => exec_code_state(code),
         _ if walltime => JobState::Timeout,
@@ -200,8 +251,9 @@ fn finished(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState
             reason: format!("killed by signal {}", code - 256),
         },
         Some(code) => JobState::from_exit_code(code),
-        // No exit status (Slurm's Torque wrapper never prints one): the marker knows.
-        // A cancelled job's script may still record the signal's 143 in its marker.
+        // No exit status: deleted while queued (PBS Pro), or Slurm's Torque wrapper, which
+        // never prints one: the marker knows. A cancelled job's script may still record the
+        // signal's 143 in its marker.
         None => match marker {
             Some(JobState::Completed) => JobState::Completed,
             _ if cancelled || deleted => JobState::Cancelled,
@@ -214,4 +266,60 @@ fn finished(job: &PbsJob, cancelled: bool, marker: Option<JobState>) -> JobState
             },
         },
     }
+}
+
+/// One queue of `qstat -Q -f -F json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PbsQueue {
+    /// Its name.
+    pub name: String,
+    /// `enabled`: it takes new jobs.
+    pub enabled: bool,
+    /// `started`: its jobs are scheduled.
+    pub started: bool,
+}
+
+/// Parses `qstat -Q -f -F json` (PBS Pro): the server's queues, in its order.
+pub fn parse_queues_json(text: &str) -> Result<Vec<PbsQueue>, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let Some(queues) = value.get("Queue") else {
+        return Ok(Vec::new());
+    };
+    let queues = queues.as_object().ok_or("`Queue` is not an object")?;
+    let yes = |q: &serde_json::Value, key: &str| {
+        q.get(key)
+            .and_then(|v| v.as_str())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    };
+    Ok(queues
+        .iter()
+        .map(|(name, q)| PbsQueue {
+            name: name.clone(),
+            enabled: yes(q, "enabled"),
+            started: yes(q, "started"),
+        })
+        .collect())
+}
+
+/// The users a PBS Pro server runs jobs of root for (`acl_roots` of `qstat -B -f -F json`);
+/// `None` when the answer has no server in it.
+pub fn parse_acl_roots(text: &str) -> Result<Option<Vec<String>>, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    let Some(server) = value
+        .get("Server")
+        .and_then(|s| s.as_object())
+        .and_then(|s| s.values().next())
+    else {
+        return Ok(None);
+    };
+    let roots = server.get("acl_roots").and_then(|v| v.as_str()).unwrap_or("");
+    Ok(Some(
+        roots
+            .split(',')
+            .map(|u| u.trim().to_string())
+            .filter(|u| !u.is_empty())
+            .collect(),
+    ))
 }

@@ -3,6 +3,7 @@ The Slurm backend: `sbatch --parsable`, `squeue`, `scancel`, and for final state
 `scontrol show job`, then the job's completion marker.
 */
 
+mod limits;
 mod parse;
 
 use std::collections::HashMap;
@@ -14,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use super::command::tail;
 use super::{
     marker_or, submit_command, Backend, BackendKind, Call, CommandConfig, CommandOutput,
-    CommandRunner, JobHandle, JobScript, JobState, JobSubmission, ProgramConfig, QueuedJob,
+    CommandRunner, JobHandle, JobLimit, JobScript, JobState, JobSubmission, ProgramConfig,
+    QueuedJob,
     Refusals, Scheduler, SchedulerConfig, SchedulerError, SchedulerJobId, SchedulerResult,
     ScriptConfig,
 };
@@ -121,6 +123,11 @@ pub struct SlurmConfig {
     pub sacct: ProgramConfig,
     /// `scontrol`.
     pub scontrol: ProgramConfig,
+    /// `sacctmgr` (the job limits of the user's association and QOS). Added after runs had
+    /// stored their configs: left unset, it is not written, so such a config reads back and is
+    /// written again key for key.
+    #[serde(skip_serializing_if = "ProgramConfig::is_unset")]
+    pub sacctmgr: ProgramConfig,
     /// Whether to use `sacct`.
     pub use_sacct: SacctMode,
 }
@@ -402,6 +409,10 @@ impl Scheduler for SlurmScheduler {
             }
         }
         Ok(estimates)
+    }
+
+    fn job_limit(&self, queues: &[String]) -> SchedulerResult<Option<JobLimit>> {
+        self.read_job_limit(queues)
     }
 
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {

@@ -1,0 +1,174 @@
+//! Routing on the real one-node OpenPBS: `submit --route adaptive` learns PBS queues as it
+//! learns Slurm's partitions (a stopped queue's jobs are moved or twinned, the run ends
+//! exact), and PBS's own estimate of a queued job's start (`estimated.start_time`, set by a
+//! scheduler with strict ordering, as Polaris's) is what the backend hands the router.
+
+use crate::pbs_util::{
+    assert_exact, finish, jobs, pbs_ok, pbs_up, qstat_job, route_of, run_config, spawn_submit,
+    StoppedQueue,
+};
+use crate::util::TestDir;
+use std::time::{Duration, Instant};
+
+/// `debug=2` and a held queue of cap 2, adaptive: the held queue gets its cap (nothing is
+/// known of it yet), the other batches go to `debug`, and each held job's batch is twinned or
+/// moved there; the held jobs end cancelled, the run exact.
+#[test]
+fn pbs_adaptive_routes_around_a_queue_that_never_starts_its_jobs() {
+    if !pbs_up("pbs_adaptive_routes_around_a_queue_that_never_starts_its_jobs") {
+        return;
+    }
+    let (batches, per) = (6, 4);
+    let t = TestDir::new();
+    t.plan_with_model(batches * per, per);
+    let held = StoppedQueue::create("efheld");
+    std::fs::write(t.join("run.toml"), run_config("walltime = \"00:10:00\"")).unwrap();
+    let held_cap = format!("{}=2", held.0);
+    let child = spawn_submit(
+        &t,
+        &[
+            "--queue", "debug=2", "--queue", &held_cap, "--route", "adaptive",
+        ],
+    );
+    let (code, err) = finish(child, 400, || {});
+    assert_eq!(code, 0, "{err}");
+    assert_exact(&t, batches, batches * per);
+    let all = jobs(&t);
+    let on_held: Vec<_> = all.iter().filter(|j| j.2 == held.0).collect();
+    assert_eq!(
+        on_held.len(),
+        2,
+        "the held queue filled to its cap: {all:?}"
+    );
+    for job in &on_held {
+        assert_eq!(job.3, "cancelled", "{all:?}");
+        assert!(
+            job.4.contains("finished first by its twin") || job.4.starts_with("moved: "),
+            "{all:?}"
+        );
+        // Deleted in PBS, never run.
+        let pbs_job = qstat_job(&job.1);
+        assert_eq!(pbs_job["job_state"], "F", "{pbs_job}");
+        assert!(pbs_job.get("Exit_status").is_none(), "{pbs_job}");
+    }
+    let on_debug = all.iter().filter(|j| j.2 == "debug").count() as u64;
+    assert_eq!(on_debug, batches, "every batch done on debug: {all:?}");
+    assert!(all
+        .iter()
+        .filter(|j| j.2 == "debug")
+        .all(|j| j.3 == "completed"));
+    // The router learned both queues as it learns Slurm's.
+    let debug = route_of(&t, "debug");
+    assert_eq!(debug["finished"], batches, "{debug}");
+    let stuck = route_of(&t, &held.0);
+    assert_eq!(stuck["jobs_started"], 0, "{stuck}");
+}
+
+/// Strict ordering on in the scheduler's config while it lives (the scheduler reads it again
+/// on SIGHUP); the config as it was when dropped.
+struct StrictOrdering(String);
+
+const SCHED_CONFIG: &str = "/var/spool/pbs/sched_priv/sched_config";
+
+impl StrictOrdering {
+    fn on() -> Self {
+        let before = std::fs::read_to_string(SCHED_CONFIG).unwrap();
+        let on = before.replace("strict_ordering: false", "strict_ordering: true");
+        assert_ne!(
+            on, before,
+            "{SCHED_CONFIG} has no `strict_ordering: false` line"
+        );
+        std::fs::write(SCHED_CONFIG, on).unwrap();
+        hup_scheduler();
+        Self(before)
+    }
+}
+
+impl Drop for StrictOrdering {
+    fn drop(&mut self) {
+        std::fs::write(SCHED_CONFIG, &self.0).unwrap();
+        hup_scheduler();
+    }
+}
+
+fn hup_scheduler() {
+    let pid = std::fs::read_to_string("/var/spool/pbs/sched_priv/sched.lock").unwrap();
+    let pid: i32 = pid.trim().parse().unwrap();
+    // SAFETY: signals PBS's scheduler, whose pid its own lock file holds.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+/// With strict ordering, PBS plans when its top queued job starts: a job waiting for the ngpus
+/// a one-minute job holds gets `estimated.start_time` = that job's start + its walltime, and
+/// the PBS backend hands exactly that to the router (`start_estimates`). Runs alone
+/// (.config/nextest.toml): strict ordering would hold other tests' jobs behind this one.
+#[test]
+fn pbs_estimated_start_time_is_what_the_backend_hands_the_router() {
+    use embedfleet_orchestrator::scheduler::{
+        CommandConfig, JobHandle, JobScript, JobSubmission, PbsConfig, PbsJob, PbsScheduler,
+        Scheduler,
+    };
+    if !pbs_up("pbs_estimated_start_time_is_what_the_backend_hands_the_router") {
+        return;
+    }
+    let t = TestDir::new();
+    let _strict = StrictOrdering::on();
+    let blocker = pbs_ok(
+        "qsub",
+        &[
+            "-q",
+            "debug",
+            "-l",
+            "select=1:ncpus=1:ngpus=4",
+            "-l",
+            "walltime=00:01:00",
+            "-j",
+            "oe",
+            "-o",
+            "/dev/null",
+            "--",
+            "/bin/sleep",
+            "60",
+        ],
+    );
+    let blocker = blocker.trim().to_string();
+    let end = Instant::now() + Duration::from_secs(60);
+    while qstat_job(&blocker)["job_state"] != "R" {
+        assert!(Instant::now() < end, "the blocker never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let table: toml::Table = toml::from_str(&crate::pbs_util::commands_table(&[])).unwrap();
+    let config: PbsConfig = table["scheduler"]["pbs"].clone().try_into().unwrap();
+    let pbs_backend = PbsScheduler::new(config, CommandConfig::default());
+    let script = t.join("wait.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n#PBS -l select=1:ncpus=1:ngpus=4\n#PBS -l walltime=00:01:00\ntrue\n",
+    )
+    .unwrap();
+    let job = JobSubmission::new("efestimate", "debug", JobScript::Path(script)).workdir(t.path());
+    let id = pbs_backend.submit(&job).unwrap();
+    let handle = JobHandle::new(id.clone());
+    let mut estimate = None;
+    let end = Instant::now() + Duration::from_secs(30);
+    while estimate.is_none() && Instant::now() < end {
+        estimate = pbs_backend
+            .start_estimates(std::slice::from_ref(&handle))
+            .unwrap()
+            .get(&id)
+            .copied();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let stime = qstat_job(&blocker)["stime"].as_str().unwrap().to_string();
+    pbs_ok("qdel", &[id.as_str(), &blocker]);
+    let estimate = estimate.expect("PBS gave the waiting job an estimated start");
+    // The blocker's start, read as the backend reads every ctime PBS prints.
+    let mut at = PbsJob::default();
+    at.attrs.insert("estimated.start_time".into(), stime);
+    let blocker_start = at.estimated_start_s().unwrap();
+    assert!(
+        (estimate - (blocker_start + 60.0)).abs() <= 5.0,
+        "estimate {estimate}, blocker started {blocker_start} with a walltime of 60 s"
+    );
+}
