@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The load before the index, against the floor sending could reach (issue 52: at least 0.8x):
 #
-#   bash benches/pgvector_load.sh RUN_DIR [ROUNDS]      # ROUNDS 2
+#   [UPLOAD_ARGS="--batch-size 2048"] bash benches/pgvector_load.sh RUN_DIR [ROUNDS]   # ROUNDS 2
 #
 # In one run, on the rows of RUN_DIR (`synthetic_run` writes one), each round, in turns of
 # order (upload first, then plain first, so that neither always meets a warmer server):
@@ -26,7 +26,8 @@ now() { date +%s.%N; }
 
 upload() {
   psql_ -c "DROP TABLE IF EXISTS bench_load_up"
-  "$bin" upload --run-dir "$run" --postgres "$url" --collection bench_load_up --pg-index ivfflat \
+  # shellcheck disable=SC2086 # UPLOAD_ARGS: more options, split on spaces
+  "$bin" upload --run-dir "$run" --postgres "$url" --collection bench_load_up --pg-index ivfflat ${UPLOAD_ARGS:-} \
     2>&1 | grep -E "points sent in" | sed -E 's/.*: ([0-9]+) points sent in ([0-9.]+) s \(([0-9]+) points\/s.*/upload --postgres: \1 rows in \2 s, \3 rows\/s/'
 }
 

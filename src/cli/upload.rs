@@ -94,7 +94,7 @@ pub struct UploadArgs {
     /// The collection (created if absent; an existing one must have the run's vector size).
     #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
-    /// Points per upsert batch (default: what `tune` saved, else 256).
+    /// Points per upsert batch (default: what `tune` saved, else 256; 2,048 into PostgreSQL).
     #[arg(long, value_name = "B", help_heading = help::SPEED)]
     pub batch_size: Option<usize>,
     /// Upsert batches in flight per worker (default: what `tune` saved, else 4).

@@ -25,7 +25,12 @@ fn parse_share(s: &str) -> Result<(u64, u64)> {
     }
 }
 
-fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptions {
+/// `default_batch`: the sink's batch size when neither `--batch-size` nor `tune` says one.
+fn upload_options(
+    args: &UploadArgs,
+    tuned: Option<&TunedUpload>,
+    default_batch: usize,
+) -> UploadOptions {
     let mut options = UploadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
     let spec = &mut options.spec;
@@ -35,7 +40,7 @@ fn upload_options(args: &UploadArgs, tuned: Option<&TunedUpload>) -> UploadOptio
     options.batch_size = args
         .batch_size
         .or(tuned.map(|t| t.batch_size))
-        .unwrap_or(upload::DEFAULT_UPSERT_BATCH)
+        .unwrap_or(default_batch)
         .max(1);
     options.in_flight = args
         .in_flight
@@ -55,7 +60,7 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let tuned: Option<TunedUpload> = db.setting(TUNED_SETTING)?;
     let tuned = tuned.filter(|t| t.sink == kind);
-    let mut options = upload_options(args, tuned.as_ref());
+    let mut options = upload_options(args, tuned.as_ref(), sink.default_batch_size());
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
         // A worker ends when its parent `embedfleet upload` is gone (killed, say), so running

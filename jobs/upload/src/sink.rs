@@ -88,6 +88,11 @@ pub trait Sink: Send + Sync {
         Ok(())
     }
 
+    /// Points per upsert batch when neither `--batch-size` nor `tune` says otherwise.
+    fn default_batch_size(&self) -> usize {
+        crate::options::DEFAULT_UPSERT_BATCH
+    }
+
     /// Qdrant's extras, `None` for a database that is not Qdrant.
     fn qdrant(&self) -> Option<&dyn QdrantExtras> {
         None

@@ -354,6 +354,10 @@ impl Sink for PgVector {
         load::upsert(&mut session, &quoted(collection), shape.storage, points)
     }
 
+    fn default_batch_size(&self) -> usize {
+        load::DEFAULT_BATCH
+    }
+
     fn checkpoint(&self, _collection: &str) -> UploadResult<()> {
         // Upserts commit without waiting for their WAL to reach the disk (`load.rs`). This
         // commit waits (sessions run with synchronous_commit on), and the WAL is flushed in
