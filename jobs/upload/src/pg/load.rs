@@ -3,10 +3,13 @@
 //! without waiting for the disk (`Sink::checkpoint` does, for every batch before it). A batch
 //! sent twice (a retry, a resumed upload) leaves one row per paper: the second copy updates the
 //! first. The staging table is the session's own (`pg_temp`: no WAL, no other session sees it)
-//! and empties itself at each commit.
+//! and empties itself at each commit. Into a table this sink made, a batch is copied straight
+//! in first (no id can be there unless it was sent before), and only one that meets an id
+//! already there takes the staging way.
 
 use pgvector::{HalfVector, Vector};
 use postgres::binary_copy::BinaryCopyInWriter;
+use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 
 use super::connect::Session;
@@ -62,9 +65,90 @@ fn staging_types(session: &mut Session, storage: Storage) -> UploadResult<Vec<Ty
     Ok(types)
 }
 
-/// Copies `points` into the staging table and upserts them into `table` (quoted), in one
-/// transaction: all of the batch or none of it.
+/// Writes `points` to a binary COPY of [`COLUMNS`] in that order.
+fn write_rows(
+    writer: &mut BinaryCopyInWriter<'_>,
+    storage: Storage,
+    points: &PointsBatch<'_>,
+) -> Result<(), postgres::Error> {
+    let pause = std::env::var(TEST_COPY_DELAY_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(std::time::Duration::from_millis);
+    for (row, p) in points.iter().enumerate() {
+        if let Some(pause) = pause.filter(|_| row == points.len() / 2) {
+            // The server is in the COPY, half the rows written: a kill now is mid-COPY.
+            std::thread::sleep(pause);
+        }
+        let id = p.id();
+        let year = p.year.and_then(|y| i32::try_from(y).ok());
+        let vector: Box<dyn ToSql + Sync> = match storage {
+            Storage::Vector => Box::new(Vector::from(p.vector.to_vec())),
+            Storage::Halfvec => Box::new(HalfVector::from_f32_slice(p.vector)),
+        };
+        writer.write(&[
+            &id,
+            &p.paper_id,
+            vector.as_ref(),
+            &year,
+            &p.source,
+            &p.n_chars,
+            &p.n_tokens,
+        ])?;
+    }
+    Ok(())
+}
+
+/// Upserts `points` into `table` (quoted), in one transaction: all of the batch or none of it.
+/// `fresh`: this sink made the table, so its rows are mostly new: they are copied straight in,
+/// as a plain COPY is (a page of rows at a time, no second pass through a staging table), and
+/// only a batch meeting an id already there (a retry, a batch sent twice) goes the staging way.
 pub(super) fn upsert(
+    session: &mut Session,
+    table: &str,
+    storage: Storage,
+    points: &PointsBatch<'_>,
+    fresh: bool,
+) -> UploadResult<()> {
+    if fresh && copy_new(session, table, storage, points)? {
+        return Ok(());
+    }
+    upsert_staged(session, table, storage, points)
+}
+
+/// Copies `points` straight into `table`: false, with nothing written, when one of their ids
+/// is there already.
+fn copy_new(
+    session: &mut Session,
+    table: &str,
+    storage: Storage,
+    points: &PointsBatch<'_>,
+) -> UploadResult<bool> {
+    let types = staging_types(session, storage)?;
+    let mut tx = session.client.transaction().map_err(pg_err("copy rows"))?;
+    let copied = (|| {
+        // No fsync per batch, as in `upsert_staged`.
+        tx.batch_execute("SET LOCAL synchronous_commit = off")?;
+        let sink = tx.copy_in(&format!(
+            "COPY {table} ({COLUMNS}) FROM STDIN (FORMAT binary)"
+        ))?;
+        let mut writer = BinaryCopyInWriter::new(sink, &types);
+        write_rows(&mut writer, storage, points)?;
+        writer.finish().map(|_| ())
+    })();
+    match copied {
+        Ok(()) => {
+            tx.commit().map_err(pg_err("copy rows"))?;
+            Ok(true)
+        }
+        // Dropping the transaction rolls it back: none of the batch stays.
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => Ok(false),
+        Err(e) => Err(pg_err("copy rows")(e)),
+    }
+}
+
+/// Copies `points` into the staging table and upserts them into `table`, in one transaction.
+fn upsert_staged(
     session: &mut Session,
     table: &str,
     storage: Storage,
@@ -93,33 +177,7 @@ pub(super) fn upsert(
         ))
         .map_err(pg_err("copy rows"))?;
     let mut writer = BinaryCopyInWriter::new(sink, &types);
-    let pause = std::env::var(TEST_COPY_DELAY_ENV)
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map(std::time::Duration::from_millis);
-    for (row, p) in points.iter().enumerate() {
-        if let Some(pause) = pause.filter(|_| row == points.len() / 2) {
-            // The server is in the COPY, half the rows written: a kill now is mid-COPY.
-            std::thread::sleep(pause);
-        }
-        let id = p.id();
-        let year = p.year.and_then(|y| i32::try_from(y).ok());
-        let vector: Box<dyn ToSql + Sync> = match storage {
-            Storage::Vector => Box::new(Vector::from(p.vector.to_vec())),
-            Storage::Halfvec => Box::new(HalfVector::from_f32_slice(p.vector)),
-        };
-        writer
-            .write(&[
-                &id,
-                &p.paper_id,
-                vector.as_ref(),
-                &year,
-                &p.source,
-                &p.n_chars,
-                &p.n_tokens,
-            ])
-            .map_err(pg_err("copy rows"))?;
-    }
+    write_rows(&mut writer, storage, points).map_err(pg_err("copy rows"))?;
     writer.finish().map_err(pg_err("copy rows"))?;
     tx.execute(&insert, &[]).map_err(pg_err("upsert rows"))?;
     tx.commit().map_err(pg_err("upsert rows"))

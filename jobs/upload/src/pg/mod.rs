@@ -350,8 +350,15 @@ impl Sink for PgVector {
         if points.is_empty() {
             return Ok(());
         }
+        let fresh = lock(&self.made_here).contains(collection);
         let mut session = self.pool.get()?;
-        load::upsert(&mut session, &quoted(collection), shape.storage, points)
+        load::upsert(
+            &mut session,
+            &quoted(collection),
+            shape.storage,
+            points,
+            fresh,
+        )
     }
 
     fn default_batch_size(&self) -> usize {

@@ -10,8 +10,8 @@
 use crate::upload_common;
 
 use embedfleet_upload::{
-    CollectionSpec, IterativeScan, PayloadFilter, PgConfig, PgIndex, PgVector, QueryRequest,
-    SearchOptions, Sink, UploadError, VectorDtype, VectorIndex,
+    CollectionSpec, CountRequest, Ensured, IterativeScan, PayloadFilter, PgConfig, PgIndex,
+    PgVector, QueryRequest, SearchOptions, Sink, UploadError, VectorDtype, VectorIndex,
 };
 use upload_common::*;
 
@@ -379,4 +379,27 @@ fn pg_tls_follows_libpqs_sslmode_and_root_certificates() {
         Ok(_) => panic!("verify-full with no root certificate connected"),
     };
     assert!(refused.contains("sslrootcert"), "{refused}");
+}
+
+#[test]
+fn pg_a_batch_partly_there_already_is_upserted_whole_into_a_table_made_here() {
+    with_table("partly", |sink, name| {
+        let dim = 8;
+        let spec = CollectionSpec::new(name, dim);
+        assert_eq!(sink.ensure_collection(&spec).unwrap(), Ensured::Created);
+        // Copied straight in: nothing there yet.
+        upsert_in_slices(sink, name, &shard_batch(0, 100, dim), 100);
+        // Half of it there: the straight copy meets an id, leaves nothing, and the batch goes
+        // the staging way, new rows and updated ones together.
+        upsert_in_slices(sink, name, &shard_batch(50, 100, dim), 100);
+        assert_eq!(sink.count(CountRequest::new(name)).unwrap(), 150);
+        for i in [0, 75, 149] {
+            let v = vector_of(i, dim, 7);
+            let hits = sink
+                .query(QueryRequest::one(name, &v, SearchOptions::new(1)))
+                .unwrap()
+                .remove(0);
+            assert_eq!(hits[0].paper_id.as_deref(), Some(paper_id(i).as_str()));
+        }
+    });
 }
