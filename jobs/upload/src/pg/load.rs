@@ -20,8 +20,8 @@ use crate::points::PointsBatch;
 
 /// Rows per upsert batch by default. A batch costs five round trips, an `INSERT` planned and
 /// the staging table emptied at its commit, whatever its rows: at 2,048 rows the load of
-/// 200,000 × 768-d kept 0.88x and 0.72x the rows/s of a plain binary COPY in two runs where
-/// 256 kept 0.74x and 0.68x (BENCHMARKS.md "The load before the index against a plain COPY"). 2,048 rows of 768-d f32
+/// 200,000 × 768-d, every batch staged, kept 0.88x and 0.72x the rows/s of a plain binary
+/// COPY in two runs where 256 kept 0.74x and 0.68x (BENCHMARKS.md "The load before the index against a plain COPY"). 2,048 rows of 768-d f32
 /// staged whole are 6.4 MB, within the default `temp_buffers` (8 MB).
 pub const DEFAULT_BATCH: usize = 2048;
 
