@@ -403,3 +403,57 @@ fn pg_a_batch_partly_there_already_is_upserted_whole_into_a_table_made_here() {
         }
     });
 }
+
+/// Searches under `filter` at HNSW's `ef_search` `ef` (pgvector's default 40 when `None`),
+/// without iterative scans: how many of 8 got fewer than 10 rows.
+fn short_answers_at(sink: &PgVector, name: &str, filter: &PayloadFilter, ef: Option<u64>) -> usize {
+    (0..8)
+        .filter(|i| {
+            let options = SearchOptions {
+                filter: Some(filter.clone()),
+                hnsw_ef: ef,
+                ..SearchOptions::new(10)
+            };
+            let v = vector_of(20_000 + i, 32, 11);
+            let hits = sink.query(QueryRequest::one(name, &v, options)).unwrap();
+            hits[0].len() < 10
+        })
+        .count()
+}
+
+#[test]
+fn pg_each_filtered_search_is_planned_for_its_own_values() {
+    with_table_config(
+        "plans",
+        PgConfig {
+            iterative_scan: IterativeScan::Off,
+            ..PgConfig::new("")
+        },
+        |sink, name| {
+            let spec = CollectionSpec {
+                bulk_load: true,
+                ..CollectionSpec::new(name, 32)
+            };
+            sink.ensure_collection(&spec).unwrap();
+            upsert_in_slices(sink, name, &shard_batch(0, 20_000, 32), 2000);
+            sink.finish(&spec).unwrap();
+            // 2 % of the rows in a year of their own: planned for its own value, a search under
+            // it (HNSW, ef_search 40) costs more than what PostgreSQL guesses for a plan made
+            // once for any values (0.5 % of the rows passing, sorted after the year's B-tree),
+            // so that after five such runs it would keep that plan for the statement.
+            let url = std::env::var("EMBEDFLEET_PG_URL").unwrap();
+            let mut client = embedfleet_upload::pg::client(&PgConfig::new(url)).unwrap();
+            client
+                .batch_execute(&format!(
+                    "UPDATE \"{name}\" SET year = 2010 WHERE n_chars % 50 = 0; ANALYZE \"{name}\""
+                ))
+                .unwrap();
+            short_answers_at(sink, name, &PayloadFilter::year(2010), None);
+            // Then every year, through the same statement in the same session. Planned for its
+            // own values, it takes the HNSW index, whose ef_search 1 yields one row at most; the
+            // plan for any values would sort every row passing the year's B-tree: 10 rows.
+            let wide = short_answers_at(sink, name, &PayloadFilter::years(2018, 2022), Some(1));
+            assert_eq!(wide, 8, "the wide filter searched through the HNSW index");
+        },
+    );
+}
