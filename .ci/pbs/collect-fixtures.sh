@@ -128,6 +128,22 @@ keep finished_without_x finished_without_x.json "$finished0" -f -F json "$finish
 keep unknown_queue unknown_queue.json nosuchqueue -Q -f -F json nosuchqueue
 keep queues queues.json "" -Q -f -F json
 
+# Limits of jobs (max_queued, max_run) on the server and a queue, as an ordinary user reads
+# them (`pbsuser`, made by one-node-openpbs.sh; root where there is none): text, since the JSON
+# repeats the key once per entry. Unset again after.
+pbs qmgr -c 'set server max_queued = "[u:PBS_GENERIC=30], [u:pbsuser=12], [o:PBS_ALL=100]"'
+pbs qmgr -c 'set server max_run = "[u:PBS_GENERIC=20]"'
+pbs qmgr -c 'set queue preemptable max_queued = "[u:PBS_GENERIC=5]"'
+pbs qmgr -c 'set queue preemptable max_run = "[u:pbsuser=3]"'
+as_user() { if id pbsuser >/dev/null 2>&1; then ip netns exec "$NS" su pbsuser -c "/opt/pbs/bin/qstat $*"; else pbs qstat "$@"; fi; }
+as_user -B -f > "$OUT/limits_server.txt"
+printf 'limits_server\tlimits_server.txt\t0\t\t\n' >> "$OUT/index.tsv"
+as_user -Q -f > "$OUT/limits_queues.txt"
+printf 'limits_queues\tlimits_queues.txt\t0\t\t\n' >> "$OUT/index.tsv"
+for a in "server max_queued" "server max_run" "queue preemptable max_queued" "queue preemptable max_run"; do
+  pbs qmgr -c "unset $a"
+done
+
 # Array finished.
 await "$array" F
 snap array_finished "$array ${array/\[\]/[1]}"

@@ -16,6 +16,10 @@
 //! <run-dir>/tune/               `tune`'s table and plot
 //! <run-dir>/tiny-model/         the tiny random model `run` writes without --model-dir
 //! <run-dir>/eval/               `eval`'s cached exact answers and its latest report
+//!                               (latest.json, latest.md, recall.png)
+//! <run-dir>/queries/            `query --submit`'s work folders (queries/<key>/)
+//! <run-dir>/report.html, metrics.prom   the owner's report page and Prometheus metrics
+//! <run-dir>/submit.lock         held by the running submit loop
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -42,6 +46,13 @@ impl RunLayout {
     pub const TUNE_DIR: &'static str = "tune";
     pub const TINY_MODEL_DIR: &'static str = "tiny-model";
     pub const EVAL_DIR: &'static str = "eval";
+    pub const QUERIES_DIR: &'static str = "queries";
+    pub const REPORT_FILE: &'static str = "report.html";
+    pub const METRICS_FILE: &'static str = "metrics.prom";
+    pub const LOOP_LOCK_FILE: &'static str = "submit.lock";
+    /// Relative to the run directory, as messages name them.
+    pub const SHARD_KEYS_FILE: &'static str = "snapshots/keys.json";
+    pub const SNAPSHOT_SETTINGS_FILE: &'static str = "snapshots/settings.json";
 
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
@@ -201,6 +212,74 @@ impl RunLayout {
     pub fn eval_dir(&self) -> PathBuf {
         self.root.join(Self::EVAL_DIR)
     }
+
+    /// The latest `eval`'s report, as JSON (what `report` shows of it).
+    pub fn eval_latest_json(&self) -> PathBuf {
+        self.eval_dir().join("latest.json")
+    }
+
+    /// The latest `eval`'s recall table, as markdown (what a dataset card quotes).
+    pub fn eval_latest_md(&self) -> PathBuf {
+        self.eval_dir().join("latest.md")
+    }
+
+    /// `eval`'s recall-against-latency plot when `--plot` is not given.
+    pub fn recall_plot(&self) -> PathBuf {
+        self.eval_dir().join("recall.png")
+    }
+
+    /// How the run's batches are grouped into Qdrant shard keys, pinned at the first grouped
+    /// build or load (beside the built shards: a run.db rebuilt after a loss keeps them).
+    pub fn shard_keys_file(&self) -> PathBuf {
+        self.root.join(Self::SHARD_KEYS_FILE)
+    }
+
+    /// The settings the run's built shards were made with, pinned by the first build.
+    pub fn snapshot_settings_file(&self) -> PathBuf {
+        self.root.join(Self::SNAPSHOT_SETTINGS_FILE)
+    }
+
+    /// The requests of group builds (`snapshots/requests/group-<n>.json`): what each group's
+    /// build job builds from.
+    pub fn group_request_dir(&self) -> PathBuf {
+        self.snapshot_dir().join("requests")
+    }
+
+    /// `query --submit`'s work folders, one per work (`queries/<key>/`).
+    pub fn queries_dir(&self) -> PathBuf {
+        self.root.join(Self::QUERIES_DIR)
+    }
+
+    /// The owner's report page, rewritten as the run goes.
+    pub fn report_page(&self) -> PathBuf {
+        self.root.join(Self::REPORT_FILE)
+    }
+
+    /// The owner's Prometheus metrics, rewritten each poll.
+    pub fn metrics_file(&self) -> PathBuf {
+        self.root.join(Self::METRICS_FILE)
+    }
+
+    /// Held (`flock`) by the submit loop that runs the run: a second loop is refused.
+    pub fn loop_lock_file(&self) -> PathBuf {
+        self.root.join(Self::LOOP_LOCK_FILE)
+    }
+
+    /// The ssh backend's check that `host` sees the run directory: a file the check writes
+    /// here and the host reads back (removed after).
+    pub fn ssh_check_file(&self, host: &str, nonce: &str) -> PathBuf {
+        self.root.join(format!(".ssh-check.{host}.{nonce}"))
+    }
+
+    /// A job script the ssh backend was handed as text, written where every host reads it.
+    pub fn ssh_job_script(&self, job: &str) -> PathBuf {
+        self.root.join(format!(".{job}.ssh.sh"))
+    }
+
+    /// What the notify hooks print (`notify.log` among the job logs).
+    pub fn notify_log(&self) -> PathBuf {
+        self.log_dir().join("notify.log")
+    }
 }
 
 #[cfg(test)]
@@ -227,5 +306,13 @@ mod tests {
             PathBuf::from("/runs/r1/jobs/j.exit")
         );
         assert_eq!(layout.job_log("j"), PathBuf::from("/runs/r1/logs/j.log"));
+        assert_eq!(
+            layout.shard_keys_file(),
+            PathBuf::from("/runs/r1/snapshots/keys.json")
+        );
+        assert_eq!(
+            layout.eval_latest_md(),
+            PathBuf::from("/runs/r1/eval/latest.md")
+        );
     }
 }

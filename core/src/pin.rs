@@ -159,6 +159,12 @@ impl<T> Resolved<T> {
         }
     }
 
+    /// A setting whose default is "none" (a dimension left as the model's, no token cap):
+    /// `given`, else `run`, else `None`.
+    pub fn optional(given: Option<T>, run: Option<T>) -> Resolved<Option<T>> {
+        Resolved::of(given.map(Some), run.map(Some), || None)
+    }
+
     /// Whether the run's value was taken (the command line gave none).
     pub fn from_run(&self) -> bool {
         self.source == Source::Run

@@ -98,9 +98,22 @@ pub trait ModelFamily: Send + Sync {
     /// Its end-of-sequence token and query format.
     fn text_format(&self) -> TextFormat;
 
-    /// How the vector is read from the hidden states, as shard metadata records it
-    /// (`last_token`).
+    /// How the vector is read from the hidden states, as shard metadata and the run's output
+    /// settings record it (`last_token`).
     fn pooling(&self) -> &'static str;
+
+    /// The task a query is embedded with when none is given (the retrieval instruction of the
+    /// family's model card). It is the task, not the format: [`TextFormat::query`] writes it.
+    fn default_instruction(&self) -> &'static str;
+
+    /// A checkpoint of this family, as the help names one (`Qwen/Qwen3-Embedding-4B`).
+    fn example_checkpoint(&self) -> &'static str;
+
+    /// How a query is written for the model, with placeholders (`Instruct: <query
+    /// instruction>\nQuery:<query>`): what a dataset card tells its readers to embed.
+    fn query_example(&self) -> String {
+        (self.text_format().query)("<query instruction>", "<query>")
+    }
 
     /// Loads the model directory `dir` on `opts.device`, checking every weight against its
     /// `config.json`; unsupported set-ups fail here, never mid-run.

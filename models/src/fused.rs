@@ -438,21 +438,7 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
                 q.end - q.start
             );
         }
-        // The kernel writes every real token's rows; only the tail past them (under 64 rows)
-        // is zeroed, not the whole buffer (268 MB a layer at 32,768 tokens of the 4B model).
-        let written = b.total * a.n_heads * a.head_dim;
-        // SAFETY: rows [0, total) are written by the kernel below before anything reads them;
-        // the rest is zeroed here, on the same stream.
-        // EF_FUSED_ZERO_ALL=1 (an A/B switch for the GPU check) zeroes the whole buffer.
-        let zero_all = crate::ab_switch::AbSwitch::FusedZeroAll.on();
-        let mut out = if zero_all {
-            dev.alloc_zeros::<bf16>(out_len)?
-        } else {
-            unsafe { dev.alloc::<bf16>(out_len)? }
-        };
-        if !zero_all && written < out_len {
-            stream.memset_zeros(&mut out.slice_mut(written..)).w()?;
-        }
+        let mut out = output_buffer(&dev, out_len, b.total * a.n_heads * a.head_dim)?;
         let (seq_len, _) = b.seq_len.storage_and_layout();
         let (q_off, _) = b.q_offsets.storage_and_layout();
         let (kv_off, _) = b.kv_offsets.storage_and_layout();
@@ -519,6 +505,25 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             Shape::from((b.padded, a.n_heads, a.head_dim)),
         ))
     }
+}
+
+/// The attention's output buffer of `out_len` values, of which the kernel writes the first
+/// `written` (every real token's rows): only the tail past them (under 64 rows) is zeroed, not
+/// the whole buffer (268 MB a layer at 32,768 tokens of the 4B model).
+fn output_buffer(dev: &CudaDevice, out_len: usize, written: usize) -> Result<CudaSlice<bf16>> {
+    // EF_FUSED_ZERO_ALL=1 (an A/B switch for the GPU check) zeroes the whole buffer.
+    if crate::ab_switch::AbSwitch::FusedZeroAll.on() {
+        return Ok(dev.alloc_zeros::<bf16>(out_len)?);
+    }
+    // SAFETY: rows [0, written) are written by the kernel before anything reads them; the rest
+    // is zeroed here, on the device's stream, which the kernel runs on after it.
+    let mut out = unsafe { dev.alloc::<bf16>(out_len)? };
+    if written < out_len {
+        dev.cuda_stream()
+            .memset_zeros(&mut out.slice_mut(written..))
+            .w()?;
+    }
+    Ok(out)
 }
 
 /// The element offset of a tensor's first value in its storage.

@@ -43,8 +43,8 @@ pub use family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, DEFAULT_ATT
 pub use memory::MemoryEstimate;
 pub use packed::{PackedSequences, SeqSpan};
 pub use registry::{
-    default_family, family_of, known_model_types, load_embedder, load_tokenizer, verify_model_dir,
-    write_tiny_model, write_tiny_model_with,
+    default_family, families_help, family_of, known_model_types, load_embedder, load_tokenizer,
+    verify_model_dir, write_tiny_model, write_tiny_model_with,
 };
 pub use tiny::TinyModelOptions;
 pub use tokenizer::{TextFormat, Tokenizer};

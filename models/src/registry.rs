@@ -32,6 +32,22 @@ pub fn family(model_type: &str) -> Option<&'static dyn ModelFamily> {
         .find(|f| f.model_type() == model_type)
 }
 
+/// The families of this build as the help of `--model-dir` names them: each one's
+/// `model_type` and a checkpoint of it (`qwen3, e.g. a download of Qwen/Qwen3-Embedding-4B`).
+pub fn families_help() -> String {
+    FAMILIES
+        .iter()
+        .map(|f| {
+            format!(
+                "{}, e.g. a download of {}",
+                f.model_type(),
+                f.example_checkpoint()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The first of [`FAMILIES`].
 pub fn default_family() -> &'static dyn ModelFamily {
     FAMILIES[0]
@@ -147,6 +163,23 @@ mod tests {
         assert_eq!(family.model_type(), "qwen3");
         assert_eq!(known_model_types(), vec!["qwen3"]);
         assert_eq!(default_family().model_type(), "qwen3");
+    }
+
+    #[test]
+    fn the_family_answers_what_callers_once_took_from_qwen3() {
+        let qwen3 = family("qwen3").unwrap();
+        assert_eq!(qwen3.pooling(), "last_token");
+        assert_eq!(
+            qwen3.query_example(),
+            "Instruct: <query instruction>\nQuery:<query>"
+        );
+        assert!(qwen3
+            .default_instruction()
+            .starts_with("Given a web search query"));
+        assert_eq!(
+            families_help(),
+            "qwen3, e.g. a download of Qwen/Qwen3-Embedding-4B"
+        );
     }
 
     #[test]

@@ -181,9 +181,9 @@ fn main() {
         RUN_S / 60.0
     );
     println!(
-        "| scenario | static wall | static, better queue order | adaptive wall | adaptive / better static | moves | twins | no routing below | adaptive / bound |"
+        "| scenario | static, name order | static, reversed order | adaptive | adaptive / better static | moves | twins | cancelled | node-hours on twins and moves | no routing below | static / bound | adaptive / bound |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in scenarios(width) {
         let fixed = mean(seeds, |seed| simulate(&s, Route::Static, false, seed));
         let flipped = s.queue_order_reversed();
@@ -192,13 +192,18 @@ fn main() {
         let a = mean(seeds, |seed| simulate(&s, Route::Adaptive, true, seed));
         let bound = bound_h(&s);
         println!(
-            "| {} | {:.1} h | {better:.1} h | {:.1} h | **{:.3}** | {:.1} | {:.1} | {bound:.1} h | **{:.3}** |",
+            "| {} | {:.1} h | {:.1} h | {:.1} h | **{:.3}** | {:.1} | {:.1} | {:.1} | {:.1} ({:.2} %) | {bound:.1} h | {:.3} | **{:.3}** |",
             s.label,
             fixed.wall_h,
+            other.wall_h,
             a.wall_h,
             a.wall_h / better,
             a.moves,
             a.twins,
+            a.cancelled,
+            a.twin_node_h + a.move_node_h,
+            100.0 * (a.twin_node_h + a.move_node_h) / a.node_h,
+            better / bound,
             a.wall_h / bound
         );
     }

@@ -365,7 +365,7 @@ impl Notifier {
 
 /// Where the hooks' output goes: `logs/notify.log` of the run directory.
 pub fn notify_log(run_dir: &Path) -> PathBuf {
-    RunLayout::new(run_dir).log_dir().join("notify.log")
+    RunLayout::new(run_dir).notify_log()
 }
 
 /// Waits for the hook's shell to exit (at most until `deadline`; `None` then, the group left

@@ -81,7 +81,7 @@ impl GroupBuilds {
         let keys = crate::shard_keys::for_group_builds(
             db,
             group_count,
-            "--group-builds needs the run's shard keys: say how many groups its batches make (--group-count G, e.g. two per peer of the Qdrant cluster), or pin them with `build-shard --accepted --group-count G` or a first `upload --mode snapshot`",
+            crate::error::GroupStep::SubmitGroupBuilds,
         )?;
         let mut config = config.clone();
         let queue = if setting.queue == "local" {
@@ -121,11 +121,8 @@ impl GroupBuilds {
     /// The build jobs an earlier loop left queued or running.
     fn adopt(&mut self, db: &RunDb) -> Result<()> {
         for group in 1..=self.group_count(db)? {
-            let Some(job) = job_record::read(&self.record_path(group)) else {
-                continue;
-            };
-            let state = embedfleet_orchestrator::oneshot::state(self.scheduler.as_ref(), &job);
-            if matches!(state, Ok(JobState::Pending | JobState::Running)) {
+            let record = job_record::recorded(&self.record_path(group), self.scheduler.as_ref());
+            if let Some(job_record::Recorded { job, open: Some(_) }) = record {
                 self.groups.entry(group).or_default().job = Some(job);
             }
         }
@@ -274,7 +271,7 @@ impl GroupBuilds {
         let path = request.write(&self.layout)?;
         let config = cpu_job_config(&self.config, self.cpus, request.memory_mib());
         let kind = format!("g{}-a", request.group);
-        let mut one = OneShot {
+        let one = OneShot {
             run_dir: &self.run_dir,
             scheduler: &config,
             exe: &self.exe,
@@ -289,13 +286,11 @@ impl GroupBuilds {
                 path.display().to_string(),
             ],
         };
-        // A name is never used twice (its script, log and marker are its own).
-        while self.layout.job_script(&one.name()).exists() {
-            one.attempt += 1;
-        }
-        let job = one.submit(self.scheduler.as_ref())?;
-        job_record::write(&self.record_path(request.group), &job)?;
-        Ok(job)
+        job_record::submit(
+            one,
+            self.scheduler.as_ref(),
+            &self.record_path(request.group),
+        )
     }
 }
 

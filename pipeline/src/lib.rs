@@ -2,24 +2,29 @@
 //! resolved once ([`settings`]: as given, else as the run keeps them, else the default), the
 //! checks before a run's first job ([`preflight`]), and the drivers that cross stages — the
 //! submit set-up ([`submit`]), shards built per group while the run embeds ([`group_builds`]),
-//! the query job's round trip ([`query_job`]), the run's shard keys ([`shard_keys`]), a
-//! target opened as a sink ([`target`]) and the upload and query that end `run` ([`run`]).
+//! the query job's round trip ([`query_job`]), the run's shard keys ([`shard_keys`]) and the
+//! shards `build-shard` builds under them ([`build_shard`]), a target opened as a sink
+//! ([`target`]) and the upload and query that end `run` ([`run`]).
 //!
 //! The `embedfleet` binary maps its flags onto these and prints what comes back. No stage crate
 //! depends on this one (`tests/e2e/architecture.rs`).
 
 pub mod activity;
+pub mod build_shard;
+pub mod delete;
 pub mod error;
 pub mod group_builds;
 pub mod job_record;
 pub mod preflight;
 pub mod query_job;
+pub mod records;
 pub mod run;
 pub mod searched;
 pub mod settings;
 pub mod shard_keys;
 pub mod submit;
 pub mod target;
+pub mod tuned;
 
 pub use error::{PipelineError, Result};
 

@@ -5,20 +5,17 @@
 //! `embedfleet_query::vectors` for the files and `embedfleet_orchestrator::oneshot` for the job.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use embedfleet_core::rundb::RunDb;
-use embedfleet_core::RunLayout;
 use embedfleet_models::DeviceSpec;
 use embedfleet_orchestrator::oneshot::{self, OneShot, OneShotJob};
-use embedfleet_orchestrator::scheduler::{JobState, Scheduler, SchedulerConfig};
-use embedfleet_orchestrator::stored_config::{self, GivenConfig, Origin};
+use embedfleet_orchestrator::scheduler::{Scheduler, SchedulerConfig};
 use embedfleet_query::{PrecomputedVectors, QueryWork, QueryWorkDir};
 
 use crate::error::{io, PipelineError, Result};
 use crate::job_record;
 use crate::preflight::{self, Refused};
-use crate::settings::QueryModelSettings;
+use crate::settings::{QueryJobSettings, QueryModelSettings};
 
 /// Where the owner keeps the job it submitted for a work folder (to find it after a restart).
 const JOB_RECORD: &str = "job.json";
@@ -44,24 +41,15 @@ pub fn embed_on_cluster(
     terms: &[String],
     say: &mut dyn FnMut(String),
 ) -> Result<PrecomputedVectors> {
-    let chosen = stored_config::choose(db, &GivenConfig::default())?;
-    if chosen.origin == Origin::First {
-        say("this run has no stored run config (no `submit` has run yet): the query job goes to the local backend".into());
+    let settings =
+        QueryJobSettings::resolve(db, request.model.devices.clone(), request.poll_interval_s)?;
+    for note in &settings.notes {
+        say(note.clone());
     }
-    let config = chosen.config.scheduler;
-    // What the backend uses where the command line says nothing.
-    let defaults = config.backend.kind().defaults(&config);
+    let config = settings.scheduler;
+    let devices = settings.devices.value;
     let run_dir = absolute(&request.run_dir)?;
     let model_dir = absolute(&request.model.model_dir)?;
-    let devices = request
-        .model
-        .devices
-        .clone()
-        // This host's CPU where jobs run on it, else every GPU of the job's node.
-        .unwrap_or_else(|| {
-            let cpu = defaults.devices.starts_with("cpu");
-            if cpu { "cpu" } else { "cuda" }.to_string()
-        });
     check_setup(&devices, &model_dir, config.script.embedfleet.as_deref())?;
     let work = QueryWork::new(
         model_dir,
@@ -83,14 +71,12 @@ pub fn embed_on_cluster(
             &devices,
             say,
         )?;
-        let secs =
-            |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
         let mut shown = usize::MAX;
         let end = oneshot::wait(
             scheduler.as_ref(),
             &job,
-            secs(request.poll_interval_s, defaults.poll_interval),
-            defaults.lost_after,
+            settings.poll_interval.value,
+            settings.lost_after,
             |state| {
                 let done = parts - wd.missing_parts().len();
                 if done != shown {
@@ -104,13 +90,13 @@ pub fn embed_on_cluster(
         )?;
         let missing = wd.missing_parts();
         if !missing.is_empty() {
-            return Err(PipelineError::Needs(format!(
-                "the query job {} ended ({end}) with {} of {parts} parts written; its log: {}. \
-                 Run the same command again to go on: the parts written are kept",
-                job.name,
-                parts - missing.len(),
-                job.log.display()
-            )));
+            return Err(PipelineError::QueryJobIncomplete {
+                job: job.name.clone(),
+                end,
+                written: parts - missing.len(),
+                parts,
+                log: job.log.clone(),
+            });
         }
     }
     say(format!(
@@ -131,13 +117,12 @@ fn open_or_submit(
     say: &mut dyn FnMut(String),
 ) -> Result<OneShotJob> {
     let record = wd.root.join(JOB_RECORD);
-    let earlier = job_record::read(&record);
-    let open = earlier.as_ref().and_then(|job| {
-        oneshot::state(scheduler, job)
-            .ok()
-            .filter(|s| matches!(s, JobState::Pending | JobState::Running))
-    });
-    if let (Some(job), Some(state)) = (&earlier, open) {
+    let earlier = job_record::recorded(&record, scheduler);
+    if let Some(job_record::Recorded {
+        job,
+        open: Some(state),
+    }) = &earlier
+    {
         say(format!(
             "query job {} ({}) of an earlier `query --submit` is {state}: waiting for it",
             job.name, job.scheduler_id
@@ -146,13 +131,13 @@ fn open_or_submit(
     }
     let exe = crate::current_exe()?;
     let kind = format!("q{}-a", &wd.work.key()[..8]);
-    let mut one = OneShot {
+    let one = OneShot {
         run_dir,
         scheduler: config,
         exe: &exe,
         queue: &request.queue,
         kind: &kind,
-        attempt: earlier.map_or(1, |j| j.attempt + 1),
+        attempt: earlier.map_or(1, |r| r.job.attempt + 1),
         args: vec![
             "query-job".into(),
             "--work".into(),
@@ -161,13 +146,7 @@ fn open_or_submit(
             devices.to_string(),
         ],
     };
-    // A name is never used twice (its script, log and marker are its own).
-    let layout = RunLayout::new(run_dir);
-    while layout.job_script(&one.name()).exists() {
-        one.attempt += 1;
-    }
-    let job = one.submit(scheduler)?;
-    job_record::write(&record, &job)?;
+    let job = job_record::submit(one, scheduler, &record)?;
     say(format!(
         "submitted query job {} ({}) to {} queue {} on {devices}: {} terms in {} parts of {}; log: {}",
         job.name,

@@ -43,12 +43,8 @@ pub fn upload_and_query(
             hits: Vec::new(),
         });
     }
-    let vector = embedfleet_embed::embed_query(
-        model_dir,
-        dim,
-        embedfleet_embed::DEFAULT_INSTRUCTION,
-        query_text,
-    )?;
+    let instruction = crate::settings::query::instruction(model_dir, None)?;
+    let vector = embedfleet_embed::embed_query(model_dir, dim, &instruction, query_text)?;
     let db = RunDb::open(run_dir)?;
     let hits = query::search_with_text(&sink, &db, RUN_COLLECTION, &vector, k, 12)?;
     Ok(UploadAndQuery { upload, hits })

@@ -6,7 +6,7 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{GroupCount, ShardKeys};
 
-use crate::error::{io, PipelineError, Result};
+use crate::error::{io, GroupStep, PipelineError, Result};
 
 /// The keys of a run whose embed jobs build their batches' shards (`submit --build-shard`): a
 /// key per batch, unless the run pinned others.
@@ -17,14 +17,18 @@ pub fn for_batch_builds(db: &RunDb) -> Result<ShardKeys> {
 
 /// The run's keys for a step that builds groups of batches (`submit --group-builds`,
 /// `build-shard --accepted --group N`): the pinned ones, else `group_count` groups over the
-/// run's batches, pinned now; with neither, the user is told how to give one (`how`).
-pub fn for_group_builds(db: &RunDb, group_count: Option<i64>, how: &str) -> Result<ShardKeys> {
-    resolve(db, group_count.map(GroupCount::Given))?.ok_or_else(|| PipelineError::Needs(how.into()))
+/// run's batches, pinned now; with neither, the user is told how `step` is given one.
+pub fn for_group_builds(
+    db: &RunDb,
+    group_count: Option<i64>,
+    step: GroupStep,
+) -> Result<ShardKeys> {
+    resolve(db, group_count.map(GroupCount::Given))?.ok_or(PipelineError::NoShardKeys { step })
 }
 
 fn resolve(db: &RunDb, wanted: Option<GroupCount>) -> Result<Option<ShardKeys>> {
     let layout: RunLayout = db.layout();
-    let path = layout.snapshot_dir().join("keys.json");
+    let path = layout.shard_keys_file();
     let resolved = ShardKeys::resolve(&layout, db.last_batch_id()?, wanted)
         .map_err(io("read or pin", &path))?;
     Ok(resolved.map(|r| r.keys))

@@ -31,7 +31,20 @@ pub enum SinkKind {
     Postgres,
 }
 
+impl std::fmt::Display for SinkKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl SinkKind {
+    /// Whether an upload into it runs worker processes (a server takes writes from many
+    /// clients; the embedded engine is one process; PostgreSQL takes a session per request in
+    /// flight from one process).
+    pub fn has_worker_processes(self) -> bool {
+        matches!(self, Self::Server)
+    }
+
     /// `edge`, `server` or `postgres`, as run.db's tuned settings record it.
     pub fn name(self) -> &'static str {
         match self {

@@ -83,10 +83,10 @@ pub struct EmbedArgs {
     /// Inputs are plain text, one text per line (id = file:line).
     #[arg(long)]
     pub lines: bool,
-    /// Embed as queries: `Instruct: {instruction}\nQuery:{text}`.
-    #[arg(long)]
+    // The families answer the help (`help::query_formats`).
+    #[arg(long, help = help::query_formats())]
     pub query: bool,
-    /// The query instruction (with --query).
+    /// The query instruction (with --query; default: the model family's retrieval instruction).
     #[arg(long, value_name = "TEXT")]
     pub instruction: Option<String>,
     /// Token budget of one mini-batch (one forward pass).
@@ -96,9 +96,14 @@ pub struct EmbedArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchGpuArgs {
-    /// A Qwen3-Embedding model directory, loaded as the embed job loads it (on a GPU: the fused
-    /// attention kernel after its self-test).
-    #[arg(long, value_name = "DIR")]
+    // The families this build implements answer the help (`help::model_dir`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        help = help::model_dir(
+            ", loaded as the embed job loads it (on a GPU: the fused attention kernel after its self-test)"
+        )
+    )]
     pub model_dir: PathBuf,
     /// Devices, one worker each (`cuda:0`; `cuda:0,0` runs two workers on one GPU; `cpu`).
     #[arg(long, default_value = "cuda:0", value_name = "DEVICES")]

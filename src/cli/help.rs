@@ -45,6 +45,34 @@ pub const BENCH_UNIFORM: &str = "Uniform shapes";
 pub const BENCH_MIX: &str = "Paper mix";
 pub const BENCH_FIDELITY: &str = "Fidelity";
 
+/// The help of a `--model-dir` that takes a model (`more` follows it): the model families this
+/// build implements, each with a checkpoint of it, so a new family shows in every help.
+pub fn model_dir(more: &str) -> String {
+    format!(
+        "A model directory (config.json, model.safetensors or its numbered pieces, \
+         tokenizer.json) of a family this build implements: {}{more}",
+        embedfleet_models::families_help()
+    )
+}
+
+/// The help of `embed --query`: each family's query format, with placeholders.
+pub fn query_formats() -> String {
+    let formats: Vec<String> = embedfleet_models::registry::FAMILIES
+        .iter()
+        .map(|f| {
+            format!(
+                "{}: `{}`",
+                f.model_type(),
+                f.query_example().replace('\n', "\\n")
+            )
+        })
+        .collect();
+    format!(
+        "Embed as queries, in the model family's query format ({})",
+        formats.join("; ")
+    )
+}
+
 /// The commands of the top-level help, by group: each with a one-line summary (its own
 /// `--help` says the rest). Hidden commands are not here: the help names them in one line.
 const GROUPS: &[(&str, &[(&str, &str)])] = &[

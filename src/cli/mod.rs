@@ -99,7 +99,8 @@ pub enum Command {
     EmbedJob(EmbedJobArgs),
     /// Embed files of records (or text lines) straight to one parquet file.
     Embed(EmbedArgs),
-    /// Write a small random Qwen3 model in the Hugging Face layout (for tests and the demo).
+    /// Write a small random model of the default family in the Hugging Face layout (for tests
+    /// and the demo).
     #[command(hide = true)]
     MakeTinyModel(MakeTinyModelArgs),
     /// Check this binary and this node as a job would use them: the build, the driver, the
@@ -144,9 +145,8 @@ pub enum Command {
 
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct ModelArgs {
-    /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered pieces,
-    /// tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B.
-    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
+    // The families this build implements answer the help (`help::model_dir`).
+    #[arg(long, value_name = "DIR", help = help::model_dir(""), help_heading = help::MODEL)]
     pub model_dir: PathBuf,
     /// Output dimension (Matryoshka): the first N components, renormalised.
     #[arg(long, value_name = "N", help_heading = help::MODEL)]
@@ -189,5 +189,26 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         command().debug_assert();
+    }
+
+    /// `plan` with no planning flag plans with the settings layer's defaults (a plan tells a
+    /// given setting from a default by comparing with them).
+    #[test]
+    fn plan_flags_left_out_are_the_settings_defaults() {
+        #[derive(clap::Parser)]
+        struct Plan {
+            #[command(flatten)]
+            plan: PlanSettingsArgs,
+        }
+        let parsed = <Plan as clap::Parser>::parse_from(["embedfleet"]).plan;
+        assert_eq!(
+            crate::commands::plan::plan_settings(&parsed),
+            embedfleet_core::settings::PlanSettings::default()
+        );
+        let given = <Plan as clap::Parser>::parse_from(["embedfleet", "--batch-tokens", "8192"]);
+        assert_ne!(
+            crate::commands::plan::plan_settings(&given.plan),
+            embedfleet_core::settings::PlanSettings::default()
+        );
     }
 }

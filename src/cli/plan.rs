@@ -87,7 +87,7 @@ pub enum Batching {
 pub struct RunArgs {
     #[command(flatten)]
     pub corpus: CorpusArgs,
-    /// The model directory; without it a tiny random Qwen3 is written to <run-dir>/tiny-model
+    /// The model directory; without it a tiny random model is written to <run-dir>/tiny-model
     /// and used, so the pipeline runs with no download (its vectors mean nothing).
     #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
     pub model_dir: Option<PathBuf>,

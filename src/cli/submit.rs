@@ -44,10 +44,15 @@ pub struct SubmitArgs {
     /// step"). The run's queues are left as they are.
     #[arg(long, value_name = "QUEUE", conflicts_with_all = ["queues", "watch", "dry_run"], help_heading = help::TRY_FIRST)]
     pub trial: Option<String>,
-    /// A Qwen3-Embedding model directory (config.json, model.safetensors or its numbered
-    /// pieces, tokenizer.json), e.g. a download of Qwen/Qwen3-Embedding-4B (default: the
-    /// run's, which its first submit fixed: a restart needs none of the output options).
-    #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
+    // The families this build implements answer the help (`help::model_dir`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        help = help::model_dir(
+            " (default: the run's, which its first submit fixed: a restart needs none of the output options)"
+        ),
+        help_heading = help::MODEL
+    )]
     pub model_dir: Option<PathBuf>,
     /// Output dimension (Matryoshka): the first N components, renormalised (default: the
     /// run's, else the model's own).
@@ -99,9 +104,10 @@ pub struct SubmitArgs {
     /// site's per-user limit (Slurm's `MaxSubmitJobs` of a QOS or association, PBS's
     /// `max_queued`). Each queue's cap still holds; under the limit the adaptive route gives
     /// each free place to the queue that finishes a batch soonest with it. Where the scheduler
-    /// states such a limit (`sacctmgr`, `qmgr`), the loop reads it and keeps under the lower
-    /// of the two; `status` shows it. 0: none of the run's own. Also `[scheduler] max_jobs`
-    /// in the run config. (default: the run's, else the run config's, else none).
+    /// states such a limit (Slurm: `sacctmgr`; PBS Pro: `qstat -B -f`, and a queue's own
+    /// `max_queued` from `qstat -Q -f` lowers that queue's cap), the loop reads it and keeps
+    /// under the lower of the two; `status` shows it. 0: none of the run's own. Also
+    /// `[scheduler] max_jobs` in the run config. (default: the run's, else the run config's, else none).
     #[arg(long, value_name = "N", help_heading = help::ROUTING)]
     pub max_jobs: Option<u32>,
     /// Seconds between polls of the scheduler (default: 30; 5 for ssh, 1 for local).

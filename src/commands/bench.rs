@@ -42,19 +42,7 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
         failed += fidelity(&bench, path)?;
     }
     if !args.skip_uniform {
-        for shape in &args.shapes {
-            let (b, t) = parse_shape(shape)?;
-            match bench.uniform(b, t, args.forwards) {
-                Ok(record) => {
-                    print_json(&record);
-                    table.push(record);
-                }
-                Err(e) => {
-                    bench_error(&format!("uniform_b{b}_t{t}"), &e.to_string());
-                    failed += 1;
-                }
-            }
-        }
+        failed += uniform_shapes(&bench, args, &mut table)?;
     }
     if let Some(lengths) = lengths.as_ref().filter(|_| !args.skip_study) {
         match bench.mix("mix_packed_study_batches", lengths, MiniBatchRule::STUDY) {
@@ -76,6 +64,29 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
         return Ok(exit::FAILURE);
     }
     Ok(exit::SUCCESS)
+}
+
+/// Each `--shapes` shape (papers x tokens) timed; the count of those that failed.
+fn uniform_shapes(
+    bench: &Bench,
+    args: &BenchGpuArgs,
+    table: &mut Vec<BenchRecord>,
+) -> Result<usize> {
+    let mut failed = 0;
+    for shape in &args.shapes {
+        let (b, t) = parse_shape(shape)?;
+        match bench.uniform(b, t, args.forwards) {
+            Ok(record) => {
+                print_json(&record);
+                table.push(record);
+            }
+            Err(e) => {
+                bench_error(&format!("uniform_b{b}_t{t}"), &e.to_string());
+                failed += 1;
+            }
+        }
+    }
+    Ok(failed)
 }
 
 /// The mix's token lengths: `--mix`'s file, else the seeded paper mix.

@@ -7,16 +7,16 @@ use crate::cli::EvalArgs;
 use anyhow::Result;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, exit, RunLayout};
+use embedfleet_pipeline::target::SinkKind;
 use embedfleet_query::compare::{self, CompareOptions, Target};
 use embedfleet_upload::{IterativeScan, PgConfig, PgVector, Sink};
 
 /// The name a kind of sink has in the table.
-fn database(kind: &str) -> String {
+fn database(kind: SinkKind) -> String {
     match kind {
-        "edge" => "qdrant (embedded)".into(),
-        "server" => "qdrant (server)".into(),
-        "postgres" => "pgvector".into(),
-        other => other.into(),
+        SinkKind::Edge => "qdrant (embedded)".into(),
+        SinkKind::Server => "qdrant (server)".into(),
+        SinkKind::Postgres => "pgvector".into(),
     }
 }
 
@@ -24,7 +24,7 @@ pub(super) fn eval_compare(
     args: &EvalArgs,
     db: &RunDb,
     primary: &dyn Sink,
-    kind: &str,
+    kind: SinkKind,
     queries: &[Vec<f32>],
     url: &str,
 ) -> Result<i32> {

@@ -33,20 +33,7 @@ pub fn doctor(args: &DoctorArgs) -> Result<i32> {
         }
     }
     if args.attention {
-        // Before any model: a cuDNN that refuses the fused kernel is known in seconds.
-        let mut seen: Vec<DeviceSpec> = Vec::new();
-        for device in &devices {
-            if seen.contains(device) {
-                continue;
-            }
-            seen.push(*device);
-            match embedfleet_models::probe_attention(device) {
-                Ok(kernel) => println!("attention on {device}: {kernel}"),
-                Err(reason) => problems.push(format!(
-                    "the fused attention kernel cannot run on {device}: {reason}; EMBEDFLEET_ATTENTION=blockwise runs the slower blockwise kernel instead"
-                )),
-            }
-        }
+        attention(&devices, &mut problems);
     }
     match &args.model_dir {
         Some(dir) if problems.is_empty() => model(dir, &devices, args.tokens, &mut problems),
@@ -75,6 +62,24 @@ pub fn doctor(args: &DoctorArgs) -> Result<i32> {
         println!("problem: {p}");
     }
     Ok(exit::FAILURE)
+}
+
+/// Each device's attention kernel, probed before any model: a cuDNN that refuses the fused
+/// kernel is known in seconds.
+fn attention(devices: &[DeviceSpec], problems: &mut Vec<String>) {
+    let mut seen: Vec<DeviceSpec> = Vec::new();
+    for device in devices {
+        if seen.contains(device) {
+            continue;
+        }
+        seen.push(*device);
+        match embedfleet_models::probe_attention(device) {
+            Ok(kernel) => println!("attention on {device}: {kernel}"),
+            Err(reason) => problems.push(format!(
+                "the fused attention kernel cannot run on {device}: {reason}; EMBEDFLEET_ATTENTION=blockwise runs the slower blockwise kernel instead"
+            )),
+        }
+    }
 }
 
 fn build(problems: &mut Vec<String>) {

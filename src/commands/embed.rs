@@ -6,6 +6,7 @@ use embedfleet_core::exit;
 use embedfleet_core::BatchId;
 use embedfleet_embed::files::{self as embed_files, EmbedFilesOptions};
 use embedfleet_embed::job::{self, EmbedJobOptions};
+use embedfleet_pipeline::settings::query as query_settings;
 
 pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
     let settings = args.settings.job_settings();
@@ -37,26 +38,7 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
         );
         return Ok(exit::SUCCESS);
     }
-    let t = &report.timings;
-    eprintln!(
-        "batch {} (attempt {}): {} papers embedded in {} new shards ({} taken over from earlier attempts), {} failed; \
-         model load {:.1} s, I/O {:.1} s, tokenize {:.1} s, inference {:.1} s; fallbacks: {} split, {} sequential, \
-         {} chunked; {} long papers chunked",
-        args.batch,
-        report.attempt,
-        report.papers_embedded,
-        report.parts_written,
-        report.parts_skipped,
-        report.papers_failed,
-        t.model_load_s,
-        t.io_s,
-        t.tokenize_s,
-        t.inference_s,
-        t.fallback_split,
-        t.fallback_sequential,
-        t.fallback_chunked,
-        t.long_chunked
-    );
+    eprintln!("{}", job_summary(args.batch, &report));
     if settings.build_shard {
         // The GPUs are done with this batch; the graph is built on the node's cores, in this
         // job's allocation, so the owner's `upload --mode snapshot` finds it ready. A failed
@@ -74,12 +56,39 @@ pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
     })
 }
 
+/// The embed job's last line: what it made and where its time went.
+fn job_summary(batch: i64, report: &job::JobReport) -> String {
+    let t = &report.timings;
+    format!(
+        "batch {} (attempt {}): {} papers embedded in {} new shards ({} taken over from earlier attempts), {} failed; \
+         model load {:.1} s, I/O {:.1} s, tokenize {:.1} s, inference {:.1} s; fallbacks: {} split, {} sequential, \
+         {} chunked; {} long papers chunked",
+        batch,
+        report.attempt,
+        report.papers_embedded,
+        report.parts_written,
+        report.parts_skipped,
+        report.papers_failed,
+        t.model_load_s,
+        t.io_s,
+        t.tokenize_s,
+        t.inference_s,
+        t.fallback_split,
+        t.fallback_sequential,
+        t.fallback_chunked,
+        t.long_chunked
+    )
+}
+
 pub fn embed(args: &EmbedArgs) -> Result<i32> {
-    let instruction = args.query.then(|| {
-        args.instruction
-            .clone()
-            .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.into())
-    });
+    let instruction = if args.query {
+        Some(query_settings::instruction(
+            &args.model.model_dir,
+            args.instruction.as_deref(),
+        )?)
+    } else {
+        None
+    };
     let options = EmbedFilesOptions {
         model_dir: args.model.model_dir.clone(),
         inputs: args.input.clone(),

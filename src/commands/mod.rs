@@ -5,7 +5,7 @@ mod bench;
 mod compare;
 mod doctor;
 mod embed;
-mod plan;
+pub(crate) mod plan;
 mod query;
 mod query_job;
 mod report;
@@ -18,9 +18,6 @@ mod upload;
 use crate::cli::{Cli, Command};
 use embedfleet_core::exit;
 use embedfleet_orchestrator::plan::PlanError;
-
-/// The run.db setting listing the command lines that changed the run (for `publish`'s card).
-pub const HISTORY_SETTING: &str = "history";
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let named_run_dir = match &cli.command {
@@ -123,11 +120,7 @@ fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
         .map(|a| embedfleet_orchestrator::scheduler::shell_quote(&a))
         .collect::<Vec<_>>()
         .join(" ");
-    let mut history: Vec<String> = db.setting(HISTORY_SETTING)?.unwrap_or_default();
-    if history.last() != Some(&line) {
-        history.push(line);
-        db.set_setting(HISTORY_SETTING, &history)?;
-    }
+    embedfleet_pipeline::records::record_command(&db, &line)?;
     Ok(())
 }
 
@@ -199,7 +192,7 @@ fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
         embedfleet_pipeline::preflight::Refused => |_| true,
         embedfleet_pipeline::PipelineError => embedfleet_pipeline::PipelineError::is_refusal,
         OwnerError => |e| matches!(e, OwnerError::OtherHost { .. } | OwnerError::OwnerAlive { .. }),
-        SubmitError => |e| matches!(e, SubmitError::NotOwner(_) | SubmitError::LoopRunning { .. }),
+        SubmitError => embedfleet_pipeline::error::submit_refuses,
         embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
         PlanError => PlanError::is_refusal,
         embedfleet_upload::UploadRunError => embedfleet_upload::UploadRunError::is_refusal,

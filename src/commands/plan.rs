@@ -35,7 +35,7 @@ pub fn report_code(report: &PlanReport) -> i32 {
     }
 }
 
-fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
+pub(crate) fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
     let minibatch = match args.batching {
         Batching::Tokens => MiniBatchRule::TokenBudget {
             max_tokens: args.batch_tokens,
@@ -52,16 +52,6 @@ fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
         keep_fields: args.keep_fields.clone(),
         minibatch,
     }
-}
-
-/// The plan settings `plan` gets with none given on its command line.
-fn default_plan_settings() -> PlanSettings {
-    #[derive(clap::Parser)]
-    struct Defaults {
-        #[command(flatten)]
-        plan: PlanSettingsArgs,
-    }
-    plan_settings(&<Defaults as clap::Parser>::parse_from(["embedfleet"]).plan)
 }
 
 /// `plan` (and `run`'s plan): a first plan, or the same again (which resumes or does nothing).
@@ -86,7 +76,8 @@ fn plan_with(
     let options = PlanOptions {
         corpus,
         run_dir,
-        settings_given: settings != default_plan_settings(),
+        // The flags' defaults are the settings layer's (a test in `cli` holds them equal).
+        settings_given: settings != PlanSettings::default(),
         settings,
         threads,
         progress: std::io::stderr().is_terminal(),

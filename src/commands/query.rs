@@ -6,18 +6,13 @@ use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{exit, RunLayout};
 use embedfleet_pipeline::query_job::{self, QueryJobRequest};
+use embedfleet_pipeline::records;
 use embedfleet_pipeline::settings::{self, QueryModelFlags, QueryModelSettings};
-use embedfleet_query::tune::{self, QueryTuneOptions, TunedQueries, TUNED_QUERIES_SETTING};
+use embedfleet_query::tune::{self, QueryTuneOptions};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_upload::SearchOptions;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-
-/// The run.db setting listing the outputs of the run's `query` commands (for `publish`).
-const QUERY_OUTPUTS_SETTING: &str = "query.outputs";
-/// The study's best query settings: 16 queries a request, 2 requests in flight.
-const DEFAULT_QUERY_BATCH: usize = 16;
-const DEFAULT_QUERY_IN_FLIGHT: usize = 2;
+use std::path::Path;
 
 /// The query model's settings of `args`.
 fn model_settings(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModelSettings> {
@@ -65,20 +60,15 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     let Some(output) = &args.output else {
         return print_top_hits(&db, sink.as_ref(), args, &terms, &model, &search);
     };
-    let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
-    let tuned = tuned.filter(|t| t.sink == kind);
-    let (batch_size, in_flight) = settings::query::batching(
-        (args.batch_size, args.in_flight),
-        tuned.as_ref().map(|t| (t.batch_size, t.in_flight)),
-        (DEFAULT_QUERY_BATCH, DEFAULT_QUERY_IN_FLIGHT),
-    );
+    let batching =
+        embedfleet_pipeline::tuned::query_batching(&db, kind, (args.batch_size, args.in_flight))?;
     let options = QueryOptions {
         collection: args.collection.clone(),
         terms,
         instruction: model.instruction.clone(),
         search,
-        batch_size: batch_size.value,
-        in_flight: in_flight.value,
+        batch_size: batching.batch_size.value,
+        in_flight: batching.in_flight.value,
         output: output.clone(),
         part_queries: args.part_queries.max(1),
         progress: std::io::stderr().is_terminal(),
@@ -107,7 +97,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         Box::new(vectors)
     };
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
-    record_output(&db, output)?;
+    records::record_query_output(&db, output)?;
     if report.already_done == report.queries {
         super::wrote_nothing();
         eprintln!(
@@ -186,17 +176,6 @@ fn print_top_hits(
     Ok(exit::SUCCESS)
 }
 
-/// Remembers a query output for `publish`.
-fn record_output(db: &RunDb, output: &Path) -> Result<()> {
-    let path = std::path::absolute(output)?;
-    let mut outputs: Vec<PathBuf> = db.setting(QUERY_OUTPUTS_SETTING)?.unwrap_or_default();
-    if !outputs.contains(&path) {
-        outputs.push(path);
-        db.set_setting(QUERY_OUTPUTS_SETTING, &outputs)?;
-    }
-    Ok(())
-}
-
 pub fn eval(args: &EvalArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
@@ -242,13 +221,7 @@ pub fn tune_queries(args: &TuneArgs) -> Result<i32> {
     let options = QueryTuneOptions::new(&args.collection);
     let report = tune::tune_queries(sink.as_ref(), &db, &options)?;
     print!("{}", tune::markdown(&report));
-    let saved = TunedQueries {
-        sink: kind.into(),
-        batch_size: report.batch_size,
-        in_flight: report.in_flight,
-        queries_per_s: report.queries_per_s,
-    };
-    db.set_setting(TUNED_QUERIES_SETTING, &saved)?;
+    embedfleet_pipeline::tuned::save_queries(&db, kind, &report)?;
     eprintln!(
         "chosen: {} queries a request, {} in flight ({:.0} queries/s into the {kind} sink); saved in run.db, `embedfleet query` uses it",
         report.batch_size, report.in_flight, report.queries_per_s
@@ -264,20 +237,20 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
     options.with_text = args.with_text;
     options.license = args.license.clone();
     options.progress = std::io::stderr().is_terminal();
-    options.query_results = if args.query_results.is_empty() {
-        let recorded: Vec<PathBuf> = db.setting(QUERY_OUTPUTS_SETTING)?.unwrap_or_default();
-        recorded.into_iter().filter(|p| p.is_file()).collect()
-    } else {
-        args.query_results.clone()
-    };
+    options.query_results = records::query_results(&db, &args.query_results)?;
     options.report_table = embedfleet_orchestrator::report::load(&args.run_dir)
         .ok()
         .filter(|r| r.summary.is_some())
         .map(|r| embedfleet_orchestrator::report::render(&r));
-    let eval_md = RunLayout::new(&args.run_dir).eval_dir().join("latest.md");
+    let eval_md = RunLayout::new(&args.run_dir).eval_latest_md();
     options.eval_summary = std::fs::read_to_string(eval_md).ok();
-    options.instruction = Some(embedfleet_embed::DEFAULT_INSTRUCTION.to_string());
-    options.commands = db.setting(super::HISTORY_SETTING)?.unwrap_or_default();
+    let family = settings::query::run_model_family(&args.run_dir);
+    options.instruction = family.map(|f| f.default_instruction().to_string());
+    options.query_format = family.map(|f| embedfleet_publish::QueryFormat {
+        family: f.name().into(),
+        example: f.query_example(),
+    });
+    options.commands = records::history(&db)?;
     let report = embedfleet_publish::publish(&options)
         .with_context(|| format!("failed to publish into {}", args.out.display()))?;
     eprintln!(

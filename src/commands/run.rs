@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
-use embedfleet_orchestrator::report::{self, owner::REPORT_FILE};
+use embedfleet_orchestrator::report;
 use embedfleet_pipeline::run::RUN_COLLECTION;
 use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
 use std::fmt::Write as _;
@@ -23,20 +23,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
     // batches to this machine instead.
     let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
     embedfleet_orchestrator::stored_config::check_local(&db)?;
-    let model_dir = match &args.model_dir {
-        Some(dir) => dir.clone(),
-        None => {
-            let dir = RunLayout::new(run_dir).tiny_model_dir();
-            if !dir.join("model.safetensors").is_file() {
-                embedfleet_models::write_tiny_model(&dir, 0)?;
-                eprintln!(
-                    "no --model-dir: using a tiny random Qwen3 written to {}",
-                    dir.display()
-                );
-            }
-            dir
-        }
-    };
+    let model_dir = model_dir_or_tiny(args.model_dir.as_deref(), run_dir)?;
     // `run` is `submit` with a preset of its flags, through the same set-up and preflight:
     // local jobs, two attempts a batch, a quick poll, and no breaker (`run` is unattended and
     // ends on its own: a pause would wait for a `resume` nobody types; two attempts per batch
@@ -79,13 +66,30 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
     Ok(report_code(&plan_report))
 }
 
+/// The model given, else a tiny random one written into the run directory (once).
+fn model_dir_or_tiny(given: Option<&Path>, run_dir: &Path) -> Result<std::path::PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir.to_path_buf());
+    }
+    let dir = RunLayout::new(run_dir).tiny_model_dir();
+    if !dir.join("model.safetensors").is_file() {
+        embedfleet_models::write_tiny_model(&dir, 0)?;
+        eprintln!(
+            "no --model-dir: using a tiny random {} written to {}",
+            embedfleet_models::default_family().name(),
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
 /// The end of a finished `run`: where its results are (the collection, the parquet shards,
 /// the report page, written now so it holds the upload and the query too) and the commands
 /// that come next.
 fn where_and_next(run_dir: &Path) -> Result<String> {
     let layout = RunLayout::new(run_dir);
     let dir = run_dir.display();
-    let path = run_dir.join(REPORT_FILE);
+    let path = layout.report_page();
     let written = report::html_page(run_dir)
         .map_err(|e| e.to_string())
         .and_then(|html| {

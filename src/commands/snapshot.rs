@@ -1,13 +1,12 @@
 //! The snapshot stage's commands: `upload --mode snapshot`, `build-shard`, and the build that
 //! ends `embed-job --build-shard`.
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use embedfleet_core::exit;
-use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{
     self as snapshot, describe_batches, GroupBuildRequest, LoadOptions, PinnedSettings, RestClient,
-    ShardKeys, ShardSettings, SourceShard,
+    ShardKeys, ShardSettings,
 };
 use embedfleet_upload::{self as upload, QdrantServer};
 use std::io::IsTerminal;
@@ -15,6 +14,7 @@ use std::path::Path;
 
 use super::target::{apply_collection_args, target_flags};
 use crate::cli::{BuildShardArgs, UploadArgs};
+use embedfleet_pipeline::build_shard::BuildShards;
 
 /// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
 pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
@@ -54,10 +54,16 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
         eprintln!("the run has no shards yet: nothing to load");
         return Ok(exit::SUCCESS);
     }
+    eprintln!("{}", load_summary(&args.collection, &report));
+    Ok(exit::SUCCESS)
+}
+
+/// The snapshot load's last line: what it recovered, built and checked.
+fn load_summary(collection: &str, report: &snapshot::LoadReport) -> String {
     let others = report.collection_points.saturating_sub(report.points);
-    eprintln!(
+    format!(
         "collection `{}` {}: {} batches in {} groups of {} (keys {}-g*), {} recovered now in {:.1} s, {} loaded before{}; green {:.1} s later; {} points of this run (every key's count = its built shard's{}){}, {} exact searches found their own paper",
-        args.collection,
+        collection,
         if report.created { "created" } else { "existed" },
         report.batches,
         report.groups,
@@ -87,8 +93,7 @@ pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
             String::new()
         },
         report.searches_checked,
-    );
-    Ok(exit::SUCCESS)
+    )
 }
 
 /// `embedfleet build-shard`: each asked group's shard built and packed under
@@ -116,75 +121,16 @@ pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
     }
     let mut spec = upload::CollectionSpec::new("shard", 0);
     apply_collection_args(&mut spec, &args.collection_settings);
-    ShardSettings::of(&spec).pin(&layout)?;
-    let db = if args.accepted {
-        Some(RunDb::open(&args.run_dir)?)
-    } else {
-        None
+    let build = BuildShards {
+        run_dir: args.run_dir.clone(),
+        accepted: args.accepted,
+        groups: args.groups.clone(),
+        batches: args.batches.clone(),
+        group_count: args.group_count,
+        attempt: args.attempt.clone(),
+        spec,
     };
-    let keys = match &db {
-        // The login node pins the run's keys (as the first load would) when asked for groups.
-        Some(db) if !args.groups.is_empty() => embedfleet_pipeline::shard_keys::for_group_builds(
-            db,
-            args.group_count,
-            "this run has no shard keys pinned yet: say how many groups its batches make (--group-count G), or let `upload --mode snapshot` choose (two per peer of the cluster)",
-        )?,
-        _ => ShardKeys::pinned(&layout)
-            .context("failed to read the run's shard keys (snapshots/keys.json)")?
-            .unwrap_or_else(ShardKeys::legacy),
-    };
-    let mut ranges: Vec<(i64, i64)> = args
-        .groups
-        .iter()
-        .map(|&g| keys.batches_of(g))
-        .chain(
-            args.batches
-                .iter()
-                .map(|&b| keys.batches_of(keys.group_of(b))),
-        )
-        .collect();
-    ranges.sort_unstable();
-    ranges.dedup();
-    // The run's tombstones and withheld rows are in run.db: only a build from the accepted
-    // shards (on the login node) can leave them out; a job's build keeps them, and the load
-    // deletes them by id after recovering it.
-    let tombstones = match &db {
-        Some(db) => embedfleet_upload::integrity::Tombstones::read(db)?,
-        None => Default::default(),
-    };
-    for (first, last) in ranges {
-        let sources: Vec<SourceShard> = match (&db, &args.attempt) {
-            (Some(db), _) => {
-                let mut sources = Vec::new();
-                for batch in first..=last {
-                    let shards = db.shards_of(embedfleet_core::BatchId(batch))?;
-                    sources.extend(shards.iter().map(SourceShard::from));
-                }
-                if sources.is_empty() {
-                    bail!("{} has no accepted shards in run.db yet: embed it first (`embedfleet status` lists the batches)", describe_batches((first, last)));
-                }
-                sources
-            }
-            _ if first != last => bail!(
-                "this run's shard keys hold {} batches each ({}): a group's shard is built from the shards run.db accepted, with --accepted on the login node",
-                last - first + 1,
-                describe_batches((first, last))
-            ),
-            (None, Some(attempt)) => snapshot::sources_of_attempt(&layout, first, attempt)?,
-            (None, None) => snapshot::sources_of_batch(&layout, first)?,
-        };
-        let (deleted, replaced) =
-            snapshot::group_rows(&tombstones, |b| keys.group_of(b), (first, last));
-        let outcome = snapshot::build_shard_without(
-            &layout,
-            (first, last),
-            &sources,
-            &deleted,
-            &replaced,
-            &spec,
-        )?;
-        print_built(&outcome);
-    }
+    build.run(&mut print_built)?;
     Ok(exit::SUCCESS)
 }
 

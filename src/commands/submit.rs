@@ -42,29 +42,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     }
     let options = prepared.options;
     if args.dry_run {
-        print_would_pin(&db, &settings.config, &settings.job.output_settings())?;
-        let unread = pipeline_submit::manifests_not_taken_in(&db)?;
-        if !unread.is_empty() {
-            println!(
-                "# batches {} have result manifests that run.db has not taken in (a dry run \
-                 reads nothing in): a real submit takes them in first, and may send none of \
-                 the jobs below for them",
-                unread
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        drop(db);
-        let scripts = submit::dry_run(&options)?;
-        if scripts.is_empty() {
-            eprintln!("nothing to submit: every batch is done or has a job, or no queue has room");
-        }
-        for (name, script) in scripts {
-            println!("# ---- job {name} ----\n{script}");
-        }
-        return Ok(exit::SUCCESS);
+        return dry_run(db, settings, &options);
     }
     drop(db);
     let report = match prepared.builds {
@@ -79,6 +57,37 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         super::wrote_nothing();
     }
     summarise(&options, &report, false)
+}
+
+/// `submit --dry-run`: what the first submit would pin, and each job script it would send.
+fn dry_run(
+    db: RunDb,
+    settings: &embedfleet_pipeline::settings::SubmitSettings,
+    options: &submit::SubmitOptions,
+) -> Result<i32> {
+    print_would_pin(&db, &settings.config, &settings.job.output_settings())?;
+    let unread = pipeline_submit::manifests_not_taken_in(&db)?;
+    if !unread.is_empty() {
+        println!(
+            "# batches {} have result manifests that run.db has not taken in (a dry run \
+             reads nothing in): a real submit takes them in first, and may send none of \
+             the jobs below for them",
+            unread
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    drop(db);
+    let scripts = submit::dry_run(options)?;
+    if scripts.is_empty() {
+        eprintln!("nothing to submit: every batch is done or has a job, or no queue has room");
+    }
+    for (name, script) in scripts {
+        println!("# ---- job {name} ----\n{script}");
+    }
+    Ok(exit::SUCCESS)
 }
 
 /// `submit`'s flags as the pipeline takes them.
@@ -378,39 +387,7 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
         );
     };
     if args.json {
-        // The status itself, and where it comes from, so scripts can tell its age.
-        #[derive(serde::Serialize)]
-        struct FromSnapshot<'a> {
-            snapshot: SnapshotOrigin<'a>,
-            #[serde(flatten)]
-            status: &'a embedfleet_core::rundb::RunStatus,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            routing: Option<&'a embedfleet_core::status_snapshot::RoutingState>,
-        }
-        #[derive(serde::Serialize)]
-        struct SnapshotOrigin<'a> {
-            host: &'a str,
-            written_unix_s: f64,
-            age_s: f64,
-            submit_loop: Option<&'a embedfleet_core::status_snapshot::LoopState>,
-        }
-        let out = FromSnapshot {
-            snapshot: SnapshotOrigin {
-                host: &snapshot.host.hostname,
-                written_unix_s: snapshot.written_unix_s,
-                age_s: snapshot.age_s().max(0.0),
-                submit_loop: snapshot.submit_loop.as_ref(),
-            },
-            status: &snapshot.status,
-            routing: snapshot
-                .submit_loop
-                .as_ref()
-                .and_then(|l| l.routing.as_ref()),
-        };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).context("failed to serialise the status")?
-        );
+        println!("{}", snapshot_json(&snapshot)?);
     } else {
         println!(
             "as of {} ago: the snapshot written by the run's owner, host {} (this host, {}, does not open run.db)",
@@ -428,6 +405,40 @@ fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Resul
         }
     }
     Ok(exit::SUCCESS)
+}
+
+/// The owner's snapshot as `status --json` prints it: the status itself, and where it comes
+/// from, so scripts can tell its age.
+fn snapshot_json(snapshot: &embedfleet_core::status_snapshot::StatusSnapshot) -> Result<String> {
+    #[derive(serde::Serialize)]
+    struct FromSnapshot<'a> {
+        snapshot: SnapshotOrigin<'a>,
+        #[serde(flatten)]
+        status: &'a embedfleet_core::rundb::RunStatus,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        routing: Option<&'a embedfleet_core::status_snapshot::RoutingState>,
+    }
+    #[derive(serde::Serialize)]
+    struct SnapshotOrigin<'a> {
+        host: &'a str,
+        written_unix_s: f64,
+        age_s: f64,
+        submit_loop: Option<&'a embedfleet_core::status_snapshot::LoopState>,
+    }
+    let out = FromSnapshot {
+        snapshot: SnapshotOrigin {
+            host: &snapshot.host.hostname,
+            written_unix_s: snapshot.written_unix_s,
+            age_s: snapshot.age_s().max(0.0),
+            submit_loop: snapshot.submit_loop.as_ref(),
+        },
+        status: &snapshot.status,
+        routing: snapshot
+            .submit_loop
+            .as_ref()
+            .and_then(|l| l.routing.as_ref()),
+    };
+    serde_json::to_string_pretty(&out).context("failed to serialise the status")
 }
 
 /// `take-over`: moves the run to this host once its owner host is silent.

@@ -4,7 +4,7 @@
 
 use crate::cli::{CollectionArgs, PgIndexArg, PgScanArg, TargetArgs};
 use anyhow::Result;
-use embedfleet_pipeline::target::TargetFlags;
+use embedfleet_pipeline::target::{SinkKind, TargetFlags};
 use embedfleet_upload::{self as upload, Sink};
 use std::path::Path;
 
@@ -37,13 +37,9 @@ pub(super) fn pg_config(target: &TargetArgs, url: &str) -> upload::PgConfig {
     }
 }
 
-/// The sink of `target`, and its kind (`edge`, `server`, `postgres`) for the tuned settings.
-pub(super) fn open_sink(
-    run_dir: &Path,
-    target: &TargetArgs,
-) -> Result<(Box<dyn Sink>, &'static str)> {
-    let (sink, kind) = target_flags(target).open(run_dir)?;
-    Ok((sink, kind.name()))
+/// The sink of `target`, and its kind (for the tuned settings and what it is told).
+pub(super) fn open_sink(run_dir: &Path, target: &TargetArgs) -> Result<(Box<dyn Sink>, SinkKind)> {
+    Ok(target_flags(target).open(run_dir)?)
 }
 
 pub(super) fn apply_collection_args(spec: &mut upload::CollectionSpec, args: &CollectionArgs) {

@@ -3,15 +3,14 @@
 use super::target::{apply_collection_args, open_sink};
 use crate::cli::{DeleteArgs, TuneArgs, UploadArgs, UploadMode};
 use anyhow::{bail, Context, Result};
-use embedfleet_core::rundb::{RunDb, Tombstone};
+use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
 use embedfleet_pipeline::run as pipeline_run;
-use embedfleet_upload::shard_keys::ShardKeys;
-use embedfleet_upload::tune::{self, TuneOptions, TunedUpload, TUNED_SETTING};
-use embedfleet_upload::{
-    self as upload, CountRequest, DeleteRequest, UploadOptions, UploadReport, WorkerCommand,
-};
+use embedfleet_pipeline::target::SinkKind;
+use embedfleet_pipeline::tuned::{self, Batching};
+use embedfleet_upload::tune::{self, TuneOptions};
+use embedfleet_upload::{self as upload, UploadOptions, UploadReport, WorkerCommand};
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -25,28 +24,15 @@ fn parse_share(s: &str) -> Result<(u64, u64)> {
     }
 }
 
-/// `default_batch`: the sink's batch size when neither `--batch-size` nor `tune` says one.
-fn upload_options(
-    args: &UploadArgs,
-    tuned: Option<&TunedUpload>,
-    default_batch: usize,
-) -> UploadOptions {
+fn upload_options(args: &UploadArgs, batching: &Batching) -> UploadOptions {
     let mut options = UploadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
     let spec = &mut options.spec;
     spec.qdrant.shard_number = args.shard_number;
     spec.qdrant.replication_factor = args.replication_factor;
     spec.bulk_load = !args.no_bulk_load;
-    options.batch_size = args
-        .batch_size
-        .or(tuned.map(|t| t.batch_size))
-        .unwrap_or(default_batch)
-        .max(1);
-    options.in_flight = args
-        .in_flight
-        .or(tuned.map(|t| t.in_flight))
-        .unwrap_or(upload::DEFAULT_IN_FLIGHT)
-        .max(1);
+    options.batch_size = batching.batch_size.value;
+    options.in_flight = batching.in_flight.value;
     options.checkpoint_every = args.checkpoint_every.max(1);
     options.progress = args.worker.is_none() && std::io::stderr().is_terminal();
     options
@@ -58,9 +44,13 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     }
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
-    let tuned: Option<TunedUpload> = db.setting(TUNED_SETTING)?;
-    let tuned = tuned.filter(|t| t.sink == kind);
-    let mut options = upload_options(args, tuned.as_ref(), sink.default_batch_size());
+    let batching = tuned::upload_batching(
+        &db,
+        kind,
+        (args.batch_size, args.in_flight),
+        sink.default_batch_size(),
+    )?;
+    let mut options = upload_options(args, &batching);
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
         // A worker ends when its parent `embedfleet upload` is gone (killed, say), so running
@@ -78,10 +68,12 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     // A server gets worker processes (by default one per peer holding the collection, else one
     // per core, decided once the collection exists); the embedded engine is one process, and
     // so is a PostgreSQL upload (K sessions: the server, not the client, is its bottleneck).
-    let server = kind == "server";
+    let server = kind.has_worker_processes();
     if !server && args.workers.is_some_and(|n| n > 1) {
         let why = match kind {
-            "postgres" => "a PostgreSQL upload is one process, a session per request in flight",
+            SinkKind::Postgres => {
+                "a PostgreSQL upload is one process, a session per request in flight"
+            }
             _ => "the embedded engine is one process",
         };
         eprintln!("note: {why}; --workers is ignored, --in-flight sets its threads");
@@ -96,11 +88,7 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
             (true, Some(n)) => format!(", {n} worker processes"),
             (true, None) => ", a worker process per peer (one peer: per core)".into(),
         },
-        if tuned.is_some() && (args.batch_size.is_none() || args.in_flight.is_none()) {
-            " (tuned)"
-        } else {
-            ""
-        }
+        if batching.tuned() { " (tuned)" } else { "" }
     );
     let report = if server {
         let command = WorkerCommand {
@@ -129,74 +117,31 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
 pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, _) = open_sink(&args.run_dir, &args.target)?;
-    let keyed = upload::is_keyed(sink.as_ref(), &args.collection)?;
-    // Each paper is deleted from its batch's shard key (its group's, in a grouped load).
-    let keys = ShardKeys::for_writes(&RunLayout::new(&args.run_dir))
-        .context("failed to read the run's shard keys (snapshots/keys.json)")?;
-    if args.papers.len() > 8 {
-        db.index_paper_ids()?;
-    }
-    let mut tombstones = Vec::new();
-    let mut unknown = Vec::new();
-    for paper in &args.papers {
-        match db.batch_of_paper(paper)? {
-            Some(batch_id) => tombstones.push(Tombstone {
-                batch_id,
-                paper_id: paper.clone(),
-            }),
-            None => unknown.push(paper.as_str()),
-        }
-    }
-    if keyed && !unknown.is_empty() {
-        bail!(
-            "{} papers are not in this run, so their shard key is unknown: {}",
-            unknown.len(),
-            unknown.join(", ")
-        );
-    }
-    let new = db.record_tombstones(&tombstones)?;
-    let all = db.tombstones()?;
-    if sink.collection_info(&args.collection)?.is_none() {
-        eprintln!(
-            "`{}` does not exist on {}: nothing to delete there; {new} papers newly tombstoned in run.db ({} in all), so no upload will send them",
+    let report = embedfleet_pipeline::delete::delete_papers(
+        &db,
+        sink.as_ref(),
+        &args.run_dir,
+        &args.collection,
+        &args.papers,
+    )?;
+    let (new, all) = (report.newly_tombstoned, report.tombstones);
+    match report.counts {
+        None => eprintln!(
+            "`{}` does not exist on {}: nothing to delete there; {new} papers newly tombstoned in run.db ({all} in all), so no upload will send them",
             args.collection,
             sink.target(),
-            all.len()
-        );
-        return Ok(exit::SUCCESS);
+        ),
+        Some((before, after)) => eprintln!(
+            "deleted {} points from `{}` ({before} → {after} points); {new} papers newly tombstoned in run.db ({all} in all): `upload`, `build-shard` and `publish` leave them out",
+            before - after.min(before),
+            args.collection,
+        ),
     }
-    let mut by_key: std::collections::BTreeMap<Option<String>, Vec<upload::Uuid>> =
-        Default::default();
-    for t in &all {
-        let key = keyed.then(|| keys.key_of(t.batch_id));
-        by_key
-            .entry(key)
-            .or_default()
-            .push(upload::point_id(&t.paper_id));
-    }
-    // Papers of no batch of this run have no tombstone; they go from the collection only.
-    for paper in &unknown {
-        by_key
-            .entry(None)
-            .or_default()
-            .push(upload::point_id(paper));
-    }
-    let before = sink.count(CountRequest::new(&args.collection))?;
-    for (key, ids) in &by_key {
-        sink.delete(DeleteRequest::new(&args.collection, ids).shard_key(key.as_deref()))?;
-    }
-    let after = sink.count(CountRequest::new(&args.collection))?;
-    eprintln!(
-        "deleted {} points from `{}` ({before} → {after} points); {new} papers newly tombstoned in run.db ({} in all): `upload`, `build-shard` and `publish` leave them out",
-        before - after.min(before),
-        args.collection,
-        all.len()
-    );
-    if !unknown.is_empty() {
+    if report.counts.is_some() && !report.unknown.is_empty() {
         eprintln!(
             "note: {} papers are not in this run (not tombstoned): {}",
-            unknown.len(),
-            unknown.join(", ")
+            report.unknown.len(),
+            report.unknown.join(", ")
         );
     }
     Ok(exit::SUCCESS)
@@ -294,15 +239,8 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
         .clone()
         .unwrap_or_else(|| RunLayout::new(&args.run_dir).tune_dir());
     let files = tune::write_outputs(&report, &out)?;
-    embedfleet_pipeline::activity::record_tune(&db, kind, &report);
-    let saved = TunedUpload {
-        sink: kind.into(),
-        batch_size: report.batch_size,
-        in_flight: report.in_flight,
-        points_per_s: report.points_per_s,
-        sample_points: report.trials.first().map_or(0, |t| t.points),
-    };
-    db.set_setting(TUNED_SETTING, &saved)?;
+    embedfleet_pipeline::activity::record_tune(&db, kind.name(), &report);
+    tuned::save_upload(&db, kind, &report)?;
     eprintln!(
         "chosen: batches of {}, {} in flight ({:.0} points/s into the {kind} sink); saved in run.db, `embedfleet upload` uses it",
         report.batch_size, report.in_flight, report.points_per_s

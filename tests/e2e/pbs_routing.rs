@@ -4,8 +4,8 @@
 //! scheduler with strict ordering, as Polaris's) is what the backend hands the router.
 
 use crate::pbs_util::{
-    assert_exact, finish, jobs, pbs_ok, pbs_up, qstat_job, route_of, run_config, spawn_submit,
-    StoppedQueue,
+    assert_exact, finish, jobs, pbs_ok, pbs_up, qmgr, qstat_job, route_of, run_config,
+    spawn_submit, StoppedQueue,
 };
 use crate::util::TestDir;
 use std::time::{Duration, Instant};
@@ -171,4 +171,110 @@ fn pbs_estimated_start_time_is_what_the_backend_hands_the_router() {
         (estimate - (blocker_start + 60.0)).abs() <= 5.0,
         "estimate {estimate}, blocker started {blocker_start} with a walltime of 60 s"
     );
+}
+
+/// A server attribute set by qmgr while it lives, unset when dropped.
+struct ServerSetting(&'static str);
+
+impl ServerSetting {
+    fn set(attr: &'static str, value: &str) -> Self {
+        qmgr(&format!("set server {attr} = \"{value}\""));
+        Self(attr)
+    }
+}
+
+impl Drop for ServerSetting {
+    fn drop(&mut self) {
+        let _ = crate::pbs_util::pbs("qmgr")
+            .args(["-c", &format!("unset server {}", self.0)])
+            .output();
+    }
+}
+
+/// The most jobs the run held at once in `queue` ("" for all queues): submitted, not yet seen
+/// ended, from run.db.
+fn most_held_at_once(t: &TestDir, queue: &str) -> u64 {
+    crate::pbs_util::db(t)
+        .query_row(
+            "SELECT coalesce(max((SELECT count(*) FROM (SELECT DISTINCT name FROM jobs o
+                      WHERE o.submitted_at <= j.submitted_at
+                        AND (o.finished_at IS NULL OR o.finished_at > j.submitted_at)
+                        AND (?1 = '' OR o.queue = ?1)))), 0)
+             FROM jobs j WHERE j.submitted_at IS NOT NULL AND (?1 = '' OR j.queue = ?1)",
+            [queue],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// PBS Pro states limits of a user's jobs with qmgr: `max_queued` on the server (over every
+/// queue) and on a queue (that queue's own). The loop reads both (`qstat -B -f`, `qstat -Q -f`),
+/// says them, `status` names them, and it holds no more than either lets it: 3 over both
+/// queues, 1 in the limited queue, though `--queue` gives each 3. Had it sent more, PBS would
+/// have refused the job. Runs alone (.config/nextest.toml): the server's limit is every test's.
+#[test]
+fn pbs_max_queued_of_the_server_and_of_a_queue_hold_the_loop_under_them() {
+    if !pbs_up("pbs_max_queued_of_the_server_and_of_a_queue_hold_the_loop_under_them") {
+        return;
+    }
+    let (batches, per) = (6, 4);
+    let t = TestDir::new();
+    t.plan_with_model(batches * per, per);
+    let limited = StoppedQueue::create("eflim");
+    limited.start();
+    qmgr(&format!(
+        "set queue {} max_queued = \"[u:PBS_GENERIC=1]\"",
+        limited.0
+    ));
+    let _server = ServerSetting::set("max_queued", "[u:PBS_GENERIC=3]");
+    std::fs::write(t.join("run.toml"), run_config("walltime = \"00:10:00\"")).unwrap();
+    let limited_cap = format!("{}=3", limited.0);
+    let child = spawn_submit(
+        &t,
+        &[
+            "--queue",
+            "debug=3",
+            "--queue",
+            &limited_cap,
+            "--route",
+            "adaptive",
+        ],
+    );
+    let (code, err) = finish(child, 400, || {});
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(
+            "limits your jobs over these queues to 3 (PBS: server max_queued [u:PBS_GENERIC=3]"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "queues kept under their own: {} at most 1",
+            limited.0
+        )),
+        "{err}"
+    );
+    assert_exact(&t, batches, batches * per);
+    let st = t.status("run");
+    assert_eq!(st["routing"]["max_jobs"], 3, "{st}");
+    let said = st["routing"]["scheduler_limit"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.starts_with("3 jobs, 1 in "), "{st}");
+    assert!(
+        said.contains(&format!("queue {} max_queued [u:PBS_GENERIC=1]", limited.0)),
+        "{st}"
+    );
+    // The limits held, and the run used them: three at once, one of them in the limited queue
+    // (alike while nothing is known, the queues take turns).
+    assert_eq!(most_held_at_once(&t, ""), 3, "{:?}", jobs(&t));
+    assert_eq!(
+        most_held_at_once(&t, &limited.0),
+        1,
+        "{:?}\n{err}",
+        jobs(&t)
+    );
+    // PBS refused nothing (`qsub: would exceed queue generic's per-user limit`, exit 38).
+    assert!(!err.contains("would exceed"), "{err}");
 }

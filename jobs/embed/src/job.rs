@@ -9,6 +9,7 @@
 //! the part it was on: the next attempt takes over every part an earlier attempt finished
 //! (its shard verified by sha256) and writes the rest. The owner ingests the manifest.
 
+use super::pipeline::PartOutcome;
 use super::{write_rows, LoadedModels};
 use embedfleet_core::batchfile;
 use embedfleet_core::handoff::{
@@ -16,7 +17,7 @@ use embedfleet_core::handoff::{
     PinError, PlanManifest,
 };
 use embedfleet_core::rundb::BatchTimings;
-use embedfleet_core::shardfile::{ShardFileError, ShardWriter, VectorDtype};
+use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardWriter, VectorDtype};
 use embedfleet_core::{BatchId, Paper, RunLayout};
 use embedfleet_models::{DeviceSpec, ModelError};
 use std::collections::BTreeMap;
@@ -57,7 +58,10 @@ impl EmbedJobOptions {
     }
 }
 
-/// The output settings of documents embedded with these options (see [`OutputSettings`]).
+/// The output settings of documents embedded with these options (see [`OutputSettings`]); the
+/// pooling is the one of `model_dir`'s family. A directory whose family cannot be read has
+/// none (empty), and nothing is pinned from it: the embed job refuses it before pinning
+/// ([`run`]), `submit`'s preflight before any job.
 pub fn output_settings(
     model_dir: &Path,
     dim: Option<usize>,
@@ -75,7 +79,9 @@ pub fn output_settings(
         vector_dtype,
         max_tokens,
         shard_papers: shard_papers.max(1),
-        pooling: "last_token".into(),
+        pooling: embedfleet_models::family_of(model_dir)
+            .map(|family| family.pooling().to_string())
+            .unwrap_or_default(),
         normalized: true,
         instruction: None,
     }
@@ -164,6 +170,9 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
         .batches
         .get(&options.batch.0)
         .ok_or(EmbedJobError::NoSuchBatch(options.batch))?;
+    // The family decides the pooling the run pinned: a directory without one is refused here,
+    // not as other settings than the run's.
+    embedfleet_models::family_of(&options.model_dir)?;
     let settings = options.output_settings();
     settings.pin(&layout)?;
     let mut timings = BatchTimings::default();
@@ -199,34 +208,39 @@ pub fn run(options: &EmbedJobOptions) -> Result<JobReport, EmbedJobError> {
         settings,
         parts.len() as u32,
     );
-    let mut done = take_over_parts(&layout, &manifest, &expected, earlier)?;
+    let done = take_over_parts(&layout, &manifest, &expected, earlier)?;
     let todo: Vec<u32> = (0..parts.len() as u32)
         .filter(|p| !done.contains_key(p))
         .collect();
     manifest.shards = done.values().cloned().collect();
     manifest.write(&layout)?;
     timings.io_s += io_started.elapsed().as_secs_f64();
-    let mut report = JobReport {
+    let report = JobReport {
         attempt: manifest.attempt.clone(),
         parts_skipped: done.len() as u32,
         ..JobReport::default()
     };
+    let mut attempt = Attempt {
+        layout: &layout,
+        options,
+        expected: &expected,
+        manifest,
+        done,
+        timings,
+        report,
+    };
     let result = if todo.is_empty() {
         Ok(())
     } else {
-        embed_parts(
-            &layout,
-            options,
-            &plan.settings.minibatch,
-            parts,
-            &todo,
-            &mut manifest,
-            &mut done,
-            &mut timings,
-            &mut report,
-            &expected,
-        )
+        attempt.embed_parts(&plan.settings.minibatch, parts, &todo)
     };
+    let Attempt {
+        mut manifest,
+        done,
+        mut timings,
+        mut report,
+        ..
+    } = attempt;
     timings.total_s = started.elapsed().as_secs_f64();
     timings.peak_memory_bytes = timings.peak_memory_bytes.or_else(process_peak_rss_bytes);
     manifest.timings = timings.clone();
@@ -345,101 +359,122 @@ fn link_or_copy(from: &Path, to: &Path) -> Result<(), EmbedJobError> {
         .map_err(io)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn embed_parts(
-    layout: &RunLayout,
-    options: &EmbedJobOptions,
-    rule: &embedfleet_core::settings::MiniBatchRule,
-    mut parts: Vec<Vec<Paper>>,
-    todo: &[u32],
-    manifest: &mut AttemptManifest,
-    done: &mut BTreeMap<u32, AttemptShard>,
-    timings: &mut BatchTimings,
-    report: &mut JobReport,
-    expected: &ExpectedBatch,
-) -> Result<(), EmbedJobError> {
-    let loaded = LoadedModels::load(
-        &options.model_dir,
-        &options.devices,
-        options.output_dim,
-        options.memory_limit,
-    )?;
-    timings.model_load_s = loaded.load_time.as_secs_f64();
-    let encoding = loaded.encoding(options.max_tokens, rule.clone(), None);
-    let work: Vec<(u32, Vec<Paper>)> = todo
-        .iter()
-        .map(|&p| (p, std::mem::take(&mut parts[p as usize])))
-        .collect();
-    let order: Vec<u32> = work.iter().map(|(p, _)| *p).collect();
-    let mut next = order.iter();
-    let mut inference = Duration::ZERO;
-    let mut tokenize = Duration::ZERO;
-    let shard_dir = layout.shard_dir();
-    std::fs::create_dir_all(&shard_dir).map_err(|source| EmbedJobError::Io {
-        path: shard_dir,
-        source,
-    })?;
-    loaded.embed_parts(
-        work.into_iter().map(|(_, papers)| papers),
-        &encoding,
-        |papers, outcome| {
+/// An attempt at a batch while it embeds: what it has written so far (its manifest, rewritten
+/// after every shard, and the parts done, taken over or its own), what it measured and what it
+/// reports.
+struct Attempt<'a> {
+    layout: &'a RunLayout,
+    options: &'a EmbedJobOptions,
+    /// The batch's papers as the plan has them: what another attempt's shards must match.
+    expected: &'a ExpectedBatch,
+    manifest: AttemptManifest,
+    done: BTreeMap<u32, AttemptShard>,
+    timings: BatchTimings,
+    report: JobReport,
+}
+
+impl Attempt<'_> {
+    /// Embeds the parts `todo` of `parts` on the job's devices, writing each part's shard as
+    /// it comes.
+    fn embed_parts(
+        &mut self,
+        rule: &embedfleet_core::settings::MiniBatchRule,
+        mut parts: Vec<Vec<Paper>>,
+        todo: &[u32],
+    ) -> Result<(), EmbedJobError> {
+        let options = self.options;
+        let loaded = LoadedModels::load(
+            &options.model_dir,
+            &options.devices,
+            options.output_dim,
+            options.memory_limit,
+        )?;
+        self.timings.model_load_s = loaded.load_time.as_secs_f64();
+        let encoding = loaded.encoding(options.max_tokens, rule.clone(), None);
+        let work: Vec<Vec<Paper>> = todo
+            .iter()
+            .map(|&p| std::mem::take(&mut parts[p as usize]))
+            .collect();
+        let mut next = todo.iter();
+        let (mut inference, mut tokenize) = (Duration::ZERO, Duration::ZERO);
+        let shard_dir = self.layout.shard_dir();
+        std::fs::create_dir_all(&shard_dir).map_err(|source| EmbedJobError::Io {
+            path: shard_dir,
+            source,
+        })?;
+        loaded.embed_parts(work.into_iter(), &encoding, |papers, outcome| {
             let part = *next.next().expect("one outcome per part. This is a bug.");
             inference += outcome.inference;
             tokenize += outcome.tokenize;
-            timings.tokens += outcome.tokens;
-            timings.padding_tokens += outcome.padding_tokens;
-            timings.fallback_split += outcome.fallbacks.split;
-            timings.fallback_sequential += outcome.fallbacks.sequential;
-            timings.fallback_chunked += outcome.fallbacks.chunked;
-            timings.long_chunked += outcome.long_chunked;
-            let write_started = Instant::now();
-            let file = RunLayout::shard_file_name(options.batch.0, part, &manifest.attempt);
-            let mut writer =
-                ShardWriter::create(&layout.resolve(&file), options.vector_dtype, &loaded.meta)?;
-            let failed = write_rows(&mut writer, &papers, &outcome.results)?;
-            let info = writer.finish()?;
-            let digest = papers_digest(papers.iter().map(|p| p.id.as_str()));
-            report.papers_failed += failed.len() as u64;
-            done.insert(
+            self.part_embedded(part, &papers, &outcome, &loaded.meta)
+        })?;
+        self.timings.inference_s = inference.as_secs_f64();
+        self.timings.tokenize_s = tokenize.as_secs_f64();
+        Ok(())
+    }
+
+    /// Part `part` embedded: its shard written, the manifest rewritten (a killed attempt's
+    /// parts serve the next one), and the attempt stopped if another finished the batch.
+    fn part_embedded(
+        &mut self,
+        part: u32,
+        papers: &[Paper],
+        outcome: &PartOutcome,
+        meta: &ShardMeta,
+    ) -> Result<(), EmbedJobError> {
+        let (layout, options) = (self.layout, self.options);
+        let timings = &mut self.timings;
+        timings.tokens += outcome.tokens;
+        timings.padding_tokens += outcome.padding_tokens;
+        timings.fallback_split += outcome.fallbacks.split;
+        timings.fallback_sequential += outcome.fallbacks.sequential;
+        timings.fallback_chunked += outcome.fallbacks.chunked;
+        timings.long_chunked += outcome.long_chunked;
+        let write_started = Instant::now();
+        let file = RunLayout::shard_file_name(options.batch.0, part, &self.manifest.attempt);
+        let mut writer = ShardWriter::create(&layout.resolve(&file), options.vector_dtype, meta)?;
+        let failed = write_rows(&mut writer, papers, &outcome.results)?;
+        let info = writer.finish()?;
+        let digest = papers_digest(papers.iter().map(|p| p.id.as_str()));
+        self.report.papers_failed += failed.len() as u64;
+        self.done.insert(
+            part,
+            AttemptShard {
                 part,
-                AttemptShard {
-                    part,
-                    file,
-                    rows: info.rows,
-                    sha256: info.sha256,
-                    failed,
-                    papers: digest,
-                    written_unix_s: Some(
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .unwrap_or_default()
-                            .as_secs_f64(),
-                    ),
-                },
-            );
-            // The manifest after every shard: a killed attempt's parts serve the next one.
-            manifest.shards = done.values().cloned().collect();
-            manifest.write(layout)?;
-            timings.io_s += write_started.elapsed().as_secs_f64();
-            timings.papers += info.rows;
-            report.parts_written += 1;
-            report.papers_embedded += info.rows;
-            // Two attempts at once (a lost job that still runs beside its replacement): the
-            // one that finishes first wins, and the other stops at its next shard instead of
-            // spending a node on rows nobody will take.
-            let others: Vec<_> = AttemptManifest::read_all(layout, options.batch.0)
-                .into_iter()
-                .filter(|(_, m)| m.as_ref().map_or(true, |m| m.attempt != manifest.attempt))
-                .collect();
-            if let Some(winner) = done_by_another(layout, &others, expected, &manifest.settings) {
-                return Err(EmbedJobError::Superseded(winner));
-            }
-            Ok::<(), EmbedJobError>(())
-        },
-    )?;
-    timings.inference_s = inference.as_secs_f64();
-    timings.tokenize_s = tokenize.as_secs_f64();
-    Ok(())
+                file,
+                rows: info.rows,
+                sha256: info.sha256,
+                failed,
+                papers: digest,
+                written_unix_s: Some(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs_f64(),
+                ),
+            },
+        );
+        self.manifest.shards = self.done.values().cloned().collect();
+        self.manifest.write(layout)?;
+        self.timings.io_s += write_started.elapsed().as_secs_f64();
+        self.timings.papers += info.rows;
+        self.report.parts_written += 1;
+        self.report.papers_embedded += info.rows;
+        // Two attempts at once (a lost job that still runs beside its replacement): the one
+        // that finishes first wins, and the other stops at its next shard instead of spending
+        // a node on rows nobody will take.
+        let others: Vec<_> = AttemptManifest::read_all(layout, options.batch.0)
+            .into_iter()
+            .filter(|(_, m)| {
+                m.as_ref()
+                    .map_or(true, |m| m.attempt != self.manifest.attempt)
+            })
+            .collect();
+        match done_by_another(layout, &others, self.expected, &self.manifest.settings) {
+            Some(winner) => Err(EmbedJobError::Superseded(winner)),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -53,11 +53,6 @@ pub fn workers_per_device(devices: &[DeviceSpec]) -> Vec<usize> {
         .collect()
 }
 
-/// The task of a query where none is given: the web-search one of Qwen3-Embedding's model
-/// card. It is the task, not the format: the model family writes it into its query format.
-pub const DEFAULT_INSTRUCTION: &str =
-    "Given a web search query, retrieve relevant passages that answer the query";
-
 /// A model directory loaded once per device, with the tokenizer they share: the one embedder
 /// setup of the embed job, `embed` and queries (load → context length → encode → embed → rows).
 pub struct LoadedModels {

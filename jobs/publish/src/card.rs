@@ -132,7 +132,18 @@ fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
         cell(facts.meta("compute_dtype")),
         cell(facts.meta("version")),
     );
-    out.push_str("\nPapers are embedded as they are, with no instruction; a query is embedded as `Instruct: <query instruction>\\nQuery:<query>` (Qwen3-Embedding's format). Papers longer than the model's context are embedded in chunks and combined (`n_chunks`), never cut.\n");
+    let query = match &options.query_format {
+        Some(format) => format!(
+            "as `{}` ({}'s format)",
+            format.example.replace('\n', "\\n"),
+            format.family
+        ),
+        None => "in its model family's query format, with the query instruction".into(),
+    };
+    let _ = writeln!(
+        out,
+        "\nPapers are embedded as they are, with no instruction; a query is embedded {query}. Papers longer than the model's context are embedded in chunks and combined (`n_chunks`), never cut."
+    );
 }
 
 fn counts(out: &mut String, facts: &Facts) {

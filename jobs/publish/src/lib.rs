@@ -42,6 +42,17 @@ pub const DEFAULT_TARGET_SHARD_MB: u64 = 500;
 /// peS2o's licence.
 pub const DEFAULT_LICENSE: &str = "odc-by";
 
+/// How the run's model family writes a query (the binary asks the family: publishing links no
+/// model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryFormat {
+    /// The family's name (`Qwen3`).
+    pub family: String,
+    /// A query with placeholders, as the family writes it
+    /// (`Instruct: <query instruction>\nQuery:<query>`).
+    pub example: String,
+}
+
 /// What to publish.
 #[derive(Debug, Clone)]
 pub struct PublishOptions {
@@ -61,6 +72,8 @@ pub struct PublishOptions {
     pub eval_summary: Option<String>,
     /// The query instruction, for the card.
     pub instruction: Option<String>,
+    /// How the run's model family writes a query, for the card; `None` names no format.
+    pub query_format: Option<QueryFormat>,
     /// Query results to copy into `queries/`, as they are.
     pub query_results: Vec<PathBuf>,
     /// The command lines that made the run.
@@ -86,6 +99,7 @@ impl PublishOptions {
             report_table: None,
             eval_summary: None,
             instruction: None,
+            query_format: None,
             query_results: Vec::new(),
             commands: Vec::new(),
             progress: false,

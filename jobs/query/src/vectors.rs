@@ -18,7 +18,7 @@ use crate::workload::{EmbedQueries, QueryError, QueryModel};
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use embedfleet_core::atomic;
+use embedfleet_core::{atomic, RunLayout};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
@@ -30,9 +30,6 @@ use std::time::Duration;
 
 /// Terms per part of a query job: the unit written at once, and lost at a kill.
 pub const DEFAULT_PART_TERMS: usize = 2048;
-
-/// The folder of the run directory that holds the query jobs' work.
-pub const QUERIES_DIR: &str = "queries";
 
 /// What a query job embeds; `work.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,7 +110,7 @@ impl QueryWorkDir {
         work: QueryWork,
         terms: Vec<String>,
     ) -> Result<Self, VectorsError> {
-        let root = run_dir.join(QUERIES_DIR).join(work.key());
+        let root = RunLayout::new(run_dir).queries_dir().join(work.key());
         let vectors = root.join("vectors");
         std::fs::create_dir_all(&vectors).map_err(io("create", &vectors))?;
         for (name, bytes) in [

@@ -22,8 +22,6 @@ use embedfleet_upload::{shards, CollectionSpec};
 
 /// The request format this embedfleet writes and reads.
 const REQUEST_FORMAT: u32 = 1;
-/// Under `snapshots/`.
-const REQUEST_DIR: &str = "requests";
 
 /// What a group's build job is to build.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,8 +81,7 @@ impl GroupBuildRequest {
     /// Where the owner writes the request of `group`.
     pub fn path(layout: &RunLayout, group: i64) -> PathBuf {
         layout
-            .snapshot_dir()
-            .join(REQUEST_DIR)
+            .group_request_dir()
             .join(format!("group-{group:06}.json"))
     }
 

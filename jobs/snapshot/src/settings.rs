@@ -7,9 +7,6 @@ use embedfleet_core::RunLayout;
 
 use super::{io_err, read_json, ShardSettings, SnapshotError};
 
-/// Where the run's build settings are pinned, in the snapshot directory.
-const PINNED_FILE: &str = "settings.json";
-
 /// Pinning [`ShardSettings`] in a run directory.
 pub trait PinnedSettings: Sized {
     /// The settings the run's shards are built with, written by the first `build-shard`;
@@ -22,10 +19,7 @@ pub trait PinnedSettings: Sized {
 
 impl PinnedSettings for ShardSettings {
     fn pinned(layout: &RunLayout) -> Result<Option<Self>, SnapshotError> {
-        read_json(
-            &layout.snapshot_dir().join(PINNED_FILE),
-            "pinned build settings",
-        )
+        read_json(&layout.snapshot_settings_file(), "pinned build settings")
     }
 
     fn pin(&self, layout: &RunLayout) -> Result<(), SnapshotError> {
@@ -36,7 +30,7 @@ impl PinnedSettings for ShardSettings {
         let dir = layout.snapshot_dir();
         std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
         // The first build to pin wins, on any host; every other compares with its pin.
-        let path = dir.join(PINNED_FILE);
+        let path = layout.snapshot_settings_file();
         let bytes = serde_json::to_vec_pretty(&asked).expect("settings serialise. This is a bug.");
         embedfleet_core::pin::write_once(&path, &bytes).map_err(io_err("pin", &path))?;
         let pinned =
@@ -47,8 +41,8 @@ impl PinnedSettings for ShardSettings {
         }
         Err(SnapshotError::SettingsDiffer {
             what: format!(
-                "this run's shards (pinned in {}/{PINNED_FILE})",
-                RunLayout::SNAPSHOT_DIR
+                "this run's shards (pinned in {})",
+                RunLayout::SNAPSHOT_SETTINGS_FILE
             ),
             differences,
         })

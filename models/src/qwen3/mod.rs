@@ -77,6 +77,15 @@ impl ModelFamily for Qwen3 {
         "last_token"
     }
 
+    /// The web-search task of Qwen3-Embedding's model card.
+    fn default_instruction(&self) -> &'static str {
+        "Given a web search query, retrieve relevant passages that answer the query"
+    }
+
+    fn example_checkpoint(&self) -> &'static str {
+        "Qwen/Qwen3-Embedding-4B"
+    }
+
     fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
         Ok(Box::new(Qwen3Embedder::load(dir, opts)?))
     }

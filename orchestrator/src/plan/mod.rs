@@ -206,35 +206,7 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         return Ok(report);
     }
     db.set_plan_state(PlanState::InProgress)?;
-    let batch_dir = RunLayout::new(&options.run_dir).batch_dir();
-    std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io {
-        path: batch_dir.clone(),
-        source,
-    })?;
-    atomic::remove_leftovers(&batch_dir).map_err(|source| PlanError::Io {
-        path: batch_dir.clone(),
-        source,
-    })?;
-    let pending: Vec<worker::FileTask> = db
-        .corpus_files()?
-        .into_iter()
-        .filter(|f| f.release == release.id && !f.planned)
-        .map(|f| worker::FileTask {
-            id: f.id,
-            path: PathBuf::from(&f.path),
-            size: f.fingerprint.size,
-        })
-        .collect();
-    for task in &pending {
-        // A killed plan may have recorded some batches of this file: start it over.
-        for path in db.reset_file(task.id)? {
-            remove_if_exists(&options.run_dir.join(path))?;
-        }
-        worker::remove_file_batches(&batch_dir, task.id).map_err(|source| PlanError::Io {
-            path: batch_dir.clone(),
-            source,
-        })?;
-    }
+    let pending = files_to_plan(&mut db, &options.run_dir, release.id)?;
     report.files_planned_now = pending.len();
     // An update compares each paper with the run's live copy of it; a first plan has none.
     let known = if release.id > 1 && !pending.is_empty() {
@@ -282,6 +254,45 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     fill_totals(&db, &mut report)?;
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// The release's files no plan finished, each started over: the batches a killed plan recorded
+/// of it are forgotten and their files removed (as are a killed write's leftovers).
+fn files_to_plan(
+    db: &mut RunDb,
+    run_dir: &Path,
+    release: i64,
+) -> Result<Vec<worker::FileTask>, PlanError> {
+    let batch_dir = RunLayout::new(run_dir).batch_dir();
+    std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io {
+        path: batch_dir.clone(),
+        source,
+    })?;
+    atomic::remove_leftovers(&batch_dir).map_err(|source| PlanError::Io {
+        path: batch_dir.clone(),
+        source,
+    })?;
+    let pending: Vec<worker::FileTask> = db
+        .corpus_files()?
+        .into_iter()
+        .filter(|f| f.release == release && !f.planned)
+        .map(|f| worker::FileTask {
+            id: f.id,
+            path: PathBuf::from(&f.path),
+            size: f.fingerprint.size,
+        })
+        .collect();
+    for task in &pending {
+        // A killed plan may have recorded some batches of this file: start it over.
+        for path in db.reset_file(task.id)? {
+            remove_if_exists(&run_dir.join(path))?;
+        }
+        worker::remove_file_batches(&batch_dir, task.id).map_err(|source| PlanError::Io {
+            path: batch_dir.clone(),
+            source,
+        })?;
+    }
+    Ok(pending)
 }
 
 /// The release a plain `plan` is about: the first one, begun here on a new run directory; on

@@ -84,8 +84,6 @@ pub fn compare(run_dir: &Path) -> Option<CompareTable> {
 /// The latest eval of the run in `run_dir`; `None` when it has none (or one this build cannot
 /// read: the page then leaves the section out).
 pub fn latest(run_dir: &Path) -> Option<EvalTable> {
-    let path = embedfleet_core::RunLayout::new(run_dir)
-        .eval_dir()
-        .join("latest.json");
+    let path = embedfleet_core::RunLayout::new(run_dir).eval_latest_json();
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }

@@ -10,15 +10,12 @@ use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{JobAttempt, RunDb, RunDbError, RunStatus};
 use embedfleet_core::status_snapshot::LoopState;
+use embedfleet_core::RunLayout;
 
 use super::history::{AttemptHistory, Outcome};
 use super::metrics::{self, MetricsInput};
 use super::{figures, html, logline};
 
-/// The page beside run.db.
-pub const REPORT_FILE: &str = "report.html";
-/// The textfile collector's file beside run.db.
-pub const METRICS_FILE: &str = "metrics.prom";
 /// Seconds between two writes of `report.html` when `EMBEDFLEET_REPORT_EVERY_S` does not say
 /// (0 there: neither file is written, the owner as it was before).
 pub const DEFAULT_REPORT_EVERY_S: f64 = 300.0;
@@ -122,7 +119,7 @@ impl OwnerReport {
         // Replaced whole by a rename, not synced: a metrics file lost in a crash is rewritten
         // at the next poll, and a sync per write would cost a loaded filesystem's latency.
         // The temporary file is created fresh, never through a link planted at its name.
-        let path = self.run_dir.join(METRICS_FILE);
+        let path = RunLayout::new(&self.run_dir).metrics_file();
         let tmp = embedfleet_core::atomic::tmp_path(&path);
         let written = embedfleet_core::atomic::create_tmp(&path)
             .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
@@ -141,14 +138,16 @@ impl OwnerReport {
         figures.eval = super::eval_table::latest(&run_dir);
         figures.compare = super::eval_table::compare(&run_dir);
         figures.activity = self.activity.clone();
-        self.write(REPORT_FILE, html::render(&figures).as_bytes());
+        self.write(
+            &RunLayout::new(&run_dir).report_page(),
+            html::render(&figures).as_bytes(),
+        );
     }
 
     /// A file that cannot be written this time (a full quota) is stale until the next; it does
     /// not stop the run.
-    fn write(&self, name: &str, bytes: &[u8]) {
-        let path = self.run_dir.join(name);
-        if let Err(e) = embedfleet_core::atomic::write(&path, bytes) {
+    fn write(&self, path: &Path, bytes: &[u8]) {
+        if let Err(e) = embedfleet_core::atomic::write(path, bytes) {
             tracing::warn!("{} not written: {e}", path.display());
         }
     }

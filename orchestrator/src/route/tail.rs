@@ -24,6 +24,9 @@ pub(super) struct Slots {
     now: f64,
 }
 
+/// How soon, at the earliest, an open job's slot frees: after this round.
+const HELD_S: f64 = 1.0;
+
 impl Slots {
     pub fn of(queues: &[Assessed], now: f64) -> Self {
         let free = queues
@@ -34,9 +37,12 @@ impl Slots {
                 }
                 let room = (q.view.cap as usize).saturating_sub(q.view.jobs.len());
                 let mut slots = vec![now; room];
+                // An open job holds its slot until the scheduler says it ended, however long
+                // past its expected end: a slot free "now" would send a job over the cap (and
+                // over PBS's `max_queued`, which refuses it).
                 slots.extend(q.view.jobs.iter().map(|j| match j.started_s {
-                    Some(started) => (started + q.run_s).max(now),
-                    None => now + q.start_left_s(j, now) + q.run_s,
+                    Some(started) => (started + q.run_s).max(now + HELD_S),
+                    None => (now + q.start_left_s(j, now) + q.run_s).max(now + HELD_S),
                 }));
                 slots
             })

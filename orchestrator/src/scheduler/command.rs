@@ -410,6 +410,20 @@ pub(crate) fn tail(s: &str, max: usize) -> String {
     format!("...{}", &s[start..])
 }
 
+/// This process's user: `$USER`, else `$LOGNAME`, else `id -un` (a job's or a daemon's
+/// environment may have neither).
+pub(crate) fn user_name() -> Option<String> {
+    let from_env = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty());
+    from_env.or_else(|| {
+        let out = std::process::Command::new("id").arg("-un").output().ok()?;
+        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !name.is_empty()).then_some(name)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

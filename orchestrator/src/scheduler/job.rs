@@ -101,10 +101,13 @@ impl JobSubmission {
 /// A limit of jobs over queues that the scheduler states (see [`Scheduler::job_limit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobLimit {
-    /// Jobs queued and running.
-    pub jobs: u32,
+    /// Jobs queued and running over all the run's queues together, where stated.
+    pub jobs: Option<u32>,
     /// Jobs running at once, where also stated (it holds jobs back; it refuses none).
     pub running: Option<u32>,
+    /// Jobs queued and running in one queue, for queues that state their own (PBS's
+    /// `max_queued` of a queue): the loop keeps each queue's cap under it.
+    pub queues: std::collections::BTreeMap<String, u32>,
     /// Where it is stated, in words (`Slurm: QOS rtq MaxSubmitJobsPerUser=3`).
     pub said: String,
 }
@@ -148,8 +151,9 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
     }
 
     /// The most jobs the scheduler lets the run's user hold queued or running over all of
-    /// `queues` together, where it states such a limit (Slurm: `MaxSubmitJobs` of the user's
-    /// association or QOS), and where it is stated. `None` by default: none stated, or the
+    /// `queues` together, and in each queue, where it states such limits (Slurm:
+    /// `MaxSubmitJobs` of the user's association or QOS; PBS Pro: `max_queued` of the server
+    /// and of each queue), and where they are stated. `None` by default: none stated, or the
     /// backend cannot tell. The submit loop keeps under it as under `--max-jobs`.
     fn job_limit(&self, _queues: &[String]) -> SchedulerResult<Option<JobLimit>> {
         Ok(None)

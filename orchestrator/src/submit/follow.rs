@@ -23,9 +23,11 @@ impl SubmitLoop<'_> {
     /// when asked).
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
         let mut routing = self.routing.state();
-        routing.scheduler_limit = self.job_limit.as_ref().map(|l| match l.running {
-            Some(r) => format!("{} jobs, {r} running ({})", l.jobs, l.said),
-            None => format!("{} jobs ({})", l.jobs, l.said),
+        routing.scheduler_limit = self.job_limit.as_ref().map(|l| {
+            let mut parts: Vec<String> = l.jobs.map(|j| format!("{j} jobs")).into_iter().collect();
+            parts.extend(l.running.map(|r| format!("{r} running")));
+            parts.extend(l.queues.iter().map(|(q, n)| format!("{n} in {q}")));
+            format!("{} ({})", parts.join(", "), l.said)
         });
         let set_aside = self.set_aside().clone();
         let newly_stalled = match self.watch.as_mut() {

@@ -132,7 +132,11 @@ impl SubmitLoop<'_> {
                      run (fix it with `embedfleet queues set`)",
                     job.queue
                 ));
-                self.refused.insert(job.queue.clone(), reason);
+                // The queue's own remedy goes with its reason: the run's last line repeats it
+                // when every queue ends up refused.
+                let remedy = "fix the queue with `embedfleet queues set`";
+                self.refused
+                    .insert(job.queue.clone(), format!("{reason}; {remedy}"));
                 Ok(Sent::Refused)
             }
             Err(e) if e.is_transient() => {
@@ -207,7 +211,16 @@ impl SubmitLoop<'_> {
     pub(super) fn caps(&self) -> Result<BTreeMap<String, u32>> {
         match &self.opts.trial {
             Some(queue) => Ok(BTreeMap::from([(queue.clone(), 1)])),
-            None => Ok(self.db.queue_caps()?),
+            None => {
+                let mut caps = self.db.queue_caps()?;
+                // A queue's own stated limit (PBS's `max_queued` of a queue) lowers its cap.
+                for (queue, n) in self.job_limit.iter().flat_map(|l| &l.queues) {
+                    if let Some(cap) = caps.get_mut(queue) {
+                        *cap = (*cap).min(*n);
+                    }
+                }
+                Ok(caps)
+            }
         }
     }
 

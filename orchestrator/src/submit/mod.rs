@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::{JobRow, RunDb, RunDbError, StallRule};
+use embedfleet_core::rundb::{RunDb, RunDbError, StallRule};
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::{fsops, RunLayout};
 
@@ -154,7 +154,8 @@ pub enum SubmitError {
         code: i32,
         said: String,
     },
-    #[error("every queue was refused by the scheduler ({0}); fix the queue names with `embedfleet queues set`")]
+    /// Each queue's reason says its own remedy (a host key to add, a queue to fix).
+    #[error("no queue can take the run's jobs: {0}")]
     AllQueuesRefused(String),
     #[error("the job script template does not work: {0}")]
     Template(#[from] TemplateError),
@@ -412,7 +413,7 @@ impl<'a> SubmitLoop<'a> {
     /// The most jobs the run may hold over all queues: `--max-jobs`, or the scheduler's
     /// stated limit where lower.
     fn max_jobs(&self) -> Option<u32> {
-        let stated = self.job_limit.as_ref().map(|l| l.jobs);
+        let stated = self.job_limit.as_ref().and_then(|l| l.jobs);
         match (self.opts.max_jobs, stated) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -425,12 +426,8 @@ impl<'a> SubmitLoop<'a> {
         let queues: Vec<String> = self.caps()?.into_keys().collect();
         match self.scheduler.job_limit(&queues) {
             Ok(Some(limit)) => {
-                self.console.say(format!(
-                    "the scheduler limits your jobs over these queues to {} ({}); the run keeps under {}",
-                    limit.jobs,
-                    limit.said,
-                    self.opts.max_jobs.map_or(limit.jobs, |m| m.min(limit.jobs))
-                ));
+                self.console
+                    .say(stated_limit_line(&limit, self.opts.max_jobs));
                 self.job_limit = Some(limit);
             }
             Ok(None) => {}
@@ -454,98 +451,15 @@ impl<'a> SubmitLoop<'a> {
     fn run(mut self) -> Result<SubmitReport> {
         let started = Instant::now();
         let (cpu_before, ops_before) = (embedfleet_core::process::own_cpu(), fsops::total());
-        let adopted: BTreeSet<String> = self
-            .db
-            .open_jobs()?
-            .into_iter()
-            .filter(|j| j.state != JobStatus::Submitting)
-            .map(|j| {
-                *self.attempts.entry(j.batch_id).or_default() += 1;
-                j.name
-            })
-            .collect();
-        self.report.adopted = adopted.len() as u64;
-        if !adopted.is_empty() {
-            self.console.say(format!(
-                "adopting {} jobs already submitted by an earlier `submit`",
-                adopted.len()
-            ));
-        }
+        self.adopt_open_jobs()?;
         // Ctrl-C and SIGTERM end the loop at a round's edge, saying what they leave running.
         let _signals = embedfleet_core::stop_signal::StopSignals::catch();
         loop {
             if let Some(signal) = embedfleet_core::stop_signal::requested() {
                 self.interrupted(signal)?;
             }
-            let round = Instant::now();
-            let cpu_at_round = embedfleet_core::process::own_cpu();
-            let events_at_round = self.events();
-            self.ingest(None)?;
-            self.settle_submitting()?;
-            self.poll()?;
-            let polled = Instant::now();
-            let cpu_at_polled = embedfleet_core::process::own_cpu();
-            let paused = self.db.paused()?;
-            if self.tripped && !paused {
-                self.resumed_after_trip()?;
-            }
-            self.bring_back_set_aside()?;
-            if !paused {
-                self.submit_round()?;
-            }
-            let follow_up_busy = match self.follow_up.as_mut() {
-                Some(work) => {
-                    let round = work.round(&self.db, paused);
-                    for line in round.said {
-                        self.console.say(line);
-                    }
-                    round.busy
-                }
-                None => false,
-            };
-            let submitted = Instant::now();
-            let cpu_at_submitted = embedfleet_core::process::own_cpu();
-            if let Some(watch) = self.watch.as_mut() {
-                watch.spent("poll", cpu_at_polled.saturating_sub(cpu_at_round));
-                watch.spent("submit", cpu_at_submitted.saturating_sub(cpu_at_polled));
-            }
-            let open = self.db.open_jobs()?;
-            let pending = self.in_scope(self.db.batches_without_job()?);
-            match self.db.status() {
-                Ok(status) => {
-                    self.console.update(&status, &open, paused);
-                    self.watched(&status, &open)?;
-                }
-                // A failed read only skips this poll's redraw and snapshot.
-                Err(e) => tracing::warn!("status not read this poll: {e}"),
-            }
-            let open: Vec<JobRow> = open
-                .into_iter()
-                .filter(|j| self.is_in_scope(j.batch_id))
-                .collect();
-            let quiet = self.events() == events_at_round;
-            if let Some(watch) = self.watch.as_mut() {
-                let cpu_now = embedfleet_core::process::own_cpu();
-                watch.spent("progress", cpu_now.saturating_sub(cpu_at_submitted));
-                if quiet {
-                    watch.quiet_round(cpu_now.saturating_sub(cpu_at_round));
-                }
-            }
-            self.report.busy_poll += polled - round;
-            self.report.busy_submit += submitted - polled;
-            self.report.busy_progress += submitted.elapsed();
-            self.report.rounds += 1;
-            self.report.busy += round.elapsed();
-            // Paused by the breaker, the loop waits for `resume` even with every batch
-            // settled: the batches that failed during the streak are tried again then.
-            if open.is_empty() && pending.is_empty() && !self.tripped && !follow_up_busy {
-                self.settled()?;
-                if !self.opts.watch {
-                    break;
-                }
-            }
-            if open.is_empty() && !pending.is_empty() && !paused && self.all_refused()? {
-                return Err(SubmitError::AllQueuesRefused(self.refused_text()));
+            if self.round()? == RoundEnd::Settled {
+                break;
             }
             if let Some(signal) =
                 embedfleet_core::stop_signal::sleep_unless_stopped(self.opts.poll_interval)
@@ -575,10 +489,165 @@ impl<'a> SubmitLoop<'a> {
         self.report.move_node_hours = self.routing.move_node_hours;
         Ok(self.report)
     }
+
+    /// The jobs an earlier loop submitted and did not see end: followed, not sent again.
+    fn adopt_open_jobs(&mut self) -> Result<()> {
+        let adopted: BTreeSet<String> = self
+            .db
+            .open_jobs()?
+            .into_iter()
+            .filter(|j| j.state != JobStatus::Submitting)
+            .map(|j| {
+                *self.attempts.entry(j.batch_id).or_default() += 1;
+                j.name
+            })
+            .collect();
+        self.report.adopted = adopted.len() as u64;
+        if !adopted.is_empty() {
+            self.console.say(format!(
+                "adopting {} jobs already submitted by an earlier `submit`",
+                adopted.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// One poll: take in results, follow the jobs, send what fits, redraw. Its wall and CPU
+    /// time are kept by part (poll, submit, progress) for the report and the watch.
+    fn round(&mut self) -> Result<RoundEnd> {
+        let mut clock = RoundClock::start();
+        let events_at_round = self.events();
+        self.ingest(None)?;
+        self.settle_submitting()?;
+        self.poll()?;
+        clock.mark();
+        let paused = self.db.paused()?;
+        if self.tripped && !paused {
+            self.resumed_after_trip()?;
+        }
+        self.bring_back_set_aside()?;
+        if !paused {
+            self.submit_round()?;
+        }
+        let follow_up_busy = match self.follow_up.as_mut() {
+            Some(work) => {
+                let round = work.round(&self.db, paused);
+                for line in round.said {
+                    self.console.say(line);
+                }
+                round.busy
+            }
+            None => false,
+        };
+        clock.mark();
+        let open = self.db.open_jobs()?;
+        let pending = self.in_scope(self.db.batches_without_job()?);
+        match self.db.status() {
+            Ok(status) => {
+                self.console.update(&status, &open, paused);
+                self.watched(&status, &open)?;
+            }
+            // A failed read only skips this poll's redraw and snapshot.
+            Err(e) => tracing::warn!("status not read this poll: {e}"),
+        }
+        let open_in_scope = open.iter().any(|j| self.is_in_scope(j.batch_id));
+        let quiet = self.events() == events_at_round;
+        clock.end(&mut self.report, self.watch.as_mut(), quiet);
+        // Paused by the breaker, the loop waits for `resume` even with every batch
+        // settled: the batches that failed during the streak are tried again then.
+        if !open_in_scope && pending.is_empty() && !self.tripped && !follow_up_busy {
+            self.settled()?;
+            if !self.opts.watch {
+                return Ok(RoundEnd::Settled);
+            }
+        }
+        if !open_in_scope && !pending.is_empty() && !paused && self.all_refused()? {
+            return Err(SubmitError::AllQueuesRefused(self.refused_text()));
+        }
+        Ok(RoundEnd::GoOn)
+    }
+}
+
+/// Whether the loop ends after a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RoundEnd {
+    /// Every batch in scope settled and no `--watch`: the loop's orderly end.
+    Settled,
+    GoOn,
+}
+
+/// A round's wall and CPU time at its two edges (after the poll part, after the submit part),
+/// handed to the report's busy times and the watch's CPU split when the round ends.
+struct RoundClock {
+    wall: [Instant; 3],
+    cpu: [Duration; 3],
+    marks: usize,
+}
+
+impl RoundClock {
+    fn start() -> Self {
+        let (now, cpu) = (Instant::now(), embedfleet_core::process::own_cpu());
+        Self {
+            wall: [now; 3],
+            cpu: [cpu; 3],
+            marks: 0,
+        }
+    }
+
+    /// The end of the round's poll part (first call), then of its submit part.
+    fn mark(&mut self) {
+        self.marks = (self.marks + 1).min(2);
+        self.wall[self.marks] = Instant::now();
+        self.cpu[self.marks] = embedfleet_core::process::own_cpu();
+    }
+
+    /// `quiet`: nothing arrived this round, so its CPU is the poll's fixed cost.
+    fn end(self, report: &mut SubmitReport, watch: Option<&mut OwnerWatch>, quiet: bool) {
+        let [round, polled, submitted] = self.wall;
+        let [cpu_at_round, cpu_at_polled, cpu_at_submitted] = self.cpu;
+        if let Some(watch) = watch {
+            let cpu_now = embedfleet_core::process::own_cpu();
+            watch.spent("poll", cpu_at_polled.saturating_sub(cpu_at_round));
+            watch.spent("submit", cpu_at_submitted.saturating_sub(cpu_at_polled));
+            watch.spent("progress", cpu_now.saturating_sub(cpu_at_submitted));
+            if quiet {
+                watch.quiet_round(cpu_now.saturating_sub(cpu_at_round));
+            }
+        }
+        report.busy_poll += polled - round;
+        report.busy_submit += submitted - polled;
+        report.busy_progress += submitted.elapsed();
+        report.rounds += 1;
+        report.busy += round.elapsed();
+    }
 }
 
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// What the loop says of a limit the scheduler states, and what it keeps under.
+fn stated_limit_line(limit: &crate::scheduler::JobLimit, max_jobs: Option<u32>) -> String {
+    let mut line = match limit.jobs {
+        Some(jobs) => format!(
+            "the scheduler limits your jobs over these queues to {jobs} ({}); the run keeps under {}",
+            limit.said,
+            max_jobs.map_or(jobs, |m| m.min(jobs))
+        ),
+        None => format!("the scheduler limits your jobs ({})", limit.said),
+    };
+    if !limit.queues.is_empty() {
+        let queues: Vec<String> = limit
+            .queues
+            .iter()
+            .map(|(q, n)| format!("{q} at most {n}"))
+            .collect();
+        line.push_str(&format!(
+            "; queues kept under their own: {}",
+            queues.join(", ")
+        ));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use embedfleet_core::rundb::JobRow;
 use embedfleet_core::state::PlanState;
 
 use super::follow::log_tail;
@@ -75,6 +76,36 @@ impl Scheduler for Scripted {
         self.record(format!("cancel_named {name}"));
         Ok(())
     }
+}
+
+/// Every queue refused: the run's last line gives each queue's own reason and remedy, not one
+/// remedy for all (a host key is not fixed by renaming its queue).
+#[test]
+fn every_queue_refused_ends_with_each_queues_own_reason_and_remedy() {
+    let (_dir, mut options) = planned_run(2);
+    options.queues = Some(BTreeMap::from([
+        ("h2".to_string(), 1),
+        ("q".to_string(), 1),
+    ]));
+    let host_key = "ssh refused the host key of 127.0.0.3: check its fingerprint, then add it \
+                    (`ssh-keyscan -p 2222 127.0.0.3 >> ~/.ssh/known_hosts`)";
+    let scheduler = Scripted::answering(vec![Err(SchedulerError::InvalidJob {
+        name: "j".into(),
+        reason: "invalid partition specified: q".into(),
+    })]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.refused.insert("h2".into(), host_key.into());
+    let err = lp.run().unwrap_err();
+    assert!(matches!(err, SubmitError::AllQueuesRefused(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&format!("h2: {host_key}")), "{text}");
+    assert!(
+        text.contains(
+            "q: invalid partition specified: q; fix the queue with `embedfleet queues set`"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.matches("queues set").count(), 1, "{text}");
 }
 
 fn timed_out(name: &str) -> SchedulerError {

@@ -5,8 +5,10 @@
 
 pub mod job;
 pub mod query;
+pub mod query_job;
 pub mod submit;
 
 pub use job::JobSettings;
 pub use query::{QueryModelFlags, QueryModelSettings};
+pub use query_job::QueryJobSettings;
 pub use submit::{GroupBuildsSetting, LoopOptions, SubmitFlags, SubmitSettings};

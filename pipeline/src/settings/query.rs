@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::handoff::OutputSettings;
-use embedfleet_core::pin::Resolved;
 use embedfleet_core::RunLayout;
+use embedfleet_models::ModelFamily;
 
 use crate::error::{PipelineError, Result};
 
@@ -43,52 +43,46 @@ impl QueryModelSettings {
             .filter(|dir| dir.is_dir());
         let tiny = Some(layout.tiny_model_dir()).filter(|dir| dir.is_dir());
         let Some(model_dir) = flags.model_dir.clone().or(recorded).or(tiny) else {
-            return Err(PipelineError::Needs(match made_with {
-                Some(s) => format!(
-                    "give --model-dir: the run's shards were made with the model in {}, which is not there now (queries must be embedded by the same model)",
-                    s.model_dir
-                ),
-                None => "give --model-dir: the model the run was embedded with (queries must be embedded by the same model)".into(),
-            }));
+            return Err(PipelineError::NoQueryModel {
+                recorded: made_with.map(|s| s.model_dir),
+            });
         };
         Ok(Self {
-            model_dir,
             dim: flags.dim.or(made_with.and_then(|s| s.dim)),
             devices: flags.devices.clone(),
-            instruction: flags
-                .instruction
-                .clone()
-                .unwrap_or_else(|| embedfleet_embed::DEFAULT_INSTRUCTION.to_string()),
+            instruction: instruction(&model_dir, flags.instruction.as_deref())?,
+            model_dir,
         })
     }
 }
 
-/// A batch size and requests in flight: as given, else as `tune` saved them for this kind of
-/// sink, else the defaults; never below 1.
-pub fn batching(
-    given: (Option<usize>, Option<usize>),
-    tuned: Option<(usize, usize)>,
-    defaults: (usize, usize),
-) -> (Resolved<usize>, Resolved<usize>) {
-    let size = Resolved::of(given.0, tuned.map(|t| t.0), || defaults.0).map(|v| v.max(1));
-    let in_flight = Resolved::of(given.1, tuned.map(|t| t.1), || defaults.1).map(|v| v.max(1));
-    (size, in_flight)
+/// A query's instruction: as given, else the default of the model family that `model_dir`'s
+/// `config.json` names (each family has its own retrieval task).
+pub fn instruction(model_dir: &Path, given: Option<&str>) -> Result<String> {
+    Ok(match given {
+        Some(text) => text.to_string(),
+        None => embedfleet_models::family_of(model_dir)?
+            .default_instruction()
+            .to_string(),
+    })
+}
+
+/// The family of the model the run's shards were made with (`output-settings.json`), else of
+/// the tiny model `run` wrote; `None` when neither directory can be read (a card then names no
+/// query format).
+pub fn run_model_family(run_dir: &Path) -> Option<&'static dyn ModelFamily> {
+    let layout = RunLayout::new(run_dir);
+    let made_with = OutputSettings::read(&layout).ok().flatten();
+    made_with
+        .map(|s| PathBuf::from(s.model_dir))
+        .into_iter()
+        .chain([layout.tiny_model_dir()])
+        .find_map(|dir| embedfleet_models::family_of(&dir).ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use embedfleet_core::pin::Source;
-
-    #[test]
-    fn batching_is_as_given_else_as_tuned_else_the_default() {
-        let (b, k) = batching((Some(64), None), Some((32, 4)), (16, 2));
-        assert_eq!((b.value, b.source), (64, Source::Given));
-        assert_eq!((k.value, k.source), (4, Source::Run));
-        let (b, k) = batching((None, Some(0)), None, (16, 2));
-        assert_eq!((b.value, b.source), (16, Source::Default));
-        assert_eq!(k.value, 1, "never below one");
-    }
 
     #[test]
     fn the_query_model_is_the_runs_tiny_model_when_none_is_given() {
@@ -98,9 +92,17 @@ mod tests {
             .to_string();
         assert!(err.contains("give --model-dir"), "{err}");
         let tiny = RunLayout::new(dir.path()).tiny_model_dir();
-        std::fs::create_dir_all(&tiny).unwrap();
+        embedfleet_models::write_tiny_model(&tiny, 0).unwrap();
         let s = QueryModelSettings::resolve(dir.path(), &QueryModelFlags::default()).unwrap();
         assert_eq!(s.model_dir, tiny);
-        assert_eq!(s.instruction, embedfleet_embed::DEFAULT_INSTRUCTION);
+        assert_eq!(
+            s.instruction,
+            embedfleet_models::default_family().default_instruction(),
+            "the instruction is the model family's"
+        );
+        assert_eq!(
+            run_model_family(dir.path()).map(|f| f.model_type()),
+            Some(embedfleet_models::default_family().model_type())
+        );
     }
 }

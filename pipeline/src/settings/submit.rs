@@ -77,6 +77,24 @@ pub struct LoopOptions {
     pub max_jobs: Option<u32>,
 }
 
+impl LoopOptions {
+    /// Each option as given here, else as the run's earlier submits were given it.
+    pub fn given_else(&self, stored: &LoopOptions) -> LoopOptions {
+        fn pick<T: Clone>(given: &Option<T>, stored: &Option<T>) -> Option<T> {
+            Resolved::optional(given.clone(), stored.clone()).value
+        }
+        LoopOptions {
+            max_attempts: pick(&self.max_attempts, &stored.max_attempts),
+            breaker_after: pick(&self.breaker_after, &stored.breaker_after),
+            poll_interval_s: pick(&self.poll_interval_s, &stored.poll_interval_s),
+            lost_after_s: pick(&self.lost_after_s, &stored.lost_after_s),
+            route: pick(&self.route, &stored.route),
+            speculate: pick(&self.speculate, &stored.speculate),
+            max_jobs: pick(&self.max_jobs, &stored.max_jobs),
+        }
+    }
+}
+
 /// Where group builds go, as `submit --group-builds` was given it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupBuildsSetting {
@@ -140,29 +158,22 @@ impl SubmitSettings {
         );
         let job = job_settings(db, flags, devices.value.clone())?;
         let stored: LoopOptions = db.setting(LOOP_SETTING)?.unwrap_or_default();
-        let loop_options = LoopOptions {
-            max_attempts: flags.loop_options.max_attempts.or(stored.max_attempts),
-            breaker_after: flags.loop_options.breaker_after.or(stored.breaker_after),
-            poll_interval_s: flags
-                .loop_options
-                .poll_interval_s
-                .or(stored.poll_interval_s),
-            lost_after_s: flags.loop_options.lost_after_s.or(stored.lost_after_s),
-            route: flags.loop_options.route.or(stored.route),
-            speculate: flags.loop_options.speculate.or(stored.speculate),
-            max_jobs: flags.loop_options.max_jobs.or(stored.max_jobs),
-        };
+        let loop_options = flags.loop_options.given_else(&stored);
         let secs =
             |given: Option<f64>, default: Duration| given.map_or(default, Duration::from_secs_f64);
         let mut notes = Vec::new();
-        let mut queues = (!flags.queues.is_empty())
-            .then(|| flags.queues.iter().cloned().collect::<BTreeMap<_, _>>());
-        if let Some((caps, described)) = &defaults.queues {
-            if queues.is_none() && db.queue_caps()?.is_empty() {
-                notes.push(format!("no queues given: using {described}"));
-                queues = Some(caps.clone());
-            }
+        // Caps given replace the run's; with none given the run's stay (`None`: nothing to
+        // set); a run with none takes the backend's own queues, said in a note.
+        let given_caps = (!flags.queues.is_empty())
+            .then(|| Some(flags.queues.iter().cloned().collect::<BTreeMap<_, _>>()));
+        let run_has_caps = (!db.queue_caps()?.is_empty()).then_some(None);
+        let queues = Resolved::of(given_caps, run_has_caps, || {
+            defaults.queues.as_ref().map(|(caps, _)| caps.clone())
+        });
+        if let (Source::Default, Some((_, described))) = (queues.source, &defaults.queues) {
+            notes.push(format!("no queues given: using {described}"));
         }
+        let queues = queues.value;
         Ok(Self {
             kept: kept_loop_flags(&flags.loop_options, &stored),
             max_attempts: loop_options.max_attempts.unwrap_or(3).max(1),
@@ -204,10 +215,7 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
         PathBuf::new,
     );
     if model_dir.source == Source::Default {
-        return Err(PipelineError::Needs(
-            "give --model-dir: this run's first submit chooses its model (later ones use the run's)"
-                .into(),
-        ));
+        return Err(PipelineError::NoModelForFirstSubmit);
     }
     let model_dir = std::path::absolute(&model_dir.value).map_err(crate::error::io(
         "find the absolute path of",
@@ -217,12 +225,12 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
     Ok(JobSettings {
         devices,
         model_dir,
-        dim: flags.dim.or(pinned.and_then(|p| p.dim)),
+        dim: Resolved::optional(flags.dim, pinned.and_then(|p| p.dim)).value,
         vector_dtype: Resolved::of(flags.vector_dtype, pinned.map(|p| p.vector_dtype), || {
             VectorDtype::F32
         })
         .value,
-        max_tokens: flags.max_tokens.or(pinned.and_then(|p| p.max_tokens)),
+        max_tokens: Resolved::optional(flags.max_tokens, pinned.and_then(|p| p.max_tokens)).value,
         shard_papers: Resolved::of(flags.shard_papers, pinned.map(|p| p.shard_papers), || {
             embedfleet_embed::job::DEFAULT_SHARD_PAPERS
         })
@@ -232,18 +240,17 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
     })
 }
 
-/// `--group-builds` as given (`off` forgets it), else as the run's last submit was given it.
+/// `--group-builds` as given (`off` forgets it), else as the run's last submit was given it,
+/// else none.
 fn group_builds(db: &RunDb, flags: &SubmitFlags) -> Result<Option<GroupBuildsSetting>> {
-    Ok(match flags.group_builds.as_deref() {
-        None => db
-            .setting::<Option<GroupBuildsSetting>>(GROUP_BUILDS_SETTING)?
-            .flatten(),
-        Some("off") => None,
-        Some(queue) => Some(GroupBuildsSetting {
+    let given = flags.group_builds.as_deref().map(|queue| {
+        (queue != "off").then(|| GroupBuildsSetting {
             queue: queue.to_string(),
             cpus: flags.build_cpus,
-        }),
-    })
+        })
+    });
+    let run = db.setting::<Option<GroupBuildsSetting>>(GROUP_BUILDS_SETTING)?;
+    Ok(Resolved::of(given, run, || None).value)
 }
 
 /// The loop options this submit takes from the run's earlier ones, as their flags.

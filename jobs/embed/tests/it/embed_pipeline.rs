@@ -6,7 +6,7 @@ use embedfleet_core::Paper;
 use embedfleet_embed::chunk;
 use embedfleet_embed::device::{embed_with_fallback, FallbackStats};
 use embedfleet_embed::pipeline::{embed_parts, Embedded, Encoding};
-use embedfleet_embed::{LoadedModels, DEFAULT_INSTRUCTION};
+use embedfleet_embed::LoadedModels;
 use embedfleet_models::{DeviceSpec, PackedSequences};
 
 fn papers() -> Vec<Paper> {
@@ -143,15 +143,13 @@ fn queries_embed_through_the_pipeline_as_one_forward_of_the_query_would() {
     embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
     let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu; 2], None, None).unwrap();
     let texts = vec!["protein folding".to_string(), "graph networks".to_string()];
-    let got = loaded
-        .embed_queries(DEFAULT_INSTRUCTION, &texts, 64)
-        .unwrap();
+    let instruction = embedfleet_models::family_of(dir.path())
+        .unwrap()
+        .default_instruction();
+    let got = loaded.embed_queries(instruction, &texts, 64).unwrap();
     assert_eq!(got.len(), 2);
     for (text, vector) in texts.iter().zip(&got) {
-        let ids = loaded
-            .tokenizer
-            .encode_query(DEFAULT_INSTRUCTION, text)
-            .unwrap();
+        let ids = loaded.tokenizer.encode_query(instruction, text).unwrap();
         let expected = loaded.models[0]
             .embed(&PackedSequences::from_sequences(&[ids]))
             .unwrap()
@@ -159,7 +157,7 @@ fn queries_embed_through_the_pipeline_as_one_forward_of_the_query_would() {
         let cos: f32 = vector.iter().zip(&expected).map(|(a, b)| a * b).sum();
         assert!(cos >= 0.99999, "{text}: cosine {cos}");
     }
-    let single = embedfleet_embed::embed_query(dir.path(), None, DEFAULT_INSTRUCTION, &texts[1]);
+    let single = embedfleet_embed::embed_query(dir.path(), None, instruction, &texts[1]);
     let cos: f32 = single
         .unwrap()
         .iter()

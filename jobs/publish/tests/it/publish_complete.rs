@@ -14,6 +14,11 @@ fn options(run: &Path, out: &Path) -> PublishOptions {
         // 400 rows a file: 1,500 rows make 4 files (400, 400, 400, 300).
         target_shard_bytes: 400 * ROW_BYTES,
         instruction: Some("Given a topic, retrieve relevant papers".into()),
+        // The card writes the format the binary got from the run's model family.
+        query_format: Some(embedfleet_publish::QueryFormat {
+            family: "Tiny".into(),
+            example: "Task: <query instruction>\nSearch:<query>".into(),
+        }),
         commands: vec!["embedfleet run --corpus c.jsonl.gz --run-dir run".into()],
         report_table: Some("| batch | total_s |\n| 1 | 12.5 |".into()),
         eval_summary: Some("| ef | recall@10 |\n|---|---|\n| 64 | 0.987 |".into()),
@@ -150,6 +155,7 @@ fn card_says_what_a_user_needs(card: &str) {
         "| stored as | float32 |",
         "| computed in | bf16 |",
         "Given a topic, retrieve relevant papers",
+        "a query is embedded as `Task: <query instruction>\\nSearch:<query>` (Tiny's format)",
         "| embedfleet version | 9.9.9-test |",
         "| papers planned | 1500 |",
         "| papers embedded (rows) | 1500 |",

@@ -25,7 +25,7 @@ pub(super) fn run_keys(
 ) -> Result<ShardKeys, SnapshotError> {
     let io = |e: std::io::Error| SnapshotError::Io {
         action: "read or pin",
-        path: layout.snapshot_dir().join("keys.json"),
+        path: layout.shard_keys_file(),
         source: e,
     };
     let pinned_before = ShardKeys::pinned(layout).map_err(io)?.is_some();

@@ -201,7 +201,8 @@ fn metrics_count_by_queue_and_outcome_with_escaped_labels() {
 
 #[test]
 fn the_owner_rewrites_its_files_when_due_not_every_poll() {
-    use crate::report::owner::{OwnerReport, METRICS_FILE, REPORT_FILE};
+    use crate::report::owner::OwnerReport;
+    use embedfleet_core::RunLayout;
     let (dir, db) = run_db();
     let mut owner = OwnerReport::new(dir.path(), std::time::Duration::from_secs(3600));
     let status = db.status().unwrap();
@@ -224,12 +225,12 @@ fn the_owner_rewrites_its_files_when_due_not_every_poll() {
         set_aside: Default::default(),
     };
     owner.polled(&db, &status, &state).unwrap();
-    let page = dir.path().join(REPORT_FILE);
+    let page = RunLayout::new(dir.path()).report_page();
     assert!(std::fs::read_to_string(&page)
         .unwrap()
         .contains("id=\"timeline\""));
     std::fs::remove_file(&page).unwrap();
-    let metrics_file = dir.path().join(METRICS_FILE);
+    let metrics_file = RunLayout::new(dir.path()).metrics_file();
     let polls = |n: u32| {
         let metrics = std::fs::read_to_string(&metrics_file).unwrap();
         metrics.contains(&format!("embedfleet_owner_polls_total {n}\n"))

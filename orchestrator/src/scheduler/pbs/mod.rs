@@ -3,6 +3,7 @@ The PBS backend: `qsub`, `qstat`, `qdel`, for PBS Pro (Polaris) and Torque (incl
 `slurm-wlm-torque` wrappers over Slurm).
 */
 
+mod limits;
 mod parse;
 mod preflight;
 
@@ -365,6 +366,10 @@ impl Scheduler for PbsScheduler {
             }
             Err(err) => Err(err),
         }
+    }
+
+    fn job_limit(&self, queues: &[String]) -> SchedulerResult<Option<super::JobLimit>> {
+        self.read_job_limit(queues)
     }
 
     fn preflight(&self, run_dir: &Path) -> Vec<QueueProblem> {

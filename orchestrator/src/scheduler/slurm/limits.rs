@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use super::SlurmScheduler;
+use crate::scheduler::command::user_name;
 use crate::scheduler::{Call, JobLimit, SchedulerResult};
 
 /// `sacctmgr`'s `-P` fields of an association and a QOS, in this order.
@@ -137,23 +138,10 @@ pub(super) fn lowest(
     }
     let (jobs, said) = found.into_iter().min_by_key(|(n, _)| *n)?;
     Some(JobLimit {
-        jobs,
+        jobs: Some(jobs),
         running: running.into_iter().min(),
+        queues: BTreeMap::new(),
         said: format!("Slurm: {said}"),
-    })
-}
-
-/// This process's user: `$USER`, else `$LOGNAME`, else `id -un` (a job's or a daemon's
-/// environment may have neither).
-fn user_name() -> Option<String> {
-    let from_env = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .filter(|u| !u.is_empty());
-    from_env.or_else(|| {
-        let out = std::process::Command::new("id").arg("-un").output().ok()?;
-        let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        (out.status.success() && !name.is_empty()).then_some(name)
     })
 }
 
@@ -218,14 +206,14 @@ mod tests {
         let queues = |q: &[&str]| q.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         // Both partitions share QOS rtq: its 3 is below the association's 40.
         let limit = lowest(&assocs, &qos, &parts, &queues(&["a", "b"])).unwrap();
-        assert_eq!(limit.jobs, 3);
+        assert_eq!(limit.jobs, Some(3));
         assert_eq!(limit.running, Some(2));
         assert!(limit.said.contains("QOS rtq MaxSubmitJobsPerUser=3"), "{}", limit.said);
         // One of the run's partitions has no partition QOS: rtq covers only part of the run
         // (a cap of that queue, not the run's); the association's 40 holds. A partition's own
         // association row (gpu's 2) is that queue's, not the run's either.
         let limit = lowest(&assocs, &qos, &parts, &queues(&["a", "c"])).unwrap();
-        assert_eq!(limit.jobs, 40);
+        assert_eq!(limit.jobs, Some(40));
         assert!(limit.said.contains("association MaxSubmitJobs=40"));
         // Nothing stated: no limit.
         assert_eq!(lowest(&[], &qos, &parts, &queues(&["c"])), None);

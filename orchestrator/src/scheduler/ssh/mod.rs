@@ -18,6 +18,7 @@ mod connect;
 mod preflight;
 mod remote;
 
+use embedfleet_core::RunLayout;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -178,7 +179,7 @@ impl SshScheduler {
             JobScript::Text(text) => {
                 use std::io::Write;
                 use std::os::unix::fs::OpenOptionsExt;
-                let path = run_dir.join(format!(".{}.ssh.sh", job.name));
+                let path = RunLayout::new(run_dir).ssh_job_script(&job.name);
                 let io = |source| SchedulerError::Io {
                     action: "write job script",
                     path: path.clone(),

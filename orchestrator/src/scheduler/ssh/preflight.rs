@@ -5,6 +5,7 @@ writes a nonce file into it; the owner reads it here), and the slots' GPUs are t
 that fails any is named with the reason, and `submit` sends it no job.
 */
 
+use embedfleet_core::RunLayout;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -43,7 +44,7 @@ fn check_host(ssh: &Ssh, host: &HostConfig, fallback: &str, run_dir: &Path) -> V
         reason,
     };
     let nonce = nonce();
-    let nonce_file = run_dir.join(format!(".ssh-check.{}.{nonce}", host.name));
+    let nonce_file = RunLayout::new(run_dir).ssh_check_file(&host.name, &nonce);
     let mut gpus: Vec<u32> = host
         .parsed_slots()
         .iter()
