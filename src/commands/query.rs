@@ -112,6 +112,17 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
         &report,
     );
+    say_query_report(&report, &options, output, args.top_k);
+    Ok(exit::SUCCESS)
+}
+
+/// What a finished query workload says: its speed, and its short results (never silent).
+fn say_query_report(
+    report: &embedfleet_query::QueryReport,
+    options: &QueryOptions,
+    output: &Path,
+    top_k: usize,
+) {
     let l = report.latency;
     eprintln!(
         "{} queries ({} done before) into {}: {:.0} queries/s searching (batches of {}, {} in flight), embedding {:.1} s; per request p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
@@ -129,15 +140,14 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     if report.short > 0 {
         eprintln!(
             "warning: {} of these queries got fewer than {} results although the collection holds that many matching papers: the index gave up early (pgvector: search with --pg-iterative-scan relaxed, or a higher ef)",
-            report.short, args.top_k
+            report.short, top_k
         );
     } else {
         eprintln!(
             "short results: none (every query got {} results, or every matching paper)",
-            args.top_k
+            top_k
         );
     }
-    Ok(exit::SUCCESS)
 }
 
 /// `query` with no `--output`: each term's top hits, with the first words of each paper, on
