@@ -17,6 +17,9 @@
 #      and under the three filters, with pgvector's defaults beside (no iterative scan);
 #   6. the same comparison of the IVFFlat table against the HNSW one.
 #
+# The load's rows/s against the plain COPY, in turns of order and several rounds, is
+# benches/pgvector_load.sh's (BENCHMARKS.md quotes that one).
+#
 # Needs EMBEDFLEET_PG_URL and PGPASSFILE (`.ci/pgvector/start-local-pg.sh` prints them) and a
 # built binary ($CARGO_TARGET_DIR/debug/embedfleet, or $EMBEDFLEET_BIN). Writes everything
 # under $OUT (default: a temporary directory, kept) and prints the figures BENCHMARKS.md
