@@ -16,6 +16,15 @@ pub struct SyntheticRun {
     pub batch_points: usize,
     /// The year and source of paper `i`.
     pub payload: fn(usize) -> (i64, &'static str),
+    /// 0: every vector uniformly random (HNSW's worst case). N: each paper near one of N
+    /// random centres ([`cluster_of`]), as embeddings of papers on N topics are; a `payload`
+    /// that reads the cluster makes the year follow the vectors, as a real corpus's does.
+    pub clusters: usize,
+}
+
+/// The cluster of paper `i` among `clusters` (see [`SyntheticRun::clusters`]).
+pub fn cluster_of(i: usize, clusters: usize) -> usize {
+    (i.wrapping_mul(0x9E37_79B9) >> 7) % clusters.max(1)
 }
 
 impl SyntheticRun {
@@ -30,6 +39,7 @@ impl SyntheticRun {
                 let source = if i % 3 == 0 { "arxiv" } else { "s2orc" };
                 (2000 + (i % 25) as i64, source)
             },
+            clusters: 0,
         }
     }
 
@@ -84,6 +94,9 @@ impl SyntheticRun {
             let mut w = ShardWriter::create(&dir.join(&rel), VectorDtype::F32, &meta)?;
             for i in first..end {
                 random_unit(&mut x, &mut vector);
+                if self.clusters > 0 {
+                    near_centre(cluster_of(i, self.clusters), &mut vector);
+                }
                 let (year, source) = (self.payload)(i);
                 let paper = Paper {
                     id: format!("W{i:010}"),
@@ -122,6 +135,18 @@ fn record(
         rows,
         sha256,
     })
+}
+
+/// Moves the random unit vector `noise` to its cluster's centre: `centre + noise`,
+/// renormalised (papers of a cluster at cosine ~0.5 of each other, ~0.7 of the centre).
+fn near_centre(cluster: usize, noise: &mut [f32]) {
+    let mut seed =
+        0x9E37_79B9_7F4A_7C15u64 ^ (cluster as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut centre = vec![0f32; noise.len()];
+    random_unit(&mut seed, &mut centre);
+    noise.iter_mut().zip(&centre).for_each(|(a, c)| *a += c);
+    let norm = noise.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-12);
+    noise.iter_mut().for_each(|a| *a /= norm);
 }
 
 /// Fills `v` with a unit vector from the xorshift state `x`.

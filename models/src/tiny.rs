@@ -24,6 +24,9 @@ pub struct TinyModelOptions {
     /// Store names with the `model.` prefix, as `*ForCausalLM` checkpoints (`Qwen3ForCausalLM`)
     /// do.
     pub model_prefix: bool,
+    /// The output dimension (hidden size) instead of the tiny model's 128: a model as wide as
+    /// a real one's output (2,560 for Qwen3-Embedding-4B, 4,096 for 8B), still tiny otherwise.
+    pub hidden_size: Option<usize>,
 }
 
 impl Default for TinyModelOptions {
@@ -32,6 +35,7 @@ impl Default for TinyModelOptions {
             seed: 0,
             shards: 1,
             model_prefix: false,
+            hidden_size: None,
         }
     }
 }

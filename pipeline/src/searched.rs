@@ -30,10 +30,7 @@ pub fn searched(
         None if acked > 0 => format!("no complete upload, {acked} rows sent, {points} points"),
         None => format!("not uploaded by this run, {points} points"),
     };
-    let marker = match sink.qdrant() {
-        Some(extras) => extras.collection_marker(collection)?,
-        None => None,
-    };
+    let marker = sink.collection_marker(collection)?;
     Ok(Searched {
         target: sink.target(),
         marker,

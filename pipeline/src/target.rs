@@ -1,10 +1,11 @@
 //! Where points go: a Qdrant server (gRPC, with its API key and the consent to send it in
-//! clear text), or the in-process engine in a directory (by default the run's own).
+//! clear text), the in-process engine in a directory (by default the run's own), or a
+//! PostgreSQL database with pgvector.
 
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::RunLayout;
-use embedfleet_upload::{ApiKey, QdrantEdge, QdrantServer, ServerConfig, Sink};
+use embedfleet_upload::{ApiKey, PgConfig, PgVector, QdrantEdge, QdrantServer, ServerConfig, Sink};
 
 use crate::error::Result;
 
@@ -18,6 +19,8 @@ pub struct TargetFlags {
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub allow_insecure: bool,
+    /// A PostgreSQL database with pgvector, and what to build there.
+    pub postgres: Option<PgConfig>,
 }
 
 /// The kind of sink a target opened: what `tune` saves its settings for.
@@ -25,6 +28,7 @@ pub struct TargetFlags {
 pub enum SinkKind {
     Edge,
     Server,
+    Postgres,
 }
 
 impl std::fmt::Display for SinkKind {
@@ -35,16 +39,18 @@ impl std::fmt::Display for SinkKind {
 
 impl SinkKind {
     /// Whether an upload into it runs worker processes (a server takes writes from many
-    /// clients; the embedded engine is one process).
+    /// clients; the embedded engine is one process; PostgreSQL takes a session per request in
+    /// flight from one process).
     pub fn has_worker_processes(self) -> bool {
         matches!(self, Self::Server)
     }
 
-    /// `edge` or `server`, as run.db's tuned settings record it.
+    /// `edge`, `server` or `postgres`, as run.db's tuned settings record it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Edge => "edge",
             Self::Server => "server",
+            Self::Postgres => "postgres",
         }
     }
 }
@@ -66,6 +72,10 @@ impl TargetFlags {
 
     /// The sink of this target for the run in `run_dir`, and its kind.
     pub fn open(&self, run_dir: &Path) -> Result<(Box<dyn Sink>, SinkKind)> {
+        if let Some(config) = &self.postgres {
+            let sink = PgVector::connect(config.clone())?;
+            return Ok((Box::new(sink), SinkKind::Postgres));
+        }
         if let Some(url) = &self.qdrant {
             let server = QdrantServer::connect(self.server_config(url))?;
             return Ok((Box::new(server), SinkKind::Server));

@@ -39,20 +39,19 @@ impl Batching {
     }
 }
 
-/// The upload's batching into a sink of `kind`.
+/// The upload's batching into a sink of `kind`, whose own batch size is `default_batch`
+/// (`Sink::default_batch_size`) where neither the flags nor `tune` say one.
 pub fn upload_batching(
     db: &RunDb,
     kind: SinkKind,
     given: (Option<usize>, Option<usize>),
+    default_batch: usize,
 ) -> Result<Batching> {
     let tuned: Option<TunedUpload> = db.setting(TUNED_SETTING)?;
     let tuned = tuned
         .filter(|t| t.sink == kind.name())
         .map(|t| (t.batch_size, t.in_flight));
-    let defaults = (
-        embedfleet_upload::DEFAULT_UPSERT_BATCH,
-        embedfleet_upload::DEFAULT_IN_FLIGHT,
-    );
+    let defaults = (default_batch, embedfleet_upload::DEFAULT_IN_FLIGHT);
     Ok(Batching::resolve(given, tuned, defaults))
 }
 
@@ -130,9 +129,9 @@ mod tests {
             sample_points: 10,
         };
         db.set_setting(TUNED_SETTING, &saved).unwrap();
-        let server = upload_batching(&db, SinkKind::Server, (None, None)).unwrap();
+        let server = upload_batching(&db, SinkKind::Server, (None, None), 256).unwrap();
         assert_eq!((server.batch_size.value, server.in_flight.value), (512, 8));
-        let edge = upload_batching(&db, SinkKind::Edge, (None, None)).unwrap();
+        let edge = upload_batching(&db, SinkKind::Edge, (None, None), 256).unwrap();
         assert!(!edge.tuned());
     }
 }

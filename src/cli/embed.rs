@@ -215,6 +215,10 @@ pub struct MakeTinyModelArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Its output dimension (hidden size; default 128): as wide as a real model's output
+    /// (2560 for Qwen3-Embedding-4B, 4096 for 8B), tiny otherwise.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(8..=16384))]
+    pub hidden_size: Option<u64>,
 }
 
 #[cfg(test)]

@@ -12,6 +12,10 @@ use std::fmt::Write;
 pub const GLOBAL: &str = "Global options";
 /// Where the collection is: a server (and its key) or the embedded engine, and its name.
 pub const QDRANT: &str = "Qdrant";
+/// A PostgreSQL database with pgvector instead of Qdrant, and what is built there.
+pub const POSTGRES: &str = "PostgreSQL (pgvector)";
+/// `eval --compare-postgres`: two databases side by side.
+pub const COMPARE: &str = "Side by side";
 /// The model and what it writes (dimension, dtype, devices, shards).
 pub const MODEL: &str = "Model";
 /// How the corpus is cut into jobs and mini-batches.

@@ -16,7 +16,8 @@ pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};
 pub use report::ReportArgs;
 pub use submit::{QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs, TakeOverArgs};
 pub use upload::{
-    BuildShardArgs, CollectionArgs, DeleteArgs, TargetArgs, TuneArgs, UploadArgs, UploadMode,
+    BuildShardArgs, CollectionArgs, DeleteArgs, PgIndexArg, PgScanArg, TargetArgs, TuneArgs,
+    UploadArgs, UploadMode,
 };
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};

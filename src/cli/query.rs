@@ -146,6 +146,19 @@ pub struct EvalArgs {
     /// Print the stable JSON form instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Side by side with a pgvector table of the same run in this PostgreSQL database
+    /// (postgresql://user@host/db, password as for --postgres): for each database the least
+    /// search effort reaching --recall-floor, unfiltered and under three filters picked from
+    /// the run (one year, one source, a wide range), with pgvector's defaults beside them.
+    /// Written to <run-dir>/eval/compare.json and compare.md; the HTML report shows it.
+    #[arg(long, value_name = "URL", help_heading = help::COMPARE)]
+    pub compare_postgres: Option<String>,
+    /// The table --compare-postgres evaluates (default: --collection).
+    #[arg(long, value_name = "NAME", requires = "compare_postgres", help_heading = help::COMPARE)]
+    pub compare_table: Option<String>,
+    /// The recall@k each database must reach in the comparison.
+    #[arg(long, default_value_t = embedfleet_query::compare::DEFAULT_FLOOR, value_name = "R", requires = "compare_postgres", help_heading = help::COMPARE)]
+    pub recall_floor: f64,
     /// Where the recall-against-latency PNG goes (default: <run-dir>/eval/recall.png).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,

@@ -5,11 +5,11 @@ use clap::Args;
 use embedfleet_upload::DEFAULT_CHECKPOINT_EVERY;
 use std::path::PathBuf;
 
-/// Where the points go: a Qdrant server, or the embedded engine (the default).
+/// Where the points go: a Qdrant server, the embedded engine (the default), or PostgreSQL.
 #[derive(Debug, Args)]
 pub struct TargetArgs {
     /// A Qdrant server or cluster, its gRPC port: http://host:6334 (https for TLS).
-    #[arg(long, value_name = "URL", conflicts_with = "edge", help_heading = help::QDRANT)]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["edge", "postgres"], help_heading = help::QDRANT)]
     pub qdrant: Option<String>,
     /// The embedded Qdrant engine's directory (default: <run-dir>/qdrant).
     #[arg(long, value_name = "DIR", help_heading = help::QDRANT)]
@@ -24,6 +24,38 @@ pub struct TargetArgs {
     /// without this such a target is refused: use https://).
     #[arg(long, help_heading = help::QDRANT)]
     pub allow_insecure: bool,
+    /// A PostgreSQL database with pgvector 0.8+: postgresql://user@host:5432/db (`?sslmode=`
+    /// and `sslrootcert=` as libpq takes them). The table is --collection. The password comes
+    /// from PGPASSWORD or the pgpass file (PGPASSFILE, else ~/.pgpass; mode 0600), never the URL.
+    #[arg(long, value_name = "URL", conflicts_with = "edge", help_heading = help::POSTGRES)]
+    pub postgres: Option<String>,
+    /// The index a table gets after its load: hnsw (--hnsw-m, --hnsw-ef-construct) or ivfflat
+    /// (lists from the row count).
+    #[arg(long, value_enum, default_value_t = PgIndexArg::Hnsw, value_name = "KIND", help_heading = help::POSTGRES)]
+    pub pg_index: PgIndexArg,
+    /// How a filtered search scans the index: relaxed (nearly ordered, re-sorted), strict, or
+    /// off (pgvector's default: a selective filter gets fewer rows than asked).
+    #[arg(long, value_enum, default_value_t = PgScanArg::Relaxed, value_name = "SCAN", help_heading = help::POSTGRES)]
+    pub pg_iterative_scan: PgScanArg,
+    /// Most maintenance_work_mem an index build asks for, in MB (default: half this
+    /// machine's available memory when the server is on it, else 2048).
+    #[arg(long, value_name = "MB", help_heading = help::POSTGRES)]
+    pub pg_maintenance_mem: Option<u64>,
+}
+
+/// `--pg-index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PgIndexArg {
+    Hnsw,
+    Ivfflat,
+}
+
+/// `--pg-iterative-scan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PgScanArg {
+    Relaxed,
+    Strict,
+    Off,
 }
 
 /// The collection's settings: a new collection gets them, a built shard is made with them.
@@ -62,7 +94,7 @@ pub struct UploadArgs {
     /// The collection (created if absent; an existing one must have the run's vector size).
     #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
-    /// Points per upsert batch (default: what `tune` saved, else 256).
+    /// Points per upsert batch (default: what `tune` saved, else 256; 2,048 into PostgreSQL).
     #[arg(long, value_name = "B", help_heading = help::SPEED)]
     pub batch_size: Option<usize>,
     /// Upsert batches in flight per worker (default: what `tune` saved, else 4).

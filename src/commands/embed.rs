@@ -118,7 +118,12 @@ pub fn embed(args: &EmbedArgs) -> Result<i32> {
 }
 
 pub fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
-    let files = embedfleet_models::write_tiny_model(&args.out, args.seed)?;
+    let options = embedfleet_models::TinyModelOptions {
+        seed: args.seed,
+        hidden_size: args.hidden_size.map(|h| h as usize),
+        ..Default::default()
+    };
+    let files = embedfleet_models::write_tiny_model_with(&args.out, &options)?;
     eprintln!(
         "wrote a tiny random {} ({} files) to {}",
         embedfleet_models::default_family().name(),

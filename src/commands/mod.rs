@@ -2,6 +2,7 @@
 //! library, print the outcome. A file per stage, as in `cli/`.
 
 mod bench;
+mod compare;
 mod doctor;
 mod embed;
 pub(crate) mod plan;

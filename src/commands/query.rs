@@ -112,6 +112,17 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
         &report,
     );
+    say_query_report(&report, &options, output, args.top_k);
+    Ok(exit::SUCCESS)
+}
+
+/// What a finished query workload says: its speed, and its short results (never silent).
+fn say_query_report(
+    report: &embedfleet_query::QueryReport,
+    options: &QueryOptions,
+    output: &Path,
+    top_k: usize,
+) {
     let l = report.latency;
     eprintln!(
         "{} queries ({} done before) into {}: {:.0} queries/s searching (batches of {}, {} in flight), embedding {:.1} s; per request p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
@@ -126,7 +137,17 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         l.p95_ms,
         l.p99_ms
     );
-    Ok(exit::SUCCESS)
+    if report.short > 0 {
+        eprintln!(
+            "warning: {} of these queries got fewer than {} results although the collection holds that many matching papers: the index gave up early (pgvector: search with --pg-iterative-scan relaxed, or a higher ef)",
+            report.short, top_k
+        );
+    } else {
+        eprintln!(
+            "short results: none (every query got {} results, or every matching paper)",
+            top_k
+        );
+    }
 }
 
 /// `query` with no `--output`: each term's top hits, with the first words of each paper, on
@@ -167,7 +188,7 @@ fn print_top_hits(
 
 pub fn eval(args: &EvalArgs) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
-    let (sink, _) = open_sink(&args.run_dir, &args.target)?;
+    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let queries = match &args.queries {
         Some(path) => {
             let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
@@ -176,6 +197,9 @@ pub fn eval(args: &EvalArgs) -> Result<i32> {
         }
         None => embedfleet_query::sample_queries(&db, args.sample.unwrap_or(100), args.seed)?,
     };
+    if let Some(url) = &args.compare_postgres {
+        return super::compare::eval_compare(args, &db, sink.as_ref(), kind, &queries, url);
+    }
     let options = EvalOptions {
         collection: args.collection.clone(),
         k: args.top_k.max(1),

@@ -1,8 +1,8 @@
-//! The flags that say where points go (`--qdrant`, `--edge`, the API key) and the collection's
+//! The flags that say where points go (`--qdrant`, `--edge`, the API key, `--postgres`) and the collection's
 //! settings, as the libraries take them: shared by `upload`, `delete`, `tune`, `query`, `eval`
 //! and the snapshot load.
 
-use crate::cli::{CollectionArgs, TargetArgs};
+use crate::cli::{CollectionArgs, PgIndexArg, PgScanArg, TargetArgs};
 use anyhow::Result;
 use embedfleet_pipeline::target::{SinkKind, TargetFlags};
 use embedfleet_upload::{self as upload, Sink};
@@ -16,6 +16,24 @@ pub(super) fn target_flags(target: &TargetArgs) -> TargetFlags {
         api_key_env: target.api_key_env.clone(),
         api_key_file: target.api_key_file.clone(),
         allow_insecure: target.allow_insecure,
+        postgres: target.postgres.as_ref().map(|url| pg_config(target, url)),
+    }
+}
+
+/// The PostgreSQL database at `url` with `target`'s pgvector settings.
+pub(super) fn pg_config(target: &TargetArgs, url: &str) -> upload::PgConfig {
+    upload::PgConfig {
+        index: match target.pg_index {
+            PgIndexArg::Hnsw => upload::PgIndex::Hnsw,
+            PgIndexArg::Ivfflat => upload::PgIndex::IvfFlat,
+        },
+        iterative_scan: match target.pg_iterative_scan {
+            PgScanArg::Relaxed => upload::IterativeScan::Relaxed,
+            PgScanArg::Strict => upload::IterativeScan::Strict,
+            PgScanArg::Off => upload::IterativeScan::Off,
+        },
+        maintenance_mem_mb: target.pg_maintenance_mem,
+        ..upload::PgConfig::new(url)
     }
 }
 

@@ -7,6 +7,7 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
 use embedfleet_pipeline::run as pipeline_run;
+use embedfleet_pipeline::target::SinkKind;
 use embedfleet_pipeline::tuned::{self, Batching};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{self as upload, UploadOptions, UploadReport, WorkerCommand};
@@ -43,7 +44,12 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     }
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
-    let batching = tuned::upload_batching(&db, kind, (args.batch_size, args.in_flight))?;
+    let batching = tuned::upload_batching(
+        &db,
+        kind,
+        (args.batch_size, args.in_flight),
+        sink.default_batch_size(),
+    )?;
     let mut options = upload_options(args, &batching);
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
@@ -60,10 +66,17 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
         });
     }
     // A server gets worker processes (by default one per peer holding the collection, else one
-    // per core, decided once the collection exists); the embedded engine is one process.
+    // per core, decided once the collection exists); the embedded engine is one process, and
+    // so is a PostgreSQL upload (K sessions: the server, not the client, is its bottleneck).
     let server = kind.has_worker_processes();
     if !server && args.workers.is_some_and(|n| n > 1) {
-        eprintln!("note: the embedded engine is one process; --workers is ignored, --in-flight sets its threads");
+        let why = match kind {
+            SinkKind::Postgres => {
+                "a PostgreSQL upload is one process, a session per request in flight"
+            }
+            _ => "the embedded engine is one process",
+        };
+        eprintln!("note: {why}; --workers is ignored, --in-flight sets its threads");
     }
     eprintln!(
         "upload into `{}` ({kind}): batches of {}, {} in flight{}{}",

@@ -23,6 +23,7 @@ mod pbs;
 mod pbs_faults;
 mod pbs_routing;
 mod pbs_util;
+mod pgvector;
 mod pipes;
 mod plan;
 mod publish;

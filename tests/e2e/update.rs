@@ -409,7 +409,7 @@ fn check_version_2(t: &TestDir, withdrawn: &[String], changed: &[String]) {
 
 /// Each live paper of a run with the vector of its newest copy (a later batch replaces an
 /// earlier one's), less `withdrawn`.
-fn live_vectors(run: &Path, withdrawn: &[String]) -> BTreeMap<String, Vec<f32>> {
+pub(crate) fn live_vectors(run: &Path, withdrawn: &[String]) -> BTreeMap<String, Vec<f32>> {
     let mut out = BTreeMap::new();
     for batch in vectors_by_batch(run).into_values() {
         out.extend(batch);

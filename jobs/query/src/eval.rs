@@ -114,10 +114,16 @@ impl IndexCoverage {
             .map(|t| format!(", indexing threshold {t} KB"))
             .unwrap_or_default();
         if self.exact_only {
+            let why = if self.indexing_threshold_kb.is_some() {
+                "a collection this small is never indexed: evaluate a bigger one"
+            } else {
+                // A database without a threshold (pgvector) has none until the load's end built it.
+                "its load did not finish: `embedfleet upload` again builds the index"
+            };
             Some(format!(
                 "exact search: the collection has no HNSW index ({} points{threshold}), so every \
                  row below searched exactly, whatever its ef; its recall says nothing of HNSW \
-                 (a collection this small is never indexed: evaluate a bigger one)",
+                 ({why})",
                 self.points
             ))
         } else if self.indexed_vectors < self.points {
@@ -180,6 +186,7 @@ pub fn eval(
                 filter: filter.clone(),
                 hnsw_ef: ef,
                 exact,
+                ..SearchOptions::default()
             };
             let found = search_batched(
                 sink,
@@ -206,7 +213,10 @@ pub fn eval(
 }
 
 /// Mean recall and the share of short answers.
-fn score(truth: &[Vec<ExactHit>], answers: &[Vec<embedfleet_upload::Hit>]) -> (f64, f64) {
+pub(crate) fn score(
+    truth: &[Vec<ExactHit>],
+    answers: &[Vec<embedfleet_upload::Hit>],
+) -> (f64, f64) {
     let (mut recall, mut short, mut counted) = (0.0, 0usize, 0usize);
     for (exact, got) in truth.iter().zip(answers) {
         if exact.is_empty() {
@@ -227,7 +237,7 @@ fn score(truth: &[Vec<ExactHit>], answers: &[Vec<embedfleet_upload::Hit>]) -> (f
 
 /// The exact top-k, from `eval/exact-<key>.json` when an earlier eval computed it for the same
 /// queries, k, filter and parquet shards.
-fn cached_truth(
+pub(crate) fn cached_truth(
     db: &RunDb,
     queries: &[Vec<f32>],
     k: usize,

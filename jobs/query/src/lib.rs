@@ -7,6 +7,7 @@
 //! workers) and searched through `embedfleet_upload`'s `Sink`, the same two sinks the upload
 //! writes to.
 
+pub mod compare;
 pub mod eval;
 pub mod exact;
 pub mod filter;

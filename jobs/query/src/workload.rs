@@ -122,6 +122,10 @@ pub struct QueryReport {
     pub search: Duration,
     /// Latency of each search request of this run.
     pub latency: Percentiles,
+    /// Queries of this run answered with fewer rows than asked although the collection holds
+    /// that many matching points: an index that gave up early (pgvector under a selective
+    /// filter without iterative scans returns such answers with no error).
+    pub short: u64,
 }
 
 impl QueryReport {
@@ -220,6 +224,12 @@ pub fn run(
     let chunks: Vec<&[String]> = options.terms.chunks(per).collect();
     let bar = progress_bar(options.progress, total);
     let mut latencies = Vec::new();
+    // Every answer should hold k rows, or every point matching the filter when fewer match.
+    let matching = sink.count(
+        embedfleet_upload::CountRequest::new(&options.collection)
+            .filter(options.search.filter.as_ref()),
+    )?;
+    let full = (options.search.k as u64).min(matching);
     for (index, terms) in chunks.iter().enumerate() {
         let path = parts.join(format!("part-{index:06}.parquet"));
         if path.is_file() {
@@ -239,6 +249,11 @@ pub fn run(
             options.in_flight,
         )?;
         report.search += found.elapsed;
+        report.short += found
+            .hits
+            .iter()
+            .filter(|hits| (hits.len() as u64) < full)
+            .count() as u64;
         latencies.extend(found.batch_latencies);
         let batch = results::to_batch(terms, (index * per) as u64, &found.hits);
         report.rows += batch.num_rows() as u64;

@@ -349,8 +349,9 @@ fn collect(
                     Err(e @ UploadError::VectorSizeMismatch { .. }) => return Err(e.into()),
                     // A server that is not running: no batch after this one can do better.
                     Err(
-                        e
-                        @ (UploadError::ServerRefused { .. } | UploadError::NothingListens { .. }),
+                        e @ (UploadError::ServerRefused { .. }
+                        | UploadError::NothingListens { .. }
+                        | UploadError::PgUnreachable { .. }),
                     ) => return Err(e.into()),
                     Err(e) => {
                         consecutive_failures += 1;

@@ -41,7 +41,7 @@ use crate::request::{
 use crate::sink::{shard_keys_unsupported, QdrantExtras, Sink};
 use crate::spec::{
     check_collection_name, check_compatible, check_vector_size, CollectionInfo, CollectionSpec,
-    Distance, Ensured, FinishReport, HnswParams, PayloadIndexKind, QdrantIndex,
+    Distance, Ensured, FinishReport, HnswParams, PayloadIndexKind, QdrantIndex, VectorIndex,
 };
 
 /// The file in a collection's directory holding the identity marker embedfleet gave it.
@@ -412,6 +412,10 @@ impl Sink for QdrantEdge {
         let (vector_size, distance) = shape(&shard);
         let info = shard.info();
         let config = shard.config();
+        let hnsw = HnswParams {
+            m: config.hnsw_config.m as u64,
+            ef_construct: config.hnsw_config.ef_construct as u64,
+        };
         Ok(Some(CollectionInfo {
             vector_size,
             distance,
@@ -421,12 +425,10 @@ impl Sink for QdrantEdge {
             green: true,
             red: false,
             qdrant: Some(QdrantIndex {
-                hnsw: HnswParams {
-                    m: config.hnsw_config.m as u64,
-                    ef_construct: config.hnsw_config.ef_construct as u64,
-                },
+                hnsw,
                 indexing_threshold_kb: config.optimizers.get_indexing_threshold_kb() as u64,
             }),
+            index: (hnsw.m > 0).then_some(VectorIndex::Hnsw(hnsw)),
         }))
     }
 
@@ -498,13 +500,7 @@ impl Sink for QdrantEdge {
         Ok(true)
     }
 
-    fn qdrant(&self) -> Option<&dyn QdrantExtras> {
-        Some(self)
-    }
-}
-
-/// The engine has one shard per collection: no shard keys, no peers. The marker is a file.
-impl QdrantExtras for QdrantEdge {
+    // The engine keeps no metadata: the marker is a file in the collection's directory.
     fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
         check_collection_name(collection)?;
         let path = self.shard_dir(collection).join(MARKER_FILE);
@@ -523,7 +519,14 @@ impl QdrantExtras for QdrantEdge {
         embedfleet_core::atomic::write(&path, format!("{marker}\n").as_bytes())
             .map_err(io_err("write the collection marker", &path))
     }
+
+    fn qdrant(&self) -> Option<&dyn QdrantExtras> {
+        Some(self)
+    }
 }
+
+/// The engine has one shard per collection: no shard keys, no peers.
+impl QdrantExtras for QdrantEdge {}
 
 /// The edge points of `points`: one vector copy and a five-entry payload map per point.
 fn edge_points(points: &PointsBatch<'_>) -> Vec<PointStructPersisted> {

@@ -13,7 +13,7 @@ use crate::shards::ShardReadError;
 /// Result of the upload layer.
 pub type UploadResult<T> = Result<T, UploadError>;
 
-/// Errors of the Qdrant sinks and of the Arrow → point conversion.
+/// Errors of the sinks (Qdrant's, PostgreSQL's) and of the Arrow → point conversion.
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
     /// A required column is missing from the shard's record batch.
@@ -191,6 +191,60 @@ pub enum UploadError {
         message: String,
     },
 
+    /// A PostgreSQL URL (or its password or TLS settings) that cannot be used.
+    #[error("cannot use the PostgreSQL target `{url}`: {reason}")]
+    PgUrl {
+        /// The URL as given (it holds no password: one there is refused).
+        url: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+
+    /// The pgpass file can be read by others: libpq ignores such a file.
+    #[error("the pgpass file {} can be read by others (mode {mode:o}): `chmod 600 {}`, as libpq requires", path.display(), path.display())]
+    PgPassfileOpen {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+
+    /// No PostgreSQL server answered.
+    #[error("no PostgreSQL server answers at {target}: {message}. Start it, or fix the host and port in --postgres")]
+    PgUnreachable {
+        /// `user@host:port/database`.
+        target: String,
+        /// The client's message.
+        message: String,
+    },
+
+    /// PostgreSQL refused or failed a statement.
+    #[error("PostgreSQL failed to {action}: {message}")]
+    Postgres {
+        /// What the sink was doing.
+        action: &'static str,
+        /// The server's message and SQLSTATE.
+        message: String,
+    },
+
+    /// The database has no usable pgvector.
+    #[error("pgvector is not usable in {target}: {message}; as a superuser: `CREATE EXTENSION vector` (pgvector 0.8 or newer installed on the server)")]
+    PgNoExtension {
+        /// `user@host:port/database`.
+        target: String,
+        /// Why.
+        message: String,
+    },
+
+    /// Vectors past what any pgvector index takes (4,000 dimensions, as `halfvec`).
+    #[error("`{collection}`: {dim}-d vectors are past the 4,000 dimensions a pgvector index takes (halfvec; 2,000 as vector), so nothing was sent. Embed at a smaller --dim (Qwen3-Embedding is Matryoshka-trained: 2,048 or 1,024 keep most of the quality), or index a binary quantization instead (an expression index on binary_quantize(embedding)::bit({dim}) with bit_hamming_ops, then re-rank its candidates by the full vectors), made by hand on a table of your own")]
+    PgTooManyDims {
+        /// The table.
+        collection: String,
+        /// The run's vector size.
+        dim: usize,
+    },
+
     /// The collection did not become green in time after indexing was restored.
     #[error("collection `{collection}` was not green after {waited_s} s (status {status}); indexing goes on in the server, check it later with `embedfleet status`")]
     NotGreen {
@@ -271,6 +325,7 @@ impl UploadRunError {
                     UploadError::CollectionMismatch { .. }
                         | UploadError::VectorSizeMismatch { .. }
                         | UploadError::KeyOfAnotherRun(_)
+                        | UploadError::PgTooManyDims { .. }
                 )
         )
     }

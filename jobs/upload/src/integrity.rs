@@ -3,7 +3,8 @@
 //!
 //! **Identity.** When the run first uploads into a collection it stores a marker it generated in
 //! the collection (the server's collection `metadata`, Qdrant 1.16+; a file in the collection's
-//! directory for the embedded engine, which has no metadata) and records it in run.db
+//! directory for the embedded engine, which has no metadata; the table's comment in
+//! PostgreSQL) and records it in run.db
 //! (`upload_collections`). A collection found with another marker or none — dropped and made
 //! again, another run's, restored from elsewhere — is not the one the progress is about: the
 //! progress is forgotten and every point sent again (same ids). A marker is used rather than a
@@ -174,8 +175,8 @@ pub fn new_marker() -> String {
 }
 
 /// Records in run.db which collection the progress under `key` is about: the marker `found` in
-/// it, or a new one stored now. A sink that does not keep it (one without Qdrant's extras, or a
-/// server older than 1.16, which drops collection metadata) gets nothing recorded: the
+/// it, or a new one stored now. A sink that does not keep it (a database without markers, or a
+/// Qdrant server older than 1.16, which drops collection metadata) gets nothing recorded: the
 /// per-batch counts are the check left.
 pub fn record_marker<E>(
     sink: &dyn Sink,
@@ -187,12 +188,11 @@ pub fn record_marker<E>(
 where
     E: From<UploadError> + From<RunDbError>,
 {
-    let marker = match (found, sink.qdrant()) {
-        (Some(marker), _) => marker,
-        (None, None) => return Ok(()),
-        (None, Some(extras)) => {
-            extras.set_collection_marker(name, &new_marker())?;
-            match extras.collection_marker(name)? {
+    let marker = match found {
+        Some(marker) => marker,
+        None => {
+            sink.set_collection_marker(name, &new_marker())?;
+            match sink.collection_marker(name)? {
                 Some(marker) => marker,
                 None => return Ok(()),
             }

@@ -28,6 +28,7 @@ mod ledger;
 mod open;
 mod options;
 mod outage;
+pub mod pg;
 mod points;
 mod prepared;
 mod progress;
@@ -52,6 +53,9 @@ pub use open::shard_keys_of;
 pub use options::{
     UploadOptions, DEFAULT_CHECKPOINT_EVERY, DEFAULT_IN_FLIGHT, DEFAULT_UPSERT_BATCH,
 };
+pub use pg::{
+    IterativeScan, PgConfig, PgIndex, PgVector, TEST_COPY_DELAY_ENV as PG_TEST_COPY_DELAY_ENV,
+};
 pub use points::{
     parse_year, point_id, PointRef, PointsBatch, PAPER_NAMESPACE, PAYLOAD_N_CHARS,
     PAYLOAD_N_TOKENS, PAYLOAD_PAPER_ID, PAYLOAD_SOURCE, PAYLOAD_YEAR,
@@ -69,7 +73,7 @@ pub use server::{
 pub use sink::{is_keyed, QdrantExtras, Sink};
 pub use spec::{
     CollectionInfo, CollectionSpec, Distance, Ensured, FinishReport, HnswParams, PayloadIndexKind,
-    QdrantIndex, QdrantSpec,
+    QdrantIndex, QdrantSpec, VectorDtype, VectorIndex,
 };
 pub use uuid::Uuid;
 pub use workers::{upload_with_workers, WorkerCommand};

@@ -40,9 +40,10 @@ pub(crate) fn open_collection(
     // Progress is only as good as the collection it is about (see `integrity`): first the
     // collection's identity, then each batch's points.
     let exists = sink.collection_info(name)?.is_some();
-    let found_marker = match sink.qdrant() {
-        Some(extras) if exists => extras.collection_marker(name)?,
-        _ => None,
+    let found_marker = if exists {
+        sink.collection_marker(name)?
+    } else {
+        None
     };
     let prepared = if integrity::follow_marker(&db, &key, name, found_marker.as_deref())? {
         prepare(&db, &key)?
@@ -54,6 +55,7 @@ pub(crate) fn open_collection(
     // index), but `finish` still restores it, in case a killed upload left it deferred.
     let spec = CollectionSpec {
         vector_size: dim,
+        vector_dtype: prepared.dtype,
         bulk_load: options.spec.bulk_load && prepared.pending() > 0,
         ..options.spec.clone()
     };

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use embedfleet_core::rundb::{RunDb, UploadShard};
+use embedfleet_core::shardfile::VectorDtype;
 
 use crate::error::UploadRunError;
 use crate::shards;
@@ -16,6 +17,8 @@ pub struct Prepared {
     pub shards: Vec<UploadShard>,
     /// Vector size of the shards (`None` when the run has no shard yet).
     pub dim: Option<usize>,
+    /// Element type of the shards' vectors (that of the first shard read).
+    pub dtype: VectorDtype,
 }
 
 impl Prepared {
@@ -45,6 +48,7 @@ pub fn progress_key(sink: &dyn Sink, collection: &str) -> String {
 pub fn prepare(db: &RunDb, key: &str) -> Result<Prepared, UploadRunError> {
     let shards = db.upload_shards(key)?;
     let mut dim: Option<(usize, PathBuf)> = None;
+    let mut dtype = VectorDtype::F32;
     for shard in &shards {
         let path = db.dir().join(&shard.path);
         // Shards already sent were checked when they were sent; reading every footer of a big run
@@ -52,9 +56,12 @@ pub fn prepare(db: &RunDb, key: &str) -> Result<Prepared, UploadRunError> {
         if shard.is_done() && dim.is_some() {
             continue;
         }
-        let found = shards::shard_dim(&path)?;
+        let (found, found_dtype) = shards::shard_shape(&path)?;
         match &dim {
-            None => dim = Some((found, path)),
+            None => {
+                dim = Some((found, path));
+                dtype = found_dtype;
+            }
             Some((expected, first)) if *expected != found => {
                 return Err(UploadRunError::MixedDims {
                     path,
@@ -69,5 +76,6 @@ pub fn prepare(db: &RunDb, key: &str) -> Result<Prepared, UploadRunError> {
     Ok(Prepared {
         shards,
         dim: dim.map(|(d, _)| d),
+        dtype,
     })
 }

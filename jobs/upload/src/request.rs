@@ -220,8 +220,11 @@ pub struct SearchOptions {
     pub k: usize,
     /// Only points matching this filter.
     pub filter: Option<PayloadFilter>,
-    /// HNSW beam width (`ef`); `None`: the collection's default.
+    /// HNSW beam width (`ef`; pgvector's `hnsw.ef_search`); `None`: the collection's default.
     pub hnsw_ef: Option<u64>,
+    /// IVF lists probed (pgvector's `ivfflat.probes`); `None`: the database's default. A
+    /// database without IVF lists ignores it.
+    pub probes: Option<u64>,
     /// Exact search (every vector compared), no index.
     pub exact: bool,
 }

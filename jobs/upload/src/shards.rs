@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use arrow_schema::DataType;
+use embedfleet_core::shardfile::VectorDtype;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 
@@ -43,13 +44,24 @@ fn builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>, ShardRe
 
 /// The vector size of a shard (the `embedding` column's list size), read from its footer.
 pub fn shard_dim(path: &Path) -> Result<usize, ShardReadError> {
+    shard_shape(path).map(|(dim, _)| dim)
+}
+
+/// The vector size and element type of a shard, read from its footer.
+pub fn shard_shape(path: &Path) -> Result<(usize, VectorDtype), ShardReadError> {
     let b = builder(path)?;
     let field = b
         .schema()
         .field_with_name("embedding")
         .map_err(|_| read_err(path)("no `embedding` column".into()))?;
     match field.data_type() {
-        DataType::FixedSizeList(_, n) if *n > 0 => Ok(*n as usize),
+        DataType::FixedSizeList(item, n) if *n > 0 => {
+            let dtype = match item.data_type() {
+                DataType::Float16 => VectorDtype::F16,
+                _ => VectorDtype::F32,
+            };
+            Ok((*n as usize, dtype))
+        }
         other => Err(read_err(path)(format!(
             "`embedding` has type {other}, expected fixed_size_list<float32 | float16>"
         ))),

@@ -4,14 +4,18 @@
 //! `eval` and `tune` need: create or check a collection; upsert, count, query and delete points,
 //! each a request type ([`UpsertRequest`], [`CountRequest`], [`QueryRequest`],
 //! [`DeleteRequest`]); make writes durable; restore the index after a bulk load.
+//! It also keeps a collection's identity: a marker the run stores in the collection and records
+//! in run.db ([`Sink::set_collection_marker`]), stored where it goes with the collection (a
+//! dropped and re-made collection has none), so that upload progress is trusted only for the
+//! collection it is about. A database that cannot keep one leaves the default (no marker: the
+//! per-batch counts are the upload's check).
 //! [`QdrantExtras`] is what embedfleet uses of Qdrant beyond that: shard keys (custom sharding,
-//! for collections loaded from built shards), the collection's identity marker, the peers of a
-//! cluster. A sink offers its extras through [`Sink::qdrant`]; callers ask for them there and do
-//! without where a sink has none (no marker: the per-batch counts are the upload's check; no
-//! keys: writes name none; no peers: one upload worker per core).
+//! for collections loaded from built shards), the peers of a cluster. A sink offers its extras
+//! through [`Sink::qdrant`]; callers ask for them there and do without where a sink has none
+//! (no keys: writes name none; no peers: one upload worker per core).
 //!
 //! Both Qdrant sinks ([`QdrantEdge`](crate::QdrantEdge), [`QdrantServer`](crate::QdrantServer))
-//! implement both traits. A server's snapshot-load calls (placing shard keys, claiming them,
+//! implement both traits; [`PgVector`](crate::PgVector) (PostgreSQL + pgvector) the core only. A server's snapshot-load calls (placing shard keys, claiming them,
 //! reading the cluster's shards) are [`QdrantServer`](crate::QdrantServer)'s own methods: only a
 //! Qdrant cluster loads built shards.
 
@@ -67,6 +71,28 @@ pub trait Sink: Send + Sync {
     /// Deletes the collection; `Ok(false)` when it did not exist.
     fn delete_collection(&self, collection: &str) -> UploadResult<bool>;
 
+    /// The identity marker embedfleet stored in `collection` ([`Sink::set_collection_marker`]),
+    /// `None` when it holds none (made by someone else, before markers existed, or by a
+    /// database that keeps none: the default).
+    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
+        let _ = collection;
+        Ok(None)
+    }
+
+    /// Stores `marker` as `collection`'s identity where it goes with the collection (dropping
+    /// the collection drops it), so a run that recorded it can tell its collection from
+    /// another. A database that keeps none does nothing (the default); the caller reads it back
+    /// with [`Sink::collection_marker`] before trusting it.
+    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()> {
+        let _ = (collection, marker);
+        Ok(())
+    }
+
+    /// Points per upsert batch when neither `--batch-size` nor `tune` says otherwise.
+    fn default_batch_size(&self) -> usize {
+        crate::options::DEFAULT_UPSERT_BATCH
+    }
+
     /// Qdrant's extras, `None` for a database that is not Qdrant.
     fn qdrant(&self) -> Option<&dyn QdrantExtras> {
         None
@@ -87,15 +113,6 @@ pub trait QdrantExtras: Sink {
         let _ = (key, owner);
         Err(shard_keys_unsupported(collection, &self.target()))
     }
-
-    /// The identity marker embedfleet stored in `collection`
-    /// ([`QdrantExtras::set_collection_marker`]), `None` when it holds none (made by someone
-    /// else, or before markers existed).
-    fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>>;
-
-    /// Stores `marker` as `collection`'s identity; it goes with the collection (dropping the
-    /// collection drops it), so a run that recorded it can tell its collection from another.
-    fn set_collection_marker(&self, collection: &str, marker: &str) -> UploadResult<()>;
 
     /// The Qdrant peers holding shards of `collection` (an existing one), `None` where that
     /// means nothing (the embedded engine). `upload` starts one worker process per peer.

@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+pub use embedfleet_core::shardfile::VectorDtype;
+
 use crate::error::{UploadError, UploadResult};
 use crate::points::{PAYLOAD_SOURCE, PAYLOAD_YEAR};
 
@@ -70,6 +72,9 @@ pub struct CollectionSpec {
     pub name: String,
     /// Vector size (the model's output dimension, from the shards).
     pub vector_size: usize,
+    /// The element type of the run's vectors (the shards'): a database that stores half
+    /// precision keeps f16 runs in it (pgvector's `halfvec`); Qdrant stores f32 either way.
+    pub vector_dtype: VectorDtype,
     /// Distance; cosine by default.
     pub distance: Distance,
     /// Defer index building until [`Sink::finish`](crate::Sink::finish) (a bulk load).
@@ -87,6 +92,7 @@ impl CollectionSpec {
         Self {
             name: name.into(),
             vector_size,
+            vector_dtype: VectorDtype::F32,
             distance: Distance::Cosine,
             bulk_load: false,
             payload_indexes: vec![
@@ -162,6 +168,29 @@ pub struct CollectionInfo {
     pub red: bool,
     /// Qdrant's index settings, `None` from a database that is not Qdrant.
     pub qdrant: Option<QdrantIndex>,
+    /// The vector index searches go through, `None` when there is none (every search exact).
+    pub index: Option<VectorIndex>,
+}
+
+/// A collection's vector index: what its search effort is (HNSW's `ef`, IVFFlat's probes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorIndex {
+    /// A graph, searched with a beam of `ef` candidates.
+    Hnsw(HnswParams),
+    /// Lists of vectors around k-means centres (pgvector), searched `probes` lists at a time.
+    IvfFlat {
+        /// The number of lists.
+        lists: u64,
+    },
+}
+
+impl std::fmt::Display for VectorIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Hnsw(p) => write!(f, "hnsw (m={}, ef_construction={})", p.m, p.ef_construct),
+            Self::IvfFlat { lists } => write!(f, "ivfflat (lists={lists})"),
+        }
+    }
 }
 
 /// A Qdrant collection's current index settings.

@@ -51,7 +51,10 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
         path: dir.to_path_buf(),
         source,
     })?;
-    let cfg = tiny_config();
+    let mut cfg = tiny_config();
+    if let Some(hidden) = opts.hidden_size {
+        cfg.hidden_size = hidden;
+    }
     let mut written = Vec::new();
     let mut config = serde_json::to_value(&cfg).expect("Config serialises. This is a bug.");
     config["architectures"] = serde_json::json!(["Qwen3Model"]);

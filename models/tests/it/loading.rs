@@ -46,6 +46,7 @@ fn sharded_and_prefixed_checkpoints_load_the_same_model() {
             seed: 0,
             shards: 3,
             model_prefix: true,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -127,6 +128,7 @@ fn missing_shard() {
             seed: 0,
             shards: 2,
             model_prefix: false,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -108,6 +108,8 @@ pub struct Figures {
     pub releases: Vec<ReleaseStatus>,
     /// The run's latest `eval`, when it has one (set by the caller, who reads the file).
     pub eval: Option<super::eval_table::EvalTable>,
+    /// The run's latest `eval --compare-postgres`, when it has one (set by the caller).
+    pub compare: Option<super::eval_table::CompareTable>,
     /// The upload's rate, `tune`'s trials and the query workload (set by the caller).
     pub activity: super::activity::Activity,
 }
@@ -183,6 +185,7 @@ pub fn compute(
         points_uploaded: status.points_uploaded,
         releases: status.releases.clone(),
         eval: None,
+        compare: None,
         activity: Default::default(),
     }
 }

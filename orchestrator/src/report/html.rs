@@ -39,6 +39,7 @@ pub fn render(figures: &Figures) -> String {
     uploads_and_releases(&mut out, figures);
     activity(&mut out, figures);
     eval(&mut out, figures);
+    compare(&mut out, figures);
     let _ = write!(
         out,
         "<script type=\"application/json\" id=\"report-data\">{}</script>\n<script>{SCRIPT}</script>\n</body></html>\n",
@@ -423,4 +424,45 @@ fn eval(out: &mut String, f: &Figures) {
         );
     }
     out.push_str("</table><svg id=\"eval-plot\"></svg>\n");
+}
+
+/// `eval --compare-postgres`: one row per database, index and filter, at the recall floor.
+fn compare(out: &mut String, f: &Figures) {
+    let Some(c) = &f.compare else {
+        return;
+    };
+    let _ = write!(
+        out,
+        "<h2>Databases side by side (eval --compare-postgres)</h2><p class=\"sub\">each at the \
+         least search effort reaching recall@{k} &ge; {}, over {} queries; short answers: fewer \
+         rows than the exact search found</p><table id=\"compare\"><tr><th>database</th>\
+         <th>index</th><th>filter</th><th class=\"n\">passes</th><th>tuning</th>\
+         <th class=\"n\">recall@{k}</th><th class=\"n\">short</th><th class=\"n\">queries/s</th>\
+         <th class=\"n\">p50 ms</th><th class=\"n\">p95 ms</th><th class=\"n\">p99 ms</th></tr>",
+        c.floor,
+        c.queries,
+        k = c.k
+    );
+    for r in &c.rows {
+        let missed = !r.reached_floor && r.tuning != "defaults";
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{:.2} %</td><td>{}{}</td>\
+             <td class=\"n\">{:.4}</td><td class=\"n\">{:.1} %</td><td class=\"n\">{:.0}</td>\
+             <td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td></tr>",
+            html(&r.database),
+            html(&r.index),
+            html(&r.filter),
+            r.selectivity * 100.0,
+            html(&r.tuning),
+            if missed { " (floor not reached)" } else { "" },
+            r.recall,
+            r.short_share * 100.0,
+            r.queries_per_s,
+            r.latency.p50_ms,
+            r.latency.p95_ms,
+            r.latency.p99_ms
+        );
+    }
+    out.push_str("</table>\n");
 }

@@ -260,6 +260,7 @@ pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
         owner::first_error(run_dir, &mut cache, a)
     });
     figures.eval = eval_table::latest(run_dir);
+    figures.compare = eval_table::compare(run_dir);
     figures.activity = activity::Activity::read(&db);
     Ok(html::render(&figures))
 }

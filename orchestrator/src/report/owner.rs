@@ -136,6 +136,7 @@ impl OwnerReport {
             first_error(&run_dir, cache, a)
         });
         figures.eval = super::eval_table::latest(&run_dir);
+        figures.compare = super::eval_table::compare(&run_dir);
         figures.activity = self.activity.clone();
         self.write(
             &RunLayout::new(&run_dir).report_page(),

@@ -46,9 +46,7 @@ use std::collections::{HashMap, HashSet};
 use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
 use embedfleet_upload::integrity::{self, Tombstones};
-use embedfleet_upload::{
-    progress_key, shards, CollectionSpec, Ensured, QdrantExtras, QdrantServer, Sink,
-};
+use embedfleet_upload::{progress_key, shards, CollectionSpec, Ensured, QdrantServer, Sink};
 
 pub use options::{LoadOptions, LoadReport};
 pub use recover::SNAPSHOT_TEST_DELAY_ENV;

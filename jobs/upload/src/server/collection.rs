@@ -12,6 +12,7 @@ use super::QdrantServer;
 use crate::error::UploadResult;
 use crate::spec::{
     CollectionInfo, CollectionSpec, Distance, HnswParams, PayloadIndexKind, QdrantIndex,
+    VectorIndex,
 };
 
 impl QdrantServer {
@@ -139,6 +140,7 @@ pub(super) fn info_from_grpc(info: qdrant::CollectionInfo) -> CollectionInfo {
         indexed_vectors: info.indexed_vectors_count.unwrap_or(0),
         green: info.status == CollectionStatus::Green as i32 && queue_empty,
         red: info.status == CollectionStatus::Red as i32,
+        index: (index.hnsw.m > 0).then_some(VectorIndex::Hnsw(index.hnsw)),
         qdrant: Some(index),
     }
 }

@@ -403,26 +403,6 @@ impl Sink for QdrantServer {
         Ok(response.result)
     }
 
-    fn qdrant(&self) -> Option<&dyn QdrantExtras> {
-        Some(self)
-    }
-}
-
-impl QdrantExtras for QdrantServer {
-    fn keyed(&self, collection: &str) -> UploadResult<bool> {
-        Ok(self
-            .server_collection(collection)?
-            .is_some_and(|c| c.custom_sharding))
-    }
-
-    fn ensure_shard_key(&self, collection: &str, key: &str, owner: &KeyOwner) -> UploadResult<()> {
-        self.claim_shard_key(collection, key, owner, false)?;
-        if self.keyed_shards(collection)?.iter().any(|s| s.key == key) {
-            return Ok(());
-        }
-        self.create_shard_key(collection, key, &[], None)
-    }
-
     fn collection_marker(&self, collection: &str) -> UploadResult<Option<String>> {
         if !self.exists(collection)? {
             return Ok(None);
@@ -448,6 +428,26 @@ impl QdrantExtras for QdrantServer {
             self.client.update_collection(request.clone())
         })?;
         Ok(())
+    }
+
+    fn qdrant(&self) -> Option<&dyn QdrantExtras> {
+        Some(self)
+    }
+}
+
+impl QdrantExtras for QdrantServer {
+    fn keyed(&self, collection: &str) -> UploadResult<bool> {
+        Ok(self
+            .server_collection(collection)?
+            .is_some_and(|c| c.custom_sharding))
+    }
+
+    fn ensure_shard_key(&self, collection: &str, key: &str, owner: &KeyOwner) -> UploadResult<()> {
+        self.claim_shard_key(collection, key, owner, false)?;
+        if self.keyed_shards(collection)?.iter().any(|s| s.key == key) {
+            return Ok(());
+        }
+        self.create_shard_key(collection, key, &[], None)
     }
 
     fn peers(&self, collection: &str) -> UploadResult<Option<usize>> {

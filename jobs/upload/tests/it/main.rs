@@ -7,4 +7,5 @@ mod upload_convert;
 mod upload_driver;
 mod upload_edge;
 mod upload_integrity;
+mod upload_pg;
 mod upload_server;

@@ -368,6 +368,7 @@ macro_rules! marker_of_inner {
 
 impl Sink for Counting {
     pass_to_inner!();
+    marker_of_inner!();
     fn upsert(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         if n < self.fail_first || n >= self.fail_from.load(Ordering::SeqCst) {
@@ -390,9 +391,7 @@ impl Sink for Counting {
     }
 }
 
-impl QdrantExtras for Counting {
-    marker_of_inner!();
-}
+impl QdrantExtras for Counting {}
 
 /// A sink whose collection is custom-sharded: it records the shard key of every upsert (by the
 /// paper ids it carried) and every key it was asked to make.
@@ -404,6 +403,7 @@ struct Keyed {
 
 impl Sink for Keyed {
     pass_to_inner!();
+    marker_of_inner!();
     fn upsert(&self, request: UpsertRequest<'_>) -> UploadResult<()> {
         let Some(key) = request.shard_key else {
             panic!("a keyed collection got an upsert without a shard key");
@@ -427,7 +427,6 @@ impl Sink for Keyed {
 }
 
 impl QdrantExtras for Keyed {
-    marker_of_inner!();
     fn keyed(&self, _collection: &str) -> UploadResult<bool> {
         Ok(true)
     }

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use embedfleet_core::rundb::{RunDb, ShardRow, Tombstone};
 use embedfleet_upload::{
-    point_id, progress_key, upload, CountRequest, DeleteRequest, QdrantEdge, QdrantExtras, Sink,
-    UploadOptions,
+    point_id, progress_key, upload, CountRequest, DeleteRequest, QdrantEdge, Sink, UploadOptions,
 };
 use upload_common::paper_id;
 

@@ -269,6 +269,38 @@ fn the_page_shows_the_latest_eval_when_the_run_has_one() {
 }
 
 #[test]
+fn the_page_shows_the_databases_side_by_side_when_the_run_compared_them() {
+    let (dir, _db) = run_db();
+    let page = crate::report::html_page(dir.path()).unwrap();
+    assert!(!page.contains("id=\"compare\""));
+    std::fs::create_dir_all(dir.path().join("eval")).unwrap();
+    let row = |database: &str, tuning: &str, reached: bool, recall: f64, short: f64| {
+        serde_json::json!({"database": database, "index": "hnsw (m=16, ef_construction=100)",
+            "filter": "year=1999", "selectivity": 0.0102, "tuning": tuning,
+            "reached_floor": reached, "recall": recall, "short_share": short,
+            "queries_per_s": 800.0, "latency": {"p50_ms": 1.2, "p95_ms": 2.0, "p99_ms": 3.5}})
+    };
+    let compare = serde_json::json!({"format_version": 1, "k": 10, "floor": 0.95,
+        "queries": 200, "rows": [
+            row("qdrant (embedded)", "ef=32", true, 0.97, 0.0),
+            row("pgvector", "ef=1000", false, 0.90, 0.0),
+            row("pgvector, defaults (no iterative scan)", "defaults", false, 0.05, 0.99)]});
+    std::fs::write(dir.path().join("eval/compare.json"), compare.to_string()).unwrap();
+    let page = crate::report::html_page(dir.path()).unwrap();
+    assert!(page.contains("id=\"compare\""), "the section is there");
+    assert!(page.contains("<td>qdrant (embedded)</td>"));
+    assert!(page.contains("<td>ef=1000 (floor not reached)</td>"));
+    assert!(
+        page.contains("<td class=\"n\">99.0 %</td>"),
+        "the short answers"
+    );
+    assert!(
+        page.contains("<td>defaults</td>"),
+        "defaults are not a miss"
+    );
+}
+
+#[test]
 fn the_page_shows_the_upload_rate_tunes_curve_and_the_query_workload_when_the_run_has_them() {
     use crate::report::activity::*;
     let (dir, db) = run_db();

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# stop-local-pg.sh - stops the cluster start-local-pg.sh started (its data directory stays, so
+# the next start is quick; remove $EMBEDFLEET_PG_DIR for a fresh one).
+set -euo pipefail
+DIR=${EMBEDFLEET_PG_DIR:-/var/tmp/embedfleet-pg}
+if [ -f "$DIR/data/postmaster.pid" ]; then
+  runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$DIR/data" -m fast -w stop >/dev/null
+fi
