@@ -16,7 +16,7 @@
 //! <run-dir>/tune/               `tune`'s table and plot
 //! <run-dir>/tiny-model/         the tiny random model `run` writes without --model-dir
 //! <run-dir>/eval/               `eval`'s cached exact answers and its latest report
-//!                               (latest.json, latest.md, recall.png)
+//!                               (latest.json, latest.md, recall.png, compare.json/.md)
 //! <run-dir>/queries/            `query --submit`'s work folders (queries/<key>/)
 //! <run-dir>/report.html, metrics.prom   the owner's report page and Prometheus metrics
 //! <run-dir>/submit.lock         held by the running submit loop
@@ -221,6 +221,16 @@ impl RunLayout {
     /// The latest `eval`'s recall table, as markdown (what a dataset card quotes).
     pub fn eval_latest_md(&self) -> PathBuf {
         self.eval_dir().join("latest.md")
+    }
+
+    /// `eval --compare-postgres`'s table of two databases side by side, as JSON (what the
+    /// report shows) and as markdown.
+    pub fn eval_compare_json(&self) -> PathBuf {
+        self.eval_dir().join("compare.json")
+    }
+
+    pub fn eval_compare_md(&self) -> PathBuf {
+        self.eval_dir().join("compare.md")
     }
 
     /// `eval`'s recall-against-latency plot when `--plot` is not given.

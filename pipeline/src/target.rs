@@ -38,11 +38,26 @@ impl std::fmt::Display for SinkKind {
 }
 
 impl SinkKind {
-    /// Whether an upload into it runs worker processes (a server takes writes from many
-    /// clients; the embedded engine is one process; PostgreSQL takes a session per request in
-    /// flight from one process).
-    pub fn has_worker_processes(self) -> bool {
-        matches!(self, Self::Server)
+    /// What the comparison table calls the database.
+    pub fn database_name(self) -> &'static str {
+        match self {
+            Self::Edge => "qdrant (embedded)",
+            Self::Server => "qdrant (server)",
+            Self::Postgres => "pgvector",
+        }
+    }
+
+    /// Why an upload into it is one process, for a sink that is (`None`: a server, which
+    /// takes writes from worker processes, one per peer holding the collection).
+    pub fn one_process_because(self) -> Option<&'static str> {
+        match self {
+            Self::Server => None,
+            Self::Edge => Some("the embedded engine is one process"),
+            // K sessions: the server, not the client, is its bottleneck.
+            Self::Postgres => {
+                Some("a PostgreSQL upload is one process, a session per request in flight")
+            }
+        }
     }
 
     /// `edge`, `server` or `postgres`, as run.db's tuned settings record it.

@@ -11,15 +11,6 @@ use embedfleet_pipeline::target::SinkKind;
 use embedfleet_query::compare::{self, CompareOptions, Target};
 use embedfleet_upload::{IterativeScan, PgConfig, PgVector, Sink};
 
-/// The name a kind of sink has in the table.
-fn database(kind: SinkKind) -> String {
-    match kind {
-        SinkKind::Edge => "qdrant (embedded)".into(),
-        SinkKind::Server => "qdrant (server)".into(),
-        SinkKind::Postgres => "pgvector".into(),
-    }
-}
-
 pub(super) fn eval_compare(
     args: &EvalArgs,
     db: &RunDb,
@@ -41,7 +32,7 @@ pub(super) fn eval_compare(
         .unwrap_or_else(|| args.collection.clone());
     let targets = [
         Target {
-            database: database(kind),
+            database: kind.database_name().into(),
             sink: primary,
             collection: args.collection.clone(),
             defaults_only: false,
@@ -70,17 +61,23 @@ pub(super) fn eval_compare(
         extra_filter,
     };
     let report = compare::compare(&targets, db, queries, &options)?;
-    let json = serde_json::to_string_pretty(&report)?;
-    let markdown = compare::render(&report);
-    let dir = RunLayout::new(&args.run_dir).eval_dir();
-    std::fs::create_dir_all(&dir)?;
-    atomic::write(&dir.join("compare.json"), json.as_bytes())?;
-    atomic::write(&dir.join("compare.md"), markdown.as_bytes())?;
-    if args.json {
-        println!("{json}");
+    write_and_print(&report, &RunLayout::new(&args.run_dir), args.json)?;
+    Ok(exit::SUCCESS)
+}
+
+/// The comparison written beside eval's latest report (`eval/compare.json`, `compare.md`),
+/// and printed as markdown or, with `--json`, as JSON.
+fn write_and_print(report: &compare::CompareReport, layout: &RunLayout, json: bool) -> Result<()> {
+    let text = serde_json::to_string_pretty(report)?;
+    let markdown = compare::render(report);
+    std::fs::create_dir_all(layout.eval_dir())?;
+    atomic::write(&layout.eval_compare_json(), text.as_bytes())?;
+    atomic::write(&layout.eval_compare_md(), markdown.as_bytes())?;
+    if json {
+        println!("{text}");
     } else {
         print!("{markdown}");
     }
-    eprintln!("wrote {}", dir.join("compare.json").display());
-    Ok(exit::SUCCESS)
+    eprintln!("wrote {}", layout.eval_compare_json().display());
+    Ok(())
 }

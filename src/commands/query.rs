@@ -75,27 +75,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         searched,
         replace: args.replace,
     };
-    // The query vectors: embedded here, or by a scheduler job whose files this owner collects.
-    let mut embedder: Box<dyn EmbedQueries> = if !args.submit {
-        Box::new(query_model(&model)?)
-    } else if embedfleet_query::workload::is_answered(&options) {
-        Box::new(PrecomputedVectors::default())
-    } else {
-        let request = QueryJobRequest {
-            run_dir: args.run_dir.clone(),
-            model: model.clone(),
-            queue: args
-                .queue
-                .clone()
-                .expect("clap requires --queue with --submit"),
-            part_terms: args.part_terms,
-            poll_interval_s: args.poll_interval,
-        };
-        let vectors = query_job::embed_on_cluster(&db, &request, &options.terms, &mut |line| {
-            eprintln!("{line}")
-        })?;
-        Box::new(vectors)
-    };
+    let mut embedder = query_embedder(&db, args, &model, &options)?;
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
     records::record_query_output(&db, output)?;
     if report.already_done == report.queries {
@@ -114,6 +94,36 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     );
     say_query_report(&report, &options, output, args.top_k);
     Ok(exit::SUCCESS)
+}
+
+/// Where the query vectors come from: embedded here, or by a scheduler job whose files this
+/// owner collects (nothing to embed when the output already answers the request).
+fn query_embedder(
+    db: &RunDb,
+    args: &QueryArgs,
+    model: &QueryModelSettings,
+    options: &QueryOptions,
+) -> Result<Box<dyn EmbedQueries>> {
+    if !args.submit {
+        return Ok(Box::new(query_model(model)?));
+    }
+    if embedfleet_query::workload::is_answered(options) {
+        return Ok(Box::new(PrecomputedVectors::default()));
+    }
+    let request = QueryJobRequest {
+        run_dir: args.run_dir.clone(),
+        model: model.clone(),
+        queue: args
+            .queue
+            .clone()
+            .expect("clap requires --queue with --submit"),
+        part_terms: args.part_terms,
+        poll_interval_s: args.poll_interval,
+    };
+    let vectors = query_job::embed_on_cluster(db, &request, &options.terms, &mut |line| {
+        eprintln!("{line}")
+    })?;
+    Ok(Box::new(vectors))
 }
 
 /// What a finished query workload says: its speed, and its short results (never silent).

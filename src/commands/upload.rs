@@ -7,7 +7,6 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
 use embedfleet_pipeline::run as pipeline_run;
-use embedfleet_pipeline::target::SinkKind;
 use embedfleet_pipeline::tuned::{self, Batching};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{self as upload, UploadOptions, UploadReport, WorkerCommand};
@@ -53,30 +52,15 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     let mut options = upload_options(args, &batching);
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
-        // A worker ends when its parent `embedfleet upload` is gone (killed, say), so running
-        // the upload again never finds stray workers still sending.
-        process::exit_when_parent_gone("upload worker", exit::FAILURE);
-        let prepared =
-            upload::prepare(&db, &upload::progress_key(sink.as_ref(), &args.collection))?;
-        let report = upload::send(sink.as_ref(), &db, &prepared, &options)?;
-        return Ok(if report.failed_points > 0 {
-            exit::PARTIAL
-        } else {
-            exit::SUCCESS
-        });
+        return upload_worker(&db, sink.as_ref(), &args.collection, &options);
     }
     // A server gets worker processes (by default one per peer holding the collection, else one
-    // per core, decided once the collection exists); the embedded engine is one process, and
-    // so is a PostgreSQL upload (K sessions: the server, not the client, is its bottleneck).
-    let server = kind.has_worker_processes();
-    if !server && args.workers.is_some_and(|n| n > 1) {
-        let why = match kind {
-            SinkKind::Postgres => {
-                "a PostgreSQL upload is one process, a session per request in flight"
-            }
-            _ => "the embedded engine is one process",
-        };
-        eprintln!("note: {why}; --workers is ignored, --in-flight sets its threads");
+    // per core, decided once the collection exists); other sinks are one process.
+    let server = kind.one_process_because().is_none();
+    if let Some(why) = kind.one_process_because() {
+        if args.workers.is_some_and(|n| n > 1) {
+            eprintln!("note: {why}; --workers is ignored, --in-flight sets its threads");
+        }
     }
     eprintln!(
         "upload into `{}` ({kind}): batches of {}, {} in flight{}{}",
@@ -104,6 +88,26 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
     print_report(&args.collection, &report);
     embedfleet_pipeline::activity::record_upload(&db, sink.as_ref(), &options, &report);
     Ok(if report.send.failed_points > 0 {
+        exit::PARTIAL
+    } else {
+        exit::SUCCESS
+    })
+}
+
+/// `upload --worker I/N`: one worker process's share of the batches, sent by the parent's
+/// settings.
+fn upload_worker(
+    db: &RunDb,
+    sink: &dyn upload::Sink,
+    collection: &str,
+    options: &UploadOptions,
+) -> Result<i32> {
+    // A worker ends when its parent `embedfleet upload` is gone (killed, say), so running the
+    // upload again never finds stray workers still sending.
+    process::exit_when_parent_gone("upload worker", exit::FAILURE);
+    let prepared = upload::prepare(db, &upload::progress_key(sink, collection))?;
+    let report = upload::send(sink, db, &prepared, options)?;
+    Ok(if report.failed_points > 0 {
         exit::PARTIAL
     } else {
         exit::SUCCESS

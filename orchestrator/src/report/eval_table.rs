@@ -75,9 +75,7 @@ pub struct CompareLatency {
 
 /// The run's latest comparison; `None` when it has none (or one this build cannot read).
 pub fn compare(run_dir: &Path) -> Option<CompareTable> {
-    let path = embedfleet_core::RunLayout::new(run_dir)
-        .eval_dir()
-        .join("compare.json");
+    let path = embedfleet_core::RunLayout::new(run_dir).eval_compare_json();
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
