@@ -11,9 +11,25 @@ use embedfleet_query::vectors::VectorsError;
 use embedfleet_query::QueryError;
 use embedfleet_snapshot::SnapshotError;
 
-use crate::preflight::Refused;
-
 pub type Result<T> = std::result::Result<T, PipelineError>;
+
+/// A setup refused before any job: every problem, each saying what to do.
+#[derive(Debug)]
+pub struct Refused {
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "nothing was submitted; fix these first (`embedfleet doctor` on a compute node checks a node):")?;
+        for p in &self.problems {
+            write!(f, "\n  - {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Refused {}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {

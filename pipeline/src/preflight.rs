@@ -9,23 +9,8 @@ use embedfleet_core::state::BatchState;
 use embedfleet_models::{DeviceSpec, ModelShape, CUDA_BUILD};
 use std::path::Path;
 
-/// A setup refused before any job: every problem, each saying what to do.
-#[derive(Debug)]
-pub struct Refused {
-    pub problems: Vec<String>,
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "nothing was submitted; fix these first (`embedfleet doctor` on a compute node checks a node):")?;
-        for p in &self.problems {
-            write!(f, "\n  - {p}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for Refused {}
+// The refusal lives with the pipeline's other errors (`PipelineError::Refused` wraps it).
+pub use crate::error::Refused;
 
 /// What the jobs of a submit will run.
 pub struct JobSetup<'a> {
@@ -162,7 +147,7 @@ fn check_output(
 /// settings have made no vector.
 fn made_no_vector(db: &RunDb) -> bool {
     matches!(db.has_shards(), Ok(false))
-        && matches!(crate::submit::manifests_not_taken_in(db), Ok(m) if m.is_empty())
+        && matches!(manifests_not_taken_in(db), Ok(m) if m.is_empty())
 }
 
 fn check_batch_files(db: &RunDb, problems: &mut Vec<String>) {
@@ -204,4 +189,26 @@ fn compare_output(db: &RunDb, output: &OutputSettings) -> Result<(), PinError> {
             }
         }
     }
+}
+
+/// Batches not done in run.db that have result manifests in `results/` (what a dry run, which
+/// reads nothing in, says a real submit would take in first).
+pub fn manifests_not_taken_in(db: &RunDb) -> crate::error::Result<Vec<i64>> {
+    let mut ids = Vec::new();
+    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
+        ids.extend(db.batch_ids(state)?);
+    }
+    ids.sort_unstable();
+    Ok(ids
+        .into_iter()
+        .filter(|&id| has_manifest(&db.layout().batch_results_dir(id)))
+        .collect())
+}
+
+fn has_manifest(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+    })
 }

@@ -2,10 +2,9 @@
 //! (preflight), what the run keeps stored, and the loop's options made — everything before the
 //! submit loop's first round. The binary prints, runs the loop and summarises.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use embedfleet_core::rundb::RunDb;
-use embedfleet_core::state::BatchState;
 use embedfleet_orchestrator::stored_config;
 use embedfleet_orchestrator::submit::SubmitOptions;
 
@@ -158,26 +157,4 @@ fn kept_settings(
 /// A kept setting as the JSON run.db stores.
 fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).expect("settings serialise. This is a bug.")
-}
-
-/// Batches not done in run.db that have result manifests in `results/` (what a dry run, which
-/// reads nothing in, says a real submit would take in first).
-pub fn manifests_not_taken_in(db: &RunDb) -> Result<Vec<i64>> {
-    let mut ids = Vec::new();
-    for state in [BatchState::Planned, BatchState::Running, BatchState::Failed] {
-        ids.extend(db.batch_ids(state)?);
-    }
-    ids.sort_unstable();
-    Ok(ids
-        .into_iter()
-        .filter(|&id| has_manifest(&db.layout().batch_results_dir(id)))
-        .collect())
-}
-
-fn has_manifest(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries
-            .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "json"))
-    })
 }

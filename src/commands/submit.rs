@@ -66,7 +66,7 @@ fn dry_run(
     options: &submit::SubmitOptions,
 ) -> Result<i32> {
     print_would_pin(&db, &settings.config, &settings.job.output_settings())?;
-    let unread = pipeline_submit::manifests_not_taken_in(&db)?;
+    let unread = embedfleet_pipeline::preflight::manifests_not_taken_in(&db)?;
     if !unread.is_empty() {
         println!(
             "# batches {} have result manifests that run.db has not taken in (a dry run \
