@@ -36,7 +36,9 @@ pub fn upload_and_query(
     let mut options = UploadOptions::new(run_dir, RUN_COLLECTION);
     options.progress = progress;
     let upload = embedfleet_upload::upload(&sink, &options)?;
-    crate::activity::record_upload(&RunDb::open(run_dir)?, &sink, &options, &upload);
+    // One handle for what follows the upload (the upload opens its own, as its workers do).
+    let db = RunDb::open(run_dir)?;
+    crate::activity::record_upload(&db, &sink, &options, &upload);
     if upload.ensured.is_none() {
         return Ok(UploadAndQuery {
             upload,
@@ -45,7 +47,6 @@ pub fn upload_and_query(
     }
     let instruction = crate::settings::query::instruction(model_dir, None)?;
     let vector = embedfleet_embed::embed_query(model_dir, dim, &instruction, query_text)?;
-    let db = RunDb::open(run_dir)?;
     let hits = query::search_with_text(&sink, &db, RUN_COLLECTION, &vector, k, 12)?;
     Ok(UploadAndQuery { upload, hits })
 }
