@@ -82,8 +82,8 @@ pub(crate) fn db(t: &TestDir) -> rusqlite::Connection {
     c
 }
 
-/// Runs `submit` to its end over `fast=2` and `held=2`; `held` goes up `release_after` into
-/// the run (never, if None). Returns the loop's polls, its stderr and its wall time.
+/// Runs `submit` to its end over `fast=2` and `held=2`, `held` down until `release_after`
+/// into the run (never, if None). Returns the loop's polls, its stderr and its wall time.
 fn submit(
     t: &TestDir,
     route: &str,
@@ -93,26 +93,42 @@ fn submit(
 ) -> (u64, String, Duration) {
     set_state(held, "DOWN");
     let started = Instant::now();
+    let (fast, held_cap) = (format!("{fast}=2"), format!("{held}=2"));
+    let (polls, stderr) = submit_to_end(
+        t,
+        &["--queue", &fast, "--queue", &held_cap, "--route", route],
+        release_after.map(|after| (held, after)),
+        |_| {},
+    );
+    (polls, stderr, started.elapsed())
+}
+
+/// Runs `submit` on the run in `t` (Slurm, the model in `model`, CPU, a poll every half
+/// second) with `args` added, to its end; `release` = (partition, after): the partition goes
+/// up that long into the run (never, if None); `during` sees the time elapsed at each look.
+/// Returns the loop's polls and its stderr.
+pub(crate) fn submit_to_end(
+    t: &TestDir,
+    args: &[&str],
+    release: Option<(&str, Duration)>,
+    during: impl Fn(Duration),
+) -> (u64, String) {
+    let started = Instant::now();
+    let base = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--backend",
+        "slurm",
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--poll-interval",
+        "0.5",
+    ];
     let mut child = t
-        .cmd(&[
-            "submit",
-            "--run-dir",
-            "run",
-            "--backend",
-            "slurm",
-            "--model-dir",
-            "model",
-            "--devices",
-            "cpu",
-            "--queue",
-            &format!("{fast}=2"),
-            "--queue",
-            &format!("{held}=2"),
-            "--route",
-            route,
-            "--poll-interval",
-            "0.5",
-        ])
+        .cmd(&[&base[..], args].concat())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -122,25 +138,27 @@ fn submit(
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        if !released && release_after.is_some_and(|after| started.elapsed() >= after) {
-            set_state(held, "UP");
-            released = true;
+        during(started.elapsed());
+        if let Some((partition, after)) = release {
+            if !released && started.elapsed() >= after {
+                set_state(partition, "UP");
+                released = true;
+            }
         }
         assert!(
             started.elapsed() < Duration::from_secs(400),
-            "the {route} submit did not finish"
+            "the submit {args:?} did not finish"
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let wall = started.elapsed();
     let mut stderr = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert!(status.success(), "{route} submit failed: {stderr}");
+    assert!(status.success(), "submit {args:?} failed: {stderr}");
     let polls = stderr
         .lines()
         .find_map(|l| l.strip_prefix("owner: ")?.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no `owner: N polls` line: {stderr}"));
-    (polls, stderr, wall)
+    (polls, stderr)
 }
 
 /// (queue, state, exit reason) of every job, and the job count per batch.

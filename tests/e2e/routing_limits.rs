@@ -3,10 +3,10 @@
 //! partition starts others, through the real one-node Slurm. Partitions and the QOS are the
 //! test's own, removed after.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::routing::{db, in_queue, jobs, set_state, Partitions};
+use crate::routing::{db, in_queue, jobs, set_state, submit_to_end as submit, Partitions};
 use crate::util::{slurm_up, wait_until, TestDir};
 
 const PAPERS: u64 = 24;
@@ -31,62 +31,6 @@ impl Drop for Qos {
             .args(["-i", "delete", "qos", &self.0])
             .output();
     }
-}
-
-/// Runs `submit` to its end with `args` added; `release` goes up `release_after` into the
-/// run (never, if None). Returns the loop's polls and its stderr.
-fn submit(
-    t: &TestDir,
-    args: &[&str],
-    release: Option<(&str, Duration)>,
-    during: impl Fn(Duration),
-) -> (u64, String) {
-    let started = Instant::now();
-    let base = [
-        "submit",
-        "--run-dir",
-        "run",
-        "--backend",
-        "slurm",
-        "--model-dir",
-        "model",
-        "--devices",
-        "cpu",
-        "--poll-interval",
-        "0.5",
-    ];
-    let mut child = t
-        .cmd(&[&base[..], args].concat())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut released = false;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        during(started.elapsed());
-        if let Some((partition, after)) = release {
-            if !released && started.elapsed() >= after {
-                set_state(partition, "UP");
-                released = true;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(400),
-            "the submit {args:?} did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert!(status.success(), "submit {args:?} failed: {stderr}");
-    let polls = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("owner: ")?.split(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no `owner: N polls` line: {stderr}"));
-    (polls, stderr)
 }
 
 /// The most jobs the run held at once (submitted, not yet seen ended), from run.db.

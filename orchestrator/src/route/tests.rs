@@ -2,7 +2,7 @@
 
 use super::*;
 
-const NOW: f64 = 100_000.0;
+pub(super) const NOW: f64 = 100_000.0;
 
 fn queue(name: &str, cap: u32, jobs: Vec<OpenJob>) -> QueueView {
     QueueView {
@@ -14,7 +14,8 @@ fn queue(name: &str, cap: u32, jobs: Vec<OpenJob>) -> QueueView {
     }
 }
 
-fn queued(name: &str, batch: i64, waited_s: f64) -> OpenJob {
+/// A job of `batch` waiting in its queue for `waited_s` (shared with `tests_limits`).
+pub(super) fn queued(name: &str, batch: i64, waited_s: f64) -> OpenJob {
     OpenJob {
         name: name.into(),
         batches: vec![batch],
@@ -24,7 +25,8 @@ fn queued(name: &str, batch: i64, waited_s: f64) -> OpenJob {
     }
 }
 
-fn running(name: &str, batch: i64, for_s: f64) -> OpenJob {
+/// A job of `batch` running for `for_s`, after a minute's wait.
+pub(super) fn running(name: &str, batch: i64, for_s: f64) -> OpenJob {
     OpenJob {
         name: name.into(),
         batches: vec![batch],

@@ -7,9 +7,8 @@ use std::collections::BTreeSet;
 use embedfleet_core::rundb::JobRow;
 use embedfleet_core::state::JobStatus;
 
+use super::tests::{queued, running, NOW};
 use super::*;
-
-const NOW: f64 = 100_000.0;
 
 fn queue(name: &str, cap: u32, nodes: usize, jobs: Vec<OpenJob>) -> QueueView {
     QueueView {
@@ -18,23 +17,6 @@ fn queue(name: &str, cap: u32, nodes: usize, jobs: Vec<OpenJob>) -> QueueView {
         usable: true,
         nodes,
         jobs,
-    }
-}
-
-fn queued(name: &str, batch: i64, waited_s: f64) -> OpenJob {
-    OpenJob {
-        name: name.into(),
-        batches: vec![batch],
-        submitted_s: NOW - waited_s,
-        started_s: None,
-        cancelling: false,
-    }
-}
-
-fn running(name: &str, batch: i64, for_s: f64) -> OpenJob {
-    OpenJob {
-        started_s: Some(NOW - for_s),
-        ..queued(name, batch, for_s + 60.0)
     }
 }
 
