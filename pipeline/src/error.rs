@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use embedfleet_core::handoff::HandoffError;
 use embedfleet_core::rundb::RunDbError;
+use embedfleet_orchestrator::plan::PlanError;
 use embedfleet_orchestrator::scheduler::SchedulerError;
 use embedfleet_orchestrator::stored_config::StoredConfigError;
 use embedfleet_orchestrator::submit::SubmitError;
@@ -39,6 +40,8 @@ pub enum PipelineError {
     Handoff(#[from] HandoffError),
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     #[error(transparent)]
     Submit(#[from] SubmitError),
     #[error(transparent)]
@@ -123,10 +126,24 @@ impl PipelineError {
             Self::Snapshot(e) => e.is_refusal(),
             Self::Query(e) => e.is_refusal(),
             Self::UploadRun(e) => e.is_refusal(),
+            Self::Plan(e) => e.is_refusal(),
             Self::Submit(e) => submit_refuses(e),
             Self::Refused(_) | Self::NotUploaded { .. } => true,
             _ => false,
         }
+    }
+
+    /// The exit code of a submit loop stopped by a signal (128 + the signal).
+    pub fn interrupted_code(&self) -> Option<i32> {
+        match self {
+            Self::Submit(SubmitError::Interrupted { code, .. }) => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// A corpus the plan could not use (exit code 3, as a corrupt corpus file is).
+    pub fn is_unusable_input(&self) -> bool {
+        matches!(self, Self::Plan(PlanError::Unusable { .. }))
     }
 }
 

@@ -62,7 +62,7 @@ pub(crate) fn wrote_nothing() {
 fn recorded_run_dir(command: &Command) -> Option<std::path::PathBuf> {
     match command {
         Command::Plan(a) => Some(a.run_dir.clone()),
-        Command::Run(a) => Some(a.corpus.run_dir.clone()),
+        // `run` records its line with the run.db handle it holds (`RunOutcome::record_command`).
         Command::Submit(a) if !a.dry_run => Some(a.run_dir.clone()),
         Command::Upload(a) if a.worker.is_none() => Some(a.run_dir.clone()),
         Command::Tune(a) => Some(a.run_dir.clone()),
@@ -114,14 +114,18 @@ fn not_a_run_dir(dir: &std::path::Path) -> Option<String> {
 /// Appends this process's command line to the run's history (once per distinct line in a row).
 fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
     let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
-    // The program as users type it, not the path this binary happens to have here.
-    let line = std::iter::once("embedfleet".to_string())
+    embedfleet_pipeline::records::record_command(&db, &command_line())?;
+    Ok(())
+}
+
+/// This process's command line as the run's history keeps it: the program as users type it,
+/// not the path this binary happens to have here.
+pub(crate) fn command_line() -> String {
+    std::iter::once("embedfleet".to_string())
         .chain(std::env::args().skip(1))
         .map(|a| embedfleet_orchestrator::scheduler::shell_quote(&a))
         .collect::<Vec<_>>()
-        .join(" ");
-    embedfleet_pipeline::records::record_command(&db, &line)?;
-    Ok(())
+        .join(" ")
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
@@ -156,9 +160,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 /// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
 /// error of its chain is a refusal, else [`exit::FAILURE`].
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    let interrupted = err.chain().find_map(|e| match e.downcast_ref() {
-        Some(embedfleet_orchestrator::submit::SubmitError::Interrupted { code, .. }) => Some(*code),
-        _ => None,
+    use embedfleet_orchestrator::submit::SubmitError;
+    use embedfleet_pipeline::PipelineError;
+    let interrupted = err.chain().find_map(|e| {
+        if let Some(SubmitError::Interrupted { code, .. }) = e.downcast_ref() {
+            return Some(*code);
+        }
+        e.downcast_ref::<PipelineError>()
+            .and_then(PipelineError::interrupted_code)
     });
     if let Some(code) = interrupted {
         code
@@ -175,6 +184,8 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
     e.downcast_ref::<PlanError>()
         .is_some_and(|e| matches!(e, PlanError::Unusable { .. }))
+        || e.downcast_ref::<embedfleet_pipeline::PipelineError>()
+            .is_some_and(embedfleet_pipeline::PipelineError::is_unusable_input)
 }
 
 /// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its

@@ -8,7 +8,7 @@ use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport, UpdateOptions};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub fn plan(args: &PlanArgs) -> Result<i32> {
     let update = (!args.update.is_empty()).then(|| UpdateOptions {
@@ -54,26 +54,19 @@ pub(crate) fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
     }
 }
 
-/// `plan` (and `run`'s plan): a first plan, or the same again (which resumes or does nothing).
-pub fn plan_run(
-    corpus: Vec<PathBuf>,
-    run_dir: PathBuf,
-    args: &PlanSettingsArgs,
-) -> Result<PlanReport> {
-    plan_with(corpus, run_dir, args, None)
-}
-
-fn plan_with(
+/// `plan`'s options (and `run`'s): a first plan, or the same again (which resumes or does
+/// nothing), or an update.
+pub fn plan_options(
     corpus: Vec<PathBuf>,
     run_dir: PathBuf,
     args: &PlanSettingsArgs,
     update: Option<UpdateOptions>,
-) -> Result<PlanReport> {
+) -> PlanOptions {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let settings = plan_settings(args);
-    let options = PlanOptions {
+    PlanOptions {
         corpus,
         run_dir,
         // The flags' defaults are the settings layer's (a test in `cli` holds them equal).
@@ -82,8 +75,23 @@ fn plan_with(
         threads,
         progress: std::io::stderr().is_terminal(),
         update,
-    };
+    }
+}
+
+fn plan_with(
+    corpus: Vec<PathBuf>,
+    run_dir: PathBuf,
+    args: &PlanSettingsArgs,
+    update: Option<UpdateOptions>,
+) -> Result<PlanReport> {
+    let options = plan_options(corpus, run_dir, args, update);
     let report = plan::plan(&options)?;
+    print_plan_report(&report, &options.run_dir);
+    Ok(report)
+}
+
+/// What a plan did, on stderr.
+pub fn print_plan_report(report: &PlanReport, run_dir: &Path) {
     let secs = report.elapsed.as_secs_f64().max(1e-9);
     match (report.release, report.counts) {
         (1, _) | (_, None) if report.already_planned => eprintln!(
@@ -99,7 +107,7 @@ fn plan_with(
             report.papers as f64 / secs,
             report.quarantined,
             report.duplicates,
-            RunLayout::new(&options.run_dir).quarantine_file().display()
+            RunLayout::new(run_dir).quarantine_file().display()
         ),
         (release, Some(counts)) => eprintln!(
             "release {release}{}: {} added, {} changed, {} withdrawn, {} unchanged{}: {} papers to embed in {} new batches ({} quarantined in the run, see {})",
@@ -112,16 +120,15 @@ fn plan_with(
             counts.to_embed(),
             report.release_batches,
             report.quarantined,
-            RunLayout::new(&options.run_dir).quarantine_file().display()
+            RunLayout::new(run_dir).quarantine_file().display()
         ),
     }
     if !report.already_planned {
-        eprintln!("{}", disk_estimate(&options.run_dir, report.papers));
+        eprintln!("{}", disk_estimate(run_dir, report.papers));
     }
     for (file, why) in &report.corrupt {
         eprintln!("warning: {file} is corrupt: {why}; the records before it were planned");
     }
-    Ok(report)
 }
 
 pub fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {

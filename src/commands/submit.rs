@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::owner;
-use embedfleet_core::rundb::{RunDb, StallRule};
+use embedfleet_core::rundb::{RunDb, RunStatus, StallRule};
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::config::RunConfig;
@@ -205,7 +205,22 @@ pub fn summarise(
     jobs_behind_verbose: bool,
 ) -> Result<i32> {
     let status = RunDb::open(&options.run_dir)?.status()?;
-    print!("{}", status::render(&status));
+    Ok(summarise_status(
+        &status,
+        options,
+        report,
+        jobs_behind_verbose,
+    ))
+}
+
+/// [`summarise`] with the run's status read already.
+pub fn summarise_status(
+    status: &RunStatus,
+    options: &SubmitOptions,
+    report: &SubmitReport,
+    jobs_behind_verbose: bool,
+) -> i32 {
+    print!("{}", status::render(status));
     let mut lines = vec![format!(
         "submitted {} jobs ({} retries, {} adopted) in {}; {} batches finished now",
         report.submitted,
@@ -251,11 +266,11 @@ pub fn summarise(
             RunLayout::new(&options.run_dir).log_dir().display()
         );
     }
-    Ok(if report.failed.is_empty() {
+    if report.failed.is_empty() {
         exit::SUCCESS
     } else {
         exit::PARTIAL
-    })
+    }
 }
 
 pub fn pause(args: &RunDirArgs, paused: bool) -> Result<i32> {

@@ -6,12 +6,10 @@ use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
-use embedfleet_pipeline::run as pipeline_run;
 use embedfleet_pipeline::tuned::{self, Batching};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{self as upload, UploadOptions, UploadReport, WorkerCommand};
 use std::io::IsTerminal;
-use std::path::Path;
 
 fn parse_share(s: &str) -> Result<(u64, u64)> {
     let parsed = s
@@ -181,7 +179,7 @@ fn worker_args(args: &UploadArgs, options: &UploadOptions) -> Vec<String> {
     out
 }
 
-fn print_report(collection: &str, report: &UploadReport) {
+pub(crate) fn print_report(collection: &str, report: &UploadReport) {
     let Some(ensured) = report.ensured else {
         eprintln!("the run has no shards yet: nothing to upload");
         return;
@@ -253,31 +251,4 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
         eprintln!("wrote {}", f.display());
     }
     Ok(exit::SUCCESS)
-}
-
-/// The end of `embedfleet run` (see `embedfleet_pipeline::run`): the upload reported, then the
-/// top 5 papers for the query.
-pub fn upload_and_query(
-    run_dir: &Path,
-    model_dir: &Path,
-    dim: Option<usize>,
-    query_text: &str,
-) -> Result<()> {
-    let progress = std::io::stderr().is_terminal();
-    let done = pipeline_run::upload_and_query(run_dir, model_dir, dim, query_text, 5, progress)?;
-    print_report(pipeline_run::RUN_COLLECTION, &done.upload);
-    if done.upload.ensured.is_none() {
-        return Ok(());
-    }
-    println!("top {} papers for \"{query_text}\":", done.hits.len());
-    for (rank, h) in done.hits.iter().enumerate() {
-        println!(
-            "{:>2}. {:.4}  {}  {}",
-            rank + 1,
-            h.hit.score,
-            h.hit.paper_id.as_deref().unwrap_or("?"),
-            h.first_words.as_deref().unwrap_or("")
-        );
-    }
-    Ok(())
 }

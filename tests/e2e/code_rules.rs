@@ -50,7 +50,7 @@ pub fn non_test_sources() -> Vec<PathBuf> {
 
 /// `src` with comments, strings and character literals blanked (newlines kept), so that
 /// braces and words are code's own.
-fn code_only(src: &str) -> String {
+pub fn code_only(src: &str) -> String {
     let b = src.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let blank = |out: &mut Vec<u8>, s: &[u8]| {

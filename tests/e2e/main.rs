@@ -42,6 +42,7 @@ mod snapshot;
 mod snapshot_cluster;
 mod snapshot_server;
 mod ssh;
+mod stage_calls;
 mod submit;
 mod submit_setup;
 mod update;

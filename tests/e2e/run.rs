@@ -68,6 +68,47 @@ fn run_embeds_every_planned_paper_once_and_pyarrow_reads_the_shards() {
     crate::report::assert_report(&t, "run", 3, 240);
 }
 
+/// `run` goes through its stages with one run.db handle (issue 51): the plan's, handed to the
+/// submit loop, the upload, the query and the report page. Each open checks the owner and
+/// ingests new results, so a second one is work done again. A run planned already and one
+/// made now both open it once; the embed jobs are processes of their own and never do.
+#[test]
+fn run_opens_run_db_once_and_says_what_it_did() {
+    let t = TestDir::new();
+    t.sample("corpus.jsonl.gz", 40, 1);
+    let args = [
+        "run",
+        "--corpus",
+        "corpus.jsonl.gz",
+        "--run-dir",
+        "run",
+        "--papers-per-job",
+        "20",
+    ];
+    for round in ["first", "again"] {
+        let out = t
+            .cmd(&args)
+            .env("EMBEDFLEET_LOG", "embedfleet_core::rundb=debug")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{round}: {stderr}");
+        let opens = stderr.matches("opening run.db").count();
+        assert_eq!(opens, 1, "{round}: run.db opened {opens} times:\n{stderr}");
+        for said in [
+            "top 5 papers for \"protein folding\":",
+            "results\n",
+            "  report      ",
+        ] {
+            assert!(stdout.contains(said), "{round}: {said:?} not in\n{stdout}");
+        }
+        assert!(t.join("run/report.html").is_file());
+    }
+}
+
 /// Reads the shards with pyarrow, as a user would. Required in CI (EMBEDFLEET_REQUIRE_PYARROW=1).
 fn pyarrow_check(dir: &Path, rows: usize) {
     let script = r#"

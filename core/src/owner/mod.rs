@@ -43,9 +43,7 @@ impl Host {
     pub fn this() -> Host {
         Host {
             hostname: crate::host::name(),
-            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
+            boot_id: crate::host::boot_id(),
         }
     }
 

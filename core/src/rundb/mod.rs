@@ -159,13 +159,23 @@ impl RunDb {
             return Err(RunDbError::NotARun(dir.into()));
         }
         let mut db = Self::open_path(dir)?;
-        for line in db.ingest_results()?.lines() {
-            tracing::info!("{line}");
-        }
+        db.ingest_and_log()?;
         Ok(db)
     }
 
+    /// Ingests the result manifests written since (see [`RunDb::ingest_results`]), logging
+    /// what it took in: what [`RunDb::open`] does, for a handle that [`RunDb::create`] made.
+    pub fn ingest_and_log(&mut self) -> Result<()> {
+        for line in self.ingest_results()?.lines() {
+            tracing::info!("{line}");
+        }
+        Ok(())
+    }
+
     fn open_path(dir: &Path) -> Result<Self> {
+        // Each open checks the owner, ingests new results and configures SQLite: a command
+        // opens run.db once (`EMBEDFLEET_LOG=embedfleet_core::rundb=debug` counts them).
+        tracing::debug!(run_dir = %dir.display(), "opening run.db");
         // Before SQLite touches the file: on another host even opening it is unsafe.
         let ownership = crate::owner::check(dir)?;
         if let crate::owner::Ownership::Rebooted { previous } = &ownership {

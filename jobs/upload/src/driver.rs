@@ -83,7 +83,16 @@ impl UploadReport {
 
 /// The whole upload in this process: prepare, create or check the collection, send, finish.
 pub fn upload(sink: &dyn Sink, options: &UploadOptions) -> Result<UploadReport, UploadRunError> {
-    let Some(open) = open_collection(sink, options)? else {
+    upload_on(sink, &RunDb::open(&options.run_dir)?, options)
+}
+
+/// [`upload`] with the run's run.db open already (`run` holds one handle for all its stages).
+pub fn upload_on(
+    sink: &dyn Sink,
+    db: &RunDb,
+    options: &UploadOptions,
+) -> Result<UploadReport, UploadRunError> {
+    let Some(open) = open_collection(sink, db, options)? else {
         return Ok(UploadReport::nothing());
     };
     send_and_finish(sink, &open, options)
@@ -95,9 +104,9 @@ pub(crate) fn send_and_finish(
     open: &OpenCollection,
     options: &UploadOptions,
 ) -> Result<UploadReport, UploadRunError> {
-    let send = send(sink, &open.db, &open.prepared, options)?;
+    let send = send(sink, open.db, &open.prepared, options)?;
     let key = crate::prepared::progress_key(sink, &options.spec.name);
-    crate::restamp::after_upload(sink, &open.db, &options.spec.name, &key)?;
+    crate::restamp::after_upload(sink, open.db, &options.spec.name, &key)?;
     // Every point sent and none failed: the collection now holds the newest release (the
     // check before sending deleted what releases withdrew). `status` and `query` read it.
     open.db.record_upload_release(&key)?;

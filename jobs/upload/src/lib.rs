@@ -45,7 +45,7 @@ mod spec;
 pub mod tune;
 mod workers;
 
-pub use driver::{send, upload, UploadReport, TEST_DELAY_ENV};
+pub use driver::{send, upload, upload_on, UploadReport, TEST_DELAY_ENV};
 pub use edge::QdrantEdge;
 pub use error::{KeyConflict, UploadError, UploadResult, UploadRunError};
 pub use ledger::SendReport;

@@ -15,8 +15,8 @@ use crate::sink::{is_keyed, Sink};
 use crate::spec::{CollectionSpec, Ensured};
 
 /// A collection ready to receive a run's shards (see [`open_collection`]).
-pub(crate) struct OpenCollection {
-    pub db: RunDb,
+pub(crate) struct OpenCollection<'d> {
+    pub db: &'d RunDb,
     pub prepared: Prepared,
     /// The spec with the shards' vector size, as created or checked.
     pub spec: CollectionSpec,
@@ -26,14 +26,14 @@ pub(crate) struct OpenCollection {
 
 /// Reads what is left to send and creates or checks the collection; `None` when the run has no
 /// shards yet.
-pub(crate) fn open_collection(
+pub(crate) fn open_collection<'d>(
     sink: &dyn Sink,
+    db: &'d RunDb,
     options: &UploadOptions,
-) -> Result<Option<OpenCollection>, UploadRunError> {
-    let db = RunDb::open(&options.run_dir)?;
+) -> Result<Option<OpenCollection<'d>>, UploadRunError> {
     let key = progress_key(sink, &options.spec.name);
     let name = options.spec.name.as_str();
-    let prepared = prepare(&db, &key)?;
+    let prepared = prepare(db, &key)?;
     let Some(dim) = prepared.dim else {
         return Ok(None);
     };
@@ -45,12 +45,12 @@ pub(crate) fn open_collection(
     } else {
         None
     };
-    let prepared = if integrity::follow_marker(&db, &key, name, found_marker.as_deref())? {
-        prepare(&db, &key)?
+    let prepared = if integrity::follow_marker(db, &key, name, found_marker.as_deref())? {
+        prepare(db, &key)?
     } else {
         prepared
     };
-    let prepared = trusted_progress(sink, &db, &key, name, prepared, exists, &found_marker)?;
+    let prepared = trusted_progress(sink, db, &key, name, prepared, exists, &found_marker)?;
     // Nothing left to send: indexing is not deferred again (on a server that could rebuild the
     // index), but `finish` still restores it, in case a killed upload left it deferred.
     let spec = CollectionSpec {
@@ -60,8 +60,8 @@ pub(crate) fn open_collection(
         ..options.spec.clone()
     };
     let ensured = sink.ensure_collection(&spec)?;
-    integrity::record_marker::<UploadRunError>(sink, &db, &key, name, found_marker)?;
-    ensure_pending_keys(sink, &db, &spec.name, &prepared)?;
+    integrity::record_marker::<UploadRunError>(sink, db, &key, name, found_marker)?;
+    ensure_pending_keys(sink, db, &spec.name, &prepared)?;
     Ok(Some(OpenCollection {
         db,
         prepared,

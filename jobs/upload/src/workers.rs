@@ -53,7 +53,8 @@ pub fn upload_with_workers(
     options: &UploadOptions,
     command: &WorkerCommand,
 ) -> Result<UploadReport, UploadRunError> {
-    let Some(open) = open_collection(sink, options)? else {
+    let db = RunDb::open(&options.run_dir)?;
+    let Some(open) = open_collection(sink, &db, options)? else {
         return Ok(UploadReport::nothing());
     };
     let collection = options.spec.name.as_str();
@@ -69,7 +70,7 @@ pub fn upload_with_workers(
         return send_and_finish(sink, &open, options);
     }
     let OpenCollection {
-        db,
+        db: _,
         prepared,
         spec,
         dim,

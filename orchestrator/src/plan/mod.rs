@@ -170,6 +170,11 @@ pub struct PlanReport {
 }
 
 pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
+    plan_keeping_db(options).map(|(report, _)| report)
+}
+
+/// [`plan`], handing back the run.db it made or opened: `run` goes on with the same handle.
+pub fn plan_keeping_db(options: &PlanOptions) -> Result<(PlanReport, RunDb), PlanError> {
     let started = Instant::now();
     let files = fingerprinted_corpus(&options.corpus)?;
     refuse_results_without_run_db(&options.run_dir)?;
@@ -203,7 +208,7 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
         write_plan_manifest(&db)?;
         fill_totals(&db, &mut report)?;
         report.elapsed = started.elapsed();
-        return Ok(report);
+        return Ok((report, db));
     }
     db.set_plan_state(PlanState::InProgress)?;
     let pending = files_to_plan(&mut db, &options.run_dir, release.id)?;
@@ -253,7 +258,7 @@ pub fn plan(options: &PlanOptions) -> Result<PlanReport, PlanError> {
     write_plan_manifest(&db)?;
     fill_totals(&db, &mut report)?;
     report.elapsed = started.elapsed();
-    Ok(report)
+    Ok((report, db))
 }
 
 /// The release's files no plan finished, each started over: the batches a killed plan recorded

@@ -251,9 +251,13 @@ fn render_totals(out: &mut String, s: &Summary) {
 
 /// The HTML page of the run in `run_dir` as it stands (`report --html`).
 pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
-    let db = RunDb::open(run_dir)?;
+    html_page_of(&RunDb::open(run_dir)?, run_dir)
+}
+
+/// [`html_page`] from a run.db open already.
+pub fn html_page_of(db: &RunDb, run_dir: &Path) -> Result<String, ReportError> {
     let status = db.status()?;
-    let history = history::AttemptHistory::load(&db)?;
+    let history = history::AttemptHistory::load(db)?;
     let quarantined = db.quarantine_sample(50)?;
     let mut cache = std::collections::HashMap::new();
     let mut figures = figures::compute(&status, &history, quarantined, |a| {
@@ -261,7 +265,7 @@ pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
     });
     figures.eval = eval_table::latest(run_dir);
     figures.compare = eval_table::compare(run_dir);
-    figures.activity = activity::Activity::read(&db);
+    figures.activity = activity::Activity::read(db);
     Ok(html::render(&figures))
 }
 

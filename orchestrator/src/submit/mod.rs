@@ -188,6 +188,13 @@ pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
     SubmitLoop::new(options)?.run()
 }
 
+/// [`submit`] on a run.db open already, handed back with the report when the loop ends (`run`
+/// holds one handle for all its stages).
+pub fn submit_on(db: RunDb, options: &SubmitOptions) -> Result<(SubmitReport, RunDb)> {
+    let lp = SubmitLoop::new_on(options, db)?;
+    lp.run_keeping_db()
+}
+
 /// [`submit`], driving `follow_up` once per round as well (see [`FollowUp`]): the loop ends
 /// when every batch is settled and the follow-up work is not busy.
 pub fn submit_with<'a>(
@@ -305,7 +312,11 @@ impl<'a> SubmitLoop<'a> {
     }
 
     fn new(opts: &'a SubmitOptions) -> Result<Self> {
-        let mut lp = Self::with_db(opts, RunDb::open(&opts.run_dir)?)?;
+        Self::new_on(opts, RunDb::open(&opts.run_dir)?)
+    }
+
+    fn new_on(opts: &'a SubmitOptions, db: RunDb) -> Result<Self> {
+        let mut lp = Self::with_db(opts, db)?;
         lp.console = Console::new(opts.progress);
         let rebooted = match lp.db.ownership() {
             embedfleet_core::owner::Ownership::Rebooted { previous } => {
@@ -425,7 +436,11 @@ impl<'a> SubmitLoop<'a> {
         )
     }
 
-    fn run(mut self) -> Result<SubmitReport> {
+    fn run(self) -> Result<SubmitReport> {
+        self.run_keeping_db().map(|(report, _)| report)
+    }
+
+    fn run_keeping_db(mut self) -> Result<(SubmitReport, RunDb)> {
         let started = Instant::now();
         let (cpu_before, ops_before) = (embedfleet_core::process::own_cpu(), fsops::total());
         self.adopt_open_jobs()?;
@@ -464,7 +479,9 @@ impl<'a> SubmitLoop<'a> {
         self.report.moves = self.routing.moves;
         self.report.twin_node_hours = self.routing.twin_node_hours;
         self.report.move_node_hours = self.routing.move_node_hours;
-        Ok(self.report)
+        // The owner's watch (its heartbeat, the loop lock) ends with the loop.
+        drop(self.watch.take());
+        Ok((self.report, self.db))
     }
 
     /// The jobs an earlier loop submitted and did not see end: followed, not sent again.
