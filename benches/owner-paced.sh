@@ -8,7 +8,7 @@
 # fsyncs for 20 s (strace.txt in WORK). Prints both windows' counters; the difference over the
 # polls between them is CPU a poll. BENCHMARKS.md, "The owner's busy poll at the study's pace".
 #
-#   usage: PACE_S=30 benches/owner-paced.sh BIN WORK
+#   usage: PACE_S=30 [PERF=1] benches/owner-paced.sh BIN WORK
 set -uo pipefail
 BIN=$(realpath "$1"); WORK=$2; PACE_S=${PACE_S:-100}
 NODE=$(sinfo -h -o %N | head -n1)
@@ -40,6 +40,12 @@ sleep $((PACE_S + 60))
 state() { python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["submit_loop"]; print(s["polls"], s["cpu_s"], json.dumps(s.get("cpu_by_part_s",{}),separators=(",",":")), s.get("taken_in",0))' run/status-snapshot.json; }
 a=$(state); sleep 30; b=$(state)
 echo "window: $a -> $b"
+if [ -n "${PERF:-}" ]; then
+  # PERF=1: a call-graph profile of the loop's threads over 30 s (perf.data and perf.txt in WORK).
+  perf record -q -F 499 --call-graph dwarf,16384 -p "$loop" -o perf.data -- sleep 30 >/dev/null 2>&1
+  perf report -i perf.data --no-children --percent-limit 0.5 --stdio -g none >perf.txt 2>/dev/null
+  perf report -i perf.data --children --percent-limit 2 --stdio -g none >perf-children.txt 2>/dev/null
+fi
 strace -f -tt -e trace=openat,execve,clone3,fsync -p "$loop" -o strace.txt & st=$!; sleep 20; kill -INT $st; wait $st 2>/dev/null
 c=$(state); echo "strace window: $b -> $c"
 squeue -h -o '%i %o %t' | awk -v w="$WORK/" 'index($2, w) == 1 {print $3}' | sort | uniq -c

@@ -87,9 +87,29 @@ impl RunDb {
             BatchState::open_sql(),
             JobStatus::open_sql()
         );
-        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| r.get(0));
         rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Whether any batch waits for a job ([`RunDb::batches_without_job`] is not empty), asked
+    /// without reading them all: the submit loop asks it at the end of every round.
+    pub fn any_batch_without_job(&self) -> Result<bool> {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM batches b WHERE state IN {}
+               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state IN {}))",
+            BatchState::open_sql(),
+            JobStatus::open_sql()
+        );
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(sqlite_err(&self.dir))?;
+        stmt.query_row([], |r| r.get(0))
             .map_err(sqlite_err(&self.dir))
     }
 

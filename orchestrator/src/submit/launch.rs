@@ -230,6 +230,15 @@ impl SubmitLoop<'_> {
         batches
     }
 
+    /// Whether a batch in scope waits for a job: asked without reading every such batch
+    /// unless a trial narrows the scope to one.
+    pub(super) fn any_pending_in_scope(&self) -> Result<bool> {
+        Ok(match self.opts.trial {
+            Some(_) => !self.in_scope(self.db.batches_without_job()?).is_empty(),
+            None => self.db.any_batch_without_job()?,
+        })
+    }
+
     pub(super) fn is_in_scope(&self, batch: i64) -> bool {
         self.opts.trial.is_none() || self.trial_batch == Some(batch)
     }

@@ -535,7 +535,7 @@ impl<'a> SubmitLoop<'a> {
         };
         clock.mark();
         let open = self.db.open_jobs()?;
-        let pending = self.in_scope(self.db.batches_without_job()?);
+        let pending = self.any_pending_in_scope()?;
         match self.db.status() {
             Ok(status) => {
                 self.console.update(&status, &open, paused);
@@ -549,13 +549,13 @@ impl<'a> SubmitLoop<'a> {
         clock.end(&mut self.report, self.watch.as_mut(), quiet);
         // Paused by the breaker, the loop waits for `resume` even with every batch
         // settled: the batches that failed during the streak are tried again then.
-        if !open_in_scope && pending.is_empty() && !self.trips.tripped && !follow_up_busy {
+        if !open_in_scope && !pending && !self.trips.tripped && !follow_up_busy {
             self.settled()?;
             if !self.opts.watch {
                 return Ok(RoundEnd::Settled);
             }
         }
-        if !open_in_scope && !pending.is_empty() && !paused && self.all_refused()? {
+        if !open_in_scope && pending && !paused && self.all_refused()? {
             return Err(SubmitError::AllQueuesRefused(self.refused_text()));
         }
         Ok(RoundEnd::GoOn)

@@ -67,34 +67,38 @@ pub fn test_kill_point(point: &str) {
 }
 
 impl RunDb {
-    /// Ingests the new result manifests under `results/` (see the module docs). One listing of
-    /// `results/` says which batches have result folders; only the folders of unsettled
-    /// batches are read: not done, or with a job open, or with files of an attempt not yet
-    /// cleaned. So a poll reads as many folders as there is open work, not one per batch of
-    /// the run (2,075 in the study's). Every [`FULL_SWEEP_ENV`] seconds (default 15 minutes)
-    /// every folder is read, for what no open work explains: a job the owner lost track of
-    /// that wrote to a settled batch since, and temporary files of killed writers in `shards/`.
+    /// Ingests the new result manifests under `results/` (see the module docs). Only the
+    /// folders of batches with open work are read: a job open or that changed state in the
+    /// last ten minutes, or files of an attempt not yet cleaned (run.db says which, by index;
+    /// `results/` is not listed). So a poll reads as many folders as there is open work, not
+    /// one per batch of the run (2,075 in the study's). Every [`FULL_SWEEP_ENV`] seconds
+    /// (default 15 minutes) `results/` is listed and every folder read, for what no open work
+    /// explains: a job the owner lost track of that wrote to a settled batch since, an
+    /// `embed-job` run by hand, and temporary files of killed writers in `shards/`.
     pub fn ingest_results(&mut self) -> Result<IngestReport> {
         let layout = self.layout();
-        crate::fsops::count(1);
-        let Ok(entries) = std::fs::read_dir(layout.results_dir()) else {
-            return Ok(IngestReport::default());
-        };
-        let mut batches: Vec<i64> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.strip_prefix('b')?.parse().ok()
-            })
-            .collect();
-        batches.sort_unstable();
         let now = crate::owner::unix_now();
         let last = self.setting::<f64>(LAST_FULL_SWEEP_KEY)?;
         let full = last.is_none_or(|last| now - last >= full_sweep_interval_s() || now < last);
-        if !full {
-            let unsettled = self.unsettled_batches()?;
-            batches.retain(|b| unsettled.contains(b));
-        }
+        let batches = if full {
+            crate::fsops::count(1);
+            let Ok(entries) = std::fs::read_dir(layout.results_dir()) else {
+                return Ok(IngestReport::default());
+            };
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix('b')?.parse().ok()
+                })
+                .collect()
+        } else {
+            // Between sweeps, only what open work can have written: no listing of results/
+            // (a folder per batch ever sent) and no batch-long query.
+            self.batches_with_open_work()?
+        };
+        let mut batches = batches;
+        batches.sort_unstable();
         let report = self.ingest_batches(&batches)?;
         if full {
             self.remove_orphan_temporaries(&layout)?;
@@ -124,17 +128,21 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// The batches an ingest has to read, the complement of [`Self::settled_batches`] among
-    /// the run's batches: not done or not cleaned since (`batches_unsettled`), with a job open
-    /// (`jobs_by_state`), or with an attempt's files not cleaned (`attempts_uncleaned`). Each
-    /// part by an index (v12): as many rows as there is open work, not one per batch.
-    fn unsettled_batches(&self) -> Result<std::collections::HashSet<i64>> {
+    /// The batches a poll between full sweeps reads: a job open; a job that ended in the last
+    /// ten minutes leaving its batch not done (its manifest may show up late: NFS's attribute
+    /// cache lets a folder's new file appear after the job's end is seen) or its files not
+    /// cleaned; or an attempt's files not cleaned. Each part by an index (`jobs_by_state`, `jobs_by_updated`,
+    /// `attempts_uncleaned`): as many rows as there is open work, whatever the run's size. A
+    /// result no part names (an `embed-job` run by hand) waits for the next full sweep.
+    fn batches_with_open_work(&self) -> Result<Vec<i64>> {
         let sql = format!(
-            "SELECT id FROM batches WHERE state != '{done}' OR results_settled = 0
-             UNION SELECT batch_id FROM jobs WHERE state IN {open}
+            "SELECT batch_id FROM jobs WHERE state IN {open}
+             UNION SELECT j.batch_id FROM jobs j JOIN batches b ON b.id = j.batch_id
+               WHERE j.updated_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-10 minutes')
+                 AND (b.state != '{done}' OR b.results_settled = 0)
              UNION SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != '{accepted}'",
-            done = BatchState::Done.as_str(),
             open = JobStatus::open_sql(),
+            done = BatchState::Done.as_str(),
             accepted = AttemptState::Accepted.as_str(),
         );
         let mut stmt = self
