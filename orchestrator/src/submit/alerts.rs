@@ -170,7 +170,9 @@ impl SubmitLoop<'_> {
         self.trips.breaker.success();
         let reset = self.db.reset_failed_batches()?;
         let open: BTreeSet<i64> = self.db.open_jobs()?.iter().map(|j| j.batch_id).collect();
-        self.attempts.retain(|batch, _| open.contains(batch));
+        self.following
+            .attempts
+            .retain(|batch, _| open.contains(batch));
         self.report.failed.clear();
         self.console.say(format!(
             "resumed after the breaker's pause: {reset} batches that failed are tried again"

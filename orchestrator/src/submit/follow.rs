@@ -23,7 +23,7 @@ impl SubmitLoop<'_> {
     /// when asked).
     pub(super) fn watched(&mut self, status: &RunStatus, open: &[JobRow]) -> Result<()> {
         let mut routing = self.routing.state();
-        routing.scheduler_limit = self.job_limit.as_ref().map(|l| {
+        routing.scheduler_limit = self.asked.job_limit.as_ref().map(|l| {
             let mut parts: Vec<String> = l.jobs.map(|j| format!("{j} jobs")).into_iter().collect();
             parts.extend(l.running.map(|r| format!("{r} running")));
             parts.extend(l.queues.iter().map(|(q, n)| format!("{n} in {q}")));
@@ -217,6 +217,7 @@ impl SubmitLoop<'_> {
     pub(super) fn observe(&mut self, name: &str, rows: &[&JobRow], state: JobState) -> Result<()> {
         if state == JobState::Unknown {
             let since = *self
+                .following
                 .unknown_since
                 .entry(name.to_string())
                 .or_insert_with(Instant::now);
@@ -242,7 +243,7 @@ impl SubmitLoop<'_> {
             };
             return self.ended(name, rows, &lost, JobStatus::Lost);
         }
-        self.unknown_since.remove(name);
+        self.following.unknown_since.remove(name);
         if state.is_terminal() {
             return self.ended(name, rows, &state, state.status());
         }
@@ -292,7 +293,7 @@ impl SubmitLoop<'_> {
                 Some(r) => r.clone(),
                 None => "the job ended with exit code 0 but the batch is not done".to_string(),
             };
-            let tries = self.attempts.get(&batch).copied().unwrap_or(0);
+            let tries = self.following.attempts.get(&batch).copied().unwrap_or(0);
             if retriable && tries < self.opts.max_attempts {
                 self.report.retried += 1;
                 self.console.say(format!(

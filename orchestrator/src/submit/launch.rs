@@ -107,7 +107,7 @@ impl SubmitLoop<'_> {
             Ok(id) => {
                 self.db.set_job_submitted(&name, id.as_str())?;
                 for b in &job.batches {
-                    *self.attempts.entry(*b).or_default() += 1;
+                    *self.following.attempts.entry(*b).or_default() += 1;
                 }
                 self.report.submitted += 1;
                 if self.report.submitted == 1 {
@@ -214,7 +214,7 @@ impl SubmitLoop<'_> {
             None => {
                 let mut caps = self.db.queue_caps()?;
                 // A queue's own stated limit (PBS's `max_queued` of a queue) lowers its cap.
-                for (queue, n) in self.job_limit.iter().flat_map(|l| &l.queues) {
+                for (queue, n) in self.asked.job_limit.iter().flat_map(|l| &l.queues) {
                     if let Some(cap) = caps.get_mut(queue) {
                         *cap = (*cap).min(*n);
                     }

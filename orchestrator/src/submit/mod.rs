@@ -247,10 +247,8 @@ struct SubmitLoop<'a> {
     scheduler: Box<dyn Scheduler>,
     /// Part of every job name, from the run directory: tells this run's jobs from others'.
     tag: String,
-    /// Jobs started for each batch by this invocation (adopted ones count).
-    attempts: HashMap<i64, u32>,
-    /// Jobs the scheduler did not know at the last poll, since when.
-    unknown_since: HashMap<String, Instant>,
+    /// The jobs this loop follows: each batch's jobs, and jobs the scheduler did not list.
+    following: Following,
     /// Queues the scheduler refused this run (e.g. no such partition).
     refused: BTreeMap<String, String>,
     /// The batch a trial runs (see [`SubmitOptions::trial`]).
@@ -268,7 +266,24 @@ struct SubmitLoop<'a> {
     follow_up: Option<&'a mut dyn FollowUp>,
     /// Where batches go ([`crate::route`]), and what routing did in this loop.
     routing: crate::route::Routing,
-    estimates_asked: routing::EstimatesAsked,
+    /// What routing asked of the scheduler: start estimates, and the job limit it states.
+    asked: SchedulerAsked,
+}
+
+/// The jobs a loop follows.
+#[derive(Debug, Default)]
+struct Following {
+    /// Jobs started for each batch by this invocation (adopted ones count).
+    attempts: HashMap<i64, u32>,
+    /// Jobs the scheduler did not know at the last poll, since when.
+    unknown_since: HashMap<String, Instant>,
+}
+
+/// What routing asked of the scheduler, kept between rounds.
+#[derive(Debug, Default)]
+struct SchedulerAsked {
+    /// When start estimates were last asked (queued jobs, a new job per queue).
+    estimates: routing::EstimatesAsked,
     /// The limit of jobs over the run's queues the scheduler states, if it does.
     job_limit: Option<crate::scheduler::JobLimit>,
 }
@@ -289,8 +304,7 @@ impl<'a> SubmitLoop<'a> {
             db,
             scheduler: opts.scheduler.build(),
             tag: run_tag(&opts.run_dir),
-            attempts: HashMap::new(),
-            unknown_since: HashMap::new(),
+            following: Following::default(),
             refused: BTreeMap::new(),
             trial_batch: None,
             // A trial is one job whose end the user waits for: nothing to break.
@@ -306,8 +320,7 @@ impl<'a> SubmitLoop<'a> {
             watch: None,
             follow_up: None,
             routing: crate::route::Routing::new(opts.route, opts.speculate, opts.max_jobs),
-            estimates_asked: routing::EstimatesAsked::default(),
-            job_limit: None,
+            asked: SchedulerAsked::default(),
         })
     }
 
@@ -401,7 +414,7 @@ impl<'a> SubmitLoop<'a> {
     /// The most jobs the run may hold over all queues: `--max-jobs`, or the scheduler's
     /// stated limit where lower.
     fn max_jobs(&self) -> Option<u32> {
-        let stated = self.job_limit.as_ref().and_then(|l| l.jobs);
+        let stated = self.asked.job_limit.as_ref().and_then(|l| l.jobs);
         match (self.opts.max_jobs, stated) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -416,7 +429,7 @@ impl<'a> SubmitLoop<'a> {
             Ok(Some(limit)) => {
                 self.console
                     .say(stated_limit_line(&limit, self.opts.max_jobs));
-                self.job_limit = Some(limit);
+                self.asked.job_limit = Some(limit);
             }
             Ok(None) => {}
             Err(e) => tracing::info!("no job limit read from the scheduler: {e}"),
@@ -492,7 +505,7 @@ impl<'a> SubmitLoop<'a> {
             .into_iter()
             .filter(|j| j.state != JobStatus::Submitting)
             .map(|j| {
-                *self.attempts.entry(j.batch_id).or_default() += 1;
+                *self.following.attempts.entry(j.batch_id).or_default() += 1;
                 j.name
             })
             .collect();

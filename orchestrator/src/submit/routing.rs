@@ -62,7 +62,8 @@ impl SubmitLoop<'_> {
     pub(super) fn refresh_estimates(&mut self) -> Result<()> {
         if self.opts.route != crate::route::Route::Adaptive
             || self
-                .estimates_asked
+                .asked
+                .estimates
                 .queued
                 .is_some_and(|at| at.elapsed() < ESTIMATES_EVERY)
         {
@@ -76,7 +77,7 @@ impl SubmitLoop<'_> {
         if queued.is_empty() {
             return Ok(());
         }
-        self.estimates_asked.queued = Some(std::time::Instant::now());
+        self.asked.estimates.queued = Some(std::time::Instant::now());
         let handles: Vec<_> = queued
             .iter()
             .filter_map(|r| super::follow::handle(r))
@@ -119,14 +120,15 @@ impl SubmitLoop<'_> {
                 .filter(|r| &r.queue == queue)
                 .map(|r| r.name.as_str())
                 .collect();
-            let asked = self.estimates_asked.new_job.get(queue);
+            let asked = self.asked.estimates.new_job.get(queue);
             if disabled.contains(queue)
                 || jobs.len() as u32 >= *cap
                 || asked.is_some_and(|at| at.elapsed() < ESTIMATES_EVERY)
             {
                 continue;
             }
-            self.estimates_asked
+            self.asked
+                .estimates
                 .new_job
                 .insert(queue.clone(), std::time::Instant::now());
             let nodes = self.nodes().max(1).min(pending.len());
@@ -228,7 +230,7 @@ impl SubmitLoop<'_> {
         let (why, moved) = self.routing.ended_by_routing(rows, unix_now())?;
         if moved {
             for r in rows {
-                if let Some(n) = self.attempts.get_mut(&r.batch_id) {
+                if let Some(n) = self.following.attempts.get_mut(&r.batch_id) {
                     *n = n.saturating_sub(1);
                 }
             }

@@ -363,7 +363,11 @@ fn jobs_in_flight_when_the_breaker_trips_do_not_pause_the_run_twice() {
     db.set_paused(false).unwrap();
     lp.resumed_after_trip().unwrap();
     assert!(!lp.trips.tripped);
-    assert!(lp.attempts.is_empty(), "{:?}", lp.attempts);
+    assert!(
+        lp.following.attempts.is_empty(),
+        "{:?}",
+        lp.following.attempts
+    );
     assert_eq!(db.pause_reason().unwrap(), None);
 }
 

@@ -80,26 +80,26 @@ impl RunDb {
         let now = crate::owner::unix_now();
         let last = self.setting::<f64>(LAST_FULL_SWEEP_KEY)?;
         let full = last.is_none_or(|last| now - last >= full_sweep_interval_s() || now < last);
-        let batches = if full {
+        let folders: Vec<(i64, bool)> = if full {
             crate::fsops::count(1);
             let Ok(entries) = std::fs::read_dir(layout.results_dir()) else {
                 return Ok(IngestReport::default());
             };
-            entries
+            let mut batches: Vec<i64> = entries
                 .filter_map(|e| e.ok())
                 .filter_map(|e| {
                     let name = e.file_name().to_string_lossy().into_owned();
                     name.strip_prefix('b')?.parse().ok()
                 })
-                .collect()
+                .collect();
+            batches.sort_unstable();
+            batches.into_iter().map(|b| (b, false)).collect()
         } else {
             // Between sweeps, only what open work can have written: no listing of results/
             // (a folder per batch ever sent) and no batch-long query.
             self.batches_with_open_work()?
         };
-        let mut batches = batches;
-        batches.sort_unstable();
-        let report = self.ingest_batches(&batches)?;
+        let report = self.ingest_folders(&folders)?;
         if full {
             self.remove_orphan_temporaries(&layout)?;
             self.set_setting(LAST_FULL_SWEEP_KEY, &now)?;
@@ -134,13 +134,20 @@ impl RunDb {
     /// cleaned; or an attempt's files not cleaned. Each part by an index (`jobs_by_state`, `jobs_by_updated`,
     /// `attempts_uncleaned`): as many rows as there is open work, whatever the run's size. A
     /// result no part names (an `embed-job` run by hand) waits for the next full sweep.
-    fn batches_with_open_work(&self) -> Result<Vec<i64>> {
+    /// With each batch, whether it is quiet when its folder is empty (see
+    /// [`RunDb::ingest_folders`]).
+    fn batches_with_open_work(&self) -> Result<Vec<(i64, bool)>> {
         let sql = format!(
-            "SELECT batch_id FROM jobs WHERE state IN {open}
-             UNION SELECT j.batch_id FROM jobs j JOIN batches b ON b.id = j.batch_id
-               WHERE j.updated_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-10 minutes')
-                 AND (b.state != '{done}' OR b.results_settled = 0)
-             UNION SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != '{accepted}'",
+            "WITH work (batch_id) AS (
+               SELECT batch_id FROM jobs WHERE state IN {open}
+               UNION SELECT j.batch_id FROM jobs j JOIN batches b ON b.id = j.batch_id
+                 WHERE j.updated_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-10 minutes')
+                   AND (b.state != '{done}' OR b.results_settled = 0)
+               UNION SELECT batch_id FROM attempts WHERE cleaned = 0 AND state != '{accepted}')
+             SELECT w.batch_id, coalesce(b.state != '{done}', 1) AND NOT EXISTS (
+                 SELECT 1 FROM attempts a
+                 WHERE a.batch_id = w.batch_id AND a.cleaned = 0 AND a.state != '{accepted}')
+             FROM work w LEFT JOIN batches b ON b.id = w.batch_id ORDER BY w.batch_id",
             open = JobStatus::open_sql(),
             done = BatchState::Done.as_str(),
             accepted = AttemptState::Accepted.as_str(),
@@ -149,7 +156,7 @@ impl RunDb {
             .conn
             .prepare_cached(&sql)
             .map_err(sqlite_err(&self.dir))?;
-        let rows = stmt.query_map([], |r| r.get(0));
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
         rows.and_then(|r| r.collect())
             .map_err(sqlite_err(&self.dir))
     }
@@ -170,6 +177,15 @@ impl RunDb {
     /// Ingests the new result manifests of `batches` only (the submit loop, when their job
     /// ends: the other batches wait for the next round's [`RunDb::ingest_results`]).
     pub fn ingest_batches(&mut self, batches: &[i64]) -> Result<IngestReport> {
+        let folders: Vec<(i64, bool)> = batches.iter().map(|&b| (b, false)).collect();
+        self.ingest_folders(&folders)
+    }
+
+    /// Ingests the result folders of `batches`, each with whether it is quiet when empty: a
+    /// batch not done with no attempt's files to clean has nothing for an ingest when its
+    /// folder holds no manifest (a job still queued, most of a busy poll's open work), so it
+    /// costs that one listing and no query.
+    fn ingest_folders(&mut self, batches: &[(i64, bool)]) -> Result<IngestReport> {
         let mut report = IngestReport::default();
         let layout = self.layout();
         // A kill between an accept and the rewrite of quarantine.jsonl left it stale.
@@ -183,8 +199,13 @@ impl RunDb {
             }
         };
         let plan_id = self.plan_id()?;
-        for &batch in batches {
-            self.ingest_batch(&layout, batch, &plan_id, settings.as_ref(), &mut report)?;
+        for &(batch, quiet_when_empty) in batches {
+            let tokens = manifest_tokens(&layout, batch);
+            if quiet_when_empty && tokens.is_empty() {
+                continue;
+            }
+            let found = (batch, tokens);
+            self.ingest_batch(&layout, found, &plan_id, settings.as_ref(), &mut report)?;
         }
         self.write_quarantine_if_stale()?;
         Ok(report)
@@ -193,13 +214,12 @@ impl RunDb {
     fn ingest_batch(
         &mut self,
         layout: &RunLayout,
-        batch: i64,
+        (batch, tokens): (i64, Vec<String>),
         plan_id: &str,
         settings: Option<&OutputSettings>,
         report: &mut IngestReport,
     ) -> Result<()> {
         let mut known = self.attempts_of(batch)?;
-        let tokens = manifest_tokens(layout, batch);
         // A rejected attempt whose manifest was rewritten since is verified again.
         for token in &tokens {
             if let Some(recorded) = known.get(token).and_then(|a| a.stamp.as_deref()) {

@@ -209,7 +209,10 @@ fn a_job_that_ended_leaving_its_batch_not_done_is_read_between_full_sweeps_for_t
     let (_dir, mut db) = run_at_scale(50, 2);
     std::env::set_var(FULL_SWEEP_ENV, "900");
     db.ingest_results().unwrap(); // the first, full sweep
-    assert_eq!(db.batches_with_open_work().unwrap(), vec![1, 2]);
+    assert_eq!(
+        db.batches_with_open_work().unwrap(),
+        vec![(1, true), (2, true)]
+    );
     // Job 1 ends with its batch not done (its manifest not seen yet); job 2's batch is done
     // and, once an ingest cleaned it, settled.
     db.set_job_state("job-1", JobStatus::Failed, Some("exit code 1"))
@@ -217,11 +220,14 @@ fn a_job_that_ended_leaving_its_batch_not_done_is_read_between_full_sweeps_for_t
     db.set_batch_state(BatchId(2), BatchState::Done).unwrap();
     db.set_job_state("job-2", JobStatus::Completed, None)
         .unwrap();
-    assert_eq!(db.batches_with_open_work().unwrap(), vec![1, 2]);
+    assert_eq!(
+        db.batches_with_open_work().unwrap(),
+        vec![(1, true), (2, false)]
+    );
     db.conn_mut()
         .execute("UPDATE batches SET results_settled = 1 WHERE id = 2", [])
         .unwrap();
-    assert_eq!(db.batches_with_open_work().unwrap(), vec![1]);
+    assert_eq!(db.batches_with_open_work().unwrap(), vec![(1, true)]);
     let before = crate::fsops::total();
     db.ingest_results().unwrap();
     assert!(crate::fsops::total() > before, "batch 1's folder is read");
@@ -232,7 +238,10 @@ fn a_job_that_ended_leaving_its_batch_not_done_is_read_between_full_sweeps_for_t
             [],
         )
         .unwrap();
-    assert_eq!(db.batches_with_open_work().unwrap(), Vec::<i64>::new());
+    assert_eq!(
+        db.batches_with_open_work().unwrap(),
+        Vec::<(i64, bool)>::new()
+    );
 }
 
 #[test]
