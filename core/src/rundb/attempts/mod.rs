@@ -28,6 +28,9 @@ pub struct IngestReport {
     pub not_accepted: Vec<(i64, String, AttemptState, String)>,
     /// Files of attempts that were not accepted, removed now.
     pub files_removed: u64,
+    /// Batches with a manifest or a shard that could not be read now (NFS's ESTALE, EIO): the
+    /// next ingest reads them again, open work or not.
+    pub read_again: Vec<i64>,
 }
 
 impl IngestReport {
@@ -69,8 +72,8 @@ pub fn test_kill_point(point: &str) {
 impl RunDb {
     /// Ingests the new result manifests under `results/` (see the module docs). Only the
     /// folders of batches with open work are read: a job open or that changed state in the
-    /// last ten minutes, or files of an attempt not yet cleaned (run.db says which, by index;
-    /// `results/` is not listed). So a poll reads as many folders as there is open work, not
+    /// last ten minutes, files of an attempt not yet cleaned, or a file the last ingest could
+    /// not read (run.db says which, by index; `results/` is not listed). So a poll reads as many folders as there is open work, not
     /// one per batch of the run (2,075 in the study's). Every [`FULL_SWEEP_ENV`] seconds
     /// (default 15 minutes) `results/` is listed and every folder read, for what no open work
     /// explains: a job the owner lost track of that wrote to a settled batch since, an
@@ -134,8 +137,29 @@ impl RunDb {
     /// cleaned; or an attempt's files not cleaned. Each part by an index (`jobs_by_state`, `jobs_by_updated`,
     /// `attempts_uncleaned`): as many rows as there is open work, whatever the run's size. A
     /// result no part names (an `embed-job` run by hand) waits for the next full sweep.
+    /// The batches an ingest could not read whole and reads again (`read_again` of
+    /// [`IngestReport`]), kept in run.db: `status` and the loop are different processes.
+    fn read_again(&self) -> Result<std::collections::BTreeSet<i64>> {
+        Ok(self.setting(READ_AGAIN_KEY)?.unwrap_or_default())
+    }
+
+    /// After an ingest of `batches`: those of them it could not read whole (`failed`) are
+    /// read again, the others no longer.
+    fn keep_read_again(&self, batches: &[(i64, bool)], failed: &[i64]) -> Result<()> {
+        let before = self.read_again()?;
+        let mut after = before.clone();
+        for (batch, _) in batches {
+            after.remove(batch);
+        }
+        after.extend(failed.iter().copied());
+        if after != before {
+            self.set_setting(READ_AGAIN_KEY, &after)?;
+        }
+        Ok(())
+    }
+
     /// With each batch, whether it is quiet when its folder is empty (see
-    /// [`RunDb::ingest_folders`]).
+    /// [`RunDb::ingest_folders`]); the batches an ingest could not read whole are among them.
     fn batches_with_open_work(&self) -> Result<Vec<(i64, bool)>> {
         let sql = format!(
             "WITH work (batch_id) AS (
@@ -157,8 +181,15 @@ impl RunDb {
             .prepare_cached(&sql)
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
-        rows.and_then(|r| r.collect())
-            .map_err(sqlite_err(&self.dir))
+        let mut work: Vec<(i64, bool)> = rows
+            .and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))?;
+        drop(stmt);
+        let again = self.read_again()?;
+        work.retain(|(b, _)| !again.contains(b));
+        work.extend(again.into_iter().map(|b| (b, false)));
+        work.sort_unstable();
+        Ok(work)
     }
 
     fn batches_in_state(&self, state: BatchState) -> Result<std::collections::HashSet<i64>> {
@@ -192,9 +223,13 @@ impl RunDb {
         self.write_quarantine_if_stale()?;
         let settings = match OutputSettings::read(&layout) {
             Ok(settings) => settings,
-            // Unread settings would mean no settings check: ingest nothing until they read.
+            // Unread settings would mean no settings check: ingest nothing until they read,
+            // and then read every folder (the next ingest is a full sweep).
             Err(e) => {
                 tracing::warn!("not ingesting results this time: {e}");
+                self.conn
+                    .execute("DELETE FROM settings WHERE key = ?1", [LAST_FULL_SWEEP_KEY])
+                    .map_err(sqlite_err(&self.dir))?;
                 return Ok(report);
             }
         };
@@ -207,6 +242,7 @@ impl RunDb {
             let found = (batch, tokens);
             self.ingest_batch(&layout, found, &plan_id, settings.as_ref(), &mut report)?;
         }
+        self.keep_read_again(batches, &report.read_again)?;
         self.write_quarantine_if_stale()?;
         Ok(report)
     }
@@ -282,6 +318,7 @@ impl RunDb {
                     tracing::warn!(
                         "batch {batch}: the manifest of attempt {token} cannot be read now ({source}); it is read again at the next poll"
                     );
+                    report.read_again.push(batch);
                     continue;
                 }
                 // Written atomically, so a manifest read whole that does not parse is not a
@@ -364,6 +401,7 @@ impl RunDb {
                         "batch {batch}: attempt {} is verified again at the next poll: {why}",
                         m.attempt
                     );
+                    report.read_again.push(batch);
                     continue;
                 }
                 Err(Verdict::Wrong(why)) => {
@@ -649,6 +687,9 @@ const QUARANTINE_STALE_KEY: &str = "quarantine_stale";
 
 /// The settings key with when an ingest last read every batch's results folder (unix seconds).
 const LAST_FULL_SWEEP_KEY: &str = "last_full_ingest_unix_s";
+
+/// The settings key listing the batches an ingest could not read whole (read again next time).
+const READ_AGAIN_KEY: &str = "ingest_read_again";
 
 /// Seconds between full sweeps of `results/` (see [`RunDb::ingest_results`]); 0 reads every
 /// folder at every ingest, as embedfleet did before it kept to the open work.
