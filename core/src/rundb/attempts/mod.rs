@@ -73,8 +73,9 @@ impl RunDb {
     /// Ingests the new result manifests under `results/` (see the module docs). Only the
     /// folders of batches with open work are read: a job open or that changed state in the
     /// last ten minutes, files of an attempt not yet cleaned, or a file the last ingest could
-    /// not read (run.db says which, by index; `results/` is not listed). So a poll reads as many folders as there is open work, not
-    /// one per batch of the run (2,075 in the study's). Every [`FULL_SWEEP_ENV`] seconds
+    /// not read (run.db says which, by index; `results/` is not listed). So a poll reads as
+    /// many folders as there is open work, not one per batch of the run (2,075 in the
+    /// study's). Every [`FULL_SWEEP_ENV`] seconds
     /// (default 15 minutes) `results/` is listed and every folder read, for what no open work
     /// explains: a job the owner lost track of that wrote to a settled batch since, an
     /// `embed-job` run by hand, and temporary files of killed writers in `shards/`.
@@ -131,12 +132,6 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
-    /// The batches a poll between full sweeps reads: a job open; a job that ended in the last
-    /// ten minutes leaving its batch not done (its manifest may show up late: NFS's attribute
-    /// cache lets a folder's new file appear after the job's end is seen) or its files not
-    /// cleaned; or an attempt's files not cleaned. Each part by an index (`jobs_by_state`, `jobs_by_updated`,
-    /// `attempts_uncleaned`): as many rows as there is open work, whatever the run's size. A
-    /// result no part names (an `embed-job` run by hand) waits for the next full sweep.
     /// The batches an ingest could not read whole and reads again (`read_again` of
     /// [`IngestReport`]), kept in run.db: `status` and the loop are different processes.
     fn read_again(&self) -> Result<std::collections::BTreeSet<i64>> {
@@ -158,8 +153,14 @@ impl RunDb {
         Ok(())
     }
 
-    /// With each batch, whether it is quiet when its folder is empty (see
-    /// [`RunDb::ingest_folders`]); the batches an ingest could not read whole are among them.
+    /// The batches a poll between full sweeps reads: a job open; a job that ended in the last
+    /// ten minutes leaving its batch not done (its manifest may show up late: NFS's attribute
+    /// cache lets a folder's new file appear after the job's end is seen) or its files not
+    /// cleaned; an attempt's files not cleaned; or a file the last ingest could not read. Each
+    /// part by an index (`jobs_by_state`, `jobs_by_updated`, `attempts_uncleaned`): as many
+    /// rows as there is open work, whatever the run's size. A result no part names (an
+    /// `embed-job` run by hand) waits for the next full sweep. With each batch, whether it is
+    /// quiet when its folder is empty (see [`RunDb::ingest_folders`]).
     fn batches_with_open_work(&self) -> Result<Vec<(i64, bool)>> {
         let sql = format!(
             "WITH work (batch_id) AS (
