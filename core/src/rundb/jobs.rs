@@ -113,7 +113,11 @@ impl RunDb {
              FROM jobs WHERE state IN {} ORDER BY id",
             JobStatus::open_sql()
         );
-        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        // Asked several times a round by the submit loop: prepared once.
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| {
             Ok(JobRow {
                 batch_id: r.get(0)?,

@@ -10,6 +10,7 @@
 use super::{Result, RunDb};
 use crate::handoff::AttemptManifest;
 use crate::owner::unix_now;
+use crate::state::JobStatus;
 use serde::{Deserialize, Serialize};
 
 /// The run.db setting with the stall rule the submit loop was started with.
@@ -102,7 +103,13 @@ impl RunDb {
         let now = unix_now();
         let layout = self.layout();
         let mut found = Vec::new();
-        for job in self.open_jobs()? {
+        // A job the scheduler still holds in its queue has no attempt yet: its folder is not
+        // looked for (most of the open jobs of a busy run, at every poll).
+        let started = self
+            .open_jobs()?
+            .into_iter()
+            .filter(|j| !matches!(j.state, JobStatus::Pending | JobStatus::Submitting));
+        for job in started {
             for (_, manifest) in AttemptManifest::read_all(&layout, job.batch_id) {
                 // Unreadable now (being replaced, a read error): next poll.
                 let Ok(manifest) = manifest else { continue };

@@ -39,7 +39,7 @@ impl RunDb {
     pub fn queue_caps(&self) -> Result<BTreeMap<String, u32>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT name, cap FROM queues ORDER BY name")
+            .prepare_cached("SELECT name, cap FROM queues ORDER BY name")
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
         rows.and_then(|r| r.collect())

@@ -162,13 +162,14 @@ impl RunDb {
         let c = &self.conn;
         let e = |e| self.err(e);
         let scalar = |sql: &str| -> Result<u64> {
-            c.query_row(sql, [], |r| r.get::<_, Option<u64>>(0))
+            c.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.query_row([], |r| r.get::<_, Option<u64>>(0)))
                 .map(|v| v.unwrap_or(0))
                 .map_err(e)
         };
         let corrupt_files: BTreeMap<String, String> = {
             let mut stmt = c
-                .prepare("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL")
+                .prepare_cached("SELECT path, corrupt FROM corpus_files WHERE corrupt IS NOT NULL")
                 .map_err(e)?;
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)?
@@ -180,7 +181,7 @@ impl RunDb {
         // One row per collection the run uploaded into: a few, whatever the run's size.
         let released: BTreeMap<String, i64> = {
             let mut stmt = c
-                .prepare("SELECT collection, release FROM upload_releases")
+                .prepare_cached("SELECT collection, release FROM upload_releases")
                 .map_err(e)?;
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)?

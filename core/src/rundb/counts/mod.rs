@@ -96,9 +96,8 @@ impl RunDb {
         }
         (counts.shards, counts.rows_in_shards) = self
             .conn
-            .query_row("SELECT shards, rows FROM tally_shards", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .prepare_cached("SELECT shards, rows FROM tally_shards")
+            .and_then(|mut stmt| stmt.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
             .map_err(|e| self.err(e))?;
         counts.quarantined_by_reason = self
             .rows(
@@ -142,12 +141,11 @@ impl RunDb {
         // The span by the partial indexes on the finished runs: two index lookups.
         let span: Option<f64> = self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT (julianday((SELECT max(finished_at) FROM batch_runs WHERE state = 'done'))
                        - julianday((SELECT min(started_at) FROM batch_runs WHERE state = 'done'))) * 86400.0",
-                [],
-                |r| r.get(0),
             )
+            .and_then(|mut stmt| stmt.query_row([], |r| r.get(0)))
             .map_err(|e| self.err(e))?;
         counts.papers_per_second = rate(Some(papers_embedded as f64), span);
         Ok(counts)
