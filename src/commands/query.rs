@@ -162,6 +162,21 @@ fn say_query_report(
 
 /// `query` with no `--output`: each term's top hits, with the first words of each paper, on
 /// the terminal. Nothing is written.
+/// A term's top papers on stdout, a line each: rank, score, id, first words (`query` of
+/// terms, and the query that ends `run`).
+pub(crate) fn print_hits(term: &str, hits: &[embedfleet_upload::query::QueryHit]) {
+    println!("top {} papers for \"{term}\":", hits.len());
+    for (rank, h) in hits.iter().enumerate() {
+        println!(
+            "{:>2}. {:.4}  {}  {}",
+            rank + 1,
+            h.hit.score,
+            h.hit.paper_id.as_deref().unwrap_or("?"),
+            h.first_words.as_deref().unwrap_or("")
+        );
+    }
+}
+
 fn print_top_hits(
     db: &RunDb,
     sink: &dyn embedfleet_upload::Sink,
@@ -180,16 +195,7 @@ fn print_top_hits(
             search,
             12,
         )?;
-        println!("top {} papers for \"{term}\":", hits.len());
-        for (rank, h) in hits.iter().enumerate() {
-            println!(
-                "{:>2}. {:.4}  {}  {}",
-                rank + 1,
-                h.hit.score,
-                h.hit.paper_id.as_deref().unwrap_or("?"),
-                h.first_words.as_deref().unwrap_or("")
-            );
-        }
+        print_hits(term, &hits);
     }
     eprintln!("(printed, not saved: `--output FILE.parquet` writes every hit to a file)");
     super::wrote_nothing();

@@ -94,16 +94,7 @@ impl RunSteps for Printer<'_> {
         if upload.ensured.is_none() {
             return;
         }
-        println!("top {} papers for \"{}\":", hits.len(), self.query);
-        for (rank, h) in hits.iter().enumerate() {
-            println!(
-                "{:>2}. {:.4}  {}  {}",
-                rank + 1,
-                h.hit.score,
-                h.hit.paper_id.as_deref().unwrap_or("?"),
-                h.first_words.as_deref().unwrap_or("")
-            );
-        }
+        super::query::print_hits(self.query, hits);
     }
 }
 

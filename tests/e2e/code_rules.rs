@@ -3,14 +3,11 @@
 //! is a function over a file's text, shown failing on a made-up file below, then run over the
 //! workspace's own non-test sources.
 
+use crate::util::root;
 use std::path::{Path, PathBuf};
 
 const MAX_FILE_LINES: usize = 700;
 const MAX_FN_LINES: usize = 100;
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Every `.rs` file of the workspace that is not test, bench or example code, relative to the
 /// root: a `tests/` folder, a `tests.rs` or `tests_*.rs` module, `benches/`, `examples/`.

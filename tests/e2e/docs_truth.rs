@@ -2,11 +2,7 @@
 //! function or type they place "in" a file (`` `Name` (`path.rs`) ``, `` `Name` in `path.rs` ``)
 //! is defined there.
 
-use std::path::Path;
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::util::root;
 
 /// The markdown files that describe the code: ARCHITECTURE.md, README.md, BENCHMARKS.md and
 /// every page of docs/.

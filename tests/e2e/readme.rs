@@ -3,6 +3,7 @@
 //! `docs/NAME.md, "Title"` (or `README, "Title"`) exists, every relative link of README.md and
 //! docs/ resolves, and the README's two commands at the top are the ones that work.
 
+use crate::util::root;
 use crate::util::TestDir;
 use std::path::{Path, PathBuf};
 
@@ -10,10 +11,6 @@ const BEGIN: &str = "<!-- BEGIN HELP -->";
 const END: &str = "<!-- END HELP -->";
 /// Where the command reference lives (README links to it).
 const COMMANDS: &str = "docs/commands.md";
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))

@@ -6,7 +6,6 @@
 
 use crate::code_rules::{code_only, non_test_sources};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 /// The crates that do a stage's work. `core` (the run's files and run.db) and `models` (the
 /// model family) are below every stage, and `pipeline` is where the stages meet.
@@ -187,14 +186,13 @@ fn stage_calls_are_found_through_the_names_a_file_imports() {
 
 #[test]
 fn the_commands_call_only_the_stage_functions_listed_with_a_reason() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut unlisted = Vec::new();
     let mut used = BTreeSet::new();
     for rel in non_test_sources()
         .iter()
         .filter(|r| r.starts_with("src/commands"))
     {
-        let src = std::fs::read_to_string(root.join(rel)).unwrap();
+        let src = std::fs::read_to_string(crate::util::root().join(rel)).unwrap();
         for call in stage_calls(&src) {
             match allowed_by(&call) {
                 Some(entry) => {

@@ -3,6 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The repository root: what the docs and code-rule tests read.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
 pub struct TestDir {
     dir: tempfile::TempDir,
 }

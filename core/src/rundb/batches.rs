@@ -81,11 +81,8 @@ impl RunDb {
     /// Batches that need a job: not done, not given up on, and with no open job, in order.
     pub fn batches_without_job(&self) -> Result<Vec<i64>> {
         let sql = format!(
-            "SELECT id FROM batches b WHERE state IN {}
-               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state IN {})
-             ORDER BY id",
-            BatchState::open_sql(),
-            JobStatus::open_sql()
+            "SELECT id FROM batches b WHERE {} ORDER BY id",
+            without_job()
         );
         let mut stmt = self
             .conn
@@ -100,10 +97,8 @@ impl RunDb {
     /// without reading them all: the submit loop asks it at the end of every round.
     pub fn any_batch_without_job(&self) -> Result<bool> {
         let sql = format!(
-            "SELECT EXISTS (SELECT 1 FROM batches b WHERE state IN {}
-               AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state IN {}))",
-            BatchState::open_sql(),
-            JobStatus::open_sql()
+            "SELECT EXISTS (SELECT 1 FROM batches b WHERE {})",
+            without_job()
         );
         let mut stmt = self
             .conn
@@ -133,6 +128,15 @@ impl RunDb {
             .optional()
             .map_err(sqlite_err(&self.dir))
     }
+}
+
+/// The condition on a batch `b` that it needs a job: not done, not given up on, no job open.
+fn without_job() -> String {
+    format!(
+        "state IN {} AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state IN {})",
+        BatchState::open_sql(),
+        JobStatus::open_sql()
+    )
 }
 
 #[cfg(test)]
