@@ -259,13 +259,12 @@ poll_status() { # status --json as a user would run it, timed (its latency goes 
 done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
 # This run's jobs: their scripts are under $RUN/jobs.
 open_jobs() { jobs_of "$RUN" | wc -l; }
-running_jobs() { jobs_of "$RUN" running; }
 
 echo "== submit: $BATCHES batches to ${QUEUES}, with faults"
 submit_t0=$(date +%s.%N)
 start_loop
 cancel_target=$(( (BATCHES * CANCEL_PCT + 99) / 100 ))
-measuring= hung_job= cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
+measuring= hung_job= hung_pid= cancelled_pids= cancelled=0 kills=0 drained=0 drain_until=0 unreadable=0 hung=0 hung_batch= windows_started=0
 total_loop_cpu=0
 kill_at=(20 45 75)
 while kill -0 "$loop_pid" 2>/dev/null; do
@@ -289,21 +288,30 @@ while kill -0 "$loop_pid" 2>/dev/null; do
       start_loop
     fi
   fi
-  # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by 75 % done
-  # (while there are still running jobs to pick from).
+  # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by 75 % done.
+  # The victim is caught running, not picked from a listing (a job of a few seconds, PBS
+  # starting the next at once, often ended between the listing and its cancel, and a slow
+  # poll then found none running at all): an embed-job looked for every 50 ms for up to 3 s,
+  # stopped (SIGSTOP) so that its job cannot end before the cancel, its job cancelled, then
+  # continued so that it takes the scheduler's signal.
   if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES * 3)) -le $((cancel_target * d * 4)) ]; then
-    mapfile -t running < <(running_jobs | grep -vx "${hung_job:-none}")
-    # From a random one on, until a cancel is taken: a job of a few seconds (PBS starts the
-    # next at once) may have ended between the listing and its cancel.
-    first=$((RANDOM % (${#running[@]} + 1)))
-    for ((k = 0; k < ${#running[@]}; k++)); do
-      victim=${running[$(( (first + k) % ${#running[@]} ))]}
-      if cancel_job "$victim"; then
-        cancelled=$((cancelled + 1))
-        fault "$CANCEL_KIND" "job $victim cancelled while running ($cancelled of $cancel_target)"
-        break
-      fi
+    caught=
+    for _ in $(seq 1 60); do
+      for pid in $(pgrep -f -- "embed-job --run-dir $RUN "); do
+        [ "$pid" = "${hung_pid:-}" ] && continue
+        kill -STOP "$pid" 2>/dev/null && caught=$pid && break
+      done
+      [ -n "$caught" ] && break
+      sleep 0.05
     done
+    if [ -n "$caught" ]; then
+      victim=$(tr '\0' '\n' < "/proc/$caught/environ" 2>/dev/null | sed -n "s/^$(job_id_var)=//p")
+      if [ -n "$victim" ] && cancel_job "$victim"; then
+        cancelled=$((cancelled + 1)) cancelled_pids="$cancelled_pids $caught"
+        fault "$CANCEL_KIND" "job $victim cancelled while running ($cancelled of $cancel_target)"
+      fi
+      kill -CONT "$caught" 2>/dev/null
+    fi
   fi
   # One job hung: its embed-job stopped (SIGSTOP) until the scheduler's walltime kills it.
   # (Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under a
@@ -311,7 +319,10 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
     victim=
     for _ in $(seq 1 60); do
-      victim=$(pgrep -f -- "embed-job --run-dir $RUN " | head -n1)
+      for pid in $(pgrep -f -- "embed-job --run-dir $RUN "); do
+        case " $cancelled_pids " in *" $pid "*) continue ;; esac # ending: its job is cancelled
+        victim=$pid && break
+      done
       [ -n "$victim" ] && break
       sleep 0.05
     done
