@@ -8,16 +8,17 @@
 //! the last batch, adaptive against static, at the study's shape (2,075 batches of ~40 min),
 //! in scenarios whose queues are written down below, with a bound no routing can beat.
 //!
-//! Run: `cargo bench -p embedfleet-orchestrator --bench route_sim [-- SEEDS [WIDTH]]` (default 5
-//! seeds; WIDTH multiplies every cap, running limit and job limit; seconds). BENCHMARKS.md
-//! records the tables.
+//! Run: `cargo bench -p embedfleet-orchestrator --bench route_sim [-- SEEDS [WIDTH [LETTER]]]`
+//! (default 5 seeds; WIDTH multiplies every cap, running limit and job limit; a scenario's
+//! LETTER runs that one alone and prints each seed's walls; seconds). BENCHMARKS.md records the
+//! tables.
 
 #[path = "route_sim/bound.rs"]
 mod bound;
 #[path = "route_sim/world.rs"]
 mod world;
 
-use bound::bound_h;
+use bound::{bound_h, whole_jobs_h};
 use world::{mean, simulate, Outcome, QueueSpec, Scenario};
 
 use embedfleet_orchestrator::route::Route;
@@ -170,10 +171,13 @@ fn tail(w: u32) -> Scenario {
 }
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<u64> = all.iter().filter_map(|a| a.parse().ok()).collect();
+    // A scenario's letter (`d`) runs that one alone, with each seed's walls.
+    let only: Option<String> = all
+        .iter()
+        .find(|a| a.len() == 1 && a.chars().all(|c| c.is_ascii_lowercase()))
+        .map(|a| format!("({a})"));
     let seeds = args.first().copied().unwrap_or(5);
     let width = args.get(1).copied().unwrap_or(1) as u32;
     println!(
@@ -184,7 +188,25 @@ fn main() {
         "| scenario | static, name order | static, reversed order | adaptive | adaptive / better static | moves | twins | cancelled | node-hours on twins and moves | no routing below | static / bound | adaptive / bound |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut whole_rows = Vec::new();
     for s in scenarios(width) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !s.label.starts_with(o.as_str()))
+        {
+            continue;
+        }
+        if only.is_some() {
+            for seed in 1..=seeds {
+                let st = simulate(&s, Route::Static, false, seed).wall_h;
+                let rv = simulate(&s.queue_order_reversed(), Route::Static, false, seed).wall_h;
+                let ad = simulate(&s, Route::Adaptive, true, seed);
+                println!(
+                    "seed {seed}: static {st:.2} h, reversed {rv:.2} h, adaptive {:.2} h ({:.0} moves)",
+                    ad.wall_h, ad.moves
+                );
+            }
+        }
         let fixed = mean(seeds, |seed| simulate(&s, Route::Static, false, seed));
         let flipped = s.queue_order_reversed();
         let other = mean(seeds, |seed| simulate(&flipped, Route::Static, false, seed));
@@ -206,8 +228,25 @@ fn main() {
             better / bound,
             a.wall_h / bound
         );
+        let whole: Option<Vec<f64>> = (1..=seeds).map(|seed| whole_jobs_h(&s, seed)).collect();
+        if let Some(whole) = whole {
+            let whole = whole.iter().sum::<f64>() / seeds as f64;
+            whole_rows.push((s.label.clone(), whole, better, a.wall_h, bound));
+        }
     }
-    tail_table(seeds, &tail(width));
+    println!();
+    println!("| scenario | no routing below | in whole jobs | better static / whole jobs | adaptive / whole jobs |");
+    println!("|---|---|---|---|---|");
+    for (label, whole, better, adaptive, bound) in whole_rows {
+        println!(
+            "| {label} | {bound:.2} h | {whole:.2} h | {:.3} | **{:.3}** |",
+            better / whole,
+            adaptive / whole
+        );
+    }
+    if only.as_deref().is_none_or(|o| o == "(e)") {
+        tail_table(seeds, &tail(width));
+    }
 }
 
 /// (e): static, adaptive without and with speculation, the bound, and what the twins and

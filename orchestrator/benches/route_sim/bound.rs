@@ -12,7 +12,7 @@
 use embedfleet_orchestrator::sample::Rng;
 
 use super::world::{lognormal, QueueSpec, Scenario};
-use super::{BATCHES, RUN_S};
+use super::{BATCHES, POLL_S, RUN_S};
 
 /// The shortest mean wait, in hours, that any rule of giving up on a job after it has waited
 /// `tau` and sending it again can get from a queue's wait distribution: E[min(W, tau)] / P(W <=
@@ -81,4 +81,72 @@ pub fn bound_h(s: &Scenario) -> f64 {
         }
     }
     (BATCHES as f64 + closed_work) / rate
+}
+
+/// The same bound in whole jobs, for a world where every queue's running limit binds (no job
+/// limit, no preemption, no refused submissions, one node a job): no routing keeps the
+/// running places busier than one that has a ready job behind every place the moment it
+/// frees. This is that schedule, drawn like the world: each place's first job starts after
+/// its own wait (the `running` earliest of the `cap` jobs sent at the first poll), the next
+/// ones back to back, each run drawn as the world draws it; the earliest free place takes the
+/// next batch (with jobs alike, no order finishes sooner); a closed queue starts nothing from
+/// the poll after half the batches were seen done until it reopens. Its wall, the poll that
+/// sees the last batch end, is what the fluid bound leaves out: the first waits, the last
+/// wave (a place runs a job or none: in (a) at x5, 2,075 batches over 100 places are 20 waves
+/// and 75 batches more, which take a whole run), and where in its jobs' runs the queue closed.
+/// It is a mean over seeds of its own draws: a run of the world may fall below it by luck.
+/// `None` where the world is not of that kind.
+pub fn whole_jobs_h(s: &Scenario, seed: u64) -> Option<f64> {
+    let running_bound = s.queues.iter().all(|q| {
+        let r = place_rate(q);
+        q.preempt == 0.0
+            && q.refuses_for_s.is_none()
+            && q.nodes == 1
+            && r.useful < f64::from(q.cap)
+            // A queued job behind every running one, ready (its wait over) when its place frees.
+            && q.cap >= 2 * q.running
+    });
+    if s.max_jobs.is_some() || !running_bound {
+        return None;
+    }
+    let mut rng = Rng(seed ^ 0xb0_0d);
+    // (free at, queue) for every running place.
+    let mut places: Vec<(f64, usize)> = Vec::new();
+    for (i, q) in s.queues.iter().enumerate() {
+        let mut ready: Vec<f64> = (0..q.cap)
+            .map(|_| POLL_S + lognormal(&mut rng, q.wait_median_s, q.wait_sigma))
+            .collect();
+        ready.sort_by(f64::total_cmp);
+        places.extend(ready.into_iter().take(q.running as usize).map(|t| (t, i)));
+    }
+    let poll_after = |t: f64| (t / POLL_S).ceil() * POLL_S;
+    let mut ends: Vec<f64> = Vec::with_capacity(BATCHES as usize);
+    // From when the closed queue starts nothing: the poll that sees half the batches done (the
+    // world closes it at the next poll, whose starts date from this one).
+    let mut closes_at: Option<f64> = None;
+    while ends.len() < BATCHES as usize {
+        places.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (free, q) = places[0];
+        if let Some(closed_for) = s.queues[q].closed_for_s {
+            if closes_at.is_none() && ends.len() >= BATCHES as usize / 2 {
+                // Every end to come is later than `free`: once the half-way end's poll is
+                // not after it, that poll is final.
+                let mut sorted = ends.clone();
+                sorted.sort_by(f64::total_cmp);
+                let seen = poll_after(sorted[BATCHES as usize / 2 - 1]);
+                closes_at = (seen <= free).then_some(seen);
+            }
+            if let Some(c) = closes_at {
+                if free >= c && free < c + closed_for {
+                    places[0].0 = c + closed_for;
+                    continue;
+                }
+            }
+        }
+        let run = RUN_S * (1.0 + 0.03 * rng.normal()).max(0.5);
+        ends.push(free + run);
+        places[0].0 = free + run;
+    }
+    let last = ends.iter().copied().fold(0.0, f64::max);
+    Some(poll_after(last) / 3600.0)
 }
