@@ -189,6 +189,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut whole_rows = Vec::new();
+    let mut reads = Vec::new();
     for s in scenarios(width) {
         if only
             .as_ref()
@@ -228,11 +229,23 @@ fn main() {
             better / bound,
             a.wall_h / bound
         );
+        reads.push((s.label.clone(), a.rounds, a.cut_short));
         let whole: Option<Vec<f64>> = (1..=seeds).map(|seed| whole_jobs_h(&s, seed)).collect();
         if let Some(whole) = whole {
             let whole = whole.iter().sum::<f64>() / seeds as f64;
             whole_rows.push((s.label.clone(), whole, better, a.wall_h, bound));
         }
+    }
+    // How often the adaptive round walked past the batches it read first (the caps' worth
+    // and one) and was planned again from more.
+    println!();
+    println!("| scenario | adaptive rounds | planned again from more batches |");
+    println!("|---|---|---|");
+    for (label, rounds, again) in reads {
+        println!(
+            "| {label} | {rounds:.0} | {again:.1} ({:.2} %) |",
+            100.0 * again / rounds
+        );
     }
     println!();
     println!("| scenario | no routing below | in whole jobs | better static / whole jobs | adaptive / whole jobs |");

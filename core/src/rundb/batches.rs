@@ -93,6 +93,20 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// The first `limit` of [`RunDb::batches_without_job`], read without the rest: the submit
+    /// loop's round reads only what it uses. The condition is written so that SQLite walks
+    /// the index of unsettled batches in id order and stops at `limit`.
+    pub fn first_batches_without_job(&self, limit: usize) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&first_without_job_sql())
+            .map_err(sqlite_err(&self.dir))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map([limit], |r| r.get(0));
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Whether any batch waits for a job ([`RunDb::batches_without_job`] is not empty), asked
     /// without reading them all: the submit loop asks it at the end of every round.
     pub fn any_batch_without_job(&self) -> Result<bool> {
@@ -139,10 +153,58 @@ fn without_job() -> String {
     )
 }
 
+/// [`RunDb::first_batches_without_job`]'s query: the condition of the partial index
+/// `batches_unsettled` (schema v12) spelled as the index spells it, so that SQLite may walk it.
+fn first_without_job_sql() -> String {
+    format!(
+        "SELECT id FROM batches b INDEXED BY batches_unsettled \
+         WHERE (state != 'done' OR results_settled = 0) AND {} ORDER BY id LIMIT ?1",
+        without_job()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rundb::test_support::db_with_batches;
+
+    #[test]
+    fn the_first_batches_without_a_job_are_read_in_order_from_the_unsettled_index() {
+        let (_dir, mut db) = db_with_batches(40);
+        for b in [1, 2, 3, 7] {
+            db.set_batch_state(BatchId(b), BatchState::Done).unwrap();
+        }
+        db.set_batch_state(BatchId(9), BatchState::Failed).unwrap();
+        db.insert_job(&crate::rundb::NewJob {
+            batches: &[4, 5],
+            attempt: 1,
+            backend: "local",
+            queue: "q",
+            name: "j1",
+            script: "s",
+            log: "l",
+            marker: "m",
+        })
+        .unwrap();
+        let all = db.batches_without_job().unwrap();
+        assert_eq!(all[..4], [6, 8, 10, 11]);
+        for limit in [0, 1, 3, 10, 33, 34, 100] {
+            let first = db.first_batches_without_job(limit).unwrap();
+            assert_eq!(first, all[..limit.min(all.len())], "limit {limit}");
+        }
+        // It walks the index of unsettled batches in id order and stops at the limit: no
+        // sort of every open batch (the whole plan, at the start of a run) to keep a few.
+        let plan: Vec<String> = db
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", first_without_job_sql()))
+            .unwrap()
+            .query_map([5], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(plan[0].contains("batches_unsettled"), "{plan:?}");
+        assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:?}");
+    }
 
     #[test]
     fn a_range_counts_its_done_batches_and_only_the_batches_the_run_has() {

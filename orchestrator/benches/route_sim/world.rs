@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use embedfleet_core::rundb::JobRow;
 use embedfleet_core::state::JobStatus;
-use embedfleet_orchestrator::route::{PlannedJob, Route, Routing};
+use embedfleet_orchestrator::route::{Pending, PlannedJob, Route, Routing};
 use embedfleet_orchestrator::sample::Rng;
 
 use super::{BATCHES, POLL_S, RUN_S};
@@ -75,6 +75,9 @@ pub struct Outcome {
     pub moves: f64,
     /// Jobs routing cancelled (moves and slower twins).
     pub cancelled: f64,
+    /// Rounds whose plan walked past the batches first read and was made again from more.
+    pub cut_short: f64,
+    pub rounds: f64,
 }
 
 /// Means over `seeds` runs.
@@ -90,6 +93,8 @@ pub fn mean(seeds: u64, run: impl Fn(u64) -> Outcome) -> Outcome {
         sum.twins += o.twins / n;
         sum.moves += o.moves / n;
         sum.cancelled += o.cancelled / n;
+        sum.cut_short += o.cut_short / n;
+        sum.rounds += o.rounds / n;
     }
     sum
 }
@@ -159,6 +164,7 @@ pub fn simulate(s: &Scenario, route: Route, speculate: bool, seed: u64) -> Outco
             sim.estimates();
         }
         sim.round();
+        sim.out.rounds += 1.0;
         assert!(
             sim.t < 3600.0 * 24.0 * 60.0,
             "the simulated run did not end in 60 days"
@@ -403,10 +409,23 @@ impl Sim<'_> {
             .map(|q| (q.name.as_str(), q.nodes))
             .collect();
         let disabled: BTreeSet<String> = self.routing.cooling(t).cloned().collect();
-        let pending: Vec<i64> = self.pending.iter().copied().collect();
-        let plan = self
-            .routing
-            .round(&caps, |q| nodes[q], &self.rows, &pending, &disabled, t);
+        // As the loop reads them: the first few, more while a plan walks to their end.
+        let mut want = Pending::to_read_first(&caps, |q| nodes[q]);
+        let plan = loop {
+            let first: Vec<i64> = self.pending.iter().copied().take(want).collect();
+            let pending = Pending {
+                batches: &first,
+                cut: self.pending.len() > want,
+            };
+            let plan = self
+                .routing
+                .round(&caps, |q| nodes[q], &self.rows, pending, &disabled, t);
+            if !plan.cut_short {
+                break plan;
+            }
+            self.out.cut_short += 1.0;
+            want = Pending::more(want);
+        };
         for mv in &plan.moves {
             if self.routing.cancelling(&mv.job) {
                 continue;

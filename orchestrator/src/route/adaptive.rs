@@ -6,7 +6,9 @@
 //! to a slow queue that a faster one would finish first. A queue with nothing learned yet takes
 //! part with a guessed start (`assess.rs`). List scheduling on expected times: it
 //! needs no tuning, and a round stops as soon as no slot is free now (at most one pass over the
-//! pending batches, each against every queue's slots).
+//! pending batches, each against every queue's slots). A round with no slot free now looks at
+//! no batch; one that sends jobs looks at those and at the batches it sets to wait for a slow
+//! queue's slot to be worth it, a number set by the queues, not by the run's size.
 //!
 //! Under a limit of jobs over all queues (`--max-jobs`) a place is what is scarce, not a slot:
 //! a place given to a queue whose jobs wait three hours is one not given to a queue whose jobs
@@ -17,7 +19,7 @@
 
 use super::assess::{assess, Assessed};
 use super::tail::{moves_and_twins, Slots};
-use super::{PlannedJob, QueueOutlook, Round, RoutePlan, Router};
+use super::{CutShort, PlannedJob, QueueOutlook, Round, RoutePlan, Router};
 
 pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
     let queues = assess(router, round);
@@ -28,18 +30,23 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
     };
     if usable <= 1 {
         // One queue: nothing to choose between; it is filled as the static route fills it.
-        plan.jobs = super::static_jobs(round);
+        (plan.jobs, plan.cut_short) = super::static_jobs(round);
         return plan;
     }
     let mut slots = Slots::of(&queues, round.now_s);
     let mut places = round.places();
-    let share = shares(&queues, round);
+    let Ok(share) = shares(&queues, round) else {
+        plan.cut_short = true;
+        return plan;
+    };
     let mut sent = vec![0usize; queues.len()];
     let mut next = 0;
     // Batches whose best slot frees later wait for it (taking it on paper), so that a later
     // batch may still find a slower queue's free slot the better one.
     let mut waiting = false;
-    while next < round.pending.len() && places > 0 {
+    // The end of a cut list is not the end of the batches: a plan that needs one past it is
+    // cut short, and made again from more.
+    while places > 0 && (next < round.pending.len() || round.pending_cut) {
         let allowed = |i: usize| {
             share
                 .as_ref()
@@ -51,7 +58,12 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
         let Some((at, i)) = slots.best_among(&queues, allowed) else {
             break;
         };
-        let end = (next + queues[i].view.nodes.max(1)).min(round.pending.len());
+        let end = next + queues[i].view.nodes.max(1);
+        if end > round.pending.len() && round.pending_cut {
+            plan.cut_short = true;
+            return plan;
+        }
+        let end = end.min(round.pending.len());
         let chunk = &round.pending[next..end];
         if plan.next.is_none() {
             plan.next = Some(if slots.free_now(i) {
@@ -70,14 +82,18 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
         slots.take(i, queues[i].cost_s());
         next = end;
     }
-    if plan.next.is_none() && places == 0 && next < round.pending.len() {
+    let batches_left = next < round.pending.len() || round.pending_cut;
+    if plan.next.is_none() && places == 0 && batches_left {
+        let Some(batch) = round.pending.get(next) else {
+            plan.cut_short = true;
+            return plan;
+        };
         plan.next = Some(format!(
-            "batch {} waits for a place: the run holds the {} jobs it may (--max-jobs)",
-            round.pending[next],
+            "batch {batch} waits for a place: the run holds the {} jobs it may (--max-jobs)",
             round.open_jobs()
         ));
     }
-    let no_batch_waiting = !waiting && next >= round.pending.len();
+    let no_batch_waiting = !waiting && !batches_left;
     let (moves, twins) = moves_and_twins(&queues, &mut slots, round, no_batch_waiting, places);
     plan.moves = moves;
     plan.twins = twins;
@@ -88,9 +104,12 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
 /// finishes there per second, the best queue first, each up to its cap (the share that
 /// finishes the most batches per hour: a fractional knapsack). `None` without a limit, and at
 /// the tail, where the batches left fit in one job per place of the share: each then goes
-/// where it finishes soonest.
-fn shares(queues: &[Assessed], round: &Round<'_>) -> Option<Vec<usize>> {
-    let mut left = round.max_jobs? as usize;
+/// where it finishes soonest. `Err` where a cut `pending` list cannot tell which.
+fn shares(queues: &[Assessed], round: &Round<'_>) -> Result<Option<Vec<usize>>, CutShort> {
+    let Some(max_jobs) = round.max_jobs else {
+        return Ok(None);
+    };
+    let mut left = max_jobs as usize;
     let rate = |q: &Assessed| q.view.nodes.max(1) as f64 / q.cost_s().max(1.0);
     let mut order: Vec<usize> = (0..queues.len())
         .filter(|&i| queues[i].usable() && !queues[i].stopped)
@@ -123,7 +142,7 @@ fn shares(queues: &[Assessed], round: &Round<'_>) -> Option<Vec<usize>> {
     let per_round: usize = (0..queues.len())
         .map(|i| share[i] * queues[i].view.nodes.max(1))
         .sum();
-    (round.pending.len() > per_round).then_some(share)
+    Ok(round.more_pending_than(per_round)?.then_some(share))
 }
 
 fn job(q: &Assessed, chunk: &[i64]) -> PlannedJob {

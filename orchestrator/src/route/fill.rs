@@ -15,7 +15,8 @@ pub struct PlannedJob {
 /// queues take turns one job at a time (in the order given: name order), so work spreads over
 /// queues rather than filling the first one and starving the rest. A queue's open jobs (queued,
 /// running or being cancelled) count toward its cap, and every queue's toward `max_jobs`.
-pub fn fill_queues(round: &Round<'_>) -> Vec<PlannedJob> {
+/// Also says whether it ran out of a cut `pending` list (the jobs are then not all there are).
+pub fn fill_queues(round: &Round<'_>) -> (Vec<PlannedJob>, bool) {
     let mut room: Vec<(&str, usize, u32)> = round
         .queues
         .iter()
@@ -31,8 +32,14 @@ pub fn fill_queues(round: &Round<'_>) -> Vec<PlannedJob> {
     let mut jobs = Vec::new();
     while !room.is_empty() {
         for (queue, nodes, left) in room.iter_mut() {
-            if next >= round.pending.len() || places == 0 {
-                return jobs;
+            if places == 0 {
+                return (jobs, false);
+            }
+            if next + *nodes > round.pending.len() && round.pending_cut {
+                return (jobs, true);
+            }
+            if next >= round.pending.len() {
+                return (jobs, false);
             }
             let end = (next + *nodes).min(round.pending.len());
             jobs.push(PlannedJob {
@@ -45,7 +52,7 @@ pub fn fill_queues(round: &Round<'_>) -> Vec<PlannedJob> {
         }
         room.retain(|(_, _, left)| *left > 0);
     }
-    jobs
+    (jobs, false)
 }
 
 #[cfg(test)]
@@ -76,9 +83,11 @@ mod tests {
             now_s: 0.0,
             queues,
             pending,
+            pending_cut: false,
             speculate: false,
             max_jobs,
         })
+        .0
     }
 
     fn count(jobs: &[PlannedJob], queue: &str) -> usize {

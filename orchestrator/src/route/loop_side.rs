@@ -13,7 +13,8 @@ use embedfleet_core::state::JobStatus;
 use embedfleet_core::status_snapshot::RoutingState;
 
 use super::{
-    JobEnd, Move, MoveKind, OpenJob, QueueOutlook, QueueView, Round, Route, RoutePlan, Router,
+    JobEnd, Move, MoveKind, OpenJob, Pending, QueueOutlook, QueueView, Round, Route, RoutePlan,
+    Router,
 };
 
 /// What the loop saw of a job, for its own bookkeeping.
@@ -167,14 +168,15 @@ impl Routing {
     }
 
     /// This round's plan from the run's open job rows (one per batch of a job), its queues'
-    /// caps, the batches per job of each queue, the batches without a job and the queues that
-    /// take none now.
+    /// caps, the batches per job of each queue, the batches without a job (all of them, or
+    /// the first of them) and the queues that take none now. Asked again in the same round
+    /// with more batches (a plan `cut_short`), it decides from the same knowledge.
     pub fn round(
         &mut self,
         caps: &BTreeMap<String, u32>,
         nodes: impl Fn(&str) -> usize,
         open: &[JobRow],
-        pending: &[i64],
+        pending: Pending<'_>,
         disabled: &BTreeSet<String>,
         now_s: f64,
     ) -> RoutePlan {
@@ -183,7 +185,8 @@ impl Routing {
         let plan = self.router.plan(&Round {
             now_s,
             queues: &queues,
-            pending,
+            pending: pending.batches,
+            pending_cut: pending.cut,
             speculate: self.speculate,
             max_jobs: self.max_jobs,
         });

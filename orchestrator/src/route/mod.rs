@@ -108,8 +108,12 @@ pub struct QueueView {
 pub struct Round<'a> {
     pub now_s: f64,
     pub queues: &'a [QueueView],
-    /// Batches with no open job, in order.
+    /// Batches with no open job, in order: all of them, or (`pending_cut`) the first of them.
     pub pending: &'a [i64],
+    /// More batches without a job follow `pending`: the loop reads only as many as a round
+    /// uses (2,075 wait at the start of the study's run; a round that sends nothing needs a
+    /// few). A plan that walks to the end of a cut list says so ([`RoutePlan::cut_short`]).
+    pub pending_cut: bool,
     /// Whether the tail may get speculative twins (`--speculate`).
     pub speculate: bool,
     /// The most jobs the run may hold queued or running over all its queues together (a
@@ -124,6 +128,16 @@ impl Round<'_> {
         self.queues.iter().map(|q| q.jobs.len()).sum()
     }
 
+    /// Whether more than `n` batches wait for a job; `Err` where the cut list is too short to
+    /// tell.
+    pub fn more_pending_than(&self, n: usize) -> Result<bool, CutShort> {
+        match (self.pending.len() > n, self.pending_cut) {
+            (true, _) => Ok(true),
+            (false, true) => Err(CutShort),
+            (false, false) => Ok(false),
+        }
+    }
+
     /// Places left under `max_jobs` (no limit: as many as there could be).
     pub fn places(&self) -> usize {
         match self.max_jobs {
@@ -132,6 +146,42 @@ impl Round<'_> {
         }
     }
 }
+
+/// The batches with no open job a round is decided from, in order: all of them, or the first
+/// of them (`cut`: more follow; see [`Round::pending_cut`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Pending<'a> {
+    pub batches: &'a [i64],
+    pub cut: bool,
+}
+
+impl<'a> Pending<'a> {
+    pub fn all(batches: &'a [i64]) -> Self {
+        Self {
+            batches,
+            cut: false,
+        }
+    }
+
+    /// How many a round reads first: every queue's cap in batches, and one more. That is
+    /// enough for any round that fills the free places; a plan that walks further (batches set
+    /// to wait on paper for a faster queue's slots) says so, and the loop reads
+    /// [`Pending::more`] of them.
+    pub fn to_read_first(caps: &BTreeMap<String, u32>, nodes: impl Fn(&str) -> usize) -> usize {
+        caps.iter()
+            .map(|(queue, cap)| (*cap as usize).saturating_mul(nodes(queue).max(1)))
+            .fold(1usize, usize::saturating_add)
+    }
+
+    /// How many to read after a plan from `read` of them was cut short.
+    pub fn more(read: usize) -> usize {
+        read.saturating_mul(4)
+    }
+}
+
+/// A round's decision needs batches past the end of a cut `pending` list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CutShort;
 
 /// Why a queued job is cancelled and its batches sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +214,10 @@ pub struct RoutePlan {
     pub outlook: Vec<QueueOutlook>,
     /// Where the next batch goes and why, in words.
     pub next: Option<String>,
+    /// The plan walked to the end of a cut `pending` list ([`Round::pending_cut`]): what it
+    /// would decide past it is unknown, so it is not to be carried out; the loop plans again
+    /// from more of the batches.
+    pub cut_short: bool,
 }
 
 /// The route and what it has learned of each queue.
@@ -290,17 +344,22 @@ impl Router {
     /// This round's jobs, twins and moves.
     pub fn plan(&self, round: &Round<'_>) -> RoutePlan {
         match self.route {
-            Route::Static => RoutePlan {
-                jobs: static_jobs(round),
-                outlook: adaptive::outlook(self, round),
-                ..RoutePlan::default()
-            },
+            Route::Static => {
+                let (jobs, cut_short) = static_jobs(round);
+                RoutePlan {
+                    jobs,
+                    cut_short,
+                    outlook: adaptive::outlook(self, round),
+                    ..RoutePlan::default()
+                }
+            }
             Route::Adaptive => adaptive::plan(self, round),
         }
     }
 }
 
-fn static_jobs(round: &Round<'_>) -> Vec<PlannedJob> {
+/// The static route's jobs, and whether it ran out of a cut `pending` list.
+fn static_jobs(round: &Round<'_>) -> (Vec<PlannedJob>, bool) {
     fill_queues(round)
 }
 

@@ -53,6 +53,7 @@ fn round<'a>(queues: &'a [QueueView], pending: &'a [i64]) -> Round<'a> {
         now_s: NOW,
         queues,
         pending,
+        pending_cut: false,
         speculate: true,
         max_jobs: None,
     }
@@ -357,4 +358,72 @@ fn the_schedulers_estimate_for_a_job_not_yet_sent_moves_where_the_next_batch_goe
     router.job_started("b-job", "b", NOW, NOW + 600.0);
     let error = router.model("b").unwrap().estimate_error.get().unwrap();
     assert_eq!(error, 3.0 * 3600.0 - 600.0);
+}
+
+/// Every plan made from the first `k` of the batches (the list cut) is the plan made from all
+/// of them, or says it was cut short: the submit loop reads only the first few each round.
+fn cut_lists_plan_as_the_whole_list(router: &Router, queues: &[QueueView], max_jobs: Option<u32>) {
+    let pending: Vec<i64> = (1..=120).collect();
+    let whole = router.plan(&Round {
+        max_jobs,
+        ..round(queues, &pending)
+    });
+    assert!(!whole.cut_short);
+    for k in 0..pending.len() {
+        let cut = router.plan(&Round {
+            pending: &pending[..k],
+            pending_cut: true,
+            max_jobs,
+            ..round(queues, &pending)
+        });
+        if !cut.cut_short {
+            assert_eq!(cut, whole, "a plan from the first {k} batches");
+        }
+    }
+}
+
+#[test]
+fn a_plan_from_the_first_batches_is_the_plan_from_all_or_says_it_was_cut_short() {
+    let router = learned(&[("fast", 300.0), ("slow", 10_800.0)], 5);
+    let free = [queue("fast", 4, vec![]), queue("slow", 4, vec![])];
+    // The slow queue's slots take batches only after the fast one's fourth round on paper
+    // (about the 20th): a plan from the first 9 (what the loop reads first: the caps and one)
+    // cannot know where they go, one from the first 40 can.
+    let first = |k: usize| {
+        let pending: Vec<i64> = (1..=k as i64).collect();
+        router.plan(&Round {
+            pending_cut: true,
+            ..round(&free, &pending)
+        })
+    };
+    assert!(first(9).cut_short);
+    assert!(!first(40).cut_short);
+    assert_eq!(sent_to(&first(40), "slow").len(), 4);
+    // Every queue full: nothing is sent, and one batch is enough to say so.
+    let full = [
+        queue(
+            "fast",
+            2,
+            vec![queued("f1", 200, 100.0), running("f2", 201, 60.0)],
+        ),
+        queue("slow", 1, vec![queued("s1", 202, 600.0)]),
+    ];
+    let plan = router.plan(&Round {
+        pending_cut: true,
+        ..round(&full, &[1])
+    });
+    assert!(!plan.cut_short && plan.jobs.is_empty(), "{plan:?}");
+    let some_room = [
+        queue("fast", 4, vec![running("f1", 200, 600.0)]),
+        queue("slow", 4, vec![queued("s1", 201, 9000.0)]),
+        queue("new", 2, vec![]),
+    ];
+    for queues in [&free[..], &full[..], &some_room[..]] {
+        for max_jobs in [None, Some(3), Some(6)] {
+            cut_lists_plan_as_the_whole_list(&router, queues, max_jobs);
+            let mut fixed = router.clone();
+            fixed.route = Route::Static;
+            cut_lists_plan_as_the_whole_list(&fixed, queues, max_jobs);
+        }
+    }
 }

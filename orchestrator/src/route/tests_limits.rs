@@ -48,6 +48,7 @@ fn round<'a>(queues: &'a [QueueView], pending: &'a [i64], max_jobs: Option<u32>)
         now_s: NOW,
         queues,
         pending,
+        pending_cut: false,
         speculate: true,
         max_jobs,
     }
@@ -281,7 +282,14 @@ fn a_requeued_job_waits_again_from_its_requeue_and_a_cancelled_one_holds_its_pla
     assert_eq!(routing.router.model("a").unwrap().preempted, 1);
     // Back in its queue: it has waited since the requeue, not since it was sent.
     let j1 = row("j1", 1, JobStatus::Pending, Some(1600.0));
-    let plan = routing.round(&caps, |_| 1, std::slice::from_ref(&j1), &[], &none, 5600.0);
+    let plan = routing.round(
+        &caps,
+        |_| 1,
+        std::slice::from_ref(&j1),
+        Pending::all(&[]),
+        &none,
+        5600.0,
+    );
     assert_eq!(plan.outlook[0].longest_wait_s, 600.0);
     // Its second start is learned from the requeue (a 700-s wait), and its run from then.
     assert_eq!(routing.saw(&j1, JobStatus::Running, 5700.0), Seen::Started);
@@ -308,7 +316,7 @@ fn a_requeued_job_waits_again_from_its_requeue_and_a_cancelled_one_holds_its_pla
     let why = routing.moved(&mv, &j2, 9000.0);
     assert!(routing.cancelling("j2"));
     let open = [j2.clone(), j3];
-    let plan = routing.round(&caps, |_| 1, &open, &[4, 5], &none, 9060.0);
+    let plan = routing.round(&caps, |_| 1, &open, Pending::all(&[4, 5]), &none, 9060.0);
     assert!(plan.jobs.is_empty(), "{plan:?}");
     assert_eq!(routing.ended_by_routing(&[&j2], 9120.0), Some((why, true)));
     assert!(!routing.cancelling("j2"));

@@ -30,7 +30,6 @@ impl SubmitLoop<'_> {
     pub(super) fn submit_round(&mut self) -> Result<()> {
         let caps = self.caps()?;
         let open = self.db.open_jobs()?;
-        let pending = self.in_scope(self.db.batches_without_job()?);
         let now = embedfleet_core::owner::unix_now();
         // A queue that is refused, or cooling after a failed submission, gets no job this
         // round: its batches go to the queues that take them.
@@ -40,8 +39,7 @@ impl SubmitLoop<'_> {
             .chain(self.routing.cooling(now))
             .cloned()
             .collect();
-        self.refresh_new_job_estimates(&caps, &open, &pending, &disabled);
-        let plan = self.route_round(&caps, &open, &pending, &disabled);
+        let plan = self.plan_round(&caps, &open, &disabled)?;
         self.apply_moves(&plan, &open)?;
         let mut failed_now: BTreeSet<String> = BTreeSet::new();
         for (k, job) in plan.jobs.iter().chain(&plan.twins).enumerate() {

@@ -227,7 +227,12 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
     let open = lp.db.open_jobs()?;
     let pending = lp.db.batches_without_job()?;
     let planned = lp
-        .route_round(&caps, &open, &pending, &BTreeSet::new())
+        .route_round(
+            &caps,
+            &open,
+            crate::route::Pending::all(&pending),
+            &BTreeSet::new(),
+        )
         .jobs;
     planned
         .iter()

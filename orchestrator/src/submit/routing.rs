@@ -13,7 +13,7 @@ use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::BatchId;
 
 use super::{Result, SubmitLoop};
-use crate::route::{JobEnd, RoutePlan, Routing, Seen};
+use crate::route::{JobEnd, Pending, RoutePlan, Routing, Seen};
 
 /// When the scheduler was last asked for start estimates.
 #[derive(Debug, Default, Clone)]
@@ -159,12 +159,51 @@ impl SubmitLoop<'_> {
         }
     }
 
-    /// This round's plan: the open jobs by queue, the pending batches, and what is usable.
+    /// This round's plan from as few of the batches without a job as it uses. Every poll
+    /// ends in a round, and most send nothing (every queue full): reading every such batch
+    /// (2,075 at the start of the study's run) to use none was the round's one read that grew
+    /// with the run. It reads [`Pending::to_read_first`] of them, and [`Pending::more`] while
+    /// a plan walks to the end of what it read. The trial's scope is one batch: it reads all.
+    pub(super) fn plan_round(
+        &mut self,
+        caps: &BTreeMap<String, u32>,
+        open: &[JobRow],
+        disabled: &BTreeSet<String>,
+    ) -> Result<RoutePlan> {
+        let nodes = self.nodes();
+        let mut want = Pending::to_read_first(caps, |_| nodes);
+        let mut first_read = true;
+        loop {
+            let (batches, cut) = if self.opts.trial.is_some() {
+                (self.in_scope(self.db.batches_without_job()?), false)
+            } else {
+                let mut first = self.db.first_batches_without_job(want.saturating_add(1))?;
+                let cut = first.len() > want;
+                first.truncate(want);
+                (first, cut)
+            };
+            if first_read {
+                self.refresh_new_job_estimates(caps, open, &batches, disabled);
+                first_read = false;
+            }
+            let pending = Pending {
+                batches: &batches,
+                cut,
+            };
+            let plan = self.route_round(caps, open, pending, disabled);
+            if !plan.cut_short {
+                return Ok(plan);
+            }
+            want = Pending::more(want);
+        }
+    }
+
+    /// A plan from these open jobs and batches without a job.
     pub(super) fn route_round(
         &mut self,
         caps: &BTreeMap<String, u32>,
         open: &[JobRow],
-        pending: &[i64],
+        pending: Pending<'_>,
         disabled: &BTreeSet<String>,
     ) -> RoutePlan {
         let nodes = self.nodes();
