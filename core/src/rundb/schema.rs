@@ -543,8 +543,9 @@ BEGIN
 END;
 
 -- What every poll looks up by index rather than by a pass over the run: the batches waiting
--- for a job (`batches_without_job`), and those whose results folder an ingest reads
--- (`unsettled_batches`: not settled, or with an attempt's files left).
+-- for a job (`batches_without_job`; the first few, in id order, through `batches_unsettled`),
+-- and those whose results folder an ingest reads (not settled, or with an attempt's files
+-- left: `attempts/open_work.rs`).
 CREATE INDEX batches_by_state ON batches (state);
 CREATE INDEX batches_unsettled ON batches (id) WHERE state != 'done' OR results_settled = 0;
 CREATE INDEX attempts_uncleaned ON attempts (batch_id) WHERE cleaned = 0 AND state != 'accepted';
