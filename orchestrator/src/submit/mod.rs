@@ -39,6 +39,7 @@ use embedfleet_core::state::JobStatus;
 use embedfleet_core::{fsops, RunLayout};
 
 use crate::notify::{Notifier, NotifyConfig};
+use crate::route::Pending;
 pub use crate::route::{fill_queues, PlannedJob};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerError, TemplateError};
 pub use console::Console;
@@ -226,15 +227,8 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
     lp.routing = lp.learned_routing()?;
     let open = lp.db.open_jobs()?;
     let pending = lp.db.batches_without_job()?;
-    let planned = lp
-        .route_round(
-            &caps,
-            &open,
-            crate::route::Pending::all(&pending),
-            &BTreeSet::new(),
-        )
-        .jobs;
-    planned
+    let plan = lp.route_round(&caps, &open, Pending::all(&pending), &BTreeSet::new());
+    plan.jobs
         .iter()
         .map(|job| {
             let attempt = lp.next_attempt(&job.batches)?;
