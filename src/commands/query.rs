@@ -160,8 +160,6 @@ fn say_query_report(
     }
 }
 
-/// `query` with no `--output`: each term's top hits, with the first words of each paper, on
-/// the terminal. Nothing is written.
 /// A term's top papers on stdout, a line each: rank, score, id, first words (`query` of
 /// terms, and the query that ends `run`).
 pub(crate) fn print_hits(term: &str, hits: &[embedfleet_upload::query::QueryHit]) {
@@ -177,6 +175,8 @@ pub(crate) fn print_hits(term: &str, hits: &[embedfleet_upload::query::QueryHit]
     }
 }
 
+/// `query` with no `--output`: each term's top hits, with the first words of each paper, on
+/// the terminal. Nothing is written.
 fn print_top_hits(
     db: &RunDb,
     sink: &dyn embedfleet_upload::Sink,
