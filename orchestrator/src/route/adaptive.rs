@@ -46,7 +46,7 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
     let mut waiting = false;
     // The end of a cut list is not the end of the batches: a plan that needs one past it is
     // cut short, and made again from more.
-    while places > 0 && (next < round.pending.len() || round.pending_cut) {
+    while places > 0 && (next < round.pending.batches.len() || round.pending.cut) {
         let allowed = |i: usize| {
             share
                 .as_ref()
@@ -59,12 +59,12 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
             break;
         };
         let end = next + queues[i].view.nodes.max(1);
-        if end > round.pending.len() && round.pending_cut {
+        if end > round.pending.batches.len() && round.pending.cut {
             plan.cut_short = true;
             return plan;
         }
-        let end = end.min(round.pending.len());
-        let chunk = &round.pending[next..end];
+        let end = end.min(round.pending.batches.len());
+        let chunk = &round.pending.batches[next..end];
         if plan.next.is_none() {
             plan.next = Some(if slots.free_now(i) {
                 goes_why(chunk[0], &queues, i, &slots, round.now_s)
@@ -82,9 +82,9 @@ pub(super) fn plan(router: &Router, round: &Round<'_>) -> RoutePlan {
         slots.take(i, queues[i].cost_s());
         next = end;
     }
-    let batches_left = next < round.pending.len() || round.pending_cut;
+    let batches_left = next < round.pending.batches.len() || round.pending.cut;
     if plan.next.is_none() && places == 0 && batches_left {
-        let Some(batch) = round.pending.get(next) else {
+        let Some(batch) = round.pending.batches.get(next) else {
             plan.cut_short = true;
             return plan;
         };
@@ -142,7 +142,7 @@ fn shares(queues: &[Assessed], round: &Round<'_>) -> Result<Option<Vec<usize>>, 
     let per_round: usize = (0..queues.len())
         .map(|i| share[i] * queues[i].view.nodes.max(1))
         .sum();
-    Ok(round.more_pending_than(per_round)?.then_some(share))
+    Ok(round.pending.more_than(per_round)?.then_some(share))
 }
 
 fn job(q: &Assessed, chunk: &[i64]) -> PlannedJob {

@@ -35,16 +35,16 @@ pub fn fill_queues(round: &Round<'_>) -> (Vec<PlannedJob>, bool) {
             if places == 0 {
                 return (jobs, false);
             }
-            if next + *nodes > round.pending.len() && round.pending_cut {
+            if next + *nodes > round.pending.batches.len() && round.pending.cut {
                 return (jobs, true);
             }
-            if next >= round.pending.len() {
+            if next >= round.pending.batches.len() {
                 return (jobs, false);
             }
-            let end = (next + *nodes).min(round.pending.len());
+            let end = (next + *nodes).min(round.pending.batches.len());
             jobs.push(PlannedJob {
                 queue: queue.to_string(),
-                batches: round.pending[next..end].to_vec(),
+                batches: round.pending.batches[next..end].to_vec(),
             });
             next = end;
             places -= 1;
@@ -57,7 +57,7 @@ pub fn fill_queues(round: &Round<'_>) -> (Vec<PlannedJob>, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{OpenJob, QueueView};
+    use super::super::{OpenJob, Pending, QueueView};
     use super::*;
 
     fn view(name: &str, cap: u32, open: usize, nodes: usize) -> QueueView {
@@ -82,8 +82,7 @@ mod tests {
         fill_queues(&Round {
             now_s: 0.0,
             queues,
-            pending,
-            pending_cut: false,
+            pending: Pending::all(pending),
             speculate: false,
             max_jobs,
         })

@@ -185,8 +185,7 @@ impl Routing {
         let plan = self.router.plan(&Round {
             now_s,
             queues: &queues,
-            pending: pending.batches,
-            pending_cut: pending.cut,
+            pending,
             speculate: self.speculate,
             max_jobs: self.max_jobs,
         });

@@ -108,12 +108,8 @@ pub struct QueueView {
 pub struct Round<'a> {
     pub now_s: f64,
     pub queues: &'a [QueueView],
-    /// Batches with no open job, in order: all of them, or (`pending_cut`) the first of them.
-    pub pending: &'a [i64],
-    /// More batches without a job follow `pending`: the loop reads only as many as a round
-    /// uses (2,075 wait at the start of the study's run; a round that sends nothing needs a
-    /// few). A plan that walks to the end of a cut list says so ([`RoutePlan::cut_short`]).
-    pub pending_cut: bool,
+    /// Batches with no open job: all of them, or the first of them.
+    pub pending: Pending<'a>,
     /// Whether the tail may get speculative twins (`--speculate`).
     pub speculate: bool,
     /// The most jobs the run may hold queued or running over all its queues together (a
@@ -128,16 +124,6 @@ impl Round<'_> {
         self.queues.iter().map(|q| q.jobs.len()).sum()
     }
 
-    /// Whether more than `n` batches wait for a job; `Err` where the cut list is too short to
-    /// tell.
-    pub fn more_pending_than(&self, n: usize) -> Result<bool, CutShort> {
-        match (self.pending.len() > n, self.pending_cut) {
-            (true, _) => Ok(true),
-            (false, true) => Err(CutShort),
-            (false, false) => Ok(false),
-        }
-    }
-
     /// Places left under `max_jobs` (no limit: as many as there could be).
     pub fn places(&self) -> usize {
         match self.max_jobs {
@@ -148,7 +134,9 @@ impl Round<'_> {
 }
 
 /// The batches with no open job a round is decided from, in order: all of them, or the first
-/// of them (`cut`: more follow; see [`Round::pending_cut`]).
+/// of them (`cut`: more follow). The loop reads only as many as a round uses (2,075 wait at the
+/// start of the study's run; a round that sends nothing needs a few); a plan that walks to the
+/// end of a cut list says so ([`RoutePlan::cut_short`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Pending<'a> {
     pub batches: &'a [i64],
@@ -171,6 +159,16 @@ impl<'a> Pending<'a> {
         caps.iter()
             .map(|(queue, cap)| (*cap as usize).saturating_mul(nodes(queue).max(1)))
             .fold(1usize, usize::saturating_add)
+    }
+
+    /// Whether more than `n` batches wait for a job; `Err` where the cut list is too short to
+    /// tell.
+    pub fn more_than(&self, n: usize) -> Result<bool, CutShort> {
+        match (self.batches.len() > n, self.cut) {
+            (true, _) => Ok(true),
+            (false, true) => Err(CutShort),
+            (false, false) => Ok(false),
+        }
     }
 
     /// How many to read after a plan from `read` of them was cut short.
@@ -214,7 +212,7 @@ pub struct RoutePlan {
     pub outlook: Vec<QueueOutlook>,
     /// Where the next batch goes and why, in words.
     pub next: Option<String>,
-    /// The plan walked to the end of a cut `pending` list ([`Round::pending_cut`]): what it
+    /// The plan walked to the end of a cut `pending` list ([`Pending::cut`]): what it
     /// would decide past it is unknown, so it is not to be carried out; the loop plans again
     /// from more of the batches.
     pub cut_short: bool,

@@ -52,8 +52,7 @@ fn round<'a>(queues: &'a [QueueView], pending: &'a [i64]) -> Round<'a> {
     Round {
         now_s: NOW,
         queues,
-        pending,
-        pending_cut: false,
+        pending: Pending::all(pending),
         speculate: true,
         max_jobs: None,
     }
@@ -371,8 +370,10 @@ fn cut_lists_plan_as_the_whole_list(router: &Router, queues: &[QueueView], max_j
     assert!(!whole.cut_short);
     for k in 0..pending.len() {
         let cut = router.plan(&Round {
-            pending: &pending[..k],
-            pending_cut: true,
+            pending: Pending {
+                batches: &pending[..k],
+                cut: true,
+            },
             max_jobs,
             ..round(queues, &pending)
         });
@@ -392,8 +393,11 @@ fn a_plan_from_the_first_batches_is_the_plan_from_all_or_says_it_was_cut_short()
     let first = |k: usize| {
         let pending: Vec<i64> = (1..=k as i64).collect();
         router.plan(&Round {
-            pending_cut: true,
-            ..round(&free, &pending)
+            pending: Pending {
+                batches: &pending,
+                cut: true,
+            },
+            ..round(&free, &[])
         })
     };
     assert!(first(9).cut_short);
@@ -409,8 +413,11 @@ fn a_plan_from_the_first_batches_is_the_plan_from_all_or_says_it_was_cut_short()
         queue("slow", 1, vec![queued("s1", 202, 600.0)]),
     ];
     let plan = router.plan(&Round {
-        pending_cut: true,
-        ..round(&full, &[1])
+        pending: Pending {
+            batches: &[1],
+            cut: true,
+        },
+        ..round(&full, &[])
     });
     assert!(!plan.cut_short && plan.jobs.is_empty(), "{plan:?}");
     let some_room = [

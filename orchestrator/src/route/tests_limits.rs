@@ -47,8 +47,7 @@ fn round<'a>(queues: &'a [QueueView], pending: &'a [i64], max_jobs: Option<u32>)
     Round {
         now_s: NOW,
         queues,
-        pending,
-        pending_cut: false,
+        pending: Pending::all(pending),
         speculate: true,
         max_jobs,
     }
