@@ -172,30 +172,35 @@ impl SubmitLoop<'_> {
     ) -> Result<RoutePlan> {
         let nodes = self.nodes();
         let mut want = Pending::to_read_first(caps, |_| nodes);
-        let mut first_read = true;
+        let (mut batches, mut cut) = self.first_pending(want)?;
+        self.refresh_new_job_estimates(caps, open, &batches, disabled);
         loop {
-            let (batches, cut) = if self.opts.trial.is_some() {
-                (self.in_scope(self.db.batches_without_job()?), false)
-            } else {
-                let mut first = self.db.first_batches_without_job(want.saturating_add(1))?;
-                let cut = first.len() > want;
-                first.truncate(want);
-                (first, cut)
-            };
-            if first_read {
-                self.refresh_new_job_estimates(caps, open, &batches, disabled);
-                first_read = false;
-            }
-            let pending = Pending {
-                batches: &batches,
-                cut,
-            };
-            let plan = self.route_round(caps, open, pending, disabled);
+            let plan = self.route_round(
+                caps,
+                open,
+                Pending {
+                    batches: &batches,
+                    cut,
+                },
+                disabled,
+            );
             if !plan.cut_short {
                 return Ok(plan);
             }
             want = Pending::more(want);
+            (batches, cut) = self.first_pending(want)?;
         }
+    }
+
+    /// The first `want` batches without a job in this loop's scope, and whether more follow.
+    fn first_pending(&self, want: usize) -> Result<(Vec<i64>, bool)> {
+        if self.opts.trial.is_some() {
+            return Ok((self.in_scope(self.db.batches_without_job()?), false));
+        }
+        let mut first = self.db.first_batches_without_job(want.saturating_add(1))?;
+        let cut = first.len() > want;
+        first.truncate(want);
+        Ok((first, cut))
     }
 
     /// A plan from these open jobs and batches without a job.
