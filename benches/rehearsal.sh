@@ -259,6 +259,22 @@ poll_status() { # status --json as a user would run it, timed (its latency goes 
 done_batches() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["batches_by_state"].get("done",0))' "$last_status_json" 2>/dev/null || echo 0; }
 # This run's jobs: their scripts are under $RUN/jobs.
 open_jobs() { jobs_of "$RUN" | wc -l; }
+# An embed-job of this run caught and stopped (SIGSTOP), its pid printed; the pids given are
+# passed over. Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under
+# a second, and one look a poll can miss them all.
+stop_an_embed_job() {
+  local skip=" $* " pid
+  for _ in $(seq 1 60); do
+    for pid in $(pgrep -f -- "embed-job --run-dir $RUN "); do
+      case "$skip" in *" $pid "*) continue ;; esac
+      kill -STOP "$pid" 2>/dev/null && echo "$pid" && return 0
+    done
+    sleep 0.05
+  done
+  return 1
+}
+# The scheduler's id of the job an embed-job (pid) runs in.
+job_of_pid() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | sed -n "s/^$(job_id_var)=//p"; }
 
 echo "== submit: $BATCHES batches to ${QUEUES}, with faults"
 submit_t0=$(date +%s.%N)
@@ -291,21 +307,12 @@ while kill -0 "$loop_pid" 2>/dev/null; do
   # Running jobs cancelled, spread over the run: CANCEL_PCT % of the batches by 75 % done.
   # The victim is caught running, not picked from a listing (a job of a few seconds, PBS
   # starting the next at once, often ended between the listing and its cancel, and a slow
-  # poll then found none running at all): an embed-job looked for every 50 ms for up to 3 s,
-  # stopped (SIGSTOP) so that its job cannot end before the cancel, its job cancelled, then
-  # continued so that it takes the scheduler's signal.
+  # poll then found none running at all): an embed-job stopped so that its job cannot end
+  # before the cancel, its job cancelled, then continued so that it takes the scheduler's
+  # signal.
   if [ "$cancelled" -lt "$cancel_target" ] && [ $((cancelled * BATCHES * 3)) -le $((cancel_target * d * 4)) ]; then
-    caught=
-    for _ in $(seq 1 60); do
-      for pid in $(pgrep -f -- "embed-job --run-dir $RUN "); do
-        [ "$pid" = "${hung_pid:-}" ] && continue
-        kill -STOP "$pid" 2>/dev/null && caught=$pid && break
-      done
-      [ -n "$caught" ] && break
-      sleep 0.05
-    done
-    if [ -n "$caught" ]; then
-      victim=$(tr '\0' '\n' < "/proc/$caught/environ" 2>/dev/null | sed -n "s/^$(job_id_var)=//p")
+    if caught=$(stop_an_embed_job $hung_pid); then
+      victim=$(job_of_pid "$caught")
       if [ -n "$victim" ] && cancel_job "$victim"; then
         cancelled=$((cancelled + 1)) cancelled_pids="$cancelled_pids $caught"
         fault "$CANCEL_KIND" "job $victim cancelled while running ($cancelled of $cancel_target)"
@@ -313,23 +320,13 @@ while kill -0 "$loop_pid" 2>/dev/null; do
       kill -CONT "$caught" 2>/dev/null
     fi
   fi
-  # One job hung: its embed-job stopped (SIGSTOP) until the scheduler's walltime kills it.
-  # (Looked for every 50 ms for up to 3 s: a small batch's embed-job lives well under a
-  # second, and one look a poll can miss them all.)
+  # One job hung: its embed-job stopped until the scheduler's walltime kills it (not one of
+  # the cancelled jobs' embed-jobs, which are ending).
   if [ "$hung" = 0 ] && [ "$pct" -ge 10 ]; then
-    victim=
-    for _ in $(seq 1 60); do
-      for pid in $(pgrep -f -- "embed-job --run-dir $RUN "); do
-        case " $cancelled_pids " in *" $pid "*) continue ;; esac # ending: its job is cancelled
-        victim=$pid && break
-      done
-      [ -n "$victim" ] && break
-      sleep 0.05
-    done
-    if [ -n "$victim" ] && kill -STOP "$victim" 2>/dev/null; then
+    if victim=$(stop_an_embed_job $cancelled_pids); then
       hung=1 hung_pid=$victim
       hung_batch=$(tr '\0' ' ' < "/proc/$victim/cmdline" | sed -n 's/.*--batch \([0-9]*\).*/\1/p')
-      hung_job=$(tr '\0' '\n' < "/proc/$victim/environ" | sed -n "s/^$(job_id_var)=//p")
+      hung_job=$(job_of_pid "$victim")
       fault hang "embed-job pid $victim (job $hung_job, batch $hung_batch) stopped until its walltime $WALLTIME"
     fi
   fi
