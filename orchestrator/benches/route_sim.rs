@@ -19,7 +19,7 @@ mod bound;
 mod world;
 
 use bound::{bound_h, whole_jobs_h};
-use world::{mean, simulate, Outcome, QueueSpec, Scenario};
+use world::{mean, runs, simulate, Outcome, QueueSpec, Scenario};
 
 use embedfleet_orchestrator::route::Route;
 
@@ -197,22 +197,20 @@ fn main() {
         {
             continue;
         }
+        let fixed = runs(seeds, |seed| simulate(&s, Route::Static, false, seed));
+        let flipped = s.queue_order_reversed();
+        let other = runs(seeds, |seed| simulate(&flipped, Route::Static, false, seed));
+        let adaptive = runs(seeds, |seed| simulate(&s, Route::Adaptive, true, seed));
         if only.is_some() {
-            for seed in 1..=seeds {
-                let st = simulate(&s, Route::Static, false, seed).wall_h;
-                let rv = simulate(&s.queue_order_reversed(), Route::Static, false, seed).wall_h;
-                let ad = simulate(&s, Route::Adaptive, true, seed);
+            for (seed, ((st, rv), ad)) in (1..).zip(fixed.iter().zip(&other).zip(&adaptive)) {
                 println!(
-                    "seed {seed}: static {st:.2} h, reversed {rv:.2} h, adaptive {:.2} h ({:.0} moves)",
-                    ad.wall_h, ad.moves
+                    "seed {seed}: static {:.2} h, reversed {:.2} h, adaptive {:.2} h ({:.0} moves)",
+                    st.wall_h, rv.wall_h, ad.wall_h, ad.moves
                 );
             }
         }
-        let fixed = mean(seeds, |seed| simulate(&s, Route::Static, false, seed));
-        let flipped = s.queue_order_reversed();
-        let other = mean(seeds, |seed| simulate(&flipped, Route::Static, false, seed));
+        let (fixed, other, a) = (mean(&fixed), mean(&other), mean(&adaptive));
         let better = fixed.wall_h.min(other.wall_h);
-        let a = mean(seeds, |seed| simulate(&s, Route::Adaptive, true, seed));
         let bound = bound_h(&s);
         println!(
             "| {} | {:.1} h | {:.1} h | {:.1} h | **{:.3}** | {:.1} | {:.1} | {:.1} | {:.1} ({:.2} %) | {bound:.1} h | {:.3} | **{:.3}** |",
@@ -265,9 +263,13 @@ fn main() {
 /// (e): static, adaptive without and with speculation, the bound, and what the twins and
 /// moves cost.
 fn tail_table(seeds: u64, s: &Scenario) {
-    let fixed = mean(seeds, |seed| simulate(s, Route::Static, false, seed));
-    let off = mean(seeds, |seed| simulate(s, Route::Adaptive, false, seed));
-    let on = mean(seeds, |seed| simulate(s, Route::Adaptive, true, seed));
+    let fixed = mean(&runs(seeds, |seed| simulate(s, Route::Static, false, seed)));
+    let off = mean(&runs(seeds, |seed| {
+        simulate(s, Route::Adaptive, false, seed)
+    }));
+    let on = mean(&runs(seeds, |seed| {
+        simulate(s, Route::Adaptive, true, seed)
+    }));
     let bound = bound_h(s);
     println!();
     println!(

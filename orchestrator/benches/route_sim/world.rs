@@ -80,12 +80,16 @@ pub struct Outcome {
     pub rounds: f64,
 }
 
-/// Means over `seeds` runs.
-pub fn mean(seeds: u64, run: impl Fn(u64) -> Outcome) -> Outcome {
+/// One run for each of seeds 1 to `seeds`.
+pub fn runs(seeds: u64, run: impl Fn(u64) -> Outcome) -> Vec<Outcome> {
+    (1..=seeds).map(run).collect()
+}
+
+/// Means over runs.
+pub fn mean(runs: &[Outcome]) -> Outcome {
     let mut sum = Outcome::default();
-    let n = seeds as f64;
-    for seed in 1..=seeds {
-        let o = run(seed);
+    let n = runs.len() as f64;
+    for o in runs {
         sum.wall_h += o.wall_h / n;
         sum.node_h += o.node_h / n;
         sum.twin_node_h += o.twin_node_h / n;
