@@ -22,6 +22,8 @@
 #   env:   CUDA12_DEB=path/to/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb (no apt-get here)
 #          DEBIAN_MIRROR=http://deb.debian.org/debian
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 VENV=${1:?usage: cuda12-toolkit.sh VENV}
 DEB_NAME=nvidia-cuda-toolkit
 DEB_VERSION=12.4.131~12.4.1-2

@@ -9,11 +9,14 @@
 #
 # It restarts the server once (the stale Exit_status case): run it while no test uses PBS.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 cd "$(dirname "$0")/../.."
 NS=${NS:-embedfleet-pbs}
 OUT=${OUT:-orchestrator/tests/fixtures/scheduler/pbs-real}
 WORK=$(mktemp -d /tmp/pbs-fixtures.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
+# shellcheck disable=SC2145  # /opt/pbs/bin/ prefixes the first argument, the command's name
 pbs() { ip netns exec "$NS" /opt/pbs/bin/"$@"; }
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.txt
@@ -49,8 +52,8 @@ field() {
 
 # Waits until job ID's state is one of STATES (up to 120 s).
 await() {
-  local id=$1 states=$2 i s
-  for i in $(seq 1 240); do
+  local id=$1 states=$2 s
+  for _ in $(seq 1 240); do
     s=$(field "$id" job_state)
     case " $states " in *" $s "*) return 0 ;; esac
     sleep 0.5
@@ -165,8 +168,8 @@ pbs qdel "$victim"
 rerun=$(sub -r y -q debug -l walltime=00:05:00 "$(script 'sleep 300' rerun)")
 await "$rerun" R
 ip netns exec "$NS" /etc/init.d/pbs restart >/dev/null 2>&1
-for i in $(seq 1 120); do pbs qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
-for i in $(seq 1 240); do [ "$(field "$rerun" run_count)" = 2 ] && [ "$(field "$rerun" job_state)" = R ] && break; sleep 0.5; done
+for _ in $(seq 1 120); do pbs qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
+for _ in $(seq 1 240); do [ "$(field "$rerun" run_count)" = 2 ] && [ "$(field "$rerun" job_state)" = R ] && break; sleep 0.5; done
 snap restarted_rerun "$rerun"
 pbs qdel "$rerun"
 echo "fixtures in $OUT"

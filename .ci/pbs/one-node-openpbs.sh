@@ -33,8 +33,18 @@
 #                                the installed /opt/pbs, outside the clone: a warm machine
 #                                restores it (seconds) instead of building (minutes); the hash
 #                                is of the tarball and patches, so a new source builds again
+#   PBS_LOG=/var/tmp/embedfleet-pbs.log
+#                                what apt, the build, the install and `/etc/init.d/pbs start`
+#                                printed (ci, all and start begin it anew); its last lines are
+#                                shown when one of them fails
+#
+# Runs from / whatever the caller's working directory (one that is deleted, or that the
+# `postgres` user cannot read, breaks the datastore's creation and start).
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
+cd /
 VERSION=23.06.06
 SRC_DIR=${SRC_DIR:-/var/tmp/openpbs-src}
 PREFIX=/opt/pbs
@@ -46,6 +56,7 @@ NODE_NCPUS=${NODE_NCPUS:-16}
 SOURCE_HASH=$(cat "$HERE/openpbs-$VERSION.tar.gz" "$HERE"/000*.patch | sha256sum | cut -c1-12)
 PBS_CACHE=${PBS_CACHE:-/var/tmp/embedfleet-opt-pbs-$SOURCE_HASH.tar.gz}
 STAMP=$PREFIX/.embedfleet-source
+LOG=${PBS_LOG:-/var/tmp/embedfleet-pbs.log}
 export DEBIAN_FRONTEND=noninteractive
 in_ns() { ip netns exec "$NS" "$@"; }
 qmgr() { in_ns $PREFIX/bin/qmgr -c "$1"; }
@@ -57,28 +68,42 @@ BUILD_DEPS="gcc g++ make autoconf automake libtool pkg-config m4 libhwloc-dev li
 RUNTIME_DEPS="postgresql postgresql-contrib libpq-dev libical3 libhwloc15 libpython3.11 libtcl8.6
  libtk8.6 libedit2 libexpat1 libxft2 libxss1 libssl3 zlib1g sudo iproute2"
 
+# logged WHAT COMMAND...: COMMAND's output goes to $LOG; when it fails, WHAT and the log's last
+# lines go to stderr (and the caller's line to the ERR trap's message).
+logged() {
+  local what=$1 rc=0; shift
+  echo "== $(date -u +%FT%TZ) $what: $*" >>"$LOG"
+  "$@" >>"$LOG" 2>&1 </dev/null || rc=$?
+  [ "$rc" = 0 ] && return 0
+  echo "openpbs: $what failed (exit $rc): $*; the last lines of $LOG:" >&2
+  tail -n 40 "$LOG" >&2
+  return "$rc"
+}
+
 deps() {
   local pkgs=$1 apt=(apt-get -q -o DPkg::Lock::Timeout=600)
   # shellcheck disable=SC2086
-  "${apt[@]}" install -y --no-upgrade $pkgs >/dev/null 2>&1 \
-    || { "${apt[@]}" update >/dev/null && "${apt[@]}" install -y --no-upgrade $pkgs >/dev/null; }
+  "${apt[@]}" install -y --no-upgrade $pkgs >>"$LOG" 2>&1 </dev/null \
+    || { logged "apt-get update" "${apt[@]}" update && logged "apt-get install" "${apt[@]}" install -y --no-upgrade $pkgs; }
 }
 
-build() {
+# In a subshell: its `cd` ends with it (ensure_installed removes $SRC_DIR afterwards, and the
+# rest of this script must not run in a deleted directory).
+build() (
   rm -rf "$SRC_DIR" && mkdir -p "$SRC_DIR"
   tar -C "$SRC_DIR" --strip-components=1 -xzf "$HERE/openpbs-$VERSION.tar.gz"
   cd "$SRC_DIR"
   # 23.06.06 does not compile against Python 3.11 (eval.h is gone); upstream's fixes from master
   # (#2594, and #2573: PY_SSIZE_T_CLEAN, without which a hook's pbs.logmsg fails at run time).
   for p in "$HERE"/0001-*.patch "$HERE"/0002-*.patch; do patch -p1 -s < "$p"; done
-  ./autogen.sh >/dev/null 2>&1
+  logged autogen nice -n 10 ./autogen.sh
   # --with-python=/usr: a pyenv python on PATH would be baked into pbs_server's rpath
-  ./configure --prefix=$PREFIX --with-python=/usr >/dev/null
-  nice -n 10 make -j"$(nproc)" >/dev/null 2>&1
-}
+  logged configure nice -n 10 ./configure --prefix=$PREFIX --with-python=/usr
+  logged make nice -n 10 make -j"$(nproc)"
+)
 
 install_pbs() {
-  make -C "$SRC_DIR" install >/dev/null 2>&1
+  logged "make install" make -C "$SRC_DIR" install
   chmod 4755 $PREFIX/sbin/pbs_iff $PREFIX/sbin/pbs_rcp     # client authentication is setuid
   echo "$SOURCE_HASH" > "$STAMP"
 }
@@ -117,7 +142,8 @@ namespace() {
 configure_pbs() {
   id postgres >/dev/null 2>&1 || useradd -r -m -d /var/lib/postgresql -s /bin/bash postgres
   id "$PBS_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$PBS_USER"
-  [ -d /var/spool/pbs/server_priv ] || $PREFIX/libexec/pbs_postinstall >/dev/null 2>&1 || true
+  [ -d /var/spool/pbs/server_priv ] || $PREFIX/libexec/pbs_postinstall >>"$LOG" 2>&1 </dev/null \
+    || echo "openpbs: note: pbs_postinstall exited $? (its output is in $LOG)" >&2
   cat > /etc/pbs.conf <<EOF
 PBS_SERVER=$PBS_HOSTNAME
 PBS_START_SERVER=1
@@ -153,14 +179,38 @@ sched_resources() {
   [ -z "$pid" ] || kill -HUP "$pid" 2>/dev/null || true
 }
 
+# What PBS wrote about a start that failed: the newest of each daemon's logs and of the
+# datastore's, and the processes in the namespace.
+pbs_logs() {
+  local d f
+  # (the datastore's log directory is PostgreSQL's default, log/; pg_log/ before PostgreSQL 10)
+  for d in server_logs datastore/log datastore/pg_log comm_logs mom_logs sched_logs; do
+    f=$(ls -t /var/spool/pbs/$d/* 2>/dev/null | head -n 1 || true)
+    [ -n "$f" ] || continue
+    echo "--- the last lines of $f:" >&2
+    tail -n 12 "$f" >&2 || true
+  done
+  echo "--- processes in the namespace $NS: $(ip netns pids "$NS" 2>/dev/null | xargs -r ps -o comm= -p | sort | uniq -c | xargs || true)" >&2
+}
+
 start() {
   namespace
   # first start: initdb of the datastore (port 15007, inside the namespace)
-  in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 || in_ns /etc/init.d/pbs start >/dev/null 2>&1
-  local i
+  if ! in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1; then
+    local rc=0 from
+    echo "== $(date -u +%FT%TZ) /etc/init.d/pbs start" >>"$LOG"
+    from=$(wc -l <"$LOG")
+    in_ns /etc/init.d/pbs start >>"$LOG" 2>&1 </dev/null || rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "openpbs: \`/etc/init.d/pbs start\` failed (exit $rc); it printed (in $LOG):" >&2
+      tail -n +"$((from + 1))" "$LOG" | tail -n 30 >&2
+      pbs_logs
+      return 1
+    fi
+  fi
   # (minutes on a loaded machine: the first start creates the datastore)
-  for i in $(seq 1 600); do in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
-  in_ns $PREFIX/bin/qstat -B >/dev/null || { echo "openpbs: the server did not answer in 5 min; see /var/spool/pbs/server_logs" >&2; return 1; }
+  for _ in $(seq 1 600); do in_ns $PREFIX/bin/qstat -B >/dev/null 2>&1 && break; sleep 0.5; done
+  in_ns $PREFIX/bin/qstat -B >/dev/null || { echo "openpbs: the server did not answer in 5 min" >&2; pbs_logs; return 1; }
   sched_resources
   in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" >/dev/null 2>&1 || qmgr "create node $PBS_HOSTNAME"
   qmgr "set node $PBS_HOSTNAME resources_available.ncpus = $NODE_NCPUS"
@@ -176,7 +226,9 @@ start() {
   # without events the scheduler runs every 600 s; a job sent before the MOM reported in waits
   qmgr "set server scheduler_iteration = 10"
   site
-  for i in $(seq 1 600); do in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" 2>/dev/null | grep -q '^ *state = free' && break; sleep 0.5; done
+  for _ in $(seq 1 600); do in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" 2>/dev/null | grep -q '^ *state = free' && break; sleep 0.5; done
+  in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" 2>/dev/null | grep -q '^ *state = free' \
+    || echo "openpbs: note: the node $PBS_HOSTNAME is not free after 5 min: $(in_ns $PREFIX/bin/pbsnodes "$PBS_HOSTNAME" 2>&1 | grep '^ *state =' | xargs || true)" >&2
   qmgr "set server scheduling = True"
   # A clean slate: no job left queued or running by an earlier run takes the node's CPUs.
   local left
@@ -212,9 +264,9 @@ stop() {
 }
 
 smoke() {
-  local id st i
+  local id st
   id=$(in_ns su - "$PBS_USER" -c "echo 'sleep 1' | $PREFIX/bin/qsub -q debug -l select=1:ncpus=1 -l walltime=00:01:00")
-  for i in $(seq 1 180); do
+  for _ in $(seq 1 180); do
     st=$(in_ns $PREFIX/bin/qstat -x -f -F json "$id" | python3 -c 'import json,sys; j=next(iter(json.load(sys.stdin)["Jobs"].values())); print(j["job_state"], j.get("Exit_status",""))')
     [ "${st%% *}" = F ] && break; sleep 1
   done
@@ -222,10 +274,10 @@ smoke() {
 }
 
 case "${1:-ci}" in
-  ci) ensure_installed; configure_pbs; start; smoke ;;
-  all) deps "$BUILD_DEPS"; build; install_pbs; configure_pbs; start; smoke ;;
+  ci) : >"$LOG"; ensure_installed; configure_pbs; start; smoke ;;
+  all) : >"$LOG"; deps "$BUILD_DEPS"; build; install_pbs; configure_pbs; start; smoke ;;
   deps) deps "$BUILD_DEPS" ;; build) build ;; install) install_pbs ;; configure) configure_pbs ;;
-  start) configure_pbs; start ;; stop) stop ;; smoke) smoke ;; site) site ;;
+  start) : >"$LOG"; configure_pbs; start ;; stop) stop ;; smoke) smoke ;; site) site ;;
   env) echo "ip netns exec $NS" ;;
   *) echo "usage: $0 [ci|all|deps|build|install|configure|start|stop|smoke|site|env]" >&2; exit 2 ;;
 esac

@@ -5,4 +5,6 @@
 # in the network namespace `embedfleet-pbs` (server `pbshost`) and checked with a smoke job.
 # Idempotent; as root. Stop it with stop-local-pbs.sh. Settings: one-node-openpbs.sh's header.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 exec bash "$(dirname "$0")/one-node-openpbs.sh" ci

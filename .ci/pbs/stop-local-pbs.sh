@@ -4,4 +4,6 @@
 # namespace (qsub's per-user daemons). The install, the namespace and the server's state stay,
 # so the next start takes seconds. Touches no other PostgreSQL cluster.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 exec bash "$(dirname "$0")/one-node-openpbs.sh" stop

@@ -15,13 +15,18 @@
 #   - TLS with a CA of its own ($EMBEDFLEET_PG_DIR/ca.crt), plain connections allowed too.
 #
 # Prints the environment the tests read (EMBEDFLEET_PG_URL, PGPASSFILE, EMBEDFLEET_PG_CA). Idempotent: a cluster
-# already running is kept. Stop it with stop-local-pg.sh (next to this file).
+# already running is kept. Stop it with stop-local-pg.sh (next to this file). Runs from / whatever
+# the caller's working directory (initdb and pg_ctl, run as `postgres`, fail in one that is
+# deleted or that `postgres` cannot read, such as /root).
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 
 DIR=${EMBEDFLEET_PG_DIR:-/var/tmp/embedfleet-pg}
 PORT=${EMBEDFLEET_PG_PORT:-55432}
 PGVECTOR_VERSION=0.8.6
 HERE=$(cd "$(dirname "$0")" && pwd)
+cd /
 PGBIN=/usr/lib/postgresql/15/bin
 PG_CONFIG=$PGBIN/pg_config
 export DEBIAN_FRONTEND=noninteractive
@@ -29,9 +34,12 @@ export DEBIAN_FRONTEND=noninteractive
 [ "$(id -u)" = 0 ] || { echo "start-local-pg.sh: run as root (it installs packages and runs initdb as postgres)" >&2; exit 1; }
 
 if [ ! -x "$PGBIN/initdb" ] || [ ! -x "$PG_CONFIG" ]; then
-  apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >/dev/null 2>&1 \
-    || { apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null \
-         && apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >/dev/null; }
+  apt_log=/var/tmp/embedfleet-pg-apt.log
+  apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >"$apt_log" 2>&1 </dev/null \
+    || { apt-get -q -o DPkg::Lock::Timeout=600 update >>"$apt_log" 2>&1 </dev/null \
+         && apt-get -q -o DPkg::Lock::Timeout=600 install -y --no-install-recommends postgresql-15 postgresql-server-dev-15 >>"$apt_log" 2>&1 </dev/null; } \
+    || { echo "start-local-pg.sh: apt-get could not install postgresql-15 and postgresql-server-dev-15; the last lines of $apt_log:" >&2
+         tail -n 20 "$apt_log" >&2; exit 1; }
 fi
 
 control="$($PG_CONFIG --sharedir)/extension/vector.control"
@@ -39,7 +47,7 @@ if ! grep -q "default_version = '$PGVECTOR_VERSION'" "$control" 2>/dev/null; the
   echo "building pgvector $PGVECTOR_VERSION (about a minute)"
   build=$(mktemp -d)
   tar xzf "$HERE/pgvector-$PGVECTOR_VERSION.tar.gz" -C "$build"
-  make -s -C "$build/pgvector-$PGVECTOR_VERSION" -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >/dev/null
+  nice -n 10 make -s -C "$build/pgvector-$PGVECTOR_VERSION" -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >/dev/null
   make -s -C "$build/pgvector-$PGVECTOR_VERSION" install PG_CONFIG="$PG_CONFIG" >/dev/null
   rm -rf "$build"
 fi
@@ -85,7 +93,9 @@ fi
 grep -q '^ssl = on' "$DIR/data/postgresql.conf" || echo "ssl = on" >>"$DIR/data/postgresql.conf"
 
 if ! as_pg "$PGBIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; then
-  as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 start >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$DIR/data" -l "$DIR/server.log" -w -t 60 start >/dev/null || {
+    echo "start-local-pg.sh: pg_ctl could not start the cluster in $DIR/data on port $PORT; the last lines of $DIR/server.log:" >&2
+    tail -n 15 "$DIR/server.log" >&2; exit 1; }
 else
   as_pg "$PGBIN/pg_ctl" -D "$DIR/data" reload >/dev/null
 fi

@@ -17,6 +17,8 @@
 # fork's one commit (Endpoint::http2_max_local_error_reset_streams) and points both at local
 # paths, and installs the Rust toolchain Qdrant's `rust-version` asks for when the default is older. Needs protobuf-compiler, clang, libclang-dev, cmake (apt). About 37 min on 2 idle cores with PROFILE=release.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 : "${QDRANT_GIT:?git dir of qdrant/qdrant}" "${RAFT_GIT:?git dir of tikv/raft-rs}" "${TONIC_GIT:?git dir of qdrant/tonic}"
 TAG=${TAG:-v1.18.3}
 PROFILE=${PROFILE:-perf}

@@ -37,6 +37,8 @@
 # none of them is written into a collection's config. Any QDRANT__... variable set in the caller's
 # environment wins over these.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 home=${QDRANT_HOME:-/tmp/embedfleet-qdrant-cluster}
 peers=${QDRANT_PEERS:-3}
 base=${QDRANT_BASE_PORT:-6433}

@@ -18,6 +18,8 @@
 # that a benchmark's client can have the others, as it would on its own machine. `restart` keeps the storage: a restarted server has the
 # points it acknowledged.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 home=${QDRANT_HOME:-/tmp/embedfleet-qdrant}
 grpc=${QDRANT_GRPC_PORT:-6334}
 http=${QDRANT_HTTP_PORT:-6333}

@@ -41,7 +41,12 @@
 #                                    slurm.conf SchedulerParameters; Slurm's
 #                                    default batch_sched_delay=3 makes a new
 #                                    batch job wait up to 3 s before it starts
+#
+# Runs from / whatever the caller's working directory: the daemons it starts keep the one they
+# are started in, and one that is deleted or that `munge`/`mysql` cannot read must not matter.
 set -euo pipefail
+# shellcheck source=../lib/err.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/err.sh"
 
 DIR=${SLURM_TEST_DIR:-/tmp/slurm-test}
 ACCOUNTING=${SLURM_TEST_ACCOUNTING:-1}
@@ -62,6 +67,7 @@ DBDIR=$DIR/mysql
 CONF=/etc/slurm/slurm.conf
 DBDCONF=/etc/slurm/slurmdbd.conf
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd /
 
 say() { printf '[start-local-slurm] %s\n' "$*"; }
 die() { printf '[start-local-slurm] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -128,7 +134,9 @@ if alive slurmctld "$(pid_in "$RUN/slurmctld.pid")" && alive slurmd "$(pid_in "$
   want=$(printf '%s\n' $PARTITIONS | sort | paste -sd' ' -)
   if [ "$have" != "$want" ]; then
     say "daemons are up with partitions '$have', not '$want'; restarting"
-  elif ! scontrol show config 2>/dev/null | grep -Eq '^PreemptType +=.*partition_prio'; then
+  # (grep reads all of it: with -q it would exit at the match, scontrol would die of SIGPIPE,
+  # and under pipefail a cluster that has preemption would be restarted every time)
+  elif ! scontrol show config 2>/dev/null | grep -E '^PreemptType +=.*partition_prio' >/dev/null; then
     say "daemons are up without preemption by partition priority; restarting"
   else
     case $st in
@@ -203,6 +211,7 @@ if [ -n "$CPUS_OVERRIDE" ]; then
   OVERRIDES="SlurmdParameters=config_overrides"
 else
   CPUS=$HW_CPUs
+  # shellcheck disable=SC2154  # HW_* are set by the eval of `slurmd -C` above
   NODE_HW="CPUs=$HW_CPUs Boards=$HW_Boards SocketsPerBoard=$HW_SocketsPerBoard CoresPerSocket=$HW_CoresPerSocket ThreadsPerCore=$HW_ThreadsPerCore"
   OVERRIDES=""
 fi
