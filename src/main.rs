@@ -16,14 +16,16 @@ fn main() {
             if is_broken_pipe(&err) {
                 exit::SUCCESS
             } else {
-                eprintln!("error: {err}");
+                // A password typed into a URL is never printed back (core::secret).
+                let redact = embedfleet_core::secret::redact;
+                eprintln!("error: {}", redact(&err.to_string()));
                 // A wrapper that prints its cause in its own message (`#[error("…: {0}")]`,
                 // transparent ones) would repeat it: each cause is said once.
                 let mut said = err.to_string();
                 for cause in err.chain().skip(1) {
                     let line = cause.to_string();
                     if !said.contains(&line) {
-                        eprintln!("  caused by: {line}");
+                        eprintln!("  caused by: {}", redact(&line));
                         said.push('\n');
                         said.push_str(&line);
                     }

@@ -21,6 +21,7 @@ pub mod plot;
 pub mod process;
 pub mod quarantine;
 pub mod rundb;
+pub mod secret;
 pub mod settings;
 pub mod shardfile;
 pub mod state;

@@ -138,6 +138,10 @@ pub struct QueueOutlook {
     pub preempted: u64,
     pub walltime: u64,
     pub failed: u64,
+    /// Why an `unusable` queue is so: refused (and why), cooling off after failed submissions
+    /// or an unanswered check, or cap 0 (absent otherwise, and in older snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unusable_why: Option<String>,
 }
 
 impl LoopState {

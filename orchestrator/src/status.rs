@@ -1,7 +1,7 @@
 //! The human form of `embedfleet status` (the `--json` form is [`RunStatus`] itself).
 
 use embedfleet_core::owner::describe_age;
-use embedfleet_core::rundb::{PauseReason, RunStatus};
+use embedfleet_core::rundb::{CollectionUpload, PauseReason, RunStatus};
 use embedfleet_core::state::BatchState;
 use embedfleet_core::status_snapshot::LoopState;
 use std::fmt::Write;
@@ -95,6 +95,9 @@ pub fn routing_lines(r: &embedfleet_core::status_snapshot::RoutingState) -> Stri
             q.walltime,
             q.failed
         );
+        if let Some(why) = &q.unusable_why {
+            let _ = writeln!(out, "  {:<14} {:<8} why: {why}", "", "");
+        }
     }
     out
 }
@@ -236,10 +239,21 @@ fn render_results(out: &mut String, s: &RunStatus) {
     for (collection, u) in &s.uploads_by_collection {
         let _ = write!(
             out,
-            "uploaded   {collection}: {} of {} rows",
-            u.acked, s.rows_in_shards
+            "uploaded   {}: {} of {} rows sent",
+            shown_target(collection),
+            u.acked,
+            s.rows_in_shards
         );
-        out.push_str(&release_held(s, u.release));
+        out.push_str(&release_held(s, u));
+        if u.deletes_pending > 0 {
+            let _ = write!(
+                out,
+                "; {} deleted {} still in it (deleted from another database): `embedfleet upload` to it, or `embedfleet delete` with its target, deletes {}",
+                u.deletes_pending,
+                if u.deletes_pending == 1 { "paper is" } else { "papers are" },
+                if u.deletes_pending == 1 { "it" } else { "them" },
+            );
+        }
         if u.failed > 0 {
             let _ = write!(out, ", {} failed", u.failed);
         }
@@ -254,10 +268,20 @@ fn render_results(out: &mut String, s: &RunStatus) {
     }
 }
 
+/// A progress key as the user typed its target: `postgresql://`, the scheme the docs and
+/// libpq's own examples use, where run.db keys PostgreSQL targets as `postgres://`.
+fn shown_target(key: &str) -> String {
+    key.replacen("@postgres:postgres://", " at postgresql://", 1)
+        .replacen("@edge:", " at ", 1)
+        .replacen("@server:", " at ", 1)
+}
+
 /// What a collection holds of the run's releases, from the release its last complete upload
 /// brought it to: a release planned since is not in it until `upload` applies it (its
-/// withdrawals are deleted, its changed papers sent once embedded).
-fn release_held(s: &RunStatus, held: Option<i64>) -> String {
+/// withdrawals are deleted, its changed papers sent once embedded). The papers it holds are
+/// counted per collection: a delete may have reached one database and not another.
+fn release_held(s: &RunStatus, upload: &CollectionUpload) -> String {
+    let held = upload.release;
     let newest = s
         .releases
         .iter()
@@ -266,7 +290,12 @@ fn release_held(s: &RunStatus, held: Option<i64>) -> String {
         .max()
         .unwrap_or(1);
     if s.rows_withheld.total() == 0 && newest <= 1 {
-        return String::new();
+        return match upload.holds {
+            Some(holds) if s.papers_deleted > 0 => {
+                format!(" (the collection holds {holds} papers)")
+            }
+            _ => String::new(),
+        };
     }
     let Some(held) = held else {
         return format!(
@@ -274,16 +303,21 @@ fn release_held(s: &RunStatus, held: Option<i64>) -> String {
             s.rows_withheld.total()
         );
     };
+    let holds = upload.holds.unwrap_or(s.papers_live);
     if held >= newest {
         return format!(
-            " (the collection holds release {newest}: the {} live papers, not the {} withheld rows)",
-            s.papers_live,
+            " (the collection holds release {newest}: the {holds} live papers, not the {} withheld rows)",
             s.rows_withheld.total()
         );
     }
     let later = s.releases.iter().filter(|r| r.planned && r.release > held);
-    let (withdrawn, to_embed) = later.fold((0, 0), |(w, e), r| {
-        (w + r.counts.withdrawn, e + r.counts.to_embed())
+    let (withdrawn, to_embed, embedded) = later.fold((0, 0, 0), |(w, e, d), r| {
+        let to_embed = r.counts.to_embed();
+        (
+            w + r.counts.withdrawn,
+            e + to_embed.saturating_sub(r.papers_embedded),
+            d + r.papers_embedded.min(to_embed),
+        )
     });
     let mut line = format!(
         " (the collection holds release {held}, not {newest}: {withdrawn} withdrawals not yet applied: `embedfleet upload`"
@@ -292,6 +326,11 @@ fn release_held(s: &RunStatus, held: Option<i64>) -> String {
         let _ = write!(
             line,
             "; {to_embed} new or changed papers to embed, then upload"
+        );
+    } else if embedded > 0 {
+        let _ = write!(
+            line,
+            " also sends the {embedded} new or changed papers embedded since"
         );
     }
     line.push(')');
@@ -309,32 +348,57 @@ fn render_live(out: &mut String, s: &RunStatus) {
             );
         }
     }
-    if !s.live.is_empty() {
-        let _ = writeln!(
-            out,
-            "running    {:<20} {:>7} {:<24} {:>9} {:>10}  last shard",
-            "host", "batch", "job", "shards", "papers/s"
-        );
+    // Each column as wide as its widest cell: a job's label with the scheduler's id
+    // (`ef-…-b000001-a1 (1234.pbshost)`) is longer than any fixed width.
+    let rows: Vec<[String; 5]> = s
+        .live
+        .iter()
+        .map(|a| {
+            let rate = a
+                .papers_per_second
+                .map(|r| format!("{r:.2}"))
+                .unwrap_or_else(|| "-".into());
+            [
+                a.host.clone(),
+                a.batch.to_string(),
+                a.label(),
+                format!("{}/{}", a.shards_done, a.parts),
+                rate,
+            ]
+        })
+        .collect();
+    let header = ["host", "batch", "job", "shards", "papers/s"].map(String::from);
+    let mut width = header.clone().map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
     }
-    for a in &s.live {
-        let rate = a
-            .papers_per_second
-            .map(|r| format!("{r:.2}"))
-            .unwrap_or_else(|| "-".into());
+    let line = |cells: &[String; 5]| {
+        format!(
+            "{:<w0$} {:>w1$} {:<w2$} {:>w3$} {:>w4$}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            w0 = width[0],
+            w1 = width[1],
+            w2 = width[2],
+            w3 = width[3],
+            w4 = width[4]
+        )
+    };
+    if !rows.is_empty() {
+        let _ = writeln!(out, "running    {}  last shard", line(&header));
+    }
+    for (a, row) in s.live.iter().zip(&rows) {
         let last = if a.has_shard {
             format!("{} ago", duration(a.idle_s))
         } else {
             format!("none yet (started {} ago)", duration(a.idle_s))
         };
-        let _ = write!(
-            out,
-            "           {:<20} {:>7} {:<24} {:>9} {:>10}  {last}",
-            a.host,
-            a.batch,
-            a.label(),
-            format!("{}/{}", a.shards_done, a.parts),
-            rate
-        );
+        let _ = write!(out, "           {}  {last}", line(row));
         if a.stalled {
             let _ = write!(
                 out,

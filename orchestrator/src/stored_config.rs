@@ -125,6 +125,10 @@ pub enum StoredConfigError {
     #[error("--replace-config needs the config to store: give --config FILE and/or --backend")]
     ReplaceWithoutConfig,
     #[error(
+        "this run's first submit asked for the {0} backend and stopped before any job went out,          so no run config is stored: given none, this submit would run every batch as a local job          on this machine. Give the config again (`--config FILE`, or `--backend {0}`); or          `--backend local` to embed here after all"
+    )]
+    ClusterAskedNotStored(Backend),
+    #[error(
         "this run keeps a {0} run config (stored by its first submit), and `run` embeds on this \
          machine only: go on with `embedfleet submit --run-dir DIR --model-dir DIR`"
     )]
@@ -148,6 +152,20 @@ pub fn store(db: &RunDb, config: &RunConfig) -> Result<(), RunDbError> {
     db.set_setting(RUN_CONFIG_SETTING, config)
 }
 
+/// The run.db setting that records the backend a submit asked for before any job (and so any
+/// stored config): a later submit given no config is refused rather than run locally.
+pub const ASKED_BACKEND_SETTING: &str = "submit.asked_backend";
+
+/// Records that a submit asked for `backend` (a cluster's): kept even when that submit stores
+/// nothing else (it failed before its first job), so that a bare restart is not taken for a
+/// run on this machine.
+pub fn record_asked_backend(db: &RunDb, backend: Backend) -> Result<(), RunDbError> {
+    if backend == Backend::Local {
+        return Ok(());
+    }
+    db.set_setting(ASKED_BACKEND_SETTING, &backend)
+}
+
 /// The config a command uses: the stored one unless the command line gives one; a given one
 /// that differs from the stored one only with `replace`; never one whose backend differs from
 /// that of the run's open jobs (a run submitted before configs were stored has those only).
@@ -162,7 +180,16 @@ pub fn choose(db: &RunDb, given: &GivenConfig) -> Result<ChosenConfig, StoredCon
     let mut config = match (&given.file, &stored) {
         (Some(file), _) => file.clone(),
         (None, Some(stored)) => stored.clone(),
-        (None, None) => RunConfig::default(),
+        (None, None) => {
+            // Nothing stored and nothing given: the default (local) backend, unless a submit of
+            // this run asked for a cluster's and failed before its config was stored.
+            if given.backend.is_none() {
+                if let Some(asked) = db.setting::<Backend>(ASKED_BACKEND_SETTING)? {
+                    return Err(StoredConfigError::ClusterAskedNotStored(asked));
+                }
+            }
+            RunConfig::default()
+        }
     };
     if let Some(backend) = given.backend {
         config.scheduler.backend = backend;
@@ -338,7 +365,26 @@ pub fn to_toml(config: &RunConfig) -> String {
     if let Some(command) = masked.notify.command.as_mut() {
         *command = "*** (not shown: it may carry a token)".into();
     }
-    toml::to_string(&masked).unwrap_or_else(|e| format!("# (cannot show it as TOML: {e})\n"))
+    // Another backend's table left at its defaults says nothing of this run: left out (it
+    // reads back the same, defaults filled in).
+    let shown = toml::Value::try_from(&masked).and_then(|mut value| {
+        let defaults = toml::Value::try_from(RunConfig::default())?;
+        let chosen = masked.scheduler.backend.name();
+        if let (Some(toml::Value::Table(ours)), Some(toml::Value::Table(default))) =
+            (value.get_mut("scheduler"), defaults.get("scheduler"))
+        {
+            for name in Backend::NAMES.iter().filter(|n| **n != chosen) {
+                if ours.get(*name) == default.get(*name) {
+                    ours.remove(*name);
+                }
+            }
+        }
+        Ok(value)
+    });
+    shown
+        .map_err(|e| e.to_string())
+        .and_then(|value| toml::to_string(&value).map_err(|e| e.to_string()))
+        .unwrap_or_else(|e| format!("# (cannot show it as TOML: {e})\n"))
 }
 
 #[cfg(test)]
@@ -558,6 +604,18 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
         let back: RunConfig = toml::from_str(&text).unwrap();
         assert_eq!(back.scheduler.backend, Backend::Slurm);
+        // Only the chosen backend's table is shown: the others are their defaults.
+        assert!(text.contains("[scheduler.slurm]"), "{text}");
+        for other in ["[scheduler.pbs]", "[scheduler.ssh]", "[scheduler.local]"] {
+            assert!(!text.contains(other), "{text}");
+        }
+        let mut c = back.clone();
+        c.scheduler.script.env.clear();
+        c.scheduler.pbs.flavor = crate::scheduler::PbsFlavor::Torque;
+        assert!(
+            to_toml(&c).contains("[scheduler.pbs]"),
+            "a changed table is shown"
+        );
     }
 
     /// A run config as run.db of a run submitted before the backends' registry keeps it: it

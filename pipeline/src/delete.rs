@@ -87,6 +87,8 @@ pub fn delete_papers(
         sink.delete(DeleteRequest::new(collection, ids).shard_key(key.as_deref()))?;
     }
     let after = sink.count(CountRequest::new(collection))?;
+    // Every tombstone so far reached this collection: `status` says which others still hold one.
+    db.record_deletes_applied(&upload::progress_key(sink, collection))?;
     report.counts = Some((before, after));
     Ok(report)
 }

@@ -109,11 +109,12 @@ pub enum PipelineError {
     #[error("{} papers are not in this run, so their shard key is unknown: {}", papers.len(), papers.join(", "))]
     UnknownPapersInKeyed { papers: Vec<String> },
     /// A search of a collection that does not exist (exit code 4).
-    #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`embedfleet upload --run-dir {}`), or name the collection and target the run uploaded into", run_dir.display())]
+    #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`{upload}`), or name the collection and target the run uploaded into")]
     NotUploaded {
         collection: String,
         target: String,
-        run_dir: PathBuf,
+        /// The upload that makes it: the same run directory, target and collection.
+        upload: String,
     },
 }
 

@@ -26,9 +26,18 @@ pub mod submit;
 pub mod target;
 pub mod tuned;
 
+pub use embedfleet_upload::DEFAULT_COLLECTION;
 pub use error::{PipelineError, Result};
 
 /// The embedfleet binary running now: what jobs run when the run config names none.
+/// `embedfleet --version`: the version and the build's kind, `(cpu build)` or `(cuda build)`,
+/// which `submit`'s check reads back from the binary a run config names for its jobs.
+pub const VERSION: &str = if embedfleet_models::CUDA_BUILD {
+    concat!(env!("CARGO_PKG_VERSION"), " (cuda build)")
+} else {
+    concat!(env!("CARGO_PKG_VERSION"), " (cpu build)")
+};
+
 pub fn current_exe() -> Result<std::path::PathBuf> {
     std::env::current_exe().map_err(|source| PipelineError::Io {
         action: "find",

@@ -95,11 +95,49 @@ pub fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &
                 problems.push(format!(
                     "`[scheduler.script] embedfleet = \"{path}\"` is not an executable file here; the jobs would not start"
                 ));
+            } else if gpus && build_of(path).as_deref() == Some("cpu build") {
+                problems.push(format!(
+                    "`[scheduler.script] embedfleet = \"{path}\"` is a CPU build (its --version \
+                     says so) and every job would run it with --devices {devices}: point it at a \
+                     CUDA build (docs/cuda.md), or give --devices cpu for CPU nodes"
+                ));
             }
         }
         // A bare name is looked up on the compute node's PATH, which may differ from ours.
         Some(_) => {}
     }
+}
+
+/// What `path --version` says of its build (`cpu build`, `cuda build`), asked with a deadline;
+/// `None` when it does not answer so here (another architecture, libraries only the compute
+/// nodes have, an older embedfleet): then nothing is held against it.
+fn build_of(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut child = std::process::Command::new(path)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let mut out = String::new();
+    child.stdout.take()?.read_to_string(&mut out).ok()?;
+    let inside = out.split_once('(')?.1.split_once(')')?.0;
+    inside.ends_with("build").then(|| inside.to_string())
 }
 
 /// The jobs' output settings against the ones the run's parquet shards were made with. Settings

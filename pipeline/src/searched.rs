@@ -46,6 +46,23 @@ pub fn nothing_uploaded(db: &RunDb, sink: &dyn Sink, collection: &str) -> Pipeli
     PipelineError::NotUploaded {
         collection: collection.to_string(),
         target: sink.target(),
-        run_dir: db.dir().to_path_buf(),
+        upload: upload_command(db, sink, collection),
     }
+}
+
+/// The `upload` that fills `collection` at `sink` from the run of `db`: the run's own embedded
+/// Qdrant needs no flag, any other target its own, and a collection other than `papers` its name.
+pub fn upload_command(db: &RunDb, sink: &dyn Sink, collection: &str) -> String {
+    let mut command = format!("embedfleet upload --run-dir {}", db.dir().display());
+    let own_edge = embedfleet_core::RunLayout::new(db.dir()).edge_dir();
+    let own_edge = std::fs::canonicalize(&own_edge).unwrap_or(own_edge);
+    let flag = sink.target_flag();
+    if !flag.is_empty() && sink.target() != format!("edge:{}", own_edge.display()) {
+        command.push(' ');
+        command.push_str(&flag);
+    }
+    if collection != embedfleet_upload::DEFAULT_COLLECTION {
+        command.push_str(&format!(" --collection {collection}"));
+    }
+    command
 }

@@ -49,6 +49,23 @@ pub fn prepare(
         }
     }
     let config = &settings.config.config;
+    if write && !flags.preset {
+        // Before anything can refuse this submit: a restart given no config must not take the
+        // run for a local one (nothing else is stored until a job goes out).
+        stored_config::record_asked_backend(db, config.scheduler.backend)?;
+    }
+    // The queues the jobs would go to, against those the scheduler has: a misspelt one is
+    // refused here, the dry run included, rather than left out of the run at its first job.
+    let stored_caps = db.queue_caps()?;
+    let queues: Vec<&String> = match (&flags.trial, &settings.queues) {
+        (Some(trial), _) => vec![trial],
+        (None, Some(caps)) => caps.keys().collect(),
+        (None, None) => stored_caps.keys().collect(),
+    };
+    let unknown = config.scheduler.unknown_queues(queues);
+    if !unknown.is_empty() {
+        return Err(preflight::Refused { problems: unknown }.into());
+    }
     let checked = preflight::check_submit(
         db,
         &JobSetup {
@@ -58,7 +75,13 @@ pub fn prepare(
             output: settings.job.output_settings(),
             pin: write,
         },
-    )?;
+    )
+    .map_err(|mut refused| {
+        // Where the devices came from is part of the fix (the backend's GPU default).
+        let devices_note = notes.iter().find(|n| n.contains("gpus_per_node"));
+        refused.problems.extend(devices_note.cloned());
+        refused
+    })?;
     notes.extend(checked);
     // Kept for the run's later submits only once a job went out with them: a first submit
     // that fails before any (no queue given, a refused partition) leaves the run as it was.

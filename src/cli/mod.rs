@@ -29,7 +29,7 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "embedfleet",
-    version,
+    version = embedfleet_pipeline::VERSION,
     propagate_version = true,
     max_term_width = 100,
     disable_help_flag = true,

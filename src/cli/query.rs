@@ -11,8 +11,9 @@ use std::path::PathBuf;
 /// The model that embeds query terms.
 #[derive(Debug, Args)]
 pub struct QueryModelArgs {
-    /// The model directory the run was embedded with (default: <run-dir>/tiny-model, which
-    /// `run` writes when it is given none).
+    /// The model directory that embeds the terms (default: the one the run's shards were made
+    /// with, as output-settings.json records it; else <run-dir>/tiny-model, which `run` writes
+    /// when it is given none).
     #[arg(long, value_name = "DIR", help_heading = help::MODEL)]
     pub model_dir: Option<PathBuf>,
     /// Output dimension (Matryoshka), as the run's `--dim`.
@@ -50,7 +51,7 @@ pub struct QueryArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
-    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
+    #[arg(long, default_value = embedfleet_pipeline::DEFAULT_COLLECTION, value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Results per query.
     #[arg(long, default_value_t = 10, value_name = "K")]
@@ -115,7 +116,7 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
-    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
+    #[arg(long, default_value = embedfleet_pipeline::DEFAULT_COLLECTION, value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Query terms (a file as `query --terms` takes), embedded with the model.
     #[arg(long, value_name = "FILE", conflicts_with = "sample")]

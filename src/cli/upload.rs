@@ -92,7 +92,7 @@ pub struct UploadArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection (created if absent; an existing one must have the run's vector size).
-    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
+    #[arg(long, default_value = embedfleet_pipeline::DEFAULT_COLLECTION, value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Points per upsert batch (default: what `tune` saved, else 256; 2,048 into PostgreSQL).
     #[arg(long, value_name = "B", help_heading = help::SPEED)]
@@ -194,7 +194,7 @@ pub struct DeleteArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// The collection.
-    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
+    #[arg(long, default_value = embedfleet_pipeline::DEFAULT_COLLECTION, value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
     /// Paper ids (the corpus's `id`) to delete.
     #[arg(value_name = "PAPER_ID", required = true)]
@@ -225,6 +225,6 @@ pub struct TuneArgs {
     #[arg(long)]
     pub queries: bool,
     /// The collection searched by --queries.
-    #[arg(long, default_value = "papers", value_name = "NAME", help_heading = help::QDRANT)]
+    #[arg(long, default_value = embedfleet_pipeline::DEFAULT_COLLECTION, value_name = "NAME", help_heading = help::QDRANT)]
     pub collection: String,
 }

@@ -50,7 +50,7 @@ pub(super) fn eval_compare(
             defaults_only: true,
         },
     ];
-    let extra_filter = embedfleet_query::parse_filters(&args.filters)
+    let extra_filter = embedfleet_query::run_filters(db, &args.filters)
         .map_err(anyhow::Error::msg)?
         .map(|f| (args.filters.join(" & "), f));
     let options = CompareOptions {

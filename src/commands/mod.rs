@@ -123,7 +123,9 @@ fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
 pub(crate) fn command_line() -> String {
     std::iter::once("embedfleet".to_string())
         .chain(std::env::args().skip(1))
-        .map(|a| embedfleet_orchestrator::scheduler::shell_quote(&a))
+        .map(|a| {
+            embedfleet_orchestrator::scheduler::shell_quote(&embedfleet_core::secret::redact(&a))
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

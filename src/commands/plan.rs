@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub fn plan(args: &PlanArgs) -> Result<i32> {
     let update = (!args.update.is_empty()).then(|| UpdateOptions {
         only_adds: args.only_adds,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: embedfleet_core::secret::redact(&std::env::args().collect::<Vec<_>>().join(" ")),
     });
     let corpus = if update.is_some() {
         args.update.clone()
@@ -28,7 +28,7 @@ pub fn plan(args: &PlanArgs) -> Result<i32> {
 }
 
 pub fn report_code(report: &PlanReport) -> i32 {
-    if report.corrupt.is_empty() {
+    if report.corrupt.is_empty() && report.unused.is_empty() {
         exit::SUCCESS
     } else {
         exit::PARTIAL
@@ -128,6 +128,12 @@ pub fn print_plan_report(report: &PlanReport, run_dir: &Path) {
     }
     for (file, why) in &report.corrupt {
         eprintln!("warning: {file} is corrupt: {why}; the records before it were planned");
+    }
+    for (file, why) in &report.unused {
+        eprintln!(
+            "warning: {file}: no record could be used: {why}; its records are quarantined ({}), the plan went on without it",
+            RunLayout::new(run_dir).quarantine_file().display()
+        );
     }
 }
 

@@ -43,7 +43,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
         None => args.term_args.clone(),
     };
     let model = model_settings(&args.run_dir, &args.model)?;
-    let filter = embedfleet_query::parse_filters(&args.filters).map_err(anyhow::Error::msg)?;
+    let filter = embedfleet_query::run_filters(&db, &args.filters).map_err(anyhow::Error::msg)?;
     let search = SearchOptions {
         filter,
         ..SearchOptions::new(args.top_k.max(1))
@@ -196,6 +196,13 @@ fn print_top_hits(
             12,
         )?;
         print_hits(term, &hits);
+        if hits.is_empty() && search.filter.is_some() {
+            eprintln!(
+                "note: no paper of `{}` passes --filter {}",
+                args.collection,
+                args.filters.join(" --filter ")
+            );
+        }
     }
     eprintln!("(printed, not saved: `--output FILE.parquet` writes every hit to a file)");
     super::wrote_nothing();

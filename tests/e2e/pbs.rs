@@ -137,8 +137,9 @@ fn pbs_study_caps_end_exact_and_show_pbs_ids() {
     }
 }
 
-/// A queue the server does not have is refused before any job, naming the server's queues as
-/// `qstat -Q -f -F json` lists them; `doctor --run-dir` says the same.
+/// A queue the server does not have is refused before anything is stored or sent (exit code
+/// 4), naming the server's queues as `qstat -Q -f -F json` lists them; `doctor --run-dir`
+/// says the same.
 #[test]
 fn pbs_unknown_queue_is_refused_before_any_job_and_doctor_lists_the_servers_queues() {
     let test = "pbs_unknown_queue_is_refused_before_any_job_and_doctor_lists_the_servers_queues";
@@ -149,7 +150,7 @@ fn pbs_unknown_queue_is_refused_before_any_job_and_doctor_lists_the_servers_queu
     t.plan_with_model(8, 4);
     std::fs::write(t.join("run.toml"), run_config("")).unwrap();
     let (code, err) = finish(spawn_submit(&t, &["--queue", "nosuchqueue=2"]), 120, || {});
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 4, "{err}");
     assert!(
         err.contains("the PBS server has no queue `nosuchqueue`")
             && err.contains("debug")

@@ -15,7 +15,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// The server's URL, or `None` (the test says it is skipped).
-fn pg_url(test: &str) -> Option<String> {
+pub fn pg_url(test: &str) -> Option<String> {
     match std::env::var("EMBEDFLEET_PG_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {

@@ -143,12 +143,15 @@ impl ReadOptions {
             return true;
         }
         let Some(source) = source else { return false };
-        self.sources.iter().any(|want| {
-            source == want
-                || (source.starts_with(want.as_str())
-                    && source.as_bytes().get(want.len()) == Some(&b'/'))
-        })
+        self.sources.iter().any(|want| source_selects(want, source))
     }
+}
+
+/// Whether `--source want` (`plan`) or `--filter source=want` (`query`, `eval`) selects a
+/// paper of `source`: equal to it, or the part of it before a `/` (`s2orc` selects
+/// `s2orc/train`, not `s2orcx`). One rule for both.
+pub fn source_selects(want: &str, source: &str) -> bool {
+    source == want || (source.starts_with(want) && source.as_bytes().get(want.len()) == Some(&b'/'))
 }
 
 /// One record of a corpus file, in file order.
@@ -173,6 +176,9 @@ pub struct FileSummary {
     pub corrupt: Option<String>,
     /// The kept fields (`ReadOptions::keep_fields`) that no record of the file had.
     pub kept_fields_missing: Vec<String>,
+    /// The papers read, by their `source` (a paper without one is not counted): the values a
+    /// `--filter source=…` of the run can select.
+    pub sources: std::collections::BTreeMap<String, u64>,
 }
 
 /// Reads one corpus file, handing each record to `visit` in order. Errors from `visit` stop the
@@ -194,10 +200,18 @@ pub fn read_file<E>(
         .map(|f| (f, format!("{}:", serde_json::Value::String(f.clone()))))
         .collect();
     let (mut papers, mut quarantined, mut filtered) = (0, 0, 0);
+    let mut sources = std::collections::BTreeMap::<String, u64>::new();
     let mut count = |record: Record| {
         match &record {
             Record::Paper { paper, .. } => {
                 papers += 1;
+                if let Some(source) = &paper.source {
+                    // A corpus has a handful of sources: a lookup, an allocation only for a new one.
+                    match sources.get_mut(source.as_str()) {
+                        Some(n) => *n += 1,
+                        None => drop(sources.insert(source.clone(), 1)),
+                    }
+                }
                 if let (false, Some(extra)) = (unseen.is_empty(), &paper.extra) {
                     unseen.retain(|(_, named)| !extra.contains(named.as_str()));
                 }
@@ -215,6 +229,7 @@ pub fn read_file<E>(
     summary.filtered = filtered;
     summary.corrupt = corrupt;
     summary.kept_fields_missing = unseen.into_iter().map(|(f, _)| f.clone()).collect();
+    summary.sources = sources;
     Ok(summary)
 }
 

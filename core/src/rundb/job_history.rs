@@ -33,7 +33,8 @@ pub struct JobAttempt {
     pub state: JobStatus,
     pub exit_reason: Option<String>,
     /// Unix seconds: submitted (accepted by the scheduler), started, ended. The start is the
-    /// embed run's own when the owner never saw the job running (it ended between two polls).
+    /// earlier of the owner's sighting (a poll after the job began) and the embed run's own,
+    /// so a trace's `realtime` is never shorter than the run it timed.
     pub submit_s: Option<f64>,
     pub start_s: Option<f64>,
     pub end_s: Option<f64>,
@@ -68,7 +69,13 @@ const SELECT: &str = concat!(
     "SELECT j.id, j.batch_id, j.attempt, coalesce(j.name, ''), j.scheduler_id, coalesce(j.queue, '-'),
             j.state, j.exit_reason, ",
     unix!("j.submitted_at"),
-    ", coalesce(",
+    // The start: the earlier of when the loop saw the job running (a poll after it began) and
+    // when its embed run says it began; either alone where the other is not known.
+    ", coalesce(min(",
+    unix!("j.started_at"),
+    ", ",
+    unix!("r.started_at"),
+    "), ",
     unix!("j.started_at"),
     ", ",
     unix!("r.started_at"),

@@ -65,6 +65,9 @@ pub enum RunDbError {
     /// too long, or the run was taken over (`owner::heartbeat::why_not_writing`).
     #[error("run.db in {dir} not written: {why}")]
     NotWriting { dir: PathBuf, why: String },
+    /// Another process of the run's owner held run.db's write lock past the busy timeout.
+    #[error("run.db in {} stayed busy for 60 s: another embedfleet command of this run (a submit loop, an upload, a plan) is writing it; run this again when it is done, or see what runs with `embedfleet status --run-dir {}`", dir.display(), dir.display())]
+    Busy { dir: PathBuf },
     #[error("run.db in {dir}: {source}")]
     Sqlite {
         dir: PathBuf,
@@ -101,9 +104,16 @@ pub(crate) fn sqlite_err(dir: &Path) -> impl Fn(rusqlite::Error) -> RunDbError +
     move |source| sqlite_error(dir, source)
 }
 
-/// An error of SQLite's on `dir`'s run.db; a commit the owner's commit hook refused says why.
+/// An error of SQLite's on `dir`'s run.db; a commit the owner's commit hook refused says why, and
+/// a lock held past the busy timeout is said in words (no raw SQLite code reaches the user).
 fn sqlite_error(dir: &Path, source: rusqlite::Error) -> RunDbError {
     if let rusqlite::Error::SqliteFailure(e, _) = &source {
+        if matches!(
+            e.code,
+            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+        ) {
+            return RunDbError::Busy { dir: dir.into() };
+        }
         if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_COMMITHOOK {
             if let Some(why) = crate::owner::heartbeat::why_not_writing(dir) {
                 return RunDbError::NotWriting {
@@ -203,6 +213,13 @@ impl RunDb {
             ownership,
         };
         db.configure().map_err(|e| db.err(e))?;
+        // A transaction that reads and then writes, begun DEFERRED, holds a read snapshot; if
+        // another process (a `query`, a `status`) commits in between, its first write fails at
+        // once with SQLITE_BUSY_SNAPSHOT, which no busy timeout retries. Every transaction of
+        // this handle begins as a writer instead (BEGIN IMMEDIATE): it waits its turn (the busy
+        // timeout) and then cannot be overtaken.
+        db.conn
+            .set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         // Every commit of this process first asks whether it may still write: a process whose
         // heartbeat stopped, or whose run was taken over, writes nothing more (in memory: the
         // heartbeat thread keeps the answer).
@@ -459,6 +476,47 @@ mod tests {
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    /// A transaction of run.db begins as a writer (BEGIN IMMEDIATE): begun deferred, one that
+    /// read and then wrote failed at once (SQLITE_BUSY_SNAPSHOT, extended code 517) when a
+    /// `query` of the same run committed in between: `plan --update` beside a notebook's loop.
+    #[test]
+    fn a_transaction_takes_the_write_lock_when_it_begins_and_a_busy_run_db_is_said_in_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut db = RunDb::create(dir.path()).unwrap();
+        let other = Connection::open(RunLayout::new(dir.path()).db()).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        {
+            let tx = db.conn_mut().transaction().unwrap();
+            let _: i64 = tx
+                .query_row("SELECT count(*) FROM settings", [], |r| r.get(0))
+                .unwrap();
+            // Deferred, the read above took no write lock and this would commit first.
+            let err = other
+                .execute("INSERT INTO settings (key, value) VALUES ('x', '1')", [])
+                .unwrap_err();
+            assert_eq!(
+                err.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy),
+                "{err}"
+            );
+            tx.execute("INSERT INTO settings (key, value) VALUES ('y', '2')", [])
+                .unwrap();
+            tx.commit().unwrap();
+        }
+        // Another process holding the lock past the busy timeout: said in words, no SQLite code.
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        db.conn().busy_timeout(Duration::from_millis(50)).unwrap();
+        let err = db.set_setting("z", &3).unwrap_err();
+        assert!(matches!(err, RunDbError::Busy { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("another embedfleet command") && !text.contains("code"),
+            "{text}"
+        );
+        other.execute_batch("ROLLBACK").unwrap();
+        db.set_setting("z", &3).unwrap();
     }
 
     #[test]

@@ -274,8 +274,11 @@ impl RunDb {
         Ok(Some(paths))
     }
 
-    /// The corpus files of `release` from which no record could be used, each with its first
-    /// quarantined record's reason and detail.
+    /// The corpus files of `release` that stop its plan, each with its first quarantined
+    /// record's reason and detail: a file from which no record could be used because its
+    /// fields are named otherwise (no `id`, no `text`: `paper_id` for `id`), or any file of a
+    /// release from which no record at all could be used. A file whose records have the fields
+    /// but are empty, duplicates or malformed is quarantined, not a stop: the plan goes on.
     pub fn unusable_files(&self, release: i64) -> Result<Vec<(String, String, String)>> {
         let mut stmt = self
             .conn
@@ -285,10 +288,33 @@ impl RunDb {
                      (SELECT min(rowid) FROM quarantine WHERE file_id = f.id)
                  WHERE f.release = ?1 AND f.state = 'planned' AND f.papers = 0
                      AND f.quarantined > 0
+                     AND (EXISTS (SELECT 1 FROM quarantine n WHERE n.file_id = f.id
+                                  AND n.reason IN ('missing_id', 'missing_text'))
+                          OR NOT EXISTS (SELECT 1 FROM corpus_files g
+                                         WHERE g.release = ?1 AND g.papers > 0))
                  ORDER BY f.id",
             )
             .map_err(sqlite_err(&self.dir))?;
         let rows = stmt.query_map([release], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
+        rows.and_then(|r| r.collect())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// Every corpus file of the run from which no record could be used, each with its first
+    /// quarantined record's reason and detail, in corpus order: what a plan that went on
+    /// without them reports (see [`RunDb::unusable_files`] for those that stop it).
+    pub fn files_without_papers(&self) -> Result<Vec<(String, String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT f.path, q.reason, q.detail FROM corpus_files f
+                 JOIN quarantine q ON q.rowid =
+                     (SELECT min(rowid) FROM quarantine WHERE file_id = f.id)
+                 WHERE f.state = 'planned' AND f.papers = 0 AND f.quarantined > 0
+                 ORDER BY f.id",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)));
         rows.and_then(|r| r.collect())
             .map_err(sqlite_err(&self.dir))
     }
@@ -396,22 +422,53 @@ impl RunDb {
     }
 
     /// Marks a file planned, with what reading it came to.
-    pub fn finish_file(
-        &self,
-        file_id: i64,
-        papers: u64,
-        quarantined: u64,
-        filtered: u64,
-        corrupt: Option<&str>,
-    ) -> Result<()> {
+    pub fn finish_file(&self, file_id: i64, summary: &crate::corpus::FileSummary) -> Result<()> {
+        let sources = serde_json::to_string(&summary.sources)
+            .expect("a map of counts serialises. This is a bug.");
         self.conn
             .execute(
-                "UPDATE corpus_files SET state = 'planned', papers = ?2, quarantined = ?3, filtered = ?4, corrupt = ?5
+                "UPDATE corpus_files SET state = 'planned', papers = ?2, quarantined = ?3, filtered = ?4, corrupt = ?5,
+                     sources = ?6
                  WHERE id = ?1",
-                params![file_id, papers, quarantined, filtered, corrupt],
+                params![
+                    file_id,
+                    summary.papers,
+                    summary.quarantined,
+                    summary.filtered,
+                    summary.corrupt.as_deref(),
+                    sources
+                ],
             )
             .map(drop)
             .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The `source` values of the run's papers with how many papers of the planned files had
+    /// each; `None` when a file was planned by an embedfleet that did not count them (before
+    /// schema v15): then the values are not known.
+    pub fn source_values(&self) -> Result<Option<std::collections::BTreeMap<String, u64>>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT sources FROM corpus_files WHERE state = 'planned'")
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, Option<String>>(0))
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sqlite_err(&self.dir))?;
+        let mut all = std::collections::BTreeMap::new();
+        for row in rows {
+            let Some(json) = row else { return Ok(None) };
+            let counts: std::collections::BTreeMap<String, u64> = serde_json::from_str(&json)
+                .map_err(|source| super::RunDbError::Setting {
+                    dir: self.dir.clone(),
+                    key: "corpus_files.sources".into(),
+                    source,
+                })?;
+            for (source, n) in counts {
+                *all.entry(source).or_insert(0) += n;
+            }
+        }
+        Ok(Some(all))
     }
 
     /// How many later duplicates the run's releases had (planned rows excluded from their

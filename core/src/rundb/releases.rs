@@ -162,6 +162,49 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// The rows a collection brought up to `release` no longer serves: superseded or withdrawn
+    /// by that release or an earlier one, as (batch, paper id). Few, as [`RunDb::withheld_rows`].
+    pub fn rows_withheld_by(&self, release: i64) -> Result<Vec<(i64, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT batch_id, id FROM papers
+                 WHERE (superseded_in IS NOT NULL OR withdrawn_in IS NOT NULL)
+                     AND (superseded_in <= ?1 OR withdrawn_in <= ?1)
+                 ORDER BY batch_id, id",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([release], |r| Ok((r.get(0)?, r.get(1)?)));
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The batches of releases after `release`: rows a collection brought up to `release`
+    /// does not hold yet.
+    pub fn batches_after_release(&self, release: i64) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT b.id FROM batches b JOIN corpus_files f ON f.id = b.file_id
+                 WHERE f.release > ?1 ORDER BY b.id",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([release], |r| r.get(0));
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
+    /// The newest release planned to its end, if any.
+    pub fn newest_planned_release(&self) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT max(id) FROM releases WHERE planned_at IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Every release, in order.
     pub fn releases(&self) -> Result<Vec<Release>> {
         let mut stmt = self

@@ -2,8 +2,9 @@
 //! have been applied; a run directory made by any earlier embedfleet is brought up to date when
 //! opened. Never edit a migration that has shipped: add the next one.
 
-pub(super) const MIGRATIONS: &[&str] =
-    &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14];
+pub(super) const MIGRATIONS: &[&str] = &[
+    V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15,
+];
 
 const V1: &str = r#"
 CREATE TABLE settings (
@@ -583,6 +584,24 @@ const V14: &str = r#"
 CREATE TABLE upload_releases (
     collection  TEXT PRIMARY KEY,
     release     INTEGER NOT NULL,
+    recorded_at TEXT NOT NULL
+);
+"#;
+
+/// v15: `corpus_files.sources`: the papers a planned file had by `source` (JSON, source ->
+/// papers): the values `--filter source=…` can select, so a prefix (`s2orc`) resolves to the
+/// run's sources under it (`s2orc/train`) and a filter that selects none says which there are.
+/// NULL for files planned before: their values are not known.
+///
+/// `deletes_applied`: per progress key (a collection at a target), the newest tombstone (by
+/// rowid: tombstones are only ever added) whose delete reached the collection, by a `delete`
+/// to it or a complete upload (whose check deletes every tombstoned point). A paper deleted
+/// from one database and not yet from another is said by `status` for that one.
+const V15: &str = r#"
+ALTER TABLE corpus_files ADD COLUMN sources TEXT;
+CREATE TABLE deletes_applied (
+    collection  TEXT PRIMARY KEY,
+    through     INTEGER NOT NULL,
     recorded_at TEXT NOT NULL
 );
 "#;

@@ -79,6 +79,10 @@ pub struct RunStatus {
     /// shards and out of every collection and dataset.
     #[serde(default)]
     pub rows_withheld: WithheldRows,
+    /// Papers deleted from the run (`embedfleet delete`): out of `papers_live`, and out of each
+    /// collection once the delete reached it (`uploads_by_collection`'s `deletes_pending`).
+    #[serde(default)]
+    pub papers_deleted: u64,
 }
 
 /// Rows a corpus release withheld from their batches.
@@ -141,6 +145,31 @@ pub struct CollectionUpload {
     /// recorded it. Below the run's newest release, that release's changes are not in it yet.
     #[serde(default)]
     pub release: Option<i64>,
+    /// The papers the collection holds, where run.db knows: the live papers of its release
+    /// less the deletes that reached it (`None` until an upload into it completed).
+    #[serde(default)]
+    pub holds: Option<u64>,
+    /// Papers deleted from the run (`embedfleet delete`) whose delete has not reached this
+    /// collection yet: still searchable there until `embedfleet upload` (or a `delete` to it).
+    #[serde(default)]
+    pub deletes_pending: u64,
+}
+
+/// The live papers of release `release` (deletes aside): every paper its releases added, less
+/// those they withdrew (a changed paper supersedes its own row: one paper either way). A run
+/// with no release recorded has its planned papers.
+fn live_at(releases: &[ReleaseStatus], release: i64, papers_planned: u64) -> u64 {
+    let upto: Vec<&ReleaseStatus> = releases
+        .iter()
+        .filter(|r| r.planned && r.release <= release)
+        .collect();
+    if upto.is_empty() {
+        return papers_planned;
+    }
+    upto.iter()
+        .map(|r| r.counts.added)
+        .sum::<u64>()
+        .saturating_sub(upto.iter().map(|r| r.counts.withdrawn).sum())
 }
 
 impl RunDb {
@@ -186,22 +215,31 @@ impl RunDb {
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
             rows.and_then(|r| r.collect()).map_err(e)?
         };
-        let uploads_by_collection = counts
-            .uploads
-            .iter()
-            .map(|(collection, &(acked, failed))| {
-                let missing = rows_in_shards.saturating_sub(acked);
-                let upload = CollectionUpload {
-                    acked,
-                    failed,
-                    missing,
-                    release: released.get(collection).copied(),
-                };
-                (collection.clone(), upload)
-            })
-            .collect();
         let releases = self.release_status(&counts.by_release)?;
         let rows_withheld = WithheldRows::of(&releases);
+        // Tombstones are few (papers deleted by hand): counted per collection by rowid range.
+        let papers_deleted = scalar("SELECT count(*) FROM tombstones")?;
+        let mut uploads_by_collection = BTreeMap::new();
+        for (collection, &(acked, failed)) in &counts.uploads {
+            let release = released.get(collection).copied();
+            let applied: u64 = c
+                .prepare_cached(
+                    "SELECT count(*) FROM tombstones WHERE rowid <=
+                         coalesce((SELECT through FROM deletes_applied WHERE collection = ?1), 0)",
+                )
+                .and_then(|mut stmt| stmt.query_row([collection], |r| r.get(0)))
+                .map_err(e)?;
+            let upload = CollectionUpload {
+                acked,
+                failed,
+                missing: rows_in_shards.saturating_sub(acked),
+                release,
+                holds: release
+                    .map(|r| live_at(&releases, r, papers_planned).saturating_sub(applied)),
+                deletes_pending: papers_deleted.saturating_sub(applied),
+            };
+            uploads_by_collection.insert(collection.clone(), upload);
+        }
         Ok(RunStatus {
             format_version: STATUS_FORMAT_VERSION,
             run_dir: self.dir.display().to_string(),
@@ -234,8 +272,11 @@ impl RunDb {
             attempts_by_state: counts.attempts_by_state,
             live: self.live_attempts()?,
             releases,
-            papers_live: papers_planned.saturating_sub(rows_withheld.total()),
+            papers_live: papers_planned
+                .saturating_sub(rows_withheld.total())
+                .saturating_sub(papers_deleted),
             rows_withheld,
+            papers_deleted,
         })
     }
 

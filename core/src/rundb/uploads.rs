@@ -124,7 +124,7 @@ impl RunDb {
     pub fn forget_uploads(&self, collection: &str) -> Result<()> {
         let err = sqlite_err(&self.dir);
         let tx = self.conn.unchecked_transaction().map_err(&err)?;
-        for table in ["uploads", "upload_releases"] {
+        for table in ["uploads", "upload_releases", "deletes_applied"] {
             tx.execute(
                 &format!("DELETE FROM {table} WHERE collection = ?1"),
                 [collection],
@@ -170,7 +170,25 @@ impl RunDb {
                 params![collection, release],
             )
             .map_err(&err)?;
+        self.record_deletes_applied(collection)?;
         Ok(Some(release))
+    }
+
+    /// Records that every tombstone of the run so far reached the collection under
+    /// `collection` (a progress key): a `delete` to it, or a complete upload, deleted them.
+    pub fn record_deletes_applied(&self, collection: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO deletes_applied (collection, through, recorded_at)
+                 SELECT ?1, coalesce(max(rowid), 0), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+                 FROM tombstones
+                 WHERE true
+                 ON CONFLICT (collection) DO UPDATE
+                 SET through = excluded.through, recorded_at = excluded.recorded_at",
+                [collection],
+            )
+            .map(drop)
+            .map_err(sqlite_err(&self.dir))
     }
 
     /// The release the collection under `collection` was last brought up to
@@ -237,6 +255,7 @@ impl RunDb {
             "snapshot_loads",
             "upload_collections",
             "upload_releases",
+            "deletes_applied",
         ] {
             tx.execute(&format!("DELETE FROM {table} WHERE collection = ?1"), [to])
                 .map_err(&err)?;

@@ -13,6 +13,7 @@
 
 use crate::eval::{cached_truth, score, EvalError};
 use crate::exact::for_each_block;
+use crate::held::HeldRows;
 use crate::search::{search_batched, Percentiles};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_upload::{CountRequest, PayloadFilter, SearchOptions, Sink, VectorIndex};
@@ -127,7 +128,7 @@ pub fn pick_filters(db: &RunDb) -> Result<Vec<(String, PayloadFilter)>, EvalErro
     let mut years: BTreeMap<i64, u64> = BTreeMap::new();
     let mut sources: BTreeMap<String, u64> = BTreeMap::new();
     let mut total = 0u64;
-    for_each_block(db, |_, points| {
+    for_each_block(db, |_, _, points| {
         for p in points.iter() {
             total += 1;
             if let Some(y) = p.year {
@@ -196,9 +197,15 @@ pub fn compare(
         queries: queries.len(),
         rows: Vec::new(),
     };
+    // Each database against what it holds now (a delete may have reached one and not yet the
+    // other): the same state shares one cached truth.
+    let held: Vec<HeldRows> = targets
+        .iter()
+        .map(|t| HeldRows::of(db, t.sink, &t.collection))
+        .collect::<Result<_, _>>()?;
     for (name, filter) in &filters {
-        let truth = cached_truth(db, queries, options.k, filter.as_ref())?;
-        for target in targets {
+        for (target, held) in targets.iter().zip(&held) {
+            let truth = cached_truth(db, queries, options.k, filter.as_ref(), held)?;
             let row = measure(target, name, filter.as_ref(), queries, &truth, options)?;
             report.rows.push(row);
         }

@@ -4,7 +4,8 @@
 //! when a filter is given, filtered (the same filter applied to the exact search).
 
 use crate::exact::{exact_top_k, for_each_block, normalised, ExactError, ExactHit};
-use crate::filter::parse_filters;
+use crate::filter::run_filters;
+use crate::held::HeldRows;
 use crate::search::{search_batched, Percentiles};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, RunLayout};
@@ -145,7 +146,7 @@ pub fn eval(
     queries: &[Vec<f32>],
     options: &EvalOptions,
 ) -> Result<EvalReport, EvalError> {
-    let filter = parse_filters(&options.filters).map_err(EvalError::Filter)?;
+    let filter = run_filters(db, &options.filters).map_err(EvalError::Filter)?;
     let info =
         sink.collection_info(&options.collection)?
             .ok_or_else(|| EvalError::NoCollection {
@@ -168,8 +169,11 @@ pub fn eval(
         report.filter_selectivity = Some(passing as f64 / all as f64);
         filters.push((options.filters.join(" & "), Some(f)));
     }
+    // The truth is over what the collection holds now: the live papers of its release, less
+    // the deleted ones.
+    let held = HeldRows::of(db, sink, &options.collection)?;
     for (name, filter) in filters {
-        let truth = cached_truth(db, queries, options.k, filter.as_ref())?;
+        let truth = cached_truth(db, queries, options.k, filter.as_ref(), &held)?;
         let mut ways = vec![
             ("exact".to_string(), None, true),
             ("default".into(), None, false),
@@ -236,12 +240,14 @@ pub(crate) fn score(
 }
 
 /// The exact top-k, from `eval/exact-<key>.json` when an earlier eval computed it for the same
-/// queries, k, filter and parquet shards.
+/// queries, k, filter, parquet shards and rows held (the collection's release, the rows
+/// releases withheld and the papers deleted: [`HeldRows::digest`]); computed again otherwise.
 pub(crate) fn cached_truth(
     db: &RunDb,
     queries: &[Vec<f32>],
     k: usize,
     filter: Option<&PayloadFilter>,
+    held: &HeldRows,
 ) -> Result<Vec<Vec<ExactHit>>, EvalError> {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for q in queries {
@@ -250,6 +256,7 @@ pub(crate) fn cached_truth(
         }
     }
     h.update(format!("{k} {filter:?}").as_bytes());
+    h.update(&held.digest().to_le_bytes());
     for shard in db.all_shards()? {
         h.update(shard.sha256.as_bytes());
     }
@@ -261,7 +268,7 @@ pub(crate) fn cached_truth(
     {
         return Ok(cached);
     }
-    let truth = exact_top_k(db, queries, k, filter)?;
+    let truth = exact_top_k(db, queries, k, filter, held)?;
     let json = serde_json::to_vec(&truth).expect("hits serialise. This is a bug.");
     write_file(&dir, &path, &json)?;
     Ok(truth)
@@ -338,7 +345,7 @@ pub fn sample_queries(db: &RunDb, n: usize, seed: u64) -> Result<Vec<Vec<f32>>, 
     wanted.sort_unstable();
     let mut picked = Vec::with_capacity(wanted.len());
     let mut next = wanted.iter().map(|&r| r as usize).peekable();
-    for_each_block(db, |first_row, points| {
+    for_each_block(db, |first_row, _, points| {
         let end = first_row + points.len();
         while let Some(row) = next.next_if(|&r| r < end) {
             picked.push(points.point(row - first_row).vector.to_vec());

@@ -4,6 +4,7 @@
 //! cores either way), and each query keeps its k best.
 
 use crate::filter::matches;
+use crate::held::HeldRows;
 use candle_core::{Device, Tensor};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_upload::shards::read_from;
@@ -216,30 +217,35 @@ mod blas {
 }
 
 /// The exact `k` nearest papers to each query (cosine: queries and shards are L2-normalised)
-/// among the run's parquet shards, only those matching `filter` when given.
+/// among the rows of the run's parquet shards that the collection holds (`held`: not withheld
+/// by a release, not deleted), only those matching `filter` when given.
 pub fn exact_top_k(
     db: &RunDb,
     queries: &[Vec<f32>],
     k: usize,
     filter: Option<&PayloadFilter>,
+    held: &HeldRows,
 ) -> Result<Vec<Vec<ExactHit>>, ExactError> {
     let dim = queries.first().map_or(0, Vec::len);
     let q: Vec<f32> = queries.iter().flat_map(|q| normalised(q)).collect();
     let mut tops = vec![TopK::new(k); queries.len()];
     // Paper ids of the rows some query kept, by global row; the rest are never materialised.
     let mut ids: std::collections::HashMap<usize, String> = Default::default();
-    for_each_block(db, |first_row, points| {
+    for_each_block(db, |first_row, batch, points| {
+        if held.skips_batch(batch) {
+            return Ok(true);
+        }
         if points.dim() != dim {
             return Err(ExactError::Dim {
                 expected: points.dim(),
                 found: dim,
             });
         }
+        let all_held = held.holds_all_of(batch);
         let accept = |i: usize| {
-            filter.is_none_or(|f| {
-                let p = points.point(i);
-                matches(f, p.year, p.source)
-            })
+            let p = points.point(i);
+            (all_held || held.holds(batch, p.paper_id))
+                && filter.is_none_or(|f| matches(f, p.year, p.source))
         };
         top_k_block(&q, points.vectors(), dim, first_row, &accept, &mut tops)?;
         for top in &tops {
@@ -266,10 +272,11 @@ pub fn exact_top_k(
 }
 
 /// Hands every block of [`BLOCK_ROWS`] rows of the run's parquet shards to `visit`, in run
-/// order, with the run-wide row number of its first row; `visit` returns `false` to stop.
+/// order, with the run-wide row number of its first row and its batch; `visit` returns `false`
+/// to stop.
 pub(crate) fn for_each_block(
     db: &RunDb,
-    mut visit: impl FnMut(usize, &PointsBatch) -> Result<bool, ExactError>,
+    mut visit: impl FnMut(usize, i64, &PointsBatch) -> Result<bool, ExactError>,
 ) -> Result<(), ExactError> {
     let mut first_row = 0usize;
     for shard in db.all_shards()? {
@@ -280,7 +287,7 @@ pub(crate) fn for_each_block(
                 message: e.to_string(),
             })?;
             let points = PointsBatch::from_record_batch(&batch)?;
-            if !visit(first_row, &points)? {
+            if !visit(first_row, shard.batch_id.0, &points)? {
                 return Ok(());
             }
             first_row += points.len();

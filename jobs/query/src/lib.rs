@@ -11,6 +11,7 @@ pub mod compare;
 pub mod eval;
 pub mod exact;
 pub mod filter;
+pub mod held;
 mod plot;
 pub mod request;
 pub mod results;
@@ -21,7 +22,7 @@ pub mod vectors;
 pub mod workload;
 
 pub use eval::{eval, render, sample_queries, EvalError, EvalOptions, EvalReport, DEFAULT_EFS};
-pub use filter::parse_filters;
+pub use filter::{parse_filters, run_filters};
 pub use plot::write_recall_plot;
 pub use request::{QueryRequest, Searched};
 pub use search::{search_batched, Percentiles};

@@ -360,7 +360,8 @@ fn collect(
                     Err(
                         e @ (UploadError::ServerRefused { .. }
                         | UploadError::NothingListens { .. }
-                        | UploadError::PgUnreachable { .. }),
+                        | UploadError::PgUnreachable { .. }
+                        | UploadError::PgNotPostgres { .. }),
                     ) => return Err(e.into()),
                     Err(e) => {
                         consecutive_failures += 1;

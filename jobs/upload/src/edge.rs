@@ -298,6 +298,10 @@ impl Sink for QdrantEdge {
         format!("edge:{}", dir.display())
     }
 
+    fn target_flag(&self) -> String {
+        format!("--edge {}", self.root.display())
+    }
+
     fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
         check_collection_name(&spec.name)?;
         let (shard, ensured) = match self.shard(&spec.name)? {
@@ -570,8 +574,12 @@ fn edge_filter(f: &PayloadFilter) -> UploadResult<Filter> {
             range,
         )));
     }
-    if let Some(source) = &f.source {
-        let value = Match::new_value(ValueVariants::String(source.clone()));
+    let sources = match f.sources.as_slice() {
+        [] => None,
+        [source] => Some(Match::new_value(ValueVariants::String(source.clone()))),
+        any => Some(Match::from(any.to_vec())),
+    };
+    if let Some(value) = sources {
         must.push(Condition::Field(FieldCondition::new_match(
             json_path(PAYLOAD_SOURCE)?,
             value,

@@ -218,6 +218,15 @@ pub enum UploadError {
         message: String,
     },
 
+    /// The port answered, but not as PostgreSQL (or not within the connect deadline).
+    #[error("no PostgreSQL at {target}: {message}. Fix the port in --postgres (PostgreSQL's is usually 5432), or add `?connect_timeout=SECONDS` for a slow network")]
+    PgNotPostgres {
+        /// `user@host:port/database`.
+        target: String,
+        /// What came back, or that nothing did.
+        message: String,
+    },
+
     /// PostgreSQL refused or failed a statement.
     #[error("PostgreSQL failed to {action}: {message}")]
     Postgres {

@@ -76,4 +76,7 @@ pub use spec::{
     QdrantIndex, QdrantSpec, VectorDtype, VectorIndex,
 };
 pub use uuid::Uuid;
+
+/// The collection (a table in PostgreSQL) the commands fill and search when none is named.
+pub const DEFAULT_COLLECTION: &str = "papers";
 pub use workers::{upload_with_workers, WorkerCommand};

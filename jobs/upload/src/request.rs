@@ -181,8 +181,9 @@ pub struct PayloadFilter {
     pub year_min: Option<i64>,
     /// `year <= max`.
     pub year_max: Option<i64>,
-    /// `source == value`.
-    pub source: Option<String>,
+    /// `source` is one of these (empty: any source). `query --filter source=s2orc` resolves
+    /// to the run's sources it selects (`s2orc/train`, ...), as `plan --source` selects them.
+    pub sources: Vec<String>,
 }
 
 impl PayloadFilter {
@@ -191,7 +192,7 @@ impl PayloadFilter {
         Self {
             year_min: Some(year),
             year_max: Some(year),
-            source: None,
+            sources: Vec::new(),
         }
     }
 
@@ -200,14 +201,14 @@ impl PayloadFilter {
         Self {
             year_min: Some(min),
             year_max: Some(max),
-            source: None,
+            sources: Vec::new(),
         }
     }
 
     /// Points of this source.
     pub fn source(source: impl Into<String>) -> Self {
         Self {
-            source: Some(source.into()),
+            sources: vec![source.into()],
             ..Self::default()
         }
     }

@@ -35,6 +35,13 @@ pub trait Sink: Send + Sync {
     /// `server:<url>`.
     fn target(&self) -> String;
 
+    /// How a command line names this target (`--postgres postgresql://…`, `--qdrant URL`,
+    /// `--edge DIR`): what a suggested next command repeats, so that it reaches the same
+    /// database. Empty for a sink no flag names.
+    fn target_flag(&self) -> String {
+        String::new()
+    }
+
     /// Creates the collection from `spec` (payload indexes first), or checks that an existing one
     /// has the same vector size and distance ([`UploadError::CollectionMismatch`] otherwise).
     /// With `spec.bulk_load`, index building is (again) deferred on the collection.

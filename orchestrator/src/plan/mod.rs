@@ -159,6 +159,10 @@ pub struct PlanReport {
     pub duplicates: u64,
     /// Corpus files that broke off, with where.
     pub corrupt: Vec<(String, String)>,
+    /// Corpus files from which no record could be used (every record quarantined: empty
+    /// text, duplicates, malformed lines), each with its first record's reason: the plan went
+    /// on without them.
+    pub unused: Vec<(String, String)>,
     pub elapsed: Duration,
     /// The release planned (1 for a first plan), and what it changed.
     pub release: i64,
@@ -379,7 +383,8 @@ fn latest_release(db: &RunDb) -> Result<Release, PlanError> {
 
 /// The command line of this process, recorded with the release it starts.
 fn command_line() -> String {
-    std::env::args().collect::<Vec<_>>().join(" ")
+    let line = std::env::args().collect::<Vec<_>>().join(" ");
+    embedfleet_core::secret::redact(&line)
 }
 
 /// A directory with an earlier run's shards or result manifests but no run.db: planning into it
@@ -574,6 +579,11 @@ fn fill_totals(db: &RunDb, report: &mut PlanReport) -> Result<(), PlanError> {
     report.batches = status.batches;
     report.quarantined = status.papers_quarantined;
     report.corrupt = status.corrupt_files.into_iter().collect();
+    report.unused = db
+        .files_without_papers()?
+        .into_iter()
+        .map(|(path, reason, detail)| (path, format!("{detail} ({reason})")))
+        .collect();
     report.release_batches = status
         .releases
         .iter()

@@ -144,13 +144,7 @@ fn record(
                 if let Some(corrupt) = &summary.corrupt {
                     progress.println(format!("warning: corpus file {id} broke off: {corrupt}"));
                 }
-                db.finish_file(
-                    id,
-                    summary.papers,
-                    summary.quarantined,
-                    summary.filtered,
-                    summary.corrupt.as_deref(),
-                )?;
+                db.finish_file(id, &summary)?;
             }
             Message::Failed(message) => failures.push(message),
         }

@@ -225,6 +225,7 @@ fn outlook_of(queues: &[Assessed], round: &Round<'_>) -> Vec<QueueOutlook> {
             preempted: q.model.preempted,
             walltime: q.model.walltime,
             failed: q.model.failed,
+            unusable_why: None,
         })
         .collect()
 }

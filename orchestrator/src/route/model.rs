@@ -23,7 +23,33 @@ pub enum JobEnd {
     Cancelled,
 }
 
+/// Exit codes of `embed-job` that mean "this will fail the same way again" (a usage error, a
+/// refused setup: a CPU build asked for GPUs, a run directory that does not match): not
+/// retried, and no loss of the queue's, which would fail the same on any queue.
+pub const SETUP_EXIT_CODES: [i32; 2] = [2, 4];
+
 impl JobEnd {
+    /// How a job run.db recorded ended, for its queue's model, from its row: as
+    /// [`JobEnd::of`], except what says nothing of the queue, which counts as a cancel: a job
+    /// the scheduler never took (`accepted` false: its submission failed) and one that ended
+    /// with a setup exit code ([`SETUP_EXIT_CODES`], as its recorded reason says).
+    pub fn of_record(
+        status: embedfleet_core::state::JobStatus,
+        accepted: bool,
+        reason: Option<&str>,
+    ) -> Self {
+        let setup = reason.is_some_and(|r| {
+            SETUP_EXIT_CODES.iter().any(|c| {
+                r.contains(&format!("exit code {c})")) || r.ends_with(&format!("exit code {c}"))
+            })
+        });
+        if !accepted || setup {
+            Self::Cancelled
+        } else {
+            Self::of(status)
+        }
+    }
+
     /// How a job that run.db recorded as `status` ended, for its queue's model.
     pub fn of(status: embedfleet_core::state::JobStatus) -> Self {
         use embedfleet_core::state::JobStatus as S;
@@ -200,6 +226,13 @@ pub struct Stop {
 /// How quickly an old job end stops counting toward the loss share: after ~20 ends a past one
 /// weighs a third (0.95^20).
 const LOSS_DECAY: f64 = 0.95;
+/// The prior of the loss share, as job ends already seen: [`PRIOR_ENDS`] ends of which a share
+/// [`PRIOR_LOSS`] were lost. Two jobs lost of two are no evidence that a queue loses most
+/// (a node crash, an operator's rerun): with this prior they read 0.42, and the estimate
+/// follows the queue's own ends as they come (ten lost of ten: 0.74; decayed ends weigh at
+/// most 20 against the prior's 3).
+const PRIOR_ENDS: f64 = 3.0;
+const PRIOR_LOSS: f64 = 0.05;
 
 /// The model of one queue.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -296,12 +329,14 @@ impl QueueModel {
         self.decayed_losses = self.decayed_losses * LOSS_DECAY + f64::from(u8::from(lost));
     }
 
-    /// The share of recent jobs the queue took away (0 with no ends yet).
+    /// The share of recent jobs the queue takes away: its recent ends' share shrunk toward a
+    /// prior of a few ends' worth ([`PRIOR_ENDS`] at [`PRIOR_LOSS`]), so that a handful of
+    /// losses is not read as a queue that loses everything (0 with no ends yet: nothing said).
     pub fn loss_share(&self) -> f64 {
         if self.decayed_ends <= 0.0 {
             0.0
         } else {
-            self.decayed_losses / self.decayed_ends
+            (self.decayed_losses + PRIOR_ENDS * PRIOR_LOSS) / (self.decayed_ends + PRIOR_ENDS)
         }
     }
 
@@ -405,6 +440,19 @@ mod tests {
             q.ended(JobEnd::Cancelled, None);
         }
         assert!((q.loss_share() - 0.2).abs() < 0.05, "{}", q.loss_share());
+        // A handful of ends says little: two lost of two is not a queue that loses them all.
+        let mut two = QueueModel::default();
+        two.ended(JobEnd::Failed, None);
+        two.ended(JobEnd::Preempted, Some(60.0));
+        assert!(
+            (0.35..0.5).contains(&two.loss_share()),
+            "{}",
+            two.loss_share()
+        );
+        for _ in 0..8 {
+            two.ended(JobEnd::Failed, None);
+        }
+        assert!(two.loss_share() > 0.7, "ten of ten: {}", two.loss_share());
         assert_eq!((q.finished, q.preempted), (80, 20));
         assert_eq!(q.run_time.get(), Some(2400.0));
         // A queue that stops losing jobs is forgiven within tens of jobs.
@@ -412,5 +460,37 @@ mod tests {
             q.ended(JobEnd::Finished, Some(2400.0));
         }
         assert!(q.loss_share() < 0.02, "{}", q.loss_share());
+    }
+
+    #[test]
+    fn a_failed_submission_or_a_setup_error_is_no_loss_of_the_queue() {
+        use embedfleet_core::state::JobStatus as S;
+        let of = JobEnd::of_record;
+        assert_eq!(
+            of(
+                S::Failed,
+                false,
+                Some("not submitted: qsub: cannot connect")
+            ),
+            JobEnd::Cancelled
+        );
+        assert_eq!(
+            of(S::Failed, true, Some("failed (exit code 4)")),
+            JobEnd::Cancelled
+        );
+        assert_eq!(
+            of(S::Failed, true, Some("failed (exit code 2)")),
+            JobEnd::Cancelled
+        );
+        assert_eq!(
+            of(S::Failed, true, Some("failed (exit code 1)")),
+            JobEnd::Failed
+        );
+        assert_eq!(
+            of(S::Failed, true, Some("failed (exit code 42)")),
+            JobEnd::Failed
+        );
+        assert_eq!(of(S::Completed, true, None), JobEnd::Finished);
+        assert_eq!(of(S::Preempted, true, None), JobEnd::Preempted);
     }
 }

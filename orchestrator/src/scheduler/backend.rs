@@ -101,6 +101,11 @@ pub struct QueueProblem {
     pub queue: String,
     /// Why, and what to do about it.
     pub reason: String,
+    /// Whether it lasts: a queue the server does not have, or refuses this user, takes no job
+    /// of the run. A server that did not answer (restarting, down for a while) or a queue
+    /// disabled for now is tried again later: the queue cools off, as after a failed
+    /// submission, instead of being left out of the run for good.
+    pub lasting: bool,
 }
 
 #[cfg(test)]

@@ -166,6 +166,14 @@ pub trait Scheduler: Send + Sync + fmt::Debug {
         Vec::new()
     }
 
+    /// The names of the queues the scheduler has, where it can list them (PBS Pro's `qstat
+    /// -Q`): a queue the run names that is not among them is refused before anything is
+    /// stored or sent, the dry run included. `None`: not listed (the backend cannot, or the
+    /// server did not answer: the submission then says what is wrong).
+    fn known_queues(&self) -> Option<Vec<String>> {
+        None
+    }
+
     /// Cancels every job the scheduler lists under `name` that has not ended: whatever a
     /// submission whose answer never came (a timed-out `sbatch`) may have queued after all.
     /// The submit loop calls it before it submits that job's batches again, so that no

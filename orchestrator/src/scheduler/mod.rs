@@ -90,4 +90,23 @@ impl SchedulerConfig {
     pub fn preflight(&self, run_dir: &Path) -> Vec<QueueProblem> {
         self.build().preflight(run_dir)
     }
+
+    /// The queues of `queues` the backend's scheduler says it does not have, each with the
+    /// reason naming the ones it has (see [`Scheduler::known_queues`]); none when it cannot say.
+    pub fn unknown_queues<'q>(&self, queues: impl IntoIterator<Item = &'q String>) -> Vec<String> {
+        let Some(known) = self.build().known_queues() else {
+            return Vec::new();
+        };
+        queues
+            .into_iter()
+            .filter(|q| !known.contains(q))
+            .map(|q| {
+                format!(
+                    "the {} server has no queue `{q}` (its queues: {}): give the queues it has (`--queue NAME=CAP`, or `embedfleet queues set`)",
+                    self.backend.name().to_uppercase(),
+                    known.join(", ")
+                )
+            })
+            .collect()
+    }
 }

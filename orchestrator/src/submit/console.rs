@@ -60,8 +60,21 @@ impl Console {
             .iter()
             .filter(|j| j.state == JobStatus::Running)
             .count();
+        // Papers in the shards running jobs have written count too: a job's papers are taken
+        // in only when it ends, and a one-batch run would show 0 until then.
+        let live: u64 = status.live.iter().map(|a| a.papers_done).sum();
+        let embedded = (status.rows_in_shards + live).min(status.papers_planned.max(1));
+        // Before the first batch is taken in there is no rate: say what is going on instead.
+        let speed = if tok_s > 0.0 || running == 0 {
+            format!("{tok_s:.0} tok/s")
+        } else {
+            format!(
+                "embedding for {} (tok/s once a batch is done)",
+                duration(secs)
+            )
+        };
         let mut msg = format!(
-            "{tok_s:.0} tok/s  jobs: {running} running, {} queued  {}",
+            "{speed}  jobs: {running} running, {} queued  {}",
             open.len() - running,
             eta(status)
         );
@@ -71,14 +84,14 @@ impl Console {
         match &self.bar {
             Some(bar) => {
                 bar.set_length(status.papers_planned);
-                bar.set_position(status.rows_in_shards);
+                bar.set_position(embedded);
                 bar.set_message(msg);
             }
             None => {
                 if self.last_line.is_none_or(|at| at.elapsed() >= LINE_EVERY) {
                     eprintln!(
                         "{}/{} papers embedded after {}; {msg}",
-                        status.rows_in_shards,
+                        embedded,
                         status.papers_planned,
                         duration(self.started.elapsed().as_secs_f64())
                     );

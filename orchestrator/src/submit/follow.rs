@@ -16,7 +16,7 @@ use crate::scheduler::{marker_state, JobHandle, JobState, QueuedJob, SchedulerJo
 
 /// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,
 /// refused: the run directory does not match), so they are not retried.
-const NOT_RETRIED_EXIT_CODES: [i32; 2] = [2, 4];
+use crate::route::SETUP_EXIT_CODES as NOT_RETRIED_EXIT_CODES;
 
 impl SubmitLoop<'_> {
     /// The owner's chores after a poll: the snapshot, and stalled jobs reported (and cancelled
@@ -273,10 +273,19 @@ impl SubmitLoop<'_> {
         // deciding (the other batches wait for the next round's ingest).
         let batches: Vec<i64> = rows.iter().map(|r| r.batch_id).collect();
         self.ingest(Some(&batches))?;
-        self.route_saw(rows[0], status);
+        let setup_error = matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
+        // A setup the job refused fails the same on every queue: no loss of this queue's.
+        self.route_saw(
+            rows[0],
+            if setup_error {
+                JobStatus::Cancelled
+            } else {
+                status
+            },
+        );
         self.db.set_job_state(name, status, reason.as_deref())?;
         self.cancel_twins_of(name, &batches)?;
-        let retriable = !matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
+        let retriable = !setup_error;
         self.counts.jobs_ended += 1;
         let mut all_done = true;
         for row in rows {

@@ -27,6 +27,59 @@ pub(super) enum Sent {
 }
 
 impl SubmitLoop<'_> {
+    /// What the backend finds wrong before the first job: a queue the server lacks, or a host
+    /// that fails its checks, is refused as a scheduler's refusal would be; a server that did
+    /// not answer (restarting) or a queue disabled for now only cools the queue off: it is
+    /// tried again, and a loop started while the server was down does not stall for good.
+    pub(super) fn preflight_queues(&mut self) {
+        let now = embedfleet_core::owner::unix_now();
+        let poll = self.opts.poll_interval.as_secs_f64();
+        for problem in self.scheduler.preflight(&self.run_dir) {
+            if problem.lasting {
+                self.console.say(format!(
+                    "queue {}: {}; no jobs go there in this run",
+                    problem.queue, problem.reason
+                ));
+                self.refused.insert(problem.queue, problem.reason);
+            } else {
+                let wait = self.routing.submission_failed(&problem.queue, now, poll);
+                self.console.say(format!(
+                    "queue {}: {}; tried again in {}",
+                    problem.queue,
+                    problem.reason,
+                    crate::status::duration(wait)
+                ));
+                self.unusable_why.insert(problem.queue, problem.reason);
+            }
+        }
+    }
+
+    /// Why each unusable queue of this round's outlook is so, for `status`.
+    fn say_why_unusable(&mut self, now: f64) {
+        let cooling: BTreeSet<String> = self.routing.cooling(now).cloned().collect();
+        let caps = self.caps().unwrap_or_default();
+        for q in self.routing.outlook.iter_mut() {
+            q.unusable_why = if q.state != "unusable" {
+                None
+            } else if let Some(why) = self.refused.get(&q.queue) {
+                Some(format!("refused: {why}"))
+            } else if cooling.contains(&q.queue) {
+                let last = self
+                    .unusable_why
+                    .get(&q.queue)
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default();
+                Some(format!(
+                    "its last submissions failed{last}: tried again once it has cooled off"
+                ))
+            } else if caps.get(&q.queue) == Some(&0) {
+                Some("cap 0 (`embedfleet queues set`)".to_string())
+            } else {
+                None
+            };
+        }
+    }
+
     pub(super) fn submit_round(&mut self) -> Result<()> {
         let caps = self.caps()?;
         let open = self.db.open_jobs()?;
@@ -40,6 +93,7 @@ impl SubmitLoop<'_> {
             .cloned()
             .collect();
         let plan = self.plan_round(&caps, &open, &disabled)?;
+        self.say_why_unusable(now);
         self.apply_moves(&plan, &open)?;
         let mut failed_now: BTreeSet<String> = BTreeSet::new();
         for (k, job) in plan.jobs.iter().chain(&plan.twins).enumerate() {
@@ -62,6 +116,8 @@ impl SubmitLoop<'_> {
                 // This queue is not taking jobs now (a drained partition, say): the others
                 // still are. Its batches wait for the next round, when they go elsewhere.
                 failed_now.insert(job.queue.clone());
+                self.unusable_why
+                    .insert(job.queue.clone(), "the scheduler did not take a job".into());
                 let poll = self.opts.poll_interval.as_secs_f64();
                 let wait = self.routing.submission_failed(
                     &job.queue,

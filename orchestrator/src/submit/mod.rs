@@ -250,6 +250,8 @@ struct SubmitLoop<'a> {
     following: Following,
     /// Queues the scheduler refused this run (e.g. no such partition).
     refused: BTreeMap<String, String>,
+    /// Why a queue cooled off last (a failed submission, a server that did not answer).
+    unusable_why: BTreeMap<String, String>,
     /// The batch a trial runs (see [`SubmitOptions::trial`]).
     trial_batch: Option<i64>,
     /// The run's breaker and each queue's: what they counted and what they tripped.
@@ -305,6 +307,7 @@ impl<'a> SubmitLoop<'a> {
             tag: run_tag(&opts.run_dir),
             following: Following::default(),
             refused: BTreeMap::new(),
+            unusable_why: BTreeMap::new(),
             trial_batch: None,
             // A trial is one job whose end the user waits for: nothing to break.
             trips: Trips::new(if opts.trial.is_some() {
@@ -354,22 +357,13 @@ impl<'a> SubmitLoop<'a> {
         }
         lp.watch = Some(watch);
         lp.db.set_stall_rule(&opts.stall)?;
-        if opts.trial.is_some() {
-            lp.trial_batch = lp.db.batches_without_job()?.first().copied();
-        } else if let Some(queues) = &opts.queues {
-            lp.db.set_queue_caps(queues, true)?;
+        if opts.trial.is_none() {
+            if let Some(queues) = &opts.queues {
+                lp.db.set_queue_caps(queues, true)?;
+            }
         }
         if lp.caps()?.is_empty() {
             return Err(SubmitError::NoQueues);
-        }
-        // What the backend finds wrong before the first job (a host that does not answer):
-        // those queues are refused as a scheduler's refusal would be.
-        for problem in lp.scheduler.preflight(&lp.run_dir) {
-            lp.console.say(format!(
-                "queue {}: {}; no jobs go there in this run",
-                problem.queue, problem.reason
-            ));
-            lp.refused.insert(problem.queue, problem.reason);
         }
         let layout = RunLayout::new(&lp.run_dir);
         let reach = embedfleet_core::access::Reach::of_run_dir(&lp.run_dir);
@@ -395,6 +389,7 @@ impl<'a> SubmitLoop<'a> {
         }
         lp.read_job_limit()?;
         lp.routing = lp.learned_routing()?;
+        lp.preflight_queues();
         lp.trips.tripped = lp.paused_by_breaker()?;
         lp.trips.resumes_seen = lp.db.resumes()?;
         let reset = lp.db.reset_failed_batches()?;
@@ -402,6 +397,11 @@ impl<'a> SubmitLoop<'a> {
             lp.console.say(format!(
                 "{reset} batches that failed before are tried again"
             ));
+        }
+        // Chosen once the failed batches are back: a trial after a failed one tries the same
+        // batch again, as it says.
+        if opts.trial.is_some() {
+            lp.trial_batch = lp.db.batches_without_job()?.first().copied();
         }
         Ok(lp)
     }

@@ -44,7 +44,9 @@ impl SubmitLoop<'_> {
                 router.started(&a.queue, submitted, started);
             }
             if let (Some(end), false) = (a.end_s, a.state.is_open()) {
-                router.ended(&a.queue, JobEnd::of(a.state), a.start_s, end);
+                let accepted = a.native_id.is_some();
+                let how = JobEnd::of_record(a.state, accepted, a.exit_reason.as_deref());
+                router.ended(&a.queue, how, a.start_s, end);
             }
         }
         Ok(routing)

@@ -174,6 +174,16 @@ impl SubmitSettings {
             notes.push(format!("no queues given: using {described}"));
         }
         let queues = queues.value;
+        let script = &config.config.scheduler.script;
+        if devices.source == Source::Default
+            && devices.value.starts_with("cuda:")
+            && script.gpus_per_node.is_none()
+        {
+            notes.push(format!(
+                "note: the run config gives no `gpus_per_node`, so the jobs ask the scheduler for no GPUs yet run with --devices {} (the 4 GPUs of the nodes this default is for): set `[scheduler.script] gpus_per_node`, or give --devices cpu for CPU nodes",
+                devices.value
+            ));
+        }
         Ok(Self {
             kept: kept_loop_flags(&flags.loop_options, &stored),
             max_attempts: loop_options.max_attempts.unwrap_or(3).max(1),

@@ -22,7 +22,17 @@ pub(super) struct Connector {
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     /// `postgres://user@host:port/db`: what run.db keys progress by, never with a password.
     pub(super) target: String,
+    /// Where the password came from, or where none was found: what a refused login names.
+    password_source: String,
+    /// The deadline of a whole connection: TCP, TLS and the startup exchange (libpq's
+    /// `connect_timeout`, else [`CONNECT_TIMEOUT`]).
+    deadline: Duration,
 }
+
+/// How long a connection may take when the URL gives no `connect_timeout`: a port that
+/// accepts but never answers as PostgreSQL (an HTTP server, a firewall's tarpit) is said as
+/// such instead of waited on forever.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -34,7 +44,8 @@ impl std::fmt::Debug for Connector {
 
 fn bad_url(url: &str, reason: impl Into<String>) -> UploadError {
     UploadError::PgUrl {
-        url: url.to_owned(),
+        // A password typed into the URL is what this refuses: never said back.
+        url: embedfleet_core::secret::redact(url),
         reason: reason.into(),
     }
 }
@@ -104,13 +115,19 @@ impl Connector {
             ));
         }
         if pg.get_connect_timeout().is_none() {
-            pg.connect_timeout(Duration::from_secs(10));
+            pg.connect_timeout(CONNECT_TIMEOUT);
         }
+        let deadline = pg
+            .get_connect_timeout()
+            .copied()
+            .filter(|t| !t.is_zero())
+            .unwrap_or(CONNECT_TIMEOUT);
         let user = pg.get_user().unwrap_or_default().to_owned();
         let host = host_name(&pg);
         let port = pg.get_ports().first().copied().unwrap_or(5432);
         let dbname = pg.get_dbname().unwrap_or(&user).to_owned();
-        if let Some(password) = password_for(&host, port, &dbname, &user)? {
+        let (password, password_source) = password_for(&host, port, &dbname, &user)?;
+        if let Some(password) = password {
             pg.password(password);
         }
         let get = |k: &str| {
@@ -133,6 +150,8 @@ impl Connector {
             config: pg,
             tls: tls.map(tokio_postgres_rustls::MakeRustlsConnect::new),
             target,
+            password_source,
+            deadline,
         })
     }
 
@@ -149,12 +168,36 @@ impl Connector {
         })
     }
 
+    /// A new session, or why none: the whole exchange (TCP, TLS, startup, login) within the
+    /// deadline. The client's own `connect_timeout` covers only the TCP connect: a port that
+    /// accepts and then answers nothing would hold it forever. The connect runs on a thread of
+    /// its own, left behind (with its socket) when the deadline passes first.
     pub(super) fn connect(&self) -> UploadResult<Client> {
-        let result = match &self.tls {
-            Some(tls) => self.config.connect(tls.clone()),
-            None => self.config.connect(NoTls),
-        };
-        result.map_err(|e| connect_error(&self.target, &e))
+        let (config, tls) = (self.config.clone(), self.tls.clone());
+        let (send, receive) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("pg-connect".into())
+            .spawn(move || {
+                let result = match tls {
+                    Some(tls) => config.connect(tls),
+                    None => config.connect(NoTls),
+                };
+                let _ = send.send(result);
+            })
+            .map_err(|source| UploadError::Postgres {
+                action: "connect",
+                message: format!("{}: no thread to connect on: {source}", self.target),
+            })?;
+        match receive.recv_timeout(self.deadline) {
+            Ok(result) => result.map_err(|e| connect_error(self, &e)),
+            Err(_) => Err(UploadError::PgNotPostgres {
+                target: self.target.clone(),
+                message: format!(
+                    "nothing answered as PostgreSQL within {} s (connect_timeout): the port accepted the connection but the startup exchange got no answer, so something else listens there (a web server, a proxy), or the server hangs",
+                    self.deadline.as_secs_f64()
+                ),
+            }),
+        }
     }
 }
 
@@ -182,12 +225,18 @@ fn say_notice(notice: postgres::error::DbError) {
     }
 }
 
-fn connect_error(target: &str, e: &postgres::Error) -> UploadError {
+/// A failed connection said by what is wrong: the host and port (nothing listens, or not
+/// PostgreSQL), TLS, the password and where it came from, or the database.
+fn connect_error(connector: &Connector, e: &postgres::Error) -> UploadError {
+    let target = connector.target.as_str();
     if let Some(db) = e.as_db_error() {
         let hint = match db.code().code() {
-            "28P01" | "28000" => "; the password comes from PGPASSWORD or the pgpass file (PGPASSFILE, else ~/.pgpass): check its line for this host, port, database and user",
-            "3D000" => "; create the database, or name another in the URL",
-            _ => "",
+            "28P01" | "28000" => format!(
+                "; the password sent came from {}: check it for this host, port, database and user",
+                connector.password_source
+            ),
+            "3D000" => "; create the database, or name another in the URL".to_owned(),
+            _ => String::new(),
         };
         return UploadError::Postgres {
             action: "log in",
@@ -201,6 +250,22 @@ fn connect_error(target: &str, e: &postgres::Error) -> UploadError {
         message.push_str(&format!(": {cause}"));
         source = cause.source();
     }
+    if message.contains("password missing") {
+        // The server asked for a password and the client had none to send: the server is up.
+        return UploadError::Postgres {
+            action: "log in",
+            message: format!(
+                "{target} asks for a password and none was found: {}. Put a line `host:port:database:user:password` in the pgpass file (mode 0600), or set PGPASSWORD",
+                connector.password_source
+            ),
+        };
+    }
+    if not_postgres(&message) {
+        return UploadError::PgNotPostgres {
+            target: target.to_owned(),
+            message: format!("the port answered, but not as PostgreSQL ({message})"),
+        };
+    }
     if message.contains("TLS") || message.contains("certificate") {
         return UploadError::PgUrl {
             url: target.to_owned(),
@@ -213,23 +278,55 @@ fn connect_error(target: &str, e: &postgres::Error) -> UploadError {
     }
 }
 
+/// What a client gets when the port holds another protocol's server: it answered, but its
+/// bytes are no PostgreSQL message, or it hung up on the startup packet.
+fn not_postgres(message: &str) -> bool {
+    [
+        "unexpected message",
+        "invalid message",
+        "error parsing",
+        "unexpected EOF",
+        "unexpected response",
+        "connection closed",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
 /// The password libpq would send: `PGPASSWORD`, else the first matching line of the pgpass
-/// file (`PGPASSFILE`, else `~/.pgpass`). A pgpass file others can read is refused (libpq
-/// ignores it with a warning; a refusal says what to fix).
-fn password_for(host: &str, port: u16, db: &str, user: &str) -> UploadResult<Option<String>> {
+/// file (`PGPASSFILE`, else `~/.pgpass`), with where it came from (or where none was found:
+/// what a refused login says). A pgpass file others can read is refused (libpq ignores it
+/// with a warning; a refusal says what to fix).
+fn password_for(
+    host: &str,
+    port: u16,
+    db: &str,
+    user: &str,
+) -> UploadResult<(Option<String>, String)> {
     if let Ok(p) = std::env::var("PGPASSWORD") {
-        return Ok(Some(p));
+        return Ok((Some(p), "PGPASSWORD".to_owned()));
     }
+    let wanted = format!("{host}:{port}:{db}:{user}");
     let path = match std::env::var_os("PGPASSFILE") {
         Some(p) => PathBuf::from(p),
         None => match std::env::var_os("HOME") {
             Some(home) => Path::new(&home).join(".pgpass"),
-            None => return Ok(None),
+            None => {
+                return Ok((
+                    None,
+                    "no PGPASSWORD, no PGPASSFILE, and no HOME for ~/.pgpass".to_owned(),
+                ))
+            }
         },
     };
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((
+                None,
+                format!("no PGPASSWORD, and no pgpass file at {}", path.display()),
+            ))
+        }
         Err(source) => {
             return Err(UploadError::Io {
                 action: "read the pgpass file",
@@ -239,7 +336,21 @@ fn password_for(host: &str, port: u16, db: &str, user: &str) -> UploadResult<Opt
         }
     };
     check_private(&path)?;
-    Ok(pgpass_lookup(&text, host, &port.to_string(), db, user))
+    Ok(
+        match pgpass_lookup(&text, host, &port.to_string(), db, user) {
+            Some(password) => (
+                Some(password),
+                format!("the pgpass file {} (its line for {wanted})", path.display()),
+            ),
+            None => (
+                None,
+                format!(
+                    "no PGPASSWORD, and no line for {wanted} in the pgpass file {}",
+                    path.display()
+                ),
+            ),
+        },
+    )
 }
 
 fn check_private(path: &Path) -> UploadResult<()> {

@@ -313,6 +313,15 @@ impl Sink for PgVector {
         format!("postgres:{}", self.pool.connector.target)
     }
 
+    fn target_flag(&self) -> String {
+        let url = self
+            .pool
+            .connector
+            .target
+            .replacen("postgres://", "postgresql://", 1);
+        format!("--postgres {url}")
+    }
+
     fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
         table::check_table_name(&spec.name)?;
         // Refused before anything is sent: past 4,000 dimensions no pgvector index applies.

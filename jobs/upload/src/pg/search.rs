@@ -43,9 +43,16 @@ pub(super) fn where_clause(
         conditions.push(format!("year <= ${}", first + params.len()));
         params.push(Box::new(clamp(max)));
     }
-    if let Some(source) = &f.source {
-        conditions.push(format!("source = ${}", first + params.len()));
-        params.push(Box::new(source.clone()));
+    match f.sources.as_slice() {
+        [] => {}
+        [source] => {
+            conditions.push(format!("source = ${}", first + params.len()));
+            params.push(Box::new(source.clone()));
+        }
+        any => {
+            conditions.push(format!("source = ANY(${})", first + params.len()));
+            params.push(Box::new(any.to_vec()));
+        }
     }
     (conditions, params)
 }
@@ -177,12 +184,17 @@ mod tests {
     #[test]
     fn a_filter_becomes_numbered_conditions() {
         let f = PayloadFilter {
-            source: Some("arxiv".into()),
+            sources: vec!["arxiv".into()],
             ..PayloadFilter::years(2019, 2020)
         };
         let (conditions, params) = where_clause(Some(&f), 3);
         assert_eq!(conditions, ["year >= $3", "year <= $4", "source = $5"]);
         assert_eq!(params.len(), 3);
+        let any = PayloadFilter {
+            sources: vec!["s2orc/train".into(), "s2orc/valid".into()],
+            ..PayloadFilter::default()
+        };
+        assert_eq!(where_clause(Some(&any), 1).0, ["source = ANY($1)"]);
         assert!(where_clause(None, 1).0.is_empty());
     }
 

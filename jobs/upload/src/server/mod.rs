@@ -185,6 +185,10 @@ impl Sink for QdrantServer {
         format!("server:{}", self.config.url.trim_end_matches('/'))
     }
 
+    fn target_flag(&self) -> String {
+        format!("--qdrant {}", self.config.url.trim_end_matches('/'))
+    }
+
     fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
         check_collection_name(&spec.name)?;
         let ensured = match self.collection_info(&spec.name)? {

@@ -125,8 +125,10 @@ pub(super) fn grpc_filter(f: &PayloadFilter) -> Filter {
         };
         conditions.push(Condition::range(PAYLOAD_YEAR, range));
     }
-    if let Some(source) = &f.source {
-        conditions.push(Condition::matches(PAYLOAD_SOURCE, source.clone()));
+    match f.sources.as_slice() {
+        [] => {}
+        [source] => conditions.push(Condition::matches(PAYLOAD_SOURCE, source.clone())),
+        any => conditions.push(Condition::matches(PAYLOAD_SOURCE, any.to_vec())),
     }
     Filter::must(conditions)
 }

@@ -244,8 +244,19 @@ pub fn check_filters(sink: &dyn Sink, name: &str) {
             .expect("count"),
         arxiv
     );
+    // Any of several sources: what `--filter source=PREFIX` resolves to.
+    let any_of = |sources: &[&str]| PayloadFilter {
+        sources: sources.iter().map(|s| s.to_string()).collect(),
+        ..PayloadFilter::default()
+    };
+    let count_any = |sources: &[&str]| {
+        sink.count(CountRequest::new(name).filter(Some(&any_of(sources))))
+            .expect("count")
+    };
+    assert_eq!(count_any(&["arxiv", "pubmed"]), arxiv);
+    assert_eq!(count_any(&["arxiv", "s2orc"]), n as u64);
     let both = PayloadFilter {
-        source: Some("arxiv".into()),
+        sources: vec!["arxiv".into()],
         ..PayloadFilter::year(2018)
     };
     let expected = (0..n)

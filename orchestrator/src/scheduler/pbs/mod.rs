@@ -376,6 +376,10 @@ impl Scheduler for PbsScheduler {
         self.check_queues(run_dir)
     }
 
+    fn known_queues(&self) -> Option<Vec<String>> {
+        self.queue_names()
+    }
+
     fn list_jobs(&self) -> SchedulerResult<Vec<QueuedJob>> {
         let user = std::env::var("USER")
             .or_else(|_| std::env::var("LOGNAME"))

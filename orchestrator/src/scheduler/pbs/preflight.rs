@@ -49,16 +49,17 @@ impl PbsScheduler {
         if queues.is_empty() {
             return Vec::new();
         }
-        let problem = |queue: &str, reason: String| QueueProblem {
+        let problem = |queue: &str, reason: String, lasting: bool| QueueProblem {
             queue: queue.to_string(),
             reason,
+            lasting,
         };
         let listed = match self.list_queues() {
             Ok(listed) => listed,
             Err(e) => {
                 // The server did not answer: every queue would fail alike; say so once each.
                 let why = format!("the PBS server did not list its queues ({e})");
-                return queues.iter().map(|q| problem(q, why.clone())).collect();
+                return queues.iter().map(|q| problem(q, why.clone(), false)).collect();
             }
         };
         let names: Vec<&str> = listed.iter().map(|q| q.name.as_str()).collect();
@@ -66,24 +67,40 @@ impl PbsScheduler {
         let mut problems = Vec::new();
         for queue in &queues {
             let reason = match listed.iter().find(|q| &q.name == queue) {
-                None => Some(format!(
-                    "the PBS server has no queue `{queue}` (its queues: {}); fix the run's \
-                     queues with `embedfleet queues set`",
-                    names.join(", ")
+                None => Some((
+                    format!(
+                        "the PBS server has no queue `{queue}` (its queues: {}); fix the run's \
+                         queues with `embedfleet queues set`",
+                        names.join(", ")
+                    ),
+                    true,
                 )),
-                Some(q) if !q.enabled => Some(format!(
-                    "queue `{queue}` is disabled on the PBS server (enabled = False): it takes \
-                     no jobs"
+                Some(q) if !q.enabled => Some((
+                    format!(
+                        "queue `{queue}` is disabled on the PBS server (enabled = False): it \
+                         takes no jobs now; tried again later"
+                    ),
+                    false,
                 )),
-                Some(_) if root_refused => Some(format!(
-                    "this loop runs as root, and {}",
-                    bad_uid_hint()
+                Some(_) if root_refused => Some((
+                    format!("this loop runs as root, and {}", bad_uid_hint()),
+                    true,
                 )),
                 Some(_) => None,
             };
-            problems.extend(reason.map(|r| problem(queue, r)));
+            problems.extend(reason.map(|(r, lasting)| problem(queue, r, lasting)));
         }
         problems
+    }
+
+    /// The server's queue names (PBS Pro: Torque's `qstat -Q` has no JSON); `None` when it did
+    /// not list them.
+    pub(super) fn queue_names(&self) -> Option<Vec<String>> {
+        if self.config.flavor != PbsFlavor::Pro {
+            return None;
+        }
+        let listed = self.list_queues().ok()?;
+        Some(listed.into_iter().map(|q| q.name).collect())
     }
 
     fn list_queues(&self) -> Result<Vec<PbsQueue>, SchedulerError> {

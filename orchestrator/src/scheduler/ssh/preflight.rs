@@ -39,9 +39,11 @@ pub(super) fn check_hosts(
 }
 
 fn check_host(ssh: &Ssh, host: &HostConfig, fallback: &str, run_dir: &Path) -> Vec<QueueProblem> {
+    // A host that fails its checks is left out of the run (its own problems do not pass).
     let problem = |reason: String| QueueProblem {
         queue: host.name.clone(),
         reason,
+        lasting: true,
     };
     let nonce = nonce();
     let nonce_file = RunLayout::new(run_dir).ssh_check_file(&host.name, &nonce);
