@@ -286,6 +286,8 @@ fn not_postgres(message: &str) -> bool {
         "invalid message",
         "error parsing",
         "unexpected EOF",
+        "early eof",
+        "bytes remaining on stream",
         "unexpected response",
         "connection closed",
     ]
