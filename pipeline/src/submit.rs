@@ -49,40 +49,7 @@ pub fn prepare(
         }
     }
     let config = &settings.config.config;
-    if write && !flags.preset {
-        // Before anything can refuse this submit: a restart given no config must not take the
-        // run for a local one (nothing else is stored until a job goes out).
-        stored_config::record_asked_backend(db, config.scheduler.backend)?;
-    }
-    // The queues the jobs would go to, against those the scheduler has: a misspelt one is
-    // refused here, the dry run included, rather than left out of the run at its first job.
-    let stored_caps = db.queue_caps()?;
-    let queues: Vec<&String> = match (&flags.trial, &settings.queues) {
-        (Some(trial), _) => vec![trial],
-        (None, Some(caps)) => caps.keys().collect(),
-        (None, None) => stored_caps.keys().collect(),
-    };
-    let unknown = config.scheduler.unknown_queues(queues);
-    if !unknown.is_empty() {
-        return Err(preflight::Refused { problems: unknown }.into());
-    }
-    let checked = preflight::check_submit(
-        db,
-        &JobSetup {
-            binary: config.scheduler.script.embedfleet.as_deref(),
-            devices: &settings.job.devices,
-            model_dir: &settings.job.model_dir,
-            output: settings.job.output_settings(),
-            pin: write,
-        },
-    )
-    .map_err(|mut refused| {
-        // Where the devices came from is part of the fix (the backend's GPU default).
-        let devices_note = notes.iter().find(|n| n.contains("gpus_per_node"));
-        refused.problems.extend(devices_note.cloned());
-        refused
-    })?;
-    notes.extend(checked);
+    notes.extend(check_setup(db, flags, &settings, &notes)?);
     // Kept for the run's later submits only once a job went out with them: a first submit
     // that fails before any (no queue given, a refused partition) leaves the run as it was.
     let keep_on_first_job = if write && !flags.preset {
@@ -144,6 +111,54 @@ pub fn prepare(
         builds,
         notes,
     })
+}
+
+/// The checks before anything is stored or sent, the dry run's included: the backend asked for
+/// recorded (unless a dry run), the queues against the scheduler's, the jobs' binary, devices,
+/// model and output settings (`preflight::check_submit`, which pins the output settings unless
+/// a dry run). Returns what the user should hear of.
+fn check_setup(
+    db: &RunDb,
+    flags: &SubmitFlags,
+    settings: &SubmitSettings,
+    notes: &[String],
+) -> Result<Vec<String>> {
+    let write = !flags.dry_run;
+    let config = &settings.config.config;
+    if write && !flags.preset {
+        // Before anything can refuse this submit: a restart given no config must not take the
+        // run for a local one (nothing else is stored until a job goes out).
+        stored_config::record_asked_backend(db, config.scheduler.backend)?;
+    }
+    // The queues the jobs would go to, against those the scheduler has: a misspelt one is
+    // refused here, the dry run included, rather than left out of the run at its first job.
+    let stored_caps = db.queue_caps()?;
+    let queues: Vec<&String> = match (&flags.trial, &settings.queues) {
+        (Some(trial), _) => vec![trial],
+        (None, Some(caps)) => caps.keys().collect(),
+        (None, None) => stored_caps.keys().collect(),
+    };
+    let unknown = config.scheduler.unknown_queues(queues);
+    if !unknown.is_empty() {
+        return Err(preflight::Refused { problems: unknown }.into());
+    }
+    let checked = preflight::check_submit(
+        db,
+        &JobSetup {
+            binary: config.scheduler.script.embedfleet.as_deref(),
+            devices: &settings.job.devices,
+            model_dir: &settings.job.model_dir,
+            output: settings.job.output_settings(),
+            pin: write,
+        },
+    )
+    .map_err(|mut refused| {
+        // Where the devices came from is part of the fix (the backend's GPU default).
+        let devices_note = notes.iter().find(|n| n.contains("gpus_per_node"));
+        refused.problems.extend(devices_note.cloned());
+        refused
+    })?;
+    Ok(checked)
 }
 
 /// What later submits of the run take when given nothing, as run.db settings for the loop to

@@ -162,7 +162,9 @@ fn pbs_unknown_queue_is_refused_before_any_job_and_doctor_lists_the_servers_queu
         jobs(&t).iter().all(|j| j.1.is_empty()),
         "no job reached PBS"
     );
-    // The failed submit kept no run config (none of its jobs went out): doctor is given it.
+    // The refused submit kept no run config and no queues: doctor is given the config, and
+    // reads the queues a user set by hand.
+    t.run(&["queues", "set", "--run-dir", "run", "nosuchqueue=2"], 0);
     let out = t
         .cmd(&["doctor", "--run-dir", "run", "--config", "run.toml"])
         .output()

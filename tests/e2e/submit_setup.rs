@@ -45,8 +45,16 @@ fn submit_refuses_bad_queues_templates_and_missing_commands() {
         err.contains("/nonexistent/sbatch") && err.contains("not found"),
         "{err}"
     );
+    // The failed submit asked for Slurm: given no backend, even a dry run is refused (the real
+    // submit would otherwise run local jobs); local jobs asked for by name are shown.
+    let out = t.run(&[&base[..], &["--dry-run"]].concat(), 4);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("asked for the slurm backend"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Dry run: prints the script with the embed-job line; submits nothing.
-    let out = t.run(&[&base[..], &["--dry-run"]].concat(), 0);
+    let out = t.run(&[&base[..], &["--dry-run", "--backend", "local"]].concat(), 0);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("embed-job --run-dir") && text.contains("--batch 1"),

@@ -64,6 +64,28 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// The tombstones whose delete reached the collection under `collection` (a progress key):
+    /// those recorded up to its `deletes_applied` mark (see [`RunDb::record_deletes_applied`]),
+    /// in batch and paper order. A paper deleted from another database only is still in it.
+    pub fn tombstones_applied_to(&self, collection: &str) -> Result<Vec<Tombstone>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT batch_id, paper_id FROM tombstones WHERE rowid <=
+                     coalesce((SELECT through FROM deletes_applied WHERE collection = ?1), 0)
+                 ORDER BY batch_id, paper_id",
+            )
+            .map_err(sqlite_err(&self.dir))?;
+        let rows = stmt.query_map([collection], |r| {
+            Ok(Tombstone {
+                batch_id: r.get(0)?,
+                paper_id: r.get(1)?,
+            })
+        });
+        rows.and_then(|r| r.collect::<rusqlite::Result<_>>())
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Forgets the upload progress of one batch's shards under `collection` (`name@target`): the
     /// collection was found holding fewer of its points than recorded, so it is sent again.
     pub fn forget_batch_uploads(&self, collection: &str, batch_id: i64) -> Result<()> {

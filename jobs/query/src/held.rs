@@ -3,9 +3,11 @@
 //!
 //! A collection holds the live papers of the release its last complete upload brought it to
 //! (run.db's `upload_releases`; the run's newest release when none is recorded), less the papers
-//! deleted from the run (tombstones): a row a release superseded or withdrew, or a deleted
-//! paper, is no answer of the collection, and counting it as one made the exact row's recall
-//! 0.95 on an updated run. The state is also what the cached truth is tied to
+//! whose delete reached it (tombstones up to its `deletes_applied` mark): a row a release
+//! superseded or withdrew, or a deleted paper, is no answer of the collection, and counting it
+//! as one made the exact row's recall 0.95 on an updated run. A paper deleted from another
+//! database only is still an answer here, until an upload or a delete reaches this one
+//! (`status` says so). The state is also what the cached truth is tied to
 //! ([`HeldRows::digest`]): a delete or an upload since makes the cache a miss.
 
 use std::collections::{HashMap, HashSet};
@@ -20,7 +22,7 @@ pub struct HeldRows {
     pub release: Option<i64>,
     /// Per batch: the ids its shards hold that the collection does not serve from it.
     withheld: HashMap<i64, HashSet<String>>,
-    /// Papers deleted from the run, whatever batch holds them.
+    /// Papers whose delete reached the collection, whatever batch holds them.
     deleted: HashSet<String>,
     /// Batches of releases after the collection's.
     later: HashSet<i64>,
@@ -31,7 +33,8 @@ impl HeldRows {
     /// What `collection` at `sink` holds of the run of `db`.
     pub fn of(db: &RunDb, sink: &dyn Sink, collection: &str) -> Result<Self, RunDbError> {
         let newest = db.newest_planned_release()?.unwrap_or(1);
-        let release = db.upload_release(&progress_key(sink, collection))?;
+        let key = progress_key(sink, collection);
+        let release = db.upload_release(&key)?;
         let at = release.unwrap_or(newest).min(newest);
         let mut held = Self {
             release,
@@ -40,7 +43,11 @@ impl HeldRows {
         for (batch, id) in db.rows_withheld_by(at)? {
             held.withheld.entry(batch).or_default().insert(id);
         }
-        held.deleted = db.tombstones()?.into_iter().map(|t| t.paper_id).collect();
+        held.deleted = db
+            .tombstones_applied_to(&key)?
+            .into_iter()
+            .map(|t| t.paper_id)
+            .collect();
         if at < newest {
             held.later = db.batches_after_release(at)?.into_iter().collect();
         }
