@@ -334,7 +334,10 @@ fn issue50_an_output_setting_the_model_cannot_take_is_refused_before_anything_is
     // locally, issue 60); the user chooses local jobs, as the refusal says.
     let err = stderr(&t.run(&[&submit[..], &["--dim", "32"]].concat(), 4));
     assert!(err.contains("asked for the slurm backend"), "{err}");
-    let out = t.run(&[&submit[..], &["--dim", "32", "--backend", "local"]].concat(), 0);
+    let out = t.run(
+        &[&submit[..], &["--dim", "32", "--backend", "local"]].concat(),
+        0,
+    );
     let err = stderr(&out);
     assert!(
         err.contains("replaced the run's output settings (--dim: the run's 64, here 32)"),

@@ -240,8 +240,7 @@ impl Drop for PbsBackUp {
 /// Runs alone (.config/nextest.toml): it stops the server and the node for everyone.
 #[test]
 fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_exact() {
-    let test =
-        "pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_exact";
+    let test = "pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_exact";
     if !pbs_up(test) {
         return;
     }
@@ -249,12 +248,13 @@ fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_ex
     let (batches, per) = (16, 3);
     let t = TestDir::new();
     t.plan_with_model(batches * per, per);
-    // Two jobs run at once on the 16-CPU node; each job's first run lingers, so that jobs are
-    // running when the node crashes and when the operator reruns one.
+    // Two jobs run at once on the 16-CPU node; each job takes a few seconds and its first run
+    // lingers, so that jobs are running when the node crashes and when the operator reruns
+    // one, and others wait in their queues for the operator's hold.
     let marks = t.join("first-runs");
     std::fs::create_dir(&marks).unwrap();
     let setup = format!(
-        "setup = [\"if mkdir {}/$PBS_JOBID 2>/dev/null; then sleep 8; fi\"]",
+        "setup = [\"sleep 6; if mkdir {}/$PBS_JOBID 2>/dev/null; then sleep 8; fi\"]",
         marks.display()
     );
     std::fs::write(
@@ -273,6 +273,16 @@ fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_ex
             .collect()
     };
     wait_for(&mut child, "two jobs run", 120, || running(&t).len() == 2);
+    // An operator holds a queued job.
+    let mut held = None;
+    wait_for(&mut child, "a job waits in its queue", 60, || {
+        held = jobs(&t)
+            .into_iter()
+            .find(|j| j.3 == "pending" && !j.1.is_empty())
+            .map(|j| j.1);
+        held.is_some()
+    });
+    crate::pbs_util::pbs_ok("qhold", &[&held.unwrap()]);
     // A node crash: the MOM and every job session under it killed, the MOM started again.
     let mom = daemon_pid("pbs_mom").expect("the MOM runs");
     let pids: Vec<String> = std::iter::once(mom)
@@ -287,29 +297,23 @@ fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_ex
     std::thread::sleep(std::time::Duration::from_secs(2));
     in_pbs_namespace("/opt/pbs/sbin/pbs_mom", &[]);
     assert!(node_free(), "the node is back");
-    // An operator holds a queued job, and reruns a running one.
-    let mut held = None;
-    wait_for(&mut child, "a job waits in its queue", 180, || {
-        held = jobs(&t)
-            .into_iter()
-            .find(|j| j.3 == "pending" && !j.1.is_empty())
-            .map(|j| j.1);
-        held.is_some()
+    // A job PBS runs (run.db's view lags a poll behind), rerun as soon as one takes it.
+    wait_for(&mut child, "an operator reruns a running job", 180, || {
+        running(&t).iter().any(|id| {
+            let out = crate::pbs_util::pbs("qrerun").arg(id).output().unwrap();
+            out.status.success()
+        })
     });
-    let held = held.unwrap();
-    crate::pbs_util::pbs_ok("qhold", &[&held]);
-    let mut rerun = Vec::new();
-    wait_for(&mut child, "a job runs again", 180, || {
-        rerun = running(&t);
-        !rerun.is_empty()
-    });
-    crate::pbs_util::pbs_ok("qrerun", &[&rerun[0]]);
     std::thread::sleep(std::time::Duration::from_secs(3));
     // The loop killed while the server is down, then started again bare before it is back.
     let _ = child.kill();
     let _ = child.wait();
     let out = in_pbs_namespace("/opt/pbs/bin/qterm", &["-t", "quick"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let bare = t
         .cmd(&["submit", "--run-dir", "run", "--poll-interval", "0.5"])
         .stdout(std::process::Stdio::null())
@@ -355,7 +359,11 @@ fn edge_points(run: &std::path::Path) -> u64 {
 /// comparison (the rows that searched exactly: a collection with no index).
 fn assert_exact_rows_are_one(t: &TestDir, url: &str, table: &str) {
     let eval = |extra: &[&str]| -> serde_json::Value {
-        let args = [&["eval", "--run-dir", "run", "--sample", "30", "--json"][..], extra].concat();
+        let args = [
+            &["eval", "--run-dir", "run", "--sample", "30", "--json"][..],
+            extra,
+        ]
+        .concat();
         serde_json::from_slice(&t.run(&args, 0).stdout).unwrap()
     };
     for report in [eval(&[]), eval(&["--postgres", url, "--collection", table])] {
@@ -382,8 +390,16 @@ fn assert_status_counts_each_database(t: &TestDir, url: &str, table: &str) {
             .map(|(_, u)| u["holds"].as_u64().expect("holds known after an upload"))
             .unwrap_or_else(|| panic!("no {prefix}: {status}"))
     };
-    assert_eq!(holds("papers@edge:"), edge_points(&t.join("run")), "{status}");
-    assert_eq!(holds(&format!("{table}@postgres:")), pg_rows(url, table), "{status}");
+    assert_eq!(
+        holds("papers@edge:"),
+        edge_points(&t.join("run")),
+        "{status}"
+    );
+    assert_eq!(
+        holds(&format!("{table}@postgres:")),
+        pg_rows(url, table),
+        "{status}"
+    );
 }
 
 /// The walk-through as a new user does it, on the one-node OpenPBS and the PostgreSQL of
@@ -411,7 +427,15 @@ fn pbs_and_pgvector_first_day_walk_through_ends_exact_in_both_databases() {
         },
     );
     t.run(
-        &["plan", "--corpus", "r1.jsonl", "--run-dir", "run", "--papers-per-job", "30"],
+        &[
+            "plan",
+            "--corpus",
+            "r1.jsonl",
+            "--run-dir",
+            "run",
+            "--papers-per-job",
+            "30",
+        ],
         0,
     );
     t.run(&["make-tiny-model", "--out", "model"], 0);
@@ -422,13 +446,30 @@ fn pbs_and_pgvector_first_day_walk_through_ends_exact_in_both_databases() {
     )
     .unwrap();
     let first = [
-        "submit", "--run-dir", "run", "--config", "run.toml", "--model-dir", "model",
-        "--devices", "cpu", "--poll-interval", "0.5",
+        "submit",
+        "--run-dir",
+        "run",
+        "--config",
+        "run.toml",
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--poll-interval",
+        "0.5",
     ];
     let out = t.run(&[&first[..], &["--trial", "debug"]].concat(), 0);
     assert!(String::from_utf8_lossy(&out.stdout).contains("set `walltime"));
     // The restart README documents: the stored config, queues given.
-    let submit = ["submit", "--run-dir", "run", "--queue", "debug=2", "--poll-interval", "0.5"];
+    let submit = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--queue",
+        "debug=2",
+        "--poll-interval",
+        "0.5",
+    ];
     t.run(&submit, 0);
     let pg = ["--postgres", url.as_str(), "--collection", table.as_str()];
     let _drop = DropTable(url.clone(), table.clone());
@@ -438,10 +479,13 @@ fn pbs_and_pgvector_first_day_walk_through_ends_exact_in_both_databases() {
     assert_status_counts_each_database(&t, &url, &table);
     // A paper deleted from the table only: the embedded Qdrant still holds it, and says so;
     // each database's exact truth is what it holds.
-    t.run(&[&["delete", "--run-dir", "run"][..], &pg, &["W00011"]].concat(), 0);
+    t.run(
+        &[&["delete", "--run-dir", "run"][..], &pg, &["W00011"]].concat(),
+        0,
+    );
     assert_status_counts_each_database(&t, &url, &table);
-    let human = String::from_utf8_lossy(&t.run(&["status", "--run-dir", "run"], 0).stdout)
-        .into_owned();
+    let human =
+        String::from_utf8_lossy(&t.run(&["status", "--run-dir", "run"], 0).stdout).into_owned();
     assert!(human.contains("1 deleted paper is still in it"), "{human}");
     assert!(human.contains(" at postgresql://"), "as typed: {human}");
     assert_exact_rows_are_one(&t, &url, &table);
@@ -465,8 +509,7 @@ struct DropTable(String, String);
 
 impl Drop for DropTable {
     fn drop(&mut self) {
-        if let Ok(mut c) =
-            embedfleet_upload::pg::client(&embedfleet_upload::PgConfig::new(&self.0))
+        if let Ok(mut c) = embedfleet_upload::pg::client(&embedfleet_upload::PgConfig::new(&self.0))
         {
             let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS \"{}\"", self.1));
         }

@@ -54,7 +54,10 @@ fn submit_refuses_bad_queues_templates_and_missing_commands() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Dry run: prints the script with the embed-job line; submits nothing.
-    let out = t.run(&[&base[..], &["--dry-run", "--backend", "local"]].concat(), 0);
+    let out = t.run(
+        &[&base[..], &["--dry-run", "--backend", "local"]].concat(),
+        0,
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("embed-job --run-dir") && text.contains("--batch 1"),
