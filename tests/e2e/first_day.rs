@@ -180,6 +180,31 @@ fn eval_truth_follows_the_collection_after_an_update_and_a_delete() {
     let (withdrawn, _changed, _new) = crate::update::make_releases(&t, &SMALL_UPDATE);
     t.run_corpus("run", "r1.jsonl", 150, &[]);
     t.run(&["plan", "--update", "r2.jsonl", "--run-dir", "run"], 0);
+    // The update's papers embedded, not yet uploaded: status says they wait for the upload,
+    // not that they are still to embed.
+    t.run(
+        &[
+            "submit",
+            "--run-dir",
+            "run",
+            "--model-dir",
+            "run/tiny-model",
+            "--devices",
+            "cpu",
+            "--shard-papers",
+            "15",
+            "--backend",
+            "local",
+        ],
+        0,
+    );
+    let human =
+        String::from_utf8_lossy(&t.run(&["status", "--run-dir", "run"], 0).stdout).into_owned();
+    assert!(
+        human.contains("also sends the 45 new or changed papers embedded since")
+            && !human.contains("to embed"),
+        "{human}"
+    );
     t.run_corpus("run", "r2.jsonl", 150, &[]);
     let deleted = "W00007";
     t.run(&["delete", "--run-dir", "run", deleted], 0);
@@ -224,4 +249,71 @@ fn eval_truth_follows_the_collection_after_an_update_and_a_delete() {
         "status counts what the collection holds: {human}"
     );
     assert!(!human.contains("new or changed papers to embed"), "{human}");
+}
+
+/// A trial job that fails its setup (exit code 4, as an embed-job refusing a CPU build asked
+/// for GPUs does) is no loss of its queue's; the next trial tries that batch again and says
+/// so (it said it retried batch 1, and trialled batch 2).
+#[test]
+fn a_trial_failed_for_its_setup_is_no_loss_and_the_next_trial_tries_the_same_batch() {
+    let t = TestDir::new();
+    t.plan_with_model(8, 4);
+    let fail = t.join("fail.sh");
+    std::fs::write(
+        &fail,
+        "#!/bin/sh\necho 'error: this build has no CUDA support' >&2\nexit 4\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fail, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = |binary: &str| {
+        format!("[scheduler]\nbackend = \"local\"\n[scheduler.script]\nembedfleet = \"{binary}\"\n")
+    };
+    std::fs::write(t.join("fail.toml"), config(&fail.display().to_string())).unwrap();
+    std::fs::write(t.join("ok.toml"), config(env!("CARGO_BIN_EXE_embedfleet"))).unwrap();
+    let trial = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "model",
+        "--devices",
+        "cpu",
+        "--trial",
+        "local",
+        "--poll-interval",
+        "0.2",
+    ];
+    let out = t.run(&[&trial[..], &["--config", "fail.toml"]].concat(), 3);
+    assert!(
+        stderr(&out).contains("trial: batch 1 failed"),
+        "{}",
+        stderr(&out)
+    );
+    let status = t.status("run");
+    let local = status["routing"]["queues"]
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["queue"] == "local"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(
+        local["loss_share"], 0.0,
+        "a setup error is no loss: {local}"
+    );
+    assert_eq!(local["failed"], 0, "{local}");
+    let out = t.run(
+        &[&trial[..], &["--config", "ok.toml", "--replace-config"]].concat(),
+        0,
+    );
+    let (err, said) = (
+        stderr(&out),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    );
+    assert!(
+        err.contains("1 batches that failed before are tried again"),
+        "{err}"
+    );
+    assert!(
+        said.contains("trial: batch 1 took"),
+        "the same batch: {said}"
+    );
 }

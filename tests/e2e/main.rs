@@ -8,6 +8,7 @@ mod util;
 mod access;
 mod architecture;
 mod breaker;
+mod ci_scripts;
 mod code_rules;
 mod delete;
 mod docs_truth;
