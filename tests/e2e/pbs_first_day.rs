@@ -217,8 +217,9 @@ fn node_free() -> bool {
 }
 
 /// Starts what of PBS is not running (the init script starts only what is missing), and waits
-/// until its node is free; runs also when the test fails part-way.
-struct PbsBackUp;
+/// until its node is free; runs also when the test fails part-way, and then deletes what the
+/// run left in PBS (a held job would count against every later test's `max_queued`).
+struct PbsBackUp(std::path::PathBuf);
 
 impl Drop for PbsBackUp {
     fn drop(&mut self) {
@@ -229,6 +230,11 @@ impl Drop for PbsBackUp {
             in_pbs_namespace("/etc/init.d/pbs", &["start"]);
         }
         node_free();
+        for id in crate::pbs_util::listed(&self.0).keys() {
+            let _ = crate::pbs_util::pbs("qdel")
+                .args(["-W", "force", id])
+                .output();
+        }
     }
 }
 
@@ -244,9 +250,9 @@ fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_ex
     if !pbs_up(test) {
         return;
     }
-    let _back_up = PbsBackUp;
     let (batches, per) = (16, 3);
     let t = TestDir::new();
+    let _back_up = PbsBackUp(std::path::absolute(t.join("run")).unwrap());
     t.plan_with_model(batches * per, per);
     // Two jobs run at once on the 16-CPU node; each job takes a few seconds and its first run
     // lingers, so that jobs are running when the node crashes and when the operator reruns

@@ -216,7 +216,15 @@ pub fn eval(
     Ok(report)
 }
 
-/// Mean recall and the share of short answers.
+/// How close to the exact k-th score an answer may be and still count as a tie with it: two
+/// papers that close are interchangeable at the last place, and which of them a database's
+/// exact search ranks k-th depends on its summation order (SIMD lanes, threads), not on the
+/// search. Cosines of normalised f32 vectors agree to about 1e-6 between such orders.
+const TIE_EPS: f32 = 1e-5;
+
+/// Mean recall and the share of short answers. An answer counts when it is one of the exact
+/// top-k, or ties with the k-th (within [`TIE_EPS`]), at most k in all. One scored above the
+/// k-th and not in the top-k is wrong whatever its score: a paper the truth leaves out.
 pub(crate) fn score(
     truth: &[Vec<ExactHit>],
     answers: &[Vec<embedfleet_upload::Hit>],
@@ -228,10 +236,15 @@ pub(crate) fn score(
         }
         counted += 1;
         let want: HashSet<&str> = exact.iter().map(|h| h.paper_id.as_str()).collect();
+        let last = exact.last().map_or(f32::INFINITY, |h| h.score);
         let hits = got
             .iter()
-            .filter(|h| h.paper_id.as_deref().is_some_and(|id| want.contains(id)))
-            .count();
+            .filter(|h| {
+                h.paper_id.as_deref().is_some_and(|id| want.contains(id))
+                    || (h.score - last).abs() <= TIE_EPS
+            })
+            .count()
+            .min(want.len());
         recall += hits as f64 / want.len() as f64;
         short += usize::from(got.len() < exact.len());
     }
@@ -371,4 +384,37 @@ fn perturb(v: &[f32], rng: &mut impl Rng) -> Vec<f32> {
 /// The path of the recall-against-latency plot when none is given.
 pub fn default_plot_path(run_dir: &Path) -> PathBuf {
     RunLayout::new(run_dir).eval_dir().join("recall.png")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: &str, score: f32) -> embedfleet_upload::Hit {
+        embedfleet_upload::Hit {
+            paper_id: Some(id.into()),
+            score,
+            ..embedfleet_upload::Hit::default()
+        }
+    }
+
+    fn exact(id: &str, score: f32) -> ExactHit {
+        ExactHit {
+            paper_id: id.into(),
+            score,
+        }
+    }
+
+    #[test]
+    fn a_tie_at_the_last_place_counts_and_a_paper_the_truth_left_out_does_not() {
+        let truth = vec![vec![exact("a", 0.9), exact("b", 0.8)]];
+        // `c` ties with the k-th (`b`) to within float noise: interchangeable.
+        let (recall, _) = score(&truth, &[vec![hit("a", 0.9), hit("c", 0.800_003)]]);
+        assert_eq!(recall, 1.0);
+        // `w` ranks first but is no answer (withdrawn, deleted): wrong, however well it scores.
+        let (recall, _) = score(&truth, &[vec![hit("w", 0.95), hit("a", 0.9)]]);
+        assert_eq!(recall, 0.5);
+        let (recall, short) = score(&truth, &[vec![hit("a", 0.9)]]);
+        assert_eq!((recall, short), (0.5, 1.0));
+    }
 }

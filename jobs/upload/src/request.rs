@@ -241,7 +241,7 @@ impl SearchOptions {
 }
 
 /// A search result with its payload.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hit {
     /// The point id ([`point_id`](crate::point_id) of the paper id).
     pub id: Uuid,
