@@ -1,8 +1,9 @@
 //! CPU throughput of the embedding forward pass, in tokens per second.
 //!
 //! ```text
-//! cargo run --release -p embedfleet-models --example bench -- [tiny|0.6b|all] [LENS] [TOKENS]
+//! cargo run --release -p embedfleet-models --example bench -- [tiny|0.6b|all|simd] [LENS] [TOKENS]
 //! ```
+//! `simd` prints the instruction set and the matrix product the CPU kernels use.
 //! `LENS` is a comma list of tokens per sequence (default `512,4096`); each measurement embeds
 //! sequences of that length packed into batches of about `TOKENS` tokens (default 4,096),
 //! after one warm-up batch. Weights are random (the tiny model's generator for `tiny`,
@@ -111,6 +112,15 @@ fn measure(m: &Qwen3Embedder, len: usize, tokens: usize) -> (f64, usize) {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("all");
+    if which == "simd" {
+        // What the CPU kernels run with, for benches/cpu-peer.sh's header.
+        let simd = embedfleet_models::cpu::Simd::detect().name();
+        println!(
+            "{simd}, products by {}",
+            embedfleet_models::cpu::blas::backend()
+        );
+        return;
+    }
     let lens: Vec<usize> = args
         .get(1)
         .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())

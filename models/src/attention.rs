@@ -26,9 +26,12 @@ use crate::packed::SeqSpan;
 /// Which implementation computes attention.
 #[derive(Clone)]
 pub enum AttentionKernel {
-    /// Tile by tile with an online softmax, in candle ops (below): the CPU path, and the
-    /// reference the fused kernel is checked against at start-up.
+    /// Tile by tile with an online softmax, in candle ops (below): the reference the fused
+    /// and tiled kernels are checked against.
     Blockwise,
+    /// The CPU's own kernel, f32 (`crate::cpu::attention`): the same schedule in one pass
+    /// per tile, vectorised, no tensor per tile. The CPU forward's default.
+    Tiled,
     /// cuDNN's fused attention over the whole packed batch, one call per layer.
     #[cfg(feature = "cuda")]
     Fused(std::sync::Arc<crate::fused::FusedAttention>),
@@ -45,6 +48,7 @@ impl AttentionKernel {
     pub fn name(&self) -> &'static str {
         match self {
             AttentionKernel::Blockwise => "blockwise",
+            AttentionKernel::Tiled => "tiled-cpu",
             #[cfg(feature = "cuda")]
             AttentionKernel::Fused(_) => "cudnn-fused",
         }
@@ -65,6 +69,7 @@ impl AttentionKernel {
     ) -> Result<Tensor> {
         match self {
             AttentionKernel::Blockwise => packed_attention(q, k, v, ctx, scale),
+            AttentionKernel::Tiled => tiled::attention(q, k, v, ctx, scale),
             #[cfg(feature = "cuda")]
             AttentionKernel::Fused(fused) => fused.forward(q, k, v, ctx.fused_batch()?, scale),
         }
@@ -102,6 +107,15 @@ impl AttnContext {
     ) -> Result<AttnContext> {
         let tokens = spans.iter().map(|s| s.len).sum();
         match &kernel {
+            AttentionKernel::Tiled => Ok(AttnContext {
+                spans,
+                tile,
+                rows: tokens,
+                kernel,
+                mask: None,
+                #[cfg(feature = "cuda")]
+                fused: None,
+            }),
             AttentionKernel::Blockwise => {
                 let longest = spans.iter().map(|s| s.len).max().unwrap_or(1);
                 let mask = causal_mask(tile.min(longest).max(1), device)?;
@@ -148,6 +162,98 @@ impl AttnContext {
         self.mask.as_ref().ok_or_else(|| {
             candle_core::Error::Msg("blockwise attention without its mask. This is a bug.".into())
         })
+    }
+}
+
+/// [`AttentionKernel::Tiled`]: `crate::cpu::attention` as a candle op over q, k and v as the
+/// model holds them (views into the qkv product: no copy).
+mod tiled {
+    use candle_core::{CpuStorage, Layout, Result, Shape, Tensor};
+
+    use super::AttnContext;
+    use crate::cpu::attention::{Heads, Mask, Rows};
+    use crate::packed::SeqSpan;
+
+    pub(super) fn attention(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        ctx: &AttnContext,
+        scale: f64,
+    ) -> Result<Tensor> {
+        let op = Tiled {
+            spans: ctx.spans.clone(),
+            scale: scale as f32,
+            mask: Mask::Causal,
+        };
+        q.apply_op3_no_bwd(k, v, &op)
+    }
+
+    struct Tiled {
+        spans: Vec<SeqSpan>,
+        scale: f32,
+        mask: Mask,
+    }
+
+    /// `[T, heads, hd]` rows of a layout whose last two dimensions are packed (heads `hd`
+    /// apart, values 1 apart): its data from its start, and its token stride.
+    fn rows<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> Result<(Rows<'a>, usize, usize)> {
+        let (t, heads, hd) = l.shape().dims3()?;
+        let stride = l.stride();
+        if stride[2] != 1 || (heads > 1 && stride[1] != hd) {
+            candle_core::bail!("tiled attention: {what} is not packed by heads");
+        }
+        let CpuStorage::F32(data) = s else {
+            candle_core::bail!("tiled attention: f32 only");
+        };
+        let row = if t > 1 { stride[0] } else { heads * hd };
+        Ok((
+            Rows {
+                data,
+                offset: l.start_offset(),
+                stride: row,
+            },
+            heads,
+            hd,
+        ))
+    }
+
+    impl candle_core::CustomOp3 for Tiled {
+        fn name(&self) -> &'static str {
+            "tiled-attention"
+        }
+
+        fn cpu_fwd(
+            &self,
+            q: &CpuStorage,
+            q_l: &Layout,
+            k: &CpuStorage,
+            k_l: &Layout,
+            v: &CpuStorage,
+            v_l: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            let (q, n_heads, hd) = rows(q, q_l, "q")?;
+            let (k, n_kv, _) = rows(k, k_l, "k")?;
+            let (v, _, _) = rows(v, v_l, "v")?;
+            let total: usize = self.spans.iter().map(|s| s.len).sum();
+            let mut out = vec![0f32; total * n_heads * hd];
+            let heads = Heads {
+                n_heads,
+                n_kv,
+                head_dim: hd,
+            };
+            crate::cpu::attention::attention(
+                q,
+                k,
+                v,
+                &self.spans,
+                heads,
+                self.scale,
+                self.mask,
+                &mut out,
+            );
+            Ok((CpuStorage::F32(out), Shape::from((total, n_heads * hd))))
+        }
     }
 }
 

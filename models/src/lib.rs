@@ -13,6 +13,7 @@ mod ab_switch;
 pub mod attention;
 pub mod attention_check;
 pub mod attention_plan;
+pub mod cpu;
 pub mod device;
 pub mod elementwise;
 pub mod error;
@@ -109,7 +110,7 @@ pub trait Embedder: Send + Sync {
         None
     }
 
-    /// The attention kernel it runs (`blockwise`, `cudnn-fused`).
+    /// The attention kernel it runs (`tiled-cpu`, `blockwise`, `cudnn-fused`).
     fn attention_kernel(&self) -> &'static str {
         "blockwise"
     }

@@ -18,7 +18,63 @@ pub fn project(lin: &Linear, x: &Tensor) -> Result<Tensor> {
     if crate::ab_switch::AbSwitch::GemmLt.on() && lt::applies(lin.weight(), x) {
         return x.apply_op2_no_bwd(lin.weight(), &lt::LtMatmul);
     }
+    if blas::applies(lin.weight(), x) {
+        return x.apply_op2_no_bwd(lin.weight(), &blas::BlasMatmul);
+    }
     lin.forward(x)
+}
+
+/// f32 projections on the CPU through the machine's OpenBLAS (`crate::cpu::blas`), where it
+/// has one: about twice candle's GEMM on AVX-512.
+mod blas {
+    use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
+
+    /// f32 on the CPU, a 2-D input with unit column stride and a contiguous weight, and an
+    /// OpenBLAS loaded.
+    pub(super) fn applies(weight: &Tensor, x: &Tensor) -> bool {
+        x.dtype() == DType::F32
+            && weight.dtype() == DType::F32
+            && x.device().is_cpu()
+            && x.rank() == 2
+            && weight.rank() == 2
+            && weight.is_contiguous()
+            && x.stride()[1] == 1
+            && crate::cpu::blas::sgemm().is_some()
+    }
+
+    pub(super) struct BlasMatmul;
+
+    impl candle_core::CustomOp2 for BlasMatmul {
+        fn name(&self) -> &'static str {
+            "openblas-x-wt"
+        }
+
+        fn cpu_fwd(
+            &self,
+            x: &CpuStorage,
+            x_l: &Layout,
+            w: &CpuStorage,
+            w_l: &Layout,
+        ) -> Result<(CpuStorage, Shape)> {
+            let (m, k) = x_l.shape().dims2()?;
+            let (n, k_w) = w_l.shape().dims2()?;
+            if k != k_w {
+                candle_core::bail!("projection: input of {k} columns, weight of {k_w}");
+            }
+            let Some(sgemm) = crate::cpu::blas::sgemm() else {
+                candle_core::bail!("projection: no OpenBLAS. This is a bug.");
+            };
+            let (CpuStorage::F32(x), CpuStorage::F32(w)) = (x, w) else {
+                candle_core::bail!("projection: f32 only");
+            };
+            let lda = if m > 1 { x_l.stride()[0] } else { k };
+            let x = &x[x_l.start_offset()..];
+            let w = &w[w_l.start_offset()..];
+            let mut out = vec![0f32; m * n];
+            sgemm.a_bt(x, lda, w, k, m, n, k, &mut out);
+            Ok((CpuStorage::F32(out), Shape::from((m, n))))
+        }
+    }
 }
 
 /// Gives the cuBLAS handle of `dev` (candle's, which every candle matmul on it uses) a

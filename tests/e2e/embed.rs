@@ -178,7 +178,7 @@ fn bench_gpu_measures_in_the_peers_fields_and_checks_fidelity_on_any_device() {
             r["peak_mem_gb"].is_null(),
             "no device memory on the CPU: {r}"
         );
-        assert_eq!(r["attention"], "blockwise");
+        assert_eq!(r["attention"], "tiled-cpu", "the CPU's own kernel: {r}");
     }
     let mixes: Vec<_> = runs
         .iter()

@@ -104,13 +104,14 @@ pub fn top_k_block(
     Ok(())
 }
 
-/// `queries · blockᵀ`, row-major (`m × n`): the machine's OpenBLAS when it has one (see
-/// [`gemm_backend`]), else candle's GEMM.
+/// `queries · blockᵀ`, row-major (`m × n`): the machine's OpenBLAS when it has one (the
+/// models' `cpu::blas`, its rows split over the same pool as the model's kernels), else
+/// candle's GEMM.
 fn scores(queries: &[f32], block: &[f32], dim: usize) -> candle_core::Result<Vec<f32>> {
     let (m, n) = (queries.len() / dim, block.len() / dim);
-    if let Some(sgemm) = blas::sgemm() {
+    if let Some(sgemm) = embedfleet_models::cpu::blas::sgemm() {
         let mut out = vec![0f32; m * n];
-        sgemm.q_xt(queries, block, m, n, dim, &mut out);
+        sgemm.a_bt(queries, dim, block, dim, m, n, dim, &mut out);
         return Ok(out);
     }
     let q = Tensor::from_slice(queries, (m, dim), &Device::Cpu)?;
@@ -120,100 +121,7 @@ fn scores(queries: &[f32], block: &[f32], dim: usize) -> candle_core::Result<Vec
 
 /// Which matrix product the exact search uses: `openblas` or `candle`.
 pub fn gemm_backend() -> &'static str {
-    if blas::sgemm().is_some() {
-        "openblas"
-    } else {
-        "candle"
-    }
-}
-
-/// The system's OpenBLAS, loaded at run time when the machine has it (`libopenblas.so.0`, e.g.
-/// Debian's libopenblas0-pthread): its AVX-512 kernels are about twice candle's GEMM (which
-/// has only AVX2 on stable Rust) on the CPUs of this project's machines. Nothing links
-/// against it, so a machine without it builds and runs the same binary, with candle's GEMM.
-/// `EMBEDFLEET_BLAS=off` forces candle's.
-mod blas {
-    use std::sync::OnceLock;
-
-    type CblasSgemm = unsafe extern "C" fn(
-        layout: i32,
-        trans_a: i32,
-        trans_b: i32,
-        m: i32,
-        n: i32,
-        k: i32,
-        alpha: f32,
-        a: *const f32,
-        lda: i32,
-        b: *const f32,
-        ldb: i32,
-        beta: f32,
-        c: *mut f32,
-        ldc: i32,
-    );
-
-    const ROW_MAJOR: i32 = 101;
-    const NO_TRANS: i32 = 111;
-    const TRANS: i32 = 112;
-
-    pub struct Sgemm(CblasSgemm);
-
-    impl Sgemm {
-        /// `out = q · xᵀ` for row-major `q` (`m × k`) and `x` (`n × k`).
-        pub fn q_xt(&self, q: &[f32], x: &[f32], m: usize, n: usize, k: usize, out: &mut [f32]) {
-            assert!(q.len() >= m * k && x.len() >= n * k && out.len() >= m * n);
-            let dims =
-                [m, n, k].map(|d| i32::try_from(d).expect("a block fits in i32. This is a bug."));
-            // SAFETY: the slices hold at least the m×k, n×k and m×n elements the call reads and
-            // writes (checked above), with the leading dimensions given; cblas_sgemm keeps no
-            // pointer after it returns.
-            unsafe {
-                (self.0)(
-                    ROW_MAJOR,
-                    NO_TRANS,
-                    TRANS,
-                    dims[0],
-                    dims[1],
-                    dims[2],
-                    1.0,
-                    q.as_ptr(),
-                    dims[2],
-                    x.as_ptr(),
-                    dims[2],
-                    0.0,
-                    out.as_mut_ptr(),
-                    dims[1],
-                );
-            }
-        }
-    }
-
-    /// The loaded `cblas_sgemm`, once per process.
-    pub fn sgemm() -> Option<&'static Sgemm> {
-        static SGEMM: OnceLock<Option<Sgemm>> = OnceLock::new();
-        SGEMM.get_or_init(load).as_ref()
-    }
-
-    fn load() -> Option<Sgemm> {
-        if std::env::var("EMBEDFLEET_BLAS").is_ok_and(|v| v == "off") {
-            return None;
-        }
-        // SAFETY: dlopen/dlsym with NUL-terminated names; the library stays loaded for the
-        // life of the process (never dlclosed), so the function pointer stays valid, and
-        // cblas_sgemm has the C signature declared above (the CBLAS standard's).
-        unsafe {
-            let lib = libc::dlopen(
-                c"libopenblas.so.0".as_ptr(),
-                libc::RTLD_NOW | libc::RTLD_LOCAL,
-            );
-            if lib.is_null() {
-                return None;
-            }
-            let sym = libc::dlsym(lib, c"cblas_sgemm".as_ptr());
-            (!sym.is_null())
-                .then(|| Sgemm(std::mem::transmute::<*mut libc::c_void, CblasSgemm>(sym)))
-        }
-    }
+    embedfleet_models::cpu::blas::backend()
 }
 
 /// The exact `k` nearest papers to each query (cosine: queries and shards are L2-normalised)

@@ -73,8 +73,15 @@ impl Elementwise {
         t.rank() == 2 && self.fuses_any_rank(t)
     }
 
+    /// Fused mode on a trusted device, or the CPU in f32 whatever the mode: the CPU forward's
+    /// steps are its own kernels (`crate::cpu::rows`), candle's CPU ops being a pass and a
+    /// temporary tensor each with a scalar `exp`.
     fn fuses_any_rank(self, t: &Tensor) -> bool {
-        self == Elementwise::Fused && matches!(t.dtype(), DType::BF16 | DType::F32) && trusted(t)
+        let cpu_f32 = t.device().is_cpu() && t.dtype() == DType::F32;
+        cpu_f32
+            || (self == Elementwise::Fused
+                && matches!(t.dtype(), DType::BF16 | DType::F32)
+                && trusted(t))
     }
 
     /// Per-head RMSNorm (weight `norm`, `[hd]`) then rotary (`cos`, `sin`: `[rows, hd / 2]`, a

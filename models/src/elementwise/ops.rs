@@ -40,6 +40,10 @@ impl candle_core::CustomOp1 for Swiglu {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (rows, inter) = halves(l)?;
+        if matches!(s, CpuStorage::F32(_)) {
+            let out = crate::cpu::rows::swiglu(values(s, l)?, inter);
+            return Ok((CpuStorage::F32(out), Shape::from((rows, inter))));
+        }
         let out = bf16_or_f32!(s, "swiglu", |T| cpu::swiglu::<T>(values(s, l)?, inter));
         Ok((out, Shape::from((rows, inter))))
     }
@@ -79,6 +83,15 @@ impl candle_core::CustomOp3 for AddRmsNorm {
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, hidden) = x_l.shape().dims2()?;
         check_shapes(x_l, h_l, w_l)?;
+        if matches!(x, CpuStorage::F32(_)) {
+            let out = crate::cpu::rows::add_rms_norm(
+                values(x, x_l)?,
+                values(h, h_l)?,
+                values(w, w_l)?,
+                self.eps,
+            );
+            return Ok((CpuStorage::F32(out), Shape::from((2, rows, hidden))));
+        }
         let out = bf16_or_f32!(x, "add_rms_norm", |T| cpu::add_rms_norm::<T>(
             values(x, x_l)?,
             values(h, h_l)?,
@@ -150,6 +163,20 @@ impl candle_core::CustomOp3 for QkNormRope {
             candle_core::bail!("qk_norm_rope: the sin table is not on the CPU");
         };
         let (first, heads, rows, eps) = (self.first, self.heads, self.rows, self.eps);
+        if matches!(qkv, CpuStorage::F32(_)) {
+            let out = crate::cpu::rows::qk_norm_rope(
+                values(qkv, qkv_l)?,
+                row_heads,
+                first,
+                heads,
+                values(w, w_l)?,
+                eps,
+                values(cos, cos_l)?,
+                values(sin, sin_l)?,
+                rows,
+            );
+            return Ok((CpuStorage::F32(out), Shape::from((rows, heads, hd))));
+        }
         let out = bf16_or_f32!(qkv, "qk_norm_rope", |T| cpu::qk_norm_rope::<T>(
             values(qkv, qkv_l)?,
             row_heads,

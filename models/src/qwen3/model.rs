@@ -389,7 +389,13 @@ impl Qwen3Model {
             layers,
             norm: RmsNorm::load(w, "norm", cfg.hidden_size, cfg.rms_norm_eps)?,
             rotary: RotaryTable::new(cfg, w.dtype(), w.device())?,
-            kernel: AttentionKernel::Blockwise,
+            // The CPU's own tiled kernel in f32; a GPU's fused kernel replaces this after its
+            // self-test (the embedder's), else blockwise.
+            kernel: if w.device().is_cpu() && w.dtype() == DType::F32 {
+                AttentionKernel::Tiled
+            } else {
+                AttentionKernel::Blockwise
+            },
             elementwise: Elementwise::from_env(),
             dtype: w.dtype(),
             device: w.device().clone(),
