@@ -145,10 +145,13 @@ pub(crate) fn submit_to_end(
                 released = true;
             }
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(400),
-            "the submit {args:?} did not finish"
-        );
+        if started.elapsed() >= Duration::from_secs(400) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut stderr = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr);
+            panic!("the submit {args:?} did not finish:\n{stderr}");
+        }
         std::thread::sleep(Duration::from_millis(200));
     };
     let mut stderr = String::new();

@@ -68,7 +68,7 @@ impl Assessed<'_> {
     /// Seconds from sending a job here to its batch's end, counting the rework of losses:
     /// each try costs a start and a run, and a share `p` of tries are lost (1/(1-p) tries).
     pub fn cost_s(&self) -> f64 {
-        let loss = self.model.loss_share().min(MAX_LOSS);
+        let loss = self.model.loss_estimate().min(MAX_LOSS);
         (self.start_s + self.run_s) / (1.0 - loss)
     }
 
@@ -79,7 +79,7 @@ impl Assessed<'_> {
         if self.model.wait_shape.samples < SHAPE_SAMPLES {
             return self.cost_s();
         }
-        let loss = self.model.loss_share().min(MAX_LOSS);
+        let loss = self.model.loss_estimate().min(MAX_LOSS);
         (self.model.wait_shape.mean_s() + self.run_s) / (1.0 - loss)
     }
 

@@ -329,15 +329,23 @@ impl QueueModel {
         self.decayed_losses = self.decayed_losses * LOSS_DECAY + f64::from(u8::from(lost));
     }
 
-    /// The share of recent jobs the queue takes away: its recent ends' share shrunk toward a
-    /// prior of a few ends' worth ([`PRIOR_ENDS`] at [`PRIOR_LOSS`]), so that a handful of
-    /// losses is not read as a queue that loses everything (0 with no ends yet: nothing said).
+    /// The share of recent jobs the queue took away, as seen (0 with no ends yet): what
+    /// status and the routing log say.
     pub fn loss_share(&self) -> f64 {
         if self.decayed_ends <= 0.0 {
             0.0
         } else {
-            (self.decayed_losses + PRIOR_ENDS * PRIOR_LOSS) / (self.decayed_ends + PRIOR_ENDS)
+            self.decayed_losses / self.decayed_ends
         }
+    }
+
+    /// The share of jobs the queue is expected to take away, what routing weighs: the recent
+    /// ends' share shrunk toward a prior of a few ends' worth ([`PRIOR_ENDS`] at
+    /// [`PRIOR_LOSS`]), so that a handful of losses is not read as a queue that loses
+    /// everything. A queue with no ends yet is at the prior, not at zero: else one job
+    /// finished on a working queue would make it look worse than a queue that never ran one.
+    pub fn loss_estimate(&self) -> f64 {
+        (self.decayed_losses + PRIOR_ENDS * PRIOR_LOSS) / (self.decayed_ends + PRIOR_ENDS)
     }
 
     /// This round found it stopped, starting nothing since `since_s`.
@@ -428,6 +436,13 @@ mod tests {
     fn losses_are_a_recent_share_and_cancels_do_not_count() {
         let mut q = QueueModel::default();
         assert_eq!(q.loss_share(), 0.0);
+        assert!((q.loss_estimate() - PRIOR_LOSS).abs() < 1e-12);
+        // One job finished weighs below the prior: a queue seen working is never costlier
+        // than one not seen at all.
+        let mut one = QueueModel::default();
+        one.ended(JobEnd::Finished, Some(60.0));
+        assert!(one.loss_estimate() < q.loss_estimate());
+        assert_eq!(one.loss_share(), 0.0);
         for i in 0..100 {
             q.ended(
                 if i % 5 == 0 {
@@ -445,14 +460,19 @@ mod tests {
         two.ended(JobEnd::Failed, None);
         two.ended(JobEnd::Preempted, Some(60.0));
         assert!(
-            (0.35..0.5).contains(&two.loss_share()),
+            (0.35..0.5).contains(&two.loss_estimate()),
             "{}",
-            two.loss_share()
+            two.loss_estimate()
         );
+        assert_eq!(two.loss_share(), 1.0, "said as seen");
         for _ in 0..8 {
             two.ended(JobEnd::Failed, None);
         }
-        assert!(two.loss_share() > 0.7, "ten of ten: {}", two.loss_share());
+        assert!(
+            two.loss_estimate() > 0.7,
+            "ten of ten: {}",
+            two.loss_estimate()
+        );
         assert_eq!((q.finished, q.preempted), (80, 20));
         assert_eq!(q.run_time.get(), Some(2400.0));
         // A queue that stops losing jobs is forgiven within tens of jobs.
@@ -460,6 +480,7 @@ mod tests {
             q.ended(JobEnd::Finished, Some(2400.0));
         }
         assert!(q.loss_share() < 0.02, "{}", q.loss_share());
+        assert!(q.loss_estimate() < 0.03, "{}", q.loss_estimate());
     }
 
     #[test]
