@@ -9,6 +9,7 @@ use crate::util::{embed_job_args, planned_ids, python, shard_rows, TestDir};
 use embedfleet_core::rundb::{RunDb, TEST_KILL_ENV};
 use embedfleet_core::state::AttemptState;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -536,4 +537,86 @@ fn manifest_of_own(dir: &Path) -> PathBuf {
         .collect();
     assert_eq!(found.len(), 1, "{found:?}");
     found.pop().unwrap()
+}
+
+/// The token of each attempt at batch 1 with a manifest, and its shard files on disk.
+fn shard_files_by_attempt(run: &Path) -> BTreeMap<String, usize> {
+    let tokens: Vec<String> = std::fs::read_dir(run.join("results/b000001"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| {
+                    let name = e.ok()?.file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".json").map(str::to_string)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let files: Vec<String> = std::fs::read_dir(run.join("shards"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    tokens
+        .into_iter()
+        .map(|t| {
+            let n = files
+                .iter()
+                .filter(|f| f.ends_with(&format!(".{t}.parquet")))
+                .count();
+            (t, n)
+        })
+        .collect()
+}
+
+#[test]
+fn an_attempt_that_wakes_after_its_batch_was_done_elsewhere_writes_no_more_shards() {
+    let t = TestDir::new();
+    t.plan_with_model(24, 24);
+    let run = t.join("run");
+    // Attempt A, a shard per paper, stopped (SIGSTOP, as a hung node) once it wrote a shard.
+    let mut a = t
+        .cmd(&embed_job_args(&["--shard-papers", "1"]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while shard_files_by_attempt(&run).values().all(|&n| n == 0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "A wrote no shard"
+        );
+        assert!(
+            a.try_wait().unwrap().is_none(),
+            "A ended before it was caught"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = a.id() as i32;
+    // SAFETY: stops the test's own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(Duration::from_millis(200));
+    let at_stop = shard_files_by_attempt(&run);
+    assert_eq!(at_stop.len(), 1, "{at_stop:?}");
+    let (token_a, written_a) = at_stop.into_iter().next().unwrap();
+    assert!(written_a < 24, "A was caught mid-batch");
+
+    // Attempt B does the batch (taking over A's finished shards) while A sleeps.
+    t.run(&embed_job_args(&["--shard-papers", "1"]), 0);
+    // A wakes: the part it was embedding is thrown away, not written beside B's.
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let out = a.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("did it first"), "{stderr}");
+    assert_eq!(
+        shard_files_by_attempt(&run)[&token_a],
+        written_a,
+        "A wrote after waking: {stderr}"
+    );
+    assert_eq!(done_batches(&t), 1);
+    assert_every_planned_paper_once(&run);
 }

@@ -431,6 +431,10 @@ impl Attempt<'_> {
         timings.fallback_chunked += outcome.fallbacks.chunked;
         timings.long_chunked += outcome.long_chunked;
         let write_started = Instant::now();
+        // Also before the write: an attempt that wakes after the batch was done elsewhere (a
+        // process stopped past its job's end, a node that comes back after the run ended)
+        // writes nothing that only the owner's next ingest would remove.
+        self.stand_down_if_done_elsewhere()?;
         let file = RunLayout::shard_file_name(options.batch.0, part, &self.manifest.attempt);
         let mut writer = ShardWriter::create(&layout.resolve(&file), options.vector_dtype, meta)?;
         let failed = write_rows(&mut writer, papers, &outcome.results)?;
@@ -463,14 +467,20 @@ impl Attempt<'_> {
         // Two attempts at once (a lost job that still runs beside its replacement): the one
         // that finishes first wins, and the other stops at its next shard instead of spending
         // a node on rows nobody will take.
-        let others: Vec<_> = AttemptManifest::read_all(layout, options.batch.0)
+        self.stand_down_if_done_elsewhere()
+    }
+
+    /// [`EmbedJobError::Superseded`] when another attempt completed the batch (see
+    /// [`done_by_another`]).
+    fn stand_down_if_done_elsewhere(&self) -> Result<(), EmbedJobError> {
+        let others: Vec<_> = AttemptManifest::read_all(self.layout, self.options.batch.0)
             .into_iter()
             .filter(|(_, m)| {
                 m.as_ref()
                     .map_or(true, |m| m.attempt != self.manifest.attempt)
             })
             .collect();
-        match done_by_another(layout, &others, self.expected, &self.manifest.settings) {
+        match done_by_another(self.layout, &others, self.expected, &self.manifest.settings) {
             Some(winner) => Err(EmbedJobError::Superseded(winner)),
             None => Ok(()),
         }
