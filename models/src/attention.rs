@@ -182,15 +182,15 @@ mod tiled {
         scale: f64,
     ) -> Result<Tensor> {
         let op = Tiled {
-            spans: ctx.spans.clone(),
+            spans: &ctx.spans,
             scale: scale as f32,
             mask: Mask::Causal,
         };
         q.apply_op3_no_bwd(k, v, &op)
     }
 
-    struct Tiled {
-        spans: Vec<SeqSpan>,
+    struct Tiled<'a> {
+        spans: &'a [SeqSpan],
         scale: f32,
         mask: Mask,
     }
@@ -218,7 +218,7 @@ mod tiled {
         ))
     }
 
-    impl candle_core::CustomOp3 for Tiled {
+    impl candle_core::CustomOp3 for Tiled<'_> {
         fn name(&self) -> &'static str {
             "tiled-attention"
         }
@@ -243,10 +243,11 @@ mod tiled {
                 head_dim: hd,
             };
             crate::cpu::attention::attention(
+                crate::cpu::Simd::detect(),
                 q,
                 k,
                 v,
-                &self.spans,
+                self.spans,
                 heads,
                 self.scale,
                 self.mask,

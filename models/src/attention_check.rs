@@ -1,7 +1,8 @@
 //! Which attention kernel a device runs. On a GPU, cuDNN's fused kernel runs once it agrees
 //! with the blockwise one on the device (a start-up self-test, at load and in `doctor
-//! --attention`); it is refused, saying why, when it cannot run or disagrees.
-//! `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel.
+//! --attention`); it is refused, saying why, when it cannot run or disagrees. On the CPU in
+//! f32 the tiled kernel runs. `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel on
+//! either ([`blockwise_asked`]).
 //!
 //! This module sits above both kernels (`crate::attention` and `crate::fused`), so neither
 //! needs the other's test.
@@ -68,6 +69,12 @@ fn max_keeping_nan(a: f32, b: f32) -> f32 {
     }
 }
 
+/// Whether `EMBEDFLEET_ATTENTION=blockwise` asks for the blockwise kernel (an A/B check, or a
+/// device whose fused kernel is refused): no fused kernel on a GPU, no tiled one on the CPU.
+pub fn blockwise_asked() -> bool {
+    std::env::var("EMBEDFLEET_ATTENTION").as_deref() == Ok("blockwise")
+}
+
 /// The fused kernel for a model of `heads` (query heads, key/value heads, head dimension)
 /// computing in `dtype` on `device`, once its self-test passes; `None` when
 /// `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel. The error says why the fused
@@ -79,7 +86,7 @@ pub fn fused_kernel(
     device: &Device,
     opts: &LoadOptions,
 ) -> ModelResult<Option<AttentionKernel>> {
-    if std::env::var("EMBEDFLEET_ATTENTION").as_deref() == Ok("blockwise") {
+    if blockwise_asked() {
         tracing::warn!(device = %opts.device, "EMBEDFLEET_ATTENTION=blockwise: the fused kernel is off");
         return Ok(None);
     }

@@ -200,6 +200,39 @@ fn bench_gpu_measures_in_the_peers_fields_and_checks_fidelity_on_any_device() {
         "{compare}"
     );
     assert_eq!(compare["papers"], 7);
+    // EMBEDFLEET_ATTENTION=blockwise puts back candle's blockwise kernel on the CPU (the tiled
+    // kernel's A/B reference): said in each run, and the same vectors.
+    let out = t
+        .cmd(&[
+            "bench-gpu",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--skip-uniform",
+            "--skip-study",
+            "--mix",
+            "mix.json",
+            "--compare-vectors",
+            "v.json",
+        ])
+        .env("EMBEDFLEET_ATTENTION", "blockwise")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let blockwise = json_lines(&out);
+    for r in blockwise.iter().filter(|l| l["event"] == "bench") {
+        assert_eq!(r["attention"], "blockwise", "{r}");
+    }
+    let compare = blockwise.iter().find(|l| l["event"] == "compare").unwrap();
+    assert!(
+        compare["min_cosine"].as_f64().unwrap() >= 0.99999,
+        "{compare}"
+    );
     // Every mix run names its attention plans: few, none under the length floor.
     for r in &mixes {
         let plans = r["plans"].as_array().unwrap();

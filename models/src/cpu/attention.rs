@@ -94,24 +94,10 @@ pub struct Heads {
 }
 
 /// Attention of every sequence of the packed batch to itself: `out` (`[T, n_heads, hd]`,
-/// token-major) gets `softmax(scale · q·kᵀ + mask) · v` per head.
+/// token-major) gets `softmax(scale · q·kᵀ + mask) · v` per head, its loops compiled for
+/// `simd` ([`Simd::detect`] for this machine's best).
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
-    q: Rows<'_>,
-    k: Rows<'_>,
-    v: Rows<'_>,
-    spans: &[SeqSpan],
-    heads: Heads,
-    scale: f32,
-    mask: Mask,
-    out: &mut [f32],
-) {
-    attention_with(Simd::detect(), q, k, v, spans, heads, scale, mask, out)
-}
-
-/// [`attention`] with the instruction set given.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attention_with(
     simd: Simd,
     q: Rows<'_>,
     k: Rows<'_>,

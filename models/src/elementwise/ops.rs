@@ -1,5 +1,5 @@
-//! The ops as candle custom ops: the CPU side runs the twins of [`super::cpu`], the CUDA side
-//! launches [`super::gpu`]'s kernels.
+//! The ops as candle custom ops: the CPU side runs the twins of [`super::cpu`] (bf16) or
+//! [`crate::cpu::rows`] (f32), the CUDA side launches [`super::gpu`]'s kernels.
 
 use candle_core::{CpuStorage, Layout, Result, Shape, WithDType};
 
@@ -7,19 +7,15 @@ use candle_core::{CpuStorage, Layout, Result, Shape, WithDType};
 use super::gpu;
 use super::{cpu, AddRmsNorm, QkNormRope, Swiglu};
 
-/// `$body` with `$t` the element type of the storage `$s` (bf16 or f32), its `Vec` wrapped back
-/// into a storage of that type. The other inputs' `values::<$t>` fail on another dtype.
-macro_rules! bf16_or_f32 {
-    ($s:expr, $what:literal, |$t:ident| $body:expr) => {
+/// The kernel for the storage `$s`'s element type, called with `$args` (each written once and
+/// typed by the kernel it is passed to): bf16 through [`super::cpu`]'s kernel, which rounds
+/// where the GPU's does; f32 through [`crate::cpu::rows`]' vectorised one. Its `Vec` is wrapped
+/// back into a storage of that type; the other inputs' `values` fail on another dtype.
+macro_rules! per_dtype {
+    ($s:expr, $what:literal, bf16: $bf16:expr, f32: $f32:expr, ($($arg:expr),* $(,)?)) => {
         match $s {
-            CpuStorage::BF16(_) => {
-                type $t = half::bf16;
-                CpuStorage::BF16($body)
-            }
-            CpuStorage::F32(_) => {
-                type $t = f32;
-                CpuStorage::F32($body)
-            }
+            CpuStorage::BF16(_) => CpuStorage::BF16($bf16($($arg),*)),
+            CpuStorage::F32(_) => CpuStorage::F32($f32($($arg),*)),
             _ => candle_core::bail!(concat!($what, ": bf16 or f32 only")),
         }
     };
@@ -40,11 +36,10 @@ impl candle_core::CustomOp1 for Swiglu {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (rows, inter) = halves(l)?;
-        if matches!(s, CpuStorage::F32(_)) {
-            let out = crate::cpu::rows::swiglu(values(s, l)?, inter);
-            return Ok((CpuStorage::F32(out), Shape::from((rows, inter))));
-        }
-        let out = bf16_or_f32!(s, "swiglu", |T| cpu::swiglu::<T>(values(s, l)?, inter));
+        let out = per_dtype!(s, "swiglu",
+            bf16: cpu::swiglu::<half::bf16>,
+            f32: crate::cpu::rows::swiglu,
+            (values(s, l)?, inter));
         Ok((out, Shape::from((rows, inter))))
     }
 
@@ -83,21 +78,10 @@ impl candle_core::CustomOp3 for AddRmsNorm {
     ) -> Result<(CpuStorage, Shape)> {
         let (rows, hidden) = x_l.shape().dims2()?;
         check_shapes(x_l, h_l, w_l)?;
-        if matches!(x, CpuStorage::F32(_)) {
-            let out = crate::cpu::rows::add_rms_norm(
-                values(x, x_l)?,
-                values(h, h_l)?,
-                values(w, w_l)?,
-                self.eps,
-            );
-            return Ok((CpuStorage::F32(out), Shape::from((2, rows, hidden))));
-        }
-        let out = bf16_or_f32!(x, "add_rms_norm", |T| cpu::add_rms_norm::<T>(
-            values(x, x_l)?,
-            values(h, h_l)?,
-            values(w, w_l)?,
-            self.eps
-        ));
+        let out = per_dtype!(x, "add_rms_norm",
+            bf16: cpu::add_rms_norm::<half::bf16>,
+            f32: crate::cpu::rows::add_rms_norm,
+            (values(x, x_l)?, values(h, h_l)?, values(w, w_l)?, self.eps));
         Ok((out, Shape::from((2, rows, hidden))))
     }
 
@@ -163,21 +147,10 @@ impl candle_core::CustomOp3 for QkNormRope {
             candle_core::bail!("qk_norm_rope: the sin table is not on the CPU");
         };
         let (first, heads, rows, eps) = (self.first, self.heads, self.rows, self.eps);
-        if matches!(qkv, CpuStorage::F32(_)) {
-            let out = crate::cpu::rows::qk_norm_rope(
-                values(qkv, qkv_l)?,
-                row_heads,
-                first,
-                heads,
-                values(w, w_l)?,
-                eps,
-                values(cos, cos_l)?,
-                values(sin, sin_l)?,
-                rows,
-            );
-            return Ok((CpuStorage::F32(out), Shape::from((rows, heads, hd))));
-        }
-        let out = bf16_or_f32!(qkv, "qk_norm_rope", |T| cpu::qk_norm_rope::<T>(
+        let out = per_dtype!(qkv, "qk_norm_rope",
+        bf16: cpu::qk_norm_rope::<half::bf16>,
+        f32: crate::cpu::rows::qk_norm_rope,
+        (
             values(qkv, qkv_l)?,
             row_heads,
             first,
@@ -186,7 +159,7 @@ impl candle_core::CustomOp3 for QkNormRope {
             eps,
             values(cos, cos_l)?,
             values(sin, sin_l)?,
-            rows
+            rows,
         ));
         Ok((out, Shape::from((rows, heads, hd))))
     }

@@ -55,10 +55,6 @@ impl Qwen3Embedder {
         #[allow(unused_mut)]
         let mut model = Qwen3Model::new(&cfg, &weights)?;
         drop(weights);
-        if device.is_cpu() && std::env::var("EMBEDFLEET_ATTENTION").as_deref() == Ok("blockwise") {
-            // The tiled CPU kernel's reference, in candle's ops: for an A/B check.
-            model.set_attention_kernel(crate::AttentionKernel::Blockwise);
-        }
         #[cfg(feature = "cuda")]
         if matches!(device, Device::Cuda(_)) {
             let heads = (

@@ -389,9 +389,13 @@ impl Qwen3Model {
             layers,
             norm: RmsNorm::load(w, "norm", cfg.hidden_size, cfg.rms_norm_eps)?,
             rotary: RotaryTable::new(cfg, w.dtype(), w.device())?,
-            // The CPU's own tiled kernel in f32; a GPU's fused kernel replaces this after its
-            // self-test (the embedder's), else blockwise.
-            kernel: if w.device().is_cpu() && w.dtype() == DType::F32 {
+            // The CPU's own tiled kernel in f32 (blockwise when asked, for an A/B check); a
+            // GPU's fused kernel replaces this after its self-test (the embedder's), else
+            // blockwise.
+            kernel: if w.device().is_cpu()
+                && w.dtype() == DType::F32
+                && !crate::attention_check::blockwise_asked()
+            {
                 AttentionKernel::Tiled
             } else {
                 AttentionKernel::Blockwise

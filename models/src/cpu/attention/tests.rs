@@ -110,7 +110,7 @@ fn tiled_attention_matches_a_naive_softmax_for_every_mask_shape_and_instruction_
             let want = reference(&q, &k, &v, &spans, heads, scale, mask);
             for simd in simds() {
                 let mut got = vec![f32::NAN; want.len()];
-                attention_with(simd, q, k, v, &spans, heads, scale, mask, &mut got);
+                attention(simd, q, k, v, &spans, heads, scale, mask, &mut got);
                 let worst = got
                     .iter()
                     .zip(&want)
