@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A cold `.ci/run` on this machine, as on one that never ran it (issue 60, items 13 and 14):
 # the servers stopped, and every cache and build moved aside under /var/tmp/warm (to restore by
-# hand, or delete: the run makes them again) — /opt/pbs, OpenPBS's cache tarball and source,
-# the PostgreSQL cluster and pgvector's installed extension, the torch venv, the build cache —
-# then a fresh clone of this checkout in /var/tmp/cold-clone.
+# hand, or delete: the run makes them again) — /opt/pbs and /var/spool/pbs, OpenPBS's cache
+# tarball and source, the PostgreSQL cluster and pgvector's installed extension, the torch
+# venv, the build cache — then a fresh clone of this checkout in /var/tmp/cold-clone.
 #   Phase 1: each server script alone from nothing, run from a deleted directory, stdin from
 #            /dev/null (the way the OpenPBS start once died silently).
 #   Phase 2: the caches moved aside again, then the whole .ci/run.
@@ -22,7 +22,7 @@ aside() { # phase
   bash .ci/pgvector/stop-local-pg.sh >/dev/null 2>&1
   sleep 2
   mkdir -p "$W/$1"
-  for p in /var/tmp/embedfleet-target /var/tmp/embedfleet-torch /var/tmp/embedfleet-pg /opt/pbs /var/tmp/openpbs-src /var/tmp/embedfleet-opt-pbs-*.tar.gz /var/tmp/embedfleet-pbs.log /var/tmp/embedfleet-pg-apt.log /var/tmp/pbs_boot_check; do
+  for p in /var/tmp/embedfleet-target /var/tmp/embedfleet-torch /var/tmp/embedfleet-pg /opt/pbs /var/spool/pbs /var/tmp/openpbs-src /var/tmp/embedfleet-opt-pbs-*.tar.gz /var/tmp/embedfleet-pbs.log /var/tmp/embedfleet-pg-apt.log /var/tmp/pbs_boot_check; do
     [ -e "$p" ] && mv "$p" "$W/$1/$(echo "$p" | tr / _)"
   done
   ctl=/usr/share/postgresql/15/extension/vector.control
