@@ -15,8 +15,9 @@ use candle_core::DType;
 
 use crate::device::DeviceSpec;
 use crate::error::ModelResult;
+use crate::sentence::{LayoutDefaults, SentenceLayout};
 use crate::tiny::TinyModelOptions;
-use crate::tokenizer::{TextFormat, Tokenizer};
+use crate::tokenizer::{QueryFormat, TextFormat, Tokenizer};
 use crate::Embedder;
 
 /// Default attention tile (query and key tokens per tile).
@@ -95,24 +96,51 @@ pub trait ModelFamily: Send + Sync {
     /// Its name in messages (`Qwen3`).
     fn name(&self) -> &'static str;
 
-    /// Its end-of-sequence token and query format.
+    /// Its special tokens and query format.
     fn text_format(&self) -> TextFormat;
 
-    /// How the vector is read from the hidden states, as shard metadata and the run's output
-    /// settings record it (`last_token`).
-    fn pooling(&self) -> &'static str;
+    /// The pooling, dense modules and prompts of a directory without sentence-transformers
+    /// files, and the poolings the family computes.
+    fn layout_defaults(&self) -> LayoutDefaults;
 
-    /// The task a query is embedded with when none is given (the retrieval instruction of the
-    /// family's model card). It is the task, not the format: [`TextFormat::query`] writes it.
+    /// What `dir`'s sentence-transformers files say follows the transformer and which prompts
+    /// its inputs carry, else [`ModelFamily::layout_defaults`].
+    fn layout(&self, dir: &Path) -> ModelResult<SentenceLayout> {
+        SentenceLayout::read(dir, &self.layout_defaults())
+    }
+
+    /// The task a query is embedded with when none is given: for a family that wraps the
+    /// task in its own words (Qwen3) the retrieval instruction of its model card; for one
+    /// whose queries carry a prompt, the default query prompt ([`ModelFamily::query_instruction`]
+    /// reads a directory's own).
     fn default_instruction(&self) -> &'static str;
+
+    /// The instruction `dir`'s queries are embedded with when none is given: the family's
+    /// task, or the directory's query prompt.
+    fn query_instruction(&self, dir: &Path) -> ModelResult<String> {
+        Ok(match self.text_format().query {
+            QueryFormat::Instructed(_) => self.default_instruction().to_string(),
+            QueryFormat::Prompt => self.layout(dir)?.query_prompt,
+        })
+    }
 
     /// A checkpoint of this family, as the help names one (`Qwen/Qwen3-Embedding-4B`).
     fn example_checkpoint(&self) -> &'static str;
 
     /// How a query is written for the model, with placeholders (`Instruct: <query
-    /// instruction>\nQuery:<query>`): what a dataset card tells its readers to embed.
+    /// instruction>\nQuery:<query>`, `<query prompt><query>`): what a dataset card tells its
+    /// readers to embed.
     fn query_example(&self) -> String {
-        (self.text_format().query)("<query instruction>", "<query>")
+        self.text_format()
+            .format_query(self.query_placeholder(), "<query>")
+    }
+
+    /// The placeholder of a query's instruction in [`ModelFamily::query_example`].
+    fn query_placeholder(&self) -> &'static str {
+        match self.text_format().query {
+            QueryFormat::Instructed(_) => "<query instruction>",
+            QueryFormat::Prompt => "<query prompt>",
+        }
     }
 
     /// Loads the model directory `dir` on `opts.device`, checking every weight against its
@@ -131,8 +159,12 @@ pub trait ModelFamily: Send + Sync {
     /// demos); the same options always give the same bytes. Returns the files written.
     fn write_tiny_model(&self, dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>>;
 
-    /// `dir`'s `tokenizer.json`, with this family's conventions.
+    /// `dir`'s `tokenizer.json`, with this family's conventions and the directory's document
+    /// prompt.
     fn tokenizer(&self, dir: &Path) -> ModelResult<Tokenizer> {
-        Tokenizer::from_file(&dir.join("tokenizer.json"), self.text_format())
+        Ok(
+            Tokenizer::from_file(&dir.join("tokenizer.json"), self.text_format())?
+                .with_document_prompt(&self.layout(dir)?.document_prompt),
+        )
     }
 }

@@ -25,6 +25,7 @@ pub mod packed;
 pub mod projection;
 pub mod qwen3;
 pub mod registry;
+pub mod sentence;
 pub mod stage_profile;
 pub mod tiny;
 pub mod tokenizer;
@@ -45,10 +46,11 @@ pub use memory::MemoryEstimate;
 pub use packed::{PackedSequences, SeqSpan};
 pub use registry::{
     default_family, families_help, family_of, known_model_types, load_embedder, load_tokenizer,
-    verify_model_dir, write_tiny_model, write_tiny_model_with,
+    model_layout, query_instruction, verify_model_dir, write_tiny_model, write_tiny_model_with,
 };
+pub use sentence::{Pooling, SentenceLayout};
 pub use tiny::TinyModelOptions;
-pub use tokenizer::{TextFormat, Tokenizer};
+pub use tokenizer::{Framing, QueryFormat, Specials, TextFormat, Tokenizer};
 
 /// A model that turns packed token sequences into embeddings. Sync and object-safe: the
 /// embed job keeps one `Box<dyn Embedder>` per device, on that device's own thread.

@@ -123,7 +123,20 @@ pub fn load_embedder(dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embe
     family_of(dir)?.load(dir, opts)
 }
 
-/// `dir`'s `tokenizer.json`, with its family's end-of-sequence token and query format.
+/// `dir`'s sentence-transformers layout (pooling, dense modules, prompts), else its family's
+/// defaults.
+pub fn model_layout(dir: &Path) -> ModelResult<crate::SentenceLayout> {
+    family_of(dir)?.layout(dir)
+}
+
+/// The instruction `dir`'s queries are embedded with when none is given (see
+/// [`ModelFamily::query_instruction`]).
+pub fn query_instruction(dir: &Path) -> ModelResult<String> {
+    family_of(dir)?.query_instruction(dir)
+}
+
+/// `dir`'s `tokenizer.json`, with its family's special tokens and query format and the
+/// directory's document prompt.
 pub fn load_tokenizer(dir: &Path) -> ModelResult<Tokenizer> {
     family_of(dir)?.tokenizer(dir)
 }
@@ -168,7 +181,7 @@ mod tests {
     #[test]
     fn the_family_answers_what_callers_once_took_from_qwen3() {
         let qwen3 = family("qwen3").unwrap();
-        assert_eq!(qwen3.pooling(), "last_token");
+        assert_eq!(qwen3.layout_defaults().pooling.name(), "last_token");
         assert_eq!(
             qwen3.query_example(),
             "Instruct: <query instruction>\nQuery:<query>"

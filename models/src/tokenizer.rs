@@ -1,34 +1,89 @@
 //! A model's `tokenizer.json` as the embedding models use it, with its family's conventions
-//! ([`TextFormat`]).
+//! ([`TextFormat`]) and the directory's prompts.
 //!
-//! The models pool the hidden state of an appended end-of-sequence token, so every encoding
-//! ends with that id. Texts are never truncated: a paper longer than the model's context is
-//! the caller's to split into chunks. Queries carry an instruction in the family's format;
-//! documents carry none.
+//! Every sequence a model reads is framed by its special tokens ([`Framing`]): Qwen3's inputs
+//! end with `<|endoftext|>` (its hidden state is the embedding), a BERT's read
+//! `[CLS] … [SEP]`, an XLM-R's `<s> … </s>`, EmbeddingGemma's `<bos> … <eos>`. Texts are never
+//! truncated: a paper longer than the model's context is the caller's to split into chunks,
+//! each framed the same way. Queries carry an instruction in the family's format; documents
+//! carry the directory's document prompt (E5's `passage: `), if any.
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{ModelError, ModelResult};
 
-/// How a family's inputs are written as text: the token that ends every input (its hidden
-/// state is the embedding: last-token pooling) and how a query carries its task instruction.
-/// Documents carry no instruction.
+/// The special tokens around every sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Specials {
+    /// Only this token, appended; the file's post-processor is not used (Qwen3's
+    /// `<|endoftext|>`).
+    Eos(&'static str),
+    /// What the file's post-processor adds (`[CLS] $A [SEP]`, `<s> $A </s>`, `<bos> $A`),
+    /// then `ensure_end` appended where the post-processor does not end with it (Gemma's
+    /// tokenizer adds `<bos>` only; EmbeddingGemma reads `<eos>` too).
+    FromFile { ensure_end: Option<&'static str> },
+}
+
+/// How a query carries its task.
+#[derive(Debug, Clone, Copy)]
+pub enum QueryFormat {
+    /// The family wraps the task in its own words (`Instruct: {task}\nQuery:{text}`).
+    Instructed(fn(instruction: &str, text: &str) -> String),
+    /// The task is a prompt written before the text (E5's `query: `, EmbeddingGemma's
+    /// `task: search result | query: `).
+    Prompt,
+}
+
+/// How a family's inputs are written: the special tokens around them and the query format.
 #[derive(Debug, Clone, Copy)]
 pub struct TextFormat {
     /// The family's name in messages about its tokenizer (`Qwen3`).
     pub family: &'static str,
-    /// The end-of-sequence token appended to every input (`<|endoftext|>`).
-    pub eos_token: &'static str,
-    /// A query's text with its instruction (`Instruct: {instruction}\nQuery:{text}`).
-    pub query: fn(instruction: &str, text: &str) -> String,
+    pub specials: Specials,
+    pub query: QueryFormat,
 }
 
-/// `tokenizer.json` loaded with the `tokenizers` crate, plus the EOS id and the query format.
+impl TextFormat {
+    /// A query's text with its instruction.
+    pub fn format_query(&self, instruction: &str, text: &str) -> String {
+        match self.query {
+            QueryFormat::Instructed(format) => format(instruction, text),
+            QueryFormat::Prompt => format!("{instruction}{text}"),
+        }
+    }
+}
+
+/// The special-token ids before and after every sequence's own tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Framing {
+    pub prefix: Vec<u32>,
+    pub suffix: Vec<u32>,
+}
+
+impl Framing {
+    /// Tokens the framing adds to a sequence.
+    pub fn overhead(&self) -> usize {
+        self.prefix.len() + self.suffix.len()
+    }
+
+    /// `body` framed.
+    pub fn wrap(&self, body: &[u32]) -> Vec<u32> {
+        let mut seq = Vec::with_capacity(body.len() + self.overhead());
+        seq.extend_from_slice(&self.prefix);
+        seq.extend_from_slice(body);
+        seq.extend_from_slice(&self.suffix);
+        seq
+    }
+}
+
+/// `tokenizer.json` loaded with the `tokenizers` crate, with its framing, query format and
+/// document prompt.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
-    eos_id: u32,
+    framing: Framing,
     format: TextFormat,
+    document_prompt: String,
     path: PathBuf,
 }
 
@@ -36,50 +91,77 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
             .field("path", &self.path)
-            .field("eos_id", &self.eos_id)
+            .field("framing", &self.framing)
             .finish()
     }
 }
 
 impl Tokenizer {
-    /// Loads `tokenizer.json`; fails if it has no `format.eos_token`.
+    /// Loads `tokenizer.json`; fails if a special token `format` needs is not in it.
     pub fn from_file(path: &Path, format: TextFormat) -> ModelResult<Tokenizer> {
+        let err = |reason: String| ModelError::Tokenizer {
+            path: path.to_path_buf(),
+            reason,
+        };
         if !path.is_file() {
             return Err(ModelError::MissingFile {
                 path: path.to_path_buf(),
                 hint: "the model directory needs the tokenizer.json shipped with the model",
             });
         }
-        let mut inner =
-            tokenizers::Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| err(e.to_string()))?;
         inner
             .with_truncation(None)
-            .map_err(|e| ModelError::Tokenizer {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| err(e.to_string()))?;
         inner.with_padding(None);
-        let eos_id = inner
-            .token_to_id(format.eos_token)
-            .ok_or_else(|| ModelError::MissingEos {
-                path: path.to_path_buf(),
-                token: format.eos_token,
-                family: format.family,
-            })?;
+        let id_of = |token: &'static str| {
+            inner
+                .token_to_id(token)
+                .ok_or_else(|| ModelError::MissingEos {
+                    path: path.to_path_buf(),
+                    token,
+                    family: format.family,
+                })
+        };
+        let framing = match format.specials {
+            Specials::Eos(eos) => Framing {
+                prefix: Vec::new(),
+                suffix: vec![id_of(eos)?],
+            },
+            Specials::FromFile { ensure_end } => {
+                let mut framing = post_processor_framing(&inner).map_err(err)?;
+                if let Some(end) = ensure_end {
+                    let id = id_of(end)?;
+                    if framing.suffix.last() != Some(&id) {
+                        framing.suffix.push(id);
+                    }
+                }
+                framing
+            }
+        };
         Ok(Tokenizer {
             inner,
-            eos_id,
+            framing,
             format,
+            document_prompt: String::new(),
             path: path.to_path_buf(),
         })
     }
 
-    /// Id of the end-of-sequence token.
-    pub fn eos_id(&self) -> u32 {
-        self.eos_id
+    /// This tokenizer writing `prompt` before every document's text.
+    pub fn with_document_prompt(mut self, prompt: &str) -> Tokenizer {
+        self.document_prompt = prompt.to_string();
+        self
+    }
+
+    /// The special tokens around every sequence.
+    pub fn framing(&self) -> &Framing {
+        &self.framing
+    }
+
+    /// The prompt written before every document's text (empty for none).
+    pub fn document_prompt(&self) -> &str {
+        &self.document_prompt
     }
 
     /// Token ids of `text` with no special tokens added.
@@ -94,21 +176,33 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// Ids of a document: the text as is, then `<|endoftext|>`. Never truncated.
+    /// The text the model reads for a document (`None`) or a query with its instruction: the
+    /// prompt or the family's query format applied. Tokenised whole, prompt and text together,
+    /// as sentence-transformers does.
+    pub fn input_text(&self, query_instruction: Option<&str>, text: &str) -> String {
+        match query_instruction {
+            Some(instruction) => self.format_query(instruction, text),
+            None => format!("{}{text}", self.document_prompt),
+        }
+    }
+
+    /// Ids of a document: its prompt and text, framed. Never truncated.
     pub fn encode_document(&self, text: &str) -> ModelResult<Vec<u32>> {
-        let mut ids = self.encode_raw(text)?;
-        ids.push(self.eos_id);
-        Ok(ids)
+        Ok(self
+            .framing
+            .wrap(&self.encode_raw(&self.input_text(None, text))?))
     }
 
     /// A query's text with its task instruction, in the family's format.
     pub fn format_query(&self, instruction: &str, text: &str) -> String {
-        (self.format.query)(instruction, text)
+        self.format.format_query(instruction, text)
     }
 
-    /// Ids of a query with its task instruction, in the family's format, then EOS.
+    /// Ids of a query with its task instruction, in the family's format, framed.
     pub fn encode_query(&self, instruction: &str, text: &str) -> ModelResult<Vec<u32>> {
-        self.encode_document(&self.format_query(instruction, text))
+        Ok(self
+            .framing
+            .wrap(&self.encode_raw(&self.format_query(instruction, text))?))
     }
 
     /// Decodes ids back to text (special tokens kept), for diagnostics.
@@ -120,4 +214,23 @@ impl Tokenizer {
                 reason: format!("failed to decode: {e}"),
             })
     }
+}
+
+/// What the post-processor of `inner` puts around a text's tokens: a probe encoded with and
+/// without special tokens, its own tokens found in the first.
+fn post_processor_framing(inner: &tokenizers::Tokenizer) -> Result<Framing, String> {
+    let encode = |special| {
+        inner
+            .encode_fast("a", special)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| format!("failed to encode a probe: {e}"))
+    };
+    let (bare, framed) = (encode(false)?, encode(true)?);
+    let at = (0..=framed.len().saturating_sub(bare.len()))
+        .find(|&i| framed[i..].starts_with(&bare))
+        .ok_or("its post-processor changes a text's own tokens, not only around them")?;
+    Ok(Framing {
+        prefix: framed[..at].to_vec(),
+        suffix: framed[at + bare.len()..].to_vec(),
+    })
 }

@@ -195,10 +195,10 @@ fn model(dir: &Path, devices: &[DeviceSpec], tokens: usize, problems: &mut Vec<S
     };
     let len = tokens.clamp(2, c.max_position_embeddings);
     let vocab = (c.vocab_size as u32).saturating_sub(1).max(1);
-    let ids: Vec<u32> = (0..len as u32 - 1)
-        .map(|i| i % vocab)
-        .chain([loaded.tokenizer.eos_id()])
-        .collect();
+    let framing = loaded.tokenizer.framing();
+    let body = len.saturating_sub(framing.overhead()).max(1) as u32;
+    let ids = framing.wrap(&(0..body).map(|i| i % vocab).collect::<Vec<_>>());
+    let len = ids.len();
     let batch = PackedSequences::from_sequences(&[ids]);
     for (device, model) in devices.iter().zip(&loaded.models) {
         let started = Instant::now();

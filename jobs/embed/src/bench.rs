@@ -12,7 +12,7 @@ use crate::minibatch::{self, Item};
 use crate::LoadedModels;
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_models::stage_profile::{self, StageTime};
-use embedfleet_models::{DeviceSpec, Embedder, ModelError, ModelShape, PackedSequences};
+use embedfleet_models::{DeviceSpec, Embedder, Framing, ModelError, ModelShape, PackedSequences};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,6 +101,11 @@ pub struct Bench {
 }
 
 impl Bench {
+    /// The special tokens around the model's sequences.
+    fn framing(&self) -> &Framing {
+        self.loaded.tokenizer.framing()
+    }
+
     pub fn load(
         model_dir: &Path,
         devices: &[DeviceSpec],
@@ -248,13 +253,19 @@ impl Bench {
         }
         for b in batches.iter().take(2) {
             let warm: Vec<&[u32]> = b.iter().map(|&i| seqs[i].as_slice()).collect();
-            device::embed_with_fallback(model, &warm, &mut FallbackStats::default())
-                .map_err(|e| e.to_string())?;
+            device::embed_with_fallback(
+                model,
+                self.framing(),
+                &warm,
+                &mut FallbackStats::default(),
+            )
+            .map_err(|e| e.to_string())?;
         }
         stage_profile::take();
         let sampler = MemorySampler::start(model);
         let started = Instant::now();
-        let (vectors, fallbacks) = run_on_devices(&self.loaded.models, &seqs, &batches)?;
+        let (vectors, fallbacks) =
+            run_on_devices(&self.loaded.models, self.framing(), &seqs, &batches)?;
         let secs = started.elapsed().as_secs_f64();
         let record = BenchRecord {
             event: "bench".into(),
@@ -287,6 +298,7 @@ impl Bench {
             .map(|case| {
                 let got = device::embed_with_fallback(
                     model,
+                    self.framing(),
                     &[case.ids.as_slice()],
                     &mut FallbackStats::default(),
                 );
@@ -327,6 +339,7 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 /// input order, and the fallbacks taken.
 fn run_on_devices(
     models: &[Box<dyn Embedder>],
+    framing: &Framing,
     seqs: &[Arc<Vec<u32>>],
     batches: &[Vec<usize>],
 ) -> Result<(Vec<Vec<f32>>, FallbackStats), String> {
@@ -337,7 +350,7 @@ fn run_on_devices(
     std::thread::scope(|scope| {
         for model in models {
             let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
-            scope.spawn(move || device::serve(model.as_ref(), work_rx, done_tx));
+            scope.spawn(move || device::serve(model.as_ref(), framing, work_rx, done_tx));
         }
         drop(done_tx);
         for (tag, batch) in batches.iter().enumerate() {

@@ -1,23 +1,19 @@
 //! Papers longer than the model's context are never cut: they are split into chunks that each
-//! fit (each ending in `<|endoftext|>`, so each is pooled like a whole document), and the chunk
-//! vectors are combined by a mean weighted by chunk length, then L2-normalised.
+//! fit, each framed by the model's special tokens (`… <|endoftext|>`, `[CLS] … [SEP]`), so each
+//! is pooled like a whole document, and the chunk vectors are combined by a mean weighted by
+//! chunk length, then L2-normalised. A prompt (`passage: `) is part of the text, so it opens
+//! the first chunk only.
 
-/// Splits a paper's tokens (without EOS) into sequences of at most `max_len` tokens, EOS
-/// included. One sequence when it fits.
-pub fn split(tokens: &[u32], eos: u32, max_len: usize) -> Vec<Vec<u32>> {
-    let body = max_len.saturating_sub(1).max(1);
+use embedfleet_models::Framing;
+
+/// Splits a paper's tokens (without special tokens) into framed sequences of at most `max_len`
+/// tokens, the framing included. One sequence when it fits.
+pub fn split(tokens: &[u32], framing: &Framing, max_len: usize) -> Vec<Vec<u32>> {
+    let body = max_len.saturating_sub(framing.overhead()).max(1);
     if tokens.is_empty() {
-        return vec![vec![eos]];
+        return vec![framing.wrap(&[])];
     }
-    tokens
-        .chunks(body)
-        .map(|c| {
-            let mut seq = Vec::with_capacity(c.len() + 1);
-            seq.extend_from_slice(c);
-            seq.push(eos);
-            seq
-        })
-        .collect()
+    tokens.chunks(body).map(|c| framing.wrap(c)).collect()
 }
 
 /// The length-weighted mean of chunk vectors, L2-normalised. `weights` are the chunks' token
@@ -46,10 +42,17 @@ pub fn combine(vectors: &[Vec<f32>], weights: &[usize]) -> Vec<f32> {
 mod tests {
     use super::*;
 
+    fn eos(id: u32) -> Framing {
+        Framing {
+            prefix: vec![],
+            suffix: vec![id],
+        }
+    }
+
     #[test]
     fn split_keeps_every_token_and_ends_each_chunk_with_eos() {
         let tokens: Vec<u32> = (1..=10).collect();
-        let chunks = split(&tokens, 0, 4);
+        let chunks = split(&tokens, &eos(0), 4);
         assert_eq!(
             chunks,
             vec![
@@ -60,9 +63,27 @@ mod tests {
             ]
         );
         assert_eq!(
-            split(&tokens, 0, 11),
+            split(&tokens, &eos(0), 11),
             vec![[tokens.clone(), vec![0]].concat()]
         );
+    }
+
+    #[test]
+    fn split_frames_each_chunk_with_the_models_specials_within_max_len() {
+        let bert = Framing {
+            prefix: vec![101],
+            suffix: vec![102],
+        };
+        let tokens: Vec<u32> = (1..=5).collect();
+        assert_eq!(
+            split(&tokens, &bert, 4),
+            vec![
+                vec![101, 1, 2, 102],
+                vec![101, 3, 4, 102],
+                vec![101, 5, 102]
+            ]
+        );
+        assert_eq!(split(&[], &bert, 4), vec![vec![101, 102]]);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::chunk;
 use crossbeam_channel::{Receiver, Sender};
-use embedfleet_models::{Embedder, ModelError, PackedSequences};
+use embedfleet_models::{Embedder, Framing, ModelError, PackedSequences};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,14 +47,15 @@ impl FallbackStats {
     }
 }
 
-/// Runs one device: takes work until the queue closes.
-pub fn serve(model: &dyn Embedder, work: Receiver<Work>, done: Sender<Done>) {
+/// Runs one device: takes work until the queue closes. `framing` is the special tokens around
+/// every sequence (a sequence too long for the device is cut inside them).
+pub fn serve(model: &dyn Embedder, framing: &Framing, work: Receiver<Work>, done: Sender<Done>) {
     for item in work {
         let started = Instant::now();
         let mut stats = FallbackStats::default();
         let seqs: Vec<&[u32]> = item.seqs.iter().map(|s| s.as_slice()).collect();
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            embed_with_fallback(model, &seqs, &mut stats).map_err(|e| e.to_string())
+            embed_with_fallback(model, framing, &seqs, &mut stats).map_err(|e| e.to_string())
         }));
         let (vectors, panicked) = match run {
             Ok(vectors) => (vectors, None),
@@ -94,6 +95,7 @@ fn is_oom(err: &ModelError) -> bool {
 /// Embeds `seqs`, halving on out-of-memory. Results are in input order.
 pub fn embed_with_fallback(
     model: &dyn Embedder,
+    framing: &Framing,
     seqs: &[&[u32]],
     stats: &mut FallbackStats,
 ) -> Result<Vec<Vec<f32>>, ModelError> {
@@ -101,8 +103,8 @@ pub fn embed_with_fallback(
         Err(err) if is_oom(&err) && seqs.len() > 1 => {
             stats.split += 1;
             let (left, right) = seqs.split_at(seqs.len() / 2);
-            let mut out = embed_with_fallback(model, left, stats)?;
-            out.extend(embed_with_fallback(model, right, stats)?);
+            let mut out = embed_with_fallback(model, framing, left, stats)?;
+            out.extend(embed_with_fallback(model, framing, right, stats)?);
             if left.len() == 1 {
                 stats.sequential += 1;
             }
@@ -113,29 +115,31 @@ pub fn embed_with_fallback(
         }
         Err(err) if is_oom(&err) => {
             stats.chunked += 1;
-            embed_in_pieces(model, seqs[0], err, stats).map(|v| vec![v])
+            embed_in_pieces(model, framing, seqs[0], err, stats).map(|v| vec![v])
         }
         other => other,
     }
 }
 
-/// One sequence that does not fit alone: embed its halves (each ending in the sequence's last
-/// token, the EOS) and combine them by length.
+/// One sequence that does not fit alone: embed its halves (each framed by the model's special
+/// tokens, as the sequence was) and combine them by length.
 fn embed_in_pieces(
     model: &dyn Embedder,
+    framing: &Framing,
     seq: &[u32],
     err: ModelError,
     stats: &mut FallbackStats,
 ) -> Result<Vec<f32>, ModelError> {
-    let (body, eos) = seq.split_at(seq.len() - 1);
+    let inside = framing.prefix.len()..seq.len().saturating_sub(framing.suffix.len());
+    let body = seq.get(inside).unwrap_or_default();
     if body.len() < 2 * MIN_PIECE_TOKENS {
         return Err(err);
     }
-    let pieces = chunk::split(body, eos[0], body.len().div_ceil(2) + 1);
+    let pieces = chunk::split(body, framing, body.len().div_ceil(2) + framing.overhead());
     let mut vectors = Vec::with_capacity(pieces.len());
     for piece in &pieces {
         let mut inner = FallbackStats::default();
-        let v = embed_with_fallback(model, &[piece.as_slice()], &mut inner)?;
+        let v = embed_with_fallback(model, framing, &[piece.as_slice()], &mut inner)?;
         stats.split += inner.split;
         vectors.extend(v);
     }

@@ -79,8 +79,8 @@ pub fn output_settings(
         vector_dtype,
         max_tokens,
         shard_papers: shard_papers.max(1),
-        pooling: embedfleet_models::family_of(model_dir)
-            .map(|family| family.pooling().to_string())
+        pooling: embedfleet_models::model_layout(model_dir)
+            .map(|layout| layout.pooling.name().to_string())
             .unwrap_or_default(),
         normalized: true,
         instruction: None,

@@ -118,7 +118,7 @@ impl LoadedModels {
             model: model_name(model_dir),
             model_revision: model_revision(model_dir),
             compute_dtype: format!("{:?}", first.compute_dtype()).to_lowercase(),
-            pooling: family.pooling().into(),
+            pooling: family.layout(model_dir)?.pooling.name().into(),
             normalized: true,
             dim: first.output_dim(),
             embedfleet_version: env!("CARGO_PKG_VERSION").into(),

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 /// How papers become token sequences.
 pub struct Encoding<'a> {
     pub tokenizer: &'a Tokenizer,
-    /// Longest sequence, EOS included: the model's context or `--max-tokens`.
+    /// Longest sequence, special tokens included: the model's context or `--max-tokens`.
     pub max_len: usize,
     pub rule: MiniBatchRule,
     /// `Some(instruction)` embeds queries (in the tokenizer's family's query format); documents
-    /// get none.
+    /// get the directory's document prompt, if any.
     pub query_instruction: Option<String>,
     pub tokenize_threads: usize,
 }
@@ -55,14 +55,14 @@ pub struct PartOutcome {
 
 struct Tokenized {
     papers: Vec<Paper>,
-    /// Per paper: its chunks (each ending in EOS), or a tokenizer error.
+    /// Per paper: its chunks (each framed by the model's special tokens), or a tokenizer error.
     chunks: Vec<Result<Vec<Arc<Vec<u32>>>, String>>,
     took: Duration,
 }
 
 fn tokenize(papers: Vec<Paper>, enc: &Encoding) -> Tokenized {
     let started = Instant::now();
-    let eos = enc.tokenizer.eos_id();
+    let framing = enc.tokenizer.framing();
     let threads = enc.tokenize_threads.clamp(1, papers.len().max(1));
     let per_thread = papers.len().div_ceil(threads).max(1);
     let chunks = std::thread::scope(|scope| {
@@ -73,15 +73,12 @@ fn tokenize(papers: Vec<Paper>, enc: &Encoding) -> Tokenized {
                     group
                         .iter()
                         .map(|p| {
-                            let text = match &enc.query_instruction {
-                                Some(instruction) => {
-                                    enc.tokenizer.format_query(instruction, &p.text)
-                                }
-                                None => p.text.clone(),
-                            };
+                            let text = enc
+                                .tokenizer
+                                .input_text(enc.query_instruction.as_deref(), &p.text);
                             let tokens =
                                 enc.tokenizer.encode_raw(&text).map_err(|e| e.to_string())?;
-                            Ok(chunk::split(&tokens, eos, enc.max_len)
+                            Ok(chunk::split(&tokens, framing, enc.max_len)
                                 .into_iter()
                                 .map(Arc::new)
                                 .collect())
@@ -127,7 +124,8 @@ pub fn embed_parts<E>(
     std::thread::scope(|scope| {
         for model in models {
             let (work_rx, done_tx) = (work_rx.clone(), done_tx.clone());
-            scope.spawn(move || device::serve(model.as_ref(), work_rx, done_tx));
+            let framing = enc.tokenizer.framing();
+            scope.spawn(move || device::serve(model.as_ref(), framing, work_rx, done_tx));
         }
         drop(done_tx);
         scope.spawn(move || {

@@ -26,8 +26,9 @@ pub use tiny::{random_weights, tiny_config, TINY_MERGES};
 
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary};
+use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
-use crate::tokenizer::TextFormat;
+use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
 use crate::Embedder;
 
@@ -42,8 +43,8 @@ pub fn format_query(instruction: &str, text: &str) -> String {
 /// Qwen3's text conventions.
 pub const TEXT_FORMAT: TextFormat = TextFormat {
     family: "Qwen3",
-    eos_token: EOS_TOKEN,
-    query: format_query,
+    specials: Specials::Eos(EOS_TOKEN),
+    query: QueryFormat::Instructed(format_query),
 };
 
 /// The Qwen3 family, as the registry lists it.
@@ -73,8 +74,17 @@ impl ModelFamily for Qwen3 {
         TEXT_FORMAT
     }
 
-    fn pooling(&self) -> &'static str {
-        "last_token"
+    /// Last-token pooling is the model's own (the final norm runs on the pooled rows only);
+    /// a Qwen3-Embedding download's files say the same. Its query prompt is its instruction
+    /// format, so the files' `query` prompt is not read as one.
+    fn layout_defaults(&self) -> LayoutDefaults {
+        LayoutDefaults {
+            pooling: Pooling::LastToken,
+            poolings: &[Pooling::LastToken],
+            dense: false,
+            query_prompt: "",
+            document_prompt: "",
+        }
     }
 
     /// The web-search task of Qwen3-Embedding's model card.
@@ -87,6 +97,7 @@ impl ModelFamily for Qwen3 {
     }
 
     fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
+        self.layout(dir)?;
         Ok(Box::new(Qwen3Embedder::load(dir, opts)?))
     }
 
@@ -97,6 +108,7 @@ impl ModelFamily for Qwen3 {
     /// Checks the embedding table and the last layer's down projection against the config.
     fn verify(&self, dir: &Path) -> ModelResult<ModelSummary> {
         let config = Self::config(dir)?;
+        self.layout(dir)?;
         let (hidden, layers) = (config.hidden_size, config.num_hidden_layers);
         let last = format!("layers.{}.mlp.down_proj.weight", layers.saturating_sub(1));
         check_model_dir(

@@ -34,7 +34,8 @@ fn real_qwen_tokenizer_matches_tiktoken_ids() {
     let json = qwen_tokenizer_json(&tokens);
     std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
     let tok = Tokenizer::from_file(&path, TEXT_FORMAT).unwrap();
-    assert_eq!(tok.eos_id(), QWEN_EOS_ID);
+    assert_eq!(tok.framing().suffix, vec![QWEN_EOS_ID]);
+    assert!(tok.framing().prefix.is_empty());
 
     let text = std::fs::read_to_string(assets().join("qwen_tokenizer_cases.json")).unwrap();
     let cases: serde_json::Value = serde_json::from_str(&text).unwrap();

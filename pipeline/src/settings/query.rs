@@ -61,9 +61,7 @@ impl QueryModelSettings {
 pub fn instruction(model_dir: &Path, given: Option<&str>) -> Result<String> {
     Ok(match given {
         Some(text) => text.to_string(),
-        None => embedfleet_models::family_of(model_dir)?
-            .default_instruction()
-            .to_string(),
+        None => embedfleet_models::query_instruction(model_dir)?,
     })
 }
 

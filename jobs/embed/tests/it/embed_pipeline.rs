@@ -65,7 +65,7 @@ fn long_papers_are_the_length_weighted_mean_of_their_chunks() {
     let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu], None, None).unwrap();
     let paper = &papers()[1];
     let tokens = loaded.tokenizer.encode_raw(&paper.text).unwrap();
-    let chunks = chunk::split(&tokens, loaded.tokenizer.eos_id(), 48);
+    let chunks = chunk::split(&tokens, loaded.tokenizer.framing(), 48);
     assert!(chunks.len() > 2);
     let vectors: Vec<Vec<f32>> = chunks
         .iter()
@@ -108,21 +108,29 @@ fn out_of_memory_halves_then_goes_sequential_then_chunks() {
     let model = &loaded.models[0];
     let seqs: Vec<Vec<u32>> = papers()
         .iter()
-        .map(|p| {
-            let mut t = loaded.tokenizer.encode_raw(&p.text).unwrap();
-            t.push(loaded.tokenizer.eos_id());
-            t
-        })
+        .map(|p| loaded.tokenizer.encode_document(&p.text).unwrap())
         .collect();
     let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
-    let free = embed_with_fallback(model.as_ref(), &refs, &mut FallbackStats::default()).unwrap();
+    let free = embed_with_fallback(
+        model.as_ref(),
+        loaded.tokenizer.framing(),
+        &refs,
+        &mut FallbackStats::default(),
+    )
+    .unwrap();
     // Cap below the longest paper alone: the batch splits down to single papers, and the
     // longest is embedded in pieces.
     let longest = seqs.iter().map(Vec::len).max().unwrap();
     let cap = model.estimate_memory(&[longest]) - 1;
     model.set_memory_limit(Some(cap));
     let mut stats = FallbackStats::default();
-    let capped = embed_with_fallback(model.as_ref(), &refs, &mut stats).unwrap();
+    let capped = embed_with_fallback(
+        model.as_ref(),
+        loaded.tokenizer.framing(),
+        &refs,
+        &mut stats,
+    )
+    .unwrap();
     assert!(
         stats.split >= 2 && stats.sequential >= 1 && stats.chunked == 1,
         "{stats:?}"
