@@ -21,7 +21,10 @@
 
 use candle_core::{DType, Device, Result, Tensor, D};
 
+pub use crate::cpu::attention::Mask;
 use crate::packed::SeqSpan;
+
+mod masked;
 
 /// Which implementation computes attention.
 #[derive(Clone)]
@@ -54,7 +57,8 @@ impl AttentionKernel {
         }
     }
 
-    /// Causal attention of every sequence of the batch to itself. `q`: `[T, n_heads, hd]`;
+    /// Attention of every sequence of the batch to itself, each query seeing the keys `mask`
+    /// lets it (causal for a decoder, all or a window for an encoder). `q`: `[T, n_heads, hd]`;
     /// `k`, `v`: `[T, n_kv, hd]`, token-major as the projections give them; `scale`
     /// multiplies q·k (applied in f32, never to q in the model dtype). `q` and `k` may carry
     /// zero rows past the tokens, up to [`AttnContext::rows`] (the fused kernel's padded
@@ -66,12 +70,22 @@ impl AttentionKernel {
         v: &Tensor,
         ctx: &AttnContext,
         scale: f64,
+        mask: Mask,
     ) -> Result<Tensor> {
         match self {
-            AttentionKernel::Blockwise => packed_attention(q, k, v, ctx, scale),
-            AttentionKernel::Tiled => tiled::attention(q, k, v, ctx, scale),
+            AttentionKernel::Blockwise if mask == Mask::Causal => {
+                packed_attention(q, k, v, ctx, scale)
+            }
+            AttentionKernel::Blockwise => masked::packed_attention(q, k, v, ctx, scale, mask),
+            AttentionKernel::Tiled => tiled::attention(q, k, v, ctx, scale, mask),
             #[cfg(feature = "cuda")]
-            AttentionKernel::Fused(fused) => fused.forward(q, k, v, ctx.fused_batch()?, scale),
+            AttentionKernel::Fused(fused) if mask == Mask::Causal => {
+                fused.forward(q, k, v, ctx.fused_batch()?, scale)
+            }
+            #[cfg(feature = "cuda")]
+            AttentionKernel::Fused(_) => candle_core::bail!(
+                "the fused attention kernel is causal only; an encoder runs the blockwise kernel"
+            ),
         }
     }
 }
@@ -180,11 +194,12 @@ mod tiled {
         v: &Tensor,
         ctx: &AttnContext,
         scale: f64,
+        mask: Mask,
     ) -> Result<Tensor> {
         let op = Tiled {
             spans: &ctx.spans,
             scale: scale as f32,
-            mask: Mask::Causal,
+            mask,
         };
         q.apply_op3_no_bwd(k, v, &op)
     }
@@ -476,7 +491,7 @@ mod tests {
             let ctx =
                 AttnContext::new(spans.clone(), tile, AttentionKernel::Blockwise, &dev).unwrap();
             let got = AttentionKernel::Blockwise
-                .attention(&qt, &kt, &vt, &ctx, scale)
+                .attention(&qt, &kt, &vt, &ctx, scale, Mask::Causal)
                 .unwrap();
             for span in &spans {
                 let n = |t: &Tensor| {

@@ -10,7 +10,7 @@
 use crate::device::DeviceSpec;
 #[cfg(feature = "cuda")]
 use crate::{
-    attention::{AttentionKernel, AttnContext},
+    attention::{AttentionKernel, AttnContext, Mask},
     error::{ModelError, ModelResult},
     family::LoadOptions,
     fused::FusedAttention,
@@ -138,10 +138,10 @@ pub fn self_test(kernel: &AttentionKernel, device: &Device, tile: usize) -> Resu
         let (q, k, v) = (rand(nh)?, rand(nkv)?, rand(nkv)?);
         let scale = 1.0 / (hd as f64).sqrt();
         let fused_ctx = AttnContext::new(spans.clone(), tile, kernel.clone(), device)?;
-        let got = kernel.attention(&q, &k, &v, &fused_ctx, scale)?;
+        let got = kernel.attention(&q, &k, &v, &fused_ctx, scale, Mask::Causal)?;
         let block = AttentionKernel::Blockwise;
         let block_ctx = AttnContext::new(spans.clone(), tile, block.clone(), device)?;
-        let want = block.attention(&q, &k, &v, &block_ctx, scale)?;
+        let want = block.attention(&q, &k, &v, &block_ctx, scale, Mask::Causal)?;
         let values = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
         Ok(max_relative_row_diff(&values(&got)?, &values(&want)?, hd))
     };
@@ -184,7 +184,7 @@ pub fn probe_attention(device: &DeviceSpec) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{AttentionKernel, AttnContext};
+    use crate::attention::{AttentionKernel, AttnContext, Mask};
     use crate::packed::SeqSpan;
     use crate::tiny::{random_tensors, Init};
     use candle_core::{DType, Device, Tensor};
@@ -195,7 +195,7 @@ mod tests {
         let spans = vec![SeqSpan { start: 0, len: t }];
         let ctx = AttnContext::new(spans, tile, AttentionKernel::Blockwise, &Device::Cpu).unwrap();
         let out = AttentionKernel::Blockwise
-            .attention(q, k, v, &ctx, 1.0 / (128f64).sqrt())
+            .attention(q, k, v, &ctx, 1.0 / (128f64).sqrt(), Mask::Causal)
             .unwrap();
         out.to_dtype(DType::F32)
             .unwrap()

@@ -40,7 +40,7 @@ pub enum Mask {
 
 impl Mask {
     /// The keys `[lo, hi)` that query rows `[q0, q1)` see, together (each row may see fewer).
-    fn keys_of(self, q0: usize, q1: usize, len: usize) -> (usize, usize) {
+    pub(crate) fn keys_of(self, q0: usize, q1: usize, len: usize) -> (usize, usize) {
         match self {
             Mask::Causal => (0, q1),
             Mask::Full => (0, len),
@@ -52,7 +52,7 @@ impl Mask {
 
     /// Whether query `i` sees key `j`.
     #[inline(always)]
-    fn sees(self, i: usize, j: usize) -> bool {
+    pub(crate) fn sees(self, i: usize, j: usize) -> bool {
         match self {
             Mask::Causal => j <= i,
             Mask::Full => true,
@@ -61,7 +61,7 @@ impl Mask {
     }
 
     /// Whether every query of `[q0, q1)` sees every key of `[k0, k1)`: no per-score check.
-    fn sees_all(self, q0: usize, q1: usize, k0: usize, k1: usize) -> bool {
+    pub(crate) fn sees_all(self, q0: usize, q1: usize, k0: usize, k1: usize) -> bool {
         self.sees(q0, k1 - 1)
             && self.sees(q1 - 1, k0)
             && self.sees(q0, k0)

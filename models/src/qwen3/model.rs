@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::Linear;
 
 use super::config::Config;
-use crate::attention::{AttentionKernel, AttnContext};
+use crate::attention::{AttentionKernel, AttnContext, Mask};
 use crate::elementwise::Elementwise;
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
@@ -223,7 +223,7 @@ impl Attention {
         // The softmax scale goes into the kernel: pre-scaling q in bf16 would round it.
         let scale = 1.0 / (hd as f64).sqrt();
         stage("attention", dev, || {
-            ctx.kernel.attention(&q, &k, &v, ctx, scale)
+            ctx.kernel.attention(&q, &k, &v, ctx, scale, Mask::Causal)
         })
     }
 }
