@@ -49,7 +49,7 @@ pub enum ModelError {
     },
 
     /// A weight the architecture needs is in none of the weight files.
-    #[error("missing tensor `{name}` (also tried `model.{name}`) in {searched}")]
+    #[error("missing tensor `{name}` (also tried it after a task head's `model.`, `bert.`, `roberta.`) in {searched}")]
     MissingTensor { name: String, searched: String },
 
     /// A weight exists with a shape that does not match `config.json`.
@@ -98,6 +98,14 @@ pub enum ModelError {
     /// A Matryoshka output dimension outside `1..=hidden_size`.
     #[error("output dimension {dim} is not in 1..={hidden}")]
     InvalidDim { dim: usize, hidden: usize },
+
+    /// A Matryoshka width the model was not trained for.
+    #[error(
+        "--dim {dim}: this model's vectors are trained at {} dimensions only; give one of those \
+         or leave --dim out",
+        trained.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    UntrainedDim { dim: usize, trained: Vec<usize> },
 
     /// A device string such as `cuda:x` that cannot be parsed or opened.
     #[error("invalid device `{spec}`: {reason}")]

@@ -13,11 +13,16 @@ use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::{LoadOptions, ModelFamily, ModelSummary};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::Tokenizer;
-use crate::{qwen3, Embedder};
+use crate::{bert, qwen3, Embedder};
 
 /// Every family this build implements, one line each. The first is the default: the family
 /// whose tiny model `make-tiny-model`, `run` without `--model-dir` and the tests write.
-pub static FAMILIES: &[&dyn ModelFamily] = &[&qwen3::Qwen3];
+pub static FAMILIES: &[&dyn ModelFamily] = &[
+    &qwen3::Qwen3,
+    &bert::BERT,
+    &bert::ROBERTA,
+    &bert::XLM_ROBERTA,
+];
 
 /// The `model_type`s of [`FAMILIES`], in order.
 pub fn known_model_types() -> Vec<&'static str> {

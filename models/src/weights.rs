@@ -152,9 +152,10 @@ impl Weights {
     }
 
     fn resolve<'a>(&'a self, name: &str) -> ModelResult<(&'a str, usize)> {
-        let prefixed = format!("model.{name}");
-        for candidate in [name, prefixed.as_str()] {
-            if let Some((stored, &index)) = self.routing.get_key_value(candidate) {
+        let candidates = std::iter::once(name.to_string())
+            .chain(HEAD_PREFIXES.iter().map(|p| format!("{p}{name}")));
+        for candidate in candidates {
+            if let Some((stored, &index)) = self.routing.get_key_value(&candidate) {
                 return Ok((stored.as_str(), index));
             }
         }
@@ -170,6 +171,11 @@ impl Weights {
         })
     }
 }
+
+/// The prefixes a checkpoint saved with a task head puts before the base model's names
+/// (`Qwen3ForCausalLM`'s `model.`, `BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s
+/// `roberta.`); a base model or a sentence-transformers download has none.
+pub const HEAD_PREFIXES: &[&str] = &["model.", "bert.", "roberta."];
 
 /// The safetensors files of `dir`: the single file, or the shards named by the index.
 fn weight_files(dir: &Path) -> ModelResult<Vec<PathBuf>> {

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod families;
 mod golden;
 mod loading;
 mod masking;

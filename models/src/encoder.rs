@@ -1,0 +1,234 @@
+//! What the encoder families share (BERT and its kin, ModernBERT, EmbeddingGemma): an
+//! [`EncoderEmbedder`] puts an [`EncoderModel`]'s final hidden states through the directory's
+//! sentence-transformers head (pooling, dense modules), normalises them and cuts them to a
+//! Matryoshka width where the model was trained for one. A family's folder holds only its
+//! config, its forward pass and its tiny model.
+//!
+//! Unlike Qwen3, which pools its last token before the final norm, an encoder pools after its
+//! last layer over every token (mean pooling needs them all), so the model returns the whole
+//! `[T, H]` hidden state.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use candle_core::{DType, Device, Result, Tensor};
+
+use crate::attention::AttentionKernel;
+use crate::error::{ModelError, ModelResult};
+use crate::family::LoadOptions;
+use crate::memory::MemoryEstimate;
+use crate::packed::SeqSpan;
+use crate::sentence::{SentenceHead, SentenceLayout};
+use crate::{matryoshka, Embedder, PackedSequences};
+
+/// An encoder's forward pass over a packed batch.
+pub trait EncoderModel: Send + Sync {
+    /// The final hidden states of every token, `[T, hidden]`.
+    fn forward(&self, ids: &[u32], spans: &[SeqSpan]) -> Result<Tensor>;
+    fn hidden_size(&self) -> usize;
+    fn vocab_size(&self) -> usize;
+    /// The longest sequence its positions take, in tokens.
+    fn positions(&self) -> usize;
+    /// Parameters, the embedding table included.
+    fn parameters(&self) -> u64;
+    /// Floats alive together per token inside one layer (see [`estimate`]).
+    fn floats_per_token(&self) -> u64;
+    /// Attention heads and their width.
+    fn heads(&self) -> (usize, usize);
+    fn dtype(&self) -> DType;
+    fn kernel(&self) -> &AttentionKernel;
+}
+
+/// The kernel an encoder's forward runs on `device`: the CPU's tiled kernel for f32 on the
+/// CPU, else the blockwise one (the fused kernel is causal only).
+pub fn encoder_kernel(device: &Device, dtype: DType) -> AttentionKernel {
+    if device.is_cpu() && dtype == DType::F32 && !crate::attention_check::blockwise_asked() {
+        AttentionKernel::Tiled
+    } else {
+        AttentionKernel::Blockwise
+    }
+}
+
+/// The compute dtype of `opts` on `device` (f32 on the CPU, bf16 on a GPU unless asked),
+/// refusing what the encoders do not compute in.
+pub fn compute_dtype(device: &Device, opts: &LoadOptions) -> ModelResult<DType> {
+    let dtype = opts.dtype.unwrap_or(match device {
+        Device::Cpu => DType::F32,
+        _ => DType::BF16,
+    });
+    if !matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+        return Err(ModelError::InvalidDevice {
+            spec: opts.device.to_string(),
+            reason: format!("dtype {dtype:?} is not supported; use f32, bf16 or f16"),
+        });
+    }
+    Ok(dtype)
+}
+
+/// The Matryoshka widths a model was trained for (EmbeddingGemma's 768/512/256/128), or none
+/// (a BERT's vectors have one width).
+#[derive(Debug, Clone, Copy)]
+pub enum Widths {
+    Only,
+    Matryoshka(&'static [usize]),
+}
+
+/// An encoder with its sentence-transformers head behind the [`Embedder`] trait.
+pub struct EncoderEmbedder<M> {
+    model: M,
+    head: SentenceHead,
+    dir: PathBuf,
+    /// The longest sequence taken: the positions, or the shorter length the model card sets.
+    context: usize,
+    /// The vectors' full width: the last dense module's, else the hidden size.
+    width: usize,
+    output_dim: usize,
+    tile: usize,
+    memory_limit: AtomicU64,
+}
+
+impl<M: EncoderModel> EncoderEmbedder<M> {
+    /// `model` loaded from `dir` with the head `layout` describes; `opts.output_dim` must be
+    /// one of `widths`.
+    pub fn new(
+        model: M,
+        dir: &Path,
+        layout: &SentenceLayout,
+        widths: Widths,
+        opts: &LoadOptions,
+        device: &Device,
+    ) -> ModelResult<Self> {
+        let hidden = model.hidden_size();
+        let head = SentenceHead::load(layout, hidden, model.dtype(), device)?;
+        let width = layout.output_width(hidden);
+        let output_dim = match (opts.output_dim, widths) {
+            (None, _) => width,
+            (Some(dim), _) if dim == width => dim,
+            (Some(dim), Widths::Matryoshka(dims)) if dims.contains(&dim) => dim,
+            (Some(dim), widths) => {
+                return Err(ModelError::UntrainedDim {
+                    dim,
+                    trained: match widths {
+                        Widths::Only => vec![width],
+                        Widths::Matryoshka(dims) => dims.to_vec(),
+                    },
+                })
+            }
+        };
+        let context = layout
+            .max_seq_length
+            .map_or(model.positions(), |n| n.min(model.positions()));
+        Ok(EncoderEmbedder {
+            model,
+            head,
+            dir: dir.to_path_buf(),
+            context,
+            width,
+            output_dim,
+            tile: opts.attention_tile.max(1),
+            memory_limit: AtomicU64::new(opts.memory_limit.unwrap_or(u64::MAX)),
+        })
+    }
+
+    /// The estimate of a forward over sequences of these lengths.
+    pub fn memory_estimate(&self, seq_lens: &[usize]) -> MemoryEstimate {
+        estimate(&self.model, seq_lens, self.tile)
+    }
+
+    fn check_memory(&self, spans: &[SeqSpan]) -> ModelResult<()> {
+        let limit = self.memory_limit.load(Ordering::Relaxed);
+        if limit == u64::MAX {
+            return Ok(());
+        }
+        let lens: Vec<usize> = spans.iter().map(|s| s.len).collect();
+        let needed = self.memory_estimate(&lens).total();
+        if needed > limit {
+            return Err(ModelError::OutOfMemory {
+                needed: Some(needed),
+                limit: Some(limit),
+                detail: format!(
+                    "{} sequences, {} tokens need about {needed} bytes, over the {limit}-byte cap",
+                    lens.len(),
+                    lens.iter().sum::<usize>()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl<M> std::fmt::Debug for EncoderEmbedder<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EncoderEmbedder")
+            .field("dir", &self.dir)
+            .field("output_dim", &self.output_dim)
+            .finish()
+    }
+}
+
+/// Weights, plus `floats_per_token` for every packed token, plus one attention tile's scores
+/// and accumulators in f32 (tiles run one after another).
+pub fn estimate<M: EncoderModel>(model: &M, seq_lens: &[usize], tile: usize) -> MemoryEstimate {
+    let b = model.dtype().size_in_bytes() as u64;
+    let t: u64 = seq_lens.iter().map(|&l| l as u64).sum();
+    let longest = seq_lens.iter().copied().max().unwrap_or(0);
+    let (heads, hd) = model.heads();
+    let (heads, hd) = (heads as u64, hd as u64);
+    let tile = tile.min(longest).max(1) as u64;
+    let attention = if t == 0 {
+        0
+    } else {
+        (3 * heads * tile * tile + tile * tile + 3 * heads * tile * hd) * 4
+    };
+    MemoryEstimate {
+        weights: model.parameters() * b,
+        activations: t * model.floats_per_token() * b,
+        attention,
+    }
+}
+
+impl<M: EncoderModel> Embedder for EncoderEmbedder<M> {
+    fn embed(&self, batch: &PackedSequences) -> ModelResult<Vec<Vec<f32>>> {
+        let spans = batch.spans(self.model.vocab_size(), self.context)?;
+        if spans.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.check_memory(&spans)?;
+        let hidden = self.model.forward(&batch.ids, &spans)?;
+        let pooled = self.head.apply(&hidden, &spans)?;
+        Ok(pooled
+            .to_vec2::<f32>()?
+            .into_iter()
+            .map(|row| matryoshka(&row, self.output_dim))
+            .collect())
+    }
+
+    fn max_position_embeddings(&self) -> usize {
+        self.context
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.width
+    }
+
+    fn output_dim(&self) -> usize {
+        self.output_dim
+    }
+
+    fn compute_dtype(&self) -> DType {
+        self.model.dtype()
+    }
+
+    fn estimate_memory(&self, seq_lens: &[usize]) -> u64 {
+        self.memory_estimate(seq_lens).total()
+    }
+
+    fn set_memory_limit(&self, limit: Option<u64>) {
+        self.memory_limit
+            .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn attention_kernel(&self) -> &'static str {
+        self.model.kernel().name()
+    }
+}

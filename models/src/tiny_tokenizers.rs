@@ -1,0 +1,209 @@
+//! Small deterministic `tokenizer.json`s of each kind the encoder families ship, for their
+//! tiny test models: WordPiece (BERT's), SentencePiece Unigram (XLM-RoBERTa's) and byte-level
+//! BPE with special tokens in front (RoBERTa's, ModernBERT's), each with the post-processor its
+//! family's real file has. Their vocabularies come from one built-in text; a character outside
+//! it is the unknown token (WordPiece, Unigram) or its bytes (BPE).
+
+use serde_json::{json, Value};
+
+use crate::qwen3::vocab::tiny_tokenizer_json;
+
+/// Text the vocabularies are made from.
+const TEXT: &str = "We embed the full text of scientific papers with an encoder model. \
+The embedding of a paper is pooled from the hidden states of its tokens, normalised to unit \
+length. Attention over long papers is computed in tiles; papers longer than the context are \
+split into chunks, and the vectors of the chunks are combined. Retrieval of related papers \
+compares the embeddings of a query and of the documents in the collection (2024, 0.5-1.0).";
+
+/// A special token as `added_tokens` lists it.
+fn added(content: &str, id: u32) -> Value {
+    json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+           "rstrip": false, "normalized": false, "special": true})
+}
+
+/// `first $A last` as a template post-processor (no `first` when it is `None`).
+pub fn template(first: Option<(&str, u32)>, last: Option<(&str, u32)>) -> Value {
+    let special = |(t, _): (&str, u32)| json!({"SpecialToken": {"id": t, "type_id": 0}});
+    let single: Vec<Value> = first
+        .map(special)
+        .into_iter()
+        .chain([json!({"Sequence": {"id": "A", "type_id": 0}})])
+        .chain(last.map(special))
+        .collect();
+    let pair: Vec<Value> = single
+        .iter()
+        .cloned()
+        .chain([json!({"Sequence": {"id": "B", "type_id": 1}})])
+        .chain(last.map(special))
+        .collect();
+    let tokens: serde_json::Map<String, Value> = first
+        .into_iter()
+        .chain(last)
+        .map(|(t, id)| (t.to_string(), json!({"id": t, "ids": [id], "tokens": [t]})))
+        .collect();
+    json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": tokens})
+}
+
+fn words() -> Vec<String> {
+    let mut words: Vec<String> = TEXT
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+fn chars() -> Vec<char> {
+    let mut chars: Vec<char> = [TEXT.to_lowercase(), TEXT.to_uppercase()]
+        .concat()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    chars.sort();
+    chars.dedup();
+    chars
+}
+
+/// BERT's kind: `[PAD] [UNK] [CLS] [SEP] [MASK]` = 0..4, lowercasing, WordPiece with `##`
+/// pieces of every character and the text's words, `[CLS] $A [SEP]`.
+pub fn wordpiece_json() -> Value {
+    let specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"];
+    let mut vocab: Vec<String> = specials.iter().map(|s| s.to_string()).collect();
+    for c in chars() {
+        vocab.push(c.to_string());
+        vocab.push(format!("##{c}"));
+    }
+    vocab.extend(words().into_iter().filter(|w| w.chars().count() > 1));
+    let map: serde_json::Map<String, Value> = vocab
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
+    json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": specials.iter().enumerate().map(|(i, s)| added(s, i as u32)).collect::<Vec<_>>(),
+        "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                       "strip_accents": null, "lowercase": true},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": template(Some(("[CLS]", 2)), Some(("[SEP]", 3))),
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": 100, "vocab": map},
+    })
+}
+
+/// XLM-RoBERTa's kind: `<s> <pad> </s> <unk>` = 0..3, Metaspace, a Unigram of every character
+/// and the text's words with their `▁`, `<s> $A </s>`.
+pub fn unigram_json() -> Value {
+    let specials = ["<s>", "<pad>", "</s>", "<unk>"];
+    let mut pieces: Vec<Value> = specials.iter().map(|s| json!([s, 0.0])).collect();
+    pieces.push(json!(["▁", -3.0]));
+    for c in chars() {
+        pieces.push(json!([c.to_string(), -8.0]));
+    }
+    for (i, w) in words().into_iter().enumerate() {
+        pieces.push(json!([format!("▁{w}"), -2.0 - 0.01 * i as f64]));
+    }
+    let metaspace =
+        json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true});
+    json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": specials.iter().enumerate().map(|(i, s)| added(s, i as u32)).collect::<Vec<_>>(),
+        "normalizer": null,
+        "pre_tokenizer": metaspace,
+        "post_processor": template(Some(("<s>", 0)), Some(("</s>", 2))),
+        "decoder": metaspace,
+        "model": {"type": "Unigram", "unk_id": 3, "vocab": pieces, "byte_fallback": false},
+    })
+}
+
+/// A byte-level BPE (the tiny Qwen3 one's merges) with `specials` given the first ids and the
+/// BPE's own after them, and `post_processor` around every text. Returns the JSON and its
+/// vocabulary size.
+pub fn byte_bpe_json(specials: &[&str], post_processor: Value) -> (Value, usize) {
+    let (mut json, eos) = tiny_tokenizer_json(crate::qwen3::TINY_MERGES);
+    let shift = specials.len() as u64;
+    if let Some(vocab) = json["model"]["vocab"].as_object_mut() {
+        for id in vocab.values_mut() {
+            *id = json!(id.as_u64().unwrap_or(0) + shift);
+        }
+    }
+    json["added_tokens"] = json!(specials
+        .iter()
+        .enumerate()
+        .map(|(i, s)| added(s, i as u32))
+        .collect::<Vec<_>>());
+    json["post_processor"] = post_processor;
+    // The tiny Qwen3 vocabulary ends with its `<|endoftext|>`, dropped here.
+    (json, eos as usize + specials.len())
+}
+
+/// Ids `json`'s vocabulary has in all (its model's and its added tokens).
+pub fn vocab_len(json: &Value) -> usize {
+    let model = match &json["model"]["vocab"] {
+        Value::Object(map) => map.len(),
+        Value::Array(list) => list.len(),
+        _ => 0,
+    };
+    let added = json["added_tokens"].as_array().map_or(0, Vec::len);
+    let specials_in_vocab = json["added_tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            let content = t["content"].as_str().unwrap_or_default();
+            json["model"]["vocab"].get(content).is_some()
+                || json["model"]["vocab"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|p| p[0] == content))
+        })
+        .count();
+    model + added - specials_in_vocab
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(json: &Value) -> tokenizers::Tokenizer {
+        tokenizers::Tokenizer::from_bytes(serde_json::to_vec(json).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn each_kind_loads_and_frames_a_text_as_its_family_does() {
+        let text = "Papers longer than the context";
+        let bert = load(&wordpiece_json());
+        let ids = bert.encode(text, true).unwrap().get_ids().to_vec();
+        assert_eq!((ids[0], *ids.last().unwrap()), (2, 3));
+        assert!(
+            !ids.contains(&1),
+            "every word of the text is known: {ids:?}"
+        );
+        assert_eq!(
+            bert.decode(&ids[1..ids.len() - 1], true).unwrap(),
+            text.to_lowercase()
+        );
+
+        let xlmr = load(&unigram_json());
+        let ids = xlmr.encode(text, true).unwrap().get_ids().to_vec();
+        assert_eq!((ids[0], *ids.last().unwrap()), (0, 2));
+        assert!(!ids.contains(&3), "{ids:?}");
+
+        let (json, n) = byte_bpe_json(
+            &["<s>", "<pad>", "</s>", "<unk>"],
+            template(Some(("<s>", 0)), Some(("</s>", 2))),
+        );
+        let roberta = load(&json);
+        let ids = roberta.encode(text, true).unwrap().get_ids().to_vec();
+        assert_eq!((ids[0], *ids.last().unwrap()), (0, 2));
+        assert!(ids[1..ids.len() - 1]
+            .iter()
+            .all(|&i| i >= 4 && (i as usize) < n));
+        assert_eq!(roberta.get_vocab_size(true), n);
+        assert_eq!(vocab_len(&json), n);
+        assert_eq!(vocab_len(&wordpiece_json()), bert.get_vocab_size(true));
+        assert_eq!(vocab_len(&unigram_json()), xlmr.get_vocab_size(true));
+    }
+}

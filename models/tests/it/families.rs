@@ -1,0 +1,144 @@
+//! Every family of the registry, through the same calls the embed job makes: its tiny model
+//! written, checked, loaded and run. What must hold whatever the architecture: vectors of unit
+//! length and the declared width, a packed batch equal to its sequences one by one, a task
+//! head's prefixed names and sharded files loading the same model, and the directory's pooling
+//! and prompts read from its files.
+
+use embedfleet_models::registry::FAMILIES;
+use embedfleet_models::{
+    family_of, load_embedder, load_tokenizer, model_layout, verify_model_dir, LoadOptions,
+    PackedSequences, TinyModelOptions,
+};
+
+const TEXTS: [&str; 3] = [
+    "Attention over long papers is computed in tiles.",
+    "We embed the full text of scientific papers",
+    "a",
+];
+
+fn vectors(dir: &std::path::Path) -> Vec<Vec<f32>> {
+    let tokenizer = load_tokenizer(dir).unwrap();
+    let model = load_embedder(dir, &LoadOptions::default()).unwrap();
+    let seqs: Vec<Vec<u32>> = TEXTS
+        .iter()
+        .map(|t| tokenizer.encode_document(t).unwrap())
+        .collect();
+    let packed = model
+        .embed(&PackedSequences::from_sequences(&seqs))
+        .unwrap();
+    for (seq, together) in seqs.iter().zip(&packed) {
+        let alone = model
+            .embed(&PackedSequences::from_sequences(&[seq]))
+            .unwrap()
+            .remove(0);
+        let cos: f32 = alone.iter().zip(together).map(|(a, b)| a * b).sum();
+        assert!(cos > 0.99999, "packed and alone differ: cosine {cos}");
+        assert_eq!(alone.len(), model.output_dim());
+        let norm: f32 = alone.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    }
+    packed
+}
+
+#[test]
+fn every_family_writes_checks_loads_and_embeds_its_tiny_model() {
+    for family in FAMILIES {
+        let name = family.model_type();
+        let dir = tempfile::tempdir().unwrap();
+        family
+            .write_tiny_model(dir.path(), &TinyModelOptions::default())
+            .unwrap();
+        assert_eq!(family_of(dir.path()).unwrap().model_type(), name);
+        let summary = verify_model_dir(dir.path()).unwrap();
+        assert_eq!(summary.model_type, name);
+        let plain = vectors(dir.path());
+        assert_ne!(plain[0], plain[1], "{name}: two texts, one vector");
+
+        let other = tempfile::tempdir().unwrap();
+        let opts = TinyModelOptions {
+            shards: 3,
+            model_prefix: true,
+            ..Default::default()
+        };
+        family.write_tiny_model(other.path(), &opts).unwrap();
+        assert_eq!(
+            vectors(other.path()),
+            plain,
+            "{name}: prefixed shards differ"
+        );
+    }
+}
+
+#[test]
+fn the_directorys_files_give_pooling_prompts_and_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let xlmr = embedfleet_models::registry::family("xlm-roberta").unwrap();
+    xlmr.write_tiny_model(dir.path(), &TinyModelOptions::default())
+        .unwrap();
+    let layout = model_layout(dir.path()).unwrap();
+    assert_eq!(layout.pooling.name(), "mean");
+    assert_eq!(layout.document_prompt, "passage: ");
+    assert_eq!(
+        embedfleet_models::query_instruction(dir.path()).unwrap(),
+        "query: "
+    );
+    let tokenizer = load_tokenizer(dir.path()).unwrap();
+    let with_prompt = tokenizer.encode_document("the papers").unwrap();
+    let without = tokenizer.encode_raw("the papers").unwrap();
+    assert_eq!(
+        with_prompt[1..with_prompt.len() - 1].len(),
+        tokenizer.encode_raw("passage: the papers").unwrap().len()
+    );
+    assert!(with_prompt.len() > without.len() + 2);
+    assert_eq!(
+        (with_prompt[0], *with_prompt.last().unwrap()),
+        (0, 2),
+        "<s> … </s>"
+    );
+    // The tiny context is the positions after RoBERTa's offset, as the card's
+    // sentence_bert_config.json says.
+    let model = load_embedder(dir.path(), &LoadOptions::default()).unwrap();
+    assert_eq!(model.max_position_embeddings(), 128);
+    let too_long = vec![5u32; 129];
+    assert!(model
+        .embed(&PackedSequences::from_sequences(&[too_long]))
+        .is_err());
+
+    // A Matryoshka width a BERT was not trained for is refused with the width it has.
+    let err = load_embedder(
+        dir.path(),
+        &LoadOptions {
+            output_dim: Some(32),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--dim 32") && err.contains("trained at 64"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_custom_module_is_refused_by_name_at_load_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::registry::family("bert")
+        .unwrap()
+        .write_tiny_model(dir.path(), &TinyModelOptions::default())
+        .unwrap();
+    std::fs::write(
+        dir.path().join("modules.json"),
+        r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Custom","type":"my_lab.modules.AttentionPooling"}]"#,
+    )
+    .unwrap();
+    for err in [
+        verify_model_dir(dir.path()).unwrap_err().to_string(),
+        load_embedder(dir.path(), &LoadOptions::default())
+            .unwrap_err()
+            .to_string(),
+    ] {
+        assert!(err.contains("`my_lab.modules.AttentionPooling`"), "{err}");
+    }
+}
