@@ -45,6 +45,8 @@ pub struct ShardMeta {
     /// The dtype the model ran in (`f32`, `bf16`).
     pub compute_dtype: String,
     pub pooling: String,
+    /// The prompt written before every paper's text (E5's `passage: `); empty for none.
+    pub document_prompt: String,
     pub normalized: bool,
     pub dim: usize,
     pub embedfleet_version: String,
@@ -136,6 +138,7 @@ impl ShardWriter {
             kv("model_revision", meta.model_revision.clone()),
             kv("compute_dtype", meta.compute_dtype.clone()),
             kv("pooling", meta.pooling.clone()),
+            kv("document_prompt", meta.document_prompt.clone()),
             kv("normalized", meta.normalized.to_string()),
             kv("dim", meta.dim.to_string()),
             kv("version", meta.embedfleet_version.clone()),

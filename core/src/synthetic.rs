@@ -66,6 +66,7 @@ impl SyntheticRun {
             model_revision: "0".into(),
             compute_dtype: "f32".into(),
             pooling: "last_token".into(),
+            document_prompt: String::new(),
             normalized: true,
             dim: self.dim,
             embedfleet_version: env!("CARGO_PKG_VERSION").into(),

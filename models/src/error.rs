@@ -107,6 +107,10 @@ pub enum ModelError {
     )]
     UntrainedDim { dim: usize, trained: Vec<usize> },
 
+    /// A `model_type` no family of this build has.
+    #[error("no model family `{model_type}` in this build; known model types: {known}")]
+    UnknownFamily { model_type: String, known: String },
+
     /// A device string such as `cuda:x` that cannot be parsed or opened.
     #[error("invalid device `{spec}`: {reason}")]
     InvalidDevice { spec: String, reason: String },

@@ -167,6 +167,23 @@ pub fn write_tiny_model_with(dir: &Path, opts: &TinyModelOptions) -> ModelResult
     default_family().write_tiny_model(dir, opts)
 }
 
+/// Writes the tiny model of the family of `model_type` (`None`: the [`default_family`]'s);
+/// returns the family and the files written. An unknown type is refused with the known ones.
+pub fn write_tiny_model_of(
+    model_type: Option<&str>,
+    dir: &Path,
+    opts: &TinyModelOptions,
+) -> ModelResult<(&'static dyn ModelFamily, Vec<PathBuf>)> {
+    let family = match model_type {
+        None => default_family(),
+        Some(name) => family(name).ok_or_else(|| ModelError::UnknownFamily {
+            model_type: name.to_string(),
+            known: known_model_types().join(", "),
+        })?,
+    };
+    Ok((family, family.write_tiny_model(dir, opts)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,7 +196,10 @@ mod tests {
     fn the_model_type_picks_the_family() {
         let family = choose(&head(r#"{"model_type": "qwen3"}"#)).unwrap();
         assert_eq!(family.model_type(), "qwen3");
-        assert_eq!(known_model_types(), vec!["qwen3"]);
+        assert_eq!(
+            known_model_types(),
+            vec!["qwen3", "bert", "roberta", "xlm-roberta"]
+        );
         assert_eq!(default_family().model_type(), "qwen3");
     }
 
@@ -194,10 +214,8 @@ mod tests {
         assert!(qwen3
             .default_instruction()
             .starts_with("Given a web search query"));
-        assert_eq!(
-            families_help(),
-            "qwen3, e.g. a download of Qwen/Qwen3-Embedding-4B"
-        );
+        assert!(families_help()
+            .starts_with("qwen3, e.g. a download of Qwen/Qwen3-Embedding-4B; bert, e.g. a download of BAAI/bge-base-en-v1.5"));
     }
 
     #[test]
@@ -208,7 +226,10 @@ mod tests {
         .err()
         .unwrap();
         assert!(why.contains("`llama` (LlamaForCausalLM)"), "{why}");
-        assert!(why.contains("known model types: qwen3"), "{why}");
+        assert!(
+            why.contains("known model types: qwen3, bert, roberta, xlm-roberta"),
+            "{why}"
+        );
         assert!(why.contains("How to add a model family"), "{why}");
     }
 

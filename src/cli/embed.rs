@@ -219,6 +219,11 @@ pub struct MakeTinyModelArgs {
     /// (2560 for Qwen3-Embedding-4B, 4096 for 8B), tiny otherwise.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(8..=16384))]
     pub hidden_size: Option<u64>,
+    /// The family, by its `config.json` `model_type` (qwen3, bert, roberta, xlm-roberta, ...;
+    /// default: qwen3): a random model of it in the Hugging Face and sentence-transformers
+    /// layout, with a tokenizer of its kind.
+    #[arg(long, value_name = "MODEL_TYPE")]
+    pub family: Option<String>,
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ pub enum Command {
     EmbedJob(EmbedJobArgs),
     /// Embed files of records (or text lines) straight to one parquet file.
     Embed(EmbedArgs),
-    /// Write a small random model of the default family in the Hugging Face layout (for tests
+    /// Write a small random model of a family (default qwen3) in the Hugging Face layout (for tests
     /// and the demo).
     #[command(hide = true)]
     MakeTinyModel(MakeTinyModelArgs),

@@ -123,10 +123,11 @@ pub fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
         hidden_size: args.hidden_size.map(|h| h as usize),
         ..Default::default()
     };
-    let files = embedfleet_models::write_tiny_model_with(&args.out, &options)?;
+    let (family, files) =
+        embedfleet_models::write_tiny_model_of(args.family.as_deref(), &args.out, &options)?;
     eprintln!(
         "wrote a tiny random {} ({} files) to {}",
-        embedfleet_models::default_family().name(),
+        family.name(),
         files.len(),
         args.out.display()
     );

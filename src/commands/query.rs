@@ -277,11 +277,14 @@ pub fn publish(args: &PublishArgs) -> Result<i32> {
         .map(|r| embedfleet_orchestrator::report::render(&r));
     let eval_md = RunLayout::new(&args.run_dir).eval_latest_md();
     options.eval_summary = std::fs::read_to_string(eval_md).ok();
-    let family = settings::query::run_model_family(&args.run_dir);
-    options.instruction = family.map(|f| f.default_instruction().to_string());
-    options.query_format = family.map(|f| embedfleet_publish::QueryFormat {
-        family: f.name().into(),
-        example: f.query_example(),
+    let convention = settings::query::run_query_convention(&args.run_dir);
+    options.instruction = convention
+        .as_ref()
+        .map(|c| c.instruction.clone())
+        .filter(|i| !i.is_empty());
+    options.query_format = convention.map(|c| embedfleet_publish::QueryFormat {
+        family: c.family,
+        example: c.example,
     });
     options.commands = records::history(&db)?;
     let report = embedfleet_publish::publish(&options)

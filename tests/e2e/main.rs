@@ -14,6 +14,7 @@ mod delete;
 mod docs_truth;
 mod doctor;
 mod embed;
+mod families;
 mod first_day;
 mod first_hour;
 mod gpu_check;

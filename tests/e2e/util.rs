@@ -168,8 +168,14 @@ pub struct ShardRecord {
     pub n_chunks: i16,
 }
 
-/// Every row of a shard file (f32 vectors), checking the file says how it was pooled.
+/// Every row of a shard file (f32 vectors), checking the file says it was pooled by the last
+/// token (the default family's pooling).
 pub fn read_shard(path: &Path) -> Vec<ShardRecord> {
+    read_shard_pooled(path, "last_token")
+}
+
+/// [`read_shard`] of a shard pooled by `pooling`.
+pub fn read_shard_pooled(path: &Path, pooling: &str) -> Vec<ShardRecord> {
     use arrow_array::{Array, FixedSizeListArray, Float32Array, Int16Array, StringArray};
     let file = std::fs::File::open(path).unwrap();
     let builder =
@@ -182,7 +188,7 @@ pub fn read_shard(path: &Path) -> Vec<ShardRecord> {
         .clone();
     assert!(meta
         .iter()
-        .any(|kv| kv.key == "embedfleet.pooling" && kv.value.as_deref() == Some("last_token")));
+        .any(|kv| kv.key == "embedfleet.pooling" && kv.value.as_deref() == Some(pooling)));
     let mut out = Vec::new();
     for batch in builder.build().unwrap() {
         let batch = batch.unwrap();
@@ -256,10 +262,18 @@ pub fn torch_python() -> Option<String> {
 
 /// id -> (vector, n_chunks) of every shard recorded in run.db; panics on a duplicate id.
 pub fn shard_rows(run_dir: &Path) -> std::collections::BTreeMap<String, (Vec<f32>, i16)> {
+    shard_rows_pooled(run_dir, "last_token")
+}
+
+/// [`shard_rows`] of shards pooled by `pooling`.
+pub fn shard_rows_pooled(
+    run_dir: &Path,
+    pooling: &str,
+) -> std::collections::BTreeMap<String, (Vec<f32>, i16)> {
     let db = embedfleet_core::rundb::RunDb::open(run_dir).unwrap();
     let mut rows = std::collections::BTreeMap::new();
     for shard in db.all_shards().unwrap() {
-        let records = read_shard(&run_dir.join(&shard.path));
+        let records = read_shard_pooled(&run_dir.join(&shard.path), pooling);
         assert_eq!(
             records.len() as u64,
             shard.rows,

@@ -26,7 +26,8 @@ pub struct OutputSettings {
     pub shard_papers: usize,
     pub pooling: String,
     pub normalized: bool,
-    /// The instruction prefixed to every text (`None` for documents).
+    /// The prompt written before every paper's text (the model directory's document prompt,
+    /// E5's `passage: `); `None` for none.
     pub instruction: Option<String>,
 }
 
@@ -67,7 +68,7 @@ impl Pinned for OutputSettings {
             Field::new("--shard-papers", self.shard_papers),
             Field::new("pooling", &self.pooling),
             Field::new("normalized", self.normalized),
-            Field::new("instruction", instruction),
+            Field::new("document prompt", instruction),
         ]
     }
 }

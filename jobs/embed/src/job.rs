@@ -69,6 +69,7 @@ pub fn output_settings(
     max_tokens: Option<usize>,
     shard_papers: usize,
 ) -> OutputSettings {
+    let layout = embedfleet_models::model_layout(model_dir).ok();
     OutputSettings {
         model: super::model_revision(model_dir),
         model_dir: std::path::absolute(model_dir)
@@ -79,11 +80,15 @@ pub fn output_settings(
         vector_dtype,
         max_tokens,
         shard_papers: shard_papers.max(1),
-        pooling: embedfleet_models::model_layout(model_dir)
+        pooling: layout
+            .as_ref()
             .map(|layout| layout.pooling.name().to_string())
             .unwrap_or_default(),
         normalized: true,
-        instruction: None,
+        // The directory's document prompt: written before every paper's text.
+        instruction: layout
+            .map(|layout| layout.document_prompt)
+            .filter(|prompt| !prompt.is_empty()),
     }
 }
 

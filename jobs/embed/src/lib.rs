@@ -114,11 +114,13 @@ impl LoadedModels {
             reason: "no device given".into(),
         })?;
         let tokenizer = family.tokenizer(model_dir)?;
+        let layout = family.layout(model_dir)?;
         let meta = ShardMeta {
             model: model_name(model_dir),
             model_revision: model_revision(model_dir),
             compute_dtype: format!("{:?}", first.compute_dtype()).to_lowercase(),
-            pooling: family.layout(model_dir)?.pooling.name().into(),
+            pooling: layout.pooling.name().into(),
+            document_prompt: layout.document_prompt.clone(),
             normalized: true,
             dim: first.output_dim(),
             embedfleet_version: env!("CARGO_PKG_VERSION").into(),
@@ -345,6 +347,7 @@ mod tests {
                 model_revision: String::new(),
                 compute_dtype: "bf16".into(),
                 pooling: "last_token".into(),
+                document_prompt: String::new(),
                 normalized: true,
                 dim: 4,
                 embedfleet_version: String::new(),

@@ -120,12 +120,21 @@ fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
         .instruction
         .as_deref()
         .map_or_else(|| "none recorded".to_string(), |i| format!("`{}`", cell(i)));
+    let prompt = facts
+        .meta_given("document_prompt")
+        .filter(|p| !p.is_empty());
+    let family = options
+        .query_format
+        .as_ref()
+        .map_or("unknown", |f| f.family.as_str());
     let _ = write!(
         out,
-        "\n## Vectors\n\n| | |\n|---|---|\n| model | `{}` |\n| model revision | `{}` |\n| pooling | {} |\n| L2-normalised | {} |\n| dimension | {} |\n| stored as | {} |\n| computed in | {} |\n| query instruction | {instruction} |\n| embedfleet version | {} |\n",
+        "\n## Vectors\n\n| | |\n|---|---|\n| model | `{}` |\n| model family | {} |\n| model revision | `{}` |\n| pooling | {} |\n| document prompt | {} |\n| L2-normalised | {} |\n| dimension | {} |\n| stored as | {} |\n| computed in | {} |\n| query instruction | {instruction} |\n| embedfleet version | {} |\n",
         cell(facts.meta("model")),
+        cell(family),
         cell(facts.meta("model_revision")),
         cell(facts.meta("pooling")),
+        prompt.map_or_else(|| "none".to_string(), |p| format!("`{}`", cell(p))),
         cell(facts.meta("normalized")),
         facts.source.dim,
         facts.source.vector_type(),
@@ -140,9 +149,13 @@ fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
         ),
         None => "in its model family's query format, with the query instruction".into(),
     };
+    let papers = match prompt {
+        Some(p) => format!("with the prompt `{}` before their text", cell(p)),
+        None => "as they are, with no instruction".into(),
+    };
     let _ = writeln!(
         out,
-        "\nPapers are embedded as they are, with no instruction; a query is embedded {query}. Papers longer than the model's context are embedded in chunks and combined (`n_chunks`), never cut."
+        "\nPapers are embedded {papers}; a query is embedded {query}. Papers longer than the model's context are embedded in chunks (each framed by the model's special tokens, the prompt in the first) and combined by a mean weighted by their lengths (`n_chunks`), never cut."
     );
 }
 

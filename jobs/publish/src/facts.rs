@@ -29,12 +29,18 @@ impl Facts<'_> {
 
     /// A shard metadata value (`embedfleet.<key>`), `unknown` when the shards lack it.
     pub fn meta(&self, key: &str) -> &str {
+        self.meta_given(key).unwrap_or("unknown")
+    }
+
+    /// The shards' `embedfleet.{key}`, `None` where they do not say (made before it was
+    /// recorded).
+    pub fn meta_given(&self, key: &str) -> Option<&str> {
         let key = format!("embedfleet.{key}");
         self.source
             .meta
             .iter()
             .find(|(k, _)| *k == key)
-            .map_or("unknown", |(_, v)| v.as_str())
+            .map(|(_, v)| v.as_str())
     }
 }
 

@@ -69,13 +69,49 @@ pub fn instruction(model_dir: &Path, given: Option<&str>) -> Result<String> {
 /// the tiny model `run` wrote; `None` when neither directory can be read (a card then names no
 /// query format).
 pub fn run_model_family(run_dir: &Path) -> Option<&'static dyn ModelFamily> {
+    run_model(run_dir).map(|(_, family)| family)
+}
+
+/// The directory and family of [`run_model_family`].
+pub fn run_model(run_dir: &Path) -> Option<(PathBuf, &'static dyn ModelFamily)> {
     let layout = RunLayout::new(run_dir);
     let made_with = OutputSettings::read(&layout).ok().flatten();
     made_with
         .map(|s| PathBuf::from(s.model_dir))
         .into_iter()
         .chain([layout.tiny_model_dir()])
-        .find_map(|dir| embedfleet_models::family_of(&dir).ok())
+        .find_map(|dir| {
+            let family = embedfleet_models::family_of(&dir).ok()?;
+            Some((dir, family))
+        })
+}
+
+/// How the run's model writes a query, as its dataset card says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryConvention {
+    /// The family's name (`Qwen3`, `XLM-RoBERTa`).
+    pub family: String,
+    /// A query with placeholders (`Instruct: <query instruction>\nQuery:<query>`,
+    /// `query: <query>`).
+    pub example: String,
+    /// What a query is embedded with when none is given: the family's task, or the
+    /// directory's query prompt.
+    pub instruction: String,
+}
+
+/// The [`QueryConvention`] of the run's model (see [`run_model_family`]).
+pub fn run_query_convention(run_dir: &Path) -> Option<QueryConvention> {
+    let (dir, family) = run_model(run_dir)?;
+    let instruction = family.query_instruction(&dir).ok()?;
+    let example = match family.text_format().query {
+        embedfleet_models::QueryFormat::Instructed(_) => family.query_example(),
+        embedfleet_models::QueryFormat::Prompt => format!("{instruction}<query>"),
+    };
+    Some(QueryConvention {
+        family: family.name().into(),
+        example,
+        instruction,
+    })
 }
 
 #[cfg(test)]

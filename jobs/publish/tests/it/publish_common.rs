@@ -52,6 +52,7 @@ pub fn meta() -> ShardMeta {
         model_revision: "rev-abc123".into(),
         compute_dtype: "bf16".into(),
         pooling: "last_token".into(),
+        document_prompt: String::new(),
         normalized: true,
         dim: DIM,
         embedfleet_version: "9.9.9-test".into(),

@@ -45,6 +45,7 @@ pub fn shard_meta(dim: usize) -> embedfleet_core::shardfile::ShardMeta {
         model_revision: "0".into(),
         compute_dtype: "f32".into(),
         pooling: "last_token".into(),
+        document_prompt: String::new(),
         normalized: true,
         dim,
         embedfleet_version: "0".into(),

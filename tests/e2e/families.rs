@@ -1,0 +1,202 @@
+//! Every encoder family against transformers itself, and through the whole pipeline.
+//!
+//! `benches/reference_encoder.py` builds each tiny model anew with transformers' own class for
+//! its config (`BertModel`, `RobertaModel`, `XLMRobertaModel`, ...), random in every parameter,
+//! and saves it over the directory `make-tiny-model --family` wrote: we load what transformers
+//! wrote, and its f32 vectors, pooled as the directory's sentence-transformers files say, are
+//! the reference at 1, 7 and the context's tokens and for texts longer than the context
+//! (chunks combined by the same rule on both sides).
+
+use crate::util::{read_shard_pooled, shard_rows_pooled, TestDir};
+
+/// The encoder families of this build, each with the pooling its tiny model's files name.
+const ENCODERS: &[(&str, &str, &str)] = &[
+    ("bert", "mean", "BERT"),
+    ("roberta", "cls", "RoBERTa"),
+    ("xlm-roberta", "mean", "XLM-RoBERTa"),
+];
+
+/// The tiny models' context, in tokens.
+const CONTEXT: usize = 128;
+
+/// Three texts: one word, a sentence, and one longer than the context (chunked).
+fn texts() -> String {
+    let long = "Attention over long papers is computed in tiles; papers longer than the context \
+                are split into chunks, and the vectors of the chunks are combined. Retrieval of \
+                related papers compares the embeddings of a query and of the documents in the \
+                collection. "
+        .repeat(4);
+    format!("a\nWe embed the full text of scientific papers.\n{long}\n")
+}
+
+fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum()
+}
+
+/// transformers' vectors of `model/` (which it rewrites with its own weights).
+fn reference(t: &TestDir, python: &str) -> serde_json::Value {
+    let out = std::process::Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/reference_encoder.py"
+        ))
+        .env("MODEL_DIR", t.join("model"))
+        .env("OUT", t.join("ref.json"))
+        .env("LENGTHS", format!("1 7 {CONTEXT}"))
+        .env("TEXTS", t.join("texts.txt"))
+        .env("MAX_TOKENS", CONTEXT.to_string())
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "reference_encoder.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(t.join("ref.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
+    let Some(python) = crate::util::torch_python() else {
+        return;
+    };
+    for &(family, pooling, _) in ENCODERS {
+        let t = TestDir::new();
+        t.run(
+            &["make-tiny-model", "--family", family, "--out", "model"],
+            0,
+        );
+        std::fs::write(t.join("texts.txt"), texts()).unwrap();
+        let want = reference(&t, &python);
+
+        // Random ids of 1, 7 and the context's tokens, framed, one forward each.
+        let out = t.run(
+            &[
+                "bench-gpu",
+                "--model-dir",
+                "model",
+                "--devices",
+                "cpu",
+                "--dtype",
+                "f32",
+                "--skip-uniform",
+                "--skip-mix",
+                "--fidelity",
+                "ref.json",
+            ],
+            0,
+        );
+        let cosines: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|l| l["event"] == "fidelity")
+            .map(|l| l["cosine"].as_f64().unwrap())
+            .collect();
+        assert_eq!(cosines.len(), 3, "{family}: {cosines:?}");
+        for c in &cosines {
+            assert!(*c >= 0.99999, "{family}: cosine {c} ({cosines:?})");
+        }
+
+        // The texts through `embed`: tokenizer, prompt, chunks and their combination.
+        t.run(
+            &[
+                "embed",
+                "--model-dir",
+                "model",
+                "--input",
+                "texts.txt",
+                "--lines",
+                "--output",
+                "docs.parquet",
+            ],
+            0,
+        );
+        let got = read_shard_pooled(&t.join("docs.parquet"), pooling);
+        let docs = want["documents"].as_array().unwrap();
+        assert_eq!(got.len(), docs.len());
+        for (row, doc) in got.iter().zip(docs) {
+            let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
+            let c = cosine(&row.vector, &reference);
+            assert!(c >= 0.99999, "{family} {}: cosine {c}", row.id);
+            assert_eq!(row.n_chunks as u64, doc["chunks"].as_u64().unwrap());
+        }
+        assert!(
+            got.last().unwrap().n_chunks >= 2,
+            "the long text is chunked"
+        );
+
+        // Our tokenizer gives transformers' ids, special tokens included.
+        let tokenizer = embedfleet_models::load_tokenizer(&t.join("model")).unwrap();
+        for (text, ids) in texts().lines().zip(want["ids"].as_array().unwrap()) {
+            let ids: Vec<u32> = serde_json::from_value(ids.clone()).unwrap();
+            let ours = tokenizer
+                .framing()
+                .wrap(&tokenizer.encode_raw(text).unwrap());
+            assert_eq!(ours, ids, "{family}: {text:?}");
+        }
+    }
+}
+
+/// `run` with each family's tiny model: the shards say the pooling and the prompt, the embedded
+/// collection holds the shards' vectors, eval's exact row is 1, and the dataset card names the
+/// family, its pooling and its prompts.
+#[test]
+fn run_query_eval_and_publish_with_each_encoder_family() {
+    for &(family, pooling, name) in ENCODERS {
+        let t = TestDir::new();
+        t.sample("corpus.jsonl.gz", 40, 1);
+        t.run(
+            &["make-tiny-model", "--family", family, "--out", "model"],
+            0,
+        );
+        t.run(
+            &[
+                "run",
+                "--corpus",
+                "corpus.jsonl.gz",
+                "--run-dir",
+                "run",
+                "--model-dir",
+                "model",
+                "--papers-per-job",
+                "20",
+            ],
+            0,
+        );
+        let rows = shard_rows_pooled(&t.join("run"), pooling);
+        assert_eq!(rows.len(), 40, "{family}");
+        assert!(
+            rows.values().any(|(_, chunks)| *chunks > 1),
+            "{family}: papers longer than {CONTEXT} tokens are chunked"
+        );
+        {
+            use embedfleet_upload::Sink;
+            let edge = embedfleet_upload::QdrantEdge::open(t.join("run/qdrant")).unwrap();
+            let points = edge.count(embedfleet_upload::CountRequest::new("papers"));
+            assert_eq!(points.unwrap(), 40, "{family}");
+        }
+        let eval: serde_json::Value = serde_json::from_slice(
+            &t.run(&["eval", "--run-dir", "run", "--sample", "10", "--json"], 0)
+                .stdout,
+        )
+        .unwrap();
+        assert_eq!(eval["rows"][0]["search"], "exact", "{eval}");
+        assert_eq!(eval["rows"][0]["recall"], 1.0, "{eval}");
+
+        t.run(&["publish", "--run-dir", "run", "--out", "ds"], 0);
+        let card = std::fs::read_to_string(t.join("ds/README.md")).unwrap();
+        assert!(
+            card.contains(&format!("| model family | {name} |")),
+            "{card}"
+        );
+        assert!(card.contains(&format!("| pooling | {pooling} |")), "{card}");
+        if family == "xlm-roberta" {
+            assert!(card.contains("| document prompt | `passage: ` |"), "{card}");
+            assert!(card.contains("`query: <query>`"), "{card}");
+            assert!(card.contains("with the prompt `passage: ` before their text"));
+        } else {
+            assert!(card.contains("| document prompt | none |"), "{card}");
+        }
+    }
+}
