@@ -22,7 +22,7 @@ aside() { # phase
   bash .ci/pgvector/stop-local-pg.sh >/dev/null 2>&1
   sleep 2
   mkdir -p "$W/$1"
-  for p in /var/tmp/embedfleet-target /var/tmp/embedfleet-torch /var/tmp/embedfleet-pg /opt/pbs /var/spool/pbs /var/tmp/openpbs-src /var/tmp/embedfleet-opt-pbs-*.tar.gz /var/tmp/embedfleet-pbs.log /var/tmp/embedfleet-pg-apt.log /var/tmp/pbs_boot_check; do
+  for p in /var/tmp/embedfleet-target /var/tmp/embedfleet-torch /var/tmp/embedfleet-models /var/tmp/embedfleet-pg /opt/pbs /var/spool/pbs /var/tmp/openpbs-src /var/tmp/embedfleet-opt-pbs-*.tar.gz /var/tmp/embedfleet-pbs.log /var/tmp/embedfleet-pg-apt.log /var/tmp/pbs_boot_check; do
     [ -e "$p" ] && mv "$p" "$W/$1/$(echo "$p" | tr / _)"
   done
   ctl=/usr/share/postgresql/15/extension/vector.control

@@ -2,7 +2,8 @@
 """Reference vectors of an encoder family from transformers itself, for embedfleet's fidelity
 test (tests/e2e/families.rs).
 
-MODEL_DIR holds a tiny model that `embedfleet make-tiny-model --family F` wrote: its
+With PRETRAINED=1, MODEL_DIR is a real download, used as it is (its weights, and its tokenizer
+through AutoTokenizer). Otherwise MODEL_DIR holds a tiny model that `embedfleet make-tiny-model --family F` wrote: its
 config.json, tokenizer.json and sentence-transformers files. This script builds the model
 anew with transformers' own class for that config (BertModel, XLMRobertaModel,
 ModernBertModel, Gemma3TextModel, ...), gives every parameter random values (norm weights and
@@ -27,7 +28,7 @@ import random
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
 
 d = os.environ["MODEL_DIR"]
 seed = int(os.environ.get("SEED", "0"))
@@ -35,16 +36,21 @@ torch.manual_seed(seed)
 random.seed(seed)
 
 config = AutoConfig.from_pretrained(d)
-model = AutoModel.from_config(config, attn_implementation="eager").float().eval()
-with torch.no_grad():
-    for name, p in model.named_parameters():
-        if p.dim() >= 2:
-            p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
-        elif name.endswith("bias"):
-            p.normal_(0.0, 0.1)
-        else:
-            p.copy_(1.0 + 0.1 * torch.randn_like(p))
-model.save_pretrained(d)
+pretrained = os.environ.get("PRETRAINED") == "1"
+if pretrained:
+    # A real download, as it is: its own weights, its own tokenizer files.
+    model = AutoModel.from_pretrained(d, attn_implementation="eager").float().eval()
+else:
+    model = AutoModel.from_config(config, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            else:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+    model.save_pretrained(d)
 
 # The sentence-transformers modules after the transformer.
 modules = json.load(open(os.path.join(d, "modules.json")))
@@ -89,13 +95,18 @@ def embed(ids):
         return F.normalize(x, dim=-1)
 
 
-tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(d, "tokenizer.json"))
+if pretrained:
+    tok = AutoTokenizer.from_pretrained(d)
+else:
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(d, "tokenizer.json"))
 bare = tok("a", add_special_tokens=False)["input_ids"]
 framed = tok("a")["input_ids"]
 at = next(i for i in range(len(framed)) if framed[i:i + len(bare)] == bare)
 prefix, suffix = framed[:at], framed[at + len(bare):]
 specials = set(prefix + suffix) | set(tok.all_special_ids)
 ordinary = [i for i in range(config.vocab_size) if i not in specials]
+# A tokenizer that cuts texts (all-MiniLM's says 256 tokens) must not: the chunks do that.
+tok.model_max_length = 1 << 30
 
 out = {"cases": [], "documents": [], "ids": []}
 for n in [int(x) for x in os.environ.get("LENGTHS", "").split()]:

