@@ -23,10 +23,12 @@ pub mod family;
 #[cfg(feature = "cuda")]
 pub mod fused;
 pub mod memory;
+pub mod modernbert;
 pub mod packed;
 pub mod projection;
 pub mod qwen3;
 pub mod registry;
+pub mod rotary;
 pub mod sentence;
 pub mod stage_profile;
 pub mod tiny;

@@ -13,7 +13,7 @@ use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::{LoadOptions, ModelFamily, ModelSummary};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::Tokenizer;
-use crate::{bert, qwen3, Embedder};
+use crate::{bert, modernbert, qwen3, Embedder};
 
 /// Every family this build implements, one line each. The first is the default: the family
 /// whose tiny model `make-tiny-model`, `run` without `--model-dir` and the tests write.
@@ -22,6 +22,7 @@ pub static FAMILIES: &[&dyn ModelFamily] = &[
     &bert::BERT,
     &bert::ROBERTA,
     &bert::XLM_ROBERTA,
+    &modernbert::ModernBert,
 ];
 
 /// The `model_type`s of [`FAMILIES`], in order.
@@ -198,7 +199,7 @@ mod tests {
         assert_eq!(family.model_type(), "qwen3");
         assert_eq!(
             known_model_types(),
-            vec!["qwen3", "bert", "roberta", "xlm-roberta"]
+            vec!["qwen3", "bert", "roberta", "xlm-roberta", "modernbert"]
         );
         assert_eq!(default_family().model_type(), "qwen3");
     }
@@ -227,7 +228,7 @@ mod tests {
         .unwrap();
         assert!(why.contains("`llama` (LlamaForCausalLM)"), "{why}");
         assert!(
-            why.contains("known model types: qwen3, bert, roberta, xlm-roberta"),
+            why.contains("known model types: qwen3, bert, roberta, xlm-roberta, modernbert"),
             "{why}"
         );
         assert!(why.contains("How to add a model family"), "{why}");

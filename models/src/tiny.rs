@@ -143,3 +143,48 @@ pub fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
         source,
     })
 }
+
+/// The sentence-transformers files of a tiny model: `modules.json` (the transformer, a
+/// pooling, `Normalize`), `1_Pooling/config.json` with `pooling`, `sentence_bert_config.json`
+/// with `max_seq_length`, and `config_sentence_transformers.json` with `prompts`.
+pub fn write_st_files(
+    dir: &Path,
+    pooling: &str,
+    hidden: usize,
+    max_seq_length: usize,
+    prompts: Value,
+) -> ModelResult<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir.join("1_Pooling")).map_err(|source| ModelError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let files = [
+        (
+            "modules.json",
+            serde_json::json!([
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+            ]),
+        ),
+        (
+            "1_Pooling/config.json",
+            serde_json::json!({"word_embedding_dimension": hidden, "pooling_mode": pooling, "include_prompt": true}),
+        ),
+        (
+            "sentence_bert_config.json",
+            serde_json::json!({"max_seq_length": max_seq_length, "do_lower_case": false}),
+        ),
+        (
+            "config_sentence_transformers.json",
+            serde_json::json!({"prompts": prompts, "default_prompt_name": null}),
+        ),
+    ];
+    let mut written = Vec::new();
+    for (name, value) in files {
+        let path = dir.join(name);
+        write_json(&path, &value)?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -9,11 +9,19 @@
 
 use crate::util::{read_shard_pooled, shard_rows_pooled, TestDir};
 
-/// The encoder families of this build, each with the pooling its tiny model's files name.
-const ENCODERS: &[(&str, &str, &str)] = &[
-    ("bert", "mean", "BERT"),
-    ("roberta", "cls", "RoBERTa"),
-    ("xlm-roberta", "mean", "XLM-RoBERTa"),
+/// The encoder families of this build: `model_type`, the pooling and the document and query
+/// prompts their tiny models' files name, and the family's name.
+const ENCODERS: &[(&str, &str, &str, &str, &str)] = &[
+    ("bert", "mean", "", "", "BERT"),
+    ("roberta", "cls", "", "", "RoBERTa"),
+    ("xlm-roberta", "mean", "passage: ", "query: ", "XLM-RoBERTa"),
+    (
+        "modernbert",
+        "mean",
+        "search_document: ",
+        "search_query: ",
+        "ModernBERT",
+    ),
 ];
 
 /// The tiny models' context, in tokens.
@@ -61,7 +69,7 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
     let Some(python) = crate::util::torch_python() else {
         return;
     };
-    for &(family, pooling, _) in ENCODERS {
+    for &(family, pooling, ..) in ENCODERS {
         let t = TestDir::new();
         t.run(
             &["make-tiny-model", "--family", family, "--out", "model"],
@@ -143,7 +151,7 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
 /// family, its pooling and its prompts.
 #[test]
 fn run_query_eval_and_publish_with_each_encoder_family() {
-    for &(family, pooling, name) in ENCODERS {
+    for &(family, pooling, document, query, name) in ENCODERS {
         let t = TestDir::new();
         t.sample("corpus.jsonl.gz", 40, 1);
         t.run(
@@ -191,12 +199,15 @@ fn run_query_eval_and_publish_with_each_encoder_family() {
             "{card}"
         );
         assert!(card.contains(&format!("| pooling | {pooling} |")), "{card}");
-        if family == "xlm-roberta" {
-            assert!(card.contains("| document prompt | `passage: ` |"), "{card}");
-            assert!(card.contains("`query: <query>`"), "{card}");
-            assert!(card.contains("with the prompt `passage: ` before their text"));
-        } else {
+        if document.is_empty() {
             assert!(card.contains("| document prompt | none |"), "{card}");
+        } else {
+            assert!(
+                card.contains(&format!("| document prompt | `{document}` |")),
+                "{card}"
+            );
+            assert!(card.contains(&format!("`{query}<query>`")), "{card}");
+            assert!(card.contains(&format!("with the prompt `{document}` before their text")));
         }
     }
 }

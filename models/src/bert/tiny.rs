@@ -10,7 +10,9 @@ use serde_json::json;
 
 use super::config::Variant;
 use crate::error::{ModelError, ModelResult};
-use crate::tiny::{random_tensors, write_json, write_safetensors, Init, TinyModelOptions};
+use crate::tiny::{
+    random_tensors, write_json, write_safetensors, write_st_files, Init, TinyModelOptions,
+};
 use crate::tiny_tokenizers::{byte_bpe_json, template, unigram_json, vocab_len, wordpiece_json};
 
 /// Positions of the tiny models' contexts.
@@ -22,7 +24,7 @@ pub fn write_tiny_model(
     variant: Variant,
     opts: &TinyModelOptions,
 ) -> ModelResult<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir.join("1_Pooling")).map_err(|source| ModelError::Io {
+    std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
@@ -78,37 +80,12 @@ pub fn write_tiny_model(
     } else {
         "mean"
     };
-    let st_files = [
-        (
-            "modules.json",
-            json!([
-                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-                {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-            ]),
-        ),
-        (
-            "1_Pooling/config.json",
-            json!({"word_embedding_dimension": hidden, "pooling_mode": pooling, "include_prompt": true}),
-        ),
-        (
-            "sentence_bert_config.json",
-            json!({"max_seq_length": TINY_CONTEXT, "do_lower_case": false}),
-        ),
-        (
-            "config_sentence_transformers.json",
-            if variant == Variant::XlmRoberta {
-                json!({"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": null})
-            } else {
-                json!({"prompts": {}, "default_prompt_name": null})
-            },
-        ),
-    ];
-    for (name, value) in st_files {
-        let path = dir.join(name);
-        write_json(&path, &value)?;
-        written.push(path);
-    }
+    let prompts = if variant == Variant::XlmRoberta {
+        json!({"query": "query: ", "passage": "passage: "})
+    } else {
+        json!({})
+    };
+    written.extend(write_st_files(dir, pooling, hidden, TINY_CONTEXT, prompts)?);
     let prefix = match (opts.model_prefix, variant) {
         (false, _) => "",
         (true, Variant::Bert) => "bert.",
