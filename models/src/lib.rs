@@ -22,6 +22,7 @@ pub mod error;
 pub mod family;
 #[cfg(feature = "cuda")]
 pub mod fused;
+pub mod gemma3;
 pub mod memory;
 pub mod modernbert;
 pub mod packed;

@@ -13,7 +13,7 @@ use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::{LoadOptions, ModelFamily, ModelSummary};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::Tokenizer;
-use crate::{bert, modernbert, qwen3, Embedder};
+use crate::{bert, gemma3, modernbert, qwen3, Embedder};
 
 /// Every family this build implements, one line each. The first is the default: the family
 /// whose tiny model `make-tiny-model`, `run` without `--model-dir` and the tests write.
@@ -23,6 +23,7 @@ pub static FAMILIES: &[&dyn ModelFamily] = &[
     &bert::ROBERTA,
     &bert::XLM_ROBERTA,
     &modernbert::ModernBert,
+    &gemma3::Gemma3,
 ];
 
 /// The `model_type`s of [`FAMILIES`], in order.
@@ -199,7 +200,14 @@ mod tests {
         assert_eq!(family.model_type(), "qwen3");
         assert_eq!(
             known_model_types(),
-            vec!["qwen3", "bert", "roberta", "xlm-roberta", "modernbert"]
+            vec![
+                "qwen3",
+                "bert",
+                "roberta",
+                "xlm-roberta",
+                "modernbert",
+                "gemma3_text"
+            ]
         );
         assert_eq!(default_family().model_type(), "qwen3");
     }
@@ -228,7 +236,9 @@ mod tests {
         .unwrap();
         assert!(why.contains("`llama` (LlamaForCausalLM)"), "{why}");
         assert!(
-            why.contains("known model types: qwen3, bert, roberta, xlm-roberta, modernbert"),
+            why.contains(
+                "known model types: qwen3, bert, roberta, xlm-roberta, modernbert, gemma3_text"
+            ),
             "{why}"
         );
         assert!(why.contains("How to add a model family"), "{why}");

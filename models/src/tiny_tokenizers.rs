@@ -140,6 +140,49 @@ pub fn byte_bpe_json(specials: &[&str], post_processor: Value) -> (Value, usize)
     (json, eos as usize + specials.len())
 }
 
+/// Gemma's kind (SentencePiece BPE, as in Gemma 3's file): `<pad> <eos> <bos> <unk>` = 0..3,
+/// the 256 byte-fallback tokens `<0x00>`..`<0xFF>`, every character and `▁`, then each of the
+/// text's words after `▁` built up by merges letter by letter; spaces become `▁`;
+/// `<bos> $A <eos>` as EmbeddingGemma's file frames a text.
+pub fn gemma_bpe_json() -> Value {
+    let specials = ["<pad>", "<eos>", "<bos>", "<unk>"];
+    let mut vocab: Vec<String> = specials.iter().map(|s| s.to_string()).collect();
+    vocab.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+    vocab.push("▁".into());
+    vocab.extend(chars().into_iter().map(String::from));
+    let mut merges: Vec<(String, String)> = Vec::new();
+    for word in words() {
+        let mut piece = "▁".to_string();
+        for c in word.chars() {
+            let next = format!("{piece}{c}");
+            if !vocab.contains(&next) {
+                merges.push((piece.clone(), c.to_string()));
+                vocab.push(next.clone());
+            }
+            piece = next;
+        }
+    }
+    let map: serde_json::Map<String, Value> = vocab
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
+    let merges: Vec<String> = merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+    json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": specials.iter().enumerate().map(|(i, s)| added(s, i as u32)).collect::<Vec<_>>(),
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false},
+        "post_processor": template(Some(("<bos>", 2)), Some(("<eos>", 1))),
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
+                  "ignore_merges": false, "vocab": map, "merges": merges},
+    })
+}
+
 /// Ids `json`'s vocabulary has in all (its model's and its added tokens).
 pub fn vocab_len(json: &Value) -> usize {
     let model = match &json["model"]["vocab"] {
@@ -205,5 +248,19 @@ mod tests {
         assert_eq!(vocab_len(&json), n);
         assert_eq!(vocab_len(&wordpiece_json()), bert.get_vocab_size(true));
         assert_eq!(vocab_len(&unigram_json()), xlmr.get_vocab_size(true));
+
+        let gemma = load(&gemma_bpe_json());
+        let ids = gemma.encode(text, true).unwrap().get_ids().to_vec();
+        assert_eq!((ids[0], *ids.last().unwrap()), (2, 1));
+        assert!(!ids.contains(&3), "{ids:?}");
+        // A character outside the vocabulary falls back to its bytes.
+        let ids = gemma.encode("é", false).unwrap().get_ids().to_vec();
+        assert_eq!(ids, vec![4 + 0xC3, 4 + 0xA9]);
+        assert_eq!(
+            gemma
+                .decode(gemma.encode(text, false).unwrap().get_ids(), true)
+                .unwrap(),
+            text
+        );
     }
 }

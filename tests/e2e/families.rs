@@ -22,6 +22,13 @@ const ENCODERS: &[(&str, &str, &str, &str, &str)] = &[
         "search_query: ",
         "ModernBERT",
     ),
+    (
+        "gemma3_text",
+        "mean",
+        "title: none | text: ",
+        "task: search result | query: ",
+        "EmbeddingGemma",
+    ),
 ];
 
 /// The tiny models' context, in tokens.
@@ -203,7 +210,11 @@ fn run_query_eval_and_publish_with_each_encoder_family() {
             assert!(card.contains("| document prompt | none |"), "{card}");
         } else {
             assert!(
-                card.contains(&format!("| document prompt | `{document}` |")),
+                // A table cell escapes the prompt's own `|`.
+                card.contains(&format!(
+                    "| document prompt | `{}` |",
+                    document.replace('|', "\\|")
+                )),
                 "{card}"
             );
             assert!(card.contains(&format!("`{query}<query>`")), "{card}");

@@ -150,7 +150,7 @@ fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
         None => "in its model family's query format, with the query instruction".into(),
     };
     let papers = match prompt {
-        Some(p) => format!("with the prompt `{}` before their text", cell(p)),
+        Some(p) => format!("with the prompt `{p}` before their text"),
         None => "as they are, with no instruction".into(),
     };
     let _ = writeln!(

@@ -1,0 +1,140 @@
+//! The Gemma 3 family as embedding models use it (`gemma3_text` with bidirectional attention):
+//! google/embeddinggemma-300m; 2,048 tokens; Matryoshka widths 768, 512, 256 and 128.
+//!
+//! - `config.rs`: `config.json` in both transformers' key sets.
+//! - `model.rs`: the forward pass.
+//! - `tiny.rs`: the tiny random model, with EmbeddingGemma's modules and prompts.
+//!
+//! Gemma 3's own `tokenizer.json` frames a text `<bos> $A`; EmbeddingGemma reads `<eos>` after
+//! it too, appended where the file does not. Without sentence-transformers files: mean pooling
+//! and EmbeddingGemma's retrieval prompts.
+
+pub mod config;
+pub mod model;
+pub mod tiny;
+
+use std::path::{Path, PathBuf};
+
+pub use config::Config;
+pub use model::Gemma3Model;
+
+use crate::encoder::{compute_dtype, encoder_kernel, EncoderEmbedder, Widths};
+use crate::error::ModelResult;
+use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary};
+use crate::sentence::{LayoutDefaults, Pooling};
+use crate::tiny::TinyModelOptions;
+use crate::tokenizer::{QueryFormat, Specials, TextFormat};
+use crate::verify::{check_model_dir, Expected};
+use crate::weights::Weights;
+use crate::Embedder;
+
+/// The Gemma 3 family, as the registry lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct Gemma3;
+
+/// The Matryoshka widths EmbeddingGemma was trained at, as fractions of its full width (768:
+/// 768, 512, 256, 128); the model card declares them, no file does.
+fn matryoshka_widths(width: usize) -> &'static [usize] {
+    match width {
+        768 => &[768, 512, 256, 128],
+        96 => &[96, 64, 32, 16],
+        _ => &[],
+    }
+}
+
+impl ModelFamily for Gemma3 {
+    fn model_type(&self) -> &'static str {
+        "gemma3_text"
+    }
+
+    fn architectures(&self) -> &'static [&'static str] {
+        &["Gemma3TextModel"]
+    }
+
+    fn name(&self) -> &'static str {
+        "EmbeddingGemma"
+    }
+
+    fn text_format(&self) -> TextFormat {
+        TextFormat {
+            family: self.name(),
+            specials: Specials::FromFile {
+                ensure_end: Some("<eos>"),
+            },
+            query: QueryFormat::Prompt,
+        }
+    }
+
+    fn layout_defaults(&self) -> LayoutDefaults {
+        LayoutDefaults {
+            pooling: Pooling::Mean,
+            poolings: &[Pooling::Cls, Pooling::Mean, Pooling::LastToken],
+            dense: true,
+            query_prompt: tiny::QUERY_PROMPT,
+            document_prompt: tiny::DOCUMENT_PROMPT,
+        }
+    }
+
+    fn default_instruction(&self) -> &'static str {
+        tiny::QUERY_PROMPT
+    }
+
+    fn example_checkpoint(&self) -> &'static str {
+        "google/embeddinggemma-300m"
+    }
+
+    fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
+        let cfg = Config::from_file(&dir.join("config.json"))?;
+        let layout = self.layout(dir)?;
+        let device = opts.device.open()?;
+        let dtype = compute_dtype(&device, opts)?;
+        let weights = Weights::open(dir, dtype, &device)?;
+        let kernel = encoder_kernel(&device, dtype);
+        let model = Gemma3Model::new(&cfg, &weights, kernel, opts.attention_tile)?;
+        drop(weights);
+        device.synchronize()?;
+        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family = self.name(), "loaded model");
+        let widths = matryoshka_widths(layout.output_width(cfg.hidden_size));
+        Ok(Box::new(EncoderEmbedder::new(
+            model,
+            dir,
+            &layout,
+            if widths.is_empty() {
+                Widths::Only
+            } else {
+                Widths::Matryoshka(widths)
+            },
+            opts,
+            &device,
+        )?))
+    }
+
+    fn shape(&self, dir: &Path) -> ModelResult<ModelShape> {
+        Ok(Config::from_file(&dir.join("config.json"))?.shape())
+    }
+
+    fn verify(&self, dir: &Path) -> ModelResult<ModelSummary> {
+        let cfg = Config::from_file(&dir.join("config.json"))?;
+        self.layout(dir)?;
+        let (h, last) = (cfg.hidden_size, cfg.num_hidden_layers.saturating_sub(1));
+        check_model_dir(
+            dir,
+            Expected {
+                model_type: self.model_type(),
+                shape: cfg.shape(),
+                tensors: vec![
+                    ("embed_tokens.weight".into(), vec![cfg.vocab_size, h]),
+                    (
+                        format!("layers.{last}.mlp.down_proj.weight"),
+                        vec![h, cfg.intermediate_size],
+                    ),
+                ],
+                text_format: self.text_format(),
+            },
+        )
+    }
+
+    fn write_tiny_model(&self, dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>> {
+        tiny::write_tiny_model(dir, opts)
+    }
+}
