@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Result, Tensor};
 
 use crate::attention::AttentionKernel;
 use crate::error::{ModelError, ModelResult};
-use crate::family::LoadOptions;
+use crate::family::{LoadOptions, OutputDims};
 use crate::memory::MemoryEstimate;
 use crate::packed::SeqSpan;
 use crate::sentence::{SentenceHead, SentenceLayout};
@@ -73,6 +73,22 @@ pub enum Widths {
     Matryoshka(&'static [usize]),
 }
 
+/// The longest sequence an encoder takes: its positions, or the shorter length its model card
+/// sets (`sentence_bert_config.json`'s `max_seq_length`: all-MiniLM's 256 of 512 positions).
+pub fn context(positions: usize, layout: &SentenceLayout) -> usize {
+    layout
+        .max_seq_length
+        .map_or(positions, |n| n.min(positions))
+}
+
+/// The widths of `widths` for vectors `layout` makes of `hidden`-wide states.
+pub fn output_dims(widths: Widths, layout: &SentenceLayout, hidden: usize) -> OutputDims {
+    match widths {
+        Widths::Only => OutputDims::Trained(vec![layout.output_width(hidden)]),
+        Widths::Matryoshka(dims) => OutputDims::Trained(dims.to_vec()),
+    }
+}
+
 /// An encoder with its sentence-transformers head behind the [`Embedder`] trait.
 pub struct EncoderEmbedder<M> {
     model: M,
@@ -115,9 +131,7 @@ impl<M: EncoderModel> EncoderEmbedder<M> {
                 })
             }
         };
-        let context = layout
-            .max_seq_length
-            .map_or(model.positions(), |n| n.min(model.positions()));
+        let context = context(model.positions(), layout);
         Ok(EncoderEmbedder {
             model,
             head,

@@ -71,6 +71,46 @@ impl ModelShape {
     }
 }
 
+/// The vector widths a model directory can give (`--dim`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputDims {
+    /// Any width up to this one (Qwen3-Embedding's Matryoshka training: the first N
+    /// components, renormalised).
+    UpTo(usize),
+    /// Only these widths, the full one first (a BERT's one width; EmbeddingGemma's 768, 512,
+    /// 256, 128).
+    Trained(Vec<usize>),
+}
+
+impl OutputDims {
+    /// The full width.
+    pub fn full(&self) -> usize {
+        match self {
+            OutputDims::UpTo(n) => *n,
+            OutputDims::Trained(dims) => dims[0],
+        }
+    }
+
+    /// Why `dim` is not one of these, in a user's words; `None` when it is.
+    pub fn refuse(&self, dim: usize) -> Option<String> {
+        match self {
+            OutputDims::UpTo(n) if (1..=*n).contains(&dim) => None,
+            OutputDims::UpTo(n) => Some(format!(
+                "gives {n}-dimensional vectors; give --dim from 1 to {n} (its first N components, \
+                 renormalised), or leave it out for all {n}"
+            )),
+            OutputDims::Trained(dims) if dims.contains(&dim) => None,
+            OutputDims::Trained(dims) => {
+                Some(format!(
+                "is trained for {} dimensions only; give one of those, or leave --dim out for {}",
+                dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+                dims[0]
+            ))
+            }
+        }
+    }
+}
+
 /// What a checked model directory holds (see [`ModelFamily::verify`]).
 #[derive(Debug, Clone)]
 pub struct ModelSummary {
@@ -149,6 +189,11 @@ pub trait ModelFamily: Send + Sync {
 
     /// The dimensions of `dir`'s `config.json`; no weight is read.
     fn shape(&self, dir: &Path) -> ModelResult<ModelShape>;
+
+    /// The widths `dir`'s vectors can have; no weight is read.
+    fn output_dims(&self, dir: &Path) -> ModelResult<OutputDims> {
+        Ok(OutputDims::UpTo(self.shape(dir)?.hidden_size))
+    }
 
     /// Checks `dir` without loading its weights, as a login node can (no GPU, little memory):
     /// `config.json` valid, every weight file's header readable, a few tensors present with

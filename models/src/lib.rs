@@ -47,13 +47,15 @@ pub use device::{
     DeviceSpec, KernelForm, CUDA_BUILD, CUDA_COMPUTE_CAP, CUDA_VERSION, KERNEL_FORM,
 };
 pub use error::{is_out_of_memory, ModelError, ModelResult};
-pub use family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, DEFAULT_ATTENTION_TILE};
+pub use family::{
+    LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims, DEFAULT_ATTENTION_TILE,
+};
 pub use memory::MemoryEstimate;
 pub use packed::{PackedSequences, SeqSpan};
 pub use registry::{
     default_family, families_help, family_of, known_model_types, load_embedder, load_tokenizer,
-    model_layout, query_instruction, verify_model_dir, write_tiny_model, write_tiny_model_of,
-    write_tiny_model_with,
+    model_layout, output_dims, query_instruction, verify_model_dir, write_tiny_model,
+    write_tiny_model_of, write_tiny_model_with,
 };
 pub use sentence::{Pooling, SentenceLayout};
 pub use tiny::TinyModelOptions;

@@ -136,6 +136,11 @@ pub fn model_layout(dir: &Path) -> ModelResult<crate::SentenceLayout> {
     family_of(dir)?.layout(dir)
 }
 
+/// The widths `dir`'s vectors can have (see [`ModelFamily::output_dims`]).
+pub fn output_dims(dir: &Path) -> ModelResult<crate::family::OutputDims> {
+    family_of(dir)?.output_dims(dir)
+}
+
 /// The instruction `dir`'s queries are embedded with when none is given (see
 /// [`ModelFamily::query_instruction`]).
 pub fn query_instruction(dir: &Path) -> ModelResult<String> {

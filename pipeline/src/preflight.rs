@@ -46,6 +46,19 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<Vec<String>, Refused
         )),
         Ok(summary) => check_against_model(&summary.shape, setup, &mut problems),
     }
+    if let (Ok(_), Some(dim)) = (&model, setup.output.dim) {
+        match embedfleet_models::output_dims(setup.model_dir) {
+            Ok(dims) => {
+                if let Some(why) = dims.refuse(dim) {
+                    problems.push(format!(
+                        "--dim {dim}: the model in {} {why}",
+                        setup.model_dir.display()
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("the model directory is not usable: {e}")),
+        }
+    }
     check_batch_files(db, &mut problems);
     if model.is_ok() {
         // A refused submit pins nothing (the run stays open to settings that work); its
@@ -63,19 +76,12 @@ pub fn check_submit(db: &RunDb, setup: &JobSetup) -> Result<Vec<String>, Refused
 /// The output settings the model of `setup` cannot give, each with the values it can.
 fn check_against_model(shape: &ModelShape, setup: &JobSetup, problems: &mut Vec<String>) {
     let dir = setup.model_dir.display();
-    let hidden = shape.hidden_size;
-    if let Some(dim) = setup.output.dim.filter(|&d| d == 0 || d > hidden) {
-        problems.push(format!(
-            "--dim {dim}: the model in {dir} gives {hidden}-dimensional vectors (its config.json's \
-             hidden_size); give --dim from 1 to {hidden} (its first N components, renormalised), \
-             or leave it out for all {hidden}"
-        ));
-    }
     let context = shape.max_position_embeddings;
     if let Some(max) = setup.output.max_tokens.filter(|&m| m == 0 || m > context) {
         problems.push(format!(
             "--max-tokens {max}: the model in {dir} takes at most {context} tokens (its \
-             config.json's max_position_embeddings); give at most that, or leave it out"
+             config.json's max_position_embeddings, or its sentence_bert_config.json's \
+             max_seq_length); give at most that, or leave it out"
         ));
     }
 }

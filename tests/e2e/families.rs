@@ -319,3 +319,128 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
         assert_eq!(row.n_chunks as u64, doc["chunks"].as_u64().unwrap());
     }
 }
+
+/// What a family's directory cannot give is refused by `submit` before any job: a module we do
+/// not implement (named), a width a BERT was not trained for, a length past its model card's;
+/// EmbeddingGemma's Matryoshka widths are taken.
+#[test]
+fn submit_refuses_what_a_familys_directory_cannot_give_before_any_job() {
+    let t = TestDir::new();
+    t.plan_with_model(20, 10);
+    let stderr = |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).to_string();
+    t.run(&["make-tiny-model", "--family", "bert", "--out", "bert"], 0);
+    let submit = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "bert",
+        "--dry-run",
+    ];
+    let err = stderr(&t.run(&[&submit[..], &["--dim", "32"]].concat(), 4));
+    assert!(
+        err.contains("--dim 32: the model in")
+            && err.contains("bert is trained for 64 dimensions only"),
+        "{err}"
+    );
+    let err = stderr(&t.run(&[&submit[..], &["--max-tokens", "200"]].concat(), 4));
+    assert!(
+        err.contains("--max-tokens 200") && err.contains("at most 128 tokens"),
+        "{err}"
+    );
+    std::fs::write(
+        t.join("bert/modules.json"),
+        r#"[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},
+            {"idx":1,"name":"1","path":"1_Pool","type":"my_lab.pooling.AttentionPooling"}]"#,
+    )
+    .unwrap();
+    let out = t.run(&submit, 4);
+    assert!(
+        stderr(&out).contains("`my_lab.pooling.AttentionPooling`"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("embed-job"));
+    assert!(
+        !t.join("run/output-settings.json").exists(),
+        "nothing pinned"
+    );
+
+    t.run(
+        &[
+            "make-tiny-model",
+            "--family",
+            "gemma3_text",
+            "--out",
+            "gemma",
+        ],
+        0,
+    );
+    let gemma = [
+        "submit",
+        "--run-dir",
+        "run",
+        "--model-dir",
+        "gemma",
+        "--dry-run",
+    ];
+    t.run(&[&gemma[..], &["--dim", "32"]].concat(), 0);
+    let err = stderr(&t.run(&[&gemma[..], &["--dim", "48"]].concat(), 4));
+    assert!(err.contains("96, 64, 32, 16 dimensions only"), "{err}");
+    // An unknown family is named with the ones this build has.
+    let err = stderr(&t.run(&["make-tiny-model", "--family", "llama", "--out", "x"], 1));
+    assert!(err.contains("known model types: qwen3, bert"), "{err}");
+}
+
+/// EmbeddingGemma's Matryoshka width: the first components of the full vector, renormalised
+/// (for a paper in chunks, each chunk's vector is cut before they are combined).
+#[test]
+fn embeddinggemma_vectors_cut_to_a_trained_width_are_the_full_ones_renormalised() {
+    let t = TestDir::new();
+    t.run(
+        &[
+            "make-tiny-model",
+            "--family",
+            "gemma3_text",
+            "--out",
+            "model",
+        ],
+        0,
+    );
+    std::fs::write(t.join("texts.txt"), texts()).unwrap();
+    let embed = |dim: &[&str], out: &str| {
+        let args = [
+            &[
+                "embed",
+                "--model-dir",
+                "model",
+                "--input",
+                "texts.txt",
+                "--lines",
+                "--output",
+                out,
+            ][..],
+            dim,
+        ]
+        .concat();
+        t.run(&args, 0);
+        read_shard_pooled(&t.join(out), "mean")
+    };
+    let full = embed(&[], "full.parquet");
+    let cut = embed(&["--dim", "32"], "cut.parquet");
+    for (f, c) in full.iter().zip(&cut) {
+        assert_eq!((f.vector.len(), c.vector.len()), (96, 32));
+        let norm = c.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{}: norm {norm}", c.id);
+        if f.n_chunks > 1 {
+            continue;
+        }
+        let want = embedfleet_models::matryoshka(&f.vector, 32);
+        let diff = want
+            .iter()
+            .zip(&c.vector)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff < 1e-5, "{}: {diff}", f.id);
+    }
+}

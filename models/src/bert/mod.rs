@@ -19,9 +19,11 @@ use std::path::{Path, PathBuf};
 pub use config::{Config, Variant};
 pub use model::BertModel;
 
-use crate::encoder::{compute_dtype, encoder_kernel, EncoderEmbedder, Widths};
+use crate::encoder::{
+    compute_dtype, context, encoder_kernel, output_dims, EncoderEmbedder, Widths,
+};
 use crate::error::ModelResult;
-use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary};
+use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
@@ -120,8 +122,17 @@ impl ModelFamily for Bert {
         )?))
     }
 
+    /// The shape, its context as the embedder reads it (the positions, or the model card's
+    /// shorter `max_seq_length`).
     fn shape(&self, dir: &Path) -> ModelResult<ModelShape> {
-        Ok(self.config(dir)?.shape(self.0))
+        let mut shape = self.config(dir)?.shape(self.0);
+        shape.max_position_embeddings = context(shape.max_position_embeddings, &self.layout(dir)?);
+        Ok(shape)
+    }
+
+    fn output_dims(&self, dir: &Path) -> ModelResult<OutputDims> {
+        let hidden = self.config(dir)?.hidden_size;
+        Ok(output_dims(Widths::Only, &self.layout(dir)?, hidden))
     }
 
     /// Checks the word embeddings and the last layer's output projection against the config.

@@ -18,9 +18,11 @@ use std::path::{Path, PathBuf};
 pub use config::Config;
 pub use model::Gemma3Model;
 
-use crate::encoder::{compute_dtype, encoder_kernel, EncoderEmbedder, Widths};
+use crate::encoder::{
+    compute_dtype, context, encoder_kernel, output_dims, EncoderEmbedder, Widths,
+};
 use crate::error::ModelResult;
-use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary};
+use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
@@ -34,11 +36,12 @@ pub struct Gemma3;
 
 /// The Matryoshka widths EmbeddingGemma was trained at, as fractions of its full width (768:
 /// 768, 512, 256, 128); the model card declares them, no file does.
-fn matryoshka_widths(width: usize) -> &'static [usize] {
+/// (The tiny model's 96 has the same fractions.)
+fn widths(width: usize) -> Widths {
     match width {
-        768 => &[768, 512, 256, 128],
-        96 => &[96, 64, 32, 16],
-        _ => &[],
+        768 => Widths::Matryoshka(&[768, 512, 256, 128]),
+        96 => Widths::Matryoshka(&[96, 64, 32, 16]),
+        _ => Widths::Only,
     }
 }
 
@@ -94,23 +97,31 @@ impl ModelFamily for Gemma3 {
         drop(weights);
         device.synchronize()?;
         tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family = self.name(), "loaded model");
-        let widths = matryoshka_widths(layout.output_width(cfg.hidden_size));
         Ok(Box::new(EncoderEmbedder::new(
             model,
             dir,
             &layout,
-            if widths.is_empty() {
-                Widths::Only
-            } else {
-                Widths::Matryoshka(widths)
-            },
+            widths(layout.output_width(cfg.hidden_size)),
             opts,
             &device,
         )?))
     }
 
+    /// The shape, its context as the embedder reads it.
     fn shape(&self, dir: &Path) -> ModelResult<ModelShape> {
-        Ok(Config::from_file(&dir.join("config.json"))?.shape())
+        let mut shape = Config::from_file(&dir.join("config.json"))?.shape();
+        shape.max_position_embeddings = context(shape.max_position_embeddings, &self.layout(dir)?);
+        Ok(shape)
+    }
+
+    fn output_dims(&self, dir: &Path) -> ModelResult<OutputDims> {
+        let hidden = Config::from_file(&dir.join("config.json"))?.hidden_size;
+        let layout = self.layout(dir)?;
+        Ok(output_dims(
+            widths(layout.output_width(hidden)),
+            &layout,
+            hidden,
+        ))
     }
 
     fn verify(&self, dir: &Path) -> ModelResult<ModelSummary> {

@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 pub use config::Config;
 pub use model::ModernBertModel;
 
-use crate::encoder::{compute_dtype, encoder_kernel, EncoderEmbedder, Widths};
+use crate::encoder::{
+    compute_dtype, context, encoder_kernel, output_dims, EncoderEmbedder, Widths,
+};
 use crate::error::ModelResult;
-use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary};
+use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
@@ -90,8 +92,16 @@ impl ModelFamily for ModernBert {
         )?))
     }
 
+    /// The shape, its context as the embedder reads it.
     fn shape(&self, dir: &Path) -> ModelResult<ModelShape> {
-        Ok(Config::from_file(&dir.join("config.json"))?.shape())
+        let mut shape = Config::from_file(&dir.join("config.json"))?.shape();
+        shape.max_position_embeddings = context(shape.max_position_embeddings, &self.layout(dir)?);
+        Ok(shape)
+    }
+
+    fn output_dims(&self, dir: &Path) -> ModelResult<OutputDims> {
+        let hidden = Config::from_file(&dir.join("config.json"))?.hidden_size;
+        Ok(output_dims(Widths::Only, &self.layout(dir)?, hidden))
     }
 
     fn verify(&self, dir: &Path) -> ModelResult<ModelSummary> {
