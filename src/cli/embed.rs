@@ -86,7 +86,8 @@ pub struct EmbedArgs {
     // The families answer the help (`help::query_formats`).
     #[arg(long, help = help::query_formats())]
     pub query: bool,
-    /// The query instruction (with --query; default: the model family's retrieval instruction).
+    /// The query instruction (with --query; default: the model family's retrieval instruction, or
+    /// the query prompt of the model's sentence-transformers files: E5's `query: `).
     #[arg(long, value_name = "TEXT")]
     pub instruction: Option<String>,
     /// Token budget of one mini-batch (one forward pass).

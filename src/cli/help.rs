@@ -55,17 +55,20 @@ pub fn model_dir(more: &str) -> String {
     )
 }
 
-/// The help of `embed --query`: each family's query format, with placeholders.
+/// The help of `embed --query`: each family's query format, with placeholders, families that
+/// write queries alike named together.
 pub fn query_formats() -> String {
-    let formats: Vec<String> = embedfleet_models::registry::FAMILIES
-        .iter()
-        .map(|f| {
-            format!(
-                "{}: `{}`",
-                f.model_type(),
-                f.query_example().replace('\n', "\\n")
-            )
-        })
+    let mut formats: Vec<(String, Vec<&str>)> = Vec::new();
+    for f in embedfleet_models::registry::FAMILIES {
+        let example = f.query_example().replace('\n', "\\n");
+        match formats.iter_mut().find(|(e, _)| *e == example) {
+            Some((_, names)) => names.push(f.model_type()),
+            None => formats.push((example, vec![f.model_type()])),
+        }
+    }
+    let formats: Vec<String> = formats
+        .into_iter()
+        .map(|(example, names)| format!("{}: `{example}`", names.join(", ")))
         .collect();
     format!(
         "Embed as queries, in the model family's query format ({})",

@@ -296,6 +296,13 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
     let got = read_shard_pooled(&t.join("docs.parquet"), "mean");
     let docs = want["documents"].as_array().unwrap();
     assert_eq!(got.len(), 200);
+    // doctor reads the context the model card sets (256 of its 512 positions) and runs it.
+    let doctor = t.run(&["doctor", "--model-dir", "model", "--devices", "cpu"], 0);
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        said.contains("context 256 tokens") && said.contains("no problems found"),
+        "{said}"
+    );
     for (row, doc) in got.iter().zip(docs) {
         let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
         let c = cosine(&row.vector, &reference);

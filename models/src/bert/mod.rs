@@ -144,7 +144,7 @@ impl ModelFamily for Bert {
             dir,
             Expected {
                 model_type: self.model_type(),
-                shape: cfg.shape(self.0),
+                shape: self.shape(dir)?,
                 tensors: vec![
                     (
                         "embeddings.word_embeddings.weight".into(),

@@ -132,7 +132,7 @@ impl ModelFamily for Gemma3 {
             dir,
             Expected {
                 model_type: self.model_type(),
-                shape: cfg.shape(),
+                shape: self.shape(dir)?,
                 tensors: vec![
                     ("embed_tokens.weight".into(), vec![cfg.vocab_size, h]),
                     (

@@ -112,7 +112,7 @@ impl ModelFamily for ModernBert {
             dir,
             Expected {
                 model_type: self.model_type(),
-                shape: cfg.shape(),
+                shape: self.shape(dir)?,
                 tensors: vec![
                     (
                         "embeddings.tok_embeddings.weight".into(),
