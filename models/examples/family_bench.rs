@@ -21,8 +21,13 @@ fn main() {
     let dir = Path::new(dir);
     let (len, batch): (usize, usize) = (len.parse().unwrap(), batch.parse().unwrap());
     let forwards: usize = rest.first().map_or(3, |f| f.parse().unwrap());
+    // As the embed job does on a CPU (`LoadedModels::load`).
+    embedfleet_models::cpu::allocator::keep_freed_memory();
     let model = load_embedder(dir, &LoadOptions::default()).expect("the model loads");
-    let framing = load_tokenizer(dir).expect("its tokenizer loads").framing().clone();
+    let framing = load_tokenizer(dir)
+        .expect("its tokenizer loads")
+        .framing()
+        .clone();
     let family = embedfleet_models::family_of(dir).unwrap().model_type();
     let vocab = embedfleet_models::family_of(dir)
         .unwrap()

@@ -89,6 +89,11 @@ impl LoadedModels {
     ) -> Result<Self, ModelError> {
         let started = Instant::now();
         let family = embedfleet_models::family_of(model_dir)?;
+        if devices.iter().any(|d| matches!(d, DeviceSpec::Cpu)) {
+            // A CPU forward allocates its activations afresh each time: keep freed memory
+            // rather than fault it in again (about 15 % of a BERT-base forward).
+            embedfleet_models::cpu::allocator::keep_freed_memory();
+        }
         let loaded: Vec<Result<Box<dyn Embedder>, ModelError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = devices
                 .iter()

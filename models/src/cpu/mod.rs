@@ -8,13 +8,15 @@
 //!   no score matrix beyond a tile, grouped-query heads sharing each K/V tile, causal or not,
 //!   with an optional sliding window;
 //! - [`rows`]: SwiGLU, the residual add with its RMSNorm, q/k's head norm with the rotary, each
-//!   one pass per row.
+//!   one pass per row;
+//! - [`allocator`]: freed buffers kept for the next forward instead of faulted in again.
 //!
 //! The pool is rayon's global one (sized to the cores, or `RAYON_NUM_THREADS`), which candle's
 //! own CPU matmul uses too: one pool, never two fighting for the cores. The hot loops are
 //! written once, plainly, and compiled three times ([`Simd`]): for AVX-512, for AVX2 with FMA,
 //! and for any x86-64 (or another architecture); the best the CPU has is chosen once.
 
+pub mod allocator;
 pub mod attention;
 pub mod blas;
 pub(crate) mod exp;

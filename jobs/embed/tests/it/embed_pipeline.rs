@@ -310,3 +310,42 @@ fn the_device_works_on_the_next_part_while_a_finished_part_is_written() {
         assert!(busy > 0, "no forward ran while part {i} was written");
     }
 }
+
+/// A sequence cut into pieces after an out-of-memory error keeps its framing: each piece of a
+/// BERT's `[CLS] … [SEP]` is itself `[CLS] … [SEP]`, and the vector is the pieces' combined.
+#[test]
+fn out_of_memory_pieces_are_framed_as_the_sequence_was() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::registry::family("bert")
+        .unwrap()
+        .write_tiny_model(dir.path(), &Default::default())
+        .unwrap();
+    let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu], None, None).unwrap();
+    let (model, framing) = (&loaded.models[0], loaded.tokenizer.framing());
+    assert_eq!(
+        (framing.prefix.clone(), framing.suffix.clone()),
+        (vec![2], vec![3])
+    );
+    let body: Vec<u32> = (0..100).map(|i| 5 + i % 60).collect();
+    let seq = framing.wrap(&body);
+    model.set_memory_limit(Some(model.estimate_memory(&[seq.len()]) - 1));
+    let mut stats = FallbackStats::default();
+    let got = embed_with_fallback(model.as_ref(), framing, &[seq.as_slice()], &mut stats)
+        .unwrap()
+        .remove(0);
+    assert_eq!(stats.chunked, 1, "{stats:?}");
+    model.set_memory_limit(None);
+    let pieces = [framing.wrap(&body[..50]), framing.wrap(&body[50..])];
+    let vectors: Vec<Vec<f32>> = pieces
+        .iter()
+        .map(|p| {
+            model
+                .embed(&PackedSequences::from_sequences(&[p]))
+                .unwrap()
+                .remove(0)
+        })
+        .collect();
+    let want = chunk::combine(&vectors, &[pieces[0].len(), pieces[1].len()]);
+    let cos: f32 = want.iter().zip(&got).map(|(a, b)| a * b).sum();
+    assert!(cos > 0.99999, "cosine {cos}");
+}
