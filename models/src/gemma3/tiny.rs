@@ -69,7 +69,25 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
         json!({"query": QUERY_PROMPT, "document": DOCUMENT_PROMPT,
                "STS": "task: sentence similarity | query: "}),
     )?);
-    // EmbeddingGemma's modules: the pooling, two dense projections, then Normalize.
+    written.extend(write_dense_modules(dir, h, opts.seed)?);
+    let specs = specs(vocab, (h, i, hd), (heads, kv_heads), layers);
+    let prefix = if opts.model_prefix { "model." } else { "" };
+    let tensors = random_tensors(specs, opts.seed)?
+        .into_iter()
+        .map(|(k, v)| (format!("{prefix}{k}"), v))
+        .collect();
+    written.extend(write_safetensors(dir, tensors, opts.shards.max(1))?);
+    Ok(written)
+}
+
+/// EmbeddingGemma's modules after the pooling: two dense projections (`h` → `2h` → `h`, no
+/// bias, Identity), then Normalize.
+fn write_dense_modules(dir: &Path, h: usize, seed: u64) -> ModelResult<Vec<PathBuf>> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ModelError::Io { path, source }
+    };
+    let mut written = Vec::new();
     let modules = json!([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -95,10 +113,20 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
         )];
         written.extend(write_safetensors(
             &folder,
-            random_tensors(spec, opts.seed + 1 + n as u64)?,
+            random_tensors(spec, seed + 1 + n as u64)?,
             1,
         )?);
     }
+    Ok(written)
+}
+
+/// Every tensor of the text model with its transformers name and initialisation.
+fn specs(
+    vocab: usize,
+    (h, i, hd): (usize, usize, usize),
+    (heads, kv_heads): (usize, usize),
+    layers: usize,
+) -> Vec<(String, Vec<usize>, Init)> {
     let mut specs = vec![
         (
             "embed_tokens.weight".to_string(),
@@ -135,11 +163,5 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
             norm("post_feedforward_layernorm", h),
         ]);
     }
-    let prefix = if opts.model_prefix { "model." } else { "" };
-    let tensors = random_tensors(specs, opts.seed)?
-        .into_iter()
-        .map(|(k, v)| (format!("{prefix}{k}"), v))
-        .collect();
-    written.extend(write_safetensors(dir, tensors, opts.shards.max(1))?);
-    Ok(written)
+    specs
 }
