@@ -144,6 +144,19 @@ pub fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
     })
 }
 
+/// Attention heads for a tiny model `hidden` wide: 64-wide heads where it is a real model's
+/// width (768: 12), at least 4, and always a divisor of `hidden`.
+pub fn heads_for(hidden: usize) -> usize {
+    let wide = hidden / 64;
+    if wide >= 4 && hidden.is_multiple_of(wide) {
+        return wide;
+    }
+    [4, 2, 1]
+        .into_iter()
+        .find(|&h| hidden.is_multiple_of(h))
+        .unwrap_or(1)
+}
+
 /// The sentence-transformers files of a tiny model: `modules.json` (the transformer, a
 /// pooling, `Normalize`), `1_Pooling/config.json` with `pooling`, `sentence_bert_config.json`
 /// with `max_seq_length`, and `config_sentence_transformers.json` with `prompts`.
@@ -187,4 +200,22 @@ pub fn write_st_files(
         written.push(path);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tiny_heads_divide_the_width_and_are_64_wide_at_a_real_width() {
+        for (hidden, heads) in [
+            (64, 4),
+            (96, 4),
+            (768, 12),
+            (1024, 16),
+            (100, 4),
+            (30, 2),
+            (9, 1),
+        ] {
+            assert_eq!(super::heads_for(hidden), heads, "{hidden}");
+        }
+    }
 }

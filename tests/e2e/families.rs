@@ -76,12 +76,19 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
     let Some(python) = crate::util::torch_python() else {
         return;
     };
-    for &(family, pooling, ..) in ENCODERS {
+    let tiny = ENCODERS
+        .iter()
+        .map(|&(family, pooling, ..)| (family, pooling, None));
+    // And at real models' widths: BERT-base's 768 (12 heads), BGE-M3's 1,024 (16 heads).
+    let real = [
+        ("bert", "mean", Some("768")),
+        ("xlm-roberta", "mean", Some("1024")),
+    ];
+    for (family, pooling, hidden) in tiny.chain(real) {
         let t = TestDir::new();
-        t.run(
-            &["make-tiny-model", "--family", family, "--out", "model"],
-            0,
-        );
+        let mut make = vec!["make-tiny-model", "--family", family, "--out", "model"];
+        make.extend(hidden.map(|h| ["--hidden-size", h]).into_iter().flatten());
+        t.run(&make, 0);
         std::fs::write(t.join("texts.txt"), texts()).unwrap();
         let want = reference(&t, &python);
 

@@ -11,7 +11,8 @@ use serde_json::json;
 use super::config::Variant;
 use crate::error::{ModelError, ModelResult};
 use crate::tiny::{
-    random_tensors, write_json, write_safetensors, write_st_files, Init, TinyModelOptions,
+    heads_for, random_tensors, write_json, write_safetensors, write_st_files, Init,
+    TinyModelOptions,
 };
 use crate::tiny_tokenizers::{byte_bpe_json, template, unigram_json, vocab_len, wordpiece_json};
 
@@ -42,7 +43,7 @@ pub fn write_tiny_model(
     };
     let vocab = vocab_len(&tokenizer);
     let hidden = opts.hidden_size.unwrap_or(64);
-    let heads = (hidden / 64).max(4);
+    let heads = heads_for(hidden);
     let offset = if variant.offsets_positions() {
         pad + 1
     } else {

@@ -10,7 +10,8 @@ use serde_json::json;
 
 use crate::error::{ModelError, ModelResult};
 use crate::tiny::{
-    random_tensors, write_json, write_safetensors, write_st_files, Init, TinyModelOptions,
+    heads_for, random_tensors, write_json, write_safetensors, write_st_files, Init,
+    TinyModelOptions,
 };
 use crate::tiny_tokenizers::{byte_bpe_json, template};
 
@@ -33,7 +34,7 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
         "vocab_size": vocab,
         "hidden_size": h,
         "num_hidden_layers": layers,
-        "num_attention_heads": (h / 64).max(4),
+        "num_attention_heads": heads_for(h),
         "intermediate_size": i,
         "hidden_activation": "gelu",
         "max_position_embeddings": TINY_CONTEXT,
