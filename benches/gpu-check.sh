@@ -36,11 +36,17 @@
 #   oom_planned        35       55  the same, planned by free memory
 #   two_workers        40       60  two workers on one GPU (cuda:0,0), the same 48 papers and vectors
 #   decode             25       40  bench-gpu on 64 one-token papers (1x1 attention shapes)
+#   families           40       75  each encoder family's tiny model (make-tiny-model --family: bert,
+#                                   roberta, xlm-roberta, modernbert, gemma3_text) built anew by
+#                                   transformers' own class (benches/reference_encoder.py, its f32
+#                                   vectors on the CPU at 1, 7 and 128 tokens), ours on the device in
+#                                   its default dtype (bench-gpu --fidelity; bf16 on a GPU: the
+#                                   blockwise kernel, bidirectional and windowed)
 #   cu12               10       60  target-gpu/embedfleet-cu12.xz: doctor and the 2,048-token
 #                                   fidelity case, where the device has CUDA 12 libraries; skipped,
 #                                   saying so, where it has none (the H200's image is CUDA 13 only,
 #                                   and CUDA 12's cuBLAS alone is far over the 64 MiB that travels)
-#   total             440           <= TIME_LIMIT 540 s: no step starts after it
+#   total             480           <= TIME_LIMIT 540 s: no step starts after it
 #
 # A running step is cut at HARD_LIMIT (570 s) and the report written, before the device tool's
 # 600 s. A step that fails or times out is recorded with why (its `problem:` line, or its last
@@ -106,6 +112,7 @@ plan_step oom_unplanned  40   60
 plan_step oom_planned    35   55
 plan_step two_workers    40   60
 plan_step decode         25   40
+plan_step families       40   75
 plan_step cu12           10   60
 
 REPORTED_FINAL=0
@@ -248,6 +255,25 @@ oom_cmd() { # BENCH ARGS...: wait for the filler's hold, then the bench
   bench "$@"
 }
 
+families_cmd() { # each encoder family: transformers' f32 reference on the CPU, ours on $DEVICE
+  local f dir rc=0
+  for f in bert roberta xlm-roberta modernbert gemma3_text; do
+    dir=$WORK/family-$f
+    rm -rf "$dir"
+    printf '{"event": "family", "family": "%s"}\n' "$f"
+    if ! "$BIN" make-tiny-model --family "$f" --out "$dir" 2>/dev/null; then
+      echo "problem: make-tiny-model --family $f failed" >&2; rc=1; continue
+    fi
+    if ! MODEL_DIR=$dir OUT=$WORK/family-$f.json LENGTHS="1 7 128" CASE_PREFIX="$f " HF_HUB_OFFLINE=1 \
+        python3 benches/reference_encoder.py >/dev/null; then
+      echo "problem: transformers' reference of $f failed" >&2; rc=1; continue
+    fi
+    "$BIN" bench-gpu --model-dir "$dir" --devices "$DEVICE" --skip-uniform --skip-mix \
+      --fidelity "$WORK/family-$f.json" || rc=1
+  done
+  return $rc
+}
+
 cu12_cmd() { # doctor and one fidelity length on the CUDA 12 binary, where CUDA 12 libraries are
   local bin=$WORK/embedfleet-cu12 rc=0 libs missing
   if [ -n "${BIN_CU12:-}" ]; then bin=$BIN_CU12; else unpack target-gpu/embedfleet-cu12.xz "$bin" || return; fi
@@ -283,7 +309,7 @@ PY
   fi
   return "$rc"
 }
-export -f unpack doctor_cmd attention_verdict peer_cmd bench oom_cmd cu12_cmd
+export -f unpack doctor_cmd attention_verdict peer_cmd bench oom_cmd families_cmd cu12_cmd
 
 # ---- the run ----------------------------------------------------------------------------------
 identity() { # BIN BUILD_JSON_KEY: build.json from the packer (or made here), the binary's sha256
@@ -426,6 +452,12 @@ step two_workers bench --devices "$TWO_WORKERS" --skip-uniform --skip-study \
   --mix "$WORK/mix-small.json" "${cmp[@]}"
 
 step decode bench --devices "$DEVICE" --skip-uniform --skip-study --mix "$WORK/decode.json"
+
+if python3 -c "import torch, transformers" 2>/dev/null; then
+  step families families_cmd
+else
+  skip families "no torch and transformers in python3 for the families' reference"
+fi
 
 if [ -n "${BIN_CU12:-}" ] || { [ "$DRY_RUN" != 1 ] && [ -f target-gpu/embedfleet-cu12.xz ]; }; then
   step cu12 cu12_cmd

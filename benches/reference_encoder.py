@@ -13,7 +13,7 @@ dense projections and normalisation are computed here from the directory's files
 sentence-transformers computes them.
 
 It writes to OUT (JSON):
-- `cases`: for each length in LENGTHS, random ids framed by the tokenizer's special tokens to
+- `cases` (named `len<N>`, after CASE_PREFIX): for each length in LENGTHS, random ids framed by the tokenizer's special tokens to
   that many tokens in all, with transformers' vector (`bench-gpu --fidelity`'s format);
 - `documents`: for each line of TEXTS, the vector of the document prompt and the text, cut into
   chunks of at most MAX_TOKENS tokens (each framed, the prompt in the first only), the chunks'
@@ -112,7 +112,7 @@ out = {"cases": [], "documents": [], "ids": []}
 for n in [int(x) for x in os.environ.get("LENGTHS", "").split()]:
     body = [random.choice(ordinary) for _ in range(max(n - len(prefix) - len(suffix), 1))]
     ids = prefix + body + suffix
-    out["cases"].append({"name": f"len{len(ids)}", "ids": ids,
+    out["cases"].append({"name": f"{os.environ.get('CASE_PREFIX', '')}len{len(ids)}", "ids": ids,
                          "embedding": embed(ids).tolist()})
 
 st = {}

@@ -72,6 +72,7 @@ fn the_dry_run_takes_every_step_in_order_within_the_budget() {
             "oom_planned",
             "two_workers",
             "decode",
+            "families",
             "cu12"
         ],
         "the peer before ours, the out-of-memory runs after ours' vectors"
