@@ -161,8 +161,8 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
 }
 
 /// `run` with each family's tiny model: the shards say the pooling and the prompt, the embedded
-/// collection holds the shards' vectors, eval's exact row is 1, and the dataset card names the
-/// family, its pooling and its prompts.
+/// collection holds the shards' vectors (each found first by itself), eval's exact row is 1,
+/// and the dataset card names the family, its pooling and its prompts.
 #[test]
 fn run_query_eval_and_publish_with_each_encoder_family() {
     for &(family, pooling, document, query, name) in ENCODERS {
@@ -193,10 +193,23 @@ fn run_query_eval_and_publish_with_each_encoder_family() {
             "{family}: papers longer than {CONTEXT} tokens are chunked"
         );
         {
-            use embedfleet_upload::Sink;
-            let edge = embedfleet_upload::QdrantEdge::open(t.join("run/qdrant")).unwrap();
-            let points = edge.count(embedfleet_upload::CountRequest::new("papers"));
-            assert_eq!(points.unwrap(), 40, "{family}");
+            // The collection holds the shards' vectors: 40 points, and an exact search with
+            // each shard vector finds its own paper first at a score of 1.
+            use embedfleet_upload::{CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
+            let edge = QdrantEdge::open(t.join("run/qdrant")).unwrap();
+            assert_eq!(edge.count(CountRequest::new("papers")).unwrap(), 40);
+            let exact = SearchOptions {
+                exact: true,
+                ..SearchOptions::new(1)
+            };
+            for (id, (vector, _)) in &rows {
+                let hits = edge
+                    .query(QueryRequest::one("papers", vector, exact.clone()))
+                    .unwrap()
+                    .remove(0);
+                assert_eq!(hits[0].paper_id.as_deref(), Some(id.as_str()), "{family}");
+                assert!(hits[0].score > 0.9999, "{family} {id}: {}", hits[0].score);
+            }
         }
         let eval: serde_json::Value = serde_json::from_slice(
             &t.run(&["eval", "--run-dir", "run", "--sample", "10", "--json"], 0)
