@@ -15,9 +15,10 @@ sentence-transformers computes them.
 It writes to OUT (JSON):
 - `cases` (named `len<N>`, after CASE_PREFIX): for each length in LENGTHS, random ids framed by the tokenizer's special tokens to
   that many tokens in all, with transformers' vector (`bench-gpu --fidelity`'s format);
-- `documents`: for each line of TEXTS, the vector of the document prompt and the text, cut into
-  chunks of at most MAX_TOKENS tokens (each framed, the prompt in the first only), the chunks'
-  vectors combined by a mean weighted by their lengths and normalised: embedfleet's rule;
+- `documents`: for each line of TEXTS, the vector of the document prompt and the text (stripped,
+  as sentence-transformers strips a text), cut into chunks of at most MAX_TOKENS tokens, each
+  framed, each after the first opening with the prompt's own ids, the chunks' vectors combined
+  by a mean weighted by their lengths and normalised: embedfleet's rule;
 - `ids`: transformers' tokenizer's ids of each line of TEXTS, special tokens included.
 """
 import json
@@ -122,11 +123,17 @@ prompts = st.get("prompts", {})
 doc_prompt = next((prompts[k] for k in ("document", "passage", "corpus") if k in prompts), "")
 max_tokens = int(os.environ.get("MAX_TOKENS", "0"))
 texts = open(os.environ["TEXTS"]).read().splitlines() if os.environ.get("TEXTS") else []
+prompt_ids = tok(doc_prompt, add_special_tokens=False)["input_ids"] if doc_prompt else []
 for text in texts:
     out["ids"].append(tok(text)["input_ids"])
-    raw = tok(doc_prompt + text, add_special_tokens=False)["input_ids"]
+    # sentence-transformers strips the text (prompt included) before tokenising it.
+    raw = tok((doc_prompt + text).strip(), add_special_tokens=False)["input_ids"]
     room = max(max_tokens - len(prefix) - len(suffix), 1)
-    chunks = [prefix + raw[i:i + room] + suffix for i in range(0, max(len(raw), 1), room)]
+    chunks = [prefix + raw[:room] + suffix]
+    later = max_tokens - len(prefix) - len(suffix) - len(prompt_ids)
+    cont = prompt_ids if later >= 1 else []
+    later = max(later if cont else room, 1)
+    chunks += [prefix + cont + raw[i:i + later] + suffix for i in range(room, len(raw), later)]
     vectors = [embed(c) for c in chunks]
     mean = sum(len(c) * v.double() for c, v in zip(chunks, vectors))
     out["documents"].append({"chunks": len(chunks),

@@ -207,9 +207,9 @@ pub trait ModelFamily: Send + Sync {
     /// `dir`'s `tokenizer.json`, with this family's conventions and the directory's document
     /// prompt.
     fn tokenizer(&self, dir: &Path) -> ModelResult<Tokenizer> {
-        Ok(
-            Tokenizer::from_file(&dir.join("tokenizer.json"), self.text_format())?
-                .with_document_prompt(&self.layout(dir)?.document_prompt),
-        )
+        let layout = self.layout(dir)?;
+        Tokenizer::from_file(&dir.join("tokenizer.json"), self.text_format())?
+            .with_lowercase(layout.lowercase)
+            .with_document_prompt(&layout.document_prompt)
     }
 }

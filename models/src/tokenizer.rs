@@ -20,8 +20,13 @@ pub enum Specials {
     Eos(&'static str),
     /// What the file's post-processor adds (`[CLS] $A [SEP]`, `<s> $A </s>`, `<bos> $A`),
     /// then `ensure_end` appended where the post-processor does not end with it (Gemma's
-    /// tokenizer adds `<bos>` only; EmbeddingGemma reads `<eos>` too).
-    FromFile { ensure_end: Option<&'static str> },
+    /// tokenizer adds `<bos>` only; EmbeddingGemma reads `<eos>` too). Where the file's
+    /// post-processor adds nothing (a `null` one, or ByteLevel's alone), `otherwise` frames the
+    /// text, as transformers' tokenizer classes frame it whatever the file says.
+    FromFile {
+        ensure_end: Option<&'static str>,
+        otherwise: (&'static str, &'static str),
+    },
 }
 
 /// How a query carries its task.
@@ -41,6 +46,10 @@ pub struct TextFormat {
     pub family: &'static str,
     pub specials: Specials,
     pub query: QueryFormat,
+    /// Whether a text is stripped of leading and trailing whitespace before it is tokenised,
+    /// as sentence-transformers' `Transformer` module does (the encoders' convention; Qwen3's
+    /// inputs are tokenised as they are).
+    pub strip: bool,
 }
 
 impl TextFormat {
@@ -84,6 +93,8 @@ pub struct Tokenizer {
     framing: Framing,
     format: TextFormat,
     document_prompt: String,
+    document_prompt_ids: Vec<u32>,
+    lowercase: bool,
     path: PathBuf,
 }
 
@@ -128,8 +139,17 @@ impl Tokenizer {
                 prefix: Vec::new(),
                 suffix: vec![id_of(eos)?],
             },
-            Specials::FromFile { ensure_end } => {
+            Specials::FromFile {
+                ensure_end,
+                otherwise,
+            } => {
                 let mut framing = post_processor_framing(&inner).map_err(err)?;
+                if framing.overhead() == 0 {
+                    framing = Framing {
+                        prefix: vec![id_of(otherwise.0)?],
+                        suffix: vec![id_of(otherwise.1)?],
+                    };
+                }
                 if let Some(end) = ensure_end {
                     let id = id_of(end)?;
                     if framing.suffix.last() != Some(&id) {
@@ -144,14 +164,31 @@ impl Tokenizer {
             framing,
             format,
             document_prompt: String::new(),
+            document_prompt_ids: Vec::new(),
+            lowercase: false,
             path: path.to_path_buf(),
         })
     }
 
     /// This tokenizer writing `prompt` before every document's text.
-    pub fn with_document_prompt(mut self, prompt: &str) -> Tokenizer {
+    pub fn with_document_prompt(mut self, prompt: &str) -> ModelResult<Tokenizer> {
         self.document_prompt = prompt.to_string();
+        self.document_prompt_ids = self.encode_raw(prompt)?;
+        Ok(self)
+    }
+
+    /// This tokenizer lowercasing every text first (`sentence_bert_config.json`'s
+    /// `do_lower_case`).
+    pub fn with_lowercase(mut self, lowercase: bool) -> Tokenizer {
+        self.lowercase = lowercase;
         self
+    }
+
+    /// The document prompt's own ids, which open every chunk of a document after its first
+    /// (whose prompt is tokenised with its text): each chunk is read as the model was trained
+    /// to read a document. Empty without a prompt.
+    pub fn document_prompt_ids(&self) -> &[u32] {
+        &self.document_prompt_ids
     }
 
     /// The special tokens around every sequence.
@@ -180,9 +217,19 @@ impl Tokenizer {
     /// prompt or the family's query format applied. Tokenised whole, prompt and text together,
     /// as sentence-transformers does.
     pub fn input_text(&self, query_instruction: Option<&str>, text: &str) -> String {
-        match query_instruction {
+        let text = match query_instruction {
             Some(instruction) => self.format_query(instruction, text),
             None => format!("{}{text}", self.document_prompt),
+        };
+        let text = if self.format.strip {
+            text.trim().to_string()
+        } else {
+            text
+        };
+        if self.lowercase {
+            text.to_lowercase()
+        } else {
+            text
         }
     }
 
@@ -202,7 +249,7 @@ impl Tokenizer {
     pub fn encode_query(&self, instruction: &str, text: &str) -> ModelResult<Vec<u32>> {
         Ok(self
             .framing
-            .wrap(&self.encode_raw(&self.format_query(instruction, text))?))
+            .wrap(&self.encode_raw(&self.input_text(Some(instruction), text))?))
     }
 
     /// Decodes ids back to text (special tokens kept), for diagnostics.

@@ -84,6 +84,17 @@ fn check_against_model(shape: &ModelShape, setup: &JobSetup, problems: &mut Vec<
              max_seq_length); give at most that, or leave it out"
         ));
     }
+    // A chunk holds the special tokens around it and at least one of the paper's.
+    let framing = embedfleet_models::load_tokenizer(setup.model_dir)
+        .map(|t| t.framing().overhead())
+        .unwrap_or(0);
+    if let Some(max) = setup.output.max_tokens.filter(|&m| m > 0 && m <= framing) {
+        problems.push(format!(
+            "--max-tokens {max}: every chunk of a paper carries the model's {framing} special \
+             tokens ([CLS] and [SEP], or the like) and at least one of its own; give more than \
+             {framing}"
+        ));
+    }
 }
 
 pub fn check_binary(binary: Option<&str>, gpus: bool, devices: &str, problems: &mut Vec<String>) {

@@ -354,6 +354,11 @@ fn submit_refuses_what_a_familys_directory_cannot_give_before_any_job() {
             && err.contains("bert is trained for 64 dimensions only"),
         "{err}"
     );
+    let err = stderr(&t.run(&[&submit[..], &["--max-tokens", "2"]].concat(), 4));
+    assert!(
+        err.contains("--max-tokens 2: every chunk of a paper carries the model's 2 special tokens"),
+        "{err}"
+    );
     let err = stderr(&t.run(&[&submit[..], &["--max-tokens", "200"]].concat(), 4));
     assert!(
         err.contains("--max-tokens 200") && err.contains("at most 128 tokens"),

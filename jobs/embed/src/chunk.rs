@@ -1,19 +1,36 @@
 //! Papers longer than the model's context are never cut: they are split into chunks that each
 //! fit, each framed by the model's special tokens (`… <|endoftext|>`, `[CLS] … [SEP]`), so each
 //! is pooled like a whole document, and the chunk vectors are combined by a mean weighted by
-//! chunk length, then L2-normalised. A prompt (`passage: `) is part of the text, so it opens
-//! the first chunk only.
+//! chunk length, then L2-normalised. A document prompt (`passage: `) is tokenised with the text
+//! in the first chunk and opens every later one too (its own ids, `continuation`), so each chunk
+//! is read as the model was trained to read a document.
 
 use embedfleet_models::Framing;
 
 /// Splits a paper's tokens (without special tokens) into framed sequences of at most `max_len`
-/// tokens, the framing included. One sequence when it fits.
-pub fn split(tokens: &[u32], framing: &Framing, max_len: usize) -> Vec<Vec<u32>> {
-    let body = max_len.saturating_sub(framing.overhead()).max(1);
-    if tokens.is_empty() {
-        return vec![framing.wrap(&[])];
+/// tokens, the framing included; every chunk after the first opens with `continuation` (the
+/// document prompt's ids; left out where it leaves no room). One sequence when it fits.
+pub fn split(
+    tokens: &[u32],
+    framing: &Framing,
+    max_len: usize,
+    continuation: &[u32],
+) -> Vec<Vec<u32>> {
+    let first = max_len.saturating_sub(framing.overhead()).max(1);
+    if tokens.len() <= first {
+        return vec![framing.wrap(tokens)];
     }
-    tokens.chunks(body).map(|c| framing.wrap(c)).collect()
+    let continuation = if framing.overhead() + continuation.len() < max_len {
+        continuation
+    } else {
+        &[]
+    };
+    let later = max_len - framing.overhead() - continuation.len();
+    let mut chunks = vec![framing.wrap(&tokens[..first])];
+    for piece in tokens[first..].chunks(later.max(1)) {
+        chunks.push(framing.wrap(&[continuation, piece].concat()));
+    }
+    chunks
 }
 
 /// The length-weighted mean of chunk vectors, L2-normalised. `weights` are the chunks' token
@@ -52,7 +69,7 @@ mod tests {
     #[test]
     fn split_keeps_every_token_and_ends_each_chunk_with_eos() {
         let tokens: Vec<u32> = (1..=10).collect();
-        let chunks = split(&tokens, &eos(0), 4);
+        let chunks = split(&tokens, &eos(0), 4, &[]);
         assert_eq!(
             chunks,
             vec![
@@ -63,7 +80,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            split(&tokens, &eos(0), 11),
+            split(&tokens, &eos(0), 11, &[]),
             vec![[tokens.clone(), vec![0]].concat()]
         );
     }
@@ -76,14 +93,42 @@ mod tests {
         };
         let tokens: Vec<u32> = (1..=5).collect();
         assert_eq!(
-            split(&tokens, &bert, 4),
+            split(&tokens, &bert, 4, &[]),
             vec![
                 vec![101, 1, 2, 102],
                 vec![101, 3, 4, 102],
                 vec![101, 5, 102]
             ]
         );
-        assert_eq!(split(&[], &bert, 4), vec![vec![101, 102]]);
+        assert_eq!(split(&[], &bert, 4, &[]), vec![vec![101, 102]]);
+    }
+
+    #[test]
+    fn a_document_prompt_opens_every_chunk_after_the_first() {
+        let bert = Framing {
+            prefix: vec![101],
+            suffix: vec![102],
+        };
+        // The first chunk's tokens already begin with the prompt (7, 8), tokenised with the text.
+        let tokens = [7, 8, 1, 2, 3, 4, 5];
+        assert_eq!(
+            split(&tokens, &bert, 6, &[7, 8]),
+            vec![
+                vec![101, 7, 8, 1, 2, 102],
+                vec![101, 7, 8, 3, 4, 102],
+                vec![101, 7, 8, 5, 102]
+            ]
+        );
+        // No room for the prompt: later chunks go without it rather than over max_len.
+        assert_eq!(
+            split(&tokens, &bert, 4, &[7, 8]),
+            vec![
+                vec![101, 7, 8, 102],
+                vec![101, 1, 2, 102],
+                vec![101, 3, 4, 102],
+                vec![101, 5, 102]
+            ]
+        );
     }
 
     #[test]

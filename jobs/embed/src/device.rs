@@ -135,7 +135,12 @@ fn embed_in_pieces(
     if body.len() < 2 * MIN_PIECE_TOKENS {
         return Err(err);
     }
-    let pieces = chunk::split(body, framing, body.len().div_ceil(2) + framing.overhead());
+    let pieces = chunk::split(
+        body,
+        framing,
+        body.len().div_ceil(2) + framing.overhead(),
+        &[],
+    );
     let mut vectors = Vec::with_capacity(pieces.len());
     for piece in &pieces {
         let mut inner = FallbackStats::default();

@@ -120,6 +120,17 @@ impl LoadedModels {
         })?;
         let tokenizer = family.tokenizer(model_dir)?;
         let layout = family.layout(model_dir)?;
+        if !layout.from_files && family.layout_defaults().say_when_used {
+            // Said once per job: the vectors follow the family's conventions, not the card's.
+            tracing::warn!(
+                dir = %model_dir.display(),
+                pooling = layout.pooling.name(),
+                document_prompt = %layout.document_prompt,
+                "the model directory has no sentence-transformers files (modules.json): \
+                 pooling and prompts are the {} family's defaults",
+                family.name()
+            );
+        }
         let meta = ShardMeta {
             model: model_name(model_dir),
             model_revision: model_revision(model_dir),

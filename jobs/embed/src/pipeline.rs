@@ -78,7 +78,12 @@ fn tokenize(papers: Vec<Paper>, enc: &Encoding) -> Tokenized {
                                 .input_text(enc.query_instruction.as_deref(), &p.text);
                             let tokens =
                                 enc.tokenizer.encode_raw(&text).map_err(|e| e.to_string())?;
-                            Ok(chunk::split(&tokens, framing, enc.max_len)
+                            // A query carries no document prompt into its chunks.
+                            let continuation = match enc.query_instruction {
+                                Some(_) => &[][..],
+                                None => enc.tokenizer.document_prompt_ids(),
+                            };
+                            Ok(chunk::split(&tokens, framing, enc.max_len, continuation)
                                 .into_iter()
                                 .map(Arc::new)
                                 .collect())

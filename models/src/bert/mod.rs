@@ -74,8 +74,15 @@ impl ModelFamily for Bert {
     fn text_format(&self) -> TextFormat {
         TextFormat {
             family: self.name(),
-            specials: Specials::FromFile { ensure_end: None },
+            specials: Specials::FromFile {
+                ensure_end: None,
+                otherwise: match self.0 {
+                    Variant::Bert => ("[CLS]", "[SEP]"),
+                    _ => ("<s>", "</s>"),
+                },
+            },
             query: QueryFormat::Prompt,
+            strip: true,
         }
     }
 
@@ -86,6 +93,7 @@ impl ModelFamily for Bert {
             dense: true,
             query_prompt: "",
             document_prompt: "",
+            say_when_used: true,
         }
     }
 

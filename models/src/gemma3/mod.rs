@@ -63,8 +63,10 @@ impl ModelFamily for Gemma3 {
             family: self.name(),
             specials: Specials::FromFile {
                 ensure_end: Some("<eos>"),
+                otherwise: ("<bos>", "<eos>"),
             },
             query: QueryFormat::Prompt,
+            strip: true,
         }
     }
 
@@ -75,6 +77,7 @@ impl ModelFamily for Gemma3 {
             dense: true,
             query_prompt: tiny::QUERY_PROMPT,
             document_prompt: tiny::DOCUMENT_PROMPT,
+            say_when_used: true,
         }
     }
 
@@ -91,6 +94,13 @@ impl ModelFamily for Gemma3 {
         let layout = self.layout(dir)?;
         let device = opts.device.open()?;
         let dtype = compute_dtype(&device, opts)?;
+        if dtype == candle_core::DType::F16 {
+            // Its model card: "EmbeddingGemma activations do not support float16".
+            return Err(crate::error::ModelError::InvalidDevice {
+                spec: opts.device.to_string(),
+                reason: "EmbeddingGemma's activations overflow float16; use bf16 or f32".into(),
+            });
+        }
         let weights = Weights::open(dir, dtype, &device)?;
         let kernel = encoder_kernel(&device, dtype);
         let model = Gemma3Model::new(&cfg, &weights, kernel, opts.attention_tile)?;

@@ -18,7 +18,9 @@ use crate::projection::project;
 use crate::rotary::RopeTable;
 use crate::weights::Weights;
 
-/// Gemma's RMSNorm: the stored weight `w` scales by `1 + w` (added once, at load).
+/// Gemma's RMSNorm: the stored weight `w` scales by `1 + w` (added once, at load, in f32), and
+/// the norm is computed in f32 whatever the model's dtype, as transformers computes it: `1 + w`
+/// rounded to bf16 would be off by up to 2⁻⁸ in every channel of every norm.
 struct Norm {
     scale: Tensor,
     eps: f32,
@@ -28,13 +30,15 @@ impl Norm {
     fn load(w: &Weights, name: &str, dim: usize, eps: f64) -> ModelResult<Norm> {
         let weight = w.get(&format!("{name}.weight"), &[dim])?;
         Ok(Norm {
-            scale: (weight + 1.0)?,
+            scale: (weight.to_dtype(DType::F32)? + 1.0)?,
             eps: eps as f32,
         })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        candle_nn::ops::rms_norm(&x.contiguous()?, &self.scale, self.eps)
+        let dtype = x.dtype();
+        let x = x.contiguous()?.to_dtype(DType::F32)?;
+        candle_nn::ops::rms_norm(&x, &self.scale, self.eps)?.to_dtype(dtype)
     }
 }
 

@@ -48,8 +48,12 @@ impl ModelFamily for ModernBert {
     fn text_format(&self) -> TextFormat {
         TextFormat {
             family: self.name(),
-            specials: Specials::FromFile { ensure_end: None },
+            specials: Specials::FromFile {
+                ensure_end: None,
+                otherwise: ("[CLS]", "[SEP]"),
+            },
             query: QueryFormat::Prompt,
+            strip: true,
         }
     }
 
@@ -60,6 +64,7 @@ impl ModelFamily for ModernBert {
             dense: true,
             query_prompt: "",
             document_prompt: "",
+            say_when_used: true,
         }
     }
 

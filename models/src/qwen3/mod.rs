@@ -45,6 +45,7 @@ pub const TEXT_FORMAT: TextFormat = TextFormat {
     family: "Qwen3",
     specials: Specials::Eos(EOS_TOKEN),
     query: QueryFormat::Instructed(format_query),
+    strip: false,
 };
 
 /// The Qwen3 family, as the registry lists it.
@@ -84,6 +85,7 @@ impl ModelFamily for Qwen3 {
             dense: false,
             query_prompt: "",
             document_prompt: "",
+            say_when_used: false,
         }
     }
 

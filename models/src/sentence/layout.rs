@@ -70,6 +70,10 @@ pub struct LayoutDefaults {
     pub query_prompt: &'static str,
     /// The prompt written before a document, when the directory names none.
     pub document_prompt: &'static str,
+    /// Whether a directory without the files is worth a word to the user: its vectors follow
+    /// the family's defaults, which may not be its model card's (false for Qwen3, whose
+    /// pooling is its architecture's).
+    pub say_when_used: bool,
 }
 
 /// What a model directory's sentence-transformers files say, or the family's defaults.
@@ -86,6 +90,8 @@ pub struct SentenceLayout {
     pub document_prompt: String,
     /// `sentence_bert_config.json`'s `max_seq_length`: the length the model is used at.
     pub max_seq_length: Option<usize>,
+    /// `sentence_bert_config.json`'s `do_lower_case`: texts lowercased before tokenising.
+    pub lowercase: bool,
     /// True when `modules.json` was read; false when the family's defaults hold.
     pub from_files: bool,
 }
@@ -102,6 +108,7 @@ impl SentenceLayout {
             query_prompt: defaults.query_prompt.into(),
             document_prompt: defaults.document_prompt.into(),
             max_seq_length: None,
+            lowercase: false,
             from_files: false,
         };
         if let Some(modules) = read_json::<Vec<ModuleEntry>>(&dir.join(MODULES))? {
@@ -113,6 +120,7 @@ impl SentenceLayout {
         }
         if let Some(sbert) = read_json::<SbertConfig>(&dir.join("sentence_bert_config.json"))? {
             layout.max_seq_length = sbert.max_seq_length;
+            layout.lowercase = sbert.do_lower_case;
         }
         Ok(layout)
     }
@@ -326,18 +334,29 @@ const PROMPTS: &str = "config_sentence_transformers.json";
 
 #[derive(Debug, Default, Deserialize)]
 struct PromptsFile {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     prompts: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     default_prompt_name: Option<String>,
 }
 
+/// `"prompts": null` read as no prompts.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    Ok(Option::deserialize(d)?.unwrap_or_default())
+}
+
 impl PromptsFile {
-    /// A query takes the `query` prompt; a document the first of `document`, `passage`,
-    /// `corpus` (as `encode_query` and `encode_document` choose them), else the default
+    /// A query takes the `query` prompt, a document the first of `document`, `passage`,
+    /// `corpus` (as `encode_query` and `encode_document` choose them), each else the default
     /// prompt. A name the file does not list keeps the family's default.
     fn apply(self, layout: &mut SentenceLayout) {
-        if let Some(query) = self.prompts.get("query") {
+        let default = self
+            .default_prompt_name
+            .as_deref()
+            .and_then(|name| self.prompts.get(name));
+        if let Some(query) = self.prompts.get("query").or(default) {
             layout.query_prompt = query.clone();
         }
         let document = ["document", "passage", "corpus"]
@@ -354,6 +373,8 @@ impl PromptsFile {
 struct SbertConfig {
     #[serde(default)]
     max_seq_length: Option<usize>,
+    #[serde(default)]
+    do_lower_case: bool,
 }
 
 /// `path` parsed, or `None` when it does not exist.

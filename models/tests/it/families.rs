@@ -142,3 +142,71 @@ fn a_custom_module_is_refused_by_name_at_load_and_check() {
         assert!(err.contains("`my_lab.modules.AttentionPooling`"), "{err}");
     }
 }
+
+/// The conventions of sentence-transformers' `Transformer` module and transformers' tokenizer
+/// classes, where a directory's files leave them out: a text is stripped, lowercased where
+/// `do_lower_case` says so, and framed by the family's special tokens where the file's
+/// post-processor adds none.
+#[test]
+fn texts_are_stripped_lowercased_and_framed_as_sentence_transformers_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let xlmr = embedfleet_models::registry::family("xlm-roberta").unwrap();
+    xlmr.write_tiny_model(dir.path(), &TinyModelOptions::default())
+        .unwrap();
+    let tok = load_tokenizer(dir.path()).unwrap();
+    // Stripped as a whole, prompt included (`passage: ` + the text): the ends only.
+    let padded = tok.encode_document("the papers \n").unwrap();
+    assert_eq!(padded, tok.encode_document("the papers").unwrap());
+    assert_ne!(
+        tok.encode_document("The Papers").unwrap(),
+        tok.encode_document("the papers").unwrap(),
+        "the tiny Unigram is cased"
+    );
+    std::fs::write(
+        dir.path().join("sentence_bert_config.json"),
+        r#"{"max_seq_length": 128, "do_lower_case": true}"#,
+    )
+    .unwrap();
+    let tok = load_tokenizer(dir.path()).unwrap();
+    assert_eq!(
+        tok.encode_document("The Papers").unwrap(),
+        tok.encode_document("the papers").unwrap()
+    );
+
+    // A tokenizer.json without a post-processor: <s> … </s> all the same.
+    let path = dir.path().join("tokenizer.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    json["post_processor"] = serde_json::Value::Null;
+    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    let tok = load_tokenizer(dir.path()).unwrap();
+    assert_eq!(
+        (tok.framing().prefix.clone(), tok.framing().suffix.clone()),
+        (vec![0], vec![2])
+    );
+    // The document prompt's own ids, which open the chunks after a paper's first.
+    assert_eq!(
+        tok.document_prompt_ids(),
+        tok.encode_raw("passage: ").unwrap().as_slice()
+    );
+    assert!(!tok.document_prompt_ids().is_empty());
+}
+
+#[test]
+fn embeddinggemma_refuses_float16() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::registry::family("gemma3_text")
+        .unwrap()
+        .write_tiny_model(dir.path(), &TinyModelOptions::default())
+        .unwrap();
+    let err = load_embedder(
+        dir.path(),
+        &LoadOptions {
+            dtype: Some(embedfleet_models::DType::F16),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("float16"), "{err}");
+}

@@ -65,7 +65,7 @@ fn long_papers_are_the_length_weighted_mean_of_their_chunks() {
     let loaded = LoadedModels::load(dir.path(), &[DeviceSpec::Cpu], None, None).unwrap();
     let paper = &papers()[1];
     let tokens = loaded.tokenizer.encode_raw(&paper.text).unwrap();
-    let chunks = chunk::split(&tokens, loaded.tokenizer.framing(), 48);
+    let chunks = chunk::split(&tokens, loaded.tokenizer.framing(), 48, &[]);
     assert!(chunks.len() > 2);
     let vectors: Vec<Vec<f32>> = chunks
         .iter()

@@ -6,6 +6,7 @@ const DEFAULTS: LayoutDefaults = LayoutDefaults {
     dense: true,
     query_prompt: "",
     document_prompt: "",
+    say_when_used: true,
 };
 
 fn write(dir: &Path, rel: &str, text: &str) {
@@ -244,4 +245,31 @@ fn poolings_dense_weights_and_activations_we_lack_are_refused() {
         r#"[{"path":"0_Transformer","type":"sentence_transformers.models.Transformer"}]"#,
     );
     assert!(refusal(d, &DEFAULTS).contains("saved in `0_Transformer`"));
+}
+
+#[test]
+fn null_prompts_read_as_none_and_the_default_prompt_serves_a_query_without_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "config_sentence_transformers.json",
+        r#"{"prompts": null}"#,
+    );
+    let layout = SentenceLayout::read(d, &DEFAULTS).unwrap();
+    assert_eq!(
+        (
+            layout.query_prompt.as_str(),
+            layout.document_prompt.as_str()
+        ),
+        ("", "")
+    );
+    write(
+        d,
+        "config_sentence_transformers.json",
+        r#"{"prompts": {"retrieval": "Represent this: "}, "default_prompt_name": "retrieval"}"#,
+    );
+    let layout = SentenceLayout::read(d, &DEFAULTS).unwrap();
+    assert_eq!(layout.query_prompt, "Represent this: ");
+    assert_eq!(layout.document_prompt, "Represent this: ");
 }
