@@ -53,9 +53,9 @@ pub use family::{
 pub use memory::MemoryEstimate;
 pub use packed::{PackedSequences, SeqSpan};
 pub use registry::{
-    default_family, families_help, family_of, known_model_types, load_embedder, load_tokenizer,
-    model_layout, output_dims, query_instruction, verify_model_dir, write_tiny_model,
-    write_tiny_model_of, write_tiny_model_with,
+    default_family, describe_vectors, families_help, family_of, known_model_types, load_embedder,
+    load_tokenizer, model_layout, output_dims, query_instruction, verify_model_dir,
+    write_tiny_model, write_tiny_model_of, write_tiny_model_with,
 };
 pub use sentence::{Pooling, SentenceLayout};
 pub use tiny::TinyModelOptions;

@@ -136,6 +136,27 @@ pub fn model_layout(dir: &Path) -> ModelResult<crate::SentenceLayout> {
     family_of(dir)?.layout(dir)
 }
 
+/// How `dir`'s vectors are made, in a line (`BERT family, pooling mean, document prompt none, as
+/// its sentence-transformers files say`): what `doctor` prints.
+pub fn describe_vectors(dir: &Path) -> ModelResult<String> {
+    let family = family_of(dir)?;
+    let layout = family.layout(dir)?;
+    let prompt = match layout.document_prompt.as_str() {
+        "" => "none".to_string(),
+        p => format!("{p:?}"),
+    };
+    Ok(format!(
+        "{} family, pooling {}, document prompt {prompt}, {}",
+        family.name(),
+        layout.pooling.name(),
+        if layout.from_files {
+            "as its sentence-transformers files say"
+        } else {
+            "the family's defaults (the directory has no modules.json)"
+        }
+    ))
+}
+
 /// The widths `dir`'s vectors can have (see [`ModelFamily::output_dims`]).
 pub fn output_dims(dir: &Path) -> ModelResult<crate::family::OutputDims> {
     family_of(dir)?.output_dims(dir)

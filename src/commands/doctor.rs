@@ -186,25 +186,8 @@ fn model(dir: &Path, devices: &[DeviceSpec], tokens: usize, problems: &mut Vec<S
         summary.weight_bytes as f64 / 1e6,
         embedfleet_embed::model_revision(dir)
     );
-    if let (Ok(family), Ok(layout)) = (
-        embedfleet_models::family_of(dir),
-        embedfleet_models::model_layout(dir),
-    ) {
-        let prompt = |p: &str| match p {
-            "" => "none".to_string(),
-            p => format!("{p:?}"),
-        };
-        println!(
-            "vectors: {} family, pooling {}, document prompt {}, {}",
-            family.name(),
-            layout.pooling.name(),
-            prompt(&layout.document_prompt),
-            if layout.from_files {
-                "as its sentence-transformers files say"
-            } else {
-                "the family's defaults (the directory has no modules.json)"
-            }
-        );
+    if let Ok(vectors) = embedfleet_models::describe_vectors(dir) {
+        println!("vectors: {vectors}");
     }
     let loaded = match LoadedModels::load(dir, devices, None, None) {
         Ok(l) => l,

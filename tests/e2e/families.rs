@@ -323,6 +323,13 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
         said.contains("context 256 tokens") && said.contains("no problems found"),
         "{said}"
     );
+    assert!(
+        said.contains(
+            "vectors: BERT family, pooling mean, document prompt none, as its \
+             sentence-transformers files say"
+        ),
+        "{said}"
+    );
     for (row, doc) in got.iter().zip(docs) {
         let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
         let c = cosine(&row.vector, &reference);
