@@ -299,6 +299,21 @@ pub fn packed_attention(
     ctx: &AttnContext,
     scale: f64,
 ) -> Result<Tensor> {
+    per_sequence(q, k, v, &ctx.spans, |qs, ks, vs| {
+        sequence_attention(qs, ks, vs, ctx, scale)
+    })
+}
+
+/// `attend` on each sequence of the batch, head-major (`q`: `[n_kv, g, L, hd]`; `k`, `v`:
+/// `[n_kv, L, hd]`; it returns `[n_kv, g, L, hd]`), the outputs joined token-major again:
+/// the blockwise kernel's layout for its per-head matrix products, whatever its mask.
+fn per_sequence(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    spans: &[SeqSpan],
+    attend: impl Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
     let total = v.dim(0)?;
     let (q, k) = (q.narrow(0, 0, total)?, k.narrow(0, 0, total)?);
     let (_, n_heads, hd) = q.dims3()?;
@@ -310,14 +325,14 @@ pub fn packed_attention(
         k.transpose(0, 1)?.contiguous()?,
         v.transpose(0, 1)?.contiguous()?,
     );
-    let mut outs = Vec::with_capacity(ctx.spans.len());
-    for span in &ctx.spans {
+    let mut outs = Vec::with_capacity(spans.len());
+    for span in spans {
         let qs = q
             .narrow(1, span.start, span.len)?
             .reshape((n_kv, g, span.len, hd))?;
         let ks = k.narrow(1, span.start, span.len)?.contiguous()?;
         let vs = v.narrow(1, span.start, span.len)?.contiguous()?;
-        outs.push(sequence_attention(&qs, &ks, &vs, ctx, scale)?);
+        outs.push(attend(&qs, &ks, &vs)?);
     }
     // Each output is [n_kv, g, len, hd] = [n_heads, len, hd]; join along the token axis.
     let out = Tensor::cat(&outs, 2)?.reshape((n_heads, total, hd))?;

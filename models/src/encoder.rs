@@ -16,9 +16,10 @@ use candle_core::{DType, Device, Result, Tensor};
 use crate::attention::AttentionKernel;
 use crate::error::{ModelError, ModelResult};
 use crate::family::{LoadOptions, OutputDims};
-use crate::memory::MemoryEstimate;
+use crate::memory::{check_cap, MemoryEstimate};
 use crate::packed::SeqSpan;
 use crate::sentence::{SentenceHead, SentenceLayout};
+use crate::weights::Weights;
 use crate::{matryoshka, Embedder, PackedSequences};
 
 /// An encoder's forward pass over a packed batch.
@@ -89,6 +90,32 @@ pub fn output_dims(widths: Widths, layout: &SentenceLayout, hidden: usize) -> Ou
     }
 }
 
+/// An encoder family's `load`, its model's construction aside: the device opened, the dtype
+/// chosen, the weights opened and the attention kernel picked; `build` makes the model from
+/// them (with the attention tile); the embedder then wears the directory's head (`layout`).
+pub fn load_encoder<M: EncoderModel + 'static>(
+    family: &str,
+    dir: &Path,
+    opts: &LoadOptions,
+    (layout, widths): (&SentenceLayout, Widths),
+    build: impl FnOnce(&Weights, AttentionKernel, usize) -> ModelResult<M>,
+) -> ModelResult<Box<dyn Embedder>> {
+    let device = opts.device.open()?;
+    let dtype = compute_dtype(&device, opts)?;
+    let weights = Weights::open(dir, dtype, &device)?;
+    let model = build(
+        &weights,
+        encoder_kernel(&device, dtype),
+        opts.attention_tile,
+    )?;
+    drop(weights);
+    device.synchronize()?;
+    tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family, "loaded model");
+    Ok(Box::new(EncoderEmbedder::new(
+        model, dir, layout, widths, opts, &device,
+    )?))
+}
+
 /// An encoder with its sentence-transformers head behind the [`Embedder`] trait.
 pub struct EncoderEmbedder<M> {
     model: M,
@@ -150,24 +177,10 @@ impl<M: EncoderModel> EncoderEmbedder<M> {
     }
 
     fn check_memory(&self, spans: &[SeqSpan]) -> ModelResult<()> {
-        let limit = self.memory_limit.load(Ordering::Relaxed);
-        if limit == u64::MAX {
-            return Ok(());
-        }
         let lens: Vec<usize> = spans.iter().map(|s| s.len).collect();
-        let needed = self.memory_estimate(&lens).total();
-        if needed > limit {
-            return Err(ModelError::OutOfMemory {
-                needed: Some(needed),
-                limit: Some(limit),
-                detail: format!(
-                    "{} sequences, {} tokens need about {needed} bytes, over the {limit}-byte cap",
-                    lens.len(),
-                    lens.iter().sum::<usize>()
-                ),
-            });
-        }
-        Ok(())
+        check_cap(self.memory_limit.load(Ordering::Relaxed), &lens, |lens| {
+            self.memory_estimate(lens).total()
+        })
     }
 }
 

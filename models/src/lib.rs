@@ -23,6 +23,7 @@ pub mod family;
 #[cfg(feature = "cuda")]
 pub mod fused;
 pub mod gemma3;
+pub mod layer_kinds;
 pub mod memory;
 pub mod modernbert;
 pub mod packed;

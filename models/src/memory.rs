@@ -5,6 +5,8 @@
 //! they run, and drives the optional memory cap that makes `embed` fail with `OutOfMemory`
 //! early.
 
+use crate::error::{ModelError, ModelResult};
+
 /// Bytes needed by one forward pass, by part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct MemoryEstimate {
@@ -21,6 +23,32 @@ impl MemoryEstimate {
     pub fn total(&self) -> u64 {
         self.weights + self.activations + self.attention
     }
+}
+
+/// The memory cap's verdict on a forward over sequences of `lens` (`u64::MAX`: no cap):
+/// [`ModelError::OutOfMemory`] when its estimate `needed` is over `limit`, so the caller halves
+/// the batch as it would for a real one. The estimate is made only under a cap.
+pub fn check_cap(
+    limit: u64,
+    lens: &[usize],
+    needed: impl FnOnce(&[usize]) -> u64,
+) -> ModelResult<()> {
+    if limit == u64::MAX {
+        return Ok(());
+    }
+    let needed = needed(lens);
+    if needed > limit {
+        return Err(ModelError::OutOfMemory {
+            needed: Some(needed),
+            limit: Some(limit),
+            detail: format!(
+                "{} sequences, {} tokens need about {needed} bytes, over the {limit}-byte cap",
+                lens.len(),
+                lens.iter().sum::<usize>()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Share of the device's free memory (after the weights are loaded) a mini-batch may plan to

@@ -17,38 +17,19 @@ pub(super) fn packed_attention(
     scale: f64,
     mask: Mask,
 ) -> Result<Tensor> {
-    let total = v.dim(0)?;
-    let (q, k) = (q.narrow(0, 0, total)?, k.narrow(0, 0, total)?);
-    let (_, n_heads, hd) = q.dims3()?;
-    let n_kv = k.dim(1)?;
-    let g = n_heads / n_kv;
-    let (q, k, v) = (
-        q.transpose(0, 1)?.contiguous()?,
-        k.transpose(0, 1)?.contiguous()?,
-        v.transpose(0, 1)?.contiguous()?,
-    );
-    let mut outs = Vec::with_capacity(ctx.spans.len());
-    for span in &ctx.spans {
-        let qs = q
-            .narrow(1, span.start, span.len)?
-            .reshape((n_kv, g, span.len, hd))?;
-        let ks = k.narrow(1, span.start, span.len)?.contiguous()?;
-        let vs = v.narrow(1, span.start, span.len)?.contiguous()?;
+    super::per_sequence(q, k, v, &ctx.spans, |qs, ks, vs| {
+        let (n_kv, g, len, hd) = qs.dims4()?;
         let mut tiles = Vec::new();
         let mut q0 = 0;
-        while q0 < span.len {
-            let q_len = ctx.tile.min(span.len - q0);
+        while q0 < len {
+            let q_len = ctx.tile.min(len - q0);
             let qt = qs.narrow(2, q0, q_len)?.reshape((n_kv, g * q_len, hd))?;
-            let out = query_tile(&qt, &ks, &vs, (q0, q_len, g), ctx.tile, scale, mask)?;
+            let out = query_tile(&qt, ks, vs, (q0, q_len, g), ctx.tile, scale, mask)?;
             tiles.push(out.reshape((n_kv, g, q_len, hd))?);
             q0 += q_len;
         }
-        outs.push(Tensor::cat(&tiles, 2)?);
-    }
-    let out = Tensor::cat(&outs, 2)?.reshape((n_heads, total, hd))?;
-    out.transpose(0, 1)?
-        .contiguous()?
-        .reshape((total, n_heads * hd))
+        Tensor::cat(&tiles, 2)
+    })
 }
 
 /// The additive mask of query rows `[q0, q0 + q_len)` against keys `[k0, k0 + k_len)`.

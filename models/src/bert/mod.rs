@@ -19,16 +19,13 @@ use std::path::{Path, PathBuf};
 pub use config::{Config, Variant};
 pub use model::BertModel;
 
-use crate::encoder::{
-    compute_dtype, context, encoder_kernel, output_dims, EncoderEmbedder, Widths,
-};
+use crate::encoder::{context, load_encoder, output_dims, Widths};
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
-use crate::weights::Weights;
 use crate::Embedder;
 
 /// One variant of the BERT family, as the registry lists it.
@@ -112,22 +109,13 @@ impl ModelFamily for Bert {
     fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
         let cfg = self.config(dir)?;
         let layout = self.layout(dir)?;
-        let device = opts.device.open()?;
-        let dtype = compute_dtype(&device, opts)?;
-        let weights = Weights::open(dir, dtype, &device)?;
-        let kernel = encoder_kernel(&device, dtype);
-        let model = BertModel::new(&cfg, self.0, &weights, kernel, opts.attention_tile)?;
-        drop(weights);
-        device.synchronize()?;
-        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family = self.name(), "loaded model");
-        Ok(Box::new(EncoderEmbedder::new(
-            model,
+        load_encoder(
+            self.name(),
             dir,
-            &layout,
-            Widths::Only,
             opts,
-            &device,
-        )?))
+            (&layout, Widths::Only),
+            |weights, kernel, tile| BertModel::new(&cfg, self.0, weights, kernel, tile),
+        )
     }
 
     /// The shape, its context as the embedder reads it (the positions, or the model card's

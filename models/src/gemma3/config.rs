@@ -10,15 +10,10 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::{read_model_file, ModelError, ModelResult};
+use crate::error::{read_model_file, ModelResult};
 use crate::family::ModelShape;
-
-/// What one layer attends to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayerKind {
-    Global,
-    Local,
-}
+pub use crate::layer_kinds::LayerKind;
+use crate::layer_kinds::{layer_kinds, rope_theta, ConfigError};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Config {
@@ -63,35 +58,19 @@ fn scalar() -> f64 {
     256.0
 }
 
-/// Why a `config.json` text is not a config of ours.
-#[derive(Debug)]
-pub enum Err {
-    Json(serde_json::Error),
-    Unsupported(String),
-}
-
 impl Config {
     pub fn from_file(path: &Path) -> ModelResult<Config> {
         let text = read_model_file(
             path,
             "a Hugging Face model directory has config.json next to the weights",
         )?;
-        Config::from_json(&text).map_err(|e| match e {
-            Err::Json(source) => ModelError::ConfigParse {
-                path: path.to_path_buf(),
-                source,
-            },
-            Err::Unsupported(reason) => ModelError::UnsupportedConfig {
-                path: path.to_path_buf(),
-                reason,
-            },
-        })
+        Config::from_json(&text).map_err(|e| e.at(path))
     }
 
-    pub fn from_json(text: &str) -> Result<Config, Err> {
-        let value: Value = serde_json::from_str(text).map_err(Err::Json)?;
-        let mut cfg: Config = serde_json::from_value(value.clone()).map_err(Err::Json)?;
-        let no = |reason: String| Err(Err::Unsupported(reason));
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let value: Value = serde_json::from_str(text).map_err(ConfigError::Json)?;
+        let mut cfg: Config = serde_json::from_value(value.clone()).map_err(ConfigError::Json)?;
+        let no = |reason: String| Err(ConfigError::Unsupported(reason));
         if cfg.model_type.as_deref() != Some("gemma3_text") {
             return no(format!(
                 "model_type {:?} is not `gemma3_text`",
@@ -134,58 +113,27 @@ impl Config {
             .find_map(|k| value.get(*k).and_then(Value::as_u64))
             .unwrap_or(6)
             .max(1) as usize;
-        cfg.layers = match value.get("layer_types").and_then(Value::as_array) {
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("full_attention") => Ok(LayerKind::Global),
-                    Some("sliding_attention") => Ok(LayerKind::Local),
-                    other => Err(Err::Unsupported(format!(
-                        "layer type {other:?} is not implemented (full_attention, \
-                         sliding_attention are)"
-                    ))),
-                })
-                .collect::<Result<_, _>>()?,
-            None => (0..cfg.num_hidden_layers)
-                .map(|i| {
-                    if (i + 1) % pattern == 0 {
-                        LayerKind::Global
-                    } else {
-                        LayerKind::Local
-                    }
-                })
-                .collect(),
-        };
-        if cfg.layers.len() != cfg.num_hidden_layers {
-            return no(format!(
-                "layer_types names {} layers, num_hidden_layers {}",
-                cfg.layers.len(),
-                cfg.num_hidden_layers
-            ));
+        cfg.layers = layer_kinds(&value, cfg.num_hidden_layers, |i| {
+            if (i + 1) % pattern == 0 {
+                LayerKind::Global
+            } else {
+                LayerKind::Local
+            }
+        })?;
+        if value.get("rope_scaling").is_some_and(|s| !s.is_null())
+            && value
+                .pointer("/rope_parameters/full_attention/rope_theta")
+                .is_none()
+        {
+            return no("rope_scaling is set; scaled rope is not implemented".into());
         }
-        let theta = |kind: &str, old: &str, default: f64| -> Result<f64, Err> {
-            if let Some(params) = value.get("rope_parameters").and_then(|p| p.get(kind)) {
-                match params.get("rope_type").and_then(Value::as_str) {
-                    None | Some("default") => {}
-                    Some(other) => {
-                        return Err(Err::Unsupported(format!(
-                            "rope_type `{other}` is not implemented (default is)"
-                        )))
-                    }
-                }
-                if let Some(theta) = params.get("rope_theta").and_then(Value::as_f64) {
-                    return Ok(theta);
-                }
-            }
-            if value.get("rope_scaling").is_some_and(|s| !s.is_null()) && kind == "full_attention" {
-                return Err(Err::Unsupported(
-                    "rope_scaling is set; scaled rope is not implemented".into(),
-                ));
-            }
-            Ok(value.get(old).and_then(Value::as_f64).unwrap_or(default))
-        };
-        cfg.global_rope_theta = theta("full_attention", "rope_theta", 1_000_000.0)?;
-        cfg.local_rope_theta = theta("sliding_attention", "rope_local_base_freq", 10_000.0)?;
+        cfg.global_rope_theta = rope_theta(&value, "full_attention", "rope_theta", 1_000_000.0)?;
+        cfg.local_rope_theta = rope_theta(
+            &value,
+            "sliding_attention",
+            "rope_local_base_freq",
+            10_000.0,
+        )?;
         Ok(cfg)
     }
 
@@ -280,7 +228,7 @@ mod tests {
             "\"use_bidirectional_attention\":true",
             "\"use_bidirectional_attention\":false",
         );
-        let Err(Err::Unsupported(why)) = Config::from_json(&causal) else {
+        let Err(ConfigError::Unsupported(why)) = Config::from_json(&causal) else {
             panic!("accepted")
         };
         assert!(why.contains("not an embedding model"), "{why}");

@@ -18,16 +18,13 @@ use std::path::{Path, PathBuf};
 pub use config::Config;
 pub use model::Gemma3Model;
 
-use crate::encoder::{
-    compute_dtype, context, encoder_kernel, output_dims, EncoderEmbedder, Widths,
-};
+use crate::encoder::{context, load_encoder, output_dims, Widths};
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
-use crate::weights::Weights;
 use crate::Embedder;
 
 /// The Gemma 3 family, as the registry lists it.
@@ -92,29 +89,22 @@ impl ModelFamily for Gemma3 {
     fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
         let cfg = Config::from_file(&dir.join("config.json"))?;
         let layout = self.layout(dir)?;
-        let device = opts.device.open()?;
-        let dtype = compute_dtype(&device, opts)?;
-        if dtype == candle_core::DType::F16 {
+        // f16 is only ever asked for (the default is f32 on a CPU, bf16 on a GPU).
+        if opts.dtype == Some(candle_core::DType::F16) {
             // Its model card: "EmbeddingGemma activations do not support float16".
             return Err(crate::error::ModelError::InvalidDevice {
                 spec: opts.device.to_string(),
                 reason: "EmbeddingGemma's activations overflow float16; use bf16 or f32".into(),
             });
         }
-        let weights = Weights::open(dir, dtype, &device)?;
-        let kernel = encoder_kernel(&device, dtype);
-        let model = Gemma3Model::new(&cfg, &weights, kernel, opts.attention_tile)?;
-        drop(weights);
-        device.synchronize()?;
-        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family = self.name(), "loaded model");
-        Ok(Box::new(EncoderEmbedder::new(
-            model,
+        let widths = widths(layout.output_width(cfg.hidden_size));
+        load_encoder(
+            self.name(),
             dir,
-            &layout,
-            widths(layout.output_width(cfg.hidden_size)),
             opts,
-            &device,
-        )?))
+            (&layout, widths),
+            |weights, kernel, tile| Gemma3Model::new(&cfg, weights, kernel, tile),
+        )
     }
 
     /// The shape, its context as the embedder reads it.

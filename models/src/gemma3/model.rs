@@ -10,7 +10,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::Linear;
 
 use super::config::{Config, LayerKind};
-use crate::attention::{AttentionKernel, AttnContext, Mask};
+use crate::attention::{AttentionKernel, AttnContext};
 use crate::encoder::EncoderModel;
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
@@ -178,16 +178,11 @@ impl EncoderModel for Gemma3Model {
         for layer in &self.layers {
             let h = layer.input_norm.forward(&x)?;
             let qkv = project(&layer.qkv, &h)?.reshape((t, nh + 2 * nkv, hd))?;
-            let (rope, mask) = match layer.kind {
-                LayerKind::Global => (&global, Mask::Full),
-                LayerKind::Local => (
-                    &local,
-                    Mask::Window {
-                        left: window,
-                        right: window,
-                    },
-                ),
+            let rope = match layer.kind {
+                LayerKind::Global => &global,
+                LayerKind::Local => &local,
             };
+            let mask = layer.kind.mask(window);
             let q = rope.apply(&layer.q_norm.forward(&qkv.narrow(1, 0, nh)?)?)?;
             let k = rope.apply(&layer.k_norm.forward(&qkv.narrow(1, nh, nkv)?)?)?;
             let v = qkv.narrow(1, nh + nkv, nkv)?;

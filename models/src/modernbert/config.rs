@@ -7,17 +7,10 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::{read_model_file, ModelError, ModelResult};
+use crate::error::{read_model_file, ModelResult};
 use crate::family::ModelShape;
-
-/// What one layer attends to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayerKind {
-    /// Every token of the sequence (rope theta `global`).
-    Global,
-    /// Tokens within `local_attention / 2` either side (rope theta `local`).
-    Local,
-}
+pub use crate::layer_kinds::LayerKind;
+use crate::layer_kinds::{layer_kinds, rope_theta, ConfigError};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Config {
@@ -70,23 +63,14 @@ impl Config {
             path,
             "a Hugging Face model directory has config.json next to the weights",
         )?;
-        Config::from_json(&text).map_err(|e| match e {
-            Err::Json(source) => ModelError::ConfigParse {
-                path: path.to_path_buf(),
-                source,
-            },
-            Err::Unsupported(reason) => ModelError::UnsupportedConfig {
-                path: path.to_path_buf(),
-                reason,
-            },
-        })
+        Config::from_json(&text).map_err(|e| e.at(path))
     }
 
-    pub fn from_json(text: &str) -> Result<Config, Err> {
-        let value: Value = serde_json::from_str(text).map_err(Err::Json)?;
-        let mut cfg: Config = serde_json::from_value(value.clone()).map_err(Err::Json)?;
+    pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        let value: Value = serde_json::from_str(text).map_err(ConfigError::Json)?;
+        let mut cfg: Config = serde_json::from_value(value.clone()).map_err(ConfigError::Json)?;
         if cfg.model_type.as_deref() != Some("modernbert") {
-            return Err(Err::Unsupported(format!(
+            return Err(ConfigError::Unsupported(format!(
                 "model_type {:?} is not `modernbert`",
                 cfg.model_type
             )));
@@ -96,56 +80,20 @@ impl Config {
             .and_then(Value::as_u64)
             .unwrap_or(3)
             .max(1) as usize;
-        cfg.layers = match value.get("layer_types").and_then(Value::as_array) {
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("full_attention") => Ok(LayerKind::Global),
-                    Some("sliding_attention") => Ok(LayerKind::Local),
-                    other => Err(Err::Unsupported(format!(
-                        "layer type {other:?} is not implemented (full_attention, \
-                         sliding_attention are)"
-                    ))),
-                })
-                .collect::<Result<_, _>>()?,
-            None => (0..cfg.num_hidden_layers)
-                .map(|i| {
-                    if i % every == 0 {
-                        LayerKind::Global
-                    } else {
-                        LayerKind::Local
-                    }
-                })
-                .collect(),
-        };
-        if cfg.layers.len() != cfg.num_hidden_layers {
-            return Err(Err::Unsupported(format!(
-                "layer_types names {} layers, num_hidden_layers {}",
-                cfg.layers.len(),
-                cfg.num_hidden_layers
-            )));
-        }
-        let theta = |kind: &str, old: &str, default: f64| -> Result<f64, Err> {
-            if let Some(params) = value.get("rope_parameters").and_then(|p| p.get(kind)) {
-                match params.get("rope_type").and_then(Value::as_str) {
-                    None | Some("default") => {}
-                    Some(other) => {
-                        return Err(Err::Unsupported(format!(
-                            "rope_type `{other}` is not implemented (default is)"
-                        )))
-                    }
-                }
-                if let Some(theta) = params.get("rope_theta").and_then(Value::as_f64) {
-                    return Ok(theta);
-                }
+        cfg.layers = layer_kinds(&value, cfg.num_hidden_layers, |i| {
+            if i % every == 0 {
+                LayerKind::Global
+            } else {
+                LayerKind::Local
             }
-            Ok(value.get(old).and_then(Value::as_f64).unwrap_or(default))
-        };
-        cfg.global_rope_theta = theta("full_attention", "global_rope_theta", 160_000.0)?;
-        cfg.local_rope_theta = theta("sliding_attention", "local_rope_theta", 10_000.0)?;
+        })?;
+        cfg.global_rope_theta =
+            rope_theta(&value, "full_attention", "global_rope_theta", 160_000.0)?;
+        cfg.local_rope_theta =
+            rope_theta(&value, "sliding_attention", "local_rope_theta", 10_000.0)?;
         if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
         {
-            return Err(Err::Unsupported(format!(
+            return Err(ConfigError::Unsupported(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 cfg.hidden_size, cfg.num_attention_heads
             )));
@@ -154,7 +102,7 @@ impl Config {
             cfg.hidden_activation.as_str(),
             "gelu" | "gelu_new" | "gelu_pytorch_tanh"
         ) {
-            return Err(Err::Unsupported(format!(
+            return Err(ConfigError::Unsupported(format!(
                 "hidden_activation `{}` is not implemented (gelu, gelu_new, gelu_pytorch_tanh are)",
                 cfg.hidden_activation
             )));
@@ -197,13 +145,6 @@ impl Config {
             parameters: self.num_parameters(),
         }
     }
-}
-
-/// Why a `config.json` text is not a ModernBERT config of ours.
-#[derive(Debug)]
-pub enum Err {
-    Json(serde_json::Error),
-    Unsupported(String),
 }
 
 #[cfg(test)]
@@ -267,7 +208,7 @@ mod tests {
             "\"local_attention\":128",
             "\"local_attention\":128,\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"yarn\",\"rope_theta\":1.0}}",
         );
-        let Err(Err::Unsupported(why)) = Config::from_json(&text) else {
+        let Err(ConfigError::Unsupported(why)) = Config::from_json(&text) else {
             panic!("accepted")
         };
         assert!(why.contains("rope_type `yarn`"), "{why}");

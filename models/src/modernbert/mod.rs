@@ -16,16 +16,13 @@ use std::path::{Path, PathBuf};
 pub use config::Config;
 pub use model::ModernBertModel;
 
-use crate::encoder::{
-    compute_dtype, context, encoder_kernel, output_dims, EncoderEmbedder, Widths,
-};
+use crate::encoder::{context, load_encoder, output_dims, Widths};
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
-use crate::weights::Weights;
 use crate::Embedder;
 
 /// The ModernBERT family, as the registry lists it.
@@ -79,22 +76,13 @@ impl ModelFamily for ModernBert {
     fn load(&self, dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embedder>> {
         let cfg = Config::from_file(&dir.join("config.json"))?;
         let layout = self.layout(dir)?;
-        let device = opts.device.open()?;
-        let dtype = compute_dtype(&device, opts)?;
-        let weights = Weights::open(dir, dtype, &device)?;
-        let kernel = encoder_kernel(&device, dtype);
-        let model = ModernBertModel::new(&cfg, &weights, kernel, opts.attention_tile)?;
-        drop(weights);
-        device.synchronize()?;
-        tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family = self.name(), "loaded model");
-        Ok(Box::new(EncoderEmbedder::new(
-            model,
+        load_encoder(
+            self.name(),
             dir,
-            &layout,
-            Widths::Only,
             opts,
-            &device,
-        )?))
+            (&layout, Widths::Only),
+            |weights, kernel, tile| ModernBertModel::new(&cfg, weights, kernel, tile),
+        )
     }
 
     /// The shape, its context as the embedder reads it.

@@ -10,7 +10,7 @@ use candle_core::{DType, Result, Tensor};
 use candle_nn::Linear;
 
 use super::config::{Config, LayerKind};
-use crate::attention::{AttentionKernel, AttnContext, Mask};
+use crate::attention::{AttentionKernel, AttnContext};
 use crate::encoder::EncoderModel;
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
@@ -173,16 +173,11 @@ impl EncoderModel for ModernBertModel {
                 None => x.clone(),
             };
             let qkv = layer.wqkv.forward(&h)?.reshape((t, 3 * nh, hd))?;
-            let (rope, mask) = match layer.kind {
-                LayerKind::Global => (&global, Mask::Full),
-                LayerKind::Local => (
-                    &local,
-                    Mask::Window {
-                        left: window,
-                        right: window,
-                    },
-                ),
+            let rope = match layer.kind {
+                LayerKind::Global => &global,
+                LayerKind::Local => &local,
             };
+            let mask = layer.kind.mask(window);
             let q = rope.apply(&qkv.narrow(1, 0, nh)?)?;
             let k = rope.apply(&qkv.narrow(1, nh, nh)?)?;
             let v = qkv.narrow(1, 2 * nh, nh)?;

@@ -10,7 +10,7 @@ use super::memory::{check_tokens_per_forward, estimate_memory, token_budget};
 use super::model::Qwen3Model;
 use crate::error::{ModelError, ModelResult};
 use crate::family::LoadOptions;
-use crate::memory::{share_of_free, MemoryEstimate};
+use crate::memory::{check_cap, share_of_free, MemoryEstimate};
 use crate::packed::SeqSpan;
 use crate::weights::Weights;
 use crate::{matryoshka, Embedder, PackedSequences};
@@ -156,24 +156,10 @@ impl Qwen3Embedder {
                 detail,
             }
         })?;
-        let limit = self.memory_limit.load(Ordering::Relaxed);
-        if limit == u64::MAX {
-            return Ok(());
-        }
         let lens: Vec<usize> = spans.iter().map(|s| s.len).collect();
-        let needed = self.memory_estimate(&lens).total();
-        if needed > limit {
-            return Err(ModelError::OutOfMemory {
-                needed: Some(needed),
-                limit: Some(limit),
-                detail: format!(
-                    "{} sequences, {} tokens need about {needed} bytes, over the {limit}-byte cap",
-                    lens.len(),
-                    lens.iter().sum::<usize>()
-                ),
-            });
-        }
-        Ok(())
+        check_cap(self.memory_limit.load(Ordering::Relaxed), &lens, |lens| {
+            self.memory_estimate(lens).total()
+        })
     }
 
     /// Runs the model on a validated batch; rows are L2-normalised f32 of `output_dim`.
