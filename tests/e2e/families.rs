@@ -7,7 +7,7 @@
 //! the reference at 1, 7 and the context's tokens and for texts longer than the context
 //! (chunks combined by the same rule on both sides).
 
-use crate::util::{read_shard_pooled, shard_rows_pooled, TestDir};
+use crate::util::{read_shard_pooled, shard_rows_pooled, ShardRecord, TestDir};
 
 /// The encoder families of this build: `model_type`, the pooling and the document and query
 /// prompts their tiny models' files name, and the family's name.
@@ -48,19 +48,61 @@ fn cosine(a: &[f32], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(&x, &y)| x as f64 * y).sum()
 }
 
+/// `embed` of `texts.txt` with the model in `model/` (and `extra` options) into `out`: its
+/// rows, pooled by `pooling`.
+fn embed_lines(t: &TestDir, out: &str, extra: &[&str], pooling: &str) -> Vec<ShardRecord> {
+    let args = [
+        "embed",
+        "--model-dir",
+        "model",
+        "--input",
+        "texts.txt",
+        "--lines",
+        "--output",
+        out,
+    ];
+    t.run(&[&args[..], extra].concat(), 0);
+    read_shard_pooled(&t.join(out), pooling)
+}
+
+/// Each row against the reference's document of the same line: cosine ≥ 0.99999, the same
+/// number of chunks.
+fn assert_documents_match(got: &[ShardRecord], want: &serde_json::Value, label: &str) {
+    let docs = want["documents"].as_array().unwrap();
+    assert_eq!(got.len(), docs.len(), "{label}");
+    for (row, doc) in got.iter().zip(docs) {
+        let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
+        let c = cosine(&row.vector, &reference);
+        assert!(c >= 0.99999, "{label} {}: cosine {c}", row.id);
+        assert_eq!(row.n_chunks as u64, doc["chunks"].as_u64().unwrap());
+    }
+}
+
 /// transformers' vectors of `model/` (which it rewrites with its own weights).
 fn reference(t: &TestDir, python: &str) -> serde_json::Value {
+    let context = CONTEXT.to_string();
+    let lengths = format!("1 7 {CONTEXT}");
+    let env = [("LENGTHS", lengths.as_str()), ("MAX_TOKENS", &context)];
+    run_reference(t, python, &t.join("model"), &env)
+}
+
+/// `benches/reference_encoder.py` on `model` with `texts.txt` and `env`: its JSON.
+fn run_reference(
+    t: &TestDir,
+    python: &str,
+    model: &std::path::Path,
+    env: &[(&str, &str)],
+) -> serde_json::Value {
     let out = std::process::Command::new(python)
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/benches/reference_encoder.py"
         ))
-        .env("MODEL_DIR", t.join("model"))
+        .env("MODEL_DIR", model)
         .env("OUT", t.join("ref.json"))
-        .env("LENGTHS", format!("1 7 {CONTEXT}"))
         .env("TEXTS", t.join("texts.txt"))
-        .env("MAX_TOKENS", CONTEXT.to_string())
         .env("HF_HUB_OFFLINE", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("python runs");
     assert!(
@@ -121,28 +163,8 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
         }
 
         // The texts through `embed`: tokenizer, prompt, chunks and their combination.
-        t.run(
-            &[
-                "embed",
-                "--model-dir",
-                "model",
-                "--input",
-                "texts.txt",
-                "--lines",
-                "--output",
-                "docs.parquet",
-            ],
-            0,
-        );
-        let got = read_shard_pooled(&t.join("docs.parquet"), pooling);
-        let docs = want["documents"].as_array().unwrap();
-        assert_eq!(got.len(), docs.len());
-        for (row, doc) in got.iter().zip(docs) {
-            let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
-            let c = cosine(&row.vector, &reference);
-            assert!(c >= 0.99999, "{family} {}: cosine {c}", row.id);
-            assert_eq!(row.n_chunks as u64, doc["chunks"].as_u64().unwrap());
-        }
+        let got = embed_lines(&t, "docs.parquet", &[], pooling);
+        assert_documents_match(&got, &want, family);
         assert!(
             got.last().unwrap().n_chunks >= 2,
             "the long text is chunked"
@@ -264,26 +286,12 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
     let texts = corpus_texts(&t);
     std::fs::write(t.join("texts.txt"), texts.join("\n") + "\n").unwrap();
     std::os::unix::fs::symlink(&dir, t.join("model")).unwrap();
-    let out = std::process::Command::new(&python)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/reference_encoder.py"
-        ))
-        .env("MODEL_DIR", &dir)
-        .env("PRETRAINED", "1")
-        .env("OUT", t.join("ref.json"))
-        .env("TEXTS", t.join("texts.txt"))
-        .env("MAX_TOKENS", "256")
-        .env("HF_HUB_OFFLINE", "1")
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "reference_encoder.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let want = run_reference(
+        &t,
+        &python,
+        std::path::Path::new(&dir),
+        &[("PRETRAINED", "1"), ("MAX_TOKENS", "256")],
     );
-    let want: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(t.join("ref.json")).unwrap()).unwrap();
 
     let tokenizer = embedfleet_models::load_tokenizer(&t.join("model")).unwrap();
     let mut longest = 0;
@@ -300,21 +308,7 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
         "a text longer than the context: {longest} tokens"
     );
 
-    t.run(
-        &[
-            "embed",
-            "--model-dir",
-            "model",
-            "--input",
-            "texts.txt",
-            "--lines",
-            "--output",
-            "docs.parquet",
-        ],
-        0,
-    );
-    let got = read_shard_pooled(&t.join("docs.parquet"), "mean");
-    let docs = want["documents"].as_array().unwrap();
+    let got = embed_lines(&t, "docs.parquet", &[], "mean");
     assert_eq!(got.len(), 200);
     // doctor reads the context the model card sets (256 of its 512 positions) and runs it.
     let doctor = t.run(&["doctor", "--model-dir", "model", "--devices", "cpu"], 0);
@@ -330,12 +324,7 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
         ),
         "{said}"
     );
-    for (row, doc) in got.iter().zip(docs) {
-        let reference: Vec<f64> = serde_json::from_value(doc["embedding"].clone()).unwrap();
-        let c = cosine(&row.vector, &reference);
-        assert!(c >= 0.99999, "{}: cosine {c}", row.id);
-        assert_eq!(row.n_chunks as u64, doc["chunks"].as_u64().unwrap());
-    }
+    assert_documents_match(&got, &want, "all-MiniLM-L6-v2");
 }
 
 /// What a family's directory cannot give is refused by `submit` before any job: a module we do
@@ -431,26 +420,8 @@ fn embeddinggemma_vectors_cut_to_a_trained_width_are_the_full_ones_renormalised(
         0,
     );
     std::fs::write(t.join("texts.txt"), texts()).unwrap();
-    let embed = |dim: &[&str], out: &str| {
-        let args = [
-            &[
-                "embed",
-                "--model-dir",
-                "model",
-                "--input",
-                "texts.txt",
-                "--lines",
-                "--output",
-                out,
-            ][..],
-            dim,
-        ]
-        .concat();
-        t.run(&args, 0);
-        read_shard_pooled(&t.join(out), "mean")
-    };
-    let full = embed(&[], "full.parquet");
-    let cut = embed(&["--dim", "32"], "cut.parquet");
+    let full = embed_lines(&t, "full.parquet", &[], "mean");
+    let cut = embed_lines(&t, "cut.parquet", &["--dim", "32"], "mean");
     for (f, c) in full.iter().zip(&cut) {
         assert_eq!((f.vector.len(), c.vector.len()), (96, 32));
         let norm = c.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
