@@ -377,8 +377,24 @@ struct SbertConfig {
     do_lower_case: bool,
 }
 
-/// `path` parsed, or `None` when it does not exist.
+/// The most a sentence-transformers JSON file is read (they are a few hundred bytes).
+const MAX_JSON_BYTES: u64 = 1 << 20;
+
+/// `path` parsed, or `None` when it does not exist. A FIFO, a device or a file over a MiB is
+/// refused before it is opened: a read of it would block or grow without bound (a download
+/// cache's symbolic links are followed, as Hugging Face's cache is made of them).
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> ModelResult<Option<T>> {
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() || meta.len() > MAX_JSON_BYTES {
+            return Err(ModelError::UnsupportedConfig {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "not a regular JSON file of at most {MAX_JSON_BYTES} bytes: replace it with \
+                     the file shipped with the model"
+                ),
+            });
+        }
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -273,3 +273,18 @@ fn null_prompts_read_as_none_and_the_default_prompt_serves_a_query_without_its_o
     assert_eq!(layout.query_prompt, "Represent this: ");
     assert_eq!(layout.document_prompt, "Represent this: ");
 }
+
+#[test]
+fn a_fifo_or_a_huge_file_in_place_of_a_json_file_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = std::ffi::CString::new(d.join("modules.json").to_str().unwrap()).unwrap();
+    // SAFETY: a path of our own temporary directory, NUL-terminated.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let why = refusal(d, &DEFAULTS);
+    assert!(why.contains("not a regular JSON file"), "{why}");
+    std::fs::remove_file(d.join("modules.json")).unwrap();
+    let big = std::fs::File::create(d.join("modules.json")).unwrap();
+    big.set_len(2 << 20).unwrap();
+    assert!(refusal(d, &DEFAULTS).contains("not a regular JSON file"));
+}
