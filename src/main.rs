@@ -30,7 +30,7 @@ fn main() {
                         said.push_str(&line);
                     }
                 }
-                commands::exit_code(&err)
+                embedfleet_pipeline::commands::exit_code(&err)
             }
         }
     };

@@ -47,6 +47,8 @@ pub enum PipelineError {
     #[error(transparent)]
     StoredConfig(#[from] StoredConfigError),
     #[error(transparent)]
+    Config(#[from] embedfleet_orchestrator::config::ConfigError),
+    #[error(transparent)]
     Snapshot(#[from] SnapshotError),
     #[error(transparent)]
     Query(#[from] QueryError),

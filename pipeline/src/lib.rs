@@ -11,8 +11,10 @@
 
 pub mod activity;
 pub mod build_shard;
+pub mod commands;
 pub mod delete;
 pub mod error;
+pub mod flags;
 pub mod group_builds;
 pub mod job_record;
 pub mod preflight;

@@ -5,12 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::RunLayout;
-use embedfleet_upload::{ApiKey, PgConfig, PgVector, QdrantEdge, QdrantServer, ServerConfig, Sink};
+use embedfleet_upload::{
+    ApiKey, IterativeScan, PgConfig, PgIndex, PgVector, QdrantEdge, QdrantServer, ServerConfig,
+    Sink,
+};
 
 use crate::error::Result;
 
 /// A target as typed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TargetFlags {
     /// A server's gRPC URL.
     pub qdrant: Option<String>,
@@ -19,8 +22,29 @@ pub struct TargetFlags {
     pub api_key_env: Option<String>,
     pub api_key_file: Option<PathBuf>,
     pub allow_insecure: bool,
-    /// A PostgreSQL database with pgvector, and what to build there.
-    pub postgres: Option<PgConfig>,
+    /// A PostgreSQL database with pgvector (its URL).
+    pub postgres: Option<String>,
+    /// What to build there: the index, how filtered searches scan, the memory of a build.
+    pub pg_index: PgIndex,
+    pub pg_iterative_scan: IterativeScan,
+    pub pg_maintenance_mem: Option<u64>,
+}
+
+impl Default for TargetFlags {
+    fn default() -> Self {
+        let pg = PgConfig::new("");
+        Self {
+            qdrant: None,
+            edge: None,
+            api_key_env: None,
+            api_key_file: None,
+            allow_insecure: false,
+            postgres: None,
+            pg_index: pg.index,
+            pg_iterative_scan: pg.iterative_scan,
+            pg_maintenance_mem: pg.maintenance_mem_mb,
+        }
+    }
 }
 
 /// The kind of sink a target opened: what `tune` saves its settings for.
@@ -85,10 +109,20 @@ impl TargetFlags {
         }
     }
 
+    /// The PostgreSQL database at `url` with this target's pgvector settings.
+    pub fn pg_config(&self, url: &str) -> PgConfig {
+        PgConfig {
+            index: self.pg_index,
+            iterative_scan: self.pg_iterative_scan,
+            maintenance_mem_mb: self.pg_maintenance_mem,
+            ..PgConfig::new(url)
+        }
+    }
+
     /// The sink of this target for the run in `run_dir`, and its kind.
     pub fn open(&self, run_dir: &Path) -> Result<(Box<dyn Sink>, SinkKind)> {
-        if let Some(config) = &self.postgres {
-            let sink = PgVector::connect(config.clone())?;
+        if let Some(url) = &self.postgres {
+            let sink = PgVector::connect(self.pg_config(url))?;
             return Ok((Box::new(sink), SinkKind::Postgres));
         }
         if let Some(url) = &self.qdrant {

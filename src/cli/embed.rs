@@ -4,7 +4,7 @@
 use super::{help, ModelArgs, RunDirArgs};
 use clap::{Args, Parser};
 use embedfleet_core::settings::DEFAULT_BATCH_TOKENS;
-use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use embedfleet_pipeline::flags::defaults::DEFAULT_SHARD_PAPERS;
 use embedfleet_pipeline::settings::JobSettings;
 use std::path::PathBuf;
 
@@ -174,11 +174,11 @@ pub enum ComputeDtype {
 }
 
 impl ComputeDtype {
-    pub fn dtype(self) -> embedfleet_models::DType {
+    pub fn dtype(self) -> embedfleet_pipeline::flags::DType {
         match self {
-            ComputeDtype::F32 => embedfleet_models::DType::F32,
-            ComputeDtype::Bf16 => embedfleet_models::DType::BF16,
-            ComputeDtype::F16 => embedfleet_models::DType::F16,
+            ComputeDtype::F32 => embedfleet_pipeline::flags::DType::F32,
+            ComputeDtype::Bf16 => embedfleet_pipeline::flags::DType::BF16,
+            ComputeDtype::F16 => embedfleet_pipeline::flags::DType::F16,
         }
     }
 }

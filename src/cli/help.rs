@@ -51,29 +51,13 @@ pub fn model_dir(more: &str) -> String {
     format!(
         "A model directory (config.json, model.safetensors or its numbered pieces, \
          tokenizer.json) of a family this build implements: {}{more}",
-        embedfleet_models::families_help()
+        embedfleet_pipeline::flags::help::families()
     )
 }
 
-/// The help of `embed --query`: each family's query format, with placeholders, families that
-/// write queries alike named together.
+/// The help of `embed --query`: each family's query format (the pipeline says them).
 pub fn query_formats() -> String {
-    let mut formats: Vec<(String, Vec<&str>)> = Vec::new();
-    for f in embedfleet_models::registry::FAMILIES {
-        let example = f.query_example().replace('\n', "\\n");
-        match formats.iter_mut().find(|(e, _)| *e == example) {
-            Some((_, names)) => names.push(f.model_type()),
-            None => formats.push((example, vec![f.model_type()])),
-        }
-    }
-    let formats: Vec<String> = formats
-        .into_iter()
-        .map(|(example, names)| format!("{}: `{example}`", names.join(", ")))
-        .collect();
-    format!(
-        "Embed as queries, in the model family's query format ({})",
-        formats.join("; ")
-    )
+    embedfleet_pipeline::flags::help::query_formats()
 }
 
 /// The commands of the top-level help, by group: each with a one-line summary (its own

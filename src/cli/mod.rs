@@ -11,7 +11,7 @@ mod submit;
 mod upload;
 
 pub use embed::{BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs};
-pub use plan::{Batching, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
+pub use plan::{Batching, CorpusArgs, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};
 pub use report::ReportArgs;
 pub use submit::{QueuesArgs, QueuesCommand, StatusArgs, SubmitArgs, TakeOverArgs};
@@ -202,12 +202,16 @@ mod tests {
         }
         let parsed = <Plan as clap::Parser>::parse_from(["embedfleet"]).plan;
         assert_eq!(
-            crate::commands::plan::plan_settings(&parsed),
+            embedfleet_pipeline::commands::plan::plan_settings(
+                &crate::commands::flags::plan_settings_flags(&parsed)
+            ),
             embedfleet_core::settings::PlanSettings::default()
         );
         let given = <Plan as clap::Parser>::parse_from(["embedfleet", "--batch-tokens", "8192"]);
         assert_ne!(
-            crate::commands::plan::plan_settings(&given.plan),
+            embedfleet_pipeline::commands::plan::plan_settings(
+                &crate::commands::flags::plan_settings_flags(&given.plan)
+            ),
             embedfleet_core::settings::PlanSettings::default()
         );
     }

@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use embedfleet_core::settings::{
     DEFAULT_BATCH_TOKENS, DEFAULT_PAPERS_PER_JOB, STUDY_MAX_CHARS, STUDY_MAX_PAPERS,
 };
-use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use embedfleet_pipeline::flags::defaults::DEFAULT_SHARD_PAPERS;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]

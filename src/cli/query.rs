@@ -4,8 +4,10 @@
 use super::help;
 use super::TargetArgs;
 use clap::Args;
-use embedfleet_query::vectors::DEFAULT_PART_TERMS;
-use embedfleet_query::workload::DEFAULT_PART_QUERIES;
+use embedfleet_pipeline::flags::defaults::{
+    DEFAULT_EFS, DEFAULT_LICENSE, DEFAULT_PART_QUERIES, DEFAULT_PART_TERMS, DEFAULT_RECALL_FLOOR,
+    DEFAULT_TARGET_SHARD_MB,
+};
 use std::path::PathBuf;
 
 /// The model that embeds query terms.
@@ -133,7 +135,7 @@ pub struct EvalArgs {
     #[arg(long = "filter", value_name = "EXPR")]
     pub filters: Vec<String>,
     /// The HNSW beam widths to evaluate.
-    #[arg(long, value_delimiter = ',', default_values_t = embedfleet_query::DEFAULT_EFS, value_name = "EF,...")]
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_EFS, value_name = "EF,...")]
     pub ef: Vec<u64>,
     /// Results per query (recall@k).
     #[arg(long, default_value_t = 10, value_name = "K")]
@@ -158,7 +160,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "NAME", requires = "compare_postgres", help_heading = help::COMPARE)]
     pub compare_table: Option<String>,
     /// The recall@k each database must reach in the comparison.
-    #[arg(long, default_value_t = embedfleet_query::compare::DEFAULT_FLOOR, value_name = "R", requires = "compare_postgres", help_heading = help::COMPARE)]
+    #[arg(long, default_value_t = DEFAULT_RECALL_FLOOR, value_name = "R", requires = "compare_postgres", help_heading = help::COMPARE)]
     pub recall_floor: f64,
     /// Where the recall-against-latency PNG goes (default: <run-dir>/eval/recall.png).
     #[arg(long, value_name = "FILE")]
@@ -176,7 +178,7 @@ pub struct PublishArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Size of each embedding parquet file, in MB (fractions too: 0.5).
-    #[arg(long, default_value_t = embedfleet_publish::DEFAULT_TARGET_SHARD_MB as f64, value_name = "MB")]
+    #[arg(long, default_value_t = DEFAULT_TARGET_SHARD_MB as f64, value_name = "MB")]
     pub target_shard_mb: f64,
     /// Publish a run with missing or failed batches; the card says what is missing.
     #[arg(long)]
@@ -185,7 +187,7 @@ pub struct PublishArgs {
     #[arg(long)]
     pub with_text: bool,
     /// The licence of the dataset card (peS2o's is ODC-By).
-    #[arg(long, default_value = embedfleet_publish::DEFAULT_LICENSE, value_name = "ID")]
+    #[arg(long, default_value = DEFAULT_LICENSE, value_name = "ID")]
     pub license: String,
     /// Query results to include (default: the outputs of the run's `query` commands).
     #[arg(long = "query-results", value_name = "FILE")]

@@ -5,7 +5,7 @@ use super::RunDirArgs;
 use super::VectorDtypeArg;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
-use embedfleet_orchestrator::scheduler::Backend;
+use embedfleet_pipeline::flags::defaults::{parse_listen, Backend};
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -135,7 +135,7 @@ pub struct SubmitArgs {
     /// port (listened on loopback, 127.0.0.1, only) or ADDRESS:PORT to be scraped from
     /// elsewhere. `metrics.prom` beside run.db has the same for node_exporter's textfile
     /// collector.
-    #[arg(long, value_name = "ADDR", value_parser = embedfleet_orchestrator::report::listen::parse_listen, help_heading = help::LOOP)]
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen, help_heading = help::LOOP)]
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// After each batch, its job builds the batch's Qdrant shard on the node's cores
     /// (`embed-job --build-shard`), for `upload --mode snapshot`.

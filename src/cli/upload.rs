@@ -2,7 +2,7 @@
 
 use super::help;
 use clap::Args;
-use embedfleet_upload::DEFAULT_CHECKPOINT_EVERY;
+use embedfleet_pipeline::flags::defaults::DEFAULT_CHECKPOINT_EVERY;
 use std::path::PathBuf;
 
 /// Where the points go: a Qdrant server, the embedded engine (the default), or PostgreSQL.

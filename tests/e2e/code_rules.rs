@@ -317,15 +317,15 @@ fn clap_types_stay_in_src_cli() {
         .any(|rel| uses_clap(&std::fs::read_to_string(root().join(rel)).unwrap())));
 }
 
-/// What `src/commands` must not hold (its files map flags onto settings, call the pipeline and
-/// print): a function over 60 lines, a run.db setting key, a choice by backend, sink kind or
+/// What `src/commands` must not hold (its files map flags onto the pipeline's and call it): a
+/// function over 40 lines, a run.db setting key, a choice by backend, sink kind or
 /// model family. Each is the pipeline's, or the seam's.
 pub fn command_module_problems(path: &str, src: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, line, len) in functions(src) {
-        if len > 60 {
+        if len > 40 {
             problems.push(format!(
-                "{path}:{line}: fn {name} has {len} lines (a command's at most 60): move the logic into pipeline"
+                "{path}:{line}: fn {name} has {len} lines (a command's at most 40): move the logic into pipeline"
             ));
         }
     }
@@ -351,14 +351,14 @@ pub fn command_module_problems(path: &str, src: &str) -> Vec<String> {
 
 #[test]
 fn a_command_module_with_pipeline_logic_is_named() {
-    let long: String = (0..60).map(|i| format!("    let x{i} = {i};\n")).collect();
+    let long: String = (0..40).map(|i| format!("    let x{i} = {i};\n")).collect();
     let src = format!(
         "fn long() {{\n{long}}}\nfn tuned(db: &RunDb) {{ db.setting(TUNED_SETTING); }}\n\
          fn by_kind(k: SinkKind) {{ match k {{ SinkKind::Edge => {{}} _ => {{}} }} }}\n"
     );
     let problems = command_module_problems("src/commands/x.rs", &src);
     assert_eq!(problems.len(), 4, "{problems:?}");
-    assert!(problems[0].starts_with("src/commands/x.rs:1: fn long has 62 lines"));
+    assert!(problems[0].starts_with("src/commands/x.rs:1: fn long has 42 lines"));
     assert!(command_module_problems("x.rs", "// db.setting(\nfn f() {}\n").is_empty());
 }
 
@@ -368,7 +368,7 @@ fn the_commands_map_flags_call_the_pipeline_and_print() {
         .into_iter()
         .filter(|rel| rel.starts_with("src/commands"))
         .collect();
-    assert!(commands.len() > 10, "{commands:?}");
+    assert!(commands.len() >= 2, "{commands:?}");
     let problems: Vec<String> = commands
         .iter()
         .flat_map(|rel| {

@@ -47,7 +47,7 @@ mod snapshot;
 mod snapshot_cluster;
 mod snapshot_server;
 mod ssh;
-mod stage_calls;
+mod binary_map;
 mod submit;
 mod submit_setup;
 mod update;

@@ -17,6 +17,8 @@ pub struct QueryModelFlags {
     pub dim: Option<usize>,
     pub devices: Option<String>,
     pub instruction: Option<String>,
+    /// `--field`: the precomputed vectors' column to search with, instead of a model.
+    pub field: Option<String>,
 }
 
 /// The model that embeds query terms, resolved.

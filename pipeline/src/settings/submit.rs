@@ -30,8 +30,8 @@ pub const GROUP_BUILDS_SETTING: &str = "submit.group_builds";
 #[derive(Debug, Clone, Default)]
 pub struct SubmitFlags {
     pub run_dir: PathBuf,
-    /// `--config FILE`, read.
-    pub config: Option<RunConfig>,
+    /// `--config FILE`.
+    pub config: Option<PathBuf>,
     pub backend: Option<Backend>,
     pub replace_config: bool,
     pub queues: Vec<(String, u32)>,
@@ -139,7 +139,7 @@ impl SubmitSettings {
     /// Resolves `flags` against the run in `db` (read only: storing is the set-up's).
     pub fn resolve(db: &RunDb, flags: &SubmitFlags) -> Result<Self> {
         let given = GivenConfig {
-            file: flags.config.clone(),
+            file: flags.config.as_deref().map(RunConfig::load).transpose()?,
             backend: flags.backend,
             replace: flags.replace_config,
         };

@@ -2,7 +2,7 @@
 //! them — the build, the driver, the devices, the model directory, one forward per device, the
 //! run directory's filesystem — ending with one line per problem saying what to do.
 
-use crate::cli::DoctorArgs;
+use crate::flags::DoctorFlags;
 use anyhow::Result;
 use embedfleet_core::exit;
 use embedfleet_embed::LoadedModels;
@@ -10,7 +10,7 @@ use embedfleet_models::{DeviceSpec, PackedSequences, CUDA_BUILD, CUDA_COMPUTE_CA
 use std::path::Path;
 use std::time::Instant;
 
-pub fn doctor(args: &DoctorArgs) -> Result<i32> {
+pub fn doctor(args: &DoctorFlags) -> Result<i32> {
     let mut problems: Vec<String> = Vec::new();
     build(&mut problems);
     host();

@@ -12,19 +12,19 @@ use embedfleet_upload::{self as upload, QdrantServer};
 use std::io::IsTerminal;
 use std::path::Path;
 
-use super::target::{apply_collection_args, target_flags};
-use crate::cli::{BuildShardArgs, UploadArgs};
-use embedfleet_pipeline::build_shard::BuildShards;
+use super::target::apply_collection_args;
+use crate::build_shard::BuildShards;
+use crate::flags::{BuildShardFlags, UploadFlags};
 
 /// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
-pub fn snapshot_load(args: &UploadArgs) -> Result<i32> {
+pub fn snapshot_load(args: &UploadFlags) -> Result<i32> {
     let Some(url) = &args.target.qdrant else {
         return Err(snapshot::SnapshotError::NeedsCluster {
             message: "`--mode snapshot` loads into a Qdrant server (--qdrant URL); the embedded engine is one shard per collection and takes upserts only".into(),
         }
         .into());
     };
-    let config = target_flags(&args.target).server_config(url);
+    let config = args.target.server_config(url);
     let key = config.api_key.resolve()?;
     let server = QdrantServer::connect(config)?;
     let rest_url = args
@@ -98,7 +98,7 @@ fn load_summary(collection: &str, report: &snapshot::LoadReport) -> String {
 
 /// `embedfleet build-shard`: each asked group's shard built and packed under
 /// <run-dir>/snapshots.
-pub fn build_shard_cmd(args: &BuildShardArgs) -> Result<i32> {
+pub fn build_shard_cmd(args: &BuildShardFlags) -> Result<i32> {
     let layout = RunLayout::new(&args.run_dir);
     if let Some(path) = &args.request {
         // A group build job: the owner decided the sources; the run's pinned settings apply.

@@ -2,24 +2,23 @@
 //! run side by side, each at the least effort reaching the recall floor, with pgvector's
 //! defaults beside them (`embedfleet_query::compare`).
 
-use super::target::pg_config;
-use crate::cli::EvalArgs;
+use crate::flags::EvalFlags;
+use crate::target::SinkKind;
 use anyhow::Result;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, exit, RunLayout};
-use embedfleet_pipeline::target::SinkKind;
 use embedfleet_query::compare::{self, CompareOptions, Target};
 use embedfleet_upload::{IterativeScan, PgConfig, PgVector, Sink};
 
 pub(super) fn eval_compare(
-    args: &EvalArgs,
+    args: &EvalFlags,
     db: &RunDb,
     primary: &dyn Sink,
     kind: SinkKind,
     queries: &[Vec<f32>],
     url: &str,
 ) -> Result<i32> {
-    let config = pg_config(&args.target, url);
+    let config = args.target.pg_config(url);
     let pg = PgVector::connect(config.clone())?;
     // pgvector as it comes: its default ef_search, no iterative scans under a filter.
     let defaults = PgVector::connect(PgConfig {

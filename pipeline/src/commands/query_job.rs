@@ -1,15 +1,15 @@
 //! `query-job`: the query workload's job on a GPU node, which embeds the terms of a work
 //! folder into files and never opens run.db (its owner's side, `query --submit`, is
-//! `embedfleet_pipeline::query_job`).
+//! `crate::query_job`).
 
-use crate::cli::QueryJobArgs;
+use crate::flags::QueryJobFlags;
 use anyhow::Result;
 use embedfleet_core::exit;
 use embedfleet_query::{QueryModel, QueryWorkDir};
 use std::time::Instant;
 
 /// `query-job`: embeds the work folder's missing parts on this node.
-pub fn query_job(args: &QueryJobArgs) -> Result<i32> {
+pub fn query_job(args: &QueryJobFlags) -> Result<i32> {
     let wd = QueryWorkDir::open(&args.work)?;
     let devices = embedfleet_embed::parse_devices(&args.devices)?;
     let mut model = QueryModel::new(wd.work.model_dir.clone(), devices, wd.work.dim);

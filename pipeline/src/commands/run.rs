@@ -1,15 +1,15 @@
-//! `run`: the whole pipeline on this machine (`embedfleet_pipeline::run`), printed as it goes.
+//! `run`: the whole pipeline on this machine (`crate::run`), printed as it goes.
 
 use super::plan::{plan_options, print_plan_report, report_code};
 use super::{submit, upload};
-use crate::cli::RunArgs;
+use crate::flags::RunFlags;
+use crate::run::{RunOutcome, RunRequest, RunSteps, RUN_COLLECTION};
+use crate::settings::{LoopOptions, SubmitFlags};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunStatus;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::plan::PlanReport;
-use embedfleet_pipeline::run::{RunOutcome, RunRequest, RunSteps, RUN_COLLECTION};
-use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
 use embedfleet_upload::query::QueryHit;
 use embedfleet_upload::UploadReport;
 use std::fmt::Write as _;
@@ -18,7 +18,7 @@ use std::path::Path;
 
 /// Plans (if not planned), embeds every batch as local jobs through the submit loop, uploads
 /// into the embedded Qdrant, runs one query and prints the status.
-pub fn run_all(args: &RunArgs) -> Result<i32> {
+pub fn run_all(args: &RunFlags) -> Result<i32> {
     let run_dir = &args.corpus.run_dir;
     let request = RunRequest {
         plan: plan_options(
@@ -36,7 +36,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
         run_dir,
         query: &args.query,
     };
-    let done = embedfleet_pipeline::run::run(&request, &mut printer)?;
+    let done = crate::run::run(&request, &mut printer)?;
     if let Err(e) = done.record_command(&super::command_line()) {
         tracing::warn!("could not record the command line in run.db: {e}");
     }
@@ -52,7 +52,7 @@ pub fn run_all(args: &RunArgs) -> Result<i32> {
 /// jobs, two attempts a batch, a quick poll, and no breaker (`run` is unattended and ends on
 /// its own: a pause would wait for a `resume` nobody types; two attempts per batch bound the
 /// cost of a setup that always fails).
-fn preset_flags(args: &RunArgs) -> SubmitFlags {
+fn preset_flags(args: &RunFlags) -> SubmitFlags {
     SubmitFlags {
         run_dir: args.corpus.run_dir.clone(),
         queues: vec![("local".to_string(), args.local_jobs.max(1) as u32)],

@@ -1,25 +1,22 @@
 //! `submit`, `pause`, `resume`, `queues`, `status`: the scheduler-facing commands.
 
-use crate::cli::{
-    QueuesArgs, QueuesCommand, RunDirArgs, StatusArgs, SubmitArgs, TakeOverArgs, VectorDtypeArg,
-};
+use crate::flags::{QueuesFlags, RunDirFlags, StatusFlags, TakeOverFlags};
+use crate::settings::SubmitFlags;
+use crate::submit as pipeline_submit;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::owner;
-use embedfleet_core::rundb::{RunDb, RunStatus, StallRule};
+use embedfleet_core::rundb::{RunDb, RunStatus};
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
-use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::status;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, Origin};
 use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
-use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
-use embedfleet_pipeline::submit as pipeline_submit;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub fn submit(args: &SubmitArgs) -> Result<i32> {
+pub fn submit(args: &SubmitFlags) -> Result<super::Ended> {
     // A dry run writes nothing: run.db opened read-only (no ingest, no migration, no -wal or
     // -shm file), the output settings compared and not pinned, the run config not stored.
     let db = if args.dry_run {
@@ -27,9 +24,9 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     } else {
         RunDb::open(&args.run_dir)?
     };
-    let flags = submit_flags(args)?;
-    let exe = embedfleet_pipeline::current_exe()?;
-    let prepared = pipeline_submit::prepare(&db, &flags, exe, std::io::stderr().is_terminal())?;
+    let flags = args;
+    let exe = crate::current_exe()?;
+    let prepared = pipeline_submit::prepare(&db, flags, exe, std::io::stderr().is_terminal())?;
     let settings = &prepared.settings;
     if !args.dry_run {
         eprintln!("{}", settings.config.describe());
@@ -42,7 +39,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
     }
     let options = prepared.options;
     if args.dry_run {
-        return dry_run(db, settings, &options);
+        return dry_run(db, settings, &options).map(Into::into);
     }
     drop(db);
     let report = match prepared.builds {
@@ -50,23 +47,26 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         None => submit::submit(&options)?,
     };
     if args.trial.is_some() {
-        return trial_summary(&options, &report);
+        return trial_summary(&options, &report).map(Into::into);
     }
-    if report.submitted == 0 && report.adopted == 0 && report.batches_done == 0 {
-        // Every batch was done already: not a step of the dataset card's "How it was made".
-        super::wrote_nothing();
-    }
-    summarise(&options, &report, false)
+    let code = summarise(&options, &report, false)?;
+    // Every batch was done already: not a step of the dataset card's "How it was made".
+    let nothing = report.submitted == 0 && report.adopted == 0 && report.batches_done == 0;
+    Ok(if nothing {
+        super::Ended::nothing_written(code)
+    } else {
+        code.into()
+    })
 }
 
 /// `submit --dry-run`: what the first submit would pin, and each job script it would send.
 fn dry_run(
     db: RunDb,
-    settings: &embedfleet_pipeline::settings::SubmitSettings,
+    settings: &crate::settings::SubmitSettings,
     options: &submit::SubmitOptions,
 ) -> Result<i32> {
     print_would_pin(&db, &settings.config, &settings.job.output_settings())?;
-    let unread = embedfleet_pipeline::preflight::manifests_not_taken_in(&db)?;
+    let unread = crate::preflight::manifests_not_taken_in(&db)?;
     if !unread.is_empty() {
         println!(
             "# batches {} have result manifests that run.db has not taken in (a dry run \
@@ -88,51 +88,6 @@ fn dry_run(
         println!("# ---- job {name} ----\n{script}");
     }
     Ok(exit::SUCCESS)
-}
-
-/// `submit`'s flags as the pipeline takes them.
-fn submit_flags(args: &SubmitArgs) -> Result<SubmitFlags> {
-    Ok(SubmitFlags {
-        run_dir: args.run_dir.clone(),
-        config: args.config.as_deref().map(RunConfig::load).transpose()?,
-        backend: args.backend,
-        replace_config: args.replace_config,
-        queues: args.queues.clone(),
-        devices: args.devices.clone(),
-        model_dir: args.model_dir.clone(),
-        dim: args.dim,
-        vector_dtype: args.vector_dtype.map(VectorDtypeArg::dtype),
-        max_tokens: args.max_tokens,
-        shard_papers: args.shard_papers,
-        build_shard: args.build_shard,
-        group_builds: args.group_builds.clone(),
-        group_count: args.group_count,
-        build_cpus: args.build_cpus,
-        loop_options: LoopOptions {
-            max_attempts: args.max_attempts,
-            breaker_after: args.breaker_after,
-            poll_interval_s: args.poll_interval,
-            lost_after_s: args.lost_after,
-            route: args
-                .route
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .map_err(anyhow::Error::msg)?,
-            speculate: args.speculate,
-            max_jobs: args.max_jobs,
-        },
-        watch: args.watch,
-        dry_run: args.dry_run,
-        trial: args.trial.clone(),
-        stall: StallRule {
-            shard_times: args.stalled_after_shards,
-            min_idle_s: args.stalled_min,
-        },
-        kill_stalled: args.kill_stalled,
-        metrics_listen: args.metrics_listen,
-        preset: false,
-    })
 }
 
 /// What a real submit would fix for the run, as `--dry-run` shows it: the run config it would
@@ -273,7 +228,7 @@ pub fn summarise_status(
     }
 }
 
-pub fn pause(args: &RunDirArgs, paused: bool) -> Result<i32> {
+pub fn pause(args: &RunDirFlags, paused: bool) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let breaker = db.pause_reason()?.filter(|r| r.by == "breaker");
     db.set_paused(paused)?;
@@ -291,15 +246,15 @@ pub fn pause(args: &RunDirArgs, paused: bool) -> Result<i32> {
     Ok(exit::SUCCESS)
 }
 
-pub fn queues(args: &QueuesArgs) -> Result<i32> {
-    let run_dir = match (&args.command, &args.run_dir) {
-        (Some(QueuesCommand::Show(a)), _) => a.run_dir.clone(),
-        (Some(QueuesCommand::Set { run_dir, caps }), _) => {
+pub fn queues(args: &QueuesFlags) -> Result<i32> {
+    let run_dir = match args {
+        QueuesFlags::Show { run_dir: Some(dir) } => dir.clone(),
+        QueuesFlags::Set { run_dir, caps } => {
             let mut db = RunDb::open(run_dir)?;
             db.set_queue_caps(&caps.iter().cloned().collect(), false)?;
             run_dir.clone()
         }
-        (Some(QueuesCommand::Remove { run_dir, names }), _) => {
+        QueuesFlags::Remove { run_dir, names } => {
             let db = RunDb::open(run_dir)?;
             let known = db.queue_caps()?;
             if let Some(unknown) = names.iter().find(|n| !known.contains_key(*n)) {
@@ -311,8 +266,9 @@ pub fn queues(args: &QueuesArgs) -> Result<i32> {
             db.remove_queues(names)?;
             run_dir.clone()
         }
-        (None, Some(dir)) => dir.clone(),
-        (None, None) => bail!("give the run directory: `embedfleet queues --run-dir DIR`"),
+        QueuesFlags::Show { run_dir: None } => {
+            bail!("give the run directory: `embedfleet queues --run-dir DIR`")
+        }
     };
     let status = RunDb::open(&run_dir)?.status()?;
     if status.queue_caps.is_empty() {
@@ -336,7 +292,7 @@ pub fn queues(args: &QueuesArgs) -> Result<i32> {
     Ok(exit::SUCCESS)
 }
 
-pub fn status(args: &StatusArgs) -> Result<i32> {
+pub fn status(args: &StatusFlags) -> Result<i32> {
     let this = owner::Host::this();
     if let Some(record) = owner::read_owner(&args.run_dir)? {
         if record.host.hostname != this.hostname {
@@ -392,7 +348,7 @@ pub fn status(args: &StatusArgs) -> Result<i32> {
 }
 
 /// `status` on a host that does not own the run: the owner's last snapshot, never run.db.
-fn status_from_snapshot(args: &StatusArgs, record: &owner::OwnerRecord) -> Result<i32> {
+fn status_from_snapshot(args: &StatusFlags, record: &owner::OwnerRecord) -> Result<i32> {
     let Some(snapshot) = embedfleet_core::status_snapshot::read_snapshot(&args.run_dir)? else {
         bail!(
             "{} belongs to host {}, which has written no status snapshot yet (an older embedfleet): \
@@ -457,7 +413,7 @@ fn snapshot_json(snapshot: &embedfleet_core::status_snapshot::StatusSnapshot) ->
 }
 
 /// `take-over`: moves the run to this host once its owner host is silent.
-pub fn take_over(args: &TakeOverArgs) -> Result<i32> {
+pub fn take_over(args: &TakeOverFlags) -> Result<i32> {
     if !RunLayout::new(&args.run_dir).db().is_file() {
         bail!(
             "{} is not a run directory (no run.db): nothing to take over",

@@ -1,12 +1,12 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
 use super::target::{apply_collection_args, open_sink};
-use crate::cli::{DeleteArgs, TuneArgs, UploadArgs, UploadMode};
+use crate::flags::{DeleteFlags, TuneFlags, UploadFlags, UploadMode};
+use crate::tuned::{self, Batching};
 use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
-use embedfleet_pipeline::tuned::{self, Batching};
 use embedfleet_upload::tune::{self, TuneOptions};
 use embedfleet_upload::{self as upload, UploadOptions, UploadReport, WorkerCommand};
 use std::io::IsTerminal;
@@ -21,7 +21,7 @@ fn parse_share(s: &str) -> Result<(u64, u64)> {
     }
 }
 
-fn upload_options(args: &UploadArgs, batching: &Batching) -> UploadOptions {
+fn upload_options(args: &UploadFlags, batching: &Batching) -> UploadOptions {
     let mut options = UploadOptions::new(&args.run_dir, &args.collection);
     apply_collection_args(&mut options.spec, &args.collection_settings);
     let spec = &mut options.spec;
@@ -35,7 +35,7 @@ fn upload_options(args: &UploadArgs, batching: &Batching) -> UploadOptions {
     options
 }
 
-pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
+pub fn upload_cmd(args: &UploadFlags) -> Result<i32> {
     if args.mode == UploadMode::Snapshot {
         return super::snapshot::snapshot_load(args);
     }
@@ -84,7 +84,7 @@ pub fn upload_cmd(args: &UploadArgs) -> Result<i32> {
         upload::upload(sink.as_ref(), &options)?
     };
     print_report(&args.collection, &report);
-    embedfleet_pipeline::activity::record_upload(&db, sink.as_ref(), &options, &report);
+    crate::activity::record_upload(&db, sink.as_ref(), &options, &report);
     Ok(if report.send.failed_points > 0 {
         exit::PARTIAL
     } else {
@@ -116,10 +116,10 @@ fn upload_worker(
 /// group in a snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
 /// tombstone: no later upload, built shard or publish brings it back), then deleted from Qdrant,
 /// with every earlier tombstone again: a delete killed between the two is finished by the next.
-pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
+pub fn delete_cmd(args: &DeleteFlags) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, _) = open_sink(&args.run_dir, &args.target)?;
-    let report = embedfleet_pipeline::delete::delete_papers(
+    let report = crate::delete::delete_papers(
         &db,
         sink.as_ref(),
         &args.run_dir,
@@ -150,7 +150,7 @@ pub fn delete_cmd(args: &DeleteArgs) -> Result<i32> {
 }
 
 /// The command line of a worker process: the parent's, with the resolved batch settings.
-fn worker_args(args: &UploadArgs, options: &UploadOptions) -> Vec<String> {
+fn worker_args(args: &UploadFlags, options: &UploadOptions) -> Vec<String> {
     let mut out: Vec<String> = vec![
         "upload".into(),
         "--run-dir".into(),
@@ -220,7 +220,7 @@ pub(crate) fn print_report(collection: &str, report: &UploadReport) {
     }
 }
 
-pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
+pub fn tune_cmd(args: &TuneFlags) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     // The scratch collection is dropped before and after: never one this run uploaded into.
@@ -241,7 +241,7 @@ pub fn tune_cmd(args: &TuneArgs) -> Result<i32> {
         .clone()
         .unwrap_or_else(|| RunLayout::new(&args.run_dir).tune_dir());
     let files = tune::write_outputs(&report, &out)?;
-    embedfleet_pipeline::activity::record_tune(&db, kind.name(), &report);
+    crate::activity::record_tune(&db, kind.name(), &report);
     tuned::save_upload(&db, kind, &report)?;
     eprintln!(
         "chosen: batches of {}, {} in flight ({:.0} points/s into the {kind} sink); saved in run.db, `embedfleet upload` uses it",

@@ -1,15 +1,15 @@
 //! `embed-job`, `embed` and `make-tiny-model`.
 
-use crate::cli::{EmbedArgs, EmbedJobArgs, MakeTinyModelArgs};
+use crate::flags::{EmbedFlags, EmbedJobFlags, MakeTinyModelFlags};
+use crate::settings::query as query_settings;
 use anyhow::Result;
 use embedfleet_core::exit;
 use embedfleet_core::BatchId;
 use embedfleet_embed::files::{self as embed_files, EmbedFilesOptions};
 use embedfleet_embed::job::{self, EmbedJobOptions};
-use embedfleet_pipeline::settings::query as query_settings;
 
-pub fn embed_job(args: &EmbedJobArgs) -> Result<i32> {
-    let settings = args.settings.job_settings();
+pub fn embed_job(args: &EmbedJobFlags) -> Result<i32> {
+    let settings = args.settings.clone();
     let options = EmbedJobOptions {
         run_dir: args.run.run_dir.clone(),
         batch: BatchId(args.batch),
@@ -80,7 +80,7 @@ fn job_summary(batch: i64, report: &job::JobReport) -> String {
     )
 }
 
-pub fn embed(args: &EmbedArgs) -> Result<i32> {
+pub fn embed(args: &EmbedFlags) -> Result<i32> {
     let instruction = if args.query {
         Some(query_settings::instruction(
             &args.model.model_dir,
@@ -95,7 +95,7 @@ pub fn embed(args: &EmbedArgs) -> Result<i32> {
         output: args.output.clone(),
         devices: embedfleet_embed::parse_devices(&args.devices)?,
         output_dim: args.model.dim,
-        vector_dtype: args.model.vector_dtype.dtype(),
+        vector_dtype: args.model.vector_dtype,
         lines: args.lines,
         query_instruction: instruction,
         max_tokens: args.model.max_tokens,
@@ -117,7 +117,7 @@ pub fn embed(args: &EmbedArgs) -> Result<i32> {
     })
 }
 
-pub fn make_tiny_model(args: &MakeTinyModelArgs) -> Result<i32> {
+pub fn make_tiny_model(args: &MakeTinyModelFlags) -> Result<i32> {
     let options = embedfleet_models::TinyModelOptions {
         seed: args.seed,
         hidden_size: args.hidden_size.map(|h| h as usize),

@@ -1,6 +1,6 @@
 //! `plan` and `sample-corpus`.
 
-use crate::cli::{Batching, PlanArgs, PlanSettingsArgs, SampleCorpusArgs};
+use crate::flags::{Batching, PlanFlags, PlanSettingsFlags, SampleCorpusFlags};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
@@ -10,7 +10,7 @@ use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-pub fn plan(args: &PlanArgs) -> Result<i32> {
+pub fn plan(args: &PlanFlags) -> Result<super::Ended> {
     let update = (!args.update.is_empty()).then(|| UpdateOptions {
         only_adds: args.only_adds,
         command: embedfleet_core::secret::redact(&std::env::args().collect::<Vec<_>>().join(" ")),
@@ -21,10 +21,12 @@ pub fn plan(args: &PlanArgs) -> Result<i32> {
         args.corpus.clone()
     };
     let report = plan_with(corpus, args.run_dir.clone(), &args.plan, update)?;
-    if report.already_planned {
-        super::wrote_nothing();
-    }
-    Ok(report_code(&report))
+    let code = report_code(&report);
+    Ok(if report.already_planned {
+        super::Ended::nothing_written(code)
+    } else {
+        code.into()
+    })
 }
 
 pub fn report_code(report: &PlanReport) -> i32 {
@@ -35,7 +37,7 @@ pub fn report_code(report: &PlanReport) -> i32 {
     }
 }
 
-pub(crate) fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
+pub fn plan_settings(args: &PlanSettingsFlags) -> PlanSettings {
     let minibatch = match args.batching {
         Batching::Tokens => MiniBatchRule::TokenBudget {
             max_tokens: args.batch_tokens,
@@ -59,7 +61,7 @@ pub(crate) fn plan_settings(args: &PlanSettingsArgs) -> PlanSettings {
 pub fn plan_options(
     corpus: Vec<PathBuf>,
     run_dir: PathBuf,
-    args: &PlanSettingsArgs,
+    args: &PlanSettingsFlags,
     update: Option<UpdateOptions>,
 ) -> PlanOptions {
     let threads = args
@@ -81,7 +83,7 @@ pub fn plan_options(
 fn plan_with(
     corpus: Vec<PathBuf>,
     run_dir: PathBuf,
-    args: &PlanSettingsArgs,
+    args: &PlanSettingsFlags,
     update: Option<UpdateOptions>,
 ) -> Result<PlanReport> {
     let options = plan_options(corpus, run_dir, args, update);
@@ -137,7 +139,7 @@ pub fn print_plan_report(report: &PlanReport, run_dir: &Path) {
     }
 }
 
-pub fn sample_corpus(args: &SampleCorpusArgs) -> Result<i32> {
+pub fn sample_corpus(args: &SampleCorpusFlags) -> Result<i32> {
     let options = SampleOptions {
         papers: args.papers,
         seed: args.seed,

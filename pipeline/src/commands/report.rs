@@ -1,6 +1,6 @@
 //! `embedfleet report`: the study's Table 2 for a run, its plots, its HTML page and its trace.
 
-use crate::cli::ReportArgs;
+use crate::flags::ReportFlags;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_orchestrator::report::{self, ReportError};
@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Prints the report; a run with no finished batch is an error (exit code 1), unless only the
 /// page or the trace was asked for.
-pub fn report(args: &ReportArgs) -> Result<i32> {
+pub fn report(args: &ReportFlags) -> Result<i32> {
     if let Some(path) = &args.html {
         write(path, &report::html_page(&args.run_dir)?)?;
     }

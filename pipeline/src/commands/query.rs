@@ -1,13 +1,14 @@
 //! `query`, `eval`, `tune --queries` and `publish`: the stages after the upload.
 
 use super::target::open_sink;
-use crate::cli::{EvalArgs, PublishArgs, QueryArgs, QueryModelArgs, TuneArgs};
+use super::Ended;
+use crate::flags::{EvalFlags, PublishFlags, QueryFlags, QueryModelFlags, TuneFlags};
+use crate::query_job::{self, QueryJobRequest};
+use crate::records;
+use crate::settings::{self, QueryModelSettings};
 use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{exit, RunLayout};
-use embedfleet_pipeline::query_job::{self, QueryJobRequest};
-use embedfleet_pipeline::records;
-use embedfleet_pipeline::settings::{self, QueryModelFlags, QueryModelSettings};
 use embedfleet_query::tune::{self, QueryTuneOptions};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_upload::SearchOptions;
@@ -15,14 +16,8 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 /// The query model's settings of `args`.
-fn model_settings(run_dir: &Path, args: &QueryModelArgs) -> Result<QueryModelSettings> {
-    let flags = QueryModelFlags {
-        model_dir: args.model_dir.clone(),
-        dim: args.dim,
-        devices: args.devices.clone(),
-        instruction: args.instruction.clone(),
-    };
-    Ok(QueryModelSettings::resolve(run_dir, &flags)?)
+fn model_settings(run_dir: &Path, args: &QueryModelFlags) -> Result<QueryModelSettings> {
+    Ok(QueryModelSettings::resolve(run_dir, args)?)
 }
 
 /// The query model of `settings`, on this host (default: its CPU).
@@ -35,7 +30,7 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
     ))
 }
 
-pub fn query(args: &QueryArgs) -> Result<i32> {
+pub fn query(args: &QueryFlags) -> Result<Ended> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let terms = match &args.terms {
@@ -50,7 +45,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     };
     // What the results answer: the collection as it is now, and the model. A collection that
     // was never uploaded is refused here, before anything is embedded or written.
-    let searched = embedfleet_pipeline::searched::searched(
+    let searched = crate::searched::searched(
         &db,
         sink.as_ref(),
         &args.collection,
@@ -60,8 +55,7 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     let Some(output) = &args.output else {
         return print_top_hits(&db, sink.as_ref(), args, &terms, &model, &search);
     };
-    let batching =
-        embedfleet_pipeline::tuned::query_batching(&db, kind, (args.batch_size, args.in_flight))?;
+    let batching = crate::tuned::query_batching(&db, kind, (args.batch_size, args.in_flight))?;
     let options = QueryOptions {
         collection: args.collection.clone(),
         terms,
@@ -79,28 +73,27 @@ pub fn query(args: &QueryArgs) -> Result<i32> {
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
     records::record_query_output(&db, output)?;
     if report.already_done == report.queries {
-        super::wrote_nothing();
         eprintln!(
             "{} already holds the results of this request ({} queries, the same terms, collection contents, settings and model); nothing to do",
             output.display(),
             report.queries
         );
-        return Ok(exit::SUCCESS);
+        return Ok(Ended::nothing_written(exit::SUCCESS));
     }
-    embedfleet_pipeline::activity::record_query(
+    crate::activity::record_query(
         &db,
         &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
         &report,
     );
     say_query_report(&report, &options, output, args.top_k);
-    Ok(exit::SUCCESS)
+    Ok(exit::SUCCESS.into())
 }
 
 /// Where the query vectors come from: embedded here, or by a scheduler job whose files this
 /// owner collects (nothing to embed when the output already answers the request).
 fn query_embedder(
     db: &RunDb,
-    args: &QueryArgs,
+    args: &QueryFlags,
     model: &QueryModelSettings,
     options: &QueryOptions,
 ) -> Result<Box<dyn EmbedQueries>> {
@@ -180,11 +173,11 @@ pub(crate) fn print_hits(term: &str, hits: &[embedfleet_upload::query::QueryHit]
 fn print_top_hits(
     db: &RunDb,
     sink: &dyn embedfleet_upload::Sink,
-    args: &QueryArgs,
+    args: &QueryFlags,
     terms: &[String],
     model: &QueryModelSettings,
     search: &SearchOptions,
-) -> Result<i32> {
+) -> Result<Ended> {
     let vectors = query_model(model)?.embed(&model.instruction, terms)?;
     for (term, vector) in terms.iter().zip(&vectors) {
         let hits = embedfleet_upload::query::search_with_text_as(
@@ -205,11 +198,10 @@ fn print_top_hits(
         }
     }
     eprintln!("(printed, not saved: `--output FILE.parquet` writes every hit to a file)");
-    super::wrote_nothing();
-    Ok(exit::SUCCESS)
+    Ok(Ended::nothing_written(exit::SUCCESS))
 }
 
-pub fn eval(args: &EvalArgs) -> Result<i32> {
+pub fn eval(args: &EvalFlags) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let queries = match &args.queries {
@@ -248,13 +240,13 @@ pub fn eval(args: &EvalArgs) -> Result<i32> {
 }
 
 /// `tune --queries`: the query workload's batch size and requests in flight.
-pub fn tune_queries(args: &TuneArgs) -> Result<i32> {
+pub fn tune_queries(args: &TuneFlags) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
     let options = QueryTuneOptions::new(&args.collection);
     let report = tune::tune_queries(sink.as_ref(), &db, &options)?;
     print!("{}", tune::markdown(&report));
-    embedfleet_pipeline::tuned::save_queries(&db, kind, &report)?;
+    crate::tuned::save_queries(&db, kind, &report)?;
     eprintln!(
         "chosen: {} queries a request, {} in flight ({:.0} queries/s into the {kind} sink); saved in run.db, `embedfleet query` uses it",
         report.batch_size, report.in_flight, report.queries_per_s
@@ -262,7 +254,7 @@ pub fn tune_queries(args: &TuneArgs) -> Result<i32> {
     Ok(exit::SUCCESS)
 }
 
-pub fn publish(args: &PublishArgs) -> Result<i32> {
+pub fn publish(args: &PublishFlags) -> Result<i32> {
     let db = RunDb::open(&args.run_dir)?;
     let mut options = embedfleet_publish::PublishOptions::new(&args.run_dir, &args.out);
     options.target_shard_bytes = (args.target_shard_mb * 1e6).max(1.0) as u64;

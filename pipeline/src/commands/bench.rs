@@ -1,7 +1,7 @@
 //! `bench-gpu`: measurements in the PyTorch peer's JSON fields, one line each on stdout, and a
 //! table of them on stderr.
 
-use crate::cli::BenchGpuArgs;
+use crate::flags::BenchGpuFlags;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::settings::MiniBatchRule;
@@ -15,14 +15,14 @@ struct SavedVectors {
     vectors: Vec<Vec<f32>>,
 }
 
-pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
+pub fn bench_gpu(args: &BenchGpuFlags) -> Result<i32> {
     let devices = embedfleet_embed::parse_devices(&args.devices)?;
     let bench = Bench::load(
         &args.model_dir,
         &devices,
         !args.no_memory_plan,
         args.seed,
-        args.dtype.map(|d| d.dtype()),
+        args.dtype,
     )?;
     let mut table = Vec::new();
     // A step that fails is a line (`fidelity_error`, `bench_error`) and the rest still runs:
@@ -69,7 +69,7 @@ pub fn bench_gpu(args: &BenchGpuArgs) -> Result<i32> {
 /// Each `--shapes` shape (papers x tokens) timed; the count of those that failed.
 fn uniform_shapes(
     bench: &Bench,
-    args: &BenchGpuArgs,
+    args: &BenchGpuFlags,
     table: &mut Vec<BenchRecord>,
 ) -> Result<usize> {
     let mut failed = 0;
@@ -90,7 +90,7 @@ fn uniform_shapes(
 }
 
 /// The mix's token lengths: `--mix`'s file, else the seeded paper mix.
-fn mix_lengths(args: &BenchGpuArgs) -> Result<Vec<usize>> {
+fn mix_lengths(args: &BenchGpuFlags) -> Result<Vec<usize>> {
     let Some(path) = &args.mix else {
         return Ok(paper_mix(args.mix_papers, args.seed));
     };
@@ -104,7 +104,7 @@ fn mix_lengths(args: &BenchGpuArgs) -> Result<Vec<usize>> {
 /// compared (`--compare-vectors`) as soon as they exist. Returns the failures (0 or 1).
 fn mix_token_budget(
     bench: &Bench,
-    args: &BenchGpuArgs,
+    args: &BenchGpuFlags,
     lengths: &[usize],
     table: &mut Vec<BenchRecord>,
 ) -> Result<usize> {

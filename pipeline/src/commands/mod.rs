@@ -1,0 +1,190 @@
+//! One function per command, called by the binary with the command's flags as given
+//! ([`crate::flags`]); each prints what it did and returns its exit code
+//! (docs/commands.md, "Exit codes"). [`invoke`] wraps every one: the run directory checked
+//! before, the command line recorded after.
+
+mod bench;
+mod compare;
+mod doctor;
+mod embed;
+pub mod plan;
+mod query;
+mod query_job;
+mod report;
+mod run;
+mod snapshot;
+mod submit;
+mod target;
+mod upload;
+
+pub use bench::bench_gpu;
+pub use doctor::doctor;
+pub use embed::{embed, embed_job, make_tiny_model};
+pub use plan::{plan, sample_corpus};
+pub use query::{eval, publish, query, tune_queries};
+pub use query_job::query_job;
+pub use report::report;
+pub use run::run_all;
+pub use snapshot::build_shard_cmd as build_shard;
+pub use submit::{pause, queues, status, submit, take_over};
+pub use upload::{delete_cmd as delete, tune_cmd as tune, upload_cmd as upload};
+
+use crate::PipelineError;
+use embedfleet_core::exit;
+use embedfleet_orchestrator::plan::PlanError;
+use std::path::PathBuf;
+
+/// How a command ended: its exit code, and whether it changed the run's outputs at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub code: i32,
+    /// The command found its work done and made nothing: it is not added to the run's
+    /// history (the dataset card's "How it was made" lists what made the data, not what was
+    /// typed again).
+    pub wrote_nothing: bool,
+}
+
+impl From<i32> for Ended {
+    fn from(code: i32) -> Self {
+        Self {
+            code,
+            wrote_nothing: false,
+        }
+    }
+}
+
+impl Ended {
+    /// `code`, having changed nothing of the run's outputs.
+    pub fn nothing_written(code: i32) -> Self {
+        Self {
+            code,
+            wrote_nothing: true,
+        }
+    }
+}
+
+/// The run directories a command names, as the binary reads them off its flags.
+#[derive(Debug, Default)]
+pub struct RunDirs {
+    /// The `--run-dir` given, checked to be a directory before anything opens files in it.
+    pub named: Option<PathBuf>,
+    /// The run directory of a command that opens run.db, and so must run on the run's owner
+    /// host. Not `status` (it reads the owner's snapshot elsewhere), `take-over`, nor what
+    /// runs on compute nodes (`embed-job`, `build-shard`, `doctor`), which never open run.db.
+    pub owned: Option<PathBuf>,
+    /// The run directory of a command worth remembering in the run's history: those that make
+    /// or change the run's outputs (not `status`, not an upload's worker processes; `run`
+    /// records its line with the run.db handle it holds).
+    pub recorded: Option<PathBuf>,
+}
+
+/// Runs one command: refuses a `--run-dir` that is not a directory (exit 2, as clap says of a
+/// bad flag) and, on a host that does not own the run, refuses with where the owner is
+/// (exit 4) before anything opens run.db; then `command`; then records the command line in
+/// the run's history unless it wrote nothing.
+pub fn invoke(
+    dirs: &RunDirs,
+    command: impl FnOnce() -> anyhow::Result<Ended>,
+) -> anyhow::Result<i32> {
+    if let Some(why) = dirs.named.as_deref().and_then(not_a_run_dir) {
+        eprintln!("error: {why}");
+        return Ok(exit::USAGE);
+    }
+    if let Some(dir) = &dirs.owned {
+        embedfleet_core::owner::check_read_only(dir)?;
+    }
+    let ended = command()?;
+    if let Some(dir) = dirs.recorded.as_deref().filter(|_| !ended.wrote_nothing) {
+        if let Err(e) = record_command(dir) {
+            tracing::warn!("could not record the command line in run.db: {e}");
+        }
+    }
+    Ok(ended.code)
+}
+
+/// Appends this process's command line to the run's history (once per distinct line in a row).
+fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
+    let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
+    crate::records::record_command(&db, &command_line())?;
+    Ok(())
+}
+
+/// Why `dir` cannot be a `--run-dir`: it names something other than a directory (a file, say:
+/// the corpus given by mistake). Said as such, before anything opens files inside it.
+fn not_a_run_dir(dir: &std::path::Path) -> Option<String> {
+    let meta = std::fs::metadata(dir).ok()?;
+    (!meta.is_dir()).then(|| {
+        format!(
+            "--run-dir {} is a file, not a run directory: give the directory `embedfleet plan` made (a new path makes a new run)",
+            dir.display()
+        )
+    })
+}
+
+/// This process's command line as the run's history keeps it: the program as users type it,
+/// not the path this binary happens to have here.
+pub(crate) fn command_line() -> String {
+    std::iter::once("embedfleet".to_string())
+        .chain(std::env::args().skip(1))
+        .map(|a| {
+            embedfleet_orchestrator::scheduler::shell_quote(&embedfleet_core::secret::redact(&a))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
+/// error of its chain is a refusal, else [`exit::FAILURE`].
+pub fn exit_code(err: &anyhow::Error) -> i32 {
+    use embedfleet_orchestrator::submit::SubmitError;
+    let interrupted = err.chain().find_map(|e| {
+        if let Some(SubmitError::Interrupted { code, .. }) = e.downcast_ref() {
+            return Some(*code);
+        }
+        e.downcast_ref::<PipelineError>()
+            .and_then(PipelineError::interrupted_code)
+    });
+    if let Some(code) = interrupted {
+        code
+    } else if err.chain().any(is_refusal) {
+        exit::REFUSED
+    } else if err.chain().any(is_unusable_input) {
+        exit::PARTIAL
+    } else {
+        exit::FAILURE
+    }
+}
+
+/// Whether `e` says some input could not be used (exit code 3, as a corrupt corpus file is).
+fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<PlanError>()
+        .is_some_and(|e| matches!(e, PlanError::Unusable { .. }))
+        || e.downcast_ref::<PipelineError>()
+            .is_some_and(PipelineError::is_unusable_input)
+}
+
+/// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its
+/// cases refuse (a run directory that holds another plan, settings that differ, another host's
+/// run, ...). A library error type that can refuse gets one line here.
+fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    use embedfleet_core::owner::OwnerError;
+    use embedfleet_orchestrator::submit::SubmitError;
+    macro_rules! refusals {
+        ($($ty:ty => $check:expr),* $(,)?) => {
+            false $(|| e.downcast_ref::<$ty>().is_some_and($check))*
+        };
+    }
+    refusals!(
+        crate::preflight::Refused => |_| true,
+        PipelineError => PipelineError::is_refusal,
+        OwnerError => |e| matches!(e, OwnerError::OtherHost { .. } | OwnerError::OwnerAlive { .. }),
+        SubmitError => crate::error::submit_refuses,
+        embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
+        PlanError => PlanError::is_refusal,
+        embedfleet_upload::UploadRunError => embedfleet_upload::UploadRunError::is_refusal,
+        embedfleet_snapshot::SnapshotError => embedfleet_snapshot::SnapshotError::is_refusal,
+        embedfleet_embed::job::EmbedJobError => embedfleet_embed::job::EmbedJobError::is_refusal,
+        embedfleet_query::QueryError => embedfleet_query::QueryError::is_refusal,
+        embedfleet_publish::PublishError => embedfleet_publish::PublishError::is_refusal,
+    )
+}
