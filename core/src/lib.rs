@@ -8,6 +8,7 @@ pub mod access;
 pub mod atomic;
 pub mod batchfile;
 pub mod corpus;
+pub mod eval_tables;
 pub mod exit;
 pub mod fingerprint;
 pub mod fsops;

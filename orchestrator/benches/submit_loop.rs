@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_orchestrator::scheduler::SchedulerConfig;
-use embedfleet_orchestrator::submit::{submit, SubmitOptions};
+use embedfleet_orchestrator::submit::{submit, SubmitOptions, Submitted};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -77,7 +77,10 @@ fn main() {
         keep_on_first_job: Vec::new(),
     };
     let t = Instant::now();
-    let report = submit(&options).unwrap();
+    let db = RunDb::open(&options.run_dir).unwrap();
+    let Submitted::Ran(report) = submit(db, &options, None, false).unwrap().0 else {
+        unreachable!("not a dry run")
+    };
     let secs = t.elapsed().as_secs_f64();
     let db_bytes: u64 = ["run.db", "run.db-wal"]
         .iter()

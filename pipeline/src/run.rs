@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use embedfleet_core::rundb::{RunDb, RunStatus};
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport};
-use embedfleet_orchestrator::submit::{SubmitOptions, SubmitReport};
+use embedfleet_orchestrator::submit::{SubmitOptions, SubmitReport, Submitted};
 use embedfleet_upload::query::{self, QueryHit};
-use embedfleet_upload::{QdrantEdge, UploadOptions, UploadReport};
+use embedfleet_upload::{UploadOptions, UploadReport};
 
 use crate::error::{io, Result};
 use crate::settings::SubmitFlags;
@@ -83,7 +83,11 @@ pub fn run(request: &RunRequest, steps: &mut dyn RunSteps) -> Result<RunOutcome>
         steps.note(note);
     }
     let options = prepared.options;
-    let (submit, db) = embedfleet_orchestrator::submit::submit_on(db, &options)?;
+    let (submitted, db) = embedfleet_orchestrator::submit::submit(db, &options, None, false)?;
+    let Submitted::Ran(submit) = submitted else {
+        unreachable!("run's submit is not a dry run")
+    };
+    let submit = *submit;
     let (upload, hits) = upload_and_query(&db, &model_dir, &flags, request)?;
     steps.uploaded(&upload, &hits);
     let status = db.status()?;
@@ -107,7 +111,7 @@ impl RunOutcome {
     pub fn write_report_page(&self) -> std::result::Result<PathBuf, String> {
         let run_dir = &self.options.run_dir;
         let path = RunLayout::new(run_dir).report_page();
-        let html = embedfleet_orchestrator::report::html_page_of(&self.db, run_dir)
+        let html = embedfleet_orchestrator::report::html_page(&self.db, run_dir)
             .map_err(|e| e.to_string())?;
         embedfleet_core::atomic::write(&path, html.as_bytes()).map_err(|e| e.to_string())?;
         Ok(path)
@@ -138,16 +142,24 @@ fn upload_and_query(
     request: &RunRequest,
 ) -> Result<(UploadReport, Vec<QueryHit>)> {
     let run_dir = &request.plan.run_dir;
-    let sink = QdrantEdge::open(RunLayout::new(run_dir).edge_dir())?;
+    // The run's own embedded engine: the default target.
+    let sink = crate::target::TargetFlags::default().open(run_dir)?;
     let mut options = UploadOptions::new(run_dir, RUN_COLLECTION);
     options.progress = request.progress;
-    let upload = embedfleet_upload::upload_on(&sink, db, &options)?;
-    crate::activity::record_upload(db, &sink, &options, &upload);
+    let upload = embedfleet_upload::upload_on(sink.as_ref(), db, &options)?;
+    crate::activity::record_upload(db, sink.as_ref(), &options, &upload);
     if upload.ensured.is_none() {
         return Ok((upload, Vec::new()));
     }
     let instruction = crate::settings::query::instruction(model_dir, None)?;
     let vector = embedfleet_embed::embed_query(model_dir, flags.dim, &instruction, &request.query)?;
-    let hits = query::search_with_text(&sink, db, RUN_COLLECTION, &vector, RUN_QUERY_HITS, 12)?;
+    let hits = query::search_with_text(
+        sink.as_ref(),
+        db,
+        RUN_COLLECTION,
+        &vector,
+        RUN_QUERY_HITS,
+        12,
+    )?;
     Ok((upload, hits))
 }

@@ -47,53 +47,6 @@ impl Default for TargetFlags {
     }
 }
 
-/// The kind of sink a target opened: what `tune` saves its settings for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SinkKind {
-    Edge,
-    Server,
-    Postgres,
-}
-
-impl std::fmt::Display for SinkKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl SinkKind {
-    /// What the comparison table calls the database.
-    pub fn database_name(self) -> &'static str {
-        match self {
-            Self::Edge => "qdrant (embedded)",
-            Self::Server => "qdrant (server)",
-            Self::Postgres => "pgvector",
-        }
-    }
-
-    /// Why an upload into it is one process, for a sink that is (`None`: a server, which
-    /// takes writes from worker processes, one per peer holding the collection).
-    pub fn one_process_because(self) -> Option<&'static str> {
-        match self {
-            Self::Server => None,
-            Self::Edge => Some("the embedded engine is one process"),
-            // K sessions: the server, not the client, is its bottleneck.
-            Self::Postgres => {
-                Some("a PostgreSQL upload is one process, a session per request in flight")
-            }
-        }
-    }
-
-    /// `edge`, `server` or `postgres`, as run.db's tuned settings record it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Edge => "edge",
-            Self::Server => "server",
-            Self::Postgres => "postgres",
-        }
-    }
-}
-
 impl TargetFlags {
     /// How to reach the server at `url` with this target's API key and insecure-key consent.
     pub fn server_config(&self, url: &str) -> ServerConfig {
@@ -119,20 +72,24 @@ impl TargetFlags {
         }
     }
 
-    /// The sink of this target for the run in `run_dir`, and its kind.
-    pub fn open(&self, run_dir: &Path) -> Result<(Box<dyn Sink>, SinkKind)> {
+    /// The Qdrant server at `url` itself, for what only a server does (the snapshot load).
+    pub fn open_server(&self, url: &str) -> Result<QdrantServer> {
+        Ok(QdrantServer::connect(self.server_config(url))?)
+    }
+
+    /// The sink of this target for the run in `run_dir`: the one place a sink is made.
+    pub fn open(&self, run_dir: &Path) -> Result<Box<dyn Sink>> {
         if let Some(url) = &self.postgres {
             let sink = PgVector::connect(self.pg_config(url))?;
-            return Ok((Box::new(sink), SinkKind::Postgres));
+            return Ok(Box::new(sink));
         }
         if let Some(url) = &self.qdrant {
-            let server = QdrantServer::connect(self.server_config(url))?;
-            return Ok((Box::new(server), SinkKind::Server));
+            return Ok(Box::new(self.open_server(url)?));
         }
         let dir = self
             .edge
             .clone()
             .unwrap_or_else(|| RunLayout::new(run_dir).edge_dir());
-        Ok((Box::new(QdrantEdge::open(dir)?), SinkKind::Edge))
+        Ok(Box::new(QdrantEdge::open(dir)?))
     }
 }

@@ -9,7 +9,6 @@ use embedfleet_query::tune::{QueryTuneReport, TunedQueries, TUNED_QUERIES_SETTIN
 use embedfleet_upload::tune::{TuneReport, TunedUpload, TUNED_SETTING};
 
 use crate::error::Result;
-use crate::target::SinkKind;
 
 /// A batch size and requests in flight, each with where it came from.
 #[derive(Debug, Clone, Copy)]
@@ -43,22 +42,22 @@ impl Batching {
 /// (`Sink::default_batch_size`) where neither the flags nor `tune` say one.
 pub fn upload_batching(
     db: &RunDb,
-    kind: SinkKind,
+    kind: &str,
     given: (Option<usize>, Option<usize>),
     default_batch: usize,
 ) -> Result<Batching> {
     let tuned: Option<TunedUpload> = db.setting(TUNED_SETTING)?;
     let tuned = tuned
-        .filter(|t| t.sink == kind.name())
+        .filter(|t| t.sink == kind)
         .map(|t| (t.batch_size, t.in_flight));
     let defaults = (default_batch, embedfleet_upload::DEFAULT_IN_FLIGHT);
     Ok(Batching::resolve(given, tuned, defaults))
 }
 
 /// Keeps `tune`'s choice for uploads into a sink of `kind`.
-pub fn save_upload(db: &RunDb, kind: SinkKind, report: &TuneReport) -> Result<()> {
+pub fn save_upload(db: &RunDb, kind: &str, report: &TuneReport) -> Result<()> {
     let saved = TunedUpload {
-        sink: kind.name().into(),
+        sink: kind.into(),
         batch_size: report.batch_size,
         in_flight: report.in_flight,
         points_per_s: report.points_per_s,
@@ -73,20 +72,20 @@ const DEFAULT_QUERY_BATCHING: (usize, usize) = (16, 2);
 /// The query workload's batching against a sink of `kind`.
 pub fn query_batching(
     db: &RunDb,
-    kind: SinkKind,
+    kind: &str,
     given: (Option<usize>, Option<usize>),
 ) -> Result<Batching> {
     let tuned: Option<TunedQueries> = db.setting(TUNED_QUERIES_SETTING)?;
     let tuned = tuned
-        .filter(|t| t.sink == kind.name())
+        .filter(|t| t.sink == kind)
         .map(|t| (t.batch_size, t.in_flight));
     Ok(Batching::resolve(given, tuned, DEFAULT_QUERY_BATCHING))
 }
 
 /// Keeps `tune --queries`' choice for queries against a sink of `kind`.
-pub fn save_queries(db: &RunDb, kind: SinkKind, report: &QueryTuneReport) -> Result<()> {
+pub fn save_queries(db: &RunDb, kind: &str, report: &QueryTuneReport) -> Result<()> {
     let saved = TunedQueries {
-        sink: kind.name().into(),
+        sink: kind.into(),
         batch_size: report.batch_size,
         in_flight: report.in_flight,
         queries_per_s: report.queries_per_s,
@@ -122,16 +121,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = RunDb::create(dir.path()).unwrap();
         let saved = TunedUpload {
-            sink: SinkKind::Server.name().into(),
+            sink: "server".into(),
             batch_size: 512,
             in_flight: 8,
             points_per_s: 1.0,
             sample_points: 10,
         };
         db.set_setting(TUNED_SETTING, &saved).unwrap();
-        let server = upload_batching(&db, SinkKind::Server, (None, None), 256).unwrap();
+        let server = upload_batching(&db, "server", (None, None), 256).unwrap();
         assert_eq!((server.batch_size.value, server.in_flight.value), (512, 8));
-        let edge = upload_batching(&db, SinkKind::Edge, (None, None), 256).unwrap();
+        let edge = upload_batching(&db, "edge", (None, None), 256).unwrap();
         assert!(!edge.tuned());
     }
 }

@@ -5,41 +5,42 @@
 pub(crate) mod flags;
 
 use crate::cli::{Cli, Command, QueuesCommand};
-use embedfleet_pipeline::commands::{self, Ended, RunDirs};
+use embedfleet_pipeline::commands::{self, Ended, RunDbSlot, RunDirs};
 use std::path::{Path, PathBuf};
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let dirs = run_dirs(&cli.command);
-    commands::invoke(&dirs, || dispatch(&cli.command))
+    commands::invoke(&dirs, |db| dispatch(&cli.command, db))
 }
 
-fn dispatch(command: &Command) -> anyhow::Result<Ended> {
+/// Calls the command's pipeline function; `db` is where the command opens run.db, once.
+fn dispatch(command: &Command, db: &mut RunDbSlot) -> anyhow::Result<Ended> {
     use flags::*;
     let code = match command {
-        Command::Plan(a) => return commands::plan(&plan_flags(a)),
-        Command::Submit(a) => return commands::submit(&submit_flags(a)?),
-        Command::Query(a) => return commands::query(&query_flags(a)),
+        Command::Plan(a) => return commands::plan(&plan_flags(a), db),
+        Command::Submit(a) => return commands::submit(&submit_flags(a)?, db),
+        Command::Query(a) => return commands::query(&query_flags(a), db),
         Command::Run(a) => commands::run_all(&run_flags(a)),
         Command::Status(a) => commands::status(&status_flags(a)),
         Command::TakeOver(a) => commands::take_over(&take_over_flags(a)),
         Command::Pause(a) => commands::pause(&run_dir_flags(a), true),
         Command::Resume(a) => commands::pause(&run_dir_flags(a), false),
         Command::Queues(a) => commands::queues(&queues_flags(a)),
-        Command::Report(a) => commands::report(&report_flags(a)),
+        Command::Report(a) => commands::report(&report_flags(a), db),
         Command::SampleCorpus(a) => commands::sample_corpus(&sample_corpus_flags(a)),
         Command::EmbedJob(a) => commands::embed_job(&embed_job_flags(a)),
         Command::Embed(a) => commands::embed(&embed_flags(a)),
         Command::MakeTinyModel(a) => commands::make_tiny_model(&make_tiny_model_flags(a)),
         Command::Doctor(a) => commands::doctor(&doctor_flags(a)),
         Command::BenchGpu(a) => commands::bench_gpu(&bench_gpu_flags(a)),
-        Command::Upload(a) => commands::upload(&upload_flags(a)),
+        Command::Upload(a) => commands::upload(&upload_flags(a), db),
         Command::BuildShard(a) => commands::build_shard(&build_shard_flags(a)),
-        Command::Delete(a) => commands::delete(&delete_flags(a)),
-        Command::Tune(a) if a.queries => commands::tune_queries(&tune_flags(a)),
-        Command::Tune(a) => commands::tune(&tune_flags(a)),
+        Command::Delete(a) => commands::delete(&delete_flags(a), db),
+        Command::Tune(a) if a.queries => commands::tune_queries(&tune_flags(a), db),
+        Command::Tune(a) => commands::tune(&tune_flags(a), db),
         Command::QueryJob(a) => commands::query_job(&query_job_flags(a)),
-        Command::Eval(a) => commands::eval(&eval_flags(a)),
-        Command::Publish(a) => commands::publish(&publish_flags(a)),
+        Command::Eval(a) => commands::eval(&eval_flags(a), db),
+        Command::Publish(a) => commands::publish(&publish_flags(a), db),
     };
     code.map(Ended::from)
 }

@@ -15,7 +15,13 @@ const MAX_COMMANDS_LINES: usize = 1_500;
 fn metadata() -> serde_json::Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
@@ -64,7 +70,11 @@ fn the_binary_depends_on_pipeline_and_core_only() {
     );
     // The rule sees a dependency where there is one: the pipeline reaches every stage.
     let pipeline = workspace_dependencies_beyond(&metadata, "embedfleet-pipeline", &[]);
-    for stage in ["embedfleet-orchestrator", "embedfleet-upload", "embedfleet-embed"] {
+    for stage in [
+        "embedfleet-orchestrator",
+        "embedfleet-upload",
+        "embedfleet-embed",
+    ] {
         assert!(pipeline.iter().any(|d| d == stage), "{pipeline:?}");
     }
 }
@@ -119,5 +129,7 @@ fn src_commands_stays_a_map_of_at_most_1500_lines() {
     assert_eq!(commands_size_problems(&more).len(), 1);
     // And the function scanner it leans on sees each mapping function.
     let (_, mod_rs) = files.iter().find(|(p, _)| p.ends_with("mod.rs")).unwrap();
-    assert!(functions(mod_rs).iter().any(|(name, _, _)| name == "dispatch"));
+    assert!(functions(mod_rs)
+        .iter()
+        .any(|(name, _, _)| name == "dispatch"));
 }

@@ -124,14 +124,13 @@ pub struct PublishReport {
     pub partial: bool,
 }
 
-/// Builds the folder (see the crate docs).
-pub fn publish(options: &PublishOptions) -> Result<PublishReport, PublishError> {
-    let db = RunDb::open(&options.run_dir)?;
-    let missing = run::missing_batches(&db)?;
+/// Builds the folder (see the crate docs) from the run whose run.db `db` is, open already.
+pub fn publish(db: &RunDb, options: &PublishOptions) -> Result<PublishReport, PublishError> {
+    let missing = run::missing_batches(db)?;
     if !missing.is_empty() && !options.allow_partial {
         return Err(PublishError::Partial { missing });
     }
-    let source = run::Source::read(&db)?;
+    let source = run::Source::read(db)?;
     folder::check_out(&options.out, &source.plan_sha256)?;
     let plan = plan::split(&source, options.with_text, options.target_shard_bytes);
     let data_paths: Vec<String> = plan.files.iter().map(|f| f.path.clone()).collect();
@@ -139,7 +138,7 @@ pub fn publish(options: &PublishOptions) -> Result<PublishReport, PublishError> 
     let staging = staging_dir(&options.out);
     folder::prepare(&staging, &data_paths, &query_paths)?;
 
-    let reused = data::write_all(&db, &source, &plan, &staging, options)?;
+    let reused = data::write_all(db, &source, &plan, &staging, options)?;
     let query_rows = folder::copy_queries(&options.query_results, &query_paths, &staging)?;
     let data_rows: Vec<u64> = plan.files.iter().map(|f| f.rows).collect();
     let data = facts::entries(&staging, &data_paths, &data_rows)?;

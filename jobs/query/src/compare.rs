@@ -14,10 +14,9 @@
 use crate::eval::{cached_truth, score, EvalError};
 use crate::exact::for_each_block;
 use crate::held::HeldRows;
-use crate::search::{search_batched, Percentiles};
+use crate::search::search_batched;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_upload::{CountRequest, PayloadFilter, SearchOptions, Sink, VectorIndex};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The recall@k each database must reach.
@@ -44,37 +43,7 @@ pub struct CompareOptions {
     pub extra_filter: Option<(String, PayloadFilter)>,
 }
 
-/// One database and index under one filter, at the least effort reaching the floor.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompareRow {
-    pub database: String,
-    /// `hnsw (m=16, ef_construction=100)`, `ivfflat (lists=200)`, or `none (exact search)`:
-    /// no index, or one that covers no point yet.
-    pub index: String,
-    /// `none`, or the filter's expressions.
-    pub filter: String,
-    /// Share of the collection's points the filter lets through.
-    pub selectivity: f64,
-    /// The tuning the row was measured at: `ef=64`, `probes=8`, `defaults`.
-    pub tuning: String,
-    /// True when the row's recall is at the floor or above; false: the most effort tried.
-    pub reached_floor: bool,
-    pub recall: f64,
-    /// Share of queries answered with fewer rows than the exact search found.
-    pub short_share: f64,
-    pub queries_per_s: f64,
-    pub latency: Percentiles,
-}
-
-/// `eval --compare-postgres --json`: stable; fields are only ever added.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompareReport {
-    pub format_version: u32,
-    pub k: usize,
-    pub floor: f64,
-    pub queries: usize,
-    pub rows: Vec<CompareRow>,
-}
+pub use embedfleet_core::eval_tables::{CompareReport, CompareRow, Percentiles};
 
 /// The efforts tried for an index, least first: `ef` from k up for HNSW (pgvector returns at
 /// most `ef_search` rows), probes in doublings up to every list for IVFFlat.

@@ -6,12 +6,11 @@
 use crate::exact::{exact_top_k, for_each_block, normalised, ExactError, ExactHit};
 use crate::filter::run_filters;
 use crate::held::HeldRows;
-use crate::search::{search_batched, Percentiles};
+use crate::search::search_batched;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, RunLayout};
 use embedfleet_upload::{CountRequest, PayloadFilter, SearchOptions, Sink, UploadError};
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -53,89 +52,15 @@ pub struct EvalOptions {
     pub in_flight: usize,
 }
 
-/// One line of the table: one way of searching, under one filter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvalRow {
-    /// `none`, or the filter's expressions joined by ` & `.
-    pub filter: String,
-    /// `exact`, `default` (the collection's ef) or `ef=N`.
-    pub search: String,
-    pub ef: Option<u64>,
-    /// Mean over queries of |answers ∩ exact| / |exact|.
-    pub recall: f64,
-    /// Share of queries that got fewer results than the exact search found (at most k).
-    pub short_share: f64,
-    pub latency: Percentiles,
-    pub queries_per_s: f64,
-}
+pub use embedfleet_core::eval_tables::{EvalReport, EvalRow, IndexCoverage, Percentiles};
 
-/// `eval --json`: stable; fields are only ever added.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvalReport {
-    pub format_version: u32,
-    pub collection: String,
-    pub k: usize,
-    pub queries: usize,
-    /// Share of the run's papers the filter lets through (`None` without a filter).
-    pub filter_selectivity: Option<f64>,
-    pub rows: Vec<EvalRow>,
-    /// How much of the collection an HNSW graph served when it was searched (absent in
-    /// reports made before it was recorded, and for a database that does not say).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub index: Option<IndexCoverage>,
-}
-
-/// The collection's points and how many of them sit in HNSW-indexed segments. Below Qdrant's
-/// indexing threshold a segment has no graph and every search of it is exact, whatever its
-/// `ef`: a table of such searches says nothing of HNSW's recall.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexCoverage {
-    pub points: u64,
-    pub indexed_vectors: u64,
-    /// Qdrant's indexing threshold in KB (`None` where the database has none).
-    pub indexing_threshold_kb: Option<u64>,
-    /// True when no point is in an indexed segment: every row is an exact search.
-    pub exact_only: bool,
-}
-
-impl IndexCoverage {
-    fn of(info: &embedfleet_upload::CollectionInfo) -> Self {
-        Self {
-            points: info.points,
-            indexed_vectors: info.indexed_vectors,
-            indexing_threshold_kb: info.qdrant.map(|q| q.indexing_threshold_kb),
-            exact_only: info.points > 0 && info.indexed_vectors == 0,
-        }
-    }
-
-    /// One sentence on what the table measured, `None` when every point is indexed.
-    pub fn caveat(&self) -> Option<String> {
-        let threshold = self
-            .indexing_threshold_kb
-            .map(|t| format!(", indexing threshold {t} KB"))
-            .unwrap_or_default();
-        if self.exact_only {
-            let why = if self.indexing_threshold_kb.is_some() {
-                "a collection this small is never indexed: evaluate a bigger one"
-            } else {
-                // A database without a threshold (pgvector) has none until the load's end built it.
-                "its load did not finish: `embedfleet upload` again builds the index"
-            };
-            Some(format!(
-                "exact search: the collection has no HNSW index ({} points{threshold}), so every \
-                 row below searched exactly, whatever its ef; its recall says nothing of HNSW \
-                 ({why})",
-                self.points
-            ))
-        } else if self.indexed_vectors < self.points {
-            Some(format!(
-                "partly indexed: {} of {} points are in HNSW-indexed segments{threshold}; the \
-                 rest are searched exactly",
-                self.indexed_vectors, self.points
-            ))
-        } else {
-            None
-        }
+/// How much of the collection `info` describes sits in HNSW-indexed segments.
+fn coverage_of(info: &embedfleet_upload::CollectionInfo) -> IndexCoverage {
+    IndexCoverage {
+        points: info.points,
+        indexed_vectors: info.indexed_vectors,
+        indexing_threshold_kb: info.qdrant.map(|q| q.indexing_threshold_kb),
+        exact_only: info.points > 0 && info.indexed_vectors == 0,
     }
 }
 
@@ -160,7 +85,7 @@ pub fn eval(
         queries: queries.len(),
         filter_selectivity: None,
         rows: Vec::new(),
-        index: Some(IndexCoverage::of(&info)),
+        index: Some(coverage_of(&info)),
     };
     let mut filters: Vec<(String, Option<PayloadFilter>)> = vec![("none".into(), None)];
     if let Some(f) = filter {

@@ -78,33 +78,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Latency percentiles in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Percentiles {
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
-}
-
-impl Percentiles {
-    /// Nearest-rank percentiles of `samples` (all zero when there are none).
-    pub fn of(samples: &[Duration]) -> Self {
-        let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-        ms.sort_by(f64::total_cmp);
-        let at = |p: f64| {
-            if ms.is_empty() {
-                return 0.0;
-            }
-            let rank = ((p / 100.0) * ms.len() as f64).ceil().max(1.0) as usize;
-            ms[rank.min(ms.len()) - 1]
-        };
-        Percentiles {
-            p50_ms: at(50.0),
-            p95_ms: at(95.0),
-            p99_ms: at(99.0),
-        }
-    }
-}
+pub use embedfleet_core::eval_tables::Percentiles;
 
 #[cfg(test)]
 mod tests {

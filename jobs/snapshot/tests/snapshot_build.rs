@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 #[allow(dead_code)]
 mod upload_common;
 
+use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{
     build_shard, build_shard_without, find_built, find_usable, group_rows, SnapshotError,
@@ -266,7 +267,13 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     options.spec.qdrant.indexing_threshold_kb = 100;
     // A group per batch: three keys.
     options.group_count = Some(3);
-    let report = load_snapshots(&server, &rest, &options).unwrap();
+    let report = load_snapshots(
+        &RunDb::open(&options.run_dir).unwrap(),
+        &server,
+        &rest,
+        &options,
+    )
+    .unwrap();
     assert_eq!(
         (
             report.batches,
@@ -316,7 +323,13 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
         assert_eq!(hits[0].id, point_id(p.paper_id));
     }
     // A second load finds everything done.
-    let again = load_snapshots(&server, &rest, &options).unwrap();
+    let again = load_snapshots(
+        &RunDb::open(&options.run_dir).unwrap(),
+        &server,
+        &rest,
+        &options,
+    )
+    .unwrap();
     assert_eq!(
         (again.recovered, again.already, again.built_here),
         (0, 3, 0)

@@ -292,6 +292,18 @@ fn create_payload_indexes(shard: &EdgeShard, spec: &CollectionSpec) -> UploadRes
 }
 
 impl Sink for QdrantEdge {
+    fn kind(&self) -> &'static str {
+        "edge"
+    }
+
+    fn database_name(&self) -> &'static str {
+        "qdrant (embedded)"
+    }
+
+    fn one_process_because(&self) -> Option<&'static str> {
+        Some("the embedded engine is one process")
+    }
+
     fn target(&self) -> String {
         // Canonical, so `--edge run/qdrant` and the default `<run-dir>/qdrant` are one target.
         let dir = std::fs::canonicalize(&self.root).unwrap_or_else(|_| self.root.clone());

@@ -35,6 +35,19 @@ pub trait Sink: Send + Sync {
     /// `server:<url>`.
     fn target(&self) -> String;
 
+    /// `edge`, `server` or `postgres`: the kind of database, which run.db's tuned settings are
+    /// saved under (`tune` measures each kind apart).
+    fn kind(&self) -> &'static str;
+
+    /// What a comparison table calls the database.
+    fn database_name(&self) -> &'static str;
+
+    /// Why an upload into it is one process, for a database that is (`None`: a server, which
+    /// takes writes from worker processes, one per peer holding the collection).
+    fn one_process_because(&self) -> Option<&'static str> {
+        None
+    }
+
     /// How a command line names this target (`--postgres postgresql://…`, `--qdrant URL`,
     /// `--edge DIR`): what a suggested next command repeats, so that it reaches the same
     /// database. Empty for a sink no flag names.

@@ -50,11 +50,11 @@ pub struct WorkerCommand {
 /// the upload runs in this process.
 pub fn upload_with_workers(
     sink: &dyn Sink,
+    db: &RunDb,
     options: &UploadOptions,
     command: &WorkerCommand,
 ) -> Result<UploadReport, UploadRunError> {
-    let db = RunDb::open(&options.run_dir)?;
-    let Some(open) = open_collection(sink, &db, options)? else {
+    let Some(open) = open_collection(sink, db, options)? else {
         return Ok(UploadReport::nothing());
     };
     let collection = options.spec.name.as_str();
@@ -100,7 +100,7 @@ pub fn upload_with_workers(
             }
         }
     }
-    let failed_worker = watch(&db, &key, &prepared, dim, children, command, options)?;
+    let failed_worker = watch(db, &key, &prepared, dim, children, command, options)?;
     let (acked, failed) = db.upload_totals(&key)?;
     let send = SendReport {
         points: acked.saturating_sub(before),
@@ -112,7 +112,7 @@ pub fn upload_with_workers(
     if let Some(e) = failed_worker {
         return Err(e);
     }
-    crate::restamp::after_upload(sink, &db, collection, &key)?;
+    crate::restamp::after_upload(sink, db, collection, &key)?;
     // Every point sent and none failed: the collection now holds the newest release (the
     // check before sending deleted what releases withdrew). `status` and `query` read it.
     db.record_upload_release(&key)?;

@@ -107,9 +107,9 @@ pub struct Figures {
     pub points_uploaded: u64,
     pub releases: Vec<ReleaseStatus>,
     /// The run's latest `eval`, when it has one (set by the caller, who reads the file).
-    pub eval: Option<super::eval_table::EvalTable>,
+    pub eval: Option<embedfleet_core::eval_tables::EvalReport>,
     /// The run's latest `eval --compare-postgres`, when it has one (set by the caller).
-    pub compare: Option<super::eval_table::CompareTable>,
+    pub compare: Option<embedfleet_core::eval_tables::CompareReport>,
     /// The upload's rate, `tune`'s trials and the query workload (set by the caller).
     pub activity: super::activity::Activity,
 }

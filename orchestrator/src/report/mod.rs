@@ -14,7 +14,6 @@
 pub mod activity;
 mod clock;
 mod escape;
-mod eval_table;
 pub mod figures;
 pub mod history;
 mod html;
@@ -70,9 +69,8 @@ pub enum ReportError {
     Plot { path: PathBuf, reason: String },
 }
 
-/// Reads the run's timings and computes the report.
-pub fn load(run_dir: &Path) -> Result<Report, ReportError> {
-    let db = RunDb::open(run_dir)?;
+/// Reads the timings of the run in `run_dir` (its run.db `db`, open) and computes the report.
+pub fn load(db: &RunDb, run_dir: &Path) -> Result<Report, ReportError> {
     let runs = db.latest_batch_runs()?;
     let batches = table::lines(&runs);
     let summary = table::summarize(&batches);
@@ -249,13 +247,8 @@ fn render_totals(out: &mut String, s: &Summary) {
     );
 }
 
-/// The HTML page of the run in `run_dir` as it stands (`report --html`).
-pub fn html_page(run_dir: &Path) -> Result<String, ReportError> {
-    html_page_of(&RunDb::open(run_dir)?, run_dir)
-}
-
-/// [`html_page`] from a run.db open already.
-pub fn html_page_of(db: &RunDb, run_dir: &Path) -> Result<String, ReportError> {
+/// The HTML page of the run in `run_dir` (its run.db `db`, open) as it stands (`report --html`).
+pub fn html_page(db: &RunDb, run_dir: &Path) -> Result<String, ReportError> {
     let status = db.status()?;
     let history = history::AttemptHistory::load(db)?;
     let quarantined = db.quarantine_sample(50)?;
@@ -263,16 +256,15 @@ pub fn html_page_of(db: &RunDb, run_dir: &Path) -> Result<String, ReportError> {
     let mut figures = figures::compute(&status, &history, quarantined, |a| {
         owner::first_error(run_dir, &mut cache, a)
     });
-    figures.eval = eval_table::latest(run_dir);
-    figures.compare = eval_table::compare(run_dir);
+    figures.eval = embedfleet_core::eval_tables::latest(run_dir);
+    figures.compare = embedfleet_core::eval_tables::compare(run_dir);
     figures.activity = activity::Activity::read(db);
     Ok(html::render(&figures))
 }
 
-/// The trace of the run in `run_dir`: a line per job attempt (`report --trace`).
-pub fn trace_file(run_dir: &Path) -> Result<String, ReportError> {
-    let db = RunDb::open(run_dir)?;
-    Ok(trace::render(&history::AttemptHistory::load(&db)?))
+/// The trace of the run whose run.db `db` is: a line per job attempt (`report --trace`).
+pub fn trace_file(db: &RunDb) -> Result<String, ReportError> {
+    Ok(trace::render(&history::AttemptHistory::load(db)?))
 }
 
 /// Writes the plots of [`plot::write_all`] into `dir` (created if needed); returns their paths.

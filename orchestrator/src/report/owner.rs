@@ -135,8 +135,8 @@ impl OwnerReport {
         let mut figures = figures::compute(status, &self.history, self.quarantined.clone(), |a| {
             first_error(&run_dir, cache, a)
         });
-        figures.eval = super::eval_table::latest(&run_dir);
-        figures.compare = super::eval_table::compare(&run_dir);
+        figures.eval = embedfleet_core::eval_tables::latest(&run_dir);
+        figures.compare = embedfleet_core::eval_tables::compare(&run_dir);
         figures.activity = self.activity.clone();
         self.write(
             &RunLayout::new(&run_dir).report_page(),

@@ -184,39 +184,44 @@ pub enum SubmitError {
 
 pub type Result<T> = std::result::Result<T, SubmitError>;
 
-/// Runs the submit loop until every batch is done or failed (or forever with `watch`).
-pub fn submit(options: &SubmitOptions) -> Result<SubmitReport> {
-    SubmitLoop::new(options)?.run()
+/// What a submit did: the loop's report, or (a dry run) the job scripts its next round would
+/// send, (job name, script text), without submitting or recording anything.
+#[derive(Debug)]
+pub enum Submitted {
+    Ran(Box<SubmitReport>),
+    WouldSend(Vec<(String, String)>),
 }
 
-/// [`submit`] on a run.db open already, handed back with the report when the loop ends (`run`
-/// holds one handle for all its stages).
-pub fn submit_on(db: RunDb, options: &SubmitOptions) -> Result<(SubmitReport, RunDb)> {
-    let lp = SubmitLoop::new_on(options, db)?;
-    lp.run_keeping_db()
-}
-
-/// [`submit`], driving `follow_up` once per round as well (see [`FollowUp`]): the loop ends
-/// when every batch is settled and the follow-up work is not busy.
-pub fn submit_with<'a>(
+/// The submit stage's one entry point: on `db` (the run's run.db, open already; read-only for
+/// a dry run), runs the submit loop until every batch is done or failed (or forever with
+/// `watch`), driving `follow_up` once per round as well (see [`FollowUp`]: the loop then ends
+/// when every batch is settled and the follow-up work is not busy); or, with `dry_run`, only
+/// renders the next round's job scripts. `db` is handed back (`run` holds one handle for all
+/// its stages; a command records its line with it).
+pub fn submit<'a>(
+    db: RunDb,
     options: &'a SubmitOptions,
-    follow_up: &'a mut dyn FollowUp,
-) -> Result<SubmitReport> {
-    let mut lp = SubmitLoop::new(options)?;
-    lp.follow_up = Some(follow_up);
-    lp.run()
+    follow_up: Option<&'a mut dyn FollowUp>,
+    dry_run: bool,
+) -> Result<(Submitted, RunDb)> {
+    if dry_run {
+        return would_send(db, options);
+    }
+    let mut lp = SubmitLoop::new_on(options, db)?;
+    lp.follow_up = follow_up;
+    let (report, db) = lp.run_keeping_db()?;
+    Ok((Submitted::Ran(Box::new(report)), db))
 }
 
-/// The job scripts the next round would submit, without submitting or recording anything:
-/// (job name, script text).
-pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
+/// The job scripts the next round would submit, without submitting or recording anything.
+fn would_send(db: RunDb, options: &SubmitOptions) -> Result<(Submitted, RunDb)> {
     // The run config's `env` values may be secrets (tokens, keys): printed as ***.
     let mut masked = options.clone();
     for value in masked.scheduler.script.env.values_mut() {
         *value = "***".into();
     }
     let options = &masked;
-    let mut lp = SubmitLoop::new_read_only(options)?;
+    let mut lp = SubmitLoop::with_db(options, db)?;
     let caps = match &options.queues {
         Some(q) => q.clone(),
         None => lp.db.queue_caps()?,
@@ -228,14 +233,16 @@ pub fn dry_run(options: &SubmitOptions) -> Result<Vec<(String, String)>> {
     let open = lp.db.open_jobs()?;
     let pending = lp.db.batches_without_job()?;
     let plan = lp.route_round(&caps, &open, Pending::all(&pending), &BTreeSet::new());
-    plan.jobs
+    let scripts = plan
+        .jobs
         .iter()
         .map(|job| {
             let attempt = lp.next_attempt(&job.batches)?;
             let (files, script) = lp.render(job, attempt)?;
             Ok((files.name, script))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((Submitted::WouldSend(scripts), lp.db))
 }
 
 struct SubmitLoop<'a> {
@@ -290,11 +297,6 @@ struct SchedulerAsked {
 }
 
 impl<'a> SubmitLoop<'a> {
-    /// For a dry run: run.db opened read-only (no ingest, no file created or changed).
-    fn new_read_only(opts: &'a SubmitOptions) -> Result<Self> {
-        Self::with_db(opts, RunDb::open_read_only(&opts.run_dir)?)
-    }
-
     fn with_db(opts: &'a SubmitOptions, db: RunDb) -> Result<Self> {
         if !db.is_planned()? {
             return Err(SubmitError::NotPlanned(opts.run_dir.clone()));
@@ -326,6 +328,7 @@ impl<'a> SubmitLoop<'a> {
         })
     }
 
+    #[cfg(test)]
     fn new(opts: &'a SubmitOptions) -> Result<Self> {
         Self::new_on(opts, RunDb::open(&opts.run_dir)?)
     }
@@ -446,10 +449,6 @@ impl<'a> SubmitLoop<'a> {
             self.report.submitted,
             self.counts.results_taken_in,
         )
-    }
-
-    fn run(self) -> Result<SubmitReport> {
-        self.run_keeping_db().map(|(report, _)| report)
     }
 
     fn run_keeping_db(mut self) -> Result<(SubmitReport, RunDb)> {

@@ -95,7 +95,7 @@ fn every_queue_refused_ends_with_each_queues_own_reason_and_remedy() {
     })]);
     let mut lp = submit_loop(&options, &scheduler);
     lp.refused.insert("h2".into(), host_key.into());
-    let err = lp.run().unwrap_err();
+    let err = lp.run_keeping_db().err().expect("the loop fails");
     assert!(matches!(err, SubmitError::AllQueuesRefused(_)), "{err}");
     let text = err.to_string();
     assert!(text.contains(&format!("h2: {host_key}")), "{text}");

@@ -3,48 +3,50 @@
 //! defaults beside them (`embedfleet_query::compare`).
 
 use crate::flags::EvalFlags;
-use crate::target::SinkKind;
 use anyhow::Result;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, exit, RunLayout};
 use embedfleet_query::compare::{self, CompareOptions, Target};
-use embedfleet_upload::{IterativeScan, PgConfig, PgVector, Sink};
+use embedfleet_upload::{IterativeScan, Sink};
 
 pub(super) fn eval_compare(
     args: &EvalFlags,
     db: &RunDb,
     primary: &dyn Sink,
-    kind: SinkKind,
     queries: &[Vec<f32>],
     url: &str,
 ) -> Result<i32> {
-    let config = args.target.pg_config(url);
-    let pg = PgVector::connect(config.clone())?;
+    let postgres = crate::target::TargetFlags {
+        postgres: Some(url.to_string()),
+        ..args.target.clone()
+    };
+    let pg = postgres.open(&args.run_dir)?;
     // pgvector as it comes: its default ef_search, no iterative scans under a filter.
-    let defaults = PgVector::connect(PgConfig {
-        iterative_scan: IterativeScan::Off,
-        ..config
-    })?;
+    let defaults = crate::target::TargetFlags {
+        pg_iterative_scan: IterativeScan::Off,
+        ..postgres
+    }
+    .open(&args.run_dir)?;
     let table = args
         .compare_table
         .clone()
         .unwrap_or_else(|| args.collection.clone());
     let targets = [
         Target {
-            database: kind.database_name().into(),
+            database: primary.database_name().into(),
             sink: primary,
             collection: args.collection.clone(),
             defaults_only: false,
         },
         Target {
             database: "pgvector".into(),
-            sink: &pg,
+            sink: pg.as_ref(),
             collection: table.clone(),
             defaults_only: false,
         },
         Target {
             database: "pgvector, defaults (no iterative scan)".into(),
-            sink: &defaults,
+            sink: defaults.as_ref(),
             collection: table,
             defaults_only: true,
         },

@@ -31,8 +31,9 @@ pub use upload::{delete_cmd as delete, tune_cmd as tune, upload_cmd as upload};
 
 use crate::PipelineError;
 use embedfleet_core::exit;
+use embedfleet_core::rundb::RunDb;
 use embedfleet_orchestrator::plan::PlanError;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How a command ended: its exit code, and whether it changed the run's outputs at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,13 +79,44 @@ pub struct RunDirs {
     pub recorded: Option<PathBuf>,
 }
 
+/// The run's run.db as one command holds it: opened once, at the command's first need (each
+/// open checks the owner and takes in new results), and used again to record the command line.
+#[derive(Default)]
+pub struct RunDbSlot {
+    db: Option<RunDb>,
+}
+
+impl RunDbSlot {
+    /// The run.db of `dir`, opened now if this command has not opened it yet.
+    pub(crate) fn open(&mut self, dir: &Path) -> anyhow::Result<&mut RunDb> {
+        if self.db.is_none() {
+            self.db = Some(RunDb::open(dir)?);
+        }
+        Ok(self.db.as_mut().expect("opened above"))
+    }
+
+    /// The handle itself, for a stage that takes it and hands it back ([`RunDbSlot::keep`]).
+    pub(crate) fn take(&mut self, dir: &Path) -> anyhow::Result<RunDb> {
+        match self.db.take() {
+            Some(db) => Ok(db),
+            None => Ok(RunDb::open(dir)?),
+        }
+    }
+
+    /// Keeps a handle a stage made or handed back, for the rest of the command.
+    pub(crate) fn keep(&mut self, db: RunDb) {
+        self.db = Some(db);
+    }
+}
+
 /// Runs one command: refuses a `--run-dir` that is not a directory (exit 2, as clap says of a
 /// bad flag) and, on a host that does not own the run, refuses with where the owner is
-/// (exit 4) before anything opens run.db; then `command`; then records the command line in
-/// the run's history unless it wrote nothing.
+/// (exit 4) before anything opens run.db; then `command`, with the slot its run.db is opened
+/// in once; then records the command line in the run's history, through that same handle,
+/// unless it wrote nothing.
 pub fn invoke(
     dirs: &RunDirs,
-    command: impl FnOnce() -> anyhow::Result<Ended>,
+    command: impl FnOnce(&mut RunDbSlot) -> anyhow::Result<Ended>,
 ) -> anyhow::Result<i32> {
     if let Some(why) = dirs.named.as_deref().and_then(not_a_run_dir) {
         eprintln!("error: {why}");
@@ -93,20 +125,17 @@ pub fn invoke(
     if let Some(dir) = &dirs.owned {
         embedfleet_core::owner::check_read_only(dir)?;
     }
-    let ended = command()?;
+    let mut slot = RunDbSlot::default();
+    let ended = command(&mut slot)?;
     if let Some(dir) = dirs.recorded.as_deref().filter(|_| !ended.wrote_nothing) {
-        if let Err(e) = record_command(dir) {
+        let recorded = slot
+            .open(dir)
+            .and_then(|db| Ok(crate::records::record_command(db, &command_line())?));
+        if let Err(e) = recorded {
             tracing::warn!("could not record the command line in run.db: {e}");
         }
     }
     Ok(ended.code)
-}
-
-/// Appends this process's command line to the run's history (once per distinct line in a row).
-fn record_command(run_dir: &std::path::Path) -> anyhow::Result<()> {
-    let db = embedfleet_core::rundb::RunDb::open(run_dir)?;
-    crate::records::record_command(&db, &command_line())?;
-    Ok(())
 }
 
 /// Why `dir` cannot be a `--run-dir`: it names something other than a directory (a file, say:

@@ -10,7 +10,7 @@ use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-pub fn plan(args: &PlanFlags) -> Result<super::Ended> {
+pub fn plan(args: &PlanFlags, slot: &mut super::RunDbSlot) -> Result<super::Ended> {
     let update = (!args.update.is_empty()).then(|| UpdateOptions {
         only_adds: args.only_adds,
         command: embedfleet_core::secret::redact(&std::env::args().collect::<Vec<_>>().join(" ")),
@@ -20,7 +20,11 @@ pub fn plan(args: &PlanFlags) -> Result<super::Ended> {
     } else {
         args.corpus.clone()
     };
-    let report = plan_with(corpus, args.run_dir.clone(), &args.plan, update)?;
+    let options = plan_options(corpus, args.run_dir.clone(), &args.plan, update);
+    let (report, db) = plan::plan_keeping_db(&options)?;
+    print_plan_report(&report, &options.run_dir);
+    // The plan made or opened run.db: the command line is recorded through the same handle.
+    slot.keep(db);
     let code = report_code(&report);
     Ok(if report.already_planned {
         super::Ended::nothing_written(code)
@@ -78,18 +82,6 @@ pub fn plan_options(
         progress: std::io::stderr().is_terminal(),
         update,
     }
-}
-
-fn plan_with(
-    corpus: Vec<PathBuf>,
-    run_dir: PathBuf,
-    args: &PlanSettingsFlags,
-    update: Option<UpdateOptions>,
-) -> Result<PlanReport> {
-    let options = plan_options(corpus, run_dir, args, update);
-    let report = plan::plan(&options)?;
-    print_plan_report(&report, &options.run_dir);
-    Ok(report)
 }
 
 /// What a plan did, on stderr.

@@ -30,15 +30,15 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
     ))
 }
 
-pub fn query(args: &QueryFlags) -> Result<Ended> {
-    let db = RunDb::open(&args.run_dir)?;
-    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+pub fn query(args: &QueryFlags, slot: &mut super::RunDbSlot) -> Result<Ended> {
+    let db = slot.open(&args.run_dir)?;
+    let sink = open_sink(&args.run_dir, &args.target)?;
     let terms = match &args.terms {
         Some(path) => embedfleet_query::read_terms(path, args.model.field.as_deref())?,
         None => args.term_args.clone(),
     };
     let model = model_settings(&args.run_dir, &args.model)?;
-    let filter = embedfleet_query::run_filters(&db, &args.filters).map_err(anyhow::Error::msg)?;
+    let filter = embedfleet_query::run_filters(db, &args.filters).map_err(anyhow::Error::msg)?;
     let search = SearchOptions {
         filter,
         ..SearchOptions::new(args.top_k.max(1))
@@ -46,16 +46,17 @@ pub fn query(args: &QueryFlags) -> Result<Ended> {
     // What the results answer: the collection as it is now, and the model. A collection that
     // was never uploaded is refused here, before anything is embedded or written.
     let searched = crate::searched::searched(
-        &db,
+        db,
         sink.as_ref(),
         &args.collection,
         &model.model_dir,
         model.dim,
     )?;
     let Some(output) = &args.output else {
-        return print_top_hits(&db, sink.as_ref(), args, &terms, &model, &search);
+        return print_top_hits(db, sink.as_ref(), args, &terms, &model, &search);
     };
-    let batching = crate::tuned::query_batching(&db, kind, (args.batch_size, args.in_flight))?;
+    let batching =
+        crate::tuned::query_batching(db, sink.kind(), (args.batch_size, args.in_flight))?;
     let options = QueryOptions {
         collection: args.collection.clone(),
         terms,
@@ -69,9 +70,9 @@ pub fn query(args: &QueryFlags) -> Result<Ended> {
         searched,
         replace: args.replace,
     };
-    let mut embedder = query_embedder(&db, args, &model, &options)?;
+    let mut embedder = query_embedder(db, args, &model, &options)?;
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
-    records::record_query_output(&db, output)?;
+    records::record_query_output(db, output)?;
     if report.already_done == report.queries {
         eprintln!(
             "{} already holds the results of this request ({} queries, the same terms, collection contents, settings and model); nothing to do",
@@ -81,7 +82,7 @@ pub fn query(args: &QueryFlags) -> Result<Ended> {
         return Ok(Ended::nothing_written(exit::SUCCESS));
     }
     crate::activity::record_query(
-        &db,
+        db,
         &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
         &report,
     );
@@ -201,19 +202,19 @@ fn print_top_hits(
     Ok(Ended::nothing_written(exit::SUCCESS))
 }
 
-pub fn eval(args: &EvalFlags) -> Result<i32> {
-    let db = RunDb::open(&args.run_dir)?;
-    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+pub fn eval(args: &EvalFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+    let db = slot.open(&args.run_dir)?;
+    let sink = open_sink(&args.run_dir, &args.target)?;
     let queries = match &args.queries {
         Some(path) => {
             let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
             let settings = model_settings(&args.run_dir, &args.model)?;
             query_model(&settings)?.embed(&settings.instruction, &terms)?
         }
-        None => embedfleet_query::sample_queries(&db, args.sample.unwrap_or(100), args.seed)?,
+        None => embedfleet_query::sample_queries(db, args.sample.unwrap_or(100), args.seed)?,
     };
     if let Some(url) = &args.compare_postgres {
-        return super::compare::eval_compare(args, &db, sink.as_ref(), kind, &queries, url);
+        return super::compare::eval_compare(args, db, sink.as_ref(), &queries, url);
     }
     let options = EvalOptions {
         collection: args.collection.clone(),
@@ -223,7 +224,7 @@ pub fn eval(args: &EvalFlags) -> Result<i32> {
         batch_size: args.batch_size.max(1),
         in_flight: args.in_flight.max(1),
     };
-    let report = embedfleet_query::eval(sink.as_ref(), &db, &queries, &options)?;
+    let report = embedfleet_query::eval(sink.as_ref(), db, &queries, &options)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -240,30 +241,33 @@ pub fn eval(args: &EvalFlags) -> Result<i32> {
 }
 
 /// `tune --queries`: the query workload's batch size and requests in flight.
-pub fn tune_queries(args: &TuneFlags) -> Result<i32> {
-    let db = RunDb::open(&args.run_dir)?;
-    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+pub fn tune_queries(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+    let db = slot.open(&args.run_dir)?;
+    let sink = open_sink(&args.run_dir, &args.target)?;
     let options = QueryTuneOptions::new(&args.collection);
-    let report = tune::tune_queries(sink.as_ref(), &db, &options)?;
+    let report = tune::tune_queries(sink.as_ref(), db, &options)?;
     print!("{}", tune::markdown(&report));
-    crate::tuned::save_queries(&db, kind, &report)?;
+    crate::tuned::save_queries(db, sink.kind(), &report)?;
     eprintln!(
-        "chosen: {} queries a request, {} in flight ({:.0} queries/s into the {kind} sink); saved in run.db, `embedfleet query` uses it",
-        report.batch_size, report.in_flight, report.queries_per_s
+        "chosen: {} queries a request, {} in flight ({:.0} queries/s into the {} sink); saved in run.db, `embedfleet query` uses it",
+        report.batch_size,
+        report.in_flight,
+        report.queries_per_s,
+        sink.kind()
     );
     Ok(exit::SUCCESS)
 }
 
-pub fn publish(args: &PublishFlags) -> Result<i32> {
-    let db = RunDb::open(&args.run_dir)?;
+pub fn publish(args: &PublishFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+    let db = slot.open(&args.run_dir)?;
     let mut options = embedfleet_publish::PublishOptions::new(&args.run_dir, &args.out);
     options.target_shard_bytes = (args.target_shard_mb * 1e6).max(1.0) as u64;
     options.allow_partial = args.allow_partial;
     options.with_text = args.with_text;
     options.license = args.license.clone();
     options.progress = std::io::stderr().is_terminal();
-    options.query_results = records::query_results(&db, &args.query_results)?;
-    options.report_table = embedfleet_orchestrator::report::load(&args.run_dir)
+    options.query_results = records::query_results(db, &args.query_results)?;
+    options.report_table = embedfleet_orchestrator::report::load(db, &args.run_dir)
         .ok()
         .filter(|r| r.summary.is_some())
         .map(|r| embedfleet_orchestrator::report::render(&r));
@@ -278,8 +282,8 @@ pub fn publish(args: &PublishFlags) -> Result<i32> {
         family: c.family,
         example: c.example,
     });
-    options.commands = records::history(&db)?;
-    let report = embedfleet_publish::publish(&options)
+    options.commands = records::history(db)?;
+    let report = embedfleet_publish::publish(db, &options)
         .with_context(|| format!("failed to publish into {}", args.out.display()))?;
     eprintln!(
         "published {} rows in {} files ({:.1} MB{}) into {}{}",

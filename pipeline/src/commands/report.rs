@@ -8,17 +8,18 @@ use std::path::Path;
 
 /// Prints the report; a run with no finished batch is an error (exit code 1), unless only the
 /// page or the trace was asked for.
-pub fn report(args: &ReportFlags) -> Result<i32> {
+pub fn report(args: &ReportFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+    let db = slot.open(&args.run_dir)?;
     if let Some(path) = &args.html {
-        write(path, &report::html_page(&args.run_dir)?)?;
+        write(path, &report::html_page(db, &args.run_dir)?)?;
     }
     if let Some(path) = &args.trace {
-        write(path, &report::trace_file(&args.run_dir)?)?;
+        write(path, &report::trace_file(db)?)?;
     }
     if (args.html.is_some() || args.trace.is_some()) && !args.json && args.plots.is_none() {
         return Ok(exit::SUCCESS);
     }
-    let report = report::load(&args.run_dir)?;
+    let report = report::load(db, &args.run_dir)?;
     if report.summary.is_none() {
         return Err(ReportError::NothingFinished(args.run_dir.clone()).into());
     }

@@ -8,7 +8,7 @@ use embedfleet_snapshot::{
     self as snapshot, describe_batches, GroupBuildRequest, LoadOptions, PinnedSettings, RestClient,
     ShardKeys, ShardSettings,
 };
-use embedfleet_upload::{self as upload, QdrantServer};
+use embedfleet_upload as upload;
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -17,7 +17,7 @@ use crate::build_shard::BuildShards;
 use crate::flags::{BuildShardFlags, UploadFlags};
 
 /// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
-pub fn snapshot_load(args: &UploadFlags) -> Result<i32> {
+pub fn snapshot_load(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let Some(url) = &args.target.qdrant else {
         return Err(snapshot::SnapshotError::NeedsCluster {
             message: "`--mode snapshot` loads into a Qdrant server (--qdrant URL); the embedded engine is one shard per collection and takes upserts only".into(),
@@ -26,7 +26,7 @@ pub fn snapshot_load(args: &UploadFlags) -> Result<i32> {
     };
     let config = args.target.server_config(url);
     let key = config.api_key.resolve()?;
-    let server = QdrantServer::connect(config)?;
+    let server = args.target.open_server(url)?;
     let rest_url = args
         .qdrant_rest
         .clone()
@@ -49,7 +49,8 @@ pub fn snapshot_load(args: &UploadFlags) -> Result<i32> {
         "snapshot load into `{}` ({url}, REST {rest_url}): {} recoveries at once",
         args.collection, options.in_flight
     );
-    let report = snapshot::load_snapshots(&server, &rest, &options)?;
+    let db = slot.open(&args.run_dir)?;
+    let report = snapshot::load_snapshots(db, &server, &rest, &options)?;
     if report.batches == 0 {
         eprintln!("the run has no shards yet: nothing to load");
         return Ok(exit::SUCCESS);

@@ -12,21 +12,20 @@ use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::status;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, Origin};
-use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport};
+use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport, Submitted};
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub fn submit(args: &SubmitFlags) -> Result<super::Ended> {
+pub fn submit(args: &SubmitFlags, slot: &mut super::RunDbSlot) -> Result<super::Ended> {
     // A dry run writes nothing: run.db opened read-only (no ingest, no migration, no -wal or
     // -shm file), the output settings compared and not pinned, the run config not stored.
     let db = if args.dry_run {
         RunDb::open_read_only(&args.run_dir)?
     } else {
-        RunDb::open(&args.run_dir)?
+        slot.take(&args.run_dir)?
     };
-    let flags = args;
     let exe = crate::current_exe()?;
-    let prepared = pipeline_submit::prepare(&db, flags, exe, std::io::stderr().is_terminal())?;
+    let mut prepared = pipeline_submit::prepare(&db, args, exe, std::io::stderr().is_terminal())?;
     let settings = &prepared.settings;
     if !args.dry_run {
         eprintln!("{}", settings.config.describe());
@@ -37,22 +36,27 @@ pub fn submit(args: &SubmitFlags) -> Result<super::Ended> {
     if !settings.kept.is_empty() && !args.dry_run {
         eprintln!("using the run's loop options: {}", settings.kept.join(" "));
     }
-    let options = prepared.options;
+    let options = &prepared.options;
     if args.dry_run {
-        return dry_run(db, settings, &options).map(Into::into);
+        return dry_run(db, settings, options).map(Into::into);
     }
-    drop(db);
-    let report = match prepared.builds {
-        Some(mut builds) => submit::submit_with(&options, &mut builds)?,
-        None => submit::submit(&options)?,
+    let follow_up = prepared
+        .builds
+        .as_mut()
+        .map(|b| b as &mut dyn submit::FollowUp);
+    let (submitted, db) = submit::submit(db, options, follow_up, false)?;
+    let Submitted::Ran(report) = submitted else {
+        unreachable!("a submit that is not a dry run runs the loop")
     };
-    if args.trial.is_some() {
-        return trial_summary(&options, &report).map(Into::into);
-    }
-    let code = summarise(&options, &report, false)?;
+    let code = if args.trial.is_some() {
+        trial_summary(&db, &report)?
+    } else {
+        summarise_status(&db.status()?, options, &report, false)
+    };
+    slot.keep(db);
     // Every batch was done already: not a step of the dataset card's "How it was made".
     let nothing = report.submitted == 0 && report.adopted == 0 && report.batches_done == 0;
-    Ok(if nothing {
+    Ok(if nothing && args.trial.is_none() {
         super::Ended::nothing_written(code)
     } else {
         code.into()
@@ -79,8 +83,9 @@ fn dry_run(
                 .join(", ")
         );
     }
-    drop(db);
-    let scripts = submit::dry_run(options)?;
+    let Submitted::WouldSend(scripts) = submit::submit(db, options, None, true)?.0 else {
+        unreachable!("a dry run renders scripts")
+    };
     if scripts.is_empty() {
         eprintln!("nothing to submit: every batch is done or has a job, or no queue has room");
     }
@@ -120,12 +125,12 @@ fn print_would_pin(db: &RunDb, chosen: &ChosenConfig, output: &OutputSettings) -
 }
 
 /// How the trial job went, and the walltime its batch time suggests.
-fn trial_summary(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> {
+fn trial_summary(db: &RunDb, report: &SubmitReport) -> Result<i32> {
     if let Some((batch, why)) = report.failed.first() {
         eprintln!("trial: batch {batch} failed: {why}");
         return Ok(exit::PARTIAL);
     }
-    let runs = RunDb::open(&options.run_dir)?.latest_batch_runs()?;
+    let runs = db.latest_batch_runs()?;
     let Some(run) = runs
         .iter()
         .max_by(|a, b| a.finished_unix_s.total_cmp(&b.finished_unix_s))
@@ -154,21 +159,6 @@ fn trial_summary(options: &SubmitOptions, report: &SubmitReport) -> Result<i32> 
 /// Prints how the loop ended and the run's status; the exit code says whether every batch
 /// was embedded. `run` passes `jobs_behind_verbose`: its user asked for results, not for the
 /// loop's job counts and the owner's costs, which `-v` shows.
-pub fn summarise(
-    options: &SubmitOptions,
-    report: &SubmitReport,
-    jobs_behind_verbose: bool,
-) -> Result<i32> {
-    let status = RunDb::open(&options.run_dir)?.status()?;
-    Ok(summarise_status(
-        &status,
-        options,
-        report,
-        jobs_behind_verbose,
-    ))
-}
-
-/// [`summarise`] with the run's status read already.
 pub fn summarise_status(
     status: &RunStatus,
     options: &SubmitOptions,
@@ -247,12 +237,12 @@ pub fn pause(args: &RunDirFlags, paused: bool) -> Result<i32> {
 }
 
 pub fn queues(args: &QueuesFlags) -> Result<i32> {
-    let run_dir = match args {
-        QueuesFlags::Show { run_dir: Some(dir) } => dir.clone(),
+    let db = match args {
+        QueuesFlags::Show { run_dir: Some(dir) } => RunDb::open(dir)?,
         QueuesFlags::Set { run_dir, caps } => {
             let mut db = RunDb::open(run_dir)?;
             db.set_queue_caps(&caps.iter().cloned().collect(), false)?;
-            run_dir.clone()
+            db
         }
         QueuesFlags::Remove { run_dir, names } => {
             let db = RunDb::open(run_dir)?;
@@ -264,13 +254,13 @@ pub fn queues(args: &QueuesFlags) -> Result<i32> {
                 );
             }
             db.remove_queues(names)?;
-            run_dir.clone()
+            db
         }
         QueuesFlags::Show { run_dir: None } => {
             bail!("give the run directory: `embedfleet queues --run-dir DIR`")
         }
     };
-    let status = RunDb::open(&run_dir)?.status()?;
+    let status = db.status()?;
     if status.queue_caps.is_empty() {
         println!("no queues (set them with `embedfleet queues set --run-dir DIR NAME=CAP`)");
     }

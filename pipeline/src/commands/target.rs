@@ -3,13 +3,12 @@
 //! and the snapshot load.
 
 use crate::flags::{CollectionFlags, TargetFlags};
-use crate::target::SinkKind;
 use anyhow::Result;
 use embedfleet_upload::{self as upload, Sink};
 use std::path::Path;
 
-/// The sink of `target`, and its kind (for the tuned settings and what it is told).
-pub(super) fn open_sink(run_dir: &Path, target: &TargetFlags) -> Result<(Box<dyn Sink>, SinkKind)> {
+/// The sink of `target` (the sink factory, `TargetFlags::open`, makes it).
+pub(super) fn open_sink(run_dir: &Path, target: &TargetFlags) -> Result<Box<dyn Sink>> {
     Ok(target.open(run_dir)?)
 }
 

@@ -35,34 +35,35 @@ fn upload_options(args: &UploadFlags, batching: &Batching) -> UploadOptions {
     options
 }
 
-pub fn upload_cmd(args: &UploadFlags) -> Result<i32> {
+pub fn upload_cmd(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     if args.mode == UploadMode::Snapshot {
-        return super::snapshot::snapshot_load(args);
+        return super::snapshot::snapshot_load(args, slot);
     }
-    let db = RunDb::open(&args.run_dir)?;
-    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+    let db = slot.open(&args.run_dir)?;
+    let sink = open_sink(&args.run_dir, &args.target)?;
     let batching = tuned::upload_batching(
-        &db,
-        kind,
+        db,
+        sink.kind(),
         (args.batch_size, args.in_flight),
         sink.default_batch_size(),
     )?;
     let mut options = upload_options(args, &batching);
     if let Some(share) = &args.worker {
         options.share = Some(parse_share(share)?);
-        return upload_worker(&db, sink.as_ref(), &args.collection, &options);
+        return upload_worker(db, sink.as_ref(), &args.collection, &options);
     }
     // A server gets worker processes (by default one per peer holding the collection, else one
     // per core, decided once the collection exists); other sinks are one process.
-    let server = kind.one_process_because().is_none();
-    if let Some(why) = kind.one_process_because() {
+    let server = sink.one_process_because().is_none();
+    if let Some(why) = sink.one_process_because() {
         if args.workers.is_some_and(|n| n > 1) {
             eprintln!("note: {why}; --workers is ignored, --in-flight sets its threads");
         }
     }
     eprintln!(
-        "upload into `{}` ({kind}): batches of {}, {} in flight{}{}",
+        "upload into `{}` ({}): batches of {}, {} in flight{}{}",
         args.collection,
+        sink.kind(),
         options.batch_size,
         options.in_flight,
         match (server, args.workers) {
@@ -79,12 +80,12 @@ pub fn upload_cmd(args: &UploadFlags) -> Result<i32> {
             workers: args.workers,
             partial_code: exit::PARTIAL,
         };
-        upload::upload_with_workers(sink.as_ref(), &options, &command)?
+        upload::upload_with_workers(sink.as_ref(), db, &options, &command)?
     } else {
-        upload::upload(sink.as_ref(), &options)?
+        upload::upload_on(sink.as_ref(), db, &options)?
     };
     print_report(&args.collection, &report);
-    crate::activity::record_upload(&db, sink.as_ref(), &options, &report);
+    crate::activity::record_upload(db, sink.as_ref(), &options, &report);
     Ok(if report.send.failed_points > 0 {
         exit::PARTIAL
     } else {
@@ -116,11 +117,11 @@ fn upload_worker(
 /// group in a snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
 /// tombstone: no later upload, built shard or publish brings it back), then deleted from Qdrant,
 /// with every earlier tombstone again: a delete killed between the two is finished by the next.
-pub fn delete_cmd(args: &DeleteFlags) -> Result<i32> {
-    let db = RunDb::open(&args.run_dir)?;
-    let (sink, _) = open_sink(&args.run_dir, &args.target)?;
+pub fn delete_cmd(args: &DeleteFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+    let db = slot.open(&args.run_dir)?;
+    let sink = open_sink(&args.run_dir, &args.target)?;
     let report = crate::delete::delete_papers(
-        &db,
+        db,
         sink.as_ref(),
         &args.run_dir,
         &args.collection,
@@ -220,9 +221,9 @@ pub(crate) fn print_report(collection: &str, report: &UploadReport) {
     }
 }
 
-pub fn tune_cmd(args: &TuneFlags) -> Result<i32> {
-    let db = RunDb::open(&args.run_dir)?;
-    let (sink, kind) = open_sink(&args.run_dir, &args.target)?;
+pub fn tune_cmd(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+    let db = slot.open(&args.run_dir)?;
+    let sink = open_sink(&args.run_dir, &args.target)?;
     // The scratch collection is dropped before and after: never one this run uploaded into.
     let (acked, _) = db.upload_totals(&upload::progress_key(sink.as_ref(), &args.scratch))?;
     if acked > 0 {
@@ -234,18 +235,21 @@ pub fn tune_cmd(args: &TuneFlags) -> Result<i32> {
     let mut options = TuneOptions::new(&args.scratch);
     options.sample = args.sample.max(1);
     options.batch_sizes.retain(|&b| b <= args.max_batch.max(1));
-    let report = tune::tune(sink.as_ref(), &db, &options)?;
+    let report = tune::tune(sink.as_ref(), db, &options)?;
     print!("{}", tune::markdown(&report));
     let out = args
         .out
         .clone()
         .unwrap_or_else(|| RunLayout::new(&args.run_dir).tune_dir());
     let files = tune::write_outputs(&report, &out)?;
-    crate::activity::record_tune(&db, kind.name(), &report);
-    tuned::save_upload(&db, kind, &report)?;
+    crate::activity::record_tune(db, sink.kind(), &report);
+    tuned::save_upload(db, sink.kind(), &report)?;
     eprintln!(
-        "chosen: batches of {}, {} in flight ({:.0} points/s into the {kind} sink); saved in run.db, `embedfleet upload` uses it",
-        report.batch_size, report.in_flight, report.points_per_s
+        "chosen: batches of {}, {} in flight ({:.0} points/s into the {} sink); saved in run.db, `embedfleet upload` uses it",
+        report.batch_size,
+        report.in_flight,
+        report.points_per_s,
+        sink.kind()
     );
     for f in files {
         eprintln!("wrote {}", f.display());

@@ -282,3 +282,11 @@ pub fn python(code: &str, module: &str, required_env: &str, home: &Path) -> Opti
     );
     Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// `embedfleet_publish::publish` on the run's run.db, opened for it as a command would.
+pub fn publish(
+    options: &embedfleet_publish::PublishOptions,
+) -> Result<embedfleet_publish::PublishReport, embedfleet_publish::PublishError> {
+    let db = embedfleet_core::rundb::RunDb::open(&options.run_dir)?;
+    embedfleet_publish::publish(&db, options)
+}

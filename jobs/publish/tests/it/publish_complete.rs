@@ -1,10 +1,11 @@
 //! A complete run publishes: every row once and in order, files of the target size, a folder
 //! `sha256sum -c` verifies, a card the Hub reads and a manifest that agrees with run.db.
 
+use crate::publish_common::publish;
 use crate::publish_common::*;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_publish::{publish, staging_dir, PublishError, PublishOptions};
+use embedfleet_publish::{staging_dir, PublishError, PublishOptions};
 use std::path::Path;
 
 const PARTS: &[&[u64]] = &[&[700, 300], &[500]];

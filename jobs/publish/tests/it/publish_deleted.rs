@@ -2,10 +2,11 @@
 //! published dataset, and the manifest and card count them; a folder published before the
 //! delete is rewritten where it held them, with text too.
 
+use crate::publish_common::publish;
 use crate::publish_common::*;
 use embedfleet_core::rundb::{RunDb, Tombstone};
 use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_publish::{publish, PublishOptions};
+use embedfleet_publish::PublishOptions;
 
 const PARTS: &[&[u64]] = &[&[700, 300], &[500]];
 

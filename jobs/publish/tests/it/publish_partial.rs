@@ -1,10 +1,11 @@
 //! A run with batches not embedded is refused, naming them; with `allow_partial` it is
 //! published and the card and the manifest say exactly what is missing.
 
+use crate::publish_common::publish;
 use crate::publish_common::*;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_publish::{publish, staging_dir, MissingBatch, PublishError, PublishOptions};
+use embedfleet_publish::{staging_dir, MissingBatch, PublishError, PublishOptions};
 
 #[test]
 fn a_partial_run_is_refused_unless_allowed_and_then_the_card_names_what_is_missing() {

@@ -2,9 +2,10 @@
 //! loading it through the card's configs as the Hub would. Skipped where python3 lacks the
 //! module, unless EMBEDFLEET_REQUIRE_PYARROW / EMBEDFLEET_REQUIRE_DATASETS is set.
 
+use crate::publish_common::publish;
 use crate::publish_common::*;
 use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_publish::{publish, PublishOptions};
+use embedfleet_publish::PublishOptions;
 
 #[test]
 fn pyarrow_and_datasets_read_the_published_folder() {

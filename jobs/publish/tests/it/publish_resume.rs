@@ -1,10 +1,11 @@
 //! A killed publish, run again, keeps the data files it finished and ends with the very folder
 //! an uninterrupted publish makes; a file it cannot trust is written again.
 
+use crate::publish_common::publish;
 use crate::publish_common::*;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_publish::{publish, staging_dir, PublishError, PublishOptions};
+use embedfleet_publish::{staging_dir, PublishError, PublishOptions};
 use std::path::Path;
 
 /// Two batches of 2 × 200 rows: 200 rows a file make 4 files, one per shard.

@@ -1,8 +1,9 @@
 //! `with_text`: each row carries its paper's text, from the batch files.
 
+use crate::publish_common::publish;
 use crate::publish_common::*;
 use embedfleet_core::shardfile::VectorDtype;
-use embedfleet_publish::{publish, PublishOptions};
+use embedfleet_publish::PublishOptions;
 
 #[test]
 fn with_text_adds_each_papers_text_by_id() {

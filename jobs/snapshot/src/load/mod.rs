@@ -61,13 +61,13 @@ use super::rest::RestClient;
 use super::{ShardSettings, SnapshotError};
 
 /// Loads the run's built shards into `options.spec.name` on `server` (see the module docs).
-/// `rest` is the REST address of the server `server` talks to.
+/// `rest` is the REST address of the server `server` talks to; `db` the run's run.db, open.
 pub fn load_snapshots(
+    db: &RunDb,
     server: &QdrantServer,
     rest: &RestClient,
     options: &LoadOptions,
 ) -> Result<LoadReport, SnapshotError> {
-    let db = RunDb::open(&options.run_dir)?;
     let layout = RunLayout::new(&options.run_dir);
     let name = options.spec.name.clone();
     let key = progress_key(server, &name);
@@ -90,10 +90,10 @@ pub fn load_snapshots(
     refuse_other_collection(server, &name, &spec)?;
 
     // 2. The run's keys, then each group's built shard.
-    let keys = run_keys(&db, &layout, &key, options, peers.len())?;
+    let keys = run_keys(db, &layout, &key, options, peers.len())?;
     report.batches_per_group = keys.batches_per_group;
     report.run_id = keys.run_id.clone();
-    let tombstones = Tombstones::read(&db)?;
+    let tombstones = Tombstones::read(db)?;
     let by_group = group_sources(&keys, &tombstones, &by_batch);
     let build_missing = options.build_missing;
     let (groups, built_here) =
@@ -102,10 +102,10 @@ pub fn load_snapshots(
     report.groups = groups.len();
 
     // 3. The collection, and each group's key: claimed for this run, then made.
-    let (created, mut recorded) = open_collection(server, &db, &key, &spec)?;
+    let (created, mut recorded) = open_collection(server, db, &key, &spec)?;
     report.created = created;
     let at = Place {
-        db: &db,
+        db,
         progress: &key,
         rest,
         peers: &peers,
@@ -131,7 +131,7 @@ pub fn load_snapshots(
     // A built shard carries its batches' shard rows: a later release's new source or year for a
     // paper it kept is set after (every load: a group built again brings the older values back).
     let loaded: std::collections::HashSet<i64> = by_batch.iter().map(|(b, _)| *b).collect();
-    let restamps = embedfleet_upload::restamp::payload_restamps(&db, |b| loaded.contains(&b))?;
+    let restamps = embedfleet_upload::restamp::payload_restamps(db, |b| loaded.contains(&b))?;
     embedfleet_upload::restamp::apply(server, &name, &restamps, |b| Some(keys.key_of(b)))?;
 
     // 5. Green, then counts and searches.
@@ -144,8 +144,8 @@ pub fn load_snapshots(
     verify_load(server, &at, &loaded, options, &mut report)?;
 
     // 6. Recorded: verified, and the shards as uploaded (`upload` in upsert mode sends the rest).
-    record_verified(&db, &key, &groups, &recorded)?;
-    record_loaded_shards(&db, &key, &loaded_shards)?;
+    record_verified(db, &key, &groups, &recorded)?;
+    record_loaded_shards(db, &key, &loaded_shards)?;
     // The withheld and deleted rows were deleted in their keys above: with every shard loaded,
     // the collection holds the newest release.
     db.record_upload_release(&key)?;

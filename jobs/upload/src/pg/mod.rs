@@ -309,6 +309,19 @@ fn vector_index(found: &index::Found) -> Option<VectorIndex> {
 }
 
 impl Sink for PgVector {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn database_name(&self) -> &'static str {
+        "pgvector"
+    }
+
+    fn one_process_because(&self) -> Option<&'static str> {
+        // K sessions: the server, not the client, is its bottleneck.
+        Some("a PostgreSQL upload is one process, a session per request in flight")
+    }
+
     fn target(&self) -> String {
         format!("postgres:{}", self.pool.connector.target)
     }

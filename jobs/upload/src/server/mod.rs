@@ -181,6 +181,14 @@ impl QdrantServer {
 }
 
 impl Sink for QdrantServer {
+    fn kind(&self) -> &'static str {
+        "server"
+    }
+
+    fn database_name(&self) -> &'static str {
+        "qdrant (server)"
+    }
+
     fn target(&self) -> String {
         format!("server:{}", self.config.url.trim_end_matches('/'))
     }

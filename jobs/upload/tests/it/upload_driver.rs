@@ -327,6 +327,12 @@ macro_rules! pass_to_inner {
         fn target(&self) -> String {
             self.inner.target()
         }
+        fn kind(&self) -> &'static str {
+            self.inner.kind()
+        }
+        fn database_name(&self) -> &'static str {
+            self.inner.database_name()
+        }
         fn ensure_collection(&self, spec: &CollectionSpec) -> UploadResult<Ensured> {
             self.inner.ensure_collection(spec)
         }

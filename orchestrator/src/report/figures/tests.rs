@@ -253,7 +253,7 @@ fn the_owner_rewrites_its_files_when_due_not_every_poll() {
 #[test]
 fn the_page_shows_the_latest_eval_when_the_run_has_one() {
     let (dir, _db) = run_db();
-    let page = crate::report::html_page(dir.path()).unwrap();
+    let page = crate::report::html_page(&RunDb::open(dir.path()).unwrap(), dir.path()).unwrap();
     assert!(!page.contains("id=\"eval\""));
     std::fs::create_dir_all(dir.path().join("eval")).unwrap();
     let latest = serde_json::json!({"format_version": 1, "collection": "papers", "k": 10,
@@ -261,7 +261,7 @@ fn the_page_shows_the_latest_eval_when_the_run_has_one() {
         "recall": 0.98, "short_share": 0.0, "queries_per_s": 900.0,
         "latency": {"p50_ms": 1.0, "p95_ms": 2.5, "p99_ms": 3.0}}]});
     std::fs::write(dir.path().join("eval/latest.json"), latest.to_string()).unwrap();
-    let page = crate::report::html_page(dir.path()).unwrap();
+    let page = crate::report::html_page(&RunDb::open(dir.path()).unwrap(), dir.path()).unwrap();
     assert!(page.contains("id=\"eval\""));
     assert!(
         page.contains("<td>&lt;i&gt;year&lt;/i&gt;</td><td>ef=64</td><td class=\"n\">0.9800</td>")
@@ -271,7 +271,7 @@ fn the_page_shows_the_latest_eval_when_the_run_has_one() {
 #[test]
 fn the_page_shows_the_databases_side_by_side_when_the_run_compared_them() {
     let (dir, _db) = run_db();
-    let page = crate::report::html_page(dir.path()).unwrap();
+    let page = crate::report::html_page(&RunDb::open(dir.path()).unwrap(), dir.path()).unwrap();
     assert!(!page.contains("id=\"compare\""));
     std::fs::create_dir_all(dir.path().join("eval")).unwrap();
     let row = |database: &str, tuning: &str, reached: bool, recall: f64, short: f64| {
@@ -286,7 +286,7 @@ fn the_page_shows_the_databases_side_by_side_when_the_run_compared_them() {
             row("pgvector", "ef=1000", false, 0.90, 0.0),
             row("pgvector, defaults (no iterative scan)", "defaults", false, 0.05, 0.99)]});
     std::fs::write(dir.path().join("eval/compare.json"), compare.to_string()).unwrap();
-    let page = crate::report::html_page(dir.path()).unwrap();
+    let page = crate::report::html_page(&RunDb::open(dir.path()).unwrap(), dir.path()).unwrap();
     assert!(page.contains("id=\"compare\""), "the section is there");
     assert!(page.contains("<td>qdrant (embedded)</td>"));
     assert!(page.contains("<td>ef=1000 (floor not reached)</td>"));
@@ -304,7 +304,7 @@ fn the_page_shows_the_databases_side_by_side_when_the_run_compared_them() {
 fn the_page_shows_the_upload_rate_tunes_curve_and_the_query_workload_when_the_run_has_them() {
     use crate::report::activity::*;
     let (dir, db) = run_db();
-    let page = crate::report::html_page(dir.path()).unwrap();
+    let page = crate::report::html_page(&RunDb::open(dir.path()).unwrap(), dir.path()).unwrap();
     for id in ["upload-runs", "tune-plot", "query-run"] {
         assert!(
             !page.contains(&format!("id=\"{id}\"")),
@@ -364,7 +364,7 @@ fn the_page_shows_the_upload_rate_tunes_curve_and_the_query_workload_when_the_ru
         },
     )
     .unwrap();
-    let page = crate::report::html_page(dir.path()).unwrap();
+    let page = crate::report::html_page(&RunDb::open(dir.path()).unwrap(), dir.path()).unwrap();
     // The rate (8,300 points in 4.15 s), escaped where it came from outside.
     assert!(
         page.contains("<td class=\"n\">8300</td><td class=\"n\">4.2</td><td class=\"n\">2000</td>"),
