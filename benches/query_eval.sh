@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 points=${1:-20000} dim=${2:-2560} queries=${3:-200}
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release --quiet -p embedfleet
-cargo build --release --quiet -p embedfleet-upload --example synthetic_run
+cargo build --release --quiet -p embedfleet-vectordb --example synthetic_run
 bin=$target/release/embedfleet
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -20,7 +20,7 @@ dir=$(mktemp -d /tmp/embedfleet-upload-server.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 
 cargo build --profile "$profile" --quiet --bin embedfleet -p embedfleet
-cargo build --profile "$profile" --quiet -p embedfleet-upload --example synthetic_run --example server_bound
+cargo build --profile "$profile" --quiet -p embedfleet-vectordb --example synthetic_run --example server_bound
 # WORKERS (default "1 2") lists the --workers values tried. CLIENT_CPUS (e.g. 1) pins every client to those CPUs; start the server with QDRANT_CPUS set to
 # the others (.ci/qdrant/qdrant-server.sh) to model a client on its own machine.
 pin=${CLIENT_CPUS:+taskset -c $CLIENT_CPUS}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # start-local-pg.sh - a PostgreSQL 15 cluster of embedfleet's own, with pgvector, for the
-# pgvector sink's tests (jobs/upload/tests/it/upload_pg.rs, tests/e2e/pgvector.rs) and
+# pgvector sink's tests (vectordb/tests/it/upload_pg.rs, tests/e2e/pgvector.rs) and
 # benches/pgvector.sh. .ci/run calls it; safe to run by hand (as root).
 #
 #   - installs Debian's postgresql-15 and postgresql-server-dev-15 when missing;

@@ -9,8 +9,8 @@ use embedfleet_orchestrator::report::activity::{
     self, QueryRun, TuneRun, TuneTrial, UploadRun, QUERY_RUN_SETTING, TUNE_RUN_SETTING,
 };
 use embedfleet_query::workload::QueryReport;
-use embedfleet_upload::tune::TuneReport;
-use embedfleet_upload::{Sink, UploadOptions, UploadReport};
+use embedfleet_vectordb::tune::TuneReport;
+use embedfleet_vectordb::{Sink, UploadOptions, UploadReport};
 
 /// The upload `report` into `options.spec.name` of `sink`, when it sent anything.
 pub fn record_upload(db: &RunDb, sink: &dyn Sink, options: &UploadOptions, report: &UploadReport) {
@@ -18,7 +18,7 @@ pub fn record_upload(db: &RunDb, sink: &dyn Sink, options: &UploadOptions, repor
         return;
     }
     let run = UploadRun {
-        collection: embedfleet_upload::progress_key(sink, &options.spec.name),
+        collection: embedfleet_vectordb::progress_key(sink, &options.spec.name),
         points: report.send.points,
         seconds: report.send.elapsed.as_secs_f64(),
         batch_size: options.batch_size,

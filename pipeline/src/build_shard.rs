@@ -11,8 +11,8 @@ use embedfleet_snapshot::{
     self as snapshot, describe_batches, BuildOutcome, PinnedSettings, ShardKeys, ShardSettings,
     SourceShard,
 };
-use embedfleet_upload::integrity::Tombstones;
-use embedfleet_upload::CollectionSpec;
+use embedfleet_vectordb::integrity::Tombstones;
+use embedfleet_vectordb::CollectionSpec;
 
 use crate::error::{io, GroupStep, PipelineError, Result};
 

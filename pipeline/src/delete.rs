@@ -9,8 +9,8 @@ use std::path::Path;
 
 use embedfleet_core::rundb::{RunDb, Tombstone};
 use embedfleet_core::RunLayout;
-use embedfleet_upload::shard_keys::ShardKeys;
-use embedfleet_upload::{self as upload, CountRequest, DeleteRequest, Sink};
+use embedfleet_vectordb::shard_keys::ShardKeys;
+use embedfleet_vectordb::{self as upload, CountRequest, DeleteRequest, Sink};
 
 use crate::error::{io, PipelineError, Result};
 

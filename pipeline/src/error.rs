@@ -55,11 +55,11 @@ pub enum PipelineError {
     #[error(transparent)]
     QueryVectors(#[from] VectorsError),
     #[error(transparent)]
-    Upload(#[from] embedfleet_upload::UploadError),
+    Upload(#[from] embedfleet_vectordb::UploadError),
     #[error(transparent)]
-    UploadRun(#[from] embedfleet_upload::UploadRunError),
+    UploadRun(#[from] embedfleet_vectordb::UploadRunError),
     #[error(transparent)]
-    UploadQuery(#[from] embedfleet_upload::query::QueryError),
+    UploadQuery(#[from] embedfleet_vectordb::query::QueryError),
     #[error(transparent)]
     EmbedQuery(#[from] embedfleet_embed::QueryEmbedError),
     /// The model directory's family, read from its `config.json`.

@@ -5,7 +5,7 @@ pub use crate::settings::{JobSettings, QueryModelFlags};
 pub use crate::target::TargetFlags;
 pub use embedfleet_core::shardfile::VectorDtype;
 pub use embedfleet_models::DType;
-pub use embedfleet_upload::{IterativeScan, PgIndex};
+pub use embedfleet_vectordb::{IterativeScan, PgIndex};
 use std::path::PathBuf;
 
 /// `upload --mode`.
@@ -333,7 +333,7 @@ pub mod defaults {
     pub use embedfleet_query::vectors::DEFAULT_PART_TERMS;
     pub use embedfleet_query::workload::DEFAULT_PART_QUERIES;
     pub use embedfleet_query::DEFAULT_EFS;
-    pub use embedfleet_upload::DEFAULT_CHECKPOINT_EVERY;
+    pub use embedfleet_vectordb::DEFAULT_CHECKPOINT_EVERY;
 }
 
 /// Help texts made from what this build implements.

@@ -159,7 +159,7 @@ impl GroupBuilds {
             }
             let tombstones = match &mut tombstones {
                 Some(t) => t,
-                none => none.insert(embedfleet_upload::integrity::Tombstones::read(db)?),
+                none => none.insert(embedfleet_vectordb::integrity::Tombstones::read(db)?),
             };
             let Some(request) =
                 GroupBuildRequest::of_group(db, &self.layout, &self.keys, tombstones, group)?

@@ -28,7 +28,7 @@ pub mod submit;
 pub mod target;
 pub mod tuned;
 
-pub use embedfleet_upload::DEFAULT_COLLECTION;
+pub use embedfleet_vectordb::DEFAULT_COLLECTION;
 pub use error::{PipelineError, Result};
 
 /// The embedfleet binary running now: what jobs run when the run config names none.

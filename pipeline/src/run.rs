@@ -12,8 +12,8 @@ use embedfleet_core::rundb::{RunDb, RunStatus};
 use embedfleet_core::RunLayout;
 use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport};
 use embedfleet_orchestrator::submit::{SubmitOptions, SubmitReport, Submitted};
-use embedfleet_upload::query::{self, QueryHit};
-use embedfleet_upload::{UploadOptions, UploadReport};
+use embedfleet_vectordb::query::{self, QueryHit};
+use embedfleet_vectordb::{UploadOptions, UploadReport};
 
 use crate::error::{io, Result};
 use crate::settings::SubmitFlags;
@@ -146,7 +146,7 @@ fn upload_and_query(
     let sink = crate::target::TargetFlags::default().open(run_dir)?;
     let mut options = UploadOptions::new(run_dir, RUN_COLLECTION);
     options.progress = request.progress;
-    let upload = embedfleet_upload::upload_on(sink.as_ref(), db, &options)?;
+    let upload = embedfleet_vectordb::upload_on(sink.as_ref(), db, &options)?;
     crate::activity::record_upload(db, sink.as_ref(), &options, &upload);
     if upload.ensured.is_none() {
         return Ok((upload, Vec::new()));

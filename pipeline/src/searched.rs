@@ -6,7 +6,7 @@ use std::path::Path;
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_query::Searched;
-use embedfleet_upload::{progress_key, CountRequest, Sink};
+use embedfleet_vectordb::{progress_key, CountRequest, Sink};
 
 use crate::error::{PipelineError, Result};
 
@@ -61,7 +61,7 @@ pub fn upload_command(db: &RunDb, sink: &dyn Sink, collection: &str) -> String {
         command.push(' ');
         command.push_str(&flag);
     }
-    if collection != embedfleet_upload::DEFAULT_COLLECTION {
+    if collection != embedfleet_vectordb::DEFAULT_COLLECTION {
         command.push_str(&format!(" --collection {collection}"));
     }
     command

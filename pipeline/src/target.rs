@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::RunLayout;
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     ApiKey, IterativeScan, PgConfig, PgIndex, PgVector, QdrantEdge, QdrantServer, ServerConfig,
     Sink,
 };

@@ -6,7 +6,7 @@
 use embedfleet_core::pin::Resolved;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_query::tune::{QueryTuneReport, TunedQueries, TUNED_QUERIES_SETTING};
-use embedfleet_upload::tune::{TuneReport, TunedUpload, TUNED_SETTING};
+use embedfleet_vectordb::tune::{TuneReport, TunedUpload, TUNED_SETTING};
 
 use crate::error::Result;
 
@@ -50,7 +50,7 @@ pub fn upload_batching(
     let tuned = tuned
         .filter(|t| t.sink == kind)
         .map(|t| (t.batch_size, t.in_flight));
-    let defaults = (default_batch, embedfleet_upload::DEFAULT_IN_FLIGHT);
+    let defaults = (default_batch, embedfleet_vectordb::DEFAULT_IN_FLIGHT);
     Ok(Batching::resolve(given, tuned, defaults))
 }
 

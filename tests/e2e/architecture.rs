@@ -42,7 +42,7 @@ fn forbidden_dependencies_are_absent() {
         (
             "jobs/embed/Cargo.toml",
             &[
-                "embedfleet-upload",
+                "embedfleet-vectordb",
                 "qdrant-edge",
                 "qdrant-client",
                 "tonic",
@@ -50,7 +50,7 @@ fn forbidden_dependencies_are_absent() {
             ],
         ),
         (
-            "jobs/upload/Cargo.toml",
+            "vectordb/Cargo.toml",
             &[
                 "embedfleet-embed",
                 "embedfleet-models",
@@ -68,7 +68,7 @@ fn forbidden_dependencies_are_absent() {
         (
             "jobs/publish/Cargo.toml",
             &[
-                "embedfleet-upload",
+                "embedfleet-vectordb",
                 "embedfleet-query",
                 "embedfleet-models",
                 "qdrant-edge",
@@ -76,7 +76,11 @@ fn forbidden_dependencies_are_absent() {
         ),
         (
             "orchestrator/Cargo.toml",
-            &["embedfleet-embed", "embedfleet-upload", "embedfleet-models"],
+            &[
+                "embedfleet-embed",
+                "embedfleet-vectordb",
+                "embedfleet-models",
+            ],
         ),
     ];
     for (manifest, forbidden) in rules {
@@ -115,5 +119,5 @@ fn forbidden_dependencies_are_absent() {
     assert!(dependencies("Cargo.toml").contains(&"embedfleet-pipeline".to_string()));
     // The stages do depend on what the arrows say.
     assert!(dependencies("jobs/embed/Cargo.toml").contains(&"embedfleet-models".to_string()));
-    assert!(dependencies("jobs/upload/Cargo.toml").contains(&"qdrant-edge".to_string()));
+    assert!(dependencies("vectordb/Cargo.toml").contains(&"qdrant-edge".to_string()));
 }

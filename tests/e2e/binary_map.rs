@@ -72,7 +72,7 @@ fn the_binary_depends_on_pipeline_and_core_only() {
     let pipeline = workspace_dependencies_beyond(&metadata, "embedfleet-pipeline", &[]);
     for stage in [
         "embedfleet-orchestrator",
-        "embedfleet-upload",
+        "embedfleet-vectordb",
         "embedfleet-embed",
     ] {
         assert!(pipeline.iter().any(|d| d == stage), "{pipeline:?}");
@@ -84,17 +84,17 @@ fn a_dependency_beyond_the_allowed_is_named_and_dev_dependencies_are_not() {
     let metadata = serde_json::json!({"packages": [
         {"name": "embedfleet", "dependencies": [
             {"name": "embedfleet-pipeline", "kind": null},
-            {"name": "embedfleet-upload", "kind": null},
+            {"name": "embedfleet-vectordb", "kind": null},
             {"name": "embedfleet-query", "kind": "dev"},
             {"name": "anyhow", "kind": null},
         ]},
         {"name": "embedfleet-pipeline", "dependencies": []},
-        {"name": "embedfleet-upload", "dependencies": []},
+        {"name": "embedfleet-vectordb", "dependencies": []},
         {"name": "embedfleet-query", "dependencies": []},
     ]});
     assert_eq!(
         workspace_dependencies_beyond(&metadata, "embedfleet", &BINARY_MAY_DEPEND_ON),
-        vec!["embedfleet-upload".to_string()]
+        vec!["embedfleet-vectordb".to_string()]
     );
 }
 

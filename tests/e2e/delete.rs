@@ -5,7 +5,7 @@
 //! batch accepted again and a whole collection sent again.
 
 use crate::util::{python, shard_rows, TestDir};
-use embedfleet_upload::{point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
+use embedfleet_vectordb::{point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
 use std::path::Path;
 
 fn stderr(out: &std::process::Output) -> String {

@@ -217,7 +217,9 @@ fn run_query_eval_and_publish_with_each_encoder_family() {
         {
             // The collection holds the shards' vectors: 40 points, and an exact search with
             // each shard vector finds its own paper first at a score of 1.
-            use embedfleet_upload::{CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
+            use embedfleet_vectordb::{
+                CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink,
+            };
             let edge = QdrantEdge::open(t.join("run/qdrant")).unwrap();
             assert_eq!(edge.count(CountRequest::new("papers")).unwrap(), 40);
             let exact = SearchOptions {

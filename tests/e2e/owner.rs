@@ -456,7 +456,7 @@ fn take_over_is_refused_while_an_upload_that_lost_its_heartbeat_for_a_while_stil
             "--in-flight",
             "1",
         ])
-        .env(embedfleet_upload::TEST_DELAY_ENV, "300")
+        .env(embedfleet_vectordb::TEST_DELAY_ENV, "300")
         .env("EMBEDFLEET_HEARTBEAT_INTERVAL_S", "0.3")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

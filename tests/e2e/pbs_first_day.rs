@@ -345,7 +345,7 @@ fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_ex
 /// The number of points of table `table` as PostgreSQL itself counts them.
 fn pg_rows(url: &str, table: &str) -> u64 {
     let mut client =
-        embedfleet_upload::pg::client(&embedfleet_upload::PgConfig::new(url)).expect("connect");
+        embedfleet_vectordb::pg::client(&embedfleet_vectordb::PgConfig::new(url)).expect("connect");
     let n: i64 = client
         .query_one(&format!("SELECT count(*) FROM \"{table}\""), &[])
         .unwrap()
@@ -355,9 +355,9 @@ fn pg_rows(url: &str, table: &str) -> u64 {
 
 /// The number of points of the run's embedded Qdrant collection, as the engine counts them.
 fn edge_points(run: &std::path::Path) -> u64 {
-    use embedfleet_upload::Sink;
-    let sink = embedfleet_upload::QdrantEdge::open(run.join("qdrant")).unwrap();
-    sink.count(embedfleet_upload::CountRequest::new("papers"))
+    use embedfleet_vectordb::Sink;
+    let sink = embedfleet_vectordb::QdrantEdge::open(run.join("qdrant")).unwrap();
+    sink.count(embedfleet_vectordb::CountRequest::new("papers"))
         .unwrap()
 }
 
@@ -515,7 +515,8 @@ struct DropTable(String, String);
 
 impl Drop for DropTable {
     fn drop(&mut self) {
-        if let Ok(mut c) = embedfleet_upload::pg::client(&embedfleet_upload::PgConfig::new(&self.0))
+        if let Ok(mut c) =
+            embedfleet_vectordb::pg::client(&embedfleet_vectordb::PgConfig::new(&self.0))
         {
             let _ = c.batch_execute(&format!("DROP TABLE IF EXISTS \"{}\"", self.1));
         }

@@ -9,7 +9,7 @@
 
 use crate::util::{shard_rows, TestDir};
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::{PgConfig, PgVector, Sink};
+use embedfleet_vectordb::{PgConfig, PgVector, Sink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ impl Tables {
     }
 
     fn client(&self) -> postgres::Client {
-        embedfleet_upload::pg::client(&PgConfig::new(&self.url)).expect("connect")
+        embedfleet_vectordb::pg::client(&PgConfig::new(&self.url)).expect("connect")
     }
 
     fn drop_all(&self) {
@@ -166,7 +166,7 @@ fn pgvector_upload_after_run_holds_every_paper_once_and_a_dropped_table_is_refil
     assert_rows_are_the_shards(&tables, 0, &run);
     // Progress is keyed by the table and its marker; the release it holds is recorded.
     let sink = PgVector::connect(PgConfig::new(&url)).unwrap();
-    let key = embedfleet_upload::progress_key(&sink, name);
+    let key = embedfleet_vectordb::progress_key(&sink, name);
     let db = RunDb::open(&run).unwrap();
     assert_eq!(db.upload_totals(&key).unwrap(), (60, 0));
     assert!(db.upload_marker(&key).unwrap().is_some());
@@ -186,7 +186,7 @@ fn pgvector_upload_after_run_holds_every_paper_once_and_a_dropped_table_is_refil
     assert_rows_are_the_shards(&tables, 0, &run);
     // Dropped and made again empty (no marker): another table too.
     tables.drop_all();
-    let spec = embedfleet_upload::CollectionSpec::new(name, 128);
+    let spec = embedfleet_vectordb::CollectionSpec::new(name, 128);
     sink.ensure_collection(&spec).unwrap();
     let err = stderr(&t.run(&upload_args(&url, name, &[]), 0));
     assert!(err.contains("dropped or replaced"), "{err}");
@@ -214,10 +214,10 @@ fn pgvector_upload_killed_mid_copy_resumes_exact() {
     ];
     let args = upload_args(&url, name, &extra);
     let sink = PgVector::connect(PgConfig::new(&url)).unwrap();
-    let key = embedfleet_upload::progress_key(&sink, name);
+    let key = embedfleet_vectordb::progress_key(&sink, name);
     let mut child = t
         .cmd(&args)
-        .env(embedfleet_upload::PG_TEST_COPY_DELAY_ENV, "150")
+        .env(embedfleet_vectordb::PG_TEST_COPY_DELAY_ENV, "150")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -286,7 +286,7 @@ fn pgvector_an_update_leaves_the_table_exactly_release_2() {
     }
     assert!(new.iter().all(|id| rows.contains_key(id)));
     let sink = PgVector::connect(PgConfig::new(&url)).unwrap();
-    let key = embedfleet_upload::progress_key(&sink, name);
+    let key = embedfleet_vectordb::progress_key(&sink, name);
     assert_eq!(
         RunDb::open(&run).unwrap().upload_release(&key).unwrap(),
         Some(2)

@@ -4,7 +4,7 @@
 use crate::snapshot::small_run;
 use crate::snapshot_server::{query_vectors, rows_of, top_ids, upload};
 use crate::util::TestDir;
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     CountRequest, QdrantServer, QueryRequest, SearchOptions, ServerConfig, Sink,
 };
 

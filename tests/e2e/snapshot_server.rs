@@ -10,7 +10,7 @@ use crate::util::TestDir;
 use embedfleet_core::rundb::{RunDb, SnapshotStep};
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::{ShardKeys, SNAPSHOT_TEST_DELAY_ENV};
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     point_id, CountRequest, PayloadFilter, PointsBatch, QdrantExtras, QdrantServer, QueryRequest,
     SearchOptions, ServerConfig, Sink, UpsertRequest,
 };
@@ -86,7 +86,7 @@ pub(crate) fn query_vectors(run: &Path, n: usize) -> Vec<Vec<f32>> {
     let db = RunDb::open(run).unwrap();
     let mut out = Vec::new();
     for s in db.all_shards().unwrap() {
-        let reader = embedfleet_upload::shards::read_from(&run.join(&s.path), 0, 64).unwrap();
+        let reader = embedfleet_vectordb::shards::read_from(&run.join(&s.path), 0, 64).unwrap();
         for b in reader {
             let b = b.unwrap();
             let points = PointsBatch::from_record_batch(&b).unwrap();
@@ -181,7 +181,7 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
     let db = RunDb::open(&run).unwrap();
     for s in db.all_shards().unwrap() {
         let key = keys.key_of(s.batch_id.0);
-        for b in embedfleet_upload::shards::read_from(&run.join(&s.path), 0, 64).unwrap() {
+        for b in embedfleet_vectordb::shards::read_from(&run.join(&s.path), 0, 64).unwrap() {
             let b = b.unwrap();
             let points = PointsBatch::from_record_batch(&b).unwrap();
             sink.upsert(UpsertRequest::new(&name, &points).shard_key(Some(&key)))
@@ -600,10 +600,10 @@ fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_
     let first = RunDb::open(&run).unwrap().all_shards().unwrap()[0]
         .path
         .clone();
-    let dim = embedfleet_upload::shards::shard_dim(&run.join(&first)).unwrap();
+    let dim = embedfleet_vectordb::shards::shard_dim(&run.join(&first)).unwrap();
     // What a load killed between creating the collection and its payload indexes leaves:
     // the collection, custom-sharded, with none of them.
-    let mut made = embedfleet_upload::CollectionSpec::new(&name, dim);
+    let mut made = embedfleet_vectordb::CollectionSpec::new(&name, dim);
     made.qdrant.custom_sharding = true;
     made.payload_indexes.clear();
     sink.ensure_collection(&made).unwrap();
@@ -614,7 +614,7 @@ fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_
     let err = upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
     assert!(err.contains(&format!("{rows} points of this run")), "{err}");
     let after = sink.server_collection(&name).unwrap().unwrap();
-    let wanted = embedfleet_upload::CollectionSpec::new(&name, dim);
+    let wanted = embedfleet_vectordb::CollectionSpec::new(&name, dim);
     assert_eq!(
         after.settings.payload_indexes.len(),
         wanted.payload_indexes.len(),

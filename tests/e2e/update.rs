@@ -9,7 +9,7 @@ use crate::util::{read_shard, TestDir};
 use embedfleet_core::rundb::TEST_KILL_ENV;
 use embedfleet_core::RunLayout;
 use embedfleet_snapshot::ShardKeys;
-use embedfleet_upload::{point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
+use embedfleet_vectordb::{point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;

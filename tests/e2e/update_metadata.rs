@@ -7,7 +7,7 @@
 
 use crate::util::TestDir;
 use arrow_array::{Array, StringArray};
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     parse_year, point_id, CountRequest, QdrantEdge, QueryRequest, SearchOptions, Sink,
 };
 use serde_json::json;

@@ -5,7 +5,7 @@
 
 use crate::update::{make_releases, Shape};
 use crate::util::TestDir;
-use embedfleet_upload::{point_id, CountRequest, QdrantEdge, QdrantServer, ServerConfig, Sink};
+use embedfleet_vectordb::{point_id, CountRequest, QdrantEdge, QdrantServer, ServerConfig, Sink};
 use std::collections::BTreeSet;
 
 const SHAPE: Shape = Shape {

@@ -5,7 +5,7 @@
 
 use crate::util::TestDir;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     parse_year, CountRequest, PayloadFilter, QdrantEdge, QdrantExtras, QdrantServer, ServerConfig,
     Sink,
 };
@@ -67,7 +67,7 @@ fn start_slowed_upload(
 ) -> (std::process::Child, RunDb) {
     let mut child = t
         .cmd(args)
-        .env(embedfleet_upload::TEST_DELAY_ENV, delay_ms.to_string())
+        .env(embedfleet_vectordb::TEST_DELAY_ENV, delay_ms.to_string())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

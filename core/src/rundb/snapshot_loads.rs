@@ -1,5 +1,5 @@
 //! The `snapshot_loads` table: how far a snapshot load got with each batch (see
-//! `embedfleet_upload::snapshot`). One row per collection (at its target) and batch.
+//! `embedfleet_vectordb::snapshot`). One row per collection (at its target) and batch.
 
 use super::{sqlite_err, Result, RunDb};
 use rusqlite::params;

@@ -1,5 +1,5 @@
 //! What the uploader records: per shard and progress key (a collection *at a target*, see
-//! `embedfleet_upload::progress_key`), the rows Qdrant has acknowledged, and the shard's
+//! `embedfleet_vectordb::progress_key`), the rows Qdrant has acknowledged, and the shard's
 //! sha256 when they were: a shard rewritten since has no progress.
 //!
 //! `uploads.rows_acked` is a prefix: the first `rows_acked` rows of the shard are durable in the

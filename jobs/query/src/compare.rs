@@ -16,7 +16,7 @@ use crate::exact::for_each_block;
 use crate::held::HeldRows;
 use crate::search::search_batched;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::{CountRequest, PayloadFilter, SearchOptions, Sink, VectorIndex};
+use embedfleet_vectordb::{CountRequest, PayloadFilter, SearchOptions, Sink, VectorIndex};
 use std::collections::BTreeMap;
 
 /// The recall@k each database must reach.
@@ -294,7 +294,7 @@ pub fn render(report: &CompareReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use embedfleet_upload::HnswParams;
+    use embedfleet_vectordb::HnswParams;
 
     #[test]
     fn efforts_start_at_k_for_hnsw_and_double_to_every_list_for_ivfflat() {

@@ -9,7 +9,7 @@ use crate::held::HeldRows;
 use crate::search::search_batched;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, RunLayout};
-use embedfleet_upload::{CountRequest, PayloadFilter, SearchOptions, Sink, UploadError};
+use embedfleet_vectordb::{CountRequest, PayloadFilter, SearchOptions, Sink, UploadError};
 use rand::{Rng, SeedableRng};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ pub struct EvalOptions {
 pub use embedfleet_core::eval_tables::{EvalReport, EvalRow, IndexCoverage, Percentiles};
 
 /// How much of the collection `info` describes sits in HNSW-indexed segments.
-fn coverage_of(info: &embedfleet_upload::CollectionInfo) -> IndexCoverage {
+fn coverage_of(info: &embedfleet_vectordb::CollectionInfo) -> IndexCoverage {
     IndexCoverage {
         points: info.points,
         indexed_vectors: info.indexed_vectors,
@@ -152,7 +152,7 @@ const TIE_EPS: f32 = 1e-5;
 /// k-th and not in the top-k is wrong whatever its score: a paper the truth leaves out.
 pub(crate) fn score(
     truth: &[Vec<ExactHit>],
-    answers: &[Vec<embedfleet_upload::Hit>],
+    answers: &[Vec<embedfleet_vectordb::Hit>],
 ) -> (f64, f64) {
     let (mut recall, mut short, mut counted) = (0.0, 0usize, 0usize);
     for (exact, got) in truth.iter().zip(answers) {
@@ -315,11 +315,11 @@ pub fn default_plot_path(run_dir: &Path) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn hit(id: &str, score: f32) -> embedfleet_upload::Hit {
-        embedfleet_upload::Hit {
+    fn hit(id: &str, score: f32) -> embedfleet_vectordb::Hit {
+        embedfleet_vectordb::Hit {
             paper_id: Some(id.into()),
             score,
-            ..embedfleet_upload::Hit::default()
+            ..embedfleet_vectordb::Hit::default()
         }
     }
 

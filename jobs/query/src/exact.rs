@@ -7,8 +7,8 @@ use crate::filter::matches;
 use crate::held::HeldRows;
 use candle_core::{Device, Tensor};
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::shards::read_from;
-use embedfleet_upload::{PayloadFilter, PointsBatch};
+use embedfleet_vectordb::shards::read_from;
+use embedfleet_vectordb::{PayloadFilter, PointsBatch};
 use serde::{Deserialize, Serialize};
 
 /// Rows of a shard scored at once.
@@ -27,9 +27,9 @@ pub enum ExactError {
     #[error(transparent)]
     RunDb(#[from] embedfleet_core::rundb::RunDbError),
     #[error(transparent)]
-    Shard(#[from] embedfleet_upload::shards::ShardReadError),
+    Shard(#[from] embedfleet_vectordb::shards::ShardReadError),
     #[error("failed to read a parquet shard: {0}")]
-    Points(#[from] embedfleet_upload::UploadError),
+    Points(#[from] embedfleet_vectordb::UploadError),
     #[error("the matrix product failed: {0}")]
     Compute(#[from] candle_core::Error),
     #[error("a query has {found} components, the parquet shards {expected}")]
@@ -190,7 +190,7 @@ pub(crate) fn for_each_block(
     for shard in db.all_shards()? {
         let path = db.dir().join(&shard.path);
         for batch in read_from(&path, 0, BLOCK_ROWS)? {
-            let batch = batch.map_err(|e| embedfleet_upload::shards::ShardReadError {
+            let batch = batch.map_err(|e| embedfleet_vectordb::shards::ShardReadError {
                 path: path.clone(),
                 message: e.to_string(),
             })?;

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::PayloadFilter;
+use embedfleet_vectordb::PayloadFilter;
 
 /// `--filter` expressions parsed and their `source=` resolved against the run's sources (see
 /// the module docs). A run planned before its sources were counted matches `source=` exactly.

@@ -13,7 +13,7 @@
 use std::collections::{HashMap, HashSet};
 
 use embedfleet_core::rundb::{RunDb, RunDbError};
-use embedfleet_upload::{progress_key, Sink};
+use embedfleet_vectordb::{progress_key, Sink};
 
 /// The rows a collection holds, as the rows it does not (few: what releases and deletes changed).
 #[derive(Debug, Clone, Default)]

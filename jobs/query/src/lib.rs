@@ -4,7 +4,7 @@
 //! and `tune --queries`.
 //!
 //! Queries are embedded by `embedfleet_embed`'s one embedder setup (the embed job's device
-//! workers) and searched through `embedfleet_upload`'s `Sink`, the same two sinks the upload
+//! workers) and searched through `embedfleet_vectordb`'s `Sink`, the same two sinks the upload
 //! writes to.
 
 pub mod compare;

@@ -51,7 +51,7 @@ impl QueryRequest {
     pub fn new(
         terms: &[String],
         collection: &str,
-        search: &embedfleet_upload::SearchOptions,
+        search: &embedfleet_vectordb::SearchOptions,
         instruction: &str,
         part_queries: usize,
         searched: &Searched,
@@ -129,7 +129,7 @@ fn terms_digest(terms: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use embedfleet_upload::SearchOptions;
+    use embedfleet_vectordb::SearchOptions;
 
     fn request(terms: &[&str], contents: &str, k: usize) -> QueryRequest {
         let terms: Vec<String> = terms.iter().map(|t| t.to_string()).collect();

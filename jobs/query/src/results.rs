@@ -5,7 +5,7 @@ use arrow_array::builder::{Float32Builder, Int32Builder, Int64Builder, StringBui
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use embedfleet_core::atomic;
-use embedfleet_upload::Hit;
+use embedfleet_vectordb::Hit;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;

@@ -1,7 +1,7 @@
 //! Searches in batches with K requests in flight: the query workload's, eval's and tune's one
 //! way of talking to a collection (the uploader's K-in-flight pattern, for reads).
 
-use embedfleet_upload::{Hit, QueryRequest, SearchOptions, Sink, UploadError};
+use embedfleet_vectordb::{Hit, QueryRequest, SearchOptions, Sink, UploadError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -6,8 +6,8 @@
 use crate::eval::{sample_queries, EvalError};
 use crate::search::search_batched;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::tune::{two_stage_sweep, SweepPlan, Trial};
-use embedfleet_upload::{SearchOptions, Sink};
+use embedfleet_vectordb::tune::{two_stage_sweep, SweepPlan, Trial};
+use embedfleet_vectordb::{SearchOptions, Sink};
 use serde::{Deserialize, Serialize};
 
 /// The run.db setting that holds [`TunedQueries`].

@@ -13,7 +13,7 @@ use crate::search::{search_batched, Percentiles};
 use embedfleet_core::atomic;
 use embedfleet_embed::{LoadedModels, QueryEmbedError};
 use embedfleet_models::DeviceSpec;
-use embedfleet_upload::{SearchOptions, Sink, UploadError};
+use embedfleet_vectordb::{SearchOptions, Sink, UploadError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -226,7 +226,7 @@ pub fn run(
     let mut latencies = Vec::new();
     // Every answer should hold k rows, or every point matching the filter when fewer match.
     let matching = sink.count(
-        embedfleet_upload::CountRequest::new(&options.collection)
+        embedfleet_vectordb::CountRequest::new(&options.collection)
             .filter(options.search.filter.as_ref()),
     )?;
     let full = (options.search.k as u64).min(matching);

@@ -19,8 +19,8 @@ use embedfleet_core::RunLayout;
 use super::manifest::{built_digest, BuildTimings, BuiltShardManifest, SourceShard};
 use super::{io_err, pack, ShardSettings, SnapshotError, BUILT_SHARD_FORMAT};
 use embedfleet_core::rundb::Tombstone;
-use embedfleet_upload::integrity::Tombstones;
-use embedfleet_upload::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink, UpsertRequest};
+use embedfleet_vectordb::integrity::Tombstones;
+use embedfleet_vectordb::{shards, CollectionSpec, PointsBatch, QdrantEdge, Sink, UpsertRequest};
 
 /// The collection name inside a build's scratch engine.
 const SCRATCH_COLLECTION: &str = "shard";

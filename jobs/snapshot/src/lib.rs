@@ -15,7 +15,7 @@
 //! built before the last batch is embedded, and the routing would have to match the server's
 //! internal hash ring exactly, or updates by id would miss. With a key per group, a group's
 //! build starts when its own batches are done, every write of a paper names its group's key
-//! (the upload crate's [`ShardKeys`]), and counts stay exact. Keys are named after their run
+//! (the vectordb crate's [`ShardKeys`]), and counts stay exact. Keys are named after their run
 //! and the collection records their owner ([`KeyOwner`]), so runs never replace each other's.
 //!
 //! Pinned together: the segment format is the edge crate's Qdrant version; the server must be of
@@ -36,8 +36,10 @@ pub use build::{
     group_rows, sources_of_attempt, sources_of_batch, BuildOutcome, EDGE_QDRANT_VERSION,
     EDGE_VERSION,
 };
-pub use embedfleet_upload::shard_keys::{GroupCount, KeyOwner, ShardKeys, DEFAULT_GROUPS_PER_PEER};
-pub use embedfleet_upload::shard_settings::ShardSettings;
+pub use embedfleet_vectordb::shard_keys::{
+    GroupCount, KeyOwner, ShardKeys, DEFAULT_GROUPS_PER_PEER,
+};
+pub use embedfleet_vectordb::shard_settings::ShardSettings;
 pub use load::{load_snapshots, LoadOptions, LoadReport, SNAPSHOT_TEST_DELAY_ENV};
 pub use manifest::{
     built_digest, sources_digest, BuildTimings, BuiltShardManifest, SourceShard, BUILT_SHARD_FORMAT,
@@ -146,9 +148,9 @@ pub enum SnapshotError {
     #[error("after loading, {what}: {message}")]
     Check { what: String, message: String },
     #[error(transparent)]
-    Upload(#[from] embedfleet_upload::UploadError),
+    Upload(#[from] embedfleet_vectordb::UploadError),
     #[error(transparent)]
-    Shard(#[from] embedfleet_upload::shards::ShardReadError),
+    Shard(#[from] embedfleet_vectordb::shards::ShardReadError),
     #[error(transparent)]
     RunDb(#[from] embedfleet_core::rundb::RunDbError),
 }
@@ -162,7 +164,7 @@ impl SnapshotError {
             SnapshotError::SettingsDiffer { .. }
                 | SnapshotError::VersionMismatch { .. }
                 | SnapshotError::NeedsCluster { .. }
-                | SnapshotError::Upload(embedfleet_upload::UploadError::KeyOfAnotherRun(_))
+                | SnapshotError::Upload(embedfleet_vectordb::UploadError::KeyOfAnotherRun(_))
         )
     }
 }

@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::build::{build_shard_without, find_usable, group_rows, BuildOutcome};
 use super::manifest::{BuiltShardManifest, SourceShard};
 use super::{read_json, write_json, PinnedSettings, ShardSettings, SnapshotError};
-use embedfleet_upload::integrity::Tombstones;
-use embedfleet_upload::shard_keys::ShardKeys;
-use embedfleet_upload::{shards, CollectionSpec};
+use embedfleet_vectordb::integrity::Tombstones;
+use embedfleet_vectordb::shard_keys::ShardKeys;
+use embedfleet_vectordb::{shards, CollectionSpec};
 
 /// The request format this embedfleet writes and reads.
 const REQUEST_FORMAT: u32 = 1;

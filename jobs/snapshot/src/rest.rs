@@ -48,7 +48,7 @@ impl RestClient {
         allow_insecure: bool,
         timeout: Duration,
     ) -> Result<Self, SnapshotError> {
-        embedfleet_upload::check_url(url)?;
+        embedfleet_vectordb::check_url(url)?;
         let url = url.trim_end_matches('/').to_owned();
         let client = Self {
             agent: agent_for(&url, timeout),
@@ -65,9 +65,11 @@ impl RestClient {
     /// a host that is not this machine) without `allow_insecure`. Every URL the key goes to
     /// passes here: the one given and each peer's from `/cluster`.
     fn check_key_goes_safely(&self, url: &str) -> Result<(), SnapshotError> {
-        if self.api_key.is_some() && !self.allow_insecure && embedfleet_upload::sends_in_clear(url)
+        if self.api_key.is_some()
+            && !self.allow_insecure
+            && embedfleet_vectordb::sends_in_clear(url)
         {
-            return Err(embedfleet_upload::UploadError::InsecureApiKey {
+            return Err(embedfleet_vectordb::UploadError::InsecureApiKey {
                 url: url.to_owned(),
             }
             .into());
@@ -78,7 +80,7 @@ impl RestClient {
     /// The same client (and API key) for another peer of the cluster; refused as
     /// [`RestClient::new`] refuses a URL the key would reach in clear text.
     pub fn for_peer(&self, url: &str) -> Result<Self, SnapshotError> {
-        embedfleet_upload::check_url(url)?;
+        embedfleet_vectordb::check_url(url)?;
         self.check_key_goes_safely(url)?;
         let url = url.trim_end_matches('/').to_owned();
         Ok(Self {
@@ -307,7 +309,7 @@ impl RestClient {
 fn agent_for(url: &str, timeout: Duration) -> ureq::Agent {
     let this_machine = url
         .parse::<ureq::http::Uri>()
-        .is_ok_and(|uri| embedfleet_upload::is_this_machine(&uri));
+        .is_ok_and(|uri| embedfleet_vectordb::is_this_machine(&uri));
     let proxy = if this_machine {
         None
     } else {

@@ -1,6 +1,6 @@
 //! The build settings a run's shards are made with, pinned in `snapshots/settings.json` by the
 //! first build, so every later build (a node's, a group job's, the login node's) makes shards
-//! the one collection can take. The settings themselves are the upload crate's
+//! the one collection can take. The settings themselves are the vectordb crate's
 //! [`ShardSettings`]: the server reports a collection's in the same form.
 
 use embedfleet_core::RunLayout;
@@ -52,7 +52,7 @@ impl PinnedSettings for ShardSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use embedfleet_upload::CollectionSpec;
+    use embedfleet_vectordb::CollectionSpec;
 
     #[test]
     fn settings_pin_once_and_other_settings_are_refused() {

@@ -6,8 +6,8 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-// The upload crate's shard writers (the embed job's way); only some of its helpers are used here.
-#[path = "../../upload/tests/it/upload_common.rs"]
+// The vectordb crate's shard writers (the embed job's way); only some of its helpers are used here.
+#[path = "../../../vectordb/tests/it/upload_common.rs"]
 #[allow(dead_code)]
 mod upload_common;
 
@@ -17,7 +17,7 @@ use embedfleet_snapshot::{
     build_shard, build_shard_without, find_built, find_usable, group_rows, SnapshotError,
     SourceShard,
 };
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     point_id, CollectionSpec, CountRequest, PayloadFilter, QdrantEdge, QueryRequest, SearchOptions,
     Sink,
 };
@@ -209,7 +209,7 @@ fn a_killed_builds_scratch_goes_and_changed_sources_or_other_settings_are_refuse
 
     // Other settings than the built shard's: refused, naming the difference.
     let mut other_m = spec.clone();
-    other_m.qdrant.hnsw = embedfleet_upload::HnswParams {
+    other_m.qdrant.hnsw = embedfleet_vectordb::HnswParams {
         m: 32,
         ef_construct: 100,
     };
@@ -250,7 +250,7 @@ fn synthetic_run(dir: &Path, batches: usize, per_batch: usize, dim: usize) -> Pa
 #[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt() {
     use embedfleet_snapshot::{load_snapshots, LoadOptions, RestClient};
-    use embedfleet_upload::{QdrantServer, ServerConfig};
+    use embedfleet_vectordb::{QdrantServer, ServerConfig};
     let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
     let rest_url =
         std::env::var("QDRANT_REST_URL").unwrap_or_else(|_| RestClient::url_from_grpc(&url));
@@ -309,12 +309,12 @@ fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt()
     // The approximate (HNSW) search finds a point by its own vector.
     let db = embedfleet_core::rundb::RunDb::open(&run).unwrap();
     let shard = &db.all_shards().unwrap()[7];
-    let batch = embedfleet_upload::shards::read_from(&run.join(&shard.path), 0, 5)
+    let batch = embedfleet_vectordb::shards::read_from(&run.join(&shard.path), 0, 5)
         .unwrap()
         .next()
         .unwrap()
         .unwrap();
-    let points = embedfleet_upload::PointsBatch::from_record_batch(&batch).unwrap();
+    let points = embedfleet_vectordb::PointsBatch::from_record_batch(&batch).unwrap();
     for p in points.iter() {
         let hits = server
             .query(QueryRequest::one(&name, p.vector, SearchOptions::new(1)))
@@ -421,7 +421,7 @@ fn write_batch_shard(
 #[test]
 fn a_group_holding_a_papers_old_and_new_rows_keeps_one_point_with_the_new_vector() {
     use embedfleet_core::rundb::WithheldRow;
-    use embedfleet_upload::integrity::Tombstones;
+    use embedfleet_vectordb::integrity::Tombstones;
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let layout = RunLayout::new(&run);

@@ -7,7 +7,7 @@ use anyhow::Result;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, exit, RunLayout};
 use embedfleet_query::compare::{self, CompareOptions, Target};
-use embedfleet_upload::{IterativeScan, Sink};
+use embedfleet_vectordb::{IterativeScan, Sink};
 
 pub(super) fn eval_compare(
     args: &EvalFlags,

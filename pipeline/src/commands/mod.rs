@@ -210,7 +210,7 @@ fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
         SubmitError => crate::error::submit_refuses,
         embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
         PlanError => PlanError::is_refusal,
-        embedfleet_upload::UploadRunError => embedfleet_upload::UploadRunError::is_refusal,
+        embedfleet_vectordb::UploadRunError => embedfleet_vectordb::UploadRunError::is_refusal,
         embedfleet_snapshot::SnapshotError => embedfleet_snapshot::SnapshotError::is_refusal,
         embedfleet_embed::job::EmbedJobError => embedfleet_embed::job::EmbedJobError::is_refusal,
         embedfleet_query::QueryError => embedfleet_query::QueryError::is_refusal,

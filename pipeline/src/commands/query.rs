@@ -11,7 +11,7 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{exit, RunLayout};
 use embedfleet_query::tune::{self, QueryTuneOptions};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
-use embedfleet_upload::SearchOptions;
+use embedfleet_vectordb::SearchOptions;
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -83,7 +83,7 @@ pub fn query(args: &QueryFlags, slot: &mut super::RunDbSlot) -> Result<Ended> {
     }
     crate::activity::record_query(
         db,
-        &embedfleet_upload::progress_key(sink.as_ref(), &args.collection),
+        &embedfleet_vectordb::progress_key(sink.as_ref(), &args.collection),
         &report,
     );
     say_query_report(&report, &options, output, args.top_k);
@@ -156,7 +156,7 @@ fn say_query_report(
 
 /// A term's top papers on stdout, a line each: rank, score, id, first words (`query` of
 /// terms, and the query that ends `run`).
-pub(crate) fn print_hits(term: &str, hits: &[embedfleet_upload::query::QueryHit]) {
+pub(crate) fn print_hits(term: &str, hits: &[embedfleet_vectordb::query::QueryHit]) {
     println!("top {} papers for \"{term}\":", hits.len());
     for (rank, h) in hits.iter().enumerate() {
         println!(
@@ -173,7 +173,7 @@ pub(crate) fn print_hits(term: &str, hits: &[embedfleet_upload::query::QueryHit]
 /// the terminal. Nothing is written.
 fn print_top_hits(
     db: &RunDb,
-    sink: &dyn embedfleet_upload::Sink,
+    sink: &dyn embedfleet_vectordb::Sink,
     args: &QueryFlags,
     terms: &[String],
     model: &QueryModelSettings,
@@ -181,7 +181,7 @@ fn print_top_hits(
 ) -> Result<Ended> {
     let vectors = query_model(model)?.embed(&model.instruction, terms)?;
     for (term, vector) in terms.iter().zip(&vectors) {
-        let hits = embedfleet_upload::query::search_with_text_as(
+        let hits = embedfleet_vectordb::query::search_with_text_as(
             sink,
             db,
             &args.collection,

@@ -8,7 +8,7 @@ use embedfleet_snapshot::{
     self as snapshot, describe_batches, GroupBuildRequest, LoadOptions, PinnedSettings, RestClient,
     ShardKeys, ShardSettings,
 };
-use embedfleet_upload as upload;
+use embedfleet_vectordb as upload;
 use std::io::IsTerminal;
 use std::path::Path;
 

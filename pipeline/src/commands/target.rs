@@ -4,7 +4,7 @@
 
 use crate::flags::{CollectionFlags, TargetFlags};
 use anyhow::Result;
-use embedfleet_upload::{self as upload, Sink};
+use embedfleet_vectordb::{self as upload, Sink};
 use std::path::Path;
 
 /// The sink of `target` (the sink factory, `TargetFlags::open`, makes it).

@@ -7,8 +7,8 @@ use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
-use embedfleet_upload::tune::{self, TuneOptions};
-use embedfleet_upload::{self as upload, UploadOptions, UploadReport, WorkerCommand};
+use embedfleet_vectordb::tune::{self, TuneOptions};
+use embedfleet_vectordb::{self as upload, UploadOptions, UploadReport, WorkerCommand};
 use std::io::IsTerminal;
 
 fn parse_share(s: &str) -> Result<(u64, u64)> {

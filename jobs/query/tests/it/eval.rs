@@ -5,7 +5,7 @@
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::synthetic::SyntheticRun;
 use embedfleet_query::{eval, sample_queries, EvalOptions};
-use embedfleet_upload::{upload, HnswParams, QdrantEdge, Sink, UploadOptions};
+use embedfleet_vectordb::{upload, HnswParams, QdrantEdge, Sink, UploadOptions};
 use std::path::Path;
 
 /// A run directory of `points` random unit vectors of `dim`; one paper in 100 has the year

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use embedfleet_core::rundb::ShardRow;
 use embedfleet_core::RunLayout;
-use embedfleet_upload::integrity::Tombstones;
-use embedfleet_upload::shard_keys::ShardKeys;
-use embedfleet_upload::{shards, CollectionSpec};
+use embedfleet_vectordb::integrity::Tombstones;
+use embedfleet_vectordb::shard_keys::ShardKeys;
+use embedfleet_vectordb::{shards, CollectionSpec};
 
 use crate::build::{build_shard_without, describe_batches, find_usable, group_rows};
 use crate::manifest::{BuiltShardManifest, SourceShard};

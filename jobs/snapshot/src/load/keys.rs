@@ -3,8 +3,8 @@
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
-use embedfleet_upload::shard_keys::{GroupCount, ShardKeys};
-use embedfleet_upload::{CollectionSpec, KeyedShard, QdrantServer};
+use embedfleet_vectordb::shard_keys::{GroupCount, ShardKeys};
+use embedfleet_vectordb::{CollectionSpec, KeyedShard, QdrantServer};
 
 use super::groups::Group;
 use super::options::LoadOptions;

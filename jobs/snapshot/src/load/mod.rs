@@ -45,8 +45,8 @@ use std::collections::{HashMap, HashSet};
 
 use embedfleet_core::rundb::{RunDb, ShardRow, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
-use embedfleet_upload::integrity::{self, Tombstones};
-use embedfleet_upload::{progress_key, shards, CollectionSpec, Ensured, QdrantServer, Sink};
+use embedfleet_vectordb::integrity::{self, Tombstones};
+use embedfleet_vectordb::{progress_key, shards, CollectionSpec, Ensured, QdrantServer, Sink};
 
 pub use options::{LoadOptions, LoadReport};
 pub use recover::SNAPSHOT_TEST_DELAY_ENV;
@@ -131,8 +131,8 @@ pub fn load_snapshots(
     // A built shard carries its batches' shard rows: a later release's new source or year for a
     // paper it kept is set after (every load: a group built again brings the older values back).
     let loaded: std::collections::HashSet<i64> = by_batch.iter().map(|(b, _)| *b).collect();
-    let restamps = embedfleet_upload::restamp::payload_restamps(db, |b| loaded.contains(&b))?;
-    embedfleet_upload::restamp::apply(server, &name, &restamps, |b| Some(keys.key_of(b)))?;
+    let restamps = embedfleet_vectordb::restamp::payload_restamps(db, |b| loaded.contains(&b))?;
+    embedfleet_vectordb::restamp::apply(server, &name, &restamps, |b| Some(keys.key_of(b)))?;
 
     // 5. Green, then counts and searches.
     let loaded = Loaded {

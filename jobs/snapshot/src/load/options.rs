@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use embedfleet_upload::CollectionSpec;
+use embedfleet_vectordb::CollectionSpec;
 
 /// What to load and how.
 #[derive(Debug, Clone)]
@@ -23,7 +23,7 @@ pub struct LoadOptions {
     pub progress: bool,
     /// The group count: groups (shard keys) to split the run's batches into when the run has
     /// no keys pinned yet; `None`: the load's default
-    /// ([`GroupCount::default_groups`](embedfleet_upload::shard_keys::GroupCount::default_groups):
+    /// ([`GroupCount::default_groups`](embedfleet_vectordb::shard_keys::GroupCount::default_groups):
     /// by the run's live papers, at most two per peer).
     pub group_count: Option<i64>,
     /// Take over shard keys the collection records as another run's (their points replaced).

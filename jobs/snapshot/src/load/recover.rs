@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{RunDb, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
-use embedfleet_upload::{point_id, DeleteRequest, KeyedShard, QdrantServer, Sink};
+use embedfleet_vectordb::{point_id, DeleteRequest, KeyedShard, QdrantServer, Sink};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::groups::Group;

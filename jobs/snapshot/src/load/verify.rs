@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::{RunDb, SnapshotLoadRow, SnapshotStep};
 use embedfleet_core::RunLayout;
-use embedfleet_upload::integrity::Tombstones;
-use embedfleet_upload::{
+use embedfleet_vectordb::integrity::Tombstones;
+use embedfleet_vectordb::{
     point_id, shards, CountRequest, KeyedShard, PointsBatch, QdrantServer, QueryRequest,
     SearchOptions, Sink,
 };

@@ -1,7 +1,7 @@
 //! A run directory with synthetic shards (random normalised vectors, no model), for upload
 //! benchmarks at real model sizes:
 //!
-//! `cargo run -p embedfleet-upload --example synthetic_run -- DIR POINTS DIM [SHARD_ROWS] [BATCH_POINTS] [CLUSTERS]`
+//! `cargo run -p embedfleet-vectordb --example synthetic_run -- DIR POINTS DIM [SHARD_ROWS] [BATCH_POINTS] [CLUSTERS]`
 //!
 //! then `embedfleet upload --run-dir DIR --collection bench`. With CLUSTERS (> 0) each paper
 //! is near one of that many topic centres, and its year and source follow its topic: years

@@ -1,6 +1,6 @@
 //! Upload benchmarks (no server): client-side cost per batch, and points/s into qdrant-edge.
 //!
-//! `cargo bench -p embedfleet-upload --bench upload` (release profile). Environment knobs:
+//! `cargo bench -p embedfleet-vectordb --bench upload` (release profile). Environment knobs:
 //! `UPLOAD_BENCH_POINTS` (default 20000), `UPLOAD_BENCH_DIM` (1024), `UPLOAD_BENCH_BATCH` (256).
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field};
 use embedfleet_core::shardfile::{self, VectorDtype};
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     build_point_structs, CollectionSpec, CountRequest, PointsBatch, QdrantEdge, Sink, UpsertRequest,
 };
 use prost::Message as _;

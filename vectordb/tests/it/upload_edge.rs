@@ -2,7 +2,7 @@
 
 use crate::upload_common;
 
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     point_id, CollectionSpec, CountRequest, Ensured, PointsBatch, QdrantEdge, QueryRequest,
     SearchOptions, Sink, UploadError, UpsertRequest,
 };

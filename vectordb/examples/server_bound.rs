@@ -2,7 +2,7 @@
 //! built before the clock starts, K in flight, with nothing else to do. `embedfleet upload`
 //! on the same run and server is compared against it (BENCHMARKS.md, "Server figures").
 //!
-//! `cargo run -p embedfleet-upload --example server_bound -- RUN_DIR URL BATCH IN_FLIGHT`
+//! `cargo run -p embedfleet-vectordb --example server_bound -- RUN_DIR URL BATCH IN_FLIGHT`
 //!
 //! Each run uses a fresh bulk-load collection `server_bound` (the uploader's settings: cosine,
 //! `year`/`source` indexes, HNSW deferred) and drops it at the end.
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use embedfleet_core::rundb::RunDb;
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     build_point_structs, shards, CollectionSpec, PointsBatch, QdrantServer, ServerConfig, Sink,
 };
 use qdrant_client::qdrant::{UpsertPoints, UpsertPointsBuilder};

@@ -1,11 +1,13 @@
-//! The upload stage: a run's parquet shards into Qdrant — the sinks, the collection spec, the
-//! conversion, the uploader, `tune`.
+//! The vector databases a run writes to and searches, for `upload`, `query`, `eval`, `delete`
+//! and `tune`: the sinks, the collection spec, the conversion, the uploader.
 //!
 //! A [`Sink`] is one connection to one vector database, in two layers (`sink.rs`): the core
 //! every database can serve (collections; upsert, count, query and delete points, each a request
 //! type of `request.rs`) and Qdrant's extras ([`QdrantExtras`]: shard keys, the collection
-//! marker, peers). The two sinks are Qdrant's: [`QdrantEdge`] (the engine in-process, persisted
-//! in a directory; the embedded default) and [`QdrantServer`] (a server or cluster over gRPC).
+//! marker, peers). Qdrant's sinks are [`QdrantEdge`] (the engine in-process, persisted in a
+//! directory; the embedded default) and [`QdrantServer`] (a server or cluster over gRPC);
+//! [`PgVector`] is PostgreSQL with pgvector. What differs between them that a command must know
+//! (their kind, name, whether an upload may be several processes) is a method of [`Sink`].
 //! An uploader worker owns one sink; its methods take `&self`, so K threads sharing one sink give
 //! K requests in flight.
 //!

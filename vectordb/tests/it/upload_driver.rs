@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use embedfleet_core::rundb::{RunDb, ShardRow};
-use embedfleet_upload::tune::{self, TuneOptions};
-use embedfleet_upload::{
+use embedfleet_vectordb::tune::{self, TuneOptions};
+use embedfleet_vectordb::{
     progress_key, upload, CollectionInfo, CollectionSpec, CountRequest, DeleteRequest, Ensured,
     FinishReport, Hit, PayloadFilter, PointsBatch, QdrantEdge, QdrantExtras, QdrantServer,
     QueryRequest, Sink, UploadError, UploadOptions, UploadResult, UploadRunError, UpsertRequest,
@@ -109,7 +109,7 @@ fn a_partly_acknowledged_run_sends_only_the_rest() {
     let spec = CollectionSpec::new("papers", 24);
     sink.ensure_collection(&spec).unwrap();
     let first =
-        embedfleet_upload::shards::read_all(&run.join(&shards[0].path), 64, 64).expect("read");
+        embedfleet_vectordb::shards::read_all(&run.join(&shards[0].path), 64, 64).expect("read");
     for batch in &first {
         sink.upsert(UpsertRequest::new(
             "papers",
@@ -351,7 +351,10 @@ macro_rules! pass_to_inner {
         fn delete_collection(&self, collection: &str) -> UploadResult<bool> {
             self.inner.delete_collection(collection)
         }
-        fn set_payload(&self, request: embedfleet_upload::PayloadRequest<'_>) -> UploadResult<()> {
+        fn set_payload(
+            &self,
+            request: embedfleet_vectordb::PayloadRequest<'_>,
+        ) -> UploadResult<()> {
             self.inner.set_payload(request.shard_key(None))
         }
         fn qdrant(&self) -> Option<&dyn QdrantExtras> {
@@ -440,7 +443,7 @@ impl QdrantExtras for Keyed {
         &self,
         _collection: &str,
         key: &str,
-        owner: &embedfleet_upload::shard_keys::KeyOwner,
+        owner: &embedfleet_vectordb::shard_keys::KeyOwner,
     ) -> UploadResult<()> {
         // The key is made owned by the run it is named after.
         assert!(
@@ -479,7 +482,7 @@ fn keyed_upload(batches_per_group: Option<i64>, want_keys: [&str; 3]) {
     drop(db);
     let prefix = match batches_per_group {
         Some(n) => {
-            let keys = embedfleet_upload::shard_keys::ShardKeys::pin(
+            let keys = embedfleet_vectordb::shard_keys::ShardKeys::pin(
                 &embedfleet_core::RunLayout::new(&run),
                 n,
             )

@@ -8,7 +8,7 @@ use crate::upload_common;
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::rundb::{RunDb, ShardRow, Tombstone};
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     point_id, progress_key, upload, CountRequest, DeleteRequest, QdrantEdge, Sink, UploadOptions,
 };
 use upload_common::paper_id;

@@ -1,4 +1,4 @@
-//! The upload crate's integration tests, in one binary: every test binary links Qdrant's engine,
+//! The vectordb crate's integration tests, in one binary: every test binary links Qdrant's engine,
 //! so one link instead of four keeps the test build's time and disk down.
 
 mod upload_common;

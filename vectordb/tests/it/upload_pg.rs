@@ -9,7 +9,7 @@
 
 use crate::upload_common;
 
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     CollectionSpec, CountRequest, Ensured, IterativeScan, PayloadFilter, PgConfig, PgIndex,
     PgVector, QueryRequest, SearchOptions, Sink, UploadError, VectorDtype, VectorIndex,
 };
@@ -105,7 +105,7 @@ fn pg_the_marker_goes_with_the_table() {
 fn client(sink: &PgVector) -> postgres::Client {
     let url = std::env::var("EMBEDFLEET_PG_URL").expect("the sink was connected");
     let _ = sink;
-    embedfleet_upload::pg::client(&PgConfig::new(url)).expect("connect")
+    embedfleet_vectordb::pg::client(&PgConfig::new(url)).expect("connect")
 }
 
 fn column_type(c: &mut postgres::Client, table: &str) -> Option<String> {
@@ -170,7 +170,7 @@ fn pg_an_invalid_index_is_reported_red_then_dropped_and_built_again() {
         // A concurrent build that fails half-way (row 0's n_chars is 1000: division by zero)
         // leaves its index behind, INVALID.
         let url = std::env::var("EMBEDFLEET_PG_URL").unwrap();
-        let mut c = embedfleet_upload::pg::client(&PgConfig::new(url)).unwrap();
+        let mut c = embedfleet_vectordb::pg::client(&PgConfig::new(url)).unwrap();
         let failed = c.batch_execute(&format!(
             "CREATE INDEX CONCURRENTLY ON \"{name}\" USING hnsw (embedding vector_cosine_ops) \
              WHERE 1 / (n_chars - 1000) >= 0"
@@ -300,18 +300,18 @@ fn pg_restamps_set_the_payload_columns_and_none_clears_them() {
             .unwrap();
         upsert_in_slices(sink, name, &shard_batch(0, 20, 8), 10);
         let ids: Vec<_> = (0..5)
-            .map(|i| embedfleet_upload::point_id(&paper_id(i)))
+            .map(|i| embedfleet_vectordb::point_id(&paper_id(i)))
             .collect();
         let request =
-            embedfleet_upload::PayloadRequest::new(name, &ids, Some(1999), Some("pubmed"));
+            embedfleet_vectordb::PayloadRequest::new(name, &ids, Some(1999), Some("pubmed"));
         sink.set_payload(request).unwrap();
         let count = |f: PayloadFilter| {
-            sink.count(embedfleet_upload::CountRequest::new(name).filter(Some(&f)))
+            sink.count(embedfleet_vectordb::CountRequest::new(name).filter(Some(&f)))
                 .unwrap()
         };
         assert_eq!(count(PayloadFilter::year(1999)), 5);
         assert_eq!(count(PayloadFilter::source("pubmed")), 5);
-        let cleared = embedfleet_upload::PayloadRequest::new(name, &ids[..2], None, None);
+        let cleared = embedfleet_vectordb::PayloadRequest::new(name, &ids[..2], None, None);
         sink.set_payload(cleared).unwrap();
         assert_eq!(count(PayloadFilter::year(1999)), 3);
         let v = vector_of(0, 8, 7);
@@ -326,7 +326,7 @@ fn pg_restamps_set_the_payload_columns_and_none_clears_them() {
 
 /// Whether the session of `config` is encrypted, or why it could not be opened.
 fn encrypted(config: PgConfig) -> Result<bool, String> {
-    let mut c = embedfleet_upload::pg::client(&config).map_err(|e| e.to_string())?;
+    let mut c = embedfleet_vectordb::pg::client(&config).map_err(|e| e.to_string())?;
     let row = c
         .query_one(
             "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
@@ -374,7 +374,7 @@ fn pg_tls_follows_libpqs_sslmode_and_root_certificates() {
     assert!(system.contains("ertificate"), "{system}");
     // verify-full with no root certificate at all is refused before connecting.
     let none = PgConfig::new(format!("{url}?sslmode=verify-full"));
-    let refused = match embedfleet_upload::pg::client(&none) {
+    let refused = match embedfleet_vectordb::pg::client(&none) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("verify-full with no root certificate connected"),
     };
@@ -442,7 +442,7 @@ fn pg_each_filtered_search_is_planned_for_its_own_values() {
             // once for any values (0.5 % of the rows passing, sorted after the year's B-tree),
             // so that after five such runs it would keep that plan for the statement.
             let url = std::env::var("EMBEDFLEET_PG_URL").unwrap();
-            let mut client = embedfleet_upload::pg::client(&PgConfig::new(url)).unwrap();
+            let mut client = embedfleet_vectordb::pg::client(&PgConfig::new(url)).unwrap();
             client
                 .batch_execute(&format!(
                     "UPDATE \"{name}\" SET year = 2010 WHERE n_chars % 50 = 0; ANALYZE \"{name}\""

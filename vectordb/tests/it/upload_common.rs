@@ -176,7 +176,7 @@ pub fn rows_in_years(first: usize, n: usize, min: i64, max: i64) -> u64 {
 
 // ---- Assertions shared by the edge and the server suites ----
 
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     point_id, CollectionSpec, CountRequest, DeleteRequest, Ensured, PayloadFilter, PointsBatch,
     QueryRequest, SearchOptions, Sink, UploadError, UpsertRequest,
 };
@@ -346,7 +346,7 @@ pub fn check_requests(sink: &dyn Sink, name: &str) {
         let alone = sink
             .query(QueryRequest::one(name, v, SearchOptions::new(3)))
             .expect("query");
-        let ids = |hits: &[embedfleet_upload::Hit]| hits.iter().map(|h| h.id).collect::<Vec<_>>();
+        let ids = |hits: &[embedfleet_vectordb::Hit]| hits.iter().map(|h| h.id).collect::<Vec<_>>();
         assert_eq!(ids(hits), ids(&alone[0]));
     }
     sink.delete(DeleteRequest::new(name, &ids[..5]))
@@ -380,7 +380,7 @@ pub fn check_refusals(sink: &dyn Sink, name: &str) {
         other => panic!("expected CollectionMismatch, got {other:?}"),
     }
     let dot = CollectionSpec {
-        distance: embedfleet_upload::Distance::Dot,
+        distance: embedfleet_vectordb::Distance::Dot,
         ..CollectionSpec::new(name, 16)
     };
     assert!(matches!(
@@ -430,8 +430,8 @@ pub fn check_bulk_load(sink: &dyn Sink, name: &str) {
     }
     assert_eq!(
         after.index,
-        Some(embedfleet_upload::VectorIndex::Hnsw(
-            embedfleet_upload::HnswParams {
+        Some(embedfleet_vectordb::VectorIndex::Hnsw(
+            embedfleet_vectordb::HnswParams {
                 m: 12,
                 ef_construct: 64
             }
@@ -462,8 +462,8 @@ pub fn check_delete(sink: &dyn Sink, name: &str) {
 /// The server of `QDRANT_URL` (its API key from `QDRANT_API_KEY`). The server tests are
 /// `#[ignore]`d, so they are reported as skipped unless asked for; asked for without
 /// `QDRANT_URL`, they fail saying so. `max_attempts` overrides the retries of transient errors.
-pub fn server_from_env(max_attempts: Option<u32>) -> embedfleet_upload::QdrantServer {
-    use embedfleet_upload::{ApiKey, QdrantServer, ServerConfig};
+pub fn server_from_env(max_attempts: Option<u32>) -> embedfleet_vectordb::QdrantServer {
+    use embedfleet_vectordb::{ApiKey, QdrantServer, ServerConfig};
     let url = std::env::var("QDRANT_URL")
         .expect("the server tests need QDRANT_URL: a Qdrant gRPC URL, e.g. http://127.0.0.1:6334");
     let mut config = ServerConfig::new(url);

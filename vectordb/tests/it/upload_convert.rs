@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use embedfleet_upload::{
+use embedfleet_vectordb::{
     build_point_structs, parse_year, point_id, PointsBatch, UploadError, PAPER_NAMESPACE,
 };
 use qdrant_client::qdrant::{

@@ -7,7 +7,7 @@ use crate::upload_common;
 
 use std::time::Duration;
 
-use embedfleet_upload::{CountRequest, QdrantServer, ServerConfig, Sink};
+use embedfleet_vectordb::{CountRequest, QdrantServer, ServerConfig, Sink};
 use upload_common::*;
 
 fn server() -> QdrantServer {
@@ -80,7 +80,7 @@ fn unreachable_server_is_a_typed_error_once_it_has_refused_for_the_give_up_time(
     let sink = QdrantServer::connect(config).expect("client");
     let started = std::time::Instant::now();
     match sink.count(CountRequest::new("x")) {
-        Err(embedfleet_upload::UploadError::NothingListens { url, .. }) => {
+        Err(embedfleet_vectordb::UploadError::NothingListens { url, .. }) => {
             assert_eq!(url, "http://127.0.0.1:9");
         }
         other => panic!("expected NothingListens, got {other:?}"),
@@ -93,6 +93,6 @@ fn unreachable_server_is_a_typed_error_once_it_has_refused_for_the_give_up_time(
     // Refused for the give-up time: the next request fails at once, with no attempt made.
     assert!(matches!(
         sink.count(CountRequest::new("x")),
-        Err(embedfleet_upload::UploadError::NothingListens { .. })
+        Err(embedfleet_vectordb::UploadError::NothingListens { .. })
     ));
 }
