@@ -4,43 +4,20 @@
 mod cli;
 mod commands;
 
-use embedfleet_core::exit;
-
 fn main() {
     end_quietly_when_the_reader_goes();
     let cli = cli::parse();
     init_tracing(cli.verbose);
     let code = match commands::run(cli) {
         Ok(code) => code,
-        Err(err) => {
-            if is_broken_pipe(&err) {
-                exit::SUCCESS
-            } else {
-                // A password typed into a URL is never printed back (core::secret).
-                let redact = embedfleet_core::secret::redact;
-                eprintln!("error: {}", redact(&err.to_string()));
-                // A wrapper that prints its cause in its own message (`#[error("…: {0}")]`,
-                // transparent ones) would repeat it: each cause is said once.
-                let mut said = err.to_string();
-                for cause in err.chain().skip(1) {
-                    let line = cause.to_string();
-                    if !said.contains(&line) {
-                        eprintln!("  caused by: {}", redact(&line));
-                        said.push('\n');
-                        said.push_str(&line);
-                    }
-                }
-                embedfleet_pipeline::commands::exit_code(&err)
+        Err(failure) => {
+            for line in failure.lines() {
+                eprintln!("{line}");
             }
+            failure.process_exit_code()
         }
     };
     std::process::exit(code);
-}
-
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .filter_map(|e| e.downcast_ref::<std::io::Error>())
-        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// A command whose stdout or stderr reader has gone (`status | head -1`, a log pipe whose

@@ -5,10 +5,10 @@
 pub(crate) mod flags;
 
 use crate::cli::{Cli, Command, QueuesCommand};
-use embedfleet_pipeline::commands::{self, Ended, RunDbSlot, RunDirs};
+use embedfleet_pipeline::commands::{self, CommandError, Ended, RunDbSlot, RunDirs};
 use std::path::{Path, PathBuf};
 
-pub fn run(cli: Cli) -> anyhow::Result<i32> {
+pub fn run(cli: Cli) -> Result<i32, CommandError> {
     let dirs = run_dirs(&cli.command);
     commands::invoke(&dirs, |db| dispatch(&cli.command, db))
 }

@@ -20,6 +20,7 @@ mod first_day;
 mod first_hour;
 mod gpu_check;
 mod guidance;
+mod import_graph;
 mod integrity;
 mod json_docs;
 mod owner;

@@ -1,7 +1,8 @@
 //! The `batch_runs` table: one row per embed-job run of a batch, with the study's timing
 //! breakdown (written by the embed job, read back by `embedfleet report`).
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use crate::state::BatchRunState;
 use crate::BatchId;
 use rusqlite::params;

@@ -2,7 +2,8 @@
 //! the batch's state. The planner inserts the rows (`plan.rs`); the embed job and the submit
 //! loop move them between states.
 
-use super::{sqlite_err, stored_state, Result, RunDb};
+use super::error::{sqlite_err, stored_state, Result};
+use super::handle::RunDb;
 use crate::state::{BatchState, JobStatus};
 use crate::BatchId;
 use rusqlite::{params, OptionalExtension};

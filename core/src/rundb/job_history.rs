@@ -3,7 +3,8 @@
 //! timeline and trace. Read incrementally: [`RunDb::job_attempts_since`] returns only the rows
 //! whose job changed, or whose attempt was ingested, since a cursor, by index (run.db v11).
 
-use super::{sqlite_err, stored_state, Result, RunDb};
+use super::error::{sqlite_err, stored_state, Result};
+use super::handle::RunDb;
 use crate::state::JobStatus;
 use rusqlite::params;
 

@@ -2,7 +2,8 @@
 //! finds its jobs again (`submitting` is written just before the scheduler is asked, so a
 //! crash between the two is noticed and the job looked up by name instead of submitted twice).
 
-use super::{sqlite_err, stored_state, Result, RunDb};
+use super::error::{sqlite_err, stored_state, Result};
+use super::handle::RunDb;
 use crate::state::JobStatus;
 use rusqlite::params;
 

@@ -7,7 +7,8 @@
 //! ([`StallRule`]): a hung filesystem, a GPU stuck in a kernel, a deadlocked collective. The
 //! view shows it and the submit loop says so; only `submit --kill-stalled` cancels it.
 
-use super::{Result, RunDb};
+use super::error::Result;
+use super::handle::RunDb;
 use crate::handoff::AttemptManifest;
 use crate::owner::unix_now;
 use crate::state::JobStatus;

@@ -2,7 +2,8 @@
 //! `quarantine`, and the plan's settings and state; the embed job adds its failed papers to
 //! the quarantine.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use crate::fingerprint::Fingerprint;
 use crate::quarantine::{QuarantineEntry, QuarantineReason};
 use crate::settings::PlanSettings;

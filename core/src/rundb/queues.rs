@@ -2,7 +2,8 @@
 //! `queues set` change while the submit loop runs (it re-reads them every poll). A pause may
 //! carry its reason (the submit loop's breaker records one), which `resume` clears.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -14,7 +14,8 @@
 //! superseded nor withdrawn. Tombstones (`embedfleet delete`) are apart: a deleted paper stays
 //! deleted in every release.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use crate::quarantine::QuarantineReason;
 use rusqlite::{params, OptionalExtension};
 

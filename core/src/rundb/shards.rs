@@ -1,6 +1,7 @@
 //! The `shards` table: the parquet shards an embed job made durable, one per part of a batch.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use crate::BatchId;
 use rusqlite::params;
 

@@ -1,7 +1,8 @@
 //! The `snapshot_loads` table: how far a snapshot load got with each batch (see
 //! `embedfleet_vectordb::snapshot`). One row per collection (at its target) and batch.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use rusqlite::params;
 
 /// How far a batch of a snapshot load got.

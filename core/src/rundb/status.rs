@@ -3,7 +3,9 @@
 //! up when one that matters is.
 
 use super::counts::{Counts, ReleaseWork};
-use super::{PauseReason, Result, RunDb};
+use super::error::Result;
+use super::handle::RunDb;
+use super::queues::PauseReason;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

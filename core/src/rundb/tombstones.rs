@@ -12,7 +12,8 @@
 //! when it first uploaded into it. Progress recorded under the key is about that collection only:
 //! one found with another marker (or none) is not the one the progress is about.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use rusqlite::params;
 
 /// A paper deleted from the run, with the batch that holds its embedded copy.

@@ -6,7 +6,8 @@
 //! collection, so a re-run sends the shard from that row on. `failed_rows` counts the rows of
 //! batches that failed after every retry in the last attempt; a re-run sends them again.
 
-use super::{sqlite_err, Result, RunDb};
+use super::error::{sqlite_err, Result};
+use super::handle::RunDb;
 use rusqlite::{params, OptionalExtension};
 
 /// A shard of the run with its upload progress into one collection.

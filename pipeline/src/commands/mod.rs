@@ -7,6 +7,7 @@ mod bench;
 mod compare;
 mod doctor;
 mod embed;
+mod failure;
 pub mod plan;
 mod query;
 mod query_job;
@@ -20,6 +21,7 @@ mod upload;
 pub use bench::bench_gpu;
 pub use doctor::doctor;
 pub use embed::{embed, embed_job, make_tiny_model};
+pub use failure::CommandError;
 pub use plan::{plan, sample_corpus};
 pub use query::{eval, publish, query, tune_queries};
 pub use query_job::query_job;
@@ -29,10 +31,8 @@ pub use snapshot::build_shard_cmd as build_shard;
 pub use submit::{pause, queues, status, submit, take_over};
 pub use upload::{delete_cmd as delete, tune_cmd as tune, upload_cmd as upload};
 
-use crate::PipelineError;
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_orchestrator::plan::PlanError;
 use std::path::{Path, PathBuf};
 
 /// How a command ended: its exit code, and whether it changed the run's outputs at all.
@@ -117,7 +117,7 @@ impl RunDbSlot {
 pub fn invoke(
     dirs: &RunDirs,
     command: impl FnOnce(&mut RunDbSlot) -> anyhow::Result<Ended>,
-) -> anyhow::Result<i32> {
+) -> Result<i32, CommandError> {
     if let Some(why) = dirs.named.as_deref().and_then(not_a_run_dir) {
         eprintln!("error: {why}");
         return Ok(exit::USAGE);
@@ -160,60 +160,4 @@ pub(crate) fn command_line() -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
-/// error of its chain is a refusal, else [`exit::FAILURE`].
-pub fn exit_code(err: &anyhow::Error) -> i32 {
-    use embedfleet_orchestrator::submit::SubmitError;
-    let interrupted = err.chain().find_map(|e| {
-        if let Some(SubmitError::Interrupted { code, .. }) = e.downcast_ref() {
-            return Some(*code);
-        }
-        e.downcast_ref::<PipelineError>()
-            .and_then(PipelineError::interrupted_code)
-    });
-    if let Some(code) = interrupted {
-        code
-    } else if err.chain().any(is_refusal) {
-        exit::REFUSED
-    } else if err.chain().any(is_unusable_input) {
-        exit::PARTIAL
-    } else {
-        exit::FAILURE
-    }
-}
-
-/// Whether `e` says some input could not be used (exit code 3, as a corrupt corpus file is).
-fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
-    e.downcast_ref::<PlanError>()
-        .is_some_and(|e| matches!(e, PlanError::Unusable { .. }))
-        || e.downcast_ref::<PipelineError>()
-            .is_some_and(PipelineError::is_unusable_input)
-}
-
-/// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its
-/// cases refuse (a run directory that holds another plan, settings that differ, another host's
-/// run, ...). A library error type that can refuse gets one line here.
-fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
-    use embedfleet_core::owner::OwnerError;
-    use embedfleet_orchestrator::submit::SubmitError;
-    macro_rules! refusals {
-        ($($ty:ty => $check:expr),* $(,)?) => {
-            false $(|| e.downcast_ref::<$ty>().is_some_and($check))*
-        };
-    }
-    refusals!(
-        crate::preflight::Refused => |_| true,
-        PipelineError => PipelineError::is_refusal,
-        OwnerError => |e| matches!(e, OwnerError::OtherHost { .. } | OwnerError::OwnerAlive { .. }),
-        SubmitError => crate::error::submit_refuses,
-        embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
-        PlanError => PlanError::is_refusal,
-        embedfleet_vectordb::UploadRunError => embedfleet_vectordb::UploadRunError::is_refusal,
-        embedfleet_snapshot::SnapshotError => embedfleet_snapshot::SnapshotError::is_refusal,
-        embedfleet_embed::job::EmbedJobError => embedfleet_embed::job::EmbedJobError::is_refusal,
-        embedfleet_query::QueryError => embedfleet_query::QueryError::is_refusal,
-        embedfleet_publish::PublishError => embedfleet_publish::PublishError::is_refusal,
-    )
 }

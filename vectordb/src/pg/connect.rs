@@ -11,9 +11,9 @@ use std::time::Duration;
 use postgres::config::Host;
 use postgres::{Client, NoTls, Statement};
 
+use super::config::PgConfig;
 use super::table::Storage;
 use super::tls::{self, SslMode};
-use super::PgConfig;
 use crate::error::{UploadError, UploadResult};
 
 /// How to open a session: the client's config (password included), and its TLS.
@@ -429,7 +429,7 @@ impl Session {
 
     /// Forgets the statements prepared for `collection` (it was dropped).
     pub(super) fn forget(&mut self, collection: &str) {
-        let table = super::quoted(collection);
+        let table = super::sql::quoted(collection);
         self.statements.retain(|sql, _| !sql.contains(&table));
     }
 }
@@ -496,7 +496,7 @@ impl Pool {
                 // default (an upsert batch alone waits for its WAL at the next checkpoint).
                 client
                     .batch_execute("SET synchronous_commit = on")
-                    .map_err(super::pg_err("start a session"))?;
+                    .map_err(super::sql::pg_err("start a session"))?;
                 Session {
                     client,
                     statements: HashMap::new(),

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
+use super::config::PgIndex;
+use super::sql::{pg_err, quoted};
 use super::table::{Shape, Storage};
-use super::{pg_err, quoted, PgIndex};
 use crate::error::UploadResult;
 use crate::spec::{CollectionSpec, Distance, HnswParams};
 

@@ -13,7 +13,7 @@ use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 
 use super::connect::Session;
-use super::pg_err;
+use super::sql::pg_err;
 use super::table::{Storage, COLUMNS};
 use crate::error::UploadResult;
 use crate::points::PointsBatch;

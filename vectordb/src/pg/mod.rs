@@ -12,10 +12,12 @@
 //! Every method blocks; sessions come from a pool, one per request in flight, so K threads
 //! sharing the sink are K sessions.
 
+mod config;
 mod connect;
 mod index;
 mod load;
 mod search;
+mod sql;
 mod table;
 mod tls;
 
@@ -35,85 +37,14 @@ use crate::spec::{
     HnswParams, VectorIndex,
 };
 
+pub use config::{IterativeScan, PgConfig, PgIndex};
 pub use index::{hnsw_build_bytes, ivfflat_lists};
 pub use load::TEST_COPY_DELAY_ENV;
 pub use table::{storage_for, Storage, MAX_HALFVEC_DIMS, MAX_VECTOR_DIMS};
 
 use connect::{Connector, Pool};
+use sql::{pg_err, quoted};
 use table::Shape;
-
-/// The index a table gets after its load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PgIndex {
-    /// HNSW, with the spec's `m` and `ef_construct` (pgvector's `ef_construction`).
-    #[default]
-    Hnsw,
-    /// IVFFlat, with lists from the row count.
-    IvfFlat,
-}
-
-impl PgIndex {
-    /// pgvector's access method.
-    pub fn method(self) -> &'static str {
-        match self {
-            Self::Hnsw => "hnsw",
-            Self::IvfFlat => "ivfflat",
-        }
-    }
-}
-
-/// How a filtered search scans the index (pgvector 0.8's `hnsw.iterative_scan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IterativeScan {
-    /// Scan on until enough rows pass the filter, order nearly exact (then sorted again).
-    #[default]
-    Relaxed,
-    /// Scan on, order exact (HNSW only; IVFFlat scans relaxed).
-    Strict,
-    /// pgvector's default: `ef_search` candidates, then the filter (short results).
-    Off,
-}
-
-impl IterativeScan {
-    /// The `hnsw.iterative_scan` value, `None` when off.
-    fn hnsw(self) -> Option<&'static str> {
-        match self {
-            Self::Relaxed => Some("relaxed_order"),
-            Self::Strict => Some("strict_order"),
-            Self::Off => None,
-        }
-    }
-}
-
-/// How to reach the server and what to build there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PgConfig {
-    /// `postgresql://user@host:port/database?sslmode=…` (no password: see the module docs).
-    pub url: String,
-    /// The index a table gets after its load.
-    pub index: PgIndex,
-    /// How filtered searches scan.
-    pub iterative_scan: IterativeScan,
-    /// Most `maintenance_work_mem` an index build asks for, in MB (`None`: half this machine's
-    /// available memory when the server is on it, else 2,048).
-    pub maintenance_mem_mb: Option<u64>,
-    /// Parallel maintenance workers of an index build (`None`: the server's
-    /// `max_parallel_workers`, at most this machine's cores less one when the server is on it).
-    pub maintenance_workers: Option<u64>,
-}
-
-impl PgConfig {
-    /// The server at `url`, HNSW, relaxed iterative scans, sized builds.
-    pub fn new(url: impl Into<String>) -> Self {
-        Self {
-            url: url.into(),
-            index: PgIndex::Hnsw,
-            iterative_scan: IterativeScan::Relaxed,
-            maintenance_mem_mb: None,
-            maintenance_workers: None,
-        }
-    }
-}
 
 /// A PostgreSQL database with pgvector. See the module docs.
 pub struct PgVector {
@@ -138,22 +69,6 @@ impl std::fmt::Debug for PgVector {
 /// tests, benchmarks, and SQL run beside the sink.
 pub fn client(config: &PgConfig) -> UploadResult<postgres::Client> {
     Connector::new(config)?.connect()
-}
-
-/// `name` as a quoted identifier (collection names are letters, digits, `-`, `_`, `.`).
-pub(super) fn quoted(name: &str) -> String {
-    format!("\"{name}\"")
-}
-
-/// A server error while doing `action`, with its SQLSTATE.
-pub(super) fn pg_err(action: &'static str) -> impl FnOnce(postgres::Error) -> UploadError {
-    move |e| {
-        let message = match e.as_db_error() {
-            Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-            None => e.to_string(),
-        };
-        UploadError::Postgres { action, message }
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -13,9 +13,10 @@ use pgvector::{HalfVector, Vector};
 use postgres::types::ToSql;
 use uuid::Uuid;
 
+use super::config::IterativeScan;
 use super::connect::Session;
+use super::sql::pg_err;
 use super::table::{Shape, Storage};
-use super::{pg_err, IterativeScan};
 use crate::error::UploadResult;
 use crate::request::{Hit, PayloadFilter, SearchOptions};
 use crate::spec::Distance;

@@ -16,7 +16,7 @@ use embedfleet_core::shardfile::VectorDtype;
 use postgres::Client;
 use serde::{Deserialize, Serialize};
 
-use super::{pg_err, quoted};
+use super::sql::{pg_err, quoted};
 use crate::error::{UploadError, UploadResult};
 use crate::spec::{CollectionSpec, Distance, PayloadIndexKind};
 

@@ -2,7 +2,8 @@
 //! batch but the accepted one (by the names their manifests give, never by listing `shards/`),
 //! and the temporary files killed writers left (in a full sweep only).
 
-use super::super::{sqlite_err, Result, RunDb, RunDbError};
+use super::super::error::{sqlite_err, Result, RunDbError};
+use super::super::handle::RunDb;
 use crate::handoff::AttemptManifest;
 use crate::state::{AttemptState, BatchState};
 use crate::{atomic, BatchId, RunLayout};

@@ -13,7 +13,9 @@ mod open_work;
 
 use cleaning::{manifest_tokens, remove_if_there};
 
-use super::{sqlite_err, stored_state, Result, RunDb, RunDbError, ShardRow};
+use super::error::{sqlite_err, stored_state, Result, RunDbError};
+use super::handle::RunDb;
+use super::shards::ShardRow;
 use crate::handoff::{AttemptManifest, ExpectedBatch, HandoffError, OutputSettings, Verdict};
 use crate::state::{AttemptState, BatchState, JobStatus};
 use crate::{atomic, BatchId, RunLayout};

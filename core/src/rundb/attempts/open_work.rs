@@ -2,7 +2,8 @@
 //! index, and those whose files the last ingest could not read (see
 //! [`RunDb::ingest_results`]).
 
-use super::super::{sqlite_err, Result, RunDb};
+use super::super::error::{sqlite_err, Result};
+use super::super::handle::RunDb;
 use crate::state::{AttemptState, BatchState, JobStatus};
 
 /// The settings key listing the batches an ingest could not read whole (read again next time).

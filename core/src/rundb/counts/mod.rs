@@ -14,7 +14,8 @@
 //! `EMBEDFLEET_STATUS_RECOUNT=1` makes `status` recount, as embedfleet did before (a
 //! before/after measurement, or a doubt about the counts).
 
-use super::{Result, RunDb};
+use super::error::Result;
+use super::handle::RunDb;
 use std::collections::BTreeMap;
 
 /// Set to `1` to have `status` recount from the tables instead of reading the running counts.

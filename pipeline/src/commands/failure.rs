@@ -1,0 +1,158 @@
+//! How a command that failed ends: one error type at the top, [`CommandError`], which knows its
+//! exit code (docs/commands.md, "Exit codes"), as nextest's `ExpectedError` does, and the lines
+//! it prints.
+
+use crate::PipelineError;
+use embedfleet_core::exit;
+use embedfleet_orchestrator::plan::PlanError;
+
+/// A command's failure: the error, and the exit code it was given once, where it was made.
+#[derive(Debug)]
+pub struct CommandError {
+    error: anyhow::Error,
+    code: i32,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for CommandError {
+    fn from(error: E) -> Self {
+        let error = error.into();
+        let code = if is_broken_pipe(&error) {
+            // The reader of our output went away (`status | head -1`): nothing failed.
+            exit::SUCCESS
+        } else {
+            exit_code(&error)
+        };
+        Self { error, code }
+    }
+}
+
+impl CommandError {
+    /// The process's exit code.
+    pub fn process_exit_code(&self) -> i32 {
+        self.code
+    }
+
+    /// What the user is told on stderr: `error: ...`, then each cause once, with any password
+    /// typed into a URL redacted (core::secret). Nothing when the reader of the output left.
+    pub fn lines(&self) -> Vec<String> {
+        if is_broken_pipe(&self.error) {
+            return Vec::new();
+        }
+        let redact = embedfleet_core::secret::redact;
+        let mut lines = vec![format!("error: {}", redact(&self.error.to_string()))];
+        // A wrapper whose message holds its cause (`#[error("...: {0}")]`) would say it twice:
+        // a cause already in what was said is left out.
+        let mut said = self.error.to_string();
+        for cause in self.error.chain().skip(1) {
+            let line = cause.to_string();
+            if !said.contains(&line) {
+                lines.push(format!("  caused by: {}", redact(&line)));
+                said.push('\n');
+                said.push_str(&line);
+            }
+        }
+        lines
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
+/// error of its chain is a refusal, else [`exit::FAILURE`].
+fn exit_code(err: &anyhow::Error) -> i32 {
+    use embedfleet_orchestrator::submit::SubmitError;
+    let interrupted = err.chain().find_map(|e| {
+        if let Some(SubmitError::Interrupted { code, .. }) = e.downcast_ref() {
+            return Some(*code);
+        }
+        e.downcast_ref::<PipelineError>()
+            .and_then(PipelineError::interrupted_code)
+    });
+    if let Some(code) = interrupted {
+        code
+    } else if err.chain().any(is_refusal) {
+        exit::REFUSED
+    } else if err.chain().any(is_unusable_input) {
+        exit::PARTIAL
+    } else {
+        exit::FAILURE
+    }
+}
+
+/// Whether `e` says some input could not be used (exit code 3, as a corrupt corpus file is).
+fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<PlanError>()
+        .is_some_and(|e| matches!(e, PlanError::Unusable { .. }))
+        || e.downcast_ref::<PipelineError>()
+            .is_some_and(PipelineError::is_unusable_input)
+}
+
+/// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its
+/// cases refuse (a run directory that holds another plan, settings that differ, another host's
+/// run, ...). A library error type that can refuse gets one line here.
+fn is_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    use embedfleet_core::owner::OwnerError;
+    use embedfleet_orchestrator::submit::SubmitError;
+    macro_rules! refusals {
+        ($($ty:ty => $check:expr),* $(,)?) => {
+            false $(|| e.downcast_ref::<$ty>().is_some_and($check))*
+        };
+    }
+    refusals!(
+        crate::preflight::Refused => |_| true,
+        PipelineError => PipelineError::is_refusal,
+        OwnerError => |e| matches!(e, OwnerError::OtherHost { .. } | OwnerError::OwnerAlive { .. }),
+        SubmitError => crate::error::submit_refuses,
+        embedfleet_orchestrator::stored_config::StoredConfigError => |e| e.is_refusal(),
+        PlanError => PlanError::is_refusal,
+        embedfleet_vectordb::UploadRunError => embedfleet_vectordb::UploadRunError::is_refusal,
+        embedfleet_snapshot::SnapshotError => embedfleet_snapshot::SnapshotError::is_refusal,
+        embedfleet_embed::job::EmbedJobError => embedfleet_embed::job::EmbedJobError::is_refusal,
+        embedfleet_query::QueryError => embedfleet_query::QueryError::is_refusal,
+        embedfleet_publish::PublishError => embedfleet_publish::PublishError::is_refusal,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_anywhere_in_the_chain_exits_4_and_each_cause_is_said_once() {
+        let refused = PipelineError::Refused(crate::error::Refused {
+            problems: vec!["no queue".into()],
+        });
+        let err = CommandError::from(anyhow::Error::new(refused).context("submit failed"));
+        assert_eq!(err.process_exit_code(), exit::REFUSED);
+        let lines = err.lines();
+        assert_eq!(lines[0], "error: submit failed");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[1].starts_with("  caused by: nothing was submitted"),
+            "{lines:?}"
+        );
+        let repeated = anyhow::anyhow!("disk full").context("failed to write x: disk full");
+        let err = CommandError::from(repeated);
+        assert_eq!(err.process_exit_code(), exit::FAILURE);
+        assert_eq!(
+            err.lines(),
+            vec!["error: failed to write x: disk full".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_reader_gone_is_no_failure_and_secrets_are_not_printed() {
+        let gone = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let err = CommandError::from(anyhow::Error::new(gone).context("printing the status"));
+        assert_eq!(err.process_exit_code(), exit::SUCCESS);
+        assert!(err.lines().is_empty());
+        let err = CommandError::from(anyhow::anyhow!(
+            "cannot reach postgresql://embedfleet:hunter2@db:5432/runs"
+        ));
+        assert!(!err.lines()[0].contains("hunter2"), "{:?}", err.lines());
+    }
+}
