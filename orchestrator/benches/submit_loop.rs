@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::RunDb;
 use embedfleet_orchestrator::scheduler::SchedulerConfig;
-use embedfleet_orchestrator::submit::{submit, SubmitOptions, Submitted};
+use embedfleet_orchestrator::submit::{submit, LoopPolicy, SubmitOptions, Submitted};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -58,9 +58,15 @@ fn main() {
         run_dir: run.clone(),
         scheduler: SchedulerConfig::default(),
         queues: Some(BTreeMap::from([("local".to_string(), cap)])),
-        max_attempts: 1,
-        poll_interval: Duration::from_millis(50),
-        lost_after: Duration::from_secs(30),
+        policy: LoopPolicy {
+            max_attempts: 1,
+            poll_interval: Duration::from_millis(50),
+            lost_after: Duration::from_secs(30),
+            breaker_after: 0,
+            route: Default::default(),
+            speculate: true,
+            max_jobs: None,
+        },
         watch: false,
         embed_args: Vec::new(),
         exe: fake,
@@ -68,12 +74,8 @@ fn main() {
         trial: None,
         stall: Default::default(),
         kill_stalled: false,
-        breaker_after: 0,
         notify: embedfleet_orchestrator::notify::NotifyConfig::default(),
         metrics_listen: None,
-        route: Default::default(),
-        speculate: true,
-        max_jobs: None,
         keep_on_first_job: Vec::new(),
     };
     let t = Instant::now();

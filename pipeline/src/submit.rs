@@ -61,9 +61,7 @@ pub fn prepare(
         run_dir: flags.run_dir.clone(),
         scheduler: config.scheduler.clone(),
         queues: settings.queues.clone(),
-        max_attempts: settings.max_attempts,
-        poll_interval: settings.poll_interval,
-        lost_after: settings.lost_after,
+        policy: settings.policy.clone(),
         watch: flags.watch,
         embed_args: settings.job.to_args(),
         exe,
@@ -71,12 +69,8 @@ pub fn prepare(
         trial: flags.trial.clone(),
         stall: flags.stall,
         kill_stalled: flags.kill_stalled,
-        breaker_after: settings.breaker_after,
         notify: config.notify.clone(),
         metrics_listen: flags.metrics_listen,
-        route: settings.route,
-        speculate: settings.speculate,
-        max_jobs: settings.max_jobs,
         keep_on_first_job,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
@@ -88,8 +82,8 @@ pub fn prepare(
                 &config.scheduler,
                 setting,
                 flags.group_count,
-                settings.max_attempts,
-                settings.lost_after,
+                settings.policy.max_attempts,
+                settings.policy.lost_after,
             )?;
             notes.push(format!(
                 "group builds: each group of {} batches gets its shard built on {} ({} cores) once its batches are done",

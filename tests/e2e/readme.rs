@@ -408,7 +408,7 @@ fn seconds(walltime: &str) -> u64 {
 
 #[test]
 fn every_example_walltime_follows_the_trial_rule_for_the_studys_batch() {
-    // The trial's rule (src/commands/submit.rs): time per batch x 1.5 + 60 s. The study's
+    // The trial's rule (pipeline/src/commands/submit.rs): time per batch x 1.5 + 60 s. The study's
     // batch: 2,382 s of inference, ~2,500 s with model load and I/O.
     let needed = (2_500.0_f64 * 1.5 + 60.0).ceil() as u64;
     let mut found = 0;

@@ -221,7 +221,7 @@ impl SubmitLoop<'_> {
                 .unknown_since
                 .entry(name.to_string())
                 .or_insert_with(Instant::now);
-            if since.elapsed() < self.opts.lost_after {
+            if since.elapsed() < self.opts.policy.lost_after {
                 return Ok(());
             }
             // Lost to our polls is not gone: a job the scheduler still runs (a slow
@@ -238,7 +238,7 @@ impl SubmitLoop<'_> {
                 exit_code: None,
                 reason: format!(
                     "lost: the scheduler has not known the job for {:?} and it left no completion marker",
-                    self.opts.lost_after
+                    self.opts.policy.lost_after
                 ),
             };
             return self.ended(name, rows, &lost, JobStatus::Lost);
@@ -303,11 +303,11 @@ impl SubmitLoop<'_> {
                 None => "the job ended with exit code 0 but the batch is not done".to_string(),
             };
             let tries = self.following.attempts.get(&batch).copied().unwrap_or(0);
-            if retriable && tries < self.opts.max_attempts {
+            if retriable && tries < self.opts.policy.max_attempts {
                 self.report.retried += 1;
                 self.console.say(format!(
                     "batch {batch}: job {name} {why}; submitting it again ({tries}/{} attempts used)",
-                    self.opts.max_attempts
+                    self.opts.policy.max_attempts
                 ));
             } else {
                 let tail = row.log.as_deref().map(log_tail).unwrap_or_default();

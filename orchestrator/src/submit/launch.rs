@@ -33,7 +33,7 @@ impl SubmitLoop<'_> {
     /// tried again, and a loop started while the server was down does not stall for good.
     pub(super) fn preflight_queues(&mut self) {
         let now = embedfleet_core::owner::unix_now();
-        let poll = self.opts.poll_interval.as_secs_f64();
+        let poll = self.opts.policy.poll_interval.as_secs_f64();
         for problem in self.scheduler.preflight(&self.run_dir) {
             if problem.lasting {
                 self.console.say(format!(
@@ -118,7 +118,7 @@ impl SubmitLoop<'_> {
                 failed_now.insert(job.queue.clone());
                 self.unusable_why
                     .insert(job.queue.clone(), "the scheduler did not take a job".into());
-                let poll = self.opts.poll_interval.as_secs_f64();
+                let poll = self.opts.policy.poll_interval.as_secs_f64();
                 let wait = self.routing.submission_failed(
                     &job.queue,
                     embedfleet_core::owner::unix_now(),

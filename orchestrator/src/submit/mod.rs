@@ -27,6 +27,7 @@ mod interrupt;
 mod job_files;
 mod launch;
 mod naming;
+mod policy;
 mod routing;
 mod watch;
 
@@ -46,6 +47,7 @@ pub use console::Console;
 pub use follow_up::{FollowUp, FollowUpRound};
 pub(crate) use job_files::{with_binary, JobFiles};
 pub use naming::{fit_job_name, job_name, run_tag};
+pub use policy::LoopPolicy;
 use watch::OwnerWatch;
 pub use watch::LOOP_LOCK_FILE;
 
@@ -57,12 +59,8 @@ pub struct SubmitOptions {
     pub scheduler: SchedulerConfig,
     /// Queue caps to set before starting (replacing the stored ones); `None` keeps run.db's.
     pub queues: Option<BTreeMap<String, u32>>,
-    /// Jobs per batch in this invocation before the batch is marked failed.
-    pub max_attempts: u32,
-    pub poll_interval: Duration,
-    /// How long a job may be unknown to the scheduler (and have left no completion marker)
-    /// before it counts as lost and its batch is retried.
-    pub lost_after: Duration,
+    /// Attempts, polling, lost jobs, the breaker, routing.
+    pub policy: LoopPolicy,
     /// Keep running after every batch is settled (new batches from a later `plan` are picked up).
     pub watch: bool,
     /// Arguments after `embed-job --run-dir DIR --batch N` in every job script.
@@ -78,20 +76,10 @@ pub struct SubmitOptions {
     pub stall: StallRule,
     /// Cancel stalled jobs (their batches are retried like any cancelled job's).
     pub kill_stalled: bool,
-    /// Jobs in a row failing alike that pause the run ([`breaker`]); 0: never.
-    pub breaker_after: u32,
     /// The notify hook (`[notify]` of the run config).
     pub notify: NotifyConfig,
     /// Serve the run's metrics over HTTP here (`--metrics-listen`).
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// How free slots are given batches (`--route`).
-    pub route: crate::route::Route,
-    /// Whether the tail gets speculative twins (`--speculate`; adaptive route only).
-    pub speculate: bool,
-    /// The most jobs the run may hold queued or running over all its queues together
-    /// (`--max-jobs`: a site's per-user limit); the scheduler's own, where it states a lower
-    /// one, holds too.
-    pub max_jobs: Option<u32>,
     /// run.db settings this submit keeps for the run's later ones (its run config, devices,
     /// loop options), stored when its first job is submitted, or at the loop's orderly end
     /// when it had none to send: a submit that fails before any job keeps nothing.
@@ -270,7 +258,7 @@ struct SubmitLoop<'a> {
     report: SubmitReport,
     /// The owner's side of the loop (snapshot, stalls, the loop lock); none in a dry run.
     watch: Option<OwnerWatch>,
-    /// A later stage's work driven between rounds ([`submit_with`]).
+    /// A later stage's work driven between rounds ([`submit`]'s `follow_up`).
     follow_up: Option<&'a mut dyn FollowUp>,
     /// Where batches go ([`crate::route`]), and what routing did in this loop.
     routing: crate::route::Routing,
@@ -315,7 +303,7 @@ impl<'a> SubmitLoop<'a> {
             trips: Trips::new(if opts.trial.is_some() {
                 0
             } else {
-                opts.breaker_after
+                opts.policy.breaker_after
             }),
             notifier: Notifier::new(&opts.notify),
             counts: LoopCounts::default(),
@@ -323,7 +311,7 @@ impl<'a> SubmitLoop<'a> {
             report: SubmitReport::default(),
             watch: None,
             follow_up: None,
-            routing: crate::route::Routing::new(opts.route, opts.speculate, opts.max_jobs),
+            routing: crate::route::Routing::new(opts.policy.route, opts.policy.speculate, opts.policy.max_jobs),
             asked: SchedulerAsked::default(),
         })
     }
@@ -344,7 +332,7 @@ impl<'a> SubmitLoop<'a> {
         };
         let mut watch = OwnerWatch::start(
             &lp.run_dir,
-            opts.poll_interval.as_secs_f64(),
+            opts.policy.poll_interval.as_secs_f64(),
             rebooted.as_deref(),
         )?;
         if let Some(addr) = opts.metrics_listen {
@@ -417,7 +405,7 @@ impl<'a> SubmitLoop<'a> {
     /// stated limit where lower.
     fn max_jobs(&self) -> Option<u32> {
         let stated = self.asked.job_limit.as_ref().and_then(|l| l.jobs);
-        match (self.opts.max_jobs, stated) {
+        match (self.opts.policy.max_jobs, stated) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -430,7 +418,7 @@ impl<'a> SubmitLoop<'a> {
         match self.scheduler.job_limit(&queues) {
             Ok(Some(limit)) => {
                 self.console
-                    .say(stated_limit_line(&limit, self.opts.max_jobs));
+                    .say(stated_limit_line(&limit, self.opts.policy.max_jobs));
                 self.asked.job_limit = Some(limit);
             }
             Ok(None) => {}
@@ -465,7 +453,7 @@ impl<'a> SubmitLoop<'a> {
                 break;
             }
             if let Some(signal) =
-                embedfleet_core::stop_signal::sleep_unless_stopped(self.opts.poll_interval)
+                embedfleet_core::stop_signal::sleep_unless_stopped(self.opts.policy.poll_interval)
             {
                 self.interrupted(signal)?;
             }
@@ -485,7 +473,7 @@ impl<'a> SubmitLoop<'a> {
         self.report.elapsed = started.elapsed();
         self.report.owner_cpu = embedfleet_core::process::own_cpu().saturating_sub(cpu_before);
         self.report.result_file_ops = fsops::total() - ops_before;
-        self.report.route = self.opts.route;
+        self.report.route = self.opts.policy.route;
         self.report.twins = self.routing.twins;
         self.report.moves = self.routing.moves;
         self.report.twin_node_hours = self.routing.twin_node_hours;

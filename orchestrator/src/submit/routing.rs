@@ -32,7 +32,7 @@ impl SubmitLoop<'_> {
     /// The loop's routing, its router taught every job of the run so far (once per loop:
     /// later jobs are taught as the loop sees them).
     pub(super) fn learned_routing(&self) -> Result<Routing> {
-        let mut routing = Routing::new(self.opts.route, self.opts.speculate, self.max_jobs());
+        let mut routing = Routing::new(self.opts.policy.route, self.opts.policy.speculate, self.max_jobs());
         let router = &mut routing.router;
         let (attempts, _) = self.db.job_attempts_since(&JobAttemptCursor::default())?;
         let mut seen = BTreeSet::new();
@@ -62,7 +62,7 @@ impl SubmitLoop<'_> {
     /// Asks the scheduler, at most once a minute, when it expects the queued jobs among `open`
     /// to start (adaptive route only). An error is only logged: estimates are a refinement.
     pub(super) fn refresh_estimates(&mut self) -> Result<()> {
-        if self.opts.route != crate::route::Route::Adaptive
+        if self.opts.policy.route != crate::route::Route::Adaptive
             || self
                 .asked
                 .estimates
@@ -112,7 +112,7 @@ impl SubmitLoop<'_> {
         pending: &[i64],
         disabled: &BTreeSet<String>,
     ) {
-        if self.opts.route != crate::route::Route::Adaptive || pending.is_empty() {
+        if self.opts.policy.route != crate::route::Route::Adaptive || pending.is_empty() {
             return;
         }
         for (queue, cap) in caps {

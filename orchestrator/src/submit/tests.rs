@@ -157,9 +157,15 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         run_dir,
         scheduler: SchedulerConfig::default(),
         queues: Some(BTreeMap::from([("q".to_string(), 1)])),
-        max_attempts: 3,
-        poll_interval: Duration::from_millis(10),
-        lost_after: Duration::from_secs(3600),
+        policy: LoopPolicy {
+            max_attempts: 3,
+            poll_interval: Duration::from_millis(10),
+            lost_after: Duration::from_secs(3600),
+            breaker_after: 3,
+            route: Default::default(),
+            speculate: true,
+            max_jobs: None,
+        },
         watch: false,
         embed_args: Vec::new(),
         exe: PathBuf::from("/bin/false"),
@@ -167,12 +173,8 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         trial: None,
         stall: Default::default(),
         kill_stalled: false,
-        breaker_after: 3,
         notify: NotifyConfig::default(),
         metrics_listen: None,
-        route: Default::default(),
-        speculate: true,
-        max_jobs: None,
         keep_on_first_job: Vec::new(),
     };
     (dir, options)
@@ -208,7 +210,7 @@ fn an_uncertain_submission_is_cancelled_by_name_and_its_batch_resubmitted_under_
     let mut lp = submit_loop(&options, &scheduler);
     lp.submit_round().unwrap();
     lp.settle_submitting().unwrap();
-    std::thread::sleep(options.poll_interval); // the queue is tried again a poll later
+    std::thread::sleep(options.policy.poll_interval); // the queue is tried again a poll later
     lp.submit_round().unwrap();
     assert_ne!(first, second);
     assert_eq!(
@@ -236,7 +238,7 @@ fn a_failed_submission_keeps_its_attempt_number_and_the_next_try_takes_a_new_one
     let scheduler = Scripted::answering(vec![Err(sbatch_failed()), Ok(SchedulerJobId::new("7"))]);
     let mut lp = submit_loop(&options, &scheduler);
     lp.submit_round().unwrap();
-    std::thread::sleep(options.poll_interval); // the queue is tried again a poll later
+    std::thread::sleep(options.policy.poll_interval); // the queue is tried again a poll later
     lp.submit_round().unwrap();
     let rows = job_rows(&options);
     assert_eq!(rows.len(), 2, "{rows:?}");
@@ -274,7 +276,7 @@ fn an_exit_marker_of_an_earlier_attempt_is_not_read_as_the_new_jobs_end() {
     let mut lp = submit_loop(&options, &scheduler);
     lp.submit_round().unwrap();
     lp.settle_submitting().unwrap();
-    std::thread::sleep(options.poll_interval); // the queue is tried again a poll later
+    std::thread::sleep(options.policy.poll_interval); // the queue is tried again a poll later
     lp.submit_round().unwrap();
     // The uncertain submission had queued a twin after all; it ends, writing its marker.
     let twin_marker = RunLayout::new(&options.run_dir).job_marker(&first);
@@ -328,7 +330,7 @@ fn job_names_are_unique_per_attempt_and_fit_pbs_name_limit() {
 fn jobs_in_flight_when_the_breaker_trips_do_not_pause_the_run_twice() {
     let (_dir, mut options) = planned_run(4);
     options.queues = Some(BTreeMap::from([("q".to_string(), 3)]));
-    options.breaker_after = 2;
+    options.policy.breaker_after = 2;
     let scheduler = Scripted::answering(
         ["11", "12", "13"]
             .map(|id| Ok(SchedulerJobId::new(id)))
@@ -394,7 +396,7 @@ fn a_queue_that_is_not_taking_jobs_does_not_hold_up_the_others() {
         ("drained".to_string(), 2),
         ("up".to_string(), 2),
     ]));
-    options.poll_interval = Duration::from_millis(200);
+    options.policy.poll_interval = Duration::from_millis(200);
     let scheduler = Scripted::answering(vec![
         Err(sbatch_failed()),
         Ok(SchedulerJobId::new("1")),
@@ -531,8 +533,8 @@ fn a_queue_whose_jobs_fail_alike_while_the_others_run_is_set_aside_until_a_resum
         ("bad".to_string(), 2),
         ("good".to_string(), 2),
     ]));
-    options.breaker_after = 2;
-    options.route = crate::route::Route::Static;
+    options.policy.breaker_after = 2;
+    options.policy.route = crate::route::Route::Static;
     let scheduler = Scripted::answering(
         (1..=8)
             .map(|id| Ok(SchedulerJobId::new(id.to_string())))

@@ -14,6 +14,7 @@ use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::route::Route;
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig};
+use embedfleet_orchestrator::submit::LoopPolicy;
 use serde::{Deserialize, Serialize};
 
 use super::job::JobSettings;
@@ -116,15 +117,9 @@ pub struct SubmitSettings {
     /// The loop options as given or kept (`None`: none ever given), and the values they come
     /// to.
     pub loop_options: LoopOptions,
-    pub max_attempts: u32,
-    pub breaker_after: u32,
-    pub poll_interval: Duration,
-    pub lost_after: Duration,
-    pub route: Route,
-    pub speculate: bool,
-    /// The most jobs over all queues: `--max-jobs` as given or kept, else the run config's
-    /// `[scheduler] max_jobs`; `None` for no limit of the run's own.
-    pub max_jobs: Option<u32>,
+    /// What they come to, handed to the loop whole. Its `max_jobs` is `--max-jobs` as given or
+    /// kept, else the run config's `[scheduler] max_jobs`; `None` for no limit of the run's own.
+    pub policy: LoopPolicy,
     /// The queue caps to set (`None` keeps run.db's).
     pub queues: Option<BTreeMap<String, u32>>,
     /// Group builds, as given or kept; `None` for none. A trial builds nothing.
@@ -186,18 +181,20 @@ impl SubmitSettings {
         }
         Ok(Self {
             kept: kept_loop_flags(&flags.loop_options, &stored),
-            max_attempts: loop_options.max_attempts.unwrap_or(3).max(1),
-            breaker_after: loop_options
-                .breaker_after
-                .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
-            poll_interval: secs(loop_options.poll_interval_s, defaults.poll_interval),
-            lost_after: secs(loop_options.lost_after_s, defaults.lost_after),
-            route: loop_options.route.unwrap_or_default(),
-            speculate: loop_options.speculate.unwrap_or(true),
-            max_jobs: loop_options
-                .max_jobs
-                .or(config.config.scheduler.max_jobs)
-                .filter(|n| *n > 0),
+            policy: LoopPolicy {
+                max_attempts: loop_options.max_attempts.unwrap_or(3).max(1),
+                breaker_after: loop_options
+                    .breaker_after
+                    .unwrap_or(embedfleet_orchestrator::submit::breaker::DEFAULT_BREAKER_AFTER),
+                poll_interval: secs(loop_options.poll_interval_s, defaults.poll_interval),
+                lost_after: secs(loop_options.lost_after_s, defaults.lost_after),
+                route: loop_options.route.unwrap_or_default(),
+                speculate: loop_options.speculate.unwrap_or(true),
+                max_jobs: loop_options
+                    .max_jobs
+                    .or(config.config.scheduler.max_jobs)
+                    .filter(|n| *n > 0),
+            },
             loop_options,
             group_builds: group_builds(db, flags)?,
             config,
@@ -330,7 +327,7 @@ mod tests {
         };
         let settings = SubmitSettings::resolve(&db, &first).unwrap();
         assert_eq!(settings.devices.source, Source::Given);
-        assert_eq!(settings.poll_interval, Duration::from_millis(500));
+        assert_eq!(settings.policy.poll_interval, Duration::from_millis(500));
         // What the first submit pins and stores.
         settings.job.output_settings().pin(&db.layout()).unwrap();
         db.set_setting(DEVICES_SETTING, &"cpu:2".to_string())
@@ -350,7 +347,7 @@ mod tests {
             (again.devices.value.as_str(), again.devices.source),
             ("cpu:2", Source::Run)
         );
-        assert_eq!(again.poll_interval, Duration::from_millis(500));
+        assert_eq!(again.policy.poll_interval, Duration::from_millis(500));
         assert_eq!(again.kept, ["--poll-interval 0.5"]);
         assert!(!again.loop_options_changed(&db).unwrap());
     }
@@ -364,7 +361,7 @@ mod tests {
             ..Default::default()
         };
         let s = SubmitSettings::resolve(&db, &fresh).unwrap();
-        assert_eq!((s.route, s.speculate), (Route::Adaptive, true));
+        assert_eq!((s.policy.route, s.policy.speculate), (Route::Adaptive, true));
         let first = SubmitFlags {
             loop_options: LoopOptions {
                 route: Some(Route::Static),
@@ -377,7 +374,7 @@ mod tests {
         assert!(s.loop_options_changed(&db).unwrap());
         db.set_setting(LOOP_SETTING, &s.loop_options).unwrap();
         let again = SubmitSettings::resolve(&db, &fresh).unwrap();
-        assert_eq!((again.route, again.speculate), (Route::Static, false));
+        assert_eq!((again.policy.route, again.policy.speculate), (Route::Static, false));
         assert_eq!(again.kept, ["--route static", "--speculate false"]);
     }
 
@@ -406,9 +403,9 @@ mod tests {
         let s = SubmitSettings::resolve(&db, &flags).unwrap();
         assert_eq!(s.devices.value, "cuda:0,1,2,3");
         assert_eq!(s.devices.source, Source::Default);
-        assert_eq!(s.poll_interval, Duration::from_secs(30));
-        assert_eq!(s.lost_after, Duration::from_secs(300));
-        assert_eq!(s.max_attempts, 3);
+        assert_eq!(s.policy.poll_interval, Duration::from_secs(30));
+        assert_eq!(s.policy.lost_after, Duration::from_secs(300));
+        assert_eq!(s.policy.max_attempts, 3);
         assert!(
             s.queues.is_none(),
             "a cluster's queues are the user's to give"
@@ -422,7 +419,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(local.devices.value, "cpu");
-        assert_eq!(local.poll_interval, Duration::from_secs(1));
+        assert_eq!(local.policy.poll_interval, Duration::from_secs(1));
         assert_eq!(
             local.queues,
             Some(BTreeMap::from([("local".to_string(), 2)]))
