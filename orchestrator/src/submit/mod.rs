@@ -311,7 +311,11 @@ impl<'a> SubmitLoop<'a> {
             report: SubmitReport::default(),
             watch: None,
             follow_up: None,
-            routing: crate::route::Routing::new(opts.policy.route, opts.policy.speculate, opts.policy.max_jobs),
+            routing: crate::route::Routing::new(
+                opts.policy.route,
+                opts.policy.speculate,
+                opts.policy.max_jobs,
+            ),
             asked: SchedulerAsked::default(),
         })
     }

@@ -32,7 +32,11 @@ impl SubmitLoop<'_> {
     /// The loop's routing, its router taught every job of the run so far (once per loop:
     /// later jobs are taught as the loop sees them).
     pub(super) fn learned_routing(&self) -> Result<Routing> {
-        let mut routing = Routing::new(self.opts.policy.route, self.opts.policy.speculate, self.max_jobs());
+        let mut routing = Routing::new(
+            self.opts.policy.route,
+            self.opts.policy.speculate,
+            self.max_jobs(),
+        );
         let router = &mut routing.router;
         let (attempts, _) = self.db.job_attempts_since(&JobAttemptCursor::default())?;
         let mut seen = BTreeSet::new();

@@ -361,7 +361,10 @@ mod tests {
             ..Default::default()
         };
         let s = SubmitSettings::resolve(&db, &fresh).unwrap();
-        assert_eq!((s.policy.route, s.policy.speculate), (Route::Adaptive, true));
+        assert_eq!(
+            (s.policy.route, s.policy.speculate),
+            (Route::Adaptive, true)
+        );
         let first = SubmitFlags {
             loop_options: LoopOptions {
                 route: Some(Route::Static),
@@ -374,7 +377,10 @@ mod tests {
         assert!(s.loop_options_changed(&db).unwrap());
         db.set_setting(LOOP_SETTING, &s.loop_options).unwrap();
         let again = SubmitSettings::resolve(&db, &fresh).unwrap();
-        assert_eq!((again.policy.route, again.policy.speculate), (Route::Static, false));
+        assert_eq!(
+            (again.policy.route, again.policy.speculate),
+            (Route::Static, false)
+        );
         assert_eq!(again.kept, ["--route static", "--speculate false"]);
     }
 
