@@ -12,7 +12,7 @@ use embedfleet_vectordb as upload;
 use std::io::IsTerminal;
 use std::path::Path;
 
-use super::target::apply_collection_args;
+use crate::settings::upload::apply_collection_flags;
 use crate::build_shard::BuildShards;
 use crate::flags::{BuildShardFlags, UploadFlags};
 
@@ -38,7 +38,7 @@ pub fn snapshot_load(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<
         std::time::Duration::from_secs(6 * 3600),
     )?;
     let mut options = LoadOptions::new(&args.run_dir, &args.collection);
-    apply_collection_args(&mut options.spec, &args.collection_settings);
+    apply_collection_flags(&mut options.spec, &args.collection_settings);
     options.spec.qdrant.replication_factor = args.replication_factor;
     options.in_flight = args.recoveries.max(1);
     options.build_missing = !args.no_build;
@@ -121,7 +121,7 @@ pub fn build_shard_cmd(args: &BuildShardFlags) -> Result<i32> {
         return Ok(exit::SUCCESS);
     }
     let mut spec = upload::CollectionSpec::new("shard", 0);
-    apply_collection_args(&mut spec, &args.collection_settings);
+    apply_collection_flags(&mut spec, &args.collection_settings);
     let build = BuildShards {
         run_dir: args.run_dir.clone(),
         accepted: args.accepted,

@@ -1,39 +1,15 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
-use super::target::{apply_collection_args, open_sink};
+use super::target::open_sink;
 use crate::flags::{DeleteFlags, TuneFlags, UploadFlags, UploadMode};
-use crate::tuned::{self, Batching};
+use crate::settings::UploadSettings;
+use crate::tuned;
 use anyhow::{bail, Context, Result};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
 use embedfleet_vectordb::tune::{self, TuneOptions};
 use embedfleet_vectordb::{self as upload, UploadOptions, UploadReport, WorkerCommand};
-use std::io::IsTerminal;
-
-fn parse_share(s: &str) -> Result<(u64, u64)> {
-    let parsed = s
-        .split_once('/')
-        .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
-    match parsed {
-        Some((i, n)) if i < n => Ok((i, n)),
-        _ => bail!("--worker takes I/N with I < N, e.g. 0/4 (got `{s}`)"),
-    }
-}
-
-fn upload_options(args: &UploadFlags, batching: &Batching) -> UploadOptions {
-    let mut options = UploadOptions::new(&args.run_dir, &args.collection);
-    apply_collection_args(&mut options.spec, &args.collection_settings);
-    let spec = &mut options.spec;
-    spec.qdrant.shard_number = args.shard_number;
-    spec.qdrant.replication_factor = args.replication_factor;
-    spec.bulk_load = !args.no_bulk_load;
-    options.batch_size = batching.batch_size.value;
-    options.in_flight = batching.in_flight.value;
-    options.checkpoint_every = args.checkpoint_every.max(1);
-    options.progress = args.worker.is_none() && std::io::stderr().is_terminal();
-    options
-}
 
 pub fn upload_cmd(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     if args.mode == UploadMode::Snapshot {
@@ -41,15 +17,8 @@ pub fn upload_cmd(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32
     }
     let db = slot.open(&args.run_dir)?;
     let sink = open_sink(&args.run_dir, &args.target)?;
-    let batching = tuned::upload_batching(
-        db,
-        sink.kind(),
-        (args.batch_size, args.in_flight),
-        sink.default_batch_size(),
-    )?;
-    let mut options = upload_options(args, &batching);
-    if let Some(share) = &args.worker {
-        options.share = Some(parse_share(share)?);
+    let UploadSettings { options, batching } = UploadSettings::resolve(db, sink.as_ref(), args)?;
+    if options.share.is_some() {
         return upload_worker(db, sink.as_ref(), &args.collection, &options);
     }
     // A server gets worker processes (by default one per peer holding the collection, else one

@@ -7,8 +7,10 @@ pub mod job;
 pub mod query;
 pub mod query_job;
 pub mod submit;
+pub mod upload;
 
 pub use job::JobSettings;
 pub use query::{QueryModelFlags, QueryModelSettings};
 pub use query_job::QueryJobSettings;
 pub use submit::{GroupBuildsSetting, LoopOptions, SubmitFlags, SubmitSettings};
+pub use upload::UploadSettings;
