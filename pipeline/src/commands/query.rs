@@ -7,8 +7,8 @@ use crate::query_job::{self, QueryJobRequest};
 use crate::records;
 use crate::settings::{self, QueryModelSettings};
 use anyhow::{Context, Result};
+use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
-use embedfleet_core::{exit, RunLayout};
 use embedfleet_query::tune::{self, QueryTuneOptions};
 use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_vectordb::SearchOptions;
@@ -260,29 +260,7 @@ pub fn tune_queries(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32
 
 pub fn publish(args: &PublishFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
-    let mut options = embedfleet_publish::PublishOptions::new(&args.run_dir, &args.out);
-    options.target_shard_bytes = (args.target_shard_mb * 1e6).max(1.0) as u64;
-    options.allow_partial = args.allow_partial;
-    options.with_text = args.with_text;
-    options.license = args.license.clone();
-    options.progress = std::io::stderr().is_terminal();
-    options.query_results = records::query_results(db, &args.query_results)?;
-    options.report_table = embedfleet_orchestrator::report::load(db, &args.run_dir)
-        .ok()
-        .filter(|r| r.summary.is_some())
-        .map(|r| embedfleet_orchestrator::report::render(&r));
-    let eval_md = RunLayout::new(&args.run_dir).eval_latest_md();
-    options.eval_summary = std::fs::read_to_string(eval_md).ok();
-    let convention = settings::query::run_query_convention(&args.run_dir);
-    options.instruction = convention
-        .as_ref()
-        .map(|c| c.instruction.clone())
-        .filter(|i| !i.is_empty());
-    options.query_format = convention.map(|c| embedfleet_publish::QueryFormat {
-        family: c.family,
-        example: c.example,
-    });
-    options.commands = records::history(db)?;
+    let options = settings::publish::publish_options(db, args)?;
     let report = embedfleet_publish::publish(db, &options)
         .with_context(|| format!("failed to publish into {}", args.out.display()))?;
     eprintln!(

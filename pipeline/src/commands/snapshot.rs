@@ -12,9 +12,9 @@ use embedfleet_vectordb as upload;
 use std::io::IsTerminal;
 use std::path::Path;
 
-use crate::settings::upload::apply_collection_flags;
 use crate::build_shard::BuildShards;
 use crate::flags::{BuildShardFlags, UploadFlags};
+use crate::settings::upload::apply_collection_flags;
 
 /// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
 pub fn snapshot_load(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {

@@ -4,6 +4,7 @@
 //! else the default ([`embedfleet_core::pin::Resolved`]). Clap types stop at the binary.
 
 pub mod job;
+pub mod publish;
 pub mod query;
 pub mod query_job;
 pub mod submit;
