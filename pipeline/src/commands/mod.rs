@@ -15,7 +15,6 @@ mod report;
 mod run;
 mod snapshot;
 mod submit;
-mod target;
 mod upload;
 
 pub use bench::bench_gpu;

@@ -1,8 +1,7 @@
 //! `query`, `eval`, `tune --queries` and `publish`: the stages after the upload.
 
-use super::target::open_sink;
 use super::Ended;
-use crate::flags::{EvalFlags, PublishFlags, QueryFlags, QueryModelFlags, TuneFlags};
+use crate::flags::{EvalFlags, PublishFlags, QueryFlags, TuneFlags};
 use crate::query_job::{self, QueryJobRequest};
 use crate::records;
 use crate::settings::{self, QueryModelSettings};
@@ -14,11 +13,6 @@ use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel
 use embedfleet_vectordb::SearchOptions;
 use std::io::IsTerminal;
 use std::path::Path;
-
-/// The query model's settings of `args`.
-fn model_settings(run_dir: &Path, args: &QueryModelFlags) -> Result<QueryModelSettings> {
-    Ok(QueryModelSettings::resolve(run_dir, args)?)
-}
 
 /// The query model of `settings`, on this host (default: its CPU).
 fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
@@ -32,12 +26,12 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
 
 pub fn query(args: &QueryFlags, slot: &mut super::RunDbSlot) -> Result<Ended> {
     let db = slot.open(&args.run_dir)?;
-    let sink = open_sink(&args.run_dir, &args.target)?;
+    let sink = args.target.open(&args.run_dir)?;
     let terms = match &args.terms {
         Some(path) => embedfleet_query::read_terms(path, args.model.field.as_deref())?,
         None => args.term_args.clone(),
     };
-    let model = model_settings(&args.run_dir, &args.model)?;
+    let model = QueryModelSettings::resolve(&args.run_dir, &args.model)?;
     let filter = embedfleet_query::run_filters(db, &args.filters).map_err(anyhow::Error::msg)?;
     let search = SearchOptions {
         filter,
@@ -204,11 +198,11 @@ fn print_top_hits(
 
 pub fn eval(args: &EvalFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
-    let sink = open_sink(&args.run_dir, &args.target)?;
+    let sink = args.target.open(&args.run_dir)?;
     let queries = match &args.queries {
         Some(path) => {
             let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
-            let settings = model_settings(&args.run_dir, &args.model)?;
+            let settings = QueryModelSettings::resolve(&args.run_dir, &args.model)?;
             query_model(&settings)?.embed(&settings.instruction, &terms)?
         }
         None => embedfleet_query::sample_queries(db, args.sample.unwrap_or(100), args.seed)?,
@@ -243,7 +237,7 @@ pub fn eval(args: &EvalFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
 /// `tune --queries`: the query workload's batch size and requests in flight.
 pub fn tune_queries(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
-    let sink = open_sink(&args.run_dir, &args.target)?;
+    let sink = args.target.open(&args.run_dir)?;
     let options = QueryTuneOptions::new(&args.collection);
     let report = tune::tune_queries(sink.as_ref(), db, &options)?;
     print!("{}", tune::markdown(&report));

@@ -1,6 +1,5 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
-use super::target::open_sink;
 use crate::flags::{DeleteFlags, TuneFlags, UploadFlags, UploadMode};
 use crate::settings::UploadSettings;
 use crate::tuned;
@@ -16,7 +15,7 @@ pub fn upload_cmd(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32
         return super::snapshot::snapshot_load(args, slot);
     }
     let db = slot.open(&args.run_dir)?;
-    let sink = open_sink(&args.run_dir, &args.target)?;
+    let sink = args.target.open(&args.run_dir)?;
     let UploadSettings { options, batching } = UploadSettings::resolve(db, sink.as_ref(), args)?;
     if options.share.is_some() {
         return upload_worker(db, sink.as_ref(), &args.collection, &options);
@@ -88,7 +87,7 @@ fn upload_worker(
 /// with every earlier tombstone again: a delete killed between the two is finished by the next.
 pub fn delete_cmd(args: &DeleteFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
-    let sink = open_sink(&args.run_dir, &args.target)?;
+    let sink = args.target.open(&args.run_dir)?;
     let report = crate::delete::delete_papers(
         db,
         sink.as_ref(),
@@ -192,7 +191,7 @@ pub(crate) fn print_report(collection: &str, report: &UploadReport) {
 
 pub fn tune_cmd(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
-    let sink = open_sink(&args.run_dir, &args.target)?;
+    let sink = args.target.open(&args.run_dir)?;
     // The scratch collection is dropped before and after: never one this run uploaded into.
     let (acked, _) = db.upload_totals(&upload::progress_key(sink.as_ref(), &args.scratch))?;
     if acked > 0 {
