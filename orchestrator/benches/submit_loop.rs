@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use embedfleet_core::rundb::RunDb;
-use embedfleet_orchestrator::scheduler::SchedulerConfig;
 use embedfleet_orchestrator::submit::{submit, LoopPolicy, SubmitOptions, Submitted};
 
 fn main() {
@@ -56,7 +55,7 @@ fn main() {
         .unwrap();
     let options = SubmitOptions {
         run_dir: run.clone(),
-        scheduler: SchedulerConfig::default(),
+        config: Default::default(),
         queues: Some(BTreeMap::from([("local".to_string(), cap)])),
         policy: LoopPolicy {
             max_attempts: 1,
@@ -67,15 +66,10 @@ fn main() {
             speculate: true,
             max_jobs: None,
         },
-        watch: false,
         embed_args: Vec::new(),
         exe: fake,
         progress: false,
-        trial: None,
-        stall: Default::default(),
-        kill_stalled: false,
-        notify: embedfleet_orchestrator::notify::NotifyConfig::default(),
-        metrics_listen: None,
+        session: Default::default(),
         keep_on_first_job: Vec::new(),
     };
     let t = Instant::now();

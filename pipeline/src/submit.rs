@@ -59,22 +59,20 @@ pub fn prepare(
     };
     let options = SubmitOptions {
         run_dir: flags.run_dir.clone(),
-        scheduler: config.scheduler.clone(),
+        config: config.clone(),
         queues: settings.queues.clone(),
         policy: settings.policy.clone(),
-        watch: flags.watch,
+        session: flags.session.clone(),
         embed_args: settings.job.to_args(),
         exe,
         progress,
-        trial: flags.trial.clone(),
-        stall: flags.stall,
-        kill_stalled: flags.kill_stalled,
-        notify: config.notify.clone(),
-        metrics_listen: flags.metrics_listen,
         keep_on_first_job,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
-    let builds = match (&settings.group_builds, write && flags.trial.is_none()) {
+    let builds = match (
+        &settings.group_builds,
+        write && flags.session.trial.is_none(),
+    ) {
         (Some(setting), true) => {
             let builds = GroupBuilds::new(
                 db,
@@ -127,7 +125,7 @@ fn check_setup(
     // The queues the jobs would go to, against those the scheduler has: a misspelt one is
     // refused here, the dry run included, rather than left out of the run at its first job.
     let stored_caps = db.queue_caps()?;
-    let queues: Vec<&String> = match (&flags.trial, &settings.queues) {
+    let queues: Vec<&String> = match (&flags.session.trial, &settings.queues) {
         (Some(trial), _) => vec![trial],
         (None, Some(caps)) => caps.keys().collect(),
         (None, None) => stored_caps.keys().collect(),
@@ -174,7 +172,7 @@ fn kept_settings(
     if let Some(devices) = &flags.devices {
         kept.push((DEVICES_SETTING.to_string(), json(devices)));
     }
-    if flags.trial.is_none() && settings.loop_options_changed(db)? {
+    if flags.session.trial.is_none() && settings.loop_options_changed(db)? {
         kept.push((LOOP_SETTING.to_string(), json(&settings.loop_options)));
     }
     if flags.group_builds.is_some() {

@@ -4,7 +4,7 @@
 use crate::cli::*;
 use embedfleet_core::rundb::StallRule;
 use embedfleet_pipeline::flags::*;
-use embedfleet_pipeline::settings::{LoopOptions, SubmitFlags};
+use embedfleet_pipeline::settings::{LoopOptions, SessionOptions, SubmitFlags};
 
 pub(crate) fn target_flags(a: &TargetArgs) -> TargetFlags {
     TargetFlags {
@@ -374,15 +374,17 @@ pub(crate) fn submit_flags(args: &SubmitArgs) -> anyhow::Result<SubmitFlags> {
         group_count: args.group_count,
         build_cpus: args.build_cpus,
         loop_options: loop_options(args)?,
-        watch: args.watch,
-        dry_run: args.dry_run,
-        trial: args.trial.clone(),
-        stall: StallRule {
-            shard_times: args.stalled_after_shards,
-            min_idle_s: args.stalled_min,
+        session: SessionOptions {
+            watch: args.watch,
+            trial: args.trial.clone(),
+            stall: StallRule {
+                shard_times: args.stalled_after_shards,
+                min_idle_s: args.stalled_min,
+            },
+            kill_stalled: args.kill_stalled,
+            metrics_listen: args.metrics_listen,
         },
-        kill_stalled: args.kill_stalled,
-        metrics_listen: args.metrics_listen,
+        dry_run: args.dry_run,
         preset: false,
     })
 }

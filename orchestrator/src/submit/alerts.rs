@@ -193,7 +193,9 @@ impl SubmitLoop<'_> {
     /// Every batch is done or failed and no job is open: `finished`, once per stretch of work
     /// (a loop that found nothing to do sends none; a trial is not the run's end).
     pub(super) fn settled(&mut self) -> Result<()> {
-        if self.opts.trial.is_some() || self.counts.jobs_ended == self.counts.jobs_ended_at_finish {
+        if self.opts.session.trial.is_some()
+            || self.counts.jobs_ended == self.counts.jobs_ended_at_finish
+        {
             return Ok(());
         }
         self.counts.jobs_ended_at_finish = self.counts.jobs_ended;

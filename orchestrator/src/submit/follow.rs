@@ -71,7 +71,7 @@ impl SubmitLoop<'_> {
                     stalled.parts
                 ),
             });
-            if self.opts.kill_stalled {
+            if self.opts.session.kill_stalled {
                 let stalled_job = open.iter().find(|j| j.name == stalled.job);
                 if let Some((row, h)) = stalled_job.and_then(|row| Some((row, handle(row)?))) {
                     match self.scheduler.cancel(&h) {

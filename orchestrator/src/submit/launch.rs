@@ -249,7 +249,7 @@ impl SubmitLoop<'_> {
     pub(super) fn render(&self, job: &PlannedJob, attempt: u32) -> Result<(JobFiles, String)> {
         let name = self.job_name(job.batches[0], attempt);
         let files = JobFiles::new(&RunLayout::new(&self.run_dir), &name);
-        let config = with_binary(&self.opts.scheduler, &job.queue, &self.opts.exe);
+        let config = with_binary(&self.opts.config.scheduler, &job.queue, &self.opts.exe);
         let batches = job.batches.iter().map(|b| *b as u64).collect();
         let script_job = files.script_job(
             &job.queue,
@@ -263,7 +263,7 @@ impl SubmitLoop<'_> {
 
     /// The queues and caps this loop fills: the run's, or the trial's one queue of cap 1.
     pub(super) fn caps(&self) -> Result<BTreeMap<String, u32>> {
-        match &self.opts.trial {
+        match &self.opts.session.trial {
             Some(queue) => Ok(BTreeMap::from([(queue.clone(), 1)])),
             None => {
                 let mut caps = self.db.queue_caps()?;
@@ -287,14 +287,14 @@ impl SubmitLoop<'_> {
     /// Whether a batch in scope waits for a job: asked without reading every such batch
     /// unless a trial narrows the scope to one.
     pub(super) fn any_pending_in_scope(&self) -> Result<bool> {
-        Ok(match self.opts.trial {
+        Ok(match self.opts.session.trial {
             Some(_) => !self.in_scope(self.db.batches_without_job()?).is_empty(),
             None => self.db.any_batch_without_job()?,
         })
     }
 
     pub(super) fn is_in_scope(&self, batch: i64) -> bool {
-        self.opts.trial.is_none() || self.trial_batch == Some(batch)
+        self.opts.session.trial.is_none() || self.trial_batch == Some(batch)
     }
 
     pub(super) fn all_refused(&self) -> Result<bool> {

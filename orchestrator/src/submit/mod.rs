@@ -35,19 +35,20 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::{RunDb, RunDbError, StallRule};
+use embedfleet_core::rundb::{RunDb, RunDbError};
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::{fsops, RunLayout};
 
-use crate::notify::{Notifier, NotifyConfig};
+use crate::config::RunConfig;
+use crate::notify::Notifier;
 use crate::route::Pending;
 pub use crate::route::{fill_queues, PlannedJob};
-use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerError, TemplateError};
+use crate::scheduler::{Scheduler, SchedulerError, TemplateError};
 pub use console::Console;
 pub use follow_up::{FollowUp, FollowUpRound};
 pub(crate) use job_files::{with_binary, JobFiles};
 pub use naming::{fit_job_name, job_name, run_tag};
-pub use policy::LoopPolicy;
+pub use policy::{LoopPolicy, SessionOptions};
 use watch::OwnerWatch;
 pub use watch::LOOP_LOCK_FILE;
 
@@ -55,31 +56,21 @@ pub use watch::LOOP_LOCK_FILE;
 #[derive(Debug, Clone)]
 pub struct SubmitOptions {
     pub run_dir: PathBuf,
-    /// Backend, command settings, job script template.
-    pub scheduler: SchedulerConfig,
+    /// The run config: the scheduler (backend, command settings, job script template) and
+    /// the notify hook.
+    pub config: RunConfig,
     /// Queue caps to set before starting (replacing the stored ones); `None` keeps run.db's.
     pub queues: Option<BTreeMap<String, u32>>,
     /// Attempts, polling, lost jobs, the breaker, routing.
     pub policy: LoopPolicy,
-    /// Keep running after every batch is settled (new batches from a later `plan` are picked up).
-    pub watch: bool,
+    /// Watching, a trial, stalled jobs, the metrics endpoint: this session's own.
+    pub session: SessionOptions,
     /// Arguments after `embed-job --run-dir DIR --batch N` in every job script.
     pub embed_args: Vec<String>,
     /// The embedfleet binary jobs run, when the run config does not name one.
     pub exe: PathBuf,
     /// Draw a progress bar (stderr is a terminal).
     pub progress: bool,
-    /// A trial: one job of the first batch that needs one, on this queue (cap 1; the run's
-    /// stored queues are left as they are), then the loop ends.
-    pub trial: Option<String>,
-    /// When a running job counts as stalled (shown, reported once).
-    pub stall: StallRule,
-    /// Cancel stalled jobs (their batches are retried like any cancelled job's).
-    pub kill_stalled: bool,
-    /// The notify hook (`[notify]` of the run config).
-    pub notify: NotifyConfig,
-    /// Serve the run's metrics over HTTP here (`--metrics-listen`).
-    pub metrics_listen: Option<std::net::SocketAddr>,
     /// run.db settings this submit keeps for the run's later ones (its run config, devices,
     /// loop options), stored when its first job is submitted, or at the loop's orderly end
     /// when it had none to send: a submit that fails before any job keeps nothing.
@@ -205,7 +196,7 @@ pub fn submit<'a>(
 fn would_send(db: RunDb, options: &SubmitOptions) -> Result<(Submitted, RunDb)> {
     // The run config's `env` values may be secrets (tokens, keys): printed as ***.
     let mut masked = options.clone();
-    for value in masked.scheduler.script.env.values_mut() {
+    for value in masked.config.scheduler.script.env.values_mut() {
         *value = "***".into();
     }
     let options = &masked;
@@ -293,19 +284,19 @@ impl<'a> SubmitLoop<'a> {
             opts,
             run_dir: absolute(&opts.run_dir),
             db,
-            scheduler: opts.scheduler.build(),
+            scheduler: opts.config.scheduler.build(),
             tag: run_tag(&opts.run_dir),
             following: Following::default(),
             refused: BTreeMap::new(),
             unusable_why: BTreeMap::new(),
             trial_batch: None,
             // A trial is one job whose end the user waits for: nothing to break.
-            trips: Trips::new(if opts.trial.is_some() {
+            trips: Trips::new(if opts.session.trial.is_some() {
                 0
             } else {
                 opts.policy.breaker_after
             }),
-            notifier: Notifier::new(&opts.notify),
+            notifier: Notifier::new(&opts.config.notify),
             counts: LoopCounts::default(),
             console: Console::new(false),
             report: SubmitReport::default(),
@@ -339,7 +330,7 @@ impl<'a> SubmitLoop<'a> {
             opts.policy.poll_interval.as_secs_f64(),
             rebooted.as_deref(),
         )?;
-        if let Some(addr) = opts.metrics_listen {
+        if let Some(addr) = opts.session.metrics_listen {
             let bound = watch.listen(addr)?;
             lp.console.say(format!("metrics: http://{bound}/metrics"));
         }
@@ -351,8 +342,8 @@ impl<'a> SubmitLoop<'a> {
             });
         }
         lp.watch = Some(watch);
-        lp.db.set_stall_rule(&opts.stall)?;
-        if opts.trial.is_none() {
+        lp.db.set_stall_rule(&opts.session.stall)?;
+        if opts.session.trial.is_none() {
             if let Some(queues) = &opts.queues {
                 lp.db.set_queue_caps(queues, true)?;
             }
@@ -395,14 +386,14 @@ impl<'a> SubmitLoop<'a> {
         }
         // Chosen once the failed batches are back: a trial after a failed one tries the same
         // batch again, as it says.
-        if opts.trial.is_some() {
+        if opts.session.trial.is_some() {
             lp.trial_batch = lp.db.batches_without_job()?.first().copied();
         }
         Ok(lp)
     }
 
     fn nodes(&self) -> usize {
-        self.opts.scheduler.script.nodes.max(1) as usize
+        self.opts.config.scheduler.script.nodes.max(1) as usize
     }
 
     /// The most jobs the run may hold over all queues: `--max-jobs`, or the scheduler's
@@ -554,7 +545,7 @@ impl<'a> SubmitLoop<'a> {
         // settled: the batches that failed during the streak are tried again then.
         if !open_in_scope && !pending && !self.trips.tripped && !follow_up_busy {
             self.settled()?;
-            if !self.opts.watch {
+            if !self.opts.session.watch {
                 return Ok(RoundEnd::Settled);
             }
         }

@@ -1,5 +1,6 @@
-//! How the submit loop treats its jobs, resolved once (the pipeline's submit settings: as
-//! given, else as the run keeps it, else the default) and handed to the loop whole.
+//! How the submit loop treats its jobs ([`LoopPolicy`]: resolved once by the pipeline's submit
+//! settings, as given, else as the run keeps it, else the default) and what this one session
+//! does ([`SessionOptions`]: as typed); each handed to the loop whole.
 
 use std::time::Duration;
 
@@ -22,4 +23,23 @@ pub struct LoopPolicy {
     /// (`--max-jobs`: a site's per-user limit); the scheduler's own, where it states a lower
     /// one, holds too.
     pub max_jobs: Option<u32>,
+}
+
+/// What this submit session does, as its command line asked: unlike the policy, never kept
+/// for the run's later submits (a restart without these flags neither watches nor runs a
+/// trial). The pipeline's submit flags hold it whole and hand it on as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionOptions {
+    /// Keep running after every batch is settled (new batches from a later `plan` are picked
+    /// up).
+    pub watch: bool,
+    /// A trial: one job of the first batch that needs one, on this queue (cap 1; the run's
+    /// stored queues are left as they are), then the loop ends.
+    pub trial: Option<String>,
+    /// When a running job counts as stalled (shown, reported once).
+    pub stall: embedfleet_core::rundb::StallRule,
+    /// Cancel stalled jobs (their batches are retried like any cancelled job's).
+    pub kill_stalled: bool,
+    /// Serve the run's metrics over HTTP here (`--metrics-listen`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }

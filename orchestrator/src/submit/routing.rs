@@ -200,7 +200,7 @@ impl SubmitLoop<'_> {
 
     /// The first `want` batches without a job in this loop's scope, and whether more follow.
     fn first_pending(&self, want: usize) -> Result<(Vec<i64>, bool)> {
-        if self.opts.trial.is_some() {
+        if self.opts.session.trial.is_some() {
             return Ok((self.in_scope(self.db.batches_without_job()?), false));
         }
         let mut first = self.db.first_batches_without_job(want.saturating_add(1))?;

@@ -155,7 +155,7 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
     std::fs::write(RunLayout::new(&run_dir).plan_file(), "{}").unwrap();
     let options = SubmitOptions {
         run_dir,
-        scheduler: SchedulerConfig::default(),
+        config: Default::default(),
         queues: Some(BTreeMap::from([("q".to_string(), 1)])),
         policy: LoopPolicy {
             max_attempts: 3,
@@ -166,15 +166,10 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
             speculate: true,
             max_jobs: None,
         },
-        watch: false,
         embed_args: Vec::new(),
         exe: PathBuf::from("/bin/false"),
         progress: false,
-        trial: None,
-        stall: Default::default(),
-        kill_stalled: false,
-        notify: NotifyConfig::default(),
-        metrics_listen: None,
+        session: Default::default(),
         keep_on_first_job: Vec::new(),
     };
     (dir, options)

@@ -48,7 +48,7 @@ pub fn submit(args: &SubmitFlags, slot: &mut super::RunDbSlot) -> Result<super::
     let Submitted::Ran(report) = submitted else {
         unreachable!("a submit that is not a dry run runs the loop")
     };
-    let code = if args.trial.is_some() {
+    let code = if args.session.trial.is_some() {
         trial_summary(&db, &report)?
     } else {
         summarise_status(&db.status()?, options, &report, false)
@@ -56,7 +56,7 @@ pub fn submit(args: &SubmitFlags, slot: &mut super::RunDbSlot) -> Result<super::
     slot.keep(db);
     // Every batch was done already: not a step of the dataset card's "How it was made".
     let nothing = report.submitted == 0 && report.adopted == 0 && report.batches_done == 0;
-    Ok(if nothing && args.trial.is_none() {
+    Ok(if nothing && args.session.trial.is_none() {
         super::Ended::nothing_written(code)
     } else {
         code.into()

@@ -10,6 +10,7 @@ pub mod query_job;
 pub mod submit;
 pub mod upload;
 
+pub use embedfleet_orchestrator::submit::SessionOptions;
 pub use job::JobSettings;
 pub use query::{QueryModelFlags, QueryModelSettings};
 pub use query_job::QueryJobSettings;

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::pin::{Resolved, Source};
-use embedfleet_core::rundb::{RunDb, StallRule};
+use embedfleet_core::rundb::RunDb;
 use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::route::Route;
 use embedfleet_orchestrator::scheduler::Backend;
 use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig};
-use embedfleet_orchestrator::submit::LoopPolicy;
+use embedfleet_orchestrator::submit::{LoopPolicy, SessionOptions};
 use serde::{Deserialize, Serialize};
 
 use super::job::JobSettings;
@@ -48,13 +48,10 @@ pub struct SubmitFlags {
     pub group_count: Option<i64>,
     pub build_cpus: u32,
     pub loop_options: LoopOptions,
-    pub watch: bool,
+    /// `--watch`, `--trial`, `--stalled-*`, `--kill-stalled`, `--metrics-listen`: this
+    /// session's own, handed to the loop as typed.
+    pub session: SessionOptions,
     pub dry_run: bool,
-    pub trial: Option<String>,
-    pub stall: StallRule,
-    pub kill_stalled: bool,
-    /// `--metrics-listen`: serve the run's metrics over HTTP there.
-    pub metrics_listen: Option<std::net::SocketAddr>,
     /// A preset of these flags (`run`'s), not a user's choice: the set-up pins the output
     /// settings but keeps nothing for the run's later submits (run config, devices, loop
     /// options), which a `submit` on a cluster chooses for itself.
