@@ -36,7 +36,6 @@ fn dispatch(command: &Command, db: &mut RunDbSlot) -> anyhow::Result<Ended> {
         Command::Upload(a) => commands::upload(&upload_flags(a), db),
         Command::BuildShard(a) => commands::build_shard(&build_shard_flags(a)),
         Command::Delete(a) => commands::delete(&delete_flags(a), db),
-        Command::Tune(a) if a.queries => commands::tune_queries(&tune_flags(a), db),
         Command::Tune(a) => commands::tune(&tune_flags(a), db),
         Command::QueryJob(a) => commands::query_job(&query_job_flags(a)),
         Command::Eval(a) => commands::eval(&eval_flags(a), db),

@@ -9,15 +9,22 @@ use embedfleet_core::{atomic, exit, RunLayout};
 use embedfleet_query::compare::{self, CompareOptions, Target};
 use embedfleet_vectordb::{IterativeScan, Sink};
 
+/// The pgvector table the run's collection is compared with.
+pub(super) struct Against<'a> {
+    pub postgres: &'a str,
+    pub table: &'a str,
+}
+
 pub(super) fn eval_compare(
     args: &EvalFlags,
     db: &RunDb,
     primary: &dyn Sink,
     queries: &[Vec<f32>],
-    url: &str,
+    against: &Against,
+    options: &CompareOptions,
 ) -> Result<i32> {
     let postgres = crate::target::TargetFlags {
-        postgres: Some(url.to_string()),
+        postgres: Some(against.postgres.to_string()),
         ..args.target.clone()
     };
     let pg = postgres.open(&args.run_dir)?;
@@ -27,10 +34,6 @@ pub(super) fn eval_compare(
         ..postgres
     }
     .open(&args.run_dir)?;
-    let table = args
-        .compare_table
-        .clone()
-        .unwrap_or_else(|| args.collection.clone());
     let targets = [
         Target {
             database: primary.database_name().into(),
@@ -41,27 +44,17 @@ pub(super) fn eval_compare(
         Target {
             database: "pgvector".into(),
             sink: pg.as_ref(),
-            collection: table.clone(),
+            collection: against.table.to_string(),
             defaults_only: false,
         },
         Target {
             database: "pgvector, defaults (no iterative scan)".into(),
             sink: defaults.as_ref(),
-            collection: table,
+            collection: against.table.to_string(),
             defaults_only: true,
         },
     ];
-    let extra_filter = embedfleet_query::run_filters(db, &args.filters)
-        .map_err(anyhow::Error::msg)?
-        .map(|f| (args.filters.join(" & "), f));
-    let options = CompareOptions {
-        k: args.top_k.max(1),
-        floor: args.recall_floor,
-        batch_size: args.batch_size.max(1),
-        in_flight: args.in_flight.max(1),
-        extra_filter,
-    };
-    let report = compare::compare(&targets, db, queries, &options)?;
+    let report = compare::compare(&targets, db, queries, options)?;
     write_and_print(&report, &RunLayout::new(&args.run_dir), args.json)?;
     Ok(exit::SUCCESS)
 }

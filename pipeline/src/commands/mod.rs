@@ -22,7 +22,7 @@ pub use doctor::doctor;
 pub use embed::{embed, embed_job, make_tiny_model};
 pub use failure::CommandError;
 pub use plan::{plan, sample_corpus};
-pub use query::{eval, publish, query, tune_queries};
+pub use query::{eval, publish, query};
 pub use query_job::query_job;
 pub use report::report;
 pub use run::run_all;

@@ -1,15 +1,15 @@
 //! `query`, `eval`, `tune --queries` and `publish`: the stages after the upload.
 
 use super::Ended;
-use crate::flags::{EvalFlags, PublishFlags, QueryFlags, TuneFlags};
+use crate::flags::{EvalFlags, PublishFlags, QueryFlags};
 use crate::query_job::{self, QueryJobRequest};
 use crate::records;
-use crate::settings::{self, QueryModelSettings};
+use crate::settings::{self, EvalMeasure, EvalQueries, QueryModelSettings};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_query::tune::{self, QueryTuneOptions};
-use embedfleet_query::{EmbedQueries, EvalOptions, PrecomputedVectors, QueryModel, QueryOptions};
+use embedfleet_query::{EmbedQueries, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_vectordb::SearchOptions;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -199,47 +199,52 @@ fn print_top_hits(
 pub fn eval(args: &EvalFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
-    let queries = match &args.queries {
-        Some(path) => {
-            let terms = embedfleet_query::read_terms(path, args.model.field.as_deref())?;
-            let settings = QueryModelSettings::resolve(&args.run_dir, &args.model)?;
-            query_model(&settings)?.embed(&settings.instruction, &terms)?
+    let settings = settings::EvalSettings::resolve(db, args)?;
+    let queries = match &settings.queries {
+        EvalQueries::Terms { terms, model } => {
+            query_model(model)?.embed(&model.instruction, terms)?
         }
-        None => embedfleet_query::sample_queries(db, args.sample.unwrap_or(100), args.seed)?,
+        EvalQueries::Sample { papers, seed } => {
+            embedfleet_query::sample_queries(db, *papers, *seed)?
+        }
     };
-    if let Some(url) = &args.compare_postgres {
-        return super::compare::eval_compare(args, db, sink.as_ref(), &queries, url);
-    }
-    let options = EvalOptions {
-        collection: args.collection.clone(),
-        k: args.top_k.max(1),
-        efs: args.ef.clone(),
-        filters: args.filters.clone(),
-        batch_size: args.batch_size.max(1),
-        in_flight: args.in_flight.max(1),
+    let (options, plot) = match &settings.measure {
+        EvalMeasure::Recall { options, plot } => (options, plot),
+        EvalMeasure::Compare {
+            postgres,
+            table,
+            options,
+        } => {
+            let against = super::compare::Against { postgres, table };
+            return super::compare::eval_compare(
+                args,
+                db,
+                sink.as_ref(),
+                &queries,
+                &against,
+                options,
+            );
+        }
     };
-    let report = embedfleet_query::eval(sink.as_ref(), db, &queries, &options)?;
-    if args.json {
+    let report = embedfleet_query::eval(sink.as_ref(), db, &queries, options)?;
+    if settings.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", embedfleet_query::render(&report));
     }
-    let plot = args
-        .plot
-        .clone()
-        .unwrap_or_else(|| embedfleet_query::eval::default_plot_path(&args.run_dir));
-    embedfleet_query::write_recall_plot(&report, &plot)
+    embedfleet_query::write_recall_plot(&report, plot)
         .map_err(|e| anyhow::anyhow!("failed to write {}: {e}", plot.display()))?;
     eprintln!("wrote {}", plot.display());
     Ok(exit::SUCCESS)
 }
 
 /// `tune --queries`: the query workload's batch size and requests in flight.
-pub fn tune_queries(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
-    let db = slot.open(&args.run_dir)?;
-    let sink = args.target.open(&args.run_dir)?;
-    let options = QueryTuneOptions::new(&args.collection);
-    let report = tune::tune_queries(sink.as_ref(), db, &options)?;
+pub(super) fn tune_queries(
+    db: &RunDb,
+    sink: &dyn embedfleet_vectordb::Sink,
+    options: &QueryTuneOptions,
+) -> Result<i32> {
+    let report = tune::tune_queries(sink, db, options)?;
     print!("{}", tune::markdown(&report));
     crate::tuned::save_queries(db, sink.kind(), &report)?;
     eprintln!(

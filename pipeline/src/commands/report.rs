@@ -1,6 +1,7 @@
 //! `embedfleet report`: the study's Table 2 for a run, its plots, its HTML page and its trace.
 
 use crate::flags::ReportFlags;
+use crate::settings::ReportSettings;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
 use embedfleet_orchestrator::report::{self, ReportError};
@@ -10,20 +11,21 @@ use std::path::Path;
 /// page or the trace was asked for.
 pub fn report(args: &ReportFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
-    if let Some(path) = &args.html {
+    let settings = ReportSettings::resolve(args);
+    if let Some(path) = &settings.html {
         write(path, &report::html_page(db, &args.run_dir)?)?;
     }
-    if let Some(path) = &args.trace {
+    if let Some(path) = &settings.trace {
         write(path, &report::trace_file(db)?)?;
     }
-    if (args.html.is_some() || args.trace.is_some()) && !args.json && args.plots.is_none() {
+    let Some(table) = &settings.table else {
         return Ok(exit::SUCCESS);
-    }
+    };
     let report = report::load(db, &args.run_dir)?;
     if report.summary.is_none() {
         return Err(ReportError::NothingFinished(args.run_dir.clone()).into());
     }
-    if args.json {
+    if table.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&report).context("failed to serialise the report")?
@@ -31,7 +33,7 @@ pub fn report(args: &ReportFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     } else {
         print!("{}", report::render(&report));
     }
-    if let Some(dir) = &args.plots {
+    if let Some(dir) = &table.plots {
         for path in report::write_plots(&report, dir)? {
             eprintln!("wrote {}", path.display());
         }

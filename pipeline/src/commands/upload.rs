@@ -1,13 +1,12 @@
 //! `embedfleet upload`, `embedfleet tune`, and the upload that ends `embedfleet run`.
 
 use crate::flags::{DeleteFlags, TuneFlags, UploadFlags, UploadMode};
-use crate::settings::UploadSettings;
+use crate::settings::{TuneSettings, UploadSettings};
 use crate::tuned;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use embedfleet_core::rundb::RunDb;
-use embedfleet_core::RunLayout;
 use embedfleet_core::{exit, process};
-use embedfleet_vectordb::tune::{self, TuneOptions};
+use embedfleet_vectordb::tune;
 use embedfleet_vectordb::{self as upload, UploadOptions, UploadReport, WorkerCommand};
 
 pub fn upload_cmd(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
@@ -189,26 +188,19 @@ pub(crate) fn print_report(collection: &str, report: &UploadReport) {
     }
 }
 
+/// `tune`: the upload's batching (into a scratch collection) or, with `--queries`, the query
+/// workload's.
 pub fn tune_cmd(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
-    // The scratch collection is dropped before and after: never one this run uploaded into.
-    let (acked, _) = db.upload_totals(&upload::progress_key(sink.as_ref(), &args.scratch))?;
-    if acked > 0 {
-        bail!(
-            "`{}` holds this run's upload ({acked} points): tune drops its scratch collection, so give it another --scratch name",
-            args.scratch
-        );
-    }
-    let mut options = TuneOptions::new(&args.scratch);
-    options.sample = args.sample.max(1);
-    options.batch_sizes.retain(|&b| b <= args.max_batch.max(1));
+    let (options, out) = match TuneSettings::resolve(db, sink.as_ref(), args)? {
+        TuneSettings::Queries { options } => {
+            return super::query::tune_queries(db, sink.as_ref(), &options)
+        }
+        TuneSettings::Upload { options, out } => (options, out),
+    };
     let report = tune::tune(sink.as_ref(), db, &options)?;
     print!("{}", tune::markdown(&report));
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| RunLayout::new(&args.run_dir).tune_dir());
     let files = tune::write_outputs(&report, &out)?;
     crate::activity::record_tune(db, sink.kind(), &report);
     tuned::save_upload(db, sink.kind(), &report)?;

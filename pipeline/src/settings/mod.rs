@@ -3,16 +3,22 @@
 //! given, else as the run keeps it (pinned by its first step, or stored by an earlier command),
 //! else the default ([`embedfleet_core::pin::Resolved`]). Clap types stop at the binary.
 
+pub mod eval;
 pub mod job;
 pub mod publish;
 pub mod query;
 pub mod query_job;
+pub mod report;
 pub mod submit;
+pub mod tune;
 pub mod upload;
 
 pub use embedfleet_orchestrator::submit::SessionOptions;
+pub use eval::{EvalMeasure, EvalQueries, EvalSettings};
 pub use job::JobSettings;
 pub use query::{QueryModelFlags, QueryModelSettings};
 pub use query_job::QueryJobSettings;
+pub use report::ReportSettings;
 pub use submit::{GroupBuildsSetting, LoopOptions, SubmitFlags, SubmitSettings};
+pub use tune::TuneSettings;
 pub use upload::UploadSettings;
