@@ -202,14 +202,14 @@ mod tests {
         }
         let parsed = <Plan as clap::Parser>::parse_from(["embedfleet"]).plan;
         assert_eq!(
-            embedfleet_pipeline::commands::plan::plan_settings(
+            embedfleet_pipeline::settings::plan::plan_settings(
                 &crate::commands::flags::plan_settings_flags(&parsed)
             ),
             embedfleet_core::settings::PlanSettings::default()
         );
         let given = <Plan as clap::Parser>::parse_from(["embedfleet", "--batch-tokens", "8192"]);
         assert_ne!(
-            embedfleet_pipeline::commands::plan::plan_settings(
+            embedfleet_pipeline::settings::plan::plan_settings(
                 &crate::commands::flags::plan_settings_flags(&given.plan)
             ),
             embedfleet_core::settings::PlanSettings::default()

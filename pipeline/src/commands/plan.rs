@@ -1,26 +1,17 @@
 //! `plan` and `sample-corpus`.
 
-use crate::flags::{Batching, PlanFlags, PlanSettingsFlags, SampleCorpusFlags};
+use crate::flags::{PlanFlags, SampleCorpusFlags};
+use crate::settings;
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
-use embedfleet_core::settings::{MiniBatchRule, PlanSettings};
 use embedfleet_core::RunLayout;
-use embedfleet_orchestrator::plan::{self, PlanOptions, PlanReport, UpdateOptions};
+use embedfleet_orchestrator::plan::{self, PlanReport};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub fn plan(args: &PlanFlags, slot: &mut super::RunDbSlot) -> Result<super::Ended> {
-    let update = (!args.update.is_empty()).then(|| UpdateOptions {
-        only_adds: args.only_adds,
-        command: embedfleet_core::secret::redact(&std::env::args().collect::<Vec<_>>().join(" ")),
-    });
-    let corpus = if update.is_some() {
-        args.update.clone()
-    } else {
-        args.corpus.clone()
-    };
-    let options = plan_options(corpus, args.run_dir.clone(), &args.plan, update);
+    let typed = std::env::args().collect::<Vec<_>>().join(" ");
+    let options = settings::plan::plan_command_options(args, &typed);
     let (report, db) = plan::plan_keeping_db(&options)?;
     print_plan_report(&report, &options.run_dir);
     // The plan made or opened run.db: the command line is recorded through the same handle.
@@ -38,49 +29,6 @@ pub fn report_code(report: &PlanReport) -> i32 {
         exit::SUCCESS
     } else {
         exit::PARTIAL
-    }
-}
-
-pub fn plan_settings(args: &PlanSettingsFlags) -> PlanSettings {
-    let minibatch = match args.batching {
-        Batching::Tokens => MiniBatchRule::TokenBudget {
-            max_tokens: args.batch_tokens,
-        },
-        Batching::Chars => MiniBatchRule::Chars {
-            max_chars: args.batch_chars,
-            max_papers: args.batch_max,
-        },
-    };
-    PlanSettings {
-        papers_per_job: args.papers_per_job.max(1),
-        max_job_chars: args.max_job_chars,
-        sources: args.sources.clone(),
-        keep_fields: args.keep_fields.clone(),
-        minibatch,
-    }
-}
-
-/// `plan`'s options (and `run`'s): a first plan, or the same again (which resumes or does
-/// nothing), or an update.
-pub fn plan_options(
-    corpus: Vec<PathBuf>,
-    run_dir: PathBuf,
-    args: &PlanSettingsFlags,
-    update: Option<UpdateOptions>,
-) -> PlanOptions {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let settings = plan_settings(args);
-    PlanOptions {
-        corpus,
-        run_dir,
-        // The flags' defaults are the settings layer's (a test in `cli` holds them equal).
-        settings_given: settings != PlanSettings::default(),
-        settings,
-        threads,
-        progress: std::io::stderr().is_terminal(),
-        update,
     }
 }
 

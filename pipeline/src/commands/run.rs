@@ -1,9 +1,10 @@
 //! `run`: the whole pipeline on this machine (`crate::run`), printed as it goes.
 
-use super::plan::{plan_options, print_plan_report, report_code};
+use super::plan::{print_plan_report, report_code};
 use super::{submit, upload};
 use crate::flags::RunFlags;
 use crate::run::{RunOutcome, RunRequest, RunSteps, RUN_COLLECTION};
+use crate::settings::plan::plan_options;
 use crate::settings::{LoopOptions, SubmitFlags};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;

@@ -5,6 +5,7 @@
 
 pub mod eval;
 pub mod job;
+pub mod plan;
 pub mod publish;
 pub mod query;
 pub mod query_job;
