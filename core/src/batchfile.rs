@@ -23,17 +23,15 @@ pub const ROWS_PER_GROUP: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BatchFileError {
-    #[error("failed to write batch file {path}: {source}")]
+    #[error("failed to write batch file {path}: {cause}")]
     Write {
         path: PathBuf,
-        source: Box<dyn std::error::Error + Send + Sync>,
+        cause: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error(
-        "failed to read batch file {path}: {source} (re-plan the run if the file was damaged)"
-    )]
+    #[error("failed to read batch file {path}: {cause} (re-plan the run if the file was damaged)")]
     Read {
         path: PathBuf,
-        source: Box<dyn std::error::Error + Send + Sync>,
+        cause: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
@@ -103,7 +101,7 @@ impl BatchWriter {
     pub fn with_group_bytes(path: &Path, group_bytes: usize) -> Result<Self, BatchFileError> {
         let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Write {
             path: path.into(),
-            source,
+            cause: source,
         };
         let file = atomic::create_tmp(path).map_err(|e| err(e.into()))?;
         let props = WriterProperties::builder()
@@ -155,7 +153,7 @@ impl BatchWriter {
             self.flush()?;
             self.writer.flush().map_err(|e| BatchFileError::Write {
                 path: self.path.clone(),
-                source: e.into(),
+                cause: e.into(),
             })?;
         }
         Ok(())
@@ -189,7 +187,7 @@ impl BatchWriter {
             .write(&batch)
             .map_err(|e| BatchFileError::Write {
                 path: self.path.clone(),
-                source: e.into(),
+                cause: e.into(),
             })
     }
 
@@ -199,7 +197,7 @@ impl BatchWriter {
         let err =
             |source: Box<dyn std::error::Error + Send + Sync>, path: &Path| BatchFileError::Write {
                 path: path.into(),
-                source,
+                cause: source,
             };
         self.writer.close().map_err(|e| err(e.into(), &self.path))?;
         atomic::commit(&self.path).map_err(|e| err(e.into(), &self.path))
@@ -210,7 +208,7 @@ impl BatchWriter {
 pub fn read(path: &Path, mut visit: impl FnMut(BatchRow)) -> Result<(), BatchFileError> {
     let err = |source: Box<dyn std::error::Error + Send + Sync>| BatchFileError::Read {
         path: path.into(),
-        source,
+        cause: source,
     };
     let file = File::open(path).map_err(|e| err(e.into()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)

@@ -7,6 +7,7 @@
 pub mod access;
 pub mod atomic;
 pub mod batchfile;
+pub mod cause;
 pub mod corpus;
 pub mod eval_tables;
 pub mod exit;

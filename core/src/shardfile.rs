@@ -55,10 +55,10 @@ pub struct ShardMeta {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("failed to write shard {path}: {source}")]
+#[error("failed to write shard {path}: {cause}")]
 pub struct ShardFileError {
     pub path: PathBuf,
-    pub source: Box<dyn std::error::Error + Send + Sync>,
+    pub cause: Box<dyn std::error::Error + Send + Sync>,
 }
 
 /// One embedded paper.
@@ -129,7 +129,7 @@ impl ShardWriter {
     ) -> Result<Self, ShardFileError> {
         let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError {
             path: path.into(),
-            source: e,
+            cause: e,
         };
         let schema = schema(meta.dim, dtype);
         let kv = |k: &str, v: String| KeyValue::new(format!("embedfleet.{k}"), v);
@@ -193,7 +193,7 @@ impl ShardWriter {
             );
             return Err(ShardFileError {
                 path: self.path.clone(),
-                source: msg.into(),
+                cause: msg.into(),
             });
         }
         self.id.append_value(&row.paper.id);
@@ -256,7 +256,7 @@ impl ShardWriter {
             .expect("columns match the schema. This is a bug.");
         self.writer.write(&batch).map_err(|e| ShardFileError {
             path: self.path.clone(),
-            source: e.into(),
+            cause: e.into(),
         })
     }
 
@@ -266,7 +266,7 @@ impl ShardWriter {
         let path = self.path.clone();
         let err = |e: Box<dyn std::error::Error + Send + Sync>| ShardFileError {
             path: path.clone(),
-            source: e,
+            cause: e,
         };
         self.writer.close().map_err(|e| err(e.into()))?;
         let sha256 = sha256_of(&atomic::tmp_path(&path)).map_err(|e| err(e.into()))?;

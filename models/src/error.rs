@@ -3,6 +3,9 @@
 //! Every variant that concerns a file names it, and every variant that concerns a tensor names
 //! the tensor, so a user with a broken model directory knows what to fix. Callers that act on
 //! an error (the embed job's out-of-memory fallback) match on the variant, never on the text.
+//! A variant says its cause in its message (`cause`) and does not also return it as its
+//! source, so the cause is said once wherever the error is printed (the rule
+//! `embedfleet_core::cause` states for the other crates; this crate depends on none of them).
 
 use std::path::{Path, PathBuf};
 
@@ -17,19 +20,17 @@ pub enum ModelError {
     MissingFile { path: PathBuf, hint: &'static str },
 
     /// A file exists but could not be read.
-    #[error("failed to read {path}")]
+    #[error("failed to read {path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// `config.json` is not valid JSON or lacks a required field.
-    #[error("invalid model config {path}: {source}")]
+    #[error("invalid model config {path}: {cause}")]
     ConfigParse {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 
     /// `config.json` parses but describes a model this crate does not implement.
@@ -41,11 +42,10 @@ pub enum ModelError {
     InvalidIndex { path: PathBuf, reason: String },
 
     /// A safetensors file could not be opened or its header parsed.
-    #[error("failed to open safetensors file {path}: {source}")]
+    #[error("failed to open safetensors file {path}: {cause}")]
     Safetensors {
         path: PathBuf,
-        #[source]
-        source: Box<candle_core::Error>,
+        cause: Box<candle_core::Error>,
     },
 
     /// A weight the architecture needs is in none of the weight files.
@@ -62,12 +62,11 @@ pub enum ModelError {
     },
 
     /// A weight could not be read or converted (unsupported dtype, truncated file).
-    #[error("failed to load tensor `{name}` from {path}: {source}")]
+    #[error("failed to load tensor `{name}` from {path}: {cause}")]
     TensorLoad {
         name: String,
         path: PathBuf,
-        #[source]
-        source: Box<candle_core::Error>,
+        cause: Box<candle_core::Error>,
     },
 
     /// `tokenizer.json` could not be loaded or used.
@@ -148,7 +147,7 @@ pub fn read_model_file(path: &Path, hint: &'static str) -> ModelResult<String> {
         },
         _ => ModelError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         },
     })
 }

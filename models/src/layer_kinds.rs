@@ -45,7 +45,7 @@ impl ConfigError {
         match self {
             ConfigError::Json(source) => ModelError::ConfigParse {
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             },
             ConfigError::Unsupported(reason) => ModelError::UnsupportedConfig {
                 path: path.to_path_buf(),

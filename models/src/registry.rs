@@ -79,7 +79,7 @@ pub fn family_of(dir: &Path) -> ModelResult<&'static dyn ModelFamily> {
     let head: ConfigHead =
         serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
             path: path.clone(),
-            source,
+            cause: source,
         })?;
     choose(&head).map_err(|reason| ModelError::UnsupportedConfig { path, reason })
 }

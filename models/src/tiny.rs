@@ -105,7 +105,7 @@ pub fn write_safetensors(
     let save = |path: &Path, part: Vec<(&String, &Tensor)>| {
         safetensors::serialize_to_file(part, Some(meta.clone()), path).map_err(|e| ModelError::Io {
             path: path.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
+            cause: std::io::Error::other(e.to_string()),
         })
     };
     if shards == 1 {
@@ -140,7 +140,7 @@ pub fn write_json(path: &Path, value: &Value) -> ModelResult<()> {
         serde_json::to_string(value).expect("a JSON value always serialises. This is a bug.");
     std::fs::write(path, text).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })
 }
 
@@ -169,7 +169,7 @@ pub fn write_st_files(
 ) -> ModelResult<Vec<PathBuf>> {
     std::fs::create_dir_all(dir.join("1_Pooling")).map_err(|source| ModelError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let files = [
         (

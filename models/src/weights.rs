@@ -55,7 +55,7 @@ impl Weights {
             let st = unsafe { MmapedSafetensors::new(&path) }.map_err(|source| {
                 ModelError::Safetensors {
                     path: path.clone(),
-                    source: Box::new(source),
+                    cause: Box::new(source),
                 }
             })?;
             for (name, _) in st.tensors() {
@@ -104,7 +104,7 @@ impl Weights {
         let load_err = |source| ModelError::TensorLoad {
             name: stored.to_string(),
             path: path.clone(),
-            source: Box::new(source),
+            cause: Box::new(source),
         };
         let actual = match st {
             Source::Mmap(st) => st.get(stored).map_err(load_err)?.shape().to_vec(),
@@ -138,7 +138,7 @@ impl Weights {
                     .map_err(|source| ModelError::TensorLoad {
                         name: stored.to_string(),
                         path: path.clone(),
-                        source: Box::new(source),
+                        cause: Box::new(source),
                     })
             }
             Source::Memory(map) => Ok(map[stored].dims().to_vec()),
@@ -217,7 +217,7 @@ fn read_index(path: &Path) -> ModelResult<Vec<String>> {
     };
     let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let index: Index = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
     let mut shards: Vec<String> = index.weight_map.into_values().collect();

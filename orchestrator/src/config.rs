@@ -34,15 +34,15 @@ pub struct RunConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("failed to read the run config {}: {source}", path.display())]
+    #[error("failed to read the run config {}: {cause}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("the run config {} is not valid: {source}", path.display())]
+    #[error("the run config {} is not valid: {cause}", path.display())]
     Parse {
         path: PathBuf,
-        source: toml::de::Error,
+        cause: toml::de::Error,
     },
     #[error("the run config {} is not valid: {}", path.display(), problems.join("; "))]
     Values {
@@ -55,11 +55,11 @@ impl RunConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         let config: RunConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         let problems = config.problems();
         if problems.is_empty() {

@@ -84,7 +84,7 @@ impl OneShot<'_> {
             std::fs::create_dir_all(&dir).map_err(|source| SubmitError::Io {
                 action: "create",
                 path: dir,
-                source,
+                cause: source,
             })?;
         }
         let (files, text) = self.render()?;

@@ -68,11 +68,11 @@ pub enum PipelineError {
     /// A setup refused before anything was sent (exit code 4).
     #[error(transparent)]
     Refused(#[from] Refused),
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A query model is needed and none was given, nor is the run's there (`recorded`: the
     /// directory its shards were made with, when the run has one).
@@ -187,22 +187,6 @@ pub(crate) fn io(
     move |source| PipelineError::Io {
         action,
         path,
-        source,
+        cause: source,
     }
-}
-
-/// `e` and each of its causes, `: ` between them (a stage's error and what lies under it).
-pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        // A transparent wrapper repeats its cause's message: said once.
-        if !text.ends_with(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
 }

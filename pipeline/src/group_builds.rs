@@ -303,7 +303,7 @@ impl FollowUp for GroupBuilds {
                 busy
             }
             Err(e) => {
-                let text = crate::error::describe(&e);
+                let text = embedfleet_core::cause::chain_line(&e);
                 if self.last_error.as_ref() != Some(&text) {
                     said.push(format!(
                         "group builds: {text}; tried again each round (`upload --mode snapshot` builds what is left)"

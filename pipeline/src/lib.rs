@@ -44,6 +44,6 @@ pub fn current_exe() -> Result<std::path::PathBuf> {
     std::env::current_exe().map_err(|source| PipelineError::Io {
         action: "find",
         path: "the embedfleet binary".into(),
-        source,
+        cause: source,
     })
 }

@@ -15,6 +15,7 @@ mod delete;
 mod docs_truth;
 mod doctor;
 mod embed;
+mod error_causes;
 mod families;
 mod first_day;
 mod first_hour;

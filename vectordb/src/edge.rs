@@ -81,7 +81,7 @@ fn io_err<'a>(
     move |source| UploadError::Io {
         action,
         path: path.to_owned(),
-        source,
+        cause: source,
     }
 }
 

@@ -114,15 +114,14 @@ pub enum UploadError {
     },
 
     /// A file-system operation on the edge directory or the API key file failed.
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         /// What was being done.
         action: &'static str,
         /// The path involved.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// An API key would go over plain `http://` to another machine.

@@ -106,12 +106,12 @@ pub enum TuneError {
     #[error("the run has no shards yet: embed first (`embedfleet run`), then tune")]
     NoShards,
     /// The table could not be written.
-    #[error("failed to write {}: {source}", path.display())]
+    #[error("failed to write {}: {cause}", path.display())]
     Write {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -283,7 +283,10 @@ fn chosen(report: &TuneReport, t: &Trial) -> bool {
 pub fn write_outputs(report: &TuneReport, dir: &Path) -> Result<Vec<PathBuf>, TuneError> {
     let write_err = |path: &Path| {
         let path = path.to_owned();
-        move |source| TuneError::Write { path, source }
+        move |source| TuneError::Write {
+            path,
+            cause: source,
+        }
     };
     std::fs::create_dir_all(dir).map_err(write_err(dir))?;
     let csv_path = dir.join("tune.csv");
@@ -293,7 +296,7 @@ pub fn write_outputs(report: &TuneReport, dir: &Path) -> Result<Vec<PathBuf>, Tu
     let png_path = dir.join("tune.png");
     write_png(report, &png_path).map_err(|e| TuneError::Write {
         path: png_path.clone(),
-        source: std::io::Error::other(e.to_string()),
+        cause: std::io::Error::other(e.to_string()),
     })?;
     Ok(vec![csv_path, md_path, png_path])
 }

@@ -51,7 +51,7 @@ pub(super) fn read_limited<E>(
 ) -> Result<Option<String>, ReadError<E>> {
     let file = File::open(path).map_err(|source| CorpusError::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     let position = Rc::new(Cell::new(0));
     let raw = Tracked {
@@ -66,7 +66,7 @@ pub(super) fn read_limited<E>(
             Box::new(
                 zstd::stream::read::Decoder::new(raw).map_err(|source| CorpusError::Io {
                     path: path.into(),
-                    source,
+                    cause: source,
                 })?,
             )
         }

@@ -58,8 +58,8 @@ pub enum CorpusError {
     UnknownFormat(PathBuf),
     #[error("no corpus files (.jsonl, .jsonl.gz, .json.gz, .jsonl.zst, .parquet) under {0}")]
     Empty(PathBuf),
-    #[error("failed to read {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    #[error("failed to read {path}: {cause}")]
+    Io { path: PathBuf, cause: io::Error },
     #[error("{path} leads back to {ancestor} (a symbolic link loop in the corpus tree): remove the link or name the corpus files another way")]
     SymlinkLoop { path: PathBuf, ancestor: PathBuf },
 }
@@ -95,7 +95,7 @@ fn walk(
 ) -> Result<(), CorpusError> {
     let io_err = |source| CorpusError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     };
     let canonical = std::fs::canonicalize(dir).map_err(io_err)?;
     if let Some(ancestor) = ancestors.iter().find(|a| **a == canonical) {

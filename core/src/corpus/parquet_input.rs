@@ -34,7 +34,7 @@ pub(super) fn read<E>(
     };
     let file = File::open(path).map_err(|source| CorpusError::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     if let Some(counter) = &options.bytes_read {
         // Parquet is read by row group, not as a stream: count the file once, up front.

@@ -31,16 +31,16 @@ pub use plan::{PlanManifest, PlannedBatch};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         action: &'static str,
         path: std::path::PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{} is not valid: {source}", path.display())]
+    #[error("{} is not valid: {cause}", path.display())]
     Json {
         path: std::path::PathBuf,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -57,12 +57,12 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
         HandoffError::Io {
             action: "read",
             path: path.into(),
-            source,
+            cause: source,
         }
     })?;
     serde_json::from_slice(&bytes).map_err(|source| HandoffError::Json {
         path: path.into(),
-        source,
+        cause: source,
     })
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn write_json<T: serde::Serialize>(
     let io = |source| HandoffError::Io {
         action: "write",
         path: path.into(),
-        source,
+        cause: source,
     };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;

@@ -78,7 +78,7 @@ impl OutputSettings {
     /// one that cannot be read is an error, never taken for no settings.
     pub fn read(layout: &RunLayout) -> Result<Option<Self>, HandoffError> {
         match read_json(&layout.output_settings_file()) {
-            Err(HandoffError::Io { source, .. })
+            Err(HandoffError::Io { cause: source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
                 Ok(None)
@@ -96,12 +96,12 @@ impl OutputSettings {
         pin::write_once(&path, &bytes).map_err(|source| HandoffError::Io {
             action: "create",
             path: path.clone(),
-            source,
+            cause: source,
         })?;
         let run = Self::read(layout)?.ok_or_else(|| HandoffError::Io {
             action: "read",
             path: path.clone(),
-            source: std::io::ErrorKind::NotFound.into(),
+            cause: std::io::ErrorKind::NotFound.into(),
         })?;
         let differences = run.differences(self);
         if differences.is_empty() {
@@ -124,7 +124,7 @@ impl OutputSettings {
         crate::atomic::write(&path, &bytes).map_err(|source| HandoffError::Io {
             action: "replace",
             path,
-            source,
+            cause: source,
         })
     }
 }

@@ -120,7 +120,7 @@ pub(super) fn read_strict(dir: &Path, owner: &str) -> Result<Option<Heartbeat>> 
         .map_err(|source| super::OwnerError::GarbledHeartbeat {
             path,
             owner: owner.into(),
-            source,
+            cause: source,
         })
 }
 

@@ -137,30 +137,28 @@ pub enum OwnerError {
         stale_after_s: f64,
     },
     #[error(
-        "{} is not a heartbeat embedfleet wrote ({source}): a process on {owner} may be \
+        "{} is not a heartbeat embedfleet wrote ({cause}): a process on {owner} may be \
          rewriting it, so the run is not taken over. If {owner} is gone for good, delete the \
          file and run `take-over` again: it then waits --stale-after for a heartbeat to appear",
-        path.display()
-    )]
+        path.display())]
     GarbledHeartbeat {
         path: PathBuf,
         owner: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: io::Error,
+        cause: io::Error,
     },
     #[error(
-        "{} is not a valid owner record ({source}): restore it from a backup, or, on the host that runs the \
+        "{} is not a valid owner record ({cause}): restore it from a backup, or, on the host that runs the \
          run, delete it (the next command there records that host again)",
-        path.display()
-    )]
+        path.display())]
     Invalid {
         path: PathBuf,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -181,7 +179,7 @@ fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
         Err(source) => Err(OwnerError::Io {
             action: "read",
             path: path.into(),
-            source,
+            cause: source,
         }),
     }
 }
@@ -189,9 +187,14 @@ fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
 /// `path` read as JSON, `None` when there is no such file.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Result<Option<T>> {
     match read_if_present(&path)? {
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| OwnerError::Invalid { path, source }),
+        Some(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| OwnerError::Invalid {
+                    path,
+                    cause: source,
+                })
+        }
         None => Ok(None),
     }
 }
@@ -202,7 +205,7 @@ pub(crate) fn write_json<T: Serialize>(path: PathBuf, value: &T) -> Result<()> {
     atomic::write(&path, &bytes).map_err(|source| OwnerError::Io {
         action: "write",
         path,
-        source,
+        cause: source,
     })
 }
 
@@ -245,7 +248,7 @@ pub fn check(dir: &Path) -> Result<Ownership> {
     Err(OwnerError::Io {
         action: "record the owner in",
         path: RunLayout::new(dir).owner_file(),
-        source: io::Error::other("the record kept changing under this process"),
+        cause: io::Error::other("the record kept changing under this process"),
     })
 }
 
@@ -331,7 +334,7 @@ fn write_first(dir: &Path, record: &OwnerRecord) -> Result<bool> {
     let io_err = |action, source| OwnerError::Io {
         action,
         path: path.clone(),
-        source,
+        cause: source,
     };
     crate::access::create_run_dir(dir).map_err(|e| io_err("create the directory of", e))?;
     let tmp = atomic::tmp_path(&path);

@@ -22,23 +22,23 @@ pub enum RunDbError {
     /// Another process of the run's owner held run.db's write lock past the busy timeout.
     #[error("run.db in {} stayed busy for 60 s: another embedfleet command of this run (a submit loop, an upload, a plan) is writing it; run this again when it is done, or see what runs with `embedfleet status --run-dir {}`", dir.display(), dir.display())]
     Busy { dir: PathBuf },
-    #[error("run.db in {dir}: {source}")]
+    #[error("run.db in {dir}: {cause}")]
     Sqlite {
         dir: PathBuf,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     /// A file the run's owner keeps beside run.db (`quarantine.jsonl`, an attempt's leftovers).
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("run.db in {dir}: setting `{key}` is not valid: {source}")]
+    #[error("run.db in {dir}: setting `{key}` is not valid: {cause}")]
     Setting {
         dir: PathBuf,
         key: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// A read-only open (see [`RunDb::open_read_only`]) found a schema it would have to
     /// migrate, which writes.
@@ -79,7 +79,7 @@ pub(super) fn sqlite_error(dir: &Path, source: rusqlite::Error) -> RunDbError {
     }
     RunDbError::Sqlite {
         dir: dir.to_path_buf(),
-        source,
+        cause: source,
     }
 }
 

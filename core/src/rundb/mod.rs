@@ -63,7 +63,7 @@ impl RunDb {
     pub fn create(dir: &Path) -> Result<Self> {
         crate::access::create_run_dir(dir).map_err(|e| RunDbError::Sqlite {
             dir: dir.into(),
-            source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            cause: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
         })?;
         Self::open_path(dir)
     }
@@ -107,12 +107,12 @@ impl RunDb {
         // to the umask (crate::access).
         crate::access::prepare_db(dir).map_err(|e| RunDbError::Sqlite {
             dir: dir.into(),
-            source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            cause: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
         })?;
         let conn =
             Connection::open(RunLayout::new(dir).db()).map_err(|source| RunDbError::Sqlite {
                 dir: dir.into(),
-                source,
+                cause: source,
             })?;
         let mut db = RunDb {
             conn,
@@ -180,7 +180,7 @@ impl RunDb {
             let dir = self.dir.clone();
             let err = |source| RunDbError::Sqlite {
                 dir: dir.clone(),
-                source,
+                cause: source,
             };
             let tx = self.conn.transaction().map_err(err)?;
             tx.execute_batch(sql).map_err(err)?;
@@ -254,7 +254,7 @@ impl RunDb {
             .map_err(|source| RunDbError::Setting {
                 dir: self.dir.clone(),
                 key: key.into(),
-                source,
+                cause: source,
             })
     }
 

@@ -463,7 +463,7 @@ impl RunDb {
                 .map_err(|source| super::RunDbError::Setting {
                     dir: self.dir.clone(),
                     key: "corpus_files.sources".into(),
-                    source,
+                    cause: source,
                 })?;
             for (source, n) in counts {
                 *all.entry(source).or_insert(0) += n;

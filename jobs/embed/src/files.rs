@@ -37,15 +37,23 @@ pub struct EmbedFilesReport {
 pub enum EmbedFilesError {
     #[error(transparent)]
     Corpus(#[from] corpus::CorpusError),
-    #[error("failed to read {path}: {source}")]
+    #[error("failed to read {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("failed to load the model: {0}")]
-    Model(#[from] embedfleet_models::ModelError),
+    Model(embedfleet_models::ModelError),
     #[error(transparent)]
     Shard(#[from] embedfleet_core::shardfile::ShardFileError),
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<embedfleet_models::ModelError> for EmbedFilesError {
+    fn from(e: embedfleet_models::ModelError) -> Self {
+        Self::Model(e)
+    }
 }
 
 pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesError> {
@@ -68,7 +76,7 @@ pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesEr
     {
         std::fs::create_dir_all(parent).map_err(|source| EmbedFilesError::Io {
             path: parent.into(),
-            source,
+            cause: source,
         })?;
     }
     let mut writer = ShardWriter::create(&options.output, options.vector_dtype, &loaded.meta)?;
@@ -119,7 +127,7 @@ fn read_inputs(
 fn read_lines(path: &Path, papers: &mut Vec<Paper>) -> Result<(), EmbedFilesError> {
     let io = |source| EmbedFilesError::Io {
         path: path.into(),
-        source,
+        cause: source,
     };
     let file = std::fs::File::open(path).map_err(io)?;
     let name = path

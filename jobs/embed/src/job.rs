@@ -109,15 +109,23 @@ pub enum EmbedJobError {
     #[error(transparent)]
     Shard(#[from] ShardFileError),
     #[error("failed to load the model: {0}")]
-    Model(#[from] ModelError),
+    Model(ModelError),
     /// Another attempt at the batch finished first (and verified): this one stops.
     #[error("attempt {0} of the batch finished first")]
     Superseded(String),
-    #[error("failed to prepare {path}: {source}")]
+    #[error("failed to prepare {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<ModelError> for EmbedJobError {
+    fn from(e: ModelError) -> Self {
+        Self::Model(e)
+    }
 }
 
 impl EmbedJobError {
@@ -354,7 +362,7 @@ fn take_over_parts(
 fn link_or_copy(from: &Path, to: &Path) -> Result<(), EmbedJobError> {
     let io = |source| EmbedJobError::Io {
         path: to.to_path_buf(),
-        source,
+        cause: source,
     };
     if std::fs::hard_link(from, to).is_ok() {
         return Ok(());
@@ -405,7 +413,7 @@ impl Attempt<'_> {
         let shard_dir = self.layout.shard_dir();
         std::fs::create_dir_all(&shard_dir).map_err(|source| EmbedJobError::Io {
             path: shard_dir,
-            source,
+            cause: source,
         })?;
         loaded.embed_parts(work.into_iter(), &encoding, |papers, outcome| {
             let part = *next.next().expect("one outcome per part. This is a bug.");

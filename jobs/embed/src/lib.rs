@@ -241,10 +241,18 @@ impl LoadedModels {
 pub enum QueryEmbedError {
     /// The model could not be loaded.
     #[error("failed to load the model: {0}")]
-    Model(#[from] ModelError),
+    Model(ModelError),
     /// One query failed in the model (its tokenizer or its forward).
     #[error("query {index} could not be embedded: {why}")]
     Failed { index: usize, why: String },
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<ModelError> for QueryEmbedError {
+    fn from(e: ModelError) -> Self {
+        Self::Model(e)
+    }
 }
 
 /// The query vector of `text` with the model of `model_dir` on the CPU (the sample query of

@@ -37,10 +37,10 @@ pub enum PublishError {
     #[error(transparent)]
     RunDb(#[from] RunDbError),
 
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// A parquet file could not be read or written.
@@ -121,7 +121,7 @@ impl PublishError {
 pub(crate) fn io(path: &std::path::Path) -> impl Fn(std::io::Error) -> PublishError + '_ {
     move |source| PublishError::Io {
         path: path.into(),
-        source,
+        cause: source,
     }
 }
 

@@ -27,7 +27,7 @@ pub fn check_out(out: &Path, plan_sha256: &str) -> Result<(), PublishError> {
     if out.file_name().is_none() {
         return Err(PublishError::Io {
             path: out.into(),
-            source: std::io::Error::new(
+            cause: std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "--out must name a folder (not `/`, `.` or `..`)",
             ),

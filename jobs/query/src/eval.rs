@@ -22,13 +22,13 @@ pub enum EvalError {
     #[error(transparent)]
     Exact(#[from] ExactError),
     #[error("search failed: {0}")]
-    Search(#[from] UploadError),
+    Search(UploadError),
     #[error(transparent)]
     RunDb(#[from] embedfleet_core::rundb::RunDbError),
-    #[error("failed to write {path}: {source}")]
+    #[error("failed to write {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the run has no parquet shards to sample queries from: embed it first")]
     NoShards,
@@ -36,6 +36,14 @@ pub enum EvalError {
     Filter(String),
     #[error("the collection `{collection}` does not exist at {target}: nothing was uploaded into it yet (`embedfleet upload --run-dir DIR`), or give the collection and target the run uploaded into")]
     NoCollection { collection: String, target: String },
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<UploadError> for EvalError {
+    fn from(e: UploadError) -> Self {
+        Self::Search(e)
+    }
 }
 
 /// What to evaluate.
@@ -219,7 +227,7 @@ fn eval_dir(db: &RunDb) -> PathBuf {
 fn write_file(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), EvalError> {
     let io = |source| EvalError::Io {
         path: path.into(),
-        source,
+        cause: source,
     };
     std::fs::create_dir_all(dir).map_err(io)?;
     atomic::write(path, bytes).map_err(io)

@@ -29,11 +29,27 @@ pub enum ExactError {
     #[error(transparent)]
     Shard(#[from] embedfleet_vectordb::shards::ShardReadError),
     #[error("failed to read a parquet shard: {0}")]
-    Points(#[from] embedfleet_vectordb::UploadError),
+    Points(embedfleet_vectordb::UploadError),
     #[error("the matrix product failed: {0}")]
-    Compute(#[from] candle_core::Error),
+    Compute(candle_core::Error),
     #[error("a query has {found} components, the parquet shards {expected}")]
     Dim { expected: usize, found: usize },
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<candle_core::Error> for ExactError {
+    fn from(e: candle_core::Error) -> Self {
+        Self::Compute(e)
+    }
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<embedfleet_vectordb::UploadError> for ExactError {
+    fn from(e: embedfleet_vectordb::UploadError) -> Self {
+        Self::Points(e)
+    }
 }
 
 /// The k best (score, row) of one query so far, best first.

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 /// Why the terms could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TermsError {
-    #[error("failed to read the terms file {path}: {source}")]
+    #[error("failed to read the terms file {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path} has no column `{field}` (its header: {header}): name one with --field")]
     NoColumn {
@@ -33,7 +33,7 @@ pub enum TermsError {
 pub fn read_terms(path: &Path, field: Option<&str>) -> Result<Vec<String>, TermsError> {
     let text = std::fs::read_to_string(path).map_err(|source| TermsError::Io {
         path: path.into(),
-        source,
+        cause: source,
     })?;
     let name = path.to_string_lossy().to_ascii_lowercase();
     let terms = if name.ends_with(".csv") {

@@ -83,11 +83,11 @@ fn digest(terms: &[String]) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum VectorsError {
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{} is not a query job's work: {why}", path.display())]
     BadWork { path: PathBuf, why: String },
@@ -226,7 +226,7 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl Fn(std::io::Error) -> Ve
     move |source| VectorsError::Io {
         action,
         path: path.into(),
-        source,
+        cause: source,
     }
 }
 

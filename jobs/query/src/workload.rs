@@ -140,11 +140,11 @@ pub enum QueryError {
     #[error(transparent)]
     Embed(#[from] QueryEmbedError),
     #[error("search failed: {0}")]
-    Search(#[from] UploadError),
-    #[error("failed to write {path}: {source}")]
+    Search(UploadError),
+    #[error("failed to write {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("the query job's vectors have none for the term {term:?}: run the same command again")]
     NoVector { term: String },
@@ -160,6 +160,14 @@ pub enum QueryError {
     },
     #[error("{} exists but is not a results file this embedfleet wrote ({why}): add --replace to overwrite it, or give another --output", output.display())]
     NotResults { output: PathBuf, why: String },
+}
+
+/// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
+/// `#[from]`, which would return it.
+impl From<UploadError> for QueryError {
+    fn from(e: UploadError) -> Self {
+        Self::Search(e)
+    }
 }
 
 impl QueryError {
@@ -184,7 +192,7 @@ pub fn parts_dir(output: &Path) -> PathBuf {
 fn io(path: &Path) -> impl Fn(std::io::Error) -> QueryError + '_ {
     move |source| QueryError::Io {
         path: path.into(),
-        source,
+        cause: source,
     }
 }
 

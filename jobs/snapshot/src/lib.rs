@@ -83,7 +83,7 @@ fn io_err(
     move |source| SnapshotError::Io {
         action,
         path,
-        source,
+        cause: source,
     }
 }
 
@@ -114,11 +114,11 @@ fn write_json<T: serde::Serialize>(path: &std::path::Path, value: &T) -> Result<
 /// Errors of building and loading shard snapshots.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error("failed to {action} {}: {source}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{}: {message}", path.display())]
     Layout { path: PathBuf, message: String },

@@ -85,7 +85,7 @@ impl Config {
         let cfg: Config =
             serde_json::from_str(&text).map_err(|source| ModelError::ConfigParse {
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             })?;
         cfg.validate(variant)
             .map_err(|reason| ModelError::UnsupportedConfig {

@@ -27,7 +27,7 @@ pub fn write_tiny_model(
 ) -> ModelResult<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let (tokenizer, pad) = match variant {
         Variant::Bert => (wordpiece_json(), 0),

@@ -24,7 +24,10 @@ pub const DOCUMENT_PROMPT: &str = "title: none | text: ";
 pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| ModelError::Io { path, source }
+        move |source| ModelError::Io {
+            path,
+            cause: source,
+        }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let tokenizer = gemma_bpe_json();
@@ -85,7 +88,10 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
 fn write_dense_modules(dir: &Path, h: usize, seed: u64) -> ModelResult<Vec<PathBuf>> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| ModelError::Io { path, source }
+        move |source| ModelError::Io {
+            path,
+            cause: source,
+        }
     };
     let mut written = Vec::new();
     let modules = json!([

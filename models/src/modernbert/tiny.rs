@@ -21,7 +21,7 @@ pub const TINY_CONTEXT: usize = 128;
 pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let (tokenizer, vocab) = byte_bpe_json(
         &["[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]"],

@@ -64,7 +64,7 @@ impl Config {
         let cfg = Config::from_json(&text).map_err(|e| match e {
             ConfigError::Json(source) => ModelError::ConfigParse {
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             },
             ConfigError::Unsupported(reason) => ModelError::UnsupportedConfig {
                 path: path.to_path_buf(),

@@ -49,7 +49,7 @@ pub fn tiny_config() -> Config {
 pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let mut cfg = tiny_config();
     if let Some(hidden) = opts.hidden_size {

@@ -82,7 +82,7 @@ pub fn bytes_to_token(bytes: &[u8], map: &[char; 256]) -> String {
 pub fn read_tiktoken(path: &Path) -> ModelResult<Vec<Vec<u8>>> {
     let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     })?;
     let bad = |line: usize, what: &str| ModelError::Tokenizer {
         path: path.to_path_buf(),

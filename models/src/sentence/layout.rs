@@ -401,7 +401,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> ModelResult<Option<
         Err(source) => {
             return Err(ModelError::Io {
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             })
         }
     };
@@ -409,7 +409,7 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> ModelResult<Option<
         .map(Some)
         .map_err(|source| ModelError::ConfigParse {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         })
 }
 

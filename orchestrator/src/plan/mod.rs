@@ -64,10 +64,10 @@ pub enum PlanError {
     Corpus(#[from] CorpusError),
     #[error(transparent)]
     RunDb(#[from] RunDbError),
-    #[error("failed to fingerprint {path}: {source}")]
+    #[error("failed to fingerprint {path}: {cause}")]
     Fingerprint {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error(
         "the corpus changed since {run_dir} was planned:\n{}\nto embed only what a new release of the corpus changed, `embedfleet plan --update NEW_CORPUS --run-dir {}`; or plan the new corpus into a new run directory, or restore the files",
@@ -123,10 +123,10 @@ pub enum PlanError {
         /// The first plan was forgotten: the run directory plans anew.
         discarded: bool,
     },
-    #[error("failed to write in {path}: {source}")]
+    #[error("failed to write in {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{0}")]
     Worker(String),
@@ -275,11 +275,11 @@ fn files_to_plan(
     let batch_dir = RunLayout::new(run_dir).batch_dir();
     std::fs::create_dir_all(&batch_dir).map_err(|source| PlanError::Io {
         path: batch_dir.clone(),
-        source,
+        cause: source,
     })?;
     atomic::remove_leftovers(&batch_dir).map_err(|source| PlanError::Io {
         path: batch_dir.clone(),
-        source,
+        cause: source,
     })?;
     let pending: Vec<worker::FileTask> = db
         .corpus_files()?
@@ -298,7 +298,7 @@ fn files_to_plan(
         }
         worker::remove_file_batches(&batch_dir, task.id).map_err(|source| PlanError::Io {
             path: batch_dir.clone(),
-            source,
+            cause: source,
         })?;
     }
     Ok(pending)
@@ -420,7 +420,7 @@ fn write_plan_manifest(db: &RunDb) -> Result<(), PlanError> {
         .map(drop)
         .map_err(|e| PlanError::Io {
             path: db.layout().plan_file(),
-            source: std::io::Error::other(e),
+            cause: std::io::Error::other(e),
         })
 }
 
@@ -438,7 +438,7 @@ fn fingerprinted_corpus(inputs: &[PathBuf]) -> Result<Vec<(String, Fingerprint)>
         .map(|path| {
             let fp = Fingerprint::of(&path).map_err(|source| PlanError::Fingerprint {
                 path: path.clone(),
-                source,
+                cause: source,
             })?;
             Ok((path.display().to_string(), fp))
         })
@@ -560,7 +560,7 @@ fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PlanError::Io {
             path: path.into(),
-            source: e,
+            cause: e,
         }),
         _ => Ok(()),
     }
@@ -569,7 +569,7 @@ fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
 fn write_quarantine(db: &RunDb, run_dir: &Path) -> Result<(), PlanError> {
     embedfleet_core::quarantine::write_jsonl(db).map_err(|source| PlanError::Io {
         path: RunLayout::new(run_dir).quarantine_file(),
-        source,
+        cause: source,
     })
 }
 

@@ -98,7 +98,7 @@ pub(super) fn pack_release(
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(PlanError::Io {
                     path: run_dir.join(&batch.path),
-                    source: e,
+                    cause: e,
                 })
             }
             _ => {}

@@ -282,7 +282,7 @@ fn run_once(
         },
         _ => SchedulerError::CommandSpawn {
             command: line.to_string(),
-            source,
+            cause: source,
         },
     })?;
     if let (Some(data), Some(mut pipe)) = (stdin, child.stdin.take()) {
@@ -321,7 +321,7 @@ fn wait_until(
         process::kill_group(child);
         SchedulerError::CommandSpawn {
             command: line.to_string(),
-            source,
+            cause: source,
         }
     })
 }

@@ -27,13 +27,12 @@ pub enum SchedulerError {
     },
 
     /// The program could not be started for another reason (permissions, resource limits).
-    #[error("failed to start `{command}`")]
+    #[error("failed to start `{command}`: {cause}")]
     CommandSpawn {
         /// The command line.
         command: String,
         /// The operating system's error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     /// Every attempt ran longer than the timeout and was killed.
@@ -116,15 +115,14 @@ pub enum SchedulerError {
     Template(#[from] TemplateError),
 
     /// Reading or writing a file (script, log, marker) failed.
-    #[error("failed to {action} {}", path.display())]
+    #[error("failed to {action} {}: {cause}", path.display())]
     Io {
         /// What was being done (`write job script`, `open log file`).
         action: &'static str,
         /// The file.
         path: PathBuf,
         /// The operating system's error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 

@@ -258,7 +258,7 @@ impl Scheduler for LocalScheduler {
                 let io = |source| SchedulerError::Io {
                     action: "open log file",
                     path: path.clone(),
-                    source,
+                    cause: source,
                 };
                 let f = open().map_err(io)?;
                 let f2 = f.try_clone().map_err(io)?;
@@ -278,7 +278,7 @@ impl Scheduler for LocalScheduler {
             },
             _ => SchedulerError::CommandSpawn {
                 command: self.config.shell.display().to_string(),
-                source,
+                cause: source,
             },
         })?;
         let id = SchedulerJobId::new(child.id().to_string());
@@ -305,7 +305,7 @@ impl Scheduler for LocalScheduler {
                             job.exit = child.try_wait().map_err(|source| SchedulerError::Io {
                                 action: "wait for local job",
                                 path: PathBuf::from(format!("/proc/{}", handle.id)),
-                                source,
+                                cause: source,
                             })?;
                         }
                     }

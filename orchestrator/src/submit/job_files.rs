@@ -56,7 +56,7 @@ impl JobFiles {
         write_private(&self.script, text).map_err(|source| SubmitError::Io {
             action: "write job script",
             path: self.script.clone(),
-            source,
+            cause: source,
         })?;
         let _ = std::fs::remove_file(&self.marker);
         Ok(())

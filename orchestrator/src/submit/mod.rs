@@ -21,6 +21,7 @@ Jobs in a row that fail alike pause the run ([`breaker`]); the events a user wan
 mod alerts;
 pub mod breaker;
 mod console;
+mod error;
 mod follow;
 mod follow_up;
 mod interrupt;
@@ -35,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use embedfleet_core::rundb::{RunDb, RunDbError};
+use embedfleet_core::rundb::RunDb;
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::{fsops, RunLayout};
 
@@ -43,8 +44,9 @@ use crate::config::RunConfig;
 use crate::notify::Notifier;
 use crate::route::Pending;
 pub use crate::route::{fill_queues, PlannedJob};
-use crate::scheduler::{Scheduler, SchedulerError, TemplateError};
+use crate::scheduler::Scheduler;
 pub use console::Console;
+pub use error::{Result, SubmitError};
 pub use follow_up::{FollowUp, FollowUpRound};
 pub(crate) use job_files::{with_binary, JobFiles};
 pub use naming::{fit_job_name, job_name, run_tag};
@@ -114,54 +116,6 @@ pub struct SubmitReport {
     /// What moved jobs ran before their cancel took effect (they had just started).
     pub move_node_hours: f64,
 }
-
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    #[error(transparent)]
-    RunDb(#[from] RunDbError),
-    #[error("{0} is not planned completely: run `embedfleet plan` on it first")]
-    NotPlanned(PathBuf),
-    #[error(
-        "no queues to submit to: give them with `--queue NAME=CAP` (repeatable), or \
-         `embedfleet queues set --run-dir DIR NAME=CAP`"
-    )]
-    NoQueues,
-    /// Stopped by a signal: `said` tells what became of the run's jobs; the process exits
-    /// with `code` (128 + the signal, as a shell reports it).
-    #[error("stopped by {signal}: {said}")]
-    Interrupted {
-        signal: String,
-        code: i32,
-        said: String,
-    },
-    /// Each queue's reason says its own remedy (a host key to add, a queue to fix).
-    #[error("no queue can take the run's jobs: {0}")]
-    AllQueuesRefused(String),
-    #[error("the job script template does not work: {0}")]
-    Template(#[from] TemplateError),
-    #[error(transparent)]
-    Scheduler(#[from] SchedulerError),
-    #[error("failed to {action} {}: {source}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Owner(#[from] embedfleet_core::owner::OwnerError),
-    #[error(
-        "{} was taken over by another host (`embedfleet take-over`): this submit loop stops; the new owner's loop goes on",
-        .0.display()
-    )]
-    NotOwner(PathBuf),
-    #[error(
-        "a submit loop (pid {pid}) is already running for {}: watch it with `embedfleet status`, or stop it first",
-        run_dir.display()
-    )]
-    LoopRunning { run_dir: PathBuf, pid: String },
-}
-
-pub type Result<T> = std::result::Result<T, SubmitError>;
 
 /// What a submit did: the loop's report, or (a dry run) the job scripts its next round would
 /// send, (job name, script text), without submitting or recording anything.
@@ -358,7 +312,7 @@ impl<'a> SubmitLoop<'a> {
                 SubmitError::Io {
                     action: "create",
                     path,
-                    source,
+                    cause: source,
                 }
             })?;
         }
@@ -369,7 +323,7 @@ impl<'a> SubmitLoop<'a> {
                 SubmitError::Io {
                     action: "write",
                     path: layout.plan_file(),
-                    source: std::io::Error::other(e),
+                    cause: std::io::Error::other(e),
                 }
             })?;
         }

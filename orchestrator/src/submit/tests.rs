@@ -9,8 +9,8 @@ use embedfleet_core::state::PlanState;
 use super::follow::log_tail;
 use super::*;
 use crate::scheduler::{
-    marker_state, Backend, JobHandle, JobState, JobSubmission, QueuedJob, SchedulerJobId,
-    SchedulerResult,
+    marker_state, Backend, JobHandle, JobState, JobSubmission, QueuedJob, SchedulerError,
+    SchedulerJobId, SchedulerResult,
 };
 
 /// A scheduler that answers submissions from a list, lists no job, and reports a job by its

@@ -151,7 +151,7 @@ impl OwnerWatch {
             SubmitError::Io {
                 action: "listen for metrics scrapes on",
                 path: PathBuf::from(addr.to_string()),
-                source,
+                cause: source,
             }
         })
     }
@@ -205,7 +205,7 @@ fn lock_loop(run_dir: &Path) -> Result<File> {
     let io = |action: &'static str, source| SubmitError::Io {
         action,
         path: path.clone(),
-        source,
+        cause: source,
     };
     let mut file = std::fs::OpenOptions::new()
         .read(true)

@@ -39,18 +39,11 @@ impl CommandError {
             return Vec::new();
         }
         let redact = embedfleet_core::secret::redact;
-        let mut lines = vec![format!("error: {}", redact(&self.error.to_string()))];
-        // A wrapper whose message holds its cause (`#[error("...: {0}")]`) would say it twice:
-        // a cause already in what was said is left out.
-        let mut said = self.error.to_string();
-        for cause in self.error.chain().skip(1) {
-            let line = cause.to_string();
-            if !said.contains(&line) {
-                lines.push(format!("  caused by: {}", redact(&line)));
-                said.push('\n');
-                said.push_str(&line);
-            }
-        }
+        // Each error of the chain says only what it adds: one that says its cause in its
+        // message returns none (`embedfleet_core::cause`), so each is said once as it is.
+        let mut chain = self.error.chain().map(|e| redact(&e.to_string()));
+        let mut lines = vec![format!("error: {}", chain.next().unwrap_or_default())];
+        lines.extend(chain.map(|cause| format!("  caused by: {cause}")));
         lines
     }
 }
@@ -135,13 +128,23 @@ mod tests {
             lines[1].starts_with("  caused by: nothing was submitted"),
             "{lines:?}"
         );
-        let repeated = anyhow::anyhow!("disk full").context("failed to write x: disk full");
-        let err = CommandError::from(repeated);
+        // A library error says its cause and returns none: said once, with no text compared.
+        let io = embedfleet_core::rundb::RunDbError::Io {
+            action: "write",
+            path: "run/run.db".into(),
+            cause: std::io::Error::from(std::io::ErrorKind::StorageFull),
+        };
+        let said = io.to_string();
+        let err = CommandError::from(anyhow::Error::new(io).context("failed to record the job"));
         assert_eq!(err.process_exit_code(), exit::FAILURE);
         assert_eq!(
             err.lines(),
-            vec!["error: failed to write x: disk full".to_string()]
+            vec![
+                "error: failed to record the job".to_string(),
+                format!("  caused by: {said}")
+            ]
         );
+        assert!(said.ends_with("no storage space"), "{said}");
     }
 
     #[test]

@@ -333,7 +333,7 @@ fn password_for(
             return Err(UploadError::Io {
                 action: "read the pgpass file",
                 path,
-                source,
+                cause: source,
             })
         }
     };

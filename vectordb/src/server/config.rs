@@ -29,7 +29,7 @@ impl ApiKey {
                 let text = std::fs::read_to_string(path).map_err(|source| UploadError::Io {
                     action: "read the Qdrant API key file",
                     path: path.clone(),
-                    source,
+                    cause: source,
                 })?;
                 text.lines().next().map(str::to_owned)
             }

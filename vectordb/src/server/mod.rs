@@ -105,7 +105,7 @@ impl QdrantServer {
             .map_err(|source| UploadError::Io {
                 action: "start the gRPC runtime for",
                 path: PathBuf::from(&config.url),
-                source,
+                cause: source,
             })?;
         let client = {
             let _guard = runtime.enter();

@@ -118,7 +118,7 @@ pub(super) fn remove_if_there(path: &std::path::Path) -> Result<bool> {
         Err(source) => Err(RunDbError::Io {
             action: "remove",
             path: path.to_path_buf(),
-            source,
+            cause: source,
         }),
     }
 }

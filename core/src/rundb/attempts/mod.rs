@@ -257,7 +257,9 @@ impl RunDb {
                 // the next poll reads it again. What will not go away by itself — a file that
                 // is not a regular one, one too large to be ours, one this user may not read —
                 // is a verdict, below: retried at every poll it would be warned about for ever.
-                Err(HandoffError::Io { source, .. }) if !crate::untrusted::is_lasting(&source) => {
+                Err(HandoffError::Io { cause: source, .. })
+                    if !crate::untrusted::is_lasting(&source) =>
+                {
                     tracing::warn!(
                         "batch {batch}: the manifest of attempt {token} cannot be read now ({source}); it is read again at the next poll"
                     );
@@ -437,7 +439,7 @@ impl RunDb {
         crate::quarantine::write_jsonl(self).map_err(|source| RunDbError::Io {
             action: "write",
             path: self.layout().quarantine_file(),
-            source,
+            cause: source,
         })?;
         self.set_setting(QUARANTINE_STALE_KEY, &false)
     }

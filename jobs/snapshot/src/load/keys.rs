@@ -26,7 +26,7 @@ pub(super) fn run_keys(
     let io = |e: std::io::Error| SnapshotError::Io {
         action: "read or pin",
         path: layout.shard_keys_file(),
-        source: e,
+        cause: e,
     };
     let pinned_before = ShardKeys::pinned(layout).map_err(io)?.is_some();
     if !pinned_before {

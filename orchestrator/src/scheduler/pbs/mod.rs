@@ -427,7 +427,7 @@ fn write_script_file(dir: &Path, name: &str, text: &str) -> SchedulerResult<Path
     std::fs::write(&path, text).map_err(|source| SchedulerError::Io {
         action: "write job script",
         path: path.clone(),
-        source,
+        cause: source,
     })?;
     Ok(path)
 }

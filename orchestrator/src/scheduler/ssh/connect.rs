@@ -198,7 +198,7 @@ impl Ssh {
         let io = |source| SchedulerError::Io {
             action: "make the ssh control directory",
             path: dir.clone(),
-            source,
+            cause: source,
         };
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {}

@@ -183,7 +183,7 @@ impl SshScheduler {
                 let io = |source| SchedulerError::Io {
                     action: "write job script",
                     path: path.clone(),
-                    source,
+                    cause: source,
                 };
                 let mut file = std::fs::OpenOptions::new()
                     .write(true)
