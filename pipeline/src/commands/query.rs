@@ -4,6 +4,7 @@ use super::Ended;
 use crate::flags::{EvalFlags, PublishFlags, QueryFlags};
 use crate::query_job::{self, QueryJobRequest};
 use crate::records;
+use crate::settings::query::{QueryRun, QuerySettings};
 use crate::settings::{self, EvalMeasure, EvalQueries, QueryModelSettings};
 use anyhow::{Context, Result};
 use embedfleet_core::exit;
@@ -11,7 +12,6 @@ use embedfleet_core::rundb::RunDb;
 use embedfleet_query::tune::{self, QueryTuneOptions};
 use embedfleet_query::{EmbedQueries, PrecomputedVectors, QueryModel, QueryOptions};
 use embedfleet_vectordb::SearchOptions;
-use std::io::IsTerminal;
 use std::path::Path;
 
 /// The query model of `settings`, on this host (default: its CPU).
@@ -27,43 +27,14 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
 pub fn query(args: &QueryFlags, slot: &mut super::RunDbSlot) -> Result<Ended> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
-    let terms = match &args.terms {
-        Some(path) => embedfleet_query::read_terms(path, args.model.field.as_deref())?,
-        None => args.term_args.clone(),
+    let QuerySettings { model, run } = QuerySettings::resolve(db, sink.as_ref(), args)?;
+    let options = match run {
+        QueryRun::Print { terms, search } => {
+            return print_top_hits(db, sink.as_ref(), args, &terms, &model, &search)
+        }
+        QueryRun::Workload(options) => *options,
     };
-    let model = QueryModelSettings::resolve(&args.run_dir, &args.model)?;
-    let filter = embedfleet_query::run_filters(db, &args.filters).map_err(anyhow::Error::msg)?;
-    let search = SearchOptions {
-        filter,
-        ..SearchOptions::new(args.top_k.max(1))
-    };
-    // What the results answer: the collection as it is now, and the model. A collection that
-    // was never uploaded is refused here, before anything is embedded or written.
-    let searched = crate::searched::searched(
-        db,
-        sink.as_ref(),
-        &args.collection,
-        &model.model_dir,
-        model.dim,
-    )?;
-    let Some(output) = &args.output else {
-        return print_top_hits(db, sink.as_ref(), args, &terms, &model, &search);
-    };
-    let batching =
-        crate::tuned::query_batching(db, sink.kind(), (args.batch_size, args.in_flight))?;
-    let options = QueryOptions {
-        collection: args.collection.clone(),
-        terms,
-        instruction: model.instruction.clone(),
-        search,
-        batch_size: batching.batch_size.value,
-        in_flight: batching.in_flight.value,
-        output: output.clone(),
-        part_queries: args.part_queries.max(1),
-        progress: std::io::stderr().is_terminal(),
-        searched,
-        replace: args.replace,
-    };
+    let output = &options.output;
     let mut embedder = query_embedder(db, args, &model, &options)?;
     let report = embedfleet_query::run(sink.as_ref(), embedder.as_mut(), &options)?;
     records::record_query_output(db, output)?;

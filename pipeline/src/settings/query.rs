@@ -1,12 +1,18 @@
-//! The settings of the steps after the upload: the model that embeds query terms, and the
-//! batch size and requests in flight of `query` and `upload` (as given, else what `tune` saved
-//! for the same kind of sink, else the study's best).
+//! `query`'s settings, and the query model's that `eval` and the query job share: the model
+//! that embeds query terms, the terms, the search, and the workload's batching (as given, else
+//! what `tune` saved for the same kind of sink, else the study's best).
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use embedfleet_core::handoff::OutputSettings;
+use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
 use embedfleet_models::ModelFamily;
+use embedfleet_query::QueryOptions;
+use embedfleet_vectordb::{SearchOptions, Sink};
+
+use crate::flags::QueryFlags;
 
 use crate::error::{PipelineError, Result};
 
@@ -54,6 +60,71 @@ impl QueryModelSettings {
             devices: flags.devices.clone(),
             instruction: instruction(&model_dir, flags.instruction.as_deref())?,
             model_dir,
+        })
+    }
+}
+
+/// What one `query` runs with: its terms, the model that embeds them, and what becomes of
+/// them.
+pub struct QuerySettings {
+    pub model: QueryModelSettings,
+    pub run: QueryRun,
+}
+
+/// What becomes of a query's terms.
+pub enum QueryRun {
+    /// No `--output`: each term's top hits printed, nothing written.
+    Print {
+        terms: Vec<String>,
+        search: SearchOptions,
+    },
+    /// `--output FILE`: the query workload, its batching as given, else as `tune --queries`
+    /// measured it for this kind of database, else the study's best.
+    Workload(Box<QueryOptions>),
+}
+
+impl QuerySettings {
+    /// `flags` resolved against the run in `db`, for a query of `sink`. A collection that was
+    /// never uploaded is refused here, before anything is embedded or written.
+    pub fn resolve(db: &RunDb, sink: &dyn Sink, flags: &QueryFlags) -> anyhow::Result<Self> {
+        let terms = match &flags.terms {
+            Some(path) => embedfleet_query::read_terms(path, flags.model.field.as_deref())?,
+            None => flags.term_args.clone(),
+        };
+        let model = QueryModelSettings::resolve(&flags.run_dir, &flags.model)?;
+        let filter =
+            embedfleet_query::run_filters(db, &flags.filters).map_err(anyhow::Error::msg)?;
+        let search = SearchOptions {
+            filter,
+            ..SearchOptions::new(flags.top_k.max(1))
+        };
+        // What the results answer: the collection as it is now, and the model.
+        let searched =
+            crate::searched::searched(db, sink, &flags.collection, &model.model_dir, model.dim)?;
+        let Some(output) = &flags.output else {
+            return Ok(Self {
+                model,
+                run: QueryRun::Print { terms, search },
+            });
+        };
+        let batching =
+            crate::tuned::query_batching(db, sink.kind(), (flags.batch_size, flags.in_flight))?;
+        let options = QueryOptions {
+            collection: flags.collection.clone(),
+            terms,
+            instruction: model.instruction.clone(),
+            search,
+            batch_size: batching.batch_size.value,
+            in_flight: batching.in_flight.value,
+            output: output.clone(),
+            part_queries: flags.part_queries.max(1),
+            progress: std::io::stderr().is_terminal(),
+            searched,
+            replace: flags.replace,
+        };
+        Ok(Self {
+            model,
+            run: QueryRun::Workload(Box::new(options)),
         })
     }
 }
