@@ -75,15 +75,3 @@ pub struct QuarantineEntry {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub first_occurrence: Option<String>,
 }
-
-/// Rewrites `quarantine.jsonl` of the run directory from run.db (the source of truth),
-/// atomically: every step that adds to the quarantine calls this.
-pub fn write_jsonl(db: &crate::rundb::RunDb) -> std::io::Result<()> {
-    let mut out = Vec::new();
-    let entries = db.quarantine_entries().map_err(std::io::Error::other)?;
-    for entry in entries {
-        serde_json::to_writer(&mut out, &entry).map_err(std::io::Error::other)?;
-        out.push(b'\n');
-    }
-    crate::atomic::write(&db.layout().quarantine_file(), &out)
-}

@@ -1,7 +1,7 @@
 //! Each command's flags as given, as plain data: what `src/cli` parsed, before anything is
 //! resolved. The binary maps clap's types onto these one to one; `src/cli` documents each flag.
 
-pub use crate::settings::{JobSettings, QueryModelFlags};
+pub use crate::job_command::JobSettings;
 pub use crate::target::TargetFlags;
 pub use embedfleet_core::shardfile::VectorDtype;
 pub use embedfleet_models::DType;
@@ -173,6 +173,17 @@ pub struct QueryFlags {
     pub queue: Option<String>,
     pub part_terms: usize,
     pub poll_interval: Option<f64>,
+}
+
+/// The query model's flags as typed.
+#[derive(Debug, Clone, Default)]
+pub struct QueryModelFlags {
+    pub model_dir: Option<PathBuf>,
+    pub dim: Option<usize>,
+    pub devices: Option<String>,
+    pub instruction: Option<String>,
+    /// `--field`: the precomputed vectors' column to search with, instead of a model.
+    pub field: Option<String>,
 }
 
 /// `QueryJobArgs` as given.

@@ -16,6 +16,7 @@ pub mod delete;
 pub mod error;
 pub mod flags;
 pub mod group_builds;
+pub mod job_command;
 pub mod job_record;
 pub mod preflight;
 pub mod query_job;

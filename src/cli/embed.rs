@@ -1,7 +1,8 @@
 //! The embedding commands: `embed-job` (one planned batch), `embed` (any files),
 //! `make-tiny-model`, `doctor` and `bench-gpu`.
 
-use super::{help, ModelArgs, RunDirArgs};
+use super::common::{ModelArgs, RunDirArgs};
+use super::help;
 use clap::{Args, Parser};
 use embedfleet_core::settings::DEFAULT_BATCH_TOKENS;
 use embedfleet_pipeline::flags::defaults::DEFAULT_SHARD_PAPERS;

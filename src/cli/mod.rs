@@ -2,6 +2,7 @@
 //! turns these into the library crates' option structs; clap types go no further than this
 //! crate.
 
+mod common;
 mod embed;
 pub mod help;
 mod plan;
@@ -10,6 +11,7 @@ mod report;
 mod submit;
 mod upload;
 
+pub use common::{ModelArgs, RunDirArgs, VectorDtypeArg};
 pub use embed::{BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs};
 pub use plan::{Batching, CorpusArgs, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};
@@ -20,8 +22,7 @@ pub use upload::{
     UploadArgs, UploadMode,
 };
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Turn a corpus of full-text papers into published embeddings on HPC clusters.
 // The help and version flags are declared here, not clap's own, so that they come last in
@@ -141,45 +142,6 @@ pub enum Command {
     /// Write a dataset folder of the run's embeddings (and query results), ready to push to
     /// the Hugging Face Hub or to archive: parquet, a dataset card, SHA256SUMS, manifest.json.
     Publish(PublishArgs),
-}
-
-#[derive(Debug, Clone, PartialEq, Args)]
-pub struct ModelArgs {
-    // The families this build implements answer the help (`help::model_dir`).
-    #[arg(long, value_name = "DIR", help = help::model_dir(""), help_heading = help::MODEL)]
-    pub model_dir: PathBuf,
-    /// Output dimension (Matryoshka): the first N components, renormalised.
-    #[arg(long, value_name = "N", help_heading = help::MODEL)]
-    pub dim: Option<usize>,
-    /// Element type of the stored vectors.
-    #[arg(long, value_enum, default_value_t = VectorDtypeArg::F32, help_heading = help::MODEL)]
-    pub vector_dtype: VectorDtypeArg,
-    /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
-    /// combined (default: the model's context).
-    #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]
-    pub max_tokens: Option<usize>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VectorDtypeArg {
-    F32,
-    F16,
-}
-
-impl VectorDtypeArg {
-    pub fn dtype(self) -> embedfleet_core::shardfile::VectorDtype {
-        match self {
-            Self::F32 => embedfleet_core::shardfile::VectorDtype::F32,
-            Self::F16 => embedfleet_core::shardfile::VectorDtype::F16,
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct RunDirArgs {
-    /// The run directory.
-    #[arg(long, value_name = "DIR")]
-    pub run_dir: PathBuf,
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! search) and `publish` (a dataset folder).
 
 use super::help;
-use super::TargetArgs;
+use super::upload::TargetArgs;
 use clap::Args;
 use embedfleet_pipeline::flags::defaults::{
     DEFAULT_EFS, DEFAULT_LICENSE, DEFAULT_PART_QUERIES, DEFAULT_PART_TERMS, DEFAULT_RECALL_FLOOR,

@@ -1,8 +1,7 @@
 //! The scheduler-facing commands: `submit`, `pause`, `resume`, `queues`, `status`.
 
+use super::common::{RunDirArgs, VectorDtypeArg};
 use super::help;
-use super::RunDirArgs;
-use super::VectorDtypeArg;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use embedfleet_pipeline::flags::defaults::{parse_listen, Backend};

@@ -271,6 +271,9 @@ fn children_do_not_reach_up_into_their_mod_rs() {
         ("core/src/rundb", 0),
         ("vectordb/src/pg", 0),
         ("src/commands", 0),
+        ("src/cli", 0),
+        ("pipeline/src/commands", 0),
+        ("pipeline/src/settings", 0),
     ] {
         let up = imports_up(&edges, Path::new(folder));
         assert!(

@@ -294,9 +294,11 @@ pub fn write_outputs(report: &TuneReport, dir: &Path) -> Result<Vec<PathBuf>, Tu
     let md_path = dir.join("tune.md");
     std::fs::write(&md_path, markdown(report)).map_err(write_err(&md_path))?;
     let png_path = dir.join("tune.png");
-    write_png(report, &png_path).map_err(|e| TuneError::Write {
-        path: png_path.clone(),
-        cause: std::io::Error::other(e.to_string()),
+    write_png(&report.trials, report.dim, report.batch_size, &png_path).map_err(|e| {
+        TuneError::Write {
+            path: png_path.clone(),
+            cause: std::io::Error::other(e.to_string()),
+        }
     })?;
     Ok(vec![csv_path, md_path, png_path])
 }

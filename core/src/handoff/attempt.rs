@@ -1,7 +1,6 @@
 //! Result manifests: what one attempt at a batch made, written by the embed job for the owner.
 
 use super::{read_json, write_json, HandoffError, OutputSettings};
-use crate::rundb::BatchTimings;
 use crate::shardfile::ShardCheckError;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
@@ -10,6 +9,30 @@ use std::path::PathBuf;
 /// The manifest format this embedfleet writes and reads (2: the plan id and each part's
 /// paper digest; a format-1 manifest has neither and is never accepted).
 pub const MANIFEST_FORMAT: u32 = 2;
+
+/// The study's per-batch breakdown and what the job had to do to finish.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchTimings {
+    pub model_load_s: f64,
+    /// Reading the batch file and writing shards.
+    pub io_s: f64,
+    pub tokenize_s: f64,
+    pub inference_s: f64,
+    pub total_s: f64,
+    pub papers: u64,
+    pub tokens: u64,
+    /// Tokens a padded forward would have spent on padding (the model itself packs).
+    pub padding_tokens: u64,
+    /// Mini-batches split in halves after an out-of-memory.
+    pub fallback_split: u64,
+    /// Papers embedded alone after an out-of-memory.
+    pub fallback_sequential: u64,
+    /// Papers embedded in chunks because even alone they did not fit.
+    pub fallback_chunked: u64,
+    /// Papers longer than the context, embedded in chunks.
+    pub long_chunked: u64,
+    pub peak_memory_bytes: Option<u64>,
+}
 
 /// One parquet shard an attempt made (or took over from an earlier attempt of the batch).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -21,8 +21,8 @@ mod plan;
 
 pub use crate::host::name as host_name;
 pub use attempt::{
-    new_attempt_token, papers_digest, AttemptManifest, AttemptShard, ExpectedBatch, Verdict,
-    MANIFEST_FORMAT,
+    new_attempt_token, papers_digest, AttemptManifest, AttemptShard, BatchTimings, ExpectedBatch,
+    Verdict, MANIFEST_FORMAT,
 };
 #[cfg(test)]
 pub(crate) use output::settings_for_tests;

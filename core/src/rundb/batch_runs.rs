@@ -3,34 +3,10 @@
 
 use super::error::{sqlite_err, Result};
 use super::handle::RunDb;
+pub use crate::handoff::BatchTimings;
 use crate::state::BatchRunState;
 use crate::BatchId;
 use rusqlite::params;
-use serde::{Deserialize, Serialize};
-
-/// The study's per-batch breakdown and what the job had to do to finish.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BatchTimings {
-    pub model_load_s: f64,
-    /// Reading the batch file and writing shards.
-    pub io_s: f64,
-    pub tokenize_s: f64,
-    pub inference_s: f64,
-    pub total_s: f64,
-    pub papers: u64,
-    pub tokens: u64,
-    /// Tokens a padded forward would have spent on padding (the model itself packs).
-    pub padding_tokens: u64,
-    /// Mini-batches split in halves after an out-of-memory.
-    pub fallback_split: u64,
-    /// Papers embedded alone after an out-of-memory.
-    pub fallback_sequential: u64,
-    /// Papers embedded in chunks because even alone they did not fit.
-    pub fallback_chunked: u64,
-    /// Papers longer than the context, embedded in chunks.
-    pub long_chunked: u64,
-    pub peak_memory_bytes: Option<u64>,
-}
 
 /// One finished run of a batch: when and where it ran, and its timings.
 #[derive(Debug, Clone, PartialEq)]

@@ -17,6 +17,7 @@ mod job_history;
 mod jobs;
 mod live;
 mod plan;
+mod plan_file;
 mod queues;
 mod releases;
 mod schema;

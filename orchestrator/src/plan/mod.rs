@@ -416,7 +416,7 @@ fn refuse_results_without_run_db(run_dir: &Path) -> Result<(), PlanError> {
 
 /// `plan.json`: what the embed jobs read instead of run.db.
 fn write_plan_manifest(db: &RunDb) -> Result<(), PlanError> {
-    embedfleet_core::handoff::PlanManifest::write_for(db)
+    db.write_plan_manifest()
         .map(drop)
         .map_err(|e| PlanError::Io {
             path: db.layout().plan_file(),
@@ -567,7 +567,7 @@ fn remove_if_exists(path: &Path) -> Result<(), PlanError> {
 }
 
 fn write_quarantine(db: &RunDb, run_dir: &Path) -> Result<(), PlanError> {
-    embedfleet_core::quarantine::write_jsonl(db).map_err(|source| PlanError::Io {
+    db.write_quarantine_jsonl().map_err(|source| PlanError::Io {
         path: RunLayout::new(run_dir).quarantine_file(),
         cause: source,
     })

@@ -316,15 +316,13 @@ impl<'a> SubmitLoop<'a> {
                 }
             })?;
         }
-        if embedfleet_core::handoff::PlanManifest::is_stale(&lp.db) {
+        if lp.db.plan_manifest_is_stale() {
             // Planned by an older embedfleet (no plan.json, or one without the plan's id): the
             // jobs read plan.json, not run.db.
-            embedfleet_core::handoff::PlanManifest::write_for(&lp.db).map_err(|e| {
-                SubmitError::Io {
-                    action: "write",
-                    path: layout.plan_file(),
-                    cause: std::io::Error::other(e),
-                }
+            lp.db.write_plan_manifest().map_err(|e| SubmitError::Io {
+                action: "write",
+                path: layout.plan_file(),
+                cause: std::io::Error::other(e),
             })?;
         }
         lp.read_job_limit()?;

@@ -9,7 +9,7 @@ use embedfleet_orchestrator::plan::{self, PlanReport};
 use embedfleet_orchestrator::sample::{self, SampleOptions};
 use std::path::Path;
 
-pub fn plan(args: &PlanFlags, slot: &mut super::RunDbSlot) -> Result<super::Ended> {
+pub fn plan(args: &PlanFlags, slot: &mut super::invoke::RunDbSlot) -> Result<super::invoke::Ended> {
     let typed = std::env::args().collect::<Vec<_>>().join(" ");
     let options = settings::plan::plan_command_options(args, &typed);
     let (report, db) = plan::plan_keeping_db(&options)?;
@@ -18,7 +18,7 @@ pub fn plan(args: &PlanFlags, slot: &mut super::RunDbSlot) -> Result<super::Ende
     slot.keep(db);
     let code = report_code(&report);
     Ok(if report.already_planned {
-        super::Ended::nothing_written(code)
+        super::invoke::Ended::nothing_written(code)
     } else {
         code.into()
     })

@@ -1,6 +1,6 @@
 //! `query`, `eval`, `tune --queries` and `publish`: the stages after the upload.
 
-use super::Ended;
+use super::invoke::Ended;
 use crate::flags::{EvalFlags, PublishFlags, QueryFlags};
 use crate::query_job::{self, QueryJobRequest};
 use crate::records;
@@ -24,7 +24,7 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
     ))
 }
 
-pub fn query(args: &QueryFlags, slot: &mut super::RunDbSlot) -> Result<Ended> {
+pub fn query(args: &QueryFlags, slot: &mut super::invoke::RunDbSlot) -> Result<Ended> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
     let QuerySettings { model, run } = QuerySettings::resolve(db, sink.as_ref(), args)?;
@@ -167,7 +167,7 @@ fn print_top_hits(
     Ok(Ended::nothing_written(exit::SUCCESS))
 }
 
-pub fn eval(args: &EvalFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn eval(args: &EvalFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
     let settings = settings::EvalSettings::resolve(db, args)?;
@@ -228,7 +228,7 @@ pub(super) fn tune_queries(
     Ok(exit::SUCCESS)
 }
 
-pub fn publish(args: &PublishFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn publish(args: &PublishFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let options = settings::publish::publish_options(db, args)?;
     let report = embedfleet_publish::publish(db, &options)

@@ -9,7 +9,7 @@ use std::path::Path;
 
 /// Prints the report; a run with no finished batch is an error (exit code 1), unless only the
 /// page or the trace was asked for.
-pub fn report(args: &ReportFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn report(args: &ReportFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let settings = ReportSettings::resolve(args);
     if let Some(path) = &settings.html {

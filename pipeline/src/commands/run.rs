@@ -38,7 +38,7 @@ pub fn run_all(args: &RunFlags) -> Result<i32> {
         query: &args.query,
     };
     let done = crate::run::run(&request, &mut printer)?;
-    if let Err(e) = done.record_command(&super::command_line()) {
+    if let Err(e) = done.record_command(&super::invoke::command_line()) {
         tracing::warn!("could not record the command line in run.db: {e}");
     }
     let code = submit::summarise_status(&done.status, &done.options, &done.submit, true);

@@ -17,7 +17,7 @@ use crate::flags::{BuildShardFlags, UploadFlags};
 use crate::settings::upload::apply_collection_flags;
 
 /// `upload --mode snapshot`: the run's built shards recovered into a cluster-mode server.
-pub fn snapshot_load(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn snapshot_load(args: &UploadFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     let Some(url) = &args.target.qdrant else {
         return Err(snapshot::SnapshotError::NeedsCluster {
             message: "`--mode snapshot` loads into a Qdrant server (--qdrant URL); the embedded engine is one shard per collection and takes upserts only".into(),

@@ -16,7 +16,10 @@ use embedfleet_orchestrator::submit::{self, SubmitOptions, SubmitReport, Submitt
 use std::io::IsTerminal;
 use std::time::Duration;
 
-pub fn submit(args: &SubmitFlags, slot: &mut super::RunDbSlot) -> Result<super::Ended> {
+pub fn submit(
+    args: &SubmitFlags,
+    slot: &mut super::invoke::RunDbSlot,
+) -> Result<super::invoke::Ended> {
     // A dry run writes nothing: run.db opened read-only (no ingest, no migration, no -wal or
     // -shm file), the output settings compared and not pinned, the run config not stored.
     let db = if args.dry_run {
@@ -57,7 +60,7 @@ pub fn submit(args: &SubmitFlags, slot: &mut super::RunDbSlot) -> Result<super::
     // Every batch was done already: not a step of the dataset card's "How it was made".
     let nothing = report.submitted == 0 && report.adopted == 0 && report.batches_done == 0;
     Ok(if nothing && args.session.trial.is_none() {
-        super::Ended::nothing_written(code)
+        super::invoke::Ended::nothing_written(code)
     } else {
         code.into()
     })

@@ -9,7 +9,7 @@ use embedfleet_core::{exit, process};
 use embedfleet_vectordb::tune;
 use embedfleet_vectordb::{self as upload, UploadOptions, UploadReport, WorkerCommand};
 
-pub fn upload_cmd(args: &UploadFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn upload_cmd(args: &UploadFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     if args.mode == UploadMode::Snapshot {
         return super::snapshot::snapshot_load(args, slot);
     }
@@ -84,7 +84,7 @@ fn upload_worker(
 /// group in a snapshot-loaded collection. Each paper of the run is first recorded as deleted in run.db (a
 /// tombstone: no later upload, built shard or publish brings it back), then deleted from Qdrant,
 /// with every earlier tombstone again: a delete killed between the two is finished by the next.
-pub fn delete_cmd(args: &DeleteFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn delete_cmd(args: &DeleteFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
     let report = crate::delete::delete_papers(
@@ -190,7 +190,7 @@ pub(crate) fn print_report(collection: &str, report: &UploadReport) {
 
 /// `tune`: the upload's batching (into a scratch collection) or, with `--queries`, the query
 /// workload's.
-pub fn tune_cmd(args: &TuneFlags, slot: &mut super::RunDbSlot) -> Result<i32> {
+pub fn tune_cmd(args: &TuneFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32> {
     let db = slot.open(&args.run_dir)?;
     let sink = args.target.open(&args.run_dir)?;
     let (options, out) = match TuneSettings::resolve(db, sink.as_ref(), args)? {

@@ -3,7 +3,7 @@
 //! at each `ef`, or with `--compare-postgres` the run's collection beside a pgvector table).
 
 use crate::flags::EvalFlags;
-use crate::settings::QueryModelSettings;
+use crate::settings::query::QueryModelSettings;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_query::compare::CompareOptions;
 use embedfleet_query::EvalOptions;

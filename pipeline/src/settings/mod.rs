@@ -4,7 +4,6 @@
 //! else the default ([`embedfleet_core::pin::Resolved`]). Clap types stop at the binary.
 
 pub mod eval;
-pub mod job;
 pub mod plan;
 pub mod publish;
 pub mod query;
@@ -14,10 +13,11 @@ pub mod submit;
 pub mod tune;
 pub mod upload;
 
+pub use crate::flags::QueryModelFlags;
+pub use crate::job_command::JobSettings;
 pub use embedfleet_orchestrator::submit::SessionOptions;
 pub use eval::{EvalMeasure, EvalQueries, EvalSettings};
-pub use job::JobSettings;
-pub use query::{QueryModelFlags, QueryModelSettings};
+pub use query::QueryModelSettings;
 pub use query_job::QueryJobSettings;
 pub use report::ReportSettings;
 pub use submit::{GroupBuildsSetting, LoopOptions, SubmitFlags, SubmitSettings};

@@ -12,20 +12,9 @@ use embedfleet_models::ModelFamily;
 use embedfleet_query::QueryOptions;
 use embedfleet_vectordb::{SearchOptions, Sink};
 
-use crate::flags::QueryFlags;
+use crate::flags::{QueryFlags, QueryModelFlags};
 
 use crate::error::{PipelineError, Result};
-
-/// The query model's flags as typed.
-#[derive(Debug, Clone, Default)]
-pub struct QueryModelFlags {
-    pub model_dir: Option<PathBuf>,
-    pub dim: Option<usize>,
-    pub devices: Option<String>,
-    pub instruction: Option<String>,
-    /// `--field`: the precomputed vectors' column to search with, instead of a model.
-    pub field: Option<String>,
-}
 
 /// The model that embeds query terms, resolved.
 #[derive(Debug, Clone, PartialEq)]

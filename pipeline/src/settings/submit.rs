@@ -17,8 +17,8 @@ use embedfleet_orchestrator::stored_config::{self, ChosenConfig, GivenConfig};
 use embedfleet_orchestrator::submit::{LoopPolicy, SessionOptions};
 use serde::{Deserialize, Serialize};
 
-use super::job::JobSettings;
 use crate::error::{PipelineError, Result};
+use crate::job_command::JobSettings;
 
 /// The run.db setting that keeps the last `submit --devices`.
 pub const DEVICES_SETTING: &str = "submit.devices";

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::{UploadError, UploadResult};
 use crate::retry::RetryPolicy;
-use crate::{UploadError, UploadResult};
 
 /// Where the API key comes from. The key itself is never stored in the config.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -136,7 +136,7 @@ pub fn check_url(url: &str) -> UploadResult<()> {
 #[cfg(test)]
 mod insecure_tests {
     use super::*;
-    use crate::QdrantServer;
+    use crate::server::QdrantServer;
 
     #[test]
     fn an_api_key_goes_over_plain_http_only_to_this_machine_or_when_allowed() {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{Trial, TuneReport};
+use super::sweep::Trial;
 use embedfleet_core::plot::{line_with_dots, render, Area, PlotResult, LIGHT_GRID, SERIES_BLUE};
 
 const SIZE: (u32, u32) = (1000, 420);
@@ -18,14 +18,19 @@ pub struct PlotError {
     message: String,
 }
 
-/// Draws the two sweeps of `report` and writes them as a PNG to `path`.
-pub fn write_png(report: &TuneReport, path: &Path) -> Result<(), PlotError> {
-    let sweep =
-        |name: &str| -> Vec<&Trial> { report.trials.iter().filter(|t| t.sweep == name).collect() };
+/// Draws a tune's two sweeps (its `trials`, of `dim`-d vectors, the second at the chosen
+/// `batch_size`) and writes them as a PNG to `path`.
+pub fn write_png(
+    trials: &[Trial],
+    dim: usize,
+    batch_size: usize,
+    path: &Path,
+) -> Result<(), PlotError> {
+    let sweep = |name: &str| -> Vec<&Trial> { trials.iter().filter(|t| t.sweep == name).collect() };
     let (batch, flight) = (sweep("batch"), sweep("in_flight"));
     let pixels = render(SIZE, |area| {
         let (left, right) = area.split_horizontally(SIZE.0 / 2);
-        let title = format!("points/s, {}-d vectors", report.dim);
+        let title = format!("points/s, {dim}-d vectors");
         panel(
             &left,
             &batch,
@@ -33,7 +38,7 @@ pub fn write_png(report: &TuneReport, path: &Path) -> Result<(), PlotError> {
             &title,
             "batch size (1 in flight)",
         )?;
-        let x_name = format!("requests in flight (batch {})", report.batch_size);
+        let x_name = format!("requests in flight (batch {batch_size})");
         panel(&right, &flight, |t| t.in_flight, "points/s", &x_name)
     });
     pixels

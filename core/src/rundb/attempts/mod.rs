@@ -436,11 +436,12 @@ impl RunDb {
         if self.setting::<bool>(QUARANTINE_STALE_KEY)? != Some(true) {
             return Ok(());
         }
-        crate::quarantine::write_jsonl(self).map_err(|source| RunDbError::Io {
-            action: "write",
-            path: self.layout().quarantine_file(),
-            cause: source,
-        })?;
+        self.write_quarantine_jsonl()
+            .map_err(|source| RunDbError::Io {
+                action: "write",
+                path: self.layout().quarantine_file(),
+                cause: source,
+            })?;
         self.set_setting(QUARANTINE_STALE_KEY, &false)
     }
 

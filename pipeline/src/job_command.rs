@@ -1,5 +1,6 @@
-//! What every embed job of a run is started with: the devices, the model and the output
-//! options, rendered as `embed-job` flags for the job scripts.
+//! The embed job's command line: what every embed job of a run is started with (the devices,
+//! the model and the output options), resolved by `submit`'s settings, rendered as `embed-job`
+//! flags into the job scripts, and parsed back by the job as its flags.
 
 use std::path::PathBuf;
 
