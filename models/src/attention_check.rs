@@ -166,7 +166,7 @@ pub fn probe_attention(device: &DeviceSpec) -> Result<String, String> {
             let fused = FusedAttention::new(32, 8, 128)?;
             let version = fused.cudnn_version();
             let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
-            let diff = self_test(&kernel, &opened, crate::DEFAULT_ATTENTION_TILE)?;
+            let diff = self_test(&kernel, &opened, crate::family::DEFAULT_ATTENTION_TILE)?;
             if !within_tolerance(diff) {
                 return Err(format!(
                     "its self-test differs from the blockwise kernel by {diff} relative (tolerance {FUSED_SELF_TEST_TOLERANCE})"

@@ -14,13 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::attention::AttentionKernel;
+use crate::embedder::{matryoshka, Embedder};
 use crate::error::{ModelError, ModelResult};
 use crate::family::{LoadOptions, OutputDims};
 use crate::memory::{check_cap, MemoryEstimate};
+use crate::packed::PackedSequences;
 use crate::packed::SeqSpan;
 use crate::sentence::{SentenceHead, SentenceLayout};
 use crate::weights::Weights;
-use crate::{matryoshka, Embedder, PackedSequences};
 
 /// An encoder's forward pass over a packed batch.
 pub trait EncoderModel: Send + Sync {

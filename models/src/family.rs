@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use candle_core::DType;
 
 use crate::device::DeviceSpec;
+use crate::embedder::Embedder;
 use crate::error::ModelResult;
 use crate::sentence::{LayoutDefaults, SentenceLayout};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, TextFormat, Tokenizer};
-use crate::Embedder;
 
 /// Default attention tile (query and key tokens per tile).
 pub const DEFAULT_ATTENTION_TILE: usize = 512;

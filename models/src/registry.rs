@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::embedder::Embedder;
 use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::{LoadOptions, ModelFamily, ModelSummary};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::Tokenizer;
-use crate::{bert, gemma3, modernbert, qwen3, Embedder};
+use crate::{bert, gemma3, modernbert, qwen3};
 
 /// Every family this build implements, one line each. The first is the default: the family
 /// whose tiny model `make-tiny-model`, `run` without `--model-dir` and the tests write.
@@ -132,7 +133,7 @@ pub fn load_embedder(dir: &Path, opts: &LoadOptions) -> ModelResult<Box<dyn Embe
 
 /// `dir`'s sentence-transformers layout (pooling, dense modules, prompts), else its family's
 /// defaults.
-pub fn model_layout(dir: &Path) -> ModelResult<crate::SentenceLayout> {
+pub fn model_layout(dir: &Path) -> ModelResult<crate::sentence::SentenceLayout> {
     family_of(dir)?.layout(dir)
 }
 

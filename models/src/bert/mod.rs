@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 pub use config::{Config, Variant};
 pub use model::BertModel;
 
+use crate::embedder::Embedder;
 use crate::encoder::{context, load_encoder, output_dims, Widths};
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
@@ -26,7 +27,6 @@ use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
-use crate::Embedder;
 
 /// One variant of the BERT family, as the registry lists it.
 #[derive(Debug, Clone, Copy)]

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 pub use config::Config;
 pub use model::ModernBertModel;
 
+use crate::embedder::Embedder;
 use crate::encoder::{context, load_encoder, output_dims, Widths};
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary, OutputDims};
@@ -23,7 +24,6 @@ use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
-use crate::Embedder;
 
 /// The ModernBERT family, as the registry lists it.
 #[derive(Debug, Clone, Copy)]

@@ -8,12 +8,13 @@ use candle_core::{DType, Device};
 use super::config::Config;
 use super::memory::{check_tokens_per_forward, estimate_memory, token_budget};
 use super::model::Qwen3Model;
+use crate::embedder::{matryoshka, Embedder};
 use crate::error::{ModelError, ModelResult};
 use crate::family::LoadOptions;
 use crate::memory::{check_cap, share_of_free, MemoryEstimate};
+use crate::packed::PackedSequences;
 use crate::packed::SeqSpan;
 use crate::weights::Weights;
-use crate::{matryoshka, Embedder, PackedSequences};
 
 /// A Qwen3-Embedding model loaded from a Hugging Face directory.
 pub struct Qwen3Embedder {
@@ -118,7 +119,7 @@ impl Qwen3Embedder {
     }
 
     /// A query of the GPU's free and total bytes (see [`Embedder::memory_probe`]).
-    fn memory_probe(&self) -> Option<crate::MemoryProbe> {
+    fn memory_probe(&self) -> Option<crate::embedder::MemoryProbe> {
         #[cfg(feature = "cuda")]
         if let Device::Cuda(d) = self.model.device() {
             let context = d.cuda_stream().context().clone();
@@ -220,11 +221,11 @@ impl Embedder for Qwen3Embedder {
             .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
-    fn memory_probe(&self) -> Option<crate::MemoryProbe> {
+    fn memory_probe(&self) -> Option<crate::embedder::MemoryProbe> {
         Qwen3Embedder::memory_probe(self)
     }
 
-    fn watch_peak_memory(&self) -> Option<crate::PeakWatch> {
+    fn watch_peak_memory(&self) -> Option<crate::embedder::PeakWatch> {
         #[cfg(feature = "cuda")]
         if let Device::Cuda(d) = self.model.device() {
             let watch = crate::device::pool::watch_peak(d.cuda_stream().context())?;
@@ -239,7 +240,7 @@ impl Embedder for Qwen3Embedder {
 
     fn prepare_attention(&self, batches: &[Vec<usize>]) -> ModelResult<f64> {
         #[cfg(feature = "cuda")]
-        if let crate::AttentionKernel::Fused(fused) = self.model.attention_kernel() {
+        if let crate::attention::AttentionKernel::Fused(fused) = self.model.attention_kernel() {
             let shapes: Vec<_> =
                 crate::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice))
                     .into_iter()

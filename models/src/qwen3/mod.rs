@@ -24,13 +24,13 @@ pub use embedder::Qwen3Embedder;
 pub use model::Qwen3Model;
 pub use tiny::{random_weights, tiny_config, TINY_MERGES};
 
+use crate::embedder::Embedder;
 use crate::error::ModelResult;
 use crate::family::{LoadOptions, ModelFamily, ModelShape, ModelSummary};
 use crate::sentence::{LayoutDefaults, Pooling};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, Specials, TextFormat};
 use crate::verify::{check_model_dir, Expected};
-use crate::Embedder;
 
 /// The end-of-text token appended to every input.
 pub const EOS_TOKEN: &str = "<|endoftext|>";
