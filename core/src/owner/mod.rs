@@ -140,7 +140,8 @@ pub enum OwnerError {
         "{} is not a heartbeat embedfleet wrote ({cause}): a process on {owner} may be \
          rewriting it, so the run is not taken over. If {owner} is gone for good, delete the \
          file and run `take-over` again: it then waits --stale-after for a heartbeat to appear",
-        path.display())]
+        path.display()
+    )]
     GarbledHeartbeat {
         path: PathBuf,
         owner: String,
@@ -155,7 +156,8 @@ pub enum OwnerError {
     #[error(
         "{} is not a valid owner record ({cause}): restore it from a backup, or, on the host that runs the \
          run, delete it (the next command there records that host again)",
-        path.display())]
+        path.display()
+    )]
     Invalid {
         path: PathBuf,
         cause: serde_json::Error,
