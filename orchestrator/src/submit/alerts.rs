@@ -12,7 +12,8 @@ use embedfleet_core::rundb::JobRow;
 use embedfleet_core::state::{BatchState, JobStatus};
 
 use super::breaker::{Failure, Signature};
-use super::{Result, SubmitLoop};
+use super::error::Result;
+use super::submit_loop::SubmitLoop;
 use crate::notify::Event;
 use crate::scheduler::JobState;
 

@@ -11,7 +11,8 @@ use embedfleet_core::rundb::{JobRow, RunStatus};
 use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::BatchId;
 
-use super::{Result, SubmitLoop};
+use super::error::Result;
+use super::submit_loop::SubmitLoop;
 use crate::scheduler::{marker_state, JobHandle, JobState, QueuedJob, SchedulerJobId};
 
 /// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,

@@ -5,7 +5,9 @@
 
 use embedfleet_core::stop_signal;
 
-use super::{follow, Result, SubmitError, SubmitLoop};
+use super::error::{Result, SubmitError};
+use super::follow;
+use super::submit_loop::SubmitLoop;
 use crate::scheduler::{Backend, JobState};
 use embedfleet_core::state::JobStatus;
 

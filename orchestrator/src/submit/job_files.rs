@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use embedfleet_core::RunLayout;
 
-use super::{Result, SubmitError};
+use super::error::{Result, SubmitError};
 use crate::scheduler::{JobScript, JobSubmission, SchedulerConfig, ScriptConfig, ScriptJob};
 
 /// The files of the job named `name`: `jobs/<name>.sh`, `logs/<name>.log`, and the marker its

@@ -10,8 +10,11 @@ use embedfleet_core::rundb::NewJob;
 use embedfleet_core::state::JobStatus;
 use embedfleet_core::RunLayout;
 
+use super::error::Result;
 use super::job_files::{with_binary, JobFiles};
-use super::{job_name, PlannedJob, Result, SubmitLoop};
+use super::naming::job_name;
+use super::submit_loop::SubmitLoop;
+use crate::route::PlannedJob;
 use crate::scheduler::{render_job_script, SchedulerError};
 
 /// What became of a submission.

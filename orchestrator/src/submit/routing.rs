@@ -12,17 +12,9 @@ use embedfleet_core::rundb::{JobAttemptCursor, JobRow};
 use embedfleet_core::state::{BatchState, JobStatus};
 use embedfleet_core::BatchId;
 
-use super::{Result, SubmitLoop};
+use super::error::Result;
+use super::submit_loop::SubmitLoop;
 use crate::route::{JobEnd, Pending, RoutePlan, Routing, Seen};
-
-/// When the scheduler was last asked for start estimates.
-#[derive(Debug, Default, Clone)]
-pub(super) struct EstimatesAsked {
-    /// Of the queued jobs.
-    pub queued: Option<std::time::Instant>,
-    /// When a new job would start, per queue.
-    pub new_job: BTreeMap<String, std::time::Instant>,
-}
 
 /// How often the scheduler is asked when it expects the queued jobs to start: an estimate
 /// moves slowly, and the question costs the controller a scheduling pass per job.

@@ -1,16 +1,22 @@
 //! The submit loop against a scheduler whose answers each test chooses.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use embedfleet_core::rundb::JobRow;
+use embedfleet_core::state::JobStatus;
 use embedfleet_core::state::PlanState;
+use embedfleet_core::RunLayout;
+use std::path::Path;
 
 use super::follow::log_tail;
+use super::submit_loop::SubmitLoop;
 use super::*;
 use crate::scheduler::{
-    marker_state, Backend, JobHandle, JobState, JobSubmission, QueuedJob, SchedulerError,
-    SchedulerJobId, SchedulerResult,
+    marker_state, Backend, JobHandle, JobState, JobSubmission, QueuedJob, Scheduler,
+    SchedulerError, SchedulerJobId, SchedulerResult,
 };
 
 /// A scheduler that answers submissions from a list, lists no job, and reports a job by its

@@ -12,7 +12,7 @@ use embedfleet_core::owner::{self, describe_age};
 use embedfleet_core::rundb::{LiveAttempt, RunDb, RunStatus};
 use embedfleet_core::status_snapshot::{self as snapshot, LoopState};
 
-use super::{Result, SubmitError};
+use super::error::{Result, SubmitError};
 use crate::report::owner::OwnerReport;
 
 /// The file a running loop holds locked (`flock`): a second loop on the owner host refuses.
