@@ -205,15 +205,39 @@ fn in_pbs_namespace(program: &str, args: &[&str]) -> std::process::Output {
 
 /// Waits until the node is free again (at most two minutes).
 fn node_free() -> bool {
+    node_state_within(|state| state == "free").is_ok()
+}
+
+/// Whether the node is up again within two minutes: free, or already running jobs (PBS reruns
+/// the jobs the crash killed as soon as the MOM reports, which can fill the node at once);
+/// else the state it was last seen in.
+fn node_up() -> Result<(), String> {
+    node_state_within(|state| {
+        state
+            .split(',')
+            .all(|s| matches!(s.trim(), "free" | "job-busy" | "job-exclusive"))
+    })
+}
+
+/// Polls `pbsnodes -a` for up to two minutes until its `state = ...` line passes `ok`; else
+/// the last state seen.
+fn node_state_within(ok: impl Fn(&str) -> bool) -> Result<(), String> {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut last = String::new();
     while std::time::Instant::now() < end {
         let out = in_pbs_namespace("/opt/pbs/bin/pbsnodes", &["-a"]);
-        if String::from_utf8_lossy(&out.stdout).contains("state = free") {
-            return true;
+        let text = String::from_utf8_lossy(&out.stdout);
+        last = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("state = "))
+            .unwrap_or("(no state line)")
+            .to_string();
+        if ok(&last) {
+            return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    false
+    Err(last)
 }
 
 /// Starts what of PBS is not running (the init script starts only what is missing), and waits
@@ -302,7 +326,9 @@ fn pbs_a_node_crash_a_hold_a_rerun_and_a_restart_while_the_server_is_down_end_ex
         .unwrap();
     std::thread::sleep(std::time::Duration::from_secs(2));
     in_pbs_namespace("/opt/pbs/sbin/pbs_mom", &[]);
-    assert!(node_free(), "the node is back");
+    if let Err(state) = node_up() {
+        panic!("the node is not back two minutes after its MOM restarted: state = {state}");
+    }
     // A job PBS runs (run.db's view lags a poll behind), rerun as soon as one takes it.
     wait_for(&mut child, "an operator reruns a running job", 180, || {
         running(&t).iter().any(|id| {
