@@ -244,12 +244,7 @@ fn connect_error(connector: &Connector, e: &postgres::Error) -> UploadError {
         };
     }
     // The client's error, then what caused it (a TLS handshake's error says why there).
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
+    let message = embedfleet_core::cause::chain_line(e);
     if message.contains("password missing") {
         // The server asked for a password and the client had none to send: the server is up.
         return UploadError::Postgres {
