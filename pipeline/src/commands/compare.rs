@@ -3,28 +3,22 @@
 //! defaults beside them (`embedfleet_query::compare`).
 
 use crate::flags::EvalFlags;
+use crate::settings::Comparison;
 use anyhow::Result;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::{atomic, exit, RunLayout};
-use embedfleet_query::compare::{self, CompareOptions, Target};
+use embedfleet_query::compare::{self, Target};
 use embedfleet_vectordb::{IterativeScan, Sink};
-
-/// The pgvector table the run's collection is compared with.
-pub(super) struct Against<'a> {
-    pub postgres: &'a str,
-    pub table: &'a str,
-}
 
 pub(super) fn eval_compare(
     args: &EvalFlags,
     db: &RunDb,
     primary: &dyn Sink,
     queries: &[Vec<f32>],
-    against: &Against,
-    options: &CompareOptions,
+    comparison: &Comparison,
 ) -> Result<i32> {
     let postgres = crate::target::TargetFlags {
-        postgres: Some(against.postgres.to_string()),
+        postgres: Some(comparison.postgres.clone()),
         ..args.target.clone()
     };
     let pg = postgres.open(&args.run_dir)?;
@@ -44,17 +38,17 @@ pub(super) fn eval_compare(
         Target {
             database: "pgvector".into(),
             sink: pg.as_ref(),
-            collection: against.table.to_string(),
+            collection: comparison.table.clone(),
             defaults_only: false,
         },
         Target {
             database: "pgvector, defaults (no iterative scan)".into(),
             sink: defaults.as_ref(),
-            collection: against.table.to_string(),
+            collection: comparison.table.clone(),
             defaults_only: true,
         },
     ];
-    let report = compare::compare(&targets, db, queries, options)?;
+    let report = compare::compare(&targets, db, queries, &comparison.options)?;
     write_and_print(&report, &RunLayout::new(&args.run_dir), args.json)?;
     Ok(exit::SUCCESS)
 }

@@ -181,20 +181,8 @@ pub fn eval(args: &EvalFlags, slot: &mut super::invoke::RunDbSlot) -> Result<i32
     };
     let (options, plot) = match &settings.measure {
         EvalMeasure::Recall { options, plot } => (options, plot),
-        EvalMeasure::Compare {
-            postgres,
-            table,
-            options,
-        } => {
-            let against = super::compare::Against { postgres, table };
-            return super::compare::eval_compare(
-                args,
-                db,
-                sink.as_ref(),
-                &queries,
-                &against,
-                options,
-            );
+        EvalMeasure::Compare(comparison) => {
+            return super::compare::eval_compare(args, db, sink.as_ref(), &queries, comparison);
         }
     };
     let report = embedfleet_query::eval(sink.as_ref(), db, &queries, options)?;

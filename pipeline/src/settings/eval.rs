@@ -38,13 +38,17 @@ pub enum EvalQueries {
 pub enum EvalMeasure {
     /// Recall against exact search at each effort, plotted into `plot`.
     Recall { options: EvalOptions, plot: PathBuf },
-    /// The run's collection beside the pgvector table `table` at `postgres` (each at its least
-    /// effort reaching the floor), and pgvector's defaults.
-    Compare {
-        postgres: String,
-        table: String,
-        options: CompareOptions,
-    },
+    /// The run's collection beside a pgvector table (each at its least effort reaching the
+    /// floor), and pgvector's defaults.
+    Compare(Comparison),
+}
+
+/// `--compare-postgres`: the pgvector table `table` at `postgres`, compared with `options`.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    pub postgres: String,
+    pub table: String,
+    pub options: CompareOptions,
 }
 
 impl EvalSettings {
@@ -67,7 +71,7 @@ impl EvalSettings {
             flags.in_flight.max(1),
         );
         let measure = match &flags.compare_postgres {
-            Some(url) => EvalMeasure::Compare {
+            Some(url) => EvalMeasure::Compare(Comparison {
                 postgres: url.clone(),
                 table: (flags.compare_table.clone()).unwrap_or_else(|| flags.collection.clone()),
                 options: CompareOptions {
@@ -79,7 +83,7 @@ impl EvalSettings {
                         .map_err(anyhow::Error::msg)?
                         .map(|f| (flags.filters.join(" & "), f)),
                 },
-            },
+            }),
             None => EvalMeasure::Recall {
                 options: EvalOptions {
                     collection: flags.collection.clone(),
@@ -161,7 +165,7 @@ mod tests {
             ..flags(dir.path())
         };
         let table_of = |f: &EvalFlags| match EvalSettings::resolve(&db, f).unwrap().measure {
-            EvalMeasure::Compare { table, options, .. } => (table, options.floor),
+            EvalMeasure::Compare(c) => (c.table, c.options.floor),
             EvalMeasure::Recall { .. } => panic!("--compare-postgres compares"),
         };
         assert_eq!(table_of(&compare), ("papers".to_string(), 0.95));

@@ -16,7 +16,7 @@ pub mod upload;
 pub use crate::flags::QueryModelFlags;
 pub use crate::job_command::JobSettings;
 pub use embedfleet_orchestrator::submit::SessionOptions;
-pub use eval::{EvalMeasure, EvalQueries, EvalSettings};
+pub use eval::{Comparison, EvalMeasure, EvalQueries, EvalSettings};
 pub use query::QueryModelSettings;
 pub use query_job::QueryJobSettings;
 pub use report::ReportSettings;
