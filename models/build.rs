@@ -1,9 +1,9 @@
 //! Compiles the cuDNN shim's plan policy (`cuda/plan_policy.cpp`, plain C++: which plan builds
 //! a new attention key tries) into every build, so that the CPU build tests the code the GPU
 //! runs. With the `cuda` feature, also compiles the cuDNN fused-attention shim
-//! (`cuda/cudnn_sdpa.cpp`) over the header-only cuDNN frontend, and our own elementwise kernels
-//! (`cuda/elementwise.cu`) with nvcc into a fatbin of sm_80 and sm_90 cubins plus compute_80
-//! PTX, embedded in the binary. Nothing is linked from CUDA or cuDNN at build time: the shim
+//! (`cuda/cudnn_sdpa.cpp`) over the header-only cuDNN frontend, and our own kernels
+//! (`cuda/elementwise.cu`, `cuda/fp8.cu`) with nvcc, each into a fatbin of sm_80 and sm_90
+//! cubins plus compute_80 PTX, embedded in the binary. Nothing is linked from CUDA or cuDNN at build time: the shim
 //! loads libcudnn when a model starts on a GPU.
 //!
 //! Headers come from NVIDIA's PyPI wheels (`cuda/fetch-headers.sh`, run by
@@ -18,6 +18,7 @@ fn main() {
     println!("cargo:rerun-if-changed=cuda/plan_policy.cpp");
     println!("cargo:rerun-if-changed=cuda/plan_policy.h");
     println!("cargo:rerun-if-changed=cuda/elementwise.cu");
+    println!("cargo:rerun-if-changed=cuda/fp8.cu");
     for var in [
         "CUDNN_FRONTEND_INCLUDE",
         "CUDNN_INCLUDE",
@@ -71,14 +72,15 @@ fn main() {
         .file("cuda/cudnn_sdpa.cpp")
         .compile("embedfleet_cudnn_sdpa");
     println!("cargo:rustc-link-lib=dylib=dl");
-    compile_elementwise_fatbin();
+    compile_fatbin("elementwise");
+    compile_fatbin("fp8");
 }
 
-/// `cuda/elementwise.cu` into `$OUT_DIR/elementwise.fatbin`: cubins for the A100 (sm_80) and
+/// `cuda/<name>.cu` into `$OUT_DIR/<name>.fatbin`: cubins for the A100 (sm_80) and
 /// Hopper (sm_90), which any driver of the toolkit's major version runs, and compute_80 PTX for
 /// anything newer. nvcc is `$NVCC`, else `$CUDA_HOME/bin/nvcc`, else the one on PATH (the
 /// CUDA build script puts its toolkit's there).
-fn compile_elementwise_fatbin() {
+fn compile_fatbin(name: &str) {
     let nvcc = std::env::var_os("NVCC")
         .map(PathBuf::from)
         .or_else(|| {
@@ -87,7 +89,7 @@ fn compile_elementwise_fatbin() {
         })
         .unwrap_or_else(|| PathBuf::from("nvcc"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"))
-        .join("elementwise.fatbin");
+        .join(format!("{name}.fatbin"));
     let status = std::process::Command::new(&nvcc)
         .args(["-std=c++17", "-O3", "--fatbin"])
         .args(["-gencode", "arch=compute_80,code=sm_80"])
@@ -95,13 +97,13 @@ fn compile_elementwise_fatbin() {
         .args(["-gencode", "arch=compute_80,code=compute_80"])
         .arg("-o")
         .arg(&out)
-        .arg("cuda/elementwise.cu")
+        .arg(format!("cuda/{name}.cu"))
         .status();
     match status {
         Ok(s) if s.success() => {}
-        Ok(s) => panic!("{} failed ({s}) on cuda/elementwise.cu", nvcc.display()),
+        Ok(s) => panic!("{} failed ({s}) on cuda/{name}.cu", nvcc.display()),
         Err(e) => panic!(
-            "the cuda feature compiles cuda/elementwise.cu with nvcc, and {} does not run \
+            "the cuda feature compiles cuda/{name}.cu with nvcc, and {} does not run \
              ({e}): set NVCC or CUDA_HOME, or build with .ci/cuda/build-cuda.sh",
             nvcc.display()
         ),

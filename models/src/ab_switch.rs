@@ -32,9 +32,12 @@ pub(crate) enum AbSwitch {
     /// `EF_MEMORY_SAMPLER`: a benchmark's peak memory polled from a second thread every
     /// millisecond while the forwards run, not read from the pool's high-water mark.
     MemorySampler,
+    /// `EF_FP8_FAST_ACCUM`: the FP8 GEMM accumulates with Hopper's fast (less precise)
+    /// accumulation, as PyTorch's `_scaled_mm(use_fast_accum=True)`.
+    Fp8FastAccum,
 }
 
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 11] = [
     "EF_FUSED_QK_COPY",
     "EF_FUSED_ZERO_ALL",
     "EF_LAST_LAYER_ALL_ROWS",
@@ -45,6 +48,7 @@ const NAMES: [&str; 10] = [
     "EF_FUSED_ELEMENTWISE",
     "EF_CUBLAS_WORKSPACE",
     "EF_MEMORY_SAMPLER",
+    "EF_FP8_FAST_ACCUM",
 ];
 
 impl AbSwitch {

@@ -28,6 +28,11 @@ pub trait Embedder: Send + Sync {
         DType::F32
     }
 
+    /// Whether the projections run in FP8 (`--precision fp8`; shard metadata records it).
+    fn fp8_projections(&self) -> bool {
+        false
+    }
+
     /// Always false: batches are packed, so budget them by total tokens, not `max_len × n`.
     fn is_padded(&self) -> bool {
         false

@@ -54,6 +54,14 @@ pub fn encoder_kernel(device: &Device, dtype: DType) -> AttentionKernel {
 /// The compute dtype of `opts` on `device` (f32 on the CPU, bf16 on a GPU unless asked),
 /// refusing what the encoders do not compute in.
 pub fn compute_dtype(device: &Device, opts: &LoadOptions) -> ModelResult<DType> {
+    if opts.fp8_projections {
+        return Err(ModelError::PrecisionRefused {
+            reason: "--precision fp8 is Qwen3-Embedding's (its 4B model's projections are where \
+                     a paper run's time goes); the encoder families run bf16 on a GPU. Leave \
+                     --precision out"
+                .into(),
+        });
+    }
     let dtype = opts.dtype.unwrap_or(match device {
         Device::Cpu => DType::F32,
         _ => DType::BF16,

@@ -111,6 +111,10 @@ pub enum ModelError {
     UnknownFamily { model_type: String, known: String },
 
     /// A device string such as `cuda:x` that cannot be parsed or opened.
+    /// `--precision` asked for what this model or device cannot give; the reason says what to do.
+    #[error("{reason}")]
+    PrecisionRefused { reason: String },
+
     #[error("invalid device `{spec}`: {reason}")]
     InvalidDevice { spec: String, reason: String },
 

@@ -35,6 +35,10 @@ pub struct LoadOptions {
     pub attention_tile: usize,
     /// When set, `embed` fails with `OutOfMemory` if a batch's estimate exceeds it (bytes).
     pub memory_limit: Option<u64>,
+    /// FP8 projections (`--precision fp8`, [`crate::fp8`]): Qwen3's only; a GPU of compute
+    /// capability 8.9 or newer in bf16, or the emulation on the CPU (the library's, for tests:
+    /// the embed job refuses it there).
+    pub fp8_projections: bool,
 }
 
 impl Default for LoadOptions {
@@ -45,6 +49,7 @@ impl Default for LoadOptions {
             output_dim: None,
             attention_tile: DEFAULT_ATTENTION_TILE,
             memory_limit: None,
+            fp8_projections: false,
         }
     }
 }

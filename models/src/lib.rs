@@ -21,6 +21,7 @@ pub mod embedder;
 pub mod encoder;
 pub mod error;
 pub mod family;
+pub mod fp8;
 #[cfg(feature = "cuda")]
 pub mod fused;
 pub mod gemma3;

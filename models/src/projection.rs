@@ -4,13 +4,97 @@
 //! the route TEI takes for its candle backend. Same arithmetic (bf16 in and out, f32
 //! accumulation); measured against candle's by `gpu-diagnose.sh` before it can be a default.
 //!
+//! [`Projection`] is a projection's weight as the forward holds it: as loaded, or quantized to
+//! FP8 (`--precision fp8`, [`crate::fp8`]).
+//!
 //! `EF_CUBLAS_WORKSPACE=1` (another A/B switch) keeps candle's cuBLAS call but gives its handle
 //! a 32 MiB workspace, as PyTorch gives its own handles: candle sets none, and cuBLAS then
 //! runs without the workspace NVIDIA recommends on Hopper (32 MiB), where some of its faster
 //! kernels (split-K, stream-K) need one.
 
-use candle_core::{Module, Result, Tensor};
+use candle_core::{DType, Device, Module, Result, Tensor};
 use candle_nn::Linear;
+
+use crate::fp8;
+
+/// A projection's weight (`[N, K]`, no bias) as the forward multiplies by it.
+#[derive(Debug, Clone)]
+pub enum Projection {
+    /// As loaded: bf16 on a GPU, f32 on the CPU.
+    Dense(Linear),
+    /// FP8 on a GPU: E4M3 codes `[N, K]` (u8) and a scale per output channel `[N]` (f32).
+    Fp8 { codes: Tensor, scales: Tensor },
+    /// FP8 emulated on the CPU: the quantized weight's values in f32; each input row is
+    /// quantized the same way before the product (f32), so the vectors carry FP8's rounding.
+    Fp8Emulated(Linear),
+}
+
+impl From<Linear> for Projection {
+    fn from(linear: Linear) -> Projection {
+        Projection::Dense(linear)
+    }
+}
+
+impl Projection {
+    /// `x · Wᵀ` for a `[T, K]` input.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Projection::Dense(linear) => project(linear, x),
+            Projection::Fp8 { codes, scales } => fp8_forward(x, codes, scales),
+            Projection::Fp8Emulated(linear) => {
+                let (t, k) = x.dims2()?;
+                let mut rows = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                fp8::round_trip_rows(&mut rows, k);
+                let rows = Tensor::from_vec(rows, (t, k), x.device())?.to_dtype(x.dtype())?;
+                project(linear, &rows)
+            }
+        }
+    }
+
+    /// The weight quantized to FP8, a scale per output channel: codes and scales on a GPU, the
+    /// emulation on the CPU. A projection already in FP8 is returned as it is.
+    pub fn to_fp8(&self) -> Result<Projection> {
+        let Projection::Dense(linear) = self else {
+            return Ok(self.clone());
+        };
+        let weight = linear.weight();
+        let (n, k) = weight.dims2()?;
+        let values = weight.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let q = fp8::quantize_rows(&values, n, k);
+        let device = weight.device();
+        Ok(match device {
+            Device::Cpu => {
+                let values = Tensor::from_vec(q.dequantize(), (n, k), device)?;
+                Projection::Fp8Emulated(Linear::new(values.to_dtype(weight.dtype())?, None))
+            }
+            _ => Projection::Fp8 {
+                codes: Tensor::from_vec(q.codes, (n, k), device)?,
+                scales: Tensor::from_vec(q.scales, n, device)?,
+            },
+        })
+    }
+
+    /// Whether the weight is FP8 (or its emulation).
+    pub fn is_fp8(&self) -> bool {
+        !matches!(self, Projection::Dense(_))
+    }
+}
+
+/// An FP8 projection of a bf16 input on a GPU (`fp8::gpu`).
+fn fp8_forward(x: &Tensor, codes: &Tensor, scales: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if x.dtype() == DType::BF16 && x.device().is_cuda() {
+        return x
+            .contiguous()?
+            .apply_op3_no_bwd(codes, scales, &fp8::gpu::Fp8Matmul);
+    }
+    let _ = (codes, scales);
+    candle_core::bail!(
+        "an FP8 projection takes a bf16 input on a GPU, not {:?} on {:?}. This is a bug.",
+        x.dtype(),
+        x.device().location()
+    )
+}
 
 /// `x · Wᵀ` for a `[T, in]` input.
 pub fn project(lin: &Linear, x: &Tensor) -> Result<Tensor> {
@@ -207,5 +291,37 @@ mod lt {
                 .map_err(|e| candle_core::Error::Msg(format!("cuBLASLt matmul: {e:?}")))?;
             Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((t, n))))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emulated_fp8_projection_computes_the_fp8_product() {
+        let (t, n, k) = (5, 24, 64);
+        let x = fp8::pseudo_random(t * k, 1);
+        let w = fp8::pseudo_random(n * k, 2);
+        let weight = Tensor::from_vec(w.clone(), (n, k), &Device::Cpu).unwrap();
+        let dense = Projection::Dense(Linear::new(weight, None));
+        let quantized = dense.to_fp8().unwrap();
+        assert!(matches!(quantized, Projection::Fp8Emulated(_)));
+        let input = Tensor::from_vec(x.clone(), (t, k), &Device::Cpu).unwrap();
+        let got = quantized.forward(&input).unwrap().flatten_all().unwrap();
+        let got = got.to_vec1::<f32>().unwrap();
+        let want = fp8::fp8_product(&x, &w, (t, n, k));
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-4, "{g} against {w}");
+        }
+        // And it is not the unquantized product.
+        let exact = dense.forward(&input).unwrap().flatten_all().unwrap();
+        let exact = exact.to_vec1::<f32>().unwrap();
+        let furthest = exact
+            .iter()
+            .zip(&got)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(furthest > 1e-3, "{furthest}");
     }
 }

@@ -53,9 +53,11 @@ impl Qwen3Embedder {
             });
         }
         let weights = Weights::open(dir, dtype, &device)?;
-        #[allow(unused_mut)]
         let mut model = Qwen3Model::new(&cfg, &weights)?;
         drop(weights);
+        if opts.fp8_projections {
+            crate::fp8::prepare(&mut model, &device, dtype)?;
+        }
         #[cfg(feature = "cuda")]
         if matches!(device, Device::Cuda(_)) {
             let heads = (
@@ -78,6 +80,7 @@ impl Qwen3Embedder {
             device = %opts.device,
             ?dtype,
             attention = model.attention_kernel().name(),
+            fp8 = model.projections_fp8(),
             "loaded Qwen3 model"
         );
         Self::from_model(model, dir, opts)
@@ -210,6 +213,10 @@ impl Embedder for Qwen3Embedder {
 
     fn compute_dtype(&self) -> DType {
         self.dtype
+    }
+
+    fn fp8_projections(&self) -> bool {
+        self.model.projections_fp8()
     }
 
     fn estimate_memory(&self, seq_lens: &[usize]) -> u64 {

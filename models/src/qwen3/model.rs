@@ -23,7 +23,7 @@ use crate::attention::{AttentionKernel, AttnContext, Mask};
 use crate::elementwise::Elementwise;
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
-use crate::projection::project;
+use crate::projection::Projection;
 use crate::stage_profile::stage;
 use crate::weights::Weights;
 
@@ -133,8 +133,8 @@ impl Rotary {
 /// concatenated at load), per-head RMSNorm on q and k, and rotary on the device, all in the
 /// token-major `[T, heads, hd]` layout the fused kernel takes.
 struct Attention {
-    qkv_proj: Linear,
-    o_proj: Linear,
+    qkv_proj: Projection,
+    o_proj: Projection,
     q_norm: RmsNorm,
     k_norm: RmsNorm,
     n_heads: usize,
@@ -155,8 +155,9 @@ impl Attention {
                     (format!("{p}.v_proj"), nkv),
                 ],
                 h,
-            )?,
-            o_proj: linear(w, &format!("{p}.o_proj"), h, nq)?,
+            )?
+            .into(),
+            o_proj: linear(w, &format!("{p}.o_proj"), h, nq)?.into(),
             q_norm: RmsNorm::load(w, &format!("{p}.q_norm"), hd, cfg.rms_norm_eps)?,
             k_norm: RmsNorm::load(w, &format!("{p}.k_norm"), hd, cfg.rms_norm_eps)?,
             n_heads: cfg.num_attention_heads,
@@ -173,7 +174,7 @@ impl Attention {
         ew: Elementwise,
     ) -> Result<Tensor> {
         let attended = self.attend(x, rot, ctx, ew)?;
-        stage("o_proj", x.device(), || project(&self.o_proj, &attended))
+        stage("o_proj", x.device(), || self.o_proj.forward(&attended))
     }
 
     /// q and k of the packed `qkv`, normed per head and rotated, in `rows` rows (the kernel's:
@@ -209,7 +210,7 @@ impl Attention {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
         let dev = x.device();
-        let qkv = stage("qkv_proj", dev, || project(&self.qkv_proj, x))?.reshape((
+        let qkv = stage("qkv_proj", dev, || self.qkv_proj.forward(x))?.reshape((
             t,
             nh + 2 * nkv,
             hd,
@@ -240,8 +241,8 @@ fn pad_rows(x: &Tensor, rows: usize) -> Result<Tensor> {
 
 /// The SwiGLU MLP with gate and up projected by one matrix product.
 struct Mlp {
-    gate_up_proj: Linear,
-    down_proj: Linear,
+    gate_up_proj: Projection,
+    down_proj: Projection,
 }
 
 impl Mlp {
@@ -252,8 +253,9 @@ impl Mlp {
                 w,
                 &[(format!("{p}.gate_proj"), i), (format!("{p}.up_proj"), i)],
                 h,
-            )?,
-            down_proj: linear(w, &format!("{p}.down_proj"), h, i)?,
+            )?
+            .into(),
+            down_proj: linear(w, &format!("{p}.down_proj"), h, i)?.into(),
         })
     }
 }
@@ -262,9 +264,9 @@ impl Mlp {
     fn forward(&self, x: &Tensor, ew: Elementwise) -> Result<Tensor> {
         // silu(gate) * up over the two halves of one product.
         let dev = x.device();
-        let gate_up = stage("gate_up_proj", dev, || project(&self.gate_up_proj, x))?;
+        let gate_up = stage("gate_up_proj", dev, || self.gate_up_proj.forward(x))?;
         let h = stage("swiglu", dev, || ew.swiglu(&gate_up))?;
-        stage("down_proj", dev, || project(&self.down_proj, &h))
+        stage("down_proj", dev, || self.down_proj.forward(&h))
     }
 }
 
@@ -331,7 +333,7 @@ impl Layer {
             .self_attn
             .attend(normed, rot, ctx, ew)?
             .index_select(rows, 0)?;
-        let h = stage("o_proj", dev, || project(&self.self_attn.o_proj, &attended))?;
+        let h = stage("o_proj", dev, || self.self_attn.o_proj.forward(&attended))?;
         let (x, normed) = add_then_norm(
             &x.index_select(rows, 0)?,
             &h,
@@ -416,6 +418,30 @@ impl Qwen3Model {
     /// default: [`Elementwise::from_env`]).
     pub fn set_elementwise(&mut self, ew: Elementwise) {
         self.elementwise = ew;
+    }
+
+    /// Quantizes every projection's weight to FP8 (`--precision fp8`; [`crate::fp8`]): codes
+    /// and per-channel scales on a GPU, the emulation on the CPU. The loaded weights are
+    /// dropped as each is replaced, so the projections' memory halves on a GPU.
+    pub fn quantize_projections_fp8(&mut self) -> Result<()> {
+        for layer in &mut self.layers {
+            for p in [
+                &mut layer.self_attn.qkv_proj,
+                &mut layer.self_attn.o_proj,
+                &mut layer.mlp.gate_up_proj,
+                &mut layer.mlp.down_proj,
+            ] {
+                *p = p.to_fp8()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the projections are FP8.
+    pub fn projections_fp8(&self) -> bool {
+        self.layers
+            .first()
+            .is_some_and(|l| l.self_attn.qkv_proj.is_fp8())
     }
 
     /// The attention kernel in use.

@@ -4,6 +4,7 @@
 mod common;
 
 mod families;
+mod fp8;
 mod golden;
 mod loading;
 mod masking;
