@@ -20,6 +20,7 @@ pub mod owner;
 pub mod paper;
 pub mod pin;
 pub mod plot;
+pub mod precision;
 pub mod process;
 pub mod quarantine;
 pub mod rundb;
@@ -34,4 +35,5 @@ pub mod untrusted;
 
 pub use layout::RunLayout;
 pub use paper::{BatchId, Paper};
+pub use precision::Precision;
 pub use quarantine::{QuarantineEntry, QuarantineReason};

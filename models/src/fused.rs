@@ -22,7 +22,7 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Device, Layout, Result, Shape, Storage, Tensor};
 use half::bf16;
@@ -462,7 +462,8 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
         let (qp, g1) = q.slice.device_ptr(&stream);
         let (kp, g2) = k.slice.device_ptr(&stream);
         let (vp, g3) = v.slice.device_ptr(&stream);
-        let (op, g4) = out.device_ptr(&stream);
+        // Written by the kernel: its use recorded as a write.
+        let (op, g4) = out.device_ptr_mut(&stream);
         let (lp, g5) = int_buffer(&seq_len)?.device_ptr(&stream);
         let (qo, g6) = int_buffer(&q_off)?.device_ptr(&stream);
         let (ko, g7) = int_buffer(&kv_off)?.device_ptr(&stream);

@@ -4,6 +4,7 @@
 pub use crate::job_command::JobSettings;
 pub use crate::target::TargetFlags;
 pub use embedfleet_core::shardfile::VectorDtype;
+pub use embedfleet_core::Precision;
 pub use embedfleet_models::DType;
 pub use embedfleet_vectordb::{IterativeScan, PgIndex};
 use std::path::PathBuf;
@@ -62,6 +63,7 @@ pub struct BenchGpuFlags {
     pub skip_study: bool,
     pub seed: u64,
     pub dtype: Option<DType>,
+    pub precision: Precision,
 }
 
 /// `DoctorArgs` as given.
@@ -90,6 +92,7 @@ pub struct ModelFlags {
     pub model_dir: PathBuf,
     pub dim: Option<usize>,
     pub vector_dtype: VectorDtype,
+    pub precision: Precision,
     pub max_tokens: Option<usize>,
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_core::Precision;
 use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
 
 /// How an embed job embeds: every `embed-job` flag but the run directory and the batch, which
@@ -19,6 +20,7 @@ pub struct JobSettings {
     pub model_dir: PathBuf,
     pub dim: Option<usize>,
     pub vector_dtype: VectorDtype,
+    pub precision: Precision,
     pub max_tokens: Option<usize>,
     pub shard_papers: usize,
     /// Mini-batches estimated above this many bytes fail as an out-of-memory would (tests).
@@ -46,6 +48,9 @@ impl JobSettings {
         if self.vector_dtype != VectorDtype::F32 {
             args.extend(["--vector-dtype".into(), "f16".into()]);
         }
+        if self.precision != Precision::Native {
+            args.extend(["--precision".into(), self.precision.name().into()]);
+        }
         if let Some(max) = self.max_tokens {
             args.extend(["--max-tokens".into(), max.to_string()]);
         }
@@ -64,6 +69,7 @@ impl JobSettings {
             &self.model_dir,
             self.dim,
             self.vector_dtype,
+            self.precision,
             self.max_tokens,
             self.shard_papers,
         )

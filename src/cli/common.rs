@@ -15,6 +15,11 @@ pub struct ModelArgs {
     /// Element type of the stored vectors.
     #[arg(long, value_enum, default_value_t = VectorDtypeArg::F32, help_heading = help::MODEL)]
     pub vector_dtype: VectorDtypeArg,
+    /// How the model computes: `native` (bf16 on a GPU, f32 on the CPU) or `fp8` (the
+    /// projections in FP8 on GPUs of compute capability 8.9+: H100, H200, L40; Qwen3 models
+    /// only). Fixed for the whole run: the vectors of the two never mix.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Native, help_heading = help::MODEL)]
+    pub precision: PrecisionArg,
     /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
     /// combined (default: the model's context).
     #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]
@@ -32,6 +37,22 @@ impl VectorDtypeArg {
         match self {
             Self::F32 => embedfleet_core::shardfile::VectorDtype::F32,
             Self::F16 => embedfleet_core::shardfile::VectorDtype::F16,
+        }
+    }
+}
+
+/// `--precision` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    Native,
+    Fp8,
+}
+
+impl PrecisionArg {
+    pub fn precision(self) -> embedfleet_core::Precision {
+        match self {
+            Self::Native => embedfleet_core::Precision::Native,
+            Self::Fp8 => embedfleet_core::Precision::Fp8,
         }
     }
 }

@@ -52,6 +52,7 @@ impl EmbedJobSettings {
             model_dir: self.model.model_dir.clone(),
             dim: self.model.dim,
             vector_dtype: self.model.vector_dtype.dtype(),
+            precision: self.model.precision.precision(),
             max_tokens: self.model.max_tokens,
             shard_papers: self.shard_papers,
             memory_limit: self.memory_limit,
@@ -164,6 +165,10 @@ pub struct BenchGpuArgs {
     /// `--dtype bf16` on the CPU, tells a numeric drift from a kernel's fault in --fidelity.
     #[arg(long, value_enum)]
     pub dtype: Option<ComputeDtype>,
+    /// `fp8`: the projections in FP8 (GPUs of compute capability 8.9+); with
+    /// --compare-vectors of a native run's --save-vectors, its fidelity.
+    #[arg(long, value_enum, default_value_t = super::common::PrecisionArg::Native)]
+    pub precision: super::common::PrecisionArg,
 }
 
 /// A model's compute dtype on the command line.
@@ -232,6 +237,7 @@ pub struct MakeTinyModelArgs {
 mod tests {
     use super::*;
     use embedfleet_core::shardfile::VectorDtype;
+    use embedfleet_core::Precision;
 
     fn round_trip(settings: &JobSettings) -> JobSettings {
         let mut line = vec!["embed-job", "--run-dir", "/runs/r1", "--batch", "7"]
@@ -252,6 +258,7 @@ mod tests {
             model_dir: "/models/Qwen3-Embedding-4B".into(),
             dim: None,
             vector_dtype: VectorDtype::F32,
+            precision: Precision::Native,
             max_tokens: None,
             shard_papers: DEFAULT_SHARD_PAPERS,
             memory_limit: None,
@@ -263,6 +270,7 @@ mod tests {
             model_dir: "/models/with space".into(),
             dim: Some(1024),
             vector_dtype: VectorDtype::F16,
+            precision: Precision::Fp8,
             max_tokens: Some(8192),
             shard_papers: 250,
             memory_limit: Some(1 << 30),

@@ -1,6 +1,6 @@
 //! The scheduler-facing commands: `submit`, `pause`, `resume`, `queues`, `status`.
 
-use super::common::{RunDirArgs, VectorDtypeArg};
+use super::common::{PrecisionArg, RunDirArgs, VectorDtypeArg};
 use super::help;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
@@ -60,6 +60,11 @@ pub struct SubmitArgs {
     /// Element type of the stored vectors (default: the run's, else f32).
     #[arg(long, value_enum, help_heading = help::MODEL)]
     pub vector_dtype: Option<VectorDtypeArg>,
+    /// How the model computes: `native` (bf16 on a GPU, f32 on the CPU) or `fp8` (FP8
+    /// projections on GPUs of compute capability 8.9+: H100, H200, L40; Qwen3 models only;
+    /// refused on A100s and CPUs) (default: the run's, else native).
+    #[arg(long, value_enum, help_heading = help::MODEL)]
+    pub precision: Option<PrecisionArg>,
     /// Longest sequence fed to the model, in tokens; longer papers are embedded in chunks and
     /// combined (default: the run's, else the model's context).
     #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]

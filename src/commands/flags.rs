@@ -99,6 +99,7 @@ pub(crate) fn bench_gpu_flags(a: &BenchGpuArgs) -> BenchGpuFlags {
         skip_study: a.skip_study,
         seed: a.seed,
         dtype: a.dtype.map(|v| v.dtype()),
+        precision: a.precision.precision(),
     }
 }
 
@@ -127,6 +128,7 @@ pub(crate) fn model_flags(a: &ModelArgs) -> ModelFlags {
         model_dir: a.model_dir.clone(),
         dim: a.dim,
         vector_dtype: a.vector_dtype.dtype(),
+        precision: a.precision.precision(),
         max_tokens: a.max_tokens,
     }
 }
@@ -367,6 +369,7 @@ pub(crate) fn submit_flags(args: &SubmitArgs) -> anyhow::Result<SubmitFlags> {
         model_dir: args.model_dir.clone(),
         dim: args.dim,
         vector_dtype: args.vector_dtype.map(VectorDtypeArg::dtype),
+        precision: args.precision.map(PrecisionArg::precision),
         max_tokens: args.max_tokens,
         shard_papers: args.shard_papers,
         build_shard: args.build_shard,

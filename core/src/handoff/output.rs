@@ -8,6 +8,7 @@
 use super::{read_json, HandoffError};
 use crate::pin::{self, Difference, Field, Pinned};
 use crate::shardfile::VectorDtype;
+use crate::Precision;
 use crate::RunLayout;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +21,9 @@ pub struct OutputSettings {
     /// The vector dimension asked for (`None`: the model's own).
     pub dim: Option<usize>,
     pub vector_dtype: VectorDtype,
+    /// How the model computes (`--precision`); runs fixed before it existed computed natively.
+    #[serde(default)]
+    pub precision: Precision,
     /// Longest sequence fed to the model (`None`: the model's context).
     pub max_tokens: Option<usize>,
     /// Papers per parquet shard.
@@ -64,6 +68,7 @@ impl Pinned for OutputSettings {
                 "--vector-dtype",
                 format!("{:?}", self.vector_dtype).to_lowercase(),
             ),
+            Field::new("--precision", self.precision.name()),
             Field::new("--max-tokens", max),
             Field::new("--shard-papers", self.shard_papers),
             Field::new("pooling", &self.pooling),
@@ -137,6 +142,7 @@ pub(crate) fn settings_for_tests(shard_papers: usize) -> OutputSettings {
         model_dir: "/models/q".into(),
         dim: None,
         vector_dtype: VectorDtype::F32,
+        precision: Precision::Native,
         max_tokens: None,
         shard_papers,
         pooling: "last_token".into(),
@@ -170,6 +176,29 @@ mod tests {
         assert_eq!(OutputSettings::read(&layout).unwrap(), Some(settings(500)));
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left");
+    }
+
+    #[test]
+    fn fp8_vectors_never_join_a_run_pinned_to_native_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        settings(500).pin(&layout).unwrap();
+        let mut fp8 = settings(500);
+        fp8.precision = Precision::Fp8;
+        let err = fp8.pin(&layout).unwrap_err().to_string();
+        assert!(err.contains("--precision: the run's native, here fp8"), "{err}");
+    }
+
+    #[test]
+    fn a_run_pinned_before_precision_existed_reads_as_native() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = RunLayout::new(dir.path());
+        let mut json = serde_json::to_value(settings(500)).unwrap();
+        json.as_object_mut().unwrap().remove("precision");
+        std::fs::write(layout.output_settings_file(), json.to_string()).unwrap();
+        settings(500).pin(&layout).unwrap();
+        let read = OutputSettings::read(&layout).unwrap().unwrap();
+        assert_eq!(read.precision, Precision::Native);
     }
 
     #[test]

@@ -112,9 +112,15 @@ impl Bench {
         memory_plan: bool,
         seed: u64,
         dtype: Option<embedfleet_models::DType>,
+        precision: embedfleet_core::Precision,
     ) -> Result<Bench, ModelError> {
         let shape = embedfleet_models::family_of(model_dir)?.shape(model_dir)?;
-        let loaded = LoadedModels::load_as(model_dir, devices, None, None, dtype)?;
+        let how = crate::ModelLoad {
+            dtype,
+            precision,
+            ..crate::ModelLoad::default()
+        };
+        let loaded = LoadedModels::load_with(model_dir, devices, &how)?;
         Ok(Bench {
             loaded,
             shape,

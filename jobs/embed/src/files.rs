@@ -5,7 +5,7 @@ use crate::{write_rows, LoadedModels};
 use embedfleet_core::corpus::{self, ReadOptions, Record};
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_core::shardfile::{ShardWriter, VectorDtype};
-use embedfleet_core::Paper;
+use embedfleet_core::{Paper, Precision};
 use embedfleet_models::DeviceSpec;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,8 @@ pub struct EmbedFilesOptions {
     pub devices: Vec<DeviceSpec>,
     pub output_dim: Option<usize>,
     pub vector_dtype: VectorDtype,
+    /// `--precision`: the device's own, or FP8 projections.
+    pub precision: Precision,
     /// Each input line is one text (id = `{file name}:{line}`), instead of corpus records.
     pub lines: bool,
     /// `Some(instruction)`: embed as queries with this instruction.
@@ -59,12 +61,12 @@ impl From<embedfleet_models::ModelError> for EmbedFilesError {
 pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesError> {
     let mut report = EmbedFilesReport::default();
     let papers = read_inputs(options, &mut report.skipped)?;
-    let loaded = LoadedModels::load(
-        &options.model_dir,
-        &options.devices,
-        options.output_dim,
-        None,
-    )?;
+    let how = crate::ModelLoad {
+        output_dim: options.output_dim,
+        precision: options.precision,
+        ..crate::ModelLoad::default()
+    };
+    let loaded = LoadedModels::load_with(&options.model_dir, &options.devices, &how)?;
     let rule = MiniBatchRule::TokenBudget {
         max_tokens: options.batch_tokens,
     };

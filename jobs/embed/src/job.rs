@@ -18,7 +18,7 @@ use embedfleet_core::handoff::{
 };
 use embedfleet_core::rundb::BatchTimings;
 use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardWriter, VectorDtype};
-use embedfleet_core::{BatchId, Paper, RunLayout};
+use embedfleet_core::{BatchId, Paper, Precision, RunLayout};
 use embedfleet_models::{DeviceSpec, ModelError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,8 @@ pub struct EmbedJobOptions {
     pub devices: Vec<DeviceSpec>,
     pub output_dim: Option<usize>,
     pub vector_dtype: VectorDtype,
+    /// `--precision`: the device's own, or FP8 projections.
+    pub precision: Precision,
     /// Longest sequence fed to the model, EOS included; longer papers are chunked. `None`: the
     /// model's context (`max_position_embeddings`).
     pub max_tokens: Option<usize>,
@@ -52,6 +54,7 @@ impl EmbedJobOptions {
             &self.model_dir,
             self.output_dim,
             self.vector_dtype,
+            self.precision,
             self.max_tokens,
             self.shard_papers,
         )
@@ -66,6 +69,7 @@ pub fn output_settings(
     model_dir: &Path,
     dim: Option<usize>,
     vector_dtype: VectorDtype,
+    precision: Precision,
     max_tokens: Option<usize>,
     shard_papers: usize,
 ) -> OutputSettings {
@@ -78,6 +82,7 @@ pub fn output_settings(
             .to_string(),
         dim,
         vector_dtype,
+        precision,
         max_tokens,
         shard_papers: shard_papers.max(1),
         pooling: layout
@@ -396,12 +401,13 @@ impl Attempt<'_> {
         todo: &[u32],
     ) -> Result<(), EmbedJobError> {
         let options = self.options;
-        let loaded = LoadedModels::load(
-            &options.model_dir,
-            &options.devices,
-            options.output_dim,
-            options.memory_limit,
-        )?;
+        let how = crate::ModelLoad {
+            output_dim: options.output_dim,
+            memory_limit: options.memory_limit,
+            dtype: None,
+            precision: options.precision,
+        };
+        let loaded = LoadedModels::load_with(&options.model_dir, &options.devices, &how)?;
         self.timings.model_load_s = loaded.load_time.as_secs_f64();
         let encoding = loaded.encoding(options.max_tokens, rule.clone(), None);
         let work: Vec<Vec<Paper>> = todo

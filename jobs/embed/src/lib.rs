@@ -17,7 +17,7 @@ pub mod pipeline;
 
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardRow, ShardWriter};
-use embedfleet_core::Paper;
+use embedfleet_core::{Paper, Precision};
 use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, Tokenizer};
 use pipeline::{Embedded, Encoding, PartOutcome};
 use std::path::Path;
@@ -65,6 +65,28 @@ pub struct LoadedModels {
     pub load_time: Duration,
 }
 
+/// How [`LoadedModels::load_with`] loads a model beyond its directory and devices. `Default`:
+/// the model's own width, no memory cap, the device's dtype, native precision.
+#[derive(Debug, Clone, Default)]
+pub struct ModelLoad {
+    pub output_dim: Option<usize>,
+    pub memory_limit: Option<u64>,
+    /// `None`: f32 on the CPU, bf16 on a GPU.
+    pub dtype: Option<embedfleet_models::DType>,
+    pub precision: Precision,
+}
+
+/// What shard metadata says the vectors were computed in: the dtype (`bf16`), with `+fp8`
+/// when the projections ran in FP8.
+pub fn compute_label(model: &dyn Embedder) -> String {
+    let dtype = format!("{:?}", model.compute_dtype()).to_lowercase();
+    if model.fp8_projections() {
+        format!("{dtype}+fp8")
+    } else {
+        dtype
+    }
+}
+
 impl LoadedModels {
     /// Loads the model directory on every device, in parallel, with the implementation of
     /// its family (`config.json`'s `model_type`). `memory_limit` caps the model's own memory
@@ -75,19 +97,28 @@ impl LoadedModels {
         output_dim: Option<usize>,
         memory_limit: Option<u64>,
     ) -> Result<Self, ModelError> {
-        Self::load_as(model_dir, devices, output_dim, memory_limit, None)
+        let how = ModelLoad {
+            output_dim,
+            memory_limit,
+            ..ModelLoad::default()
+        };
+        Self::load_with(model_dir, devices, &how)
     }
 
-    /// [`LoadedModels::load`] in compute dtype `dtype` (`None`: f32 on the CPU, bf16 on CUDA):
-    /// `bench-gpu --dtype` compares a device's bf16 with its f32, or the CPU's.
-    pub fn load_as(
+    /// [`LoadedModels::load`] with every option: a compute dtype (`bench-gpu --dtype` compares
+    /// a device's bf16 with its f32, or the CPU's) and the precision (`--precision fp8`,
+    /// refused on the CPU before anything loads: it would be slower there, not faster).
+    pub fn load_with(
         model_dir: &Path,
         devices: &[DeviceSpec],
-        output_dim: Option<usize>,
-        memory_limit: Option<u64>,
-        dtype: Option<embedfleet_models::DType>,
+        how: &ModelLoad,
     ) -> Result<Self, ModelError> {
         let started = Instant::now();
+        let fp8 = how.precision == Precision::Fp8;
+        if fp8 && devices.iter().any(|d| matches!(d, DeviceSpec::Cpu)) {
+            let reason = embedfleet_models::fp8::refusal(None).unwrap_or_default();
+            return Err(ModelError::PrecisionRefused { reason });
+        }
         let family = embedfleet_models::family_of(model_dir)?;
         if devices.iter().any(|d| matches!(d, DeviceSpec::Cpu)) {
             // A CPU forward allocates its activations afresh each time: keep freed memory
@@ -100,9 +131,10 @@ impl LoadedModels {
                 .map(|device| {
                     let options = LoadOptions {
                         device: *device,
-                        output_dim,
-                        memory_limit,
-                        dtype,
+                        output_dim: how.output_dim,
+                        memory_limit: how.memory_limit,
+                        dtype: how.dtype,
+                        fp8_projections: fp8,
                         ..LoadOptions::default()
                     };
                     scope.spawn(move || family.load(model_dir, &options))
@@ -134,7 +166,7 @@ impl LoadedModels {
         let meta = ShardMeta {
             model: model_name(model_dir),
             model_revision: model_revision(model_dir),
-            compute_dtype: format!("{:?}", first.compute_dtype()).to_lowercase(),
+            compute_dtype: compute_label(first.as_ref()),
             pooling: layout.pooling.name().into(),
             document_prompt: layout.document_prompt.clone(),
             normalized: true,

@@ -23,6 +23,7 @@ pub fn bench_gpu(args: &BenchGpuFlags) -> Result<i32> {
         !args.no_memory_plan,
         args.seed,
         args.dtype,
+        args.precision,
     )?;
     let mut table = Vec::new();
     // A step that fails is a line (`fidelity_error`, `bench_error`) and the rest still runs:

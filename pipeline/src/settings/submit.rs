@@ -10,6 +10,7 @@ use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::pin::{Resolved, Source};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::shardfile::VectorDtype;
+use embedfleet_core::Precision;
 use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::route::Route;
 use embedfleet_orchestrator::scheduler::Backend;
@@ -40,6 +41,7 @@ pub struct SubmitFlags {
     pub model_dir: Option<PathBuf>,
     pub dim: Option<usize>,
     pub vector_dtype: Option<VectorDtype>,
+    pub precision: Option<Precision>,
     pub max_tokens: Option<usize>,
     pub shard_papers: Option<usize>,
     pub build_shard: bool,
@@ -226,6 +228,9 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
         &model_dir.value,
     ))?;
     let pinned = pinned.as_ref();
+    let precision = Resolved::of(flags.precision, pinned.map(|p| p.precision), Precision::default)
+        .value;
+    refuse_fp8_on_cpus(precision, &devices)?;
     Ok(JobSettings {
         devices,
         model_dir,
@@ -234,6 +239,7 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
             VectorDtype::F32
         })
         .value,
+        precision,
         max_tokens: Resolved::optional(flags.max_tokens, pinned.and_then(|p| p.max_tokens)).value,
         shard_papers: Resolved::of(flags.shard_papers, pinned.map(|p| p.shard_papers), || {
             embedfleet_embed::job::DEFAULT_SHARD_PAPERS
@@ -242,6 +248,19 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
         memory_limit: None,
         build_shard: flags.build_shard,
     })
+}
+
+/// FP8 projections on jobs whose devices include the CPU, refused before any job: they would
+/// fail at their model's load, on every node.
+fn refuse_fp8_on_cpus(precision: Precision, devices: &str) -> Result<()> {
+    let on_cpu = embedfleet_models::parse_devices(devices)
+        .is_ok_and(|list| list.contains(&embedfleet_models::DeviceSpec::Cpu));
+    if precision == Precision::Fp8 && on_cpu {
+        let reason = embedfleet_models::fp8::refusal(None).unwrap_or_default();
+        let reason = format!("{reason} (the jobs' --devices are {devices})");
+        return Err(embedfleet_models::ModelError::PrecisionRefused { reason }.into());
+    }
+    Ok(())
 }
 
 /// `--group-builds` as given (`off` forgets it), else as the run's last submit was given it,
@@ -379,6 +398,54 @@ mod tests {
             (Route::Static, false)
         );
         assert_eq!(again.kept, ["--route static", "--speculate false"]);
+    }
+
+    #[test]
+    fn fp8_is_refused_for_cpu_jobs_and_kept_by_a_restart_on_gpus() {
+        let (dir, db) = run();
+        let on_cpus = SubmitFlags {
+            run_dir: dir.path().into(),
+            model_dir: Some("m".into()),
+            devices: Some("cpu:2".into()),
+            precision: Some(Precision::Fp8),
+            ..Default::default()
+        };
+        let err = SubmitSettings::resolve(&db, &on_cpus)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--precision fp8 runs on a GPU") && err.contains("cpu:2"),
+            "{err}"
+        );
+        let on_gpus = SubmitFlags {
+            devices: Some("cuda".into()),
+            ..on_cpus
+        };
+        let settings = SubmitSettings::resolve(&db, &on_gpus).unwrap();
+        assert_eq!(settings.job.precision, Precision::Fp8);
+        let args = settings.job.to_args();
+        assert!(args.windows(2).any(|w| w == ["--precision", "fp8"]), "{args:?}");
+        settings.job.output_settings().pin(&db.layout()).unwrap();
+        // A restart with the run directory alone (on GPUs) keeps FP8; native is refused.
+        let restart = SubmitFlags {
+            run_dir: dir.path().into(),
+            devices: Some("cuda".into()),
+            ..Default::default()
+        };
+        let again = SubmitSettings::resolve(&db, &restart).unwrap();
+        assert_eq!(again.job.precision, Precision::Fp8);
+        let native = SubmitFlags {
+            precision: Some(Precision::Native),
+            ..restart
+        };
+        let settings = SubmitSettings::resolve(&db, &native).unwrap();
+        let err = settings
+            .job
+            .output_settings()
+            .pin(&db.layout())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--precision: the run's fp8, here native"), "{err}");
     }
 
     #[test]
