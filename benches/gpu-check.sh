@@ -42,11 +42,16 @@
 #                                   vectors on the CPU at 1, 7 and 128 tokens), ours on the device in
 #                                   its default dtype (bench-gpu --fidelity; bf16 on a GPU: the
 #                                   blockwise kernel, bidirectional and windowed)
+#   fp8                60      120  bench-gpu --precision fp8 (#63's opt-in FP8 projections): the mix
+#                                   (its vectors against ours' bf16 ones: min and median cosine),
+#                                   the fidelity cases, the uniform shapes; the report's fp8 table
+#                                   sets each beside ours. In a dry run the CPU's emulation
+#                                   (EMBEDFLEET_FP8_EMULATE=1)
 #   cu12               10       60  target-gpu/embedfleet-cu12.xz: doctor and the 2,048-token
 #                                   fidelity case, where the device has CUDA 12 libraries; skipped,
 #                                   saying so, where it has none (the H200's image is CUDA 13 only,
 #                                   and CUDA 12's cuBLAS alone is far over the 64 MiB that travels)
-#   total             480           <= TIME_LIMIT 540 s: no step starts after it
+#   total             540           <= TIME_LIMIT 540 s: no step starts after it
 #
 # A running step is cut at HARD_LIMIT (570 s) and the report written, before the device tool's
 # 600 s. A step that fails or times out is recorded with why (its `problem:` line, or its last
@@ -113,6 +118,7 @@ plan_step oom_planned    35   55
 plan_step two_workers    40   60
 plan_step decode         25   40
 plan_step families       40   75
+plan_step fp8            60  120
 plan_step cu12           10   60
 
 REPORTED_FINAL=0
@@ -242,6 +248,8 @@ peer_cmd() { # the model, the fidelity cases and the PyTorch peer, in one proces
 }
 
 bench() { "$BIN" bench-gpu --model-dir "$MODEL" "$@"; }
+# FP8 on a GPU; the CPU's emulation of it in a dry run (no FP8 tensor cores there).
+fp8_cmd() { EMBEDFLEET_FP8_EMULATE=$DRY_RUN bench --precision fp8 "$@"; }
 
 oom_cmd() { # BENCH ARGS...: wait for the filler's hold, then the bench
   local _
@@ -309,7 +317,7 @@ PY
   fi
   return "$rc"
 }
-export -f unpack doctor_cmd attention_verdict peer_cmd bench oom_cmd families_cmd cu12_cmd
+export -f unpack doctor_cmd attention_verdict peer_cmd bench fp8_cmd oom_cmd families_cmd cu12_cmd
 
 # ---- the run ----------------------------------------------------------------------------------
 identity() { # BIN BUILD_JSON_KEY: build.json from the packer (or made here), the binary's sha256
@@ -458,6 +466,10 @@ if python3 -c "import torch, transformers" 2>/dev/null; then
 else
   skip families "no torch and transformers in python3 for the families' reference"
 fi
+
+cmp_mix=(); [ -s "$WORK/vectors.json" ] && cmp_mix=(--compare-vectors "$WORK/vectors.json")
+step fp8 fp8_cmd --devices "$DEVICE" --shapes "$SHAPES" --forwards 2 --skip-study \
+  --mix "$WORK/mix.json" "${fid[@]}" "${cmp_mix[@]}"
 
 if [ -n "${BIN_CU12:-}" ] || { [ "$DRY_RUN" != 1 ] && [ -f target-gpu/embedfleet-cu12.xz ]; }; then
   step cu12 cu12_cmd

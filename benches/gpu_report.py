@@ -144,7 +144,8 @@ def notes(report, lines, name, s):
         n.append(f"fallbacks {f.get('split', 0)}/{f.get('sequential', 0)}/{f.get('chunked', 0)}")
     cmp_ = next((r for r in ls if r.get("event") == "compare"), None)
     if cmp_:
-        n.append(f"min cos vs ours {cmp_.get('min_cosine')}")
+        median = cmp_.get("median_cosine")
+        n.append(f"min cos vs ours {cmp_.get('min_cosine')}" + (f", median {median}" if median else ""))
     fill = next((r for r in ls if r.get("event") == "fill"), None)
     if fill:
         n.append(f"filler held {fill.get('held_gib')} GiB (subtracted from the peak), left {fill.get('left_gib')} GiB")
@@ -180,6 +181,23 @@ def throughput_rows(lines):
                         f"| {num(r.get('peak_mem_gb'), '.1f')} |")
     rows += ["", "mix rows compare with PyTorch's best approach on the mix (max of its mix runs; its "
              "study-padded run uses the first papers only)."]
+    return rows
+
+
+def fp8_rows(lines):
+    """FP8 projections against ours (bf16) on the same shapes, in the same run."""
+    fp8 = {r["label"]: r for r in lines.get("fp8", []) if r.get("event") == "bench"}
+    if not fp8:
+        return []
+    ours = {r["label"]: r for r in lines.get("ours", []) if r.get("event") == "bench"}
+    rows = ["", "| run | fp8 tokens/s | bf16 tokens/s | fp8 / bf16 | fp8 peak GB | bf16 peak GB |",
+            "|---|---|---|---|---|---|"]
+    for label, r in fp8.items():
+        b = ours.get(label, {})
+        mine, theirs = r.get("real_tok_per_s"), b.get("real_tok_per_s")
+        ratio = f"{mine / theirs:.2f}" if theirs and mine else "-"
+        rows.append(f"| {label} | {num(mine, '.0f')} | {num(theirs, '.0f')} | {ratio} "
+                    f"| {num(r.get('peak_mem_gb'), '.1f')} | {num(b.get('peak_mem_gb'), '.1f')} |")
     return rows
 
 
@@ -244,7 +262,7 @@ def main(work, out, start, time_limit, dry_run, finished):
     for s in steps:
         rows.append(f"| {s['step']} | {status_text(s)} | {dash(s.get('secs'))} | {dash(s.get('estimate_s'))} "
                     f"| {dash(s.get('limit_s'))} | {len(lines.get(s['step'], []))} | {notes(report, lines, s['step'], s)} |")
-    rows += throughput_rows(lines) + fidelity_rows(lines)
+    rows += throughput_rows(lines) + fp8_rows(lines) + fidelity_rows(lines)
     table = "\n".join(rows) + "\n"
     for path, text in ((os.path.join(out, "gpu-report.json"), json.dumps(report, indent=1)),
                        (os.path.join(out, "gpu-report.md"), table)):

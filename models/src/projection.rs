@@ -59,7 +59,10 @@ impl Projection {
         };
         let weight = linear.weight();
         let (n, k) = weight.dims2()?;
-        let values = weight.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let values = weight
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         let q = fp8::quantize_rows(&values, n, k);
         let device = weight.device();
         Ok(match device {

@@ -73,6 +73,7 @@ fn the_dry_run_takes_every_step_in_order_within_the_budget() {
             "two_workers",
             "decode",
             "families",
+            "fp8",
             "cu12"
         ],
         "the peer before ours, the out-of-memory runs after ours' vectors"
@@ -99,6 +100,7 @@ fn the_dry_run_takes_every_step_in_order_within_the_budget() {
         ("oom_unplanned", "skipped"),
         ("two_workers", "ok"),
         ("decode", "ok"),
+        ("fp8", "ok"),
         ("cu12", "skipped"),
     ] {
         assert_eq!(step(&report, name)["status"], status, "{name}: {report:#}");
@@ -110,6 +112,23 @@ fn the_dry_run_takes_every_step_in_order_within_the_budget() {
         .unwrap()
         .iter()
         .any(|l| l["event"] == "compare"));
+    // The FP8 step (the CPU's emulation in a dry run) compares its mix with ours' vectors
+    // and stays within #63's bar: median cosine 0.995, minimum 0.99.
+    let compare = report["fp8"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["event"] == "compare")
+        .cloned()
+        .unwrap_or_else(|| panic!("no compare line in the fp8 step: {report:#}"));
+    let (min, median) = (
+        compare["min_cosine"].as_f64().unwrap(),
+        compare["median_cosine"].as_f64().unwrap(),
+    );
+    assert!(
+        min >= 0.99 && median >= 0.995 && min < 0.999_999,
+        "{compare}"
+    );
     // The build's identity: the binary's sha256, its version, the commit.
     let build = &report["build"];
     let sha = build["unpacked"]["embedfleet"].as_str().unwrap_or("");

@@ -186,7 +186,10 @@ mod tests {
         let mut fp8 = settings(500);
         fp8.precision = Precision::Fp8;
         let err = fp8.pin(&layout).unwrap_err().to_string();
-        assert!(err.contains("--precision: the run's native, here fp8"), "{err}");
+        assert!(
+            err.contains("--precision: the run's native, here fp8"),
+            "{err}"
+        );
     }
 
     #[test]

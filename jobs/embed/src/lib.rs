@@ -115,7 +115,10 @@ impl LoadedModels {
     ) -> Result<Self, ModelError> {
         let started = Instant::now();
         let fp8 = how.precision == Precision::Fp8;
-        if fp8 && devices.iter().any(|d| matches!(d, DeviceSpec::Cpu)) {
+        // EMBEDFLEET_FP8_EMULATE=1: the CPU's emulation (slow, for the GPU check's dry run on a
+        // CPU machine, which runs the script's FP8 step end to end), never for a run.
+        let emulate = std::env::var("EMBEDFLEET_FP8_EMULATE").as_deref() == Ok("1");
+        if fp8 && !emulate && devices.iter().any(|d| matches!(d, DeviceSpec::Cpu)) {
             let reason = embedfleet_models::fp8::refusal(None).unwrap_or_default();
             return Err(ModelError::PrecisionRefused { reason });
         }

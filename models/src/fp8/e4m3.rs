@@ -100,7 +100,11 @@ mod tests {
         assert_eq!(to_e4m3(1.9375), 0x40);
         // A subnormal tie: 1.5 · 2⁻⁹ goes to 2 · 2⁻⁹.
         assert_eq!(to_e4m3(1.5 * 2f32.powi(-9)), 0x02);
-        assert_eq!(to_e4m3(0.5 * 2f32.powi(-9)), 0x00, "half the smallest goes to zero");
+        assert_eq!(
+            to_e4m3(0.5 * 2f32.powi(-9)),
+            0x00,
+            "half the smallest goes to zero"
+        );
     }
 
     #[test]

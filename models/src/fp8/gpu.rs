@@ -191,12 +191,9 @@ fn gemm(
     let a = layout(Ty::CUDA_R_8F_E4M3, k, n, k)?;
     let b = layout(Ty::CUDA_R_8F_E4M3, k, t, k)?;
     let d = layout(Ty::CUDA_R_16BF, n, t, n)?;
-    let desc = lt::create_matmul_desc(
-        sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        Ty::CUDA_R_32F,
-    )
-    .map(|m| Desc(m, lt::destroy_matmul_desc))
-    .map_err(lt_err("descriptor"))?;
+    let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, Ty::CUDA_R_32F)
+        .map(|m| Desc(m, lt::destroy_matmul_desc))
+        .map_err(lt_err("descriptor"))?;
     let transpose: i32 = 1; // CUBLAS_OP_T
     let fast_accum: i8 = crate::ab_switch::AbSwitch::Fp8FastAccum.on() as i8;
     // SAFETY: a live descriptor; each value the attribute's type (int32_t, int8_t).
@@ -233,8 +230,9 @@ fn gemm(
     let handle = kept.handle.0;
     // SAFETY: live descriptors of the shapes below.
     let heuristic = unsafe {
-        lt::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0)
-            .map_err(lt_err(&format!("no algorithm for [{t}, {k}] · [{n}, {k}]ᵀ")))?
+        lt::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0).map_err(
+            lt_err(&format!("no algorithm for [{t}, {k}] · [{n}, {k}]ᵀ")),
+        )?
     };
     let (alpha, beta) = (1f32, 0f32);
     let (wp, _w) = w.device_ptr(stream);
@@ -273,11 +271,8 @@ fn gemm(
 pub(crate) fn self_check(device: &candle_core::Device) -> Result<()> {
     use candle_core::{DType, Tensor};
     let (t, n, k) = (48, 80, 256);
-    let as_bf16 = |v: Vec<f32>| -> Vec<f32> {
-        v.into_iter()
-            .map(|x| bf16::from_f32(x).to_f32())
-            .collect()
-    };
+    let as_bf16 =
+        |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| bf16::from_f32(x).to_f32()).collect() };
     let x = as_bf16(super::pseudo_random(t * k, 11));
     let mut w = as_bf16(super::pseudo_random(n * k, 12));
     // One channel a hundred times the others: the per-channel scale must carry it.

@@ -95,8 +95,14 @@ mod tests {
         assert_eq!(refusal(Some((9, 0))), None, "H100 / H200");
         assert_eq!(refusal(Some((10, 0))), None, "Blackwell");
         let a100 = refusal(Some((8, 0))).expect("an A100 is refused");
-        assert!(a100.contains("8.0 (an A100)") && a100.contains("8.9"), "{a100}");
-        assert!(refusal(Some((8, 6))).is_some(), "an A10/RTX 30 (8.6) has no FP8 cores");
+        assert!(
+            a100.contains("8.0 (an A100)") && a100.contains("8.9"),
+            "{a100}"
+        );
+        assert!(
+            refusal(Some((8, 6))).is_some(),
+            "an A10/RTX 30 (8.6) has no FP8 cores"
+        );
         let cpu = refusal(None).expect("the CPU is refused");
         assert!(cpu.contains("--precision"), "{cpu}");
     }

@@ -93,7 +93,12 @@ pub fn fp8_product(x: &[f32], w: &[f32], (t, n, k): (usize, usize, usize)) -> Ve
     let mut out = Vec::with_capacity(t * n);
     for row in xq.chunks(k.max(1)).take(t) {
         for col in wq.chunks(k.max(1)).take(n) {
-            out.push(row.iter().zip(col).map(|(a, b)| (a * b) as f64).sum::<f64>() as f32);
+            out.push(
+                row.iter()
+                    .zip(col)
+                    .map(|(a, b)| (a * b) as f64)
+                    .sum::<f64>() as f32,
+            );
         }
     }
     out
@@ -139,7 +144,10 @@ mod tests {
         for (i, (x, y)) in values.iter().zip(&back).enumerate() {
             // Half a step: 2⁻⁴ of the value, or half the subnormal step (2⁻¹⁰) times the scale.
             let scale = q.scales[i / 32];
-            assert!((x - y).abs() <= x.abs() / 16.0 + scale * 2f32.powi(-10), "{x} → {y}");
+            assert!(
+                (x - y).abs() <= x.abs() / 16.0 + scale * 2f32.powi(-10),
+                "{x} → {y}"
+            );
         }
     }
 

@@ -210,11 +210,8 @@ impl Attention {
         let t = x.dim(0)?;
         let (nh, nkv, hd) = (self.n_heads, self.n_kv, self.head_dim);
         let dev = x.device();
-        let qkv = stage("qkv_proj", dev, || self.qkv_proj.forward(x))?.reshape((
-            t,
-            nh + 2 * nkv,
-            hd,
-        ))?;
+        let qkv =
+            stage("qkv_proj", dev, || self.qkv_proj.forward(x))?.reshape((t, nh + 2 * nkv, hd))?;
         let (q, k) = stage("qk_norm_rope", dev, || {
             self.normed_rotated_qk(&qkv, rot, ctx.rows, ew)
         })?;

@@ -8,8 +8,7 @@ use crate::common;
 
 use common::{cosine, load, tiny_dir};
 use embedfleet_models::{
-    load_embedder, write_tiny_model_of, LoadOptions, ModelError, PackedSequences,
-    TinyModelOptions,
+    load_embedder, write_tiny_model_of, LoadOptions, ModelError, PackedSequences, TinyModelOptions,
 };
 
 fn ids(len: usize, salt: u32) -> Vec<u32> {
@@ -78,7 +77,10 @@ fn an_encoder_family_refuses_fp8_naming_the_family_that_has_it() {
     .unwrap_err();
     assert!(matches!(err, ModelError::PrecisionRefused { .. }), "{err}");
     let message = err.to_string();
-    assert!(message.contains("Qwen3") && message.contains("--precision"), "{message}");
+    assert!(
+        message.contains("Qwen3") && message.contains("--precision"),
+        "{message}"
+    );
     // The Qwen3 directory loads with it (the emulation, on the CPU).
     assert!(load_embedder(
         tiny_dir(),

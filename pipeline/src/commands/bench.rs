@@ -138,18 +138,22 @@ fn mix_token_budget(
         if saved.lengths != lengths {
             bail!("{} holds vectors of another mix", path.display());
         }
-        let lowest = saved
+        let mut cosines: Vec<f64> = saved
             .vectors
             .iter()
             .zip(&vectors)
             .map(|(a, b)| cosine(a, b))
-            .fold(f64::INFINITY, f64::min);
+            .collect();
+        cosines.sort_by(f64::total_cmp);
+        let lowest = cosines.first().copied().unwrap_or(f64::NAN);
+        let median = cosines.get(cosines.len() / 2).copied().unwrap_or(f64::NAN);
         println!(
             "{}",
-            serde_json::json!({"event": "compare", "papers": lengths.len(), "min_cosine": lowest})
+            serde_json::json!({"event": "compare", "papers": lengths.len(),
+                "min_cosine": lowest, "median_cosine": median})
         );
         eprintln!(
-            "compare: lowest cosine against {} is {lowest:.6}",
+            "compare: cosine against {}: lowest {lowest:.6}, median {median:.6}",
             path.display()
         );
     }

@@ -228,8 +228,12 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
         &model_dir.value,
     ))?;
     let pinned = pinned.as_ref();
-    let precision = Resolved::of(flags.precision, pinned.map(|p| p.precision), Precision::default)
-        .value;
+    let precision = Resolved::of(
+        flags.precision,
+        pinned.map(|p| p.precision),
+        Precision::default,
+    )
+    .value;
     refuse_fp8_on_cpus(precision, &devices)?;
     Ok(JobSettings {
         devices,
@@ -424,7 +428,10 @@ mod tests {
         let settings = SubmitSettings::resolve(&db, &on_gpus).unwrap();
         assert_eq!(settings.job.precision, Precision::Fp8);
         let args = settings.job.to_args();
-        assert!(args.windows(2).any(|w| w == ["--precision", "fp8"]), "{args:?}");
+        assert!(
+            args.windows(2).any(|w| w == ["--precision", "fp8"]),
+            "{args:?}"
+        );
         settings.job.output_settings().pin(&db.layout()).unwrap();
         // A restart with the run directory alone (on GPUs) keeps FP8; native is refused.
         let restart = SubmitFlags {
@@ -445,7 +452,10 @@ mod tests {
             .pin(&db.layout())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("--precision: the run's fp8, here native"), "{err}");
+        assert!(
+            err.contains("--precision: the run's fp8, here native"),
+            "{err}"
+        );
     }
 
     #[test]

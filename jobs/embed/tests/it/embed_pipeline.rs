@@ -349,3 +349,31 @@ fn out_of_memory_pieces_are_framed_as_the_sequence_was() {
     let cos: f32 = want.iter().zip(&got).map(|(a, b)| a * b).sum();
     assert!(cos > 0.99999, "cosine {cos}");
 }
+
+#[test]
+fn fp8_is_refused_on_the_cpu_before_the_model_loads_and_its_shards_say_fp8() {
+    let dir = tempfile::tempdir().unwrap();
+    embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
+    let how = embedfleet_embed::ModelLoad {
+        precision: embedfleet_core::Precision::Fp8,
+        ..Default::default()
+    };
+    let err = LoadedModels::load_with(dir.path(), &[DeviceSpec::Cpu], &how)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(err, embedfleet_models::ModelError::PrecisionRefused { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Leave --precision out"), "{err}");
+    // What a shard says of vectors whose projections ran in FP8 (the library's emulation on
+    // the CPU stands in for the GPU here), and of native ones.
+    let options = |fp8_projections| embedfleet_models::LoadOptions {
+        fp8_projections,
+        ..Default::default()
+    };
+    let fp8 = embedfleet_models::load_embedder(dir.path(), &options(true)).unwrap();
+    let native = embedfleet_models::load_embedder(dir.path(), &options(false)).unwrap();
+    assert_eq!(embedfleet_embed::compute_label(fp8.as_ref()), "f32+fp8");
+    assert_eq!(embedfleet_embed::compute_label(native.as_ref()), "f32");
+}
