@@ -261,7 +261,7 @@ fn refuse_fp8_on_cpus(precision: Precision, devices: &str) -> Result<()> {
         .is_ok_and(|list| list.contains(&embedfleet_models::DeviceSpec::Cpu));
     if precision == Precision::Fp8 && on_cpu {
         let reason = embedfleet_models::fp8::refusal(None).unwrap_or_default();
-        let reason = format!("{reason} (the jobs' --devices are {devices})");
+        let reason = format!("the jobs' --devices are {devices}: {reason}");
         return Err(embedfleet_models::ModelError::PrecisionRefused { reason }.into());
     }
     Ok(())
