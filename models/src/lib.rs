@@ -28,6 +28,7 @@ pub mod gemma3;
 pub mod layer_kinds;
 pub mod memory;
 pub mod modernbert;
+pub mod nomic_bert;
 pub mod packed;
 pub mod projection;
 pub mod qwen3;

@@ -14,7 +14,7 @@ use crate::error::{read_model_file, ModelError, ModelResult};
 use crate::family::{LoadOptions, ModelFamily, ModelSummary};
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::Tokenizer;
-use crate::{bert, gemma3, modernbert, qwen3};
+use crate::{bert, gemma3, modernbert, nomic_bert, qwen3};
 
 /// Every family this build implements, one line each. The first is the default: the family
 /// whose tiny model `make-tiny-model`, `run` without `--model-dir` and the tests write.
@@ -25,6 +25,7 @@ pub static FAMILIES: &[&dyn ModelFamily] = &[
     &bert::XLM_ROBERTA,
     &modernbert::ModernBert,
     &gemma3::Gemma3,
+    &nomic_bert::NomicBert,
 ];
 
 /// The `model_type`s of [`FAMILIES`], in order.
