@@ -6,7 +6,8 @@ With PRETRAINED=1, MODEL_DIR is a real download, used as it is (its weights, and
 through AutoTokenizer). Otherwise MODEL_DIR holds a tiny model that `embedfleet make-tiny-model --family F` wrote: its
 config.json, tokenizer.json and sentence-transformers files. This script builds the model
 anew with transformers' own class for that config (BertModel, XLMRobertaModel,
-ModernBertModel, Gemma3TextModel, ...), gives every parameter random values (norm weights and
+ModernBertModel, Gemma3TextModel, ...; NomicBERT, which transformers lacks, in numpy:
+benches/nomic_bert_numpy.py), gives every parameter random values (norm weights and
 biases included, so a missing bias or a `w` read as `1 + w` shows), and saves it over the
 directory with `save_pretrained`: embedfleet then loads what transformers wrote. The pooling,
 dense projections and normalisation are computed here from the directory's files, as
@@ -25,6 +26,7 @@ import json
 import math
 import os
 import random
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -36,22 +38,43 @@ seed = int(os.environ.get("SEED", "0"))
 torch.manual_seed(seed)
 random.seed(seed)
 
-config = AutoConfig.from_pretrained(d)
 pretrained = os.environ.get("PRETRAINED") == "1"
-if pretrained:
-    # A real download, as it is: its own weights, its own tokenizer files.
-    model = AutoModel.from_pretrained(d, attn_implementation="eager").float().eval()
+raw_config = json.load(open(os.path.join(d, "config.json")))
+if raw_config.get("model_type") == "nomic_bert":
+    # transformers has no class for it (nomic's model card loads remote code): the published
+    # architecture in numpy, written apart from embedfleet's (benches/nomic_bert_numpy.py).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from nomic_bert_numpy import NomicBert
+
+    if pretrained:
+        model = NomicBert.load(raw_config, d)
+    else:
+        model = NomicBert.random(raw_config, seed)
+        model.save(d)
+    vocab_size = raw_config["vocab_size"]
+
+    def last_hidden(ids):
+        return torch.from_numpy(model(ids)).float()
 else:
-    model = AutoModel.from_config(config, attn_implementation="eager").float().eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.1)
-            else:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-    model.save_pretrained(d)
+    config = AutoConfig.from_pretrained(d)
+    vocab_size = config.vocab_size
+    if pretrained:
+        # A real download, as it is: its own weights, its own tokenizer files.
+        model = AutoModel.from_pretrained(d, attn_implementation="eager").float().eval()
+    else:
+        model = AutoModel.from_config(config, attn_implementation="eager").float().eval()
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() >= 2:
+                    p.normal_(0.0, 1.0 / math.sqrt(p.shape[-1]))
+                elif name.endswith("bias"):
+                    p.normal_(0.0, 0.1)
+                else:
+                    p.copy_(1.0 + 0.1 * torch.randn_like(p))
+        model.save_pretrained(d)
+
+    def last_hidden(ids):
+        return model(input_ids=torch.tensor([ids])).last_hidden_state[0]
 
 # The sentence-transformers modules after the transformer.
 modules = json.load(open(os.path.join(d, "modules.json")))
@@ -82,7 +105,7 @@ for m in modules[1:]:
 
 def embed(ids):
     with torch.no_grad():
-        h = model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+        h = last_hidden(ids)
         x = None
         for step, arg in steps:
             if step == "pool":
@@ -105,7 +128,7 @@ framed = tok("a")["input_ids"]
 at = next(i for i in range(len(framed)) if framed[i:i + len(bare)] == bare)
 prefix, suffix = framed[:at], framed[at + len(bare):]
 specials = set(prefix + suffix) | set(tok.all_special_ids)
-ordinary = [i for i in range(config.vocab_size) if i not in specials]
+ordinary = [i for i in range(vocab_size) if i not in specials]
 # A tokenizer that cuts texts (all-MiniLM's says 256 tokens) must not: the chunks do that.
 tok.model_max_length = 1 << 30
 

@@ -1,7 +1,8 @@
 //! Every encoder family against transformers itself, and through the whole pipeline.
 //!
 //! `benches/reference_encoder.py` builds each tiny model anew with transformers' own class for
-//! its config (`BertModel`, `RobertaModel`, `XLMRobertaModel`, ...), random in every parameter,
+//! its config (`BertModel`, `RobertaModel`, `XLMRobertaModel`, ...; NomicBERT, which transformers
+//! lacks, in numpy: `benches/nomic_bert_numpy.py`), random in every parameter,
 //! and saves it over the directory `make-tiny-model --family` wrote: we load what transformers
 //! wrote, and its f32 vectors, pooled as the directory's sentence-transformers files say, are
 //! the reference at 1, 7 and the context's tokens and for texts longer than the context
@@ -28,6 +29,13 @@ const ENCODERS: &[(&str, &str, &str, &str, &str)] = &[
         "title: none | text: ",
         "task: search result | query: ",
         "EmbeddingGemma",
+    ),
+    (
+        "nomic_bert",
+        "mean",
+        "search_document: ",
+        "search_query: ",
+        "NomicBERT",
     ),
 ];
 

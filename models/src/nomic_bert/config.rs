@@ -91,7 +91,10 @@ impl Config {
         let cfg: Config = serde_json::from_str(text).map_err(ConfigError::Json)?;
         let refuse = |why: String| Err(ConfigError::Unsupported(why));
         if cfg.model_type.as_deref() != Some("nomic_bert") {
-            return refuse(format!("model_type {:?} is not `nomic_bert`", cfg.model_type));
+            return refuse(format!(
+                "model_type {:?} is not `nomic_bert`",
+                cfg.model_type
+            ));
         }
         if cfg.n_head == 0 || !cfg.n_embd.is_multiple_of(cfg.n_head) {
             return refuse(format!(
@@ -194,7 +197,10 @@ mod tests {
     #[test]
     fn what_is_not_implemented_is_refused_by_name() {
         for (change, named) in [
-            ("\"activation_function\":\"gelu\"", "activation_function `gelu`"),
+            (
+                "\"activation_function\":\"gelu\"",
+                "activation_function `gelu`",
+            ),
             ("\"rotary_scaling_factor\":2.0", "rotary_scaling_factor 2"),
             ("\"rotary_emb_fraction\":0.5", "rotary over part"),
             ("\"prenorm\":true", "prenorm"),

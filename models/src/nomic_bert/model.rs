@@ -46,7 +46,13 @@ struct Dense {
 
 impl Dense {
     /// `names`' weights (`[out, input]` each) stacked; their biases when `bias`.
-    fn load(w: &Weights, names: &[&str], out: usize, input: usize, bias: bool) -> ModelResult<Dense> {
+    fn load(
+        w: &Weights,
+        names: &[&str],
+        out: usize,
+        input: usize,
+        bias: bool,
+    ) -> ModelResult<Dense> {
         let weights = names
             .iter()
             .map(|n| w.get(&format!("{n}.weight"), &[out, input]))
@@ -176,7 +182,9 @@ impl EncoderModel for NomicBertModel {
             let k = rope.apply(&qkv.narrow(1, nh, nh)?)?;
             let v = qkv.narrow(1, 2 * nh, nh)?;
             let attended = self.kernel.attention(&q, &k, &v, &ctx, scale, Mask::Full)?;
-            x = layer.norm1.forward(&(x + layer.out_proj.forward(&attended)?)?)?;
+            x = layer
+                .norm1
+                .forward(&(x + layer.out_proj.forward(&attended)?)?)?;
             let both = layer.fc1.forward(&x)?;
             let product = (both.narrow(1, 0, i)? * candle_nn::ops::silu(&both.narrow(1, i, i)?)?)?;
             x = layer.norm2.forward(&(x + layer.fc2.forward(&product)?)?)?;
