@@ -37,9 +37,10 @@
 #   two_workers        40       60  two workers on one GPU (cuda:0,0), the same 48 papers and vectors
 #   decode             25       40  bench-gpu on 64 one-token papers (1x1 attention shapes)
 #   families           40       75  each encoder family's tiny model (make-tiny-model --family: bert,
-#                                   roberta, xlm-roberta, modernbert, gemma3_text) built anew by
-#                                   transformers' own class (benches/reference_encoder.py, its f32
-#                                   vectors on the CPU at 1, 7 and 128 tokens), ours on the device in
+#                                   roberta, xlm-roberta, modernbert, gemma3_text, nomic_bert) built
+#                                   anew by transformers' own class (nomic_bert: the numpy one;
+#                                   benches/reference_encoder.py, its f32 vectors on the CPU at 1,
+#                                   7 and 128 tokens), ours on the device in
 #                                   its default dtype (bench-gpu --fidelity; bf16 on a GPU: the
 #                                   blockwise kernel, bidirectional and windowed)
 #   fp8                60      120  bench-gpu --precision fp8 (#63's opt-in FP8 projections): the mix
@@ -265,7 +266,7 @@ oom_cmd() { # BENCH ARGS...: wait for the filler's hold, then the bench
 
 families_cmd() { # each encoder family: transformers' f32 reference on the CPU, ours on $DEVICE
   local f dir rc=0
-  for f in bert roberta xlm-roberta modernbert gemma3_text; do
+  for f in bert roberta xlm-roberta modernbert gemma3_text nomic_bert; do
     dir=$WORK/family-$f
     rm -rf "$dir"
     printf '{"event": "family", "family": "%s"}\n' "$f"
