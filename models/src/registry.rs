@@ -234,7 +234,8 @@ mod tests {
                 "roberta",
                 "xlm-roberta",
                 "modernbert",
-                "gemma3_text"
+                "gemma3_text",
+                "nomic_bert"
             ]
         );
         assert_eq!(default_family().model_type(), "qwen3");

@@ -75,6 +75,7 @@ pub struct DoctorFlags {
     pub config: Option<PathBuf>,
     pub tokens: usize,
     pub attention: bool,
+    pub precision: Option<Precision>,
 }
 
 /// `MakeTinyModelArgs` as given.

@@ -212,6 +212,10 @@ pub struct DoctorArgs {
     /// self-test for the 4B/8B head layout. A refusal is a problem (exit 1) that says why.
     #[arg(long)]
     pub attention: bool,
+    /// The precision the test forward runs in (default: the run's with --run-dir, else
+    /// native): `fp8` checks that this node's GPUs take FP8 projections before a run uses them.
+    #[arg(long, value_enum)]
+    pub precision: Option<super::common::PrecisionArg>,
 }
 
 #[derive(Debug, Args)]

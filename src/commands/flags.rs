@@ -111,6 +111,7 @@ pub(crate) fn doctor_flags(a: &DoctorArgs) -> DoctorFlags {
         config: a.config.clone(),
         tokens: a.tokens,
         attention: a.attention,
+        precision: a.precision.map(PrecisionArg::precision),
     }
 }
 

@@ -42,6 +42,43 @@ fn doctor_reports_the_build_devices_and_one_forward() {
 }
 
 #[test]
+fn doctor_checks_the_precision_asked_or_the_one_the_run_pinned() {
+    let t = TestDir::new();
+    t.run(&["make-tiny-model", "--out", "model"], 0);
+    let fp8_refused = |stdout: &str| {
+        stdout.contains("precision: fp8")
+            && stdout
+                .lines()
+                .any(|l| l.starts_with("problem: the model does not load: --precision fp8"))
+    };
+    let args = ["doctor", "--model-dir", "model", "--devices", "cpu"];
+    let out = t.run(&[&args[..], &["--precision", "fp8"]].concat(), 1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(fp8_refused(&stdout), "{stdout}");
+    // A run whose first submit pinned FP8: doctor --run-dir checks it without being told.
+    std::fs::create_dir_all(t.join("run")).unwrap();
+    let settings = serde_json::json!({
+        "model": "x", "model_dir": "model", "dim": null, "vector_dtype": "f32",
+        "precision": "fp8", "max_tokens": null, "shard_papers": 500, "pooling": "last_token",
+        "normalized": true, "instruction": null
+    });
+    std::fs::write(t.join("run/output-settings.json"), settings.to_string()).unwrap();
+    let out = t.run(&[&args[..], &["--run-dir", "run"]].concat(), 1);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(fp8_refused(&stdout), "{stdout}");
+    // Asked for native, it is native: one forward, no problem from the model.
+    let out = t.run(
+        &[&args[..], &["--run-dir", "run", "--precision", "native"]].concat(),
+        0,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("forward: cpu") && !stdout.contains("precision: fp8"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn doctor_names_a_broken_model_directory_and_a_device_this_build_lacks() {
     let t = TestDir::new();
     t.run(&["make-tiny-model", "--out", "model"], 0);

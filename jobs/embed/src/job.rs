@@ -156,6 +156,9 @@ impl EmbedJobError {
                     | ModelError::MissingEos { .. }
                     | ModelError::InvalidDim { .. }
                     | ModelError::AttentionKernel { .. }
+                    // --precision fp8 on a GPU without FP8 tensor cores: every job of the
+                    // queue fails alike, so the breaker pauses at the first.
+                    | ModelError::PrecisionRefused { .. }
             ),
             _ => false,
         }

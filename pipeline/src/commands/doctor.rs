@@ -5,7 +5,9 @@
 use crate::flags::DoctorFlags;
 use anyhow::Result;
 use embedfleet_core::exit;
-use embedfleet_embed::LoadedModels;
+use embedfleet_core::handoff::OutputSettings;
+use embedfleet_core::{Precision, RunLayout};
+use embedfleet_embed::{LoadedModels, ModelLoad};
 use embedfleet_models::{DeviceSpec, PackedSequences, CUDA_BUILD, CUDA_COMPUTE_CAP};
 use std::path::Path;
 use std::time::Instant;
@@ -36,7 +38,10 @@ pub fn doctor(args: &DoctorFlags) -> Result<i32> {
         attention(&devices, &mut problems);
     }
     match &args.model_dir {
-        Some(dir) if problems.is_empty() => model(dir, &devices, args.tokens, &mut problems),
+        Some(dir) if problems.is_empty() => {
+            let precision = precision(args);
+            model(dir, &devices, (args.tokens, precision), &mut problems)
+        }
         Some(_) => println!("model: not loaded (fix the problems above first)"),
         None => println!("model: no --model-dir given; not checked"),
     }
@@ -164,7 +169,23 @@ fn host() {
 }
 
 /// Checks the model directory, loads it on every device and runs one forward on each.
-fn model(dir: &Path, devices: &[DeviceSpec], tokens: usize, problems: &mut Vec<String>) {
+/// The precision of the test forward: `--precision`, else the one the run (`--run-dir`) pinned,
+/// else native.
+fn precision(args: &DoctorFlags) -> Precision {
+    let pinned = || {
+        let dir = args.run_dir.as_ref()?;
+        let settings = OutputSettings::read(&RunLayout::new(dir)).ok()??;
+        Some(settings.precision)
+    };
+    args.precision.or_else(pinned).unwrap_or_default()
+}
+
+fn model(
+    dir: &Path,
+    devices: &[DeviceSpec],
+    (tokens, precision): (usize, Precision),
+    problems: &mut Vec<String>,
+) {
     let summary = match embedfleet_models::verify_model_dir(dir) {
         Ok(s) => s,
         Err(e) => {
@@ -189,7 +210,14 @@ fn model(dir: &Path, devices: &[DeviceSpec], tokens: usize, problems: &mut Vec<S
     if let Ok(vectors) = embedfleet_models::describe_vectors(dir) {
         println!("vectors: {vectors}");
     }
-    let loaded = match LoadedModels::load(dir, devices, None, None) {
+    if precision != Precision::Native {
+        println!("precision: {precision}");
+    }
+    let how = ModelLoad {
+        precision,
+        ..ModelLoad::default()
+    };
+    let loaded = match LoadedModels::load_with(dir, devices, &how) {
         Ok(l) => l,
         Err(e) => {
             problems.push(format!("the model does not load: {e}"));

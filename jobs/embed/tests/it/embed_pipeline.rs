@@ -366,6 +366,9 @@ fn fp8_is_refused_on_the_cpu_before_the_model_loads_and_its_shards_say_fp8() {
         "{err}"
     );
     assert!(err.to_string().contains("Leave --precision out"), "{err}");
+    // An embed job that meets it exits as a refusal (4), which pauses the submit loop at the
+    // first such job rather than retrying every batch on GPUs that cannot run it.
+    assert!(embedfleet_embed::job::EmbedJobError::Model(err).is_refusal());
     // What a shard says of vectors whose projections ran in FP8 (the library's emulation on
     // the CPU stands in for the GPU here), and of native ones.
     let options = |fp8_projections| embedfleet_models::LoadOptions {
