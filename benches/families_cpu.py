@@ -11,6 +11,8 @@ Widths (LAYERS layers each, default 4: the ratio is per layer):
   bert, xlm-roberta: BERT-base (768 hidden, 12 heads, 3,072 intermediate)
   modernbert: ModernBERT-base (768, 12 heads, 1,152 intermediate, 128-token local window)
   gemma3_text: EmbeddingGemma-300m (768, 3 heads of 256 over 1 key/value head, 1,152, 512 window)
+  nomic_bert: nomic-embed-text-v1.5 (768, 12 heads, 3,072, no biases); transformers has no class
+    for it, so the PyTorch side is benches/nomic_bert_torch.py (eager, SDPA)
 """
 import json
 import math
@@ -31,6 +33,29 @@ torch.manual_seed(0)
 
 path = os.path.join(d, "config.json")
 c = json.load(open(path))
+if family == "nomic_bert":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from nomic_bert_numpy import NomicBert
+    from nomic_bert_torch import NomicBertTorch
+
+    c.update({"n_embd": 768, "n_head": 12, "n_inner": 3072, "n_layer": layers, "n_positions": 8192,
+              "vocab_size": 32768, "qkv_proj_bias": False, "mlp_fc1_bias": False,
+              "mlp_fc2_bias": False})
+    json.dump(c, open(path, "w"))
+    sbert = os.path.join(d, "sentence_bert_config.json")
+    json.dump({"max_seq_length": 8192}, open(sbert, "w"))
+    NomicBert.random(c, 0).save(d)
+    model = NomicBertTorch.load(d).eval()
+    ids = torch.randint(300, c["vocab_size"], (batch, length))
+    with torch.no_grad():
+        model(ids)
+        secs = []
+        for _ in range(forwards):
+            t = time.perf_counter()
+            model(ids)
+            secs.append(time.perf_counter() - t)
+    print(f"| torch | {family} | {length} | {batch} | {length * batch / statistics.median(secs):.0f} |")
+    sys.exit(0)
 c.update({"hidden_size": 768, "num_hidden_layers": layers, "max_position_embeddings": 8192 + 2,
           "vocab_size": 32768})  # throughput does not depend on the vocabulary
 if family in ("bert", "xlm-roberta"):
