@@ -14,7 +14,9 @@ fn stderr(out: &std::process::Output) -> String {
 }
 
 /// A listener on 127.0.0.1 that takes connections and reads them; when `answer` is given it
-/// writes that back and hangs up (an HTTP server), else it never answers (a tarpit).
+/// writes that back and hangs up as an HTTP server does (its side closed, then what the client
+/// still sends read to the end: a close with unread bytes would be a reset, which races the
+/// client's read of the answer), else it never answers (a tarpit).
 fn listener(answer: Option<&'static [u8]>) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -27,6 +29,9 @@ fn listener(answer: Option<&'static [u8]>) -> u16 {
                 match answer {
                     Some(bytes) => {
                         let _ = stream.write_all(bytes);
+                        let _ = stream.shutdown(std::net::Shutdown::Write);
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                        while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
                     }
                     // Held open, unanswered, until the test process ends.
                     None => std::thread::sleep(Duration::from_secs(3600)),
