@@ -45,11 +45,11 @@ pub fn refusal(capability: Option<(u32, u32)>) -> Option<String> {
     }
 }
 
-/// Quantizes `model`'s projections for FP8 on `device`, refusing a GPU without FP8 tensor
-/// cores or a dtype other than bf16 there; on a GPU, the kernels are checked against the CPU's
-/// arithmetic first (a GEMM that loads but computes wrong must not write a run's vectors).
-pub fn prepare(
-    model: &mut crate::qwen3::model::Qwen3Model,
+/// Whether a model in `dtype` on `device` can take FP8 projections: a GPU without FP8 tensor
+/// cores, or a dtype other than bf16 there, is refused; on a GPU, the kernels are checked
+/// against the CPU's arithmetic first (a GEMM that loads but computes wrong must not write a
+/// run's vectors). The CPU passes: the library's emulation.
+pub fn check_device(
     device: &candle_core::Device,
     dtype: candle_core::DType,
 ) -> crate::ModelResult<()> {
@@ -72,7 +72,6 @@ pub fn prepare(
             ))
         })?;
     }
-    model.quantize_projections_fp8()?;
     Ok(())
 }
 

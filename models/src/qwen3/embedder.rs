@@ -56,7 +56,8 @@ impl Qwen3Embedder {
         let mut model = Qwen3Model::new(&cfg, &weights)?;
         drop(weights);
         if opts.fp8_projections {
-            crate::fp8::prepare(&mut model, &device, dtype)?;
+            crate::fp8::check_device(&device, dtype)?;
+            model.quantize_projections_fp8()?;
         }
         #[cfg(feature = "cuda")]
         if matches!(device, Device::Cuda(_)) {
