@@ -19,6 +19,13 @@ pub fn tiny_dir() -> &'static Path {
     .path()
 }
 
+/// Deterministic pseudo-random ids below the tiny tokenizer's vocabulary.
+pub fn ids(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(salt * 97) >> 7) % 400)
+        .collect()
+}
+
 pub fn load(opts: &LoadOptions) -> Box<dyn Embedder> {
     load_embedder(tiny_dir(), opts).expect("load tiny model")
 }

@@ -6,16 +6,10 @@
 
 use crate::common;
 
-use common::{cosine, load, tiny_dir};
+use common::{cosine, ids, load, tiny_dir};
 use embedfleet_models::{
     load_embedder, write_tiny_model_of, LoadOptions, ModelError, PackedSequences, TinyModelOptions,
 };
-
-fn ids(len: usize, salt: u32) -> Vec<u32> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(salt * 131) >> 7) % 400)
-        .collect()
-}
 
 #[test]
 fn fp8_projections_stay_within_the_bar_against_the_unquantized_model_to_its_context() {

@@ -2,15 +2,8 @@
 
 use crate::common;
 
-use common::{cosine, load, max_abs_diff};
+use common::{cosine, ids, load, max_abs_diff};
 use embedfleet_models::{matryoshka, LoadOptions, ModelError, PackedSequences};
-
-/// Deterministic pseudo-random ids below the tiny tokenizer's vocabulary.
-fn ids(len: usize, salt: u32) -> Vec<u32> {
-    (0..len as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(salt * 97) >> 7) % 400)
-        .collect()
-}
 
 #[test]
 fn packed_batch_equals_singles_including_one_token_and_multi_tile() {
