@@ -58,6 +58,16 @@ impl Projection {
             return Ok(self.clone());
         };
         let weight = linear.weight();
+        // A bf16 weight on a GPU: quantized there, by the kernel that quantizes activations.
+        #[cfg(feature = "cuda")]
+        if weight.device().is_cuda() && weight.dtype() == DType::BF16 {
+            use fp8::gpu::{QuantizeRows, RowPart};
+            let weight = weight.contiguous()?;
+            return Ok(Projection::Fp8 {
+                codes: weight.apply_op1_no_bwd(&QuantizeRows(RowPart::Codes))?,
+                scales: weight.apply_op1_no_bwd(&QuantizeRows(RowPart::Scales))?,
+            });
+        }
         let (n, k) = weight.dims2()?;
         let values = weight
             .to_dtype(DType::F32)?

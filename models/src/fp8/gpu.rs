@@ -1,13 +1,14 @@
 //! An FP8 projection on a GPU: the input's rows quantized (`cuda/fp8.cu`), the product of the
 //! codes by cuBLASLt's FP8 GEMM into bf16, the output scaled by its token's and channel's
-//! scales (`cuda/fp8.cu` again).
+//! scales (`cuda/fp8.cu` again). A weight's rows are quantized at load by the same kernel, on
+//! the GPU: a 4B model's weights never travel to the host and back.
 
 use std::sync::Arc;
 
 use candle_core::cuda_backend::cudarc::cublaslt::{result as lt, sys};
 use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUdevice_attribute, CudaFunction, CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig,
-    PushKernelArg,
+    sys::CUdevice_attribute, CudaFunction, CudaSlice, CudaView, DevicePtr, DevicePtrMut,
+    LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
@@ -69,6 +70,73 @@ fn on(dev: &CudaDevice) -> Result<Arc<Fp8Device>> {
     })
 }
 
+/// The rows of a contiguous bf16 `[rows, cols]` view quantized: their codes and scales.
+fn quantize_rows(
+    dev: &CudaDevice,
+    kept: &Fp8Device,
+    values: &CudaView<'_, bf16>,
+    (rows, cols): (usize, usize),
+) -> Result<(CudaSlice<u8>, CudaSlice<f32>)> {
+    // SAFETY: the kernel writes every code and every scale.
+    let codes = unsafe { dev.alloc::<u8>(rows * cols)? };
+    let scales = unsafe { dev.alloc::<f32>(rows)? };
+    if rows == 0 {
+        return Ok((codes, scales));
+    }
+    let cols = cols as u64;
+    let stream = dev.cuda_stream();
+    let mut launch = stream.launch_builder(&kept.quantize);
+    launch.arg(values).arg(&codes).arg(&scales).arg(&cols);
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the kernel's arguments, buffers of rows·cols and rows values; a block a row.
+    unsafe { launch.launch(cfg) }.w()?;
+    Ok((codes, scales))
+}
+
+/// Which output of a weight's quantization [`QuantizeRows`] gives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RowPart {
+    Codes,
+    Scales,
+}
+
+/// A bf16 weight `[N, K]` quantized by rows on its GPU: its E4M3 codes `[N, K]` (u8) or its
+/// scales `[N]` (f32). A custom op gives one tensor, so a weight takes two calls (at load only;
+/// the kernel is cheap beside the upload it replaces).
+pub(crate) struct QuantizeRows(pub RowPart);
+
+impl candle_core::CustomOp1 for QuantizeRows {
+    fn name(&self) -> &'static str {
+        "fp8-quantize-rows"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+        candle_core::bail!("the GPU's row quantization ran on the CPU. This is a bug.")
+    }
+
+    fn cuda_fwd(&self, w: &CudaStorage, l: &Layout) -> Result<(CudaStorage, Shape)> {
+        let dev = w.device.clone();
+        let (rows, cols) = l.shape().dims2()?;
+        let Some((start, end)) = l.contiguous_offsets() else {
+            candle_core::bail!("the row quantization takes a contiguous weight");
+        };
+        let values = w.as_cuda_slice::<bf16>()?.slice(start..end);
+        let kept = on(&dev)?;
+        let (codes, scales) = quantize_rows(&dev, &kept, &values, (rows, cols))?;
+        Ok(match self.0 {
+            RowPart::Codes => (
+                CudaStorage::wrap_cuda_slice(codes, dev),
+                Shape::from((rows, cols)),
+            ),
+            RowPart::Scales => (CudaStorage::wrap_cuda_slice(scales, dev), Shape::from(rows)),
+        })
+    }
+}
+
 /// `x · Wᵀ` for a bf16 input `[T, K]`, E4M3 weight codes `[N, K]` and their f32 scales `[N]`.
 pub(crate) struct Fp8Matmul;
 
@@ -118,19 +186,7 @@ impl candle_core::CustomOp3 for Fp8Matmul {
         let stream = dev.cuda_stream();
 
         // 1. The input's rows as codes and scales.
-        // SAFETY: the kernel writes every code and every scale.
-        let x_codes = unsafe { dev.alloc::<u8>(t * k)? };
-        let x_scales = unsafe { dev.alloc::<f32>(t)? };
-        let cols = k as u64;
-        let mut launch = stream.launch_builder(&kept.quantize);
-        launch.arg(&xs).arg(&x_codes).arg(&x_scales).arg(&cols);
-        let cfg = LaunchConfig {
-            grid_dim: (t as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the kernel's arguments, buffers of t·k and t values; one block per row.
-        unsafe { launch.launch(cfg) }.w()?;
+        let (x_codes, x_scales) = quantize_rows(&dev, &kept, &xs, (t, k))?;
 
         // 2. Column-major, [N, T] = Wq(op T) · Xq: cuBLASLt's "TN" layout, the one FP8 takes.
         // SAFETY: every element of `out` is written by the GEMM.
