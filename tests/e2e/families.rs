@@ -129,10 +129,12 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
     let tiny = ENCODERS
         .iter()
         .map(|&(family, pooling, ..)| (family, pooling, None));
-    // And at real models' widths: BERT-base's 768 (12 heads), BGE-M3's 1,024 (16 heads).
+    // And at real models' widths: BERT-base's 768 (12 heads), BGE-M3's 1,024 (16 heads),
+    // nomic-embed-text's 768 (12 heads of 64, rotated in halves).
     let real = [
         ("bert", "mean", Some("768")),
         ("xlm-roberta", "mean", Some("1024")),
+        ("nomic_bert", "mean", Some("768")),
     ];
     for (family, pooling, hidden) in tiny.chain(real) {
         let t = TestDir::new();
