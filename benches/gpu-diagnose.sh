@@ -39,6 +39,9 @@
 #             head norm with the rotary, one kernel each (ours, models/cuda/elementwise.cu)
 #   best      `ours` of gpu-check.sh under the switches this run found faster (uni_) by 1 % or
 #             more without losing fidelity (fid_ ≥ 0.999 where run); none: the defaults
+#   *_fp8     --precision fp8: the projections in FP8 (#63's opt-in path; never in `best`: it
+#             changes the vectors, and a run asks for it)
+#   *_fp8fast --precision fp8 with EF_FP8_FAST_ACCUM=1: Hopper's fast FP8 accumulation
 #
 #   env: OUT=/tmp/gpu-diag WORK=/tmp/gpu-work TIME_LIMIT=420 (no experiment starts after it)
 #        PROFILE_SHAPES=64x512,16x2048,1x32768 UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768
@@ -139,8 +142,9 @@ declare -A ENVS=(
   [dense]="EF_SDPA_DENSE_SINGLE=1" [release]="EF_POOL_RELEASE=1" [noevents]="EF_NO_EVENT_TRACKING=1"
   [gemmlt]="EF_GEMM_LT=1" [fusedew]="EF_FUSED_ELEMENTWISE=1"
   [cublasws]="EF_CUBLAS_WORKSPACE=1" [sampler]="EF_MEMORY_SAMPLER=1"
+  [fp8fast]="EF_FP8_FAST_ACCUM=1"
 )
-declare -A EXTRA=([f32]="--dtype f32")
+declare -A EXTRA=([f32]="--dtype f32" [fp8]="--precision fp8" [fp8fast]="--precision fp8")
 FID=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-mix --fidelity "$WORK/fidelity.json")
 SMALL=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --batch-tokens 262144 --mix "$WORK/mix-small.json")
 SEQ=(--devices ${DEVICE:-cuda:0} --skip-uniform --skip-study --mix "$WORK/mix.json" --fidelity "$WORK/fidelity.json")
@@ -216,7 +220,9 @@ PY
 # peak memory polled as every earlier figure was (does the poll cost throughput?), the
 # memory pool kept against handed back, without event tracking, cuBLAS with a workspace, the
 # projections through cuBLASLt and our fused elementwise kernels (fidelity, then throughput
-# each), then gpu-check.sh's `ours` (the mix) under the switches found worth it.
-EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_sampler uni_release uni_noevents uni_cublasws fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best"}
+# each), then gpu-check.sh's `ours` (the mix) under the switches found worth it; then, where
+# time is left, the FP8 projections: their fidelity, their throughput with and without fast
+# accumulation.
+EXPERIMENTS=${EXPERIMENTS:-"fid_default prof_default uni_default uni_sampler uni_release uni_noevents uni_cublasws fid_gemmlt uni_gemmlt fid_fusedew uni_fusedew best fid_fp8 uni_fp8 uni_fp8fast"}
 for e in $EXPERIMENTS; do experiment "$e"; done
 say "done"

@@ -219,10 +219,12 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
         &[
             (
                 "EXPERIMENTS",
-                "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default uni_release",
+                "fid_default fid_blockwise fid_f32 fid_nosuch small_default prof_default uni_release fid_fp8",
             ),
             ("PROFILE_SHAPES", "2x64,1x128"),
             ("UNIFORM_SHAPES", "2x64"),
+            // fid_fp8 on the CPU: the emulation of the FP8 projections.
+            ("EMBEDFLEET_FP8_EMULATE", "1"),
         ],
     );
     let names = experiments(&lines);
@@ -234,10 +236,26 @@ fn the_diagnosis_script_runs_each_experiment_under_its_switches() {
             "fid_f32",
             "small_default",
             "prof_default",
-            "uni_release"
+            "uni_release",
+            "fid_fp8"
         ],
         "{log}"
     );
+    // FP8 against transformers' f32 vectors: #63's bar (the cases' lowest and their median).
+    let fp8 = &lines[6];
+    assert_eq!(fp8["rc"], 0, "{fp8}");
+    let mut cosines: Vec<f64> = fp8["cosines"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|c| c.as_f64().unwrap())
+        .collect();
+    cosines.sort_by(f64::total_cmp);
+    assert!(
+        cosines[0] >= 0.99 && cosines[cosines.len() / 2] >= 0.995 && cosines[0] < 0.999_999,
+        "{fp8}"
+    );
+    assert!(log.contains("fid_fp8: no env bench-gpu") && log.contains("--precision fp8"));
     for fid in &lines[..3] {
         assert_eq!(fid["rc"], 0, "{fid}");
         let cosines = fid["cosines"].as_object().unwrap();
