@@ -46,6 +46,15 @@ pub enum UploadError {
     #[error("shard key `{}` of `{}` belongs to another run ({}, run {}), not this one (run {}); load into another collection, or pass --replace-keys to take that run's keys over (its points in them are replaced)", .0.key, .0.collection, .0.owner_dir, .0.owner_run, .0.run)]
     KeyOfAnotherRun(Box<KeyConflict>),
 
+    /// The collection holds vectors another run made with another model, precision or
+    /// pooling (its identity marker says which): they cannot be compared with this run's.
+    #[error("collection `{collection}` holds vectors made with {theirs}, and this run's are made with {ours}: vectors made differently are not comparable and never share a collection; upload into another collection (--collection NAME), or delete that one first")]
+    OtherVectors {
+        collection: String,
+        theirs: String,
+        ours: String,
+    },
+
     /// A value that every point needs (paper id, embedding) is null.
     #[error(
         "shard row {row} has a null `{column}`; every point needs a paper id and an embedding"
@@ -333,6 +342,7 @@ impl UploadRunError {
                     UploadError::CollectionMismatch { .. }
                         | UploadError::VectorSizeMismatch { .. }
                         | UploadError::KeyOfAnotherRun(_)
+                        | UploadError::OtherVectors { .. }
                         | UploadError::PgTooManyDims { .. }
                 )
         )

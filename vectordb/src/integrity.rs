@@ -175,9 +175,11 @@ pub fn new_marker() -> String {
 }
 
 /// Records in run.db which collection the progress under `key` is about: the marker `found` in
-/// it, or a new one stored now. A sink that does not keep it (a database without markers, or a
-/// Qdrant server older than 1.16, which drops collection metadata) gets nothing recorded: the
-/// per-batch counts are the check left.
+/// it, or a new one stored now, which carries this run's vectors
+/// ([`crate::vectors_identity`]). A collection whose marker says other vectors is refused
+/// first. A sink that does not keep markers (a database without them, or a Qdrant server older
+/// than 1.16, which drops collection metadata) gets nothing recorded: the per-batch counts are
+/// the check left.
 pub fn record_marker<E>(
     sink: &dyn Sink,
     db: &RunDb,
@@ -188,10 +190,13 @@ pub fn record_marker<E>(
 where
     E: From<UploadError> + From<RunDbError>,
 {
+    let vectors = crate::vectors_identity::of_run(db);
+    crate::vectors_identity::check(name, found.as_deref(), vectors.as_deref())?;
     let marker = match found {
         Some(marker) => marker,
         None => {
-            sink.set_collection_marker(name, &new_marker())?;
+            let marker = crate::vectors_identity::marker(new_marker(), vectors.as_deref());
+            sink.set_collection_marker(name, &marker)?;
             match sink.collection_marker(name)? {
                 Some(marker) => marker,
                 None => return Ok(()),

@@ -45,6 +45,7 @@ pub mod shards;
 mod sink;
 mod spec;
 pub mod tune;
+pub mod vectors_identity;
 mod workers;
 
 pub use driver::{send, upload, upload_on, UploadReport, TEST_DELAY_ENV};

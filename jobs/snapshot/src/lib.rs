@@ -164,7 +164,10 @@ impl SnapshotError {
             SnapshotError::SettingsDiffer { .. }
                 | SnapshotError::VersionMismatch { .. }
                 | SnapshotError::NeedsCluster { .. }
-                | SnapshotError::Upload(embedfleet_vectordb::UploadError::KeyOfAnotherRun(_))
+                | SnapshotError::Upload(
+                    embedfleet_vectordb::UploadError::KeyOfAnotherRun(_)
+                        | embedfleet_vectordb::UploadError::OtherVectors { .. }
+                )
         )
     }
 }

@@ -161,3 +161,53 @@ fn a_collection_made_again_by_another_run_is_not_trusted_though_it_holds_every_p
     let again = upload(&sink, &options(&mine)).unwrap();
     assert_eq!((again.already_acked, again.send.points), (70, 0));
 }
+
+/// Pins `precision` (and the rest of a fixed set of output settings) in `run`, as its first
+/// job would.
+fn pin(run: &Path, precision: embedfleet_core::Precision) {
+    let settings = embedfleet_core::handoff::OutputSettings {
+        model: "0123456789abcdef".into(),
+        model_dir: "/models/q".into(),
+        dim: None,
+        vector_dtype: embedfleet_core::shardfile::VectorDtype::F32,
+        precision,
+        max_tokens: None,
+        shard_papers: 500,
+        pooling: "last_token".into(),
+        normalized: true,
+        instruction: None,
+    };
+    settings.pin(&embedfleet_core::RunLayout::new(run)).unwrap();
+}
+
+#[test]
+fn a_second_run_whose_vectors_were_made_differently_is_refused_by_the_collection() {
+    use embedfleet_core::Precision;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = edge(dir.path());
+    let native = run_of_batches(dir.path(), "native", &[(0, 20)]);
+    pin(&native, Precision::Native);
+    upload(&sink, &options(&native)).unwrap();
+    let marker = sink.collection_marker("papers").unwrap().unwrap();
+    assert!(
+        marker.ends_with("precision:native,pooling:last_token"),
+        "{marker}"
+    );
+
+    // Another run directory into the same collection: FP8 vectors are refused before any
+    // point is written; the same model's native vectors (an update's run) are taken.
+    let fp8 = run_of_batches(dir.path(), "fp8", &[(20, 10)]);
+    pin(&fp8, Precision::Fp8);
+    let err = upload(&sink, &options(&fp8)).unwrap_err();
+    assert!(err.is_refusal(), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("precision native") && message.contains("precision fp8"),
+        "{message}"
+    );
+    assert_eq!(holds(&sink, &(20..30).collect::<Vec<_>>()), 0);
+    let same = run_of_batches(dir.path(), "same", &[(20, 10)]);
+    pin(&same, Precision::Native);
+    upload(&sink, &options(&same)).unwrap();
+    assert_eq!(holds(&sink, &(20..30).collect::<Vec<_>>()), 10);
+}
