@@ -68,23 +68,25 @@ impl Projection {
                 scales: weight.apply_op1_no_bwd(&QuantizeRows(RowPart::Scales))?,
             });
         }
+        // Elsewhere than the CPU only a bf16 weight on a GPU is taken (`fp8::check_device`
+        // refuses the rest before any projection is quantized).
+        if !weight.device().is_cpu() {
+            candle_core::bail!(
+                "FP8 weights are quantized on their GPU from bf16, not {:?}. This is a bug.",
+                weight.dtype()
+            );
+        }
         let (n, k) = weight.dims2()?;
         let values = weight
             .to_dtype(DType::F32)?
             .flatten_all()?
             .to_vec1::<f32>()?;
-        let q = fp8::quantize_rows(&values, n, k);
-        let device = weight.device();
-        Ok(match device {
-            Device::Cpu => {
-                let values = Tensor::from_vec(q.dequantize(), (n, k), device)?;
-                Projection::Fp8Emulated(Linear::new(values.to_dtype(weight.dtype())?, None))
-            }
-            _ => Projection::Fp8 {
-                codes: Tensor::from_vec(q.codes, (n, k), device)?,
-                scales: Tensor::from_vec(q.scales, n, device)?,
-            },
-        })
+        let values = fp8::quantize_rows(&values, n, k).dequantize();
+        let values = Tensor::from_vec(values, (n, k), &Device::Cpu)?;
+        Ok(Projection::Fp8Emulated(Linear::new(
+            values.to_dtype(weight.dtype())?,
+            None,
+        )))
     }
 
     /// Whether the weight is FP8 (or its emulation).

@@ -3,7 +3,8 @@
 //! scales (`cuda/fp8.cu` again). A weight's rows are quantized at load by the same kernel, on
 //! the GPU: a 4B model's weights never travel to the host and back.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use candle_core::cuda_backend::cudarc::cublaslt::{result as lt, sys};
 use candle_core::cuda_backend::cudarc::driver::{
@@ -35,13 +36,20 @@ pub(crate) fn capability(dev: &CudaDevice) -> Result<(u32, u32)> {
     Ok((major as u32, minor as u32))
 }
 
-/// What a device keeps for its FP8 projections: the kernels, a cuBLASLt handle and workspace.
+/// What a device keeps for its FP8 projections: the kernels, a cuBLASLt handle and workspace,
+/// and the algorithm cuBLASLt's heuristic chose for each recent `(t, n, k)`: a forward asks
+/// for the same four shapes once per layer, and the heuristic is the slow part of a call.
 struct Fp8Device {
     quantize: CudaFunction,
     scale: CudaFunction,
     handle: LtHandle,
     workspace: CudaSlice<u8>,
+    algos: Mutex<HashMap<(usize, usize, usize), sys::cublasLtMatmulAlgo_t>>,
 }
+
+/// Shapes whose algorithm is kept: a forward's four projections, many times over; cleared when
+/// full (a run's token counts vary batch to batch, so the map would otherwise grow for a week).
+const KEPT_ALGOS: usize = 64;
 
 /// A cuBLASLt handle, destroyed with its device's entry (never: entries live for the process).
 struct LtHandle(sys::cublasLtHandle_t);
@@ -66,6 +74,7 @@ fn on(dev: &CudaDevice) -> Result<Arc<Fp8Device>> {
             scale: module.load_function("ef_fp8_scale_bf16").w()?,
             handle: LtHandle(handle),
             workspace: dev.alloc_zeros::<u8>(WORKSPACE)?,
+            algos: Mutex::default(),
         }))
     })
 }
@@ -284,12 +293,24 @@ fn gemm(
         .map_err(lt_err("workspace preference"))?;
     }
     let handle = kept.handle.0;
-    // SAFETY: live descriptors of the shapes below.
-    let heuristic = unsafe {
-        lt::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0).map_err(
-            lt_err(&format!("no algorithm for [{t}, {k}] · [{n}, {k}]ᵀ")),
-        )?
+    let mut algos = kept.algos.lock().unwrap_or_else(|e| e.into_inner());
+    let algo = match algos.get(&(t, n, k)) {
+        Some(algo) => *algo,
+        None => {
+            // SAFETY: live descriptors of the shapes below.
+            let heuristic = unsafe {
+                lt::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0).map_err(
+                    lt_err(&format!("no algorithm for [{t}, {k}] · [{n}, {k}]ᵀ")),
+                )?
+            };
+            if algos.len() >= KEPT_ALGOS {
+                algos.clear();
+            }
+            algos.insert((t, n, k), heuristic.algo);
+            heuristic.algo
+        }
     };
+    drop(algos);
     let (alpha, beta) = (1f32, 0f32);
     let (wp, _w) = w.device_ptr(stream);
     let (xp, _x) = x.device_ptr(stream);
@@ -311,7 +332,7 @@ fn gemm(
             d.0,
             op as *mut _,
             d.0,
-            &heuristic.algo,
+            &algo,
             wsp as *mut _,
             WORKSPACE,
             stream.cu_stream() as *mut _,
