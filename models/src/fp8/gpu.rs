@@ -357,12 +357,14 @@ pub(crate) fn self_check(device: &candle_core::Device) -> Result<()> {
         *v *= 100.0;
     }
     let want = super::fp8_product(&x, &w, (t, n, k));
+    // The ops a projection runs (`Projection::to_fp8`'s and its forward's), called here
+    // directly: this module is below `projection.rs`.
     let weight = Tensor::from_vec(w, (n, k), device)?.to_dtype(DType::BF16)?;
-    let projection = crate::projection::Projection::Dense(candle_nn::Linear::new(weight, None));
+    let codes = weight.apply_op1_no_bwd(&QuantizeRows(RowPart::Codes))?;
+    let scales = weight.apply_op1_no_bwd(&QuantizeRows(RowPart::Scales))?;
     let input = Tensor::from_vec(x, (t, k), device)?.to_dtype(DType::BF16)?;
-    let got = projection
-        .to_fp8()?
-        .forward(&input)?
+    let got = input
+        .apply_op3_no_bwd(&codes, &scales, &Fp8Matmul)?
         .to_dtype(DType::F32)?
         .flatten_all()?
         .to_vec1::<f32>()?;
