@@ -237,6 +237,25 @@ fn lt_err(what: &str) -> impl Fn(lt::CublasError) -> candle_core::Error + '_ {
     move |e| candle_core::Error::Msg(format!("cuBLASLt FP8 GEMM, {what}: {e:?}"))
 }
 
+/// The algorithm for `shape` (`(t, n, k)`): the one kept, else `ask`'s (cuBLASLt's heuristic),
+/// kept from now on.
+fn kept_algo(
+    kept: &Fp8Device,
+    shape: (usize, usize, usize),
+    ask: impl FnOnce() -> Result<sys::cublasLtMatmulAlgo_t>,
+) -> Result<sys::cublasLtMatmulAlgo_t> {
+    let mut algos = kept.algos.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(algo) = algos.get(&shape) {
+        return Ok(*algo);
+    }
+    let algo = ask()?;
+    if algos.len() >= KEPT_ALGOS {
+        algos.clear();
+    }
+    algos.insert(shape, algo);
+    Ok(algo)
+}
+
 /// `out [T, N] (bf16, row-major) = Xq [T, K] · Wqᵀ`, the E4M3 codes' product, unscaled.
 fn gemm(
     kept: &Fp8Device,
@@ -293,24 +312,15 @@ fn gemm(
         .map_err(lt_err("workspace preference"))?;
     }
     let handle = kept.handle.0;
-    let mut algos = kept.algos.lock().unwrap_or_else(|e| e.into_inner());
-    let algo = match algos.get(&(t, n, k)) {
-        Some(algo) => *algo,
-        None => {
-            // SAFETY: live descriptors of the shapes below.
-            let heuristic = unsafe {
-                lt::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0).map_err(
-                    lt_err(&format!("no algorithm for [{t}, {k}] · [{n}, {k}]ᵀ")),
-                )?
-            };
-            if algos.len() >= KEPT_ALGOS {
-                algos.clear();
-            }
-            algos.insert((t, n, k), heuristic.algo);
-            heuristic.algo
-        }
-    };
-    drop(algos);
+    let algo = kept_algo(kept, (t, n, k), || {
+        // SAFETY: live descriptors of the shapes below.
+        let heuristic = unsafe {
+            lt::get_matmul_algo_heuristic(handle, desc.0, a.0, b.0, d.0, d.0, pref.0).map_err(
+                lt_err(&format!("no algorithm for [{t}, {k}] · [{n}, {k}]ᵀ")),
+            )?
+        };
+        Ok(heuristic.algo)
+    })?;
     let (alpha, beta) = (1f32, 0f32);
     let (wp, _w) = w.device_ptr(stream);
     let (xp, _x) = x.device_ptr(stream);
