@@ -41,8 +41,10 @@
 #                                   anew by transformers' own class (nomic_bert: the numpy one;
 #                                   benches/reference_encoder.py, its f32 vectors on the CPU at 1,
 #                                   7 and 128 tokens), ours on the device in
-#                                   its default dtype (bench-gpu --fidelity; bf16 on a GPU: the
-#                                   blockwise kernel, bidirectional and windowed)
+#                                   its default dtype (bench-gpu --fidelity; bf16 on a GPU:
+#                                   cuDNN's fused kernel, bidirectional and windowed bands, once
+#                                   its self-test passes, else the blockwise one; the report's
+#                                   attention column says which ran)
 #   fp8                60      120  bench-gpu --precision fp8 (#63's opt-in FP8 projections): the mix
 #                                   (its vectors against ours' bf16 ones: min and median cosine),
 #                                   the fidelity cases, the uniform shapes; the report's fp8 table

@@ -206,11 +206,13 @@ def fidelity_rows(lines):
            if r.get("event") in ("fidelity", "fidelity_error")]
     if not fid:
         return []
-    rows = ["", "| binary | fidelity case | tokens | cosine vs transformers fp32 |", "|---|---|---|---|"]
+    rows = ["", "| binary | fidelity case | tokens | attention | cosine vs transformers fp32 |",
+            "|---|---|---|---|---|"]
     for name, r in fid:
         cos = num(r.get("cosine"), ".6f") if r["event"] == "fidelity" else \
             "ERROR: " + str(r.get("error") or r.get("err") or r)[:200]
-        rows.append(f"| {'cu12' if name == 'cu12' else 'cu13'} ({name}) | {r.get('name')} | {r.get('tokens', '-')} | {cos} |")
+        rows.append(f"| {'cu12' if name == 'cu12' else 'cu13'} ({name}) | {r.get('name')} | "
+                    f"{r.get('tokens', '-')} | {r.get('attention') or '-'} | {cos} |")
     return rows
 
 

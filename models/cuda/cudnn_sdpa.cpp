@@ -1,4 +1,5 @@
-// cudnn_sdpa.cpp - fused causal SDPA forward over packed ragged bf16 sequences,
+// cudnn_sdpa.cpp - fused SDPA forward over packed ragged bf16 sequences (causal, whole
+// sequence or a band around the diagonal),
 // built on the header-only cuDNN frontend graph API, exposed through the C ABI
 // in cudnn_sdpa.h.
 //
@@ -30,8 +31,15 @@
 // * Layout: dims are always {b, h, s, d}; the packed token-major storage is
 //   described by BSHD strides {s*h*d, d, h*d, 1}. With ragged offsets the batch
 //   stride is ignored: sequence i starts at element offset[i].
-// * Causal: diagonal alignment TOP_LEFT with right bound 0 (set_causal_mask is
-//   marked "to deprecate"). q and kv share seq_len, so top-left == bottom-right.
+// * Masks: diagonal alignment TOP_LEFT with a right bound (0: causal; set_causal_mask
+//   is marked "to deprecate") and a left bound (a sliding window), each optional: an
+//   encoder's whole sequence sets neither. q and kv share seq_len, so top-left ==
+//   bottom-right. The frontend keeps key j for query i when j + left > i (its
+//   "column + window_size > row", utils/attn_score_modifiers.h) and when
+//   i + right >= j (the right-bound band's CMP_GE): a window of w keys either side is
+//   (left w + 1, right w). Non-causal bounds need cuDNN >= 9.10.2 (earlier, the
+//   frontend takes a left bound only with causal masking); the UNIFIED node takes
+//   bounds from 9.21, so earlier ones build COMPOSITE (plan_policy's retry).
 // * Implementation choice: the frontend's AUTO mode picks UNIFIED when the
 //   version checks pass, else COMPOSITE, but does not fall back if the chosen
 //   one later fails to find an engine. Here "auto" builds UNIFIED and, on any
@@ -123,8 +131,8 @@ struct DeviceInfo {
 enum class Impl { Auto, Composite, Unified };
 
 // Everything that shapes the cuDNN graph. total_tokens is deliberately absent (see the notes at the top).
-// (batch, max_seq_len, heads, kv heads, head dim, scale bits, dense)
-using PlanKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t, bool>;
+// (batch, max_seq_len, heads, kv heads, head dim, scale bits, dense, left bound, right bound)
+using PlanKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t, bool, int32_t, int32_t>;
 
 struct Plan {
     std::shared_ptr<fe::graph::Graph> graph;
@@ -444,22 +452,48 @@ struct Shape {
     // EF_SDPA_DENSE_SINGLE: one sequence as a plain BSHD tensor of exactly its length (no
     // ragged offsets, no padding mask), max_seq_len == total. An A/B switch for the GPU check.
     bool dense = false;
+    // The mask within a sequence (cudnn_sdpa.h): key j seen by query i when i - left_bound < j
+    // and j <= i + right_bound; -1 leaves a side unbounded. Causal: (-1, 0).
+    int32_t left_bound  = -1;
+    int32_t right_bound = 0;
+
+    std::string
+    mask() const {
+        if (left_bound < 0 && right_bound < 0) {
+            return "whole sequence";
+        }
+        if (left_bound < 0 && right_bound == 0) {
+            return "causal";
+        }
+        return "band left_bound=" + std::to_string(left_bound) + " right_bound=" + std::to_string(right_bound);
+    }
 
     std::string
     str() const {
         return "batch=" + std::to_string(batch) + " max_seq_len=" + std::to_string(max_seq_len) +
                " total_tokens=" + std::to_string(total) + " n_heads=" + std::to_string(n_heads) +
                " n_kv_heads=" + std::to_string(n_kv_heads) + " head_dim=" + std::to_string(head_dim) +
-               (dense ? " dense" : "");
+               " mask=" + mask() + (dense ? " dense" : "");
     }
 };
+
+// A shape of the C ABI's arguments.
+Shape
+shape_of(int32_t batch, int32_t max_seq_len, int32_t total, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
+         float scale, int32_t left_bound, int32_t right_bound) {
+    Shape sh{batch, max_seq_len, total, n_heads, n_kv_heads, head_dim, scale};
+    sh.left_bound  = left_bound;
+    sh.right_bound = right_bound;
+    return sh;
+}
 
 PlanKey
 plan_key(Shape const &sh) {
     uint32_t scale_bits = 0;
     static_assert(sizeof(scale_bits) == sizeof(sh.scale), "float is not 32-bit");
     std::memcpy(&scale_bits, &sh.scale, sizeof(scale_bits));
-    return PlanKey{sh.batch, sh.max_seq_len, sh.n_heads, sh.n_kv_heads, sh.head_dim, scale_bits, sh.dense};
+    return PlanKey{sh.batch,    sh.max_seq_len, sh.n_heads,     sh.n_kv_heads,  sh.head_dim,
+                   scale_bits, sh.dense,       sh.left_bound, sh.right_bound};
 }
 
 // Argument checks shared by prepare and run. Returns an empty string when valid.
@@ -491,6 +525,12 @@ check_shape(Shape const &sh) {
     }
     if (!std::isfinite(sh.scale)) {
         return "scale must be finite";
+    }
+    if (sh.left_bound == 0 || sh.left_bound < -1) {
+        return "left_bound must be >= 1 (the query itself counts), or -1 for none";
+    }
+    if (sh.right_bound < -1) {
+        return "right_bound must be >= 0, or -1 for none";
     }
     // The ragged offset arrays are int32 element offsets: the largest is total*heads*head_dim.
     int64_t const max_q_elems = static_cast<int64_t>(sh.total) * sh.n_heads * sh.head_dim;
@@ -603,12 +643,17 @@ try_build(ef_sdpa *s, Shape const &sh, fe::AttentionImplementation_t impl, bool 
         auto V = g->tensor(thd_attrs("V", kUidV, hkv));
 
         auto opts = fe::graph::SDPA_attributes()
-                        .set_name("ef_causal_thd_sdpa")
+                        .set_name("ef_thd_sdpa")
                         .set_generate_stats(false)  // inference: no softmax stats output
                         .set_attn_scale(sh.scale)
                         .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                        .set_diagonal_band_right_bound(0)
                         .set_implementation(impl);
+        if (sh.right_bound >= 0) {
+            opts.set_diagonal_band_right_bound(sh.right_bound);
+        }
+        if (sh.left_bound >= 1) {
+            opts.set_diagonal_band_left_bound(sh.left_bound);
+        }
         std::shared_ptr<fe::graph::Tensor_attributes> off_o;
         if (!sh.dense) {
             auto seq_q  = index_tensor("seq_len_q", kUidSeqLenQ, b);
@@ -863,6 +908,8 @@ ef_sdpa_prepare(ef_sdpa *s,
                 int32_t n_kv_heads,
                 int32_t head_dim,
                 float scale,
+                int32_t left_bound,
+                int32_t right_bound,
                 int64_t *workspace_bytes,
                 char *err,
                 size_t err_len) {
@@ -871,7 +918,8 @@ ef_sdpa_prepare(ef_sdpa *s,
             write_err(err, err_len, "ef_sdpa_prepare: null ef_sdpa");
             return 1;
         }
-        Shape const sh = with_dense(s, Shape{batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale});
+        Shape const sh = with_dense(
+            s, shape_of(batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale, left_bound, right_bound));
         if (std::string e = check_shape(sh); !e.empty()) {
             write_err(err, err_len, "ef_sdpa_prepare: unsupported shape (" + sh.str() + "): " + e);
             return 1;
@@ -898,12 +946,14 @@ ef_sdpa_plan_impl(ef_sdpa *s,
                   int32_t n_heads,
                   int32_t n_kv_heads,
                   int32_t head_dim,
-                  float scale) {
+                  float scale,
+                  int32_t left_bound,
+                  int32_t right_bound) {
     try {
         if (s == nullptr) {
             return nullptr;
         }
-        Shape const sh{batch, max_seq_len, 0, n_heads, n_kv_heads, head_dim, scale};
+        Shape const sh = shape_of(batch, max_seq_len, 0, n_heads, n_kv_heads, head_dim, scale, left_bound, right_bound);
         std::lock_guard<std::mutex> lock(s->mu);
         auto const it = s->cache.find(plan_key(sh));
         return it == s->cache.end() ? nullptr : it->second->label.c_str();
@@ -922,6 +972,8 @@ ef_sdpa_run(ef_sdpa *s,
             int32_t n_kv_heads,
             int32_t head_dim,
             float scale,
+            int32_t left_bound,
+            int32_t right_bound,
             const void *q,
             const void *k,
             const void *v,
@@ -937,7 +989,8 @@ ef_sdpa_run(ef_sdpa *s,
             write_err(err, err_len, "ef_sdpa_run: null ef_sdpa");
             return 1;
         }
-        Shape const sh = with_dense(s, Shape{batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale});
+        Shape const sh = with_dense(
+            s, shape_of(batch, max_seq_len, total_tokens, n_heads, n_kv_heads, head_dim, scale, left_bound, right_bound));
         if (std::string e = check_shape(sh); !e.empty()) {
             write_err(err, err_len, "ef_sdpa_run: invalid shape (" + sh.str() + "): " + e);
             return 1;

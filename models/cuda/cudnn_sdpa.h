@@ -1,7 +1,15 @@
 /*
- * cudnn_sdpa.h - C ABI over the cuDNN frontend (graph API) for fused causal
+ * cudnn_sdpa.h - C ABI over the cuDNN frontend (graph API) for fused
  * scaled-dot-product attention forward (inference) on packed, ragged bf16
- * sequences ("THD" layout). Implemented in cudnn_sdpa.cpp.
+ * sequences ("THD" layout): causal (a decoder's), over the whole sequence (an
+ * encoder's) or within a band around the diagonal (sliding windows). Implemented
+ * in cudnn_sdpa.cpp.
+ *
+ * The mask, within each sequence, is two bounds: query i sees key j when
+ *   i - left_bound < j   (left_bound >= 1; -1: no left bound), and
+ *   j <= i + right_bound (right_bound >= 0; -1: no right bound).
+ * Causal: (-1, 0). Whole sequence: (-1, -1). A window of w keys either side of
+ * the query: (w + 1, w). A band that is not causal needs cuDNN >= 9.10.2.
  *
  * Nothing here links against libcudnn or libcudart: ef_sdpa_create() dlopens
  * libcudnn (and libcuda.so.1, the driver, for device queries) at run time.
@@ -74,20 +82,22 @@ int64_t ef_sdpa_cudnn_version(const ef_sdpa* s);
    bound the number of plans: each plan build takes tens to hundreds of milliseconds. */
 int ef_sdpa_prepare(ef_sdpa* s, int32_t batch, int32_t max_seq_len, int32_t total_tokens,
                     int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, float scale,
-                    int64_t* workspace_bytes, char* err, size_t err_len);
+                    int32_t left_bound, int32_t right_bound, int64_t* workspace_bytes,
+                    char* err, size_t err_len);
 
 /* The plan prepared for this key, in words, or NULL when none is prepared: its implementation
    first ("unified" or "composite"), then ", dynamic shapes" when it shares the kernel cache, and
    the seconds its build took (e.g. "composite, dynamic shapes, built in 0.084 s"). cuDNN may
    pick different kernels per shape, so callers log it. Valid until ef_sdpa_destroy. */
 const char* ef_sdpa_plan_impl(ef_sdpa* s, int32_t batch, int32_t max_seq_len, int32_t n_heads,
-                              int32_t n_kv_heads, int32_t head_dim, float scale);
+                              int32_t n_kv_heads, int32_t head_dim, float scale,
+                              int32_t left_bound, int32_t right_bound);
 
 /* Runs on `stream` (a cudaStream_t). Layouts, all contiguous, bf16:
      q, o: [total_tokens, n_heads, head_dim]   (token-major, "THD" packed)
      k, v: [total_tokens, n_kv_heads, head_dim]
-   Sequence i occupies tokens [cu_seqlens[i], cu_seqlens[i+1]); it attends causally to itself
-   only (top-left aligned causal mask within each sequence). Grouped-query attention:
+   Sequence i occupies tokens [cu_seqlens[i], cu_seqlens[i+1]); it attends to itself only,
+   within the mask of left_bound and right_bound (top-left aligned, see above). Grouped-query attention:
    n_heads is a multiple of n_kv_heads; query head h uses kv head h / (n_heads/n_kv_heads).
    Softmax scale `scale` is applied to q.k inside the kernel (q is NOT pre-scaled).
    Device int32 arrays prepared by the caller:
@@ -100,7 +110,8 @@ const char* ef_sdpa_plan_impl(ef_sdpa* s, int32_t batch, int32_t max_seq_len, in
    the kernel launch must be reported, not swallowed. */
 int ef_sdpa_run(ef_sdpa* s, void* stream, int32_t batch, int32_t max_seq_len,
                 int32_t total_tokens, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
-                float scale, const void* q, const void* k, const void* v, void* o,
+                float scale, int32_t left_bound, int32_t right_bound, const void* q,
+                const void* k, const void* v, void* o,
                 const int32_t* seq_len, const int32_t* q_offsets, const int32_t* kv_offsets,
                 void* workspace, char* err, size_t err_len);
 

@@ -79,13 +79,9 @@ impl AttentionKernel {
             AttentionKernel::Blockwise => masked::packed_attention(q, k, v, ctx, scale, mask),
             AttentionKernel::Tiled => tiled::attention(q, k, v, ctx, scale, mask),
             #[cfg(feature = "cuda")]
-            AttentionKernel::Fused(fused) if mask == Mask::Causal => {
-                fused.forward(q, k, v, ctx.fused_batch()?, scale)
+            AttentionKernel::Fused(fused) => {
+                fused.forward(q, k, v, ctx.fused_batch()?, scale, mask)
             }
-            #[cfg(feature = "cuda")]
-            AttentionKernel::Fused(_) => candle_core::bail!(
-                "the fused attention kernel is causal only; an encoder runs the blockwise kernel"
-            ),
         }
     }
 }

@@ -76,12 +76,13 @@ pub fn blockwise_asked() -> bool {
 }
 
 /// The fused kernel for a model of `heads` (query heads, key/value heads, head dimension)
-/// computing in `dtype` on `device`, once its self-test passes; `None` when
-/// `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise kernel. The error says why the fused
-/// kernel is refused.
+/// whose layers attend under `masks`, computing in `dtype` on `device`, once its self-test
+/// passes under each mask; `None` when `EMBEDFLEET_ATTENTION=blockwise` keeps the blockwise
+/// kernel. The error says why the fused kernel is refused.
 #[cfg(feature = "cuda")]
 pub fn fused_kernel(
     heads: (usize, usize, usize),
+    masks: &[Mask],
     dtype: DType,
     device: &Device,
     opts: &LoadOptions,
@@ -105,7 +106,7 @@ pub fn fused_kernel(
     let version = fused.cudnn_version();
     let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
     let tile = opts.attention_tile.max(1);
-    let diff = self_test(&kernel, device, tile)
+    let diff = self_test(&kernel, device, tile, masks)
         .map_err(|e| refuse(format!("its start-up self-test failed: {e}")))?;
     if !within_tolerance(diff) {
         return Err(refuse(format!(
@@ -118,15 +119,20 @@ pub fn fused_kernel(
 }
 
 /// Runs the fused kernel and the blockwise path on the same random problems on `device`
-/// ([`self_test_batches`]) and returns the largest relative difference of any token's head
-/// ([`max_relative_row_diff`]), or why the kernel cannot run.
+/// ([`self_test_batches`]) under each of `masks` and returns the largest relative difference
+/// of any token's head ([`max_relative_row_diff`]), or why the kernel cannot run.
 #[cfg(feature = "cuda")]
-pub fn self_test(kernel: &AttentionKernel, device: &Device, tile: usize) -> Result<f32, String> {
+pub fn self_test(
+    kernel: &AttentionKernel,
+    device: &Device,
+    tile: usize,
+    masks: &[Mask],
+) -> Result<f32, String> {
     let AttentionKernel::Fused(fused) = kernel else {
         return Err("not the fused kernel".into());
     };
     let (nh, nkv, hd) = fused.heads();
-    let one = |lens: &[usize]| -> candle_core::Result<f32> {
+    let one = |lens: &[usize], mask: Mask| -> candle_core::Result<f32> {
         let mut spans = Vec::new();
         let mut start = 0;
         for &len in lens {
@@ -138,17 +144,20 @@ pub fn self_test(kernel: &AttentionKernel, device: &Device, tile: usize) -> Resu
         let (q, k, v) = (rand(nh)?, rand(nkv)?, rand(nkv)?);
         let scale = 1.0 / (hd as f64).sqrt();
         let fused_ctx = AttnContext::new(spans.clone(), tile, kernel.clone(), device)?;
-        let got = kernel.attention(&q, &k, &v, &fused_ctx, scale, Mask::Causal)?;
+        let got = kernel.attention(&q, &k, &v, &fused_ctx, scale, mask)?;
         let block = AttentionKernel::Blockwise;
         let block_ctx = AttnContext::new(spans.clone(), tile, block.clone(), device)?;
-        let want = block.attention(&q, &k, &v, &block_ctx, scale, Mask::Causal)?;
+        let want = block.attention(&q, &k, &v, &block_ctx, scale, mask)?;
         let values = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
         Ok(max_relative_row_diff(&values(&got)?, &values(&want)?, hd))
     };
     let mut worst = 0.0f32;
-    for lens in self_test_batches(tile) {
-        let diff = one(&lens).map_err(|e| format!("{e} (sequences of {lens:?} tokens)"))?;
-        worst = max_keeping_nan(worst, diff);
+    for &mask in masks {
+        for lens in self_test_batches(tile) {
+            let diff = one(&lens, mask)
+                .map_err(|e| format!("{e} (sequences of {lens:?} tokens, {mask:?})"))?;
+            worst = max_keeping_nan(worst, diff);
+        }
     }
     Ok(worst)
 }
@@ -166,7 +175,12 @@ pub fn probe_attention(device: &DeviceSpec) -> Result<String, String> {
             let fused = FusedAttention::new(32, 8, 128)?;
             let version = fused.cudnn_version();
             let kernel = AttentionKernel::Fused(std::sync::Arc::new(fused));
-            let diff = self_test(&kernel, &opened, crate::family::DEFAULT_ATTENTION_TILE)?;
+            let diff = self_test(
+                &kernel,
+                &opened,
+                crate::family::DEFAULT_ATTENTION_TILE,
+                &[Mask::Causal],
+            )?;
             if !within_tolerance(diff) {
                 return Err(format!(
                     "its self-test differs from the blockwise kernel by {diff} relative (tolerance {FUSED_SELF_TEST_TOLERANCE})"

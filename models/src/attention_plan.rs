@@ -13,6 +13,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::cpu::attention::Mask;
+
 /// The least planned length: one plan serves every mini-batch whose longest sequence is at
 /// most this long, and no plan is ever 1×1.
 pub const PLAN_LENGTH_FLOOR: usize = 1024;
@@ -59,6 +61,44 @@ pub fn planned_shapes<'a>(batches: impl IntoIterator<Item = &'a [usize]>) -> BTr
 /// [`PACKED_TOKEN_ALIGN`] (at least one alignment unit).
 pub fn padded_tokens(total: usize) -> usize {
     total.max(1).div_ceil(PACKED_TOKEN_ALIGN) * PACKED_TOKEN_ALIGN
+}
+
+/// The mask of a forward as the shim takes it (`cudnn_sdpa.h`): query `i` sees key `j` when
+/// `i - left < j` (`left >= 1`; -1: no left bound) and `j <= i + right` (-1: no right bound).
+/// cuDNN's frontend keeps a score when "column + window > row" (its left bound) and when
+/// "row + right bound >= column", so a window of `w` keys either side is `(w + 1, w)`: the
+/// query itself counts in cuDNN's window, not in ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MaskBounds {
+    pub left: i32,
+    pub right: i32,
+}
+
+impl MaskBounds {
+    /// The bounds of `mask`; a window wider than int32 is no bound on that side (no sequence
+    /// is that long).
+    pub fn of(mask: Mask) -> MaskBounds {
+        let side = |w: usize| i32::try_from(w).ok().filter(|&w| w < i32::MAX);
+        match mask {
+            Mask::Causal => MaskBounds { left: -1, right: 0 },
+            Mask::Full => MaskBounds {
+                left: -1,
+                right: -1,
+            },
+            Mask::Window { left, right } => MaskBounds {
+                left: side(left).map_or(-1, |w| w + 1),
+                right: side(right).unwrap_or(-1),
+            },
+        }
+    }
+
+    /// Whether cuDNN, given these bounds, keeps the score of query `i` and key `j`: the
+    /// frontend's two comparisons, written from its `sliding_window_mask`.
+    pub fn keeps(self, i: i64, j: i64) -> bool {
+        let left = self.left < 0 || j + i64::from(self.left) > i;
+        let right = self.right < 0 || i + i64::from(self.right) >= j;
+        left && right
+    }
 }
 
 /// Which cuDNN attention preference (`EF_SDPA_IMPL`) a handle has.
@@ -167,6 +207,55 @@ impl ShimFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bounds handed to cuDNN keep exactly the scores our kernels keep, for every mask the
+    /// families use: causal (Qwen3), the whole sequence (BERT's kin), ModernBERT's and Gemma's
+    /// windows (64 and 256 keys either side), a causal window and a one-sided one.
+    #[test]
+    fn cudnn_bounds_keep_the_scores_each_mask_sees() {
+        let masks = [
+            Mask::Causal,
+            Mask::Full,
+            Mask::Window {
+                left: 64,
+                right: 64,
+            },
+            Mask::Window {
+                left: 256,
+                right: 256,
+            },
+            Mask::Window { left: 40, right: 0 },
+            Mask::Window { left: 3, right: 9 },
+            Mask::Window { left: 0, right: 0 },
+        ];
+        for mask in masks {
+            let bounds = MaskBounds::of(mask);
+            assert!(
+                bounds.left == -1 || bounds.left >= 1,
+                "{mask:?}: {bounds:?}"
+            );
+            assert!(bounds.right >= -1, "{mask:?}: {bounds:?}");
+            for i in 0..300usize {
+                for j in 0..300usize {
+                    assert_eq!(
+                        bounds.keeps(i as i64, j as i64),
+                        mask.sees(i, j),
+                        "{mask:?} as {bounds:?} at query {i}, key {j}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            MaskBounds::of(Mask::Window {
+                left: usize::MAX,
+                right: usize::MAX
+            }),
+            MaskBounds {
+                left: -1,
+                right: -1
+            }
+        );
+    }
 
     #[test]
     fn a_batch_of_one_token_sequences_is_never_planned_as_decode() {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Device, Result, Tensor};
 
-use crate::attention::AttentionKernel;
+use crate::attention::{AttentionKernel, Mask};
 use crate::embedder::{matryoshka, Embedder};
 use crate::error::{ModelError, ModelResult};
 use crate::family::{LoadOptions, OutputDims};
@@ -35,14 +35,29 @@ pub trait EncoderModel: Send + Sync {
     fn parameters(&self) -> u64;
     /// Floats alive together per token inside one layer (see [`estimate`]).
     fn floats_per_token(&self) -> u64;
-    /// Attention heads and their width.
-    fn heads(&self) -> (usize, usize);
+    /// Its attention: heads, scale and the masks of its layers.
+    fn attention(&self) -> AttentionUse;
     fn dtype(&self) -> DType;
     fn kernel(&self) -> &AttentionKernel;
+    /// Runs attention with `kernel` from now on (the loader's fused kernel on a GPU).
+    fn set_kernel(&mut self, kernel: AttentionKernel);
 }
 
-/// The kernel an encoder's forward runs on `device`: the CPU's tiled kernel for f32 on the
-/// CPU, else the blockwise one (the fused kernel is causal only).
+/// An encoder's attention, as the fused kernel is made, self-tested and planned for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionUse {
+    /// Query heads, key/value heads (fewer under grouped-query attention: EmbeddingGemma's
+    /// one), head dimension.
+    pub heads: (usize, usize, usize),
+    /// What q·k is multiplied by.
+    pub scale: f64,
+    /// The masks its layers attend under, each once.
+    pub masks: Vec<Mask>,
+}
+
+/// The kernel an encoder is built with on `device`: the CPU's tiled kernel for f32 on the CPU,
+/// else the blockwise one, which [`load_encoder`] replaces by cuDNN's fused kernel on a GPU
+/// once it passes its self-test under the model's masks ([`fused_or_blockwise`]).
 pub fn encoder_kernel(device: &Device, dtype: DType) -> AttentionKernel {
     if device.is_cpu() && dtype == DType::F32 && !crate::attention_check::blockwise_asked() {
         AttentionKernel::Tiled
@@ -112,12 +127,19 @@ pub fn load_encoder<M: EncoderModel + 'static>(
     let device = opts.device.open()?;
     let dtype = compute_dtype(&device, opts)?;
     let weights = Weights::open(dir, dtype, &device)?;
-    let model = build(
+    #[allow(unused_mut)] // the CPU build never swaps its kernel
+    let mut model = build(
         &weights,
         encoder_kernel(&device, dtype),
         opts.attention_tile,
     )?;
     drop(weights);
+    #[cfg(feature = "cuda")]
+    if !device.is_cpu() {
+        if let Some(kernel) = fused_or_blockwise(&model.attention(), dtype, &device, opts) {
+            model.set_kernel(kernel);
+        }
+    }
     device.synchronize()?;
     tracing::info!(dir = %dir.display(), device = %opts.device, ?dtype, family, "loaded model");
     Ok(Box::new(EncoderEmbedder::new(
@@ -208,7 +230,7 @@ pub fn estimate<M: EncoderModel>(model: &M, seq_lens: &[usize], tile: usize) -> 
     let b = model.dtype().size_in_bytes() as u64;
     let t: u64 = seq_lens.iter().map(|&l| l as u64).sum();
     let longest = seq_lens.iter().copied().max().unwrap_or(0);
-    let (heads, hd) = model.heads();
+    let (heads, _, hd) = model.attention().heads;
     let (heads, hd) = (heads as u64, hd as u64);
     let tile = tile.min(longest).max(1) as u64;
     let attention = if t == 0 {
@@ -266,5 +288,47 @@ impl<M: EncoderModel> Embedder for EncoderEmbedder<M> {
 
     fn attention_kernel(&self) -> &'static str {
         self.model.kernel().name()
+    }
+
+    fn prepare_attention(&self, batches: &[Vec<usize>]) -> ModelResult<f64> {
+        #[cfg(feature = "cuda")]
+        if let AttentionKernel::Fused(fused) = self.model.kernel() {
+            let shapes: Vec<_> =
+                crate::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice))
+                    .into_iter()
+                    .collect();
+            let attention = self.model.attention();
+            return Ok(fused.prepare(&shapes, attention.scale as f32, &attention.masks)?);
+        }
+        let _ = batches;
+        Ok(0.0)
+    }
+}
+
+/// cuDNN's fused kernel for an encoder of `attention` on a GPU, or `None` (the blockwise
+/// kernel it was built with stays) when `EMBEDFLEET_ATTENTION=blockwise` asks, the dtype is not
+/// bf16, or the kernel is refused: no cuDNN, a cuDNN without non-causal bands (before 9.10.2),
+/// a head width it does not take, or a self-test that disagrees. Unlike Qwen3, whose load is
+/// refused then (blockwise, a 4B model's paper run would take many times as long, unasked),
+/// an encoder falls back, saying why: its blockwise run is the one it had before the fused
+/// kernel took its masks, and it is cheap.
+#[cfg(feature = "cuda")]
+fn fused_or_blockwise(
+    attention: &AttentionUse,
+    dtype: DType,
+    device: &Device,
+    opts: &LoadOptions,
+) -> Option<AttentionKernel> {
+    let masks = &attention.masks;
+    match crate::attention_check::fused_kernel(attention.heads, masks, dtype, device, opts) {
+        Ok(kernel) => kernel,
+        Err(refused) => {
+            tracing::warn!(
+                device = %opts.device,
+                ?masks,
+                "{refused}; this encoder runs the blockwise attention kernel instead"
+            );
+            None
+        }
     }
 }

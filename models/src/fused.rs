@@ -7,8 +7,10 @@
 //! H200s, and a node without cuDNN gets a clear error at start-up, not a loader failure.
 //!
 //! Inputs stay in the token-major `[T, heads, head_dim]` layout of the projections; cuDNN
-//! reads each sequence at its ragged offset, causal within the sequence, grouped-query, with
-//! the softmax scale passed in. Plans are built per shape and cached by the shim; to keep the
+//! reads each sequence at its ragged offset, grouped-query, with the softmax scale passed in,
+//! within the sequence under the layer's mask: causal for a decoder, the whole sequence or a
+//! window around each token for an encoder (bounds of a band, [`MaskBounds`]; the mask is part
+//! of a plan's key). Plans are built per shape and cached by the shim; to keep the
 //! shapes few, a batch's sequence count is padded to a power of two with empty sequences and
 //! its longest length rounded up to a power of two of at least 1,024 (the plan's bound, not
 //! work done: see [`crate::attention_plan`]). The packed q, k, v and output buffers have a
@@ -27,7 +29,8 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Device, Layout, Result, Shape, Storage, Tensor};
 use half::bf16;
 
-use crate::attention_plan::{padded_tokens, PlanShape, ShimFailure};
+use crate::attention_plan::{padded_tokens, MaskBounds, PlanShape, ShimFailure};
+use crate::cpu::attention::Mask;
 use crate::packed::SeqSpan;
 
 mod ffi {
@@ -51,6 +54,8 @@ mod ffi {
             n_kv_heads: i32,
             head_dim: i32,
             scale: f32,
+            left_bound: i32,
+            right_bound: i32,
             workspace_bytes: *mut i64,
             err: *mut c_char,
             err_len: usize,
@@ -63,6 +68,8 @@ mod ffi {
             n_kv_heads: i32,
             head_dim: i32,
             scale: f32,
+            left_bound: i32,
+            right_bound: i32,
         ) -> *const c_char;
         pub fn ef_sdpa_run(
             s: *mut EfSdpa,
@@ -74,6 +81,8 @@ mod ffi {
             n_kv_heads: i32,
             head_dim: i32,
             scale: f32,
+            left_bound: i32,
+            right_bound: i32,
             q: *const c_void,
             k: *const c_void,
             v: *const c_void,
@@ -114,9 +123,9 @@ unsafe impl Send for Handle {}
 type ShimShape = (i32, i32, i32, i32, i32, i32);
 
 impl Handle {
-    /// Builds (or finds in the shim's cache) the plan of `shape`; returns the workspace bytes
-    /// a run of it needs.
-    fn plan(&mut self, shape: ShimShape, scale: f32) -> Result<usize> {
+    /// Builds (or finds in the shim's cache) the plan of `shape` under `bounds`; returns the
+    /// workspace bytes a run of it needs.
+    fn plan(&mut self, shape: ShimShape, scale: f32, bounds: MaskBounds) -> Result<usize> {
         let mut err = [0 as c_char; ERR_LEN];
         let mut workspace_bytes = 0i64;
         // SAFETY: the handle is live and ours (the caller holds its lock); the buffer is
@@ -131,6 +140,8 @@ impl Handle {
                 shape.4,
                 shape.5,
                 scale,
+                bounds.left,
+                bounds.right,
                 &mut workspace_bytes,
                 err.as_mut_ptr(),
                 ERR_LEN,
@@ -270,7 +281,7 @@ impl FusedAttention {
         })
     }
 
-    /// Causal attention of every sequence of `batch` to itself, as
+    /// Attention of every sequence of `batch` to itself under `mask`, as
     /// `crate::attention::AttentionKernel::attention` describes it.
     pub fn forward(
         &self,
@@ -279,6 +290,7 @@ impl FusedAttention {
         v: &Tensor,
         batch: &FusedBatch,
         scale: f64,
+        mask: Mask,
     ) -> Result<Tensor> {
         // Buffers of `padded` rows with a zeroed tail. The model makes q and k in them already
         // (`AttnContext::rows`): taken as they are. v (a view of the projections) and a
@@ -302,21 +314,25 @@ impl FusedAttention {
             attention: self,
             batch,
             scale: scale as f32,
+            bounds: MaskBounds::of(mask),
         };
         let out = q.apply_op3_no_bwd(&k, &v, &op)?;
         out.narrow(0, 0, batch.total)?
             .reshape((batch.total, self.n_heads * self.head_dim))
     }
 
-    /// Builds the plan of each shape now (a warm-up's work: 0.1–2 s a plan), so that no timed
-    /// forward builds one. Returns the seconds it took.
-    pub fn prepare(&self, shapes: &[PlanShape], scale: f32) -> Result<f64> {
+    /// Builds the plan of each shape under each of `masks` now (a warm-up's work: 0.1–2 s a
+    /// plan), so that no timed forward builds one. Returns the seconds it took.
+    pub fn prepare(&self, shapes: &[PlanShape], scale: f32, masks: &[Mask]) -> Result<f64> {
         let started = std::time::Instant::now();
         let mut handle = self
             .handle
             .lock()
             .expect("fused attention lock. This is a bug.");
-        for shape in shapes {
+        let keys = shapes
+            .iter()
+            .flat_map(|shape| masks.iter().map(move |&mask| (shape, MaskBounds::of(mask))));
+        for (shape, bounds) in keys {
             // The plan's key leaves the token count out: the bound's own shape, cut to what
             // int32 offsets address.
             let total = shape.plan_tokens(self.n_heads * self.head_dim) as i32;
@@ -330,6 +346,7 @@ impl FusedAttention {
                     self.head_dim as i32,
                 ),
                 scale,
+                bounds,
             )?;
             // SAFETY: the handle is live and ours; the shim returns a static string or NULL.
             let implementation = unsafe {
@@ -341,6 +358,8 @@ impl FusedAttention {
                     self.n_kv as i32,
                     self.head_dim as i32,
                     scale,
+                    bounds.left,
+                    bounds.right,
                 );
                 if name.is_null() {
                     "?".to_string()
@@ -351,6 +370,8 @@ impl FusedAttention {
             tracing::info!(
                 batch = shape.batch,
                 max_seq = shape.max_seq,
+                left_bound = bounds.left,
+                right_bound = bounds.right,
                 implementation,
                 workspace_bytes,
                 "fused attention plan ready"
@@ -365,6 +386,7 @@ struct SdpaOp<'a> {
     attention: &'a FusedAttention,
     batch: &'a FusedBatch,
     scale: f32,
+    bounds: MaskBounds,
 }
 
 /// A contiguous part of a device buffer.
@@ -454,7 +476,7 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
             a.n_kv as i32,
             a.head_dim as i32,
         );
-        let need = handle.plan(shape, self.scale)?;
+        let need = handle.plan(shape, self.scale, self.bounds)?;
         handle.reserve_workspace(&dev, need)?;
         let mut err = [0 as c_char; ERR_LEN];
         let raw = handle.raw;
@@ -485,6 +507,8 @@ impl candle_core::CustomOp3 for SdpaOp<'_> {
                 shape.4,
                 shape.5,
                 self.scale,
+                self.bounds.left,
+                self.bounds.right,
                 (qp + q.start as u64 * el) as *const c_void,
                 (kp + k.start as u64 * el) as *const c_void,
                 (vp + v.start as u64 * el) as *const c_void,

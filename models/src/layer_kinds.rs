@@ -32,6 +32,19 @@ impl LayerKind {
     }
 }
 
+/// The masks layers of `kinds` attend under, each once, in the order they first appear (what
+/// the fused kernel is planned and self-tested for).
+pub fn masks_of(kinds: &[LayerKind], half_window: usize) -> Vec<Mask> {
+    let mut masks: Vec<Mask> = Vec::new();
+    for kind in kinds {
+        let mask = kind.mask(half_window);
+        if !masks.contains(&mask) {
+            masks.push(mask);
+        }
+    }
+    masks
+}
+
 /// Why a `config.json` text is not a config of ours.
 #[derive(Debug)]
 pub enum ConfigError {

@@ -73,6 +73,10 @@ pub struct FidelityRecord {
     pub cosine: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The attention kernel that computed it (an encoder falls back to the blockwise one when
+    /// the fused kernel is refused: the GPU check's families rows say which ran).
+    #[serde(default)]
+    pub attention: String,
 }
 
 /// Reference vectors, as `tests/golden/make_golden.py` and `gpu-check.sh` write them.
@@ -318,6 +322,7 @@ impl Bench {
                     tokens: case.ids.len(),
                     cosine,
                     error,
+                    attention: self.attention(),
                 }
             })
             .collect()

@@ -14,7 +14,7 @@ use candle_nn::Linear;
 
 use super::config::{Activation, Config, Variant};
 use crate::attention::{AttentionKernel, AttnContext, Mask};
-use crate::encoder::EncoderModel;
+use crate::encoder::{AttentionUse, EncoderModel};
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
 use crate::projection::project;
@@ -250,8 +250,13 @@ impl EncoderModel for BertModel {
         (8 * self.cfg.hidden_size + 2 * self.cfg.intermediate_size) as u64
     }
 
-    fn heads(&self) -> (usize, usize) {
-        (self.cfg.num_attention_heads, self.cfg.head_dim())
+    fn attention(&self) -> AttentionUse {
+        let (nh, hd) = (self.cfg.num_attention_heads, self.cfg.head_dim());
+        AttentionUse {
+            heads: (nh, nh, hd),
+            scale: 1.0 / (hd as f64).sqrt(),
+            masks: vec![Mask::Full],
+        }
     }
 
     fn dtype(&self) -> DType {
@@ -260,5 +265,9 @@ impl EncoderModel for BertModel {
 
     fn kernel(&self) -> &AttentionKernel {
         &self.kernel
+    }
+
+    fn set_kernel(&mut self, kernel: AttentionKernel) {
+        self.kernel = kernel;
     }
 }

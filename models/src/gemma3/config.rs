@@ -195,6 +195,18 @@ mod tests {
             .collect();
         assert_eq!(globals, [5, 11, 17, 23]);
         assert_eq!(old.half_window(), 256);
+        // The masks the fused kernel is self-tested and planned for, each once: the local
+        // layers' band (cuDNN's left bound 257, right bound 256), then the global layers'.
+        assert_eq!(
+            crate::layer_kinds::masks_of(&old.layers, old.half_window()),
+            [
+                crate::attention::Mask::Window {
+                    left: 256,
+                    right: 256
+                },
+                crate::attention::Mask::Full
+            ]
+        );
         assert_eq!((old.global_rope_theta, old.local_rope_theta), (1e6, 1e4));
         let mut new: Value = serde_json::from_str(HUB).unwrap();
         let obj = new.as_object_mut().unwrap();

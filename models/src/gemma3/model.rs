@@ -11,8 +11,9 @@ use candle_nn::Linear;
 
 use super::config::{Config, LayerKind};
 use crate::attention::{AttentionKernel, AttnContext};
-use crate::encoder::EncoderModel;
+use crate::encoder::{AttentionUse, EncoderModel};
 use crate::error::ModelResult;
+use crate::layer_kinds::masks_of;
 use crate::packed::SeqSpan;
 use crate::projection::project;
 use crate::rotary::RopeTable;
@@ -226,8 +227,16 @@ impl EncoderModel for Gemma3Model {
         (5 * self.cfg.hidden_size + 3 * q + 4 * kv + 4 * self.cfg.intermediate_size) as u64
     }
 
-    fn heads(&self) -> (usize, usize) {
-        (self.cfg.num_attention_heads, self.cfg.head_dim)
+    fn attention(&self) -> AttentionUse {
+        AttentionUse {
+            heads: (
+                self.cfg.num_attention_heads,
+                self.cfg.num_key_value_heads,
+                self.cfg.head_dim,
+            ),
+            scale: 1.0 / self.cfg.query_pre_attn_scalar.sqrt(),
+            masks: masks_of(&self.cfg.layers, self.cfg.half_window()),
+        }
     }
 
     fn dtype(&self) -> DType {
@@ -236,5 +245,9 @@ impl EncoderModel for Gemma3Model {
 
     fn kernel(&self) -> &AttentionKernel {
         &self.kernel
+    }
+
+    fn set_kernel(&mut self, kernel: AttentionKernel) {
+        self.kernel = kernel;
     }
 }

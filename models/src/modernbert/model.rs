@@ -11,8 +11,9 @@ use candle_nn::Linear;
 
 use super::config::{Config, LayerKind};
 use crate::attention::{AttentionKernel, AttnContext};
-use crate::encoder::EncoderModel;
+use crate::encoder::{AttentionUse, EncoderModel};
 use crate::error::ModelResult;
+use crate::layer_kinds::masks_of;
 use crate::packed::SeqSpan;
 use crate::projection::project;
 use crate::rotary::RopeTable;
@@ -220,8 +221,13 @@ impl EncoderModel for ModernBertModel {
         (9 * self.cfg.hidden_size + 4 * self.cfg.intermediate_size) as u64
     }
 
-    fn heads(&self) -> (usize, usize) {
-        (self.cfg.num_attention_heads, self.cfg.head_dim())
+    fn attention(&self) -> AttentionUse {
+        let (nh, hd) = (self.cfg.num_attention_heads, self.cfg.head_dim());
+        AttentionUse {
+            heads: (nh, nh, hd),
+            scale: 1.0 / (hd as f64).sqrt(),
+            masks: masks_of(&self.cfg.layers, self.cfg.half_window()),
+        }
     }
 
     fn dtype(&self) -> DType {
@@ -230,5 +236,9 @@ impl EncoderModel for ModernBertModel {
 
     fn kernel(&self) -> &AttentionKernel {
         &self.kernel
+    }
+
+    fn set_kernel(&mut self, kernel: AttentionKernel) {
+        self.kernel = kernel;
     }
 }

@@ -9,7 +9,7 @@ use candle_nn::Linear;
 
 use super::config::Config;
 use crate::attention::{AttentionKernel, AttnContext, Mask};
-use crate::encoder::EncoderModel;
+use crate::encoder::{AttentionUse, EncoderModel};
 use crate::error::ModelResult;
 use crate::packed::SeqSpan;
 use crate::projection::project;
@@ -214,8 +214,13 @@ impl EncoderModel for NomicBertModel {
         (9 * self.cfg.hidden_size() + 4 * self.cfg.intermediate_size()) as u64
     }
 
-    fn heads(&self) -> (usize, usize) {
-        (self.cfg.n_head, self.cfg.head_dim())
+    fn attention(&self) -> AttentionUse {
+        let (nh, hd) = (self.cfg.n_head, self.cfg.head_dim());
+        AttentionUse {
+            heads: (nh, nh, hd),
+            scale: 1.0 / (hd as f64).sqrt(),
+            masks: vec![Mask::Full],
+        }
     }
 
     fn dtype(&self) -> DType {
@@ -224,5 +229,9 @@ impl EncoderModel for NomicBertModel {
 
     fn kernel(&self) -> &AttentionKernel {
         &self.kernel
+    }
+
+    fn set_kernel(&mut self, kernel: AttentionKernel) {
+        self.kernel = kernel;
     }
 }

@@ -66,7 +66,13 @@ impl Qwen3Embedder {
                 cfg.num_key_value_heads,
                 cfg.head_dim(),
             );
-            let fused = crate::attention_check::fused_kernel(heads, model.dtype(), &device, opts)?;
+            let fused = crate::attention_check::fused_kernel(
+                heads,
+                &[crate::attention::Mask::Causal],
+                model.dtype(),
+                &device,
+                opts,
+            )?;
             if let Some(kernel) = fused {
                 model.set_attention_kernel(kernel);
             }
@@ -254,7 +260,7 @@ impl Embedder for Qwen3Embedder {
                     .into_iter()
                     .collect();
             let scale = (1.0 / (self.config().head_dim() as f64).sqrt()) as f32;
-            return Ok(fused.prepare(&shapes, scale)?);
+            return Ok(fused.prepare(&shapes, scale, &[crate::attention::Mask::Causal])?);
         }
         let _ = batches;
         Ok(0.0)
