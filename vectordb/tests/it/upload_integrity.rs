@@ -182,13 +182,30 @@ fn pin(run: &Path, precision: embedfleet_core::Precision) {
 
 #[test]
 fn a_second_run_whose_vectors_were_made_differently_is_refused_by_the_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    check_a_run_of_other_vectors_is_refused(&edge(dir.path()), "papers");
+}
+
+/// What every sink must do with the vectors' identity in its collection's marker (the edge's
+/// file, the server's metadata, pgvector's table comment): a first run's marker names its
+/// precision and pooling; a second run directory whose vectors were made at another precision
+/// is refused before it writes a point; one whose vectors were made alike is taken.
+pub fn check_a_run_of_other_vectors_is_refused(sink: &dyn Sink, collection: &str) {
     use embedfleet_core::Precision;
     let dir = tempfile::tempdir().unwrap();
-    let sink = edge(dir.path());
+    let into = |run: &Path| {
+        let mut o = UploadOptions::new(run, collection);
+        o.batch_size = 16;
+        o
+    };
+    let holds = |papers: std::ops::Range<usize>| -> u64 {
+        let ids: Vec<_> = papers.map(|i| point_id(&paper_id(i))).collect();
+        sink.count(CountRequest::new(collection).ids(&ids)).unwrap()
+    };
     let native = run_of_batches(dir.path(), "native", &[(0, 20)]);
     pin(&native, Precision::Native);
-    upload(&sink, &options(&native)).unwrap();
-    let marker = sink.collection_marker("papers").unwrap().unwrap();
+    upload(sink, &into(&native)).unwrap();
+    let marker = sink.collection_marker(collection).unwrap().unwrap();
     assert!(
         marker.ends_with("precision:native,pooling:last_token"),
         "{marker}"
@@ -198,16 +215,21 @@ fn a_second_run_whose_vectors_were_made_differently_is_refused_by_the_collection
     // point is written; the same model's native vectors (an update's run) are taken.
     let fp8 = run_of_batches(dir.path(), "fp8", &[(20, 10)]);
     pin(&fp8, Precision::Fp8);
-    let err = upload(&sink, &options(&fp8)).unwrap_err();
+    let err = upload(sink, &into(&fp8)).unwrap_err();
     assert!(err.is_refusal(), "{err}");
     let message = err.to_string();
     assert!(
         message.contains("precision native") && message.contains("precision fp8"),
         "{message}"
     );
-    assert_eq!(holds(&sink, &(20..30).collect::<Vec<_>>()), 0);
+    assert_eq!(holds(20..30), 0);
+    assert_eq!(
+        sink.collection_marker(collection).unwrap().as_deref(),
+        Some(marker.as_str()),
+        "the refused run left the marker as it was"
+    );
     let same = run_of_batches(dir.path(), "same", &[(20, 10)]);
     pin(&same, Precision::Native);
-    upload(&sink, &options(&same)).unwrap();
-    assert_eq!(holds(&sink, &(20..30).collect::<Vec<_>>()), 10);
+    upload(sink, &into(&same)).unwrap();
+    assert_eq!(holds(20..30), 10);
 }

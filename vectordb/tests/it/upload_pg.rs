@@ -101,6 +101,15 @@ fn pg_the_marker_goes_with_the_table() {
     });
 }
 
+/// A second run directory whose vectors were made at another precision is refused by the
+/// table its first run filled (the identity in the table's comment), nothing written.
+#[test]
+fn pg_a_run_of_other_vectors_is_refused_by_the_table() {
+    with_table("identity", |sink, name| {
+        crate::upload_integrity::check_a_run_of_other_vectors_is_refused(sink, name)
+    });
+}
+
 /// A plain client of the test server.
 fn client(sink: &PgVector) -> postgres::Client {
     let url = std::env::var("EMBEDFLEET_PG_URL").expect("the sink was connected");

@@ -69,6 +69,14 @@ fn server_delete_collection_removes_it() {
 }
 
 #[test]
+#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
+fn server_refuses_a_run_of_other_vectors_by_the_collections_metadata() {
+    with_collection("identity", |sink, name| {
+        crate::upload_integrity::check_a_run_of_other_vectors_is_refused(sink, name)
+    });
+}
+
+#[test]
 fn unreachable_server_is_a_typed_error_once_it_has_refused_for_the_give_up_time() {
     // A closed loopback port: connection refused (qdrant-client: Internal). The probe tells
     // it refused, so it is retried past the attempt count until the give-up time, then
