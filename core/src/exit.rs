@@ -12,3 +12,7 @@ pub const USAGE: i32 = 2;
 pub const PARTIAL: i32 = 3;
 /// The run directory refused the command (changed corpus, different settings).
 pub const REFUSED: i32 = 4;
+/// The node's device refused what the run asks (a GPU without FP8 tensor cores, no usable
+/// cuDNN, a kernel that failed its check there): another node, or another queue, may not. The
+/// submit loop sets the job's queue aside at the first and retries its batch on the others.
+pub const DEVICE_REFUSED: i32 = 5;

@@ -110,11 +110,17 @@ pub enum ModelError {
     #[error("no model family `{model_type}` in this build; known model types: {known}")]
     UnknownFamily { model_type: String, known: String },
 
-    /// A device string such as `cuda:x` that cannot be parsed or opened.
-    /// `--precision` asked for what this model or device cannot give; the reason says what to do.
+    /// `--precision` asked for what this model or dtype cannot give, on any node; the reason
+    /// says what to do.
     #[error("{reason}")]
     PrecisionRefused { reason: String },
 
+    /// This node's device cannot give what is asked (FP8 on a GPU without FP8 tensor cores,
+    /// an FP8 kernel that failed its check on this GPU): another node may.
+    #[error("{reason}")]
+    DeviceRefused { reason: String },
+
+    /// A device string such as `cuda:x` that cannot be parsed or opened.
     #[error("invalid device `{spec}`: {reason}")]
     InvalidDevice { spec: String, reason: String },
 
@@ -154,6 +160,19 @@ pub fn read_model_file(path: &Path, hint: &'static str) -> ModelResult<String> {
             cause: source,
         },
     })
+}
+
+impl ModelError {
+    /// Whether this node's device refused, where another node may not: FP8 on a GPU without
+    /// its tensor cores or failing its check, and the fused attention refused here (no usable
+    /// cuDNN, a GPU it does not support, a start-up self-test that disagreed). The embed job
+    /// exits `embedfleet_core::exit::DEVICE_REFUSED` (5) for these.
+    pub fn is_device_refusal(&self) -> bool {
+        matches!(
+            self,
+            ModelError::DeviceRefused { .. } | ModelError::AttentionKernel { .. }
+        )
+    }
 }
 
 impl From<candle_core::Error> for ModelError {

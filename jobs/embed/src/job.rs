@@ -155,13 +155,18 @@ impl EmbedJobError {
                     | ModelError::TensorShape { .. }
                     | ModelError::MissingEos { .. }
                     | ModelError::InvalidDim { .. }
-                    | ModelError::AttentionKernel { .. }
-                    // --precision fp8 on a GPU without FP8 tensor cores: every job of the
-                    // queue fails alike, so the breaker pauses at the first.
+                    // --precision fp8 for a family or dtype that has none, on any node.
                     | ModelError::PrecisionRefused { .. }
             ),
             _ => false,
         }
+    }
+
+    /// This node's device refused (exit code 5): FP8 on a GPU without FP8 tensor cores, the
+    /// fused attention refused here. Another queue's nodes may run the batch: the submit loop
+    /// sets this one's queue aside at the first and retries the batch elsewhere.
+    pub fn is_device_refusal(&self) -> bool {
+        matches!(self, EmbedJobError::Model(e) if e.is_device_refusal())
     }
 }
 

@@ -53,20 +53,23 @@ pub fn check_device(
     device: &candle_core::Device,
     dtype: candle_core::DType,
 ) -> crate::ModelResult<()> {
-    let refused = |reason: String| crate::ModelError::PrecisionRefused { reason };
+    // This GPU's: another node may have FP8 tensor cores (exit 5, its queue set aside).
+    let not_here = |reason: String| crate::ModelError::DeviceRefused { reason };
     if !device.is_cpu() {
         if let Some(reason) = refusal(capability(device)?) {
-            return Err(refused(reason));
+            return Err(not_here(reason));
         }
         if dtype != candle_core::DType::BF16 {
-            return Err(refused(format!(
-                "--precision fp8 computes its activations in bf16, not {dtype:?}; leave the \
-                 dtype at its default"
-            )));
+            return Err(crate::ModelError::PrecisionRefused {
+                reason: format!(
+                    "--precision fp8 computes its activations in bf16, not {dtype:?}; leave \
+                     the dtype at its default"
+                ),
+            });
         }
         #[cfg(feature = "cuda")]
         gpu::self_check(device).map_err(|e| {
-            refused(format!(
+            not_here(format!(
                 "--precision fp8: the FP8 projection failed its check on this GPU ({e}); leave \
                  --precision out (bf16)"
             ))

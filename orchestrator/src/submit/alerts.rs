@@ -62,7 +62,8 @@ impl SubmitLoop<'_> {
             signature,
         };
         // One queue failing while others do not is that queue's fault: set it aside, and leave
-        // the run-wide count to failures the other queues share.
+        // the run-wide count to failures the other queues share. Its node's device refusing
+        // (exit 5) sets it aside at the first.
         if let Some(reason) = self.trips.queues.failed(&queue, &failure) {
             if self.another_queue_usable(&queue)? {
                 self.set_queue_aside(&queue, &reason, name, log);
@@ -116,10 +117,17 @@ impl SubmitLoop<'_> {
         job: &str,
         log: Option<String>,
     ) {
-        let message = format!(
-            "{} jobs in a row there failed the same way",
-            reason.jobs.len()
-        );
+        let message = if reason.signature.starts_with(&format!(
+            "exit code {};",
+            embedfleet_core::exit::DEVICE_REFUSED
+        )) {
+            format!("job {job} was refused by its node's device")
+        } else {
+            format!(
+                "{} jobs in a row there failed the same way",
+                reason.jobs.len()
+            )
+        };
         let why = format!(
             "set aside by the breaker: {message} ({}); `embedfleet resume` sends jobs there again",
             reason.signature

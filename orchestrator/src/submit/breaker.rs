@@ -35,6 +35,11 @@ pub const DEFAULT_BREAKER_AFTER: u32 = 3;
 /// e.g. a model directory the node cannot read) come from settings every job shares.
 const PAUSE_AT_FIRST: [i32; 2] = [2, 4];
 
+/// embed-job's exit code when its node's device refused (a GPU without FP8 tensor cores):
+/// that queue is set aside at the first; the run pauses at the first when no other queue
+/// takes jobs.
+const DEVICE_REFUSED: i32 = embedfleet_core::exit::DEVICE_REFUSED;
+
 /// How much of the end of a job log is read for its first error line: a job that fails after
 /// hours has a long log whose error is near its end.
 const LOG_TAIL_BYTES: u64 = 256 * 1024;
@@ -95,6 +100,11 @@ impl Signature {
     pub fn pauses_at_first(&self) -> bool {
         self.exit_code.is_some_and(|c| PAUSE_AT_FIRST.contains(&c))
     }
+
+    /// Its node's device refused (exit 5): that queue's nodes, at the first.
+    pub fn refused_by_device(&self) -> bool {
+        self.exit_code == Some(DEVICE_REFUSED)
+    }
 }
 
 /// One failed job, as the breaker keeps it.
@@ -139,7 +149,7 @@ impl Breaker {
         {
             self.streak.clear();
         }
-        let at_first = failure.signature.pauses_at_first();
+        let at_first = failure.signature.pauses_at_first() || failure.signature.refused_by_device();
         self.streak.push(failure);
         if !at_first && self.streak.len() < self.after as usize {
             return None;
@@ -174,9 +184,14 @@ impl QueueBreakers {
 
     /// A job on `queue` failed; what its jobs had in common when this one trips the queue's
     /// breaker. A refusal (exit 2 or 4) never trips one queue's: it is the run-wide breaker's.
+    /// Its device's refusal (exit 5) trips it at the first.
     pub fn failed(&mut self, queue: &str, failure: &Failure) -> Option<PauseReason> {
         if self.after == 0 || failure.signature.pauses_at_first() {
             return None;
+        }
+        if failure.signature.refused_by_device() {
+            self.by_queue.remove(queue);
+            return Some(pause_reason(std::slice::from_ref(failure), true));
         }
         self.by_queue
             .entry(queue.to_string())
@@ -194,7 +209,13 @@ impl QueueBreakers {
 /// logs, and what to look at.
 fn pause_reason(streak: &[Failure], at_first: bool) -> PauseReason {
     let signature = streak[0].signature.clone();
-    let message = if at_first {
+    let message = if at_first && signature.refused_by_device() {
+        format!(
+            "job {} was refused by its node's device ({}), and no other queue takes jobs: \
+             paused at the first",
+            streak[0].job, signature.exit
+        )
+    } else if at_first {
         format!(
             "job {} was refused ({}), as every job would be: paused at the first",
             streak[0].job, signature.exit
@@ -214,7 +235,15 @@ fn pause_reason(streak: &[Failure], at_first: bool) -> PauseReason {
          site's own tool)"
             .to_string(),
     ];
-    if at_first {
+    if signature.refused_by_device() {
+        check.insert(
+            1,
+            "exit code 5 is embed-job refused by its node's device: a GPU without FP8 tensor \
+             cores (an A100) for --precision fp8, a cuDNN the fused attention cannot use; send \
+             the run to other nodes (`submit --queue`) or leave --precision out"
+                .to_string(),
+        );
+    } else if at_first {
         check.insert(
             1,
             "exit code 4 is embed-job refusing the run directory or the model (changed \

@@ -15,6 +15,7 @@ use super::error::Result;
 use super::submit_loop::SubmitLoop;
 use crate::scheduler::{marker_state, JobHandle, JobState, QueuedJob, SchedulerJobId};
 
+use crate::route::DEVICE_REFUSED_EXIT_CODE;
 /// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,
 /// refused: the run directory does not match), so they are not retried.
 use crate::route::SETUP_EXIT_CODES as NOT_RETRIED_EXIT_CODES;
@@ -275,10 +276,14 @@ impl SubmitLoop<'_> {
         let batches: Vec<i64> = rows.iter().map(|r| r.batch_id).collect();
         self.ingest(Some(&batches))?;
         let setup_error = matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
-        // A setup the job refused fails the same on every queue: no loss of this queue's.
+        // Its node's device refused (5): retried, on another queue once the breaker sets this
+        // one aside.
+        let device_refused = matches!(state, JobState::Failed { exit_code: Some(c), .. } if *c == DEVICE_REFUSED_EXIT_CODE);
+        // A setup the job refused fails the same on every queue, and a device's refusal says
+        // nothing of how fast the queue runs jobs: no loss of this queue's.
         self.route_saw(
             rows[0],
-            if setup_error {
+            if setup_error || device_refused {
                 JobStatus::Cancelled
             } else {
                 status

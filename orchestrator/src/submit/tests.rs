@@ -589,3 +589,76 @@ fn a_queue_whose_jobs_fail_alike_while_the_others_run_is_set_aside_until_a_resum
         .count();
     assert_eq!(open_bad, 2, "jobs go to bad again");
 }
+
+/// An embed job refused by its node's device (exit 5: `--precision fp8` on an A100) sets its
+/// queue aside at the first and its batch is tried on the other queue, the run going on; on
+/// the run's last queue the same refusal pauses the run at the first, saying what to do.
+#[test]
+fn a_device_refusal_sets_its_queue_aside_at_the_first_and_pauses_only_on_the_last() {
+    let refuse = |options: &SubmitOptions, job: &JobRow| {
+        let layout = RunLayout::new(&options.run_dir);
+        let log = "error: --precision fp8 needs FP8 tensor cores (compute capability 8.9 or \
+                   newer); this GPU is 8.0 (an A100)\n";
+        std::fs::write(layout.job_log(&job.name), log).unwrap();
+        std::fs::write(layout.job_marker(&job.name), "5\n").unwrap();
+    };
+    let (_dir, mut options) = planned_run(2);
+    options.queues = Some(BTreeMap::from([
+        ("a100".to_string(), 1),
+        ("h100".to_string(), 1),
+    ]));
+    options.policy.route = crate::route::Route::Static;
+    let ids = (1..=4).map(|id| Ok(SchedulerJobId::new(id.to_string())));
+    let scheduler = Scripted::answering(ids.collect());
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    let db = RunDb::open(&options.run_dir).unwrap();
+    let on_a100 = db.open_jobs().unwrap();
+    let on_a100 = on_a100.iter().find(|j| j.queue == "a100").unwrap();
+    refuse(&options, on_a100);
+    lp.poll().unwrap();
+    assert!(!db.paused().unwrap(), "the h100 queue takes the run");
+    let why = lp.set_aside().get("a100").expect("a100 set aside").clone();
+    assert!(
+        why.contains("was refused by its node's device") && why.contains("exit code 5"),
+        "{why}"
+    );
+    // Retried, not failed; it waits for h100, and nothing of a100's speed was learned.
+    assert_eq!(lp.report.retried, 1);
+    assert!(lp.report.failed.is_empty(), "{:?}", lp.report.failed);
+    let batch = embedfleet_core::BatchId(on_a100.batch_id);
+    let failed = Some(embedfleet_core::state::BatchState::Failed);
+    assert_ne!(db.batch_state(batch).unwrap(), failed);
+    assert_eq!(lp.routing.router.model("a100").map_or(0, |m| m.failed), 0);
+    let before = scheduler.calls().len();
+    lp.submit_round().unwrap();
+    assert_eq!(
+        scheduler.calls().len(),
+        before,
+        "h100 is full, a100 set aside"
+    );
+
+    // One queue: the same refusal pauses the run at the first.
+    let (_dir, options) = planned_run(2);
+    let scheduler = Scripted::answering(vec![Ok(SchedulerJobId::new("21"))]);
+    let mut lp = submit_loop(&options, &scheduler);
+    lp.submit_round().unwrap();
+    let db = RunDb::open(&options.run_dir).unwrap();
+    refuse(&options, &db.open_jobs().unwrap()[0]);
+    lp.poll().unwrap();
+    assert!(db.paused().unwrap());
+    let reason = db.pause_reason().unwrap().unwrap();
+    assert!(
+        reason.message.contains("refused by its node's device")
+            && reason.signature.starts_with("exit code 5;"),
+        "{reason:?}"
+    );
+    assert!(
+        reason
+            .check
+            .iter()
+            .any(|c| c.contains("leave --precision out")),
+        "{:?}",
+        reason.check
+    );
+}

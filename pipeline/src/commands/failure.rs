@@ -67,6 +67,8 @@ fn exit_code(err: &anyhow::Error) -> i32 {
     });
     if let Some(code) = interrupted {
         code
+    } else if err.chain().any(is_device_refusal) {
+        exit::DEVICE_REFUSED
     } else if err.chain().any(is_refusal) {
         exit::REFUSED
     } else if err.chain().any(is_unusable_input) {
@@ -82,6 +84,17 @@ fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
         .is_some_and(|e| matches!(e, PlanError::Unusable { .. }))
         || e.downcast_ref::<PipelineError>()
             .is_some_and(PipelineError::is_unusable_input)
+}
+
+/// Whether `e` is this node's device refusing what the run asks (exit code 5), where another
+/// node may not: the embed job's model load on a GPU without FP8 tensor cores, or without a
+/// cuDNN its fused attention can use.
+fn is_device_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    use embedfleet_embed::job::EmbedJobError;
+    e.downcast_ref::<EmbedJobError>()
+        .is_some_and(EmbedJobError::is_device_refusal)
+        || e.downcast_ref::<embedfleet_models::ModelError>()
+            .is_some_and(embedfleet_models::ModelError::is_device_refusal)
 }
 
 /// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its
@@ -145,6 +158,31 @@ mod tests {
             ]
         );
         assert!(said.ends_with("no storage space"), "{said}");
+    }
+
+    /// An embed job refused by its node's device exits 5 (the submit loop sets that queue
+    /// aside); refused by the run's own settings, 4 (the loop pauses the run).
+    #[test]
+    fn a_device_that_refuses_exits_5_and_settings_that_refuse_exit_4() {
+        use embedfleet_embed::job::EmbedJobError;
+        use embedfleet_models::ModelError;
+        let exit_of = |e: ModelError| {
+            CommandError::from(anyhow::Error::new(EmbedJobError::Model(e)).context("batch 7"))
+                .process_exit_code()
+        };
+        let a100 = ModelError::DeviceRefused {
+            reason: "--precision fp8 needs compute capability 8.9; this GPU has 8.0".into(),
+        };
+        assert_eq!(exit_of(a100), exit::DEVICE_REFUSED);
+        let no_cudnn = ModelError::AttentionKernel {
+            device: "cuda:0".into(),
+            reason: "libcudnn.so.9: cannot open shared object file".into(),
+        };
+        assert_eq!(exit_of(no_cudnn), exit::DEVICE_REFUSED);
+        let encoder = ModelError::PrecisionRefused {
+            reason: "--precision fp8 is Qwen3-Embedding's".into(),
+        };
+        assert_eq!(exit_of(encoder), exit::REFUSED);
     }
 
     #[test]

@@ -366,9 +366,15 @@ fn fp8_is_refused_on_the_cpu_before_the_model_loads_and_its_shards_say_fp8() {
         "{err}"
     );
     assert!(err.to_string().contains("Leave --precision out"), "{err}");
-    // An embed job that meets it exits as a refusal (4), which pauses the submit loop at the
-    // first such job rather than retrying every batch on GPUs that cannot run it.
-    assert!(embedfleet_embed::job::EmbedJobError::Model(err).is_refusal());
+    // An embed job that meets it exits as a refusal (4): the run's devices are every job's,
+    // so the submit loop pauses at the first such job. A GPU without FP8 tensor cores is
+    // that node's refusal (5): its queue is set aside, the batch tried on the others.
+    let job_error = embedfleet_embed::job::EmbedJobError::Model;
+    assert!(job_error(err).is_refusal());
+    let a100 = job_error(embedfleet_models::ModelError::DeviceRefused {
+        reason: "compute capability 8.0".into(),
+    });
+    assert!(a100.is_device_refusal() && !a100.is_refusal());
     // What a shard says of vectors whose projections ran in FP8 (the library's emulation on
     // the CPU stands in for the GPU here), and of native ones.
     let options = |fp8_projections| embedfleet_models::LoadOptions {
