@@ -548,3 +548,68 @@ impl Drop for DropTable {
         }
     }
 }
+
+/// `--precision fp8` where one queue's GPUs have no FP8 tensor cores: the embed jobs there exit
+/// 5 (their device's refusal, as on an A100), so the loop sets that queue aside at its first
+/// such job and retries its batch on the other queue; the run ends with every batch done, not
+/// paused, and the queue's refusal said once. (A stand-in binary refuses as the model load does
+/// on an A100, in the jobs of the `preemptable` queue only: PBS_QUEUE, as PBS sets it.)
+#[test]
+fn pbs_a_queue_whose_gpus_refuse_is_set_aside_at_its_first_job_and_the_run_ends_on_the_other() {
+    let test =
+        "pbs_a_queue_whose_gpus_refuse_is_set_aside_at_its_first_job_and_the_run_ends_on_the_other";
+    if !pbs_up(test) {
+        return;
+    }
+    let t = TestDir::new();
+    t.plan_with_model(24, 8);
+    let real = env!("CARGO_BIN_EXE_embedfleet");
+    let binary = t.join("embedfleet-on-the-nodes");
+    std::fs::write(
+        &binary,
+        format!(
+            "#!/bin/bash\nif [ \"$1\" = embed-job ] && [ \"${{PBS_QUEUE:-}}\" = preemptable ]; then\n\
+             echo 'error: --precision fp8 needs FP8 tensor cores (compute capability 8.9 or newer); \
+             this GPU has 8.0 (an A100)' >&2; exit 5; fi\nexec {real} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&binary)
+        .status()
+        .unwrap();
+    let config = format!("embedfleet = \"{}\"", binary.display());
+    std::fs::write(t.join("run.toml"), run_config(&config)).unwrap();
+    let child = spawn_submit(
+        &t,
+        &[
+            "--queue",
+            "preemptable=1",
+            "--queue",
+            "debug=1",
+            "--route",
+            "static",
+        ],
+    );
+    let (code, err) = finish(child, 400, || {});
+    assert_eq!(code, 0, "{err}");
+    let status = t.status("run");
+    assert_eq!(status["batches_by_state"]["done"], 3, "{status}");
+    assert_eq!(status["paused"], false, "{status}");
+    let all = jobs(&t);
+    let refused: Vec<_> = all.iter().filter(|j| j.2 == "preemptable").collect();
+    assert_eq!(refused.len(), 1, "one job there, then set aside: {all:?}");
+    assert!(refused[0].4.contains("exit code 5"), "{all:?}");
+    assert!(
+        all.iter()
+            .filter(|j| j.2 == "debug")
+            .all(|j| j.3 == "completed"),
+        "{all:?}"
+    );
+    assert!(
+        err.contains("queue preemptable: set aside by the breaker")
+            && err.contains("was refused by its node's device"),
+        "{err}"
+    );
+}
