@@ -24,6 +24,11 @@ impl Precision {
             Precision::Fp8 => "fp8",
         }
     }
+
+    /// The default: files that leave the field out when native read and hash as before it.
+    pub fn is_native(&self) -> bool {
+        *self == Precision::Native
+    }
 }
 
 impl std::fmt::Display for Precision {

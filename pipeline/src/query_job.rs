@@ -57,7 +57,8 @@ pub fn embed_on_cluster(
         request.model.instruction.clone(),
         request.part_terms,
         terms,
-    );
+    )
+    .with_precision(request.model.precision);
     let wd = QueryWorkDir::prepare(&run_dir, work, terms.to_vec())?;
     let parts = wd.work.parts();
     if !wd.missing_parts().is_empty() {

@@ -414,6 +414,8 @@ impl Attempt<'_> {
             memory_limit: options.memory_limit,
             dtype: None,
             precision: options.precision,
+            // A run's jobs are refused FP8 on the CPU (submit says so first): never emulated.
+            fp8_emulated_on_cpu: false,
         };
         let loaded = LoadedModels::load_with(&options.model_dir, &options.devices, &how)?;
         self.timings.model_load_s = loaded.load_time.as_secs_f64();

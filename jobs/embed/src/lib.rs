@@ -74,6 +74,10 @@ pub struct ModelLoad {
     /// `None`: f32 on the CPU, bf16 on a GPU.
     pub dtype: Option<embedfleet_models::DType>,
     pub precision: Precision,
+    /// `precision` fp8 taken on the CPU too, by the library's emulation of the GPU's FP8
+    /// arithmetic: the queries of an FP8 run, embedded by the function its documents were
+    /// (slower than f32, which a query's few tokens afford; a run's jobs are refused instead).
+    pub fp8_emulated_on_cpu: bool,
 }
 
 /// What shard metadata says the vectors were computed in: the dtype (`bf16`), with `+fp8`
@@ -117,7 +121,8 @@ impl LoadedModels {
         let fp8 = how.precision == Precision::Fp8;
         // EMBEDFLEET_FP8_EMULATE=1: the CPU's emulation (slow, for the GPU check's dry run on a
         // CPU machine, which runs the script's FP8 step end to end), never for a run.
-        let emulate = std::env::var("EMBEDFLEET_FP8_EMULATE").as_deref() == Ok("1");
+        let emulate = how.fp8_emulated_on_cpu
+            || std::env::var("EMBEDFLEET_FP8_EMULATE").as_deref() == Ok("1");
         if fp8 && !emulate && devices.iter().any(|d| matches!(d, DeviceSpec::Cpu)) {
             let reason = embedfleet_models::fp8::refusal(None).unwrap_or_default();
             return Err(ModelError::PrecisionRefused { reason });

@@ -18,7 +18,7 @@ use crate::workload::{EmbedQueries, QueryError, QueryModel};
 use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use embedfleet_core::{atomic, RunLayout};
+use embedfleet_core::{atomic, Precision, RunLayout};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,10 @@ pub struct QueryWork {
     pub terms: usize,
     /// xxh3 of the terms, each followed by a newline.
     pub terms_digest: String,
+    /// The run's precision, which the job embeds at (left out when native, so that the work
+    /// of a native run keeps the key it had before the field).
+    #[serde(default, skip_serializing_if = "Precision::is_native")]
+    pub precision: Precision,
 }
 
 impl QueryWork {
@@ -58,7 +62,14 @@ impl QueryWork {
             part_terms: part_terms.max(1),
             terms: terms.len(),
             terms_digest: digest(terms),
+            precision: Precision::Native,
         }
+    }
+
+    /// The work embedding at `precision` (the run's pinned one).
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
     }
 
     /// The folder name of this work: 16 hex digits of its digest.
@@ -337,6 +348,13 @@ mod tests {
         assert_eq!(again.root, wd.root);
         let other = QueryWork::new("/m".into(), None, "Find".into(), 2, &terms[..4]);
         assert_ne!(other.key(), work.key());
+        // A native run's work hashes as it did before the field; an FP8 run's is its own.
+        let json = serde_json::to_string(&work).unwrap();
+        assert!(!json.contains("precision"), "{json}");
+        let fp8 = work.clone().with_precision(Precision::Fp8);
+        assert_ne!(fp8.key(), work.key());
+        let read: QueryWork = serde_json::from_str(&serde_json::to_string(&fp8).unwrap()).unwrap();
+        assert_eq!(read.precision, Precision::Fp8);
         for i in 0..3 {
             let t = wd.part_terms(i);
             let v: Vec<Vec<f32>> = t.iter().map(|_| vec![i as f32, 1.0, 2.0]).collect();

@@ -30,6 +30,9 @@ pub struct QueryModel {
     pub model_dir: PathBuf,
     pub devices: Vec<DeviceSpec>,
     pub output_dim: Option<usize>,
+    /// The run's precision: an FP8 run's queries go through FP8 projections too (on a GPU
+    /// natively, on the CPU by the library's emulation), as its documents did.
+    pub precision: embedfleet_core::Precision,
     /// Token budget of one mini-batch of queries.
     pub batch_tokens: u64,
     loaded: Option<LoadedModels>,
@@ -41,9 +44,16 @@ impl QueryModel {
             model_dir,
             devices,
             output_dim,
+            precision: embedfleet_core::Precision::Native,
             batch_tokens: embedfleet_core::settings::DEFAULT_BATCH_TOKENS,
             loaded: None,
         }
+    }
+
+    /// The model embedding at `precision` (the run's pinned one).
+    pub fn with_precision(mut self, precision: embedfleet_core::Precision) -> Self {
+        self.precision = precision;
+        self
     }
 
     /// The query vectors of `texts`, in order.
@@ -53,11 +63,24 @@ impl QueryModel {
         texts: &[String],
     ) -> Result<Vec<Vec<f32>>, QueryEmbedError> {
         if self.loaded.is_none() {
-            self.loaded = Some(LoadedModels::load(
+            let how = embedfleet_embed::ModelLoad {
+                output_dim: self.output_dim,
+                precision: self.precision,
+                fp8_emulated_on_cpu: true,
+                ..Default::default()
+            };
+            if self.precision == embedfleet_core::Precision::Fp8
+                && self.devices.iter().any(|d| matches!(d, DeviceSpec::Cpu))
+            {
+                eprintln!(
+                    "the run's vectors were made with FP8 projections: its queries are too, \
+                     by the CPU's emulation of the GPU's arithmetic (slower than f32)"
+                );
+            }
+            self.loaded = Some(LoadedModels::load_with(
                 &self.model_dir,
                 &self.devices,
-                self.output_dim,
-                None,
+                &how,
             )?);
         }
         let loaded = self.loaded.as_ref().expect("loaded above. This is a bug.");

@@ -17,11 +17,10 @@ use std::path::Path;
 /// The query model of `settings`, on this host (default: its CPU).
 fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
     let devices = embedfleet_embed::parse_devices(settings.devices.as_deref().unwrap_or("cpu"))?;
-    Ok(QueryModel::new(
-        settings.model_dir.clone(),
-        devices,
-        settings.dim,
-    ))
+    Ok(
+        QueryModel::new(settings.model_dir.clone(), devices, settings.dim)
+            .with_precision(settings.precision),
+    )
 }
 
 pub fn query(args: &QueryFlags, slot: &mut super::invoke::RunDbSlot) -> Result<Ended> {

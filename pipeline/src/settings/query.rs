@@ -26,6 +26,8 @@ pub struct QueryModelSettings {
     pub devices: Option<String>,
     /// The given instruction, else the model's retrieval instruction.
     pub instruction: String,
+    /// The run's pinned precision: an FP8 run's queries are embedded with FP8 projections too.
+    pub precision: embedfleet_core::Precision,
 }
 
 impl QueryModelSettings {
@@ -45,6 +47,7 @@ impl QueryModelSettings {
             });
         };
         Ok(Self {
+            precision: made_with.as_ref().map(|s| s.precision).unwrap_or_default(),
             dim: flags.dim.or(made_with.and_then(|s| s.dim)),
             devices: flags.devices.clone(),
             instruction: instruction(&model_dir, flags.instruction.as_deref())?,
@@ -200,5 +203,26 @@ mod tests {
             run_model_family(dir.path()).map(|f| f.model_type()),
             Some(embedfleet_models::default_family().model_type())
         );
+        assert_eq!(
+            s.precision,
+            embedfleet_core::Precision::Native,
+            "none pinned"
+        );
+        // A run pinned at FP8: its queries are embedded at FP8 too.
+        let settings = OutputSettings {
+            model: "0123456789abcdef".into(),
+            model_dir: tiny.display().to_string(),
+            dim: None,
+            vector_dtype: embedfleet_core::shardfile::VectorDtype::F32,
+            precision: embedfleet_core::Precision::Fp8,
+            max_tokens: None,
+            shard_papers: 500,
+            pooling: "last_token".into(),
+            normalized: true,
+            instruction: None,
+        };
+        settings.pin(&RunLayout::new(dir.path())).unwrap();
+        let s = QueryModelSettings::resolve(dir.path(), &QueryModelFlags::default()).unwrap();
+        assert_eq!(s.precision, embedfleet_core::Precision::Fp8);
     }
 }

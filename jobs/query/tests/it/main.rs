@@ -1,3 +1,4 @@
 //! The query crate's integration tests, in one binary.
 
 mod eval;
+mod precision;
