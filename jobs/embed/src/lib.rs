@@ -287,6 +287,14 @@ pub enum QueryEmbedError {
     Failed { index: usize, why: String },
 }
 
+impl QueryEmbedError {
+    /// The model was refused by this node's device (`ModelError::is_device_refusal`: FP8 on
+    /// an A100): the query job exits 5, as an embed job does.
+    pub fn is_device_refusal(&self) -> bool {
+        matches!(self, QueryEmbedError::Model(e) if e.is_device_refusal())
+    }
+}
+
 /// Said in the message, so not returned as the source (`embedfleet_core::cause`): no
 /// `#[from]`, which would return it.
 impl From<ModelError> for QueryEmbedError {

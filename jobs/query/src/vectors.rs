@@ -106,6 +106,13 @@ pub enum VectorsError {
     Query(#[from] QueryError),
 }
 
+impl VectorsError {
+    /// The query model was refused by this node's device (exit code 5).
+    pub fn is_device_refusal(&self) -> bool {
+        matches!(self, VectorsError::Query(e) if e.is_device_refusal())
+    }
+}
+
 /// One query job's folder, `<run>/queries/<key>/`.
 #[derive(Debug, Clone)]
 pub struct QueryWorkDir {

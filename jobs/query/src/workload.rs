@@ -203,6 +203,11 @@ impl QueryError {
                 | QueryError::NotResults { .. }
         )
     }
+
+    /// The query model was refused by this node's device (exit code 5).
+    pub fn is_device_refusal(&self) -> bool {
+        matches!(self, QueryError::Embed(e) if e.is_device_refusal())
+    }
 }
 
 /// `<output>.parts`, beside the output.

@@ -90,11 +90,20 @@ fn is_unusable_input(e: &(dyn std::error::Error + 'static)) -> bool {
 /// node may not: the embed job's model load on a GPU without FP8 tensor cores, or without a
 /// cuDNN its fused attention can use.
 fn is_device_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
-    use embedfleet_embed::job::EmbedJobError;
-    e.downcast_ref::<EmbedJobError>()
-        .is_some_and(EmbedJobError::is_device_refusal)
-        || e.downcast_ref::<embedfleet_models::ModelError>()
-            .is_some_and(embedfleet_models::ModelError::is_device_refusal)
+    macro_rules! device_refusals {
+        ($($ty:ty),* $(,)?) => {
+            false $(|| e.downcast_ref::<$ty>().is_some_and(<$ty>::is_device_refusal))*
+        };
+    }
+    // The query errors forward their source transparently: the one at the top of the chain
+    // is whichever wraps the model's refusal.
+    device_refusals!(
+        embedfleet_embed::job::EmbedJobError,
+        embedfleet_models::ModelError,
+        embedfleet_embed::QueryEmbedError,
+        embedfleet_query::QueryError,
+        embedfleet_query::VectorsError,
+    )
 }
 
 /// Whether `e` is a refusal: an error type of the libraries, and its own word on which of its
@@ -183,6 +192,16 @@ mod tests {
             reason: "--precision fp8 is Qwen3-Embedding's".into(),
         };
         assert_eq!(exit_of(encoder), exit::REFUSED);
+        // A query job's model refused by its GPU, under the query errors that forward their
+        // source: 5 as well.
+        let a100 = ModelError::DeviceRefused {
+            reason: "compute capability 8.0".into(),
+        };
+        let query = embedfleet_query::VectorsError::Query(embedfleet_query::QueryError::Embed(
+            embedfleet_embed::QueryEmbedError::Model(a100),
+        ));
+        let err = CommandError::from(anyhow::Error::new(query).context("query-job"));
+        assert_eq!(err.process_exit_code(), exit::DEVICE_REFUSED);
     }
 
     #[test]
