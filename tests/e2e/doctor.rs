@@ -25,6 +25,8 @@ fn doctor_reports_the_build_devices_and_one_forward() {
         "devices: cpu, cpu",
         "fingerprint",
         "forward: cpu: 512 tokens",
+        // The kernel the model's forward ran (the CPU's own, in f32).
+        "-d vector, tiled-cpu attention",
         "run dir:",
         "writable, filesystem",
         "no problems found",

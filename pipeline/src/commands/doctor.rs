@@ -240,10 +240,13 @@ fn model(
                     .map_or("unknown".into(), |b| {
                         format!("{:.0} MiB", b as f64 / 1048576.0)
                     });
+                // The kernel names a fallback: an encoder whose fused attention this node's
+                // cuDNN refused runs the blockwise one (its log says why).
                 println!(
-                    "forward: {device}: {len} tokens in {secs:.2} s ({:.0} tokens/s), a {}-d vector; peak memory of this process {peak}",
+                    "forward: {device}: {len} tokens in {secs:.2} s ({:.0} tokens/s), a {}-d vector, {} attention; peak memory of this process {peak}",
                     len as f64 / secs,
-                    v[0].len()
+                    v[0].len(),
+                    model.attention_kernel()
                 );
             }
             Err(e) => problems.push(format!("one forward on {device} failed: {e}")),
