@@ -267,7 +267,13 @@ stop_an_embed_job() {
   for _ in $(seq 1 60); do
     for pid in $(pgrep -f -- "embed-job --run-dir $RUN "); do
       case "$skip" in *" $pid "*) continue ;; esac
-      kill -STOP "$pid" 2>/dev/null && echo "$pid" && return 0
+      kill -STOP "$pid" 2>/dev/null || continue
+      # One that just ended (a zombie, on a loaded machine) takes the signal but has no
+      # command line left: no hang, and no batch to check its timeout by. Another is taken.
+      if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q -- '--batch [0-9]'; then
+        echo "$pid" && return 0
+      fi
+      kill -CONT "$pid" 2>/dev/null
     done
     sleep 0.05
   done
