@@ -35,7 +35,10 @@
 #                                   report unless a fallback (split/sequential/chunked) is taken
 #   oom_planned        35       55  the same, planned by free memory
 #   two_workers        40       60  two workers on one GPU (cuda:0,0), the same 48 papers and vectors
-#   decode             25       40  bench-gpu on 64 one-token papers (1x1 attention shapes)
+#   decode             25       40  bench-gpu on query-time shapes (DECODE_SHAPES: 64x1, 64x16,
+#                                   64x64, 1x64), 10 forwards each; the peer step timed PyTorch on
+#                                   them eager and replayed from a CUDA graph (#63: "tokens/s with
+#                                   and without CUDA graphs"); the report's decode table
 #   families           40       75  each encoder family's tiny model (make-tiny-model --family: bert,
 #                                   roberta, xlm-roberta, modernbert, gemma3_text, nomic_bert) built
 #                                   anew by transformers' own class (nomic_bert: the numpy one;
@@ -113,7 +116,7 @@ declare -A EST LIMIT
 plan_step() { EST[$1]=$2; LIMIT[$1]=$3; printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$WORK/plan.tsv"; }
 plan_step unpack          5   20
 plan_step doctor         25   "${DOCTOR_LIMIT:-60}"
-plan_step peer          140  210
+plan_step peer          146  210
 plan_step ours           90  135
 plan_step fidelity_blockwise 30 60
 plan_step oom_unplanned  40   60
@@ -122,7 +125,7 @@ plan_step two_workers    40   60
 plan_step decode         25   40
 plan_step families       40   75
 plan_step fp8            60  120
-plan_step cu12           10   60
+plan_step cu12            4   60
 
 REPORTED_FINAL=0
 report() { # [final]: the report from what $WORK holds now; never fails the script
@@ -247,7 +250,7 @@ peer_cmd() { # the model, the fidelity cases and the PyTorch peer, in one proces
   MODEL_OUT=$MODEL TOKENIZER=$WORK/tok/tokenizer.json FIDELITY_OUT=$WORK/fidelity.json \
     FIDELITY_LENGTHS=$LENGTHS FIDELITY_CU12_OUT=$WORK/fidelity-cu12.json CU12_LEN=$CU12_LEN \
     MIX_OUT=$WORK/mix-peer.json UNIFORM_FORWARDS=2 UNIFORM_SHAPES=$SHAPES DEVICE=${DEVICE%%:*} \
-    python3 benches/torch_baseline.py
+    DECODE_SHAPES=$DECODE_SHAPES DECODE_FORWARDS=10 python3 benches/torch_baseline.py
 }
 
 bench() { "$BIN" bench-gpu --model-dir "$MODEL" "$@"; }
@@ -355,6 +358,7 @@ PY
 
 if [ "$DRY_RUN" = 1 ]; then
   export DEVICE=cpu TWO_WORKERS=cpu:2 SHAPE=tiny SHAPES=2x64,1x256 LENGTHS="1 16 300 1000" CU12_LEN=300
+  export DECODE_SHAPES=8x1,2x16
   [ -n "${BIN:-}" ] || { echo "DRY_RUN=1 needs BIN=path/to/embedfleet" >&2; exit 2; }
   export BIN
   echo "dry run on the CPU: tiny shape" >"$WORK/gpu.txt"
@@ -363,6 +367,7 @@ if [ "$DRY_RUN" = 1 ]; then
 else
   export DEVICE=cuda:0 TWO_WORKERS=cuda:0,0 SHAPE=4b SHAPES=64x512,16x2048,4x8192,1x32768
   export LENGTHS="1 16 512 2048 8192 32768" CU12_LEN=2048
+  export DECODE_SHAPES=${DECODE_SHAPES:-64x1,64x16,64x64,1x64}
   export BIN="$WORK/embedfleet"
   step unpack unpack target-gpu/embedfleet.xz "$BIN"
   [ -x "$BIN" ] && identity "$BIN" embedfleet.xz
@@ -401,7 +406,6 @@ PY
 fi
 python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1]))[:int(sys.argv[2])], open(sys.argv[3], 'w'))" \
   "$WORK/mix.json" "$SMALL_PAPERS" "$WORK/mix-small.json"
-python3 -c "import json; print(json.dumps([1] * 64))" >"$WORK/decode.json"
 
 step peer peer_cmd
 [ -s "$WORK/fidelity.json" ] || record fidelity skipped "" 0 "no fidelity cases (no torch/transformers, or the peer step failed)"
@@ -462,7 +466,7 @@ fi
 step two_workers bench --devices "$TWO_WORKERS" --skip-uniform --skip-study \
   --mix "$WORK/mix-small.json" "${cmp[@]}"
 
-step decode bench --devices "$DEVICE" --skip-uniform --skip-study --mix "$WORK/decode.json"
+step decode bench --devices "$DEVICE" --shapes "$DECODE_SHAPES" --forwards 10 --skip-mix
 
 if python3 -c "import torch, transformers" 2>/dev/null; then
   step families families_cmd

@@ -159,7 +159,8 @@ def notes(report, lines, name, s):
 
 
 def throughput_rows(lines):
-    peer = {r["label"]: r for r in lines.get("peer", []) if r.get("event") == "bench"}
+    peer = {r["label"]: r for r in lines.get("peer", [])
+            if r.get("event") == "bench" and not r.get("label", "").startswith("decode_")}
     ours = {r["label"]: r for r in lines.get("ours", []) if r.get("event") == "bench"}
     if not (ours or peer):
         return []
@@ -181,6 +182,29 @@ def throughput_rows(lines):
                         f"| {num(r.get('peak_mem_gb'), '.1f')} |")
     rows += ["", "mix rows compare with PyTorch's best approach on the mix (max of its mix runs; its "
              "study-padded run uses the first papers only)."]
+    return rows
+
+
+def decode_rows(lines):
+    """Query-time shapes: ours (no CUDA graphs) beside PyTorch eager and PyTorch replaying one
+    CUDA graph, in the same run (#63)."""
+    ours = {r["label"].replace("uniform_", "decode_"): r for r in lines.get("decode", [])
+            if r.get("event") == "bench" and r.get("label", "").startswith("uniform_")}
+    peer = {r["label"]: r for r in lines.get("peer", [])
+            if r.get("event") == "bench" and r.get("label", "").startswith("decode_")}
+    if not ours and not peer:
+        return []
+    rows = ["", "| query shape | embedfleet tokens/s | PyTorch eager | PyTorch CUDA graph | ours / eager "
+            "| ours / graph | graph's lowest cosine vs eager |", "|---|---|---|---|---|---|---|"]
+    shapes = sorted({k for k in ours} | {k for k in peer if not k.endswith("_graphs")})
+    for label in shapes:
+        mine = ours.get(label, {}).get("real_tok_per_s")
+        eager = peer.get(label, {}).get("real_tok_per_s")
+        graph = peer.get(label + "_graphs", {})
+        ratio = lambda theirs: f"{mine / theirs:.2f}" if theirs and mine else "-"
+        rows.append(f"| {label[len('decode_'):]} | {num(mine, '.0f')} | {num(eager, '.0f')} "
+                    f"| {num(graph.get('real_tok_per_s'), '.0f')} | {ratio(eager)} "
+                    f"| {ratio(graph.get('real_tok_per_s'))} | {num(graph.get('min_cosine_vs_eager'), '.6f')} |")
     return rows
 
 
@@ -264,7 +288,7 @@ def main(work, out, start, time_limit, dry_run, finished):
     for s in steps:
         rows.append(f"| {s['step']} | {status_text(s)} | {dash(s.get('secs'))} | {dash(s.get('estimate_s'))} "
                     f"| {dash(s.get('limit_s'))} | {len(lines.get(s['step'], []))} | {notes(report, lines, s['step'], s)} |")
-    rows += throughput_rows(lines) + fp8_rows(lines) + fidelity_rows(lines)
+    rows += throughput_rows(lines) + decode_rows(lines) + fp8_rows(lines) + fidelity_rows(lines)
     table = "\n".join(rows) + "\n"
     for path, text in ((os.path.join(out, "gpu-report.json"), json.dumps(report, indent=1)),
                        (os.path.join(out, "gpu-report.md"), table)):

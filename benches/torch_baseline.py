@@ -15,6 +15,9 @@
 #      SHAPE=4b|tiny  LAYERS=N (that shape's width, N layers)  DEVICE=cuda|cpu  BENCH=1 (0: model and cases only)
 #      PROFILE_SHAPES="16x2048 ...": PyTorch's profiler, op by op, on those uniform shapes (before BENCH)
 #      UNIFORM_SHAPES=64x512,16x2048,4x8192,1x32768  UNIFORM_FORWARDS=4 (two warm up first; all timed)
+#      DECODE_SHAPES=64x1,64x16,64x64,1x64: (e) query-time shapes, last of all, DECODE_FORWARDS
+#      (10) each eager (`decode_bB_tT`) and, on CUDA, replayed from one CUDA graph captured with
+#      static inputs (`decode_bB_tT_graphs`; its vectors checked against the eager forward's)
 #      PEER_MIX=0: stop after the uniform shapes (no mix, no study batches)
 #      MIX_PAPERS=240  MIX_OUT=file (the mix's token lengths, for `bench-gpu --mix`)
 #      MIX_IN=file (a JSON list of token lengths instead of the seeded mix; characters ~4.2 a token)
@@ -238,7 +241,60 @@ for shape in env("UNIFORM_SHAPES", "64x512,16x2048,4x8192,1x32768").split(","):
         log(event="error", label=f"uniform_b{B}_t{T}", err=str(e)[:300])
     free()
 
+@torch.inference_mode()
+def decode_graphs(B, T, forwards):
+    # One CUDA graph of the whole forward at a query's shape, inputs in static buffers (as a
+    # server replays it), warmed up on a side stream as torch.cuda.graphs asks. No attention
+    # mask: a mask's checks read values back, which capture forbids; the shape has no padding.
+    ids = torch.randint(0, cfg.vocab_size, (B, T), device=device)
+    def step():
+        out = model(input_ids=ids, use_cache=False).last_hidden_state
+        return torch.nn.functional.normalize(out[:, -1].float(), dim=-1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    sync()
+    worst = (captured * step()).sum(-1).min().item()  # the replay's vectors are the eager ones
+    t = time.time()
+    for _ in range(forwards):
+        graph.replay()
+    sync()
+    dt = time.time() - t
+    real = B * T * forwards
+    log(event="bench", label=f"decode_b{B}_t{T}_graphs", secs=round(dt, 4), real_tokens=real,
+        padded_tokens=real, real_tok_per_s=round(real / dt), graphs=True,
+        min_cosine_vs_eager=round(worst, 6), tflops_useful=round(flops([T] * B) * forwards / dt / 1e12, 2),
+        peak_mem_gb=peak_gb())
+
+def decode_section():
+    # (e) query-time shapes: eager, then one CUDA graph replayed (GPU only). Last, whichever
+    # sections ran: a capture that fails must not spoil the mix's figures before it.
+    forwards = int(env("DECODE_FORWARDS", "10"))
+    for shape in [s for s in env("DECODE_SHAPES", "").split(",") if s]:
+        B, T = map(int, shape.split("x"))
+        try:
+            timed([[T] * B] * forwards, f"decode_b{B}_t{T}")
+        except Exception as e:
+            log(event="error", label=f"decode_b{B}_t{T}", err=str(e)[:300])
+        if device != "cuda":
+            log(event="decode_graphs_skipped", label=f"decode_b{B}_t{T}_graphs",
+                why="CUDA graphs need a GPU")
+            continue
+        try:
+            decode_graphs(B, T, forwards)
+        except Exception as e:  # a capture the model's code forbids: said, and the peer ends
+            log(event="error", label=f"decode_b{B}_t{T}_graphs", err=str(e)[:300])
+        free()
+
 if env("PEER_MIX", "1") != "1":  # the uniform shapes only (gpu-diagnose.sh's same-run peer)
+    decode_section()
     sys.exit(0)
 
 # (b) paper-like mix: lognormal chars, ~4.2 chars/token, capped at 32k tokens
@@ -306,6 +362,7 @@ log(event="bench", label="one_paper_per_forward_nopad", secs=round(dt, 3), real_
 # where it is installed, else SDPA's causal kernel paper by paper. Then the same under
 # torch.compile where it works.
 if env("PACKED", "1") != "1":
+    decode_section()
     sys.exit(0)
 import torch.nn.functional as F
 try:
@@ -418,3 +475,5 @@ for label, forward in ways:
         log(event="error", label=label, err=str(e)[:300])
     free()
 model.config._attn_implementation = saved_attn
+
+decode_section()

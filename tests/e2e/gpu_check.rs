@@ -129,6 +129,22 @@ fn the_dry_run_takes_every_step_in_order_within_the_budget() {
         min >= 0.99 && median >= 0.995 && min < 0.999_999,
         "{compare}"
     );
+    // The query-time shapes: ours, and PyTorch's eager forward beside them; its CUDA graph
+    // only where there is a GPU (said in a line of its own here).
+    // (The dry run's python3 may lack torch: then the peer is skipped and its cells say "-";
+    // the peer's decode lines are checked with torch below.)
+    let md = std::fs::read_to_string(t.join("out/gpu-report.md")).unwrap();
+    let decode: Vec<&str> = md.lines().filter(|l| l.starts_with("| b8_t1 ")).collect();
+    assert_eq!(decode.len(), 1, "{md}");
+    let cells: Vec<&str> = decode[0].split('|').map(str::trim).collect();
+    let peer_ran = t.join("work/fidelity.json").exists();
+    assert!(
+        cells[2].parse::<f64>().is_ok()
+            && cells[3].parse::<f64>().is_ok() == peer_ran
+            && cells[4] == "-",
+        "ours, PyTorch eager where it ran, no graph on the CPU: {}",
+        decode[0]
+    );
     // The build's identity: the binary's sha256, its version, the commit.
     let build = &report["build"];
     let sha = build["unpacked"]["embedfleet"].as_str().unwrap_or("");
@@ -479,6 +495,8 @@ fn the_packed_pytorch_peer_embeds_each_paper_as_alone_and_is_timed() {
             ("PACK_CHECK", "1"),
             ("PACK_BUDGET", "128"),
             ("COMPILE", "0"),
+            ("DECODE_SHAPES", "4x1,2x16"),
+            ("DECODE_FORWARDS", "2"),
             ("HF_HUB_OFFLINE", "1"),
         ])
         .output()
@@ -507,5 +525,19 @@ fn the_packed_pytorch_peer_embeds_each_paper_as_alone_and_is_timed() {
         .find(|l| l["event"] == "bench" && l["label"] == "packed_token_budget")
         .expect("the packed mix timed");
     assert!(packed["real_tok_per_s"].as_f64().unwrap() > 0.0, "{packed}");
+    // The query-time shapes, eager; their CUDA graphs are said to need a GPU.
+    for shape in ["b4_t1", "b2_t16"] {
+        let label = format!("decode_{shape}");
+        let eager = lines
+            .iter()
+            .find(|l| l["event"] == "bench" && l["label"] == label.as_str())
+            .unwrap_or_else(|| panic!("{label} timed: {stdout}"));
+        assert!(eager["real_tok_per_s"].as_f64().unwrap() > 0.0, "{eager}");
+        assert!(
+            lines.iter().any(|l| l["event"] == "decode_graphs_skipped"
+                && l["label"] == format!("{label}_graphs").as_str()),
+            "{stdout}"
+        );
+    }
     assert!(!lines.iter().any(|l| l["event"] == "error"), "{stdout}");
 }
