@@ -8,7 +8,7 @@
 //!   no score matrix beyond a tile, grouped-query heads sharing each K/V tile, causal or not,
 //!   with an optional sliding window;
 //! - [`rows`]: SwiGLU, the residual add with its RMSNorm, q/k's head norm with the rotary, each
-//!   one pass per row;
+//!   one pass per row; [`gelu`]: GeGLU (the encoders' gated MLPs), likewise;
 //! - [`allocator`]: freed buffers kept for the next forward instead of faulted in again.
 //!
 //! The pool is rayon's global one (sized to the cores, or `RAYON_NUM_THREADS`), which candle's
@@ -20,6 +20,7 @@ pub mod allocator;
 pub mod attention;
 pub mod blas;
 pub(crate) mod exp;
+pub mod gelu;
 pub mod rows;
 
 use std::sync::OnceLock;

@@ -192,7 +192,7 @@ impl EncoderModel for Gemma3Model {
             x = (x + layer.post_attention_norm.forward(&attended)?)?;
             let h = layer.pre_feedforward_norm.forward(&x)?;
             let gate_up = project(&layer.gate_up, &h)?;
-            let product = (gate_up.narrow(1, 0, i)?.gelu()? * gate_up.narrow(1, i, i)?)?;
+            let product = crate::gated::geglu(&gate_up, i, crate::gated::Gelu::Tanh)?;
             let mlp = project(&layer.down, &product)?;
             x = (x + layer.post_feedforward_norm.forward(&mlp)?)?;
         }

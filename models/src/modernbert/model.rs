@@ -186,14 +186,12 @@ impl EncoderModel for ModernBertModel {
             let attended = self.kernel.attention(&q, &k, &v, &ctx, scale, mask)?;
             x = (x + layer.wo.forward(&attended)?)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
-            let i = self.cfg.intermediate_size;
-            let input = gated.narrow(1, 0, i)?;
-            let input = if self.cfg.exact_gelu() {
-                input.gelu_erf()?
+            let gelu = if self.cfg.exact_gelu() {
+                crate::gated::Gelu::Erf
             } else {
-                input.gelu()?
+                crate::gated::Gelu::Tanh
             };
-            let product = (input * gated.narrow(1, i, i)?)?;
+            let product = crate::gated::geglu(&gated, self.cfg.intermediate_size, gelu)?;
             x = (x + layer.mlp_wo.forward(&product)?)?;
         }
         self.final_norm.forward(&x)
