@@ -24,7 +24,7 @@ pub mod family;
 pub mod fp8;
 #[cfg(feature = "cuda")]
 pub mod fused;
-pub mod gated;
+pub mod gelu;
 pub mod gemma3;
 pub mod layer_kinds;
 pub mod memory;

@@ -72,6 +72,12 @@ impl Dense {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         project(&self.linear, x)?.broadcast_add(&self.bias)
     }
+
+    /// `gelu(x·Wᵀ + b)`: the bias added in the GELU's pass (one pass over the product on the
+    /// CPU, not two).
+    fn forward_gelu(&self, x: &Tensor, gelu: crate::gelu::Gelu) -> Result<Tensor> {
+        crate::gelu::bias_gelu(&project(&self.linear, x)?, &self.bias, gelu)
+    }
 }
 
 struct Layer {
@@ -207,11 +213,14 @@ impl BertModel {
         let a = layer
             .attention_norm
             .forward(&(layer.attention_out.forward(&attended)? + x)?)?;
-        let h = layer.intermediate.forward(&a)?;
         let h = match self.activation {
-            Activation::GeluErf => h.gelu_erf()?,
-            Activation::GeluTanh => h.gelu()?,
-            Activation::Relu => h.relu()?,
+            Activation::GeluErf => layer
+                .intermediate
+                .forward_gelu(&a, crate::gelu::Gelu::Erf)?,
+            Activation::GeluTanh => layer
+                .intermediate
+                .forward_gelu(&a, crate::gelu::Gelu::Tanh)?,
+            Activation::Relu => layer.intermediate.forward(&a)?.relu()?,
         };
         layer.output_norm.forward(&(layer.output.forward(&h)? + a)?)
     }

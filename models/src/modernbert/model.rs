@@ -187,11 +187,11 @@ impl EncoderModel for ModernBertModel {
             x = (x + layer.wo.forward(&attended)?)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
             let gelu = if self.cfg.exact_gelu() {
-                crate::gated::Gelu::Erf
+                crate::gelu::Gelu::Erf
             } else {
-                crate::gated::Gelu::Tanh
+                crate::gelu::Gelu::Tanh
             };
-            let product = crate::gated::geglu(&gated, self.cfg.intermediate_size, gelu)?;
+            let product = crate::gelu::geglu(&gated, self.cfg.intermediate_size, gelu)?;
             x = (x + layer.mlp_wo.forward(&product)?)?;
         }
         self.final_norm.forward(&x)
