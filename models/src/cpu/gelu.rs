@@ -15,10 +15,8 @@
 use rayon::prelude::*;
 
 use super::exp::exp;
+use super::rows::{gated_rows, MIN_ROWS};
 use super::{fmadd, simd_kernel, Simd};
-
-/// Rows handed to one task at least: fewer cost more to schedule than to compute.
-const MIN_ROWS: usize = 16;
 
 /// Which GELU a gated MLP applies to its gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,17 +29,11 @@ pub enum Gelu {
 
 /// `gelu(gate) · up` per row of `gate_up` (`rows × 2·inter`, gate then up): `rows × inter`.
 pub fn geglu(gate_up: &[f32], inter: usize, gelu: Gelu) -> Vec<f32> {
-    let rows = gate_up.len() / (2 * inter);
-    let mut out = vec![0f32; rows * inter];
     let simd = Simd::detect();
-    out.par_chunks_mut(inter)
-        .zip(gate_up.par_chunks(2 * inter))
-        .with_min_len(MIN_ROWS)
-        .for_each(|(o, gu)| match gelu {
-            Gelu::Tanh => geglu_tanh_row(simd, gu, o),
-            Gelu::Erf => geglu_erf_row(simd, gu, o),
-        });
-    out
+    gated_rows(gate_up, inter, |gu, o| match gelu {
+        Gelu::Tanh => geglu_tanh_row(simd, gu, o),
+        Gelu::Erf => geglu_erf_row(simd, gu, o),
+    })
 }
 
 /// `gelu(h + bias)` per row of `h` (`rows × bias.len()`): BERT's intermediate step.

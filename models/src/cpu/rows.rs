@@ -8,17 +8,27 @@ use super::exp::exp;
 use super::{simd_kernel, Simd};
 
 /// Rows handed to one task at least: fewer cost more to schedule than to compute.
-const MIN_ROWS: usize = 16;
+pub(crate) const MIN_ROWS: usize = 16;
 
 /// `silu(gate) · up` per row of `gate_up` (`rows × 2·inter`, gate then up): `rows × inter`.
 pub fn swiglu(gate_up: &[f32], inter: usize) -> Vec<f32> {
+    let simd = Simd::detect();
+    gated_rows(gate_up, inter, |gu, o| swiglu_row(simd, gu, o))
+}
+
+/// `row(gate_up_row, out_row)` over the rows of a gate/up product (`rows × 2·inter`) into
+/// `rows × inter`, rows split over the pool: the driver of every gated activation.
+pub(crate) fn gated_rows(
+    gate_up: &[f32],
+    inter: usize,
+    row: impl Fn(&[f32], &mut [f32]) + Sync,
+) -> Vec<f32> {
     let rows = gate_up.len() / (2 * inter);
     let mut out = vec![0f32; rows * inter];
-    let simd = Simd::detect();
     out.par_chunks_mut(inter)
         .zip(gate_up.par_chunks(2 * inter))
         .with_min_len(MIN_ROWS)
-        .for_each(|(o, gu)| swiglu_row(simd, gu, o));
+        .for_each(|(o, gu)| row(gu, o));
     out
 }
 
