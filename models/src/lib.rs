@@ -10,6 +10,7 @@
 //! today is Qwen3 ([`qwen3`]).
 
 mod ab_switch;
+pub mod activation;
 pub mod attention;
 pub mod attention_check;
 pub mod attention_plan;
@@ -24,7 +25,6 @@ pub mod family;
 pub mod fp8;
 #[cfg(feature = "cuda")]
 pub mod fused;
-pub mod gelu;
 pub mod gemma3;
 pub mod layer_kinds;
 pub mod memory;

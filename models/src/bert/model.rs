@@ -75,8 +75,8 @@ impl Dense {
 
     /// `gelu(x·Wᵀ + b)`: the bias added in the GELU's pass (one pass over the product on the
     /// CPU, not two).
-    fn forward_gelu(&self, x: &Tensor, gelu: crate::gelu::Gelu) -> Result<Tensor> {
-        crate::gelu::bias_gelu(&project(&self.linear, x)?, &self.bias, gelu)
+    fn forward_gelu(&self, x: &Tensor, gelu: crate::activation::Gelu) -> Result<Tensor> {
+        crate::activation::bias_gelu(&project(&self.linear, x)?, &self.bias, gelu)
     }
 }
 
@@ -216,10 +216,10 @@ impl BertModel {
         let h = match self.activation {
             Activation::GeluErf => layer
                 .intermediate
-                .forward_gelu(&a, crate::gelu::Gelu::Erf)?,
+                .forward_gelu(&a, crate::activation::Gelu::Erf)?,
             Activation::GeluTanh => layer
                 .intermediate
-                .forward_gelu(&a, crate::gelu::Gelu::Tanh)?,
+                .forward_gelu(&a, crate::activation::Gelu::Tanh)?,
             Activation::Relu => layer.intermediate.forward(&a)?.relu()?,
         };
         layer.output_norm.forward(&(layer.output.forward(&h)? + a)?)

@@ -192,7 +192,7 @@ impl EncoderModel for Gemma3Model {
             x = (x + layer.post_attention_norm.forward(&attended)?)?;
             let h = layer.pre_feedforward_norm.forward(&x)?;
             let gate_up = project(&layer.gate_up, &h)?;
-            let product = crate::gelu::geglu(&gate_up, i, crate::gelu::Gelu::Tanh)?;
+            let product = crate::activation::geglu(&gate_up, i, crate::activation::Gelu::Tanh)?;
             let mlp = project(&layer.down, &product)?;
             x = (x + layer.post_feedforward_norm.forward(&mlp)?)?;
         }

@@ -187,11 +187,11 @@ impl EncoderModel for ModernBertModel {
             x = (x + layer.wo.forward(&attended)?)?;
             let gated = layer.wi.forward(&layer.mlp_norm.forward(&x)?)?;
             let gelu = if self.cfg.exact_gelu() {
-                crate::gelu::Gelu::Erf
+                crate::activation::Gelu::Erf
             } else {
-                crate::gelu::Gelu::Tanh
+                crate::activation::Gelu::Tanh
             };
-            let product = crate::gelu::geglu(&gated, self.cfg.intermediate_size, gelu)?;
+            let product = crate::activation::geglu(&gated, self.cfg.intermediate_size, gelu)?;
             x = (x + layer.mlp_wo.forward(&product)?)?;
         }
         self.final_norm.forward(&x)

@@ -85,7 +85,7 @@ struct Layer {
     wqkv: Dense,
     out_proj: Dense,
     norm1: LayerNorm,
-    /// fc11 and fc12, one product: the value half, then the gate half.
+    /// fc12 and fc11, one product: the gate half, then the value half (SwiGLU's order).
     fc1: Dense,
     fc2: Dense,
     norm2: LayerNorm,
@@ -122,7 +122,7 @@ impl NomicBertModel {
                     norm1: LayerNorm::load(cfg, w, &name("norm1"))?,
                     fc1: Dense::load(
                         w,
-                        &[&name("mlp.fc11"), &name("mlp.fc12")],
+                        &[&name("mlp.fc12"), &name("mlp.fc11")],
                         i,
                         h,
                         cfg.mlp_fc1_bias,
@@ -174,7 +174,6 @@ impl EncoderModel for NomicBertModel {
         }
         let mut x = self.emb_ln.forward(&x)?;
         let (t, nh, hd) = (x.dim(0)?, self.cfg.n_head, self.cfg.head_dim());
-        let i = self.cfg.intermediate_size();
         let scale = 1.0 / (hd as f64).sqrt();
         for layer in &self.layers {
             let qkv = layer.wqkv.forward(&x)?.reshape((t, 3 * nh, hd))?;
@@ -185,8 +184,7 @@ impl EncoderModel for NomicBertModel {
             x = layer
                 .norm1
                 .forward(&(x + layer.out_proj.forward(&attended)?)?)?;
-            let both = layer.fc1.forward(&x)?;
-            let product = (both.narrow(1, 0, i)? * candle_nn::ops::silu(&both.narrow(1, i, i)?)?)?;
+            let product = crate::activation::swiglu(&layer.fc1.forward(&x)?)?;
             x = layer.norm2.forward(&(x + layer.fc2.forward(&product)?)?)?;
         }
         Ok(x)
