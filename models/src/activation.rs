@@ -1,8 +1,8 @@
-//! The encoder families' activations: GeGLU, `gelu(gate) · up` of a `[rows, 2·inter]` gate/up
-//! product (ModernBERT's and Gemma 3's gated MLPs), SwiGLU likewise (NomicBERT's), and BERT's
-//! `gelu(h + bias)` after its intermediate projection. On the CPU in f32, one vectorised pass
-//! per row over the pool ([`crate::cpu::gelu`], [`crate::cpu::rows`]); elsewhere (a GPU, bf16)
-//! candle's ops. (Qwen3's SwiGLU goes through `crate::elementwise`, whose GPU kernels it has.)
+//! The encoder families' GELU activations: GeGLU, `gelu(gate) · up` of a `[rows, 2·inter]`
+//! gate/up product (ModernBERT's and Gemma 3's gated MLPs), and BERT's `gelu(h + bias)` after
+//! its intermediate projection. On the CPU in f32, one vectorised pass per row over the pool
+//! ([`crate::cpu::gelu`]); elsewhere (a GPU, bf16) candle's ops. (SwiGLU, Qwen3's and
+//! NomicBERT's, is `crate::elementwise`'s, which runs its CPU f32 row kernel in any mode.)
 
 use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
 
@@ -22,34 +22,9 @@ pub fn geglu(gate_up: &Tensor, inter: usize, gelu: Gelu) -> Result<Tensor> {
     gate * gate_up.narrow(1, inter, inter)?
 }
 
-/// `silu(gate_up[:, ..inter]) · gate_up[:, inter..]`: `[rows, inter]`.
-pub fn swiglu(gate_up: &Tensor) -> Result<Tensor> {
-    if cpu_f32(gate_up) && gate_up.rank() == 2 && gate_up.dim(1)? % 2 == 0 {
-        return gate_up.apply_op1_no_bwd(&Swiglu);
-    }
-    candle_nn::ops::swiglu(gate_up)
-}
-
 /// A contiguous f32 tensor on the CPU: what the row kernels take.
 fn cpu_f32(t: &Tensor) -> bool {
     t.device().is_cpu() && t.dtype() == DType::F32 && t.is_contiguous()
-}
-
-struct Swiglu;
-
-impl candle_core::CustomOp1 for Swiglu {
-    fn name(&self) -> &'static str {
-        "cpu-swiglu"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let Some((start, end)) = l.contiguous_offsets() else {
-            candle_core::bail!("swiglu takes a contiguous gate/up product");
-        };
-        let (rows, cols) = l.shape().dims2()?;
-        let out = crate::cpu::rows::swiglu(&s.as_slice::<f32>()?[start..end], cols / 2);
-        Ok((CpuStorage::F32(out), Shape::from((rows, cols / 2))))
-    }
 }
 
 /// `gelu(h + bias)` (`h`: `[rows, cols]`, `bias`: `[cols]`).
@@ -149,18 +124,6 @@ mod tests {
                         "{gelu:?}: {g} against {w}"
                     );
                 }
-            }
-        }
-        // SwiGLU, against candle_nn's.
-        for t in [gate_up.clone(), gate_up.narrow(0, 1, rows).unwrap()] {
-            let got = values(&swiglu(&t).unwrap());
-            let want = values(&candle_nn::ops::swiglu(&t).unwrap());
-            assert_eq!(got.len(), t.dim(0).unwrap() * inter);
-            for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    (g - w).abs() <= 1e-6 * w.abs() + 1e-7,
-                    "swiglu: {g} against {w}"
-                );
             }
         }
     }

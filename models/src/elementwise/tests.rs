@@ -153,6 +153,27 @@ fn qk_norm_rope_is_candles_norm_then_rope_in_padded_rows() {
     }
 }
 
+/// In f32 on the CPU, either mode runs the row kernel (NomicBERT's SwiGLU is `Candle`'s), on a
+/// product that is a view (narrowed) as well as a contiguous one: candle_nn's values.
+#[test]
+fn cpu_f32_swiglu_is_candle_nns_in_either_mode() {
+    let (rows, inter) = (33, 40);
+    let gate_up = Tensor::randn(0f32, 2.0, (rows + 2, 2 * inter), &Device::Cpu).unwrap();
+    for t in [gate_up.clone(), gate_up.narrow(0, 1, rows).unwrap()] {
+        let want = flat(&candle_nn::ops::swiglu(&t).unwrap());
+        for mode in [Elementwise::Candle, Elementwise::Fused] {
+            let got = flat(&mode.swiglu(&t).unwrap());
+            assert_eq!(got.len(), t.dim(0).unwrap() * inter);
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs() + 1e-7,
+                    "{mode:?} swiglu: {g} against {w}"
+                );
+            }
+        }
+    }
+}
+
 /// `Candle` is candle's ops; `Fused` the fused ones, which round differently in bf16.
 #[test]
 fn each_mode_runs_its_own_ops() {

@@ -184,7 +184,9 @@ impl EncoderModel for NomicBertModel {
             x = layer
                 .norm1
                 .forward(&(x + layer.out_proj.forward(&attended)?)?)?;
-            let product = crate::activation::swiglu(&layer.fc1.forward(&x)?)?;
+            // On the CPU in f32 the row kernel (any mode); elsewhere candle's ops.
+            let swiglu = crate::elementwise::Elementwise::Candle;
+            let product = swiglu.swiglu(&layer.fc1.forward(&x)?)?;
             x = layer.norm2.forward(&(x + layer.fc2.forward(&product)?)?)?;
         }
         Ok(x)
