@@ -293,12 +293,8 @@ impl<M: EncoderModel> Embedder for EncoderEmbedder<M> {
     fn prepare_attention(&self, batches: &[Vec<usize>]) -> ModelResult<f64> {
         #[cfg(feature = "cuda")]
         if let AttentionKernel::Fused(fused) = self.model.kernel() {
-            let shapes: Vec<_> =
-                crate::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice))
-                    .into_iter()
-                    .collect();
             let attention = self.model.attention();
-            return Ok(fused.prepare(&shapes, attention.scale as f32, &attention.masks)?);
+            return Ok(fused.prepare(batches, attention.scale as f32, &attention.masks)?);
         }
         let _ = batches;
         Ok(0.0)

@@ -321,10 +321,12 @@ impl FusedAttention {
             .reshape((batch.total, self.n_heads * self.head_dim))
     }
 
-    /// Builds the plan of each shape under each of `masks` now (a warm-up's work: 0.1–2 s a
-    /// plan), so that no timed forward builds one. Returns the seconds it took.
-    pub fn prepare(&self, shapes: &[PlanShape], scale: f32, masks: &[Mask]) -> Result<f64> {
+    /// Builds the plan of each shape mini-batches of these sequence lengths take
+    /// ([`crate::attention_plan::planned_shapes`]), under each of `masks`, now (a warm-up's
+    /// work: 0.1–2 s a plan), so that no timed forward builds one. Returns the seconds it took.
+    pub fn prepare(&self, batches: &[Vec<usize>], scale: f32, masks: &[Mask]) -> Result<f64> {
         let started = std::time::Instant::now();
+        let shapes = crate::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice));
         let mut handle = self
             .handle
             .lock()

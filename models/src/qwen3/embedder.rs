@@ -255,12 +255,8 @@ impl Embedder for Qwen3Embedder {
     fn prepare_attention(&self, batches: &[Vec<usize>]) -> ModelResult<f64> {
         #[cfg(feature = "cuda")]
         if let crate::attention::AttentionKernel::Fused(fused) = self.model.attention_kernel() {
-            let shapes: Vec<_> =
-                crate::attention_plan::planned_shapes(batches.iter().map(Vec::as_slice))
-                    .into_iter()
-                    .collect();
             let scale = (1.0 / (self.config().head_dim() as f64).sqrt()) as f32;
-            return Ok(fused.prepare(&shapes, scale, &[crate::attention::Mask::Causal])?);
+            return Ok(fused.prepare(batches, scale, &[crate::attention::Mask::Causal])?);
         }
         let _ = batches;
         Ok(0.0)
