@@ -36,9 +36,7 @@ use serde::{Deserialize, Serialize};
 pub use embedfleet_core::status_snapshot::QueueOutlook;
 pub use fill::{fill_queues, PlannedJob};
 pub use loop_side::{Routing, Seen};
-pub use model::{
-    JobEnd, QueueModel, RecentMean, WaitShape, DEVICE_REFUSED_EXIT_CODE, SETUP_EXIT_CODES,
-};
+pub use model::{JobEnd, QueueModel, RecentMean, WaitShape, SETUP_EXIT_CODES};
 
 /// How free job slots are given batches (`submit --route`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

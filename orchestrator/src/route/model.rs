@@ -28,16 +28,13 @@ pub enum JobEnd {
 /// retried, and no loss of the queue's, which would fail the same on any queue.
 pub const SETUP_EXIT_CODES: [i32; 2] = [2, 4];
 
-/// The exit code of `embed-job` refused by its node's device (a GPU without FP8 tensor cores):
-/// retried on another queue, its queue set aside; nothing of the queue's speed either.
-pub const DEVICE_REFUSED_EXIT_CODE: i32 = embedfleet_core::exit::DEVICE_REFUSED;
-
 impl JobEnd {
     /// How a job run.db recorded ended, for its queue's model, from its row: as
     /// [`JobEnd::of`], except what says nothing of the queue, which counts as a cancel: a job
     /// the scheduler never took (`accepted` false: its submission failed) and one that ended
     /// with a setup exit code ([`SETUP_EXIT_CODES`], as its recorded reason says) or its
-    /// device's refusal ([`DEVICE_REFUSED_EXIT_CODE`]).
+    /// device's refusal (`embedfleet_core::exit::DEVICE_REFUSED`: retried on another queue,
+    /// nothing of this one's speed).
     pub fn of_record(
         status: embedfleet_core::state::JobStatus,
         accepted: bool,
@@ -46,7 +43,7 @@ impl JobEnd {
         let setup = reason.is_some_and(|r| {
             SETUP_EXIT_CODES
                 .iter()
-                .chain([&DEVICE_REFUSED_EXIT_CODE])
+                .chain([&embedfleet_core::exit::DEVICE_REFUSED])
                 .any(|c| {
                     r.contains(&format!("exit code {c})")) || r.ends_with(&format!("exit code {c}"))
                 })

@@ -56,6 +56,7 @@ impl SubmitLoop<'_> {
         let Some(signature) = Signature::of(state, status, log.as_deref().map(Path::new)) else {
             return Ok(());
         };
+        let refused_by_device = signature.refused_by_device();
         let failure = Failure {
             job: name.to_string(),
             log: log.clone(),
@@ -66,7 +67,7 @@ impl SubmitLoop<'_> {
         // (exit 5) sets it aside at the first.
         if let Some(reason) = self.trips.queues.failed(&queue, &failure) {
             if self.another_queue_usable(&queue)? {
-                self.set_queue_aside(&queue, &reason, name, log);
+                self.set_queue_aside(&queue, &reason, name, refused_by_device, log);
                 return Ok(());
             }
         }
@@ -109,18 +110,17 @@ impl SubmitLoop<'_> {
             .any(|(q, cap)| q != queue && *cap > 0 && !self.refused.contains_key(q)))
     }
 
-    /// Sends no more jobs to `queue`, saying why, until a `resume`.
+    /// Sends no more jobs to `queue`, saying why (`refused_by_device`: its node's device refused
+    /// the job, exit 5, not a streak of failures), until a `resume`.
     fn set_queue_aside(
         &mut self,
         queue: &str,
         reason: &embedfleet_core::rundb::PauseReason,
         job: &str,
+        refused_by_device: bool,
         log: Option<String>,
     ) {
-        let message = if reason.signature.starts_with(&format!(
-            "exit code {};",
-            embedfleet_core::exit::DEVICE_REFUSED
-        )) {
+        let message = if refused_by_device {
             format!("job {job} was refused by its node's device")
         } else {
             format!(

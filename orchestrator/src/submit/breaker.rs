@@ -35,11 +35,6 @@ pub const DEFAULT_BREAKER_AFTER: u32 = 3;
 /// e.g. a model directory the node cannot read) come from settings every job shares.
 const PAUSE_AT_FIRST: [i32; 2] = [2, 4];
 
-/// embed-job's exit code when its node's device refused (a GPU without FP8 tensor cores):
-/// that queue is set aside at the first; the run pauses at the first when no other queue
-/// takes jobs.
-const DEVICE_REFUSED: i32 = embedfleet_core::exit::DEVICE_REFUSED;
-
 /// How much of the end of a job log is read for its first error line: a job that fails after
 /// hours has a long log whose error is near its end.
 const LOG_TAIL_BYTES: u64 = 256 * 1024;
@@ -101,9 +96,10 @@ impl Signature {
         self.exit_code.is_some_and(|c| PAUSE_AT_FIRST.contains(&c))
     }
 
-    /// Its node's device refused (exit 5): that queue's nodes, at the first.
+    /// Its node's device refused (exit 5, a GPU without FP8 tensor cores): that queue is set
+    /// aside at the first; the run pauses at the first when no other queue takes jobs.
     pub fn refused_by_device(&self) -> bool {
-        self.exit_code == Some(DEVICE_REFUSED)
+        self.exit_code == Some(embedfleet_core::exit::DEVICE_REFUSED)
     }
 }
 

@@ -15,7 +15,6 @@ use super::error::Result;
 use super::submit_loop::SubmitLoop;
 use crate::scheduler::{marker_state, JobHandle, JobState, QueuedJob, SchedulerJobId};
 
-use crate::route::DEVICE_REFUSED_EXIT_CODE;
 /// Exit codes of `embed-job` that mean "this will fail the same way again" (usage error,
 /// refused: the run directory does not match), so they are not retried.
 use crate::route::SETUP_EXIT_CODES as NOT_RETRIED_EXIT_CODES;
@@ -275,10 +274,14 @@ impl SubmitLoop<'_> {
         // deciding (the other batches wait for the next round's ingest).
         let batches: Vec<i64> = rows.iter().map(|r| r.batch_id).collect();
         self.ingest(Some(&batches))?;
-        let setup_error = matches!(state, JobState::Failed { exit_code: Some(c), .. } if NOT_RETRIED_EXIT_CODES.contains(c));
+        let exit_code = match state {
+            JobState::Failed { exit_code, .. } => *exit_code,
+            _ => None,
+        };
+        let setup_error = exit_code.is_some_and(|c| NOT_RETRIED_EXIT_CODES.contains(&c));
         // Its node's device refused (5): retried, on another queue once the breaker sets this
         // one aside.
-        let device_refused = matches!(state, JobState::Failed { exit_code: Some(c), .. } if *c == DEVICE_REFUSED_EXIT_CODE);
+        let device_refused = exit_code == Some(embedfleet_core::exit::DEVICE_REFUSED);
         // A setup the job refused fails the same on every queue, and a device's refusal says
         // nothing of how fast the queue runs jobs: no loss of this queue's.
         self.route_saw(
