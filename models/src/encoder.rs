@@ -55,6 +55,18 @@ pub struct AttentionUse {
     pub masks: Vec<Mask>,
 }
 
+impl AttentionUse {
+    /// `heads` heads of `head_dim`, each with its own key/value head, q·k scaled by
+    /// `1/√head_dim`: BERT's kin's, ModernBERT's and NomicBERT's attention.
+    pub fn multi_head(heads: usize, head_dim: usize, masks: Vec<Mask>) -> AttentionUse {
+        AttentionUse {
+            heads: (heads, heads, head_dim),
+            scale: 1.0 / (head_dim as f64).sqrt(),
+            masks,
+        }
+    }
+}
+
 /// The kernel an encoder is built with on `device`: the CPU's tiled kernel for f32 on the CPU,
 /// else the blockwise one, which [`load_encoder`] replaces by cuDNN's fused kernel on a GPU
 /// once it passes its self-test under the model's masks ([`fused_or_blockwise`]).

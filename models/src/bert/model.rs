@@ -261,11 +261,7 @@ impl EncoderModel for BertModel {
 
     fn attention(&self) -> AttentionUse {
         let (nh, hd) = (self.cfg.num_attention_heads, self.cfg.head_dim());
-        AttentionUse {
-            heads: (nh, nh, hd),
-            scale: 1.0 / (hd as f64).sqrt(),
-            masks: vec![Mask::Full],
-        }
+        AttentionUse::multi_head(nh, hd, vec![Mask::Full])
     }
 
     fn dtype(&self) -> DType {

@@ -220,12 +220,8 @@ impl EncoderModel for ModernBertModel {
     }
 
     fn attention(&self) -> AttentionUse {
-        let (nh, hd) = (self.cfg.num_attention_heads, self.cfg.head_dim());
-        AttentionUse {
-            heads: (nh, nh, hd),
-            scale: 1.0 / (hd as f64).sqrt(),
-            masks: masks_of(&self.cfg.layers, self.cfg.half_window()),
-        }
+        let masks = masks_of(&self.cfg.layers, self.cfg.half_window());
+        AttentionUse::multi_head(self.cfg.num_attention_heads, self.cfg.head_dim(), masks)
     }
 
     fn dtype(&self) -> DType {

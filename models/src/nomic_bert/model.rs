@@ -215,12 +215,7 @@ impl EncoderModel for NomicBertModel {
     }
 
     fn attention(&self) -> AttentionUse {
-        let (nh, hd) = (self.cfg.n_head, self.cfg.head_dim());
-        AttentionUse {
-            heads: (nh, nh, hd),
-            scale: 1.0 / (hd as f64).sqrt(),
-            masks: vec![Mask::Full],
-        }
+        AttentionUse::multi_head(self.cfg.n_head, self.cfg.head_dim(), vec![Mask::Full])
     }
 
     fn dtype(&self) -> DType {
