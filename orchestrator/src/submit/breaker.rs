@@ -32,8 +32,9 @@ use crate::scheduler::JobState;
 pub const DEFAULT_BREAKER_AFTER: u32 = 3;
 
 /// Exit codes that pause at the first failure: embed-job's usage error (2) and refusal (4,
-/// e.g. a model directory the node cannot read) come from settings every job shares.
-const PAUSE_AT_FIRST: [i32; 2] = [2, 4];
+/// e.g. a model directory the node cannot read) come from settings every job shares: the
+/// route's setup exit codes, which are not retried either.
+use crate::route::SETUP_EXIT_CODES as PAUSE_AT_FIRST;
 
 /// How much of the end of a job log is read for its first error line: a job that fails after
 /// hours has a long log whose error is near its end.
