@@ -7,6 +7,8 @@
 # other login node must exit 4). Prints each command, its exit code and its time.
 #
 #   bash benches/walkthrough-slurm.sh [BINARY] [WORKDIR]
+#   MODEL_DIR=/var/tmp/embedfleet-models/all-MiniLM-L6-v2 bash benches/walkthrough-slurm.sh
+#     (a downloaded model in place of the tiny Qwen3: another family through every step)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(realpath "${1:-${CARGO_TARGET_DIR:-target}/debug/embedfleet}")
@@ -40,8 +42,13 @@ TOML
 e sample-corpus --papers 160 --mean-chars 1500 --files 2 --out corpus >/dev/null 2>&1
 printf 'protein folding\nsolar cells\ngraph neural networks\nclimate models\n' > terms.txt
 
-echo "== 1. the model (offline: the tiny Qwen3 in the Hugging Face layout)"
-step 0 e make-tiny-model --out MODEL
+if [ -n "${MODEL_DIR:-}" ]; then
+  echo "== 1. the model (offline: $MODEL_DIR, copied as a user carries a download)"
+  step 0 cp -r "$MODEL_DIR" MODEL
+else
+  echo "== 1. the model (offline: the tiny Qwen3 in the Hugging Face layout)"
+  step 0 e make-tiny-model --out MODEL
+fi
 echo "== 3. plan"
 step 0 e plan --corpus corpus --run-dir run1 --papers-per-job 20
 echo "== 4. trial"

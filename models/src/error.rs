@@ -15,6 +15,10 @@ pub type ModelResult<T> = Result<T, ModelError>;
 /// Everything that can go wrong while loading or running an embedding model.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// The model directory itself is absent (a typo, an unmounted filesystem) or is a file.
+    #[error("{path} {what}: give the directory that holds the model's config.json, tokenizer and weights")]
+    NoModelDir { path: PathBuf, what: &'static str },
+
     /// A file the model directory must contain is absent.
     #[error("missing file {path}: {hint}")]
     MissingFile { path: PathBuf, hint: &'static str },

@@ -73,6 +73,18 @@ struct ConfigHead {
 
 /// The family of the model directory `dir`, from its `config.json`.
 pub fn family_of(dir: &Path) -> ModelResult<&'static dyn ModelFamily> {
+    // Said of the directory, not as its config.json missing: a mistyped path is the usual cause.
+    let what = match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist"),
+        Ok(meta) if !meta.is_dir() => Some("is a file, not a directory"),
+        _ => None,
+    };
+    if let Some(what) = what {
+        return Err(ModelError::NoModelDir {
+            path: dir.to_path_buf(),
+            what,
+        });
+    }
     let path = dir.join("config.json");
     let text = read_model_file(
         &path,

@@ -147,6 +147,7 @@ impl EmbedJobError {
             EmbedJobError::Model(e) => matches!(
                 e,
                 ModelError::InvalidDevice { .. }
+                    | ModelError::NoModelDir { .. }
                     | ModelError::MissingFile { .. }
                     | ModelError::ConfigParse { .. }
                     | ModelError::UnsupportedConfig { .. }

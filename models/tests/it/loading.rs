@@ -72,6 +72,30 @@ fn same_seed_writes_identical_files() {
     }
 }
 
+/// A mistyped directory is named as the directory that is not there, not as its config.json
+/// missing; a file given for the directory is said to be one.
+#[test]
+fn a_missing_directory_or_a_file_is_said_to_be_one() {
+    let dir = fresh();
+    let typo = dir.path().join("minlm");
+    let err = load_err(&typo);
+    assert!(
+        matches!(&err, ModelError::NoModelDir { path, what } if *path == typo && what.contains("does not exist")),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("config.json, tokenizer and weights"),
+        "{err}"
+    );
+    let file = dir.path().join("config.json");
+    let err = load_err(&file);
+    assert!(
+        matches!(&err, ModelError::NoModelDir { what, .. } if what.contains("is a file")),
+        "{err}"
+    );
+}
+
 #[test]
 fn missing_config() {
     let dir = fresh();
