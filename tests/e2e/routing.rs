@@ -426,3 +426,55 @@ fn a_batch_preempted_by_a_higher_priority_partition_is_retried_and_counted_as_pr
     );
     drop(parts);
 }
+
+/// A job shorter than the loop's poll interval is never seen running: it is pending at one
+/// poll and ended at the next. Its queue learns its start and run time all the same, from its
+/// embed run's own record (found by the job's name as Slurm's environment gave it), as a
+/// restarted loop would from run.db: the queue is no longer `new` with no run time, which a
+/// complete run's status once said of a queue that had finished every job.
+#[test]
+fn a_job_that_ends_between_two_polls_still_teaches_its_queue() {
+    if !slurm_up("a_job_that_ends_between_two_polls_still_teaches_its_queue") {
+        return;
+    }
+    let tag = std::process::id() % 100_000;
+    let quick = format!("rtquick{tag}");
+    let _partitions = Partitions::create(&[&quick]);
+    let t = TestDir::new();
+    t.plan_with_model(4, 4);
+    let cap = format!("{quick}=1");
+    t.run(
+        &[
+            "submit",
+            "--run-dir",
+            "run",
+            "--backend",
+            "slurm",
+            "--model-dir",
+            "model",
+            "--devices",
+            "cpu",
+            "--queue",
+            &cap,
+            "--poll-interval",
+            "30",
+        ],
+        0,
+    );
+    let seen_running: Option<String> = db(&t)
+        .query_row("SELECT started_at FROM jobs", [], |r| r.get(0))
+        .unwrap();
+    let st = t.status("run");
+    let queue = &st["routing"]["queues"][0];
+    assert_eq!(queue["finished"], 1, "{st}");
+    assert_eq!(queue["jobs_started"], 1, "its start is learned: {queue}");
+    assert_ne!(queue["state"], "new", "{queue}");
+    let run_s = queue["run_time_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{queue}"));
+    assert!(run_s > 0.0 && run_s < 60.0, "{queue}");
+    if seen_running.is_some() {
+        // A busy machine can start the job late enough for a poll to catch it.
+        eprintln!("the job was seen running this time (at {seen_running:?})");
+    }
+}

@@ -134,6 +134,26 @@ impl RunDb {
     }
 }
 
+impl RunDb {
+    /// When job `name`'s embed runs began by their own record (the earliest of its batches'),
+    /// where the loop never saw it running: it ran between two polls, or while no loop ran. The
+    /// start [`RunDb::job_attempts_since`] gives a restarted loop, for the loop that is running.
+    pub fn job_run_began(&self, name: &str) -> Result<Option<f64>> {
+        let sql = format!("{SELECT} WHERE j.name = ?1");
+        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let rows = stmt
+            .query_map(params![name], read_row)
+            .map_err(sqlite_err(&self.dir))?;
+        let mut began: Option<f64> = None;
+        for row in rows {
+            if let Some(start) = row.map_err(sqlite_err(&self.dir))?.start_s {
+                began = Some(began.map_or(start, |b| b.min(start)));
+            }
+        }
+        Ok(began)
+    }
+}
+
 fn advance(cursor: &mut String, seen: Option<String>) {
     if let Some(seen) = seen {
         if seen > *cursor {
@@ -241,5 +261,9 @@ mod tests {
         assert_eq!(changed[1].papers, Some(7));
         // Never seen running: its start is the embed run's.
         assert!((changed[1].start_s.unwrap() - now).abs() < 0.01);
+        // And the live loop reads the same start by the job's name; j1 ran no batch.
+        assert!((db.job_run_began("j2").unwrap().unwrap() - now).abs() < 0.01);
+        assert_eq!(db.job_run_began("j1").unwrap(), None);
+        assert_eq!(db.job_run_began("no-such-job").unwrap(), None);
     }
 }

@@ -156,15 +156,50 @@ impl Routing {
             }
             (_, end) if !end.is_open() => {
                 let ran_from = started(self);
-                self.router.forget(&row.name);
-                self.waiting_since.remove(&row.name);
-                self.restarted.remove(&row.name);
-                let end = JobEnd::of(end);
-                self.router.ended(&row.queue, end, ran_from, now_s);
-                Seen::Ended(end)
+                self.end(row, end, ran_from, now_s)
             }
             _ => Seen::Nothing,
         }
+    }
+
+    /// Job `row` ended as `status` at `now_s` and the loop never saw it run (it ran between
+    /// two polls, or while no loop ran); its embed run says it began at `began_s`. Its start
+    /// and run time are learned as a sighting's would be, as a restarted loop learns them from
+    /// run.db; without the run's record (or for a requeued job, whose record holds its first
+    /// run's start too) it is [`Routing::saw`]'s end with no start.
+    pub fn saw_end_unseen(
+        &mut self,
+        row: &JobRow,
+        status: JobStatus,
+        began_s: Option<f64>,
+        now_s: f64,
+    ) -> Seen {
+        // A requeued job's record holds its first run's start too: not this run's.
+        let requeued = self.waiting_since.contains_key(&row.name);
+        let (Some(began), false, true, false) = (
+            began_s,
+            status.is_open(),
+            row.state != JobStatus::Running,
+            requeued,
+        ) else {
+            return self.saw(row, status, now_s);
+        };
+        let waited_from = self.wait_began(row, now_s);
+        // A compute node's clock may run ahead of the loop's, or behind its submission.
+        let began = began.clamp(waited_from.min(now_s), now_s);
+        self.router
+            .job_started(&row.name, &row.queue, waited_from, began);
+        self.end(row, status, Some(began), now_s)
+    }
+
+    /// Job `row` ended as `end` at `now_s`, having run from `ran_from` if it ran.
+    fn end(&mut self, row: &JobRow, end: JobStatus, ran_from: Option<f64>, now_s: f64) -> Seen {
+        self.router.forget(&row.name);
+        self.waiting_since.remove(&row.name);
+        self.restarted.remove(&row.name);
+        let end = JobEnd::of(end);
+        self.router.ended(&row.queue, end, ran_from, now_s);
+        Seen::Ended(end)
     }
 
     /// This round's plan from the run's open job rows (one per batch of a job), its queues'

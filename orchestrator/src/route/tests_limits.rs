@@ -321,3 +321,44 @@ fn a_requeued_job_waits_again_from_its_requeue_and_a_cancelled_one_holds_its_pla
     assert!(!routing.cancelling("j2"));
     assert_eq!(routing.moves, 1);
 }
+
+/// A job that ended between two polls (or while no loop ran) is learned from its embed run's
+/// start: its wait and its run, as a sighting's; without the record it ends with neither, and
+/// a requeued job's record (its first run's start too) is not taken for its second run.
+#[test]
+fn a_job_never_seen_running_is_learned_from_its_runs_start() {
+    let mut routing = Routing::new(Route::Adaptive, true, None);
+    let j1 = row("j1", 1, JobStatus::Pending, None);
+    let seen = routing.saw_end_unseen(&j1, JobStatus::Completed, Some(1300.0), 1900.0);
+    assert_eq!(seen, Seen::Ended(JobEnd::Finished));
+    let a = routing.router.model("a").unwrap();
+    assert!(a.known(), "its start is known: the queue is no longer new");
+    assert_eq!(a.start_delay.mean, 300.0);
+    assert_eq!(a.run_time.get(), Some(600.0));
+    assert_eq!(a.finished, 1);
+
+    // A node clock ahead of the loop's: the start is no later than the end was seen.
+    let j2 = row("j2", 2, JobStatus::Pending, None);
+    routing.saw_end_unseen(&j2, JobStatus::Completed, Some(2500.0), 2000.0);
+    let a = routing.router.model("a").unwrap();
+    assert_eq!(a.start_delay.samples, 2);
+    assert_eq!(a.run_time.get(), Some(300.0), "(600 + 0) / 2");
+
+    // No record: the end alone, as before.
+    let j3 = row("j3", 3, JobStatus::Pending, None);
+    routing.saw_end_unseen(&j3, JobStatus::Completed, None, 3000.0);
+    let a = routing.router.model("a").unwrap();
+    assert_eq!((a.start_delay.samples, a.finished), (2, 3));
+    assert_eq!(a.run_time.get(), Some(300.0));
+
+    // Requeued, then run and ended unseen: the record's start is its first run's.
+    let j4 = row("j4", 4, JobStatus::Running, Some(1100.0));
+    assert_eq!(routing.saw(&j4, JobStatus::Pending, 4000.0), Seen::Requeued);
+    let j4 = row("j4", 4, JobStatus::Pending, Some(1100.0));
+    routing.saw_end_unseen(&j4, JobStatus::Completed, Some(1050.0), 6000.0);
+    let a = routing.router.model("a").unwrap();
+    assert_eq!(
+        a.start_delay.samples, 2,
+        "nothing learned from the first run's start"
+    );
+}

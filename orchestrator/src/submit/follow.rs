@@ -284,7 +284,7 @@ impl SubmitLoop<'_> {
         let device_refused = exit_code == Some(embedfleet_core::exit::DEVICE_REFUSED);
         // A setup the job refused fails the same on every queue, and a device's refusal says
         // nothing of how fast the queue runs jobs: no loss of this queue's.
-        self.route_saw(
+        self.route_saw_end(
             rows[0],
             if setup_error || device_refused {
                 JobStatus::Cancelled

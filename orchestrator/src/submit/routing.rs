@@ -55,6 +55,22 @@ impl SubmitLoop<'_> {
         }
     }
 
+    /// Job `row` ended as `status`. One the loop never saw running (shorter than a poll, or run
+    /// while no loop ran) has its start read from its embed runs' record, ingested just
+    /// before, so its queue learns its start and run time all the same. A read error only
+    /// leaves the start unknown: it is a refinement.
+    pub(super) fn route_saw_end(&mut self, row: &JobRow, status: JobStatus) {
+        let began = if row.state == JobStatus::Running {
+            None
+        } else {
+            self.db.job_run_began(&row.name).unwrap_or_else(|e| {
+                tracing::info!(job = %row.name, "its embed run's start unread: {e}");
+                None
+            })
+        };
+        self.routing.saw_end_unseen(row, status, began, unix_now());
+    }
+
     /// Asks the scheduler, at most once a minute, when it expects the queued jobs among `open`
     /// to start (adaptive route only). An error is only logged: estimates are a refinement.
     pub(super) fn refresh_estimates(&mut self) -> Result<()> {
