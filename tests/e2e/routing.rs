@@ -103,6 +103,19 @@ fn submit(
     (polls, stderr, started.elapsed())
 }
 
+/// `submit` of the run in `run` to Slurm, with the model in `model`, on the CPU.
+const SUBMIT_ON_SLURM_CPU: [&str; 9] = [
+    "submit",
+    "--run-dir",
+    "run",
+    "--backend",
+    "slurm",
+    "--model-dir",
+    "model",
+    "--devices",
+    "cpu",
+];
+
 /// Runs `submit` on the run in `t` (Slurm, the model in `model`, CPU, a poll every half
 /// second) with `args` added, to its end; `release` = (partition, after): the partition goes
 /// up that long into the run (never, if None); `during` sees the time elapsed at each look.
@@ -114,19 +127,7 @@ pub(crate) fn submit_to_end(
     during: impl Fn(Duration),
 ) -> (u64, String) {
     let started = Instant::now();
-    let base = [
-        "submit",
-        "--run-dir",
-        "run",
-        "--backend",
-        "slurm",
-        "--model-dir",
-        "model",
-        "--devices",
-        "cpu",
-        "--poll-interval",
-        "0.5",
-    ];
+    let base = [&SUBMIT_ON_SLURM_CPU[..], &["--poll-interval", "0.5"]].concat();
     let mut child = t
         .cmd(&[&base[..], args].concat())
         .stdout(Stdio::null())
@@ -443,24 +444,8 @@ fn a_job_that_ends_between_two_polls_still_teaches_its_queue() {
     let t = TestDir::new();
     t.plan_with_model(4, 4);
     let cap = format!("{quick}=1");
-    t.run(
-        &[
-            "submit",
-            "--run-dir",
-            "run",
-            "--backend",
-            "slurm",
-            "--model-dir",
-            "model",
-            "--devices",
-            "cpu",
-            "--queue",
-            &cap,
-            "--poll-interval",
-            "30",
-        ],
-        0,
-    );
+    let args = ["--queue", &cap, "--poll-interval", "30"];
+    t.run(&[&SUBMIT_ON_SLURM_CPU[..], &args].concat(), 0);
     let seen_running: Option<String> = db(&t)
         .query_row("SELECT started_at FROM jobs", [], |r| r.get(0))
         .unwrap();
