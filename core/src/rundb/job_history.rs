@@ -139,8 +139,12 @@ impl RunDb {
     /// where the loop never saw it running: it ran between two polls, or while no loop ran. The
     /// start [`RunDb::job_attempts_since`] gives a restarted loop, for the loop that is running.
     pub fn job_run_began(&self, name: &str) -> Result<Option<f64>> {
+        // Asked at each job's end that no poll saw run (by the index on jobs.name): prepared once.
         let sql = format!("{SELECT} WHERE j.name = ?1");
-        let mut stmt = self.conn.prepare(&sql).map_err(sqlite_err(&self.dir))?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&sql)
+            .map_err(sqlite_err(&self.dir))?;
         let rows = stmt
             .query_map(params![name], read_row)
             .map_err(sqlite_err(&self.dir))?;
