@@ -5,7 +5,7 @@
 
 use crate::pbs_util::{
     assert_exact, finish, jobs, pbs_ok, pbs_up, qmgr, qstat_job, route_of, run_config,
-    spawn_submit, StoppedQueue,
+    spawn_submit, submit_args, StoppedQueue,
 };
 use crate::util::TestDir;
 use std::time::{Duration, Instant};
@@ -277,4 +277,33 @@ fn pbs_max_queued_of_the_server_and_of_a_queue_hold_the_loop_under_them() {
     );
     // PBS refused nothing (`qsub: would exceed queue generic's per-user limit`, exit 38).
     assert!(!err.contains("would exceed"), "{err}");
+}
+
+/// PBS's form of `routing::a_job_that_ends_between_two_polls_still_teaches_its_queue`: a job
+/// queued at one poll and ended at the next (a 30 s poll) is found by its name as PBS's
+/// environment gives it (`NAME (ID)`), so `debug` learns its start and run time.
+#[test]
+fn pbs_a_job_that_ends_between_two_polls_still_teaches_its_queue() {
+    if !pbs_up("pbs_a_job_that_ends_between_two_polls_still_teaches_its_queue") {
+        return;
+    }
+    let t = TestDir::new();
+    t.plan_with_model(4, 4);
+    std::fs::write(t.join("run.toml"), run_config("")).unwrap();
+    t.run(
+        &[&submit_args("30")[..], &["--queue", "debug=1"]].concat(),
+        0,
+    );
+    let st = t.status("run");
+    let queue = &st["routing"]["queues"][0];
+    assert_eq!(
+        (queue["queue"].as_str(), queue["finished"].as_u64()),
+        (Some("debug"), Some(1)),
+        "{st}"
+    );
+    assert_eq!(queue["jobs_started"], 1, "its start is learned: {queue}");
+    let run_s = queue["run_time_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{queue}"));
+    assert!(run_s > 0.0 && run_s < 300.0, "{queue}");
 }

@@ -88,10 +88,10 @@ pub fn run_config(script: &str) -> String {
     )
 }
 
-/// `submit` of the run `plan_with_model` made, through PBS with `run.toml`, on this CPU; its
-/// stdout goes to `submit.out`.
-pub fn spawn_submit(t: &TestDir, extra: &[&str]) -> Child {
-    let mut args = vec![
+/// The arguments of `submit` of the run `plan_with_model` made, through PBS with `run.toml`,
+/// on this CPU, polling every `poll_s` seconds.
+pub fn submit_args(poll_s: &'static str) -> Vec<&'static str> {
+    vec![
         "submit",
         "--run-dir",
         "run",
@@ -106,10 +106,16 @@ pub fn spawn_submit(t: &TestDir, extra: &[&str]) -> Child {
         "--shard-papers",
         "4",
         "--poll-interval",
-        "0.5",
+        poll_s,
         "--lost-after",
         "60",
-    ];
+    ]
+}
+
+/// `submit` of the run `plan_with_model` made, through PBS with `run.toml`, on this CPU; its
+/// stdout goes to `submit.out`.
+pub fn spawn_submit(t: &TestDir, extra: &[&str]) -> Child {
+    let mut args = submit_args("0.5");
     args.extend(extra);
     let stdout = std::fs::File::create(t.join("submit.out")).unwrap();
     t.cmd(&args)

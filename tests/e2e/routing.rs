@@ -457,7 +457,7 @@ fn a_job_that_ends_between_two_polls_still_teaches_its_queue() {
     let run_s = queue["run_time_s"]
         .as_f64()
         .unwrap_or_else(|| panic!("{queue}"));
-    assert!(run_s > 0.0 && run_s < 60.0, "{queue}");
+    assert!(run_s > 0.0 && run_s < 300.0, "{queue}");
     if seen_running.is_some() {
         // A busy machine can start the job late enough for a poll to catch it.
         eprintln!("the job was seen running this time (at {seen_running:?})");
