@@ -12,10 +12,8 @@
 //!   `erfc |y|` for `y < 0` and `2 − erfc y` otherwise (no cancellation in the negative tail
 //!   either), `erfc` by the Chebyshev fit of Press et al. (relative error under 1.2e-7).
 
-use rayon::prelude::*;
-
 use super::exp::exp;
-use super::rows::{gated_rows, MIN_ROWS};
+use super::rows::map_rows;
 use super::{fmadd, simd_kernel, Simd};
 
 /// Which GELU a gated MLP applies to its gate.
@@ -30,7 +28,7 @@ pub enum Gelu {
 /// `gelu(gate) · up` per row of `gate_up` (`rows × 2·inter`, gate then up): `rows × inter`.
 pub fn geglu(gate_up: &[f32], inter: usize, gelu: Gelu) -> Vec<f32> {
     let simd = Simd::detect();
-    gated_rows(gate_up, inter, |gu, o| match gelu {
+    map_rows(gate_up, 2 * inter, inter, |gu, o| match gelu {
         Gelu::Tanh => geglu_tanh_row(simd, gu, o),
         Gelu::Erf => geglu_erf_row(simd, gu, o),
     })
@@ -38,16 +36,11 @@ pub fn geglu(gate_up: &[f32], inter: usize, gelu: Gelu) -> Vec<f32> {
 
 /// `gelu(h + bias)` per row of `h` (`rows × bias.len()`): BERT's intermediate step.
 pub fn bias_gelu(h: &[f32], bias: &[f32], gelu: Gelu) -> Vec<f32> {
-    let mut out = vec![0f32; h.len()];
     let simd = Simd::detect();
-    out.par_chunks_mut(bias.len())
-        .zip(h.par_chunks(bias.len()))
-        .with_min_len(MIN_ROWS)
-        .for_each(|(o, row)| match gelu {
-            Gelu::Tanh => bias_gelu_tanh_row(simd, row, bias, o),
-            Gelu::Erf => bias_gelu_erf_row(simd, row, bias, o),
-        });
-    out
+    map_rows(h, bias.len(), bias.len(), |row, o| match gelu {
+        Gelu::Tanh => bias_gelu_tanh_row(simd, row, bias, o),
+        Gelu::Erf => bias_gelu_erf_row(simd, row, bias, o),
+    })
 }
 
 simd_kernel! {

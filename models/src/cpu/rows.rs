@@ -8,27 +8,29 @@ use super::exp::exp;
 use super::{simd_kernel, Simd};
 
 /// Rows handed to one task at least: fewer cost more to schedule than to compute.
-pub(crate) const MIN_ROWS: usize = 16;
+const MIN_ROWS: usize = 16;
 
 /// `silu(gate) · up` per row of `gate_up` (`rows × 2·inter`, gate then up): `rows × inter`.
 pub fn swiglu(gate_up: &[f32], inter: usize) -> Vec<f32> {
     let simd = Simd::detect();
-    gated_rows(gate_up, inter, |gu, o| swiglu_row(simd, gu, o))
+    map_rows(gate_up, 2 * inter, inter, |gu, o| swiglu_row(simd, gu, o))
 }
 
-/// `row(gate_up_row, out_row)` over the rows of a gate/up product (`rows × 2·inter`) into
-/// `rows × inter`, rows split over the pool: the driver of every gated activation.
-pub(crate) fn gated_rows(
-    gate_up: &[f32],
-    inter: usize,
+/// `row(input_row, out_row)` over the rows of `input` (`rows × in_cols`) into `rows ×
+/// out_cols`, rows split over the pool: the driver of the activations (a gated one reads
+/// `2·inter` columns a row and writes `inter`).
+pub(crate) fn map_rows(
+    input: &[f32],
+    in_cols: usize,
+    out_cols: usize,
     row: impl Fn(&[f32], &mut [f32]) + Sync,
 ) -> Vec<f32> {
-    let rows = gate_up.len() / (2 * inter);
-    let mut out = vec![0f32; rows * inter];
-    out.par_chunks_mut(inter)
-        .zip(gate_up.par_chunks(2 * inter))
+    let rows = input.len() / in_cols;
+    let mut out = vec![0f32; rows * out_cols];
+    out.par_chunks_mut(out_cols)
+        .zip(input.par_chunks(in_cols))
         .with_min_len(MIN_ROWS)
-        .for_each(|(o, gu)| row(gu, o));
+        .for_each(|(o, i)| row(i, o));
     out
 }
 
