@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{slurm_up, TestDir};
+use crate::util::{slurm_up, TestDir, SUBMIT_ON_SLURM_CPU};
 
 const PAPERS: u64 = 24;
 const PER_BATCH: u64 = 4;
@@ -102,19 +102,6 @@ fn submit(
     );
     (polls, stderr, started.elapsed())
 }
-
-/// `submit` of the run in `run` to Slurm, with the model in `model`, on the CPU.
-const SUBMIT_ON_SLURM_CPU: [&str; 9] = [
-    "submit",
-    "--run-dir",
-    "run",
-    "--backend",
-    "slurm",
-    "--model-dir",
-    "model",
-    "--devices",
-    "cpu",
-];
 
 /// Runs `submit` on the run in `t` (Slurm, the model in `model`, CPU, a poll every half
 /// second) with `args` added, to its end; `release` = (partition, after): the partition goes

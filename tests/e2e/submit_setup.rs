@@ -3,7 +3,7 @@
 //! trial job; environment values kept out of job scripts.
 
 use crate::submit::{jobs_submitted, BATCHES, PER_BATCH};
-use crate::util::{slurm_up, TestDir};
+use crate::util::{slurm_up, TestDir, SUBMIT_ON_SLURM_CPU};
 use std::process::Command;
 
 #[test]
@@ -73,24 +73,8 @@ fn submit_to_an_unknown_slurm_partition_is_a_clear_error() {
     }
     let t = TestDir::new();
     t.plan_with_model(BATCHES * PER_BATCH, PER_BATCH);
-    let out = t.run(
-        &[
-            "submit",
-            "--run-dir",
-            "run",
-            "--backend",
-            "slurm",
-            "--model-dir",
-            "model",
-            "--queue",
-            "nosuchpartition=2",
-            "--devices",
-            "cpu",
-            "--poll-interval",
-            "0.2",
-        ],
-        1,
-    );
+    let args = ["--queue", "nosuchpartition=2", "--poll-interval", "0.2"];
+    let out = t.run(&[&SUBMIT_ON_SLURM_CPU[..], &args].concat(), 1);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("nosuchpartition") && err.contains("queues set"),

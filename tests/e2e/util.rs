@@ -319,6 +319,19 @@ pub fn embed_job_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
 
 /// Whether the one-node Slurm of `.ci/slurm/start-local-slurm.sh` answers; a missing one
 /// fails the test where EMBEDFLEET_REQUIRE_SLURM=1 (CI), and skips it elsewhere.
+/// `submit` of the run in `run` to Slurm, with the model in `model`, on the CPU.
+pub const SUBMIT_ON_SLURM_CPU: [&str; 9] = [
+    "submit",
+    "--run-dir",
+    "run",
+    "--backend",
+    "slurm",
+    "--model-dir",
+    "model",
+    "--devices",
+    "cpu",
+];
+
 pub fn slurm_up(test: &str) -> bool {
     let ok = Command::new("squeue")
         .arg("-h")
