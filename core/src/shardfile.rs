@@ -47,6 +47,11 @@ pub struct ShardMeta {
     pub pooling: String,
     /// The prompt written before every paper's text (E5's `passage: `); empty for none.
     pub document_prompt: String,
+    /// How a text was prepared before it was tokenised (`as-given`: sentence-transformers 5.4
+    /// and later; `stripped`: 5.3 and earlier); `None` for a run fixed before embedfleet
+    /// recorded it (the encoder families' texts stripped, Qwen3's as given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_rule: Option<String>,
     pub normalized: bool,
     pub dim: usize,
     pub embedfleet_version: String,
@@ -143,6 +148,9 @@ impl ShardWriter {
             kv("dim", meta.dim.to_string()),
             kv("version", meta.embedfleet_version.clone()),
         ];
+        if let Some(rule) = &meta.text_rule {
+            kvs.push(kv("text_rule", rule.clone()));
+        }
         if let Some(t) = &meta.timings {
             kvs.push(kv("timings", t.clone()));
         }

@@ -67,6 +67,7 @@ impl SyntheticRun {
             compute_dtype: "f32".into(),
             pooling: "last_token".into(),
             document_prompt: String::new(),
+            text_rule: None,
             normalized: true,
             dim: self.dim,
             embedfleet_version: env!("CARGO_PKG_VERSION").into(),

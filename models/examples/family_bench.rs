@@ -24,7 +24,7 @@ fn main() {
     // As the embed job does on a CPU (`LoadedModels::load`).
     embedfleet_models::cpu::allocator::keep_freed_memory();
     let model = load_embedder(dir, &LoadOptions::default()).expect("the model loads");
-    let framing = load_tokenizer(dir)
+    let framing = load_tokenizer(dir, Some(Default::default()))
         .expect("its tokenizer loads")
         .framing()
         .clone();

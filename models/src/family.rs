@@ -17,6 +17,7 @@ use crate::device::DeviceSpec;
 use crate::embedder::Embedder;
 use crate::error::ModelResult;
 use crate::sentence::{LayoutDefaults, SentenceLayout};
+use crate::text_rule::TextRule;
 use crate::tiny::TinyModelOptions;
 use crate::tokenizer::{QueryFormat, TextFormat, Tokenizer};
 
@@ -209,12 +210,12 @@ pub trait ModelFamily: Send + Sync {
     /// demos); the same options always give the same bytes. Returns the files written.
     fn write_tiny_model(&self, dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<PathBuf>>;
 
-    /// `dir`'s `tokenizer.json`, with this family's conventions and the directory's document
-    /// prompt.
-    fn tokenizer(&self, dir: &Path) -> ModelResult<Tokenizer> {
+    /// `dir`'s `tokenizer.json`, with this family's conventions, the directory's document
+    /// prompt and `do_lower_case`, texts prepared by `rule` (see [`Tokenizer::with_text_rule`]).
+    fn tokenizer(&self, dir: &Path, rule: Option<TextRule>) -> ModelResult<Tokenizer> {
         let layout = self.layout(dir)?;
         Tokenizer::from_file(&dir.join("tokenizer.json"), self.text_format())?
-            .with_lowercase(layout.lowercase)
+            .with_text_rule(rule, layout.lowercase)
             .with_document_prompt(&layout.document_prompt)
     }
 }

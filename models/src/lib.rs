@@ -37,6 +37,7 @@ pub mod registry;
 pub mod rotary;
 pub mod sentence;
 pub mod stage_profile;
+pub mod text_rule;
 pub mod tiny;
 pub mod tiny_tokenizers;
 pub mod tokenizer;
@@ -64,5 +65,6 @@ pub use registry::{
     write_tiny_model, write_tiny_model_of, write_tiny_model_with,
 };
 pub use sentence::{Pooling, SentenceLayout};
+pub use text_rule::TextRule;
 pub use tiny::TinyModelOptions;
 pub use tokenizer::{Framing, QueryFormat, Specials, TextFormat, Tokenizer};

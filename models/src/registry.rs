@@ -183,9 +183,10 @@ pub fn query_instruction(dir: &Path) -> ModelResult<String> {
 }
 
 /// `dir`'s `tokenizer.json`, with its family's special tokens and query format and the
-/// directory's document prompt.
-pub fn load_tokenizer(dir: &Path) -> ModelResult<Tokenizer> {
-    family_of(dir)?.tokenizer(dir)
+/// directory's document prompt, texts prepared by `rule` ([`crate::TextRule`]; `None`: a run
+/// pinned before the rule was recorded).
+pub fn load_tokenizer(dir: &Path, rule: Option<crate::TextRule>) -> ModelResult<Tokenizer> {
+    family_of(dir)?.tokenizer(dir, rule)
 }
 
 /// Checks `dir` without loading its weights (see [`ModelFamily::verify`]).

@@ -13,7 +13,8 @@ const TEXT: &str = "We embed the full text of scientific papers with an encoder 
 The embedding of a paper is pooled from the hidden states of its tokens, normalised to unit \
 length. Attention over long papers is computed in tiles; papers longer than the context are \
 split into chunks, and the vectors of the chunks are combined. Retrieval of related papers \
-compares the embeddings of a query and of the documents in the collection (2024, 0.5-1.0).";
+compares the embeddings of a query and of the documents in the collection (2024, 0.5-1.0). \
+ΟΔΟΣ σ";
 
 /// A special token as `added_tokens` lists it.
 fn added(content: &str, id: u32) -> Value {
@@ -94,8 +95,8 @@ pub fn wordpiece_json() -> Value {
     })
 }
 
-/// XLM-RoBERTa's kind: `<s> <pad> </s> <unk>` = 0..3, Metaspace, a Unigram of every character
-/// and the text's words with their `▁`, `<s> $A </s>`.
+/// XLM-RoBERTa's kind: `<s> <pad> </s> <unk>` = 0..3, whitespace split then Metaspace, a
+/// Unigram of every character and the text's words with their `▁`, `<s> $A </s>`.
 pub fn unigram_json() -> Value {
     let specials = ["<s>", "<pad>", "</s>", "<unk>"];
     let mut pieces: Vec<Value> = specials.iter().map(|s| json!([s, 0.0])).collect();
@@ -108,11 +109,16 @@ pub fn unigram_json() -> Value {
     }
     let metaspace =
         json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true});
+    // What transformers' XLMRobertaTokenizer builds, whatever the file says (a real XLM-R
+    // file has it too): whitespace runs split first, so that doubled spaces, tabs and
+    // newlines are one boundary, as sentence-transformers reads a text.
+    let pre_tokenizer = json!({"type": "Sequence", "pretokenizers": [
+        {"type": "WhitespaceSplit"}, metaspace]});
     json!({
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": specials.iter().enumerate().map(|(i, s)| added(s, i as u32)).collect::<Vec<_>>(),
         "normalizer": null,
-        "pre_tokenizer": metaspace,
+        "pre_tokenizer": pre_tokenizer,
         "post_processor": template(Some(("<s>", 0)), Some(("</s>", 2))),
         "decoder": metaspace,
         "model": {"type": "Unigram", "unk_id": 3, "vocab": pieces, "byte_fallback": false},
@@ -128,6 +134,12 @@ pub fn byte_bpe_json(specials: &[&str], post_processor: Value) -> (Value, usize)
     if let Some(vocab) = json["model"]["vocab"].as_object_mut() {
         for id in vocab.values_mut() {
             *id = json!(id.as_u64().unwrap_or(0) + shift);
+        }
+        // In the model's vocabulary too, as a real RoBERTa's or ModernBERT's file has them:
+        // transformers' RobertaTokenizer keeps only that vocabulary, and would give special
+        // tokens missing from it new ids past its end.
+        for (i, s) in specials.iter().enumerate() {
+            vocab.insert(s.to_string(), json!(i));
         }
     }
     json["added_tokens"] = json!(specials

@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{ModelError, ModelResult};
+use crate::text_rule::{with_lowercase_first, TextRule};
 
 /// The special tokens around every sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,10 +47,14 @@ pub struct TextFormat {
     pub family: &'static str,
     pub specials: Specials,
     pub query: QueryFormat,
-    /// Whether a text is stripped of leading and trailing whitespace before it is tokenised,
-    /// as sentence-transformers' `Transformer` module does (the encoders' convention; Qwen3's
-    /// inputs are tokenised as they are).
-    pub strip: bool,
+    /// Whether embedfleet stripped a text of leading and trailing whitespace before it recorded
+    /// a run's [`TextRule`] (as sentence-transformers ≤ 5.3 did: the encoders; Qwen3's texts
+    /// were tokenised as given): the rule of a run pinned before then.
+    pub legacy_strip: bool,
+    /// The tokenizer class transformers loads the family's directories with when their
+    /// `tokenizer_config.json` names none (`BertTokenizer` for `bert`); see
+    /// [`bert_normalizer_as_transformers_builds`].
+    pub default_tokenizer_class: Option<&'static str>,
 }
 
 impl TextFormat {
@@ -94,7 +99,11 @@ pub struct Tokenizer {
     format: TextFormat,
     document_prompt: String,
     document_prompt_ids: Vec<u32>,
-    lowercase: bool,
+    /// Whether a text (prompt included) is stripped of surrounding whitespace first.
+    strip: bool,
+    /// Whether a text is lowercased as a whole string first (sentence-transformers ≤ 5.3's
+    /// `str.lower()`); under [`TextRule::AsGiven`] the normalizer lowercases instead.
+    lowercase_whole: bool,
     path: PathBuf,
 }
 
@@ -125,6 +134,9 @@ impl Tokenizer {
             .with_truncation(None)
             .map_err(|e| err(e.to_string()))?;
         inner.with_padding(None);
+        if let Some(dir) = path.parent() {
+            bert_normalizer_as_transformers_builds(dir, format, &mut inner)?;
+        }
         let id_of = |token: &'static str| {
             inner
                 .token_to_id(token)
@@ -165,7 +177,8 @@ impl Tokenizer {
             format,
             document_prompt: String::new(),
             document_prompt_ids: Vec::new(),
-            lowercase: false,
+            strip: false,
+            lowercase_whole: false,
             path: path.to_path_buf(),
         })
     }
@@ -177,10 +190,29 @@ impl Tokenizer {
         Ok(self)
     }
 
-    /// This tokenizer lowercasing every text first (`sentence_bert_config.json`'s
-    /// `do_lower_case`).
-    pub fn with_lowercase(mut self, lowercase: bool) -> Tokenizer {
-        self.lowercase = lowercase;
+    /// This tokenizer preparing texts by `rule` (`None`: a run pinned before embedfleet
+    /// recorded its rule, whose texts were prepared by the family's old convention, stripped
+    /// or not, lowercased as whole strings), lowercasing every text where `lowercase`
+    /// (`sentence_bert_config.json`'s `do_lower_case`). Call it before
+    /// [`Tokenizer::with_document_prompt`]: the prompt is tokenised as the texts are.
+    pub fn with_text_rule(mut self, rule: Option<TextRule>, lowercase: bool) -> Tokenizer {
+        match rule {
+            Some(TextRule::AsGiven) => {
+                self.strip = false;
+                self.lowercase_whole = false;
+                if lowercase {
+                    with_lowercase_first(&mut self.inner);
+                }
+            }
+            Some(TextRule::Stripped) => {
+                self.strip = true;
+                self.lowercase_whole = lowercase;
+            }
+            None => {
+                self.strip = self.format.legacy_strip;
+                self.lowercase_whole = lowercase;
+            }
+        }
         self
     }
 
@@ -221,12 +253,12 @@ impl Tokenizer {
             Some(instruction) => self.format_query(instruction, text),
             None => format!("{}{text}", self.document_prompt),
         };
-        let text = if self.format.strip {
+        let text = if self.strip {
             text.trim().to_string()
         } else {
             text
         };
-        if self.lowercase {
+        if self.lowercase_whole {
             text.to_lowercase()
         } else {
             text
@@ -261,6 +293,51 @@ impl Tokenizer {
                 reason: format!("failed to decode: {e}"),
             })
     }
+}
+
+/// transformers (5.x) loads a directory whose tokenizer class is `BertTokenizer`
+/// (`tokenizer_config.json`'s `tokenizer_class`, else the family's default) by building its
+/// normalizer anew from `tokenizer_config.json` — `do_lower_case` (true when left out),
+/// `strip_accents`, `tokenize_chinese_chars` — and keeps only the vocabulary of
+/// `tokenizer.json`: a cased BERT whose `tokenizer_config.json` leaves `do_lower_case` out is
+/// lowercased by sentence-transformers whatever its `tokenizer.json` says. The same normalizer
+/// is put here. Every real BERT download checked gives the same one either way.
+fn bert_normalizer_as_transformers_builds(
+    dir: &Path,
+    format: TextFormat,
+    inner: &mut tokenizers::Tokenizer,
+) -> ModelResult<()> {
+    let path = dir.join("tokenizer_config.json");
+    let config: serde_json::Value = match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| ModelError::Tokenizer {
+            path: path.clone(),
+            reason: format!(
+                "not valid JSON ({e}): replace it with the file shipped with the model"
+            ),
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
+        Err(e) => {
+            return Err(ModelError::Tokenizer {
+                path,
+                reason: format!("failed to read it: {e}"),
+            })
+        }
+    };
+    let class = config["tokenizer_class"]
+        .as_str()
+        .or(format.default_tokenizer_class);
+    if !matches!(class, Some("BertTokenizer" | "BertTokenizerFast")) {
+        return Ok(());
+    }
+    let normalizer = tokenizers::normalizers::BertNormalizer::new(
+        true,
+        config["tokenize_chinese_chars"].as_bool().unwrap_or(true),
+        config["strip_accents"].as_bool(),
+        config["do_lower_case"].as_bool().unwrap_or(true),
+    );
+    inner.with_normalizer(Some(normalizer));
+    inner.add_tokens(&[]);
+    Ok(())
 }
 
 /// What the post-processor of `inner` puts around a text's tokens: a probe encoded with and

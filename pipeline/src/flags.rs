@@ -5,7 +5,7 @@ pub use crate::job_command::JobSettings;
 pub use crate::target::TargetFlags;
 pub use embedfleet_core::shardfile::VectorDtype;
 pub use embedfleet_core::Precision;
-pub use embedfleet_models::DType;
+pub use embedfleet_models::{DType, TextRule};
 pub use embedfleet_vectordb::{IterativeScan, PgIndex};
 use std::path::PathBuf;
 
@@ -95,6 +95,9 @@ pub struct ModelFlags {
     pub vector_dtype: VectorDtype,
     pub precision: Precision,
     pub max_tokens: Option<usize>,
+    /// `None`: not given (`embed`: today's rule; `embed-job`: the run's from before the rule
+    /// was recorded).
+    pub text_rule: Option<TextRule>,
 }
 
 /// `RunDirArgs` as given.

@@ -8,6 +8,7 @@ use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::Precision;
 use embedfleet_embed::job::DEFAULT_SHARD_PAPERS;
+use embedfleet_models::TextRule;
 
 /// How an embed job embeds: every `embed-job` flag but the run directory and the batch, which
 /// the submit loop adds to each job's command line. The binary's `embed-job` parses what
@@ -27,6 +28,9 @@ pub struct JobSettings {
     pub memory_limit: Option<u64>,
     /// Each job builds its batch's Qdrant shard after embedding it.
     pub build_shard: bool,
+    /// How texts are prepared before they are tokenised; `None` for a run fixed before
+    /// embedfleet recorded it (rendered as no flag, which the job reads so).
+    pub text_rule: Option<TextRule>,
 }
 
 impl JobSettings {
@@ -60,6 +64,9 @@ impl JobSettings {
         if self.build_shard {
             args.push("--build-shard".into());
         }
+        if let Some(rule) = self.text_rule {
+            args.extend(["--text-rule".into(), rule.name().into()]);
+        }
         args
     }
 
@@ -72,6 +79,7 @@ impl JobSettings {
             self.precision,
             self.max_tokens,
             self.shard_papers,
+            self.text_rule,
         )
     }
 }

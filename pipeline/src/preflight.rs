@@ -85,7 +85,7 @@ fn check_against_model(shape: &ModelShape, setup: &JobSetup, problems: &mut Vec<
         ));
     }
     // A chunk holds the special tokens around it and at least one of the paper's.
-    let framing = embedfleet_models::load_tokenizer(setup.model_dir)
+    let framing = embedfleet_models::load_tokenizer(setup.model_dir, Some(Default::default()))
         .map(|t| t.framing().overhead())
         .unwrap_or(0);
     if let Some(max) = setup.output.max_tokens.filter(|&m| m > 0 && m <= framing) {

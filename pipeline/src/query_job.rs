@@ -58,7 +58,8 @@ pub fn embed_on_cluster(
         request.part_terms,
         terms,
     )
-    .with_precision(request.model.precision);
+    .with_precision(request.model.precision)
+    .with_text_rule(request.model.text_rule);
     let wd = QueryWorkDir::prepare(&run_dir, work, terms.to_vec())?;
     let parts = wd.work.parts();
     if !wd.missing_parts().is_empty() {

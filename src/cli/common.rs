@@ -24,6 +24,45 @@ pub struct ModelArgs {
     /// combined (default: the model's context).
     #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]
     pub max_tokens: Option<usize>,
+    // The help is TEXT_RULE_HELP's: the same words for `submit`.
+    #[arg(long, value_enum, value_name = "RULE", help = TEXT_RULE_HELP, help_heading = help::MODEL)]
+    pub text_rule: Option<TextRuleArg>,
+}
+
+// The words both helps share.
+macro_rules! text_rule_help {
+    () => {
+        "How a text is prepared before it is tokenised: `as-given`, as sentence-transformers 5.4 \
+and later encode it (the text as it is, `do_lower_case` \
+by the tokenizer's Lowercase normalizer), or `stripped`, as 5.3 and earlier did (leading and \
+trailing whitespace stripped, `do_lower_case` by Python's str.lower()), for vectors that must \
+match a query side written against an older release. Fixed for the whole run; a run started \
+before the rule was recorded keeps its own (docs/models.md, \"How texts are read\")"
+    };
+}
+
+/// `--text-rule`'s help, for `embed` and `submit` alike (`submit` says where its default comes
+/// from: [`TEXT_RULE_SUBMIT_HELP`]).
+pub const TEXT_RULE_HELP: &str = concat!(text_rule_help!(), " [default: as-given]");
+
+/// `submit --text-rule`'s help.
+pub const TEXT_RULE_SUBMIT_HELP: &str =
+    concat!(text_rule_help!(), " [default: the run's, else as-given]");
+
+/// `--text-rule` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TextRuleArg {
+    AsGiven,
+    Stripped,
+}
+
+impl TextRuleArg {
+    pub fn rule(self) -> embedfleet_pipeline::flags::TextRule {
+        match self {
+            Self::AsGiven => embedfleet_pipeline::flags::TextRule::AsGiven,
+            Self::Stripped => embedfleet_pipeline::flags::TextRule::Stripped,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -57,6 +57,7 @@ impl EmbedJobSettings {
             shard_papers: self.shard_papers,
             memory_limit: self.memory_limit,
             build_shard: self.build_shard,
+            text_rule: self.model.text_rule.map(super::common::TextRuleArg::rule),
         }
     }
 }
@@ -267,6 +268,7 @@ mod tests {
             shard_papers: DEFAULT_SHARD_PAPERS,
             memory_limit: None,
             build_shard: false,
+            text_rule: None,
         };
         assert_eq!(round_trip(&defaults), defaults);
         let every_flag = JobSettings {
@@ -279,7 +281,13 @@ mod tests {
             shard_papers: 250,
             memory_limit: Some(1 << 30),
             build_shard: true,
+            text_rule: Some(embedfleet_pipeline::flags::TextRule::Stripped),
         };
         assert_eq!(round_trip(&every_flag), every_flag);
+        let as_given = JobSettings {
+            text_rule: Some(embedfleet_pipeline::flags::TextRule::AsGiven),
+            ..defaults
+        };
+        assert_eq!(round_trip(&as_given), as_given);
     }
 }

@@ -11,7 +11,7 @@ mod report;
 mod submit;
 mod upload;
 
-pub use common::{ModelArgs, PrecisionArg, RunDirArgs, VectorDtypeArg};
+pub use common::{ModelArgs, PrecisionArg, RunDirArgs, TextRuleArg, VectorDtypeArg};
 pub use embed::{BenchGpuArgs, DoctorArgs, EmbedArgs, EmbedJobArgs, MakeTinyModelArgs};
 pub use plan::{Batching, CorpusArgs, PlanArgs, PlanSettingsArgs, RunArgs, SampleCorpusArgs};
 pub use query::{EvalArgs, PublishArgs, QueryArgs, QueryJobArgs, QueryModelArgs};

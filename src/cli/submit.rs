@@ -69,6 +69,9 @@ pub struct SubmitArgs {
     /// combined (default: the run's, else the model's context).
     #[arg(long, value_name = "TOKENS", help_heading = help::MODEL)]
     pub max_tokens: Option<usize>,
+    // The help is embed's (`TEXT_RULE_HELP`): the run's own is the default of a restart.
+    #[arg(long, value_enum, value_name = "RULE", help = super::common::TEXT_RULE_SUBMIT_HELP, help_heading = help::MODEL)]
+    pub text_rule: Option<super::common::TextRuleArg>,
     /// Devices of each job: `cuda` (every GPU of the node), `cuda:0,1`, `cpu:N` (default:
     /// the run's last submit's, else cuda on slurm and pbs, cpu locally; on ssh cuda, on the
     /// GPUs of each host's slot, or cpu when every slot is a cpu slot).

@@ -131,6 +131,7 @@ pub(crate) fn model_flags(a: &ModelArgs) -> ModelFlags {
         vector_dtype: a.vector_dtype.dtype(),
         precision: a.precision.precision(),
         max_tokens: a.max_tokens,
+        text_rule: a.text_rule.map(TextRuleArg::rule),
     }
 }
 
@@ -372,6 +373,7 @@ pub(crate) fn submit_flags(args: &SubmitArgs) -> anyhow::Result<SubmitFlags> {
         vector_dtype: args.vector_dtype.map(VectorDtypeArg::dtype),
         precision: args.precision.map(PrecisionArg::precision),
         max_tokens: args.max_tokens,
+        text_rule: args.text_rule.map(TextRuleArg::rule),
         shard_papers: args.shard_papers,
         build_shard: args.build_shard,
         group_builds: args.group_builds.clone(),

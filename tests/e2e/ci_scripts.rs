@@ -121,3 +121,62 @@ fn every_ci_script_names_the_line_that_failed() {
         );
     }
 }
+
+/// `.ci/qdrant/unpack-qdrant.sh`: an archive whose sha256 is not the one kept for the 1.18.3
+/// server is refused with both sums named, and nothing is unpacked; a QDRANT_BIN that is no
+/// executable is said to be so. The archive CI keeps beside the clone, where there is one,
+/// unpacks into a server that says it is 1.18.3.
+#[test]
+fn the_qdrant_unpack_checks_the_archives_sha256_and_names_both_sums() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("qdrant.xz");
+    std::fs::write(&fake, b"not the server").unwrap();
+    let unpack_dir = dir.path().join("unpacked");
+    std::fs::create_dir(&unpack_dir).unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(crate::util::root().join(".ci/qdrant/unpack-qdrant.sh"))
+            .env_remove("QDRANT_BIN")
+            .env("QDRANT_UNPACK_DIR", &unpack_dir)
+            .stdin(Stdio::null());
+        cmd.envs(env.iter().copied()).output().unwrap()
+    };
+    let out = run(&[("QDRANT_XZ", fake.to_str().unwrap())]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let kept_sum = "2d86bdfbc96e9e69ef94b17e6bdeb0661ffe3d5d21e63ced603e97f57c0a3e16";
+    let fake_sum = Command::new("sha256sum").arg(&fake).output().unwrap();
+    let fake_sum = String::from_utf8_lossy(&fake_sum.stdout);
+    let fake_sum = fake_sum.split(' ').next().unwrap();
+    assert_eq!(fake_sum.len(), 64, "{fake_sum}");
+    assert!(err.contains(fake_sum) && err.contains(kept_sum), "{err}");
+    assert_eq!(std::fs::read_dir(&unpack_dir).unwrap().count(), 0);
+
+    let out = run(&[("QDRANT_BIN", fake.to_str().unwrap())]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("is not an executable file"),
+        "{err}"
+    );
+
+    let kept = crate::util::root().join("../shared/qdrant/qdrant-1.18.3-x86_64-linux-gnu.xz");
+    if !kept.is_file() {
+        assert!(
+            std::env::var_os("EMBEDFLEET_REQUIRE_QDRANT_SERVER").is_none(),
+            "EMBEDFLEET_REQUIRE_QDRANT_SERVER is set but {} is missing",
+            kept.display()
+        );
+        eprintln!("the kept archive's unpack skipped: no {}", kept.display());
+        return;
+    }
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let bin = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(bin.starts_with(unpack_dir.to_str().unwrap()), "{bin}");
+    let version = Command::new(&bin).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        "qdrant 1.18.3"
+    );
+}

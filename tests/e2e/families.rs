@@ -181,7 +181,8 @@ fn each_encoder_family_matches_transformers_from_one_token_past_its_context() {
         );
 
         // Our tokenizer gives transformers' ids, special tokens included.
-        let tokenizer = embedfleet_models::load_tokenizer(&t.join("model")).unwrap();
+        let tokenizer =
+            embedfleet_models::load_tokenizer(&t.join("model"), Some(Default::default())).unwrap();
         for (text, ids) in texts().lines().zip(want["ids"].as_array().unwrap()) {
             let ids: Vec<u32> = serde_json::from_value(ids.clone()).unwrap();
             let ours = tokenizer
@@ -305,7 +306,8 @@ fn a_real_bert_download_gives_transformers_ids_and_vectors() {
         &[("PRETRAINED", "1"), ("MAX_TOKENS", "256")],
     );
 
-    let tokenizer = embedfleet_models::load_tokenizer(&t.join("model")).unwrap();
+    let tokenizer =
+        embedfleet_models::load_tokenizer(&t.join("model"), Some(Default::default())).unwrap();
     let mut longest = 0;
     for (text, ids) in texts.iter().zip(want["ids"].as_array().unwrap()) {
         let ids: Vec<u32> = serde_json::from_value(ids.clone()).unwrap();

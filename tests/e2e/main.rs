@@ -51,6 +51,7 @@ mod snapshot;
 mod snapshot_cluster;
 mod snapshot_server;
 mod ssh;
+mod st_parity;
 mod submit;
 mod submit_setup;
 mod update;

@@ -4,6 +4,11 @@
 //! unreadable for a poll, a job hung until its walltime), into the embedded Qdrant, then query,
 //! eval and publish. Its end counts are read by pyarrow, qdrant-edge-py and `datasets`.
 //!
+//! Through Slurm, the vectors go into a three-peer Qdrant cluster of the script's own (from
+//! `QDRANT_BIN`, which `.ci/run` sets) as grouped shards, one peer SIGKILLed mid-load and started
+//! again; the query workload and eval then run through the cluster. Through PBS, and through
+//! Slurm where no server binary is given, into the embedded Qdrant.
+//!
 //! The drained partition is `rehearsal`, one no other test submits to (the CI cluster has it:
 //! .ci/slurm/start-local-slurm.sh), so the drain cannot fail a test running beside this one.
 //!
@@ -39,7 +44,20 @@ fn a_reduced_rehearsal_through_slurm_with_every_fault_kind_ends_with_exact_count
         );
         return;
     }
-    rehearse("slurm", "scancel");
+    // The cluster's peers: a server binary of CI's (or the developer's own) is needed.
+    let peers = match std::env::var("QDRANT_BIN") {
+        Ok(bin) if std::path::Path::new(&bin).is_file() => 3,
+        _ => {
+            assert!(
+                std::env::var("EMBEDFLEET_REQUIRE_QDRANT_SERVER").as_deref() != Ok("1"),
+                "{test}: EMBEDFLEET_REQUIRE_QDRANT_SERVER=1 but QDRANT_BIN names no qdrant binary \
+                 (.ci/qdrant/unpack-qdrant.sh)"
+            );
+            eprintln!("{test}: no QDRANT_BIN: into the embedded Qdrant, not a three-peer cluster");
+            0
+        }
+    };
+    rehearse("slurm", "scancel", peers);
 }
 
 #[test]
@@ -59,22 +77,24 @@ fn a_reduced_rehearsal_through_pbs_with_every_fault_kind_ends_with_exact_counts(
         eprintln!("skipping {test}: no queue `rehearsal` (start .ci/pbs/start-local-pbs.sh again)");
         return;
     }
-    rehearse("pbs", "qdel");
+    rehearse("pbs", "qdel", 0);
 }
 
 /// benches/rehearsal.sh at 100 batches through `scheduler`, whose job cancels the report
-/// names `cancel_kind`; its report checked.
-fn rehearse(scheduler: &str, cancel_kind: &str) {
+/// names `cancel_kind`, into a cluster of `peers` Qdrant peers (0: the embedded Qdrant, read
+/// back by qdrant-edge-py; else one killed mid-load); its report checked.
+fn rehearse(scheduler: &str, cancel_kind: &str, peers: usize) {
     // The readers that are not ours must be there (or the test is skipped, outside CI).
     for (module, env) in [
         ("pyarrow", "EMBEDFLEET_REQUIRE_PYARROW"),
         ("datasets", "EMBEDFLEET_REQUIRE_DATASETS"),
         ("qdrant_edge", "EMBEDFLEET_REQUIRE_QDRANT_EDGE"),
     ] {
-        if python("pass", module, env).is_none() {
+        if (module != "qdrant_edge" || peers == 0) && python("pass", module, env).is_none() {
             return;
         }
     }
+    let peers_env = peers.to_string();
     let work = tempfile::tempdir().unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/rehearsal.sh");
     let out = Command::new("bash")
@@ -90,7 +110,10 @@ fn rehearse(scheduler: &str, cancel_kind: &str) {
             ("WALLTIME", "00:01:00"),
             ("CANCEL_PCT", "3"),
             ("TERMS", "500"),
-            ("PEERS", "0"),
+            ("PEERS", peers_env.as_str()),
+            ("PEER_KILL", if peers > 0 { "1" } else { "0" }),
+            // Its own ports: the cluster .ci/run starts is on 6433-6455.
+            ("PORT_BASE", "7400"),
             ("MEASURE", "0"),
             ("HF_DATASETS_OFFLINE", "1"),
             ("HF_HUB_OFFLINE", "1"),
@@ -124,6 +147,9 @@ fn rehearse(scheduler: &str, cancel_kind: &str) {
     for kind in ["drain", "drain_end", "unreadable_manifest", "hang"] {
         assert_eq!(count(kind), 1, "{kind}: {kinds:?}");
     }
+    let crashes = usize::from(peers > 0);
+    assert_eq!(count("peer_killed"), crashes, "{kinds:?}");
+    assert_eq!(count("peer_started"), crashes, "{kinds:?}");
     // The exact counts, each checked by the script against a reader that is not ours.
     let checks = fields("checks", "check");
     for check in [
@@ -132,6 +158,11 @@ fn rehearse(scheduler: &str, cancel_kind: &str) {
         "shard_rows_are_good_papers",
         "shard_ids_unique",
         "points_are_good_papers",
+        if peers > 0 {
+            "qdrant_peers"
+        } else {
+            "points_are_good_papers"
+        },
         "query_rows",
         "published_rows",
         "trace_rows_are_job_attempts",

@@ -220,7 +220,7 @@ fn out_of_memory_fallback_gives_the_same_vectors() {
 fn cap_for_longest_paper(t: &TestDir) -> u64 {
     use embedfleet_models::{load_embedder, load_tokenizer, LoadOptions};
     let model = load_embedder(&t.join("model"), &LoadOptions::default()).unwrap();
-    let tokenizer = load_tokenizer(&t.join("model")).unwrap();
+    let tokenizer = load_tokenizer(&t.join("model"), Some(Default::default())).unwrap();
     let db = RunDb::open(&t.join("run")).unwrap();
     let batch = db.batch(embedfleet_core::BatchId(1)).unwrap().unwrap();
     let mut longest = 0;

@@ -1,5 +1,6 @@
 //! The snapshot cluster suite: a real three-peer Qdrant cluster on loopback
-//! (`.ci/qdrant/qdrant-cluster.sh start`), run with `--run-ignored`.
+//! (`.ci/qdrant/qdrant-cluster.sh start`, which `.ci/run` starts); without one these say they
+//! are skipped.
 
 use crate::snapshot::small_run;
 use crate::snapshot_server::{query_vectors, rows_of, top_ids, upload};
@@ -10,17 +11,18 @@ use embedfleet_vectordb::{
 
 // ---- The cluster suite: a real three-peer cluster on loopback (.ci/qdrant/qdrant-cluster.sh) ----
 
-/// The peers of the three-peer cluster the cluster tests run against, from the environment
-/// `qdrant-cluster.sh start` prints.
-pub(crate) fn cluster_peers() -> (Vec<String>, Vec<String>) {
-    let list = |var: &str| -> Vec<String> {
-        std::env::var(var)
-            .unwrap_or_else(|_| panic!("the cluster tests need {var}: eval \"$(.ci/qdrant/qdrant-cluster.sh start)\" (docs/testing.md, \"Server tests\")"))
-            .split(',')
-            .map(str::to_owned)
-            .collect()
+/// The peers of the three-peer cluster the cluster tests run against (gRPC and REST URLs),
+/// from the environment `qdrant-cluster.sh start` prints; `None` without it, `test` said to be
+/// skipped.
+pub(crate) fn cluster_peers(test: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let list = |var: &str| -> Option<Vec<String>> {
+        let urls = crate::util::qdrant_env(&format!("the cluster test `{test}`"), var)?;
+        Some(urls.split(',').map(str::to_owned).collect())
     };
-    (list("QDRANT_PEER_GRPC_URLS"), list("QDRANT_PEER_REST_URLS"))
+    Some((
+        list("QDRANT_PEER_GRPC_URLS")?,
+        list("QDRANT_PEER_REST_URLS")?,
+    ))
 }
 
 /// Runs `QDRANT_PEER_KILL_CMD` or `QDRANT_PEER_START_CMD` (the cluster script's `kill-peer`,
@@ -37,9 +39,12 @@ fn peer_cmd(var: &str, peer: usize) {
 }
 
 #[test]
-#[ignore = "needs a three-peer Qdrant cluster: .ci/qdrant/qdrant-cluster.sh (docs/testing.md, \"Server tests\")"]
 fn cluster_groups_go_round_three_peers_and_survive_one_killed_under_replication_two() {
-    let (grpc, rest) = cluster_peers();
+    let Some((grpc, rest)) = cluster_peers(
+        "cluster_groups_go_round_three_peers_and_survive_one_killed_under_replication_two",
+    ) else {
+        return;
+    };
     assert!(grpc.len() >= 3, "{grpc:?}");
     let sink = QdrantServer::connect(ServerConfig::new(grpc[0].clone())).unwrap();
     let name = format!("embedfleet-cluster-{}", std::process::id());

@@ -1,9 +1,9 @@
 //! The snapshot server suite: `upload --mode snapshot` into a Qdrant server in cluster mode
 //! (the three-peer cluster tests are in `snapshot_cluster.rs`).
 //!
-//! These need a Qdrant server (`QDRANT_CLUSTER=1 .ci/qdrant/qdrant-server.sh start`) and run
-//! with `--run-ignored`, `QDRANT_URL` (gRPC) and `QDRANT_REST_URL` (default: the gRPC URL with
-//! its port minus one); the cluster tests also need `.ci/qdrant/qdrant-cluster.sh start`.
+//! These need a Qdrant server in cluster mode (`QDRANT_CLUSTER=1 .ci/qdrant/qdrant-server.sh
+//! start`, which `.ci/run` starts), named by `QDRANT_URL` (gRPC) and `QDRANT_REST_URL` (default:
+//! the gRPC URL with its port minus one); without one they say they are skipped.
 
 use crate::snapshot::{build, small_run, stderr};
 use crate::util::TestDir;
@@ -21,17 +21,16 @@ use std::time::{Duration, Instant};
 // ---- The server suite: a Qdrant server in cluster mode ----
 
 /// The server suite's Qdrant (cluster mode): gRPC and REST URLs, a client, and a collection
-/// name of this test's own (the update tests use it too).
-pub(crate) fn server(test: &str) -> (String, String, QdrantServer, String) {
-    let url = std::env::var("QDRANT_URL").expect(
-        "the server tests need QDRANT_URL: a cluster-mode Qdrant's gRPC URL, e.g. http://127.0.0.1:6334",
-    );
+/// name of this test's own (the update tests use it too); `None` without `QDRANT_URL`, the
+/// test said to be skipped.
+pub(crate) fn server(test: &str) -> Option<(String, String, QdrantServer, String)> {
+    let url = crate::util::qdrant_env(&format!("the snapshot server test `{test}`"), "QDRANT_URL")?;
     let rest = std::env::var("QDRANT_REST_URL")
         .unwrap_or_else(|_| embedfleet_snapshot::RestClient::url_from_grpc(&url));
     let sink = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();
     let name = format!("embedfleet-snap-{test}-{}", std::process::id());
     let _ = sink.delete_collection(&name);
-    (url, rest, sink, name)
+    Some((url, rest, sink, name))
 }
 
 pub(crate) fn upload(
@@ -101,9 +100,10 @@ pub(crate) fn query_vectors(run: &Path, n: usize) -> Vec<Vec<f32>> {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() {
-    let (url, rest, sink, name) = server("equal");
+    let Some((url, rest, sink, name)) = server("equal") else {
+        return;
+    };
     let upserted = format!("{name}-upsert");
     let _ = sink.delete_collection(&upserted);
     let t = TestDir::new();
@@ -233,9 +233,10 @@ fn server_snapshot_load_equals_upsert_load_and_later_writes_keep_counts_exact() 
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
-    let (url, rest, sink, name) = server("resume");
+    let Some((url, rest, sink, name)) = server("resume") else {
+        return;
+    };
     let t = TestDir::new();
     small_run(&t, "run", 120, 20);
     let run = t.join("run");
@@ -307,9 +308,10 @@ fn server_killed_snapshot_load_resumes_without_recovering_finished_shards() {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_mismatched_snapshot_or_collection_is_refused() {
-    let (url, rest, sink, name) = server("mismatch");
+    let Some((url, rest, sink, name)) = server("mismatch") else {
+        return;
+    };
     let t = TestDir::new();
     small_run(&t, "run", 30, 30);
     upload(&t, &url, &rest, &name, &["--mode", "snapshot"], 0);
@@ -400,9 +402,10 @@ pub(crate) fn top_ids(
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
-    let (url, rest, sink, name) = server("tworuns");
+    let Some((url, rest, sink, name)) = server("tworuns") else {
+        return;
+    };
     let t = TestDir::new();
     small_run(&t, "run", 60, 20);
     seeded_run(&t, "run2", 40, 20, 43);
@@ -506,9 +509,10 @@ fn server_two_runs_load_side_by_side_and_a_copy_of_one_is_refused() {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upserted() {
-    let (url, rest, sink, name) = server("killgroups");
+    let Some((url, rest, sink, name)) = server("killgroups") else {
+        return;
+    };
     let upserted = format!("{name}-upsert");
     let _ = sink.delete_collection(&upserted);
     let t = TestDir::new();
@@ -590,9 +594,10 @@ fn server_a_grouped_load_killed_at_any_step_ends_exact_and_searches_as_the_upser
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_load() {
-    let (url, rest, sink, name) = server("noindexes");
+    let Some((url, rest, sink, name)) = server("noindexes") else {
+        return;
+    };
     let t = TestDir::new();
     small_run(&t, "run", 60, 20);
     let run = t.join("run");
@@ -628,9 +633,10 @@ fn server_a_collection_left_without_its_payload_indexes_gets_them_from_the_next_
 /// an FP8 run's on an H100 would) is refused by the collection the first run's snapshots
 /// filled, in either mode, before a point of it is loaded; the collection keeps its count.
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_a_run_of_other_vectors_is_refused_by_a_snapshot_loaded_collection() {
-    let (url, rest, sink, name) = server("precision");
+    let Some((url, rest, sink, name)) = server("precision") else {
+        return;
+    };
     let t = TestDir::new();
     small_run(&t, "run", 40, 20);
     seeded_run(&t, "fp8run", 40, 20, 47);

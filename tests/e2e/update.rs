@@ -576,10 +576,11 @@ fn builds_of_group(run: &Path, first: i64) -> usize {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_an_update_loaded_in_snapshot_mode_keeps_old_groups_and_deletes_what_the_release_withheld()
 {
-    let (url, rest, sink, name) = crate::snapshot_server::server("update");
+    let Some((url, rest, sink, name)) = crate::snapshot_server::server("update") else {
+        return;
+    };
     let t = TestDir::new();
     let (withdrawn, changed, new) = make_releases(&t, &ISSUE);
     t.run_corpus("run", "r1.jsonl", 250, &[]);

@@ -80,9 +80,12 @@ fn a_moved_and_a_copied_run_directory_update_their_collection_exactly() {
 /// through peer 2's. The collection is one, whichever peer is asked: its marker carries the
 /// progress over, and the update deletes what release 2 withdrew.
 #[test]
-#[ignore = "needs a three-peer Qdrant cluster: .ci/qdrant/qdrant-cluster.sh (docs/testing.md, \"Server tests\")"]
 fn cluster_an_update_uploaded_through_another_peers_url_ends_exact() {
-    let (grpc, _) = crate::snapshot_cluster::cluster_peers();
+    let Some((grpc, _)) = crate::snapshot_cluster::cluster_peers(
+        "cluster_an_update_uploaded_through_another_peers_url_ends_exact",
+    ) else {
+        return;
+    };
     assert!(grpc.len() >= 2, "{grpc:?}");
     let name = format!("embedfleet-update-peers-{}", std::process::id());
     let peer = |i: usize| QdrantServer::connect(ServerConfig::new(grpc[i].clone())).unwrap();

@@ -332,6 +332,24 @@ pub const SUBMIT_ON_SLURM_CPU: [&str; 9] = [
     "cpu",
 ];
 
+/// `var`, which names the Qdrant server (or cluster) a test runs against, or `None` when it is
+/// not set: `test` is then said to be skipped, and fails instead where
+/// `EMBEDFLEET_REQUIRE_QDRANT_SERVER=1` (CI, whose `.ci/run` starts a server and a three-peer
+/// cluster: docs/testing.md, "Server tests").
+pub fn qdrant_env(test: &str, var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ if std::env::var("EMBEDFLEET_REQUIRE_QDRANT_SERVER").as_deref() == Ok("1") => panic!(
+            "{test}: {var} is not set but EMBEDFLEET_REQUIRE_QDRANT_SERVER=1; start the server \
+             and the cluster with .ci/qdrant/ (docs/testing.md, \"Server tests\")"
+        ),
+        _ => {
+            eprintln!("skipping {test}: {var} is not set (docs/testing.md, \"Server tests\")");
+            None
+        }
+    }
+}
+
 pub fn slurm_up(test: &str) -> bool {
     let ok = Command::new("squeue")
         .arg("-h")

@@ -33,6 +33,12 @@ pub struct OutputSettings {
     /// The prompt written before every paper's text (the model directory's document prompt,
     /// E5's `passage: `); `None` for none.
     pub instruction: Option<String>,
+    /// How a text is prepared before it is tokenised (`--text-rule`: `as-given`, as
+    /// sentence-transformers 5.4 and later; `stripped`, as 5.3 and earlier). `None`: a run fixed
+    /// before embedfleet recorded it, whose texts are prepared as they were then (the encoder
+    /// families' stripped, Qwen3's as given); left out of the file so that it reads as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_rule: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +80,12 @@ impl Pinned for OutputSettings {
             Field::new("pooling", &self.pooling),
             Field::new("normalized", self.normalized),
             Field::new("document prompt", instruction),
+            Field::new(
+                "--text-rule",
+                self.text_rule
+                    .clone()
+                    .unwrap_or_else(|| "the one before it was recorded".into()),
+            ),
         ]
     }
 }
@@ -148,6 +160,7 @@ pub(crate) fn settings_for_tests(shard_papers: usize) -> OutputSettings {
         pooling: "last_token".into(),
         normalized: true,
         instruction: None,
+        text_rule: None,
     }
 }
 

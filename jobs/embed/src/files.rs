@@ -6,7 +6,7 @@ use embedfleet_core::corpus::{self, ReadOptions, Record};
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_core::shardfile::{ShardWriter, VectorDtype};
 use embedfleet_core::{Paper, Precision};
-use embedfleet_models::DeviceSpec;
+use embedfleet_models::{DeviceSpec, TextRule};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -26,6 +26,8 @@ pub struct EmbedFilesOptions {
     pub query_instruction: Option<String>,
     pub max_tokens: Option<usize>,
     pub batch_tokens: u64,
+    /// How texts are prepared before they are tokenised (`--text-rule`).
+    pub text_rule: TextRule,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -64,6 +66,7 @@ pub fn run(options: &EmbedFilesOptions) -> Result<EmbedFilesReport, EmbedFilesEr
     let how = crate::ModelLoad {
         output_dim: options.output_dim,
         precision: options.precision,
+        text_rule: Some(options.text_rule),
         ..crate::ModelLoad::default()
     };
     let loaded = LoadedModels::load_with(&options.model_dir, &options.devices, &how)?;

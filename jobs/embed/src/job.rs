@@ -19,7 +19,7 @@ use embedfleet_core::handoff::{
 use embedfleet_core::rundb::BatchTimings;
 use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardWriter, VectorDtype};
 use embedfleet_core::{BatchId, Paper, Precision, RunLayout};
-use embedfleet_models::{DeviceSpec, ModelError};
+use embedfleet_models::{DeviceSpec, ModelError, TextRule};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -45,6 +45,9 @@ pub struct EmbedJobOptions {
     /// Test hook: a memory cap (bytes) on the model's own estimate, to exercise the
     /// out-of-memory fallback without a GPU.
     pub memory_limit: Option<u64>,
+    /// How texts are prepared before they are tokenised (`--text-rule`); `None`: a run fixed
+    /// before embedfleet recorded it, whose texts are prepared as they were then.
+    pub text_rule: Option<TextRule>,
 }
 
 impl EmbedJobOptions {
@@ -57,6 +60,7 @@ impl EmbedJobOptions {
             self.precision,
             self.max_tokens,
             self.shard_papers,
+            self.text_rule,
         )
     }
 }
@@ -72,6 +76,7 @@ pub fn output_settings(
     precision: Precision,
     max_tokens: Option<usize>,
     shard_papers: usize,
+    text_rule: Option<TextRule>,
 ) -> OutputSettings {
     let layout = embedfleet_models::model_layout(model_dir).ok();
     OutputSettings {
@@ -94,6 +99,7 @@ pub fn output_settings(
         instruction: layout
             .map(|layout| layout.document_prompt)
             .filter(|prompt| !prompt.is_empty()),
+        text_rule: text_rule.map(|rule| rule.name().to_string()),
     }
 }
 
@@ -417,6 +423,7 @@ impl Attempt<'_> {
             precision: options.precision,
             // A run's jobs are refused FP8 on the CPU (submit says so first): never emulated.
             fp8_emulated_on_cpu: false,
+            text_rule: options.text_rule,
         };
         let loaded = LoadedModels::load_with(&options.model_dir, &options.devices, &how)?;
         self.timings.model_load_s = loaded.load_time.as_secs_f64();

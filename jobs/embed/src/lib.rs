@@ -18,7 +18,7 @@ pub mod pipeline;
 use embedfleet_core::settings::MiniBatchRule;
 use embedfleet_core::shardfile::{ShardFileError, ShardMeta, ShardRow, ShardWriter};
 use embedfleet_core::{Paper, Precision};
-use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, Tokenizer};
+use embedfleet_models::{DeviceSpec, Embedder, LoadOptions, ModelError, TextRule, Tokenizer};
 use pipeline::{Embedded, Encoding, PartOutcome};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -66,8 +66,9 @@ pub struct LoadedModels {
 }
 
 /// How [`LoadedModels::load_with`] loads a model beyond its directory and devices. `Default`:
-/// the model's own width, no memory cap, the device's dtype, native precision.
-#[derive(Debug, Clone, Default)]
+/// the model's own width, no memory cap, the device's dtype, native precision, texts as given
+/// (today's sentence-transformers).
+#[derive(Debug, Clone)]
 pub struct ModelLoad {
     pub output_dim: Option<usize>,
     pub memory_limit: Option<u64>,
@@ -78,6 +79,22 @@ pub struct ModelLoad {
     /// arithmetic: the queries of an FP8 run, embedded by the function its documents were
     /// (slower than f32, which a query's few tokens afford; a run's jobs are refused instead).
     pub fp8_emulated_on_cpu: bool,
+    /// How texts are prepared before they are tokenised (`--text-rule`); `None`: a run fixed
+    /// before embedfleet recorded it ([`embedfleet_models::Tokenizer::with_text_rule`]).
+    pub text_rule: Option<TextRule>,
+}
+
+impl Default for ModelLoad {
+    fn default() -> Self {
+        ModelLoad {
+            output_dim: None,
+            memory_limit: None,
+            dtype: None,
+            precision: Precision::Native,
+            fp8_emulated_on_cpu: false,
+            text_rule: Some(TextRule::default()),
+        }
+    }
 }
 
 /// What shard metadata says the vectors were computed in: the dtype (`bf16`), with `+fp8`
@@ -158,7 +175,7 @@ impl LoadedModels {
             spec: String::new(),
             reason: "no device given".into(),
         })?;
-        let tokenizer = family.tokenizer(model_dir)?;
+        let tokenizer = family.tokenizer(model_dir, how.text_rule)?;
         let layout = family.layout(model_dir)?;
         if !layout.from_files && family.layout_defaults().say_when_used {
             // Said once per job: the vectors follow the family's conventions, not the card's.
@@ -177,6 +194,7 @@ impl LoadedModels {
             compute_dtype: compute_label(first.as_ref()),
             pooling: layout.pooling.name().into(),
             document_prompt: layout.document_prompt.clone(),
+            text_rule: how.text_rule.map(|r| r.name().to_string()),
             normalized: true,
             dim: first.output_dim(),
             embedfleet_version: env!("CARGO_PKG_VERSION").into(),
@@ -401,7 +419,7 @@ mod tests {
     fn two_workers_on_one_gpu_each_plan_with_half_its_memory() {
         let dir = tempfile::tempdir().unwrap();
         embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
-        let tokenizer = embedfleet_models::load_tokenizer(dir.path()).unwrap();
+        let tokenizer = embedfleet_models::load_tokenizer(dir.path(), None).unwrap();
         let loaded = |devices: Vec<DeviceSpec>| LoadedModels {
             models: devices
                 .iter()
@@ -420,6 +438,7 @@ mod tests {
                 compute_dtype: "bf16".into(),
                 pooling: "last_token".into(),
                 document_prompt: String::new(),
+                text_rule: None,
                 normalized: true,
                 dim: 4,
                 embedfleet_version: String::new(),

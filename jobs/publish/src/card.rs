@@ -129,12 +129,13 @@ fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
         .map_or("unknown", |f| f.family.as_str());
     let _ = write!(
         out,
-        "\n## Vectors\n\n| | |\n|---|---|\n| model | `{}` |\n| model family | {} |\n| model revision | `{}` |\n| pooling | {} |\n| document prompt | {} |\n| L2-normalised | {} |\n| dimension | {} |\n| stored as | {} |\n| computed in | {} |\n| query instruction | {instruction} |\n| embedfleet version | {} |\n",
+        "\n## Vectors\n\n| | |\n|---|---|\n| model | `{}` |\n| model family | {} |\n| model revision | `{}` |\n| pooling | {} |\n| document prompt | {} |\n| texts read | {} |\n| L2-normalised | {} |\n| dimension | {} |\n| stored as | {} |\n| computed in | {} |\n| query instruction | {instruction} |\n| embedfleet version | {} |\n",
         cell(facts.meta("model")),
         cell(family),
         cell(facts.meta("model_revision")),
         cell(facts.meta("pooling")),
         prompt.map_or_else(|| "none".to_string(), |p| format!("`{}`", cell(p))),
+        text_rule_words(facts.meta_given("text_rule")),
         cell(facts.meta("normalized")),
         facts.source.dim,
         facts.source.vector_type(),
@@ -157,6 +158,17 @@ fn vectors(out: &mut String, facts: &Facts, options: &PublishOptions) {
         out,
         "\nPapers are embedded {papers}; a query is embedded {query}. Papers longer than the model's context are embedded in chunks (each framed by the model's special tokens, the prompt in the first) and combined by a mean weighted by their lengths (`n_chunks`), never cut."
     );
+}
+
+/// How the papers' texts were prepared before they were tokenised, in the card's words, with
+/// the sentence-transformers releases a query side must match (`embedfleet.text_rule`).
+fn text_rule_words(rule: Option<&str>) -> String {
+    match rule {
+        Some("as-given") => "as given (`as-given`), as sentence-transformers 5.4 and later read a text".into(),
+        Some("stripped") => "stripped of leading and trailing whitespace, `do_lower_case` by `str.lower()` (`stripped`), as sentence-transformers 5.3 and earlier read a text".into(),
+        Some(other) => format!("`{}`", cell(other)),
+        None => "not recorded (a run fixed before embedfleet recorded it: the encoder families' texts stripped, as sentence-transformers 5.3 and earlier read them; Qwen3's as given)".into(),
+    }
 }
 
 fn counts(out: &mut String, facts: &Facts) {

@@ -19,6 +19,7 @@ use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use embedfleet_core::{atomic, Precision, RunLayout};
+use embedfleet_models::TextRule;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use serde::{Deserialize, Serialize};
@@ -45,6 +46,11 @@ pub struct QueryWork {
     /// of a native run keeps the key it had before the field).
     #[serde(default, skip_serializing_if = "Precision::is_native")]
     pub precision: Precision,
+    /// The run's text rule, by which the job prepares each term; `None` (left out, so that
+    /// the work keeps the key it had before the field): a run fixed before embedfleet recorded
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_rule: Option<TextRule>,
 }
 
 impl QueryWork {
@@ -63,7 +69,14 @@ impl QueryWork {
             terms: terms.len(),
             terms_digest: digest(terms),
             precision: Precision::Native,
+            text_rule: Some(TextRule::default()),
         }
+    }
+
+    /// The work preparing terms by `rule` (the run's pinned one).
+    pub fn with_text_rule(mut self, rule: Option<TextRule>) -> Self {
+        self.text_rule = rule;
+        self
     }
 
     /// The work embedding at `precision` (the run's pinned one).

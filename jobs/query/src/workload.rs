@@ -12,7 +12,7 @@ use crate::results;
 use crate::search::{search_batched, Percentiles};
 use embedfleet_core::atomic;
 use embedfleet_embed::{LoadedModels, QueryEmbedError};
-use embedfleet_models::DeviceSpec;
+use embedfleet_models::{DeviceSpec, TextRule};
 use embedfleet_vectordb::{SearchOptions, Sink, UploadError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -35,6 +35,9 @@ pub struct QueryModel {
     pub precision: embedfleet_core::Precision,
     /// Token budget of one mini-batch of queries.
     pub batch_tokens: u64,
+    /// The run's text rule, by which its papers were prepared (`None`: a run fixed before
+    /// embedfleet recorded it); a query's text is prepared by the same.
+    pub text_rule: Option<TextRule>,
     loaded: Option<LoadedModels>,
 }
 
@@ -46,8 +49,15 @@ impl QueryModel {
             output_dim,
             precision: embedfleet_core::Precision::Native,
             batch_tokens: embedfleet_core::settings::DEFAULT_BATCH_TOKENS,
+            text_rule: Some(TextRule::default()),
             loaded: None,
         }
+    }
+
+    /// The model preparing texts by `rule` (the run's pinned one).
+    pub fn with_text_rule(mut self, rule: Option<TextRule>) -> Self {
+        self.text_rule = rule;
+        self
     }
 
     /// The model embedding at `precision` (the run's pinned one).
@@ -67,6 +77,7 @@ impl QueryModel {
                 output_dim: self.output_dim,
                 precision: self.precision,
                 fp8_emulated_on_cpu: true,
+                text_rule: self.text_rule,
                 ..Default::default()
             };
             if self.precision == embedfleet_core::Precision::Fp8

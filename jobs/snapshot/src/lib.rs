@@ -145,6 +145,13 @@ pub enum SnapshotError {
         what: String,
         message: String,
     },
+    /// A peer of the cluster (from `/cluster`, not `--qdrant-rest`) that does not answer.
+    #[error("the cluster's peer at {url} does not answer for {what}: {message}; it is down or restarting: start it again (it rejoins the cluster from its storage), then run the same command: what is loaded stays loaded")]
+    PeerDown {
+        url: String,
+        what: String,
+        message: String,
+    },
     #[error("after loading, {what}: {message}")]
     Check { what: String, message: String },
     #[error(transparent)]

@@ -27,6 +27,9 @@ pub struct RestClient {
     /// Bounds each request.
     timeout: Duration,
     agent: ureq::Agent,
+    /// A peer of the cluster found through `/cluster` (not the URL the user gave): when it
+    /// does not answer, it is down, not mistyped.
+    peer: bool,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -56,6 +59,7 @@ impl RestClient {
             api_key,
             allow_insecure,
             timeout,
+            peer: false,
         };
         client.check_key_goes_safely(&client.url)?;
         Ok(client)
@@ -85,6 +89,7 @@ impl RestClient {
         let url = url.trim_end_matches('/').to_owned();
         Ok(Self {
             agent: agent_for(&url, self.timeout),
+            peer: url != self.url,
             url,
             ..self.clone()
         })
@@ -160,10 +165,11 @@ impl RestClient {
     }
 
     fn unreachable(&self, what: &str, e: ureq::Error) -> SnapshotError {
-        SnapshotError::Unreachable {
-            url: self.url.clone(),
-            what: what.to_owned(),
-            message: e.to_string(),
+        let (url, what, message) = (self.url.clone(), what.to_owned(), e.to_string());
+        if self.peer {
+            SnapshotError::PeerDown { url, what, message }
+        } else {
+            SnapshotError::Unreachable { url, what, message }
         }
     }
 
@@ -479,6 +485,18 @@ mod tests {
             text.contains("127.0.0.1:9") && text.contains("--qdrant-rest"),
             "{text}"
         );
+        // Another peer of the cluster that does not answer is down, not mistyped: said so, and
+        // what to do.
+        let peer = client.for_peer("http://127.0.0.2:9").unwrap();
+        let text = peer.peers().unwrap_err().to_string();
+        assert!(
+            text.contains("the cluster's peer at http://127.0.0.2:9 does not answer")
+                && text.contains("start it again")
+                && !text.contains("--qdrant-rest"),
+            "{text}"
+        );
+        let same = client.for_peer("http://127.0.0.1:9/").unwrap();
+        assert!(same.peers().unwrap_err().to_string().contains("--qdrant-rest"));
     }
 
     /// A loopback HTTP server that answers every request with `reply` (a whole response) and

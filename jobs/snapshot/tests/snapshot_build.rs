@@ -247,11 +247,14 @@ fn synthetic_run(dir: &Path, batches: usize, per_batch: usize, dim: usize) -> Pa
 }
 
 #[test]
-#[ignore = "needs a Qdrant server in cluster mode: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt() {
     use embedfleet_snapshot::{load_snapshots, LoadOptions, RestClient};
     use embedfleet_vectordb::{QdrantServer, ServerConfig};
-    let url = std::env::var("QDRANT_URL").expect("QDRANT_URL");
+    let Some(url) = upload_common::qdrant_url(
+        "server_recovered_built_shards_arrive_indexed_and_green_with_nothing_rebuilt",
+    ) else {
+        return;
+    };
     let rest_url =
         std::env::var("QDRANT_REST_URL").unwrap_or_else(|_| RestClient::url_from_grpc(&url));
     let server = QdrantServer::connect(ServerConfig::new(url.clone())).unwrap();

@@ -79,7 +79,13 @@ impl ModelFamily for Bert {
                 },
             },
             query: QueryFormat::Prompt,
-            strip: true,
+            legacy_strip: true,
+            default_tokenizer_class: match self.0 {
+                Variant::Bert => Some("BertTokenizer"),
+                // transformers' RoBERTa and XLM-R classes rebuild theirs too, as every real
+                // file already has them (docs/models.md, "How texts are read").
+                _ => None,
+            },
         }
     }
 

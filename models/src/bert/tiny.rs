@@ -31,14 +31,18 @@ pub fn write_tiny_model(
     })?;
     let (tokenizer, pad) = match variant {
         Variant::Bert => (wordpiece_json(), 0),
-        Variant::Roberta => (
-            byte_bpe_json(
+        Variant::Roberta => {
+            let (mut json, _) = byte_bpe_json(
                 &["<s>", "<pad>", "</s>", "<unk>"],
                 template(Some(("<s>", 0)), Some(("</s>", 2))),
-            )
-            .0,
-            1,
-        ),
+            );
+            // What transformers' RobertaTokenizer builds, whatever the file says (a real
+            // RoBERTa file has it too): GPT-2's byte-level split, no normalizer.
+            json["normalizer"] = serde_json::Value::Null;
+            json["pre_tokenizer"] = json!({"type": "ByteLevel", "add_prefix_space": false,
+                                           "trim_offsets": true, "use_regex": true});
+            (json, 1)
+        }
         Variant::XlmRoberta => (unigram_json(), 1),
     };
     let vocab = vocab_len(&tokenizer);

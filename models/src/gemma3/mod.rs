@@ -63,7 +63,8 @@ impl ModelFamily for Gemma3 {
                 otherwise: ("<bos>", "<eos>"),
             },
             query: QueryFormat::Prompt,
-            strip: true,
+            legacy_strip: true,
+            default_tokenizer_class: None,
         }
     }
 

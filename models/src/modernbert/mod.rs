@@ -50,7 +50,8 @@ impl ModelFamily for ModernBert {
                 otherwise: ("[CLS]", "[SEP]"),
             },
             query: QueryFormat::Prompt,
-            strip: true,
+            legacy_strip: true,
+            default_tokenizer_class: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! A tiny random ModernBERT in the Hugging Face and sentence-transformers layout, as nomic's
 //! modernbert-embed ships one: byte-level BPE with `[CLS] $A [SEP]`, three layers (global,
 //! local, local) with a window of 8 tokens (4 either side) well below the test lengths, mean
-//! pooling, `search_query: `/`search_document: ` prompts. The config uses the Hub's
+//! pooling, `search_query: `/`search_document: ` prompts, a `tokenizer_config.json` naming its
+//! special tokens. The config uses the Hub's
 //! transformers-4 keys; transformers 5 saves the other set, and both are read.
 
 use std::path::{Path, PathBuf};
@@ -53,9 +54,22 @@ pub fn write_tiny_model(dir: &Path, opts: &TinyModelOptions) -> ModelResult<Vec<
         "eos_token_id": 2,
         "torch_dtype": "float32",
     });
-    let mut written = vec![dir.join("config.json"), dir.join("tokenizer.json")];
+    // As ModernBERT's own: transformers loads it as the file says, and a padded batch needs
+    // the pad token named.
+    let tokenizer_config = json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "cls_token": "[CLS]", "pad_token": "[PAD]", "sep_token": "[SEP]", "unk_token": "[UNK]",
+        "mask_token": "[MASK]", "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": TINY_CONTEXT,
+    });
+    let mut written = vec![
+        dir.join("config.json"),
+        dir.join("tokenizer.json"),
+        dir.join("tokenizer_config.json"),
+    ];
     write_json(&written[0], &config)?;
     write_json(&written[1], &tokenizer)?;
+    write_json(&written[2], &tokenizer_config)?;
     written.extend(write_st_files(
         dir,
         "mean",

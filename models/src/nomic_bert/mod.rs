@@ -69,7 +69,8 @@ impl ModelFamily for NomicBert {
                 otherwise: ("[CLS]", "[SEP]"),
             },
             query: QueryFormat::Prompt,
-            strip: true,
+            legacy_strip: true,
+            default_tokenizer_class: None,
         }
     }
 

@@ -45,7 +45,8 @@ pub const TEXT_FORMAT: TextFormat = TextFormat {
     family: "Qwen3",
     specials: Specials::Eos(EOS_TOKEN),
     query: QueryFormat::Instructed(format_query),
-    strip: false,
+    legacy_strip: false,
+    default_tokenizer_class: None,
 };
 
 /// The Qwen3 family, as the registry lists it.

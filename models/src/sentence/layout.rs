@@ -88,7 +88,11 @@ pub struct SentenceLayout {
     pub query_prompt: String,
     /// Written before every document's text (`passage: `, `title: none | text: `).
     pub document_prompt: String,
-    /// `sentence_bert_config.json`'s `max_seq_length`: the length the model is used at.
+    /// The length the model is used at, as sentence-transformers reads it: a
+    /// `model_max_length` among `sentence_bert_config.json`'s tokenizer arguments
+    /// (`processor_kwargs`, legacy `tokenizer_args`), else its `max_seq_length`, else
+    /// `tokenizer_config.json`'s `model_max_length` (where sentence-transformers ≥ 5.4 saves it,
+    /// and only there). Capped at the positions by [`crate::encoder::context`].
     pub max_seq_length: Option<usize>,
     /// `sentence_bert_config.json`'s `do_lower_case`: texts lowercased before tokenising.
     pub lowercase: bool,
@@ -119,8 +123,14 @@ impl SentenceLayout {
             prompts.apply(&mut layout);
         }
         if let Some(sbert) = read_json::<SbertConfig>(&dir.join("sentence_bert_config.json"))? {
-            layout.max_seq_length = sbert.max_seq_length;
+            layout.max_seq_length = sbert.kwargs_max_length().or(sbert.max_seq_length);
             layout.lowercase = sbert.do_lower_case;
+        }
+        if layout.max_seq_length.is_none() {
+            let tokenizer = read_json::<Value>(&dir.join("tokenizer_config.json"))?;
+            layout.max_seq_length = tokenizer
+                .as_ref()
+                .and_then(|t| length(&t["model_max_length"]));
         }
         Ok(layout)
     }
@@ -375,6 +385,24 @@ struct SbertConfig {
     max_seq_length: Option<usize>,
     #[serde(default)]
     do_lower_case: bool,
+    /// The tokenizer's arguments (sentence-transformers 5+'s name; `tokenizer_args` before).
+    #[serde(default, alias = "tokenizer_args")]
+    processor_kwargs: Value,
+}
+
+impl SbertConfig {
+    /// A `model_max_length` among the tokenizer's arguments, which sentence-transformers takes
+    /// over `max_seq_length`.
+    fn kwargs_max_length(&self) -> Option<usize> {
+        length(&self.processor_kwargs["model_max_length"])
+    }
+}
+
+/// A length a JSON file gives: a whole number, or none for transformers' "no limit", which
+/// `tokenizer_config.json` writes as 1e30 (`1000000000000000019884624838656`).
+fn length(value: &Value) -> Option<usize> {
+    let n = value.as_f64()?;
+    (1.0..1e15).contains(&n).then_some(n as usize)
 }
 
 /// The most a sentence-transformers JSON file is read (they are a few hundred bytes).

@@ -7,7 +7,7 @@
 use embedfleet_models::registry::FAMILIES;
 use embedfleet_models::{
     family_of, load_embedder, load_tokenizer, model_layout, verify_model_dir, LoadOptions,
-    PackedSequences, TinyModelOptions,
+    PackedSequences, TextRule, TinyModelOptions,
 };
 
 const TEXTS: [&str; 3] = [
@@ -17,7 +17,7 @@ const TEXTS: [&str; 3] = [
 ];
 
 fn vectors(dir: &std::path::Path) -> Vec<Vec<f32>> {
-    let tokenizer = load_tokenizer(dir).unwrap();
+    let tokenizer = load_tokenizer(dir, Some(TextRule::AsGiven)).unwrap();
     let model = load_embedder(dir, &LoadOptions::default()).unwrap();
     let seqs: Vec<Vec<u32>> = TEXTS
         .iter()
@@ -82,7 +82,7 @@ fn the_directorys_files_give_pooling_prompts_and_context() {
         embedfleet_models::query_instruction(dir.path()).unwrap(),
         "query: "
     );
-    let tokenizer = load_tokenizer(dir.path()).unwrap();
+    let tokenizer = load_tokenizer(dir.path(), Some(TextRule::AsGiven)).unwrap();
     let with_prompt = tokenizer.encode_document("the papers").unwrap();
     let without = tokenizer.encode_raw("the papers").unwrap();
     assert_eq!(
@@ -144,19 +144,35 @@ fn a_custom_module_is_refused_by_name_at_load_and_check() {
 }
 
 /// The conventions of sentence-transformers' `Transformer` module and transformers' tokenizer
-/// classes, where a directory's files leave them out: a text is stripped, lowercased where
-/// `do_lower_case` says so, and framed by the family's special tokens where the file's
-/// post-processor adds none.
+/// classes, where a directory's files leave them out: a text is prepared by the run's rule
+/// (today's sentence-transformers: as given; ≤ 5.3's and a run pinned before the rule was
+/// recorded: stripped), lowercased where `do_lower_case` says so (by the normalizer, one
+/// character at a time; by the whole string under the old rule), and framed by the family's
+/// special tokens where the file's post-processor adds none.
 #[test]
-fn texts_are_stripped_lowercased_and_framed_as_sentence_transformers_reads_them() {
+fn texts_are_prepared_by_the_rule_lowercased_and_framed_as_sentence_transformers_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let xlmr = embedfleet_models::registry::family("xlm-roberta").unwrap();
     xlmr.write_tiny_model(dir.path(), &TinyModelOptions::default())
         .unwrap();
-    let tok = load_tokenizer(dir.path()).unwrap();
-    // Stripped as a whole, prompt included (`passage: ` + the text): the ends only.
-    let padded = tok.encode_document("the papers \n").unwrap();
-    assert_eq!(padded, tok.encode_document("the papers").unwrap());
+    let as_given = Some(TextRule::AsGiven);
+    let tok = load_tokenizer(dir.path(), as_given).unwrap();
+    // As given: the trailing space and newline are tokens of the text.
+    assert_ne!(
+        tok.encode_document("the papers \n").unwrap(),
+        tok.encode_document("the papers").unwrap()
+    );
+    // Stripped as a whole, prompt included (`passage: ` + the text): the ends only; a run
+    // pinned before the rule was recorded (`None`) was stripped so too.
+    for old in [Some(TextRule::Stripped), None] {
+        let tok = load_tokenizer(dir.path(), old).unwrap();
+        let padded = tok.encode_document("the papers \n").unwrap();
+        assert_eq!(
+            padded,
+            tok.encode_document("the papers").unwrap(),
+            "{old:?}"
+        );
+    }
     assert_ne!(
         tok.encode_document("The Papers").unwrap(),
         tok.encode_document("the papers").unwrap(),
@@ -167,10 +183,31 @@ fn texts_are_stripped_lowercased_and_framed_as_sentence_transformers_reads_them(
         r#"{"max_seq_length": 128, "do_lower_case": true}"#,
     )
     .unwrap();
-    let tok = load_tokenizer(dir.path()).unwrap();
+    for rule in [as_given, Some(TextRule::Stripped), None] {
+        let tok = load_tokenizer(dir.path(), rule).unwrap();
+        assert_eq!(
+            tok.encode_document("The Papers").unwrap(),
+            tok.encode_document("the papers").unwrap(),
+            "{rule:?}"
+        );
+    }
+    // One character at a time under today's rule: a word-final capital sigma is σ, not the
+    // ς of the whole string's lowercase mapping (Python's str.lower()).
+    let tok = load_tokenizer(dir.path(), as_given).unwrap();
     assert_eq!(
-        tok.encode_document("The Papers").unwrap(),
-        tok.encode_document("the papers").unwrap()
+        tok.encode_raw("ΟΔΟΣ").unwrap(),
+        tok.encode_raw("οδοσ").unwrap()
+    );
+    assert_ne!(
+        tok.encode_raw("οδοσ").unwrap(),
+        tok.encode_raw("οδος").unwrap(),
+        "the tiny vocabulary tells σ from ς"
+    );
+    let tok = load_tokenizer(dir.path(), Some(TextRule::Stripped)).unwrap();
+    assert_eq!(
+        tok.input_text(None, "ΟΔΟΣ"),
+        "passage: οδος",
+        "the old rule lowercases the whole string"
     );
 
     // A tokenizer.json without a post-processor: <s> … </s> all the same.
@@ -179,7 +216,7 @@ fn texts_are_stripped_lowercased_and_framed_as_sentence_transformers_reads_them(
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     json["post_processor"] = serde_json::Value::Null;
     std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
-    let tok = load_tokenizer(dir.path()).unwrap();
+    let tok = load_tokenizer(dir.path(), as_given).unwrap();
     assert_eq!(
         (tok.framing().prefix.clone(), tok.framing().suffix.clone()),
         (vec![0], vec![2])

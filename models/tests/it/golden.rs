@@ -41,7 +41,8 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn tokenizer_matches_python_tokenizers() {
-    let tok = embedfleet_models::load_tokenizer(common::tiny_dir()).unwrap();
+    let tok =
+        embedfleet_models::load_tokenizer(common::tiny_dir(), Some(Default::default())).unwrap();
     for case in cases() {
         assert_eq!(
             tok.encode_document(&case.text).unwrap(),

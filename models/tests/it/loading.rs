@@ -231,7 +231,7 @@ fn tokenizer_without_endoftext() {
     std::fs::write(&path, text).unwrap();
     load_embedder(dir.path(), &LoadOptions::default()).unwrap();
     assert!(matches!(
-        load_tokenizer(dir.path()).unwrap_err(),
+        load_tokenizer(dir.path(), Some(Default::default())).unwrap_err(),
         ModelError::MissingEos { .. }
     ));
 }
@@ -243,12 +243,12 @@ fn missing_or_broken_tokenizer() {
     std::fs::write(&path, "{}").unwrap();
     load_embedder(dir.path(), &LoadOptions::default()).unwrap();
     assert!(matches!(
-        load_tokenizer(dir.path()).unwrap_err(),
+        load_tokenizer(dir.path(), Some(Default::default())).unwrap_err(),
         ModelError::Tokenizer { .. }
     ));
     std::fs::remove_file(&path).unwrap();
     assert!(matches!(
-        load_tokenizer(dir.path()).unwrap_err(),
+        load_tokenizer(dir.path(), Some(Default::default())).unwrap_err(),
         ModelError::MissingFile { .. }
     ));
 }

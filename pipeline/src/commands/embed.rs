@@ -21,6 +21,7 @@ pub fn embed_job(args: &EmbedJobFlags) -> Result<i32> {
         max_tokens: settings.max_tokens,
         shard_papers: settings.shard_papers,
         memory_limit: settings.memory_limit,
+        text_rule: settings.text_rule,
     };
     if options
         .devices
@@ -102,6 +103,7 @@ pub fn embed(args: &EmbedFlags) -> Result<i32> {
         query_instruction: instruction,
         max_tokens: args.model.max_tokens,
         batch_tokens: args.batch_tokens,
+        text_rule: args.model.text_rule.unwrap_or_default(),
     };
     let report = embed_files::run(&options)?;
     for why in &report.skipped {

@@ -19,7 +19,8 @@ fn query_model(settings: &QueryModelSettings) -> Result<QueryModel> {
     let devices = embedfleet_embed::parse_devices(settings.devices.as_deref().unwrap_or("cpu"))?;
     Ok(
         QueryModel::new(settings.model_dir.clone(), devices, settings.dim)
-            .with_precision(settings.precision),
+            .with_precision(settings.precision)
+            .with_text_rule(settings.text_rule),
     )
 }
 

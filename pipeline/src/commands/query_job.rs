@@ -13,7 +13,8 @@ pub fn query_job(args: &QueryJobFlags) -> Result<i32> {
     let wd = QueryWorkDir::open(&args.work)?;
     let devices = embedfleet_embed::parse_devices(&args.devices)?;
     let mut model = QueryModel::new(wd.work.model_dir.clone(), devices, wd.work.dim)
-        .with_precision(wd.work.precision);
+        .with_precision(wd.work.precision)
+        .with_text_rule(wd.work.text_rule);
     let started = Instant::now();
     let before = wd.work.parts() - wd.missing_parts().len();
     let written = wd.embed_missing(&mut model, |index, parts| {

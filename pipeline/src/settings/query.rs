@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use embedfleet_core::handoff::OutputSettings;
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::RunLayout;
-use embedfleet_models::ModelFamily;
+use embedfleet_models::{ModelFamily, TextRule};
 use embedfleet_query::QueryOptions;
 use embedfleet_vectordb::{SearchOptions, Sink};
 
@@ -28,6 +28,9 @@ pub struct QueryModelSettings {
     pub instruction: String,
     /// The run's pinned precision: an FP8 run's queries are embedded with FP8 projections too.
     pub precision: embedfleet_core::Precision,
+    /// The run's text rule: a query's text is prepared as its papers' were (`None`: a run
+    /// fixed before embedfleet recorded it; today's rule where the run has no settings yet).
+    pub text_rule: Option<TextRule>,
 }
 
 impl QueryModelSettings {
@@ -46,7 +49,16 @@ impl QueryModelSettings {
                 recorded: made_with.map(|s| s.model_dir),
             });
         };
+        let text_rule = match &made_with {
+            Some(s) => TextRule::recorded(s.text_rule.as_deref()).map_err(|problem| {
+                crate::error::Refused {
+                    problems: vec![problem],
+                }
+            })?,
+            None => Some(TextRule::default()),
+        };
         Ok(Self {
+            text_rule,
             precision: made_with.as_ref().map(|s| s.precision).unwrap_or_default(),
             dim: flags.dim.or(made_with.and_then(|s| s.dim)),
             devices: flags.devices.clone(),
@@ -220,6 +232,7 @@ mod tests {
             pooling: "last_token".into(),
             normalized: true,
             instruction: None,
+            text_rule: None,
         };
         settings.pin(&RunLayout::new(dir.path())).unwrap();
         let s = QueryModelSettings::resolve(dir.path(), &QueryModelFlags::default()).unwrap();

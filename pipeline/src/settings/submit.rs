@@ -11,6 +11,7 @@ use embedfleet_core::pin::{Resolved, Source};
 use embedfleet_core::rundb::RunDb;
 use embedfleet_core::shardfile::VectorDtype;
 use embedfleet_core::Precision;
+use embedfleet_models::TextRule;
 use embedfleet_orchestrator::config::RunConfig;
 use embedfleet_orchestrator::route::Route;
 use embedfleet_orchestrator::scheduler::Backend;
@@ -43,6 +44,8 @@ pub struct SubmitFlags {
     pub vector_dtype: Option<VectorDtype>,
     pub precision: Option<Precision>,
     pub max_tokens: Option<usize>,
+    /// `--text-rule`.
+    pub text_rule: Option<TextRule>,
     pub shard_papers: Option<usize>,
     pub build_shard: bool,
     /// `--group-builds QUEUE|local|off`.
@@ -235,6 +238,17 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
     )
     .value;
     refuse_fp8_on_cpus(precision, &devices)?;
+    // A run pinned before the rule was recorded keeps its old one (`None`), unless told.
+    let pinned_rule = pinned
+        .map(|p| TextRule::recorded(p.text_rule.as_deref()))
+        .transpose()
+        .map_err(|problem| crate::error::Refused {
+            problems: vec![problem],
+        })?;
+    let text_rule = Resolved::of(flags.text_rule.map(Some), pinned_rule, || {
+        Some(TextRule::default())
+    })
+    .value;
     Ok(JobSettings {
         devices,
         model_dir,
@@ -251,6 +265,7 @@ fn job_settings(db: &RunDb, flags: &SubmitFlags, devices: String) -> Result<JobS
         .value,
         memory_limit: None,
         build_shard: flags.build_shard,
+        text_rule,
     })
 }
 

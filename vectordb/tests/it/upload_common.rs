@@ -46,6 +46,7 @@ pub fn shard_meta(dim: usize) -> embedfleet_core::shardfile::ShardMeta {
         compute_dtype: "f32".into(),
         pooling: "last_token".into(),
         document_prompt: String::new(),
+        text_rule: None,
         normalized: true,
         dim,
         embedfleet_version: "0".into(),
@@ -459,18 +460,38 @@ pub fn check_delete(sink: &dyn Sink, name: &str) {
     assert!(!sink.delete_collection(name).expect("delete again"));
 }
 
-/// The server of `QDRANT_URL` (its API key from `QDRANT_API_KEY`). The server tests are
-/// `#[ignore]`d, so they are reported as skipped unless asked for; asked for without
-/// `QDRANT_URL`, they fail saying so. `max_attempts` overrides the retries of transient errors.
-pub fn server_from_env(max_attempts: Option<u32>) -> embedfleet_vectordb::QdrantServer {
+/// `QDRANT_URL`, the Qdrant server the server tests run against, or `None` when none is given:
+/// `test` is then said to be skipped, and fails instead where
+/// `EMBEDFLEET_REQUIRE_QDRANT_SERVER=1` (CI, whose `.ci/run` starts one).
+pub fn qdrant_url(test: &str) -> Option<String> {
+    match std::env::var("QDRANT_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("EMBEDFLEET_REQUIRE_QDRANT_SERVER").as_deref() == Ok("1") => panic!(
+            "{test}: QDRANT_URL is not set but EMBEDFLEET_REQUIRE_QDRANT_SERVER=1; start one with \
+             .ci/qdrant/qdrant-server.sh (docs/testing.md, \"Server tests\")"
+        ),
+        _ => {
+            eprintln!(
+                "skipping {test}: no Qdrant server (set QDRANT_URL; docs/testing.md, \"Server tests\")"
+            );
+            None
+        }
+    }
+}
+
+/// The server of `QDRANT_URL` (its API key from `QDRANT_API_KEY`), or `None` with `test` said
+/// to be skipped ([`qdrant_url`]). `max_attempts` overrides the retries of transient errors.
+pub fn server_from_env(
+    test: &str,
+    max_attempts: Option<u32>,
+) -> Option<embedfleet_vectordb::QdrantServer> {
     use embedfleet_vectordb::{ApiKey, QdrantServer, ServerConfig};
-    let url = std::env::var("QDRANT_URL")
-        .expect("the server tests need QDRANT_URL: a Qdrant gRPC URL, e.g. http://127.0.0.1:6334");
+    let url = qdrant_url(test)?;
     let mut config = ServerConfig::new(url);
     config.api_key = ApiKey::Env("QDRANT_API_KEY".into());
     config.green_timeout = std::time::Duration::from_secs(300);
     if let Some(n) = max_attempts {
         config.retry.max_attempts = n;
     }
-    QdrantServer::connect(config).expect("client")
+    Some(QdrantServer::connect(config).expect("client"))
 }

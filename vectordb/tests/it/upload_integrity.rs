@@ -176,6 +176,7 @@ fn pin(run: &Path, precision: embedfleet_core::Precision) {
         pooling: "last_token".into(),
         normalized: true,
         instruction: None,
+        text_rule: None,
     };
     settings.pin(&embedfleet_core::RunLayout::new(run)).unwrap();
 }

@@ -1,6 +1,6 @@
-//! The server sink against a real Qdrant: ignored (reported as skipped) unless run with
-//! `--run-ignored` and `QDRANT_URL` set (e.g. `QDRANT_URL=http://127.0.0.1:6334`;
-//! `QDRANT_API_KEY` is used when set).
+//! The server sink against a real Qdrant: run where `QDRANT_URL` is set (e.g.
+//! `QDRANT_URL=http://127.0.0.1:6334`; `QDRANT_API_KEY` is used when set), said to be skipped
+//! where it is not, and failed instead under `EMBEDFLEET_REQUIRE_QDRANT_SERVER=1` (CI).
 //! Each test uses its own collection (`embedfleet-test-<name>-<pid>`) and deletes it.
 
 use crate::upload_common;
@@ -10,13 +10,12 @@ use std::time::Duration;
 use embedfleet_vectordb::{CountRequest, QdrantServer, ServerConfig, Sink};
 use upload_common::*;
 
-fn server() -> QdrantServer {
-    server_from_env(None)
-}
-
-/// Runs `check` on a fresh collection and deletes it afterwards, even on failure.
+/// Runs `check` on a fresh collection and deletes it afterwards, even on failure; nothing
+/// without a server.
 fn with_collection(test: &str, check: impl FnOnce(&dyn Sink, &str)) {
-    let sink = server();
+    let Some(sink) = server_from_env(test, None) else {
+        return;
+    };
     let name = format!("embedfleet-test-{test}-{}", std::process::id());
     let _ = sink.delete_collection(&name);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(&sink, &name)));
@@ -27,49 +26,41 @@ fn with_collection(test: &str, check: impl FnOnce(&dyn Sink, &str)) {
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_count_equals_rows_and_reupload_is_idempotent() {
     with_collection("count", check_count_and_idempotence);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_payload_filters_select_matching_rows() {
     with_collection("filters", check_filters);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_search_finds_each_point_first_with_payload() {
     with_collection("search", check_search);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_requests_count_by_ids_and_filter_query_several_vectors_delete_by_id() {
     with_collection("requests", check_requests);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_refuses_wrong_vector_size_and_mismatched_collection() {
     with_collection("refusals", check_refusals);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_bulk_load_settings_applied_and_restored() {
     with_collection("bulk", check_bulk_load);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_delete_collection_removes_it() {
     with_collection("delete", check_delete);
 }
 
 #[test]
-#[ignore = "needs a Qdrant server: set QDRANT_URL and run the server suite (docs/testing.md, \"Server tests\")"]
 fn server_refuses_a_run_of_other_vectors_by_the_collections_metadata() {
     with_collection("identity", |sink, name| {
         crate::upload_integrity::check_a_run_of_other_vectors_is_refused(sink, name)

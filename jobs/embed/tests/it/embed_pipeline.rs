@@ -273,7 +273,8 @@ impl embedfleet_models::Embedder for SlowModel {
 fn the_device_works_on_the_next_part_while_a_finished_part_is_written() {
     let dir = tempfile::tempdir().unwrap();
     embedfleet_models::write_tiny_model(dir.path(), 0).unwrap();
-    let tokenizer = embedfleet_models::load_tokenizer(dir.path()).unwrap();
+    let tokenizer =
+        embedfleet_models::load_tokenizer(dir.path(), Some(Default::default())).unwrap();
     let starts = Starts::default();
     let models: Vec<Box<dyn embedfleet_models::Embedder>> = vec![Box::new(SlowModel {
         starts: starts.clone(),

@@ -53,6 +53,7 @@ pub fn meta() -> ShardMeta {
         compute_dtype: "bf16".into(),
         pooling: "last_token".into(),
         document_prompt: String::new(),
+        text_rule: None,
         normalized: true,
         dim: DIM,
         embedfleet_version: "9.9.9-test".into(),

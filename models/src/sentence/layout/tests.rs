@@ -49,6 +49,68 @@ fn the_hubs_legacy_files_give_pooling_normalize_and_length() {
     assert_eq!(layout.output_width(384), 384);
 }
 
+/// The length as sentence-transformers 6 reads it: a tokenizer argument's `model_max_length`
+/// over `max_seq_length`; where sentence_bert_config.json gives neither (sentence-transformers
+/// ≥ 5.4 saves it so), tokenizer_config.json's `model_max_length`; transformers' "no limit"
+/// (1e30) is none.
+#[test]
+fn the_length_is_read_where_sentence_transformers_6_reads_and_saves_it() {
+    let length = |sbert: Option<&str>, tokenizer: Option<&str>| {
+        let dir = tempfile::tempdir().unwrap();
+        minilm(dir.path());
+        std::fs::remove_file(dir.path().join("sentence_bert_config.json")).unwrap();
+        if let Some(text) = sbert {
+            write(dir.path(), "sentence_bert_config.json", text);
+        }
+        if let Some(text) = tokenizer {
+            write(dir.path(), "tokenizer_config.json", text);
+        }
+        SentenceLayout::read(dir.path(), &DEFAULTS)
+            .unwrap()
+            .max_seq_length
+    };
+    let saved_by_6 =
+        r#"{"transformer_task": "feature-extraction", "module_output_name": "token_embeddings"}"#;
+    assert_eq!(
+        length(Some(saved_by_6), Some(r#"{"model_max_length": 60}"#)),
+        Some(60)
+    );
+    assert_eq!(
+        length(None, Some(r#"{"model_max_length": 128}"#)),
+        Some(128)
+    );
+    assert_eq!(
+        length(
+            Some(r#"{"max_seq_length": 256}"#),
+            Some(r#"{"model_max_length": 512}"#)
+        ),
+        Some(256),
+        "sentence_bert_config.json's wins"
+    );
+    assert_eq!(
+        length(
+            Some(r#"{"max_seq_length": 256, "tokenizer_args": {"model_max_length": 64}}"#),
+            None
+        ),
+        Some(64)
+    );
+    assert_eq!(
+        length(
+            Some(r#"{"max_seq_length": 256, "processor_kwargs": {"model_max_length": 32}}"#),
+            None
+        ),
+        Some(32)
+    );
+    assert_eq!(
+        length(
+            None,
+            Some(r#"{"model_max_length": 1000000000000000019884624838656}"#)
+        ),
+        None
+    );
+    assert_eq!(length(None, None), None);
+}
+
 #[test]
 fn a_directory_without_the_files_has_the_familys_defaults() {
     let dir = tempfile::tempdir().unwrap();
