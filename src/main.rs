@@ -24,8 +24,9 @@ fn main() {
 /// reader exited) ends as coreutils do, by SIGPIPE, quietly, instead of the panic Rust's
 /// printing raises on a closed pipe. SIGPIPE itself stays ignored otherwise: a scheduler
 /// command that exits before reading its script from stdin must fail that one call, not kill
-/// the submit loop. Nothing is half-written at any moment the process ends: every file the run
-/// keeps is written atomically, run.db in transactions.
+/// the submit loop. One whose stderr is on a full disk (a job's log) ends with exit code 6, the
+/// full disk's, never a panic's 101. Nothing is half-written at any moment the process ends:
+/// every file the run keeps is written atomically, run.db in transactions.
 fn end_quietly_when_the_reader_goes() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -35,8 +36,15 @@ fn end_quietly_when_the_reader_goes() {
             .map(String::as_str)
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or("");
-        let closed_pipe = message.starts_with("failed printing to std")
+        let printing = message.starts_with("failed printing to std");
+        let closed_pipe = printing
             && message.contains(&std::io::Error::from_raw_os_error(libc::EPIPE).to_string());
+        if printing && embedfleet_core::space::says_disk_full(message) {
+            // Its log is on a full filesystem (a job's stderr on the run directory's disk):
+            // nothing more can be said there. The exit code says it (docs/commands.md, "Exit
+            // codes"); the owner reads it from the scheduler.
+            std::process::exit(embedfleet_core::exit::DISK_FULL);
+        }
         if closed_pipe {
             // SAFETY: restoring the default action of a signal and raising it on this very
             // process: the process ends here, as `cat` would on a closed pipe.

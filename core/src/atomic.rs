@@ -77,27 +77,149 @@ pub fn create_fresh(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Writes `bytes` to `path` atomically.
+/// Writes `bytes` to `path` atomically. A write that fails (a full disk) leaves nothing
+/// behind: its temporary file goes too.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    io::Write::write_all(&mut create_tmp(path)?, bytes)?;
-    commit(path)
+    or_discard(path, || {
+        io::Write::write_all(&mut create_tmp(path)?, bytes)?;
+        commit(path)
+    })
 }
 
 /// [`write`] for a file that holds secrets: its mode is exactly `mode`, whatever the umask, from
 /// before its first byte is written.
 pub fn write_with_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let mut file = create_tmp(path)?;
-    file.set_permissions(fs::Permissions::from_mode(mode))?;
-    io::Write::write_all(&mut file, bytes)?;
-    commit(path)
+    or_discard(path, || {
+        let mut file = create_tmp(path)?;
+        file.set_permissions(fs::Permissions::from_mode(mode))?;
+        io::Write::write_all(&mut file, bytes)?;
+        commit(path)
+    })
 }
 
-/// Copies the file `from` to `to` atomically.
+/// Copies the file `from` to `to` atomically (nothing left behind when it fails).
 pub fn copy(from: &Path, to: &Path) -> io::Result<u64> {
-    let copied = io::copy(&mut File::open(from)?, &mut create_tmp(to)?)?;
-    commit(to)?;
-    Ok(copied)
+    or_discard(to, || {
+        let copied = io::copy(&mut File::open(from)?, &mut create_tmp(to)?)?;
+        commit(to)?;
+        Ok(copied)
+    })
+}
+
+/// Runs `write`, which writes `path` by its temporary file; when it fails, the temporary file
+/// is removed (a full disk must not be kept full by the halves of failed writes).
+pub fn or_discard<T>(path: &Path, write: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let result = write();
+    if result.is_err() {
+        discard(path);
+    }
+    result
+}
+
+/// Removes `path`'s temporary file when dropped, unless [`TmpGuard::committed`] said the file
+/// made it: a writer object (a parquet shard's, a batch file's) that fails or is dropped
+/// half-way leaves nothing behind. Keep it as a field of the writer.
+#[derive(Debug)]
+pub struct TmpGuard {
+    path: PathBuf,
+    armed: bool,
+}
+
+impl TmpGuard {
+    /// Guards the temporary file of `path`.
+    pub fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            armed: true,
+        }
+    }
+
+    /// The file was committed: nothing to remove.
+    pub fn committed(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for TmpGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            discard(&self.path);
+        }
+    }
+}
+
+/// Removes the temporary file of `path` ([`tmp_path`]), if there is one: a write given up.
+pub fn discard(path: &Path) {
+    let _ = fs::remove_file(tmp_path(path));
+}
+
+/// Removes, under `dir` and its folders (but `skip`'s, by name), the temporary files writers
+/// left that nobody is writing any more: this host's whose process is gone (their name carries
+/// the host and the pid: [`tmp_path`]), and another host's untouched for `stale_after` (a
+/// writer writes a shard in minutes; a node that crashed mid-write never comes back for it).
+/// Returns how many went. What cannot be read is passed over: this is housekeeping.
+pub fn remove_dead_writers_leftovers(
+    dir: &Path,
+    skip: &[&str],
+    stale_after: std::time::Duration,
+) -> usize {
+    let mut removed = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                if !skip.contains(&name.as_ref()) {
+                    stack.push(entry.path());
+                }
+                continue;
+            }
+            if !kind.is_file() || !is_dead_writers(&name, &entry, stale_after) {
+                continue;
+            }
+            if fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// Whether the file `name` is a temporary file ([`tmp_path`]) whose writer is gone.
+fn is_dead_writers(name: &str, entry: &fs::DirEntry, stale_after: std::time::Duration) -> bool {
+    let Some(stem) = name.strip_suffix(TMP_SUFFIX) else {
+        return false;
+    };
+    let mut parts = stem.rsplitn(3, '.');
+    let (Some(pid), Some(host)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    if parts.next().is_none() {
+        return false;
+    }
+    let Ok(pid) = pid.parse::<i32>() else {
+        return false;
+    };
+    if host == host_tag() {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        return gone;
+    }
+    entry
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > stale_after)
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -147,6 +269,46 @@ mod tests {
             fs::symlink_metadata(tmp_path(&path)).is_err(),
             "nothing left"
         );
+    }
+
+    #[test]
+    fn leftovers_of_dead_writers_go_and_a_live_ones_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = dir.path().join("shards");
+        fs::create_dir(&shards).unwrap();
+        let mine = tmp_path(&shards.join("b1.parquet"));
+        fs::write(&mine, b"being written").unwrap();
+        // A pid no process has (above the kernel's pid_max).
+        let dead = shards.join(format!("b2.parquet.{}.99999999.tmp", host_tag()));
+        fs::write(&dead, b"half").unwrap();
+        let elsewhere = shards.join("b3.parquet.node-7.1234.tmp");
+        fs::write(&elsewhere, b"half").unwrap();
+        let skipped = dir.path().join("qdrant");
+        fs::create_dir(&skipped).unwrap();
+        let engines = skipped.join(format!("wal.{}.99999999.tmp", host_tag()));
+        fs::write(&engines, b"not ours").unwrap();
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(remove_dead_writers_leftovers(dir.path(), &["qdrant"], day), 1);
+        assert!(mine.exists() && !dead.exists() && elsewhere.exists() && engines.exists());
+        // Another host's, once older than the stale age.
+        assert_eq!(
+            remove_dead_writers_leftovers(dir.path(), &["qdrant"], std::time::Duration::ZERO),
+            1
+        );
+        assert!(!elsewhere.exists() && mine.exists());
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("status-snapshot.json");
+        let err = or_discard(&path, || {
+            io::Write::write_all(&mut create_tmp(&path)?, b"half")?;
+            Err::<(), _>(io::Error::from_raw_os_error(libc::ENOSPC))
+        })
+        .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        assert!(!tmp_path(&path).exists() && !path.exists());
     }
 
     #[test]

@@ -74,6 +74,8 @@ pub struct BatchWriter {
     chars: u64,
     /// Text bytes after which a row group ends early (see [`MAX_GROUP_TEXT_BYTES`]).
     group_bytes: usize,
+    /// The temporary file goes when the writer fails or is dropped before [`Self::finish`].
+    guard: atomic::TmpGuard,
 }
 
 /// Text bytes of one row group at most (one paper may exceed it alone): arrow's string arrays
@@ -103,6 +105,7 @@ impl BatchWriter {
             path: path.into(),
             cause: source,
         };
+        let guard = atomic::TmpGuard::new(path);
         let file = atomic::create_tmp(path).map_err(|e| err(e.into()))?;
         let props = WriterProperties::builder()
             // Level 1: the batch files are scratch space read once or twice; speed beats size.
@@ -122,6 +125,7 @@ impl BatchWriter {
             rows: 0,
             chars: 0,
             group_bytes: group_bytes.max(1),
+            guard,
         })
     }
 
@@ -200,7 +204,9 @@ impl BatchWriter {
                 cause: source,
             };
         self.writer.close().map_err(|e| err(e.into(), &self.path))?;
-        atomic::commit(&self.path).map_err(|e| err(e.into(), &self.path))
+        atomic::commit(&self.path).map_err(|e| err(e.into(), &self.path))?;
+        self.guard.committed();
+        Ok(())
     }
 }
 

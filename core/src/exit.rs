@@ -16,3 +16,7 @@ pub const REFUSED: i32 = 4;
 /// cuDNN, a kernel that failed its check there): another node, or another queue, may not. The
 /// submit loop sets the job's queue aside at the first and retries its batch on the others.
 pub const DEVICE_REFUSED: i32 = 5;
+/// The run directory's filesystem (or a log's) is full, or the user's quota there exceeded: the
+/// environment's fault, not the input's. Nothing partial is kept; the same command goes on once
+/// there is room (the submit loop waits for it instead of ending: docs/commands.md, "Exit codes").
+pub const DISK_FULL: i32 = 6;

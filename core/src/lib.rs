@@ -27,6 +27,7 @@ pub mod rundb;
 pub mod secret;
 pub mod settings;
 pub mod shardfile;
+pub mod space;
 pub mod state;
 pub mod status_snapshot;
 pub mod stop_signal;

@@ -124,6 +124,8 @@ pub struct ShardWriter {
     meta: [StringBuilder; 5],
     pending: usize,
     rows: u64,
+    /// The temporary file goes when the writer fails or is dropped before [`Self::finish`].
+    guard: atomic::TmpGuard,
 }
 
 impl ShardWriter {
@@ -161,6 +163,7 @@ impl ShardWriter {
             .set_max_row_group_size(ROWS_PER_GROUP)
             .set_key_value_metadata(Some(kvs))
             .build();
+        let guard = atomic::TmpGuard::new(path);
         let file = atomic::create_tmp(path).map_err(|e| err(e.into()))?;
         let writer =
             ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(|e| err(e.into()))?;
@@ -188,6 +191,7 @@ impl ShardWriter {
             meta: Default::default(),
             pending: 0,
             rows: 0,
+            guard,
         })
     }
 
@@ -279,6 +283,7 @@ impl ShardWriter {
         self.writer.close().map_err(|e| err(e.into()))?;
         let sha256 = sha256_of(&atomic::tmp_path(&path)).map_err(|e| err(e.into()))?;
         atomic::commit(&path).map_err(|e| err(e.into()))?;
+        self.guard.committed();
         Ok(ShardInfo {
             rows: self.rows,
             sha256,

@@ -70,6 +70,7 @@ fn main() {
         exe: fake,
         progress: false,
         session: Default::default(),
+        bytes_per_paper: 0,
         keep_on_first_job: Vec::new(),
     };
     let t = Instant::now();

@@ -227,20 +227,22 @@ pub fn write(out: &Path, options: &SampleOptions) -> io::Result<Vec<PathBuf>> {
 }
 
 fn write_file(path: &Path, range: std::ops::Range<u64>, options: &SampleOptions) -> io::Result<()> {
-    let file = embedfleet_core::atomic::create_tmp(path)?;
-    let mut out: Box<dyn Write> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(GzEncoder::new(
-            BufWriter::new(file),
-            flate2::Compression::new(6),
-        ))
-    } else {
-        Box::new(BufWriter::new(file))
-    };
-    for index in range {
-        out.write_all(paper_line(options.seed, index, options.mean_chars).as_bytes())?;
-    }
-    drop(out);
-    embedfleet_core::atomic::commit(path)
+    embedfleet_core::atomic::or_discard(path, || {
+        let file = embedfleet_core::atomic::create_tmp(path)?;
+        let mut out: Box<dyn Write> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(GzEncoder::new(
+                BufWriter::new(file),
+                flate2::Compression::new(6),
+            ))
+        } else {
+            Box::new(BufWriter::new(file))
+        };
+        for index in range {
+            out.write_all(paper_line(options.seed, index, options.mean_chars).as_bytes())?;
+        }
+        drop(out);
+        embedfleet_core::atomic::commit(path)
+    })
 }
 
 #[cfg(test)]

@@ -177,6 +177,9 @@ pub fn render(s: &RunStatus) -> String {
             render_pause_reason(&mut out, reason);
         }
     }
+    if let Some(disk) = &s.disk {
+        let _ = writeln!(out, "disk       {}", disk.line());
+    }
     render_queues(&mut out, s);
     render_results(&mut out, s);
     out.push('\n');

@@ -21,6 +21,7 @@ pub mod job_record;
 pub mod preflight;
 pub mod query_job;
 pub mod records;
+pub mod room;
 pub mod run;
 pub mod searched;
 pub mod settings;

@@ -66,6 +66,8 @@ pub fn prepare(
         embed_args: settings.job.to_args(),
         exe,
         progress,
+        bytes_per_paper: crate::room::bytes_per_paper(&settings.job.output_settings())
+            .unwrap_or(0),
         keep_on_first_job,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
@@ -150,7 +152,42 @@ fn check_setup(
         refused.problems.extend(devices_note.cloned());
         refused
     })?;
+    let mut checked = checked;
+    checked.extend(check_room(db, &flags.run_dir, &settings.job.output_settings())?);
     Ok(checked)
+}
+
+/// The room the rest of the run needs against what is free at the run directory, before any
+/// job: a warning with the numbers where it falls short (the loop waits for room as it goes),
+/// refused where the rest is larger than the whole filesystem.
+fn check_room(
+    db: &RunDb,
+    run_dir: &std::path::Path,
+    output: &embedfleet_core::handoff::OutputSettings,
+) -> Result<Option<String>> {
+    use embedfleet_core::space::Fit;
+    let Some(per_paper) = crate::room::bytes_per_paper(output) else {
+        return Ok(None);
+    };
+    let status = db.status()?;
+    let Ok(room) = crate::room::room_of(run_dir, &status, db.largest_batch_papers()?, per_paper)
+    else {
+        return Ok(None);
+    };
+    let Some(advice) = room.advice() else {
+        return Ok(None);
+    };
+    let said = format!("disk: {}: {advice}", room.describe());
+    if room.fit() == Fit::Never {
+        return Err(preflight::Refused {
+            problems: vec![said],
+        }
+        .into());
+    }
+    Ok(Some(match room.fit() {
+        Fit::Full => format!("warning: {said}; the jobs wait until there is room"),
+        _ => format!("warning: {said}"),
+    }))
 }
 
 /// What later submits of the run take when given nothing, as run.db settings for the loop to

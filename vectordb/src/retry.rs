@@ -90,7 +90,13 @@ impl RetryPolicy {
 
 /// True for the gRPC codes that a later attempt may get past: `Unavailable` (server down or
 /// restarting), `DeadlineExceeded` (timeout), `ResourceExhausted` (rate limit, with or without
-/// `retry-after`), `Aborted` (conflict, e.g. during resharding) and `Internal`.
+/// `retry-after`), `Aborted` (conflict, e.g. during resharding), `Internal` and `Unknown`.
+///
+/// `Unknown` is here because tonic reports a connection that broke with a request in flight —
+/// the server killed (SIGKILL, the OOM killer, a node lost) — as `Unknown: transport error`.
+/// Every write embedfleet sends is idempotent (an upsert by the paper's own point id, a delete
+/// by id), so sending it again is safe; a server that keeps answering `Unknown` still surfaces,
+/// as `RetriesExhausted`.
 ///
 /// `Internal` is here because qdrant-client 1.20 reports a failed (re)connection — the server is
 /// down or restarting — as `Status::internal("Failed to connect ...")`, with no typed field to
@@ -104,6 +110,7 @@ pub fn is_transient(code: Code) -> bool {
             | Code::ResourceExhausted
             | Code::Aborted
             | Code::Internal
+            | Code::Unknown
     )
 }
 
@@ -242,13 +249,15 @@ mod tests {
     }
 
     #[test]
-    fn transient_codes_are_the_documented_five() {
+    fn transient_codes_are_the_documented_six() {
         for code in [
             Code::Unavailable,
             Code::DeadlineExceeded,
             Code::ResourceExhausted,
             Code::Aborted,
             Code::Internal,
+            // A connection broken mid-request by a server killed (tonic's "transport error").
+            Code::Unknown,
         ] {
             assert!(is_transient(code), "{code:?}");
         }

@@ -79,6 +79,16 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))
     }
 
+    /// The papers of the largest batch (0 with none): what one job writes at most, for the
+    /// room it needs.
+    pub fn largest_batch_papers(&self) -> Result<u64> {
+        self.conn
+            .prepare_cached("SELECT COALESCE(MAX(n_rows), 0) FROM batches")
+            .and_then(|mut stmt| stmt.query_row([], |r| r.get::<_, i64>(0)))
+            .map(|n| n.max(0) as u64)
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Batches that need a job: not done, not given up on, and with no open job, in order.
     pub fn batches_without_job(&self) -> Result<Vec<i64>> {
         let sql = format!(

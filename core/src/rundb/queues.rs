@@ -18,7 +18,8 @@ const RESUMES_KEY: &str = "submit.resumes";
 /// `status` (text and `--json`, field `pause_reason`) until `embedfleet resume` clears it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PauseReason {
-    /// What paused it: `breaker` (jobs in a row failed alike).
+    /// What paused it: `breaker` (jobs in a row failed alike), `disk` (no room for another
+    /// job: lifted by the loop itself once there is).
     pub by: String,
     /// One line, for people: what happened.
     pub message: String,
@@ -113,6 +114,23 @@ impl RunDb {
             .map_err(sqlite_err(&self.dir))?;
         self.set_setting(PAUSE_REASON_KEY, reason)?;
         self.set_setting(PAUSED_KEY, &true)?;
+        tx.commit().map_err(sqlite_err(&self.dir))
+    }
+
+    /// Lifts a pause the submit loop made for reason `by` (see [`PauseReason::by`]) by itself,
+    /// once what paused it is over (room on the disk again): not a user's `resume`, so not
+    /// counted as one. A pause for another reason, or the user's own, stays.
+    pub fn lift_pause_by(&self, by: &str) -> Result<()> {
+        if self.pause_reason()?.is_none_or(|r| r.by != by) {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .unchecked_transaction()
+            .map_err(sqlite_err(&self.dir))?;
+        self.set_setting(PAUSED_KEY, &false)?;
+        tx.execute("DELETE FROM settings WHERE key = ?1", [PAUSE_REASON_KEY])
+            .map_err(sqlite_err(&self.dir))?;
         tx.commit().map_err(sqlite_err(&self.dir))
     }
 

@@ -85,6 +85,10 @@ pub struct RunStatus {
     /// collection once the delete reached it (`uploads_by_collection`'s `deletes_pending`).
     #[serde(default)]
     pub papers_deleted: u64,
+    /// The run directory's filesystem: free space against what the rest of the run writes
+    /// (absent where it cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::space::DiskStatus>,
 }
 
 /// Rows a corpus release withheld from their batches.
@@ -279,6 +283,39 @@ impl RunDb {
                 .saturating_sub(papers_deleted),
             rows_withheld,
             papers_deleted,
+            disk: self.disk_status(papers_planned.saturating_sub(rows_in_shards)),
+        })
+    }
+
+    /// Free space at the run directory, and what the shards of `remaining` papers take at the
+    /// bytes per row of the newest shard, else the run's pinned width (one row read, one file
+    /// looked at: the same cost at any size of run).
+    fn disk_status(&self, remaining: u64) -> Option<crate::space::DiskStatus> {
+        let space = crate::space::space_of(&self.dir).ok()?;
+        let newest: Option<(String, i64)> = self
+            .conn
+            .prepare_cached("SELECT path, rows FROM shards ORDER BY id DESC LIMIT 1")
+            .and_then(|mut stmt| stmt.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
+            .ok();
+        let per_row = newest
+            .filter(|(_, rows)| *rows > 0)
+            .and_then(|(path, rows)| {
+                let bytes = std::fs::metadata(self.dir.join(path)).ok()?.len();
+                Some(bytes.div_ceil(rows as u64))
+            })
+            .or_else(|| {
+                let settings = crate::handoff::OutputSettings::read(&self.layout()).ok()??;
+                let value = match settings.vector_dtype {
+                    crate::shardfile::VectorDtype::F32 => 4,
+                    crate::shardfile::VectorDtype::F16 => 2,
+                };
+                Some(crate::space::shard_bytes(1, settings.dim? as u64, value))
+            });
+        Some(crate::space::DiskStatus {
+            dir: self.dir.display().to_string(),
+            free_bytes: space.free,
+            total_bytes: space.total,
+            needed_bytes: per_row.map(|b| b.saturating_mul(remaining)),
         })
     }
 

@@ -203,6 +203,8 @@ fn restamp(
 struct Output<'a> {
     path: &'a Path,
     writer: ArrowWriter<File>,
+    /// The temporary file goes when the output fails or is dropped before it is finished.
+    guard: atomic::TmpGuard,
 }
 
 impl<'a> Output<'a> {
@@ -211,10 +213,15 @@ impl<'a> Output<'a> {
         schema: &SchemaRef,
         props: WriterProperties,
     ) -> Result<Self, PublishError> {
+        let guard = atomic::TmpGuard::new(path);
         let file = atomic::create_tmp(path).map_err(io(&atomic::tmp_path(path)))?;
         let writer =
             ArrowWriter::try_new(file, schema.clone(), Some(props)).map_err(pq_err(path))?;
-        Ok(Output { path, writer })
+        Ok(Output {
+            path,
+            writer,
+            guard,
+        })
     }
 
     fn write(&mut self, batch: &RecordBatch) -> Result<(), PublishError> {
@@ -223,7 +230,9 @@ impl<'a> Output<'a> {
 
     fn finish(self) -> Result<(), PublishError> {
         self.writer.close().map_err(pq_err(self.path))?;
-        atomic::commit(self.path).map_err(io(self.path))
+        atomic::commit(self.path).map_err(io(self.path))?;
+        self.guard.committed();
+        Ok(())
     }
 }
 

@@ -74,13 +74,15 @@ pub fn write(path: &Path, batches: &[RecordBatch], request: &str) -> std::io::Re
             request.to_string(),
         )]))
         .build();
-    let mut writer =
-        ArrowWriter::try_new(atomic::create_tmp(path)?, schema(), Some(props)).map_err(io_err)?;
-    for b in batches {
-        writer.write(b).map_err(io_err)?;
-    }
-    writer.close().map_err(io_err)?;
-    atomic::commit(path)
+    atomic::or_discard(path, || {
+        let mut writer = ArrowWriter::try_new(atomic::create_tmp(path)?, schema(), Some(props))
+            .map_err(io_err)?;
+        for b in batches {
+            writer.write(b).map_err(io_err)?;
+        }
+        writer.close().map_err(io_err)?;
+        atomic::commit(path)
+    })
 }
 
 /// The request stored in a results file's footer: `Ok(None)` for a parquet file without one

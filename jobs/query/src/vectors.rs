@@ -312,11 +312,13 @@ fn write_part(path: &Path, terms: &[String], vectors: &[Vec<f32>]) -> std::io::R
     }
     let columns: Vec<ArrayRef> = vec![Arc::new(term.finish()), Arc::new(vector.finish())];
     let batch = RecordBatch::try_new(schema(dim), columns).map_err(std::io::Error::other)?;
-    let mut writer = ArrowWriter::try_new(atomic::create_tmp(path)?, batch.schema(), None)
-        .map_err(std::io::Error::other)?;
-    writer.write(&batch).map_err(std::io::Error::other)?;
-    writer.close().map_err(std::io::Error::other)?;
-    atomic::commit(path)
+    atomic::or_discard(path, || {
+        let mut writer = ArrowWriter::try_new(atomic::create_tmp(path)?, batch.schema(), None)
+            .map_err(std::io::Error::other)?;
+        writer.write(&batch).map_err(std::io::Error::other)?;
+        writer.close().map_err(std::io::Error::other)?;
+        atomic::commit(path)
+    })
 }
 
 fn read_part(path: &Path) -> std::io::Result<(Vec<String>, Vec<Vec<f32>>)> {

@@ -318,6 +318,8 @@ fn build_in(
     let snapshot = RunLayout::snapshot_file_name(batch, digest);
     let snapshot_path = layout.resolve(&snapshot);
     let tmp = embedfleet_core::atomic::tmp_path(&snapshot_path);
+    // A pack that fails (a full disk) leaves no half snapshot behind.
+    let guard = embedfleet_core::atomic::TmpGuard::new(&snapshot_path);
     let packed = pack::pack(
         &scratch
             .join("engine")
@@ -326,6 +328,7 @@ fn build_in(
         &tmp,
     )?;
     embedfleet_core::atomic::commit(&snapshot_path).map_err(io_err("rename", &snapshot_path))?;
+    guard.committed();
     let pack_s = pack_start.elapsed().as_secs_f64();
 
     let manifest = BuiltShardManifest {

@@ -156,23 +156,29 @@ fn texts_are_prepared_by_the_rule_lowercased_and_framed_as_sentence_transformers
     xlmr.write_tiny_model(dir.path(), &TinyModelOptions::default())
         .unwrap();
     let as_given = Some(TextRule::AsGiven);
-    let tok = load_tokenizer(dir.path(), as_given).unwrap();
-    // As given: the trailing space and newline are tokens of the text.
+    // As given: the trailing space and newline are tokens of the text where the tokenizer keeps
+    // whitespace (RoBERTa's byte-level pieces; XLM-R's splits on it first).
+    let roberta = tempfile::tempdir().unwrap();
+    embedfleet_models::registry::family("roberta")
+        .unwrap()
+        .write_tiny_model(roberta.path(), &TinyModelOptions::default())
+        .unwrap();
+    let tok = load_tokenizer(roberta.path(), as_given).unwrap();
     assert_ne!(
         tok.encode_document("the papers \n").unwrap(),
         tok.encode_document("the papers").unwrap()
     );
-    // Stripped as a whole, prompt included (`passage: ` + the text): the ends only; a run
-    // pinned before the rule was recorded (`None`) was stripped so too.
+    // Stripped as a whole, prompt included: the ends only; a run pinned before the rule was
+    // recorded (`None`) was stripped so too.
     for old in [Some(TextRule::Stripped), None] {
-        let tok = load_tokenizer(dir.path(), old).unwrap();
+        let tok = load_tokenizer(roberta.path(), old).unwrap();
         let padded = tok.encode_document("the papers \n").unwrap();
-        assert_eq!(
-            padded,
-            tok.encode_document("the papers").unwrap(),
-            "{old:?}"
-        );
+        assert_eq!(padded, tok.encode_document("the papers").unwrap(), "{old:?}");
     }
+    let tok = load_tokenizer(dir.path(), Some(TextRule::Stripped)).unwrap();
+    assert_eq!(tok.input_text(None, " the papers \n"), "passage:  the papers");
+    let tok = load_tokenizer(dir.path(), as_given).unwrap();
+    assert_eq!(tok.input_text(None, " the papers \n"), "passage:  the papers \n");
     assert_ne!(
         tok.encode_document("The Papers").unwrap(),
         tok.encode_document("the papers").unwrap(),

@@ -121,9 +121,11 @@ impl OwnerReport {
         // The temporary file is created fresh, never through a link planted at its name.
         let path = RunLayout::new(&self.run_dir).metrics_file();
         let tmp = embedfleet_core::atomic::tmp_path(&path);
-        let written = embedfleet_core::atomic::create_tmp(&path)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &path));
+        let written = embedfleet_core::atomic::or_discard(&path, || {
+            embedfleet_core::atomic::create_tmp(&path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+                .and_then(|()| std::fs::rename(&tmp, &path))
+        });
         if let Err(e) = written {
             tracing::warn!("{} not written: {e}", path.display());
         }

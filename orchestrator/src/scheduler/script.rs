@@ -307,7 +307,8 @@ const RANK_VARS: &str =
 
 /// Lines that record the exit code in the marker (temporary file, then rename). The temporary
 /// name is predictable, so it is created fresh (`set -C`: `O_EXCL`, never through a link someone
-/// planted there) after whatever was at it is removed.
+/// planted there) after whatever was at it is removed; a marker that cannot be written (a full
+/// disk) leaves no temporary file behind.
 fn finish(job: &ScriptJob) -> String {
     match &job.marker {
         None => "exit $?".to_string(),
@@ -315,7 +316,7 @@ fn finish(job: &ScriptJob) -> String {
             let tmp = shell_quote(&format!("{}.tmp", m.display()));
             let m = shell_quote(&m.display().to_string());
             format!(
-                "rc=$?\nrm -f {tmp}; (set -C; printf '%s\\n' \"$rc\" > {tmp}) && mv -f {tmp} {m}\nexit $rc"
+                "rc=$?\nrm -f {tmp}; (set -C; printf '%s\\n' \"$rc\" > {tmp}) && mv -f {tmp} {m} || rm -f {tmp}\nexit $rc"
             )
         }
     }

@@ -282,6 +282,14 @@ impl SubmitLoop<'_> {
         // Its node's device refused (5): retried, on another queue once the breaker sets this
         // one aside.
         let device_refused = exit_code == Some(embedfleet_core::exit::DEVICE_REFUSED);
+        // No room on the run directory's filesystem (6, or any failure while it is full): the
+        // environment's, not the batch's (`disk`).
+        let no_room = !matches!(state, JobState::Completed)
+            && routed.is_none()
+            && (exit_code == Some(embedfleet_core::exit::DISK_FULL) || self.disk_full_now());
+        if no_room {
+            return self.ended_for_want_of_room(name, rows, reason.as_deref());
+        }
         // A setup the job refused fails the same on every queue, and a device's refusal says
         // nothing of how fast the queue runs jobs: no loss of this queue's.
         self.route_saw_end(
@@ -329,6 +337,39 @@ impl SubmitLoop<'_> {
             }
         }
         self.judge(name, rows, state, status, all_done)
+    }
+}
+
+impl SubmitLoop<'_> {
+    /// A job that ended for want of room on the run directory's filesystem: its batches that
+    /// are not done wait for room (`disk`), none of their attempts used, nothing said to the
+    /// breakers or to routing (no queue's fault).
+    fn ended_for_want_of_room(
+        &mut self,
+        name: &str,
+        rows: &[&JobRow],
+        reason: Option<&str>,
+    ) -> Result<()> {
+        let why = format!(
+            "{}: no room on the run directory's filesystem (not counted as an attempt)",
+            reason.unwrap_or("ended")
+        );
+        self.db.set_job_state(name, JobStatus::Failed, Some(&why))?;
+        self.counts.jobs_ended += 1;
+        for row in rows {
+            let batch = row.batch_id;
+            if self.db.batch_state(BatchId(batch))? == Some(BatchState::Done) {
+                self.report.batches_done += 1;
+                continue;
+            }
+            if let Some(tries) = self.following.attempts.get_mut(&batch) {
+                *tries = tries.saturating_sub(1);
+            }
+            self.console.say(format!(
+                "batch {batch}: job {name} {why}; its batch waits for room"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -21,6 +21,7 @@ Jobs in a row that fail alike pause the run ([`breaker`]); the events a user wan
 mod alerts;
 pub mod breaker;
 mod console;
+pub mod disk;
 mod error;
 mod follow;
 mod follow_up;

@@ -26,6 +26,10 @@ pub struct SubmitOptions {
     pub exe: PathBuf,
     /// Draw a progress bar (stderr is a terminal).
     pub progress: bool,
+    /// Bytes one paper's row takes in the shards (its vector at the run's width and dtype, and
+    /// the rest of the row): the room a job needs, which the loop waits for on a full disk
+    /// (`submit::disk`). 0: free space not watched.
+    pub bytes_per_paper: u64,
     /// run.db settings this submit keeps for the run's later ones (its run config, devices,
     /// loop options), stored when its first job is submitted, or at the loop's orderly end
     /// when it had none to send: a submit that fails before any job keeps nothing.

@@ -53,6 +53,8 @@ pub(super) struct SubmitLoop<'a> {
     pub(super) routing: crate::route::Routing,
     /// What routing asked of the scheduler: start estimates, and the job limit it states.
     pub(super) asked: SchedulerAsked,
+    /// The room on the run directory's filesystem ([`super::disk`]).
+    pub(super) disk: super::disk::DiskWatch,
 }
 
 /// The jobs a loop follows.
@@ -87,7 +89,9 @@ impl<'a> SubmitLoop<'a> {
         if !db.is_planned()? {
             return Err(SubmitError::NotPlanned(opts.run_dir.clone()));
         }
+        let disk = super::disk::DiskWatch::new(opts.bytes_per_paper, db.largest_batch_papers()?);
         Ok(Self {
+            disk,
             opts,
             run_dir: absolute(&opts.run_dir),
             db,
@@ -249,8 +253,11 @@ impl<'a> SubmitLoop<'a> {
             if let Some(signal) = embedfleet_core::stop_signal::requested() {
                 self.interrupted(signal)?;
             }
-            if self.round()? == RoundEnd::Settled {
-                break;
+            match self.round() {
+                Ok(RoundEnd::Settled) => break,
+                Ok(RoundEnd::GoOn) => self.round_went_through(),
+                // A full disk waits for room: the round is tried again next poll.
+                Err(e) => self.round_failed(e)?,
             }
             if let Some(signal) =
                 embedfleet_core::stop_signal::sleep_unless_stopped(self.opts.policy.poll_interval)
@@ -319,7 +326,8 @@ impl<'a> SubmitLoop<'a> {
             self.resumed_after_trip()?;
         }
         self.bring_back_set_aside()?;
-        if !paused {
+        let held_for_room = self.hold_for_room()?;
+        if !paused && !held_for_room {
             self.submit_round()?;
         }
         let follow_up_busy = match self.follow_up.as_mut() {

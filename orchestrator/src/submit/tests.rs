@@ -176,6 +176,7 @@ fn planned_run(batches: i64) -> (tempfile::TempDir, SubmitOptions) {
         exe: PathBuf::from("/bin/false"),
         progress: false,
         session: Default::default(),
+        bytes_per_paper: 0,
         keep_on_first_job: Vec::new(),
     };
     (dir, options)

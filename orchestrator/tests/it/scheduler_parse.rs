@@ -289,7 +289,7 @@ module load cuda/12.4
 export HF_HOME='/data/hf cache'
 embedfleet embed-job --run-dir '/runs/my run' --batch 42
 rc=$?
-rm -f '/runs/my run/done/b42.tmp'; (set -C; printf '%s\\n' \"$rc\" > '/runs/my run/done/b42.tmp') && mv -f '/runs/my run/done/b42.tmp' '/runs/my run/done/b42'
+rm -f '/runs/my run/done/b42.tmp'; (set -C; printf '%s\\n' \"$rc\" > '/runs/my run/done/b42.tmp') && mv -f '/runs/my run/done/b42.tmp' '/runs/my run/done/b42' || rm -f '/runs/my run/done/b42.tmp'
 exit $rc
 ";
     assert_eq!(s, expected);

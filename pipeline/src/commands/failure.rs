@@ -54,8 +54,10 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
         .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
-/// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::REFUSED`] when any
-/// error of its chain is a refusal, else [`exit::FAILURE`].
+/// The exit code of an error (docs/commands.md, "Exit codes"): [`exit::DISK_FULL`] when any
+/// error of its chain says a full disk or an exceeded quota (by the system's words: whatever
+/// error type carries the cause, it says it), [`exit::REFUSED`] when any is a refusal, else
+/// [`exit::FAILURE`].
 fn exit_code(err: &anyhow::Error) -> i32 {
     use embedfleet_orchestrator::submit::SubmitError;
     let interrupted = err.chain().find_map(|e| {
@@ -67,6 +69,11 @@ fn exit_code(err: &anyhow::Error) -> i32 {
     });
     if let Some(code) = interrupted {
         code
+    } else if err
+        .chain()
+        .any(|e| embedfleet_core::space::says_disk_full(&e.to_string()))
+    {
+        exit::DISK_FULL
     } else if err.chain().any(is_device_refusal) {
         exit::DEVICE_REFUSED
     } else if err.chain().any(is_refusal) {

@@ -98,8 +98,11 @@ pub fn sample_corpus(args: &SampleCorpusFlags) -> Result<i32> {
 }
 
 /// What the run will need on disk: the batch files as written, the parquet shards as they will
-/// be (docs/sizing.md, "Sizing a run").
+/// be (docs/sizing.md, "Sizing a run") at the width of the run's model where a submit fixed it,
+/// else at the study's (Qwen3-Embedding-4B's 2,560), against the room at the run directory: a
+/// warning with the numbers where the shards will not fit.
 fn disk_estimate(run_dir: &std::path::Path, papers: u64) -> String {
+    use embedfleet_core::space::{shard_bytes, size, space_of};
     let batches: u64 = std::fs::read_dir(RunLayout::new(run_dir).batch_dir())
         .map(|entries| {
             entries
@@ -108,25 +111,48 @@ fn disk_estimate(run_dir: &std::path::Path, papers: u64) -> String {
                 .sum()
         })
         .unwrap_or(0);
-    // A parquet shard row: the vector, plus ~200 bytes of id, counts and metadata.
-    let shards = |dim: u64, bytes: u64| size(papers * (dim * bytes + 200));
-    format!(
-        "disk: the batch files take {}; the parquet shards will take about {} at 2,560-d f32 \
-         (Qwen3-Embedding-4B), {} with --vector-dtype f16, {} at 1,024-d f32",
-        size(batches),
-        shards(2560, 4),
-        shards(2560, 2),
-        shards(1024, 4)
-    )
-}
-
-/// Bytes in MB or GB, whichever reads better.
-fn size(bytes: u64) -> String {
-    if bytes >= 1_000_000_000 {
-        format!("{:.1} GB", bytes as f64 / 1e9)
-    } else {
-        format!("{:.1} MB", bytes as f64 / 1e6)
+    let pinned = embedfleet_core::handoff::OutputSettings::read(&RunLayout::new(run_dir))
+        .ok()
+        .flatten()
+        .and_then(|s| crate::room::bytes_per_paper(&s));
+    let (shards, width, said) = match pinned {
+        Some(per_paper) => {
+            let shards = papers.saturating_mul(per_paper);
+            let said = format!("about {} at the run's width", size(shards));
+            (shards, "at the run's width", said)
+        }
+        None => {
+            let shards = shard_bytes(papers, 2560, 4);
+            let said = format!(
+                "about {} at 2,560-d f32 (Qwen3-Embedding-4B), {} with --vector-dtype f16, {} at \
+                 1,024-d f32, {} at 384-d f32 (all-MiniLM-L6-v2)",
+                size(shards),
+                size(shard_bytes(papers, 2560, 2)),
+                size(shard_bytes(papers, 1024, 4)),
+                size(shard_bytes(papers, 384, 4)),
+            );
+            (shards, "at 2,560-d f32", said)
+        }
+    };
+    let mut text = format!(
+        "disk: the batch files take {}; the parquet shards will take {said}",
+        size(batches)
+    );
+    if let Ok(space) = space_of(run_dir) {
+        let dir = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+        if space.free < shards {
+            text.push_str(&format!(
+                "\nwarning: {} free at {} (of {}): the shards {width} ({}) will not fit there; \
+                 free space or raise the quota before `submit` (the jobs wait for room when \
+                 there is none), or plan into a run directory on a larger filesystem",
+                size(space.free),
+                dir.display(),
+                size(space.total),
+                size(shards)
+            ));
+        }
     }
+    text
 }
 
 /// `" (N with new metadata)"` when a release restamped papers, else nothing.
