@@ -192,7 +192,11 @@ pub fn write_once(path: &Path, bytes: &[u8]) -> io::Result<bool> {
     let mut tmp = crate::atomic::tmp_path(path).into_os_string();
     tmp.push(format!(".{n}{}", crate::atomic::TMP_SUFFIX));
     let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes)?;
+    if let Err(e) = std::fs::write(&tmp, bytes) {
+        // A full disk: nothing half-written left behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     let linked = std::fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .and_then(|()| std::fs::hard_link(&tmp, path));

@@ -54,15 +54,21 @@ pub fn is_disk_full(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
+/// What embedfleet's own refusals for want of room end with (a check made before the write
+/// that would fail), so that [`says_disk_full`] knows them too.
+pub const NO_ROOM: &str = "(no room on that filesystem)";
+
 /// Whether an error's words say a full disk or an exceeded quota: the operating system's
-/// (`No space left on device (os error 28)`, `Disk quota exceeded (os error 122)`) or SQLite's
-/// (`database or disk is full`). The stages' errors say their cause in their message, whatever
-/// type carries it, so the words are what every one of them has.
+/// (`No space left on device (os error 28)`, `Disk quota exceeded (os error 122)`), SQLite's
+/// (`database or disk is full`) or embedfleet's own ([`NO_ROOM`]). The stages' errors say
+/// their cause in their message, whatever type carries it, so the words are what every one of
+/// them has.
 pub fn says_disk_full(text: &str) -> bool {
     [libc::ENOSPC, libc::EDQUOT]
         .iter()
         .any(|code| text.contains(&format!("(os error {code})")))
         || text.contains("database or disk is full")
+        || text.contains(NO_ROOM)
 }
 
 /// Bytes one parquet shard row takes beside its vector: the id, the counts, the metadata the

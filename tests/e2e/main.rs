@@ -12,6 +12,7 @@ mod breaker;
 mod ci_scripts;
 mod code_rules;
 mod delete;
+mod disk_full;
 mod docs_truth;
 mod doctor;
 mod embed;

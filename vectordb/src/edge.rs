@@ -85,10 +85,28 @@ fn io_err<'a>(
     }
 }
 
+/// The size of a segment of the engine's write-ahead log (qdrant-edge's default): created as a
+/// sparse file and written through a memory mapping.
+pub const WAL_SEGMENT_BYTES: u64 = 32 << 20;
+
 impl QdrantEdge {
     /// Opens (creating if needed) the edge directory `root` and locks it for this process.
+    /// Refused where the filesystem has less free than a segment of the engine's write-ahead
+    /// log and a little more ([`UploadError::NoRoom`]): the engine writes it through a memory
+    /// mapping, and a mapping the filesystem cannot back kills the process (SIGBUS) where a
+    /// write would have failed.
     pub fn open(root: impl Into<PathBuf>) -> UploadResult<Self> {
         let root = root.into();
+        let needed = WAL_SEGMENT_BYTES + (WAL_SEGMENT_BYTES >> 4);
+        if let Ok(space) = embedfleet_core::space::space_of(&root) {
+            if space.free < needed {
+                return Err(UploadError::NoRoom {
+                    path: root,
+                    free: space.free,
+                    needed,
+                });
+            }
+        }
         let collections = root.join("collections");
         std::fs::create_dir_all(&collections)
             .map_err(io_err("create the edge directory", &collections))?;

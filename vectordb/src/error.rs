@@ -115,6 +115,17 @@ pub enum UploadError {
         message: String,
     },
 
+    /// The embedded engine's directory has too little room to open it: its write-ahead log maps
+    /// a segment of [`crate::edge::WAL_SEGMENT_BYTES`] into memory, and a write into a mapping the
+    /// filesystem cannot back ends the process (SIGBUS) instead of failing.
+    #[error("the embedded Qdrant at {} needs {} free to open (its write-ahead log maps a {} segment into memory), and {} is free there: free space or raise the quota, then run the same command again {}", path.display(), embedfleet_core::space::size(*needed), embedfleet_core::space::size(crate::edge::WAL_SEGMENT_BYTES), embedfleet_core::space::size(*free), embedfleet_core::space::NO_ROOM)]
+    NoRoom {
+        /// The edge directory.
+        path: PathBuf,
+        free: u64,
+        needed: u64,
+    },
+
     /// Another process (or another `QdrantEdge` in this one) holds the edge directory.
     #[error("edge directory {} is in use by another process; qdrant-edge allows one process per directory (wait for it, or use a Qdrant server for parallel uploads)", path.display())]
     EdgeLocked {

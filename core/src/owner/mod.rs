@@ -342,9 +342,13 @@ fn write_first(dir: &Path, record: &OwnerRecord) -> Result<bool> {
     let tmp = atomic::tmp_path(&path);
     let bytes = serde_json::to_vec_pretty(record).expect("an owner record serialises");
     // Never through a link planted at the (predictable) temporary name.
-    atomic::create_fresh(&tmp)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
-        .map_err(|e| io_err("write", e))?;
+    if let Err(e) =
+        atomic::create_fresh(&tmp).and_then(|mut f| std::io::Write::write_all(&mut f, &bytes))
+    {
+        // A full disk: nothing half-written left behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err("write", e));
+    }
     let linked = std::fs::File::open(&tmp)
         .and_then(|f| f.sync_all())
         .and_then(|_| std::fs::hard_link(&tmp, &path));

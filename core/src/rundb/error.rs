@@ -22,6 +22,10 @@ pub enum RunDbError {
     /// Another process of the run's owner held run.db's write lock past the busy timeout.
     #[error("run.db in {} stayed busy for 60 s: another embedfleet command of this run (a submit loop, an upload, a plan) is writing it; run this again when it is done, or see what runs with `embedfleet status --run-dir {}`", dir.display(), dir.display())]
     Busy { dir: PathBuf },
+    /// run.db could not be written for want of room: its transaction rolled back, what was
+    /// written before stays (SQLite's words are kept: `database or disk is full`).
+    #[error("run.db in {} cannot be written: database or disk is full ({} free there); nothing half-written was kept: free space or raise the quota, then go on", dir.display(), free.map_or_else(|| "nothing".to_string(), crate::space::size))]
+    DiskFull { dir: PathBuf, free: Option<u64> },
     #[error("run.db in {dir}: {cause}")]
     Sqlite {
         dir: PathBuf,
@@ -54,6 +58,9 @@ pub type Result<T> = std::result::Result<T, RunDbError>;
 
 /// Wraps SQLite errors with the run directory they happened in. Borrows only the directory, so
 /// it can be used while a transaction holds the connection.
+/// Free bytes under which an I/O error of SQLite's is taken for a full disk.
+const NEARLY_FULL_BYTES: u64 = 64 << 10;
+
 pub(crate) fn sqlite_err(dir: &Path) -> impl Fn(rusqlite::Error) -> RunDbError + '_ {
     move |source| sqlite_error(dir, source)
 }
@@ -75,6 +82,19 @@ pub(super) fn sqlite_error(dir: &Path, source: rusqlite::Error) -> RunDbError {
                     why,
                 };
             }
+        }
+    }
+    if let rusqlite::Error::SqliteFailure(e, _) = &source {
+        // SQLite says a full disk as SQLITE_FULL, or, when a write to the log or a sync meets
+        // it, as an I/O error: a filesystem with next to nothing free says which.
+        let full = e.code == rusqlite::ErrorCode::DiskFull
+            || (e.code == rusqlite::ErrorCode::SystemIoFailure
+                && crate::space::space_of(dir).is_ok_and(|s| s.free < NEARLY_FULL_BYTES));
+        if full {
+            return RunDbError::DiskFull {
+                dir: dir.to_path_buf(),
+                free: crate::space::space_of(dir).map(|s| s.free).ok(),
+            };
         }
     }
     RunDbError::Sqlite {

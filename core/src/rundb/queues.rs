@@ -134,6 +134,16 @@ impl RunDb {
         tx.commit().map_err(sqlite_err(&self.dir))
     }
 
+    /// Gives back the room run.db's write-ahead log holds beyond what it needs: its pages
+    /// checkpointed into run.db and the log file truncated (it keeps its largest size
+    /// otherwise). Writes nothing new: a way to make room on a full disk, taken by the submit
+    /// loop while it holds jobs for room.
+    pub fn shrink_wal(&self) -> Result<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(sqlite_err(&self.dir))
+    }
+
     /// Why the run is paused, when the submit loop paused it (see [`Self::pause_for`]).
     pub fn pause_reason(&self) -> Result<Option<PauseReason>> {
         self.setting(PAUSE_REASON_KEY)

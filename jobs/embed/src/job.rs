@@ -24,6 +24,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Test hook: milliseconds an embed job waits after each shard it wrote, so that a test can
+/// strike (a full disk, a kill) while the job is mid-batch.
+pub const TEST_SHARD_DELAY_ENV: &str = "EMBEDFLEET_TEST_SHARD_DELAY_MS";
+
+fn test_shard_delay() -> Option<Duration> {
+    std::env::var(TEST_SHARD_DELAY_ENV)
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_millis)
+}
+
 /// Papers per parquet shard: a killed job loses at most one shard's work.
 pub const DEFAULT_SHARD_PAPERS: usize = 500;
 
@@ -501,6 +513,9 @@ impl Attempt<'_> {
         self.timings.papers += info.rows;
         self.report.parts_written += 1;
         self.report.papers_embedded += info.rows;
+        if let Some(pause) = test_shard_delay() {
+            std::thread::sleep(pause);
+        }
         // Two attempts at once (a lost job that still runs beside its replacement): the one
         // that finishes first wins, and the other stops at its next shard instead of spending
         // a node on rows nobody will take.

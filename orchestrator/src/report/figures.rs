@@ -94,6 +94,8 @@ pub struct Figures {
     pub batches_by_state: BTreeMap<String, u64>,
     pub eta_s: Option<f64>,
     pub node_hours_to_go: Option<f64>,
+    /// The run directory's filesystem: free space against what the rest writes.
+    pub disk: Option<embedfleet_core::space::DiskStatus>,
     pub bars: Vec<Bar>,
     pub queues: Vec<QueueFigures>,
     pub hosts: Vec<HostFigures>,
@@ -172,6 +174,7 @@ pub fn compute(
         rows_withheld: status.rows_withheld.total(),
         batches_by_state: status.batches_by_state.clone(),
         eta_s: status.eta_seconds,
+        disk: status.disk.clone(),
         node_hours_to_go,
         bars,
         queues: queues(history),

@@ -3,6 +3,7 @@
 //! (`page/report.js`, inline) from the figures as a JSON block. Nothing is fetched: no CDN, no
 //! font, no image.
 
+use embedfleet_core::space::size;
 use std::fmt::Write as _;
 
 use super::escape::{html, json_in_script};
@@ -113,6 +114,22 @@ fn cards(out: &mut String, f: &Figures) {
             .map_or_else(|| "-".into(), |h| format!("{h:.1}")),
         "node-hours to go",
     );
+    if let Some(disk) = &f.disk {
+        let needed = disk.needed_bytes.map_or_else(
+            || "the rest's size known after the first shard".to_string(),
+            |n| format!("the rest of the run writes about {}", size(n)),
+        );
+        let short = if disk.short() { " — short of room" } else { "" };
+        card(
+            out,
+            &size(disk.free_bytes),
+            &format!(
+                "free at {} (of {}); {needed}{short}",
+                disk.dir,
+                size(disk.total_bytes)
+            ),
+        );
+    }
     out.push_str("</div>\n");
 }
 

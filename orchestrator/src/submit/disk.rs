@@ -17,7 +17,7 @@ use super::submit_loop::SubmitLoop;
 pub const BY_DISK: &str = "disk";
 
 /// Free bytes kept beyond a job's shards: its log, its result manifest, run.db's growth.
-const MARGIN_BYTES: u64 = 1 << 20;
+const MARGIN_BYTES: u64 = 256 << 10;
 
 /// What the loop knows of the room it needs.
 #[derive(Debug, Default)]
@@ -90,9 +90,17 @@ impl SubmitLoop<'_> {
     /// run is paused for it (said once, recorded where run.db can still be written), and the
     /// pause is lifted by itself once there is room again.
     pub(super) fn hold_for_room(&mut self) -> Result<bool> {
-        let Some(space) = self.space() else {
+        let Some(mut space) = self.space() else {
             return Ok(false);
         };
+        if !self.disk.room_for_a_job(&space) {
+            // run.db's write-ahead log keeps its largest size: what it holds beyond run.db's
+            // own pages is room a job can use.
+            if let Err(e) = self.db.shrink_wal() {
+                tracing::info!("run.db's log not shrunk: {e}");
+            }
+            space = self.space().unwrap_or(space);
+        }
         let short = !self.disk.room_for_a_job(&space);
         if short {
             let room = self.room(space);

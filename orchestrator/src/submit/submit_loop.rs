@@ -84,6 +84,14 @@ pub(super) struct EstimatesAsked {
     pub new_job: BTreeMap<String, Instant>,
 }
 
+/// Folders of the run directory whose files are not written by embedfleet's atomic writes (the
+/// embedded Qdrant's own), which the start's clean-up leaves alone.
+const LEFTOVERS_NOT_OURS: &[&str] = &["qdrant"];
+
+/// Another host's temporary file untouched this long is a dead writer's: a job writes a shard in
+/// minutes, and a node that crashed mid-write never comes back for it.
+const LEFTOVERS_STALE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 impl<'a> SubmitLoop<'a> {
     pub(super) fn with_db(opts: &'a SubmitOptions, db: RunDb) -> Result<Self> {
         if !db.is_planned()? {
@@ -153,6 +161,18 @@ impl<'a> SubmitLoop<'a> {
             });
         }
         lp.watch = Some(watch);
+        // The halves of files whose writers are gone (a job or loop killed mid-write, a write
+        // that met a full disk before it could clean up): they only take room.
+        let removed = embedfleet_core::atomic::remove_dead_writers_leftovers(
+            &lp.run_dir,
+            LEFTOVERS_NOT_OURS,
+            LEFTOVERS_STALE_AFTER,
+        );
+        if removed > 0 {
+            lp.console.say(format!(
+                "removed {removed} temporary files that writers no longer running left behind"
+            ));
+        }
         lp.db.set_stall_rule(&opts.session.stall)?;
         if opts.session.trial.is_none() {
             if let Some(queues) = &opts.queues {

@@ -34,6 +34,9 @@ pub(super) struct OwnerWatch {
     ops_at_start: u64,
     /// `report.html` and `metrics.prom` beside run.db (none with `EMBEDFLEET_REPORT_EVERY_S=0`).
     pub report: Option<OwnerReport>,
+    /// The last snapshot could not be written: said once, until one is written again (a full
+    /// disk fails every poll's).
+    unwritten: std::cell::Cell<bool>,
 }
 
 impl OwnerWatch {
@@ -82,6 +85,7 @@ impl OwnerWatch {
             stalled_seen: HashSet::new(),
             restart,
             report: OwnerReport::from_env(run_dir),
+            unwritten: std::cell::Cell::new(false),
         })
     }
 
@@ -181,8 +185,15 @@ impl OwnerWatch {
         };
         // A snapshot that cannot be written this poll (a full quota, a read-only mount) is
         // stale for a poll; it does not stop the run.
-        if let Err(e) = snapshot::write_snapshot(&self.run_dir, status, Some(self.state.clone())) {
-            tracing::warn!("status snapshot not written: {e}");
+        match snapshot::write_snapshot(&self.run_dir, status, Some(self.state.clone())) {
+            Ok(_) if self.unwritten.replace(false) => {
+                tracing::warn!("status snapshot written again")
+            }
+            Ok(_) => {}
+            Err(e) if !self.unwritten.replace(true) => {
+                tracing::warn!("status snapshot not written (said once until it is again): {e}")
+            }
+            Err(_) => {}
         }
     }
 }

@@ -44,6 +44,14 @@ impl CommandError {
         let mut chain = self.error.chain().map(|e| redact(&e.to_string()));
         let mut lines = vec![format!("error: {}", chain.next().unwrap_or_default())];
         lines.extend(chain.map(|cause| format!("  caused by: {cause}")));
+        if self.code == exit::DISK_FULL {
+            lines.push(
+                "no room: that filesystem is full, or your quota on it exceeded (`df -h`, or the \
+                 site's quota tool). Free space or raise the quota, then run the same command \
+                 again: what was done stays done, nothing half-written was kept"
+                    .to_string(),
+            );
+        }
         lines
     }
 }
