@@ -33,10 +33,70 @@ pub fn space_of(path: &Path) -> io::Result<Space> {
         st
     };
     let unit = st.f_frsize as u64;
+    let free = st.f_bavail as u64 * unit;
+    // On Lustre the user's quota is often what fills first: its room, where `lfs` says it.
+    let free = match lustre_quota_free(&existing) {
+        Some(quota) => free.min(quota),
+        None => free,
+    };
     Ok(Space {
-        free: st.f_bavail as u64 * unit,
+        free,
         total: st.f_blocks as u64 * unit,
     })
+}
+
+/// Lustre's `f_type` (`LL_SUPER_MAGIC`).
+const LUSTRE_MAGIC: i64 = 0x0BD0_0BD0;
+
+/// The room this user's Lustre quota leaves at `dir` (`lfs quota -q -u UID DIR`, which needs no
+/// privilege), where `dir` is on Lustre, `lfs` is there, and a limit is set; `None` otherwise.
+fn lustre_quota_free(dir: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statfs writes into a zeroed plain-data struct; the path is NUL-terminated.
+    let kind = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::statfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        st.f_type as i64
+    };
+    if kind != LUSTRE_MAGIC {
+        return None;
+    }
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() }.to_string();
+    let mut child = std::process::Command::new("lfs")
+        .args(["quota", "-q", "-u", &uid])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    // A Lustre whose quota server does not answer must not hold the caller: 10 s at most.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().ok()?.is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
+    lustre_room(&out)
+}
+
+/// The room left by `lfs quota -q` output: the hard limit (else the soft one) less what is
+/// used, both in kB; `None` without a limit. A long filesystem name may be alone on its line,
+/// its numbers on the next; a used figure over the quota ends with `*`.
+fn lustre_room(out: &str) -> Option<u64> {
+    let mut words = out.split_whitespace().skip(1);
+    let mut number = || -> Option<u64> { words.next()?.trim_end_matches('*').parse().ok() };
+    let (used, soft, hard) = (number()?, number()?, number()?);
+    let limit = if hard > 0 { hard } else { soft };
+    (limit > 0).then(|| limit.saturating_sub(used).saturating_mul(1024))
 }
 
 fn nearest_existing(path: &Path) -> PathBuf {
@@ -264,6 +324,20 @@ mod tests {
             .advice()
             .unwrap()
             .contains("free at least 500.0 kB there"));
+    }
+
+    #[test]
+    fn a_lustre_quota_leaves_its_limit_less_what_is_used() {
+        // `lfs quota -q -u bob /mnt/lustre`, as Lustre's manual shows it.
+        let line = "    /mnt/lustre       0   30720   30920       -       0   10000   11000       -";
+        assert_eq!(lustre_room(line), Some(30920 * 1024));
+        let over = "/lus/eagle  31000*  30720   30920   6d23h       12   10000   11000       -";
+        assert_eq!(lustre_room(over), Some(0));
+        let wrapped = "/lus/eagle/projects/a-very-long-project-name\n     1024   2048       0       -       1       0       0       -";
+        assert_eq!(lustre_room(wrapped), Some(1024 * 1024));
+        let unlimited = "/mnt/lustre  1024  0  0  -  1  0  0  -";
+        assert_eq!(lustre_room(unlimited), None);
+        assert_eq!(lustre_room("lfs: no such filesystem"), None);
     }
 
     #[test]
