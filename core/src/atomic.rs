@@ -288,7 +288,10 @@ mod tests {
         let engines = skipped.join(format!("wal.{}.99999999.tmp", host_tag()));
         fs::write(&engines, b"not ours").unwrap();
         let day = std::time::Duration::from_secs(86_400);
-        assert_eq!(remove_dead_writers_leftovers(dir.path(), &["qdrant"], day), 1);
+        assert_eq!(
+            remove_dead_writers_leftovers(dir.path(), &["qdrant"], day),
+            1
+        );
         assert!(mine.exists() && !dead.exists() && elsewhere.exists() && engines.exists());
         // Another host's, once older than the stale age.
         assert_eq!(

@@ -286,7 +286,9 @@ mod tests {
             assert!(says_disk_full(&wrapped), "{wrapped}");
         }
         assert!(says_disk_full("run.db in /r: database or disk is full"));
-        assert!(!says_disk_full(&io::Error::from_raw_os_error(libc::EIO).to_string()));
+        assert!(!says_disk_full(
+            &io::Error::from_raw_os_error(libc::EIO).to_string()
+        ));
         assert!(!says_disk_full("batch 28 failed (os error 2)"));
     }
 
@@ -329,7 +331,8 @@ mod tests {
     #[test]
     fn a_lustre_quota_leaves_its_limit_less_what_is_used() {
         // `lfs quota -q -u bob /mnt/lustre`, as Lustre's manual shows it.
-        let line = "    /mnt/lustre       0   30720   30920       -       0   10000   11000       -";
+        let line =
+            "    /mnt/lustre       0   30720   30920       -       0   10000   11000       -";
         assert_eq!(lustre_room(line), Some(30920 * 1024));
         let over = "/lus/eagle  31000*  30720   30920   6d23h       12   10000   11000       -";
         assert_eq!(lustre_room(over), Some(0));

@@ -66,8 +66,7 @@ pub fn prepare(
         embed_args: settings.job.to_args(),
         exe,
         progress,
-        bytes_per_paper: crate::room::bytes_per_paper(&settings.job.output_settings())
-            .unwrap_or(0),
+        bytes_per_paper: crate::room::bytes_per_paper(&settings.job.output_settings()).unwrap_or(0),
         keep_on_first_job,
     };
     // A trial is one embed job whose end the user waits for: no group builds.
@@ -153,7 +152,11 @@ fn check_setup(
         refused
     })?;
     let mut checked = checked;
-    checked.extend(check_room(db, &flags.run_dir, &settings.job.output_settings())?);
+    checked.extend(check_room(
+        db,
+        &flags.run_dir,
+        &settings.job.output_settings(),
+    )?);
     Ok(checked)
 }
 

@@ -11,6 +11,28 @@ use crate::util::{slurm_up, wait_until, TestDir};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+/// The plan of each test's run: 600 papers in two batches, into the small filesystem.
+const PLAN: [&str; 7] = [
+    "plan",
+    "--corpus",
+    "corpus.jsonl.gz",
+    "--run-dir",
+    "mnt/run",
+    "--papers-per-job",
+    "300",
+];
+
+/// The submit of each test's run, on this host's CPU.
+const SUBMIT: [&str; 7] = [
+    "submit",
+    "--run-dir",
+    "mnt/run",
+    "--model-dir",
+    "model",
+    "--devices",
+    "cpu",
+];
+
 /// A tmpfs mounted by the test, unmounted when dropped.
 struct Tmpfs {
     path: PathBuf,
@@ -25,7 +47,13 @@ impl Tmpfs {
         let root = unsafe { libc::geteuid() } == 0;
         let mounted = root
             && std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"])
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={size},mode=0755"),
+                    "tmpfs",
+                ])
                 .arg(&path)
                 .status()
                 .is_ok_and(|s| s.success());
@@ -156,19 +184,8 @@ fn assert_exact(run: &Path, papers: usize) {
 /// others), checks that the loop holds its jobs and says why without ending, gives the room
 /// back, and waits for it to end: its stderr. The job the full disk met ended with exit code 6.
 fn submit_through_a_full_disk(t: &TestDir, fs: &Tmpfs, extra: &[&str]) -> String {
-    let mut args = vec![
-        "submit",
-        "--run-dir",
-        "mnt/run",
-        "--model-dir",
-        "model",
-        "--devices",
-        "cpu",
-        "--poll-interval",
-        "0.3",
-        "--shard-papers",
-        "20",
-    ];
+    let mut args = SUBMIT.to_vec();
+    args.extend_from_slice(&["--poll-interval", "0.3", "--shard-papers", "20"]);
     args.extend_from_slice(extra);
     // Each job waits after each shard: the disk fills while the first is mid-batch.
     let mut submit = t
@@ -216,7 +233,8 @@ fn submit_through_a_full_disk(t: &TestDir, fs: &Tmpfs, extra: &[&str]) -> String
     assert!(!err.contains("panicked"), "{err}");
     let ends = job_ends(&t.join("mnt/run"));
     assert!(
-        ends.iter().any(|(_, reason)| reason.contains("exit code 6")),
+        ends.iter()
+            .any(|(_, reason)| reason.contains("exit code 6")),
         "a job met the full disk and ended with its exit code: {ends:?}\n{err}"
     );
     err
@@ -234,16 +252,7 @@ fn a_full_disk_during_plan_jobs_ingest_and_upload_ends_exact_once_there_is_room(
 
     // plan: no room for its batch files. Exit 6, what to do, nothing half-written.
     let filler = fs.fill();
-    let plan = [
-        "plan",
-        "--corpus",
-        "corpus.jsonl.gz",
-        "--run-dir",
-        "mnt/run",
-        "--papers-per-job",
-        "300",
-    ];
-    let out = t.run(&plan, 6);
+    let out = t.run(&PLAN, 6);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("No space left on device") && err.contains("run the same command again"),
@@ -251,7 +260,7 @@ fn a_full_disk_during_plan_jobs_ingest_and_upload_ends_exact_once_there_is_room(
     );
     assert_eq!(temporary_files(&t.join("mnt")), Vec::<PathBuf>::new());
     std::fs::remove_file(&filler).unwrap();
-    let out = t.run(&plan, 0);
+    let out = t.run(&PLAN, 0);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("disk: the batch files take"), "{err}");
 
@@ -259,19 +268,7 @@ fn a_full_disk_during_plan_jobs_ingest_and_upload_ends_exact_once_there_is_room(
     let keep = 320_000;
     let partial = fs.path.join("partial");
     std::fs::write(&partial, vec![0u8; (free(&fs.path) - keep) as usize]).unwrap();
-    let out = t.run(
-        &[
-            "submit",
-            "--run-dir",
-            "mnt/run",
-            "--model-dir",
-            "model",
-            "--devices",
-            "cpu",
-            "--dry-run",
-        ],
-        0,
-    );
+    let out = t.run(&[&SUBMIT[..], &["--dry-run"]].concat(), 0);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("warning: disk:")
@@ -284,7 +281,10 @@ fn a_full_disk_during_plan_jobs_ingest_and_upload_ends_exact_once_there_is_room(
 
     // The jobs and the owner's ingest: the disk filled once a first shard is there.
     let err = submit_through_a_full_disk(&t, &fs, &["--queue", "local=1"]);
-    assert!(err.contains("jobs are sent again") || err.contains("run.db written again"), "{err}");
+    assert!(
+        err.contains("jobs are sent again") || err.contains("run.db written again"),
+        "{err}"
+    );
     assert_exact(&t.join("mnt/run"), 600);
 
     // upload into the embedded Qdrant: the engine maps a 32 MB log segment (a quota raised
@@ -300,11 +300,9 @@ fn a_full_disk_during_plan_jobs_ingest_and_upload_ends_exact_once_there_is_room(
     std::fs::remove_file(&filler).unwrap();
     t.run(&["upload", "--run-dir", "mnt/run"], 0);
     let edge = embedfleet_vectordb::QdrantEdge::open(t.join("mnt/run/qdrant")).unwrap();
-    let count = embedfleet_vectordb::Sink::count(
-        &edge,
-        embedfleet_vectordb::CountRequest::new("papers"),
-    )
-    .unwrap();
+    let count =
+        embedfleet_vectordb::Sink::count(&edge, embedfleet_vectordb::CountRequest::new("papers"))
+            .unwrap();
     assert_eq!(count, 600);
     drop(edge);
     assert_exact(&t.join("mnt/run"), 600);
@@ -324,18 +322,7 @@ fn a_full_disk_under_slurm_with_the_job_logs_on_it_ends_exact() {
     };
     t.sample("corpus.jsonl.gz", 600, 1);
     t.run(&["make-tiny-model", "--out", "model"], 0);
-    t.run(
-        &[
-            "plan",
-            "--corpus",
-            "corpus.jsonl.gz",
-            "--run-dir",
-            "mnt/run",
-            "--papers-per-job",
-            "300",
-        ],
-        0,
-    );
+    t.run(&PLAN, 0);
     submit_through_a_full_disk(&t, &fs, &["--backend", "slurm", "--queue", "debug=2"]);
     assert_exact(&t.join("mnt/run"), 600);
 }

@@ -455,7 +455,7 @@ fn embeddinggemma_vectors_cut_to_a_trained_width_are_the_full_ones_renormalised(
 
 /// 200 texts of the sample corpus, each a paper's opening (its first 1,500 characters, one
 /// line).
-fn corpus_texts(t: &TestDir) -> Vec<String> {
+pub(crate) fn corpus_texts(t: &TestDir) -> Vec<String> {
     t.sample("corpus.jsonl.gz", 200, 1);
     let corpus = std::process::Command::new("gzip")
         .args(["-dc", "corpus.jsonl.gz"])

@@ -210,6 +210,18 @@ fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
+/// `texts` as `texts.jsonl`, a record each with the id `tNNNN` of its index.
+fn write_texts(t: &TestDir, texts: &[String]) {
+    let lines: String = texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            serde_json::json!({"id": format!("t{i:04}"), "text": text}).to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(t.join("texts.jsonl"), lines).unwrap();
+}
+
 /// `embed` (documents) or `embed --query` of `texts` with the model in `model`: each text's
 /// vector and chunk count, by its index.
 fn embed(
@@ -219,14 +231,7 @@ fn embed(
     query: bool,
     pooling: &str,
 ) -> BTreeMap<usize, (Vec<f32>, i16)> {
-    let lines: String = texts
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            serde_json::json!({"id": format!("t{i:04}"), "text": text}).to_string() + "\n"
-        })
-        .collect();
-    std::fs::write(t.join("texts.jsonl"), lines).unwrap();
+    write_texts(t, texts);
     let out = format!(
         "{model}-{}.parquet",
         if query { "queries" } else { "documents" }
@@ -379,20 +384,9 @@ fn a_real_minilm_embeds_as_sentence_transformers_encodes_it_and_its_resaved_copy
         return;
     };
     let t = TestDir::new();
-    t.sample("corpus.jsonl.gz", 200, 1);
-    let corpus = std::process::Command::new("gzip")
-        .args(["-dc", "corpus.jsonl.gz"])
-        .current_dir(t.path())
-        .output()
-        .unwrap();
-    let texts: Vec<String> = String::from_utf8_lossy(&corpus.stdout)
-        .lines()
-        .map(|l| {
-            let paper: serde_json::Value = serde_json::from_str(l).unwrap();
-            paper["text"].as_str().unwrap().chars().take(3000).collect()
-        })
-        .collect();
-    assert_eq!(texts.len(), 200);
+    // 200 papers of the sample corpus, their first 1,500 characters (cut to the model's 256
+    // tokens by the reference).
+    let texts = crate::families::corpus_texts(&t);
     std::fs::write(t.join("texts.json"), serde_json::to_vec(&texts).unwrap()).unwrap();
     std::fs::write(
         t.join("texts-50.json"),
@@ -455,14 +449,7 @@ fn the_old_rule_strips_a_text_and_each_file_says_which_rule_made_it() {
         text_rule_of(&t.join("model-documents.parquet")).as_deref(),
         Some("as-given")
     );
-    let lines: String = texts
-        .iter()
-        .enumerate()
-        .map(|(i, text)| {
-            serde_json::json!({"id": format!("t{i:04}"), "text": text}).to_string() + "\n"
-        })
-        .collect();
-    std::fs::write(t.join("texts.jsonl"), lines).unwrap();
+    write_texts(&t, &texts);
     t.run(
         &[
             "embed",

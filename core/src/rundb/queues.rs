@@ -88,6 +88,12 @@ impl RunDb {
         if paused {
             return self.set_setting(PAUSED_KEY, &paused);
         }
+        self.unpause(true)
+    }
+
+    /// Clears the pause and its reason in one transaction, counting a user's `resume` where
+    /// `resumed`.
+    fn unpause(&self, resumed: bool) -> Result<()> {
         let tx = self
             .conn
             .unchecked_transaction()
@@ -95,7 +101,9 @@ impl RunDb {
         self.set_setting(PAUSED_KEY, &false)?;
         tx.execute("DELETE FROM settings WHERE key = ?1", [PAUSE_REASON_KEY])
             .map_err(sqlite_err(&self.dir))?;
-        self.set_setting(RESUMES_KEY, &(self.resumes()? + 1))?;
+        if resumed {
+            self.set_setting(RESUMES_KEY, &(self.resumes()? + 1))?;
+        }
         tx.commit().map_err(sqlite_err(&self.dir))
     }
 
@@ -124,14 +132,7 @@ impl RunDb {
         if self.pause_reason()?.is_none_or(|r| r.by != by) {
             return Ok(());
         }
-        let tx = self
-            .conn
-            .unchecked_transaction()
-            .map_err(sqlite_err(&self.dir))?;
-        self.set_setting(PAUSED_KEY, &false)?;
-        tx.execute("DELETE FROM settings WHERE key = ?1", [PAUSE_REASON_KEY])
-            .map_err(sqlite_err(&self.dir))?;
-        tx.commit().map_err(sqlite_err(&self.dir))
+        self.unpause(false)
     }
 
     /// Gives back the room run.db's write-ahead log holds beyond what it needs: its pages

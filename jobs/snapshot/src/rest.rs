@@ -496,7 +496,11 @@ mod tests {
             "{text}"
         );
         let same = client.for_peer("http://127.0.0.1:9/").unwrap();
-        assert!(same.peers().unwrap_err().to_string().contains("--qdrant-rest"));
+        assert!(same
+            .peers()
+            .unwrap_err()
+            .to_string()
+            .contains("--qdrant-rest"));
     }
 
     /// A loopback HTTP server that answers every request with `reply` (a whole response) and

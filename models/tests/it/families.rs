@@ -173,12 +173,22 @@ fn texts_are_prepared_by_the_rule_lowercased_and_framed_as_sentence_transformers
     for old in [Some(TextRule::Stripped), None] {
         let tok = load_tokenizer(roberta.path(), old).unwrap();
         let padded = tok.encode_document("the papers \n").unwrap();
-        assert_eq!(padded, tok.encode_document("the papers").unwrap(), "{old:?}");
+        assert_eq!(
+            padded,
+            tok.encode_document("the papers").unwrap(),
+            "{old:?}"
+        );
     }
     let tok = load_tokenizer(dir.path(), Some(TextRule::Stripped)).unwrap();
-    assert_eq!(tok.input_text(None, " the papers \n"), "passage:  the papers");
+    assert_eq!(
+        tok.input_text(None, " the papers \n"),
+        "passage:  the papers"
+    );
     let tok = load_tokenizer(dir.path(), as_given).unwrap();
-    assert_eq!(tok.input_text(None, " the papers \n"), "passage:  the papers \n");
+    assert_eq!(
+        tok.input_text(None, " the papers \n"),
+        "passage:  the papers \n"
+    );
     assert_ne!(
         tok.encode_document("The Papers").unwrap(),
         tok.encode_document("the papers").unwrap(),

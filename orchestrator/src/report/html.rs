@@ -119,7 +119,11 @@ fn cards(out: &mut String, f: &Figures) {
             || "the rest's size known after the first shard".to_string(),
             |n| format!("the rest of the run writes about {}", size(n)),
         );
-        let short = if disk.short() { " — short of room" } else { "" };
+        let short = if disk.short() {
+            " — short of room"
+        } else {
+            ""
+        };
         card(
             out,
             &size(disk.free_bytes),

@@ -17,8 +17,13 @@ fn assert_counts_match(db: &RunDb) {
     }
     // Free space is read anew by each (other writers share the filesystem); the rest is equal.
     assert_eq!(
-        kept.disk.as_ref().map(|d| (&d.dir, d.total_bytes, d.needed_bytes)),
-        recounted.disk.as_ref().map(|d| (&d.dir, d.total_bytes, d.needed_bytes))
+        kept.disk
+            .as_ref()
+            .map(|d| (&d.dir, d.total_bytes, d.needed_bytes)),
+        recounted
+            .disk
+            .as_ref()
+            .map(|d| (&d.dir, d.total_bytes, d.needed_bytes))
     );
     kept.disk = recounted.disk.clone();
     assert_eq!(kept, recounted);
